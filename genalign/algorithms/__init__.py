@@ -1,0 +1,1 @@
+"""Algorithms: advantages and losses as pure math, plus thin algorithm classes."""

@@ -1,0 +1,1 @@
+"""Prompt manifests and the per-step prompt sampler."""

@@ -1,0 +1,1 @@
+"""Fixed-prompt, fixed-seed evaluation and contact sheets."""

@@ -1,0 +1,29 @@
+"""`EvalConfig`: the fixed evaluation protocol (ODE sampler, fixed prompts and seeds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class EvalConfig:
+    every: int = 60
+    """Evaluate every this many training steps (0 disables periodic evaluation)."""
+    at_start: bool = True
+    """Also evaluate before the first update (step 0), the baseline to compare against."""
+    num_steps: int = 40
+    """Denoising steps of the evaluation sampler (deterministic ODE)."""
+    guidance_scale: float | None = None
+    """CFG scale for evaluation; null = the rollout's guidance_scale."""
+    max_prompts: int = 16
+    """Evaluate the first max_prompts prompts of data.eval_manifest."""
+    samples_per_prompt: int = 1
+    seed: int = 20260504
+    """Seed of the evaluation noise; fixed so evaluations are comparable across steps."""
+    use_ema: bool = True
+    """Evaluate with the EMA weights when EMA is enabled."""
+    batch_size: int = 8
+    gold_rewards: dict[str, float] = field(default_factory=dict)
+    """Eval-only rewards {name: weight} scored next to the training reward (reward-hacking monitor)."""
+    divergence_window: int = 3
+    """Flag divergence when over the last k evaluations the training reward rose while gold did not."""

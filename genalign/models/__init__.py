@@ -1,0 +1,1 @@
+"""Model families behind the `FlowPolicy` protocol (see `base.py`)."""

@@ -1,0 +1,146 @@
+"""The `FlowPolicy` protocol: what every model family gives the rest of the loop.
+
+Where it fits: the rollout collector samples with `velocity` + the pure SDE kernels, the
+algorithm replays stored latents through `velocity` again, rewards see `decode`d uint8
+images. A family (sd3, toy, ...) never imports the trainer, the rewards or an algorithm.
+
+Conventions (ALGORITHMS.md §1): sigma in [0, 1], 1 = pure noise; the network predicts the
+velocity `x1 - x0`; a family maps sigma to its own timestep input (`1000 * sigma` for SD3).
+Images handed to rewards are `torch.uint8` tensors `[B, 3, H, W]`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapter on the denoiser (peft). Presets live in `configs/model/...`."""
+
+    rank: int = 32
+    """LoRA rank r."""
+    alpha: float = 64.0
+    """LoRA alpha; the effective scale is alpha / rank (Flow-GRPO SD3.5: r=32, alpha=64)."""
+    init: str = "gaussian"
+    """peft `init_lora_weights`: "gaussian" (Flow-GRPO), "default" (Kaiming A, zero B)."""
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=list)
+    """Module-name suffixes the adapter attaches to; empty = the family's default targets."""
+
+
+@dataclass
+class ModelConfig:
+    """Which model to load and what to train in it."""
+
+    family: str = "sd3"
+    """Model family: "sd3" (Stable Diffusion 3 / 3.5) or "toy" (the shipped CPU demo)."""
+    path: str = "stabilityai/stable-diffusion-3.5-medium"
+    """Hugging Face hub id or a local directory written by `save_pretrained`."""
+    revision: str | None = None
+    dtype: str = "float32"
+    """Weights/activation dtype of the denoiser and text encoders: float32 | float16 | bfloat16.
+    The SDE math always runs in float32 and the VAE always in float32."""
+    device: str = "auto"
+    """"auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:1", ..."""
+    train_mode: str = "lora"
+    """"lora" (adapter only; the reference is the adapter-disabled model) or "full"."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    max_sequence_length: int = 256
+    """T5 token budget for SD3 prompts (Flow-GRPO uses 256)."""
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class Condition:
+    """Encoded prompts for one batch; plain tensors so it moves through Ray unchanged.
+
+    `embeds` [B, L, D] and `pooled` [B, P] (or None) are the conditional branch;
+    `negative_embeds` / `negative_pooled` hold the empty-prompt branch used by CFG
+    (None when the batch was encoded without it).
+    """
+
+    embeds: torch.Tensor
+    pooled: torch.Tensor | None = None
+    negative_embeds: torch.Tensor | None = None
+    negative_pooled: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.embeds.shape[0]
+
+    def map(self, fn) -> "Condition":
+        """Apply `fn` to every tensor field (slicing, `.to(device)`, `cat` helpers)."""
+        return Condition(**{f.name: (None if getattr(self, f.name) is None else fn(getattr(self, f.name)))
+                            for f in fields(self)})
+
+    def index(self, idx) -> "Condition":
+        return self.map(lambda t: t[idx])
+
+    def to(self, device=None, dtype=None) -> "Condition":
+        return self.map(lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else None))
+
+    @staticmethod
+    def cat(conditions: list["Condition"]) -> "Condition":
+        first = conditions[0]
+        out = {}
+        for f in fields(first):
+            values = [getattr(c, f.name) for c in conditions]
+            out[f.name] = None if values[0] is None else torch.cat(values, dim=0)
+        return Condition(**out)
+
+
+@runtime_checkable
+class FlowPolicy(Protocol):
+    """What a flow-matching model family provides to rollout, replay and evaluation."""
+
+    family: str
+    transformer: torch.nn.Module
+    """The denoiser: the module LoRA attaches to and the optimizer trains."""
+    device: torch.device
+    lora_target_modules: list[str]
+    """Default LoRA targets of the family (used when `model.lora.target_modules` is empty)."""
+
+    def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
+        """Encode prompts (and, with `with_negative`, the empty prompt for CFG). No grad."""
+        ...
+
+    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
+                 guidance_scale: float) -> torch.Tensor:
+        """Predicted velocity [B, ...] for latents [B, ...] at sigma [B] (float32 out).
+
+        guidance_scale > 1 runs the unconditional and conditional branches in one batch and
+        returns `v_u + w (v_c - v_u)`; the same call is used in rollout and replay, so the
+        training log-prob is of the same policy that sampled (ALGORITHMS §2.7)."""
+        ...
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Final latents [B, ...] -> uint8 images [B, 3, H, W] (no grad)."""
+        ...
+
+    def latent_shape(self, height: int, width: int) -> tuple[int, ...]:
+        """Shape of one sample's latent (without batch dim) for an image of height x width."""
+        ...
+
+    def sigmas(self, num_steps: int) -> torch.Tensor:
+        """The sampling schedule [num_steps + 1], float32, 1 -> 0, with the family's shift."""
+        ...
+
+
+def resolve_device(name: str) -> torch.device:
+    """`model.device` -> torch.device; "auto" picks cuda when available."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"model.device={name!r} but no CUDA device is visible; use model.device=cpu or auto")
+    return device
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    table = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    if name not in table:
+        raise ValueError(f"model.dtype={name!r}: choose one of {sorted(table)}")
+    return table[name]

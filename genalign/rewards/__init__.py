@@ -1,0 +1,1 @@
+"""Rewards: scorers (one module each), weighted composition, local/Ray runtime."""

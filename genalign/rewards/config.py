@@ -1,0 +1,29 @@
+"""`RewardConfig`: which scorers, with which weights, run where."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RewardConfig:
+    components: dict[str, float] = field(default_factory=dict)
+    """Scorer short name -> weight. Zero-weight components are not loaded."""
+    kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per-scorer constructor arguments: reward.kwargs.<name>.<arg>=value."""
+    aggregation: str = "weighted_sum"
+    """"weighted_sum": R = sum_k w_k r_k, then one group normalisation (Flow-GRPO);
+    "advantage_sum": normalise each component in its group, then sum w_k A_k (DanceGRPO)."""
+    runtime: str = "local"
+    """"local" (in-process) or "ray" (a pool of reward actors)."""
+    batch_size: int = 16
+    """Images per scorer call."""
+    num_workers: int = 1
+    """Ray reward actors per scorer (runtime=ray)."""
+    num_cpus_per_worker: float = 1.0
+    num_gpus_per_worker: float = 0.0
+    timeout_s: float = 600.0
+    """Upper bound on one scoring call on Ray before it is an error."""
+    async_scoring: bool = False
+    """Score finished rollout chunks while the next chunk generates (runtime=ray)."""

@@ -1,0 +1,1 @@
+"""Rollout: prompts -> trajectories (latents, per-step log-probs, decoded images)."""

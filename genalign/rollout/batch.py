@@ -1,0 +1,116 @@
+"""`TrajectoryBatch`: what a rollout hands to rewards, advantages and replay.
+
+Where it fits: the collector (in-process or a Ray worker) fills it, the reward runtime
+reads `images`/`prompts`, the algorithm replays `latents` through the current policy and
+compares with `log_probs`. Plain tensors + lists, so it pickles through Ray unchanged.
+
+Shapes (B samples, T denoising steps, latent shape `...`):
+    latents    [B, T+1, ...]  x_0 (noise) ... x_T (final), float32, as used by the kernel
+    log_probs  [B, T]         rollout log-prob of x_{i+1} given x_i (0 where not stochastic)
+    sigmas     [T+1]          the schedule used, float32, shared by the batch
+    sde_mask   [T]            bool: which steps were stochastic (trainable)
+    images     [B, 3, H, W]   uint8 decoded final images
+    condition                 `Condition` with [B, ...] tensors
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from genalign.models.base import Condition
+
+
+@dataclass
+class TrajectoryBatch:
+    prompts: list[str]
+    prompt_ids: torch.Tensor  # [B] int64: index of the prompt in its manifest (group key)
+    group_ids: torch.Tensor  # [B] int64: index of the group within this step
+    seeds: torch.Tensor  # [B] int64: per-sample seed of the initial noise + SDE noise
+    condition: Condition
+    latents: torch.Tensor  # [B, T+1, ...]
+    log_probs: torch.Tensor  # [B, T]
+    sigmas: torch.Tensor  # [T+1]
+    sde_mask: torch.Tensor  # [T] bool
+    images: torch.Tensor  # [B, 3, H, W] uint8
+    guidance_scale: float = 1.0
+    noise_level: float = 0.0
+    metadata: list[dict] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    @property
+    def num_steps(self) -> int:
+        return self.log_probs.shape[1]
+
+    def validate(self) -> None:
+        """Raise ValueError when fields disagree in batch size or step count."""
+        batch_size = len(self.prompts)
+        steps = self.sigmas.shape[0] - 1
+        checks = {
+            "prompt_ids": self.prompt_ids.shape == (batch_size,),
+            "group_ids": self.group_ids.shape == (batch_size,),
+            "seeds": self.seeds.shape == (batch_size,),
+            "condition": len(self.condition) == batch_size,
+            "latents": self.latents.shape[:2] == (batch_size, steps + 1),
+            "log_probs": self.log_probs.shape == (batch_size, steps),
+            "sde_mask": self.sde_mask.shape == (steps,) and self.sde_mask.dtype == torch.bool,
+            "images": self.images.shape[0] == batch_size and self.images.dtype == torch.uint8,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"TrajectoryBatch fields {bad} disagree with B={batch_size}, T={steps}")
+        if self.metadata and len(self.metadata) != batch_size:
+            raise ValueError(f"TrajectoryBatch.metadata has {len(self.metadata)} rows for B={batch_size}")
+
+    def index(self, idx: torch.Tensor | slice | list[int]) -> "TrajectoryBatch":
+        """Select samples (the schedule and mask are shared and kept whole)."""
+        if isinstance(idx, slice):
+            positions = list(range(len(self)))[idx]
+        else:
+            positions = torch.as_tensor(idx).tolist()
+        tensor_idx = torch.as_tensor(positions, dtype=torch.long)
+        return TrajectoryBatch(
+            prompts=[self.prompts[i] for i in positions],
+            prompt_ids=self.prompt_ids[tensor_idx],
+            group_ids=self.group_ids[tensor_idx],
+            seeds=self.seeds[tensor_idx],
+            condition=self.condition.index(tensor_idx),
+            latents=self.latents[tensor_idx],
+            log_probs=self.log_probs[tensor_idx],
+            sigmas=self.sigmas,
+            sde_mask=self.sde_mask,
+            images=self.images[tensor_idx],
+            guidance_scale=self.guidance_scale,
+            noise_level=self.noise_level,
+            metadata=[self.metadata[i] for i in positions] if self.metadata else [],
+        )
+
+    def split(self, chunk_size: int) -> list["TrajectoryBatch"]:
+        return [self.index(slice(start, start + chunk_size)) for start in range(0, len(self), chunk_size)]
+
+    @staticmethod
+    def cat(batches: list["TrajectoryBatch"]) -> "TrajectoryBatch":
+        first = batches[0]
+        for other in batches[1:]:
+            if not torch.equal(other.sigmas, first.sigmas) or not torch.equal(other.sde_mask, first.sde_mask):
+                raise ValueError("cannot concatenate trajectories sampled with different schedules or SDE masks")
+            if other.guidance_scale != first.guidance_scale or other.noise_level != first.noise_level:
+                raise ValueError("cannot concatenate trajectories sampled with different guidance or noise level")
+        return TrajectoryBatch(
+            prompts=[p for b in batches for p in b.prompts],
+            prompt_ids=torch.cat([b.prompt_ids for b in batches]),
+            group_ids=torch.cat([b.group_ids for b in batches]),
+            seeds=torch.cat([b.seeds for b in batches]),
+            condition=Condition.cat([b.condition for b in batches]),
+            latents=torch.cat([b.latents for b in batches]),
+            log_probs=torch.cat([b.log_probs for b in batches]),
+            sigmas=first.sigmas,
+            sde_mask=first.sde_mask,
+            images=torch.cat([b.images for b in batches]),
+            guidance_scale=first.guidance_scale,
+            noise_level=first.noise_level,
+            metadata=[m for b in batches for m in b.metadata],
+        )

@@ -1,0 +1,1 @@
+"""Training: the thin loop, one optimizer round, LoRA, EMA, checkpoints, distribution."""

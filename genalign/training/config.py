@@ -1,0 +1,51 @@
+"""`TrainerConfig` and `ActorConfig`: the run and the optimizer rhythm."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TrainerConfig:
+    output_dir: str = "outputs/run"
+    seed: int = 42
+    """One seed for the run: prompt order, per-sample noise = f(seed, step, index)."""
+    num_steps: int = 1000
+    """Training steps (rollout rounds, "epochs" in Flow-GRPO vocabulary)."""
+    save_every: int = 60
+    """Write checkpoint-<step> every this many steps (0: only checkpoint-final)."""
+    resume_from: str | None = None
+    """A checkpoint directory to continue from (must match this config's training keys)."""
+    parity_check: bool = True
+    """On the first step, replay the rollout with unchanged weights and log the log-prob gap."""
+    progress_bar: bool = True
+    """tqdm over steps (quiet when stderr is not a TTY)."""
+
+
+@dataclass
+class EMAConfig:
+    enabled: bool = True
+    decay: float = 0.9
+    update_every: int = 8
+    """Update the EMA every this many optimizer steps (Flow-GRPO: 0.9 every 8)."""
+
+
+@dataclass
+class ActorConfig:
+    """Optimizer and update rhythm of the trained weights."""
+
+    lr: float = 3e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    weight_decay: float = 1e-4
+    eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    gradient_accumulation_steps: int = 4
+    """Micro-batches per optimizer step. Flow-GRPO: 8 groups x 8 samples / 8 per micro-batch
+    = 8 micro-batches, / 4 = two optimizer updates per step."""
+    micro_batch_size: int | None = None
+    """Samples per replay micro-batch; null = rollout.sample_batch_size (same batch
+    geometry as rollout, so replayed log-probs match bitwise in fp32)."""
+    num_inner_epochs: int = 1
+    shuffle_samples: bool = True
+    """Shuffle samples before splitting into micro-batches (seeded)."""
+    ema: EMAConfig = field(default_factory=EMAConfig)

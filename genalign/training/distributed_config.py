@@ -1,0 +1,42 @@
+"""`DistributedConfig`: Ray role budgets and torch.distributed strategy (seed 000 keys)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RoleResources:
+    num_gpus: float | str = 0
+    """GPUs for this role; "auto" = what is left after the other roles."""
+    num_cpus: float = 1
+    num_workers: int = 1
+    devices: list[int] | None = None
+    """Advanced: pin this role to these physical device indices."""
+
+
+@dataclass
+class ResourcesConfig:
+    visible_devices: list[int] | None = None
+    trainer: RoleResources = field(default_factory=RoleResources)
+    rollout: RoleResources = field(default_factory=RoleResources)
+
+
+@dataclass
+class TrainingStrategyConfig:
+    strategy: str = "none"
+    """"none" (one process), "ddp" or "fsdp2" (launched by torchrun)."""
+    backend: str = "auto"
+    """torch.distributed backend: "auto" (nccl on CUDA, gloo on CPU), "gloo", "nccl"."""
+
+
+@dataclass
+class DistributedConfig:
+    preset: str = "local"
+    """Name of the preset layer that set these values (informational)."""
+    colocated: bool = False
+    """Rollout actors share the trainer's device and release memory before replay/backward."""
+    cross_node: bool = False
+    """Join an existing Ray cluster at $RAY_ADDRESS (never started or managed by genalign)."""
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    training: TrainingStrategyConfig = field(default_factory=TrainingStrategyConfig)
