@@ -1,0 +1,6 @@
+"""Algorithms by `algorithm.name`."""
+
+from genalign.config.registry import Registry
+
+ALGORITHMS = Registry("algorithm", "algorithm.name")
+ALGORITHMS.register("grpo", "genalign.algorithms.grpo:FlowGRPO")

@@ -1,0 +1,68 @@
+"""Name -> implementation tables with lazy imports.
+
+Where it fits: model families, rewards and algorithms are chosen in config by short name.
+Entries are "module:attr" strings so that naming `ocr` never imports CLIP, and a name that
+is not registered can still be a dotted path ("my_pkg.rewards:MyReward") — the escape hatch
+for user code. Registering a name twice is an error; a miss lists the valid choices.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from typing import Any
+
+
+class RegistryError(KeyError):
+    def __str__(self) -> str:  # KeyError quotes its message; we want it plain
+        return str(self.args[0])
+
+
+class Registry:
+    def __init__(self, kind: str, config_key: str):
+        self.kind = kind
+        """What the entries are, for messages: "reward", "model family"."""
+        self.config_key = config_key
+        """The config key that selects an entry, for messages: "reward.components"."""
+        self._entries: dict[str, str] = {}
+
+    def register(self, name: str, target: str) -> None:
+        """Register `name` -> "module:attr" (imported only when first resolved)."""
+        if ":" not in target:
+            raise ValueError(f"{self.kind} {name!r}: target {target!r} must look like 'package.module:attr'")
+        if name in self._entries and self._entries[name] != target:
+            raise RegistryError(
+                f"{self.kind} {name!r} is already registered to {self._entries[name]!r}; "
+                f"refusing to re-register it to {target!r}")
+        self._entries[name] = target
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries or _is_dotted_path(name)
+
+    def check(self, name: str) -> str | None:
+        """Return an error message for an unknown name, or None when it resolves."""
+        if name in self:
+            return None
+        close = difflib.get_close_matches(name, self.names(), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return (f"{self.config_key}: unknown {self.kind} {name!r}{hint} "
+                f"Valid: {', '.join(self.names())} (or a dotted path 'package.module:attr')")
+
+    def resolve(self, name: str) -> Any:
+        message = self.check(name)
+        if message:
+            raise RegistryError(message)
+        target = self._entries.get(name, name)
+        module_name, attr = target.split(":", 1)
+        module = importlib.import_module(module_name)
+        try:
+            return getattr(module, attr)
+        except AttributeError as exc:
+            raise RegistryError(f"{self.kind} {name!r}: module {module_name!r} has no attribute {attr!r}") from exc
+
+
+def _is_dotted_path(name: str) -> bool:
+    return ":" in name and all(part.isidentifier() for part in name.replace(":", ".").split("."))
