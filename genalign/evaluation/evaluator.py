@@ -1,0 +1,112 @@
+"""Fixed evaluation: the same prompts and seeds every time, ODE sampler, gold rewards.
+
+Where it fits: step 7 of the loop. Every `eval.every` steps (and at step 0 and the last
+step) the trainer calls `evaluate`, which samples the first `eval.max_prompts` prompts of
+`data.eval_manifest` with the deterministic sampler, scores them with the training reward
+and with the eval-only gold rewards, writes a row to `eval_metrics.csv` and
+`eval_epoch_<step>/contact_sheet.png`, and checks the reward-hacking monitor: the training
+reward rising over the last `divergence_window` evaluations while the gold reward does not.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from genalign.data.prompts import PromptExample
+from genalign.data.sampler import PromptGroupBatch, sample_seed
+from genalign.evaluation.config import EvalConfig
+from genalign.evaluation.contact_sheet import save_contact_sheet
+from genalign.models.base import FlowPolicy
+from genalign.rollout.collector import SamplingSpec, generate
+
+log = logging.getLogger(__name__)
+
+DIVERGENCE_TOLERANCE = 0.01
+"""Training-reward rise (absolute) over the window that counts as "rose"; gold must rise by
+more than this for the gain to count as real."""
+
+
+@dataclass
+class EvalHistory:
+    steps: list[int] = field(default_factory=list)
+    reward: list[float] = field(default_factory=list)
+    gold: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps, "reward": self.reward, "gold": self.gold}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "EvalHistory":
+        return cls(list(data["steps"]), list(data["reward"]), list(data["gold"]))
+
+
+def gold_divergence(reward: list[float], gold: list[float], window: int,
+                    tolerance: float = DIVERGENCE_TOLERANCE) -> bool:
+    """True when, over the last `window` evaluations, the training reward rose by more than
+    `tolerance` while the gold reward rose by no more than `tolerance` (flat or down)."""
+    if len(reward) < window or len(gold) < window or window < 2:
+        return False
+    reward_gain = reward[-1] - reward[-window]
+    gold_gain = gold[-1] - gold[-window]
+    return reward_gain > tolerance and gold_gain <= tolerance
+
+
+class Evaluator:
+    def __init__(self, cfg: EvalConfig, examples: list[PromptExample], spec: SamplingSpec,
+                 reward_runtime, gold_runtime, output_dir: Path, sink):
+        if not examples:
+            raise ValueError("eval: data.eval_manifest has no prompts")
+        self.cfg = cfg
+        self.spec = spec
+        self.reward_runtime = reward_runtime
+        self.gold_runtime = gold_runtime
+        self.output_dir = Path(output_dir)
+        self.sink = sink
+        self.history = EvalHistory()
+        chosen = examples[: cfg.max_prompts]
+        repeats = cfg.samples_per_prompt
+        prompts = [ex.prompt for ex in chosen for _ in range(repeats)]
+        self.groups = PromptGroupBatch(
+            prompts=prompts,
+            prompt_ids=torch.tensor([ex.prompt_id for ex in chosen for _ in range(repeats)]),
+            group_ids=torch.arange(len(chosen)).repeat_interleave(repeats),
+            seeds=torch.tensor([sample_seed(cfg.seed, 0, i) for i in range(len(prompts))]),
+            metadata=[dict(ex.metadata) for ex in chosen for _ in range(repeats)],
+        )
+
+    def due(self, step: int, last_step: int) -> bool:
+        if step == 0:
+            return self.cfg.at_start
+        return step == last_step or (self.cfg.every > 0 and step % self.cfg.every == 0)
+
+    @torch.no_grad()
+    def evaluate(self, policy: FlowPolicy, step: int) -> dict[str, float]:
+        batch = generate(policy, self.groups, self.spec)
+        scores = self.reward_runtime.score(batch.images, batch.prompts, batch.metadata)
+        metrics = scores.stats(prefix="eval_reward")
+        reward_mean = scores.total.mean().item()
+        gold_mean = float("nan")
+        if self.gold_runtime is not None:
+            gold = self.gold_runtime.score(batch.images, batch.prompts, batch.metadata)
+            metrics.update(gold.stats(prefix="gold"))
+            gold_mean = gold.total.mean().item()
+            self.history.gold.append(gold_mean)
+        self.history.steps.append(step)
+        self.history.reward.append(reward_mean)
+        diverged = self.gold_runtime is not None and gold_divergence(
+            self.history.reward, self.history.gold, self.cfg.divergence_window)
+        if self.gold_runtime is not None:
+            metrics["gold_divergence"] = float(diverged)
+        if diverged:
+            log.warning("reward-hacking monitor: eval reward rose %.3f -> %.3f over the last %d evaluations "
+                        "while the gold reward went %.3f -> %.3f; the gain may be reward hacking",
+                        self.history.reward[-self.cfg.divergence_window], reward_mean, self.cfg.divergence_window,
+                        self.history.gold[-self.cfg.divergence_window], gold_mean)
+        captions = [f"{p} | r={r:.2f}" for p, r in zip(batch.prompts, scores.total.tolist())]
+        save_contact_sheet(self.output_dir / f"eval_epoch_{step}" / "contact_sheet.png", batch.images, captions)
+        self.sink.log(step, metrics)
+        return metrics
