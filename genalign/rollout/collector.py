@@ -1,0 +1,73 @@
+"""In-process rollout: prompt groups -> `TrajectoryBatch`.
+
+Where it fits: step 2 of the loop (DESIGN §2). The trainer hands it the step's
+`PromptGroupBatch`; the Ray engine runs this same code inside each worker on a shard, so
+both engines produce identical trajectories for identical seeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from genalign.data.sampler import PromptGroupBatch
+from genalign.models.base import Condition, FlowPolicy
+from genalign.rollout.batch import TrajectoryBatch
+from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    """Everything that decides how one batch is sampled (rollout and evaluation differ)."""
+
+    height: int
+    width: int
+    num_steps: int
+    guidance_scale: float
+    noise_level: float
+    chunk_size: int
+    """Samples per denoiser batch; replay reuses it so batch geometry matches."""
+
+
+def encode_unique(policy: FlowPolicy, prompts: list[str], with_negative: bool) -> Condition:
+    """Encode each distinct prompt once and expand to the batch (groups repeat prompts)."""
+    unique = list(dict.fromkeys(prompts))
+    position = {prompt: i for i, prompt in enumerate(unique)}
+    encoded = policy.encode_prompts(unique, with_negative=with_negative)
+    index = torch.tensor([position[p] for p in prompts], device=encoded.embeds.device)  # [B]
+    return encoded.index(index)
+
+
+def generate(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec) -> TrajectoryBatch:
+    """Sample every prompt of `groups` with its own seed, in chunks of `spec.chunk_size`."""
+    sigmas = policy.sigmas(spec.num_steps).float().cpu()  # [T+1], stored with the trajectory
+    sde_mask = sde_step_mask(spec.num_steps, spec.noise_level)  # [T]
+    use_cfg = spec.guidance_scale > 1.0
+    condition = encode_unique(policy, groups.prompts, with_negative=use_cfg)
+    latent_shape = policy.latent_shape(spec.height, spec.width)
+    seeds = groups.seeds.tolist()
+    chunks = []
+    for start in range(0, len(seeds), spec.chunk_size):
+        stop = min(start + spec.chunk_size, len(seeds))
+        chunk_cond = condition.index(torch.arange(start, stop, device=condition.embeds.device))
+        noise, generators = initial_noise(seeds[start:stop], latent_shape)
+        latents, log_probs = sample_trajectory(policy, chunk_cond, noise, generators, sigmas,
+                                               spec.guidance_scale, spec.noise_level, sde_mask)
+        images = policy.decode(latents[:, -1].to(policy.device)).cpu()  # [b, 3, H, W] uint8
+        chunks.append((latents, log_probs, images))
+    return TrajectoryBatch(
+        prompts=list(groups.prompts),
+        prompt_ids=groups.prompt_ids.clone(),
+        group_ids=groups.group_ids.clone(),
+        seeds=groups.seeds.clone(),
+        condition=condition.to("cpu"),
+        latents=torch.cat([c[0] for c in chunks]),
+        log_probs=torch.cat([c[1] for c in chunks]),
+        sigmas=sigmas,
+        sde_mask=sde_mask,
+        images=torch.cat([c[2] for c in chunks]),
+        guidance_scale=spec.guidance_scale,
+        noise_level=spec.noise_level,
+        metadata=[dict(m) for m in groups.metadata],
+    )

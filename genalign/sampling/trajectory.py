@@ -1,0 +1,76 @@
+"""`sample_trajectory`: run a policy through a sigma schedule with the SDE/ODE kernels.
+
+Where it fits: the rollout collector calls it (no grad) to produce latents and per-step
+log-probs; the evaluator calls it with `noise_level=0` (ODE). Replay never comes here: the
+algorithm re-scores stored latents with the same `flow_sde_step` (see algorithms/grpo.py).
+
+Noise comes from one `torch.Generator` per sample, seeded by that sample's seed, so a
+sample's trajectory does not depend on which other samples share its batch or worker.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from genalign.models.base import Condition, FlowPolicy
+from genalign.sampling.kernels import flow_sde_step, ode_step
+
+
+def initial_noise(seeds: list[int], latent_shape: tuple[int, ...]) -> tuple[torch.Tensor, list[torch.Generator]]:
+    """x_0 ~ N(0, I) per sample from its own seeded generator; the generators continue to
+    supply that sample's SDE noise. Returns (noise [B, *latent_shape] float32, generators)."""
+    generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
+    noise = torch.stack([torch.randn(latent_shape, generator=g) for g in generators])  # [B, ...]
+    return noise, generators
+
+
+def step_noise(generators: list[torch.Generator], latent_shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.stack([torch.randn(latent_shape, generator=g) for g in generators])  # [B, ...]
+
+
+@torch.no_grad()
+def sample_trajectory(
+    policy: FlowPolicy,
+    cond: Condition,
+    latents: torch.Tensor,
+    generators: list[torch.Generator],
+    sigmas: torch.Tensor,
+    guidance_scale: float,
+    noise_level: float,
+    sde_mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Denoise `latents` [B, ...] (x at sigmas[0]) along `sigmas` [T+1].
+
+    Steps where `sde_mask` [T] is true use the Flow-GRPO SDE with `noise_level` and record
+    log p(x_{i+1} | x_i); other steps are Euler ODE steps with log-prob 0.
+    Returns (all latents [B, T+1, ...] float32 on CPU, log_probs [B, T] float32 on CPU).
+    """
+    device = policy.device
+    num_steps = sigmas.shape[0] - 1
+    batch_size = latents.shape[0]
+    latent_shape = tuple(latents.shape[1:])
+    current = latents.to(device=device, dtype=torch.float32)  # [B, ...]
+    all_latents = [current.cpu()]
+    log_probs = torch.zeros(batch_size, num_steps)  # [B, T]
+    sigma_guard = float(sigmas[1]) if num_steps > 1 else None
+    for i in range(num_steps):
+        sigma, sigma_next = float(sigmas[i]), float(sigmas[i + 1])
+        sigma_batch = torch.full((batch_size,), sigma, device=device)  # [B]
+        velocity = policy.velocity(current, sigma_batch, cond, guidance_scale).float()  # [B, ...]
+        if bool(sde_mask[i]) and noise_level > 0:
+            noise = step_noise(generators, latent_shape).to(device)  # [B, ...]
+            out = flow_sde_step(current, velocity, sigma, sigma_next, noise_level,
+                                noise=noise, sigma_max_guard=sigma_guard)
+            current = out.prev_latents
+            log_probs[:, i] = out.log_prob.cpu()
+        else:
+            current = ode_step(current, velocity, sigma, sigma_next)
+        all_latents.append(current.cpu())
+    return torch.stack(all_latents, dim=1), log_probs  # [B, T+1, ...], [B, T]
+
+
+def sde_step_mask(num_steps: int, noise_level: float) -> torch.Tensor:
+    """Which steps are stochastic [T] bool: every step when noise_level > 0 (Flow-GRPO
+    samples all steps with the SDE; `algorithm.timestep_fraction` then leaves the nearly
+    deterministic last step out of training), none when noise_level == 0 (ODE)."""
+    return torch.full((num_steps,), noise_level > 0, dtype=torch.bool)

@@ -1,0 +1,38 @@
+"""The reference policy for KL terms, without a second copy when training LoRA.
+
+LoRA: the reference is the same denoiser with the adapter disabled (ALGORITHMS §2.5, §9.14);
+this needs the base weights frozen, which LoRA guarantees. Full fine-tuning: the base weights
+move, so a frozen copy of the initial denoiser is kept and swapped in for the reference pass.
+"""
+
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from typing import Iterator
+
+from genalign.models.base import FlowPolicy
+from genalign.training.lora import reference_mode
+
+
+class ReferencePolicy:
+    def __init__(self, policy: FlowPolicy, train_mode: str):
+        self.policy = policy
+        self.train_mode = train_mode
+        self._frozen_copy = None
+        if train_mode == "full":
+            self._frozen_copy = copy.deepcopy(policy.transformer).requires_grad_(False).eval()
+
+    @contextmanager
+    def active(self) -> Iterator[FlowPolicy]:
+        """Within the block, `policy.velocity` evaluates the reference weights."""
+        if self._frozen_copy is None:
+            with reference_mode(self.policy.transformer):
+                yield self.policy
+            return
+        trained = self.policy.transformer
+        self.policy.transformer = self._frozen_copy
+        try:
+            yield self.policy
+        finally:
+            self.policy.transformer = trained

@@ -1,0 +1,89 @@
+"""Building the parts of a run from a validated config (policy, rewards, data, evaluator).
+
+Kept apart from `trainer.py` so the loop stays a loop. Nothing here runs a training step.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from genalign.config.schema import ExperimentConfig
+from genalign.data.prompts import load_manifest
+from genalign.evaluation.evaluator import Evaluator
+from genalign.models.base import FlowPolicy
+from genalign.models.registry import MODEL_FAMILIES
+from genalign.rewards.composite import build_reward_runtime
+from genalign.rollout.collector import SamplingSpec
+from genalign.tracking.sinks import CSVSink
+from genalign.training.lora import apply_lora, freeze_for_full_finetune
+
+log = logging.getLogger(__name__)
+
+# Config keys whose change makes a checkpoint's state meaningless for this run. Everything
+# else (output_dir, num_steps, eval cadence, logging) may change on resume.
+RESUME_KEYS = ["model", "rollout", "actor", "algorithm", "reward", "data.manifest", "data.shuffle", "trainer.seed"]
+
+
+def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
+    """Load the family's policy and make only the trained weights require grad."""
+    policy_cls = MODEL_FAMILIES.resolve(cfg.model.family)
+    policy = policy_cls.from_config(cfg.model)
+    if cfg.model.train_mode == "lora":
+        apply_lora(policy.transformer, cfg.model.lora, policy.lora_target_modules)
+    else:
+        freeze_for_full_finetune(policy.transformer)
+    if cfg.model.gradient_checkpointing:
+        if not hasattr(policy.transformer, "enable_gradient_checkpointing"):
+            raise ValueError(f"model.gradient_checkpointing: family {cfg.model.family!r} does not support it")
+        policy.transformer.enable_gradient_checkpointing()
+    return policy
+
+
+def named_trainable_parameters(module: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
+    return {name: p for name, p in module.named_parameters() if p.requires_grad}
+
+
+def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
+    r = cfg.rollout
+    return SamplingSpec(height=r.height, width=r.width, num_steps=r.num_steps, guidance_scale=r.guidance_scale,
+                        noise_level=r.noise_level, chunk_size=r.sample_batch_size)
+
+
+def eval_spec(cfg: ExperimentConfig) -> SamplingSpec:
+    """The evaluation sampler: deterministic ODE (noise 0), eval.num_steps, fixed guidance."""
+    guidance = cfg.eval.guidance_scale if cfg.eval.guidance_scale is not None else cfg.rollout.guidance_scale
+    return SamplingSpec(height=cfg.rollout.height, width=cfg.rollout.width, num_steps=cfg.eval.num_steps,
+                        guidance_scale=guidance, noise_level=0.0, chunk_size=cfg.eval.batch_size)
+
+
+def build_evaluator(cfg: ExperimentConfig, device: torch.device, reward_runtime, output_dir: Path,
+                    resume: bool) -> Evaluator:
+    gold = build_reward_runtime(cfg.reward, device, components=cfg.eval.gold_rewards) if cfg.eval.gold_rewards else None
+    return Evaluator(cfg.eval, load_manifest(cfg.data.eval_manifest), eval_spec(cfg), reward_runtime, gold,
+                     output_dir, CSVSink(output_dir / "eval_metrics.csv", resume=resume))
+
+
+def select(tree: dict, dotted: str):
+    node = tree
+    for part in dotted.split("."):
+        node = node.get(part, {}) if isinstance(node, dict) else {}
+    return node
+
+
+def incompatible_keys(saved: dict, current: dict) -> list[str]:
+    """Dotted keys under RESUME_KEYS whose values differ between two config dicts."""
+    differing: list[str] = []
+
+    def walk(a, b, prefix: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b)):
+                walk(a.get(key), b.get(key), f"{prefix}.{key}")
+        elif a != b:
+            differing.append(f"{prefix}: checkpoint {a!r} vs now {b!r}")
+
+    for key in RESUME_KEYS:
+        walk(select(saved, key), select(current, key), key)
+    return differing

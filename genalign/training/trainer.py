@@ -1,0 +1,191 @@
+"""The training loop: rollout -> reward -> advantage -> update -> log -> eval -> checkpoint.
+
+Where it fits: the top of the stack below the CLI. `Trainer.train` reads like DESIGN §2;
+each phase is a named method, building the parts lives in `setup.py`, the math in
+`algorithms/` and `sampling/`. The loop never asks which model or algorithm it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from genalign.algorithms.advantages import advantage_stats, aggregate_advantages, zero_std_group_fraction
+from genalign.algorithms.registry import ALGORITHMS
+from genalign.config.loader import config_to_dict, config_to_yaml
+from genalign.config.plan import RunPlan
+from genalign.config.schema import ExperimentConfig
+from genalign.data.prompts import load_manifest
+from genalign.data.sampler import PromptSampler
+from genalign.rewards.composite import build_reward_runtime
+from genalign.rollout.batch import TrajectoryBatch
+from genalign.rollout.collector import generate
+from genalign.tracking.sinks import CSVSink
+from genalign.training import setup
+from genalign.training.checkpoint import load_checkpoint, save_checkpoint
+from genalign.training.ema import EMA
+from genalign.training.lora import export_lora_for_diffusers, load_trainable_state_dict, trainable_state_dict
+from genalign.training.optim import build_optimizer
+from genalign.training.parity import replay_parity
+from genalign.training.reference import ReferencePolicy
+from genalign.training.update import run_update
+
+log = logging.getLogger(__name__)
+
+
+class ResumeError(ValueError):
+    pass
+
+
+class Trainer:
+    def __init__(self, cfg: ExperimentConfig):
+        self.cfg = cfg
+        self.plan = RunPlan.from_config(cfg)
+        self.output_dir = Path(cfg.trainer.output_dir)
+        checkpoint = load_checkpoint(cfg.trainer.resume_from) if cfg.trainer.resume_from else None
+        if checkpoint is not None:
+            differing = setup.incompatible_keys(checkpoint.config, config_to_dict(cfg))
+            if differing:
+                raise ResumeError(f"trainer.resume_from={checkpoint.path}: the checkpoint was written with a "
+                                  "different config:\n  " + "\n  ".join(differing))
+        log.info("run plan: %s", self.plan.describe())
+        torch.manual_seed(cfg.trainer.seed)  # adapter initialisation is the only global-RNG use
+        self.policy = setup.build_policy(cfg)
+        self.parameters = setup.named_trainable_parameters(self.policy.transformer)
+        self.optimizer = build_optimizer(list(self.parameters.values()), cfg.actor)
+        ema_cfg = cfg.actor.ema
+        self.ema = EMA(self.parameters, ema_cfg.decay, ema_cfg.update_every) if ema_cfg.enabled else None
+        reference = ReferencePolicy(self.policy, cfg.model.train_mode) if self.plan.needs_reference else None
+        self.algorithm = ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm, reference)
+        self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
+        self.sampler = PromptSampler(load_manifest(cfg.data.manifest), self.plan.prompts_per_step,
+                                     self.plan.samples_per_prompt, cfg.trainer.seed, shuffle=cfg.data.shuffle,
+                                     same_initial_noise=cfg.rollout.same_initial_noise)
+        self.spec = setup.rollout_spec(cfg)
+        resuming = checkpoint is not None
+        self.metrics = CSVSink(self.output_dir / "metrics.csv", resume=resuming)
+        self.evaluator = setup.build_evaluator(cfg, self.policy.device, self.rewards, self.output_dir, resuming)
+        self.start_step = 1
+        if checkpoint is not None:
+            self.restore(checkpoint)
+
+    # ---------------------------------------------------------------- the loop
+    def train(self) -> None:
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        (self.output_dir / "config.yaml").write_text(config_to_yaml(self.cfg))
+        last = self.cfg.trainer.num_steps
+        if self.start_step == 1 and self.evaluator.due(0, last):
+            self.evaluate(0)
+        quiet = not (self.cfg.trainer.progress_bar and sys.stderr.isatty())
+        for step in tqdm(range(self.start_step, last + 1), desc="train", disable=quiet,
+                         initial=self.start_step - 1, total=last):
+            row = self.train_step(step)
+            if self.evaluator.due(step, last):
+                row["time_eval_s"] = self.evaluate(step)
+            self.metrics.log(step, row)
+            if self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last:
+                self.save(f"checkpoint-{step}", step)
+        self.save("checkpoint-final", last)
+        self.metrics.close()
+        self.evaluator.sink.close()
+
+    def train_step(self, step: int) -> dict[str, float]:
+        times = {}
+        start = time.perf_counter()
+        batch = self.rollout(step)
+        times["time_rollout_s"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        scores = self.rewards.score(batch.images, batch.prompts, batch.metadata)
+        advantages = self.advantages(batch, scores)
+        times["time_reward_s"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        parity = self.parity(batch) if step == 1 and self.cfg.trainer.parity_check else {}
+        update = self.update(batch, advantages, step)
+        times["time_train_s"] = time.perf_counter() - start
+
+        row = {**scores.stats(prefix="reward"),
+               "zero_std_ratio": zero_std_group_fraction(scores.total, batch.group_ids),
+               **{f"adv_{k}": v for k, v in advantage_stats(advantages).items()},
+               **update, **parity, **times,
+               "lr": self.optimizer.param_groups[0]["lr"],
+               "images_per_s": len(batch) / max(times["time_rollout_s"], 1e-9)}
+        log.info("step %d: reward %.4f  loss %.3g  clip %.3f  kl %.3g  (rollout %.1fs, reward %.1fs, train %.1fs)",
+                 step, row["reward_mean"], row.get("loss", float("nan")), row.get("clip_frac", float("nan")),
+                 row.get("kl", float("nan")), times["time_rollout_s"], times["time_reward_s"], times["time_train_s"])
+        return row
+
+    # ---------------------------------------------------------------- phases
+    def rollout(self, step: int) -> TrajectoryBatch:
+        groups = self.sampler.sample(step)
+        self.rewards.offload()
+        self.policy.transformer.eval()
+        batch = generate(self.policy, groups, self.spec)
+        self.rewards.onload()
+        return batch
+
+    def advantages(self, batch: TrajectoryBatch, scores) -> torch.Tensor:
+        adv = self.cfg.algorithm.advantage
+        return aggregate_advantages(scores.components, scores.weights, batch.group_ids, self.cfg.reward.aggregation,
+                                    per_prompt=adv.per_prompt, global_std=adv.global_std, std=adv.std,
+                                    eps=adv.eps, normalize_by_std=adv.normalize_by_std)  # [B]
+
+    def parity(self, batch: TrajectoryBatch) -> dict[str, float]:
+        """Replay with unchanged weights: log-probs must equal the rollout's (ALGORITHMS §2.10)."""
+        gaps = replay_parity(self.policy, batch, self.algorithm.train_step_indices(batch), self.spec.chunk_size)
+        per_step = " ".join(f"{j}:{gap:.2e}" for j, gap in gaps.items())
+        log.info("parity preflight: max |log_prob_replay - log_prob_rollout| per step: %s", per_step)
+        return {"parity_max_abs_log_prob_diff": max(gaps.values())}
+
+    def update(self, batch: TrajectoryBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
+        self.policy.transformer.train()
+        generator = torch.Generator().manual_seed(self.cfg.trainer.seed * 1_000_003 + step)
+        result = run_update(self.policy, self.algorithm, self.optimizer, list(self.parameters.values()), batch,
+                            advantages, self.cfg.actor, self.plan.train_micro_batch, generator,
+                            on_optimizer_step=self.ema.on_optimizer_step if self.ema else (lambda: None))
+        self.policy.transformer.eval()
+        return result.metrics()
+
+    def evaluate(self, step: int) -> float:
+        start = time.perf_counter()
+        weights = self.ema.applied() if (self.ema and self.cfg.eval.use_ema) else nullcontext()
+        with weights:
+            metrics = self.evaluator.evaluate(self.policy, step)
+        log.info("eval step %d: %s", step, "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.endswith("mean")))
+        return time.perf_counter() - start
+
+    # ---------------------------------------------------------------- state
+    def save(self, name: str, step: int) -> Path:
+        export = None
+        pipeline_cls = getattr(self.policy, "diffusers_pipeline", None)
+        if self.cfg.model.train_mode == "lora" and pipeline_cls:
+            def export(directory: Path) -> None:
+                export_lora_for_diffusers(self.policy.transformer, directory, self.cfg.model.lora, pipeline_cls)
+        path = save_checkpoint(
+            self.output_dir / name, step=step, config=config_to_dict(self.cfg),
+            trainable=trainable_state_dict(self.policy.transformer),
+            ema=self.ema.state_dict() if self.ema else None, optimizer=self.optimizer,
+            trainer_state={"ema_optimizer_steps": self.ema.optimizer_steps if self.ema else 0,
+                           "eval_history": self.evaluator.history.to_dict()},
+            export=export)
+        log.info("saved %s", path)
+        return path
+
+    def restore(self, checkpoint) -> None:
+        load_trainable_state_dict(self.policy.transformer, checkpoint.trainable)
+        self.optimizer.load_state_dict(checkpoint.optimizer)
+        if self.ema is not None:
+            if checkpoint.ema is None:
+                raise ResumeError(f"{checkpoint.path} has no EMA state but actor.ema.enabled=true")
+            self.ema.load_state_dict(checkpoint.ema, checkpoint.trainer_state["ema_optimizer_steps"])
+        from genalign.evaluation.evaluator import EvalHistory
+        self.evaluator.history = EvalHistory.from_dict(checkpoint.trainer_state["eval_history"])
+        self.start_step = checkpoint.step + 1
+        log.info("resumed from %s at step %d", checkpoint.path, self.start_step)
