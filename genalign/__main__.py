@@ -1,0 +1,7 @@
+"""`python -m genalign ...` == `genalign ...`."""
+
+import sys
+
+from genalign.cli import main
+
+sys.exit(main())
