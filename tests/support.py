@@ -1,0 +1,92 @@
+"""Shared test builders (on sys.path via pytest `pythonpath = ["tests"]`).
+
+`LinearPolicy`: a tiny linear flow policy that satisfies `FlowPolicy`, so the sampler,
+replay, loss and update code can be tested in milliseconds without diffusers; integration
+tests repeat the important checks on a tiny SD3 pipeline. `make_batch`: a random
+`TrajectoryBatch`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from genalign.models.base import Condition
+from genalign.rollout.batch import TrajectoryBatch
+
+
+
+class LinearVelocityModel(torch.nn.Module):
+    """v = W x + U c + b*sigma, on flattened latents; cheap and fully differentiable."""
+
+    def __init__(self, latent_dim: int, embed_dim: int):
+        super().__init__()
+        self.latent = torch.nn.Linear(latent_dim, latent_dim)
+        self.text = torch.nn.Linear(embed_dim, latent_dim, bias=False)
+        self.sigma = torch.nn.Parameter(torch.zeros(latent_dim))
+
+    def forward(self, latents, sigma, embeds):
+        flat = latents.flatten(1)  # [B, D]
+        out = self.latent(flat) + self.text(embeds.mean(1)) + sigma[:, None] * self.sigma  # [B, D]
+        return out.view_as(latents)
+
+
+class LinearPolicy:
+    family = "linear"
+    lora_target_modules: list[str] = []
+
+    def __init__(self, channels=2, size=4, embed_dim=6, seed=0):
+        torch.manual_seed(seed)
+        self.shape = (channels, size, size)
+        self.embed_dim = embed_dim
+        self.transformer = LinearVelocityModel(channels * size * size, embed_dim)
+        self.device = torch.device("cpu")
+        self.vocab = {}
+
+    def _embed(self, prompt: str) -> torch.Tensor:
+        g = torch.Generator().manual_seed(sum(map(ord, prompt)) + 7)
+        return torch.randn(3, self.embed_dim, generator=g)
+
+    def encode_prompts(self, prompts, with_negative):
+        embeds = torch.stack([self._embed(p) for p in prompts])  # [B, 3, E]
+        negative = torch.zeros_like(embeds) if with_negative else None
+        return Condition(embeds=embeds, negative_embeds=negative)
+
+    def velocity(self, latents, sigma, cond, guidance_scale):
+        if guidance_scale > 1:
+            both = self.transformer(torch.cat([latents, latents]), torch.cat([sigma, sigma]),
+                                    torch.cat([cond.negative_embeds, cond.embeds]))
+            uncond, text = both.chunk(2)
+            return (uncond + guidance_scale * (text - uncond)).float()
+        return self.transformer(latents, sigma, cond.embeds).float()
+
+    def decode(self, latents):
+        pixels = latents[:, :3] if latents.shape[1] >= 3 else latents[:, :1].expand(-1, 3, -1, -1)
+        return ((pixels / 2 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8)
+
+    def latent_shape(self, height, width):
+        return self.shape
+
+    def sigmas(self, num_steps):
+        from genalign.sampling.schedules import flow_match_sigmas
+
+        return flow_match_sigmas(num_steps, shift=3.0)
+
+
+
+
+
+
+def make_batch(size=6, steps=3, start=0):
+    return TrajectoryBatch(
+        prompts=[f"p{start + i}" for i in range(size)],
+        prompt_ids=torch.arange(start, start + size),
+        group_ids=torch.arange(size) // 2,
+        seeds=torch.arange(size) + 100,
+        condition=Condition(embeds=torch.randn(size, 2, 3), pooled=torch.randn(size, 4)),
+        latents=torch.randn(size, steps + 1, 2, 2),
+        log_probs=torch.randn(size, steps),
+        sigmas=torch.linspace(1, 0, steps + 1),
+        sde_mask=torch.ones(steps, dtype=torch.bool),
+        images=torch.zeros(size, 3, 4, 4, dtype=torch.uint8),
+        metadata=[{"i": start + i} for i in range(size)],
+    )
