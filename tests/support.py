@@ -90,3 +90,18 @@ def make_batch(size=6, steps=3, start=0):
         images=torch.zeros(size, 3, 4, 4, dtype=torch.uint8),
         metadata=[{"i": start + i} for i in range(size)],
     )
+
+
+def make_groups(prompts_per_step=2, samples_per_prompt=3, seed=0):
+    """A PromptGroupBatch of distinct seeds, group-contiguous, without a manifest."""
+    from genalign.data.sampler import PromptGroupBatch, sample_seed
+
+    prompts = [f"prompt {g}" for g in range(prompts_per_step) for _ in range(samples_per_prompt)]
+    size = len(prompts)
+    return PromptGroupBatch(
+        prompts=prompts,
+        prompt_ids=torch.arange(prompts_per_step).repeat_interleave(samples_per_prompt),
+        group_ids=torch.arange(prompts_per_step).repeat_interleave(samples_per_prompt),
+        seeds=torch.tensor([sample_seed(seed, 1, i) for i in range(size)]),
+        metadata=[{} for _ in range(size)],
+    )
