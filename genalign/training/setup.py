@@ -17,6 +17,7 @@ from genalign.models.base import FlowPolicy
 from genalign.models.registry import MODEL_FAMILIES
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rollout.collector import SamplingSpec
+from genalign.rollout.engine import LocalRolloutEngine, RolloutEngine
 from genalign.tracking.sinks import CSVSink
 from genalign.training.lora import apply_lora, freeze_for_full_finetune
 
@@ -40,6 +41,12 @@ def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
             raise ValueError(f"model.gradient_checkpointing: family {cfg.model.family!r} does not support it")
         policy.transformer.enable_gradient_checkpointing()
     return policy
+
+
+def build_rollout_engine(cfg: ExperimentConfig, policy: FlowPolicy) -> RolloutEngine:
+    if cfg.rollout.engine == "local":
+        return LocalRolloutEngine(policy)
+    raise ValueError(f"rollout.engine={cfg.rollout.engine!r} is not available yet; use rollout.engine=local")
 
 
 def named_trainable_parameters(module: torch.nn.Module) -> dict[str, torch.nn.Parameter]:

@@ -25,7 +25,6 @@ from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.rollout.collector import generate
 from genalign.tracking.sinks import CSVSink
 from genalign.training import setup
 from genalign.training.checkpoint import load_checkpoint, save_checkpoint
@@ -68,6 +67,7 @@ class Trainer:
                                      self.plan.samples_per_prompt, cfg.trainer.seed, shuffle=cfg.data.shuffle,
                                      same_initial_noise=cfg.rollout.same_initial_noise)
         self.spec = setup.rollout_spec(cfg)
+        self.engine = setup.build_rollout_engine(cfg, self.policy)
         resuming = checkpoint is not None
         self.metrics = CSVSink(self.output_dir / "metrics.csv", resume=resuming)
         self.evaluator = setup.build_evaluator(cfg, self.policy.device, self.rewards, self.output_dir, resuming)
@@ -92,6 +92,7 @@ class Trainer:
             if self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last:
                 self.save(f"checkpoint-{step}", step)
         self.save("checkpoint-final", last)
+        self.engine.close()
         self.metrics.close()
         self.evaluator.sink.close()
 
@@ -110,6 +111,7 @@ class Trainer:
         parity = self.parity(batch) if step == 1 and self.cfg.trainer.parity_check else {}
         update = self.update(batch, advantages, step)
         times["time_train_s"] = time.perf_counter() - start
+        update.update(self.sync(step))
 
         row = {**scores.stats(prefix="reward"),
                "zero_std_ratio": zero_std_group_fraction(scores.total, batch.group_ids),
@@ -126,8 +128,7 @@ class Trainer:
     def rollout(self, step: int) -> TrajectoryBatch:
         groups = self.sampler.sample(step)
         self.rewards.offload()
-        self.policy.transformer.eval()
-        batch = generate(self.policy, groups, self.spec)
+        batch = self.engine.generate(groups, self.spec)
         self.rewards.onload()
         return batch
 
@@ -152,6 +153,12 @@ class Trainer:
                             on_optimizer_step=self.ema.on_optimizer_step if self.ema else (lambda: None))
         self.policy.transformer.eval()
         return result.metrics()
+
+    def sync(self, step: int) -> dict[str, float]:
+        """Hand the fresh trainable weights to the rollout engine (no-op in-process)."""
+        if not self.engine.needs_sync:
+            return {}
+        return self.engine.sync(trainable_state_dict(self.policy.transformer), version=step)
 
     def evaluate(self, step: int) -> float:
         start = time.perf_counter()

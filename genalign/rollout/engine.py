@@ -1,0 +1,47 @@
+"""Rollout engines: where trajectories are generated.
+
+Where it fits: steps 2 and 6 of the loop. The trainer asks its engine to `generate` the
+step's prompt groups and, after the optimizer round, to `sync` fresh trainable weights.
+`LocalRolloutEngine` samples with the trained module itself (sync is a no-op); the Ray
+engine (`ray_engine.py`) runs the same `generate` inside rollout actors.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from genalign.data.sampler import PromptGroupBatch
+from genalign.models.base import FlowPolicy
+from genalign.rollout.batch import TrajectoryBatch
+from genalign.rollout.collector import SamplingSpec, generate
+
+
+class RolloutEngine(Protocol):
+    def generate(self, groups: PromptGroupBatch, spec: SamplingSpec) -> TrajectoryBatch: ...
+
+    def sync(self, trainable_state: dict[str, torch.Tensor], version: int) -> dict[str, float]:
+        """Push trainable weights of policy `version`; return sync metrics (seconds, bytes)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class LocalRolloutEngine:
+    """In-process: the trainer's own policy samples, so there is nothing to sync."""
+
+    needs_sync = False
+
+    def __init__(self, policy: FlowPolicy):
+        self.policy = policy
+
+    def generate(self, groups: PromptGroupBatch, spec: SamplingSpec) -> TrajectoryBatch:
+        self.policy.transformer.eval()
+        return generate(self.policy, groups, spec)
+
+    def sync(self, trainable_state: dict[str, torch.Tensor], version: int) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        pass
