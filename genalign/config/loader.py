@@ -1,0 +1,316 @@
+"""Compose YAML layers + command-line overrides into a validated `ExperimentConfig`.
+
+Where it fits: the first thing `genalign train|config` does; nothing is built from an
+unvalidated config. Layers live under `genalign/configs/`. A layer holds keys at the root
+of the experiment tree and may start with a `defaults:` list of `- /group/path: option`
+entries (e.g. `- /base/algorithm: grpo` -> `configs/base/algorithm/grpo.yaml`), applied in
+order, recursively, before the file's own keys. Then overrides apply left to right (last
+wins): `a.b.c=value` (value parsed as YAML) and group swaps `/group/path=option`, which
+replace the option of that group wherever it appears in the defaults tree.
+
+Every leaf remembers which layer file or override set it last, so an unknown key or a wrong
+type names the key, where it came from and a "did you mean". All problems are collected
+and raised together as one `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from genalign.config.errors import ConfigError
+from genalign.config.schema import ExperimentConfig
+
+CONFIG_ROOT = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_RECIPE = "experiment/toy/shapes_grpo"
+
+
+# ------------------------------------------------------------------ composition
+class _Composer:
+    def __init__(self, swaps: dict[str, str]):
+        self.swaps = swaps
+        self.used_swaps: set[str] = set()
+        self.seen_groups: set[str] = set()
+        self.tree: dict[str, Any] = {}
+        self.provenance: dict[str, str] = {}
+        self.problems: list[str] = []
+
+    def compose(self, path: Path, stack: tuple[Path, ...] = ()) -> None:
+        if path in stack:
+            self.problems.append(f"{_rel(path)}: defaults form a cycle through {[_rel(p) for p in stack]}")
+            return
+        data = _read_yaml(path, self.problems)
+        if data is None:
+            return
+        defaults = data.pop("defaults", []) or []
+        if not isinstance(defaults, list):
+            self.problems.append(f"{_rel(path)}: `defaults` must be a list of `- /group: option` entries")
+            defaults = []
+        for entry in defaults:
+            if not (isinstance(entry, dict) and len(entry) == 1):
+                self.problems.append(f"{_rel(path)}: defaults entry {entry!r} must look like `- /group/path: option`")
+                continue
+            group, option = next(iter(entry.items()))
+            group = "/" + str(group).strip("/")
+            self.seen_groups.add(group)
+            if group in self.swaps:
+                option = self.swaps[group]
+                self.used_swaps.add(group)
+            layer = _group_option_path(group, str(option), self.problems, where=_rel(path))
+            if layer is not None:
+                self.compose(layer, stack + (path,))
+        _merge(self.tree, data, _rel(path), "", self.provenance)
+
+    def override(self, key: str, raw_value: str) -> None:
+        value = yaml.safe_load(raw_value) if raw_value != "" else ""
+        node = self.tree
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        source = f"command line `{key}={raw_value}`"
+        if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
+            _merge(node[parts[-1]], value, source, key, self.provenance)
+        else:
+            node[parts[-1]] = value
+            _set_provenance(self.provenance, key, value, source)
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.relative_to(CONFIG_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _read_yaml(path: Path, problems: list[str]) -> dict | None:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        problems.append(f"{_rel(path)}: not valid YAML ({exc})")
+        return None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        problems.append(f"{_rel(path)}: a config layer must be a mapping, got {type(data).__name__}")
+        return None
+    return data
+
+
+def _group_option_path(group: str, option: str, problems: list[str], where: str) -> Path | None:
+    directory = CONFIG_ROOT / group.strip("/")
+    path = directory / f"{option}.yaml"
+    if path.exists():
+        return path
+    if not directory.is_dir():
+        problems.append(f"{where}: unknown config group {group!r} (no directory {_rel(directory)})")
+        return None
+    options = sorted(p.stem for p in directory.glob("*.yaml"))
+    close = difflib.get_close_matches(option, options, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    problems.append(f"{where}: group {group} has no option {option!r}{hint} Options: {', '.join(options)}")
+    return None
+
+
+def _set_provenance(provenance: dict[str, str], key: str, value: Any, source: str) -> None:
+    for existing in [k for k in provenance if k.startswith(key + ".")]:
+        del provenance[existing]
+    if isinstance(value, dict):
+        for child, child_value in value.items():
+            _set_provenance(provenance, f"{key}.{child}", child_value, source)
+        if not value:
+            provenance[key] = source
+    else:
+        provenance[key] = source
+
+
+def _merge(target: dict, incoming: dict, source: str, prefix: str, provenance: dict[str, str]) -> None:
+    """Deep-merge `incoming` into `target`: dicts merge, lists and scalars replace."""
+    for key, value in incoming.items():
+        key = str(key)
+        dotted = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value, source, dotted, provenance)
+        else:
+            target[key] = value
+            _set_provenance(provenance, dotted, value, source)
+
+
+def find_recipe(recipe: str) -> Path:
+    """A recipe name under configs/ (with or without .yaml) or a path to a YAML file."""
+    as_path = Path(recipe).expanduser()
+    if as_path.suffix in (".yaml", ".yml") and as_path.is_file():
+        return as_path.resolve()
+    name = recipe[:-5] if recipe.endswith(".yaml") else recipe
+    candidate = CONFIG_ROOT / f"{name.strip('/')}.yaml"
+    if candidate.is_file():
+        return candidate
+    known = sorted(str(p.relative_to(CONFIG_ROOT))[:-5] for p in CONFIG_ROOT.glob("experiment/**/*.yaml"))
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ConfigError([f"--config {recipe!r}: no recipe {_rel(candidate)} and no such YAML file.{hint} "
+                       f"Recipes: {', '.join(known)}"])
+
+
+# ------------------------------------------------------------------ typed validation
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _convert(tp: Any, value: Any, key: str, source: str, problems: list[str], provenance: dict[str, str]) -> Any:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            problems.append(f"{key}: expected a mapping of {tp.__name__} fields, got {value!r} (set in {source})")
+            return tp()
+        return _build(tp, value, key, provenance, problems)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None:
+            if type(None) in args:
+                return None
+            problems.append(f"{key}: must not be null (set in {source})")
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            attempt: list[str] = []
+            converted = _convert(arg, value, key, source, attempt, provenance)
+            if not attempt:
+                return converted
+        problems.append(f"{key}: expected {' | '.join(_type_name(a) for a in args)}, got {value!r} (set in {source})")
+        return None
+    if origin is list:
+        (item_type,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            problems.append(f"{key}: expected a list, got {value!r} (set in {source})")
+            return []
+        return [_convert(item_type, item, f"{key}[{i}]", source, problems, provenance) for i, item in enumerate(value)]
+    if origin is dict:
+        _, value_type = typing.get_args(tp)
+        if not isinstance(value, dict):
+            problems.append(f"{key}: expected a mapping, got {value!r} (set in {source})")
+            return {}
+        return {str(k): _convert(value_type, v, f"{key}.{k}", provenance.get(f"{key}.{k}", source), problems,
+                                 provenance) for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # PyYAML reads 1e-4 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    else:
+        raise TypeError(f"config schema: unsupported annotation {tp!r} for {key}")
+    problems.append(f"{key}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__}; set in {source})")
+    return None
+
+
+def _build(cls: type, data: dict, prefix: str, provenance: dict[str, str], problems: list[str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            source = provenance.get(dotted) or next((v for k, v in provenance.items() if k.startswith(dotted + ".")),
+                                                     "unknown source")
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"; did you mean {(prefix + '.' if prefix else '') + close[0]!r}?" if close else ""
+            problems.append(f"{dotted}: unknown key (set in {source}){hint}")
+            continue
+        source = provenance.get(dotted, "unknown source")
+        kwargs[key] = _convert(hints[key], value, dotted, source, problems, provenance)
+    return cls(**{k: v for k, v in kwargs.items() if v is not None or _allows_none(hints[k])})
+
+
+def _allows_none(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
+
+
+# ------------------------------------------------------------------ public API
+def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    """Compose `recipe` (default: the CPU demo) with `overrides`; validate; raise every problem."""
+    from genalign.config.validate import validate
+
+    path = find_recipe(recipe or DEFAULT_RECIPE)
+    swaps, dotlist, problems = {}, [], []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            problems.append(f"override {item!r}: expected key=value or /group=option")
+        elif key.startswith("/"):
+            swaps["/" + key.strip("/")] = value
+        else:
+            dotlist.append((key, value))
+    composer = _Composer(swaps)
+    composer.compose(path)
+    for group in sorted(set(swaps) - composer.used_swaps):
+        close = difflib.get_close_matches(group, sorted(composer.seen_groups), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        problems.append(f"override {group}={swaps[group]}: the recipe has no config group {group}{hint} "
+                        f"Groups: {', '.join(sorted(composer.seen_groups))}")
+    for key, value in dotlist:
+        composer.override(key, value)
+    problems = composer.problems + problems
+    config = _build(ExperimentConfig, composer.tree, "", composer.provenance, problems)
+    if problems:
+        raise ConfigError(problems)
+    problems = validate(config)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def config_to_yaml(cfg: Any) -> str:
+    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
+
+
+def config_from_dict(data: dict, source: str = "<dict>") -> ExperimentConfig:
+    """Strictly rebuild a config from a plain dict (e.g. a checkpoint's config.yaml)."""
+    provenance: dict[str, str] = {}
+    _set_provenance(provenance, "", data, source)
+    provenance = {k.lstrip("."): v for k, v in provenance.items()}
+    problems: list[str] = []
+    config = _build(ExperimentConfig, data, "", provenance, problems)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def diff_configs(a: dict, b: dict, keys: list[str] | None = None) -> list[str]:
+    """Dotted keys whose values differ between two config dicts (limited to `keys` prefixes)."""
+    differing: list[str] = []
+
+    def walk(x: Any, y: Any, prefix: str) -> None:
+        if isinstance(x, dict) and isinstance(y, dict):
+            for key in sorted(set(x) | set(y)):
+                walk(x.get(key), y.get(key), f"{prefix}.{key}" if prefix else str(key))
+        elif x != y:
+            differing.append(prefix)
+
+    walk(a, b, "")
+    if keys is not None:
+        differing = [d for d in differing if any(d == k or d.startswith(k + ".") for k in keys)]
+    return differing
