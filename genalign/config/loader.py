@@ -59,10 +59,12 @@ class _Composer:
             group, option = next(iter(entry.items()))
             group = "/" + str(group).strip("/")
             self.seen_groups.add(group)
+            where = _rel(path)
             if group in self.swaps:
                 option = self.swaps[group]
                 self.used_swaps.add(group)
-            layer = _group_option_path(group, str(option), self.problems, where=_rel(path))
+                where = f"command line `{group}={option}`"
+            layer = _group_option_path(group, str(option), self.problems, where=where)
             if layer is not None:
                 self.compose(layer, stack + (path,))
         _merge(self.tree, data, _rel(path), "", self.provenance)
@@ -71,11 +73,13 @@ class _Composer:
         value = yaml.safe_load(raw_value) if raw_value != "" else ""
         node = self.tree
         parts = key.split(".")
-        for part in parts[:-1]:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
         source = f"command line `{key}={raw_value}`"
+        for depth, part in enumerate(parts[:-1]):
+            if not isinstance(node.get(part), dict):
+                # A scalar (or nothing) becomes a mapping: this override now owns that key.
+                node[part] = {}
+                _set_provenance(self.provenance, ".".join(parts[:depth + 1]), {}, source)
+            node = node[part]
         if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
             _merge(node[parts[-1]], value, source, key, self.provenance)
         else:
@@ -110,13 +114,22 @@ def _group_option_path(group: str, option: str, problems: list[str], where: str)
     if path.exists():
         return path
     if not directory.is_dir():
-        problems.append(f"{where}: unknown config group {group!r} (no directory {_rel(directory)})")
+        groups = _known_groups()
+        close = difflib.get_close_matches(group, groups, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        problems.append(f"{where}: unknown config group {group!r} (no directory {_rel(directory)}){hint} "
+                        f"Groups: {', '.join(groups)}")
         return None
     options = sorted(p.stem for p in directory.glob("*.yaml"))
     close = difflib.get_close_matches(option, options, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     problems.append(f"{where}: group {group} has no option {option!r}{hint} Options: {', '.join(options)}")
     return None
+
+
+def _known_groups() -> list[str]:
+    """Every directory under configs/ that holds layer files, as `/group/path`."""
+    return sorted({"/" + str(p.parent.relative_to(CONFIG_ROOT)) for p in CONFIG_ROOT.rglob("*.yaml")})
 
 
 def _set_provenance(provenance: dict[str, str], key: str, value: Any, source: str) -> None:
@@ -160,6 +173,14 @@ def find_recipe(recipe: str) -> Path:
 
 
 # ------------------------------------------------------------------ typed validation
+# Deployment facts live in the environment, never in the experiment tree (DESIGN: a config
+# must mean the same run on any machine). An unknown key that looks like one says so.
+ENVIRONMENT_FACTS = {
+    "ray_address": "RAY_ADDRESS", "cuda_visible_devices": "CUDA_VISIBLE_DEVICES", "rank": "RANK",
+    "world_size": "WORLD_SIZE", "local_rank": "LOCAL_RANK", "hf_home": "HF_HOME", "hf_hub_cache": "HF_HUB_CACHE",
+}
+
+
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
@@ -223,7 +244,9 @@ def _convert(tp: Any, value: Any, key: str, source: str, problems: list[str], pr
     return None
 
 
-def _build(cls: type, data: dict, prefix: str, provenance: dict[str, str], problems: list[str]) -> Any:
+def _build(cls: type, data: dict, prefix: str, provenance: dict[str, str], problems: list[str],
+           default_source: str = "unknown source") -> Any:
+    """Instantiate dataclass `cls` from `data`, appending every unknown key / wrong type to `problems`."""
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
@@ -231,13 +254,17 @@ def _build(cls: type, data: dict, prefix: str, provenance: dict[str, str], probl
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
             source = provenance.get(dotted) or next((v for k, v in provenance.items() if k.startswith(dotted + ".")),
-                                                     "unknown source")
+                                                     default_source)
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"; did you mean {(prefix + '.' if prefix else '') + close[0]!r}?" if close else ""
+            env = ENVIRONMENT_FACTS.get(str(key).lower())
+            if env:
+                hint += f"; {env} is a deployment fact: set the {env} environment variable, not a config key"
             problems.append(f"{dotted}: unknown key (set in {source}){hint}")
             continue
-        source = provenance.get(dotted, "unknown source")
+        source = provenance.get(dotted, default_source)
         kwargs[key] = _convert(hints[key], value, dotted, source, problems, provenance)
+    # A None here means the problem was already recorded; the dataclass default stands in.
     return cls(**{k: v for k, v in kwargs.items() if v is not None or _allows_none(hints[k])})
 
 
@@ -280,33 +307,40 @@ def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = ())
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """The dataclass tree as plain dicts/lists/scalars (what checkpoints store)."""
     return dataclasses.asdict(cfg)
 
 
 def config_to_yaml(cfg: Any) -> str:
+    """The fully composed config as YAML in schema field order (`genalign config` prints it)."""
     return yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
 
 
 def config_from_dict(data: dict, source: str = "<dict>") -> ExperimentConfig:
     """Strictly rebuild a config from a plain dict (e.g. a checkpoint's config.yaml)."""
-    provenance: dict[str, str] = {}
-    _set_provenance(provenance, "", data, source)
-    provenance = {k.lstrip("."): v for k, v in provenance.items()}
+    if not isinstance(data, dict):
+        raise ConfigError([f"{source}: a config must be a mapping, got {type(data).__name__}"])
     problems: list[str] = []
-    config = _build(ExperimentConfig, data, "", provenance, problems)
+    config = _build(ExperimentConfig, data, "", {}, problems, default_source=source)
     if problems:
         raise ConfigError(problems)
     return config
 
 
 def diff_configs(a: dict, b: dict, keys: list[str] | None = None) -> list[str]:
-    """Dotted keys whose values differ between two config dicts (limited to `keys` prefixes)."""
+    """Dotted keys whose values differ between two config dicts, sorted.
+
+    `keys` limits the answer to those keys and everything under them (e.g. the keys a resume
+    must not change). A key present on one side only differs, even if the other side's
+    value would be None.
+    """
+    missing = object()
     differing: list[str] = []
 
     def walk(x: Any, y: Any, prefix: str) -> None:
         if isinstance(x, dict) and isinstance(y, dict):
-            for key in sorted(set(x) | set(y)):
-                walk(x.get(key), y.get(key), f"{prefix}.{key}" if prefix else str(key))
+            for key in sorted(set(x) | set(y), key=str):
+                walk(x.get(key, missing), y.get(key, missing), f"{prefix}.{key}" if prefix else str(key))
         elif x != y:
             differing.append(prefix)
 

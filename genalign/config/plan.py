@@ -1,51 +1,92 @@
-"""`RunPlan`: quantities derived from the config, computed once, logged, never written back."""
+"""`RunPlan`: quantities derived from the config, computed once, logged, never written back.
+
+Where it fits: the trainer builds it right after `load_config` and logs `describe()`; the
+collector, update round and reference pass read their sizes from it instead of re-deriving
+them (and instead of anyone writing a derived value back into the config, which would give
+a key two meanings). `validate()` uses the same numbers to check divisibility.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from genalign.config.errors import ConfigError
 from genalign.config.schema import ExperimentConfig
 
 
 @dataclass(frozen=True)
 class RunPlan:
     prompts_per_step: int
+    """Prompt groups per training step (rollout.rollout_batch_size)."""
     samples_per_prompt: int
+    """Group size G (rollout.n)."""
     samples_per_step: int
+    """prompts_per_step * samples_per_prompt: trajectories collected and trained per step."""
     rollout_micro_batch: int
-    """Samples per denoiser forward during rollout."""
+    """Samples per denoiser forward during rollout (rollout.sample_batch_size)."""
     train_micro_batch: int
-    """Samples per replay micro-batch (default: the rollout's, so batch geometry matches)."""
+    """Samples per replay micro-batch (actor.micro_batch_size, default the rollout's, so batch
+    geometry matches and replayed log-probs are bitwise equal in fp32)."""
     micro_batches_per_step: int
+    """samples_per_step // train_micro_batch (validate() requires exact division)."""
     optimizer_steps_per_step: int
+    """micro_batches_per_step * actor.num_inner_epochs // actor.gradient_accumulation_steps."""
     num_train_timesteps: int
+    """int(rollout.num_steps * algorithm.timestep_fraction): trained denoising steps per trajectory."""
     uses_cfg: bool
+    """rollout.guidance_scale > 1: rollout and replay run both CFG branches."""
     needs_reference: bool
+    """algorithm.kl_beta > 0: a reference (adapter-disabled) forward is needed for the KL term."""
 
     @classmethod
     def from_config(cls, cfg: ExperimentConfig) -> "RunPlan":
+        """Derive the plan of a validated config.
+
+        Raises `ConfigError` when a number the plan divides by is not positive or when no
+        denoising step would be trained; `validate()` reports those (and the divisibility
+        problems this floor-divides past) with the fix, so `load_config` never gets here with them.
+        """
         rollout, actor = cfg.rollout, cfg.actor
-        samples = rollout.rollout_batch_size * rollout.n
-        train_micro = actor.micro_batch_size or rollout.sample_batch_size
-        micro_batches = samples // train_micro if train_micro > 0 else 0
-        accumulation = max(actor.gradient_accumulation_steps, 1)
+        samples_per_step = rollout.rollout_batch_size * rollout.n
+        train_micro_batch = rollout.sample_batch_size if actor.micro_batch_size is None else actor.micro_batch_size
+        num_train_timesteps = int(rollout.num_steps * cfg.algorithm.timestep_fraction)
+        problems = []
+        if train_micro_batch <= 0:
+            problems.append(f"train micro-batch (actor.micro_batch_size or rollout.sample_batch_size) must be "
+                            f"positive, got {train_micro_batch}")
+        if actor.gradient_accumulation_steps <= 0:
+            problems.append(f"actor.gradient_accumulation_steps must be positive, got "
+                            f"{actor.gradient_accumulation_steps}")
+        if num_train_timesteps < 1:
+            problems.append(num_train_timesteps_problem(rollout.num_steps, cfg.algorithm.timestep_fraction))
+        if problems:
+            raise ConfigError(problems)
+        micro_batches_per_step = samples_per_step // train_micro_batch
         return cls(
             prompts_per_step=rollout.rollout_batch_size,
             samples_per_prompt=rollout.n,
-            samples_per_step=samples,
+            samples_per_step=samples_per_step,
             rollout_micro_batch=rollout.sample_batch_size,
-            train_micro_batch=train_micro,
-            micro_batches_per_step=micro_batches,
-            optimizer_steps_per_step=micro_batches * actor.num_inner_epochs // accumulation,
-            num_train_timesteps=int(rollout.num_steps * cfg.algorithm.timestep_fraction),
+            train_micro_batch=train_micro_batch,
+            micro_batches_per_step=micro_batches_per_step,
+            optimizer_steps_per_step=(micro_batches_per_step * actor.num_inner_epochs
+                                      // actor.gradient_accumulation_steps),
+            num_train_timesteps=num_train_timesteps,
             uses_cfg=rollout.guidance_scale > 1.0,
             needs_reference=cfg.algorithm.kl_beta > 0,
         )
 
     def describe(self) -> str:
+        """One log line with every derived number."""
         return (f"{self.prompts_per_step} prompts x {self.samples_per_prompt} samples = {self.samples_per_step} "
                 f"samples/step; rollout micro-batch {self.rollout_micro_batch}, train micro-batch "
                 f"{self.train_micro_batch} -> {self.micro_batches_per_step} micro-batches, "
                 f"{self.optimizer_steps_per_step} optimizer step(s)/step; {self.num_train_timesteps} trained "
                 f"denoising steps; CFG {'on' if self.uses_cfg else 'off'}; reference "
                 f"{'on' if self.needs_reference else 'off'}")
+
+
+def num_train_timesteps_problem(num_steps: int, timestep_fraction: float) -> str:
+    return (f"algorithm.timestep_fraction={timestep_fraction} with rollout.num_steps={num_steps} trains "
+            f"int({num_steps} * {timestep_fraction}) = 0 denoising steps; raise either so that at least one "
+            "step is trained")

@@ -1,10 +1,16 @@
-"""Whole-config checks across blocks: every problem listed, before any model loads."""
+"""Whole-config checks across blocks: every problem listed, before any model loads.
+
+Where it fits: `load_config` runs it after the typed build (so every value already has its
+schema type) and raises all problems as one `ConfigError`. Names chosen in config (model
+family, algorithm, rewards) are checked against the lazy registries with `Registry.check`,
+which never imports the implementations. Each message names the keys and how to fix them.
+"""
 
 from __future__ import annotations
 
 import difflib
 
-from genalign.config.plan import RunPlan
+from genalign.config.plan import num_train_timesteps_problem
 from genalign.config.schema import ExperimentConfig
 
 CHOICES = {
@@ -29,6 +35,7 @@ def _get(cfg: ExperimentConfig, dotted: str):
 
 
 def validate(cfg: ExperimentConfig) -> list[str]:
+    """Every cross-field problem of `cfg` (empty when it can run)."""
     from genalign.algorithms.registry import ALGORITHMS
     from genalign.models.registry import MODEL_FAMILIES
     from genalign.rewards.registry import REWARDS
@@ -70,18 +77,23 @@ def validate(cfg: ExperimentConfig) -> list[str]:
                 "actor.num_inner_epochs": cfg.actor.num_inner_epochs, "trainer.num_steps": cfg.trainer.num_steps,
                 "eval.num_steps": cfg.eval.num_steps, "eval.max_prompts": cfg.eval.max_prompts,
                 "eval.batch_size": cfg.eval.batch_size, "reward.batch_size": cfg.reward.batch_size,
-                "model.lora.rank": cfg.model.lora.rank, "actor.ema.update_every": cfg.actor.ema.update_every}
+                "model.lora.rank": cfg.model.lora.rank, "actor.ema.update_every": cfg.actor.ema.update_every,
+                "rollout.num_workers": cfg.rollout.num_workers, "reward.num_workers": cfg.reward.num_workers}
     if cfg.actor.micro_batch_size is not None:
         positive["actor.micro_batch_size"] = cfg.actor.micro_batch_size
     bad_sizes = [key for key, value in positive.items() if value <= 0]
     problems += [f"{key} must be positive, got {positive[key]}" for key in bad_sizes]
+    for key, value in {"eval.every": cfg.eval.every, "trainer.save_every": cfg.trainer.save_every}.items():
+        if value < 0:
+            problems.append(f"{key} must be >= 0 (0 disables it), got {value}")
     if cfg.rollout.noise_level < 0:
         problems.append(f"rollout.noise_level must be >= 0, got {cfg.rollout.noise_level}")
     if cfg.algorithm.clip_range <= 0:
         problems.append(f"algorithm.clip_range must be > 0, got {cfg.algorithm.clip_range}")
     if cfg.algorithm.kl_beta < 0:
         problems.append(f"algorithm.kl_beta must be >= 0, got {cfg.algorithm.kl_beta}")
-    if not 0 < cfg.algorithm.timestep_fraction <= 1:
+    fraction_in_range = 0 < cfg.algorithm.timestep_fraction <= 1
+    if not fraction_in_range:
         problems.append(f"algorithm.timestep_fraction must be in (0, 1], got {cfg.algorithm.timestep_fraction}")
     if cfg.rollout.guidance_scale > 1 and not cfg.algorithm.train_cfg:
         problems.append("algorithm.train_cfg=false with rollout.guidance_scale>1: replay must recompute CFG exactly "
@@ -89,21 +101,35 @@ def validate(cfg: ExperimentConfig) -> list[str]:
     if cfg.rollout.noise_level == 0:
         problems.append("rollout.noise_level=0 makes every step deterministic: Flow-GRPO has no log-probs to train; "
                         "use the Flow-GRPO value 0.7")
+    rollout_workers = cfg.distributed.resources.rollout.num_workers
+    if cfg.rollout.engine == "ray" and cfg.rollout.num_workers != rollout_workers:
+        problems.append(f"rollout.num_workers={cfg.rollout.num_workers} but distributed.resources.rollout.num_workers="
+                        f"{rollout_workers}: the Ray rollout pool has one size; set both to the same value")
     if bad_sizes:
-        return problems
+        return problems  # the divisibility checks below divide by these
+    if fraction_in_range and int(cfg.rollout.num_steps * cfg.algorithm.timestep_fraction) < 1:
+        problems.append(num_train_timesteps_problem(cfg.rollout.num_steps, cfg.algorithm.timestep_fraction))
+    return problems + _batch_geometry_problems(cfg)
 
-    plan = RunPlan.from_config(cfg)
-    if plan.samples_per_step % plan.rollout_micro_batch:
-        problems.append(f"rollout.sample_batch_size={plan.rollout_micro_batch} must divide the {plan.samples_per_step} "
-                        "samples per step (rollout.rollout_batch_size * rollout.n)")
-    if plan.samples_per_step % plan.train_micro_batch:
-        problems.append(f"actor.micro_batch_size={plan.train_micro_batch} must divide the {plan.samples_per_step} "
-                        "samples per step")
-    elif (plan.micro_batches_per_step * cfg.actor.num_inner_epochs) % cfg.actor.gradient_accumulation_steps:
+
+def _batch_geometry_problems(cfg: ExperimentConfig) -> list[str]:
+    """Samples per step must split evenly into rollout and replay micro-batches, and replay
+    micro-batches evenly into optimizer steps (RunPlan's numbers; sizes already positive)."""
+    problems: list[str] = []
+    samples_per_step = cfg.rollout.rollout_batch_size * cfg.rollout.n
+    rollout_micro_batch = cfg.rollout.sample_batch_size
+    train_micro_batch = cfg.actor.micro_batch_size or rollout_micro_batch
+    if samples_per_step % rollout_micro_batch:
+        problems.append(f"rollout.sample_batch_size={rollout_micro_batch} must divide the {samples_per_step} samples "
+                        "per step (rollout.rollout_batch_size * rollout.n)")
+    if samples_per_step % train_micro_batch:
+        if cfg.actor.micro_batch_size is not None:  # else it is the rollout micro-batch, reported above
+            problems.append(f"actor.micro_batch_size={train_micro_batch} must divide the {samples_per_step} "
+                            "samples per step (rollout.rollout_batch_size * rollout.n)")
+        return problems
+    micro_batches = samples_per_step // train_micro_batch * cfg.actor.num_inner_epochs
+    if micro_batches % cfg.actor.gradient_accumulation_steps:
         problems.append(f"actor.gradient_accumulation_steps={cfg.actor.gradient_accumulation_steps} must divide the "
-                        f"{plan.micro_batches_per_step * cfg.actor.num_inner_epochs} micro-batches per step, or the "
-                        "last gradients of a step would be dropped")
-    if plan.num_train_timesteps < 1:
-        problems.append(f"algorithm.timestep_fraction={cfg.algorithm.timestep_fraction} trains "
-                        f"int({cfg.rollout.num_steps} * fraction) = 0 denoising steps")
+                        f"{micro_batches} micro-batches per step ((rollout.rollout_batch_size * rollout.n / train "
+                        "micro-batch) * actor.num_inner_epochs), or the last gradients of a step would be dropped")
     return problems
