@@ -244,8 +244,7 @@ def _convert(tp: Any, value: Any, key: str, source: str, problems: list[str], pr
     return None
 
 
-def _build(cls: type, data: dict, prefix: str, provenance: dict[str, str], problems: list[str],
-           default_source: str = "unknown source") -> Any:
+def _build(cls: type, data: dict, prefix: str, provenance: dict[str, str], problems: list[str]) -> Any:
     """Instantiate dataclass `cls` from `data`, appending every unknown key / wrong type to `problems`."""
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
@@ -254,7 +253,7 @@ def _build(cls: type, data: dict, prefix: str, provenance: dict[str, str], probl
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
             source = provenance.get(dotted) or next((v for k, v in provenance.items() if k.startswith(dotted + ".")),
-                                                     default_source)
+                                                     "unknown source")
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"; did you mean {(prefix + '.' if prefix else '') + close[0]!r}?" if close else ""
             env = ENVIRONMENT_FACTS.get(str(key).lower())
@@ -262,7 +261,7 @@ def _build(cls: type, data: dict, prefix: str, provenance: dict[str, str], probl
                 hint += f"; {env} is a deployment fact: set the {env} environment variable, not a config key"
             problems.append(f"{dotted}: unknown key (set in {source}){hint}")
             continue
-        source = provenance.get(dotted, default_source)
+        source = provenance.get(dotted, "unknown source")
         kwargs[key] = _convert(hints[key], value, dotted, source, problems, provenance)
     # A None here means the problem was already recorded; the dataclass default stands in.
     return cls(**{k: v for k, v in kwargs.items() if v is not None or _allows_none(hints[k])})
@@ -299,7 +298,7 @@ def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = ())
     problems = composer.problems + problems
     config = _build(ExperimentConfig, composer.tree, "", composer.provenance, problems)
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(list(dict.fromkeys(problems)))  # a group used twice fails the same way twice
     problems = validate(config)
     if problems:
         raise ConfigError(problems)
@@ -320,8 +319,11 @@ def config_from_dict(data: dict, source: str = "<dict>") -> ExperimentConfig:
     """Strictly rebuild a config from a plain dict (e.g. a checkpoint's config.yaml)."""
     if not isinstance(data, dict):
         raise ConfigError([f"{source}: a config must be a mapping, got {type(data).__name__}"])
+    provenance: dict[str, str] = {}
+    for key, value in data.items():
+        _set_provenance(provenance, str(key), value, source)
     problems: list[str] = []
-    config = _build(ExperimentConfig, data, "", {}, problems, default_source=source)
+    config = _build(ExperimentConfig, data, "", provenance, problems)
     if problems:
         raise ConfigError(problems)
     return config
