@@ -149,13 +149,14 @@ def test_environment_facts_are_not_config_keys():
 
 def test_wrong_types_are_all_reported_with_key_source_expected_and_value(tmp_path):
     recipe = write(tmp_path / "types.yaml", "defaults:\n  - /reward: ocr\nrollout: {n: eight}\n")
-    problems = problems_of(str(recipe), ["rollout.guidance_scale=true", "eval.seed=1.5"])
-    assert len(problems) == 3
+    problems = problems_of(str(recipe), ["rollout.guidance_scale=true", "eval.seed=1.5", "rollout.num_steps=yes"])
+    assert len(problems) == 4
     by_key = {p.split(":")[0]: p for p in problems}
     assert "expected int, got 'eight'" in by_key["rollout.n"] and str(recipe) in by_key["rollout.n"]
     assert "expected float, got True" in by_key["rollout.guidance_scale"]  # bool is not a number
     assert "command line `rollout.guidance_scale=true`" in by_key["rollout.guidance_scale"]
     assert "expected int, got 1.5" in by_key["eval.seed"]
+    assert "expected int, got True" in by_key["rollout.num_steps"]  # YAML 1.1 `yes` is a bool, not 1
 
 
 def test_scalar_turned_into_mapping_blames_the_override():
