@@ -1,0 +1,223 @@
+"""Reward composition and failure semantics; the in-process reward runtime.
+
+Where it fits: after a rollout the trainer (and the evaluator) calls
+`runtime.score(images, prompts, metadata)` and gets `RewardScores`: one raw score tensor per
+weighted component plus the weights. How components become advantages (weighted sum, then
+one group normalisation, or per-component normalisation) is the algorithms package's job;
+this module only guarantees the scores are complete and finite.
+
+Failure semantics (the same for the local and the Ray runtime):
+- zero-weight components are never constructed (their models are not loaded) and do not appear;
+- a score tensor of the wrong shape, or a NaN/inf score, is a `RewardError` naming the reward,
+  the sample index and its prompt — never a silent zero;
+- a scorer that raises surfaces as a `RewardError` naming the reward and the batch range,
+  chained (`from`) to the scorer's own exception.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import torch
+
+from genalign.rewards.base import RewardError, RewardFunction
+from genalign.rewards.config import RewardConfig
+from genalign.rewards.registry import REWARDS
+
+RUNTIMES = ("local", "ray")
+
+
+@dataclass
+class RewardScores:
+    components: dict[str, torch.Tensor]
+    """Raw per-component scores, float32 [B] on the CPU, keyed by component name."""
+    weights: dict[str, float]
+    """The (non-zero) weight of each component."""
+
+    @property
+    def total(self) -> torch.Tensor:
+        """sum_k w_k r_k  [B] (Flow-GRPO's "avg" reward)."""
+        return weighted_total(self.components, self.weights)
+
+    def stats(self, prefix: str = "reward") -> dict[str, float]:
+        """<prefix>_mean/std/min/max of the total and <prefix>_<name>_mean/... per component."""
+        out = summary(self.total, prefix)
+        for name, scores in self.components.items():
+            out.update(summary(scores, f"{prefix}_{name}"))
+        return out
+
+
+def weighted_total(components: dict[str, torch.Tensor], weights: dict[str, float]) -> torch.Tensor:
+    """{name: [B]}, {name: w} -> [B] = sum_k w_k r_k."""
+    if not components:
+        raise ValueError("RewardScores has no components")
+    return sum(weights[name] * scores for name, scores in components.items())  # [B]
+
+
+def summary(values: torch.Tensor, prefix: str) -> dict[str, float]:
+    """mean/std/min/max of a [B] tensor; std is the population std (defined for B=1)."""
+    values = values.double()
+    return {f"{prefix}_mean": values.mean().item(), f"{prefix}_std": values.std(unbiased=False).item(),
+            f"{prefix}_min": values.min().item(), f"{prefix}_max": values.max().item()}
+
+
+def check_scores(name: str, scores: Any, prompts: list[str], start: int = 0) -> torch.Tensor:
+    """The scorer's output for samples [start, start + len(prompts)) -> float32 [n] CPU, or RewardError.
+
+    `start` offsets the sample indices in messages, so an error names the index in the whole batch."""
+    count = len(prompts)
+    if not isinstance(scores, torch.Tensor) or scores.ndim != 1 or scores.shape[0] != count:
+        shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
+        missing = start + (scores.shape[0] if isinstance(scores, torch.Tensor) and scores.ndim == 1 else 0)
+        where = (f"; sample {missing} (prompt {prompts[missing - start]!r}) has no score"
+                 if start <= missing < start + count else "")
+        raise RewardError(f"reward {name!r} returned {shape} for samples [{start}, {start + count}); "
+                          f"expected a tensor of shape ({count},){where}")
+    scores = scores.detach().to("cpu", torch.float32)
+    bad = (~torch.isfinite(scores)).nonzero().flatten()
+    if len(bad):
+        index = int(bad[0])
+        raise RewardError(f"reward {name!r} gave a non-finite score {scores[index].item()} to sample "
+                          f"{start + index} (prompt {prompts[index]!r}); {len(bad)} of {count} samples are "
+                          f"non-finite. Fix the scorer or the images; a silent zero would bias the advantages")
+    return scores
+
+
+def check_inputs(images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Validate a scoring call; returns metadata with one dict per sample (empty dicts when none given)."""
+    if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
+        raise ValueError(f"rewards score uint8 images [B, 3, H, W]; got {images.dtype} {tuple(images.shape)}")
+    if len(prompts) != images.shape[0]:
+        raise ValueError(f"rewards: {len(prompts)} prompts for {images.shape[0]} images")
+    if not metadata:
+        return [{} for _ in prompts]
+    if len(metadata) != len(prompts):
+        raise ValueError(f"rewards: {len(metadata)} metadata rows for {len(prompts)} prompts")
+    return list(metadata)
+
+
+def batch_ranges(total: int, batch_size: int) -> list[tuple[int, int]]:
+    """[(start, end)] chunks of at most batch_size covering range(total)."""
+    return [(start, min(start + batch_size, total)) for start in range(0, total, batch_size)]
+
+
+def build_scorer(name: str, device: str, kwargs: dict[str, Any]) -> RewardFunction:
+    """Construct one scorer by registry name (or dotted path) with its reward.kwargs.<name> mapping."""
+    return REWARDS.resolve(name)(device=device, **kwargs)
+
+
+def active_components(cfg: RewardConfig, components: dict[str, float] | None) -> dict[str, float]:
+    """Non-zero weights of `components` (default cfg.components); a config error lists every problem."""
+    weights = dict(cfg.components if components is None else components)
+    problems = [REWARDS.check(name) for name in weights]
+    problems = [problem for problem in problems if problem]
+    problems += [f"reward.components.{name}={weight!r} is not a finite number"
+                 for name, weight in weights.items()
+                 if not isinstance(weight, (int, float)) or not math.isfinite(weight)]
+    if cfg.runtime not in RUNTIMES:
+        problems.append(f"reward.runtime={cfg.runtime!r} is not supported; choose one of {', '.join(RUNTIMES)}")
+    if cfg.batch_size < 1:
+        problems.append(f"reward.batch_size={cfg.batch_size} must be >= 1")
+    if problems:
+        raise ValueError("invalid reward config:\n  " + "\n  ".join(problems))
+    active = {name: float(weight) for name, weight in weights.items() if weight != 0}
+    if not active:
+        raise ValueError(f"reward.components: no component has a non-zero weight ({weights}); "
+                         f"set at least one, e.g. reward.components.ocr=1.0")
+    return active
+
+
+class ScoresFuture(Protocol):
+    def result(self) -> RewardScores: ...
+
+
+class RewardRuntime(Protocol):
+    """Scores batches with weighted components; implemented by LocalRewardRuntime and RayRewardRuntime."""
+
+    def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> RewardScores: ...
+
+    def score_async(self, images: torch.Tensor, prompts: list[str],
+                    metadata: list[dict[str, Any]]) -> ScoresFuture: ...
+
+    def offload(self) -> None: ...
+
+    def onload(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class CompletedScores:
+    """A future whose work is already done (the local runtime computes eagerly).
+
+    An error is kept and raised from `result()`, where a Ray future would raise it too."""
+
+    def __init__(self, compute: Callable[[], RewardScores]):
+        self._scores: RewardScores | None = None
+        self._error: BaseException | None = None
+        try:
+            self._scores = compute()
+        except Exception as exc:  # re-raised unchanged by result()
+            self._error = exc
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> RewardScores:
+        if self._error is not None:
+            raise self._error
+        return self._scores
+
+
+class LocalRewardRuntime:
+    """Every scorer in this process, called in chunks of `batch_size` images."""
+
+    def __init__(self, scorers: dict[str, RewardFunction], weights: dict[str, float], batch_size: int):
+        self.scorers = scorers
+        self.weights = weights
+        self.batch_size = batch_size
+
+    def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> RewardScores:
+        metadata = check_inputs(images, prompts, metadata)
+        components = {}
+        for name, scorer in self.scorers.items():
+            chunks = []
+            for start, end in batch_ranges(len(prompts), self.batch_size):
+                try:
+                    raw = scorer.score(images[start:end], prompts[start:end], metadata[start:end])
+                except Exception as exc:
+                    raise RewardError(f"reward {name!r} failed on samples [{start}, {end}) of {len(prompts)}: "
+                                      f"{type(exc).__name__}: {exc}") from exc
+                chunks.append(check_scores(name, raw, prompts[start:end], start))
+            components[name] = torch.cat(chunks)  # [B]
+        return RewardScores(components, dict(self.weights))
+
+    def score_async(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> CompletedScores:
+        return CompletedScores(lambda: self.score(images, prompts, metadata))
+
+    def offload(self) -> None:
+        for scorer in self.scorers.values():
+            scorer.offload()
+
+    def onload(self) -> None:
+        for scorer in self.scorers.values():
+            scorer.onload()
+
+    def close(self) -> None:
+        self.offload()
+        self.scorers = {}
+
+
+def build_reward_runtime(cfg: RewardConfig, device: torch.device | str,
+                         components: dict[str, float] | None = None) -> RewardRuntime:
+    """The runtime for `components` (default cfg.components; eval gold rewards pass their own).
+
+    Constructor kwargs always come from cfg.kwargs[name]; zero-weight components are skipped."""
+    weights = active_components(cfg, components)
+    if cfg.runtime == "ray":
+        from genalign.rewards.ray_runtime import RayRewardRuntime
+
+        return RayRewardRuntime(cfg, weights)
+    scorers = {name: build_scorer(name, str(device), dict(cfg.kwargs.get(name, {}))) for name in weights}
+    return LocalRewardRuntime(scorers, weights, cfg.batch_size)

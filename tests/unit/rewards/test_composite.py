@@ -1,0 +1,104 @@
+import pytest
+import torch
+
+from genalign.rewards.base import RewardError
+from genalign.rewards.composite import (LocalRewardRuntime, RewardScores, batch_ranges, build_reward_runtime,
+                                        check_scores)
+from genalign.rewards.config import RewardConfig
+
+
+def test_total_is_weighted_sum_and_stats_cover_total_and_components():
+    scores = RewardScores({"a": torch.tensor([1.0, 3.0]), "b": torch.tensor([0.0, 2.0])}, {"a": 0.5, "b": -1.0})
+    # total = 0.5*[1, 3] - [0, 2] = [0.5, -0.5]
+    assert scores.total.tolist() == [0.5, -0.5]
+    stats = scores.stats(prefix="eval_reward")
+    assert stats["eval_reward_mean"] == 0.0
+    assert stats["eval_reward_std"] == pytest.approx(0.5)  # population std
+    assert stats["eval_reward_min"] == -0.5 and stats["eval_reward_max"] == 0.5
+    assert stats["eval_reward_a_mean"] == 2.0 and stats["eval_reward_a_std"] == 1.0
+    assert stats["eval_reward_b_min"] == 0.0 and stats["eval_reward_b_max"] == 2.0
+    assert len(stats) == 12
+
+
+def test_batch_ranges_cover_everything_once():
+    assert batch_ranges(5, 2) == [(0, 2), (2, 4), (4, 5)]
+    assert batch_ranges(4, 16) == [(0, 4)]
+
+
+def test_local_runtime_chunks_and_matches_direct_scoring(fakes_on_path, images):
+    cfg = RewardConfig(components={"reward_fakes:MeanPixelReward": 2.0, "reward_fakes:PromptLengthReward": 0.5,
+                                   "reward_fakes:ExplodingConstructor": 0.0}, batch_size=4)
+    runtime = build_reward_runtime(cfg, "cpu")  # the zero-weight component is never constructed
+    prompts = ["a", "bb", "ccc", "dddd", "eeeee", "ffffff"]
+    scores = runtime.score(images, prompts, [])
+    assert set(scores.components) == {"reward_fakes:MeanPixelReward", "reward_fakes:PromptLengthReward"}
+    pixel = torch.arange(6) * 40 / 255.0
+    assert torch.allclose(scores.components["reward_fakes:MeanPixelReward"], pixel)
+    assert scores.components["reward_fakes:PromptLengthReward"].tolist() == [1, 2, 3, 4, 5, 6]
+    assert torch.allclose(scores.total, 2.0 * pixel + 0.5 * torch.arange(1, 7))
+    assert scores.weights == {"reward_fakes:MeanPixelReward": 2.0, "reward_fakes:PromptLengthReward": 0.5}
+    future = runtime.score_async(images, prompts, [{}] * 6)
+    assert torch.equal(future.result().total, scores.total)
+
+
+def test_eval_components_override_but_kwargs_come_from_cfg(fakes_on_path, images):
+    cfg = RewardConfig(components={"reward_fakes:ExplodingConstructor": 1.0},
+                       kwargs={"reward_fakes:NanReward": {"bad_prompt": "p3"}})
+    runtime = build_reward_runtime(cfg, "cpu", components={"reward_fakes:NanReward": 1.0})
+    assert runtime.scorers["reward_fakes:NanReward"].kwargs == {"bad_prompt": "p3"}
+
+
+def test_non_finite_score_names_reward_prompt_and_global_index(fakes_on_path, images):
+    cfg = RewardConfig(components={"reward_fakes:NanReward": 1.0}, kwargs={"reward_fakes:NanReward": {"bad_prompt": "p4"}},
+                       batch_size=4)
+    runtime = build_reward_runtime(cfg, "cpu")
+    with pytest.raises(RewardError, match=r"'reward_fakes:NanReward'.*non-finite.*sample 4 \(prompt 'p4'\)"):
+        runtime.score(images, [f"p{i}" for i in range(6)], [])
+    with pytest.raises(RewardError, match=r"'reward_fakes:NanReward'.*non-finite"):
+        runtime.score_async(images, [f"p{i}" for i in range(6)], []).result()  # raised at result()
+
+
+def test_missing_score_names_the_first_unscored_sample():
+    with pytest.raises(RewardError, match=r"reward 'r' returned \(2,\).*sample 4 \(prompt 'c'\) has no score"):
+        check_scores("r", torch.zeros(2), ["a", "b", "c"], start=2)
+    with pytest.raises(RewardError, match="returned list"):
+        check_scores("r", [0.0], ["a"])
+
+
+def test_scorer_exception_is_chained_with_reward_and_batch_range(fakes_on_path, images):
+    cfg = RewardConfig(components={"reward_fakes:RaisingReward": 1.0}, batch_size=4)
+    with pytest.raises(RewardError, match=r"'reward_fakes:RaisingReward' failed on samples \[0, 4\) of 6") as info:
+        build_reward_runtime(cfg, "cpu").score(images, ["p"] * 6, [])
+    assert isinstance(info.value.__cause__, ValueError)
+    assert str(info.value.__cause__) == "scorer exploded"
+
+
+def test_config_errors_are_listed_together():
+    cfg = RewardConfig(components={"ocrr": 1.0, "jpeg_compressibility": float("nan")}, runtime="spark", batch_size=0)
+    with pytest.raises(ValueError) as info:
+        build_reward_runtime(cfg, "cpu")
+    message = str(info.value)
+    assert "unknown reward 'ocrr'; did you mean 'ocr'?" in message
+    assert "reward.components.jpeg_compressibility=nan" in message
+    assert "reward.runtime='spark'" in message and "reward.batch_size=0" in message
+    with pytest.raises(ValueError, match="no component has a non-zero weight"):
+        build_reward_runtime(RewardConfig(components={"ocr": 0.0}), "cpu")
+
+
+def test_unknown_scorer_kwarg_is_a_type_error_naming_the_key():
+    cfg = RewardConfig(components={"random": 1.0}, kwargs={"random": {"sed": 1}})
+    with pytest.raises(TypeError, match=r"reward\.kwargs\.random\.sed \(did you mean 'seed'\?\)"):
+        build_reward_runtime(cfg, "cpu")
+
+
+def test_input_validation_and_offload_reach_every_scorer(fakes_on_path, images):
+    runtime = build_reward_runtime(RewardConfig(components={"reward_fakes:MeanPixelReward": 1.0}), "cpu")
+    with pytest.raises(ValueError, match="uint8"):
+        runtime.score(images.float(), ["p"] * 6, [])
+    with pytest.raises(ValueError, match="5 prompts for 6 images"):
+        runtime.score(images, ["p"] * 5, [])
+    runtime.offload()
+    assert runtime.scorers["reward_fakes:MeanPixelReward"].offloaded
+    runtime.onload()
+    assert not runtime.scorers["reward_fakes:MeanPixelReward"].offloaded
+    assert isinstance(runtime, LocalRewardRuntime)
