@@ -7,8 +7,10 @@ real diffusers classes (`StableDiffusion3Pipeline.from_pretrained` on a hub id o
 (two CLIP towers + T5), so embeddings match what diffusers would produce.
 
 SD3 specifics: the transformer's timestep input is 1000·σ; CFG is true classifier-free
-guidance with the empty prompt as the negative, run as one batch [uncond, cond]; the VAE
-decodes `latents / scaling_factor + shift_factor` and always runs in float32.
+guidance with the empty prompt as the negative, run as one batch [uncond, cond] (the same
+call in rollout and replay, ALGORITHMS §2.7); the VAE decodes
+`latents / scaling_factor + shift_factor` and always runs in float32. Text encoders and the
+VAE are frozen; only the transformer is ever trained (LoRA or full, `training/lora.py`).
 """
 
 from __future__ import annotations
@@ -27,11 +29,17 @@ log = logging.getLogger(__name__)
 
 SD3_LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
                     "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"]
+"""Flow-GRPO's SD3.5 targets (ALGORITHMS §2.8): every joint-attention projection."""
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_TEXT_ENCODERS = ("text_encoder", "text_encoder_2", "text_encoder_3")
+_TOKENIZERS = ("tokenizer", "tokenizer_2", "tokenizer_3")
 
 
 def check_model_path(path: str) -> None:
-    """Fail before any hub call when `model.path` names a local directory that is missing."""
+    """Fail before any hub call when `model.path` names a local directory that is missing.
+
+    A path is local-looking when it starts with /, ./, ../ or ~, or is not of the hub form
+    "org/name" (e.g. "outputs/a/b" or a bare "my_model")."""
     if Path(path).expanduser().exists():
         return
     looks_local = path.startswith(("/", "./", "../", "~")) or not _HUB_ID.match(path)
@@ -40,53 +48,75 @@ def check_model_path(path: str) -> None:
                                 "of the form 'org/name')")
 
 
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
 def load_pipeline(path: str, dtype: torch.dtype, revision: str | None = None):
+    """`StableDiffusion3Pipeline.from_pretrained` with the VAE in float32 and errors that say
+    how to fix a missing model (one attempt, no retries)."""
     from diffusers import StableDiffusion3Pipeline
 
     check_model_path(path)
     try:
-        return StableDiffusion3Pipeline.from_pretrained(path, dtype=dtype, revision=revision)
+        return StableDiffusion3Pipeline.from_pretrained(
+            path, dtype={"default": dtype, "vae": torch.float32}, revision=revision)
     except (OSError, ValueError) as exc:
-        offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
         if Path(path).expanduser().exists():
             raise
-        reason = "HF_HUB_OFFLINE is set and the weights are not in the local cache" if offline else \
-            "the weights could not be fetched"
+        from huggingface_hub import constants
+
+        reason = ("HF_HUB_OFFLINE is set and the weights are not cached" if _hub_offline()
+                  else "the weights could not be fetched from the hub")
         raise FileNotFoundError(
-            f"model.path={path!r}: {reason} (HF_HOME={os.environ.get('HF_HOME', '~/.cache/huggingface')}). "
-            "Download them where you have access (`huggingface-cli download ...`) or point model.path at a "
-            f"local save_pretrained directory. Original error: {exc}") from exc
+            f"model.path={path!r}: {reason} (cache: {constants.HF_HUB_CACHE}). Download them where you have "
+            f"access (`hf download {path}`, then copy the cache or set HF_HOME) or set model.path to a local "
+            f"directory written by save_pretrained. Original error: {exc}") from exc
+
+
+def _place(module: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """Move to `device`; cast only when the loaded dtype differs (diffusers warns on every cast)."""
+    module.to(device=device)
+    if next(module.parameters()).dtype != dtype:
+        module.to(dtype=dtype)
+    return module
 
 
 class SD3Policy:
+    """SD3/SD3.5: the transformer is the denoiser; CLIP-L/G + T5 encode; the VAE decodes."""
+
     family = "sd3"
     diffusers_pipeline = "StableDiffusion3Pipeline"
     """Pipeline class whose `load_lora_weights` loads our exported LoRA."""
     lora_target_modules = SD3_LORA_TARGETS
 
     def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 256):
+        for name in _TOKENIZERS:
+            tokenizer = getattr(pipeline, name, None)
+            if tokenizer is None or len(tokenizer) == 0:
+                raise ValueError(f"{name} of the SD3 pipeline is missing or empty (an offline load of a repo "
+                                 "that is not cached?); check model.path")
         self.pipeline = pipeline
-        self.device = device
+        self.device = torch.device(device)
         self.dtype = dtype
         self.max_sequence_length = max_sequence_length
-        pipeline.vae.to(device=device, dtype=torch.float32)
-        for name in ("text_encoder", "text_encoder_2", "text_encoder_3"):
-            module = getattr(pipeline, name, None)
-            if module is not None:
-                module.to(device=device, dtype=dtype).requires_grad_(False).eval()
-        pipeline.vae.requires_grad_(False).eval()
-        self.transformer = pipeline.transformer.to(device=device, dtype=dtype)
-        self.transformer.requires_grad_(False)
+        for name in _TEXT_ENCODERS:
+            _place(getattr(pipeline, name), self.device, dtype).requires_grad_(False).eval()
+        self.vae = _place(pipeline.vae, self.device, torch.float32).requires_grad_(False).eval()
+        self.transformer = _place(pipeline.transformer, self.device, dtype).requires_grad_(False)
         self.scheduler_shift = float(pipeline.scheduler.config.get("shift", 1.0))
-        self.vae_scale_factor = 2 ** (len(pipeline.vae.config.block_out_channels) - 1)
-        for name in ("tokenizer", "tokenizer_2", "tokenizer_3"):
-            tokenizer = getattr(pipeline, name, None)
-            if tokenizer is not None and len(tokenizer) == 0:
-                raise ValueError(f"{name} loaded empty (an offline load of a missing repo?)")
+        self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
+        self.patch_size = int(self.transformer.config.patch_size)
 
     @property
-    def vae(self):
-        return self.pipeline.vae
+    def text_encoders(self) -> list[torch.nn.Module]:
+        return [getattr(self.pipeline, name) for name in _TEXT_ENCODERS]
+
+    @property
+    def tokenizers(self) -> list:
+        return [getattr(self.pipeline, name) for name in _TOKENIZERS]
 
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> "SD3Policy":
@@ -94,51 +124,63 @@ class SD3Policy:
                                    revision=cfg.revision, max_sequence_length=cfg.max_sequence_length)
 
     @classmethod
-    def from_pretrained(cls, path: str, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                        revision: str | None = None, max_sequence_length: int = 256) -> "SD3Policy":
+    def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
+                        device: str | torch.device = "cpu", revision: str | None = None,
+                        max_sequence_length: int = 256) -> "SD3Policy":
+        """Load from a hub id or a local `save_pretrained` directory through diffusers."""
         pipeline = load_pipeline(str(path), dtype, revision)
         return cls(pipeline, torch.device(device), dtype, max_sequence_length)
 
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
+        """The pipeline's `encode_prompt` (CLIP-L + CLIP-G + T5); the negative is the empty
+        prompt. embeds [B, 77 + max_sequence_length, D_joint], pooled [B, P]."""
         embeds, negative, pooled, negative_pooled = self.pipeline.encode_prompt(
-            prompt=prompts, prompt_2=None, prompt_3=None, device=self.device, num_images_per_prompt=1,
+            prompt=list(prompts), prompt_2=None, prompt_3=None, device=self.device, num_images_per_prompt=1,
             do_classifier_free_guidance=with_negative, negative_prompt=[""] * len(prompts) if with_negative else None,
             max_sequence_length=self.max_sequence_length)
-        return Condition(embeds=embeds, pooled=pooled, negative_embeds=negative if with_negative else None,
-                         negative_pooled=negative_pooled if with_negative else None)
+        if not with_negative:
+            return Condition(embeds=embeds, pooled=pooled)
+        return Condition(embeds=embeds, pooled=pooled, negative_embeds=negative, negative_pooled=negative_pooled)
+
+    def _forward(self, latents: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
+                 pooled: torch.Tensor) -> torch.Tensor:
+        return self.transformer(hidden_states=latents.to(self.device, self.dtype), timestep=timestep,
+                                encoder_hidden_states=embeds.to(self.device, self.dtype),
+                                pooled_projections=pooled.to(self.device, self.dtype),
+                                return_dict=False)[0].float()
 
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
                  guidance_scale: float) -> torch.Tensor:
-        timestep = sigma.to(self.device, torch.float32) * 1000.0  # [B] SD3 timestep = 1000·σ
-        hidden = latents.to(self.device, self.dtype)
-        if guidance_scale > 1.0:
-            if cond.negative_embeds is None:
-                raise ValueError("guidance_scale > 1 needs prompts encoded with_negative=True")
-            prediction = self.transformer(
-                hidden_states=torch.cat([hidden, hidden]),
-                timestep=torch.cat([timestep, timestep]),
-                encoder_hidden_states=torch.cat([cond.negative_embeds, cond.embeds]).to(self.dtype),
-                pooled_projections=torch.cat([cond.negative_pooled, cond.pooled]).to(self.dtype),
-                return_dict=False)[0].float()  # [2B, C, h, w]
-            uncond, text = prediction.chunk(2)
-            return uncond + guidance_scale * (text - uncond)  # [B, C, h, w]
-        return self.transformer(hidden_states=hidden, timestep=timestep,
-                                encoder_hidden_states=cond.embeds.to(self.dtype),
-                                pooled_projections=cond.pooled.to(self.dtype), return_dict=False)[0].float()
+        """v̂ [B, C, h, w] float32 at sigma [B] (a scalar is broadcast). guidance_scale > 1:
+        one batched forward over [uncond, cond], v_u + w (v_c - v_u)."""
+        batch = latents.shape[0]
+        timestep = (sigma.to(self.device, torch.float32) * 1000.0).expand(batch)  # [B] SD3 timestep = 1000·σ
+        if guidance_scale <= 1.0:
+            return self._forward(latents, timestep, cond.embeds, cond.pooled)  # [B, C, h, w]
+        if cond.negative_embeds is None or cond.negative_pooled is None:
+            raise ValueError(f"guidance_scale={guidance_scale} > 1 needs prompts encoded with_negative=True "
+                             "(the empty-prompt branch of CFG)")
+        prediction = self._forward(torch.cat([latents, latents]), torch.cat([timestep, timestep]),
+                                   torch.cat([cond.negative_embeds, cond.embeds]),
+                                   torch.cat([cond.negative_pooled, cond.pooled]))  # [2B, C, h, w]
+        uncond, text = prediction.chunk(2)  # [B, C, h, w] each
+        return uncond + guidance_scale * (text - uncond)  # [B, C, h, w]
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU (f = VAE scale factor)."""
         config = self.vae.config
         scaled = latents.to(self.device, torch.float32) / config.scaling_factor + config.shift_factor
         images = self.vae.decode(scaled, return_dict=False)[0]  # [B, 3, H, W] in [-1, 1]
-        return ((images / 2 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8).cpu()
+        return ((images.float() / 2 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8).cpu()
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
-        factor = self.vae_scale_factor
-        if height % (factor * 2) or width % (factor * 2):
-            raise ValueError(f"rollout.height/width must be multiples of {factor * 2} for SD3, got {height}x{width}")
-        return (self.transformer.config.in_channels, height // factor, width // factor)
+        multiple = self.vae_scale_factor * self.patch_size
+        if height % multiple or width % multiple:
+            raise ValueError(f"rollout.height/width must be multiples of {multiple} for SD3 (VAE factor "
+                             f"{self.vae_scale_factor} x patch {self.patch_size}), got {height}x{width}")
+        return (int(self.vae.config.latent_channels), height // self.vae_scale_factor, width // self.vae_scale_factor)
 
     def sigmas(self, num_steps: int) -> torch.Tensor:
         return flow_match_sigmas(num_steps, shift=self.scheduler_shift)

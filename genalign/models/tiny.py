@@ -18,7 +18,11 @@ from pathlib import Path
 
 import torch
 
-CLIP_HIDDEN = 32
+CLIP_HIDDEN = 16
+"""Per-CLIP-tower hidden size: the two towers concatenate to 2·16 = 32 = T5_HIDDEN, so
+`encode_prompt` pads nothing and crops nothing (real SD3 pads 768 + 1280 up to 4096)."""
+CLIP_PROJECTION = 32
+"""Pooled size per tower: pooled_projection_dim = 2·32 = 64."""
 T5_HIDDEN = 32
 T5_CHARS = string.ascii_letters + string.digits + string.punctuation + " "
 
@@ -38,6 +42,8 @@ def _bytes_to_unicode() -> list[str]:
 
 
 def tiny_clip_tokenizer():
+    """Byte-level CLIP BPE over the 256-symbol alphabet with no merges (one token per byte):
+    ids 0/1 are <|startoftext|>/<|endoftext|>, 514 tokens in all, max length 77 as in SD3."""
     from transformers import CLIPTokenizer
 
     alphabet = _bytes_to_unicode()
@@ -48,6 +54,8 @@ def tiny_clip_tokenizer():
 
 
 def tiny_t5_tokenizer():
+    """A character-level Unigram T5 tokenizer (<pad>=0, </s>=1, <unk>=2), built by the
+    `tokenizers` library inside the fast tokenizer; no sentencepiece model file needed."""
     from transformers import T5TokenizerFast
 
     pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -1.0)]
@@ -56,7 +64,10 @@ def tiny_t5_tokenizer():
 
 
 def build_tiny_sd3_pipeline(seed: int = 0):
-    """A complete StableDiffusion3Pipeline with random tiny weights (fp32, CPU)."""
+    """A complete StableDiffusion3Pipeline with random tiny weights (fp32, CPU), as diffusers'
+    `get_dummy_components` builds one: 2 joint blocks of 4 heads x 8 dims, latent channels 4,
+    VAE factor 8 (a 64x64 image is an 8x8 latent), FlowMatchEulerDiscreteScheduler(shift=3).
+    The same seed gives the same weights."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
@@ -65,12 +76,12 @@ def build_tiny_sd3_pipeline(seed: int = 0):
     torch.manual_seed(seed)
     transformer = SD3Transformer2DModel(
         sample_size=32, patch_size=2, in_channels=4, num_layers=2, attention_head_dim=8, num_attention_heads=4,
-        joint_attention_dim=T5_HIDDEN, caption_projection_dim=32, pooled_projection_dim=2 * CLIP_HIDDEN,
+        joint_attention_dim=T5_HIDDEN, caption_projection_dim=32, pooled_projection_dim=2 * CLIP_PROJECTION,
         out_channels=4, pos_embed_max_size=64)
     clip_config = CLIPTextConfig(
         bos_token_id=0, eos_token_id=1, pad_token_id=1, hidden_size=CLIP_HIDDEN, intermediate_size=37,
-        layer_norm_eps=1e-5, num_attention_heads=4, num_hidden_layers=2, vocab_size=len(clip_tokenizer),
-        hidden_act="gelu", projection_dim=CLIP_HIDDEN)
+        layer_norm_eps=1e-5, num_attention_heads=2, num_hidden_layers=2, vocab_size=len(clip_tokenizer),
+        hidden_act="gelu", projection_dim=CLIP_PROJECTION)
     torch.manual_seed(seed + 1)
     text_encoder = CLIPTextModelWithProjection(clip_config)
     torch.manual_seed(seed + 2)
@@ -93,6 +104,7 @@ def build_tiny_sd3_pipeline(seed: int = 0):
 
 
 def save_tiny_sd3(path: str | Path, seed: int = 0) -> Path:
+    """Build and `save_pretrained` a tiny SD3 pipeline into `path` (safetensors); returns it."""
     path = Path(path)
     build_tiny_sd3_pipeline(seed).save_pretrained(path)
     return path

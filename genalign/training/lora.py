@@ -1,14 +1,18 @@
 """LoRA on the denoiser (peft), trainable-state handling, reference mode, diffusers export.
 
 Where it fits: `setup.build_policy` applies the adapter; checkpoints and Ray weight sync
-move `trainable_state_dict`; the KL term evaluates the reference policy under
-`reference_mode` (the adapter disabled, so no second copy of the model); checkpoints export
+move `trainable_state_dict` (and compare `state_fingerprint`s); the KL term evaluates the
+reference policy under `reference_mode` (the adapter disabled, so no second copy of the
+model; valid only because the base weights are frozen, ALGORITHMS §9.14); checkpoints export
 a LoRA that `pipe.load_lora_weights(dir)` loads with the right alpha/r scale.
+
+Family-agnostic: everything takes the denoiser `torch.nn.Module`. A diffusers model gets the
+adapter through its own `add_adapter` (so diffusers' LoRA API keeps working on it); any other
+module through peft's `inject_adapter_in_model`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,29 +22,57 @@ import torch
 
 from genalign.models.base import LoraConfig
 
+LORA_INITS = {"gaussian": "gaussian", "default": True}
+"""model.lora.init -> peft `init_lora_weights`; both start with B = 0 (LoRA output 0 at init)."""
+_EXPORT_KEYS = ("r", "lora_alpha", "target_modules", "lora_dropout", "init_lora_weights", "use_dora",
+                "rank_pattern", "alpha_pattern", "bias", "use_rslora")
+"""peft LoraConfig fields written as diffusers `lora_adapter_metadata` (LoraConfig(**metadata) on load)."""
+
 
 def _matches(module_name: str, target: str) -> bool:
+    """peft's suffix rule for a list of target names: exact name or `.target` suffix."""
     return module_name == target or module_name.endswith("." + target)
+
+
+def _tuner_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return [m for m in module.modules() if isinstance(m, BaseTunerLayer)]
+
+
+def has_adapter(module: torch.nn.Module) -> bool:
+    return bool(_tuner_layers(module))
 
 
 def apply_lora(module: torch.nn.Module, cfg: LoraConfig, default_targets: list[str],
                adapter_name: str = "default") -> None:
-    """Attach a peft LoRA adapter and make it the only trainable part of `module`."""
+    """Attach a peft LoRA adapter (r, alpha, init, dropout, targets from `cfg`; targets default
+    to the family's list) and make it the only trainable part of `module`.
+
+    Every target must match at least one module: an entry that binds to nothing would
+    silently train less than the config says."""
     from peft import LoraConfig as PeftLoraConfig
+    from peft import inject_adapter_in_model
 
     targets = list(cfg.target_modules) or list(default_targets)
     if not targets:
         raise ValueError("model.lora.target_modules is empty and the model family declares no default targets")
+    if cfg.init not in LORA_INITS:
+        raise ValueError(f"model.lora.init={cfg.init!r}: choose one of {sorted(LORA_INITS)}")
+    if has_adapter(module):
+        raise ValueError("the denoiser already carries a LoRA adapter; apply_lora must be called once")
     names = [name for name, _ in module.named_modules()]
     unmatched = [t for t in targets if not any(_matches(name, t) for name in names)]
     if unmatched:
-        raise ValueError(f"model.lora.target_modules {unmatched} match no module of the denoiser "
-                         f"(e.g. {names[1:4]} ...); an adapter bound to nothing would train nothing")
+        raise ValueError(f"model.lora.target_modules: {unmatched} (of {targets}) match no module of the denoiser "
+                         f"{type(module).__name__} (module names look like {names[1:4]} ...)")
     module.requires_grad_(False)
     peft_config = PeftLoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
-                                 init_lora_weights=True if cfg.init == "default" else cfg.init,
-                                 target_modules=targets)
-    module.add_adapter(peft_config, adapter_name=adapter_name)
+                                 init_lora_weights=LORA_INITS[cfg.init], target_modules=targets)
+    if hasattr(module, "add_adapter"):  # diffusers ModelMixin (PeftAdapterMixin)
+        module.add_adapter(peft_config, adapter_name=adapter_name)
+    else:
+        inject_adapter_in_model(peft_config, module, adapter_name=adapter_name)
     if not trainable_parameters(module):
         raise ValueError("LoRA was applied but no parameter is trainable")
 
@@ -55,69 +87,86 @@ def trainable_parameters(module: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 
 def trainable_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Detached CPU copies of the trained tensors, keyed by their parameter names (stable
-    across processes, so checkpoints and Ray workers agree on them)."""
+    """Detached CPU clones of the trained tensors, keyed by parameter name
+    (e.g. `transformer_blocks.0.attn.to_q.lora_A.default.weight`): the names depend only on the
+    architecture and the adapter config, so every process and every checkpoint agrees on them."""
     return {name: p.detach().cpu().clone() for name, p in module.named_parameters() if p.requires_grad}
 
 
 @torch.no_grad()
 def load_trainable_state_dict(module: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Copy `state` into the trained parameters; missing, unexpected or mis-shaped names are
-    an error listing them (an adapter that bound to different modules must not load silently)."""
+    """Copy `state` into the trained parameters (cast to their dtype/device). Strict: missing,
+    unexpected or mis-shaped names are one error listing them, since an adapter bound to
+    different modules (or a different rank) must never load partially."""
     params = {name: p for name, p in module.named_parameters() if p.requires_grad}
     missing = sorted(set(params) - set(state))
     unexpected = sorted(set(state) - set(params))
-    mis_shaped = sorted(n for n in set(params) & set(state) if params[n].shape != state[n].shape)
+    mis_shaped = [f"{n}: model {tuple(params[n].shape)} vs state {tuple(state[n].shape)}"
+                  for n in sorted(set(params) & set(state)) if params[n].shape != state[n].shape]
     if missing or unexpected or mis_shaped:
-        raise ValueError(f"trainable state does not match the model: missing {missing[:5]} ({len(missing)}), "
-                         f"unexpected {unexpected[:5]} ({len(unexpected)}), shape mismatch {mis_shaped[:5]}")
+        raise ValueError(
+            "trainable state does not match the model (different model.lora / model.train_mode?): "
+            f"{len(missing)} missing {missing[:5]}, {len(unexpected)} unexpected {unexpected[:5]}, "
+            f"{len(mis_shaped)} shape mismatches {mis_shaped[:5]}")
     for name, param in params.items():
         param.copy_(state[name].to(device=param.device, dtype=param.dtype))
 
 
 def state_fingerprint(state: dict[str, torch.Tensor]) -> str:
-    """sha256 over sorted names, dtypes, shapes and raw bytes: equal iff the tensors are equal."""
+    """sha256 over sorted names, dtypes, shapes and raw bytes: equal iff the states are
+    bit-identical (the weight-sync check between trainer and rollout workers)."""
     digest = hashlib.sha256()
     for name in sorted(state):
-        tensor = state[name].detach().cpu().contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}".encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        tensor = state[name].detach().cpu().contiguous().reshape(-1)  # [N]
+        digest.update(f"{name}|{tensor.dtype}|{tuple(state[name].shape)}|".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
-
-
-def has_adapter(module: torch.nn.Module) -> bool:
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    return any(isinstance(m, BaseTunerLayer) for m in module.modules())
 
 
 @contextmanager
 def reference_mode(module: torch.nn.Module) -> Iterator[None]:
-    """Within the block the adapter is disabled (the base weights = the reference policy);
-    it is re-enabled on exit, also on error. peft re-enables the adapter's requires_grad."""
-    if not has_adapter(module):
-        raise ValueError("reference_mode needs a LoRA adapter on the module (model.train_mode=lora)")
-    module.disable_adapters()
+    """Within the block every LoRA layer is bypassed (the base weights = the reference
+    policy); on exit, also on error, the layers that were active before are re-enabled
+    (peft also restores their requires_grad). Nested use is safe."""
+    layers = _tuner_layers(module)
+    if not layers:
+        raise ValueError("reference_mode needs a LoRA adapter on the denoiser (model.train_mode=lora); "
+                         "full fine-tuning needs a separate frozen reference copy")
+    was_active = [layer for layer in layers if not layer.disable_adapters]
+    for layer in was_active:
+        layer.enable_adapters(False)
     try:
         yield
     finally:
-        module.enable_adapters()
+        for layer in was_active:
+            layer.enable_adapters(True)
 
 
 def export_lora_for_diffusers(module: torch.nn.Module, out_dir: str | Path, cfg: LoraConfig,
-                              pipeline_cls_name: str = "StableDiffusion3Pipeline") -> Path:
-    """Write `pytorch_lora_weights.safetensors` that `<Pipeline>.load_lora_weights(out_dir)`
-    loads; the adapter config travels as metadata so lora_alpha != r keeps its scale."""
+                              pipeline_cls_name: str = "StableDiffusion3Pipeline",
+                              adapter_name: str = "default") -> Path:
+    """Write `out_dir/pytorch_lora_weights.safetensors` that `<Pipeline>.load_lora_weights(out_dir)`
+    loads. The adapter's peft config travels as `lora_adapter_metadata` (diffusers builds
+    `LoraConfig(**metadata)` from it), so lora_alpha != r keeps its alpha/r scale."""
     import diffusers
     from peft.utils import get_peft_model_state_dict
 
+    peft_configs = getattr(module, "peft_config", {})
+    if adapter_name not in peft_configs:
+        raise ValueError(f"cannot export LoRA: the denoiser has no adapter {adapter_name!r} "
+                         f"(has {sorted(peft_configs)}); export needs model.train_mode=lora")
+    pipeline_cls = getattr(diffusers, pipeline_cls_name, None)
+    if pipeline_cls is None or not hasattr(pipeline_cls, "save_lora_weights"):
+        raise ValueError(f"diffusers has no pipeline {pipeline_cls_name!r} with LoRA support")
+    adapter_config = peft_configs[adapter_name].to_dict()
+    if adapter_config["r"] != cfg.rank or adapter_config["lora_alpha"] != cfg.alpha:
+        raise ValueError(f"model.lora (r={cfg.rank}, alpha={cfg.alpha}) differs from the adapter on the model "
+                         f"(r={adapter_config['r']}, alpha={adapter_config['lora_alpha']})")
+    state = {k: v.detach().cpu().contiguous()
+             for k, v in get_peft_model_state_dict(module, adapter_name=adapter_name).items()}
+    metadata = {k: (sorted(v) if isinstance(v, set) else v) for k, v in adapter_config.items() if k in _EXPORT_KEYS}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    pipeline_cls = getattr(diffusers, pipeline_cls_name)
-    state = {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(module).items()}
-    adapter_config = module.peft_config["default"].to_dict()
-    metadata = {k: (sorted(v) if isinstance(v, set) else v) for k, v in adapter_config.items()
-                if k in ("r", "lora_alpha", "target_modules", "lora_dropout", "init_lora_weights", "use_dora",
-                         "rank_pattern", "alpha_pattern", "bias", "use_rslora")}
-    pipeline_cls.save_lora_weights(out_dir, transformer_lora_layers=state, transformer_lora_adapter_metadata=metadata)
+    pipeline_cls.save_lora_weights(out_dir, transformer_lora_layers=state, transformer_lora_adapter_metadata=metadata,
+                                   safe_serialization=True)
     return out_dir

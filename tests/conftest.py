@@ -1,0 +1,28 @@
+"""Session-wide test set-up: quiet, single-threaded, offline; one tiny SD3 pipeline on disk.
+
+The environment defaults are set before torch/diffusers/ray are imported by any test module
+(the machine is shared, nothing may be downloaded). `tiny_sd3_dir` builds the tiny pipeline
+once per session and saves it with `save_pretrained`, so tests load it back through the real
+diffusers path exactly as `model.path=<dir>` would.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _name, _value in {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                      "GLOO_SOCKET_IFNAME": "lo"}.items():
+    os.environ.setdefault(_name, _value)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_sd3_dir(tmp_path_factory):
+    """A tiny random StableDiffusion3Pipeline written by save_pretrained (seed 0); read-only."""
+    from genalign.models.tiny import save_tiny_sd3
+
+    return save_tiny_sd3(tmp_path_factory.mktemp("tiny_sd3") / "pipeline", seed=0)
