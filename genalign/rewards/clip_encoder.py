@@ -1,0 +1,69 @@
+"""A CLIP model, its tokenizer and its torch image transform, held on one device.
+
+Where it fits: the shared part of the CLIP-backed scorers (clip_score, pickscore, aesthetic).
+Each scorer owns one `ClipEncoder` and turns its L2-normalised embeddings into a score; the
+encoder owns loading (hub id or local path, clear error when missing), preprocessing (torch,
+from the processor config) and device moves (offload/onload).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from genalign.rewards.image_transform import ImageTransform
+from genalign.rewards.pretrained import load_pretrained
+
+
+class ClipEncoder:
+    """`CLIPModel` + transform (+ tokenizer unless `text=False`, for image-only scorers).
+
+    The full `CLIPModel` is loaded even for image-only use: `CLIPVisionModelWithProjection`
+    reads its projection size from `vision_config`, which some CLIP checkpoints leave at the
+    default and then fail to load; the text tower costs memory, not time."""
+
+    def __init__(self, model_name: str, processor_name: str, device: str, dtype: torch.dtype, *,
+                 reward: str, text: bool = True):
+        from transformers import AutoTokenizer, CLIPModel
+
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.model = load_pretrained(CLIPModel.from_pretrained, model_name, reward=reward, key="model_name",
+                                     what="CLIPModel", dtype=dtype).eval().requires_grad_(False)
+        self.model.to(self.device)
+        self.transform = ImageTransform.from_pretrained(processor_name, reward=reward, key="processor_name")
+        self.tokenizer = None
+        if text:
+            self.tokenizer = load_pretrained(AutoTokenizer.from_pretrained, processor_name, reward=reward,
+                                             key="processor_name", what="tokenizer")
+            self.max_text_tokens = self.model.config.text_config.max_position_embeddings
+
+    @torch.no_grad()
+    def image_embeds(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 [B, 3, H, W] -> float32 [B, D], L2-normalised projected image embeddings."""
+        pixels = self.transform(images.to(self.device)).to(self.dtype)  # [B, 3, h, w]
+        embeds = _as_tensor(self.model.get_image_features(pixel_values=pixels))  # [B, D]
+        return torch.nn.functional.normalize(embeds.float(), dim=-1)
+
+    @torch.no_grad()
+    def text_embeds(self, texts: list[str]) -> torch.Tensor:
+        """strings -> float32 [B, D], L2-normalised projected text embeddings (truncated to the context)."""
+        if self.tokenizer is None:
+            raise RuntimeError("this ClipEncoder was built without its text tower (text=False)")
+        tokens = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_text_tokens,
+                                return_tensors="pt").to(self.device)
+        embeds = _as_tensor(self.model.get_text_features(input_ids=tokens["input_ids"],
+                                                         attention_mask=tokens["attention_mask"]))  # [B, D]
+        return torch.nn.functional.normalize(embeds.float(), dim=-1)
+
+    def offload(self) -> None:
+        self.model.to("cpu")
+
+    def onload(self) -> None:
+        self.model.to(self.device)
+
+
+def _as_tensor(features) -> torch.Tensor:
+    """`get_*_features` returns a tensor, or (newer transformers) an output whose pooler_output is it."""
+    if isinstance(features, torch.Tensor):
+        return features
+    return features.pooler_output

@@ -1,0 +1,58 @@
+"""CLIPScore reward: prompt-image agreement under CLIP, scaled like Flow-GRPO (100 cos / 30).
+
+Where it fits: a model-backed reward scored by the reward runtime on decoded uint8 images.
+
+score = 100 * cos(image_embed, text_embed) / 30, i.e. CLIP's `logits_per_image` diagonal at
+the fixed logit scale 100 divided by 30 (Flow-GRPO `flow_grpo/clip_scorer.py`). Typical
+matched pairs give cos ~0.25-0.35, so scores ~0.8-1.2; range [-3.33, 3.33].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from genalign.rewards.clip_encoder import ClipEncoder
+from genalign.rewards.options import parse_options
+from genalign.rewards.pretrained import resolve_dtype
+
+CLIP_LOGIT_SCALE = 100.0
+FLOW_GRPO_DIVISOR = 30.0
+
+
+@dataclass
+class ClipScoreOptions:
+    model_name: str = "openai/clip-vit-large-patch14"
+    """Hub id or local directory of a transformers `CLIPModel`."""
+    processor_name: str | None = None
+    """Where the tokenizer and preprocessor_config.json live; None: same as model_name."""
+    dtype: str = "float32"
+
+
+def clip_score(image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
+    """L2-normalised [B, D] x [B, D] -> [B]: 100 * cos / 30."""
+    cosine = (image_embeds * text_embeds).sum(-1)  # [B]
+    return CLIP_LOGIT_SCALE * cosine / FLOW_GRPO_DIVISOR
+
+
+class ClipScoreReward:
+    name = "clip_score"
+
+    def __init__(self, device: str = "cpu", **kwargs: Any):
+        self.options = parse_options(self.name, ClipScoreOptions, kwargs)
+        self.device = device
+        opts = self.options
+        self.encoder = ClipEncoder(opts.model_name, opts.processor_name or opts.model_name, device,
+                                   resolve_dtype(self.name, opts.dtype), reward=self.name)
+
+    def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
+        scores = clip_score(self.encoder.image_embeds(images), self.encoder.text_embeds(prompts))  # [B]
+        return scores.float().cpu()
+
+    def offload(self) -> None:
+        self.encoder.offload()
+
+    def onload(self) -> None:
+        self.encoder.onload()

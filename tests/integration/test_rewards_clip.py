@@ -1,0 +1,129 @@
+"""CLIP-backed rewards (clip_score, pickscore, aesthetic) on tiny random CLIP models.
+
+Each model is built from a tiny config, saved with save_pretrained (plus a tokenizer and a
+preprocessor_config.json) and loaded back through the scorers' real loading code; the
+scores are checked against values computed here independently with the PIL image processor
+and the model's own towers.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from genalign.rewards.aesthetic import AestheticMLP, AestheticReward
+from genalign.rewards.clip_score import ClipScoreReward
+from genalign.rewards.image_transform import ImageTransform
+from genalign.rewards.pickscore import PickScoreReward
+
+PROMPTS = ["a red cat", "a blue dog", "a tree"]
+
+
+@pytest.fixture(scope="module")
+def clip_dir(tmp_path_factory):
+    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTokenizer
+
+    path = tmp_path_factory.mktemp("tiny_clip")
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for suffix in ("", "</w>"):
+        for char in "abcdefghijklmnopqrstuvwxyz":
+            vocab[char + suffix] = len(vocab)
+    (path / "vocab.json").write_text(json.dumps(vocab))
+    (path / "merges.txt").write_text("#version: 0.2\n")
+    CLIPTokenizer(str(path / "vocab.json"), str(path / "merges.txt")).save_pretrained(path)
+    config = CLIPConfig(
+        text_config=dict(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
+                         pad_token_id=1),
+        vision_config=dict(image_size=32, patch_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=2),
+        projection_dim=8, logit_scale_init_value=3.0)
+    torch.manual_seed(0)
+    CLIPModel(config).save_pretrained(path)
+    CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def images():
+    generator = torch.Generator().manual_seed(1)
+    return torch.randint(0, 256, (3, 3, 48, 40), generator=generator, dtype=torch.uint8)  # not square, not 32
+
+
+def reference_embeddings(clip_dir, images, prompts):
+    """Independent path: PIL image processor + the model's towers and projections by hand."""
+    from transformers import CLIPImageProcessorPil, CLIPModel, CLIPTokenizer
+
+    model = CLIPModel.from_pretrained(clip_dir).eval()
+    processor = CLIPImageProcessorPil.from_pretrained(clip_dir)
+    tokenizer = CLIPTokenizer.from_pretrained(clip_dir)
+    pil_input = processor([image.permute(1, 2, 0).numpy() for image in images], return_tensors="pt")["pixel_values"]
+    tokens = tokenizer(prompts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        image = model.visual_projection(model.vision_model(pixel_values=pil_input).pooler_output)
+        text = model.text_projection(model.text_model(**tokens).pooler_output)
+    return image / image.norm(dim=-1, keepdim=True), text / text.norm(dim=-1, keepdim=True), model
+
+
+def test_torch_transform_matches_the_pil_processor(clip_dir, images):
+    from transformers import CLIPImageProcessorPil
+
+    processor = CLIPImageProcessorPil.from_pretrained(clip_dir)
+    expected = processor([image.permute(1, 2, 0).numpy() for image in images], return_tensors="pt")["pixel_values"]
+    transform = ImageTransform.from_pretrained(str(clip_dir), reward="clip_score", key="processor_name")
+    assert transform.shortest_edge == 32 and transform.crop_hw == (32, 32) and transform.mode == "bicubic"
+    actual = transform(images)
+    assert actual.shape == expected.shape == (3, 3, 32, 32)
+    # PIL resamples in uint8 with its own bicubic kernel support; torch keeps floats. On pixel
+    # noise (the worst case for resampling) that is ~1/255 on average, under 25/255 anywhere.
+    difference = (actual - expected).abs() * torch.tensor(transform.std).view(1, 3, 1, 1) * 255  # in uint8 levels
+    assert difference.mean() < 1.0
+    assert difference.max() < 25
+
+
+def test_clip_score_is_100_cos_over_30(clip_dir, images):
+    image, text, _ = reference_embeddings(clip_dir, images, PROMPTS)
+    scores = ClipScoreReward(model_name=str(clip_dir)).score(images, PROMPTS, [{}] * 3)
+    assert scores.dtype == torch.float32 and scores.shape == (3,)
+    np.testing.assert_allclose(scores.numpy(), (100 * (image * text).sum(-1) / 30).numpy(), atol=0.05)
+
+
+def test_pickscore_uses_the_learned_logit_scale_over_26(clip_dir, images):
+    image, text, model = reference_embeddings(clip_dir, images, PROMPTS)
+    reward = PickScoreReward(model_name=str(clip_dir), processor_name=str(clip_dir))
+    scores = reward.score(images, PROMPTS, [{}] * 3)
+    expected = model.logit_scale.exp() * (image * text).sum(-1) / 26  # exp(3.0) = 20.09
+    np.testing.assert_allclose(scores.numpy(), expected.detach().numpy(), atol=0.02)
+    reward.offload()
+    reward.onload()
+    assert torch.equal(reward.score(images, PROMPTS, [{}] * 3), scores)
+
+
+def test_aesthetic_is_the_mlp_on_the_normalised_image_embedding(clip_dir, images, tmp_path):
+    torch.manual_seed(2)
+    head = AestheticMLP(input_size=8).eval()
+    save_file(head.state_dict(), tmp_path / "head.safetensors")
+    image, _, _ = reference_embeddings(clip_dir, images, PROMPTS)
+    scores = AestheticReward(model_name=str(clip_dir), head_path=str(tmp_path / "head.safetensors")).score(
+        images, PROMPTS, [{}] * 3)
+    with torch.no_grad():  # the LAION layout by hand: five linear layers, no activations
+        hidden = image
+        for index in (0, 2, 4, 6, 7):
+            layer = head.layers[index]
+            hidden = hidden @ layer.weight.T + layer.bias
+    np.testing.assert_allclose(scores.numpy(), hidden.squeeze(-1).numpy(), atol=1e-3)
+    assert sorted(head.state_dict())[0] == "layers.0.bias"  # key names of the original .pth
+
+
+def test_missing_weights_fail_fast_with_the_key_to_set(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match=r"reward\.kwargs\.clip_score\.model_name='no-such/model'"):
+        ClipScoreReward(model_name="no-such/model")
+    with pytest.raises(ValueError, match=r"reward\.kwargs\.aesthetic\.head_path is required"):
+        AestheticReward()
+    with pytest.raises(FileNotFoundError, match=r"reward\.kwargs\.aesthetic\.head_path="):
+        AestheticReward(head_path=str(tmp_path / "missing.safetensors"))
+    with pytest.raises(TypeError, match=r"reward\.kwargs\.pickscore\.processor"):
+        PickScoreReward(processor="x")
