@@ -1,4 +1,5 @@
 import logging
+import shutil
 
 import numpy as np
 import pytest
@@ -75,3 +76,10 @@ def test_unknown_option_and_engine_are_named_errors(monkeypatch):
     monkeypatch.setenv("PATH", "")
     with pytest.raises(FileNotFoundError, match="tesseract"):
         OCRReward(engine="tesseract")
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs the tesseract binary (apt-get install tesseract-ocr)")
+def test_tesseract_engine_reads_a_rendered_word():
+    reward = OCRReward(engine="tesseract")
+    scores = reward.score(torch.stack([render("hello", 128), render("", 128)]), ['"hello"'] * 2, [{}, {}])
+    assert scores[0] > 0.6 and scores[1] == 0.0
