@@ -96,7 +96,8 @@ def test_resume_continues_bitwise(finished_run, tiny_sd3_dir, tmp_path):
     assert [r["step"] for r in resumed] == ["3"]
     for key, value in uninterrupted.items():
         if key not in TIMING_COLUMNS:
-            assert resumed[0][key] == value, key
+            # a column only earlier steps logged (the step-1 parity check) is absent, i.e. empty
+            assert resumed[0].get(key, "") == value, key
     a = load_file(str(out / "checkpoint-final" / "trainable.safetensors"))
     b = load_file(str(tmp_path / "resumed" / "checkpoint-final" / "trainable.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
