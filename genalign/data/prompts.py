@@ -1,8 +1,17 @@
-"""Prompt manifests: .txt / .jsonl / .json readers with file:line errors.
+"""Prompt manifests: .txt / .jsonl / .json readers whose errors name the file and the row.
 
-Where it fits: step 1 of the loop reads `data.manifest` once into `PromptExample`s; the
-evaluator reads `data.eval_manifest`. Embeddings are never read from a manifest: the model
-family encodes prompts itself, so precomputed-embedding fields are refused.
+Where it fits: step 1 of the loop reads `data.manifest` once into `PromptExample`s for the
+`PromptSampler`; the evaluator reads `data.eval_manifest` the same way. A manifest holds
+prompts only: embeddings are computed by the model family from the prompt text (so the
+same manifest serves SD3, FLUX, ... and a LoRA'd text encoder stays in sync), which is why
+rows carrying precomputed-embedding fields are refused instead of silently ignored.
+
+Formats:
+  .txt    one prompt a line (surrounding whitespace stripped; a blank line is an error).
+  .jsonl  one JSON object a line with a "prompt" string; every other field -> `metadata`.
+  .json   a JSON list of such objects, or of plain prompt strings.
+Every bad row of a file is reported in one `ManifestError` (a `ValueError`), so a broken
+manifest is fixed in one pass rather than one error per run.
 """
 
 from __future__ import annotations
@@ -18,101 +27,165 @@ LEGACY_EMBEDDING_FIELDS = ("prompt_embeds", "pooled_prompt_embeds", "negative_pr
                            "negative_pooled_prompt_embeds", "embedding", "embeddings", "text_embeds")
 MAX_REPORTED_ERRORS = 20
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout root (parent of the `genalign` package), last place relative paths are tried."""
 
 
 @dataclass(frozen=True)
 class PromptExample:
     prompt: str
     prompt_id: int
-    """Row index in its manifest: the group key for advantages."""
+    """Row index in its manifest (0-based, in file order): the group key for advantages."""
     source: str = ""
-    """"path:line" (or "path[index]" for .json) for messages."""
+    """Where the row came from, for messages: "path:line" (.txt/.jsonl) or "path[index]" (.json)."""
     metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    """Extra .jsonl/.json fields (e.g. an OCR target), passed to rewards; not part of equality."""
 
 
 class ManifestError(ValueError):
-    pass
+    """A manifest that cannot be used; the message lists every bad row and how to fix it."""
 
 
 def resolve_data_path(path: str) -> Path:
-    """Absolute paths as given; relative: the working directory, then $GENALIGN_DATA_ROOT,
-    then the project root (so `datasets/ocr/train.txt` works from anywhere in a checkout)."""
+    """The file a manifest path names.
+
+    Absolute paths are used as given. A relative path is tried against the working
+    directory, then `$GENALIGN_DATA_ROOT`, then the project root, so the packaged default
+    `datasets/ocr/train.txt` works from any directory of a checkout. Raises
+    `FileNotFoundError` listing every place it looked.
+    """
     candidate = Path(path).expanduser()
     if candidate.is_absolute():
-        if candidate.exists():
-            return candidate
-        raise FileNotFoundError(f"manifest {candidate} does not exist")
-    roots = [Path.cwd()]
-    if os.environ.get("GENALIGN_DATA_ROOT"):
-        roots.append(Path(os.environ["GENALIGN_DATA_ROOT"]))
-    roots.append(PROJECT_ROOT)
-    for root in roots:
-        if (root / candidate).exists():
-            return root / candidate
-    looked = ", ".join(str(root / candidate) for root in roots)
-    raise FileNotFoundError(f"manifest {path!r} not found; looked in: {looked}")
+        roots: list[Path] = []
+        tried = [candidate]
+    else:
+        roots = [Path.cwd()]
+        if os.environ.get("GENALIGN_DATA_ROOT"):
+            roots.append(Path(os.environ["GENALIGN_DATA_ROOT"]).expanduser())
+        roots.append(PROJECT_ROOT)
+        tried = [root / candidate for root in roots]
+    for option in tried:
+        if option.is_file():
+            return option
+    looked = "\n  ".join(f"{option}{' (a directory)' if option.is_dir() else ''}" for option in tried)
+    hint = "" if candidate.is_absolute() else "; set $GENALIGN_DATA_ROOT to the folder holding it"
+    raise FileNotFoundError(f"manifest {path!r} not found{hint}. Looked in:\n  {looked}")
 
 
-def _row(record: Any, where: str, index: int, errors: list[str]) -> PromptExample | None:
+def _record_error(record: Any) -> str | None:
+    """Why a parsed .jsonl/.json row cannot be used, or None when it is a valid prompt row."""
     if isinstance(record, str):
-        record = {"prompt": record}
+        return None if record.strip() else "is an empty prompt string; remove it"
     if not isinstance(record, dict):
-        errors.append(f"{where}: expected a JSON object with a \"prompt\" field, got {type(record).__name__}")
-        return None
+        return f"is a JSON {type(record).__name__}, not an object with a \"prompt\" string"
     legacy = [key for key in LEGACY_EMBEDDING_FIELDS if key in record]
     if legacy:
-        errors.append(f"{where}: carries precomputed embedding fields {legacy}; genalign encodes prompts with the "
-                      "model family, remove these fields")
-        return None
-    prompt = record.get("prompt")
-    if not isinstance(prompt, str) or not prompt.strip():
-        errors.append(f"{where}: missing or empty \"prompt\" string")
-        return None
-    metadata = {k: v for k, v in record.items() if k != "prompt"}
-    return PromptExample(prompt=prompt.strip(), prompt_id=index, source=where, metadata=metadata)
+        return (f"carries precomputed-embedding field(s) {legacy}; embeddings are computed by the model "
+                "family from the prompt, so remove these fields and keep \"prompt\"")
+    if "prompt" not in record:
+        return f"has no \"prompt\" field (fields: {sorted(record)}); add the prompt text as \"prompt\""
+    prompt = record["prompt"]
+    if not isinstance(prompt, str):
+        return f"has a \"prompt\" of type {type(prompt).__name__}; it must be a string"
+    if not prompt.strip():
+        return "has an empty \"prompt\"; remove the row or fill it in"
+    return None
 
 
-def load_manifest(path: str) -> list[PromptExample]:
-    """Read every prompt of a manifest; all row errors are reported together."""
-    resolved = resolve_data_path(path)
-    suffix = resolved.suffix.lower()
-    if suffix not in SUPPORTED_SUFFIXES:
-        raise ManifestError(f"manifest {resolved}: unsupported extension {suffix!r}; use one of {SUPPORTED_SUFFIXES}")
-    errors: list[str] = []
+def _example(record: str | dict[str, Any], prompt_id: int, source: str) -> PromptExample:
+    if isinstance(record, str):
+        return PromptExample(prompt=record.strip(), prompt_id=prompt_id, source=source)
+    metadata = {key: value for key, value in record.items() if key != "prompt"}
+    return PromptExample(prompt=record["prompt"].strip(), prompt_id=prompt_id, source=source, metadata=metadata)
+
+
+def _lines(text: str) -> list[str]:
+    """Lines split on "\\n" only (a prompt may contain other Unicode separators); a final
+    newline does not make an extra empty line; "\\r\\n" files read like "\\n" files."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _read_lines(text: str, shown: str, is_jsonl: bool, errors: list[str]) -> list[PromptExample]:
     examples: list[PromptExample] = []
-    text = resolved.read_text(encoding="utf-8")
-    if suffix == ".json":
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ManifestError(f"{resolved}: not valid JSON ({exc})") from exc
-        if not isinstance(records, list):
-            raise ManifestError(f"{resolved}: expected a JSON list of prompts or objects")
-        for index, record in enumerate(records):
-            example = _row(record, f"{resolved}[{index}]", len(examples), errors)
-            if example:
-                examples.append(example)
-    else:
-        for line_number, line in enumerate(text.splitlines(), start=1):
-            where = f"{resolved}:{line_number}"
-            if not line.strip():
-                errors.append(f"{where}: line {line_number} is empty; remove it")
-                continue
-            if suffix == ".txt":
-                examples.append(PromptExample(prompt=line.strip(), prompt_id=len(examples), source=where))
-                continue
+    for line_number, line in enumerate(_lines(text), start=1):
+        where = f"line {line_number} of {shown}"
+        if not line.strip():
+            errors.append(f"{where} is empty; remove it")
+            continue
+        record: Any = line
+        if is_jsonl:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                errors.append(f"{where}: not JSON ({exc.msg} at column {exc.colno})")
+                errors.append(f"{where} is not JSON ({exc.msg} at column {exc.colno})")
                 continue
-            example = _row(record, where, len(examples), errors)
-            if example:
-                examples.append(example)
+            if isinstance(record, str):  # a bare JSON string is not a .jsonl row
+                errors.append(f"{where} is a JSON string, not an object with a \"prompt\" string")
+                continue
+            problem = _record_error(record)
+            if problem:
+                errors.append(f"{where} {problem}")
+                continue
+        examples.append(_example(record, len(examples), f"{shown}:{line_number}"))
+    return examples
+
+
+def _read_json(text: str, shown: str, errors: list[str]) -> list[PromptExample]:
+    try:
+        records = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ManifestError(f"{shown} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from exc
+    if not isinstance(records, list):
+        raise ManifestError(f"{shown} must hold a JSON list of prompt strings or {{\"prompt\": ...}} objects, "
+                            f"not a {type(records).__name__}")
+    examples: list[PromptExample] = []
+    for index, record in enumerate(records):
+        problem = _record_error(record)
+        if problem:
+            errors.append(f"item [{index}] of {shown} {problem}")
+            continue
+        examples.append(_example(record, len(examples), f"{shown}[{index}]"))
+    return examples
+
+
+def _summary(errors: list[str], shown: str) -> str:
+    listed = errors[:MAX_REPORTED_ERRORS]
+    more = [f"... and {len(errors) - len(listed)} more"] if len(errors) > len(listed) else []
+    return f"{shown} has {len(errors)} bad row(s); nothing was loaded:\n  " + "\n  ".join(listed + more)
+
+
+def load_manifest(path: str, config_key: str | None = None) -> list[PromptExample]:
+    """Every prompt of a manifest, `prompt_id` = row index, in file order.
+
+    `config_key` (e.g. "data.manifest") prefixes every message so the user knows which
+    setting to fix. Raises `FileNotFoundError` (see `resolve_data_path`) or `ManifestError`
+    for an unsupported extension, undecodable text, an empty manifest, or bad rows (all of
+    them listed, up to `MAX_REPORTED_ERRORS`).
+    """
+    prefix = f"{config_key}: " if config_key else "manifest "
+    resolved = resolve_data_path(path)
+    shown = str(path)  # as the user wrote it in the config
+    suffix = resolved.suffix.lower()
+    if suffix not in SUPPORTED_SUFFIXES:
+        raise ManifestError(f"{prefix}{shown} has unsupported extension {suffix!r}; "
+                            f"use one of {', '.join(SUPPORTED_SUFFIXES)}")
+    try:
+        text = resolved.read_text(encoding="utf-8-sig")  # -sig: a BOM is not part of the first prompt
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{prefix}{shown} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                            "re-save it as UTF-8") from exc
+    errors: list[str] = []
+    try:
+        if suffix == ".json":
+            examples = _read_json(text, shown, errors)
+        else:
+            examples = _read_lines(text, shown, suffix == ".jsonl", errors)
+    except ManifestError as exc:
+        raise ManifestError(f"{prefix}{exc}") from exc.__cause__
     if errors:
-        shown = errors[:MAX_REPORTED_ERRORS]
-        more = f"\n  ... and {len(errors) - len(shown)} more" if len(errors) > len(shown) else ""
-        raise ManifestError(f"manifest {resolved} has {len(errors)} bad row(s):\n  " + "\n  ".join(shown) + more)
+        raise ManifestError(prefix + (errors[0] if len(errors) == 1 else _summary(errors, shown)))
     if not examples:
-        raise ManifestError(f"manifest {resolved} has no prompts")
+        raise ManifestError(f"{prefix}{shown} holds no prompts; add at least one")
     return examples
