@@ -165,7 +165,8 @@ class RayScoresFuture:
             return ray.get(chunk.ref, timeout=max(deadline - time.monotonic(), 0.0))
         except ray.exceptions.GetTimeoutError as exc:
             raise RewardError(f"{pool.describe(chunk.slot)} did not score {where} within reward.timeout_s="
-                              f"{self.runtime.cfg.timeout_s}s; raise reward.timeout_s or check the actor's log") from exc
+                              f"{self.runtime.cfg.timeout_s}s; raise reward.timeout_s or check the actor's "
+                              f"log") from exc
         except ray.exceptions.RayActorError as exc:
             if chunk.retried:
                 raise RewardError(f"{pool.describe(chunk.slot)} died again while scoring {where} after one "

@@ -49,8 +49,8 @@ def test_eval_components_override_but_kwargs_come_from_cfg(fakes_on_path, images
 
 
 def test_non_finite_score_names_reward_prompt_and_global_index(fakes_on_path, images):
-    cfg = RewardConfig(components={"reward_fakes:NanReward": 1.0}, kwargs={"reward_fakes:NanReward": {"bad_prompt": "p4"}},
-                       batch_size=4)
+    cfg = RewardConfig(components={"reward_fakes:NanReward": 1.0},
+                       kwargs={"reward_fakes:NanReward": {"bad_prompt": "p4"}}, batch_size=4)
     runtime = build_reward_runtime(cfg, "cpu")
     with pytest.raises(RewardError, match=r"'reward_fakes:NanReward'.*non-finite.*sample 4 \(prompt 'p4'\)"):
         runtime.score(images, [f"p{i}" for i in range(6)], [])

@@ -78,7 +78,8 @@ def test_unknown_option_and_engine_are_named_errors(monkeypatch):
         OCRReward(engine="tesseract")
 
 
-@pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs the tesseract binary (apt-get install tesseract-ocr)")
+@pytest.mark.skipif(shutil.which("tesseract") is None,
+                    reason="needs the tesseract binary (apt-get install tesseract-ocr)")
 def test_tesseract_engine_reads_a_rendered_word():
     reward = OCRReward(engine="tesseract")
     scores = reward.score(torch.stack([render("hello", 128), render("", 128)]), ['"hello"'] * 2, [{}, {}])
