@@ -1,14 +1,21 @@
-"""Metric sinks: where a step's metrics row goes (CSV, TensorBoard, nowhere).
+"""Metric sinks: where a step's metrics row goes (CSV, TensorBoard, several, nowhere).
 
-Where it fits: the trainer and the evaluator call `sink.log(step, metrics)`; a `NullSink`
-lets the loop log unconditionally (non-zero ranks, disabled tracking).
+Where it fits: the trainer logs one row per step (`metrics.csv`) and the evaluator one row
+per evaluation (`eval_metrics.csv`) through `sink.log(step, metrics)`. `NullSink` lets the
+loop log unconditionally (non-zero ranks, tracking off) instead of branching on "is logging
+on". The CSV file is the run's source of truth: it is flushed every row, and on resume it is
+cut back to the restored step so that a resumed run's file equals an uninterrupted run's,
+value for value (floats are written with `repr`, which round-trips exactly).
 """
 
 from __future__ import annotations
 
 import csv
+import numbers
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+import torch
 
 
 class MetricsSink(Protocol):
@@ -18,6 +25,8 @@ class MetricsSink(Protocol):
 
 
 class NullSink:
+    """Accepts and drops every row."""
+
     def log(self, step: int, metrics: dict[str, float]) -> None:
         pass
 
@@ -26,8 +35,10 @@ class NullSink:
 
 
 class MultiSink:
+    """Forwards every row to each of `sinks`, in order."""
+
     def __init__(self, sinks: list[MetricsSink]):
-        self.sinks = sinks
+        self.sinks = list(sinks)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for sink in self.sinks:
@@ -38,68 +49,108 @@ class MultiSink:
             sink.close()
 
 
-def _format(value) -> str:
-    if isinstance(value, float):
-        return repr(value)  # round-trips exactly, so resumed rows compare bitwise
-    return str(value)
+def format_value(key: str, value: Any) -> str:
+    """The CSV text of one metric: integers as digits, floats by `repr` of the Python float
+    (exact round trip; numpy/torch scalars are converted first, so `np.float64(0.5)` is
+    "0.5", not "np.float64(0.5)"). Anything else is a `TypeError` naming the metric."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise TypeError(f"metric {key!r} is a tensor of shape {tuple(value.shape)}; log a scalar (.mean())")
+        value = value.item()
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        return repr(float(value))
+    raise TypeError(f"metric {key!r} has type {type(value).__name__}; metrics must be numbers")
+
+
+def column_order(keys: set[str]) -> list[str]:
+    """"step" first, then the metric names alphabetically."""
+    return ["step", *sorted(keys - {"step"})]
 
 
 class CSVSink:
-    """One row per `log` call, `step` first then columns in sorted order; every row is
-    flushed (a crash loses nothing). A row with a new key rewrites the file with the widened
-    header. `resume=True` keeps an existing file but drops rows at or after the first step
-    logged now, so a resumed run's file equals an uninterrupted run's."""
+    """One CSV row per `log` call: "step", then the metric columns in alphabetical order.
+
+    Columns are fixed by the first row; a later row with a new metric rewrites the file with
+    the widened header (rare: metrics that appear mid-run), and a row without some metric
+    leaves that cell empty. Every row is written and closed before `log` returns, so a
+    crash loses nothing. `resume=True` keeps an existing file and, at the first `log`,
+    drops its rows with step >= that step (they belong to the part of the run being
+    redone); `resume=False` starts a new file.
+    """
 
     def __init__(self, path: Path, resume: bool = False):
         self.path = Path(path)
         self.rows: list[dict[str, str]] = []
-        self.columns: list[str] = ["step"]
-        self._pending_truncate = resume
+        self.columns: list[str] = []
+        self._truncate_on_first_log = resume
         if resume and self.path.exists():
-            with open(self.path, newline="") as handle:
-                reader = csv.DictReader(handle)
-                self.columns = list(reader.fieldnames or ["step"])
-                self.rows = list(reader)
+            self.rows = self._read_existing()
+
+    def _read_existing(self) -> list[dict[str, str]]:
+        with open(self.path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            header = list(reader.fieldnames or [])
+            rows = list(reader)
+        if header and header[0] != "step":
+            raise ValueError(f"cannot resume metrics file {self.path}: its first column is {header[0]!r}, "
+                             "not 'step'; move the file away or start a fresh run")
+        for number, row in enumerate(rows, start=2):
+            if not (row.get("step") or "").lstrip("-").isdigit() or None in row:
+                raise ValueError(f"cannot resume metrics file {self.path}: line {number} is malformed; "
+                                 "move the file away or fix that line")
+        return [{key: value for key, value in row.items() if value != ""} for row in rows]
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        if self._pending_truncate:
-            self.rows = [row for row in self.rows if int(row["step"]) < step]
-            self._pending_truncate = False
-            self._rewrite()
-        row = {"step": str(step), **{key: _format(value) for key, value in metrics.items()}}
-        new_columns = sorted(set(row) - set(self.columns))
+        if "step" in metrics:
+            raise ValueError("a metric may not be named 'step' (the CSV's first column is the step)")
+        row = {"step": str(int(step)), **{key: format_value(key, value) for key, value in metrics.items()}}
+        if self._truncate_on_first_log:
+            self._truncate_on_first_log = False
+            self.rows = [kept for kept in self.rows if int(kept["step"]) < step]
+            self.columns = column_order({key for kept in self.rows for key in kept}) if self.rows else []
+            self.rows.append(row)
+            self._rewrite(column_order(set(self.columns) | set(row)))
+            return
         self.rows.append(row)
-        if new_columns or not self.path.exists():
-            self.columns = ["step", *sorted((set(self.columns) | set(new_columns)) - {"step"})]
-            self._rewrite()
-        else:
-            with open(self.path, "a", newline="") as handle:
-                csv.DictWriter(handle, fieldnames=self.columns, restval="").writerow(row)
+        if not self.columns or not set(row) <= set(self.columns):
+            self._rewrite(column_order(set(self.columns) | set(row)))
+            return
+        with open(self.path, "a", newline="") as handle:
+            csv.DictWriter(handle, fieldnames=self.columns, restval="").writerow(row)
 
-    def _rewrite(self) -> None:
+    def _rewrite(self, columns: list[str]) -> None:
+        """Write header + all rows to a temporary file and move it over the old one, so a
+        crash mid-rewrite leaves the previous complete file."""
+        self.columns = columns
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_suffix(".csv.tmp")
-        with open(temp, "w", newline="") as handle:
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        with open(temporary, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=self.columns, restval="")
             writer.writeheader()
             writer.writerows(self.rows)
-        temp.replace(self.path)
+        temporary.replace(self.path)
 
     def close(self) -> None:
-        pass
+        """Nothing to do: every row is already on disk."""
 
 
 class TensorBoardSink:
+    """Scalars to a TensorBoard event file under `log_dir` (needs the `tensorboard` package)."""
+
     def __init__(self, log_dir: Path):
         try:
             from torch.utils.tensorboard import SummaryWriter
-        except ImportError as exc:  # tensorboard is optional
-            raise ImportError("TensorBoard logging needs `pip install tensorboard`") from exc
+        except ImportError as exc:  # tensorboard is an optional dependency
+            raise ImportError("TensorBoardSink needs the tensorboard package: `pip install tensorboard` "
+                              "(or use the CSV sink, which is always on)") from exc
         self.writer = SummaryWriter(str(log_dir))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for key, value in metrics.items():
-            self.writer.add_scalar(key, value, step)
+            self.writer.add_scalar(key, float(format_value(key, value)), step)
+        self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()
