@@ -1,49 +1,107 @@
-"""Contact sheets: a grid of evaluation images with their prompts as captions."""
+"""Contact sheets: a grid of evaluation images, each with its prompt as a caption below it.
+
+Where it fits: the evaluator writes `eval_epoch_<step>/contact_sheet.png` after every
+evaluation, so a person can see at a glance what the policy draws for the fixed prompts
+(and spot reward hacking the numbers miss). Tiny test models produce 16² or 64² images, so
+tiles are upscaled (nearest neighbour, no blur) to at least `MIN_TILE` pixels a side.
+Captions use PIL's built-in default font: no font file is downloaded or required.
+"""
 
 from __future__ import annotations
 
 import math
-import textwrap
 from pathlib import Path
 
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
 MIN_TILE = 128
-"""Small images (16², 64²) are upscaled (nearest) to at least this many pixels a side."""
+"""Tiles are upscaled by an integer factor until their shorter side is at least this."""
+MAX_COLUMNS = 8
+"""Default column count cap when `columns` is not given."""
+PADDING = 4
+"""Pixels between a tile's image and its caption text, and at the caption's left edge."""
+
+
+def tile_scale(height: int, width: int) -> int:
+    """Integer nearest-neighbour upscale factor so that min(H, W)·scale >= MIN_TILE."""
+    return max(1, math.ceil(MIN_TILE / min(height, width)))
+
+
+def wrap_caption(text: str, font: ImageFont.ImageFont | ImageFont.FreeTypeFont, max_width: int,
+                 max_lines: int) -> list[str]:
+    """Greedy word wrap measured in pixels; a word wider than a line is cut; text beyond
+    `max_lines` is dropped and the last line ends with "..."."""
+    lines: list[str] = []
+    current = ""
+    for word in text.split():
+        candidate = f"{current} {word}" if current else word
+        if font.getlength(candidate) <= max_width:
+            current = candidate
+            continue
+        if current:
+            lines.append(current)
+        while font.getlength(word) > max_width and len(word) > 1:  # hard-cut an over-long word
+            cut = 1
+            while cut < len(word) and font.getlength(word[:cut + 1]) <= max_width:
+                cut += 1
+            lines.append(word[:cut])
+            word = word[cut:]
+        current = word
+    if current:
+        lines.append(current)
+    if len(lines) > max_lines:
+        last = lines[max_lines - 1]
+        while last and font.getlength(last + "...") > max_width:
+            last = last[:-1]
+        lines = lines[:max_lines - 1] + [last.rstrip() + "..."]
+    return lines
 
 
 def make_contact_sheet(images: torch.Tensor, captions: list[str], columns: int | None = None,
                        caption_lines: int = 2) -> Image.Image:
-    """uint8 images [B, 3, H, W] + one caption each -> one RGB image, captions under tiles."""
+    """uint8 images [B, 3, H, W] + one caption each -> one white RGB sheet.
+
+    Layout: `columns` tiles a row (default min(B, MAX_COLUMNS)), ceil(B / columns) rows; a
+    tile is the upscaled image (W·s x H·s, s = `tile_scale`) over a caption band of
+    `caption_lines` lines. Sheet size: (columns·W·s, rows·(H·s + band)).
+    """
     if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[1] != 3:
         raise ValueError(f"contact sheet needs uint8 [B, 3, H, W] images, got {images.dtype} {tuple(images.shape)}")
-    if len(captions) != images.shape[0]:
-        raise ValueError(f"{len(captions)} captions for {images.shape[0]} images")
     count, _, height, width = images.shape
-    scale = max(1, math.ceil(MIN_TILE / min(height, width)))
+    if count == 0:
+        raise ValueError("contact sheet needs at least one image")
+    if len(captions) != count:
+        raise ValueError(f"contact sheet got {len(captions)} captions for {count} images")
+    if columns is not None and columns < 1:
+        raise ValueError(f"contact sheet columns must be >= 1, got {columns}")
+    if caption_lines < 0:
+        raise ValueError(f"caption_lines must be >= 0, got {caption_lines}")
+    scale = tile_scale(height, width)
     tile_w, tile_h = width * scale, height * scale
-    columns = columns or min(count, 8)
+    columns = columns or min(count, MAX_COLUMNS)
     rows = math.ceil(count / columns)
     font = ImageFont.load_default()
-    line_height = 12
-    chars_per_line = max(8, tile_w // 6)
-    caption_h = caption_lines * line_height + 4
-    sheet = Image.new("RGB", (columns * tile_w, rows * (tile_h + caption_h)), "white")
+    line_height = font.getbbox("Ag")[3] + 2  # glyph bottom + leading
+    band = caption_lines * line_height + 2 * PADDING if caption_lines else 0
+    sheet = Image.new("RGB", (columns * tile_w, rows * (tile_h + band)), "white")
     draw = ImageDraw.Draw(sheet)
+    pixels = images.permute(0, 2, 3, 1).cpu().numpy()  # [B, H, W, 3]
     for index in range(count):
-        row, col = divmod(index, columns)
-        x, y = col * tile_w, row * (tile_h + caption_h)
-        tile = Image.fromarray(images[index].permute(1, 2, 0).cpu().numpy())
-        sheet.paste(tile.resize((tile_w, tile_h), Image.NEAREST), (x, y))
-        lines = textwrap.wrap(captions[index], chars_per_line)[:caption_lines]
+        row, column = divmod(index, columns)
+        x, y = column * tile_w, row * (tile_h + band)
+        tile = Image.fromarray(pixels[index]).resize((tile_w, tile_h), Image.Resampling.NEAREST)
+        sheet.paste(tile, (x, y))
+        lines = wrap_caption(captions[index], font, tile_w - 2 * PADDING, caption_lines) if caption_lines else []
         for number, line in enumerate(lines):
-            draw.text((x + 2, y + tile_h + 2 + number * line_height), line, fill="black", font=font)
+            draw.text((x + PADDING, y + tile_h + PADDING + number * line_height), line, fill="black", font=font)
     return sheet
 
 
-def save_contact_sheet(path: Path, images: torch.Tensor, captions: list[str], **kwargs) -> Path:
+def save_contact_sheet(path: Path, images: torch.Tensor, captions: list[str], columns: int | None = None,
+                       caption_lines: int = 2) -> Path:
+    """Build the sheet and write it as PNG to `path` (parent folders created); returns `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    make_contact_sheet(images, captions, **kwargs).save(path)
+    make_contact_sheet(images, captions, columns=columns, caption_lines=caption_lines).save(path, format="PNG")
     return path
