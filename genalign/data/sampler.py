@@ -29,13 +29,19 @@ class PromptGroupBatch:
     prompts: list[str]  # [B] each drawn prompt repeated samples_per_prompt times
     prompt_ids: torch.Tensor  # [B] int64 manifest row (the group's prompt)
     group_ids: torch.Tensor  # [B] int64 group within the step: 0..P-1, each repeated n times
-    seeds: torch.Tensor  # [B] int64 initial-noise / SDE seed of each sample
+    seeds: torch.Tensor  # [B] int64 per-sample seed, distinct within a group: drives the SDE noise
     metadata: list[dict]  # [B] the prompt row's extra manifest fields
+    init_seeds: torch.Tensor | None = None
+    """[B] int64 seed of the initial noise x_T; None = `seeds`. Shared within a group when
+    rollout.same_initial_noise (DanceGRPO), while the SDE noise stays per sample."""
 
     def __post_init__(self) -> None:
+        if self.init_seeds is None:
+            self.init_seeds = self.seeds.clone()
         size = len(self.prompts)
         shapes = {"prompt_ids": tuple(self.prompt_ids.shape), "group_ids": tuple(self.group_ids.shape),
-                  "seeds": tuple(self.seeds.shape), "metadata": (len(self.metadata),)}
+                  "seeds": tuple(self.seeds.shape), "init_seeds": tuple(self.init_seeds.shape),
+                  "metadata": (len(self.metadata),)}
         wrong = {name: shape for name, shape in shapes.items() if shape != (size,)}
         if wrong:
             raise ValueError(f"PromptGroupBatch of {size} prompts has mismatched fields {wrong}")
@@ -47,7 +53,8 @@ class PromptGroupBatch:
         """The samples at `positions` (in that order), e.g. one rollout worker's shard."""
         rows = torch.as_tensor(positions, dtype=torch.long)  # [b]
         return PromptGroupBatch([self.prompts[i] for i in positions], self.prompt_ids[rows],
-                                self.group_ids[rows], self.seeds[rows], [self.metadata[i] for i in positions])
+                                self.group_ids[rows], self.seeds[rows], [self.metadata[i] for i in positions],
+                                self.init_seeds[rows])
 
 
 def _mix(*parts: object) -> int:
@@ -74,11 +81,10 @@ def epoch_permutation(base_seed: int, epoch: int, size: int) -> list[int]:
 class PromptSampler:
     """Draws `prompts_per_step` prompts per step, each repeated `samples_per_prompt` times.
 
-    `same_initial_noise=True` (rollout.same_initial_noise, DanceGRPO-style shared x_T) gives
-    every member of a group the seed of its first member; otherwise every sample has its own
-    seed. Gotcha: with shared seeds the members differ only if the consumer draws the SDE
-    noise from a stream that is *not* seeded by `seeds` alone; a collector that seeds one
-    generator per sample for both x_T and the SDE noise makes the members identical.
+    Every sample has its own `seeds` entry (its SDE noise). `same_initial_noise=True`
+    (rollout.same_initial_noise, DanceGRPO-style shared x_T) gives every member of a group the
+    `init_seeds` entry of its first member, so the group starts from one x_T and still
+    diverges through the SDE noise.
     """
 
     def __init__(self, examples: list[PromptExample], prompts_per_step: int, samples_per_prompt: int, seed: int,
@@ -124,12 +130,12 @@ class PromptSampler:
         chosen = [self.examples[row] for row in self.rows(step)]  # [P]
         count = len(chosen) * n
         seeds = [sample_seed(self.seed, step, i) for i in range(count)]  # [B]
-        if self.same_initial_noise:
-            seeds = [seeds[(i // n) * n] for i in range(count)]  # [B] a group shares its first seed
+        init_seeds = [seeds[(i // n) * n] for i in range(count)] if self.same_initial_noise else seeds  # [B]
         return PromptGroupBatch(
             prompts=[example.prompt for example in chosen for _ in range(n)],
             prompt_ids=torch.tensor([example.prompt_id for example in chosen for _ in range(n)], dtype=torch.long),
             group_ids=torch.arange(len(chosen), dtype=torch.long).repeat_interleave(n),  # [B]
             seeds=torch.tensor(seeds, dtype=torch.long),
             metadata=[dict(example.metadata) for example in chosen for _ in range(n)],
+            init_seeds=torch.tensor(init_seeds, dtype=torch.long),
         )

@@ -46,12 +46,12 @@ def generate(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec) -
     use_cfg = spec.guidance_scale > 1.0
     condition = encode_unique(policy, groups.prompts, with_negative=use_cfg)
     latent_shape = policy.latent_shape(spec.height, spec.width)
-    seeds = groups.seeds.tolist()
+    seeds, init_seeds = groups.seeds.tolist(), groups.init_seeds.tolist()
     chunks = []
     for start in range(0, len(seeds), spec.chunk_size):
         stop = min(start + spec.chunk_size, len(seeds))
         chunk_cond = condition.index(torch.arange(start, stop, device=condition.embeds.device))
-        noise, generators = initial_noise(seeds[start:stop], latent_shape)
+        noise, generators = initial_noise(init_seeds[start:stop], seeds[start:stop], latent_shape)
         latents, log_probs = sample_trajectory(policy, chunk_cond, noise, generators, sigmas,
                                                spec.guidance_scale, spec.noise_level, sde_mask)
         images = policy.decode(latents[:, -1].to(policy.device)).cpu()  # [b, 3, H, W] uint8

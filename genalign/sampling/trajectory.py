@@ -16,11 +16,18 @@ from genalign.models.base import Condition, FlowPolicy
 from genalign.sampling.kernels import flow_sde_step, ode_step
 
 
-def initial_noise(seeds: list[int], latent_shape: tuple[int, ...]) -> tuple[torch.Tensor, list[torch.Generator]]:
-    """x_0 ~ N(0, I) per sample from its own seeded generator; the generators continue to
-    supply that sample's SDE noise. Returns (noise [B, *latent_shape] float32, generators)."""
-    generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
-    noise = torch.stack([torch.randn(latent_shape, generator=g) for g in generators])  # [B, ...]
+SDE_STREAM = 0x5DEECE66D
+"""Offset that separates a sample's SDE-noise stream from its initial-noise stream."""
+
+
+def initial_noise(init_seeds: list[int], seeds: list[int],
+                  latent_shape: tuple[int, ...]) -> tuple[torch.Tensor, list[torch.Generator]]:
+    """x_0 ~ N(0, I) per sample from a generator seeded by its `init_seeds` entry, and one
+    SDE-noise generator per sample from its own `seeds` entry (a separate stream, so a group
+    sharing x_0 still diverges). Returns (noise [B, *latent_shape] float32, SDE generators)."""
+    noise = torch.stack([torch.randn(latent_shape, generator=torch.Generator().manual_seed(int(seed)))
+                         for seed in init_seeds])  # [B, ...]
+    generators = [torch.Generator().manual_seed((int(seed) + SDE_STREAM) % 2**63) for seed in seeds]
     return noise, generators
 
 

@@ -50,3 +50,15 @@ def test_noise_level_zero_is_the_euler_ode(linear_policy):
         v = linear_policy.velocity(x, sigma, cond, 1.0)
         x = ode_step(x, v, float(batch.sigmas[i]), float(batch.sigmas[i + 1]))
         assert torch.allclose(x, batch.latents[:, i + 1], atol=1e-6)
+
+
+def test_shared_initial_noise_still_diverges_through_the_sde(linear_policy):
+    from genalign.data.prompts import PromptExample
+    from genalign.data.sampler import PromptSampler
+
+    examples = [PromptExample(prompt=f"p{i}", prompt_id=i) for i in range(3)]
+    groups = PromptSampler(examples, 2, 3, seed=5, same_initial_noise=True).sample(1)
+    batch = generate(linear_policy, groups, spec())
+    assert torch.equal(batch.latents[0, 0], batch.latents[1, 0])  # one x_T per group
+    assert not torch.equal(batch.latents[0, 0], batch.latents[3, 0])  # groups differ
+    assert not torch.equal(batch.latents[0, -1], batch.latents[1, -1])  # SDE noise is per sample
