@@ -49,9 +49,11 @@ def test_seeds_distinct_per_sample_or_shared_per_group():
     assert distinct.seeds.tolist() == [sample_seed(1, 5, i) for i in range(12)]
     shared = PromptSampler(examples(6), 3, 4, seed=1, same_initial_noise=True).sample(5)
     assert shared.prompts == distinct.prompts
+    assert torch.equal(shared.seeds, distinct.seeds)  # SDE noise stays per sample
+    assert torch.equal(distinct.init_seeds, distinct.seeds)
     for group in range(3):
-        assert shared.seeds[group * 4: group * 4 + 4].tolist() == [sample_seed(1, 5, group * 4)] * 4
-    assert len(set(shared.seeds.tolist())) == 3
+        assert shared.init_seeds[group * 4: group * 4 + 4].tolist() == [sample_seed(1, 5, group * 4)] * 4
+    assert len(set(shared.init_seeds.tolist())) == 3
 
 
 def test_every_prompt_once_per_epoch_even_when_steps_straddle_epochs():
