@@ -45,7 +45,9 @@ def ensure_ray(cpus_needed: float) -> None:
     address = os.environ.get("RAY_ADDRESS") or None
     num_cpus = None if address else max(os.cpu_count() or 1, math.ceil(cpus_needed))
     log.info("reward runtime: ray.init(address=%s, num_cpus=%s)", address, num_cpus)
-    ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+    # address="local" starts a fresh instance instead of attaching to whatever cluster a
+    # stale /tmp/ray/ray_current_cluster points at; joining a cluster is only ever explicit
+    ray.init(address=address or "local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
 
 
 class RewardWorker:

@@ -24,7 +24,7 @@ def ray_session():
 
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     python_path = os.pathsep.join(filter(None, [FAKES_DIR, os.environ.get("PYTHONPATH")]))
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": python_path, "OMP_NUM_THREADS": "1"}})
     yield ray
     ray.shutdown()
