@@ -63,7 +63,7 @@ class Trainer:
         reference = ReferencePolicy(self.policy, cfg.model.train_mode) if self.plan.needs_reference else None
         self.algorithm = ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm, reference)
         self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
-        self.sampler = PromptSampler(load_manifest(cfg.data.manifest), self.plan.prompts_per_step,
+        self.sampler = PromptSampler(load_manifest(cfg.data.manifest, "data.manifest"), self.plan.prompts_per_step,
                                      self.plan.samples_per_prompt, cfg.trainer.seed, shuffle=cfg.data.shuffle,
                                      same_initial_noise=cfg.rollout.same_initial_noise)
         self.spec = setup.rollout_spec(cfg)
