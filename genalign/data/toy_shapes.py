@@ -1,0 +1,175 @@
+"""The toy shapes world: 4 shapes x 6 colours on a grey 16x16 canvas.
+
+Where it fits: the shipped CPU demo (`model.family=toy`, recipe `experiment/toy/shapes_grpo`).
+The toy policy parses prompts with `parse_prompt`, its pretraining (`models/toy/pretrain.py`)
+draws training images with `render_batch`, the toy rewards (`rewards/toy.py`) look up the
+prompted shape and colour, and `datasets/toy/build.py` writes the prompt manifests from
+`all_prompts`. Nothing here depends on torch modules beyond tensors.
+
+A prompt is "a <colour> <shape>" ("a red circle"); articles are optional, word order is free,
+and an unknown word is a `ValueError` that names it. The empty prompt is the unconditional
+prompt used by classifier-free guidance.
+
+Rendering is deterministic under a `numpy.random.Generator`: each shape is drawn with PIL at
+`SUPERSAMPLE`x the output resolution and box-filtered down, which anti-aliases the edges, at a
+random size (`MIN_SIZE`-`MAX_SIZE` of the canvas) and position (fully inside the canvas).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+
+SHAPES: tuple[str, ...] = ("circle", "square", "triangle", "cross")
+"""Shape vocabulary; the index is the classifier label."""
+COLORS: dict[str, tuple[int, int, int]] = {
+    "red": (220, 40, 40),
+    "orange": (240, 140, 20),
+    "yellow": (235, 225, 40),
+    "green": (40, 170, 60),
+    "blue": (40, 80, 225),
+    "purple": (150, 50, 190),
+}
+"""Colour vocabulary -> the RGB the renderer paints with."""
+COLOR_NAMES: tuple[str, ...] = tuple(COLORS)
+BACKGROUND: tuple[int, int, int] = (128, 128, 128)
+"""Mid grey: 0 in the policy's [-1, 1] pixel space, distinct from every colour."""
+ARTICLES = frozenset({"a", "an", "the"})
+IMAGE_SIZE = 16
+SUPERSAMPLE = 4
+MIN_SIZE = 0.45
+MAX_SIZE = 0.85
+"""Shape extent as a fraction of the canvas side (bounding box of the shape)."""
+
+
+@dataclass(frozen=True)
+class ToyPrompt:
+    """A parsed prompt; `shape`/`color` are None only for the empty (unconditional) prompt."""
+
+    color: str | None
+    shape: str | None
+
+    @property
+    def shape_index(self) -> int:
+        if self.shape is None:
+            raise ValueError("the empty prompt has no shape")
+        return SHAPES.index(self.shape)
+
+    @property
+    def color_index(self) -> int:
+        if self.color is None:
+            raise ValueError("the empty prompt has no colour")
+        return COLOR_NAMES.index(self.color)
+
+    @property
+    def text(self) -> str:
+        return "" if self.shape is None else prompt_text(self.color, self.shape)
+
+
+def prompt_text(color: str, shape: str) -> str:
+    """The canonical prompt: "a red circle", "an orange square"."""
+    article = "an" if color[0] in "aeiou" else "a"
+    return f"{article} {color} {shape}"
+
+
+def parse_prompt(prompt: str) -> ToyPrompt:
+    """"a red circle" -> ToyPrompt("red", "circle"); "" -> the unconditional prompt.
+
+    Exactly one colour and one shape word are required; every other word except an article is
+    an error that names it and lists the vocabulary."""
+    words = prompt.lower().replace(",", " ").split()
+    if not words:
+        return ToyPrompt(None, None)
+    unknown = [w for w in words if w not in ARTICLES and w not in COLORS and w not in SHAPES]
+    if unknown:
+        raise ValueError(f"toy prompt {prompt!r}: unknown word(s) {unknown}; the toy world knows the colours "
+                         f"{list(COLOR_NAMES)} and the shapes {list(SHAPES)} (e.g. 'a red circle')")
+    colors = [w for w in words if w in COLORS]
+    shapes = [w for w in words if w in SHAPES]
+    if len(colors) != 1 or len(shapes) != 1:
+        raise ValueError(f"toy prompt {prompt!r}: needs exactly one colour and one shape, found colours {colors} "
+                         f"and shapes {shapes} (e.g. 'a red circle')")
+    return ToyPrompt(colors[0], shapes[0])
+
+
+def all_prompts() -> list[str]:
+    """Every canonical prompt, colour-major (24 prompts)."""
+    return [prompt_text(color, shape) for color in COLOR_NAMES for shape in SHAPES]
+
+
+def _shape_polygon(shape: str, cx: float, cy: float, half: float) -> list[tuple[float, float]]:
+    """Vertices of a polygonal shape centred at (cx, cy) whose bounding box has side 2*half."""
+    if shape == "square":
+        return [(cx - half, cy - half), (cx + half, cy - half), (cx + half, cy + half), (cx - half, cy + half)]
+    if shape == "triangle":  # upright, equal base and height
+        return [(cx, cy - half), (cx + half, cy + half), (cx - half, cy + half)]
+    if shape == "cross":  # a plus sign with arms 2/5 of the extent wide
+        arm = 0.4 * half
+        return [(cx - arm, cy - half), (cx + arm, cy - half), (cx + arm, cy - arm), (cx + half, cy - arm),
+                (cx + half, cy + arm), (cx + arm, cy + arm), (cx + arm, cy + half), (cx - arm, cy + half),
+                (cx - arm, cy + arm), (cx - half, cy + arm), (cx - half, cy - arm), (cx - arm, cy - arm)]
+    raise ValueError(f"no polygon for shape {shape!r}")
+
+
+def render(shape: str, color: str, rng: np.random.Generator, size: int = IMAGE_SIZE) -> np.ndarray:
+    """One anti-aliased image, uint8 [size, size, 3]: `shape` in `color` on the grey background,
+    at a random extent in [MIN_SIZE, MAX_SIZE] x size and a random position inside the canvas."""
+    if shape not in SHAPES or color not in COLORS:
+        raise ValueError(f"render: unknown shape {shape!r} or colour {color!r}")
+    big = size * SUPERSAMPLE
+    extent = rng.uniform(MIN_SIZE, MAX_SIZE) * big  # side of the bounding box, in supersampled pixels
+    half = extent / 2
+    cx = rng.uniform(half, big - half)
+    cy = rng.uniform(half, big - half)
+    canvas = Image.new("RGB", (big, big), BACKGROUND)
+    draw = ImageDraw.Draw(canvas)
+    if shape == "circle":
+        draw.ellipse([cx - half, cy - half, cx + half, cy + half], fill=COLORS[color])
+    else:
+        draw.polygon(_shape_polygon(shape, cx, cy, half), fill=COLORS[color])
+    return np.asarray(canvas.resize((size, size), Image.Resampling.BOX))  # [size, size, 3]
+
+
+def render_batch(shape_indices: list[int], color_indices: list[int], rng: np.random.Generator,
+                 size: int = IMAGE_SIZE) -> torch.Tensor:
+    """uint8 [B, 3, size, size] images of the given (shape, colour) index pairs."""
+    images = [render(SHAPES[s], COLOR_NAMES[c], rng, size) for s, c in zip(shape_indices, color_indices)]
+    return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).contiguous()  # [B, 3, H, W]
+
+
+def random_batch(batch_size: int, rng: np.random.Generator,
+                 colors: tuple[str, ...] = COLOR_NAMES) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A uniformly drawn batch: (images uint8 [B, 3, 16, 16], shape indices [B], colour indices [B]).
+
+    `colors` restricts the colours drawn (indices stay those of COLOR_NAMES)."""
+    allowed = [COLOR_NAMES.index(c) for c in colors]
+    shape_indices = rng.integers(0, len(SHAPES), batch_size)  # [B]
+    color_indices = np.asarray(allowed)[rng.integers(0, len(allowed), batch_size)]  # [B]
+    images = render_batch(shape_indices.tolist(), color_indices.tolist(), rng)
+    return images, torch.from_numpy(shape_indices).long(), torch.from_numpy(color_indices).long()
+
+
+def to_unit_range(images: torch.Tensor) -> torch.Tensor:
+    """uint8 [B, 3, H, W] -> float32 [B, 3, H, W] in [-1, 1] (the toy policy's pixel latents)."""
+    return images.float() / 127.5 - 1.0
+
+
+def from_unit_range(pixels: torch.Tensor) -> torch.Tensor:
+    """float [B, 3, H, W] in [-1, 1] -> uint8 [B, 3, H, W] (clamped, rounded)."""
+    return ((pixels.float().clamp(-1, 1) + 1.0) * 127.5).round().to(torch.uint8)
+
+
+def color_distance(images: torch.Tensor, color_indices: torch.Tensor) -> torch.Tensor:
+    """Euclidean RGB distance of every pixel to its sample's colour: uint8 [B, 3, H, W],
+    long [B] -> float32 [B, H, W] (0 = exactly the colour; the max possible is 255*sqrt(3))."""
+    palette = torch.tensor([COLORS[name] for name in COLOR_NAMES], dtype=torch.float32)  # [C, 3]
+    target = palette[color_indices]  # [B, 3]
+    diff = images.float() - target[:, :, None, None]  # [B, 3, H, W]
+    return diff.pow(2).sum(dim=1).sqrt()  # [B, H, W]
+
+
+MAX_COLOR_DISTANCE = 255 * math.sqrt(3)
