@@ -1,0 +1,122 @@
+"""Rewards of the toy shapes world (the CPU demo): two shape classifiers and a colour rule.
+
+Where it fits: scored by the reward runtime on decoded 16x16 rollout images (uint8
+[B, 3, 16, 16]) with their prompts ("a red circle").
+
+- `toy_shape`        P(prompted shape) under the reward classifier, in [0, 1]: the training reward.
+- `toy_shape_judge`  the same under an independently trained classifier (other seed, width and
+                     augmentations): the eval-only "gold" second opinion. A gain that only the
+                     training classifier sees is reward hacking, not better shapes.
+- `toy_color_area`   fraction of pixels within `max_distance` (RGB) of the prompted colour, in
+                     [0, 1]: a rule reward that is easy to game by painting the whole canvas —
+                     the demo of the gold monitor firing (recipe `color_area_hacking`).
+
+Options (`reward.kwargs.<name>`): `path` ("builtin" = genalign/assets/toy, or a directory written
+by `genalign pretrain-demo --what classifiers --out DIR`) and `score` ("probability" or
+"accuracy" = 1 when the argmax is the prompted shape) for the classifiers; `max_distance` for
+the colour rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genalign.data.toy_shapes import color_distance, parse_prompt
+from genalign.rewards.options import parse_options
+from genalign.rewards.toy_classifier import builtin_classifier_dir, load_classifier
+
+SCORE_KINDS = ("probability", "accuracy")
+
+
+@dataclass
+class ToyShapeOptions:
+    path: str = "builtin"
+    """Directory holding <name>.safetensors + <name>.json; "builtin" = the shipped classifiers."""
+    score: str = "probability"
+    """"probability": P(prompted shape); "accuracy": 1.0 when the argmax is the prompted shape."""
+
+
+@dataclass
+class ToyColorAreaOptions:
+    max_distance: float = 60.0
+    """A pixel counts when its RGB distance to the prompted colour is below this (the palette's
+    closest pair is ~87 apart, the grey background >= 100 from every colour)."""
+
+
+def prompt_labels(prompts: list[str], reward: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(shape indices long [B], colour indices long [B]); an empty or unknown prompt is an error."""
+    parsed = [parse_prompt(p) for p in prompts]
+    empty = [i for i, p in enumerate(parsed) if p.shape is None]
+    if empty:
+        raise ValueError(f"reward {reward!r}: sample {empty[0]} has an empty prompt; toy rewards need "
+                         "'a <colour> <shape>'")
+    return (torch.tensor([p.shape_index for p in parsed], dtype=torch.long),
+            torch.tensor([p.color_index for p in parsed], dtype=torch.long))
+
+
+def check_toy_images(images: torch.Tensor, reward: str) -> None:
+    if images.dtype != torch.uint8 or images.ndim != 4 or tuple(images.shape[1:]) != (3, 16, 16):
+        raise ValueError(f"reward {reward!r} scores uint8 [B, 3, 16, 16] toy images; got {images.dtype} "
+                         f"{tuple(images.shape)}")
+
+
+class ToyShapeReward:
+    """P(prompted shape) under the reward classifier (see the module docstring)."""
+
+    name = "toy_shape"
+    classifier_name = "toy_shape"
+
+    def __init__(self, device: str = "cpu", **kwargs: Any):
+        self.options = parse_options(self.name, ToyShapeOptions, kwargs)
+        if self.options.score not in SCORE_KINDS:
+            raise ValueError(f"reward.kwargs.{self.name}.score={self.options.score!r}: choose one of {SCORE_KINDS}")
+        directory = builtin_classifier_dir() if self.options.path == "builtin" else Path(self.options.path)
+        self.device = torch.device(device)
+        self.classifier = load_classifier(directory, self.classifier_name, self.device)
+
+    def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
+        check_toy_images(images, self.name)
+        shapes, _ = prompt_labels(prompts, self.name)  # [B]
+        probabilities = self.classifier.probabilities(images)  # [B, 4]
+        if self.options.score == "accuracy":
+            return (probabilities.argmax(dim=-1) == shapes).float()  # [B]
+        return probabilities.gather(1, shapes[:, None]).squeeze(1)  # [B]
+
+    def offload(self) -> None:
+        self.classifier.to("cpu")
+
+    def onload(self) -> None:
+        self.classifier.to(self.device)
+
+
+class ToyShapeJudgeReward(ToyShapeReward):
+    """The independent judge classifier: the gold reward of the toy recipes."""
+
+    name = "toy_shape_judge"
+    classifier_name = "toy_shape_judge"
+
+
+class ToyColorAreaReward:
+    """Fraction of pixels painted in the prompted colour (a deliberately hackable rule)."""
+
+    name = "toy_color_area"
+
+    def __init__(self, device: str = "cpu", **kwargs: Any):
+        self.options = parse_options(self.name, ToyColorAreaOptions, kwargs)
+        self.device = device
+
+    def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
+        check_toy_images(images, self.name)
+        _, colors = prompt_labels(prompts, self.name)  # [B]
+        close = color_distance(images, colors) < self.options.max_distance  # [B, H, W]
+        return close.float().mean(dim=(1, 2))  # [B]
+
+    def offload(self) -> None:
+        """Rule reward: nothing to move."""
+
+    def onload(self) -> None:
+        """Rule reward: nothing to move."""

@@ -1,0 +1,159 @@
+"""Shape classifiers of the toy world: the training reward `toy_shape` and the judge `toy_shape_judge`.
+
+Where it fits: `rewards/toy.py` scores rollout images with them; `models/toy/pretrain.py`
+(`genalign pretrain-demo --what classifiers`) regenerates the shipped weights in
+`genalign/assets/toy/` with `train_classifier`.
+
+Two classifiers with different seeds, widths and augmentations, so that one can judge the
+other: a policy that learns to fool the reward CNN (stripes, blobs at its blind spots) should
+not also fool an independently trained network. The reward net sees clean renders with light
+pixel noise; the judge is wider, sees stronger noise, blur and brightness jitter.
+
+Input: uint8 [B, 3, 16, 16] -> logits [B, 4] over `SHAPES` (colour is ignored by design).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from genalign.data.toy_shapes import SHAPES, random_batch, to_unit_range
+
+
+@dataclass(frozen=True)
+class ClassifierSpec:
+    """How one classifier is built and trained (recorded next to its weights)."""
+
+    name: str
+    seed: int
+    width: int
+    """Channels of the first conv; the next two have 2x and 4x."""
+    noise_std: float
+    """Std of Gaussian pixel noise added in [-1, 1] units during training."""
+    blur_prob: float
+    """Probability of a 3x3 box blur on a training image."""
+    brightness_jitter: float
+    """Max absolute shift of all pixels in [-1, 1] units."""
+    steps: int = 1500
+    batch_size: int = 128
+    lr: float = 2e-3
+
+
+REWARD_SPEC = ClassifierSpec(name="toy_shape", seed=1, width=16, noise_std=0.05, blur_prob=0.0,
+                             brightness_jitter=0.0)
+JUDGE_SPEC = ClassifierSpec(name="toy_shape_judge", seed=2, width=24, noise_std=0.15, blur_prob=0.3,
+                            brightness_jitter=0.15)
+
+
+class ShapeClassifier(nn.Module):
+    """Three 3x3 conv layers (16 -> 8 -> 4 spatial) and a linear head over the 4 shapes."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.width = width
+        self.features = nn.Sequential(
+            nn.Conv2d(3, width, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(2 * width, 4 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.head = nn.Linear(4 * width * 4 * 4, len(SHAPES))
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        """pixels float [B, 3, 16, 16] in [-1, 1] -> logits [B, 4]."""
+        return self.head(self.features(pixels).flatten(1))  # [B, 4]
+
+    @torch.no_grad()
+    def probabilities(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 [B, 3, 16, 16] -> float32 [B, 4] softmax over SHAPES."""
+        device = self.head.weight.device
+        return self(to_unit_range(images).to(device)).softmax(dim=-1).float().cpu()  # [B, 4]
+
+
+def augment(pixels: torch.Tensor, spec: ClassifierSpec, generator: torch.Generator) -> torch.Tensor:
+    """Training-time augmentation of pixels [B, 3, H, W] in [-1, 1] (see ClassifierSpec)."""
+    batch = pixels.shape[0]
+    if spec.blur_prob > 0:
+        blurred = F.avg_pool2d(F.pad(pixels, (1, 1, 1, 1), mode="replicate"), 3, stride=1)  # [B, 3, H, W]
+        chosen = torch.rand(batch, generator=generator) < spec.blur_prob  # [B]
+        pixels = torch.where(chosen[:, None, None, None], blurred, pixels)
+    if spec.brightness_jitter > 0:
+        shift = (torch.rand(batch, 1, 1, 1, generator=generator) * 2 - 1) * spec.brightness_jitter  # [B, 1, 1, 1]
+        pixels = pixels + shift
+    if spec.noise_std > 0:
+        pixels = pixels + spec.noise_std * torch.randn(pixels.shape, generator=generator)
+    return pixels.clamp(-1, 1)
+
+
+def train_classifier(spec: ClassifierSpec, steps: int | None = None, log_every: int = 250) -> tuple[ShapeClassifier, dict]:
+    """Train one classifier on freshly rendered images (deterministic under spec.seed on a
+    fixed thread count). Returns (classifier in eval mode, record with held-out accuracy)."""
+    steps = spec.steps if steps is None else steps
+    torch.manual_seed(spec.seed)
+    rng = np.random.default_rng(spec.seed)
+    generator = torch.Generator().manual_seed(spec.seed)
+    model = ShapeClassifier(spec.width)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=1e-4)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=spec.lr, total_steps=steps, pct_start=0.1)
+    start = time.perf_counter()
+    for step in range(1, steps + 1):
+        images, shapes, _ = random_batch(spec.batch_size, rng)
+        loss = F.cross_entropy(model(augment(to_unit_range(images), spec, generator)), shapes)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        if log_every and step % log_every == 0:
+            print(f"[{spec.name}] step {step}/{steps} loss {loss.item():.4f} ({time.perf_counter() - start:.0f}s)",
+                  flush=True)
+    model.eval()
+    accuracy = render_accuracy(model, np.random.default_rng(10_000 + spec.seed))
+    record = {"spec": asdict(spec), "steps": steps, "render_accuracy": accuracy,
+              "train_seconds": round(time.perf_counter() - start, 1)}
+    return model, record
+
+
+@torch.no_grad()
+def render_accuracy(model: ShapeClassifier, rng: np.random.Generator, count: int = 2048) -> float:
+    """Accuracy on `count` fresh clean renders."""
+    images, shapes, _ = random_batch(count, rng)
+    return (model.probabilities(images).argmax(dim=-1) == shapes).float().mean().item()
+
+
+def save_classifier(model: ShapeClassifier, directory: str | Path, name: str, record: dict) -> Path:
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+              str(directory / f"{name}.safetensors"))
+    (directory / f"{name}.json").write_text(json.dumps({"width": model.width, "shapes": list(SHAPES), **record},
+                                                       indent=1))
+    return directory / f"{name}.safetensors"
+
+
+def load_classifier(directory: str | Path, name: str, device: str | torch.device = "cpu") -> ShapeClassifier:
+    """The classifier `name` (toy_shape | toy_shape_judge) from `directory`, in eval mode."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    weights, config_path = directory / f"{name}.safetensors", directory / f"{name}.json"
+    if not weights.is_file() or not config_path.is_file():
+        raise FileNotFoundError(f"reward {name!r}: no classifier {weights} (+ .json); regenerate it with "
+                                "`genalign pretrain-demo --what classifiers`")
+    config = json.loads(config_path.read_text())
+    if tuple(config["shapes"]) != SHAPES:
+        raise ValueError(f"{config_path}: classifier shapes {config['shapes']} differ from the toy world "
+                         f"{list(SHAPES)}; regenerate it with `genalign pretrain-demo --what classifiers`")
+    model = ShapeClassifier(int(config["width"]))
+    model.load_state_dict(load_file(str(weights)), strict=True)
+    return model.to(device).eval().requires_grad_(False)
+
+
+def builtin_classifier_dir() -> Path:
+    return Path(__file__).resolve().parents[1] / "assets" / "toy"
