@@ -11,35 +11,55 @@ import torch
 
 
 def time_shift(sigmas: torch.Tensor, shift: float) -> torch.Tensor:
-    """Static SD3 time shift σ' = sσ / (1 + (s − 1)σ); s = 1 is the identity."""
+    """Static SD3 time shift σ' = s·σ / (1 + (s − 1)·σ) (ALGORITHMS §1); s = 1 is the identity.
+
+    Keeps the dtype of `sigmas`; maps 0 -> 0 and 1 -> 1 for any s > 0.
+    """
     return shift * sigmas / (1 + (shift - 1) * sigmas)
+
+
+def _numpy_linspace(start: float, stop: float, num: int) -> torch.Tensor:
+    """float64 [num] evenly spaced, computed as `numpy.linspace` does (start + i·step, last
+    element set to `stop`), so the schedule matches diffusers bit for bit."""
+    if num == 1:
+        return torch.tensor([start], dtype=torch.float64)
+    step = (stop - start) / (num - 1)
+    values = torch.arange(num, dtype=torch.float64) * step + start  # [num]
+    values[-1] = stop
+    return values
 
 
 def flow_match_sigmas(num_steps: int, shift: float = 3.0, *, diffusers_compat: bool = True,
                       num_train_timesteps: int = 1000) -> torch.Tensor:
-    """The sampling schedule σ_0 = 1 > … > σ_N = 0, float32 [num_steps + 1].
+    """The sampling schedule σ_0 = 1 > … > σ_N = 0, float32 [num_steps + 1] (ALGORITHMS §1).
 
-    diffusers_compat=True reproduces `FlowMatchEulerDiscreteScheduler(shift=s).set_timesteps(N)`:
-    the scheduler stores already-shifted σ_min/σ_max, spaces timesteps linearly between
-    them and shifts again, so the last non-zero σ is "double-shifted" (SD3.5, s=3, N=10:
-    0.0089 instead of ≈0.003; huggingface/diffusers#13243). Models were tuned with that
-    schedule, so it is the default. diffusers_compat=False gives shift(linspace(1, 0, N+1)).
+    diffusers_compat=True reproduces `FlowMatchEulerDiscreteScheduler(shift=s).set_timesteps(N)`
+    bit for bit: the scheduler keeps the *shifted* training endpoints σ_max = 1 and
+    σ_min = shift(1/T) (float32), spaces N timesteps linearly between T·σ_max and T·σ_min
+    (float64) and shifts them again, so the last non-zero σ is "double-shifted" (SD3.5, s=3,
+    N=10: 0.0089 instead of ≈0.003; huggingface/diffusers#13243, §9.6). Models were tuned with
+    that schedule, so it is the default.
+
+    diffusers_compat=False gives the exact shift(linspace(1, 0, N + 1)).
     """
     if num_steps < 1:
         raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+    if shift <= 0:
+        raise ValueError(f"shift must be > 0, got {shift}")
     if diffusers_compat:
-        # training sigmas of the scheduler: shift(t) for t = linspace(1, 1/T, T)
-        train_sigmas = time_shift(torch.linspace(1.0, 1.0 / num_train_timesteps, num_train_timesteps,
-                                                 dtype=torch.float64), shift)
-        sigma_max, sigma_min = train_sigmas[0].item(), train_sigmas[-1].item()
-        timesteps = torch.linspace(sigma_max * num_train_timesteps, sigma_min * num_train_timesteps, num_steps,
-                                   dtype=torch.float64)  # [N]
+        # the scheduler's training sigmas at t = T/T and 1/T, shifted in float32
+        train_ends = time_shift(torch.tensor([num_train_timesteps, 1.0], dtype=torch.float32)
+                                / num_train_timesteps, shift)  # [2]
+        sigma_max, sigma_min = train_ends[0].item(), train_ends[1].item()
+        timesteps = _numpy_linspace(sigma_max * num_train_timesteps, sigma_min * num_train_timesteps,
+                                    num_steps)  # [N] float64
         sigmas = time_shift(timesteps / num_train_timesteps, shift)  # [N]
     else:
         sigmas = time_shift(torch.linspace(1.0, 0.0, num_steps + 1, dtype=torch.float64)[:-1], shift)  # [N]
-    return torch.cat([sigmas, torch.zeros(1, dtype=torch.float64)]).float()  # [N+1]
+    return torch.cat([sigmas.float(), torch.zeros(1)])  # [N+1] float32
 
 
 def model_timesteps(sigmas: torch.Tensor, scale: float = 1000.0) -> torch.Tensor:
-    """The denoiser's timestep input for σ (SD3/Wan: 1000σ; FLUX/Qwen pipelines: σ)."""
+    """The denoiser's timestep input for σ: scale·σ (SD3/Wan: 1000σ; FLUX/Qwen pipelines: σ,
+    i.e. scale=1). Same shape and dtype as `sigmas`."""
     return sigmas * scale

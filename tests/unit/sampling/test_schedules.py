@@ -1,0 +1,65 @@
+"""Sigma schedules: diffusers parity (bitwise), the §1 worked example, exact shift mode."""
+
+import pytest
+import torch
+from diffusers import FlowMatchEulerDiscreteScheduler
+
+from genalign.sampling.schedules import flow_match_sigmas, model_timesteps, time_shift
+
+# ALGORITHMS §1 worked example: SD3.5-M, shift 3, 10 steps (diffusers formulas, double-shifted end)
+SD35_SIGMAS = [1.0000, 0.9601, 0.9133, 0.8577, 0.7904, 0.7073, 0.6022, 0.4649, 0.2780, 0.0089, 0.0]
+
+
+def test_time_shift_hand_values():
+    # s=3: 3*0.5 / (1 + 2*0.5) = 0.75 ; 3*0.25 / (1 + 0.5) = 0.5 ; endpoints fixed
+    sigmas = torch.tensor([0.0, 0.25, 0.5, 1.0], dtype=torch.float64)
+    assert time_shift(sigmas, 3.0).tolist() == [0.0, 0.5, 0.75, 1.0]
+    assert torch.equal(time_shift(sigmas, 1.0), sigmas)
+
+
+def test_sd35_worked_example():
+    sigmas = flow_match_sigmas(10, 3.0)
+    assert sigmas.dtype == torch.float32 and sigmas.shape == (11,)
+    torch.testing.assert_close(sigmas, torch.tensor(SD35_SIGMAS), atol=5e-5, rtol=0)
+    # double shift: last timestep = 1000*shift(1/1000) = 2.994, shifted again -> 0.0089 (not 0.003)
+    assert sigmas[-2].item() == pytest.approx(0.0089, abs=5e-5)
+
+
+@pytest.mark.parametrize("shift", [1.0, 3.0, 2.5, 0.7])
+@pytest.mark.parametrize("num_steps", [1, 2, 10, 28, 40])
+def test_matches_diffusers_scheduler_bitwise(shift, num_steps):
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=shift)
+    scheduler.set_timesteps(num_steps)
+    assert torch.equal(flow_match_sigmas(num_steps, shift), scheduler.sigmas)
+
+
+def test_exact_mode_is_shifted_linspace():
+    sigmas = flow_match_sigmas(4, 3.0, diffusers_compat=False)
+    # shift 3 of 1, 0.75, 0.5, 0.25, 0: 1, 2.25/2.5=0.9, 1.5/2=0.75, 0.75/1.5=0.5, 0
+    torch.testing.assert_close(sigmas, torch.tensor([1.0, 0.9, 0.75, 0.5, 0.0]), atol=1e-7, rtol=0)
+    assert sigmas.dtype == torch.float32
+    # SD3.5, 10 steps: the exact last non-zero sigma is shift(0.1) = 0.3 / 1.2 = 0.25, and the
+    # exact schedule differs from the diffusers one (whose linspace runs from 1 to 0.003, §9.6)
+    exact = flow_match_sigmas(10, 3.0, diffusers_compat=False)
+    assert exact[-2].item() == pytest.approx(0.25, abs=1e-7)
+    assert not torch.equal(exact, flow_match_sigmas(10, 3.0))
+
+
+@pytest.mark.parametrize("compat", [True, False])
+def test_schedule_is_strictly_decreasing_from_one_to_zero(compat):
+    sigmas = flow_match_sigmas(25, 3.0, diffusers_compat=compat)
+    assert sigmas[0].item() == 1.0 and sigmas[-1].item() == 0.0
+    assert bool((sigmas[1:] < sigmas[:-1]).all())
+
+
+def test_invalid_arguments():
+    with pytest.raises(ValueError, match="num_steps"):
+        flow_match_sigmas(0)
+    with pytest.raises(ValueError, match="shift"):
+        flow_match_sigmas(10, 0.0)
+
+
+def test_model_timesteps():
+    sigmas = torch.tensor([1.0, 0.5, 0.0])
+    assert model_timesteps(sigmas).tolist() == [1000.0, 500.0, 0.0]
+    assert torch.equal(model_timesteps(sigmas, scale=1.0), sigmas)
