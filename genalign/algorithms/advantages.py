@@ -1,7 +1,13 @@
-"""Group-relative advantages (ALGORITHMS §2.4, §7 multi-reward).
+"""Group-relative advantages (ALGORITHMS §2.4, §7 multi-reward, §9.5, §9.15).
 
-Where it fits: step 4 of the loop, between the reward runtime and the loss. Pure torch:
-rewards [B] and group ids [B] in, advantages [B] out, no Python loop over groups.
+Where it fits: step 4 of the loop, between the reward runtime and the loss. The trainer
+gathers every sample's reward and group id (a group = the G samples of one prompt, §9.11),
+calls `aggregate_advantages`, and the algorithm clamps them with `clip_advantages`.
+
+Pure torch: rewards [B] and group ids [B] in, float32 advantages [B] out. Groups are
+handled with `unique(return_inverse)` + `index_add_`/`scatter_reduce_` — no Python loop
+over groups — and statistics are accumulated in float64 so that a constant group is
+detected exactly (min == max) rather than through a rounded std.
 """
 
 from __future__ import annotations
@@ -12,80 +18,136 @@ STD_CONVENTIONS = ("population", "unbiased")
 AGGREGATION_MODES = ("weighted_sum", "advantage_sum")
 
 
-def _group_moments(rewards: torch.Tensor, group_ids: torch.Tensor, ddof: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sample group mean and std [B], via scatter sums over dense group indices."""
-    _, dense = torch.unique(group_ids, return_inverse=True)  # [B] in 0..G-1
-    num_groups = int(dense.max().item()) + 1
-    rewards = rewards.double()
-    counts = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, dense, torch.ones_like(rewards))  # [G]
-    sums = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, dense, rewards)  # [G]
-    means = sums / counts  # [G]
+def _check_rewards(rewards: torch.Tensor, group_ids: torch.Tensor) -> None:
+    if rewards.dim() != 1 or rewards.numel() == 0:
+        raise ValueError(f"rewards must be a non-empty [B] tensor, got shape {tuple(rewards.shape)}")
+    if group_ids.shape != rewards.shape:
+        raise ValueError(f"group_ids shape {tuple(group_ids.shape)} != rewards shape {tuple(rewards.shape)}")
+    if not bool(torch.isfinite(rewards).all()):
+        bad = torch.nonzero(~torch.isfinite(rewards)).flatten().tolist()
+        raise ValueError(f"rewards are not finite at samples {bad[:10]}: a NaN/inf reward would poison "
+                         "the group statistics; fix the reward function")
+
+
+def _dense_group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Arbitrary (unsorted, interleaved) ids -> dense indices [B] in 0..G-1, and G."""
+    unique_ids, dense = torch.unique(group_ids, return_inverse=True)  # [G], [B]
+    return dense, unique_ids.numel()
+
+
+def _group_sum(values: torch.Tensor, dense: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Σ over each group: [B] -> [G]."""
+    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, dense, values)
+
+
+def _is_constant_group(rewards: torch.Tensor, dense: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """[G] bool: every reward of the group is equal (min == max, exact)."""
+    full = torch.full((num_groups,), float("inf"), dtype=rewards.dtype, device=rewards.device)
+    group_min = full.scatter_reduce(0, dense, rewards, reduce="amin")  # [G]
+    group_max = (-full).scatter_reduce(0, dense, rewards, reduce="amax")  # [G]
+    return group_min == group_max
+
+
+def _group_mean_std(rewards: torch.Tensor, dense: torch.Tensor, num_groups: int,
+                    ddof: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-group mean and std [G], [G] (float64 in, float64 out).
+
+    With ddof=1 a group of one sample has an undefined std (0/0); it is treated as 0, and the
+    sample's advantage is 0 anyway because it is its own group mean.
+    """
+    counts = _group_sum(torch.ones_like(rewards), dense, num_groups)  # [G]
+    means = _group_sum(rewards, dense, num_groups) / counts  # [G]
     squared = (rewards - means[dense]) ** 2  # [B]
-    sq_sums = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, dense, squared)  # [G]
-    # a group of one sample has no spread under either convention (unbiased would be 0/0)
+    sq_sums = _group_sum(squared, dense, num_groups)  # [G]
     variance = torch.where(counts > ddof, sq_sums / (counts - ddof).clamp(min=1), torch.zeros_like(sq_sums))  # [G]
-    return means[dense], variance.sqrt()[dense]  # [B], [B]
+    return means, variance.sqrt()  # [G], [G]
 
 
 def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, *, per_prompt: bool = True,
                      global_std: bool = True, std: str = "population", eps: float = 1e-4,
                      normalize_by_std: bool = True) -> torch.Tensor:
-    """A = (r − mean_group) / (std + eps), float32 [B].
+    """A_k = (R_k − mean_group(R)) / (std + eps), float32 [B] (ALGORITHMS §2.4).
 
-    std is the whole batch's (`global_std`, Flow-GRPO SD3 default) or the group's;
-    "population" (ddof=0, numpy, Flow-GRPO) or "unbiased" (ddof=1, torch, DanceGRPO/verl).
-    A zero-variance group gets exactly 0 (its numerator is 0). `per_prompt=False`
-    normalises over the whole batch; `normalize_by_std=False` only centres (Dr.GRPO).
+    rewards [B], group_ids [B] (any integer ids, in any order; equal id = same prompt group).
+    * `global_std=True` (Flow-GRPO SD3 default): std of the whole batch; else the group's std.
+    * `std`: "population" (ddof=0; numpy, Flow-GRPO) or "unbiased" (ddof=1; torch.std,
+      DanceGRPO/verl). Under "unbiased" a group of one sample has std 0 (and advantage 0).
+    * `per_prompt=False`: the whole batch is one group, A = (R − mean(R)) / (std(R) + eps).
+    * `normalize_by_std=False`: mean-centering only, A = R − mean_group(R) (Dr.GRPO).
+    A zero-variance group (all rewards equal, incl. a group of one) gets exactly 0: its
+    numerator is 0, and the division is skipped, so eps = 0 cannot produce 0/0 (§9.5).
     """
     if std not in STD_CONVENTIONS:
         raise ValueError(f"algorithm.advantage.std={std!r}: choose one of {STD_CONVENTIONS}")
+    if eps < 0:
+        raise ValueError(f"algorithm.advantage.eps must be >= 0, got {eps}")
+    _check_rewards(rewards, group_ids)
     ddof = 0 if std == "population" else 1
-    if not per_prompt:
-        group_ids = torch.zeros_like(group_ids)
-    means, group_std = _group_moments(rewards, group_ids, ddof)  # [B], [B]
-    centred = rewards.double() - means  # [B]
-    if not normalize_by_std:
-        return centred.float()
-    if global_std:
-        _, batch_std = _group_moments(rewards, torch.zeros_like(group_ids), ddof)
-        scale = batch_std
+    values = rewards.double()  # [B]
+    if per_prompt:
+        dense, num_groups = _dense_group_index(group_ids)  # [B], G
     else:
-        scale = group_std
-    return (centred / (scale + eps)).float()  # [B]
+        dense, num_groups = torch.zeros_like(group_ids, dtype=torch.long), 1  # [B]
+    means, group_std = _group_mean_std(values, dense, num_groups, ddof)  # [G], [G]
+    constant = _is_constant_group(values, dense, num_groups)[dense]  # [B]
+    centred = values - means[dense]  # [B]
+    if normalize_by_std:
+        if global_std:
+            whole_batch = torch.zeros_like(dense)  # [B]
+            scale = _group_mean_std(values, whole_batch, 1, ddof)[1].expand_as(values)  # [B]
+        else:
+            scale = group_std[dense]  # [B]
+        denominator = torch.where(constant, torch.ones_like(scale), scale + eps)  # [B]
+        centred = centred / denominator  # [B]
+    advantages = torch.where(constant, torch.zeros_like(centred), centred)  # [B]
+    return advantages.float()
 
 
 def zero_std_group_fraction(rewards: torch.Tensor, group_ids: torch.Tensor) -> float:
-    """Fraction of groups whose rewards are all equal (they carry no learning signal)."""
-    _, group_std = _group_moments(rewards, group_ids, ddof=0)  # [B], constant within a group
-    _, dense = torch.unique(group_ids, return_inverse=True)  # [B]
-    per_group = torch.zeros(int(dense.max()) + 1, dtype=torch.float64).scatter_(0, dense, group_std)  # [G]
-    return (per_group == 0).double().mean().item()
+    """Fraction of groups whose rewards are all equal: they carry no learning signal
+    (Flow-GRPO logs it as `zero_std_ratio`, §2.4)."""
+    _check_rewards(rewards, group_ids)
+    dense, num_groups = _dense_group_index(group_ids)  # [B], G
+    constant = _is_constant_group(rewards.double(), dense, num_groups)  # [G]
+    return constant.double().mean().item()
 
 
 def aggregate_advantages(component_rewards: dict[str, torch.Tensor], weights: dict[str, float],
                          group_ids: torch.Tensor, mode: str, **group_kwargs) -> torch.Tensor:
-    """Combine reward components into one advantage [B].
+    """Combine reward components into one advantage, float32 [B] (ALGORITHMS §2.4, §7).
 
-    "weighted_sum": R = Σ_k w_k r_k, then one group normalisation (Flow-GRPO, NFT).
-    "advantage_sum": A = Σ_k w_k·A_k with each A_k normalised in its group (DanceGRPO /
-    MixGRPO `advantage_aggr`); uses the same eps and std convention as `group_kwargs`.
+    * "weighted_sum": R = Σ_k w_k r_k, then one `group_advantages(R)` (Flow-GRPO, NFT).
+    * "advantage_sum": A = Σ_k w_k · group_advantages(r_k) (DanceGRPO / MixGRPO
+      `advantage_aggr`). Each component is normalised with the same `group_kwargs` — the
+      same eps (default 1e-4, as Flow-GRPO) and std convention — so switching the mode
+      changes only the aggregation, not the normaliser.
+    `group_kwargs` are passed to `group_advantages`. `weights` must name exactly the components.
     """
     if mode not in AGGREGATION_MODES:
         raise ValueError(f"reward.aggregation={mode!r}: choose one of {AGGREGATION_MODES}")
+    if not component_rewards:
+        raise ValueError("aggregate_advantages needs at least one reward component")
+    if set(component_rewards) != set(weights):
+        raise ValueError(f"reward components {sorted(component_rewards)} and weights {sorted(weights)} "
+                         "must name the same rewards")
     names = list(component_rewards)
     if mode == "weighted_sum":
         total = sum(weights[name] * component_rewards[name].double() for name in names)  # [B]
         return group_advantages(total, group_ids, **group_kwargs)
-    return sum(weights[name] * group_advantages(component_rewards[name], group_ids, **group_kwargs).double()
-               for name in names).float()  # [B]
+    per_component = [weights[name] * group_advantages(component_rewards[name], group_ids, **group_kwargs).double()
+                     for name in names]  # K x [B]
+    return torch.stack(per_component).sum(dim=0).float()  # [B]
 
 
 def clip_advantages(advantages: torch.Tensor, adv_clip_max: float) -> torch.Tensor:
-    """Â = clamp(A, −adv_clip_max, +adv_clip_max) (Flow-GRPO: 5)."""
+    """Â = clamp(A, −adv_clip_max, +adv_clip_max) (ALGORITHMS §2.5; Flow-GRPO: 5). Same shape."""
+    if adv_clip_max <= 0:
+        raise ValueError(f"algorithm.adv_clip_max must be > 0, got {adv_clip_max}")
     return advantages.clamp(-adv_clip_max, adv_clip_max)
 
 
 def advantage_stats(advantages: torch.Tensor) -> dict[str, float]:
+    """mean / std (population) / min / max / abs_mean of the advantages, for logging."""
     values = advantages.double()
     return {"mean": values.mean().item(), "std": values.std(unbiased=False).item(), "min": values.min().item(),
             "max": values.max().item(), "abs_mean": values.abs().mean().item()}
