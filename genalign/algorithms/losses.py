@@ -1,6 +1,8 @@
 """Policy-gradient losses and KL terms (pure; ALGORITHMS §2.5).
 
-Where it fits: `algorithms/grpo.py` composes these per (micro-batch, denoising step).
+Where it fits: `algorithms/grpo.py` composes these per (micro-batch, trained denoising step):
+the replayed log-probs and stored rollout log-probs go into `clipped_policy_loss`, and the
+optional β·KL to the reference policy uses `latent_mean_kl` or `velocity_kl`.
 """
 
 from __future__ import annotations
@@ -19,31 +21,45 @@ class PolicyLossOutput(NamedTuple):
 
 def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
                         clip_range: float) -> PolicyLossOutput:
-    """PPO clipped surrogate: mean_b max(−Â·r, −Â·clip(r, 1 − ε, 1 + ε)), r = exp(ℓ − ℓ_old).
+    """PPO clipped surrogate (ALGORITHMS §2.5), all inputs [B]:
 
-    `advantages` are expected already clamped (`clip_advantages`). With ℓ == ℓ_old the ratio
-    is exactly 1 and the loss is −mean(Â).
+        r = exp(ℓ − ℓ_old),   loss = mean_b max(−Â·r, −Â·clip(r, 1 − ε, 1 + ε))
+
+    `advantages` are expected already clamped to ±adv_clip_max (`clip_advantages`).
+    ℓ_old and Â are treated as constants. With ℓ == ℓ_old the ratio is exactly 1 and the loss
+    is −mean(Â). A sample whose ratio is outside [1 − ε, 1 + ε] on the side its advantage
+    pushes towards gets zero gradient. The stats are detached: approx_kl = ½·mean((ℓ − ℓ_old)²),
+    clipped_fraction = mean(|r − 1| > ε).
     """
+    if clip_range <= 0:
+        raise ValueError(f"algorithm.clip_range must be > 0, got {clip_range}")
     log_ratio = log_probs - old_log_probs.detach()  # [B]
     ratio = torch.exp(log_ratio)  # [B]
+    advantages = advantages.detach()  # [B]
     unclipped = -advantages * ratio  # [B]
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)  # [B]
-    loss = torch.maximum(unclipped, clipped).mean()
+    loss = torch.maximum(unclipped, clipped).mean()  # []
     with torch.no_grad():
-        clipped_fraction = ((ratio - 1.0).abs() > clip_range).float().mean()
-        approx_kl = 0.5 * (log_ratio ** 2).mean()
+        clipped_fraction = ((ratio - 1.0).abs() > clip_range).float().mean()  # []
+        approx_kl = 0.5 * (log_ratio ** 2).mean()  # []
     return PolicyLossOutput(loss, ratio.detach(), clipped_fraction, approx_kl)
 
 
 def latent_mean_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std_dev_t: torch.Tensor) -> torch.Tensor:
-    """KL_j = mean_dims (μ_θ − μ_ref)² / (2 s_j²) [B], the Flow-GRPO code convention: s_j is the
-    noise scale (without sqrt(−Δσ)), so this is the paper's KL × Δt as a per-dim mean
-    (ALGORITHMS §2.5; flow_grpo#78). β values quoted by Flow-GRPO are for this convention."""
-    s = std_dev_t.float()
-    s = s.view(-1, *([1] * (mean.dim() - 1))) if s.dim() == 1 else s
-    return ((mean - ref_mean) ** 2 / (2 * s ** 2)).flatten(1).mean(dim=1)  # [B]
+    """KL_j = mean_{non-batch dims} (μ_θ − μ_ref)² / (2 s_j²)  -> float32 [B] (ALGORITHMS §2.5).
+
+    The Flow-GRPO code convention: s_j is the noise scale `std_dev_t` from
+    `kernels.sde_noise_scale` — *without* sqrt(−Δσ) — so this is the paper's per-step KL × Δt,
+    as a per-dim mean (flow_grpo#78). β values quoted by Flow-GRPO are for this convention.
+    `std_dev_t`: 0-d, [B], or broadcastable to `mean`. Gradient flows through `mean`.
+    """
+    scale = std_dev_t.float()
+    scale = scale.view(-1, *([1] * (mean.dim() - 1))) if scale.dim() == 1 else scale  # [B, 1, ...]
+    squared = (mean.float() - ref_mean.float()) ** 2  # [B, ...]
+    return (squared / (2 * scale ** 2)).flatten(1).mean(dim=1)  # [B]
 
 
 def velocity_kl(velocity: torch.Tensor, ref_velocity: torch.Tensor) -> torch.Tensor:
-    """mean_dims (v_θ − v_ref)² [B]: the velocity-space regulariser (flow_grpo#198)."""
+    """mean_{non-batch dims} (v_θ − v_ref)²  -> float32 [B]: the velocity-space regulariser the
+    Flow-GRPO author recommends when training without CFG and testing with it (flow_grpo#198)."""
     return ((velocity.float() - ref_velocity.float()) ** 2).flatten(1).mean(dim=1)  # [B]
