@@ -1,0 +1,116 @@
+"""`ToyPolicy`: the shipped CPU demo model behind the `FlowPolicy` protocol.
+
+Where it fits: `model.family=toy` (the default recipe `experiment/toy/shapes_grpo`). The
+collector samples with `velocity` + the SDE kernels, replay calls the same `velocity` with
+gradients, the toy rewards see `decode`d uint8 16x16 images. It is deliberately the SD3 code
+path in miniature (network.py): same transformer class, timestep 1000·σ, batched true CFG over
+[uncond, cond], same LoRA targets — only there is no VAE (latents are the pixels in [-1, 1],
+[3, 16, 16]) and the text encoder is a learned lookup of the prompt's colour and shape words.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from genalign.data.toy_shapes import IMAGE_SIZE, from_unit_range
+from genalign.models.base import Condition, ModelConfig, resolve_device, resolve_dtype
+from genalign.models.sd3 import SD3_LORA_TARGETS
+from genalign.models.toy.network import ToyTextEncoder, load_toy_model
+from genalign.sampling.schedules import flow_match_sigmas
+
+BUILTIN = "builtin"
+"""`model.path=builtin`: the weights shipped in genalign/assets/toy/."""
+
+
+def builtin_dir() -> Path:
+    return Path(__file__).resolve().parents[2] / "assets" / "toy"
+
+
+def resolve_toy_path(path: str | Path) -> Path:
+    return builtin_dir() if str(path) == BUILTIN else Path(path).expanduser()
+
+
+class ToyPolicy:
+    """Tiny pixel-space SD3 transformer + lookup text encoder; see the module docstring."""
+
+    family = "toy"
+    lora_target_modules = SD3_LORA_TARGETS
+    diffusers_pipeline = None
+    """No diffusers pipeline loads a pixel-space model, so checkpoints export no diffusers LoRA."""
+
+    def __init__(self, transformer: torch.nn.Module, text_encoder: ToyTextEncoder, device: torch.device,
+                 dtype: torch.dtype = torch.float32, shift: float = 1.0):
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.shift = shift
+        transformer.to(device=self.device)
+        if next(transformer.parameters()).dtype != dtype:  # diffusers warns on every cast
+            transformer.to(dtype=dtype)
+        self.transformer = transformer.requires_grad_(False)
+        self.text_encoder = text_encoder.to(self.device).requires_grad_(False).eval()
+        self.patch_size = int(transformer.config.patch_size)
+        self.image_size = int(transformer.config.sample_size)
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> "ToyPolicy":
+        return cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device))
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path = BUILTIN, dtype: torch.dtype = torch.float32,
+                        device: str | torch.device = "cpu") -> "ToyPolicy":
+        """Load "builtin" (the shipped weights) or a directory written by `genalign pretrain-demo`;
+        the transformer goes through `SD3Transformer2DModel.from_pretrained`."""
+        transformer, text_encoder, record = load_toy_model(resolve_toy_path(path), dtype)
+        return cls(transformer, text_encoder, torch.device(device), dtype, float(record.get("shift", 1.0)))
+
+    @torch.no_grad()
+    def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
+        """embeds [B, 2, 32] (colour, shape tokens), pooled [B, 64]; the negative is the empty
+        prompt. An unknown word is a ValueError naming it."""
+        embeds, pooled = self.text_encoder(self.text_encoder.token_ids(list(prompts)))  # [B, 2, D], [B, 2D]
+        if not with_negative:
+            return Condition(embeds=embeds, pooled=pooled)
+        negative, negative_pooled = self.text_encoder(self.text_encoder.token_ids([""] * len(prompts)))
+        return Condition(embeds=embeds, pooled=pooled, negative_embeds=negative, negative_pooled=negative_pooled)
+
+    def _forward(self, latents: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
+                 pooled: torch.Tensor) -> torch.Tensor:
+        return self.transformer(hidden_states=latents.to(self.device, self.dtype), timestep=timestep,
+                                encoder_hidden_states=embeds.to(self.device, self.dtype),
+                                pooled_projections=pooled.to(self.device, self.dtype),
+                                return_dict=False)[0].float()
+
+    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
+                 guidance_scale: float) -> torch.Tensor:
+        """v̂ [B, 3, 16, 16] float32 at sigma [B] (a scalar is broadcast); timestep = 1000·σ as in
+        SD3. guidance_scale > 1: one batched forward over [uncond, cond], v_u + w (v_c - v_u)."""
+        batch = latents.shape[0]
+        timestep = (sigma.to(self.device, torch.float32) * 1000.0).expand(batch)  # [B]
+        if guidance_scale <= 1.0:
+            return self._forward(latents, timestep, cond.embeds, cond.pooled)  # [B, 3, H, W]
+        if cond.negative_embeds is None or cond.negative_pooled is None:
+            raise ValueError(f"guidance_scale={guidance_scale} > 1 needs prompts encoded with_negative=True "
+                             "(the empty-prompt branch of CFG)")
+        prediction = self._forward(torch.cat([latents, latents]), torch.cat([timestep, timestep]),
+                                   torch.cat([cond.negative_embeds, cond.embeds]),
+                                   torch.cat([cond.negative_pooled, cond.pooled]))  # [2B, 3, H, W]
+        uncond, text = prediction.chunk(2)  # [B, 3, H, W] each
+        return uncond + guidance_scale * (text - uncond)  # [B, 3, H, W]
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Pixels in [-1, 1] [B, 3, 16, 16] -> uint8 [B, 3, 16, 16] on the CPU (no VAE)."""
+        return from_unit_range(latents.detach().cpu())
+
+    def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
+        if (height, width) != (self.image_size, self.image_size):
+            raise ValueError(f"rollout.height/width: the toy model generates {self.image_size}x{self.image_size} "
+                             f"images (its position table has no room for more), got {height}x{width}; set "
+                             f"rollout.height={IMAGE_SIZE} rollout.width={IMAGE_SIZE}")
+        return (3, height, width)
+
+    def sigmas(self, num_steps: int) -> torch.Tensor:
+        """diffusers-style flow-matching schedule with the pretraining shift (1.0: none)."""
+        return flow_match_sigmas(num_steps, shift=self.shift)

@@ -1,0 +1,66 @@
+"""The permanent end-to-end learning test: the CPU demo must actually learn, and not be fooled.
+
+Each test runs a toy recipe through the CLI (`genalign train`, fixed seeds) and reads the run
+directory. Thresholds sit below what was measured on the 2-core project box (see the report
+in the recipe and `benchmarks/bench_default_run.py`); they check direction and size, which a
+broken optimiser, a sign error or a leaky control cannot pass. Marked `slow` (minutes each).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from genalign.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def run(recipe: str, out: Path, *overrides: str) -> tuple[list[dict], list[dict]]:
+    """Train `recipe` into `out`; returns (metrics.csv rows, eval_metrics.csv rows) as floats."""
+    code = main(["train", "--config", recipe, f"trainer.output_dir={out}", "trainer.progress_bar=false", *overrides])
+    assert code == 0
+
+    def rows(name: str) -> list[dict]:
+        with (out / name).open() as handle:
+            return [{k: float(v) if v not in ("", None) else None for k, v in r.items()} for r in csv.DictReader(handle)]
+
+    return rows("metrics.csv"), rows("eval_metrics.csv")
+
+
+def mean_of(rows: list[dict], key: str) -> float:
+    return sum(r[key] for r in rows) / len(rows)
+
+
+def test_default_recipe_learns_shapes_on_held_out_colours(tmp_path):
+    """Acceptance 1 + 2: parity at the first update; held-out eval reward +0.15; judge does not fall."""
+    metrics, evals = run("experiment/toy/shapes_grpo", tmp_path)
+    assert metrics[0]["parity_max_abs_log_prob_diff"] <= 1e-6
+    first, last = evals[0], evals[-1]
+    assert first["step"] == 0 and last["step"] == 60
+    assert last["eval_reward_mean"] - first["eval_reward_mean"] >= 0.15
+    assert last["gold_mean"] >= first["gold_mean"]
+    for step in (0, 60):
+        assert (tmp_path / f"eval_epoch_{step}" / "contact_sheet.png").is_file()
+
+
+def test_color_area_hacking_is_flagged_by_the_gold_monitor(tmp_path):
+    """Acceptance 3: the rule reward rises >= 0.40 in 30 steps and the monitor fires."""
+    metrics, evals = run("experiment/toy/color_area_hacking", tmp_path)
+    assert len(metrics) == 30
+    assert mean_of(metrics[-3:], "reward_mean") - mean_of(metrics[:3], "reward_mean") >= 0.40
+    assert any(r["gold_divergence"] == 1.0 for r in evals)
+
+
+def test_negated_reward_drives_shape_probability_down(tmp_path):
+    """Acceptance 4a: with weight -1 the (raw) shape reward falls by >= 0.15 on the eval prompts."""
+    _, evals = run("experiment/toy/shapes_grpo", tmp_path, "reward.components.toy_shape=-1.0")
+    assert evals[0]["eval_reward_toy_shape_mean"] - evals[-1]["eval_reward_toy_shape_mean"] >= 0.15
+
+
+def test_random_reward_does_not_raise_shape_quality(tmp_path):
+    """Acceptance 4b: a reward that ignores the images raises the judge's shape score by <= 0.05."""
+    _, evals = run("experiment/toy/shapes_grpo", tmp_path, "reward.components.toy_shape=0", "reward.components.random=1.0")
+    assert evals[-1]["gold_mean"] - evals[0]["gold_mean"] <= 0.05

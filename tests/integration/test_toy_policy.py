@@ -1,0 +1,97 @@
+"""ToyPolicy on the shipped weights: the FlowPolicy contract, batched CFG, the real loading
+path (SD3Transformer2DModel.from_pretrained) round trip, LoRA targets, rollout/replay parity."""
+
+import pytest
+import torch
+
+from genalign.data.sampler import PromptGroupBatch
+from genalign.models.base import FlowPolicy, LoraConfig, ModelConfig
+from genalign.models.registry import MODEL_FAMILIES
+from genalign.models.toy.network import TRANSFORMER_CONFIG, save_toy_model
+from genalign.models.toy.policy import ToyPolicy
+from genalign.rollout.collector import SamplingSpec, generate
+from genalign.sampling.schedules import flow_match_sigmas
+from genalign.training.lora import apply_lora, trainable_parameters
+from genalign.training.parity import replay_parity
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return ToyPolicy.from_pretrained("builtin")
+
+
+def test_builtin_loads_through_the_registry_as_a_flow_policy():
+    policy = MODEL_FAMILIES.resolve("toy").from_config(ModelConfig(family="toy", path="builtin", device="cpu"))
+    from diffusers import SD3Transformer2DModel
+
+    assert isinstance(policy, FlowPolicy)
+    assert isinstance(policy.transformer, SD3Transformer2DModel)
+    assert next(policy.transformer.parameters()).dtype == torch.float32
+    assert not any(p.requires_grad for p in policy.transformer.parameters())
+    assert 3e5 < sum(p.numel() for p in policy.transformer.parameters()) < 1e6
+
+
+def test_shapes_schedule_and_decode(policy):
+    assert policy.latent_shape(16, 16) == (3, 16, 16)
+    with pytest.raises(ValueError, match="rollout.height=16"):
+        policy.latent_shape(32, 32)
+    torch.testing.assert_close(policy.sigmas(10), flow_match_sigmas(10, shift=1.0))
+    images = policy.decode(torch.tensor([-1.0, 0.0, 1.0, 3.0]).view(1, 1, 2, 2).expand(1, 3, 2, 2))
+    assert images.dtype == torch.uint8 and images[0, 0].flatten().tolist() == [0, 128, 255, 255]
+
+
+def test_encode_prompts(policy):
+    cond = policy.encode_prompts(["a red circle", "a blue cross"], with_negative=True)
+    assert cond.embeds.shape == (2, 2, 32) and cond.pooled.shape == (2, 64)
+    assert torch.equal(cond.negative_embeds[0], cond.negative_embeds[1])
+    assert not torch.equal(cond.embeds[0], cond.embeds[1])
+    assert policy.encode_prompts(["a red circle"], with_negative=False).negative_embeds is None
+    with pytest.raises(ValueError, match="hexagon"):
+        policy.encode_prompts(["a red hexagon"], with_negative=False)
+
+
+def test_cfg_is_one_batched_forward_equal_to_two_branches(policy):
+    generator = torch.Generator().manual_seed(0)
+    latents = torch.randn(3, 3, 16, 16, generator=generator)
+    sigma = torch.tensor([0.9, 0.5, 0.1])
+    cond = policy.encode_prompts(["a red circle", "a green square", "a blue triangle"], with_negative=True)
+    guided = policy.velocity(latents, sigma, cond, guidance_scale=3.0)
+    assert guided.shape == (3, 3, 16, 16) and guided.dtype == torch.float32
+    uncond = policy.velocity(latents, sigma, type(cond)(cond.negative_embeds, cond.negative_pooled), 1.0)
+    text = policy.velocity(latents, sigma, cond, 1.0)
+    torch.testing.assert_close(guided, uncond + 3.0 * (text - uncond), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="with_negative=True"):
+        policy.velocity(latents, sigma, policy.encode_prompts(["a red circle"] * 3, False), 3.0)
+
+
+def test_save_and_load_round_trip(policy, tmp_path):
+    save_toy_model(tmp_path / "toy", policy.transformer, policy.text_encoder, {"note": "round trip"})
+    loaded = ToyPolicy.from_pretrained(tmp_path / "toy")
+    assert loaded.transformer.config.num_layers == TRANSFORMER_CONFIG["num_layers"]
+    latents, sigma = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1)), torch.tensor([0.7, 0.3])
+    cond = policy.encode_prompts(["a red circle", "a yellow cross"], False)
+    torch.testing.assert_close(loaded.velocity(latents, sigma, cond, 1.0), policy.velocity(latents, sigma, cond, 1.0))
+    with pytest.raises(FileNotFoundError, match="pretrain-demo"):
+        ToyPolicy.from_pretrained(tmp_path / "missing")
+
+
+def test_lora_attaches_to_the_sd3_attention_projections():
+    policy = ToyPolicy.from_pretrained("builtin")
+    apply_lora(policy.transformer, LoraConfig(rank=4, alpha=8), policy.lora_target_modules)
+    names = [n for n, p in policy.transformer.named_parameters() if p.requires_grad]
+    assert names and all("lora_" in n for n in names)
+    assert any("attn.add_q_proj" in n for n in names) and any("attn.to_out.0" in n for n in names)
+    assert len(trainable_parameters(policy.transformer)) == len(names)
+
+
+def test_rollout_replay_parity_before_any_update(policy):
+    """Acceptance 1: replayed log-probs equal the rollout's (≤ 1e-6) with unchanged weights."""
+    prompts = ["a red circle"] * 4 + ["a blue square"] * 4
+    groups = PromptGroupBatch(prompts=prompts, prompt_ids=torch.tensor([0] * 4 + [1] * 4),
+                              group_ids=torch.tensor([0] * 4 + [1] * 4), seeds=torch.arange(8) + 100,
+                              metadata=[{} for _ in prompts])
+    spec = SamplingSpec(height=16, width=16, num_steps=10, guidance_scale=1.0, noise_level=0.7, chunk_size=4)
+    batch = generate(policy, groups, spec)
+    assert batch.images.shape == (8, 3, 16, 16) and batch.log_probs.shape == (8, 10)
+    gaps = replay_parity(policy, batch, list(range(9)), spec.chunk_size)
+    assert max(gaps.values()) <= 1e-6
