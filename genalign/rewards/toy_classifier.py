@@ -7,9 +7,13 @@ Where it fits: `rewards/toy.py` scores rollout images with them; `models/toy/pre
 Two classifiers with different seeds, widths and augmentations, so that one can judge the
 other: a policy that learns to fool the reward CNN (stripes, blobs at its blind spots) should
 not also fool an independently trained network. The reward net sees clean renders with light
-pixel noise; the judge is wider, sees stronger noise, blur and brightness jitter.
+pixel noise and only ever the 4 shapes, so like any closed-set classifier it is confidently
+wrong on non-shapes (noise, stripes, a painted canvas) — which is what makes it hackable.
+The judge is wider, sees stronger noise, blur and brightness jitter, and has a fifth "none"
+class trained on such non-shapes, so P(prompted shape) under the judge drops for them.
 
-Input: uint8 [B, 3, 16, 16] -> logits [B, 4] over `SHAPES` (colour is ignored by design).
+Input: uint8 [B, 3, 16, 16] -> logits [B, C] over `SHAPES` (+ "none" for the judge); colour
+is ignored by design.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from genalign.data.toy_shapes import SHAPES, random_batch, to_unit_range
+from genalign.data.toy_shapes import BACKGROUND, COLOR_NAMES, COLORS, SHAPES, random_batch, to_unit_range
 
 
 @dataclass(frozen=True)
@@ -41,36 +45,45 @@ class ClassifierSpec:
     """Probability of a 3x3 box blur on a training image."""
     brightness_jitter: float
     """Max absolute shift of all pixels in [-1, 1] units."""
+    reject_fraction: float = 0.0
+    """Fraction of each batch replaced by non-shape images labelled "none" (0: no such class)."""
     steps: int = 1500
     batch_size: int = 128
     lr: float = 2e-3
 
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return SHAPES + ((NONE_CLASS,) if self.reject_fraction > 0 else ())
 
+
+NONE_CLASS = "none"
 REWARD_SPEC = ClassifierSpec(name="toy_shape", seed=1, width=16, noise_std=0.05, blur_prob=0.0,
                              brightness_jitter=0.0)
 JUDGE_SPEC = ClassifierSpec(name="toy_shape_judge", seed=2, width=24, noise_std=0.15, blur_prob=0.3,
-                            brightness_jitter=0.15)
+                            brightness_jitter=0.15, reject_fraction=0.25)
 
 
 class ShapeClassifier(nn.Module):
-    """Three 3x3 conv layers (16 -> 8 -> 4 spatial) and a linear head over the 4 shapes."""
+    """Three 3x3 conv layers (16 -> 8 -> 4 spatial) and a linear head over the classes
+    (the 4 shapes, then "none" when the classifier has a reject class)."""
 
-    def __init__(self, width: int):
+    def __init__(self, width: int, num_classes: int = len(SHAPES)):
         super().__init__()
         self.width = width
+        self.num_classes = num_classes
         self.features = nn.Sequential(
             nn.Conv2d(3, width, 3, padding=1), nn.ReLU(),
             nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(2 * width, 4 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
-        self.head = nn.Linear(4 * width * 4 * 4, len(SHAPES))
+        self.head = nn.Linear(4 * width * 4 * 4, num_classes)
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-        """pixels float [B, 3, 16, 16] in [-1, 1] -> logits [B, 4]."""
-        return self.head(self.features(pixels).flatten(1))  # [B, 4]
+        """pixels float [B, 3, 16, 16] in [-1, 1] -> logits [B, C]."""
+        return self.head(self.features(pixels).flatten(1))  # [B, C]
 
     @torch.no_grad()
     def probabilities(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 [B, 3, 16, 16] -> float32 [B, 4] softmax over SHAPES."""
+        """uint8 [B, 3, 16, 16] -> float32 [B, C] softmax; columns 0-3 are SHAPES in order."""
         device = self.head.weight.device
         return self(to_unit_range(images).to(device)).softmax(dim=-1).float().cpu()  # [B, 4]
 
@@ -90,6 +103,31 @@ def augment(pixels: torch.Tensor, spec: ClassifierSpec, generator: torch.Generat
     return pixels.clamp(-1, 1)
 
 
+def non_shapes(count: int, rng: np.random.Generator) -> torch.Tensor:
+    """uint8 [count, 3, 16, 16] images that show no shape: the kinds of output a policy finds
+    when it games a shape classifier — pixel noise, a canvas painted in one palette colour,
+    stripes (horizontal, vertical or diagonal, random period), and the bare background."""
+    palette = np.array([COLORS[c] for c in COLOR_NAMES], dtype=np.float64)  # [C, 3]
+    rows, cols = np.mgrid[0:16, 0:16]  # [16, 16] each
+    images = np.empty((count, 16, 16, 3), dtype=np.float64)
+    for index, kind in enumerate(rng.integers(0, 4, count)):
+        colour = palette[rng.integers(0, len(palette))]  # [3]
+        if kind == 0:  # noise around the background, or in colour
+            images[index] = rng.uniform(0, 255, (16, 16, 3))
+        elif kind == 1:  # painted canvas, possibly partly mixed with the background
+            mix = rng.uniform(0.6, 1.0)
+            images[index] = mix * colour + (1 - mix) * np.array(BACKGROUND)
+        elif kind == 2:  # stripes
+            period = rng.integers(2, 6)
+            coordinate = [rows, cols, rows + cols, rows - cols][rng.integers(0, 4)]
+            on = ((coordinate // max(1, period // 2)) % 2 == 0)[..., None]  # [16, 16, 1]
+            images[index] = np.where(on, colour, np.array(BACKGROUND, dtype=np.float64))
+        else:  # bare background
+            images[index] = np.array(BACKGROUND, dtype=np.float64)
+    pixels = torch.from_numpy(images.round().clip(0, 255).astype(np.uint8))  # [count, 16, 16, 3]
+    return pixels.permute(0, 3, 1, 2).contiguous()  # [count, 3, 16, 16]
+
+
 def train_classifier(spec: ClassifierSpec, steps: int | None = None, log_every: int = 250) -> tuple[ShapeClassifier, dict]:
     """Train one classifier on freshly rendered images (deterministic under spec.seed on a
     fixed thread count). Returns (classifier in eval mode, record with held-out accuracy)."""
@@ -97,12 +135,16 @@ def train_classifier(spec: ClassifierSpec, steps: int | None = None, log_every: 
     torch.manual_seed(spec.seed)
     rng = np.random.default_rng(spec.seed)
     generator = torch.Generator().manual_seed(spec.seed)
-    model = ShapeClassifier(spec.width)
+    model = ShapeClassifier(spec.width, len(spec.classes))
+    num_rejects = int(round(spec.reject_fraction * spec.batch_size))
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=1e-4)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=spec.lr, total_steps=steps, pct_start=0.1)
     start = time.perf_counter()
     for step in range(1, steps + 1):
         images, shapes, _ = random_batch(spec.batch_size, rng)
+        if num_rejects:
+            images[:num_rejects] = non_shapes(num_rejects, rng)
+            shapes[:num_rejects] = len(SHAPES)  # the "none" class
         loss = F.cross_entropy(model(augment(to_unit_range(images), spec, generator)), shapes)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -120,7 +162,7 @@ def train_classifier(spec: ClassifierSpec, steps: int | None = None, log_every: 
 
 @torch.no_grad()
 def render_accuracy(model: ShapeClassifier, rng: np.random.Generator, count: int = 2048) -> float:
-    """Accuracy on `count` fresh clean renders."""
+    """Shape accuracy on `count` fresh clean renders (a "none" answer counts as wrong)."""
     images, shapes, _ = random_batch(count, rng)
     return (model.probabilities(images).argmax(dim=-1) == shapes).float().mean().item()
 
@@ -132,7 +174,8 @@ def save_classifier(model: ShapeClassifier, directory: str | Path, name: str, re
     directory.mkdir(parents=True, exist_ok=True)
     save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
               str(directory / f"{name}.safetensors"))
-    (directory / f"{name}.json").write_text(json.dumps({"width": model.width, "shapes": list(SHAPES), **record},
+    classes = list(SHAPES) + [NONE_CLASS] * (model.num_classes - len(SHAPES))
+    (directory / f"{name}.json").write_text(json.dumps({"width": model.width, "classes": classes, **record},
                                                        indent=1))
     return directory / f"{name}.safetensors"
 
@@ -147,10 +190,11 @@ def load_classifier(directory: str | Path, name: str, device: str | torch.device
         raise FileNotFoundError(f"reward {name!r}: no classifier {weights} (+ .json); regenerate it with "
                                 "`genalign pretrain-demo --what classifiers`")
     config = json.loads(config_path.read_text())
-    if tuple(config["shapes"]) != SHAPES:
-        raise ValueError(f"{config_path}: classifier shapes {config['shapes']} differ from the toy world "
-                         f"{list(SHAPES)}; regenerate it with `genalign pretrain-demo --what classifiers`")
-    model = ShapeClassifier(int(config["width"]))
+    classes = tuple(config["classes"])
+    if classes[:len(SHAPES)] != SHAPES or classes[len(SHAPES):] not in ((), (NONE_CLASS,)):
+        raise ValueError(f"{config_path}: classifier classes {list(classes)} differ from the toy world "
+                         f"{list(SHAPES)} (+ {NONE_CLASS!r}); regenerate it with `genalign pretrain-demo --what classifiers`")
+    model = ShapeClassifier(int(config["width"]), len(classes))
     model.load_state_dict(load_file(str(weights)), strict=True)
     return model.to(device).eval().requires_grad_(False)
 

@@ -14,7 +14,7 @@ from genalign.rewards.toy_classifier import ShapeClassifier, save_classifier
 @pytest.fixture
 def biased_classifier_dir(tmp_path):
     """A classifier whose logits ignore the image: [0, log 2, log 3, log 4] -> P = [1, 2, 3, 4] / 10."""
-    model = ShapeClassifier(width=4)
+    model = ShapeClassifier(width=4, num_classes=4)
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()
@@ -83,3 +83,13 @@ def test_shipped_classifiers_are_accurate_and_agree_on_clean_renders():
     wrong = [f"a red {ts.SHAPES[(s + 1) % 4]}" for s in shapes.tolist()]
     assert ToyShapeReward().score(images, wrong, []).mean() < 0.05
     assert ToyShapeJudgeReward().score(images, wrong, []).mean() < 0.05
+
+
+def test_judge_gives_non_shapes_little_shape_probability():
+    """Noise, painted canvases and stripes (what a hacked policy draws) are "none" to the judge."""
+    from genalign.rewards.toy_classifier import non_shapes
+
+    images = non_shapes(64, np.random.default_rng(5))
+    for shape in ts.SHAPES:
+        prompts = [f"a red {shape}"] * 64
+        assert ToyShapeJudgeReward().score(images, prompts, []).mean() < 0.1
