@@ -46,7 +46,12 @@ def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
 def build_rollout_engine(cfg: ExperimentConfig, policy: FlowPolicy) -> RolloutEngine:
     if cfg.rollout.engine == "local":
         return LocalRolloutEngine(policy)
-    raise ValueError(f"rollout.engine={cfg.rollout.engine!r} is not available yet; use rollout.engine=local")
+    if cfg.rollout.engine == "ray":  # workers start from the trainer's weights (version 0)
+        from genalign.rollout.ray_engine import RayRolloutEngine
+        from genalign.training.lora import trainable_state_dict
+
+        return RayRolloutEngine(cfg, trainable_state_dict(policy.transformer))
+    raise ValueError(f"rollout.engine={cfg.rollout.engine!r}: choose local or ray")
 
 
 def named_trainable_parameters(module: torch.nn.Module) -> dict[str, torch.nn.Parameter]:

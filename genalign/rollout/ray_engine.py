@@ -1,0 +1,320 @@
+"""Ray rollout: `rollout.num_workers` actors, each holding a policy copy, sample the step's groups.
+
+Where it fits: steps 2 and 6 of the loop (DESIGN §2) when `rollout.engine=ray`. The trainer
+calls `generate(groups, spec)`; the engine cuts the step's samples into contiguous shards
+on group *and* sampling-chunk boundaries, so every denoiser batch a worker runs is exactly
+a batch the in-process engine would run, and `TrajectoryBatch.cat` of the shards equals
+(bitwise on CPU) the in-process result for the same seeds. After each optimizer round the
+trainer calls `sync(trainable_state, version)`: only the trainable tensors (LoRA when LoRA)
+go to the object store once and every worker loads them; each worker answers with a
+fingerprint of its own trainable tensors *after* loading, checked against the trainer's, so
+an adapter that bound to other modules or a stale worker is an error naming the worker.
+
+Failure semantics: a worker that dies (process killed, OOM) during `generate` is replaced
+once — a fresh actor built from the same config, loaded with the last synced weights and
+verified — and its shard is generated again; a second failure fails the step with the
+worker's error. Every `ray.get` is bounded by a timeout, so nothing hangs.
+
+Placement (which devices, how many CPUs, local instance or `$RAY_ADDRESS`) comes from
+`training.resources.resolve_resources`; this module only starts and talks to actors.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import replace
+
+import torch
+
+from genalign.config.loader import config_from_dict, config_to_dict
+from genalign.data.sampler import PromptGroupBatch
+from genalign.rollout.batch import TrajectoryBatch
+from genalign.rollout.collector import SamplingSpec
+
+log = logging.getLogger(__name__)
+
+
+class RolloutWorkerError(RuntimeError):
+    """A rollout worker failed in a way the engine does not recover from."""
+
+
+def shard_positions(num_samples: int, unit: int, num_shards: int) -> list[list[int]]:
+    """Contiguous sample positions per shard, cut only at multiples of `unit`.
+
+    `unit` = lcm(group size, sampling chunk), so shards hold whole groups and whole
+    denoiser batches. Units are spread as evenly as possible; trailing shards may be empty
+    when there are fewer units than shards."""
+    if num_samples % unit:
+        raise ValueError(f"{num_samples} samples are not a whole number of {unit}-sample shard units")
+    units = num_samples // unit
+    base, extra = divmod(units, num_shards)
+    shards, start = [], 0
+    for shard in range(num_shards):
+        size = (base + (1 if shard < extra else 0)) * unit
+        shards.append(list(range(start, start + size)))
+        start += size
+    return shards
+
+
+def shard_unit(groups: PromptGroupBatch, chunk_size: int) -> int:
+    """Samples per indivisible piece: whole groups and whole sampling chunks."""
+    group_sizes = torch.unique_consecutive(groups.group_ids, return_counts=True)[1]  # [G]
+    group_size = int(group_sizes[0])
+    if not torch.all(group_sizes == group_size):
+        raise ValueError("prompt groups of unequal size cannot be sharded across rollout workers")
+    return math.lcm(group_size, chunk_size)
+
+
+def _policy_modules(policy) -> list[torch.nn.Module]:
+    """Every module the policy holds (directly or through its diffusers pipeline)."""
+    holders = [policy] + ([policy.pipeline] if hasattr(policy, "pipeline") else [])
+    found: dict[int, torch.nn.Module] = {}
+    for holder in holders:
+        for value in vars(holder).values():
+            if isinstance(value, torch.nn.Module):
+                found[id(value)] = value
+        components = getattr(holder, "components", None)
+        for value in (components.values() if isinstance(components, dict) else []):
+            if isinstance(value, torch.nn.Module):
+                found[id(value)] = value
+    return list(found.values())
+
+
+def _reason(error: Exception) -> str:
+    """The worker-side exception behind a Ray error, without Ray's traceback decoration."""
+    cause = getattr(error, "cause", None)
+    return f"{type(cause).__name__}: {cause}" if isinstance(cause, Exception) else f"{type(error).__name__}: {error}"
+
+
+class StepEncodedPolicy:
+    """A worker's policy whose `encode_prompts` answers from one encoding of the whole step.
+
+    Why: text encoders on CPU/GPU give last-bit differences for different batch sizes, so a
+    worker encoding only its shard's prompts would condition on slightly different
+    embeddings than the in-process engine. Encoding the step's unique prompts in the same
+    single call as `collector.encode_unique` does, then selecting rows, keeps the shards
+    bitwise equal to the in-process batch. Everything else is the wrapped policy."""
+
+    def __init__(self, policy, step_prompts: list[str], with_negative: bool):
+        unique = list(dict.fromkeys(step_prompts))
+        self._policy = policy
+        self._with_negative = with_negative
+        self._encoded = policy.encode_prompts(unique, with_negative=with_negative)
+        self._row = {prompt: i for i, prompt in enumerate(unique)}
+
+    def encode_prompts(self, prompts: list[str], with_negative: bool):
+        if with_negative != self._with_negative:
+            raise ValueError("StepEncodedPolicy was encoded with with_negative="
+                             f"{self._with_negative}, asked for {with_negative}")
+        rows = torch.tensor([self._row[p] for p in prompts], device=self._encoded.embeds.device)  # [b]
+        return self._encoded.index(rows)
+
+    def __getattr__(self, name: str):
+        return getattr(self._policy, name)
+
+
+class RolloutWorker:
+    """One Ray actor: a policy copy built exactly as the trainer builds its own."""
+
+    def __init__(self, config: dict, worker_index: int):
+        from genalign.training.setup import build_policy
+
+        cfg = config_from_dict(config, source=f"rollout worker {worker_index}")
+        self.worker_index = worker_index
+        torch.manual_seed(cfg.trainer.seed)  # the trainer's adapter initialisation; replaced by the first sync
+        self.policy = build_policy(cfg)
+        self.policy.transformer.eval()
+        self.version: int | None = None
+        self.released = False
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+    @torch.no_grad()
+    def load(self, state: dict[str, torch.Tensor], version: int) -> str:
+        """Load trainable tensors of policy `version`; return the fingerprint of what the
+        model now holds (not of what was sent)."""
+        from genalign.training.lora import load_trainable_state_dict, state_fingerprint, trainable_state_dict
+
+        load_trainable_state_dict(self.policy.transformer, state)
+        self.version = version
+        return state_fingerprint(trainable_state_dict(self.policy.transformer))
+
+    def generate(self, groups: PromptGroupBatch, positions: list[int], spec: SamplingSpec,
+                 version: int) -> TrajectoryBatch:
+        """Sample `positions` of the step's `groups` (the whole step is sent so prompts are
+        encoded exactly as in-process, see `StepEncodedPolicy`)."""
+        from genalign.rollout.collector import generate
+
+        if self.version != version:
+            raise RolloutWorkerError(f"rollout worker {self.worker_index} holds policy version {self.version}, "
+                                     f"asked to sample with version {version} (stale weights)")
+        if self.released:
+            self._move(self.policy.device)
+        self.policy.transformer.eval()
+        policy = StepEncodedPolicy(self.policy, groups.prompts, with_negative=spec.guidance_scale > 1.0)
+        return generate(policy, groups.index(positions), spec)
+
+    def release_memory(self) -> None:
+        """Colocated mode: give the shared device back before the trainer's replay/backward."""
+        from genalign.training.distributed import release_device_memory
+
+        if self.policy.device.type != "cpu":
+            self._move(torch.device("cpu"))
+            release_device_memory()
+        self.released = True
+
+    def _move(self, device: torch.device) -> None:
+        for module in _policy_modules(self.policy):
+            module.to(device)
+        self.released = device.type == "cpu" and self.policy.device.type != "cpu"
+
+
+class RayRolloutEngine:
+    """`RolloutEngine` over Ray actors (see the module docstring for the contract)."""
+
+    needs_sync = True
+
+    def __init__(self, cfg, initial_state: dict[str, torch.Tensor], *, start_timeout_s: float = 600.0,
+                 sync_timeout_s: float = 300.0, generate_timeout_s: float = 1800.0):
+        import ray
+
+        from genalign.training.resources import resolve_resources
+
+        self.plan = resolve_resources(cfg)
+        placement = self.plan.rollout
+        if placement is None:
+            raise ValueError("RayRolloutEngine needs rollout.engine=ray")
+        self.start_timeout_s, self.sync_timeout_s, self.generate_timeout_s = (start_timeout_s, sync_timeout_s,
+                                                                              generate_timeout_s)
+        self.owns_ray = not ray.is_initialized()
+        if self.owns_ray:
+            if self.plan.ray_address:
+                ray.init(address=self.plan.ray_address, include_dashboard=False, log_to_driver=False)
+            else:  # a private local instance even if $RAY_ADDRESS happens to be set
+                ray.init(address="local", num_cpus=self.plan.ray_num_cpus, num_gpus=self.plan.ray_num_gpus,
+                         include_dashboard=False, log_to_driver=False)
+        log.info("ray rollout: %s", self.plan.describe())
+        model = replace(cfg.model, device="cuda" if placement.num_gpus_per_worker > 0 else "cpu")
+        self.worker_config = config_to_dict(replace(cfg, model=model))
+        self.workers = [self._start_worker(i) for i in range(placement.num_workers)]
+        self.version: int | None = None
+        self.state_ref = None
+        self.fingerprint: str | None = None
+        self.sync(initial_state, version=0)
+
+    # ---------------------------------------------------------------- actors
+    def _start_worker(self, index: int):
+        import ray
+
+        placement = self.plan.rollout
+        options = {"num_cpus": placement.num_cpus_per_worker, "num_gpus": placement.num_gpus_per_worker,
+                   "max_restarts": 0, "max_concurrency": 1}
+        if placement.worker_devices is not None:  # pinned: the worker sees exactly its physical devices
+            options["runtime_env"] = {"env_vars": {
+                "CUDA_VISIBLE_DEVICES": ",".join(map(str, placement.worker_devices[index])),
+                "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
+        actor = ray.remote(RolloutWorker).options(**options).remote(self.worker_config, index)
+        try:
+            ray.get(actor.pid.remote(), timeout=self.start_timeout_s)
+        except Exception as error:
+            ray.kill(actor)
+            raise RolloutWorkerError(f"rollout worker {index} failed to start: {_reason(error)}") from error
+        return actor
+
+    def _verify(self, index: int, fingerprint: str) -> None:
+        if fingerprint != self.fingerprint:
+            raise RolloutWorkerError(
+                f"rollout worker {index}: weight fingerprint {fingerprint[:12]} after sync of version {self.version} "
+                f"differs from the trainer's {self.fingerprint[:12]}; its trainable tensors are not the trainer's "
+                "(an adapter bound to different modules, or a stale worker)")
+
+    # ---------------------------------------------------------------- RolloutEngine
+    def sync(self, trainable_state: dict[str, torch.Tensor], version: int) -> dict[str, float]:
+        """Push trainable tensors to every worker and check each one's fingerprint.
+
+        Returns `sync_s` (wall seconds) and `sync_bytes` (payload bytes x workers)."""
+        import ray
+
+        from genalign.training.lora import state_fingerprint
+
+        start = time.perf_counter()
+        state = {name: tensor.detach().cpu().contiguous() for name, tensor in trainable_state.items()}
+        self.fingerprint = state_fingerprint(state)
+        self.version = version
+        self.state_ref = ray.put(state)
+        pending = [worker.load.remote(self.state_ref, version) for worker in self.workers]
+        for index, ref in enumerate(pending):
+            try:
+                fingerprint = ray.get(ref, timeout=self.sync_timeout_s)
+            except Exception as error:
+                raise RolloutWorkerError(f"rollout worker {index} failed to load policy version {version}: "
+                                         f"{_reason(error)}") from error
+            self._verify(index, fingerprint)
+        payload = sum(t.numel() * t.element_size() for t in state.values())
+        return {"sync_s": time.perf_counter() - start, "sync_bytes": float(payload * len(self.workers))}
+
+    def generate(self, groups: PromptGroupBatch, spec: SamplingSpec) -> TrajectoryBatch:
+        import ray
+
+        shards = shard_positions(len(groups), shard_unit(groups, spec.chunk_size), len(self.workers))
+        work = [(index, positions) for index, positions in enumerate(shards) if positions]
+        groups_ref = ray.put(groups)
+        pending = {index: self.workers[index].generate.remote(groups_ref, shard, spec, self.version)
+                   for index, shard in work}
+        deadline = time.monotonic() + self.generate_timeout_s
+        results = []
+        for index, shard in work:
+            try:
+                results.append(self._get(pending[index], deadline))
+            except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:
+                log.warning("rollout worker %d died during rollout (%s); restarting it and re-generating its shard",
+                            index, type(error).__name__)
+                results.append(self._regenerate(index, groups_ref, shard, spec, deadline, error))
+            except ray.exceptions.GetTimeoutError as error:
+                raise RolloutWorkerError(f"rollout worker {index} did not finish its shard within "
+                                         f"{self.generate_timeout_s:.0f}s") from error
+            except ray.exceptions.RayTaskError as error:
+                raise RolloutWorkerError(f"rollout worker {index} failed: {_reason(error)}") from error
+        if self.plan.colocated:
+            ray.get([worker.release_memory.remote() for worker in self.workers], timeout=self.sync_timeout_s)
+        return TrajectoryBatch.cat(results)
+
+    def _get(self, ref, deadline: float):
+        import ray
+
+        return ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001))
+
+    def _regenerate(self, index: int, groups_ref, shard: list[int], spec: SamplingSpec, deadline: float,
+                    first_error: Exception) -> TrajectoryBatch:
+        import ray
+
+        ray.kill(self.workers[index], no_restart=True)
+        try:
+            self.workers[index] = self._start_worker(index)
+            fingerprint = ray.get(self.workers[index].load.remote(self.state_ref, self.version),
+                                  timeout=self.sync_timeout_s)
+            self._verify(index, fingerprint)
+            return self._get(self.workers[index].generate.remote(groups_ref, shard, spec, self.version), deadline)
+        except Exception as error:
+            raise RolloutWorkerError(f"rollout worker {index} failed again after a restart ({_reason(error)}); first "
+                                     f"failure: {_reason(first_error)}") from error
+
+    def worker_pids(self) -> list[int]:
+        import ray
+
+        return ray.get([worker.pid.remote() for worker in self.workers], timeout=self.start_timeout_s)
+
+    def close(self) -> None:
+        import ray
+
+        if ray.is_initialized():  # after a shutdown the actors are gone; never auto-start Ray here
+            for worker in self.workers:
+                ray.kill(worker, no_restart=True)
+        self.workers = []
+        if self.owns_ray:
+            ray.shutdown()

@@ -1,0 +1,191 @@
+"""Ray rollout on a tiny SD3 pipeline: equivalence with the in-process engine, verified weight
+sync, a killed worker survived, a twice-dead worker failing the step, cross-node via RAY_ADDRESS.
+
+One module-scoped local Ray (2 CPUs, loopback) and one 2-worker engine serve most tests; the
+cross-node test runs last, after that session is shut down, against a loopback head it
+starts itself (`ray start --head --block`, stopped by its own pid).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from genalign.config.loader import load_config
+from genalign.data.prompts import load_manifest
+from genalign.data.sampler import PromptSampler
+from genalign.rollout.batch import TrajectoryBatch
+from genalign.rollout.engine import LocalRolloutEngine
+from genalign.rollout.ray_engine import RayRolloutEngine, RolloutWorkerError, shard_positions
+from genalign.training import setup
+from genalign.training.lora import trainable_state_dict
+
+pytestmark = pytest.mark.ray
+RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "train.txt"
+    path.write_text('a sign that says "ray"\na red cube\na poster reading "sync"\na blue circle\n')
+    return path
+
+
+def ray_overrides(model_dir: Path, prompts: Path, *extra: str) -> list[str]:
+    return [f"model.path={model_dir}", f"data.manifest={prompts}", f"data.eval_manifest={prompts}", "model.device=cpu", "model.dtype=float32", "model.lora.rank=4", "model.lora.alpha=8",
+            "rollout.height=64", "rollout.width=64", "rollout.num_steps=2", "rollout.n=2",
+            "rollout.rollout_batch_size=2", "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=1",
+            "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0", *extra]
+
+
+def assert_batches_equal(a: TrajectoryBatch, b: TrajectoryBatch) -> None:
+    assert a.prompts == b.prompts and a.metadata == b.metadata
+    for name in ["prompt_ids", "group_ids", "seeds", "latents", "log_probs", "sigmas", "sde_mask", "images"]:
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    for name in ["embeds", "pooled", "negative_embeds", "negative_pooled"]:
+        x, y = getattr(a.condition, name), getattr(b.condition, name)
+        assert (x is None and y is None) or torch.equal(x, y), name
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def setting(tiny_sd3_dir, prompts_file, ray_session):
+    cfg = load_config(RECIPE, ray_overrides(tiny_sd3_dir, prompts_file, "/base/distributed=ray_rollout", "rollout.num_workers=2",
+                                            "distributed.resources.rollout.num_workers=2"))
+    torch.manual_seed(cfg.trainer.seed)
+    policy = setup.build_policy(cfg)
+    sampler = PromptSampler(load_manifest(cfg.data.manifest), cfg.rollout.rollout_batch_size, cfg.rollout.n,
+                            cfg.trainer.seed)
+    engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), generate_timeout_s=120)
+    yield cfg, policy, sampler, engine
+    engine.close()
+
+
+def test_shards_cut_at_group_and_chunk_boundaries():
+    assert shard_positions(8, 4, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert shard_positions(6, 2, 2) == [[0, 1, 2, 3], [4, 5]]
+    assert shard_positions(2, 2, 2) == [[0, 1], []]
+    with pytest.raises(ValueError, match="shard unit"):
+        shard_positions(6, 4, 2)
+
+
+def test_two_workers_equal_in_process_bitwise_and_after_sync(setting):
+    cfg, policy, sampler, engine = setting
+    spec = setup.rollout_spec(cfg)
+    groups = sampler.sample(1)
+    assert_batches_equal(engine.generate(groups, spec), LocalRolloutEngine(policy).generate(groups, spec))
+
+    with torch.no_grad():  # an "optimizer round": new LoRA weights, pushed as version 1
+        for name, param in policy.transformer.named_parameters():
+            if param.requires_grad:
+                param.add_(0.05 * torch.randn_like(param))
+    metrics = engine.sync(trainable_state_dict(policy.transformer), version=1)
+    state_bytes = sum(t.numel() * t.element_size() for t in trainable_state_dict(policy.transformer).values())
+    assert metrics["sync_bytes"] == 2 * state_bytes and metrics["sync_s"] > 0
+    assert all("lora" in name for name in trainable_state_dict(policy.transformer))
+    groups = sampler.sample(2)
+    local = LocalRolloutEngine(policy).generate(groups, spec)
+    assert_batches_equal(engine.generate(groups, spec), local)
+
+
+def test_fingerprint_mismatch_names_the_worker(setting):
+    _, policy, _, engine = setting
+    state = trainable_state_dict(policy.transformer)
+    # float64 tensors load into the workers' float32 adapters: what they hold is not what was sent
+    with pytest.raises(RolloutWorkerError, match=r"rollout worker 0: weight fingerprint .* differs"):
+        engine.sync({k: v.double() for k, v in state.items()}, version=3)
+    # an adapter that bound to other modules: names do not match
+    renamed = {k.replace("lora_A", "lora_Q"): v for k, v in state.items()}
+    with pytest.raises(RolloutWorkerError, match=r"rollout worker 0 failed to load policy version 4.*missing"):
+        engine.sync(renamed, version=4)
+    engine.sync(state, version=5)  # a good sync restores a consistent state
+
+
+def test_killed_worker_is_restarted_and_its_shard_regenerated(setting):
+    cfg, policy, sampler, engine = setting
+    spec = setup.rollout_spec(cfg)
+    engine.sync(trainable_state_dict(policy.transformer), version=6)
+    old_pid = engine.worker_pids()[1]
+    os.kill(old_pid, signal.SIGKILL)
+    groups = sampler.sample(3)
+    batch = engine.generate(groups, spec)
+    assert_batches_equal(batch, LocalRolloutEngine(policy).generate(groups, spec))
+    assert engine.worker_pids()[1] != old_pid
+
+
+def test_second_death_fails_the_step_in_bounded_time(setting, monkeypatch):
+    import ray
+
+    cfg, _, sampler, engine = setting
+    start_worker = engine._start_worker
+
+    def start_and_kill(index):  # the replacement dies too
+        actor = start_worker(index)
+        ray.kill(actor, no_restart=True)
+        return actor
+
+    monkeypatch.setattr(engine, "_start_worker", start_and_kill)
+    ray.kill(engine.workers[0], no_restart=True)
+    began = time.monotonic()
+    with pytest.raises(RolloutWorkerError, match="rollout worker 0 failed again after a restart"):
+        engine.generate(sampler.sample(4), setup.rollout_spec(cfg))
+    assert time.monotonic() - began < 60
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_cross_node_preset_joins_the_cluster_at_ray_address(tiny_sd3_dir, prompts_file, ray_session, monkeypatch):
+    import ray
+
+    ray.shutdown()  # leave the module's private instance; join an "existing cluster" instead
+    port = _free_port()
+    ray_cli = Path(sys.executable).parent / "ray"
+    head = subprocess.Popen([str(ray_cli), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+                             "--num-gpus=0", "--node-ip-address=127.0.0.1", "--include-dashboard=false",
+                             "--disable-usage-stats"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+        cfg = load_config(RECIPE, ray_overrides(tiny_sd3_dir, prompts_file, "/base/distributed=ray_rollout_cross_node",
+                                                "distributed.resources.rollout.num_gpus=0"))
+        torch.manual_seed(cfg.trainer.seed)
+        policy = setup.build_policy(cfg)
+        deadline = time.monotonic() + 60
+        while True:  # the head takes a few seconds to accept drivers
+            try:
+                engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), generate_timeout_s=120)
+                break
+            except ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+        try:
+            assert ray.get_runtime_context().gcs_address.endswith(f":{port}")
+            groups = PromptSampler(load_manifest(cfg.data.manifest), 2, 2, cfg.trainer.seed).sample(1)
+            spec = setup.rollout_spec(cfg)
+            assert_batches_equal(engine.generate(groups, spec), LocalRolloutEngine(policy).generate(groups, spec))
+        finally:
+            engine.close()
+    finally:
+        head.send_signal(signal.SIGTERM)
+        head.wait(timeout=60)
