@@ -39,6 +39,7 @@ def validate(cfg: ExperimentConfig) -> list[str]:
     from genalign.algorithms.registry import ALGORITHMS
     from genalign.models.registry import MODEL_FAMILIES
     from genalign.rewards.registry import REWARDS
+    from genalign.training.resources import resource_problems
 
     problems: list[str] = []
     for key, choices in CHOICES.items():
@@ -109,7 +110,7 @@ def validate(cfg: ExperimentConfig) -> list[str]:
         return problems  # the divisibility checks below divide by these
     if fraction_in_range and int(cfg.rollout.num_steps * cfg.algorithm.timestep_fraction) < 1:
         problems.append(num_train_timesteps_problem(cfg.rollout.num_steps, cfg.algorithm.timestep_fraction))
-    return problems + _batch_geometry_problems(cfg)
+    return problems + _batch_geometry_problems(cfg) + resource_problems(cfg)  # distributed.* vs this machine
 
 
 def _batch_geometry_problems(cfg: ExperimentConfig) -> list[str]:
