@@ -187,6 +187,7 @@ class Trainer:
 
     def restore(self, checkpoint) -> None:
         load_trainable_state_dict(self.policy.transformer, checkpoint.trainable)
+        self.sync(checkpoint.step)  # rollout workers start from the restored weights, not the fresh adapter
         self.optimizer.load_state_dict(checkpoint.optimizer)
         if self.ema is not None:
             if checkpoint.ema is None:
