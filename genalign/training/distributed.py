@@ -41,3 +41,108 @@ def use_cuda_device(local_index: int | None) -> None:
     """Make `cuda` mean this process's device (torchrun LOCAL_RANK or a pinned trainer device)."""
     if local_index is not None and torch.cuda.is_available():
         torch.cuda.set_device(local_index)
+
+
+# ---------------------------------------------------------------- process groups
+@dataclass(frozen=True)
+class RankInfo:
+    """This process's place in the job (torchrun's RANK / WORLD_SIZE / LOCAL_RANK)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 alone writes metrics, evaluation artefacts and checkpoints."""
+        return self.rank == 0
+
+
+def rank_info_from_env() -> RankInfo:
+    env = os.environ
+    return RankInfo(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
+
+
+def init_distributed(strategy: str, backend: str = "auto") -> RankInfo:
+    """Join the torchrun job for `distributed.training.strategy` (identity for "none")."""
+    if strategy == "none":
+        return RankInfo()
+    if "WORLD_SIZE" not in os.environ:
+        raise RuntimeError(f"distributed.training.strategy={strategy} needs a torchrun launch: "
+                           "torchrun --nproc_per_node=N -m genalign.train --config ...")
+    info = rank_info_from_env()
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        use_cuda_device(info.local_rank)
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend=backend)
+    log.info("rank %d/%d (local %d), backend %s, strategy %s", info.rank, info.world_size, info.local_rank,
+             backend, strategy)
+    return info
+
+
+def wrap_for_training(module: torch.nn.Module, strategy: str) -> torch.nn.Module:
+    """Make `module` average its gradients over ranks, in place (names and attributes stay,
+    so LoRA state dicts and the family's code see the same module).
+
+    ddp: composable `replicate` (DDP's reducer without a wrapper class); fsdp2:
+    `fully_shard` (parameters become sharded DTensors; use `full_state` to read them)."""
+    if strategy == "none":
+        return module
+    if strategy == "ddp":
+        from torch.distributed._composable.replicate import replicate
+
+        return replicate(module)
+    if strategy == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        device_type = "cuda" if torch.cuda.is_available() else "cpu"
+        return fully_shard(module, mesh=init_device_mesh(device_type, (torch.distributed.get_world_size(),)))
+    raise ValueError(f"distributed.training.strategy={strategy!r}: choose none, ddp or fsdp2")
+
+
+def full_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Whole tensors from possibly sharded (FSDP2 DTensor) ones; every rank must call it."""
+    from torch.distributed.tensor import DTensor
+
+    return {name: (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu() for name, t in state.items()}
+
+
+def per_rank_accumulation(gradient_accumulation_steps: int, info: RankInfo) -> int:
+    """Micro-batches per optimizer step on each rank: together the ranks cover the
+    1-process run's `gradient_accumulation_steps` micro-batches."""
+    if gradient_accumulation_steps % info.world_size:
+        raise ValueError(f"actor.gradient_accumulation_steps={gradient_accumulation_steps} must be a multiple of "
+                         f"WORLD_SIZE={info.world_size} so each optimizer step sees the 1-process global batch")
+    return gradient_accumulation_steps // info.world_size
+
+
+def rank_positions(num_samples: int, group_size: int, info: RankInfo) -> list[int]:
+    """This rank's contiguous sample positions: an equal number of whole groups per rank."""
+    num_groups = num_samples // group_size
+    if num_groups % info.world_size:
+        raise ValueError(f"rollout.rollout_batch_size={num_groups} prompt groups cannot be split evenly over "
+                         f"WORLD_SIZE={info.world_size} ranks")
+    per_rank = num_samples // info.world_size
+    return list(range(info.rank * per_rank, (info.rank + 1) * per_rank))
+
+
+def all_gather_cat(tensor: torch.Tensor, info: RankInfo) -> torch.Tensor:
+    """Concatenate equally shaped per-rank tensors in rank order ([n, ...] -> [world*n, ...])."""
+    if info.world_size == 1:
+        return tensor
+    parts = [torch.empty_like(tensor) for _ in range(info.world_size)]
+    torch.distributed.all_gather(parts, tensor.contiguous())
+    return torch.cat(parts)
+
+
+def barrier(info: RankInfo) -> None:
+    if info.world_size > 1:
+        torch.distributed.barrier()
+
+
+def shutdown() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
