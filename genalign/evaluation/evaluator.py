@@ -57,14 +57,16 @@ def gold_divergence(reward: list[float], gold: list[float], window: int,
 
 class Evaluator:
     def __init__(self, cfg: EvalConfig, examples: list[PromptExample], spec: SamplingSpec,
-                 reward_runtime, gold_runtime, output_dir: Path, sink):
+                 reward_runtime, gold_runtime, output_dir: Path | None, sink):
+        """`output_dir=None` writes no contact sheets (non-zero ranks evaluate in lockstep with
+        rank 0, which alone writes)."""
         if not examples:
             raise ValueError("eval: data.eval_manifest has no prompts")
         self.cfg = cfg
         self.spec = spec
         self.reward_runtime = reward_runtime
         self.gold_runtime = gold_runtime
-        self.output_dir = Path(output_dir)
+        self.output_dir = Path(output_dir) if output_dir is not None else None
         self.sink = sink
         self.history = EvalHistory()
         chosen = examples[: cfg.max_prompts]
@@ -106,7 +108,8 @@ class Evaluator:
                         "while the gold reward went %.3f -> %.3f; the gain may be reward hacking",
                         self.history.reward[-self.cfg.divergence_window], reward_mean, self.cfg.divergence_window,
                         self.history.gold[-self.cfg.divergence_window], gold_mean)
-        captions = [f"{p} | r={r:.2f}" for p, r in zip(batch.prompts, scores.total.tolist())]
-        save_contact_sheet(self.output_dir / f"eval_epoch_{step}" / "contact_sheet.png", batch.images, captions)
+        if self.output_dir is not None:
+            captions = [f"{p} | r={r:.2f}" for p, r in zip(batch.prompts, scores.total.tolist())]
+            save_contact_sheet(self.output_dir / f"eval_epoch_{step}" / "contact_sheet.png", batch.images, captions)
         self.sink.log(step, metrics)
         return metrics

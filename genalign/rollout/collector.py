@@ -39,12 +39,21 @@ def encode_unique(policy: FlowPolicy, prompts: list[str], with_negative: bool) -
     return encoded.index(index)
 
 
-def generate(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec) -> TrajectoryBatch:
-    """Sample every prompt of `groups` with its own seed, in chunks of `spec.chunk_size`."""
+def generate(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
+             positions: list[int] | None = None) -> TrajectoryBatch:
+    """Sample every prompt of `groups` with its own seed, in chunks of `spec.chunk_size`.
+
+    `positions` samples only those samples of the step (a Ray worker's or a torchrun rank's
+    shard). The prompts are still encoded for the whole step in one call: text encoders give
+    last-bit differences for different batch sizes, and encoding exactly as the in-process
+    engine does keeps a shard bitwise equal to the same samples of the whole step."""
     sigmas = policy.sigmas(spec.num_steps).float().cpu()  # [T+1], stored with the trajectory
     sde_mask = sde_step_mask(spec.num_steps, spec.noise_level)  # [T]
     use_cfg = spec.guidance_scale > 1.0
     condition = encode_unique(policy, groups.prompts, with_negative=use_cfg)
+    if positions is not None:
+        condition = condition.index(torch.tensor(positions, device=condition.embeds.device))
+        groups = groups.index(positions)
     latent_shape = policy.latent_shape(spec.height, spec.width)
     seeds, init_seeds = groups.seeds.tolist(), groups.init_seeds.tolist()
     chunks = []

@@ -19,7 +19,10 @@ from genalign.rollout.collector import SamplingSpec, generate
 
 
 class RolloutEngine(Protocol):
-    def generate(self, groups: PromptGroupBatch, spec: SamplingSpec) -> TrajectoryBatch: ...
+    def generate(self, groups: PromptGroupBatch, spec: SamplingSpec,
+                 positions: list[int] | None = None) -> TrajectoryBatch:
+        """The step's trajectories (only `positions` of them when given: a rank's shard)."""
+        ...
 
     def sync(self, trainable_state: dict[str, torch.Tensor], version: int) -> dict[str, float]:
         """Push trainable weights of policy `version`; return sync metrics (seconds, bytes)."""
@@ -36,9 +39,10 @@ class LocalRolloutEngine:
     def __init__(self, policy: FlowPolicy):
         self.policy = policy
 
-    def generate(self, groups: PromptGroupBatch, spec: SamplingSpec) -> TrajectoryBatch:
+    def generate(self, groups: PromptGroupBatch, spec: SamplingSpec,
+                 positions: list[int] | None = None) -> TrajectoryBatch:
         self.policy.transformer.eval()
-        return generate(self.policy, groups, spec)
+        return generate(self.policy, groups, spec, positions)
 
     def sync(self, trainable_state: dict[str, torch.Tensor], version: int) -> dict[str, float]:
         return {}

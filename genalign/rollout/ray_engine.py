@@ -88,33 +88,6 @@ def _reason(error: Exception) -> str:
     return f"{type(cause).__name__}: {cause}" if isinstance(cause, Exception) else f"{type(error).__name__}: {error}"
 
 
-class StepEncodedPolicy:
-    """A worker's policy whose `encode_prompts` answers from one encoding of the whole step.
-
-    Why: text encoders on CPU/GPU give last-bit differences for different batch sizes, so a
-    worker encoding only its shard's prompts would condition on slightly different
-    embeddings than the in-process engine. Encoding the step's unique prompts in the same
-    single call as `collector.encode_unique` does, then selecting rows, keeps the shards
-    bitwise equal to the in-process batch. Everything else is the wrapped policy."""
-
-    def __init__(self, policy, step_prompts: list[str], with_negative: bool):
-        unique = list(dict.fromkeys(step_prompts))
-        self._policy = policy
-        self._with_negative = with_negative
-        self._encoded = policy.encode_prompts(unique, with_negative=with_negative)
-        self._row = {prompt: i for i, prompt in enumerate(unique)}
-
-    def encode_prompts(self, prompts: list[str], with_negative: bool):
-        if with_negative != self._with_negative:
-            raise ValueError("StepEncodedPolicy was encoded with with_negative="
-                             f"{self._with_negative}, asked for {with_negative}")
-        rows = torch.tensor([self._row[p] for p in prompts], device=self._encoded.embeds.device)  # [b]
-        return self._encoded.index(rows)
-
-    def __getattr__(self, name: str):
-        return getattr(self._policy, name)
-
-
 class RolloutWorker:
     """One Ray actor: a policy copy built exactly as the trainer builds its own."""
 
@@ -147,7 +120,7 @@ class RolloutWorker:
     def generate(self, groups: PromptGroupBatch, positions: list[int], spec: SamplingSpec,
                  version: int) -> TrajectoryBatch:
         """Sample `positions` of the step's `groups` (the whole step is sent so prompts are
-        encoded exactly as in-process, see `StepEncodedPolicy`)."""
+        encoded exactly as in-process, see `collector.generate`)."""
         from genalign.rollout.collector import generate
 
         if self.version != version:
@@ -156,8 +129,7 @@ class RolloutWorker:
         if self.released:
             self._move(self.policy.device)
         self.policy.transformer.eval()
-        policy = StepEncodedPolicy(self.policy, groups.prompts, with_negative=spec.guidance_scale > 1.0)
-        return generate(policy, groups.index(positions), spec)
+        return generate(self.policy, groups, spec, positions)
 
     def release_memory(self) -> None:
         """Colocated mode: give the shared device back before the trainer's replay/backward."""
@@ -258,8 +230,12 @@ class RayRolloutEngine:
         payload = sum(t.numel() * t.element_size() for t in state.values())
         return {"sync_s": time.perf_counter() - start, "sync_bytes": float(payload * len(self.workers))}
 
-    def generate(self, groups: PromptGroupBatch, spec: SamplingSpec) -> TrajectoryBatch:
+    def generate(self, groups: PromptGroupBatch, spec: SamplingSpec,
+                 positions: list[int] | None = None) -> TrajectoryBatch:
         import ray
+
+        if positions is not None:  # config validation forbids Ray rollout under torchrun
+            raise ValueError("the Ray rollout engine shards the whole step itself; it takes no rank positions")
 
         shards = shard_positions(len(groups), shard_unit(groups, spec.chunk_size), len(self.workers))
         work = [(index, positions) for index, positions in enumerate(shards) if positions]

@@ -38,27 +38,31 @@ class CheckpointState:
     trainer_state: dict[str, Any]
 
 
-def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Split an optimizer state_dict into tensors (safetensors) and JSON-able metadata."""
-    state = optimizer.state_dict()
+def optimizer_to_tensors(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split an optimizer state dict (entries keyed by parameter index or name) into tensors
+    for safetensors and JSON-able metadata."""
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
-    for index, entries in state["state"].items():
+    for param_key, entries in state["state"].items():
         for key, value in entries.items():
             if torch.is_tensor(value):
-                tensors[f"state.{index}.{key}"] = value.detach().cpu().contiguous()
+                tensors[f"state/{param_key}/{key}"] = value.detach().cpu().contiguous()
             else:
-                scalars.setdefault(str(index), {})[key] = value
-    return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
+                scalars.setdefault(str(param_key), {})[key] = value
+    integer_keys = all(isinstance(k, int) for k in state["state"])
+    return tensors, {"param_groups": state["param_groups"], "scalars": scalars, "integer_keys": integer_keys}
 
 
 def optimizer_from_tensors(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
-    state: dict[int, dict[str, Any]] = {}
+    def param_key(text: str):
+        return int(text) if meta.get("integer_keys") else text
+
+    state: dict[Any, dict[str, Any]] = {}
     for name, value in tensors.items():
-        _, index, key = name.split(".", 2)
-        state.setdefault(int(index), {})[key] = value
-    for index, entries in meta["scalars"].items():
-        state.setdefault(int(index), {}).update(entries)
+        _, key_text, key = name.split("/")
+        state.setdefault(param_key(key_text), {})[key] = value
+    for key_text, entries in meta["scalars"].items():
+        state.setdefault(param_key(key_text), {}).update(entries)
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
@@ -69,7 +73,7 @@ def save_checkpoint(
     config: dict[str, Any],
     trainable: dict[str, torch.Tensor],
     ema: dict[str, torch.Tensor] | None,
-    optimizer: torch.optim.Optimizer,
+    optimizer: dict[str, Any],
     trainer_state: dict[str, Any],
     export: Callable[[Path], None] | None = None,
 ) -> Path:
@@ -83,7 +87,7 @@ def save_checkpoint(
     save_file({k: v.contiguous() for k, v in trainable.items()}, str(temp / "trainable.safetensors"))
     if ema is not None:
         save_file({k: v.contiguous() for k, v in ema.items()}, str(temp / "ema.safetensors"))
-    optimizer_tensors, optimizer_meta = optimizer_to_tensors(optimizer)
+    optimizer_tensors, optimizer_meta = optimizer_to_tensors(optimizer)  # a state dict, whole tensors
     save_file(optimizer_tensors, str(temp / "optimizer.safetensors"))
     (temp / "optimizer.json").write_text(json.dumps(optimizer_meta, indent=1))
     (temp / TRAINER_STATE).write_text(json.dumps({"step": step, **trainer_state}, indent=1))

@@ -110,6 +110,46 @@ def full_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu() for name, t in state.items()}
 
 
+@torch.no_grad()
+def copy_full_into(target: torch.Tensor, full: torch.Tensor) -> None:
+    """Copy a whole tensor into `target`, which may be an FSDP2 shard (DTensor)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    full = full.to(device=target.device, dtype=target.dtype)
+    if isinstance(target, DTensor):
+        full = distribute_tensor(full, target.device_mesh, target.placements)
+    target.copy_(full)
+
+
+def full_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """`optimizer.state_dict()` with whole tensors (every rank calls it: under FSDP2 the moment
+    tensors are shards and are gathered), keyed by parameter index as for one process."""
+    from torch.distributed.tensor import DTensor
+
+    state = optimizer.state_dict()
+    state["state"] = {index: {key: (value.full_tensor() if isinstance(value, DTensor) else value)
+                              for key, value in entries.items()}
+                      for index, entries in state["state"].items()}
+    return state
+
+
+def load_full_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """Inverse of `full_optimizer_state`: whole moment tensors are re-sharded like their
+    parameters under FSDP2, then loaded as usual."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    entries_by_index = {}
+    for index, entries in state["state"].items():
+        param = params[int(index)]
+        if isinstance(param, DTensor):
+            entries = {key: (distribute_tensor(value.to(param.device), param.device_mesh, param.placements)
+                             if torch.is_tensor(value) and value.shape == param.shape else value)
+                       for key, value in entries.items()}
+        entries_by_index[int(index)] = entries
+    optimizer.load_state_dict({"state": entries_by_index, "param_groups": state["param_groups"]})
+
+
 def per_rank_accumulation(gradient_accumulation_steps: int, info: RankInfo) -> int:
     """Micro-batches per optimizer step on each rank: together the ranks cover the
     1-process run's `gradient_accumulation_steps` micro-batches."""

@@ -11,6 +11,8 @@ from typing import Iterator
 
 import torch
 
+from genalign.training.distributed import copy_full_into
+
 
 class EMA:
     def __init__(self, named_parameters: dict[str, torch.nn.Parameter], decay: float, update_every: int):
@@ -51,5 +53,5 @@ class EMA:
         if missing or unexpected:
             raise ValueError(f"EMA state mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
         for name in self.shadow:
-            self.shadow[name].copy_(state[name])
+            copy_full_into(self.shadow[name], state[name])
         self.optimizer_steps = optimizer_steps

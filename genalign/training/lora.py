@@ -21,6 +21,7 @@ from typing import Iterator
 import torch
 
 from genalign.models.base import LoraConfig
+from genalign.training.distributed import copy_full_into
 
 LORA_INITS = {"gaussian": "gaussian", "default": True}
 """model.lora.init -> peft `init_lora_weights`; both start with B = 0 (LoRA output 0 at init)."""
@@ -109,7 +110,7 @@ def load_trainable_state_dict(module: torch.nn.Module, state: dict[str, torch.Te
             f"{len(missing)} missing {missing[:5]}, {len(unexpected)} unexpected {unexpected[:5]}, "
             f"{len(mis_shaped)} shape mismatches {mis_shaped[:5]}")
     for name, param in params.items():
-        param.copy_(state[name].to(device=param.device, dtype=param.dtype))
+        copy_full_into(param, state[name])
 
 
 def state_fingerprint(state: dict[str, torch.Tensor]) -> str:
@@ -144,10 +145,14 @@ def reference_mode(module: torch.nn.Module) -> Iterator[None]:
 
 def export_lora_for_diffusers(module: torch.nn.Module, out_dir: str | Path, cfg: LoraConfig,
                               pipeline_cls_name: str = "StableDiffusion3Pipeline",
-                              adapter_name: str = "default") -> Path:
+                              adapter_name: str = "default",
+                              trainable_state: dict[str, torch.Tensor] | None = None) -> Path:
     """Write `out_dir/pytorch_lora_weights.safetensors` that `<Pipeline>.load_lora_weights(out_dir)`
     loads. The adapter's peft config travels as `lora_adapter_metadata` (diffusers builds
-    `LoraConfig(**metadata)` from it), so lora_alpha != r keeps its alpha/r scale."""
+    `LoraConfig(**metadata)` from it), so lora_alpha != r keeps its alpha/r scale.
+
+    `trainable_state` (whole tensors named as in `trainable_state_dict`) replaces reading the
+    module, for sharded (FSDP2) training where only the gathered copy is whole."""
     import diffusers
     from peft.utils import get_peft_model_state_dict
 
@@ -162,8 +167,12 @@ def export_lora_for_diffusers(module: torch.nn.Module, out_dir: str | Path, cfg:
     if adapter_config["r"] != cfg.rank or adapter_config["lora_alpha"] != cfg.alpha:
         raise ValueError(f"model.lora (r={cfg.rank}, alpha={cfg.alpha}) differs from the adapter on the model "
                          f"(r={adapter_config['r']}, alpha={adapter_config['lora_alpha']})")
-    state = {k: v.detach().cpu().contiguous()
-             for k, v in get_peft_model_state_dict(module, adapter_name=adapter_name).items()}
+    if trainable_state is None:
+        state = {k: v.detach().cpu().contiguous()
+                 for k, v in get_peft_model_state_dict(module, adapter_name=adapter_name).items()}
+    else:  # peft's export names drop the adapter name: "...lora_A.default.weight" -> "...lora_A.weight"
+        state = {k.replace(f".{adapter_name}.", "."): v.detach().cpu().contiguous()
+                 for k, v in trainable_state.items() if "lora_" in k}
     metadata = {k: (sorted(v) if isinstance(v, set) else v) for k, v in adapter_config.items() if k in _EXPORT_KEYS}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

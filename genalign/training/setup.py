@@ -18,7 +18,7 @@ from genalign.models.registry import MODEL_FAMILIES
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rollout.collector import SamplingSpec
 from genalign.rollout.engine import LocalRolloutEngine, RolloutEngine
-from genalign.tracking.sinks import CSVSink
+from genalign.tracking.sinks import CSVSink, NullSink
 from genalign.training.lora import apply_lora, freeze_for_full_finetune
 
 log = logging.getLogger(__name__)
@@ -72,10 +72,12 @@ def eval_spec(cfg: ExperimentConfig) -> SamplingSpec:
 
 
 def build_evaluator(cfg: ExperimentConfig, device: torch.device, reward_runtime, output_dir: Path,
-                    resume: bool) -> Evaluator:
+                    resume: bool, writes: bool = True) -> Evaluator:
+    """`writes=False` (ranks other than 0) evaluates without writing metrics or sheets."""
     gold = build_reward_runtime(cfg.reward, device, components=cfg.eval.gold_rewards) if cfg.eval.gold_rewards else None
-    return Evaluator(cfg.eval, load_manifest(cfg.data.eval_manifest), eval_spec(cfg), reward_runtime, gold,
-                     output_dir, CSVSink(output_dir / "eval_metrics.csv", resume=resume))
+    sink = CSVSink(output_dir / "eval_metrics.csv", resume=resume) if writes else NullSink()
+    return Evaluator(cfg.eval, load_manifest(cfg.data.eval_manifest, "data.eval_manifest"), eval_spec(cfg),
+                     reward_runtime, gold, output_dir if writes else None, sink)
 
 
 def select(tree: dict, dotted: str):

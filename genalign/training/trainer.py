@@ -7,6 +7,7 @@ each phase is a named method, building the parts lives in `setup.py`, the math i
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import time
@@ -23,13 +24,13 @@ from genalign.config.plan import RunPlan
 from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
-from genalign.rewards.composite import build_reward_runtime
+from genalign.rewards.composite import RewardScores, build_reward_runtime
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.tracking.sinks import CSVSink
-from genalign.training import setup
+from genalign.tracking.sinks import CSVSink, NullSink
+from genalign.training import distributed, setup
 from genalign.training.checkpoint import load_checkpoint, save_checkpoint
 from genalign.training.ema import EMA
-from genalign.training.lora import export_lora_for_diffusers, load_trainable_state_dict, trainable_state_dict
+from genalign.training.lora import export_lora_for_diffusers, load_trainable_state_dict
 from genalign.training.optim import build_optimizer
 from genalign.training.parity import replay_parity
 from genalign.training.reference import ReferencePolicy
@@ -53,14 +54,18 @@ class Trainer:
             if differing:
                 raise ResumeError(f"trainer.resume_from={checkpoint.path}: the checkpoint was written with a "
                                   "different config:\n  " + "\n  ".join(differing))
+        strategy = cfg.distributed.training
+        self.ranks = distributed.init_distributed(strategy.strategy, strategy.backend)
         log.info("run plan: %s", self.plan.describe())
         torch.manual_seed(cfg.trainer.seed)  # adapter initialisation is the only global-RNG use
         self.policy = setup.build_policy(cfg)
+        # the reference is taken before wrapping, so a full-fine-tune copy stays a plain module
+        reference = ReferencePolicy(self.policy, cfg.model.train_mode) if self.plan.needs_reference else None
+        distributed.wrap_for_training(self.policy.transformer, strategy.strategy)
         self.parameters = setup.named_trainable_parameters(self.policy.transformer)
         self.optimizer = build_optimizer(list(self.parameters.values()), cfg.actor)
         ema_cfg = cfg.actor.ema
         self.ema = EMA(self.parameters, ema_cfg.decay, ema_cfg.update_every) if ema_cfg.enabled else None
-        reference = ReferencePolicy(self.policy, cfg.model.train_mode) if self.plan.needs_reference else None
         self.algorithm = ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm, reference)
         self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
         self.sampler = PromptSampler(load_manifest(cfg.data.manifest, "data.manifest"), self.plan.prompts_per_step,
@@ -69,16 +74,19 @@ class Trainer:
         self.spec = setup.rollout_spec(cfg)
         self.engine = setup.build_rollout_engine(cfg, self.policy)
         resuming = checkpoint is not None
-        self.metrics = CSVSink(self.output_dir / "metrics.csv", resume=resuming)
-        self.evaluator = setup.build_evaluator(cfg, self.policy.device, self.rewards, self.output_dir, resuming)
+        main = self.ranks.is_main  # rank 0 alone writes metrics, evaluation artefacts and checkpoints
+        self.metrics = CSVSink(self.output_dir / "metrics.csv", resume=resuming) if main else NullSink()
+        self.evaluator = setup.build_evaluator(cfg, self.policy.device, self.rewards, self.output_dir, resuming,
+                                               writes=main)
         self.start_step = 1
         if checkpoint is not None:
             self.restore(checkpoint)
 
     # ---------------------------------------------------------------- the loop
     def train(self) -> None:
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        (self.output_dir / "config.yaml").write_text(config_to_yaml(self.cfg))
+        if self.ranks.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            (self.output_dir / "config.yaml").write_text(config_to_yaml(self.cfg))
         last = self.cfg.trainer.num_steps
         if self.start_step == 1 and self.evaluator.due(0, last):
             self.evaluate(0)
@@ -95,6 +103,7 @@ class Trainer:
         self.engine.close()
         self.metrics.close()
         self.evaluator.sink.close()
+        distributed.shutdown()
 
     def train_step(self, step: int) -> dict[str, float]:
         times = {}
@@ -103,8 +112,10 @@ class Trainer:
         times["time_rollout_s"] = time.perf_counter() - start
 
         start = time.perf_counter()
-        scores = self.rewards.score(batch.images, batch.prompts, batch.metadata)
-        advantages = self.advantages(batch, scores)
+        scores = self.gather_scores(batch, self.rewards.score(batch.images, batch.prompts, batch.metadata))
+        step_advantages = self.advantages(batch, scores)  # [world * b], the whole step
+        start = self.ranks.rank * len(batch)
+        advantages = step_advantages[start:start + len(batch)]  # [b] this rank's samples
         times["time_reward_s"] = time.perf_counter() - start
 
         start = time.perf_counter()
@@ -114,11 +125,11 @@ class Trainer:
         update.update(self.sync(step))
 
         row = {**scores.stats(prefix="reward"),
-               "zero_std_ratio": zero_std_group_fraction(scores.total, batch.group_ids),
-               **{f"adv_{k}": v for k, v in advantage_stats(advantages).items()},
+               "zero_std_ratio": zero_std_group_fraction(scores.total, self.global_group_ids(batch)),
+               **{f"adv_{k}": v for k, v in advantage_stats(step_advantages).items()},
                **update, **parity, **times,
                "lr": self.optimizer.param_groups[0]["lr"],
-               "images_per_s": len(batch) / max(times["time_rollout_s"], 1e-9)}
+               "images_per_s": len(batch) * self.ranks.world_size / max(times["time_rollout_s"], 1e-9)}
         log.info("step %d: reward %.4f  loss %.3g  clip %.3f  kl %.3g  (rollout %.1fs, reward %.1fs, train %.1fs)",
                  step, row["reward_mean"], row.get("loss", float("nan")), row.get("clip_frac", float("nan")),
                  row.get("kl", float("nan")), times["time_rollout_s"], times["time_reward_s"], times["time_train_s"])
@@ -127,16 +138,32 @@ class Trainer:
     # ---------------------------------------------------------------- phases
     def rollout(self, step: int) -> TrajectoryBatch:
         groups = self.sampler.sample(step)
+        positions = None
+        if self.ranks.world_size > 1:  # this rank's whole prompt groups
+            positions = distributed.rank_positions(len(groups), self.plan.samples_per_prompt, self.ranks)
         self.rewards.offload()
-        batch = self.engine.generate(groups, self.spec)
+        batch = self.engine.generate(groups, self.spec, positions)
         self.rewards.onload()
         return batch
 
-    def advantages(self, batch: TrajectoryBatch, scores) -> torch.Tensor:
+    def global_group_ids(self, batch: TrajectoryBatch) -> torch.Tensor:
+        return distributed.all_gather_cat(batch.group_ids, self.ranks)  # [world * b]
+
+    def gather_scores(self, batch: TrajectoryBatch, scores: RewardScores) -> RewardScores:
+        """Every rank sees the whole step's rewards, so group statistics cover whole groups
+        and the batch std is the global one (identity on one process)."""
+        if self.ranks.world_size == 1:
+            return scores
+        return RewardScores({name: distributed.all_gather_cat(values, self.ranks)
+                             for name, values in scores.components.items()}, scores.weights)
+
+    def advantages(self, batch: TrajectoryBatch, scores: RewardScores) -> torch.Tensor:
+        """Group-normalised advantages of the whole step [world * b] (ALGORITHMS §2.4)."""
         adv = self.cfg.algorithm.advantage
-        return aggregate_advantages(scores.components, scores.weights, batch.group_ids, self.cfg.reward.aggregation,
-                                    per_prompt=adv.per_prompt, global_std=adv.global_std, std=adv.std,
-                                    eps=adv.eps, normalize_by_std=adv.normalize_by_std)  # [B]
+        return aggregate_advantages(scores.components, scores.weights, self.global_group_ids(batch),
+                                    self.cfg.reward.aggregation, per_prompt=adv.per_prompt,
+                                    global_std=adv.global_std, std=adv.std, eps=adv.eps,
+                                    normalize_by_std=adv.normalize_by_std)
 
     def parity(self, batch: TrajectoryBatch) -> dict[str, float]:
         """Replay with unchanged weights: log-probs must equal the rollout's (ALGORITHMS §2.10)."""
@@ -148,8 +175,11 @@ class Trainer:
     def update(self, batch: TrajectoryBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
         self.policy.transformer.train()
         generator = torch.Generator().manual_seed(self.cfg.trainer.seed * 1_000_003 + step)
+        # each rank runs 1/world of the micro-batches of an optimizer step; gradients are averaged
+        accumulation = distributed.per_rank_accumulation(self.cfg.actor.gradient_accumulation_steps, self.ranks)
+        actor = dataclasses.replace(self.cfg.actor, gradient_accumulation_steps=accumulation)
         result = run_update(self.policy, self.algorithm, self.optimizer, list(self.parameters.values()), batch,
-                            advantages, self.cfg.actor, self.plan.train_micro_batch, generator,
+                            advantages, actor, self.plan.train_micro_batch, generator,
                             on_optimizer_step=self.ema.on_optimizer_step if self.ema else (lambda: None))
         self.policy.transformer.eval()
         return result.metrics()
@@ -158,7 +188,7 @@ class Trainer:
         """Hand the fresh trainable weights to the rollout engine (no-op in-process)."""
         if not self.engine.needs_sync:
             return {}
-        return self.engine.sync(trainable_state_dict(self.policy.transformer), version=step)
+        return self.engine.sync(self.trainable_state(), version=step)
 
     def evaluate(self, step: int) -> float:
         start = time.perf_counter()
@@ -169,26 +199,37 @@ class Trainer:
         return time.perf_counter() - start
 
     # ---------------------------------------------------------------- state
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """Whole trained tensors on the CPU (gathers FSDP2 shards; every rank must call it)."""
+        return distributed.full_state(self.parameters)
+
     def save(self, name: str, step: int) -> Path:
-        export = None
-        pipeline_cls = getattr(self.policy, "diffusers_pipeline", None)
-        if self.cfg.model.train_mode == "lora" and pipeline_cls:
-            def export(directory: Path) -> None:
-                export_lora_for_diffusers(self.policy.transformer, directory, self.cfg.model.lora, pipeline_cls)
-        path = save_checkpoint(
-            self.output_dir / name, step=step, config=config_to_dict(self.cfg),
-            trainable=trainable_state_dict(self.policy.transformer),
-            ema=self.ema.state_dict() if self.ema else None, optimizer=self.optimizer,
-            trainer_state={"ema_optimizer_steps": self.ema.optimizer_steps if self.ema else 0,
-                           "eval_history": self.evaluator.history.to_dict()},
-            export=export)
-        log.info("saved %s", path)
+        """Gather on every rank, write on rank 0 (atomically), then wait for it."""
+        trainable = self.trainable_state()
+        ema = distributed.full_state(self.ema.state_dict()) if self.ema else None
+        optimizer = distributed.full_optimizer_state(self.policy.transformer, self.optimizer)
+        path = self.output_dir / name
+        if self.ranks.is_main:
+            export = None
+            pipeline_cls = getattr(self.policy, "diffusers_pipeline", None)
+            if self.cfg.model.train_mode == "lora" and pipeline_cls:
+                def export(directory: Path) -> None:
+                    export_lora_for_diffusers(self.policy.transformer, directory, self.cfg.model.lora, pipeline_cls,
+                                              trainable_state=trainable)
+            save_checkpoint(
+                path, step=step, config=config_to_dict(self.cfg), trainable=trainable, ema=ema, optimizer=optimizer,
+                trainer_state={"ema_optimizer_steps": self.ema.optimizer_steps if self.ema else 0,
+                               "eval_history": self.evaluator.history.to_dict(),
+                               "world_size": self.ranks.world_size},
+                export=export)
+            log.info("saved %s", path)
+        distributed.barrier(self.ranks)
         return path
 
     def restore(self, checkpoint) -> None:
         load_trainable_state_dict(self.policy.transformer, checkpoint.trainable)
         self.sync(checkpoint.step)  # rollout workers start from the restored weights, not the fresh adapter
-        self.optimizer.load_state_dict(checkpoint.optimizer)
+        distributed.load_full_optimizer_state(self.policy.transformer, self.optimizer, checkpoint.optimizer)
         if self.ema is not None:
             if checkpoint.ema is None:
                 raise ResumeError(f"{checkpoint.path} has no EMA state but actor.ema.enabled=true")

@@ -22,7 +22,7 @@ def test_round_trip_restores_weights_optimizer_and_state(tmp_path):
     model, opt = trained_optimizer()
     trainable = {k: v.detach().clone() for k, v in model.state_dict().items()}
     path = save_checkpoint(tmp_path / "checkpoint-2", step=2, config={"a": {"b": 1}}, trainable=trainable,
-                           ema={k: v * 0.5 for k, v in trainable.items()}, optimizer=opt,
+                           ema={k: v * 0.5 for k, v in trainable.items()}, optimizer=opt.state_dict(),
                            trainer_state={"ema_optimizer_steps": 2, "eval_history": {}})
     state = load_checkpoint(path)
     assert state.step == 2 and state.config == {"a": {"b": 1}}
@@ -45,7 +45,7 @@ def test_no_temp_directories_are_left_and_overwrite_is_atomic(tmp_path):
     trainable = {k: v.detach().clone() for k, v in model.state_dict().items()}
     for step in (1, 2):
         save_checkpoint(tmp_path / "checkpoint-final", step=step, config={}, trainable=trainable, ema=None,
-                        optimizer=opt, trainer_state={})
+                        optimizer=opt.state_dict(), trainer_state={})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-final"]
     assert load_checkpoint(tmp_path / "checkpoint-final").step == 2
 
@@ -59,7 +59,7 @@ def test_crash_during_write_leaves_no_checkpoint(tmp_path):
 
     with pytest.raises(RuntimeError, match="disk full"):
         save_checkpoint(tmp_path / "checkpoint-3", step=3, config={}, trainable=trainable, ema=None,
-                        optimizer=opt, trainer_state={}, export=failing_export)
+                        optimizer=opt.state_dict(), trainer_state={}, export=failing_export)
     assert not (tmp_path / "checkpoint-3").exists()
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_checkpoint(tmp_path / "checkpoint-3")
