@@ -110,7 +110,10 @@ def validate(cfg: ExperimentConfig) -> list[str]:
         return problems  # the divisibility checks below divide by these
     if fraction_in_range and int(cfg.rollout.num_steps * cfg.algorithm.timestep_fraction) < 1:
         problems.append(num_train_timesteps_problem(cfg.rollout.num_steps, cfg.algorithm.timestep_fraction))
-    return problems + _batch_geometry_problems(cfg) + resource_problems(cfg)  # distributed.* vs this machine
+    problems += _batch_geometry_problems(cfg)
+    if problems:  # resource planning reads the keys checked above; it would only echo their errors
+        return problems
+    return resource_problems(cfg)  # distributed.* vs this machine
 
 
 def _batch_geometry_problems(cfg: ExperimentConfig) -> list[str]:

@@ -112,5 +112,5 @@ def test_config_loading_reports_resource_problems(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     with pytest.raises(ConfigError, match="set RAY_ADDRESS"):
         load_config("experiment/diffusion/sd3_5/online_grpo_ocr", ["/base/distributed=ray_rollout_cross_node"])
-    with pytest.raises(ConfigError, match="disagree"):
+    with pytest.raises(ConfigError, match="one size"):
         load_config("experiment/diffusion/sd3_5/online_grpo_ocr", ["distributed.resources.rollout.num_workers=2"])
