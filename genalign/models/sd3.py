@@ -84,6 +84,33 @@ def _place(module: torch.nn.Module, device: torch.device, dtype: torch.dtype) ->
     return module
 
 
+def sd3_transformer_velocity(transformer: torch.nn.Module, latents: torch.Tensor, sigma: torch.Tensor,
+                             cond: Condition, guidance_scale: float, device: torch.device,
+                             dtype: torch.dtype) -> torch.Tensor:
+    """Velocity of an `SD3Transformer2DModel` (SD3, and the toy family that reuses the class):
+    timestep = 1000·σ (σ [B] or a scalar, broadcast); guidance_scale > 1 runs one batched
+    forward over [uncond, cond] and returns v_u + w (v_c − v_u). Float32 out."""
+
+    def forward(hidden: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
+                pooled: torch.Tensor) -> torch.Tensor:
+        return transformer(hidden_states=hidden.to(device, dtype), timestep=timestep,
+                           encoder_hidden_states=embeds.to(device, dtype), pooled_projections=pooled.to(device, dtype),
+                           return_dict=False)[0].float()
+
+    batch = latents.shape[0]
+    timestep = (sigma.to(device, torch.float32) * 1000.0).expand(batch)  # [B]
+    if guidance_scale <= 1.0:
+        return forward(latents, timestep, cond.embeds, cond.pooled)  # [B, C, h, w]
+    if cond.negative_embeds is None or cond.negative_pooled is None:
+        raise ValueError(f"guidance_scale={guidance_scale} > 1 needs prompts encoded with_negative=True "
+                         "(the empty-prompt branch of CFG)")
+    prediction = forward(torch.cat([latents, latents]), torch.cat([timestep, timestep]),
+                         torch.cat([cond.negative_embeds, cond.embeds]),
+                         torch.cat([cond.negative_pooled, cond.pooled]))  # [2B, C, h, w]
+    uncond, text = prediction.chunk(2)  # [B, C, h, w] each
+    return uncond + guidance_scale * (text - uncond)  # [B, C, h, w]
+
+
 class SD3Policy:
     """SD3/SD3.5: the transformer is the denoiser; CLIP-L/G + T5 encode; the VAE decodes."""
 
@@ -143,29 +170,11 @@ class SD3Policy:
             return Condition(embeds=embeds, pooled=pooled)
         return Condition(embeds=embeds, pooled=pooled, negative_embeds=negative, negative_pooled=negative_pooled)
 
-    def _forward(self, latents: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
-                 pooled: torch.Tensor) -> torch.Tensor:
-        return self.transformer(hidden_states=latents.to(self.device, self.dtype), timestep=timestep,
-                                encoder_hidden_states=embeds.to(self.device, self.dtype),
-                                pooled_projections=pooled.to(self.device, self.dtype),
-                                return_dict=False)[0].float()
-
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
                  guidance_scale: float) -> torch.Tensor:
-        """v̂ [B, C, h, w] float32 at sigma [B] (a scalar is broadcast). guidance_scale > 1:
-        one batched forward over [uncond, cond], v_u + w (v_c - v_u)."""
-        batch = latents.shape[0]
-        timestep = (sigma.to(self.device, torch.float32) * 1000.0).expand(batch)  # [B] SD3 timestep = 1000·σ
-        if guidance_scale <= 1.0:
-            return self._forward(latents, timestep, cond.embeds, cond.pooled)  # [B, C, h, w]
-        if cond.negative_embeds is None or cond.negative_pooled is None:
-            raise ValueError(f"guidance_scale={guidance_scale} > 1 needs prompts encoded with_negative=True "
-                             "(the empty-prompt branch of CFG)")
-        prediction = self._forward(torch.cat([latents, latents]), torch.cat([timestep, timestep]),
-                                   torch.cat([cond.negative_embeds, cond.embeds]),
-                                   torch.cat([cond.negative_pooled, cond.pooled]))  # [2B, C, h, w]
-        uncond, text = prediction.chunk(2)  # [B, C, h, w] each
-        return uncond + guidance_scale * (text - uncond)  # [B, C, h, w]
+        """v̂ [B, C, h, w] float32 at sigma [B] (see `sd3_transformer_velocity`)."""
+        return sd3_transformer_velocity(self.transformer, latents, sigma, cond, guidance_scale, self.device,
+                                        self.dtype)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

@@ -114,8 +114,8 @@ class Trainer:
         start = time.perf_counter()
         scores = self.gather_scores(batch, self.rewards.score(batch.images, batch.prompts, batch.metadata))
         step_advantages = self.advantages(batch, scores)  # [world * b], the whole step
-        start = self.ranks.rank * len(batch)
-        advantages = step_advantages[start:start + len(batch)]  # [b] this rank's samples
+        offset = self.ranks.rank * len(batch)
+        advantages = step_advantages[offset:offset + len(batch)]  # [b] this rank's samples
         times["time_reward_s"] = time.perf_counter() - start
 
         start = time.perf_counter()

@@ -8,6 +8,7 @@ is 0 for every sample, so every advantage would be 0).
 from __future__ import annotations
 
 import csv
+import time
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,9 @@ def finished_run(tiny_sd3_dir, tmp_path_factory):
     cfg = load_config(RECIPE, tiny_overrides(tiny_sd3_dir, out))
     trainer = Trainer(cfg)
     initial = {k: v.clone() for k, v in trainer.policy.transformer.state_dict().items()}
+    started = time.perf_counter()
     trainer.train()
+    trainer.wall_seconds = time.perf_counter() - started
     return out, trainer, initial
 
 
@@ -66,6 +69,17 @@ def test_run_directory_has_every_artefact(finished_run):
     eval_rows = read_rows(out / "eval_metrics.csv")
     assert [r["step"] for r in eval_rows] == ["0", "2", "3"]
     assert not any(Path(out).glob(".checkpoint-*"))
+
+
+def test_phase_seconds_are_per_step_and_add_up(finished_run):
+    out, trainer, _ = finished_run
+    rows = read_rows(out / "metrics.csv")
+    for row in rows:
+        phases = [float(row[k]) for k in ("time_rollout_s", "time_reward_s", "time_train_s")]
+        assert all(0 <= p for p in phases)
+        assert sum(phases) + float(row.get("time_eval_s") or 0) < trainer.wall_seconds
+    assert sum(float(r["time_rollout_s"]) + float(r["time_reward_s"]) + float(r["time_train_s"])
+               for r in rows) < trainer.wall_seconds
 
 
 def test_training_changes_lora_weights_and_nothing_else(finished_run):

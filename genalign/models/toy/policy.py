@@ -16,7 +16,7 @@ import torch
 
 from genalign.data.toy_shapes import IMAGE_SIZE, from_unit_range
 from genalign.models.base import Condition, ModelConfig, resolve_device, resolve_dtype
-from genalign.models.sd3 import SD3_LORA_TARGETS
+from genalign.models.sd3 import SD3_LORA_TARGETS, sd3_transformer_velocity
 from genalign.models.toy.network import ToyTextEncoder, load_toy_model
 from genalign.sampling.schedules import flow_match_sigmas
 
@@ -75,29 +75,12 @@ class ToyPolicy:
         negative, negative_pooled = self.text_encoder(self.text_encoder.token_ids([""] * len(prompts)))
         return Condition(embeds=embeds, pooled=pooled, negative_embeds=negative, negative_pooled=negative_pooled)
 
-    def _forward(self, latents: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
-                 pooled: torch.Tensor) -> torch.Tensor:
-        return self.transformer(hidden_states=latents.to(self.device, self.dtype), timestep=timestep,
-                                encoder_hidden_states=embeds.to(self.device, self.dtype),
-                                pooled_projections=pooled.to(self.device, self.dtype),
-                                return_dict=False)[0].float()
-
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
                  guidance_scale: float) -> torch.Tensor:
-        """v̂ [B, 3, 16, 16] float32 at sigma [B] (a scalar is broadcast); timestep = 1000·σ as in
-        SD3. guidance_scale > 1: one batched forward over [uncond, cond], v_u + w (v_c - v_u)."""
-        batch = latents.shape[0]
-        timestep = (sigma.to(self.device, torch.float32) * 1000.0).expand(batch)  # [B]
-        if guidance_scale <= 1.0:
-            return self._forward(latents, timestep, cond.embeds, cond.pooled)  # [B, 3, H, W]
-        if cond.negative_embeds is None or cond.negative_pooled is None:
-            raise ValueError(f"guidance_scale={guidance_scale} > 1 needs prompts encoded with_negative=True "
-                             "(the empty-prompt branch of CFG)")
-        prediction = self._forward(torch.cat([latents, latents]), torch.cat([timestep, timestep]),
-                                   torch.cat([cond.negative_embeds, cond.embeds]),
-                                   torch.cat([cond.negative_pooled, cond.pooled]))  # [2B, 3, H, W]
-        uncond, text = prediction.chunk(2)  # [B, 3, H, W] each
-        return uncond + guidance_scale * (text - uncond)  # [B, 3, H, W]
+        """v̂ [B, 3, 16, 16] float32 at sigma [B]: the SD3 transformer call, timestep 1000·σ,
+        batched [uncond, cond] CFG when guidance_scale > 1."""
+        return sd3_transformer_velocity(self.transformer, latents, sigma, cond, guidance_scale, self.device,
+                                        self.dtype)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
