@@ -41,6 +41,12 @@ class RewardScores:
         """sum_k w_k r_k  [B] (Flow-GRPO's "avg" reward)."""
         return weighted_total(self.components, self.weights)
 
+    @staticmethod
+    def cat(parts: list["RewardScores"]) -> "RewardScores":
+        """Scores of consecutive chunks of one batch, in order -> the batch's scores."""
+        return RewardScores({name: torch.cat([p.components[name] for p in parts]) for name in parts[0].components},
+                            dict(parts[0].weights))
+
     def stats(self, prefix: str = "reward") -> dict[str, float]:
         """<prefix>_mean/std/min/max of the total and <prefix>_<name>_mean/... per component."""
         out = summary(self.total, prefix)

@@ -26,4 +26,6 @@ class RewardConfig:
     timeout_s: float = 600.0
     """Upper bound on one scoring call on Ray before it is an error."""
     async_scoring: bool = False
-    """Score finished rollout chunks while the next chunk generates (runtime=ray)."""
+    """Score each finished rollout chunk (rollout.sample_batch_size samples) while the next
+    one is sampled. Overlaps only with runtime=ray (the local runtime scores when asked);
+    needs rollout.engine=local, which yields chunks. (`async` is a Python keyword.)"""

@@ -8,6 +8,7 @@ both engines produce identical trajectories for identical seeds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
@@ -47,6 +48,13 @@ def generate(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
     shard). The prompts are still encoded for the whole step in one call: text encoders give
     last-bit differences for different batch sizes, and encoding exactly as the in-process
     engine does keeps a shard bitwise equal to the same samples of the whole step."""
+    return TrajectoryBatch.cat(list(generate_chunks(policy, groups, spec, positions)))
+
+
+def generate_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
+                    positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
+    """`generate`, one `spec.chunk_size` chunk at a time, so a caller can score finished
+    chunks (reward.async_scoring) while the next one is sampled."""
     sigmas = policy.sigmas(spec.num_steps).float().cpu()  # [T+1], stored with the trajectory
     sde_mask = sde_step_mask(spec.num_steps, spec.noise_level)  # [T]
     use_cfg = spec.guidance_scale > 1.0
@@ -56,27 +64,26 @@ def generate(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
         groups = groups.index(positions)
     latent_shape = policy.latent_shape(spec.height, spec.width)
     seeds, init_seeds = groups.seeds.tolist(), groups.init_seeds.tolist()
-    chunks = []
     for start in range(0, len(seeds), spec.chunk_size):
         stop = min(start + spec.chunk_size, len(seeds))
-        chunk_cond = condition.index(torch.arange(start, stop, device=condition.embeds.device))
+        rows = torch.arange(start, stop)
+        chunk_cond = condition.index(rows.to(condition.embeds.device))
         noise, generators = initial_noise(init_seeds[start:stop], seeds[start:stop], latent_shape)
         latents, log_probs = sample_trajectory(policy, chunk_cond, noise, generators, sigmas,
                                                spec.guidance_scale, spec.noise_level, sde_mask)
         images = policy.decode(latents[:, -1].to(policy.device)).cpu()  # [b, 3, H, W] uint8
-        chunks.append((latents, log_probs, images))
-    return TrajectoryBatch(
-        prompts=list(groups.prompts),
-        prompt_ids=groups.prompt_ids.clone(),
-        group_ids=groups.group_ids.clone(),
-        seeds=groups.seeds.clone(),
-        condition=condition.to("cpu"),
-        latents=torch.cat([c[0] for c in chunks]),
-        log_probs=torch.cat([c[1] for c in chunks]),
-        sigmas=sigmas,
-        sde_mask=sde_mask,
-        images=torch.cat([c[2] for c in chunks]),
-        guidance_scale=spec.guidance_scale,
-        noise_level=spec.noise_level,
-        metadata=[dict(m) for m in groups.metadata],
-    )
+        yield TrajectoryBatch(
+            prompts=groups.prompts[start:stop],
+            prompt_ids=groups.prompt_ids[rows].clone(),
+            group_ids=groups.group_ids[rows].clone(),
+            seeds=groups.seeds[rows].clone(),
+            condition=chunk_cond.to("cpu"),
+            latents=latents,
+            log_probs=log_probs,
+            sigmas=sigmas,
+            sde_mask=sde_mask,
+            images=images,
+            guidance_scale=spec.guidance_scale,
+            noise_level=spec.noise_level,
+            metadata=[dict(m) for m in groups.metadata[start:stop]],
+        )

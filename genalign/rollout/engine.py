@@ -8,14 +8,14 @@ engine (`ray_engine.py`) runs the same `generate` inside rollout actors.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Iterator, Protocol
 
 import torch
 
 from genalign.data.sampler import PromptGroupBatch
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.rollout.collector import SamplingSpec, generate
+from genalign.rollout.collector import SamplingSpec, generate, generate_chunks
 
 
 class RolloutEngine(Protocol):
@@ -43,6 +43,12 @@ class LocalRolloutEngine:
                  positions: list[int] | None = None) -> TrajectoryBatch:
         self.policy.transformer.eval()
         return generate(self.policy, groups, spec, positions)
+
+    def generate_chunks(self, groups: PromptGroupBatch, spec: SamplingSpec,
+                        positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
+        """The same trajectories, one `rollout.sample_batch_size` chunk at a time."""
+        self.policy.transformer.eval()
+        return generate_chunks(self.policy, groups, spec, positions)
 
     def sync(self, trainable_state: dict[str, torch.Tensor], version: int) -> dict[str, float]:
         return {}

@@ -13,6 +13,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Callable
 
 import torch
 from tqdm import tqdm
@@ -108,11 +109,11 @@ class Trainer:
     def train_step(self, step: int) -> dict[str, float]:
         times = {}
         start = time.perf_counter()
-        batch = self.rollout(step)
+        batch, pending_scores = self.rollout(step)
         times["time_rollout_s"] = time.perf_counter() - start
 
-        start = time.perf_counter()
-        scores = self.gather_scores(batch, self.rewards.score(batch.images, batch.prompts, batch.metadata))
+        start = time.perf_counter()  # with async scoring: the wait for what was not done yet
+        scores = self.gather_scores(batch, pending_scores())
         step_advantages = self.advantages(batch, scores)  # [world * b], the whole step
         offset = self.ranks.rank * len(batch)
         advantages = step_advantages[offset:offset + len(batch)]  # [b] this rank's samples
@@ -136,15 +137,24 @@ class Trainer:
         return row
 
     # ---------------------------------------------------------------- phases
-    def rollout(self, step: int) -> TrajectoryBatch:
+    def rollout(self, step: int) -> tuple[TrajectoryBatch, Callable[[], RewardScores]]:
+        """The step's trajectories and a callable returning their reward scores. With
+        reward.async_scoring each finished chunk is sent to the reward runtime while the next
+        one is sampled; otherwise scoring starts when the callable is called."""
         groups = self.sampler.sample(step)
         positions = None
         if self.ranks.world_size > 1:  # this rank's whole prompt groups
             positions = distributed.rank_positions(len(groups), self.plan.samples_per_prompt, self.ranks)
+        if self.cfg.reward.async_scoring:
+            chunks, futures = [], []
+            for chunk in self.engine.generate_chunks(groups, self.spec, positions):
+                chunks.append(chunk)
+                futures.append(self.rewards.score_async(chunk.images, chunk.prompts, chunk.metadata))
+            return TrajectoryBatch.cat(chunks), lambda: RewardScores.cat([f.result() for f in futures])
         self.rewards.offload()
         batch = self.engine.generate(groups, self.spec, positions)
         self.rewards.onload()
-        return batch
+        return batch, lambda: self.rewards.score(batch.images, batch.prompts, batch.metadata)
 
     def global_group_ids(self, batch: TrajectoryBatch) -> torch.Tensor:
         return distributed.all_gather_cat(batch.group_ids, self.ranks)  # [world * b]
