@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from genalign.models.base import Condition
+from genalign.models.base import Condition, guided_velocity
 from genalign.rollout.batch import TrajectoryBatch
 
 
@@ -51,12 +51,12 @@ class LinearPolicy:
         negative = torch.zeros_like(embeds) if with_negative else None
         return Condition(embeds=embeds, negative_embeds=negative)
 
-    def velocity(self, latents, sigma, cond, guidance_scale):
+    def velocity(self, latents, sigma, cond, guidance_scale, detach_uncond=False):
         if guidance_scale > 1:
             both = self.transformer(torch.cat([latents, latents]), torch.cat([sigma, sigma]),
                                     torch.cat([cond.negative_embeds, cond.embeds]))
             uncond, text = both.chunk(2)
-            return (uncond + guidance_scale * (text - uncond)).float()
+            return guided_velocity(uncond, text, guidance_scale, detach_uncond).float()
         return self.transformer(latents, sigma, cond.embeds).float()
 
     def decode(self, latents):

@@ -42,16 +42,28 @@ class ModelConfig:
     """Hugging Face hub id or a local directory written by `save_pretrained`."""
     revision: str | None = None
     dtype: str = "float32"
-    """Weights/activation dtype of the denoiser and text encoders: float32 | float16 | bfloat16.
-    The SDE math always runs in float32 and the VAE always in float32."""
+    """Compute dtype of the denoiser and the frozen weights of the text encoders and base
+    model: float32 | float16 | bfloat16. Trained weights (LoRA or full) and optimizer state
+    stay float32 masters whatever this says; the denoiser runs under autocast to this dtype
+    (float16 adds loss scaling). The SDE math and the VAE always run in float32."""
     device: str = "auto"
     """"auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:1", ..."""
     train_mode: str = "lora"
     """"lora" (adapter only; the reference is the adapter-disabled model) or "full"."""
     lora: LoraConfig = field(default_factory=LoraConfig)
-    max_sequence_length: int = 256
-    """T5 token budget for SD3 prompts (Flow-GRPO uses 256)."""
+    max_sequence_length: int = 128
+    """T5 token budget for SD3 prompts (Flow-GRPO's train_sd3.py encodes with 128; the
+    diffusers pipeline's own default is 256)."""
     gradient_checkpointing: bool = False
+    """Recompute the denoiser's activations in backward: the memory lever for larger replay
+    micro-batches (about a third more train time)."""
+    compile: bool = False
+    """torch.compile the denoiser (`compile_mode`); the first steps pay the compilation."""
+    compile_mode: str = "regional"
+    """"regional": compile each repeated transformer block once (diffusers' regional
+    compilation; minutes less to compile, the same speed); "full": the whole denoiser."""
+    allow_tf32: bool = True
+    """TF32 for float32 matmuls on CUDA (VAE decode, fp32 runs), as Flow-GRPO sets it."""
 
 
 @dataclass
@@ -102,18 +114,22 @@ class FlowPolicy(Protocol):
     device: torch.device
     lora_target_modules: list[str]
     """Default LoRA targets of the family (used when `model.lora.target_modules` is empty)."""
+    repeated_blocks: tuple[str, ...]
+    """Class names of the denoiser's repeated blocks (regional `model.compile`)."""
 
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
         """Encode prompts (and, with `with_negative`, the empty prompt for CFG). No grad."""
         ...
 
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
-                 guidance_scale: float) -> torch.Tensor:
+                 guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
         """Predicted velocity [B, ...] for latents [B, ...] at sigma [B] (float32 out).
 
         guidance_scale > 1 runs the unconditional and conditional branches in one batch and
         returns `v_u + w (v_c - v_u)`; the same call is used in rollout and replay, so the
-        training log-prob is of the same policy that sampled (ALGORITHMS §2.7)."""
+        training log-prob is of the same policy that sampled (ALGORITHMS §2.7).
+        `detach_uncond` stops the gradient through v_u (the value is unchanged, so replay
+        log-probs still equal the rollout's bit for bit)."""
         ...
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
@@ -137,6 +153,24 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"model.device={name!r} but no CUDA device is visible; use model.device=cpu or auto")
     return device
+
+
+def guided_velocity(uncond: torch.Tensor, cond: torch.Tensor, guidance_scale: float,
+                    detach_uncond: bool = False) -> torch.Tensor:
+    """Classifier-free guidance v_u + w (v_c − v_u) [B, ...]; `detach_uncond` stops the
+    gradient through v_u (algorithm.detach_uncond) without changing the value."""
+    if detach_uncond:
+        uncond = uncond.detach()
+    return uncond + guidance_scale * (cond - uncond)
+
+
+def compute_precision(device: torch.device, dtype: torch.dtype):
+    """The context every denoiser call runs in: autocast to the compute `dtype`.
+
+    Trained weights are float32 masters (`training/precision.py`); autocast casts them (and
+    the activations) to `dtype` for each matmul, so LoRA and full fine-tunes compute in
+    bf16/fp16 while the optimizer sees float32. A no-op for float32."""
+    return torch.autocast(device_type=device.type, dtype=dtype, enabled=dtype != torch.float32)
 
 
 def resolve_dtype(name: str) -> torch.dtype:

@@ -22,11 +22,13 @@ from pathlib import Path
 
 import torch
 
-from genalign.models.base import Condition, ModelConfig, resolve_device, resolve_dtype
+from genalign.models.base import Condition, ModelConfig, compute_precision, guided_velocity, resolve_device, resolve_dtype
 from genalign.sampling.schedules import flow_match_sigmas
 
 log = logging.getLogger(__name__)
 
+SD3_REPEATED_BLOCKS = ("JointTransformerBlock",)
+"""The transformer's repeated block: the unit of regional compilation (`model.compile_mode`)."""
 SD3_LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
                     "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"]
 """Flow-GRPO's SD3.5 targets (ALGORITHMS §2.8): every joint-attention projection."""
@@ -86,16 +88,20 @@ def _place(module: torch.nn.Module, device: torch.device, dtype: torch.dtype) ->
 
 def sd3_transformer_velocity(transformer: torch.nn.Module, latents: torch.Tensor, sigma: torch.Tensor,
                              cond: Condition, guidance_scale: float, device: torch.device,
-                             dtype: torch.dtype) -> torch.Tensor:
+                             dtype: torch.dtype, detach_uncond: bool = False) -> torch.Tensor:
     """Velocity of an `SD3Transformer2DModel` (SD3, and the toy family that reuses the class):
     timestep = 1000·σ (σ [B] or a scalar, broadcast); guidance_scale > 1 runs one batched
-    forward over [uncond, cond] and returns v_u + w (v_c − v_u). Float32 out."""
+    forward over [uncond, cond] and returns v_u + w (v_c − v_u), with v_u detached when
+    `detach_uncond`. The transformer runs under `compute_precision` (autocast to `dtype`).
+    Float32 out."""
 
     def forward(hidden: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
                 pooled: torch.Tensor) -> torch.Tensor:
-        return transformer(hidden_states=hidden.to(device, dtype), timestep=timestep,
-                           encoder_hidden_states=embeds.to(device, dtype), pooled_projections=pooled.to(device, dtype),
-                           return_dict=False)[0].float()
+        with compute_precision(device, dtype):
+            out = transformer(hidden_states=hidden.to(device, dtype), timestep=timestep,
+                              encoder_hidden_states=embeds.to(device, dtype),
+                              pooled_projections=pooled.to(device, dtype), return_dict=False)[0]
+        return out.float()
 
     batch = latents.shape[0]
     timestep = (sigma.to(device, torch.float32) * 1000.0).expand(batch)  # [B]
@@ -108,7 +114,7 @@ def sd3_transformer_velocity(transformer: torch.nn.Module, latents: torch.Tensor
                          torch.cat([cond.negative_embeds, cond.embeds]),
                          torch.cat([cond.negative_pooled, cond.pooled]))  # [2B, C, h, w]
     uncond, text = prediction.chunk(2)  # [B, C, h, w] each
-    return uncond + guidance_scale * (text - uncond)  # [B, C, h, w]
+    return guided_velocity(uncond, text, guidance_scale, detach_uncond)  # [B, C, h, w]
 
 
 class SD3Policy:
@@ -118,8 +124,9 @@ class SD3Policy:
     diffusers_pipeline = "StableDiffusion3Pipeline"
     """Pipeline class whose `load_lora_weights` loads our exported LoRA."""
     lora_target_modules = SD3_LORA_TARGETS
+    repeated_blocks = SD3_REPEATED_BLOCKS
 
-    def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 256):
+    def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 128):
         for name in _TOKENIZERS:
             tokenizer = getattr(pipeline, name, None)
             if tokenizer is None or len(tokenizer) == 0:
@@ -153,7 +160,7 @@ class SD3Policy:
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
                         device: str | torch.device = "cpu", revision: str | None = None,
-                        max_sequence_length: int = 256) -> "SD3Policy":
+                        max_sequence_length: int = 128) -> "SD3Policy":
         """Load from a hub id or a local `save_pretrained` directory through diffusers."""
         pipeline = load_pipeline(str(path), dtype, revision)
         return cls(pipeline, torch.device(device), dtype, max_sequence_length)
@@ -171,10 +178,10 @@ class SD3Policy:
         return Condition(embeds=embeds, pooled=pooled, negative_embeds=negative, negative_pooled=negative_pooled)
 
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
-                 guidance_scale: float) -> torch.Tensor:
+                 guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
         """v̂ [B, C, h, w] float32 at sigma [B] (see `sd3_transformer_velocity`)."""
         return sd3_transformer_velocity(self.transformer, latents, sigma, cond, guidance_scale, self.device,
-                                        self.dtype)
+                                        self.dtype, detach_uncond)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,10 @@ class ReferencePolicy:
         self.train_mode = train_mode
         self._frozen_copy = None
         if train_mode == "full":
-            self._frozen_copy = copy.deepcopy(policy.transformer).requires_grad_(False).eval()
+            # the trained copy holds float32 masters; the frozen one only computes, so it keeps
+            # the compute dtype (half the memory in bf16; the same autocast numerics)
+            frozen = copy.deepcopy(policy.transformer).requires_grad_(False).eval()
+            self._frozen_copy = frozen.to(dtype=getattr(policy, "dtype", None) or next(frozen.parameters()).dtype)
 
     @contextmanager
     def active(self) -> Iterator[FlowPolicy]:

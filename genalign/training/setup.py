@@ -20,6 +20,7 @@ from genalign.rollout.collector import SamplingSpec
 from genalign.rollout.engine import LocalRolloutEngine, RolloutEngine
 from genalign.tracking.sinks import CSVSink, NullSink
 from genalign.training.lora import apply_lora, freeze_for_full_finetune
+from genalign.training.precision import compile_denoiser, configure_backends, make_master_weights
 
 log = logging.getLogger(__name__)
 
@@ -29,17 +30,27 @@ RESUME_KEYS = ["model", "rollout", "actor", "algorithm", "reward", "data.manifes
 
 
 def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
-    """Load the family's policy and make only the trained weights require grad."""
+    """Load the family's policy, make only the trained weights require grad (as float32
+    masters), then optionally enable gradient checkpointing and compile the denoiser."""
+    configure_backends(cfg.model.allow_tf32)
     policy_cls = MODEL_FAMILIES.resolve(cfg.model.family)
     policy = policy_cls.from_config(cfg.model)
     if cfg.model.train_mode == "lora":
         apply_lora(policy.transformer, cfg.model.lora, policy.lora_target_modules)
     else:
         freeze_for_full_finetune(policy.transformer)
+    cast = make_master_weights(policy.transformer)
+    if cast:
+        log.info("trained weights: %d tensors kept as float32 masters; the denoiser computes in %s",
+                 cast, cfg.model.dtype)
     if cfg.model.gradient_checkpointing:
         if not hasattr(policy.transformer, "enable_gradient_checkpointing"):
             raise ValueError(f"model.gradient_checkpointing: family {cfg.model.family!r} does not support it")
         policy.transformer.enable_gradient_checkpointing()
+    if cfg.model.compile:
+        compiled = compile_denoiser(policy.transformer, cfg.model.compile_mode, policy.repeated_blocks)
+        log.info("model.compile: %s compilation of %d module(s); the first steps include compile time",
+                 cfg.model.compile_mode, compiled)
     return policy
 
 

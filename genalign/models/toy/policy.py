@@ -16,7 +16,7 @@ import torch
 
 from genalign.data.toy_shapes import IMAGE_SIZE, from_unit_range
 from genalign.models.base import Condition, ModelConfig, resolve_device, resolve_dtype
-from genalign.models.sd3 import SD3_LORA_TARGETS, sd3_transformer_velocity
+from genalign.models.sd3 import SD3_LORA_TARGETS, SD3_REPEATED_BLOCKS, sd3_transformer_velocity
 from genalign.models.toy.network import ToyTextEncoder, load_toy_model
 from genalign.sampling.schedules import flow_match_sigmas
 
@@ -37,6 +37,7 @@ class ToyPolicy:
 
     family = "toy"
     lora_target_modules = SD3_LORA_TARGETS
+    repeated_blocks = SD3_REPEATED_BLOCKS
     diffusers_pipeline = None
     """No diffusers pipeline loads a pixel-space model, so checkpoints export no diffusers LoRA."""
 
@@ -76,11 +77,11 @@ class ToyPolicy:
         return Condition(embeds=embeds, pooled=pooled, negative_embeds=negative, negative_pooled=negative_pooled)
 
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
-                 guidance_scale: float) -> torch.Tensor:
+                 guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
         """v̂ [B, 3, 16, 16] float32 at sigma [B]: the SD3 transformer call, timestep 1000·σ,
         batched [uncond, cond] CFG when guidance_scale > 1."""
         return sd3_transformer_velocity(self.transformer, latents, sigma, cond, guidance_scale, self.device,
-                                        self.dtype)
+                                        self.dtype, detach_uncond)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,75 @@
+"""Mixed precision of the trained weights: float32 masters, compute in `model.dtype`.
+
+Where it fits: `setup.build_policy` calls `make_master_weights` once the adapter is attached
+(or the model is unfrozen for a full fine-tune); the trainer builds the `GradScaler` next to
+the optimizer and hands both to `update.run_update`; the denoiser itself runs under
+`models.base.compute_precision` (autocast), so rollout and replay share one compute path and
+the parity preflight stays exact.
+
+Why masters: AdamW on bf16/fp16 parameters loses the update (eps 1e-8 rounds to 0 in fp16,
+lr·update underflows against the weight in bf16) and, at LoRA init (B = 0, so ∂A = 0), divides
+0 by 0. Why a scaler for fp16 only: fp16's 5 exponent bits flush small gradients to 0; bf16
+has float32's range and needs none (the usual torch.amp recipe).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+def make_master_weights(module: torch.nn.Module) -> int:
+    """Cast every trainable parameter of `module` to float32 in place (frozen base weights
+    keep the compute dtype); returns how many were cast.
+
+    peft casts a LoRA layer's input to the adapter's dtype before its matmuls; under autocast
+    that would only add an fp32 round trip of the activations, so it is switched off here."""
+    cast = 0
+    for param in module.parameters():
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.float()
+            cast += 1
+    for layer in module.modules():
+        if hasattr(layer, "cast_input_dtype_enabled"):
+            layer.cast_input_dtype_enabled = False
+    return cast
+
+
+def build_grad_scaler(dtype: torch.dtype, device: torch.device) -> torch.amp.GradScaler:
+    """Dynamic loss scaling for float16 compute; a disabled (pass-through) scaler otherwise."""
+    return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+
+
+def configure_backends(allow_tf32: bool) -> None:
+    """Process-wide matmul precision: TF32 for float32 matmuls on CUDA (`model.allow_tf32`)."""
+    if torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+        torch.backends.cudnn.allow_tf32 = allow_tf32
+
+
+def compile_denoiser(module: torch.nn.Module, mode: str, repeated_blocks: tuple[str, ...]) -> int:
+    """`model.compile`: torch.compile in place; returns how many modules were compiled.
+
+    "regional" compiles each repeated block (one graph per distinct block shape, reused by
+    every instance: minutes less than compiling the whole model, the same steady speed);
+    "full" compiles the whole denoiser. Rollout (no grad), replay (grad), the reference pass
+    (adapter off) and evaluation (another batch size) each specialise the graphs, so the
+    recompile limit is raised above dynamo's default of 8."""
+    import torch._dynamo
+
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    if mode == "full":
+        module.compile()
+        return 1
+    if mode != "regional":
+        raise ValueError(f"model.compile_mode={mode!r}: choose regional or full")
+    blocks = [m for m in module.modules() if type(m).__name__ in repeated_blocks]
+    if not blocks:
+        raise ValueError(f"model.compile_mode=regional: the denoiser {type(module).__name__} has no block of "
+                         f"{list(repeated_blocks)}; use model.compile_mode=full")
+    for block in blocks:
+        block.compile()
+    return len(blocks)
