@@ -15,6 +15,8 @@ Shapes (B samples, T denoising steps, latent shape `...`):
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 
 import torch
@@ -87,6 +89,12 @@ class TrajectoryBatch:
             noise_level=self.noise_level,
             metadata=[self.metadata[i] for i in positions] if self.metadata else [],
         )
+
+    def to(self, device: torch.device | str) -> "TrajectoryBatch":
+        """The replayed tensors (condition, latents, log-probs) on `device`, copied once per
+        micro-batch rather than once per trained step; images and ids stay on the CPU."""
+        return dataclasses.replace(self, condition=self.condition.to(device), latents=self.latents.to(device),
+                                   log_probs=self.log_probs.to(device))
 
     def split(self, chunk_size: int) -> list["TrajectoryBatch"]:
         return [self.index(slice(start, start + chunk_size)) for start in range(0, len(self), chunk_size)]

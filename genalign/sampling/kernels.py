@@ -27,14 +27,22 @@ class StepOutput(NamedTuple):
     std: torch.Tensor  # [B] transition std s_i·sqrt(−Δσ_i)
 
 
-def _per_sample(value: Scalar, batch_size: int, device: torch.device) -> torch.Tensor:
-    """A python float, 0-d or [B] tensor -> float32 [B]."""
-    tensor = torch.as_tensor(value, dtype=torch.float32, device=device)
+def _per_sample(value: Scalar, batch_size: int) -> torch.Tensor:
+    """A python float, 0-d or [B] tensor -> float32 [B], on the value's device (the CPU for
+    floats: schedule arithmetic stays on the host, see `_to_device`)."""
+    tensor = torch.as_tensor(value, dtype=torch.float32)
     if tensor.dim() == 0:
         return tensor.expand(batch_size)
     if tensor.numel() != batch_size:
         raise ValueError(f"per-sample sigma has {tensor.numel()} values for a batch of {batch_size}")
     return tensor.reshape(batch_size)
+
+
+def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Per-sample schedule values are computed on the host (the σ = 1 guard reads them) and
+    copied without blocking: a blocking copy, or a read-back, would stall the CPU until the
+    GPU has drained its queue at every denoising step."""
+    return tensor.to(device, non_blocking=True)
 
 
 def _broadcast(per_sample: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -83,7 +91,7 @@ def ode_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma
     """
     latents, velocity = latents.float(), velocity.float()
     batch_size = latents.shape[0]
-    delta = _per_sample(sigma_next, batch_size, latents.device) - _per_sample(sigma, batch_size, latents.device)  # [B]
+    delta = _to_device(_per_sample(sigma_next, batch_size) - _per_sample(sigma, batch_size), latents.device)  # [B]
     return latents + _broadcast(delta, latents) * velocity  # [B, ...]
 
 
@@ -114,22 +122,23 @@ def flow_sde_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, 
         raise ValueError(f"noise_level must be >= 0, got {noise_level}")
     latents, velocity = latents.float(), velocity.float()
     batch_size = latents.shape[0]
-    sigma_b = _per_sample(sigma, batch_size, latents.device)  # [B]
-    sigma_next_b = _per_sample(sigma_next, batch_size, latents.device)  # [B]
-    delta = sigma_next_b - sigma_b  # [B], negative
+    device = latents.device
+    sigma_b = _per_sample(sigma, batch_size)  # [B]
+    delta = _per_sample(sigma_next, batch_size) - sigma_b  # [B], negative
     if noise_level == 0:
-        mean = latents + _broadcast(delta, latents) * velocity  # [B, ...] == ode_step
-        zeros = torch.zeros(batch_size, device=latents.device)  # [B]
+        mean = latents + _broadcast(_to_device(delta, device), latents) * velocity  # [B, ...] == ode_step
+        zeros = torch.zeros(batch_size, device=device)  # [B]
         prev = mean.detach() if prev_latents is None else prev_latents.detach().float()
         return StepOutput(prev, zeros, mean, zeros)
 
-    guard = None if sigma_max_guard is None else _per_sample(sigma_max_guard, batch_size, latents.device)
-    scale = sde_noise_scale(sigma_b, noise_level, guard)  # [B] s_i
+    guard = None if sigma_max_guard is None else _per_sample(sigma_max_guard, batch_size)
+    scale = sde_noise_scale(sigma_b, noise_level, guard)  # [B] s_i, on the host
+    std = _to_device(scale * torch.sqrt(-delta), device)  # [B]
+    scale, sigma_b, delta = (_to_device(t, device) for t in (scale, sigma_b, delta))
     s2 = _broadcast(scale ** 2, latents)  # [B, 1, ...]
     sig = _broadcast(sigma_b, latents)  # [B, 1, ...]
     dt = _broadcast(delta, latents)  # [B, 1, ...]
     mean = latents * (1 + s2 * dt / (2 * sig)) + velocity * (1 + s2 * (1 - sig) / (2 * sig)) * dt  # [B, ...]
-    std = scale * torch.sqrt(-delta)  # [B]
     if prev_latents is None:
         if noise is None:
             noise = torch.randn(latents.shape, generator=generator, device=latents.device, dtype=torch.float32)

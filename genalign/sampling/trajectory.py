@@ -54,26 +54,41 @@ def sample_trajectory(
     """
     device = policy.device
     num_steps = sigmas.shape[0] - 1
-    batch_size = latents.shape[0]
     latent_shape = tuple(latents.shape[1:])
+    stochastic = [bool(sde_mask[i]) and noise_level > 0 for i in range(num_steps)]
+    # Every SDE step's noise is drawn up front (per sample, in step order: the same numbers as
+    # drawing step by step) and copied to the device once, so the loop below never waits on
+    # the host: latents and log-probs stay on the device until the end.
+    noises = _to_device(torch.stack([step_noise(generators, latent_shape) for i in range(num_steps) if stochastic[i]])
+                        if any(stochastic) else None, device)  # [S, B, ...]
     current = latents.to(device=device, dtype=torch.float32)  # [B, ...]
-    all_latents = [current.cpu()]
-    log_probs = torch.zeros(batch_size, num_steps)  # [B, T]
+    all_latents = [current]
+    log_probs = []
+    zeros = torch.zeros(latents.shape[0], device=device)  # [B]
     sigma_guard = float(sigmas[1]) if num_steps > 1 else None
+    drawn = 0
     for i in range(num_steps):
         sigma, sigma_next = float(sigmas[i]), float(sigmas[i + 1])
-        sigma_batch = torch.full((batch_size,), sigma, device=device)  # [B]
+        sigma_batch = torch.full((latents.shape[0],), sigma, device=device)  # [B]
         velocity = policy.velocity(current, sigma_batch, cond, guidance_scale).float()  # [B, ...]
-        if bool(sde_mask[i]) and noise_level > 0:
-            noise = step_noise(generators, latent_shape).to(device)  # [B, ...]
+        if stochastic[i]:
             out = flow_sde_step(current, velocity, sigma, sigma_next, noise_level,
-                                noise=noise, sigma_max_guard=sigma_guard)
+                                noise=noises[drawn], sigma_max_guard=sigma_guard)
+            drawn += 1
             current = out.prev_latents
-            log_probs[:, i] = out.log_prob.cpu()
+            log_probs.append(out.log_prob)
         else:
             current = ode_step(current, velocity, sigma, sigma_next)
-        all_latents.append(current.cpu())
-    return torch.stack(all_latents, dim=1), log_probs  # [B, T+1, ...], [B, T]
+            log_probs.append(zeros)
+        all_latents.append(current)
+    return torch.stack(all_latents, dim=1).cpu(), torch.stack(log_probs, dim=1).cpu()  # [B, T+1, ...], [B, T]
+
+
+def _to_device(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    """One pinned, non-blocking host-to-device copy (a plain copy on the CPU)."""
+    if tensor is None or device.type == "cpu":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def sde_step_mask(num_steps: int, noise_level: float) -> torch.Tensor:
