@@ -33,6 +33,17 @@ class AlgorithmConfig:
     "velocity": mean((v - v_ref)^2)."""
     timestep_fraction: float = 0.99
     """Train the first int(num_steps * fraction) stochastic steps of each trajectory."""
-    train_cfg: bool = True
-    """Recompute both CFG branches with gradient in replay (must match rollout guidance)."""
+    detach_uncond: bool = True
+    """In replay with CFG, stop the gradient through the unconditional branch v_u: the update
+    then moves v_u + w(v_c − v_u) only through v_c (gradient scale w on the conditional
+    prediction). False sends it through both branches, v_u with scale 1 − w (−3.5 at w = 4.5),
+    which also trains the unconditional model. The forward value — and so every log-prob and
+    ratio — is the same either way. Replay always uses the rollout's guidance scale (the
+    log-prob must be of the policy that sampled); for CFG-free training sample with
+    rollout.guidance_scale=1."""
+    drop_zero_advantage: bool = True
+    """Drop samples whose advantage is exactly 0 (constant-reward groups) before replay, as
+    Flow-GRPO does: they carry no policy gradient but would still dilute the policy loss while
+    the KL term applies in full. Random dropped samples are put back until the kept count
+    divides into the step's micro-batches, whose number stays fixed (they get smaller)."""
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)

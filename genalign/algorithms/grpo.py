@@ -48,9 +48,10 @@ class FlowGRPO:
         cond = batch.condition.to(device)
         sigma, sigma_next = float(batch.sigmas[j]), float(batch.sigmas[j + 1])
         sigma_guard = float(batch.sigmas[1])
-        sigma_batch = torch.full((len(batch),), sigma, device=device)  # [b]
+        sigma_batch = torch.full((len(batch),), sigma, device=device)  # [b], filled on the device: no copy
 
-        velocity = policy.velocity(latents, sigma_batch, cond, batch.guidance_scale).float()  # [b, ...]
+        velocity = policy.velocity(latents, sigma_batch, cond, batch.guidance_scale,
+                                   detach_uncond=self.cfg.detach_uncond).float()  # [b, ...]
         step = flow_sde_step(latents, velocity, sigma, sigma_next, batch.noise_level,
                              prev_latents=next_latents, sigma_max_guard=sigma_guard)
         old_log_probs = batch.log_probs[:, j].to(device)  # [b]
@@ -65,8 +66,8 @@ class FlowGRPO:
             if self.cfg.kl_type == "latent_mean":
                 ref_mean = flow_sde_step(latents, ref_velocity, sigma, sigma_next, batch.noise_level,
                                          prev_latents=next_latents, sigma_max_guard=sigma_guard).mean
-                noise_scale = sde_noise_scale(torch.tensor(sigma), batch.noise_level, sigma_guard)
-                kl = latent_mean_kl(step.mean, ref_mean, noise_scale.to(device))  # [b]
+                noise_scale = sde_noise_scale(torch.tensor(sigma), batch.noise_level, sigma_guard)  # [] on the CPU
+                kl = latent_mean_kl(step.mean, ref_mean, noise_scale.to(device, non_blocking=True))  # [b]
             else:
                 kl = velocity_kl(velocity, ref_velocity)  # [b]
             loss = loss + self.cfg.kl_beta * kl.mean()
@@ -75,8 +76,12 @@ class FlowGRPO:
             "policy_loss": policy_out.loss.detach().expand(len(batch)),
             "kl": kl.detach(),
             "ratio": policy_out.ratio.detach(),
-            "clip_frac": policy_out.clipped_fraction.detach().expand(len(batch)),
-            "approx_kl": policy_out.approx_kl.detach().expand(len(batch)),
-            "log_prob_gap": (step.log_prob.detach() - old_log_probs).abs(),
+            "clip_frac": policy_out.clipped_fraction.expand(len(batch)),
+            "clip_frac_high": policy_out.clipped_fraction_high.expand(len(batch)),
+            "clip_frac_low": policy_out.clipped_fraction_low.expand(len(batch)),
+            "approx_kl": policy_out.approx_kl.expand(len(batch)),
+            # |ℓ − ℓ_old|: 0 before the step's first optimizer update, then the policy's drift
+            # from the sampler (the parity preflight is the on-policy check)
+            "log_prob_drift": (step.log_prob.detach() - old_log_probs).abs(),
         }
         return loss, stats

@@ -17,6 +17,8 @@ class PolicyLossOutput(NamedTuple):
     ratio: torch.Tensor  # [B] detached
     clipped_fraction: torch.Tensor  # scalar detached: mean(|r − 1| > ε)
     approx_kl: torch.Tensor  # scalar detached: ½·mean((ℓ − ℓ_old)²)
+    clipped_fraction_high: torch.Tensor  # scalar detached: mean(r − 1 > ε)  (Flow-GRPO clipfrac_gt_one)
+    clipped_fraction_low: torch.Tensor  # scalar detached: mean(1 − r > ε)  (Flow-GRPO clipfrac_lt_one)
 
 
 def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
@@ -29,7 +31,8 @@ def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, ad
     ℓ_old and Â are treated as constants. With ℓ == ℓ_old the ratio is exactly 1 and the loss
     is −mean(Â). A sample whose ratio is outside [1 − ε, 1 + ε] on the side its advantage
     pushes towards gets zero gradient. The stats are detached: approx_kl = ½·mean((ℓ − ℓ_old)²),
-    clipped_fraction = mean(|r − 1| > ε).
+    clipped_fraction = mean(|r − 1| > ε), and its one-sided parts mean(r − 1 > ε) and
+    mean(1 − r > ε), which Flow-GRPO logs as clipfrac_gt_one / clipfrac_lt_one.
     """
     if clip_range <= 0:
         raise ValueError(f"algorithm.clip_range must be > 0, got {clip_range}")
@@ -42,7 +45,9 @@ def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, ad
     with torch.no_grad():
         clipped_fraction = ((ratio - 1.0).abs() > clip_range).float().mean()  # []
         approx_kl = 0.5 * (log_ratio ** 2).mean()  # []
-    return PolicyLossOutput(loss, ratio.detach(), clipped_fraction, approx_kl)
+        clipped_high = (ratio - 1.0 > clip_range).float().mean()  # []
+        clipped_low = (1.0 - ratio > clip_range).float().mean()  # []
+    return PolicyLossOutput(loss, ratio.detach(), clipped_fraction, approx_kl, clipped_high, clipped_low)
 
 
 def latent_mean_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std_dev_t: torch.Tensor) -> torch.Tensor:

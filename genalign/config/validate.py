@@ -102,9 +102,10 @@ def validate(cfg: ExperimentConfig) -> list[str]:
     if cfg.reward.async_scoring and cfg.rollout.engine != "local":
         problems.append("reward.async_scoring=true scores in-process rollout chunks as they finish; with "
                         "rollout.engine=ray use reward.async_scoring=false")
-    if cfg.rollout.guidance_scale > 1 and not cfg.algorithm.train_cfg:
-        problems.append("algorithm.train_cfg=false with rollout.guidance_scale>1: replay must recompute CFG exactly "
-                        "as the rollout did; set algorithm.train_cfg=true or rollout.guidance_scale=1.0")
+    if cfg.actor.ema.cadence not in ("micro_batch", "optimizer_step"):
+        problems.append(f"actor.ema.cadence={cfg.actor.ema.cadence!r}: choose micro_batch (Flow-GRPO) or optimizer_step")
+    if cfg.model.compile_mode not in ("regional", "full"):
+        problems.append(f"model.compile_mode={cfg.model.compile_mode!r}: choose regional (repeated blocks) or full")
     if cfg.rollout.noise_level == 0:
         problems.append("rollout.noise_level=0 makes every step deterministic: Flow-GRPO has no log-probs to train; "
                         "use the Flow-GRPO value 0.7")

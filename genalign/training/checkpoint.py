@@ -6,7 +6,9 @@ Layout of `checkpoint-<step>/`:
     optimizer.safetensors   AdamW moment tensors; optimizer.json its scalars and groups
     trainer_state.json      step, optimizer steps, EMA counter, evaluation history
     config.yaml             the resolved config of the run that wrote it
-    lora/                   exported LoRA for `pipe.load_lora_weights(dir)` (LoRA runs)
+    lora/                   exported LoRA for `pipe.load_lora_weights(dir)` (LoRA runs): the
+                            weights evaluation used (the EMA when eval.use_ema)
+    lora_live/              the live (non-EMA) LoRA, when lora/ holds the EMA
 The directory is written under a temporary name beside the target and renamed into place,
 so a crash never leaves a half-written checkpoint that resume would pick up.
 """
@@ -77,7 +79,8 @@ def save_checkpoint(
     trainer_state: dict[str, Any],
     export: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Write a checkpoint atomically: temp dir beside `path`, then rename into place."""
+    """Write a checkpoint atomically: temp dir beside `path`, then rename into place.
+    `export(directory)` adds the exported adapters (lora/, lora_live/) inside it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.parent / f".{path.name}.tmp-{os.getpid()}"
@@ -93,7 +96,7 @@ def save_checkpoint(
     (temp / TRAINER_STATE).write_text(json.dumps({"step": step, **trainer_state}, indent=1))
     (temp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     if export is not None:
-        export(temp / "lora")
+        export(temp)
     previous = path.parent / f".{path.name}.old-{os.getpid()}"
     if path.exists():
         path.rename(previous)

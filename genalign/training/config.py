@@ -26,8 +26,15 @@ class TrainerConfig:
 class EMAConfig:
     enabled: bool = True
     decay: float = 0.9
+    """The decay once warmed up (Flow-GRPO: 0.9)."""
     update_every: int = 8
-    """Update the EMA every this many optimizer steps (Flow-GRPO: 0.9 every 8)."""
+    """Update when the optimizer-step count g satisfies (g + 1) % update_every == 0
+    (cadence micro_batch) or g % update_every == 0 (cadence optimizer_step). Flow-GRPO: 8."""
+    warmup: bool = True
+    """Use min((1 + g)/(10 + g), decay) instead of a constant decay (Flow-GRPO's EMA)."""
+    cadence: str = "micro_batch"
+    """"micro_batch": Flow-GRPO's call after every replay micro-batch (an update at count g
+    runs once per micro-batch while g holds); "optimizer_step": once per optimizer step."""
 
 
 @dataclass

@@ -1,7 +1,13 @@
-"""Exponential moving average of the trained weights, used for evaluation and checkpoints.
+"""Exponential moving average of the trained weights, used for evaluation and the export.
 
-Flow-GRPO keeps an EMA of the LoRA weights with decay 0.9 updated every 8 optimizer steps
-(ALGORITHMS §2.8). The EMA lives in float32 on the CPU-or-device of the parameters.
+Flow-GRPO (`flow_grpo/ema.py`, `scripts/train_sd3.py`) keeps an EMA of the LoRA weights with
+decay 0.9, but warms the decay up as `min((1 + g) / (10 + g), 0.9)` (g = optimizer steps so
+far), so the untrained adapter is forgotten within the first updates; and it calls the EMA
+after every replay micro-batch with the current optimizer-step count g, updating when
+`(g + 1) % 8 == 0`. With 4 micro-batches per optimizer step the update at a given g therefore
+runs 4 times. `cadence="micro_batch"` (default) reproduces that exactly; `"optimizer_step"`
+updates once per optimizer step, when the count reaches a multiple of `update_every`.
+The EMA lives in float32 next to the parameters.
 """
 
 from __future__ import annotations
@@ -13,22 +19,41 @@ import torch
 
 from genalign.training.distributed import copy_full_into
 
+CADENCES = ("micro_batch", "optimizer_step")
+
+
+def ema_decay(optimizer_steps: int, decay: float, warmup: bool) -> float:
+    """The decay used at optimizer-step count g: min((1 + g)/(10 + g), decay) with warm-up."""
+    return min((1 + optimizer_steps) / (10 + optimizer_steps), decay) if warmup else decay
+
 
 class EMA:
-    def __init__(self, named_parameters: dict[str, torch.nn.Parameter], decay: float, update_every: int):
+    def __init__(self, named_parameters: dict[str, torch.nn.Parameter], decay: float, update_every: int,
+                 warmup: bool = True, cadence: str = "micro_batch"):
+        if cadence not in CADENCES:
+            raise ValueError(f"actor.ema.cadence={cadence!r}: choose one of {list(CADENCES)}")
         self.parameters = named_parameters
         self.decay = decay
         self.update_every = update_every
+        self.warmup = warmup
+        self.cadence = cadence
         self.optimizer_steps = 0
         self.shadow = {name: p.detach().float().clone() for name, p in named_parameters.items()}
 
-    @torch.no_grad()
     def on_optimizer_step(self) -> None:
         self.optimizer_steps += 1
-        if self.optimizer_steps % self.update_every:
-            return
+        if self.cadence == "optimizer_step" and self.optimizer_steps % self.update_every == 0:
+            self._update()
+
+    def on_micro_batch(self) -> None:
+        if self.cadence == "micro_batch" and (self.optimizer_steps + 1) % self.update_every == 0:
+            self._update()
+
+    @torch.no_grad()
+    def _update(self) -> None:
+        decay = ema_decay(self.optimizer_steps, self.decay, self.warmup)
         for name, param in self.parameters.items():
-            self.shadow[name].mul_(self.decay).add_(param.detach().float(), alpha=1 - self.decay)
+            self.shadow[name].mul_(decay).add_(param.detach().float(), alpha=1 - decay)
 
     @contextmanager
     def applied(self) -> Iterator[None]:

@@ -34,6 +34,7 @@ from genalign.training.ema import EMA
 from genalign.training.lora import export_lora_for_diffusers, load_trainable_state_dict
 from genalign.training.optim import build_optimizer
 from genalign.training.parity import replay_parity
+from genalign.training.precision import build_grad_scaler
 from genalign.training.reference import ReferencePolicy
 from genalign.training.update import run_update
 
@@ -65,8 +66,10 @@ class Trainer:
         distributed.wrap_for_training(self.policy.transformer, strategy.strategy)
         self.parameters = setup.named_trainable_parameters(self.policy.transformer)
         self.optimizer = build_optimizer(list(self.parameters.values()), cfg.actor)
+        self.scaler = build_grad_scaler(self.policy.dtype, self.policy.device)
         ema_cfg = cfg.actor.ema
-        self.ema = EMA(self.parameters, ema_cfg.decay, ema_cfg.update_every) if ema_cfg.enabled else None
+        self.ema = (EMA(self.parameters, ema_cfg.decay, ema_cfg.update_every, ema_cfg.warmup, ema_cfg.cadence)
+                    if ema_cfg.enabled else None)
         self.algorithm = ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm, reference)
         self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
         self.sampler = PromptSampler(load_manifest(cfg.data.manifest, "data.manifest"), self.plan.prompts_per_step,
@@ -125,12 +128,14 @@ class Trainer:
         times["time_train_s"] = time.perf_counter() - start
         update.update(self.sync(step))
 
+        step_seconds = times["time_rollout_s"] + times["time_reward_s"] + times["time_train_s"]
         row = {**scores.stats(prefix="reward"),
                "zero_std_ratio": zero_std_group_fraction(scores.total, self.global_group_ids(batch)),
                **{f"adv_{k}": v for k, v in advantage_stats(step_advantages).items()},
                **update, **parity, **times,
                "lr": self.optimizer.param_groups[0]["lr"],
-               "images_per_s": len(batch) * self.ranks.world_size / max(times["time_rollout_s"], 1e-9)}
+               "images_per_s": len(batch) * self.ranks.world_size / max(times["time_rollout_s"], 1e-9),
+               "step_images_per_s": len(batch) * self.ranks.world_size / max(step_seconds, 1e-9)}
         log.info("step %d: reward %.4f  loss %.3g  clip %.3f  kl %.3g  (rollout %.1fs, reward %.1fs, train %.1fs)",
                  step, row["reward_mean"], row.get("loss", float("nan")), row.get("clip_frac", float("nan")),
                  row.get("kl", float("nan")), times["time_rollout_s"], times["time_reward_s"], times["time_train_s"])
@@ -189,8 +194,10 @@ class Trainer:
         accumulation = distributed.per_rank_accumulation(self.cfg.actor.gradient_accumulation_steps, self.ranks)
         actor = dataclasses.replace(self.cfg.actor, gradient_accumulation_steps=accumulation)
         result = run_update(self.policy, self.algorithm, self.optimizer, list(self.parameters.values()), batch,
-                            advantages, actor, self.plan.train_micro_batch, generator,
-                            on_optimizer_step=self.ema.on_optimizer_step if self.ema else (lambda: None))
+                            advantages, actor, self.plan.train_micro_batch, generator, scaler=self.scaler,
+                            drop_zero_advantage=self.cfg.algorithm.drop_zero_advantage,
+                            on_optimizer_step=self.ema.on_optimizer_step if self.ema else (lambda: None),
+                            on_micro_batch=self.ema.on_micro_batch if self.ema else (lambda: None))
         self.policy.transformer.eval()
         return result.metrics()
 
@@ -200,9 +207,13 @@ class Trainer:
             return {}
         return self.engine.sync(self.trainable_state(), version=step)
 
+    @property
+    def evaluates_ema(self) -> bool:
+        return self.ema is not None and self.cfg.eval.use_ema
+
     def evaluate(self, step: int) -> float:
         start = time.perf_counter()
-        weights = self.ema.applied() if (self.ema and self.cfg.eval.use_ema) else nullcontext()
+        weights = self.ema.applied() if self.evaluates_ema else nullcontext()
         with weights:
             metrics = self.evaluator.evaluate(self.policy, step)
         log.info("eval step %d: %s", step, "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.endswith("mean")))
@@ -223,13 +234,21 @@ class Trainer:
             export = None
             pipeline_cls = getattr(self.policy, "diffusers_pipeline", None)
             if self.cfg.model.train_mode == "lora" and pipeline_cls:
+                # lora/ holds the weights the eval numbers came from (the EMA when eval.use_ema,
+                # as Flow-GRPO saves); the live ones go beside it as lora_live/
+                exports = {"lora": ema if self.evaluates_ema else trainable}
+                if self.evaluates_ema:
+                    exports["lora_live"] = trainable
+
                 def export(directory: Path) -> None:
-                    export_lora_for_diffusers(self.policy.transformer, directory, self.cfg.model.lora, pipeline_cls,
-                                              trainable_state=trainable)
+                    for name, state in exports.items():
+                        export_lora_for_diffusers(self.policy.transformer, directory / name, self.cfg.model.lora,
+                                                  pipeline_cls, trainable_state=state)
             save_checkpoint(
                 path, step=step, config=config_to_dict(self.cfg), trainable=trainable, ema=ema, optimizer=optimizer,
                 trainer_state={"ema_optimizer_steps": self.ema.optimizer_steps if self.ema else 0,
                                "eval_history": self.evaluator.history.to_dict(),
+                               "grad_scaler": self.scaler.state_dict(),
                                "world_size": self.ranks.world_size},
                 export=export)
             log.info("saved %s", path)
@@ -244,6 +263,8 @@ class Trainer:
             if checkpoint.ema is None:
                 raise ResumeError(f"{checkpoint.path} has no EMA state but actor.ema.enabled=true")
             self.ema.load_state_dict(checkpoint.ema, checkpoint.trainer_state["ema_optimizer_steps"])
+        if checkpoint.trainer_state.get("grad_scaler"):
+            self.scaler.load_state_dict(checkpoint.trainer_state["grad_scaler"])
         from genalign.evaluation.evaluator import EvalHistory
         self.evaluator.history = EvalHistory.from_dict(checkpoint.trainer_state["eval_history"])
         self.start_step = checkpoint.step + 1

@@ -19,7 +19,8 @@ from genalign.config.loader import load_config
 from genalign.training.trainer import ResumeError, Trainer
 
 RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
-TIMING_COLUMNS = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_s", "images_per_s"}
+TIMING_COLUMNS = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_s", "images_per_s",
+                  "step_images_per_s"}
 
 
 def tiny_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:

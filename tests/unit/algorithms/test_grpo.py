@@ -35,7 +35,7 @@ def test_ratio_is_exactly_one_before_the_first_update(linear_policy):
     micro = batch.index(slice(0, 3))
     loss, stats = algo.compute_loss(linear_policy, micro, advantages[:3], 1)
     assert torch.equal(stats["ratio"], torch.ones(3))
-    assert torch.equal(stats["log_prob_gap"], torch.zeros(3))
+    assert torch.equal(stats["log_prob_drift"], torch.zeros(3))
     # ratio 1 -> loss = -mean(A)
     assert torch.isclose(loss, -advantages[:3].mean())
     loss.backward()

@@ -48,7 +48,11 @@ def layer_root(tmp_path, monkeypatch):
 def test_ocr_recipe_composes_to_the_seed_values():
     cfg = load_config(OCR)
     assert (cfg.model.family, cfg.model.path, cfg.model.dtype) == ("sd3", "stabilityai/stable-diffusion-3.5-medium",
-                                                                   "float16")
+                                                                   "bfloat16")
+    assert cfg.model.max_sequence_length == 128  # Flow-GRPO's train_sd3.py
+    assert (cfg.algorithm.detach_uncond, cfg.algorithm.drop_zero_advantage) == (True, True)
+    assert (cfg.actor.ema.decay, cfg.actor.ema.update_every, cfg.actor.ema.warmup, cfg.actor.ema.cadence) == \
+        (0.9, 8, True, "micro_batch")
     assert (cfg.model.train_mode, cfg.model.lora.rank, cfg.model.lora.alpha, cfg.model.lora.init) == \
         ("lora", 32, 64.0, "gaussian")
     assert cfg.model.lora.target_modules == ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "attn.add_q_proj",

@@ -126,11 +126,12 @@ def test_empty_or_all_zero_reward(cfg):
     only(validate(cfg), "every weight is 0")
 
 
-def test_train_cfg_off_with_guidance_is_an_error(cfg):
-    cfg.algorithm.train_cfg = False
-    only(validate(cfg), "algorithm.train_cfg=false", "rollout.guidance_scale")
-    cfg.rollout.guidance_scale = 1.0
-    assert validate(cfg) == []
+def test_named_choices_are_checked(cfg):
+    cfg.actor.ema.cadence = "epoch"
+    only(validate(cfg), "actor.ema.cadence='epoch'", "micro_batch")
+    cfg.actor.ema.cadence = "optimizer_step"
+    cfg.model.compile_mode = "blocks"
+    only(validate(cfg), "model.compile_mode='blocks'", "regional")
 
 
 def test_ray_pool_size_is_stated_once(cfg):

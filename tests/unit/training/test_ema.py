@@ -1,17 +1,48 @@
 import torch
 
-from genalign.training.ema import EMA
+from genalign.training.ema import EMA, ema_decay
 
 
-def test_ema_updates_every_n_steps_with_decay():
+def test_flow_grpo_decay_warms_up_to_its_cap():
+    assert ema_decay(0, 0.9, warmup=True) == 0.1  # (1 + 0) / (10 + 0)
+    assert ema_decay(7, 0.9, warmup=True) == 8 / 17
+    assert ema_decay(80, 0.9, warmup=True) == 0.9  # 81/90 = 0.9 exactly: the cap from here on
+    assert ema_decay(7, 0.9, warmup=False) == 0.9
+
+
+def test_optimizer_step_cadence_updates_every_n_steps_with_decay():
     param = torch.nn.Parameter(torch.tensor([1.0]))
-    ema = EMA({"w": param}, decay=0.9, update_every=2)
+    ema = EMA({"w": param}, decay=0.9, update_every=2, warmup=False, cadence="optimizer_step")
     with torch.no_grad():
         param.fill_(3.0)
     ema.on_optimizer_step()
+    ema.on_micro_batch()  # ignored on this cadence
     assert ema.shadow["w"].item() == 1.0  # not yet: every 2nd step
     ema.on_optimizer_step()
     assert abs(ema.shadow["w"].item() - (0.9 * 1.0 + 0.1 * 3.0)) < 1e-7
+
+
+def test_micro_batch_cadence_matches_flow_grpo():
+    """Flow-GRPO calls ema.step(params, g) after every micro-batch with the optimizer-step
+    count g, updating when (g + 1) % 8 == 0 with decay min((1 + g)/(10 + g), 0.9). With 2
+    micro-batches per optimizer step the update at g = 7 runs twice."""
+    param = torch.nn.Parameter(torch.tensor([0.0]))
+    ema = EMA({"w": param}, decay=0.9, update_every=8)
+    expected = 0.0
+    for g in range(16):  # optimizer steps 1..16, 2 micro-batches each
+        for micro in range(2):
+            with torch.no_grad():
+                param.fill_(float(g + 1))
+            if micro == 1:
+                ema.on_optimizer_step()  # the step lands on the second micro-batch
+            ema.on_micro_batch()
+            count = g + 1 if micro == 1 else g
+            if (count + 1) % 8 == 0:
+                d = min((1 + count) / (10 + count), 0.9)
+                expected = d * expected + (1 - d) * float(g + 1)
+    assert abs(ema.shadow["w"].item() - expected) < 1e-5
+    # the warm-up forgets the initial weights: after 16 steps almost nothing of w=0 is left
+    assert ema.optimizer_steps == 16
 
 
 def test_applied_swaps_in_and_restores():

@@ -1,10 +1,16 @@
 """One optimizer round: accumulation counts micro-batches x trained steps (ALGORITHMS §2.5)."""
 
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
 import torch
 
 from genalign.training.config import ActorConfig
-from genalign.training.update import micro_batch_indices, run_update
+from genalign.training.update import micro_batch_indices, run_update, trained_sample_indices
 from support import make_batch
+
+CPU_POLICY = SimpleNamespace(device=torch.device("cpu"))
 
 
 class QuadraticAlgorithm:
@@ -29,13 +35,14 @@ class QuadraticAlgorithm:
         return per_sample.mean(), {"ratio": torch.ones(len(batch))}
 
 
-def run(batch, advantages, accumulation, micro, lr=0.1, epochs=1):
-    weight = torch.nn.Parameter(torch.tensor(1.0))
-    algo = QuadraticAlgorithm(weight)
+def run(batch, advantages, accumulation, micro, lr=0.1, epochs=1, algo=None, **kwargs):
+    weight = torch.nn.Parameter(torch.tensor(1.0)) if algo is None else algo.weight
+    algo = algo or QuadraticAlgorithm(weight)
     opt = torch.optim.SGD([weight], lr=lr)
     actor = ActorConfig(gradient_accumulation_steps=accumulation, max_grad_norm=1e9, num_inner_epochs=epochs,
                         shuffle_samples=False)
-    result = run_update(None, algo, opt, [weight], batch, advantages, actor, micro, torch.Generator().manual_seed(0))
+    result = run_update(CPU_POLICY, algo, opt, [weight], batch, advantages, actor, micro,
+                        torch.Generator().manual_seed(0), **kwargs)
     return weight, result, algo
 
 
@@ -59,3 +66,57 @@ def test_micro_batch_indices_cover_every_sample_once():
     parts = micro_batch_indices(10, 4, shuffle=True, generator=torch.Generator().manual_seed(3))
     assert sorted(torch.cat(parts).tolist()) == list(range(10))
     assert [len(p) for p in parts] == [4, 4, 2]
+
+
+def test_accumulation_counts_micro_batches_across_inner_epochs():
+    """3 micro-batches x 2 epochs with accumulation 2: three optimizer steps of exactly two
+    micro-batches each (a per-epoch counter would give one step 1.5x gradient and drop one)."""
+    batch = make_batch(size=6)
+    adv = torch.randn(6)
+    algo = QuadraticAlgorithm(torch.nn.Parameter(torch.tensor(1.0)))
+    calls_at_step = []
+    _, result, _ = run(batch, adv, accumulation=2, micro=2, epochs=2, algo=algo,
+                       on_optimizer_step=lambda: calls_at_step.append(len(algo.calls)))
+    assert result.optimizer_steps == 3
+    assert calls_at_step == [4, 8, 12]  # 2 micro-batches x 2 trained steps per optimizer step
+
+
+def test_filter_keeps_nonzero_advantages_and_tops_up_to_the_micro_batch_count():
+    adv = torch.tensor([0.0, 1.0, 0.0, -2.0, 0.0, 0.5, 0.0, 0.0])  # 3 non-zero
+    kept = trained_sample_indices(adv, num_micro_batches=4, generator=torch.Generator().manual_seed(0))
+    assert len(kept) == 4 and {1, 3, 5} <= set(kept.tolist())  # one zero-advantage sample put back
+    kept = trained_sample_indices(adv, num_micro_batches=3, generator=torch.Generator().manual_seed(0))
+    assert kept.tolist() == [1, 3, 5]  # already divisible: exactly the informative samples
+    assert len(trained_sample_indices(torch.zeros(8), 4, torch.Generator())) == 0
+
+
+def test_zero_advantage_samples_are_not_replayed():
+    batch = make_batch(size=8)
+    adv = torch.tensor([0.0, 1.0, 0.0, -2.0, 0.0, 0.5, 0.0, 0.7])  # 4 non-zero
+    _, result, algo = run(batch, adv, accumulation=2, micro=2, drop_zero_advantage=True)
+    replayed = {p for prompts, _ in algo.calls for p in prompts}
+    assert replayed == {batch.prompts[i] for i in (1, 3, 5, 7)}
+    assert result.optimizer_steps == 2  # 4 micro-batches of 1 sample: the count of micro-batches stays
+    assert result.metrics()["trained_fraction"] == 0.5
+    _, result, algo = run(batch, torch.zeros(8), accumulation=2, micro=2, drop_zero_advantage=True)
+    assert (result.optimizer_steps, algo.calls) == (0, [])  # constant rewards everywhere: no update
+
+
+def test_non_finite_loss_is_an_error_naming_the_step():
+    batch = make_batch(size=4)
+    adv = torch.tensor([1.0, float("nan"), 0.0, 0.0])
+    with pytest.raises(FloatingPointError, match="non-finite loss nan at denoising step 0"):
+        run(batch, adv, accumulation=1, micro=4)
+
+
+def test_fp16_loss_scaling_skips_an_overflowing_step_and_lowers_the_scale():
+    """With a GradScaler an inf gradient skips that optimizer step (weights unchanged) and
+    halves the scale, instead of raising; finite steps train as usual."""
+    batch = make_batch(size=4)
+    big = dataclasses.replace(batch, latents=batch.latents * 1e18)  # loss ~1e35, scaled gradient > 3.4e38
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16, enabled=True)
+    weight, result, _ = run(big, torch.zeros(4), accumulation=1, micro=4, scaler=scaler)
+    assert (result.optimizer_steps, result.skipped_steps) == (1, 1)
+    assert weight.item() == 1.0 and result.grad_scale == 2.0 ** 15
+    weight, result, _ = run(batch, torch.randn(4), accumulation=1, micro=4, scaler=scaler)
+    assert result.skipped_steps == 0 and weight.item() != 1.0
