@@ -96,9 +96,8 @@ def validate(cfg: ExperimentConfig) -> list[str]:
     fraction_in_range = 0 < cfg.algorithm.timestep_fraction <= 1
     if not fraction_in_range:
         problems.append(f"algorithm.timestep_fraction must be in (0, 1], got {cfg.algorithm.timestep_fraction}")
-    if cfg.reward.async_scoring and cfg.reward.runtime != "ray":
-        problems.append("reward.async_scoring=true overlaps scoring with sampling only on Ray reward workers; "
-                        "set reward.runtime=ray or reward.async_scoring=false")
+    if cfg.reward.num_threads < 1:
+        problems.append(f"reward.num_threads must be positive, got {cfg.reward.num_threads}")
     if cfg.reward.async_scoring and cfg.rollout.engine != "local":
         problems.append("reward.async_scoring=true scores in-process rollout chunks as they finish; with "
                         "rollout.engine=ray use reward.async_scoring=false")

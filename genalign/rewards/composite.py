@@ -12,11 +12,16 @@ Failure semantics (the same for the local and the Ray runtime):
   the sample index and its prompt — never a silent zero;
 - a scorer that raises surfaces as a `RewardError` naming the reward and the batch range,
   chained (`from`) to the scorer's own exception.
+
+`score_async` (reward.async_scoring) returns a future at once; every error above is raised
+from its `result()`, when the trainer collects the step's scores, never at submission.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -126,6 +131,8 @@ def active_components(cfg: RewardConfig, components: dict[str, float] | None) ->
         problems.append(f"reward.runtime={cfg.runtime!r} is not supported; choose one of {', '.join(RUNTIMES)}")
     if cfg.batch_size < 1:
         problems.append(f"reward.batch_size={cfg.batch_size} must be >= 1")
+    if cfg.num_threads < 1:
+        problems.append(f"reward.num_threads={cfg.num_threads} must be >= 1")
     if problems:
         raise ValueError("invalid reward config:\n  " + "\n  ".join(problems))
     active = {name: float(weight) for name, weight in weights.items() if weight != 0}
@@ -154,35 +161,59 @@ class RewardRuntime(Protocol):
     def close(self) -> None: ...
 
 
-class CompletedScores:
-    """A future whose work is already done (the local runtime computes eagerly).
+def in_caller_context(fn: Callable[..., RewardScores]) -> Callable[..., RewardScores]:
+    """`fn`, to run on a worker thread with the calling thread's thread-local torch state.
 
-    An error is kept and raised from `result()`, where a Ray future would raise it too."""
+    Grad mode and the current CUDA device are per thread in PyTorch: a fresh worker thread
+    would otherwise score with grad enabled on cuda:0 whatever the caller had set."""
+    grad_enabled = torch.is_grad_enabled()
+    cuda_device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
 
-    def __init__(self, compute: Callable[[], RewardScores]):
-        self._scores: RewardScores | None = None
-        self._error: BaseException | None = None
-        try:
-            self._scores = compute()
-        except Exception as exc:  # re-raised unchanged by result()
-            self._error = exc
+    def run(*args: Any) -> RewardScores:
+        device = torch.cuda.device(cuda_device) if cuda_device is not None else contextlib.nullcontext()
+        with torch.set_grad_enabled(grad_enabled), device:
+            return fn(*args)
 
-    def done(self) -> bool:
-        return True
-
-    def result(self) -> RewardScores:
-        if self._error is not None:
-            raise self._error
-        return self._scores
+    return run
 
 
 class LocalRewardRuntime:
-    """Every scorer in this process, called in chunks of `batch_size` images."""
+    """Every scorer in this process, called in chunks of `batch_size` images.
 
-    def __init__(self, scorers: dict[str, RewardFunction], weights: dict[str, float], batch_size: int):
+    `score` runs in the caller's thread. `score_async` hands the same `score` call to a pool of
+    `num_threads` worker threads and returns a `concurrent.futures.Future` at once, as
+    Flow-GRPO's `train_sd3.py` does with its ThreadPoolExecutor: the trainer submits each
+    finished rollout chunk and samples the next one while it is scored. What overlaps is the
+    Python/CPU side of scoring (image conversion, OCR, JPEG encoding, tokenisation, CPU
+    models); GPU kernels of both threads still queue on the device one after another.
+
+    Why one worker thread by default: it calls the scorers one chunk at a time in submission
+    order, exactly the calls serial scoring makes, so a reward model on the GPU is never run by
+    two threads at once and a scorer with state (the `random` reward counts its calls) sees the
+    same sequence. With more threads the same scorer runs on several chunks at once, in no
+    fixed order: only for thread-safe, order-free scorers (rule rewards, a remote service;
+    Flow-GRPO uses 8 threads).
+
+    Bit-identical to serial scoring: each worker thread runs with the torch intra-op thread
+    count the process had when the pool started. PyTorch's count is process-wide but OpenMP's
+    is per thread; setting it explicitly makes a CPU scorer split its work (and so its float
+    reductions) exactly as on the main thread. Sampling and scoring then share the cores, which
+    slows each down when both are CPU-bound but does not change a result.
+
+    Offload: a scorer is never moved while a thread scores with it (`offload`/`onload` first
+    wait for submitted work), and `score_async` on an offloaded runtime is an error: the
+    trainer's async path keeps reward models resident during sampling, since that is when they score.
+    """
+
+    def __init__(self, scorers: dict[str, RewardFunction], weights: dict[str, float], batch_size: int,
+                 num_threads: int = 1):
         self.scorers = scorers
         self.weights = weights
         self.batch_size = batch_size
+        self.num_threads = num_threads
+        self.offloaded = False
+        self._pool: ThreadPoolExecutor | None = None  # started by the first score_async
+        self._pending: set[Future] = set()
 
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> RewardScores:
         metadata = check_inputs(images, prompts, metadata)
@@ -199,18 +230,41 @@ class LocalRewardRuntime:
             components[name] = torch.cat(chunks)  # [B]
         return RewardScores(components, dict(self.weights))
 
-    def score_async(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> CompletedScores:
-        return CompletedScores(lambda: self.score(images, prompts, metadata))
+    def score_async(self, images: torch.Tensor, prompts: list[str],
+                    metadata: list[dict[str, Any]]) -> Future[RewardScores]:
+        """`score` on a worker thread; its RewardError/ValueError is raised from `result()`."""
+        if self.offloaded:
+            raise RuntimeError("LocalRewardRuntime.score_async after offload(): call onload() first; "
+                               "reward.async_scoring keeps reward models resident while sampling")
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.num_threads, thread_name_prefix="genalign-reward",
+                                            initializer=torch.set_num_threads, initargs=(torch.get_num_threads(),))
+        future = self._pool.submit(in_caller_context(self.score), images, prompts, metadata)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        return future
+
+    def wait_idle(self) -> None:
+        """Block until every submitted `score_async` has finished (its errors stay in its future)."""
+        wait(list(self._pending))
 
     def offload(self) -> None:
+        self.wait_idle()
         for scorer in self.scorers.values():
             scorer.offload()
+        self.offloaded = True
 
     def onload(self) -> None:
+        self.wait_idle()
         for scorer in self.scorers.values():
             scorer.onload()
+        self.offloaded = False
 
     def close(self) -> None:
+        """Finish submitted work, stop the worker threads, release the scorers."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self.offload()
         self.scorers = {}
 
@@ -226,4 +280,4 @@ def build_reward_runtime(cfg: RewardConfig, device: torch.device | str,
 
         return RayRewardRuntime(cfg, weights)
     scorers = {name: build_scorer(name, str(device), dict(cfg.kwargs.get(name, {}))) for name in weights}
-    return LocalRewardRuntime(scorers, weights, cfg.batch_size)
+    return LocalRewardRuntime(scorers, weights, cfg.batch_size, cfg.num_threads)

@@ -27,5 +27,10 @@ class RewardConfig:
     """Upper bound on one scoring call on Ray before it is an error."""
     async_scoring: bool = False
     """Score each finished rollout chunk (rollout.sample_batch_size samples) while the next
-    one is sampled. Overlaps only with runtime=ray (the local runtime scores when asked);
-    needs rollout.engine=local, which yields chunks. (`async` is a Python keyword.)"""
+    one is sampled: on the Ray reward workers (runtime=ray) or on `num_threads` worker threads
+    of this process (runtime=local). Reward models stay resident during sampling (not
+    offloaded). Needs rollout.engine=local, which yields chunks. (`async` is a Python keyword.)"""
+    num_threads: int = 1
+    """Worker threads for async scoring with runtime=local. 1 calls the scorers in order, one
+    chunk at a time, as serial scoring does (safe for a reward model on the GPU and for stateful
+    scorers); more only for thread-safe, order-free scorers (rule rewards, remote services)."""

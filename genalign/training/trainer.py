@@ -151,6 +151,8 @@ class Trainer:
         if self.ranks.world_size > 1:  # this rank's whole prompt groups
             positions = distributed.rank_positions(len(groups), self.plan.samples_per_prompt, self.ranks)
         if self.cfg.reward.async_scoring:
+            # no offload around sampling here: the reward models score while the policy samples,
+            # so they stay resident (the local runtime refuses score_async while offloaded)
             chunks, futures = [], []
             for chunk in self.engine.generate_chunks(groups, self.spec, positions):
                 chunks.append(chunk)

@@ -1,5 +1,6 @@
-"""reward.async_scoring: Ray reward workers score finished rollout chunks while the next chunk
-is sampled, and the run is the same run as with in-process scoring."""
+"""reward.async_scoring: finished rollout chunks are scored while the next chunk is sampled, on
+Ray reward workers or on a worker thread of this process, and the run is the same run as with
+serial in-process scoring."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from safetensors.torch import load_file
 from genalign.config.loader import load_config
 from genalign.training.trainer import Trainer
 
-pytestmark = pytest.mark.ray
-
 RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
+
+
+TOY_RECIPE = "experiment/toy/shapes_grpo"
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +43,7 @@ def run(model_dir, out, *extra):
     return rows, load_file(str(out / "checkpoint-final" / "trainable.safetensors"))
 
 
+@pytest.mark.ray
 def test_async_ray_scoring_is_the_same_run_as_local_scoring(local_ray, tiny_sd3_dir, tmp_path):
     local_rows, local_weights = run(tiny_sd3_dir, tmp_path / "local")
     async_rows, async_weights = run(tiny_sd3_dir, tmp_path / "async", "reward.runtime=ray", "reward.num_workers=2",
@@ -50,8 +53,41 @@ def test_async_ray_scoring_is_the_same_run_as_local_scoring(local_ray, tiny_sd3_
     assert all(torch.equal(local_weights[k], async_weights[k]) for k in local_weights)
 
 
-def test_async_scoring_needs_ray_rewards(tiny_sd3_dir, tmp_path):
+def run_toy(out, *extra):
+    """3 steps of the default toy recipe, shrunk: 8 samples a step in 2 rollout chunks of 4.
+
+    reward.batch_size equals the chunk size, so serial scoring of the whole step and async
+    scoring chunk by chunk make the same scorer calls on the same images."""
+    overrides = [
+        "rollout.num_steps=4", "rollout.n=2", "rollout.rollout_batch_size=4", "rollout.sample_batch_size=4",
+        "reward.batch_size=4", "eval.every=0", "eval.num_steps=2", "eval.max_prompts=2", "eval.samples_per_prompt=2",
+        "trainer.num_steps=3", "trainer.save_every=0", "trainer.progress_bar=false", f"trainer.output_dir={out}",
+        *extra,
+    ]
+    trainer = Trainer(load_config(TOY_RECIPE, overrides))
+    trainer.train()
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    return rows, load_file(str(out / "checkpoint-final" / "trainable.safetensors")), trainer.rewards
+
+
+def test_async_local_scoring_is_the_same_run_as_serial_scoring(tmp_path):
+    serial_rows, serial_weights, serial_rewards = run_toy(tmp_path / "serial")
+    async_rows, async_weights, async_rewards = run_toy(tmp_path / "async", "reward.async_scoring=true")
+    assert serial_rewards._pool is None and async_rewards._pool is not None  # scored on the worker thread
+    async_rewards.close()
+    assert len(serial_rows) == len(async_rows) == 3
+    def untimed(row):
+        return {k: v for k, v in row.items() if not k.startswith("time_") and k != "images_per_s"}
+
+    for a, b in zip(serial_rows, async_rows):
+        assert untimed(a) == untimed(b)  # rewards, advantages, loss, kl, clip: every logged digit
+    assert serial_weights.keys() == async_weights.keys()
+    assert all(torch.equal(serial_weights[k], async_weights[k]) for k in serial_weights)
+
+
+def test_async_scoring_needs_the_in_process_rollout_engine():
     from genalign.config.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="reward.async_scoring"):
-        load_config(RECIPE, ["/base/distributed=local", "reward.async_scoring=true"])
+    load_config(RECIPE, ["/base/distributed=local", "reward.async_scoring=true"])  # local rewards: fine
+    with pytest.raises(ConfigError, match="rollout.engine=ray use reward.async_scoring=false"):
+        load_config(RECIPE, ["reward.async_scoring=true"])  # the recipe's Ray rollout engine

@@ -7,6 +7,7 @@ registry resolution path is exercised, in-process and inside Ray actors alike.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import torch
@@ -38,6 +39,19 @@ class MeanPixelReward(_Base):
 class PromptLengthReward(_Base):
     def score(self, images, prompts, metadata):
         return torch.tensor([float(len(p)) for p in prompts])
+
+
+class ThreadProbeReward(_Base):
+    """Scores 0 and records, per call, the thread it ran on and its torch thread-local state."""
+
+    def __init__(self, device="cpu", **kwargs):
+        super().__init__(device, **kwargs)
+        self.calls = []
+
+    def score(self, images, prompts, metadata):
+        self.calls.append({"thread": threading.current_thread().name, "num_threads": torch.get_num_threads(),
+                           "grad_enabled": torch.is_grad_enabled()})
+        return torch.zeros(len(prompts))
 
 
 class NanReward(_Base):

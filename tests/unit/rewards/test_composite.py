@@ -1,3 +1,5 @@
+from concurrent.futures import Future
+
 import pytest
 import torch
 
@@ -54,8 +56,9 @@ def test_non_finite_score_names_reward_prompt_and_global_index(fakes_on_path, im
     runtime = build_reward_runtime(cfg, "cpu")
     with pytest.raises(RewardError, match=r"'reward_fakes:NanReward'.*non-finite.*sample 4 \(prompt 'p4'\)"):
         runtime.score(images, [f"p{i}" for i in range(6)], [])
-    with pytest.raises(RewardError, match=r"'reward_fakes:NanReward'.*non-finite"):
-        runtime.score_async(images, [f"p{i}" for i in range(6)], []).result()  # raised at result()
+    future = runtime.score_async(images, [f"p{i}" for i in range(6)], [])  # submitting does not raise
+    with pytest.raises(RewardError, match=r"'reward_fakes:NanReward'.*non-finite.*sample 4 \(prompt 'p4'\)"):
+        future.result()
 
 
 def test_missing_score_names_the_first_unscored_sample():
@@ -73,14 +76,65 @@ def test_scorer_exception_is_chained_with_reward_and_batch_range(fakes_on_path, 
     assert str(info.value.__cause__) == "scorer exploded"
 
 
+def test_async_scorer_exception_surfaces_from_the_future_as_reward_error(fakes_on_path, images):
+    runtime = build_reward_runtime(RewardConfig(components={"reward_fakes:RaisingReward": 1.0}, batch_size=4), "cpu")
+    future = runtime.score_async(images, ["p"] * 6, [])
+    assert isinstance(future, Future)
+    with pytest.raises(RewardError, match=r"'reward_fakes:RaisingReward' failed on samples \[0, 4\) of 6") as info:
+        future.result()
+    assert str(info.value.__cause__) == "scorer exploded"
+    with pytest.raises(ValueError, match="5 prompts for 6 images"):  # input errors too, at result()
+        runtime.score_async(images, ["p"] * 5, []).result()
+    runtime.close()
+
+
+def test_async_scoring_runs_on_one_worker_thread_with_the_callers_torch_state(fakes_on_path, images):
+    runtime = build_reward_runtime(RewardConfig(components={"reward_fakes:ThreadProbeReward": 1.0}), "cpu")
+    with torch.no_grad():
+        futures = [runtime.score_async(images, ["p"] * 6, []) for _ in range(3)]
+    assert all(future.result().total.tolist() == [0.0] * 6 for future in futures)
+    calls = runtime.scorers["reward_fakes:ThreadProbeReward"].calls
+    assert len({call["thread"] for call in calls}) == 1 and calls[0]["thread"].startswith("genalign-reward")
+    assert all(call["num_threads"] == torch.get_num_threads() and not call["grad_enabled"] for call in calls)
+    runtime.close()
+
+
+def test_async_chunks_make_the_same_calls_as_serial_scoring(images):
+    """One worker thread keeps call order: the `random` reward (call-counted) gives the same
+    scores for 3 async chunks of 2 as for one serial batch scored 2 at a time."""
+    cfg = RewardConfig(components={"random": 1.0}, kwargs={"random": {"seed": 3}}, batch_size=2)
+    serial = build_reward_runtime(cfg, "cpu").score(images, ["p"] * 6, [])
+    runtime = build_reward_runtime(cfg, "cpu")
+    futures = [runtime.score_async(images[i:i + 2], ["p"] * 2, []) for i in (0, 2, 4)]
+    assert torch.equal(RewardScores.cat([f.result() for f in futures]).total, serial.total)
+    runtime.close()
+
+
+def test_offload_waits_for_submitted_scoring_and_blocks_new_submissions(fakes_on_path, images):
+    cfg = RewardConfig(components={"reward_fakes:MeanPixelReward": 1.0},
+                       kwargs={"reward_fakes:MeanPixelReward": {"delay_s": 0.2}})
+    runtime = build_reward_runtime(cfg, "cpu")
+    future = runtime.score_async(images, ["p"] * 6, [])
+    runtime.offload()  # never moves a model a thread is scoring with
+    assert future.done() and runtime.scorers["reward_fakes:MeanPixelReward"].offloaded
+    with pytest.raises(RuntimeError, match="call onload"):
+        runtime.score_async(images, ["p"] * 6, [])
+    runtime.onload()
+    assert runtime.score_async(images, ["p"] * 6, []).result().total.shape == (6,)
+    runtime.close()
+    assert runtime._pool is None and runtime.scorers == {}
+
+
 def test_config_errors_are_listed_together():
-    cfg = RewardConfig(components={"ocrr": 1.0, "jpeg_compressibility": float("nan")}, runtime="spark", batch_size=0)
+    cfg = RewardConfig(components={"ocrr": 1.0, "jpeg_compressibility": float("nan")}, runtime="spark", batch_size=0,
+                       num_threads=0)
     with pytest.raises(ValueError) as info:
         build_reward_runtime(cfg, "cpu")
     message = str(info.value)
     assert "unknown reward 'ocrr'; did you mean 'ocr'?" in message
     assert "reward.components.jpeg_compressibility=nan" in message
     assert "reward.runtime='spark'" in message and "reward.batch_size=0" in message
+    assert "reward.num_threads=0" in message
     with pytest.raises(ValueError, match="no component has a non-zero weight"):
         build_reward_runtime(RewardConfig(components={"ocr": 0.0}), "cpu")
 
