@@ -8,6 +8,9 @@ tests repeat the important checks on a tiny SD3 pipeline. `make_batch`: a random
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 import torch
 
 from genalign.models.base import Condition, guided_velocity
@@ -105,3 +108,25 @@ def make_groups(prompts_per_step=2, samples_per_prompt=3, seed=0):
         seeds=torch.tensor([sample_seed(seed, 1, i) for i in range(size)]),
         metadata=[{} for _ in range(size)],
     )
+
+
+SD3_RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
+
+
+def tiny_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
+    return [
+        f"model.path={model_dir}", "model.device=cpu", "model.dtype=float32", "model.lora.rank=4",
+        "model.lora.alpha=8", "/base/distributed=local",
+        "rollout.height=64", "rollout.width=64", "rollout.num_steps=3", "rollout.n=2",
+        "rollout.rollout_batch_size=2", "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=1",
+        "actor.ema.update_every=1", "actor.lr=1e-2",
+        "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0",
+        "eval.num_steps=2", "eval.max_prompts=2", "eval.batch_size=2", "eval.every=2",
+        "trainer.num_steps=3", "trainer.save_every=1", f"trainer.output_dir={output_dir}",
+        "trainer.progress_bar=false", *extra,
+    ]
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with open(path) as handle:
+        return list(csv.DictReader(handle))

@@ -63,43 +63,90 @@ def tiny_t5_tokenizer():
     return T5TokenizerFast(vocab=pieces, extra_ids=0, model_max_length=256)
 
 
+SD3_SHAPES = {
+    "tiny": dict(
+        transformer=dict(sample_size=32, patch_size=2, in_channels=4, num_layers=2, attention_head_dim=8,
+                         num_attention_heads=4, joint_attention_dim=T5_HIDDEN, caption_projection_dim=32,
+                         pooled_projection_dim=2 * CLIP_PROJECTION, out_channels=4, pos_embed_max_size=64),
+        clip_l=dict(hidden_size=CLIP_HIDDEN, intermediate_size=37, num_attention_heads=2, num_hidden_layers=2,
+                    hidden_act="gelu", projection_dim=CLIP_PROJECTION),
+        clip_g=dict(hidden_size=CLIP_HIDDEN, intermediate_size=37, num_attention_heads=2, num_hidden_layers=2,
+                    hidden_act="gelu", projection_dim=CLIP_PROJECTION),
+        t5=dict(d_model=T5_HIDDEN, d_kv=8, d_ff=37, num_layers=2, num_heads=4, relative_attention_num_buckets=8),
+        vae=dict(sample_size=32, block_out_channels=(4, 8, 8, 8), layers_per_block=1, latent_channels=4,
+                 norm_num_groups=1, shift_factor=0.0609, scaling_factor=1.5035),
+    ),
+    # the published configs of stabilityai/stable-diffusion-3.5-medium (MMDiT-X: 24 blocks of
+    # 24 x 64 heads, dual attention in the first 13, RMS qk-norm), CLIP-L, CLIP-G, T5-XXL's
+    # encoder and the 16-channel SD3 VAE: the shapes GPU benchmarks run, with random weights
+    "sd3.5-medium": dict(
+        transformer=dict(sample_size=128, patch_size=2, in_channels=16, num_layers=24, attention_head_dim=64,
+                         num_attention_heads=24, joint_attention_dim=4096, caption_projection_dim=1536,
+                         pooled_projection_dim=2048, out_channels=16, pos_embed_max_size=384,
+                         dual_attention_layers=tuple(range(13)), qk_norm="rms_norm"),
+        clip_l=dict(hidden_size=768, intermediate_size=3072, num_attention_heads=12, num_hidden_layers=12,
+                    hidden_act="quick_gelu", projection_dim=768),
+        clip_g=dict(hidden_size=1280, intermediate_size=5120, num_attention_heads=20, num_hidden_layers=32,
+                    hidden_act="gelu", projection_dim=1280),
+        t5=dict(d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64, relative_attention_num_buckets=32,
+                feed_forward_proj="gated-gelu"),
+        vae=dict(sample_size=1024, block_out_channels=(128, 256, 512, 512), layers_per_block=2, latent_channels=16,
+                 norm_num_groups=32, shift_factor=0.0609, scaling_factor=1.5305),
+    ),
+}
+"""Architectures `build_sd3_pipeline` knows: the tiny test pipeline and SD3.5 Medium's."""
+
+
 def build_tiny_sd3_pipeline(seed: int = 0):
     """A complete StableDiffusion3Pipeline with random tiny weights (fp32, CPU), as diffusers'
     `get_dummy_components` builds one: 2 joint blocks of 4 heads x 8 dims, latent channels 4,
     VAE factor 8 (a 64x64 image is an 8x8 latent), FlowMatchEulerDiscreteScheduler(shift=3).
     The same seed gives the same weights."""
+    return build_sd3_pipeline("tiny", seed)
+
+
+def build_sd3_pipeline(shapes: str = "tiny", seed: int = 0, device: str | torch.device = "cpu",
+                       dtype: torch.dtype = torch.float32):
+    """A StableDiffusion3Pipeline of the named `SD3_SHAPES` with random weights, built directly
+    on `device` in `dtype` (the VAE always float32): SD3.5 Medium's 2.2 B-parameter
+    transformer and 4.7 B-parameter T5 build in seconds on a GPU. The in-memory tokenizers
+    pad and truncate to the real lengths (77 CLIP + max_sequence_length T5 tokens), so the
+    transformer sees the real sequence length."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
+    if shapes not in SD3_SHAPES:
+        raise ValueError(f"unknown SD3 shapes {shapes!r}: choose one of {sorted(SD3_SHAPES)}")
+    spec = SD3_SHAPES[shapes]
     clip_tokenizer = tiny_clip_tokenizer()
     t5_tokenizer = tiny_t5_tokenizer()
-    torch.manual_seed(seed)
-    transformer = SD3Transformer2DModel(
-        sample_size=32, patch_size=2, in_channels=4, num_layers=2, attention_head_dim=8, num_attention_heads=4,
-        joint_attention_dim=T5_HIDDEN, caption_projection_dim=32, pooled_projection_dim=2 * CLIP_PROJECTION,
-        out_channels=4, pos_embed_max_size=64)
-    clip_config = CLIPTextConfig(
-        bos_token_id=0, eos_token_id=1, pad_token_id=1, hidden_size=CLIP_HIDDEN, intermediate_size=37,
-        layer_norm_eps=1e-5, num_attention_heads=2, num_hidden_layers=2, vocab_size=len(clip_tokenizer),
-        hidden_act="gelu", projection_dim=CLIP_PROJECTION)
-    torch.manual_seed(seed + 1)
-    text_encoder = CLIPTextModelWithProjection(clip_config)
-    torch.manual_seed(seed + 2)
-    text_encoder_2 = CLIPTextModelWithProjection(clip_config)
-    torch.manual_seed(seed + 3)
-    text_encoder_3 = T5EncoderModel(T5Config(
-        vocab_size=len(t5_tokenizer), d_model=T5_HIDDEN, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
-        relative_attention_num_buckets=8, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1))
-    torch.manual_seed(seed + 4)
-    vae = AutoencoderKL(
-        sample_size=32, in_channels=3, out_channels=3, block_out_channels=(4, 8, 8, 8),
-        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-        layers_per_block=1, latent_channels=4, norm_num_groups=1, use_quant_conv=False, use_post_quant_conv=False,
-        shift_factor=0.0609, scaling_factor=1.5035)
+    previous_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            torch.manual_seed(seed)
+            transformer = SD3Transformer2DModel(**spec["transformer"])
+            towers = []
+            for offset, tower in ((1, "clip_l"), (2, "clip_g")):
+                torch.manual_seed(seed + offset)
+                towers.append(CLIPTextModelWithProjection(CLIPTextConfig(
+                    bos_token_id=0, eos_token_id=1, pad_token_id=1, layer_norm_eps=1e-5,
+                    vocab_size=len(clip_tokenizer), **spec[tower])))
+            torch.manual_seed(seed + 3)
+            text_encoder_3 = T5EncoderModel(T5Config(
+                vocab_size=len(t5_tokenizer), decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **spec["t5"]))
+            torch.set_default_dtype(torch.float32)
+            torch.manual_seed(seed + 4)
+            vae = AutoencoderKL(
+                in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
+                up_block_types=("UpDecoderBlock2D",) * 4, use_quant_conv=False, use_post_quant_conv=False,
+                **spec["vae"])
+    finally:
+        torch.set_default_dtype(previous_dtype)
     scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0)
     return StableDiffusion3Pipeline(
-        transformer=transformer, scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=clip_tokenizer,
-        text_encoder_2=text_encoder_2, tokenizer_2=tiny_clip_tokenizer(), text_encoder_3=text_encoder_3,
+        transformer=transformer, scheduler=scheduler, vae=vae, text_encoder=towers[0], tokenizer=clip_tokenizer,
+        text_encoder_2=towers[1], tokenizer_2=tiny_clip_tokenizer(), text_encoder_3=text_encoder_3,
         tokenizer_3=t5_tokenizer)
 
 

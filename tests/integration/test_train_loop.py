@@ -7,7 +7,6 @@ is 0 for every sample, so every advantage would be 0).
 
 from __future__ import annotations
 
-import csv
 import time
 from pathlib import Path
 
@@ -17,29 +16,11 @@ from safetensors.torch import load_file
 
 from genalign.config.loader import load_config
 from genalign.training.trainer import ResumeError, Trainer
+from support import SD3_RECIPE as RECIPE
+from support import read_rows, tiny_overrides
 
-RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
 TIMING_COLUMNS = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_s", "images_per_s",
                   "step_images_per_s"}
-
-
-def tiny_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
-    return [
-        f"model.path={model_dir}", "model.device=cpu", "model.dtype=float32", "model.lora.rank=4",
-        "model.lora.alpha=8", "/base/distributed=local",
-        "rollout.height=64", "rollout.width=64", "rollout.num_steps=3", "rollout.n=2",
-        "rollout.rollout_batch_size=2", "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=1",
-        "actor.ema.update_every=1", "actor.lr=1e-2",
-        "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0",
-        "eval.num_steps=2", "eval.max_prompts=2", "eval.batch_size=2", "eval.every=2",
-        "trainer.num_steps=3", "trainer.save_every=1", f"trainer.output_dir={output_dir}",
-        "trainer.progress_bar=false", *extra,
-    ]
-
-
-def read_rows(path: Path) -> list[dict[str, str]]:
-    with open(path) as handle:
-        return list(csv.DictReader(handle))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,174 @@
+"""The SD3.5 OCR recipe's training step on a GPU: images/s, phases, TFLOP/s, peak memory.
+
+    python benchmarks/bench_gpu_step.py [--steps 5] [--warmup 2] [--modes eager,compiled]
+        [--dtype bfloat16] [--shapes sd3.5-medium] [key=value ...]
+
+Builds a pipeline of Stable Diffusion 3.5 Medium's exact shapes (2.2 B transformer, CLIP-L,
+CLIP-G, T5-XXL encoder, SD3 VAE) from the published configs with random weights, on the
+device, offline (the tokenizers are built in memory and pad/truncate to the real lengths),
+and runs `experiment/diffusion/sd3_5/online_grpo_ocr` through the real Trainer at the
+reference settings: 512², 10 denoising steps, CFG 4.5, 9 trained steps, KL 0.04, EMA, 16
+images per step (2 prompts x 8), T5 length 128, the jpeg reward scored on a worker thread
+while the next chunk samples (reward.async_scoring), in-process rollout.
+
+For each mode (eager, compiled = `model.compile=true`, regional) it prints the mean over the
+steps after `--warmup`: whole-step images/s, seconds per phase, the transformer's achieved
+TFLOP/s (FLOPs counted once with torch.utils.flop_counter for a CFG forward and a
+forward+backward, times the calls a step makes, over the rollout + train seconds), and peak
+GPU memory; then the ratios to the reference Flow-GRPO figure (0.90 images/s, measured on an
+H100 at these settings, issue 8) and compiled/eager.
+
+Without CUDA it runs the tiny SD3 shapes on the CPU in float32 (64², 4 steps) so CI and
+developers can smoke-test the script; those numbers mean nothing for speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from genalign.config.loader import load_config  # noqa: E402
+from genalign.models.base import ModelConfig, resolve_device, resolve_dtype  # noqa: E402
+from genalign.models.registry import MODEL_FAMILIES  # noqa: E402
+from genalign.models.sd3 import SD3Policy  # noqa: E402
+from genalign.models.tiny import build_sd3_pipeline  # noqa: E402
+
+REFERENCE_IMAGES_PER_S = 0.90
+"""Flow-GRPO's train_sd3.py at these settings on an H100 (fp32 weights under fp16 autocast)."""
+RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
+SHAPES = {"value": "sd3.5-medium"}
+
+
+class RandomSD3Policy(SD3Policy):
+    """SD3Policy over `build_sd3_pipeline(SHAPES)`: random weights, built on the device."""
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> "RandomSD3Policy":
+        device, dtype = resolve_device(cfg.device), resolve_dtype(cfg.dtype)
+        pipeline = build_sd3_pipeline(SHAPES["value"], seed=0, device=device, dtype=dtype)
+        return cls(pipeline, device, dtype, cfg.max_sequence_length)
+
+
+def overrides(args, out: Path, compiled: bool, gpu: bool) -> list[str]:
+    size, steps = (512, 10) if gpu else (64, 4)
+    return [
+        "model.family=sd3_random", f"model.dtype={args.dtype if gpu else 'float32'}",
+        f"model.device={'cuda' if gpu else 'cpu'}", f"model.compile={str(compiled).lower()}",
+        "/base/distributed=local", f"rollout.height={size}", f"rollout.width={size}", f"rollout.num_steps={steps}",
+        "rollout.guidance_scale=4.5", "rollout.n=8", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8",
+        "actor.gradient_accumulation_steps=2", "algorithm.kl_beta=0.04", "actor.ema.enabled=true",
+        "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0", "reward.async_scoring=true",
+        "eval.every=0", "eval.at_start=false", "eval.max_prompts=2", "eval.samples_per_prompt=1",
+        f"eval.num_steps={steps}", "eval.batch_size=2", f"trainer.num_steps={args.steps}", "trainer.save_every=0",
+        "trainer.progress_bar=false", f"trainer.output_dir={out}", *args.overrides,
+    ]
+
+
+def transformer_flops(trainer) -> tuple[float, float, int, int, int]:
+    """(forward FLOPs, forward+backward FLOPs) of one CFG transformer call at the rollout's
+    batch, and the calls one step makes: rollout forwards, replay forward+backwards and
+    reference forwards (KL)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from genalign.rollout.collector import encode_unique
+
+    policy, cfg, plan = trainer.policy, trainer.cfg, trainer.plan
+    chunk = cfg.rollout.sample_batch_size
+    latents = torch.randn(chunk, *policy.latent_shape(cfg.rollout.height, cfg.rollout.width), device=policy.device)
+    cond = encode_unique(policy, ["a sign that says hello"] * chunk, with_negative=cfg.rollout.guidance_scale > 1)
+    sigma = torch.full((chunk,), 0.5, device=policy.device)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        policy.velocity(latents, sigma, cond, cfg.rollout.guidance_scale)
+    forward = counter.get_total_flops()
+    with FlopCounterMode(display=False) as counter:
+        policy.velocity(latents, sigma, cond, cfg.rollout.guidance_scale).float().square().mean().backward()
+    both = counter.get_total_flops()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    samples = plan.prompts_per_step * plan.samples_per_prompt
+    trained_steps = int(cfg.rollout.num_steps * cfg.algorithm.timestep_fraction)
+    micro_batches = samples // plan.train_micro_batch * cfg.actor.num_inner_epochs
+    rollout_calls = samples // chunk * cfg.rollout.num_steps
+    replay_calls = micro_batches * trained_steps
+    reference_calls = replay_calls if cfg.algorithm.kl_beta > 0 else 0
+    return forward, both, rollout_calls, replay_calls, reference_calls
+
+
+def run_mode(args, compiled: bool, gpu: bool) -> dict[str, float]:
+    from genalign.training.trainer import Trainer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        cfg = load_config(RECIPE, overrides(args, out, compiled, gpu))
+        if gpu:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        trainer = Trainer(cfg)
+        load_s = time.perf_counter() - start
+        trainer.train()
+        rows = list(csv.DictReader(open(out / "metrics.csv")))
+        peak_gib = torch.cuda.max_memory_allocated() / 2**30 if gpu else float("nan")
+        forward, both, rollout_calls, replay_calls, reference_calls = transformer_flops(trainer)
+        del trainer
+        gc.collect()
+    measured = rows[args.warmup:] or rows[-1:]
+
+    def mean(key: str) -> float:
+        return statistics.mean(float(r[key]) for r in measured)
+
+    step_flops = rollout_calls * forward + replay_calls * both + reference_calls * forward
+    busy_s = mean("time_rollout_s") + mean("time_train_s")
+    return {
+        "images_per_s": mean("step_images_per_s"), "rollout_s": mean("time_rollout_s"),
+        "reward_wait_s": mean("time_reward_s"), "train_s": mean("time_train_s"),
+        "first_step_s": sum(float(rows[0][k]) for k in ("time_rollout_s", "time_reward_s", "time_train_s")),
+        "tflops": step_flops / busy_s / 1e12, "peak_gib": peak_gib, "load_s": load_s,
+        "parity": float(rows[0].get("parity_max_abs_log_prob_diff") or "nan"),
+        "forward_tflop": forward / 1e12, "train_call_tflop": both / 1e12,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=5, help="training steps per mode")
+    parser.add_argument("--warmup", type=int, default=2, help="leading steps left out of the means")
+    parser.add_argument("--modes", default="eager,compiled")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--shapes", default="sd3.5-medium")
+    parser.add_argument("overrides", nargs="*", help="extra key=value overrides")
+    args = parser.parse_args(argv)
+    gpu = torch.cuda.is_available()
+    SHAPES["value"] = args.shapes if gpu else "tiny"
+    MODEL_FAMILIES.register("sd3_random", "__main__:RandomSD3Policy") if __name__ == "__main__" else \
+        MODEL_FAMILIES.register("sd3_random", f"{__name__}:RandomSD3Policy")
+    device = torch.cuda.get_device_name() if gpu else "CPU (tiny shapes, float32: a smoke test, not a speed figure)"
+    print(f"device: {device}; shapes {SHAPES['value']}; torch {torch.__version__}", flush=True)
+    results = {}
+    for mode in args.modes.split(","):
+        results[mode] = run_mode(args, compiled=(mode == "compiled"), gpu=gpu)
+        print(f"{mode}: " + "  ".join(f"{k}={v:.4g}" for k, v in results[mode].items()), flush=True)
+    print(f"\n{'mode':<10}{'img/s':>8}{'rollout s':>11}{'reward wait s':>15}{'train s':>9}{'TFLOP/s':>9}"
+          f"{'peak GiB':>10}{'step 1 s':>10}{'vs ref':>8}")
+    for mode, r in results.items():
+        print(f"{mode:<10}{r['images_per_s']:>8.3f}{r['rollout_s']:>11.2f}{r['reward_wait_s']:>15.3f}"
+              f"{r['train_s']:>9.2f}{r['tflops']:>9.1f}{r['peak_gib']:>10.1f}{r['first_step_s']:>10.1f}"
+              f"{r['images_per_s'] / REFERENCE_IMAGES_PER_S:>7.2f}x")
+    if {"eager", "compiled"} <= set(results):
+        print(f"compiled / eager: {results['compiled']['images_per_s'] / results['eager']['images_per_s']:.2f}x")
+    print(f"reference Flow-GRPO: {REFERENCE_IMAGES_PER_S} images/s (H100, issue 8)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
