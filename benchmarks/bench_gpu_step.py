@@ -57,7 +57,7 @@ class RandomSD3Policy(SD3Policy):
     def from_config(cls, cfg: ModelConfig) -> "RandomSD3Policy":
         device, dtype = resolve_device(cfg.device), resolve_dtype(cfg.dtype)
         pipeline = build_sd3_pipeline(SHAPES["value"], seed=0, device=device, dtype=dtype)
-        return cls(pipeline, device, dtype, cfg.max_sequence_length)
+        return cls(pipeline, device, dtype, cfg.max_sequence_length, cfg.cfg_batch)
 
 
 def overrides(args, out: Path, compiled: bool, gpu: bool) -> list[str]:

@@ -103,6 +103,8 @@ def validate(cfg: ExperimentConfig) -> list[str]:
                         "rollout.engine=ray use reward.async_scoring=false")
     if cfg.actor.ema.cadence not in ("micro_batch", "optimizer_step"):
         problems.append(f"actor.ema.cadence={cfg.actor.ema.cadence!r}: choose micro_batch (Flow-GRPO) or optimizer_step")
+    if cfg.model.cfg_batch not in ("joint", "split"):
+        problems.append(f"model.cfg_batch={cfg.model.cfg_batch!r}: choose joint (one forward) or split (two)")
     if cfg.model.compile_mode not in ("regional", "full"):
         problems.append(f"model.compile_mode={cfg.model.compile_mode!r}: choose regional (repeated blocks) or full")
     if cfg.rollout.noise_level == 0:

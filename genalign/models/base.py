@@ -57,6 +57,12 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     """Recompute the denoiser's activations in backward: the memory lever for larger replay
     micro-batches (about a third more train time)."""
+    cfg_batch: str = "joint"
+    """How CFG's two branches run: "joint" = one forward over [uncond, cond] (Flow-GRPO);
+    "split" = two forwards of half the batch, so that with algorithm.detach_uncond the
+    unconditional one runs without autograd in replay and backward covers only the
+    conditional half (about a quarter less train time, less activation memory). Rollout and
+    replay always use the same form, so the parity preflight stays exact either way."""
     compile: bool = False
     """torch.compile the denoiser (`compile_mode`); the first steps pay the compilation."""
     compile_mode: str = "regional"

@@ -16,6 +16,7 @@ VAE are frozen; only the transformer is ever trained (LoRA or full, `training/lo
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 import os
 import re
 from pathlib import Path
@@ -86,14 +87,18 @@ def _place(module: torch.nn.Module, device: torch.device, dtype: torch.dtype) ->
     return module
 
 
+CFG_BATCHES = ("joint", "split")
+
+
 def sd3_transformer_velocity(transformer: torch.nn.Module, latents: torch.Tensor, sigma: torch.Tensor,
                              cond: Condition, guidance_scale: float, device: torch.device,
-                             dtype: torch.dtype, detach_uncond: bool = False) -> torch.Tensor:
+                             dtype: torch.dtype, detach_uncond: bool = False, cfg_batch: str = "joint") -> torch.Tensor:
     """Velocity of an `SD3Transformer2DModel` (SD3, and the toy family that reuses the class):
-    timestep = 1000·σ (σ [B] or a scalar, broadcast); guidance_scale > 1 runs one batched
-    forward over [uncond, cond] and returns v_u + w (v_c − v_u), with v_u detached when
-    `detach_uncond`. The transformer runs under `compute_precision` (autocast to `dtype`).
-    Float32 out."""
+    timestep = 1000·σ (σ [B] or a scalar, broadcast); guidance_scale > 1 returns
+    v_u + w (v_c − v_u), with v_u detached when `detach_uncond`. `cfg_batch="joint"` runs one
+    forward over [uncond, cond]; "split" runs two, the unconditional one without autograd
+    when `detach_uncond` (model.cfg_batch). The transformer runs under `compute_precision`
+    (autocast to `dtype`). Float32 out."""
 
     def forward(hidden: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
                 pooled: torch.Tensor) -> torch.Tensor:
@@ -110,10 +115,17 @@ def sd3_transformer_velocity(transformer: torch.nn.Module, latents: torch.Tensor
     if cond.negative_embeds is None or cond.negative_pooled is None:
         raise ValueError(f"guidance_scale={guidance_scale} > 1 needs prompts encoded with_negative=True "
                          "(the empty-prompt branch of CFG)")
-    prediction = forward(torch.cat([latents, latents]), torch.cat([timestep, timestep]),
-                         torch.cat([cond.negative_embeds, cond.embeds]),
-                         torch.cat([cond.negative_pooled, cond.pooled]))  # [2B, C, h, w]
-    uncond, text = prediction.chunk(2)  # [B, C, h, w] each
+    if cfg_batch == "split":
+        with torch.no_grad() if detach_uncond else nullcontext():
+            uncond = forward(latents, timestep, cond.negative_embeds, cond.negative_pooled)  # [B, C, h, w]
+        text = forward(latents, timestep, cond.embeds, cond.pooled)  # [B, C, h, w]
+    elif cfg_batch == "joint":
+        prediction = forward(torch.cat([latents, latents]), torch.cat([timestep, timestep]),
+                             torch.cat([cond.negative_embeds, cond.embeds]),
+                             torch.cat([cond.negative_pooled, cond.pooled]))  # [2B, C, h, w]
+        uncond, text = prediction.chunk(2)  # [B, C, h, w] each
+    else:
+        raise ValueError(f"model.cfg_batch={cfg_batch!r}: choose one of {list(CFG_BATCHES)}")
     return guided_velocity(uncond, text, guidance_scale, detach_uncond)  # [B, C, h, w]
 
 
@@ -126,7 +138,8 @@ class SD3Policy:
     lora_target_modules = SD3_LORA_TARGETS
     repeated_blocks = SD3_REPEATED_BLOCKS
 
-    def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 128):
+    def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 128,
+                 cfg_batch: str = "joint"):
         for name in _TOKENIZERS:
             tokenizer = getattr(pipeline, name, None)
             if tokenizer is None or len(tokenizer) == 0:
@@ -136,6 +149,7 @@ class SD3Policy:
         self.device = torch.device(device)
         self.dtype = dtype
         self.max_sequence_length = max_sequence_length
+        self.cfg_batch = cfg_batch
         for name in _TEXT_ENCODERS:
             _place(getattr(pipeline, name), self.device, dtype).requires_grad_(False).eval()
         self.vae = _place(pipeline.vae, self.device, torch.float32).requires_grad_(False).eval()
@@ -155,15 +169,16 @@ class SD3Policy:
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> "SD3Policy":
         return cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device),
-                                   revision=cfg.revision, max_sequence_length=cfg.max_sequence_length)
+                                   revision=cfg.revision, max_sequence_length=cfg.max_sequence_length,
+                                   cfg_batch=cfg.cfg_batch)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
                         device: str | torch.device = "cpu", revision: str | None = None,
-                        max_sequence_length: int = 128) -> "SD3Policy":
+                        max_sequence_length: int = 128, cfg_batch: str = "joint") -> "SD3Policy":
         """Load from a hub id or a local `save_pretrained` directory through diffusers."""
         pipeline = load_pipeline(str(path), dtype, revision)
-        return cls(pipeline, torch.device(device), dtype, max_sequence_length)
+        return cls(pipeline, torch.device(device), dtype, max_sequence_length, cfg_batch)
 
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
@@ -181,7 +196,7 @@ class SD3Policy:
                  guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
         """v̂ [B, C, h, w] float32 at sigma [B] (see `sd3_transformer_velocity`)."""
         return sd3_transformer_velocity(self.transformer, latents, sigma, cond, guidance_scale, self.device,
-                                        self.dtype, detach_uncond)
+                                        self.dtype, detach_uncond, self.cfg_batch)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

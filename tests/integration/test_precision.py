@@ -20,18 +20,18 @@ from support import read_rows, tiny_overrides
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CASES = [
-    pytest.param("cpu", "bfloat16", id="cpu-bf16"),
-    pytest.param("cpu", "float16", id="cpu-fp16"),
-    pytest.param("cuda", "bfloat16", id="cuda-bf16", marks=[pytest.mark.gpu, CUDA]),
-    pytest.param("cuda", "float16", id="cuda-fp16", marks=[pytest.mark.gpu, CUDA]),
+    pytest.param("cpu", "bfloat16", "joint", id="cpu-bf16"),
+    pytest.param("cpu", "float16", "split", id="cpu-fp16-split"),
+    pytest.param("cuda", "bfloat16", "split", id="cuda-bf16-split", marks=[pytest.mark.gpu, CUDA]),
+    pytest.param("cuda", "float16", "joint", id="cuda-fp16", marks=[pytest.mark.gpu, CUDA]),
 ]
 
 
-@pytest.mark.parametrize("device,dtype", CASES)
-def test_reduced_precision_trains_with_float32_masters(tiny_sd3_dir, tmp_path, device, dtype):
+@pytest.mark.parametrize("device,dtype,cfg_batch", CASES)
+def test_reduced_precision_trains_with_float32_masters(tiny_sd3_dir, tmp_path, device, dtype, cfg_batch):
     cfg = load_config(RECIPE, tiny_overrides(tiny_sd3_dir, tmp_path, f"model.device={device}",
-                                             f"model.dtype={dtype}", "trainer.save_every=0", "eval.every=0",
-                                             "eval.at_start=false"))
+                                             f"model.dtype={dtype}", f"model.cfg_batch={cfg_batch}",
+                                             "trainer.save_every=0", "eval.every=0", "eval.at_start=false"))
     trainer = Trainer(cfg)
     policy = trainer.policy
     assert policy.dtype == getattr(torch, dtype)
@@ -53,13 +53,15 @@ def test_reduced_precision_trains_with_float32_masters(tiny_sd3_dir, tmp_path, d
         assert "grad_scale" in rows[-1] and float(rows[-1]["grad_scale"]) > 0
 
 
-@pytest.mark.parametrize("device,dtype,atol", [
-    pytest.param("cpu", "float32", 1e-5, id="cpu-fp32"),
-    pytest.param("cuda", "bfloat16", 3e-2, id="cuda-bf16", marks=[pytest.mark.gpu, CUDA]),
+@pytest.mark.parametrize("device,dtype,atol,mean_atol", [
+    pytest.param("cpu", "float32", 1e-5, 1e-6, id="cpu-fp32"),
+    pytest.param("cuda", "bfloat16", 0.1, 5e-3, id="cuda-bf16", marks=[pytest.mark.gpu, CUDA]),
 ])
-def test_compiled_denoiser_agrees_with_eager(tiny_sd3_dir, device, dtype, atol):
-    """Regional compilation changes kernels, not the function: velocities agree within
-    `atol` (fp32: reassociation only; bf16: one bf16 ulp of an O(1) output is 8e-3)."""
+def test_compiled_denoiser_agrees_with_eager(tiny_sd3_dir, device, dtype, atol, mean_atol):
+    """Regional compilation changes kernels, not the function. The stated tolerance: fp32
+    agrees to 1e-5 (reassociation only); bf16 to 0.1 per element and 5e-3 on average —
+    one bf16 ulp of an O(1) branch output is 8e-3 and CFG at w = 4.5 scales a branch's
+    rounding by up to 2w − 1 = 8 (measured on an H100: max 0.041, 6 of 512 elements > 0.03)."""
     policy = SD3Policy.from_pretrained(tiny_sd3_dir, dtype=getattr(torch, dtype), device=device,
                                        max_sequence_length=8)
     generator = torch.Generator().manual_seed(0)
@@ -69,7 +71,8 @@ def test_compiled_denoiser_agrees_with_eager(tiny_sd3_dir, device, dtype, atol):
     eager = policy.velocity(latents, sigma, cond, 4.5)
     assert compile_denoiser(policy.transformer, "regional", policy.repeated_blocks) == 2
     compiled = policy.velocity(latents, sigma, cond, 4.5)
-    torch.testing.assert_close(compiled, eager, atol=atol, rtol=atol)
+    torch.testing.assert_close(compiled, eager, atol=atol, rtol=0)
+    assert (compiled - eager).abs().mean().item() <= mean_atol
 
 
 @pytest.mark.gpu

@@ -184,3 +184,40 @@ def test_uncached_hub_id_offline_says_how_to_fix(monkeypatch, tmp_path):
     message = str(err.value)
     assert "model.path='genalign-tests/not-a-cached-model'" in message
     assert "not cached" in message and "local directory" in message
+
+
+def _lora_policy(tiny_sd3_dir, cfg_batch: str) -> SD3Policy:
+    from genalign.models.base import LoraConfig
+    from genalign.training.lora import apply_lora
+
+    torch.manual_seed(0)
+    policy = SD3Policy.from_pretrained(tiny_sd3_dir, max_sequence_length=MAX_TOKENS, cfg_batch=cfg_batch)
+    apply_lora(policy.transformer, LoraConfig(rank=4, alpha=8), policy.lora_target_modules)
+    with torch.no_grad():  # a non-zero B so the adapter's gradient reaches both LoRA factors
+        for name, param in policy.transformer.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.1, generator=torch.Generator().manual_seed(len(name)))
+    return policy
+
+
+def _lora_grads(policy: SD3Policy, detach_uncond: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    cond = policy.encode_prompts(PROMPTS, with_negative=True)
+    policy.transformer.zero_grad(set_to_none=True)
+    velocity = policy.velocity(noise(), torch.tensor([0.8, 0.4]), cond, 4.5, detach_uncond=detach_uncond)
+    velocity.square().mean().backward()
+    return velocity.detach(), {n: p.grad.clone() for n, p in policy.transformer.named_parameters() if p.requires_grad}
+
+
+def test_detach_uncond_keeps_the_value_and_drops_the_unconditional_gradient(tiny_sd3_dir):
+    """v = v_u + w(v_c − v_u): detaching v_u leaves v unchanged and the gradient becomes the
+    conditional branch's alone; split CFG (model.cfg_batch=split, v_u without autograd)
+    gives the joint form's value and gradient up to fp32 rounding."""
+    joint = _lora_policy(tiny_sd3_dir, "joint")
+    value, through_both = _lora_grads(joint, detach_uncond=False)
+    detached_value, cond_only = _lora_grads(joint, detach_uncond=True)
+    assert torch.equal(value, detached_value)
+    assert any(not torch.allclose(through_both[n], cond_only[n]) for n in through_both)
+    split_value, split_grads = _lora_grads(_lora_policy(tiny_sd3_dir, "split"), detach_uncond=True)
+    torch.testing.assert_close(split_value, value, atol=1e-5, rtol=1e-5)
+    for name in cond_only:
+        torch.testing.assert_close(split_grads[name], cond_only[name], atol=1e-5, rtol=1e-4)

@@ -42,10 +42,11 @@ class ToyPolicy:
     """No diffusers pipeline loads a pixel-space model, so checkpoints export no diffusers LoRA."""
 
     def __init__(self, transformer: torch.nn.Module, text_encoder: ToyTextEncoder, device: torch.device,
-                 dtype: torch.dtype = torch.float32, shift: float = 1.0):
+                 dtype: torch.dtype = torch.float32, shift: float = 1.0, cfg_batch: str = "joint"):
         self.device = torch.device(device)
         self.dtype = dtype
         self.shift = shift
+        self.cfg_batch = cfg_batch
         transformer.to(device=self.device)
         if next(transformer.parameters()).dtype != dtype:  # diffusers warns on every cast
             transformer.to(dtype=dtype)
@@ -56,7 +57,9 @@ class ToyPolicy:
 
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> "ToyPolicy":
-        return cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device))
+        policy = cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device))
+        policy.cfg_batch = cfg.cfg_batch
+        return policy
 
     @classmethod
     def from_pretrained(cls, path: str | Path = BUILTIN, dtype: torch.dtype = torch.float32,
@@ -81,7 +84,7 @@ class ToyPolicy:
         """v̂ [B, 3, 16, 16] float32 at sigma [B]: the SD3 transformer call, timestep 1000·σ,
         batched [uncond, cond] CFG when guidance_scale > 1."""
         return sd3_transformer_velocity(self.transformer, latents, sigma, cond, guidance_scale, self.device,
-                                        self.dtype, detach_uncond)
+                                        self.dtype, detach_uncond, self.cfg_batch)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
