@@ -214,7 +214,7 @@ def test_structural_problems_are_collected_into_one_error(tmp_path):
 # ------------------------------------------------------------------ dict round trip and diffs
 def test_config_from_dict_round_trips_every_field():
     cfg = load_config(OCR, ["actor.micro_batch_size=4", "/base/distributed=ray_rollout",
-                            "distributed.resources.rollout.num_gpus=auto", "reward.kwargs.ocr.lang=en"])
+                            "distributed.resources.rollout.num_gpus=auto", "reward.kwargs.ocr.num_threads=2"])
     tree = config_to_dict(cfg)
     assert config_from_dict(tree) == cfg
     assert config_from_dict(yaml.safe_load(config_to_yaml(cfg))) == cfg  # what checkpoints store
