@@ -110,7 +110,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=True)
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first at line {seen[key].line + 1}); merge the two blocks",
+                    None, None, f"duplicate key {key!r} (also at line {seen[key].line + 1}; merge the two)",
                     key_node.start_mark)
             if isinstance(key, (str, int, float, bool)):
                 seen[key] = key_node.start_mark
@@ -133,22 +133,22 @@ def yaml_error_line(exc: yaml.YAMLError) -> str:
     return str(exc).replace("\n", " ")
 
 
-def read_text_file(path: Path, what: str) -> str:
-    """UTF-8 text of `path`, or a one-line error naming `what` (the key or flag) and the file."""
+def read_text_file(path: Path) -> str:
+    """UTF-8 text of a config file, or a one-line `ConfigError` naming the file."""
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError([f"{what}: {path} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+        raise ConfigError([f"{_rel(path)} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
                            "re-save it as UTF-8"]) from None
     except IsADirectoryError:
-        raise ConfigError([f"{what}: {path} is a directory, not a YAML file"]) from None
+        raise ConfigError([f"{_rel(path)} is a directory, not a YAML file"]) from None
     except OSError as exc:
-        raise ConfigError([f"{what}: cannot read {path} ({exc.strerror})"]) from None
+        raise ConfigError([f"cannot read {_rel(path)} ({exc.strerror})"]) from None
 
 
 def _read_yaml(path: Path, problems: list[str]) -> dict | None:
     try:
-        data = safe_load_unique(read_text_file(path, _rel(path)))
+        data = safe_load_unique(read_text_file(path))
     except ConfigError as exc:
         problems.extend(exc.problems)
         return None
@@ -216,6 +216,9 @@ def find_recipe(recipe: str) -> Path:
     as_path = Path(recipe).expanduser()
     if as_path.suffix in (".yaml", ".yml") and as_path.is_file():
         return as_path.resolve()
+    if as_path.suffix in (".yaml", ".yml") and (as_path.is_absolute() or as_path.is_dir()):
+        what = "is a directory" if as_path.is_dir() else "does not exist"
+        raise ConfigError([f"--config {recipe!r}: the YAML file {as_path} {what}"])
     name = recipe[:-5] if recipe.endswith(".yaml") else recipe
     candidate = CONFIG_ROOT / f"{name.strip('/')}.yaml"
     if candidate.is_file():
