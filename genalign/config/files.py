@@ -34,6 +34,7 @@ def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest
         except ManifestError as exc:
             problems.append(str(exc) + (f"; {exc.hint}" if exc.hint else ""))
     problems += model_path_problems(cfg.model.family, cfg.model.path)
+    problems += reward_path_problems(cfg)
     if output_dir:
         problems += output_dir_problems(cfg.trainer.output_dir)
     if resume and cfg.trainer.resume_from:
@@ -53,6 +54,21 @@ def model_path_problems(family: str, path: str) -> list[str]:
             "use a hub id 'org/name' or a directory written by save_pretrained"
         return [f"model.path: local directory {path} does not exist; {hint}"]
     return []
+
+
+REWARD_PATH_OPTIONS = {"toy_shape": "path", "toy_shape_judge": "path", "aesthetic": "head_path"}
+"""Scorer options that name a local file or directory (never a hub id), checked up front."""
+
+
+def reward_path_problems(cfg: ExperimentConfig) -> list[str]:
+    """reward.kwargs.<name>.<path option> must exist for every scorer that will be built."""
+    problems = []
+    used = {name for name, weight in cfg.reward.components.items() if weight} | set(cfg.eval.gold_rewards)
+    for name, option in REWARD_PATH_OPTIONS.items():
+        value = cfg.reward.kwargs.get(name, {}).get(option)
+        if name in used and isinstance(value, str) and value != "builtin" and not Path(value).expanduser().exists():
+            problems.append(f"reward.kwargs.{name}.{option}: {value} does not exist")
+    return problems
 
 
 def output_dir_problems(output_dir: str) -> list[str]:

@@ -240,6 +240,8 @@ CASES = [
     Case("cli-dotted-not-allowed", TOY + ["reward.components={os.path:join: 1.0}"],
          ["reward.components", "os.path:join", "reward.allow_import"]),
     # files the config names (items 3, 11)
+    Case("reward-path-missing", TOY + ["reward.kwargs.toy_shape.path={tmp}/classifiers"],
+         ["reward.kwargs.toy_shape.path", "classifiers", "does not exist"]),
     Case("output-dir-is-file", TOY + ["trainer.output_dir={file}"], ["trainer.output_dir", "is a file"],
          manifest("out.txt", b"x")),
     Case("output-dir-under-file", TOY + ["trainer.output_dir={file}/run"], ["trainer.output_dir", "is a file"],
@@ -338,6 +340,19 @@ def test_config_no_check_files_composes_for_another_machine(tmp_path, workdir, t
     argv = ["config", "--no-check-files", "data.manifest=/data/elsewhere/train.txt", "model.path=/models/toy"]
     code, stderr, _ = run_in_process(argv)
     assert code == 0, stderr
+
+
+def test_the_users_own_allow_list_is_honoured(tmp_path, workdir, tripwire, monkeypatch):
+    """The guard is an allow-list, not a ban: with the import listed on the user's command line
+    the same checkpoint passes validation and reaches model loading (the tripwire)."""
+    monkeypatch.chdir(workdir)
+    checkpoint = make_checkpoint(tmp_path / "checkpoint-1",
+                                 lambda c: c["reward"].update(components={"os.path:join": 1.0}, allow_import=[]))
+    code, stderr, _ = run_in_process(["eval", "--checkpoint", str(checkpoint), "reward.allow_import=[os.path:join]"])
+    assert code == 1 and "ReachedModelLoading" in stderr, stderr
+    code, stderr, _ = run_in_process(["train", "reward.components={os.path:join: 1.0}",
+                                      "reward.allow_import=[os.path:join]"])
+    assert code == 1 and "ReachedModelLoading" in stderr, stderr
 
 
 def test_a_real_bug_keeps_its_traceback(monkeypatch):
