@@ -381,7 +381,8 @@ def config_to_yaml(cfg: Any) -> str:
     return yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
 
 
-def config_from_dict(data: dict, source: str = "<dict>", overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+def config_from_dict(data: dict, source: str = "<dict>",
+                     overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
     """Strictly rebuild a config from a plain dict (e.g. a checkpoint's config.yaml), then apply
     `key=value` overrides exactly as `load_config` does. Types and keys only: cross-field
     validation (`validate`) is the caller's."""

@@ -118,7 +118,8 @@ def reward_option_problems(cfg: ExperimentConfig) -> list[str]:
             if key not in valid:
                 close = difflib.get_close_matches(str(key), valid, n=1)
                 hint = f"; did you mean reward.kwargs.{name}.{close[0]}?" if close else ""
-                problems.append(f"{dotted}: unknown option for reward {name!r}{hint} Valid: {', '.join(valid) or '(none)'}")
+                problems.append(f"{dotted}: unknown option for reward {name!r}{hint} "
+                                f"Valid: {', '.join(valid) or '(none)'}")
                 continue
             _convert(hints[key], value, dotted, f"reward.kwargs.{name}", problems, {})
     return problems

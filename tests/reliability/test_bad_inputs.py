@@ -65,7 +65,8 @@ def hubconf_dir(root: Path) -> Path:
     """A torch.hub repo whose hubconf.py, if ever imported, writes `root/PWNED`."""
     repo = root / "evil_repo"
     repo.mkdir(parents=True, exist_ok=True)
-    (repo / "hubconf.py").write_text(f"open({str(root / 'PWNED')!r}, 'w').write('ran')\ndef x(**kw):\n    return None\n")
+    marker = str(root / "PWNED")
+    (repo / "hubconf.py").write_text(f"open({marker!r}, 'w').write('ran')\ndef x(**kw):\n    return None\n")
     return repo
 
 
@@ -131,7 +132,8 @@ CASES = [
     # manifests (item 6)
     Case("manifest-missing", TOY + ["data.manifest=nope/train.txt"], ["data.manifest", "nope/train.txt", "not found"]),
     Case("eval-manifest-missing", TOY + ["data.eval_manifest={tmp}/absent.txt"], ["data.eval_manifest", "absent.txt"]),
-    Case("manifest-empty", TOY + ["data.manifest={file}"], ["data.manifest", "holds no prompts"], manifest("e.txt", b"")),
+    Case("manifest-empty", TOY + ["data.manifest={file}"], ["data.manifest", "holds no prompts"],
+         manifest("e.txt", b"")),
     Case("manifest-directory", TOY + ["data.manifest={tmp}"], ["data.manifest", "is a directory"]),
     Case("manifest-not-utf8", TOY + ["data.manifest={file}"], ["data.manifest", "not UTF-8"],
          manifest("latin.txt", "a red café\n".encode("latin-1"))),
@@ -196,7 +198,8 @@ CASES = [
     Case("resume-is-file", TOY + ["trainer.resume_from={file}"], ["trainer.resume_from", "is a file"],
          manifest("ckpt.bin", b"not a checkpoint")),
     Case("resume-truncated-safetensors", TOY + ["trainer.resume_from={file}"],
-         ["trainer.resume_from", "trainable.safetensors", "truncated"], corrupt("trainable.safetensors", truncate=True)),
+         ["trainer.resume_from", "trainable.safetensors", "truncated"],
+         corrupt("trainable.safetensors", truncate=True)),
     Case("resume-bad-trainer-state", TOY + ["trainer.resume_from={file}"],
          ["trainer.resume_from", "trainer_state.json", "not valid JSON"], corrupt("trainer_state.json", b"{step: 1")),
     Case("resume-no-step", TOY + ["trainer.resume_from={file}"], ["trainer.resume_from", "trainer_state.json", "step"],
