@@ -4,7 +4,8 @@ Where it fits: `load_config(..., check_files=True)` (the CLI's `train` and `conf
 `file_problems` on a config that already passed `validate`, and `genalign eval` runs it on a
 checkpoint's config. A missing manifest, a model directory that is not there, an output_dir
 that is a file, or a corrupt checkpoint to resume from is then one line naming the key, not a
-traceback after a multi-GB model has loaded. `genalign config --no-check-files` skips this
+traceback after a multi-GB model has loaded. The one machine fact checked here is that an
+explicit CUDA `model.device` exists. `genalign config --no-check-files` skips this
 when composing a config for another machine.
 """
 
@@ -34,6 +35,7 @@ def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest
         except ManifestError as exc:
             problems.append(str(exc) + (f"; {exc.hint}" if exc.hint else ""))
     problems += model_path_problems(cfg.model.family, cfg.model.path)
+    problems += device_problems(cfg.model.device)
     problems += reward_path_problems(cfg)
     if output_dir:
         problems += output_dir_problems(cfg.trainer.output_dir)
@@ -53,6 +55,21 @@ def model_path_problems(family: str, path: str) -> list[str]:
         hint = "use model.path=builtin or a directory from `genalign pretrain-demo`" if family == "toy" else \
             "use a hub id 'org/name' or a directory written by save_pretrained"
         return [f"model.path: local directory {path} does not exist; {hint}"]
+    return []
+
+
+def device_problems(device: str) -> list[str]:
+    """An explicit CUDA `model.device` must exist on this machine (a machine fact, so it lives
+    with the file checks that `genalign config --no-check-files` skips)."""
+    if not device.startswith("cuda"):
+        return []
+    import torch
+
+    count = torch.cuda.device_count()
+    index = int(device.partition(":")[2] or 0)
+    if index >= count:
+        seen = f"{count} CUDA device(s) are visible" if count else "no CUDA device is visible"
+        return [f"model.device={device}: {seen}; use model.device=auto or cpu, or check CUDA_VISIBLE_DEVICES"]
     return []
 
 

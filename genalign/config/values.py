@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import importlib
 import math
+import re
 import typing
 from typing import Any
 
@@ -26,6 +27,8 @@ IMAGE_MULTIPLE = {"sd3": 16, "toy": 16}
 """Pixels per latent patch of each family: the VAE factor (8) x the transformer patch (2) for
 SD3/3.5; the toy model samples in pixel space with patch 2 at exactly 16 x 16 (TOY_SIDE)."""
 TOY_SIDE = 16
+DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+"""`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
 
 
 def value_problems(cfg: ExperimentConfig) -> list[str]:
@@ -57,6 +60,12 @@ def value_problems(cfg: ExperimentConfig) -> list[str]:
         problems.append(f"reward.timeout_s must be > 0, got {cfg.reward.timeout_s}")
     if not 0 <= cfg.model.lora.dropout < 1:
         problems.append(f"model.lora.dropout must be in [0, 1), got {cfg.model.lora.dropout}")
+    for key, value in {"data.manifest": cfg.data.manifest, "data.eval_manifest": cfg.data.eval_manifest,
+                       "model.path": cfg.model.path, "trainer.output_dir": cfg.trainer.output_dir}.items():
+        if not value.strip():  # "" is the working directory to pathlib: never what was meant
+            problems.append(f"{key} is empty; set it to a path")
+    if not DEVICE.match(cfg.model.device):
+        problems.append(f"model.device={cfg.model.device!r} is not a device; use auto, cpu, cuda or cuda:<index>")
     problems += image_size_problems(cfg.model.family, cfg.rollout.height, cfg.rollout.width)
     problems += reward_option_problems(cfg)
     return problems

@@ -251,9 +251,16 @@ CASES = [
          manifest("out2.txt", b"x")),
     Case("output-dir-unwritable", TOY + ["trainer.output_dir=/proc/sys/genalign_run"], ["trainer.output_dir",
                                                                                         "not writable"]),
+    Case("output-dir-empty", TOY + ["trainer.output_dir="], ["trainer.output_dir", "empty"]),
+    Case("manifest-empty-path", TOY + ["data.manifest="], ["data.manifest", "empty"]),
+    Case("device-typo", TOY + ["model.device=gpu"], ["model.device='gpu'", "cuda"]),
     Case("model-path-missing", TOY + ["model.path={tmp}/no_model"], ["model.path", "no_model", "does not exist"]),
     Case("model-path-is-file", TOY + ["model.path={file}"], ["model.path", "is a file"], manifest("weights.bin", b"x")),
 ]
+
+
+if not torch.cuda.is_available():  # a machine fact: only where this box has no GPU
+    CASES.append(Case("device-not-here", TOY + ["model.device=cuda"], ["model.device=cuda", "no CUDA device"]))
 
 
 # ------------------------------------------------------------------ running a case
