@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from genalign.config.errors import ConfigError
+from genalign.config.errors import ConfigError, UserError
 
 
 def _recipe_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -32,7 +32,7 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
     args = _recipe_parser(prog, "Run RL post-training from a recipe.").parse_args(argv)
     from genalign.config.loader import load_config
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config(args.config, args.overrides, check_files=True)  # every mistake before a model loads
     _configure_logging()
     from genalign.training.trainer import Trainer
 
@@ -41,10 +41,15 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
 
 
 def config_main(argv: list[str] | None = None) -> int:
-    args = _recipe_parser("genalign config", "Print the resolved, validated config; loads no model.").parse_args(argv)
+    parser = _recipe_parser("genalign config", "Print the resolved, validated config; loads no model.")
+    parser.add_argument("--no-check-files", action="store_true",
+                        help="skip the checks of files the config names (manifests, model path, output_dir, "
+                             "trainer.resume_from), e.g. when composing a config for another machine")
+    args = parser.parse_args(argv)
     from genalign.config.loader import config_to_yaml, load_config
 
-    print(config_to_yaml(load_config(args.config, args.overrides)), end="")
+    cfg = load_config(args.config, args.overrides, check_files=not args.no_check_files)
+    print(config_to_yaml(cfg), end="")
     return 0
 
 
@@ -53,7 +58,8 @@ def eval_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True, help="a checkpoint-<step> or checkpoint-final directory")
     parser.add_argument("--output-dir", default=None, help="where to write eval_metrics.csv and the contact sheet "
                                                           "(default: <checkpoint>/eval)")
-    parser.add_argument("overrides", nargs="*", help="eval.* overrides, e.g. eval.max_prompts=4")
+    parser.add_argument("overrides", nargs="*", help="eval.* overrides, e.g. eval.max_prompts=4, and "
+                                                     "reward.allow_import=[...] (never read from the checkpoint)")
     args = parser.parse_args(argv)
     _configure_logging()
     from genalign.evaluation.standalone import evaluate_checkpoint
@@ -86,9 +92,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return COMMANDS[argv[0]](argv[1:])
-    except ConfigError as err:
-        print(f"genalign: config error:\n{err}", file=sys.stderr)
+    except UserError as err:  # a mistake in a config, file or command line; anything else is a bug
+        print(format_user_error(err), file=sys.stderr)
         return 2
+
+
+def format_user_error(err: UserError) -> str:
+    """One line per problem (one line in all for a single mistake), then an optional `hint:` line."""
+    problems = err.problems if isinstance(err, ConfigError) else [str(err)]
+    if len(problems) == 1:
+        text = f"genalign: error: {problems[0]}"
+    else:
+        text = f"genalign: error: {len(problems)} problems:\n" + "\n".join(f"  - {p}" for p in problems)
+    return text + (f"\nhint: {err.hint}" if err.hint else "")
 
 
 if __name__ == "__main__":

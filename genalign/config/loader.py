@@ -15,6 +15,7 @@ and raised together as one `ConfigError`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import types
@@ -70,7 +71,12 @@ class _Composer:
         _merge(self.tree, data, _rel(path), "", self.provenance)
 
     def override(self, key: str, raw_value: str) -> None:
-        value = yaml.safe_load(raw_value) if raw_value != "" else ""
+        try:
+            value = safe_load_unique(raw_value) if raw_value != "" else ""
+        except yaml.YAMLError as exc:
+            self.problems.append(f"override {key}={raw_value}: the value is not valid YAML ({yaml_error_line(exc)}); "
+                                 f"fix it, or quote it to pass a string: {key}='\"{raw_value}\"'")
+            return
         node = self.tree
         parts = key.split(".")
         source = f"command line `{key}={raw_value}`"
@@ -94,11 +100,60 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key repeated in one mapping: PyYAML keeps the last
+    one, which silently drops a whole earlier block of a config file."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (also at line {seen[key].line + 1}; merge the two)",
+                    key_node.start_mark)
+            if isinstance(key, (str, int, float, bool)):
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def safe_load_unique(text: str) -> Any:
+    """`yaml.safe_load` that raises on duplicate mapping keys (config files, checkpoint configs)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def yaml_error_line(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line: "<problem> at line L, column C" (PyYAML's own text spans
+    several lines and quotes the source)."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = exc.problem or exc.context or "syntax error"
+        return f"{what}{where}"
+    return str(exc).replace("\n", " ")
+
+
+def read_text_file(path: Path) -> str:
+    """UTF-8 text of a config file, or a one-line `ConfigError` naming the file."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{_rel(path)} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                           "re-save it as UTF-8"]) from None
+    except IsADirectoryError:
+        raise ConfigError([f"{_rel(path)} is a directory, not a YAML file"]) from None
+    except OSError as exc:
+        raise ConfigError([f"cannot read {_rel(path)} ({exc.strerror})"]) from None
+
+
 def _read_yaml(path: Path, problems: list[str]) -> dict | None:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = safe_load_unique(read_text_file(path))
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+        return None
     except yaml.YAMLError as exc:
-        problems.append(f"{_rel(path)}: not valid YAML ({exc})")
+        problems.append(f"{_rel(path)}: not valid YAML ({yaml_error_line(exc)})")
         return None
     if data is None:
         return {}
@@ -161,6 +216,9 @@ def find_recipe(recipe: str) -> Path:
     as_path = Path(recipe).expanduser()
     if as_path.suffix in (".yaml", ".yml") and as_path.is_file():
         return as_path.resolve()
+    if as_path.suffix in (".yaml", ".yml") and (as_path.is_absolute() or as_path.is_dir()):
+        what = "is a directory" if as_path.is_dir() else "does not exist"
+        raise ConfigError([f"--config {recipe!r}: the YAML file {as_path} {what}"])
     name = recipe[:-5] if recipe.endswith(".yaml") else recipe
     candidate = CONFIG_ROOT / f"{name.strip('/')}.yaml"
     if candidate.is_file():
@@ -272,8 +330,12 @@ def _allows_none(tp: Any) -> bool:
 
 
 # ------------------------------------------------------------------ public API
-def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
-    """Compose `recipe` (default: the CPU demo) with `overrides`; validate; raise every problem."""
+def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = (),
+                check_files: bool = False) -> ExperimentConfig:
+    """Compose `recipe` (default: the CPU demo) with `overrides`; validate; raise every problem.
+
+    `check_files=True` (the CLI) also checks the files the config names (manifests, model
+    path, output_dir, trainer.resume_from) so those mistakes, too, surface before anything loads."""
     from genalign.config.validate import validate
 
     path = find_recipe(recipe or DEFAULT_RECIPE)
@@ -300,6 +362,10 @@ def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = ())
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))  # a group used twice fails the same way twice
     problems = validate(config)
+    if not problems and check_files:
+        from genalign.config.files import file_problems
+
+        problems = file_problems(config)
     if problems:
         raise ConfigError(problems)
     return config
@@ -315,17 +381,50 @@ def config_to_yaml(cfg: Any) -> str:
     return yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
 
 
-def config_from_dict(data: dict, source: str = "<dict>") -> ExperimentConfig:
-    """Strictly rebuild a config from a plain dict (e.g. a checkpoint's config.yaml)."""
+def config_from_dict(data: dict, source: str = "<dict>",
+                     overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    """Strictly rebuild a config from a plain dict (e.g. a checkpoint's config.yaml), then apply
+    `key=value` overrides exactly as `load_config` does. Types and keys only: cross-field
+    validation (`validate`) is the caller's."""
     if not isinstance(data, dict):
         raise ConfigError([f"{source}: a config must be a mapping, got {type(data).__name__}"])
-    provenance: dict[str, str] = {}
+    composer = _Composer({})
+    composer.tree = copy.deepcopy(data)
     for key, value in data.items():
-        _set_provenance(provenance, str(key), value, source)
-    problems: list[str] = []
-    config = _build(ExperimentConfig, data, "", provenance, problems)
+        _set_provenance(composer.provenance, str(key), value, source)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key or key.startswith("/"):
+            composer.problems.append(f"override {item!r}: expected key=value")
+        else:
+            composer.override(key, value)
+    problems = list(composer.problems)
+    config = _build(ExperimentConfig, composer.tree, "", composer.provenance, problems)
     if problems:
         raise ConfigError(problems)
+    return config
+
+
+def config_from_checkpoint(data: Any, source: str, allow_import: list[str], overrides: list[str] | tuple[str, ...] = (),
+                           check_machine: bool = True) -> ExperimentConfig:
+    """A checkpoint's stored config, validated exactly like a user's, as data, never as code.
+
+    A config.yaml can be edited by anyone who hands you a checkpoint, so its own
+    `reward.allow_import` is ignored and replaced by `allow_import` (the list on the user's
+    command line or recipe): a dotted reward path in it imports nothing unless the user allowed
+    it. `check_machine=False` skips the resource planning against this machine (a resumed run
+    is planned from the user's config; the checkpoint's only has to be sound)."""
+    from genalign.config.validate import validate
+
+    if not isinstance(data, dict):
+        raise ConfigError([f"{source}: a config must be a mapping, got {type(data).__name__}"])
+    trusted = copy.deepcopy(data)
+    if isinstance(trusted.get("reward"), dict):
+        trusted["reward"]["allow_import"] = list(allow_import)
+    config = config_from_dict(trusted, source, overrides)
+    problems = validate(config, check_machine=check_machine)
+    if problems:
+        raise ConfigError([f"{source}: {problem}" for problem in problems])
     return config
 
 

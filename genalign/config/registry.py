@@ -1,9 +1,12 @@
 """Name -> implementation tables with lazy imports.
 
 Where it fits: model families, rewards and algorithms are chosen in config by short name.
-Entries are "module:attr" strings so that naming `ocr` never imports CLIP, and a name that
-is not registered can still be a dotted path ("my_pkg.rewards:MyReward") — the escape hatch
-for user code. Registering a name twice is an error; a miss lists the valid choices.
+Entries are "module:attr" strings so that naming `ocr` never imports CLIP. A name that is not
+registered can be a dotted path ("my_pkg.rewards:MyReward"), the escape hatch for user code,
+only in a registry built with `dotted_key` (rewards: `reward.allow_import`) and only when the
+caller passes it in `allow_import`: importing a module runs its code, so a config that came
+from somewhere else (a checkpoint's config.yaml) must never be able to pick one.
+Registering a name twice is an error; a miss lists the valid choices.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ class RegistryError(KeyError):
 
 
 class Registry:
-    def __init__(self, kind: str, config_key: str):
+    def __init__(self, kind: str, config_key: str, dotted_key: str | None = None):
         self.kind = kind
         """What the entries are, for messages: "reward", "model family"."""
         self.config_key = config_key
         """The config key that selects an entry, for messages: "reward.components"."""
+        self.dotted_key = dotted_key
+        """The allow-list key under which dotted "module:attr" names are accepted; None: never."""
         self._entries: dict[str, str] = {}
 
     def register(self, name: str, target: str) -> None:
@@ -40,19 +45,27 @@ class Registry:
         return sorted(self._entries)
 
     def __contains__(self, name: str) -> bool:
-        return name in self._entries or _is_dotted_path(name)
+        return name in self._entries
 
-    def check(self, name: str) -> str | None:
-        """Return an error message for an unknown name, or None when it resolves."""
-        if name in self:
+    def check(self, name: str, allow_import: list[str] | tuple[str, ...] = ()) -> str | None:
+        """Return an error message for an unknown or not-allowed name, or None when it resolves.
+
+        A dotted path resolves only when this registry takes them and it is in `allow_import`."""
+        if name in self._entries:
             return None
+        if _is_dotted_path(name) and self.dotted_key:
+            if name in allow_import:
+                return None
+            return (f"{self.config_key}: {name!r} is a Python import path; importing it runs code, so it is "
+                    f"accepted only when listed in {self.dotted_key} on your own command line or recipe (never "
+                    f"from a checkpoint), e.g. {self.dotted_key}=[{name}]")
         close = difflib.get_close_matches(name, self.names(), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        return (f"{self.config_key}: unknown {self.kind} {name!r}{hint} "
-                f"Valid: {', '.join(self.names())} (or a dotted path 'package.module:attr')")
+        dotted = f" (or a dotted path 'package.module:attr' listed in {self.dotted_key})" if self.dotted_key else ""
+        return f"{self.config_key}: unknown {self.kind} {name!r}{hint} Valid: {', '.join(self.names())}{dotted}"
 
-    def resolve(self, name: str) -> Any:
-        message = self.check(name)
+    def resolve(self, name: str, allow_import: list[str] | tuple[str, ...] = ()) -> Any:
+        message = self.check(name, allow_import)
         if message:
             raise RegistryError(message)
         target = self._entries.get(name, name)

@@ -12,6 +12,7 @@ import difflib
 
 from genalign.config.plan import num_train_timesteps_problem
 from genalign.config.schema import ExperimentConfig
+from genalign.config.values import non_finite_problems, value_problems
 
 CHOICES = {
     "reward.aggregation": ("weighted_sum", "advantage_sum"),
@@ -34,8 +35,9 @@ def _get(cfg: ExperimentConfig, dotted: str):
     return node
 
 
-def validate(cfg: ExperimentConfig) -> list[str]:
-    """Every cross-field problem of `cfg` (empty when it can run)."""
+def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
+    """Every cross-field problem of `cfg` (empty when it can run); `check_machine=False` skips
+    planning `distributed.*` against this machine's devices."""
     from genalign.algorithms.registry import ALGORITHMS
     from genalign.models.registry import MODEL_FAMILIES
     from genalign.rewards.registry import REWARDS
@@ -49,19 +51,23 @@ def validate(cfg: ExperimentConfig) -> list[str]:
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(f"{key}={value!r} is not supported{hint} Choose one of: {', '.join(choices)}")
 
+    non_finite = non_finite_problems(cfg)
+    if non_finite:  # every range check below would only repeat "nan is not in range"
+        return problems + non_finite
     for message in (MODEL_FAMILIES.check(cfg.model.family), ALGORITHMS.check(cfg.algorithm.name)):
         if message:
             problems.append(message)
     if not cfg.reward.components:
         problems.append("reward.components is empty: name at least one reward, e.g. reward.components.ocr=1.0")
+    allow_import = cfg.reward.allow_import
     for name in cfg.reward.components:
-        message = REWARDS.check(name)
+        message = REWARDS.check(name, allow_import)
         if message:
             problems.append(message)
     if cfg.reward.components and all(w == 0 for w in cfg.reward.components.values()):
         problems.append("reward.components: every weight is 0, so nothing would be scored")
     for name in cfg.eval.gold_rewards:
-        message = REWARDS.check(name)
+        message = REWARDS.check(name, allow_import)
         if message:
             problems.append(message.replace("reward.components", "eval.gold_rewards"))
     for name in cfg.reward.kwargs:
@@ -84,6 +90,7 @@ def validate(cfg: ExperimentConfig) -> list[str]:
         positive["actor.micro_batch_size"] = cfg.actor.micro_batch_size
     bad_sizes = [key for key, value in positive.items() if value <= 0]
     problems += [f"{key} must be positive, got {positive[key]}" for key in bad_sizes]
+    problems += value_problems(cfg)
     for key, value in {"eval.every": cfg.eval.every, "trainer.save_every": cfg.trainer.save_every}.items():
         if value < 0:
             problems.append(f"{key} must be >= 0 (0 disables it), got {value}")
@@ -121,7 +128,7 @@ def validate(cfg: ExperimentConfig) -> list[str]:
     problems += _batch_geometry_problems(cfg)
     if problems:  # resource planning reads the keys checked above; it would only echo their errors
         return problems
-    return resource_problems(cfg)  # distributed.* vs this machine
+    return resource_problems(cfg) if check_machine else []  # distributed.* vs this machine
 
 
 def _batch_geometry_problems(cfg: ExperimentConfig) -> list[str]:

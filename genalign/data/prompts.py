@@ -22,10 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from genalign.config.errors import UserError
+
 SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".json")
 LEGACY_EMBEDDING_FIELDS = ("prompt_embeds", "pooled_prompt_embeds", "negative_prompt_embeds",
                            "negative_pooled_prompt_embeds", "embedding", "embeddings", "text_embeds")
 MAX_REPORTED_ERRORS = 20
+MAX_LINE_CHARS = 65_536
+"""Longest manifest line (or .json prompt) accepted: a T5 prompt budget is a few thousand
+characters, so a longer line is a wrong file (a binary, a minified dump), refused before it is
+parsed or echoed back in a message."""
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 """The checkout root (parent of the `genalign` package), last place relative paths are tried."""
 
@@ -41,17 +47,22 @@ class PromptExample:
     """Extra .jsonl/.json fields (e.g. an OCR target), passed to rewards; not part of equality."""
 
 
-class ManifestError(ValueError):
+class ManifestError(UserError, ValueError):
     """A manifest that cannot be used; the message lists every bad row and how to fix it."""
 
 
-def resolve_data_path(path: str) -> Path:
+class ManifestNotFoundError(ManifestError, FileNotFoundError):
+    """No file at the manifest path (or a directory there); the message lists where it looked."""
+
+
+def resolve_data_path(path: str, config_key: str | None = None) -> Path:
     """The file a manifest path names.
 
     Absolute paths are used as given. A relative path is tried against the working
     directory, then `$GENALIGN_DATA_ROOT`, then the project root, so the packaged default
     `datasets/ocr/train.txt` works from any directory of a checkout. Raises
-    `FileNotFoundError` listing every place it looked.
+    `ManifestNotFoundError` (a `FileNotFoundError`) naming `config_key` and listing every
+    place it looked, in one line.
     """
     candidate = Path(path).expanduser()
     if candidate.is_absolute():
@@ -62,13 +73,18 @@ def resolve_data_path(path: str) -> Path:
         if os.environ.get("GENALIGN_DATA_ROOT"):
             roots.append(Path(os.environ["GENALIGN_DATA_ROOT"]).expanduser())
         roots.append(PROJECT_ROOT)
-        tried = [root / candidate for root in roots]
+        tried = list(dict.fromkeys(root / candidate for root in roots))  # cwd may be the project root
     for option in tried:
         if option.is_file():
             return option
-    looked = "\n  ".join(f"{option}{' (a directory)' if option.is_dir() else ''}" for option in tried)
-    hint = "" if candidate.is_absolute() else "; set $GENALIGN_DATA_ROOT to the folder holding it"
-    raise FileNotFoundError(f"manifest {path!r} not found{hint}. Looked in:\n  {looked}")
+    prefix = f"{config_key}: " if config_key else ""
+    directories = [option for option in tried if option.is_dir()]
+    if directories:
+        raise ManifestNotFoundError(f"{prefix}{directories[0]} is a directory, not a prompt file; "
+                                    f"name a .txt, .jsonl or .json file inside it")
+    looked = ", ".join(str(option) for option in tried)
+    hint = None if candidate.is_absolute() else "set $GENALIGN_DATA_ROOT to the folder that holds it"
+    raise ManifestNotFoundError(f"{prefix}manifest {path!r} not found (looked in: {looked})", hint)
 
 
 def _record_error(record: Any) -> str | None:
@@ -88,6 +104,8 @@ def _record_error(record: Any) -> str | None:
         return f"has a \"prompt\" of type {type(prompt).__name__}; it must be a string"
     if not prompt.strip():
         return "has an empty \"prompt\"; remove the row or fill it in"
+    if len(prompt) > MAX_LINE_CHARS:
+        return f"has a \"prompt\" of {len(prompt):,} characters (max {MAX_LINE_CHARS:,}); is this a prompt file?"
     return None
 
 
@@ -111,6 +129,9 @@ def _read_lines(text: str, shown: str, is_jsonl: bool, errors: list[str]) -> lis
     examples: list[PromptExample] = []
     for line_number, line in enumerate(_lines(text), start=1):
         where = f"line {line_number} of {shown}"
+        if len(line) > MAX_LINE_CHARS:
+            errors.append(f"{where} is {len(line):,} characters long (max {MAX_LINE_CHARS:,}); is this a prompt file?")
+            continue
         if not line.strip():
             errors.append(f"{where} is empty; remove it")
             continue
@@ -165,7 +186,7 @@ def load_manifest(path: str, config_key: str | None = None) -> list[PromptExampl
     them listed, up to `MAX_REPORTED_ERRORS`).
     """
     prefix = f"{config_key}: " if config_key else "manifest "
-    resolved = resolve_data_path(path)
+    resolved = resolve_data_path(path, config_key)
     shown = str(path)  # as the user wrote it in the config
     suffix = resolved.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
@@ -176,6 +197,8 @@ def load_manifest(path: str, config_key: str | None = None) -> list[PromptExampl
     except UnicodeDecodeError as exc:
         raise ManifestError(f"{prefix}{shown} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
                             "re-save it as UTF-8") from exc
+    except OSError as exc:  # e.g. no read permission
+        raise ManifestError(f"{prefix}cannot read {resolved} ({exc.strerror})") from exc
     errors: list[str] = []
     try:
         if suffix == ".json":

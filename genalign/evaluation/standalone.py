@@ -13,28 +13,24 @@ from pathlib import Path
 import torch
 import yaml
 
-from genalign.config.loader import config_from_dict, config_to_dict
+from genalign.config.errors import ConfigError
+from genalign.config.files import file_problems, output_dir_problems
+from genalign.config.loader import config_from_checkpoint, config_from_dict, safe_load_unique
 from genalign.rewards.composite import build_reward_runtime
 from genalign.training import setup
-from genalign.training.checkpoint import load_checkpoint
+from genalign.training.checkpoint import CheckpointError, checkpoint_problems, load_checkpoint
 from genalign.training.lora import load_trainable_state_dict
 
 log = logging.getLogger(__name__)
 
+EVAL_OVERRIDE_KEYS = ("eval.", "reward.allow_import=")
+"""What `genalign eval` may change: the evaluation protocol, and which dotted reward paths
+the user (never the checkpoint) allows to be imported."""
+
 
 def evaluate_checkpoint(checkpoint_dir: str, output_dir: str | None, overrides: list[str]) -> dict[str, float]:
-    checkpoint = load_checkpoint(checkpoint_dir)
-    tree = config_to_dict(config_from_dict(checkpoint.config, source=str(checkpoint.path / "config.yaml")))
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key.startswith("eval."):
-            raise ValueError(f"genalign eval: override {item!r} must be eval.<key>=<value>")
-        node = tree
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node[part]
-        node[leaf] = yaml.safe_load(value)
-    cfg = config_from_dict(tree, source="genalign eval overrides")
+    cfg = checkpoint_eval_config(checkpoint_dir, output_dir, overrides)  # every mistake before a model loads
+    checkpoint = load_checkpoint(checkpoint_dir, "--checkpoint")
     torch.manual_seed(cfg.trainer.seed)
     policy = setup.build_policy(cfg)
     use_ema = cfg.eval.use_ema and checkpoint.ema is not None
@@ -48,3 +44,29 @@ def evaluate_checkpoint(checkpoint_dir: str, output_dir: str | None, overrides: 
     for key, value in sorted(metrics.items()):
         print(f"{key}\t{value:.6g}")
     return metrics
+
+
+def checkpoint_eval_config(checkpoint_dir: str, output_dir: str | None, overrides: list[str]):
+    """The checkpoint's config with `overrides`, validated like a user's (with the user's
+    reward.allow_import only), plus the files it names; raises `CheckpointError`/`ConfigError`."""
+    bad = [item for item in overrides if not item.startswith(EVAL_OVERRIDE_KEYS)]
+    if bad:
+        raise ConfigError([f"genalign eval: override {item!r} must be eval.<key>=<value> or reward.allow_import=[...]"
+                           for item in bad])
+    problems = checkpoint_problems(checkpoint_dir, "--checkpoint")
+    if problems:
+        raise CheckpointError(problems[0] if len(problems) == 1 else "; ".join(problems))
+    allowing = [item for item in overrides if item.startswith("reward.allow_import=")]
+    # the user's own list, typed exactly as the config key; the checkpoint's list is never read
+    allow_import = config_from_dict({}, "genalign eval", allowing).reward.allow_import if allowing else []
+    config_path = Path(checkpoint_dir).expanduser() / "config.yaml"
+    # eval runs one process on model.device: the checkpoint's distributed.* plan is not this machine's
+    cfg = config_from_checkpoint(safe_load_unique(config_path.read_text(encoding="utf-8")), str(config_path),
+                                 allow_import, [o for o in overrides if o not in allowing], check_machine=False)
+    out = Path(output_dir).expanduser() if output_dir else Path(checkpoint_dir).expanduser() / "eval"
+    problems = file_problems(cfg, manifests=("eval_manifest",), output_dir=False, resume=False)
+    problems += [p.replace("trainer.output_dir", "--output-dir") for p in output_dir_problems(str(out))]
+    if problems:
+        raise ConfigError([f"{config_path}: {p}" if not p.startswith("--") else p for p in problems])
+    return cfg
+

@@ -114,15 +114,17 @@ def batch_ranges(total: int, batch_size: int) -> list[tuple[int, int]]:
     return [(start, min(start + batch_size, total)) for start in range(0, total, batch_size)]
 
 
-def build_scorer(name: str, device: str, kwargs: dict[str, Any]) -> RewardFunction:
-    """Construct one scorer by registry name (or dotted path) with its reward.kwargs.<name> mapping."""
-    return REWARDS.resolve(name)(device=device, **kwargs)
+def build_scorer(name: str, device: str, kwargs: dict[str, Any],
+                 allow_import: list[str] | tuple[str, ...] = ()) -> RewardFunction:
+    """Construct one scorer by registry name (or a dotted path listed in `allow_import`,
+    i.e. reward.allow_import) with its reward.kwargs.<name> mapping."""
+    return REWARDS.resolve(name, allow_import)(device=device, **kwargs)
 
 
 def active_components(cfg: RewardConfig, components: dict[str, float] | None) -> dict[str, float]:
     """Non-zero weights of `components` (default cfg.components); a config error lists every problem."""
     weights = dict(cfg.components if components is None else components)
-    problems = [REWARDS.check(name) for name in weights]
+    problems = [REWARDS.check(name, cfg.allow_import) for name in weights]
     problems = [problem for problem in problems if problem]
     problems += [f"reward.components.{name}={weight!r} is not a finite number"
                  for name, weight in weights.items()
@@ -279,5 +281,6 @@ def build_reward_runtime(cfg: RewardConfig, device: torch.device | str,
         from genalign.rewards.ray_runtime import RayRewardRuntime
 
         return RayRewardRuntime(cfg, weights)
-    scorers = {name: build_scorer(name, str(device), dict(cfg.kwargs.get(name, {}))) for name in weights}
+    scorers = {name: build_scorer(name, str(device), dict(cfg.kwargs.get(name, {})), cfg.allow_import)
+               for name in weights}
     return LocalRewardRuntime(scorers, weights, cfg.batch_size, cfg.num_threads)

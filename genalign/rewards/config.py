@@ -12,6 +12,11 @@ class RewardConfig:
     """Scorer short name -> weight. Zero-weight components are not loaded."""
     kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per-scorer constructor arguments: reward.kwargs.<name>.<arg>=value."""
+    allow_import: list[str] = field(default_factory=list)
+    """Dotted "package.module:Class" rewards (your own code) that reward.components and
+    eval.gold_rewards may name. Importing runs code, so only names listed here are imported,
+    and only from your own command line or recipe: a checkpoint's stored list is ignored
+    (`genalign eval` and `trainer.resume_from` use the list you pass)."""
     aggregation: str = "weighted_sum"
     """"weighted_sum": R = sum_k w_k r_k, then one group normalisation (Flow-GRPO);
     "advantage_sum": normalise each component in its group, then sum w_k A_k (DanceGRPO)."""

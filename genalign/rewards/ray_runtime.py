@@ -53,10 +53,10 @@ def ensure_ray(cpus_needed: float) -> None:
 class RewardWorker:
     """The actor body: one scorer, built inside the actor's process on the actor's device."""
 
-    def __init__(self, name: str, device: str, kwargs: dict[str, Any]):
+    def __init__(self, name: str, device: str, kwargs: dict[str, Any], allow_import: list[str]):
         from genalign.rewards.composite import build_scorer
 
-        self.scorer = build_scorer(name, device, kwargs)
+        self.scorer = build_scorer(name, device, kwargs, allow_import)
 
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
         return self.scorer.score(images, prompts, metadata)
@@ -86,7 +86,8 @@ class RewardPool:
         self.wait([actor.ready.remote() for actor in self.actors], "start")
 
     def _spawn(self):
-        return self._actor_cls.remote(self.name, self.device, dict(self.cfg.kwargs.get(self.name, {})))
+        return self._actor_cls.remote(self.name, self.device, dict(self.cfg.kwargs.get(self.name, {})),
+                                      list(self.cfg.allow_import))
 
     def describe(self, slot: int) -> str:
         actor = self.actors[slot]

@@ -1,8 +1,10 @@
-"""Scorers by short name (`reward.components.<name>`, `eval.gold_rewards.<name>`)."""
+"""Scorers by short name (`reward.components.<name>`, `eval.gold_rewards.<name>`), and the
+options dataclass each one parses its `reward.kwargs.<name>` with (so a typo or a bad value
+is a config error before anything loads, not a TypeError when the scorer is built)."""
 
 from genalign.config.registry import Registry
 
-REWARDS = Registry("reward", "reward.components")
+REWARDS = Registry("reward", "reward.components", dotted_key="reward.allow_import")
 REWARDS.register("ocr", "genalign.rewards.ocr:OCRReward")
 REWARDS.register("jpeg_compressibility", "genalign.rewards.jpeg:JpegCompressibility")
 REWARDS.register("jpeg_incompressibility", "genalign.rewards.jpeg:JpegIncompressibility")
@@ -14,3 +16,19 @@ REWARDS.register("random", "genalign.rewards.random_reward:RandomReward")
 REWARDS.register("toy_shape", "genalign.rewards.toy:ToyShapeReward")
 REWARDS.register("toy_shape_judge", "genalign.rewards.toy:ToyShapeJudgeReward")
 REWARDS.register("toy_color_area", "genalign.rewards.toy:ToyColorAreaReward")
+
+REWARD_OPTIONS = {
+    "ocr": "genalign.rewards.ocr:OCROptions",
+    "jpeg_compressibility": "genalign.rewards.jpeg:JpegOptions",
+    "jpeg_incompressibility": "genalign.rewards.jpeg:JpegOptions",
+    "aesthetic": "genalign.rewards.aesthetic:AestheticOptions",
+    "clip_score": "genalign.rewards.clip_score:ClipScoreOptions",
+    "pickscore": "genalign.rewards.pickscore:PickScoreOptions",
+    "text_similarity": "genalign.rewards.text_similarity:TextSimilarityOptions",
+    "random": "genalign.rewards.random_reward:RandomOptions",
+    "toy_shape": "genalign.rewards.toy:ToyShapeOptions",
+    "toy_shape_judge": "genalign.rewards.toy:ToyShapeOptions",
+    "toy_color_area": "genalign.rewards.toy:ToyColorAreaOptions",
+}
+"""Registered reward -> "module:OptionsClass" (the dataclass its constructor passes to
+`parse_options`); a dotted-path reward's options are its own business."""

@@ -24,9 +24,18 @@ from typing import Any, Callable
 
 import torch
 import yaml
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from genalign.config.errors import UserError
+from genalign.config.loader import safe_load_unique, yaml_error_line
+
 TRAINER_STATE = "trainer_state.json"
+REQUIRED_FILES = ("trainable.safetensors", "optimizer.safetensors", "optimizer.json", TRAINER_STATE, "config.yaml")
+
+
+class CheckpointError(UserError, ValueError):
+    """A checkpoint that cannot be read or written; the message names the file."""
 
 
 @dataclass
@@ -80,23 +89,34 @@ def save_checkpoint(
     export: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write a checkpoint atomically: temp dir beside `path`, then rename into place.
-    `export(directory)` adds the exported adapters (lora/, lora_live/) inside it."""
+    `export(directory)` adds the exported adapters (lora/, lora_live/) inside it.
+
+    A failed write (disk full, permissions) removes the temp dir and raises `CheckpointError`;
+    an earlier checkpoint at `path` is untouched (it is only replaced by the final rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     if temp.exists():
         shutil.rmtree(temp)
-    temp.mkdir()
-    save_file({k: v.contiguous() for k, v in trainable.items()}, str(temp / "trainable.safetensors"))
-    if ema is not None:
-        save_file({k: v.contiguous() for k, v in ema.items()}, str(temp / "ema.safetensors"))
-    optimizer_tensors, optimizer_meta = optimizer_to_tensors(optimizer)  # a state dict, whole tensors
-    save_file(optimizer_tensors, str(temp / "optimizer.safetensors"))
-    (temp / "optimizer.json").write_text(json.dumps(optimizer_meta, indent=1))
-    (temp / TRAINER_STATE).write_text(json.dumps({"step": step, **trainer_state}, indent=1))
-    (temp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    if export is not None:
-        export(temp)
+    try:
+        temp.mkdir()
+        save_file({k: v.contiguous() for k, v in trainable.items()}, str(temp / "trainable.safetensors"))
+        if ema is not None:
+            save_file({k: v.contiguous() for k, v in ema.items()}, str(temp / "ema.safetensors"))
+        optimizer_tensors, optimizer_meta = optimizer_to_tensors(optimizer)  # a state dict, whole tensors
+        save_file(optimizer_tensors, str(temp / "optimizer.safetensors"))
+        (temp / "optimizer.json").write_text(json.dumps(optimizer_meta, indent=1))
+        (temp / TRAINER_STATE).write_text(json.dumps({"step": step, **trainer_state}, indent=1))
+        (temp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        if export is not None:
+            export(temp)
+    except (OSError, SafetensorError) as exc:
+        shutil.rmtree(temp, ignore_errors=True)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+        kept = f"; the previous {path.name} is intact" if path.exists() else ""
+        raise CheckpointError(f"trainer.output_dir: writing checkpoint {path} failed ({reason}); the partial "
+                              f"{temp.name} was removed{kept}", hint="free disk space or choose another "
+                              "trainer.output_dir, then resume from the last complete checkpoint") from exc
     previous = path.parent / f".{path.name}.old-{os.getpid()}"
     if path.exists():
         path.rename(previous)
@@ -106,23 +126,95 @@ def save_checkpoint(
     return path
 
 
-def load_checkpoint(path: str | Path) -> CheckpointState:
-    path = Path(path)
+def _safetensors_problem(file: Path) -> str | None:
+    """Why a .safetensors file cannot be loaded (truncated, corrupt header), read from its
+    header alone; None when its size matches what the header describes."""
+    size = file.stat().st_size
+    with file.open("rb") as handle:
+        head = handle.read(8)
+        header_bytes = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if header_bytes < 0 or header_bytes > size - 8:
+            return f"{file.name} is truncated ({size} bytes, shorter than its header)"
+        try:
+            header = json.loads(handle.read(header_bytes))
+            end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return f"{file.name} has a corrupt header"
+    if 8 + header_bytes + end != size:
+        return f"{file.name} is truncated or corrupt ({size} bytes, its header describes {8 + header_bytes + end})"
+    return None
+
+
+def _read_json(file: Path) -> tuple[Any, str | None]:
+    try:
+        return json.loads(file.read_text(encoding="utf-8")), None
+    except (ValueError, OSError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None, f"{file.name} is not valid JSON ({str(exc).splitlines()[0]})"
+
+
+def checkpoint_problems(path: str | Path, key: str = "trainer.resume_from") -> list[str]:
+    """Everything wrong with checkpoint directory `path`, each naming `key` and the file, found
+    without loading a tensor (headers and JSON only), so a bad checkpoint fails before any model loads."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        return [f"{key}: checkpoint directory {path} does not exist"]
     if not path.is_dir():
-        raise FileNotFoundError(f"trainer.resume_from: checkpoint directory {path} does not exist")
-    missing = [name for name in ("trainable.safetensors", "optimizer.safetensors", "optimizer.json",
-                                 TRAINER_STATE, "config.yaml") if not (path / name).exists()]
+        return [f"{key}: {path} is a file, not a checkpoint directory (checkpoint-<step>/ or checkpoint-final/)"]
+    missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
     if missing:
-        raise FileNotFoundError(f"trainer.resume_from: {path} is not a complete checkpoint (missing {missing})")
+        return [f"{key}: {path} is not a complete checkpoint (missing {', '.join(missing)})"]
+    problems: list[str] = []
+    state, problem = _read_json(path / TRAINER_STATE)
+    if problem:
+        problems.append(problem)
+    elif not isinstance(state, dict) or not isinstance(state.get("step"), int) or state["step"] < 0:
+        problems.append(f"{TRAINER_STATE} has no integer \"step\" >= 0")
+    meta, problem = _read_json(path / "optimizer.json")
+    if problem:
+        problems.append(problem)
+    elif not (isinstance(meta, dict) and isinstance(meta.get("param_groups"), list)
+              and isinstance(meta.get("scalars"), dict)):
+        problems.append("optimizer.json lacks \"param_groups\" (a list) and \"scalars\" (a mapping)")
+    for name in ("trainable.safetensors", "ema.safetensors", "optimizer.safetensors"):
+        if (path / name).is_file():
+            problems.append(_safetensors_problem(path / name))
+    try:
+        config = safe_load_unique((path / "config.yaml").read_text(encoding="utf-8"))
+        if not isinstance(config, dict):
+            problems.append(f"config.yaml must hold a mapping, not {type(config).__name__}")
+    except yaml.YAMLError as exc:
+        problems.append(f"config.yaml is not valid YAML ({yaml_error_line(exc)})")
+    except (ValueError, OSError) as exc:
+        problems.append(f"config.yaml cannot be read ({str(exc).splitlines()[0]})")
+    return [f"{key}: {path}/{p}" if p.split(" ", 1)[0] in _FILE_NAMES else f"{key}: {path}: {p}"
+            for p in problems if p]
+
+
+_FILE_NAMES = set(REQUIRED_FILES) | {"ema.safetensors"}
+
+
+def load_checkpoint(path: str | Path, key: str = "trainer.resume_from") -> CheckpointState:
+    """Load every part of a checkpoint; a bad one is a `CheckpointError` naming `key` and the file."""
+    problems = checkpoint_problems(path, key)
+    if problems:
+        raise CheckpointError(problems[0] if len(problems) == 1 else "; ".join(problems))
+    path = Path(path).expanduser()
+
+    def tensors(name: str) -> dict[str, torch.Tensor]:
+        try:
+            return load_file(str(path / name))
+        except (SafetensorError, OSError) as exc:  # beyond what the header check sees
+            raise CheckpointError(f"{key}: {path / name} cannot be loaded ({str(exc).splitlines()[0]})") from exc
+
     trainer_state = json.loads((path / TRAINER_STATE).read_text())
     ema_path = path / "ema.safetensors"
     return CheckpointState(
         path=path,
         step=int(trainer_state["step"]),
-        config=yaml.safe_load((path / "config.yaml").read_text()),
-        trainable=load_file(str(path / "trainable.safetensors")),
-        ema=load_file(str(ema_path)) if ema_path.exists() else None,
-        optimizer=optimizer_from_tensors(load_file(str(path / "optimizer.safetensors")),
+        config=safe_load_unique((path / "config.yaml").read_text()),
+        trainable=tensors("trainable.safetensors"),
+        ema=tensors("ema.safetensors") if ema_path.exists() else None,
+        optimizer=optimizer_from_tensors(tensors("optimizer.safetensors"),
                                          json.loads((path / "optimizer.json").read_text())),
         trainer_state=trainer_state,
     )

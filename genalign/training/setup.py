@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 # Config keys whose change makes a checkpoint's state meaningless for this run. Everything
 # else (output_dir, num_steps, eval cadence, logging) may change on resume.
 RESUME_KEYS = ["model", "rollout", "actor", "algorithm", "reward", "data.manifest", "data.shuffle", "trainer.seed"]
+RESUME_FREE_KEYS = ["reward.allow_import"]
+"""Under RESUME_KEYS but free to change: a permission of this invocation, not run state."""
 
 
 def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
@@ -106,7 +108,7 @@ def incompatible_keys(saved: dict, current: dict) -> list[str]:
         if isinstance(a, dict) and isinstance(b, dict):
             for key in sorted(set(a) | set(b)):
                 walk(a.get(key), b.get(key), f"{prefix}.{key}")
-        elif a != b:
+        elif a != b and prefix not in RESUME_FREE_KEYS:
             differing.append(f"{prefix}: checkpoint {a!r} vs now {b!r}")
 
     for key in RESUME_KEYS:

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from genalign.algorithms.advantages import advantage_stats, aggregate_advantages, zero_std_group_fraction
 from genalign.algorithms.registry import ALGORITHMS
+from genalign.config.errors import UserError
 from genalign.config.loader import config_to_dict, config_to_yaml
 from genalign.config.plan import RunPlan
 from genalign.config.schema import ExperimentConfig
@@ -41,7 +42,7 @@ from genalign.training.update import run_update
 log = logging.getLogger(__name__)
 
 
-class ResumeError(ValueError):
+class ResumeError(UserError, ValueError):
     pass
 
 

@@ -214,7 +214,7 @@ def test_structural_problems_are_collected_into_one_error(tmp_path):
 # ------------------------------------------------------------------ dict round trip and diffs
 def test_config_from_dict_round_trips_every_field():
     cfg = load_config(OCR, ["actor.micro_batch_size=4", "/base/distributed=ray_rollout",
-                            "distributed.resources.rollout.num_gpus=auto", "reward.kwargs.ocr.lang=en"])
+                            "distributed.resources.rollout.num_gpus=auto", "reward.kwargs.ocr.num_threads=2"])
     tree = config_to_dict(cfg)
     assert config_from_dict(tree) == cfg
     assert config_from_dict(yaml.safe_load(config_to_yaml(cfg))) == cfg  # what checkpoints store
@@ -239,3 +239,30 @@ def test_diff_configs_lists_dotted_keys_limited_to_prefixes():
     assert diff_configs(a, b) == ["actor.lr", "reward.components.aesthetic", "rollout.n", "trainer.output_dir"]
     assert diff_configs(a, b, keys=["rollout", "actor.lr", "model"]) == ["actor.lr", "rollout.n"]
     assert diff_configs({"x": None}, {}) == ["x"]  # absent is not the same as null
+
+
+def test_a_duplicate_key_is_an_error_not_a_silently_dropped_block(tmp_path):
+    recipe = tmp_path / "dup.yaml"
+    recipe.write_text("actor:\n  lr: 0.001\nrollout:\n  n: 4\nactor:\n  eps: 1.0e-6\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(recipe))
+    assert info.value.problems == [f"{recipe}: not valid YAML (duplicate key 'actor' (also at line 1; merge the two) "
+                                   "at line 5, column 1)"]
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("actor.betas=[0.9,", "override actor.betas=[0.9,: the value is not valid YAML (expected the node content"),
+    ("trainer.output_dir=@foo", "found character '@' that cannot start any token at line 1, column 1"),
+])
+def test_an_override_that_is_not_yaml_is_one_line(override, fragment):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [override])
+    (problem,) = info.value.problems
+    assert fragment in problem and "\n" not in problem
+
+
+def test_config_from_dict_applies_overrides_like_load_config():
+    tree = config_to_dict(load_config(None))
+    assert config_from_dict(tree, "ckpt", ["eval.max_prompts=3"]).eval.max_prompts == 3
+    with pytest.raises(ConfigError, match=r"eval\.foo: unknown key \(set in command line `eval\.foo\.bar=1`\)"):
+        config_from_dict(tree, "ckpt", ["eval.foo.bar=1"])

@@ -106,13 +106,18 @@ def test_registry_names_are_checked_with_suggestions(cfg):
     assert any(p.startswith("eval.gold_rewards: unknown reward 'pickscor'") and "'pickscore'" in p for p in problems)
 
 
-def test_dotted_paths_are_accepted_as_user_extensions(cfg):
+def test_dotted_paths_are_accepted_only_when_allowed(cfg):
     cfg.reward.components = {"my_pkg.rewards:MyReward": 1.0}
-    assert validate(cfg) == []
+    only(validate(cfg), "reward.components: 'my_pkg.rewards:MyReward' is a Python import path",
+         "reward.allow_import=[my_pkg.rewards:MyReward]")
+    cfg.reward.allow_import = ["my_pkg.rewards:MyReward"]
+    assert validate(cfg) == []  # listed: the user's own code (validation never imports it)
+    cfg.eval.gold_rewards = {"other.mod:Judge": 1.0}
+    only(validate(cfg), "eval.gold_rewards: 'other.mod:Judge'")
 
 
 def test_reward_kwargs_must_name_a_configured_reward(cfg):
-    cfg.reward.kwargs = {"orc": {"lang": "en"}, "ocr": {"lang": "en"}}
+    cfg.reward.kwargs = {"orc": {"engine": "rapidocr"}, "ocr": {"engine": "rapidocr"}}
     only(validate(cfg), "reward.kwargs.orc", "did you mean reward.kwargs.ocr")
     cfg.reward.kwargs = {"pickscore": {}}
     cfg.eval.gold_rewards = {"pickscore": 1.0}  # gold rewards take kwargs too

@@ -148,7 +148,7 @@ def test_missing_file_lists_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.setenv("GENALIGN_DATA_ROOT", str(tmp_path / "root"))
     with pytest.raises(FileNotFoundError) as info:
         resolve_data_path("nope/p.txt")
-    message = str(info.value)
+    message = f"{info.value}\nhint: {info.value.hint}"
     assert str(tmp_path / "nope" / "p.txt") in message and str(tmp_path / "root" / "nope" / "p.txt") in message
     assert "GENALIGN_DATA_ROOT" in message
     with pytest.raises(FileNotFoundError, match="not found"):

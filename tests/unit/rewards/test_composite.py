@@ -8,6 +8,16 @@ from genalign.rewards.composite import (LocalRewardRuntime, RewardScores, batch_
                                         check_scores)
 from genalign.rewards.config import RewardConfig
 
+FAKES = [f"reward_fakes:{name}" for name in ("MeanPixelReward", "PromptLengthReward", "NanReward", "ShortReward",
+                                              "RaisingReward", "ExplodingConstructor", "CrashReward",
+                                              "ThreadProbeReward")]
+"""Every fake scorer (tests/unit/rewards/reward_fakes.py): dotted rewards import only when allowed."""
+
+
+def fake_config(**fields) -> RewardConfig:
+    """A RewardConfig whose reward.allow_import lists the fakes."""
+    return RewardConfig(allow_import=FAKES, **fields)
+
 
 def test_total_is_weighted_sum_and_stats_cover_total_and_components():
     scores = RewardScores({"a": torch.tensor([1.0, 3.0]), "b": torch.tensor([0.0, 2.0])}, {"a": 0.5, "b": -1.0})
@@ -28,7 +38,7 @@ def test_batch_ranges_cover_everything_once():
 
 
 def test_local_runtime_chunks_and_matches_direct_scoring(fakes_on_path, images):
-    cfg = RewardConfig(components={"reward_fakes:MeanPixelReward": 2.0, "reward_fakes:PromptLengthReward": 0.5,
+    cfg = fake_config(components={"reward_fakes:MeanPixelReward": 2.0, "reward_fakes:PromptLengthReward": 0.5,
                                    "reward_fakes:ExplodingConstructor": 0.0}, batch_size=4)
     runtime = build_reward_runtime(cfg, "cpu")  # the zero-weight component is never constructed
     prompts = ["a", "bb", "ccc", "dddd", "eeeee", "ffffff"]
@@ -44,14 +54,14 @@ def test_local_runtime_chunks_and_matches_direct_scoring(fakes_on_path, images):
 
 
 def test_eval_components_override_but_kwargs_come_from_cfg(fakes_on_path, images):
-    cfg = RewardConfig(components={"reward_fakes:ExplodingConstructor": 1.0},
+    cfg = fake_config(components={"reward_fakes:ExplodingConstructor": 1.0},
                        kwargs={"reward_fakes:NanReward": {"bad_prompt": "p3"}})
     runtime = build_reward_runtime(cfg, "cpu", components={"reward_fakes:NanReward": 1.0})
     assert runtime.scorers["reward_fakes:NanReward"].kwargs == {"bad_prompt": "p3"}
 
 
 def test_non_finite_score_names_reward_prompt_and_global_index(fakes_on_path, images):
-    cfg = RewardConfig(components={"reward_fakes:NanReward": 1.0},
+    cfg = fake_config(components={"reward_fakes:NanReward": 1.0},
                        kwargs={"reward_fakes:NanReward": {"bad_prompt": "p4"}}, batch_size=4)
     runtime = build_reward_runtime(cfg, "cpu")
     with pytest.raises(RewardError, match=r"'reward_fakes:NanReward'.*non-finite.*sample 4 \(prompt 'p4'\)"):
@@ -69,7 +79,7 @@ def test_missing_score_names_the_first_unscored_sample():
 
 
 def test_scorer_exception_is_chained_with_reward_and_batch_range(fakes_on_path, images):
-    cfg = RewardConfig(components={"reward_fakes:RaisingReward": 1.0}, batch_size=4)
+    cfg = fake_config(components={"reward_fakes:RaisingReward": 1.0}, batch_size=4)
     with pytest.raises(RewardError, match=r"'reward_fakes:RaisingReward' failed on samples \[0, 4\) of 6") as info:
         build_reward_runtime(cfg, "cpu").score(images, ["p"] * 6, [])
     assert isinstance(info.value.__cause__, ValueError)
@@ -77,7 +87,7 @@ def test_scorer_exception_is_chained_with_reward_and_batch_range(fakes_on_path, 
 
 
 def test_async_scorer_exception_surfaces_from_the_future_as_reward_error(fakes_on_path, images):
-    runtime = build_reward_runtime(RewardConfig(components={"reward_fakes:RaisingReward": 1.0}, batch_size=4), "cpu")
+    runtime = build_reward_runtime(fake_config(components={"reward_fakes:RaisingReward": 1.0}, batch_size=4), "cpu")
     future = runtime.score_async(images, ["p"] * 6, [])
     assert isinstance(future, Future)
     with pytest.raises(RewardError, match=r"'reward_fakes:RaisingReward' failed on samples \[0, 4\) of 6") as info:
@@ -89,7 +99,7 @@ def test_async_scorer_exception_surfaces_from_the_future_as_reward_error(fakes_o
 
 
 def test_async_scoring_runs_on_one_worker_thread_with_the_callers_torch_state(fakes_on_path, images):
-    runtime = build_reward_runtime(RewardConfig(components={"reward_fakes:ThreadProbeReward": 1.0}), "cpu")
+    runtime = build_reward_runtime(fake_config(components={"reward_fakes:ThreadProbeReward": 1.0}), "cpu")
     with torch.no_grad():
         futures = [runtime.score_async(images, ["p"] * 6, []) for _ in range(3)]
     assert all(future.result().total.tolist() == [0.0] * 6 for future in futures)
@@ -102,7 +112,7 @@ def test_async_scoring_runs_on_one_worker_thread_with_the_callers_torch_state(fa
 def test_async_chunks_make_the_same_calls_as_serial_scoring(images):
     """One worker thread keeps call order: the `random` reward (call-counted) gives the same
     scores for 3 async chunks of 2 as for one serial batch scored 2 at a time."""
-    cfg = RewardConfig(components={"random": 1.0}, kwargs={"random": {"seed": 3}}, batch_size=2)
+    cfg = fake_config(components={"random": 1.0}, kwargs={"random": {"seed": 3}}, batch_size=2)
     serial = build_reward_runtime(cfg, "cpu").score(images, ["p"] * 6, [])
     runtime = build_reward_runtime(cfg, "cpu")
     futures = [runtime.score_async(images[i:i + 2], ["p"] * 2, []) for i in (0, 2, 4)]
@@ -111,7 +121,7 @@ def test_async_chunks_make_the_same_calls_as_serial_scoring(images):
 
 
 def test_offload_waits_for_submitted_scoring_and_blocks_new_submissions(fakes_on_path, images):
-    cfg = RewardConfig(components={"reward_fakes:MeanPixelReward": 1.0},
+    cfg = fake_config(components={"reward_fakes:MeanPixelReward": 1.0},
                        kwargs={"reward_fakes:MeanPixelReward": {"delay_s": 0.2}})
     runtime = build_reward_runtime(cfg, "cpu")
     future = runtime.score_async(images, ["p"] * 6, [])
@@ -126,7 +136,7 @@ def test_offload_waits_for_submitted_scoring_and_blocks_new_submissions(fakes_on
 
 
 def test_config_errors_are_listed_together():
-    cfg = RewardConfig(components={"ocrr": 1.0, "jpeg_compressibility": float("nan")}, runtime="spark", batch_size=0,
+    cfg = fake_config(components={"ocrr": 1.0, "jpeg_compressibility": float("nan")}, runtime="spark", batch_size=0,
                        num_threads=0)
     with pytest.raises(ValueError) as info:
         build_reward_runtime(cfg, "cpu")
@@ -136,17 +146,17 @@ def test_config_errors_are_listed_together():
     assert "reward.runtime='spark'" in message and "reward.batch_size=0" in message
     assert "reward.num_threads=0" in message
     with pytest.raises(ValueError, match="no component has a non-zero weight"):
-        build_reward_runtime(RewardConfig(components={"ocr": 0.0}), "cpu")
+        build_reward_runtime(fake_config(components={"ocr": 0.0}), "cpu")
 
 
 def test_unknown_scorer_kwarg_is_a_type_error_naming_the_key():
-    cfg = RewardConfig(components={"random": 1.0}, kwargs={"random": {"sed": 1}})
+    cfg = fake_config(components={"random": 1.0}, kwargs={"random": {"sed": 1}})
     with pytest.raises(TypeError, match=r"reward\.kwargs\.random\.sed \(did you mean 'seed'\?\)"):
         build_reward_runtime(cfg, "cpu")
 
 
 def test_input_validation_and_offload_reach_every_scorer(fakes_on_path, images):
-    runtime = build_reward_runtime(RewardConfig(components={"reward_fakes:MeanPixelReward": 1.0}), "cpu")
+    runtime = build_reward_runtime(fake_config(components={"reward_fakes:MeanPixelReward": 1.0}), "cpu")
     with pytest.raises(ValueError, match="uint8"):
         runtime.score(images.float(), ["p"] * 6, [])
     with pytest.raises(ValueError, match="5 prompts for 6 images"):

@@ -10,6 +10,16 @@ import torch
 from genalign.rewards.base import RewardError
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rewards.config import RewardConfig
+
+FAKES = [f"reward_fakes:{name}" for name in ("MeanPixelReward", "PromptLengthReward", "NanReward", "ShortReward",
+                                              "RaisingReward", "ExplodingConstructor", "CrashReward",
+                                              "ThreadProbeReward")]
+"""Every fake scorer (tests/unit/rewards/reward_fakes.py): dotted rewards import only when allowed."""
+
+
+def fake_config(**fields) -> RewardConfig:
+    """A RewardConfig whose reward.allow_import lists the fakes."""
+    return RewardConfig(allow_import=FAKES, **fields)
 from genalign.rewards.ray_runtime import RayRewardRuntime
 
 pytestmark = pytest.mark.ray
@@ -31,7 +41,7 @@ def ray_session():
 
 
 def make_runtime(components, **overrides):
-    cfg = RewardConfig(components=components, runtime="ray", num_cpus_per_worker=0.25,
+    cfg = fake_config(components=components, runtime="ray", num_cpus_per_worker=0.25,
                        **{"batch_size": 2, "num_workers": 2, "timeout_s": 60.0, **overrides})
     return build_reward_runtime(cfg, "cpu")
 
@@ -39,7 +49,7 @@ def make_runtime(components, **overrides):
 def test_same_scores_as_local_and_async_returns_at_once(ray_session, fakes_on_path, images):
     components = {PIXEL: 2.0, "reward_fakes:PromptLengthReward": 1.0, "jpeg_incompressibility": 1.0}
     prompts = [f"prompt {i}" * (i + 1) for i in range(6)]
-    local = build_reward_runtime(RewardConfig(components=components, batch_size=4), "cpu").score(images, prompts, [])
+    local = build_reward_runtime(fake_config(components=components, batch_size=4), "cpu").score(images, prompts, [])
     runtime = make_runtime(components, kwargs={PIXEL: {"delay_s": 0.5}})
     try:
         assert isinstance(runtime, RayRewardRuntime)

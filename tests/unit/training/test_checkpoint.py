@@ -4,7 +4,7 @@ import os
 import pytest
 import torch
 
-from genalign.training.checkpoint import load_checkpoint, save_checkpoint
+from genalign.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 
 def trained_optimizer():
@@ -61,12 +61,53 @@ def test_crash_during_write_leaves_no_checkpoint(tmp_path):
         save_checkpoint(tmp_path / "checkpoint-3", step=3, config={}, trainable=trainable, ema=None,
                         optimizer=opt.state_dict(), trainer_state={}, export=failing_export)
     assert not (tmp_path / "checkpoint-3").exists()
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(CheckpointError, match="does not exist"):
         load_checkpoint(tmp_path / "checkpoint-3")
 
 
 def test_incomplete_checkpoint_is_refused(tmp_path):
     (tmp_path / "checkpoint-1").mkdir()
     (tmp_path / "checkpoint-1" / "trainer_state.json").write_text(json.dumps({"step": 1}))
-    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+    with pytest.raises(CheckpointError, match="not a complete checkpoint"):
         load_checkpoint(tmp_path / "checkpoint-1")
+
+
+def test_disk_full_removes_the_partial_write_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    import errno
+
+    import genalign.training.checkpoint as checkpoint_module
+
+    model, opt = trained_optimizer()
+    trainable = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    path = save_checkpoint(tmp_path / "checkpoint-final", step=1, config={}, trainable=trainable, ema=None,
+                           optimizer=opt.state_dict(), trainer_state={})
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+
+    def full_disk(tensors, filename):
+        raise OSError(errno.ENOSPC, "No space left on device", filename)
+
+    monkeypatch.setattr(checkpoint_module, "save_file", full_disk)
+    with pytest.raises(CheckpointError, match=r"checkpoint-final failed \(No space left on device\).*was removed; "
+                                              r"the previous checkpoint-final is intact"):
+        save_checkpoint(path, step=2, config={}, trainable=trainable, ema=None, optimizer=opt.state_dict(),
+                        trainer_state={})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-final"]  # no .tmp dir left
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
+    assert load_checkpoint(path).step == 1
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("trainer_state.json", b"{", r"trainer_state\.json is not valid JSON"),
+    ("trainer_state.json", b'{"steps": 1}', r"trainer_state\.json has no integer \"step\""),
+    ("optimizer.json", b"[]", r"optimizer\.json lacks"),
+    ("config.yaml", b"a: 1\na: 2\n", r"config\.yaml is not valid YAML \(duplicate key 'a'"),
+    ("trainable.safetensors", b"\x01", r"trainable\.safetensors is truncated"),
+])
+def test_corrupt_files_are_refused_naming_the_file(tmp_path, name, content, message):
+    model, opt = trained_optimizer()
+    trainable = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    path = save_checkpoint(tmp_path / "checkpoint-1", step=1, config={}, trainable=trainable, ema=None,
+                           optimizer=opt.state_dict(), trainer_state={})
+    (path / name).write_bytes(content)
+    with pytest.raises(CheckpointError, match=rf"^trainer\.resume_from: {path}/{message}"):
+        load_checkpoint(path)

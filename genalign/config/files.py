@@ -1,0 +1,126 @@
+"""Checks of the files a config names, run before anything is built.
+
+Where it fits: `load_config(..., check_files=True)` (the CLI's `train` and `config`) runs
+`file_problems` on a config that already passed `validate`, and `genalign eval` runs it on a
+checkpoint's config. A missing manifest, a model directory that is not there, an output_dir
+that is a file, or a corrupt checkpoint to resume from is then one line naming the key, not a
+traceback after a multi-GB model has loaded. The one machine fact checked here is that an
+explicit CUDA `model.device` exists. `genalign config --no-check-files` skips this
+when composing a config for another machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from genalign.config.errors import ConfigError
+from genalign.config.schema import ExperimentConfig
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+"""The hub's "org/name" form; anything else (or a path that starts with /, ./, ../, ~) is local."""
+
+
+def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest", "eval_manifest"),
+                  output_dir: bool = True, resume: bool = True) -> list[str]:
+    """Every problem with the files `cfg` names (empty when all are usable). Manifests are read
+    in full (they are small; a bad row fails here rather than after the model has loaded)."""
+    from genalign.data.prompts import ManifestError, load_manifest
+
+    problems: list[str] = []
+    for name in manifests:
+        try:
+            load_manifest(getattr(cfg.data, name), f"data.{name}")
+        except ManifestError as exc:
+            problems.append(str(exc) + (f"; {exc.hint}" if exc.hint else ""))
+    problems += model_path_problems(cfg.model.family, cfg.model.path)
+    problems += device_problems(cfg.model.device)
+    problems += reward_path_problems(cfg)
+    if output_dir:
+        problems += output_dir_problems(cfg.trainer.output_dir)
+    if resume and cfg.trainer.resume_from:
+        problems += resume_problems(cfg)
+    return problems
+
+
+def model_path_problems(family: str, path: str) -> list[str]:
+    """model.path must be an existing directory when it is local; a hub id is left to the loader."""
+    if family == "toy" and path == "builtin":
+        return []
+    local = Path(path).expanduser()
+    if local.exists():
+        return [] if local.is_dir() else [f"model.path: {path} is a file; point it at a model directory"]
+    if path.startswith(("/", "./", "../", "~")) or not _HUB_ID.match(path) or family == "toy":
+        hint = "use model.path=builtin or a directory from `genalign pretrain-demo`" if family == "toy" else \
+            "use a hub id 'org/name' or a directory written by save_pretrained"
+        return [f"model.path: local directory {path} does not exist; {hint}"]
+    return []
+
+
+def device_problems(device: str) -> list[str]:
+    """An explicit CUDA `model.device` must exist on this machine (a machine fact, so it lives
+    with the file checks that `genalign config --no-check-files` skips)."""
+    if not device.startswith("cuda"):
+        return []
+    import torch
+
+    count = torch.cuda.device_count()
+    index = int(device.partition(":")[2] or 0)
+    if index >= count:
+        seen = f"{count} CUDA device(s) are visible" if count else "no CUDA device is visible"
+        return [f"model.device={device}: {seen}; use model.device=auto or cpu, or check CUDA_VISIBLE_DEVICES"]
+    return []
+
+
+REWARD_PATH_OPTIONS = {"toy_shape": "path", "toy_shape_judge": "path", "aesthetic": "head_path"}
+"""Scorer options that name a local file or directory (never a hub id), checked up front."""
+
+
+def reward_path_problems(cfg: ExperimentConfig) -> list[str]:
+    """reward.kwargs.<name>.<path option> must exist for every scorer that will be built."""
+    problems = []
+    used = {name for name, weight in cfg.reward.components.items() if weight} | set(cfg.eval.gold_rewards)
+    for name, option in REWARD_PATH_OPTIONS.items():
+        value = cfg.reward.kwargs.get(name, {}).get(option)
+        if name in used and isinstance(value, str) and value != "builtin" and not Path(value).expanduser().exists():
+            problems.append(f"reward.kwargs.{name}.{option}: {value} does not exist")
+    return problems
+
+
+def output_dir_problems(output_dir: str) -> list[str]:
+    """trainer.output_dir must be (or be creatable as) a writable directory."""
+    path = Path(output_dir).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            return [f"trainer.output_dir: {path} is a file, not a directory; choose another trainer.output_dir"]
+        if not os.access(path, os.W_OK | os.X_OK):
+            return [f"trainer.output_dir: {path} is not writable; fix its permissions or choose another directory"]
+        return []
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return [f"trainer.output_dir: cannot create {path}: {parent} is a file"]
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return [f"trainer.output_dir: cannot create {path}: {parent} is not writable"]
+    return []
+
+
+def resume_problems(cfg: ExperimentConfig) -> list[str]:
+    """The checkpoint at trainer.resume_from: complete, readable, and a config that validates
+    with the user's `reward.allow_import` (never the checkpoint's own)."""
+    from genalign.config.loader import config_from_checkpoint, safe_load_unique
+    from genalign.training.checkpoint import checkpoint_problems
+
+    key = "trainer.resume_from"
+    problems = checkpoint_problems(cfg.trainer.resume_from, key)
+    if problems:
+        return problems
+    config_path = Path(cfg.trainer.resume_from).expanduser() / "config.yaml"
+    try:
+        config_from_checkpoint(safe_load_unique(config_path.read_text(encoding="utf-8")), f"{key}: {config_path}",
+                               cfg.reward.allow_import, check_machine=False)
+    except ConfigError as exc:
+        return exc.problems
+    return []

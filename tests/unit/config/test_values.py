@@ -1,0 +1,49 @@
+"""Value checks: numbers that type-check but would fail later are config errors naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from genalign.config.loader import load_config
+from genalign.config.validate import validate
+from genalign.config.values import image_size_problems, non_finite_problems
+
+OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
+
+
+@pytest.mark.parametrize("key, value, fragment", [
+    ("actor.lr", float("nan"), "actor.lr must be a finite number"),
+    ("actor.lr", -1.0, "actor.lr must be > 0"),
+    ("actor.betas", [0.5], "actor.betas must be two numbers"),
+    ("actor.ema.decay", 1.0, "actor.ema.decay must be in [0, 1)"),
+    ("rollout.guidance_scale", 0.0, "rollout.guidance_scale must be >= 1"),
+    ("algorithm.clip_range", float("inf"), "algorithm.clip_range must be a finite number"),
+    ("eval.samples_per_prompt", 0, "eval.samples_per_prompt must be positive"),
+    ("reward.kwargs", {"ocr": {"engin": "x"}}, "did you mean reward.kwargs.ocr.engine"),
+    ("reward.kwargs", {"ocr": {"num_threads": "four"}}, "reward.kwargs.ocr.num_threads: expected int"),
+])
+def test_each_bad_value_is_one_problem_naming_the_key(key, value, fragment):
+    cfg = load_config(OCR)
+    *parents, leaf = key.split(".")
+    node = cfg
+    for part in parents:
+        node = getattr(node, part)
+    setattr(node, leaf, value)
+    problems = validate(cfg)
+    assert len(problems) == 1 and fragment in problems[0], problems
+
+
+def test_non_finite_numbers_are_found_anywhere_in_the_tree():
+    cfg = load_config(OCR)
+    cfg.reward.components["ocr"] = float("nan")
+    cfg.reward.kwargs = {"ocr": {"x": [1.0, float("-inf")]}}
+    assert non_finite_problems(cfg) == ["reward.components.ocr must be a finite number, got nan",
+                                        "reward.kwargs.ocr.x[1] must be a finite number, got -inf"]
+
+
+def test_image_sizes_follow_the_family_patch_and_a_global_bound():
+    assert image_size_problems("sd3", 512, 768) == []
+    assert "multiple of 16" in image_size_problems("sd3", 520, 512)[0] and "512 or 528" in \
+        image_size_problems("sd3", 520, 512)[0]
+    assert image_size_problems("toy", 16, 16) == [] and "16x16" in image_size_problems("toy", 32, 16)[0]
+    assert image_size_problems("sd3", 100_000, 512) == ["rollout.height=100000 is too large (max 4096 pixels a side)"]
