@@ -89,11 +89,15 @@ def save_checkpoint(
     export: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write a checkpoint atomically: temp dir beside `path`, then rename into place.
-    `export(directory)` adds the exported adapters (lora/, lora_live/) inside it.
+    `export(directory)` adds the exported adapters (lora/, lora_live/) inside it. Refuses to
+    replace a checkpoint of a later step (a run never overwrites newer state).
 
     A failed write (disk full, permissions) removes the temp dir and raises `CheckpointError`;
     an earlier checkpoint at `path` is untouched (it is only replaced by the final rename)."""
     path = Path(path)
+    existing_step = checkpoint_step(path)
+    if existing_step is not None and existing_step > step:
+        raise ValueError(f"{path} holds step {existing_step}; refusing to overwrite it with step {step}")
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     if temp.exists():
@@ -218,3 +222,15 @@ def load_checkpoint(path: str | Path, key: str = "trainer.resume_from") -> Check
                                          json.loads((path / "optimizer.json").read_text())),
         trainer_state=trainer_state,
     )
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """The step of a complete checkpoint at `path`, else None (missing, partial or unreadable);
+    reads only trainer_state.json, so the run directory can be planned before anything loads."""
+    path = Path(path)
+    if not path.is_dir() or not all((path / name).is_file() for name in REQUIRED_FILES):
+        return None
+    try:
+        return int(json.loads((path / TRAINER_STATE).read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -15,7 +15,15 @@ class TrainerConfig:
     save_every: int = 60
     """Write checkpoint-<step> every this many steps (0: only checkpoint-final)."""
     resume_from: str | None = None
-    """A checkpoint directory to continue from (must match this config's training keys)."""
+    """A checkpoint directory to continue from (must match this config's training keys), or
+    "auto": the newest complete checkpoint in output_dir (a fresh start when there is none).
+    Unset: a fresh run, which refuses an output_dir that already holds a run."""
+    overwrite: bool = False
+    """Let a fresh run replace the run already in output_dir (its metrics, checkpoints and
+    eval_epoch_* are removed first), or a resume discard the newer checkpoints it would redo."""
+    keep_last: int | None = None
+    """Keep only the newest this many checkpoint-<step> dirs (checkpoint-final is never
+    removed); null keeps all. Same meaning as diffusers' checkpoints_total_limit."""
     parity_check: bool = True
     """On the first step, replay the rollout with unchanged weights and log the log-prob gap."""
     progress_bar: bool = True

@@ -29,7 +29,7 @@ from genalign.data.sampler import PromptSampler
 from genalign.rewards.composite import RewardScores, build_reward_runtime
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.tracking.sinks import CSVSink, NullSink
-from genalign.training import distributed, setup
+from genalign.training import distributed, run_dir, setup
 from genalign.training.checkpoint import load_checkpoint, save_checkpoint
 from genalign.training.ema import EMA
 from genalign.training.lora import export_lora_for_diffusers, load_trainable_state_dict
@@ -51,7 +51,12 @@ class Trainer:
         self.cfg = cfg
         self.plan = RunPlan.from_config(cfg)
         self.output_dir = Path(cfg.trainer.output_dir)
-        checkpoint = load_checkpoint(cfg.trainer.resume_from) if cfg.trainer.resume_from else None
+        self.start = run_dir.plan_start(cfg)  # may refuse the run: before any model loads
+        if self.start.finished:  # nothing to build: train() returns at once
+            log.info("%s is at step %d = trainer.num_steps: nothing left to train (raise trainer.num_steps to "
+                     "continue)", self.start.checkpoint, self.start.checkpoint_step)
+            return
+        checkpoint = load_checkpoint(self.start.checkpoint) if self.start.checkpoint else None
         if checkpoint is not None:
             differing = setup.incompatible_keys(checkpoint.config, config_to_dict(cfg))
             if differing:
@@ -59,6 +64,9 @@ class Trainer:
                                   "different config:\n  " + "\n  ".join(differing))
         strategy = cfg.distributed.training
         self.ranks = distributed.init_distributed(strategy.strategy, strategy.backend)
+        if self.ranks.is_main:
+            self.start.apply()  # stale temp dirs; the old run's files when overwriting
+        distributed.barrier(self.ranks)
         log.info("run plan: %s", self.plan.describe())
         torch.manual_seed(cfg.trainer.seed)  # adapter initialisation is the only global-RNG use
         self.policy = setup.build_policy(cfg)
@@ -89,6 +97,8 @@ class Trainer:
 
     # ---------------------------------------------------------------- the loop
     def train(self) -> None:
+        if self.start.finished:
+            return
         if self.ranks.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             (self.output_dir / "config.yaml").write_text(config_to_yaml(self.cfg))
@@ -255,6 +265,8 @@ class Trainer:
                                "world_size": self.ranks.world_size},
                 export=export)
             log.info("saved %s", path)
+            if name != "checkpoint-final":
+                run_dir.prune_checkpoints(self.output_dir, self.cfg.trainer.keep_last)
         distributed.barrier(self.ranks)
         return path
 

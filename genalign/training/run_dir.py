@@ -1,0 +1,198 @@
+"""The run directory (`trainer.output_dir`): what a start may do with it, so no run is lost.
+
+Where it fits: the first thing `Trainer.__init__` does, before any model or reward loads.
+`plan_start` only reads the directory and decides (or raises `RunDirError` naming the
+directory and the key to set); `RunStart.apply` (rank 0 only) then removes what the plan
+says must go, logging each path. `prune_checkpoints` runs after each `checkpoint-<step>`.
+
+Rules:
+- a fresh run (`trainer.resume_from` unset) needs a directory without run files
+  (`metrics.csv`, `eval_metrics.csv`, `config.yaml`, `checkpoint-*`, `eval_epoch_*`);
+  `trainer.overwrite=true` removes the old run's files first (other files are left alone),
+  so two runs are never mixed in one directory;
+- `trainer.resume_from=auto` continues from the newest complete checkpoint in the
+  directory (by the step in its `trainer_state.json`), or starts fresh when there is none —
+  replacing the files of a run that died before its first checkpoint, provided its
+  `config.yaml` agrees on the training keys;
+- a run never moves backwards: a checkpoint past `trainer.num_steps` is an error, one at
+  exactly `trainer.num_steps` means nothing is left to train, and a resume that would pass
+  over newer checkpoints in the directory (and later overwrite them) is an error unless
+  `trainer.overwrite=true`, which removes them;
+- `trainer.resume_from=""` is an error, never a silent fresh run;
+- temp dirs left by a crash mid-save (`.checkpoint-N.tmp-PID`, `.old-`, `.del-`) are removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from genalign.config.errors import ConfigError
+from genalign.training.checkpoint import checkpoint_step
+
+log = logging.getLogger(__name__)
+
+RUN_FILES = ("metrics.csv", "eval_metrics.csv", "config.yaml")
+CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+|final)")
+EVAL_DIR_NAME = re.compile(r"eval_epoch_(\d+)")
+STALE_TEMP_NAME = re.compile(r"\.checkpoint-(\d+|final)\.(tmp|old|del)-\d+")
+"""What `save_checkpoint` / `prune_checkpoints` leave beside a checkpoint while writing or
+deleting it; present at start only after a crash (resume already ignores them)."""
+
+
+class RunDirError(ConfigError):
+    """The run directory and the trainer.* keys disagree; raised before anything loads."""
+
+
+@dataclass
+class RunStart:
+    """The decision for this start: from which checkpoint (None = fresh) and what to remove."""
+
+    output_dir: Path
+    checkpoint: Path | None = None
+    checkpoint_step: int = 0
+    finished: bool = False
+    """The checkpoint is already at trainer.num_steps: nothing is left to train."""
+    remove: list[Path] = field(default_factory=list)
+
+    def apply(self) -> None:
+        """Remove what the plan listed (rank 0 only; other ranks wait at a barrier)."""
+        for path in self.remove:
+            log.info("run directory: removing %s", path)
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+
+
+def _checkpoints(output_dir: Path) -> dict[Path, int | None]:
+    """checkpoint-<step>/checkpoint-final dirs -> their step (None when incomplete)."""
+    return {path: checkpoint_step(path) for path in sorted(output_dir.iterdir())
+            if path.is_dir() and CHECKPOINT_NAME.fullmatch(path.name)}
+
+
+def run_files(output_dir: Path) -> list[Path]:
+    """Files and dirs a run writes into `output_dir` (checkpoints, metrics, eval artefacts)."""
+    if not output_dir.is_dir():
+        return []
+    return sorted(path for path in output_dir.iterdir()
+                  if path.name in RUN_FILES or CHECKPOINT_NAME.fullmatch(path.name)
+                  or EVAL_DIR_NAME.fullmatch(path.name))
+
+
+def stale_temp_dirs(output_dir: Path) -> list[Path]:
+    if not output_dir.is_dir():
+        return []
+    return sorted(path for path in output_dir.iterdir() if STALE_TEMP_NAME.fullmatch(path.name))
+
+
+def _newer_than(output_dir: Path, step: int) -> list[Path]:
+    """Checkpoints and eval dirs in `output_dir` from after `step` (a resume would redo them)."""
+    newer = [path for path, saved in _checkpoints(output_dir).items() if saved is not None and saved > step]
+    newer += [path for path in run_files(output_dir)
+              if EVAL_DIR_NAME.fullmatch(path.name) and int(path.name.rsplit("_", 1)[1]) > step]
+    return sorted(newer)
+
+
+def _names(paths: list[Path]) -> str:
+    shown = ", ".join(path.name for path in paths[:6])
+    return shown + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
+
+
+def plan_start(cfg) -> RunStart:
+    """Decide how this run starts in `cfg.trainer.output_dir` (reads only; raises RunDirError)."""
+    trainer = cfg.trainer
+    output_dir = Path(trainer.output_dir)
+    if trainer.keep_last is not None and trainer.keep_last < 1:
+        raise RunDirError([f"trainer.keep_last={trainer.keep_last} must be >= 1 (null keeps every checkpoint)"])
+    if output_dir.exists() and not output_dir.is_dir():
+        raise RunDirError([f"trainer.output_dir={output_dir} is a file, not a directory; choose another "
+                           "trainer.output_dir"])
+    start = RunStart(output_dir, remove=stale_temp_dirs(output_dir))
+    resume_from = trainer.resume_from
+    if resume_from is not None and not str(resume_from).strip():
+        raise RunDirError(["trainer.resume_from is empty: leave it unset (null) for a fresh run, set "
+                           "trainer.resume_from=auto to continue the run in trainer.output_dir, or give a "
+                           "checkpoint directory"])
+    if resume_from is None:
+        existing = run_files(output_dir)
+        if existing and not trainer.overwrite:
+            raise RunDirError([f"trainer.output_dir={output_dir} already holds a run ({_names(existing)}); "
+                               "continue it with trainer.resume_from=auto, replace it with trainer.overwrite=true, "
+                               "or choose another trainer.output_dir"])
+        start.remove += existing
+        return start
+    if resume_from == "auto":
+        return _plan_auto(cfg, start)
+    checkpoint = Path(resume_from)
+    step = checkpoint_step(checkpoint)
+    if step is None:
+        return start  # not a complete checkpoint: load_checkpoint reports what is wrong with it
+    return _plan_resume(cfg, start, checkpoint, step)
+
+
+def _plan_auto(cfg, start: RunStart) -> RunStart:
+    output_dir = start.output_dir
+    complete = {path: step for path, step in (_checkpoints(output_dir).items() if output_dir.is_dir() else [])
+                if step is not None}
+    if complete:
+        # newest by step; on a tie prefer checkpoint-<step> over checkpoint-final (same state)
+        newest = max(complete, key=lambda path: (complete[path], path.name != "checkpoint-final"))
+        log.info("trainer.resume_from=auto: continuing from %s (step %d)", newest, complete[newest])
+        return _plan_resume(cfg, start, newest, complete[newest])
+    existing = run_files(output_dir)
+    saved_config = output_dir / "config.yaml"
+    if saved_config.is_file():
+        from genalign.config.loader import config_to_dict
+        from genalign.training.setup import incompatible_keys
+
+        differing = incompatible_keys(yaml.safe_load(saved_config.read_text()) or {}, config_to_dict(cfg))
+        if differing and not cfg.trainer.overwrite:
+            raise RunDirError([f"trainer.resume_from=auto: {output_dir} has no complete checkpoint and holds a run "
+                               f"with a different config ({'; '.join(differing[:3])}); choose another "
+                               "trainer.output_dir or set trainer.overwrite=true to replace it"])
+    log.info("trainer.resume_from=auto: no complete checkpoint in %s; starting fresh%s", output_dir,
+             f" (replacing {_names(existing)})" if existing else "")
+    start.remove += existing
+    return start
+
+
+def _plan_resume(cfg, start: RunStart, checkpoint: Path, step: int) -> RunStart:
+    num_steps = cfg.trainer.num_steps
+    if step > num_steps:
+        raise RunDirError([f"trainer.resume_from={checkpoint} is at step {step}, past trainer.num_steps={num_steps}; "
+                           f"a run never moves backwards: set trainer.num_steps above {step} to train further"])
+    start.checkpoint, start.checkpoint_step = checkpoint, step
+    if step == num_steps:
+        start.finished = True
+        return start
+    newer = _newer_than(start.output_dir, step) if start.output_dir.is_dir() else []
+    if newer and not cfg.trainer.overwrite:
+        raise RunDirError([f"trainer.resume_from={checkpoint} (step {step}) would overwrite newer state in "
+                           f"{start.output_dir} ({_names(newer)}); continue from the newest with "
+                           "trainer.resume_from=auto, or set trainer.overwrite=true to discard it"])
+    start.remove += [path for path in newer if path.resolve() != checkpoint.resolve()]
+    return start
+
+
+def prune_checkpoints(output_dir: Path, keep_last: int | None) -> list[Path]:
+    """Delete all but the newest `keep_last` checkpoint-<step> dirs (never checkpoint-final);
+    diffusers' `checkpoints_total_limit`. Each is renamed to a dot-name first, so a crash
+    mid-delete leaves a temp dir that the next start removes, never a half checkpoint-<step>."""
+    if keep_last is None:
+        return []
+    numbered = sorted((int(path.name.split("-")[1]), path) for path in output_dir.iterdir()
+                      if path.is_dir() and CHECKPOINT_NAME.fullmatch(path.name) and path.name != "checkpoint-final")
+    removed = [path for _, path in numbered[:-keep_last]]
+    for path in removed:
+        doomed = path.parent / f".{path.name}.del-{os.getpid()}"
+        path.rename(doomed)
+        shutil.rmtree(doomed)
+        log.info("trainer.keep_last=%d: removed %s", keep_last, path)
+    return removed

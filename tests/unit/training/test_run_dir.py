@@ -1,0 +1,147 @@
+"""Run-directory rules (`training/run_dir.py`) on hand-made directories: no model is built."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from genalign.config.loader import config_to_dict, load_config
+from genalign.training.checkpoint import REQUIRED_FILES, TRAINER_STATE, checkpoint_step
+from genalign.training.run_dir import RunDirError, plan_start, prune_checkpoints
+
+RECIPE = "experiment/toy/shapes_grpo"
+
+
+def config(out: Path, *overrides: str):
+    return load_config(RECIPE, [f"trainer.output_dir={out}", "trainer.num_steps=8", *overrides])
+
+
+def fake_checkpoint(path: Path, step: int) -> Path:
+    """The files a complete checkpoint has (contents are not read by the planner)."""
+    path.mkdir(parents=True)
+    for name in REQUIRED_FILES:
+        (path / name).write_text("{}")
+    (path / TRAINER_STATE).write_text(json.dumps({"step": step}))
+    return path
+
+
+def old_run(out: Path, steps=(2, 4), final: int | None = None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.csv").write_text("step,loss\n1,0.5\n")
+    (out / "eval_epoch_0").mkdir()
+    for step in steps:
+        fake_checkpoint(out / f"checkpoint-{step}", step)
+    if final is not None:
+        fake_checkpoint(out / "checkpoint-final", final)
+
+
+def test_fresh_run_into_an_empty_or_missing_dir_is_fine(tmp_path):
+    start = plan_start(config(tmp_path / "missing"))
+    assert start.checkpoint is None and start.remove == []
+    (tmp_path / "notes.txt").write_text("mine")  # not a run file: neither refused nor removed
+    assert plan_start(config(tmp_path)).remove == []
+
+
+def test_fresh_run_into_an_existing_run_is_refused_unless_overwrite(tmp_path):
+    old_run(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(RunDirError, match=rf"trainer.output_dir={tmp_path} already holds a run .*trainer.overwrite"):
+        plan_start(config(tmp_path))
+    start = plan_start(config(tmp_path, "trainer.overwrite=true"))
+    start.apply()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_empty_resume_from_is_an_error_not_a_fresh_run(tmp_path):
+    with pytest.raises(RunDirError, match="trainer.resume_from is empty"):
+        plan_start(config(tmp_path, "trainer.resume_from="))
+
+
+def test_auto_takes_the_newest_complete_checkpoint(tmp_path):
+    old_run(tmp_path, steps=(2, 4))
+    partial = tmp_path / "checkpoint-6"
+    partial.mkdir()  # incomplete: ignored
+    (tmp_path / ".checkpoint-6.tmp-12345").mkdir()  # a crash mid-save: removed
+    start = plan_start(config(tmp_path, "trainer.resume_from=auto"))
+    assert start.checkpoint == tmp_path / "checkpoint-4" and start.checkpoint_step == 4
+    assert start.remove == [tmp_path / ".checkpoint-6.tmp-12345"]
+    start.apply()
+    assert not (tmp_path / ".checkpoint-6.tmp-12345").exists() and (tmp_path / "checkpoint-4").exists()
+
+
+def test_auto_without_checkpoint_starts_fresh_and_replaces_the_partial_run(tmp_path, caplog):
+    assert plan_start(config(tmp_path / "new", "trainer.resume_from=auto")).checkpoint is None
+    old_run(tmp_path, steps=())
+    caplog.set_level("INFO")
+    start = plan_start(config(tmp_path, "trainer.resume_from=auto"))
+    assert start.checkpoint is None and "no complete checkpoint" in caplog.text
+    assert set(start.remove) == {tmp_path / "metrics.csv", tmp_path / "eval_epoch_0"}
+
+
+def test_auto_without_checkpoint_refuses_a_different_runs_files(tmp_path):
+    old_run(tmp_path, steps=())
+    saved = config_to_dict(config(tmp_path, "actor.lr=0.5"))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    with pytest.raises(RunDirError, match="different config .*actor.lr"):
+        plan_start(config(tmp_path, "trainer.resume_from=auto"))
+
+
+def test_resume_never_moves_backwards(tmp_path):
+    fake_checkpoint(tmp_path / "checkpoint-7", 7)
+    with pytest.raises(RunDirError, match=r"step 7, past trainer.num_steps=4; .*set trainer.num_steps above 7"):
+        plan_start(config(tmp_path, f"trainer.resume_from={tmp_path / 'checkpoint-7'}", "trainer.num_steps=4"))
+    start = plan_start(config(tmp_path, f"trainer.resume_from={tmp_path / 'checkpoint-7'}", "trainer.num_steps=7"))
+    assert start.finished
+
+
+def test_resume_that_would_overwrite_newer_checkpoints_is_refused_unless_overwrite(tmp_path):
+    old_run(tmp_path, steps=(2, 4), final=6)
+    (tmp_path / "eval_epoch_5").mkdir()
+    older = f"trainer.resume_from={tmp_path / 'checkpoint-2'}"
+    with pytest.raises(RunDirError, match=r"would overwrite newer state .*checkpoint-4, checkpoint-final"):
+        plan_start(config(tmp_path, older))
+    start = plan_start(config(tmp_path, older, "trainer.overwrite=true"))
+    assert set(start.remove) == {tmp_path / n for n in ("checkpoint-4", "checkpoint-final", "eval_epoch_5")}
+    # resuming from another directory's checkpoint into this one is judged the same way
+    other = fake_checkpoint(tmp_path / "elsewhere" / "checkpoint-3", 3)
+    with pytest.raises(RunDirError, match="would overwrite newer state"):
+        plan_start(config(tmp_path, f"trainer.resume_from={other}"))
+
+
+def test_keep_last_keeps_the_newest_numbered_checkpoints_and_never_final(tmp_path):
+    old_run(tmp_path, steps=(1, 2, 10, 11), final=12)
+    removed = prune_checkpoints(tmp_path, 2)
+    assert [p.name for p in removed] == ["checkpoint-1", "checkpoint-2"]  # by step, not by name
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-10", "checkpoint-11",
+                                                                     "checkpoint-final"]
+    assert not list(tmp_path.glob(".checkpoint-*")) and prune_checkpoints(tmp_path, None) == []
+    with pytest.raises(RunDirError, match="trainer.keep_last=0 must be >= 1"):
+        plan_start(config(tmp_path / "x", "trainer.keep_last=0"))
+
+
+def test_checkpoint_step_needs_every_file(tmp_path):
+    path = fake_checkpoint(tmp_path / "checkpoint-3", 3)
+    assert checkpoint_step(path) == 3
+    (path / "optimizer.json").unlink()
+    assert checkpoint_step(path) is None
+
+
+def test_save_refuses_to_replace_a_later_step(tmp_path):
+    import torch
+
+    from genalign.training.checkpoint import save_checkpoint
+
+    weights = {"w": torch.zeros(2)}
+
+    def save(step: int):
+        return save_checkpoint(tmp_path / "checkpoint-final", step=step, config={}, trainable=weights, ema=None,
+                               optimizer={"state": {}, "param_groups": []}, trainer_state={})
+
+    save(8)
+    with pytest.raises(ValueError, match="holds step 8; refusing to overwrite it with step 4"):
+        save(4)
+    assert checkpoint_step(tmp_path / "checkpoint-final") == 8
+    save(8)  # the same step again (a redone step after a crash) is allowed
