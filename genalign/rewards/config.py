@@ -30,6 +30,9 @@ class RewardConfig:
     num_gpus_per_worker: float = 0.0
     timeout_s: float = 600.0
     """Upper bound on one scoring call on Ray before it is an error."""
+    startup_timeout_s: float = 900.0
+    """Upper bound on starting the Ray reward actors (building each scorer, which may load a
+    model for minutes on a busy machine); separate from timeout_s, which bounds scoring."""
     async_scoring: bool = False
     """Score each finished rollout chunk (rollout.sample_batch_size samples) while the next
     one is sampled: on the Ray reward workers (runtime=ray) or on `num_threads` worker threads

@@ -14,8 +14,10 @@ Failure semantics on top of composite.py's:
   the start of `result()`, afresh for a retried chunk) is a `RewardError`, never a hang;
 - a scorer exception comes back as a `RewardError` chained to the scorer's own exception.
 
-Ray start-up: joins `RAY_ADDRESS` when set, else starts a local Ray with the dashboard off.
-We never start, manage or shut down a cluster we joined.
+Ray start-up: joins `RAY_ADDRESS` when set, else starts a local Ray bound to loopback with the
+dashboard off (`genalign.ray_session`). We never start, manage or shut down a cluster we joined.
+Actor start-up (building a scorer can mean loading a model for minutes) is bounded by its own
+`reward.startup_timeout_s`, never by the per-call `reward.timeout_s`.
 """
 
 from __future__ import annotations
@@ -40,14 +42,14 @@ def ensure_ray(cpus_needed: float) -> None:
     """ray.init once: RAY_ADDRESS when set, otherwise a local instance with enough logical CPUs."""
     import ray
 
+    from genalign.ray_session import init_ray
+
     if ray.is_initialized():
         return
     address = os.environ.get("RAY_ADDRESS") or None
     num_cpus = None if address else max(os.cpu_count() or 1, math.ceil(cpus_needed))
     log.info("reward runtime: ray.init(address=%s, num_cpus=%s)", address, num_cpus)
-    # address="local" starts a fresh instance instead of attaching to whatever cluster a
-    # stale /tmp/ray/ray_current_cluster points at; joining a cluster is only ever explicit
-    ray.init(address=address or "local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+    init_ray(address, num_cpus=num_cpus, log_to_driver=True)
 
 
 class RewardWorker:
@@ -83,7 +85,11 @@ class RewardPool:
         self._actor_cls = ray.remote(RewardWorker).options(num_cpus=cfg.num_cpus_per_worker,
                                                            num_gpus=cfg.num_gpus_per_worker, max_restarts=0)
         self.actors = [self._spawn() for _ in range(cfg.num_workers)]
-        self.wait([actor.ready.remote() for actor in self.actors], "start")
+        try:
+            self.wait([actor.ready.remote() for actor in self.actors], "start", startup=True)
+        except RewardError:
+            self.kill()  # no actor outlives a failed start
+            raise
 
     def _spawn(self):
         return self._actor_cls.remote(self.name, self.device, dict(self.cfg.kwargs.get(self.name, {})),
@@ -99,16 +105,21 @@ class RewardPool:
         log.warning("%s died; restarting it once and retrying its chunks", self.describe(slot))
         ray.kill(self.actors[slot], no_restart=True)
         self.actors[slot] = self._spawn()
+        # the replacement builds its scorer first; that must not eat the retried chunk's time
+        self.wait([self.actors[slot].ready.remote()], f"restart of actor {slot}", startup=True)
 
-    def wait(self, refs: list, what: str) -> list:
-        """ray.get bounded by reward.timeout_s; a miss or a death is a RewardError naming the pool."""
+    def wait(self, refs: list, what: str, startup: bool = False) -> list:
+        """ray.get bounded by reward.timeout_s (reward.startup_timeout_s while actors start); a
+        miss or a death is a RewardError naming the pool."""
         import ray
 
+        key, timeout = ("startup_timeout_s", self.cfg.startup_timeout_s) if startup else ("timeout_s",
+                                                                                          self.cfg.timeout_s)
         try:
-            return ray.get(refs, timeout=self.cfg.timeout_s)
+            return ray.get(refs, timeout=timeout)
         except ray.exceptions.GetTimeoutError as exc:
-            raise RewardError(f"reward {self.name!r}: {what} did not finish within reward.timeout_s="
-                              f"{self.cfg.timeout_s}") from exc
+            raise RewardError(f"reward {self.name!r}: {what} did not finish within reward.{key}={timeout}; "
+                              f"raise reward.{key} or check the actor's log") from exc
         except ray.exceptions.RayActorError as exc:
             raise RewardError(f"reward {self.name!r}: an actor died during {what}: {exc}") from exc
 
@@ -190,8 +201,9 @@ class RayRewardRuntime:
     def __init__(self, cfg: RewardConfig, weights: dict[str, float]):
         if cfg.num_workers < 1:
             raise ValueError(f"reward.num_workers={cfg.num_workers} must be >= 1 with reward.runtime=ray")
-        if cfg.timeout_s <= 0:
-            raise ValueError(f"reward.timeout_s={cfg.timeout_s} must be > 0")
+        for key in ("timeout_s", "startup_timeout_s"):
+            if getattr(cfg, key) <= 0:
+                raise ValueError(f"reward.{key}={getattr(cfg, key)} must be > 0")
         self.cfg = cfg
         self.weights = weights
         ensure_ray(cfg.num_cpus_per_worker * cfg.num_workers * len(weights))

@@ -155,6 +155,7 @@ class RayRolloutEngine:
                  sync_timeout_s: float = 300.0, generate_timeout_s: float = 1800.0):
         import ray
 
+        from genalign.ray_session import init_ray
         from genalign.training.resources import resolve_resources
 
         self.plan = resolve_resources(cfg)
@@ -166,10 +167,9 @@ class RayRolloutEngine:
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
             if self.plan.ray_address:
-                ray.init(address=self.plan.ray_address, include_dashboard=False, log_to_driver=False)
-            else:  # a private local instance even if $RAY_ADDRESS happens to be set
-                ray.init(address="local", num_cpus=self.plan.ray_num_cpus, num_gpus=self.plan.ray_num_gpus,
-                         include_dashboard=False, log_to_driver=False)
+                init_ray(self.plan.ray_address, log_to_driver=False)
+            else:  # a private local instance (loopback) even if $RAY_ADDRESS happens to be set
+                init_ray(None, num_cpus=self.plan.ray_num_cpus, num_gpus=self.plan.ray_num_gpus, log_to_driver=False)
         log.info("ray rollout: %s", self.plan.describe())
         model = replace(cfg.model, device="cuda" if placement.num_gpus_per_worker > 0 else "cpu")
         self.worker_config = config_to_dict(replace(cfg, model=model))

@@ -23,8 +23,9 @@ TOY_RECIPE = "experiment/toy/shapes_grpo"
 def local_ray():
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-             log_to_driver=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    from genalign.ray_session import init_ray
+
+    init_ray(num_cpus=2, log_to_driver=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     yield
     ray.shutdown()
 

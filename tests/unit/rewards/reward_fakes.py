@@ -36,6 +36,14 @@ class MeanPixelReward(_Base):
         return images.float().mean(dim=(1, 2, 3)) / 255.0
 
 
+class SlowStartReward(MeanPixelReward):
+    """Sleeps delay_s while being built (a reward model that loads slowly)."""
+
+    def __init__(self, device="cpu", **kwargs):
+        super().__init__(device, delay_s=0.0)
+        time.sleep(kwargs.get("delay_s", 0.0))
+
+
 class PromptLengthReward(_Base):
     def score(self, images, prompts, metadata):
         return torch.tensor([float(len(p)) for p in prompts])

@@ -1,0 +1,70 @@
+"""A local Ray started by genalign listens on loopback only (issue 9: it listened on `*`)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import time
+
+import pytest
+
+pytestmark = pytest.mark.ray
+
+
+def is_loopback(host: str) -> bool:
+    address = ipaddress.ip_address(host.split("%")[0])
+    mapped = getattr(address, "ipv4_mapped", None)  # dual-stack sockets report ::ffff:127.0.0.1
+    return (mapped or address).is_loopback
+
+
+def listening(processes) -> list[tuple[int, str, str, int]]:
+    import psutil
+
+    found = []
+    for process in processes:
+        try:
+            for conn in process.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN:
+                    found.append((process.pid, process.name(), conn.laddr.ip, conn.laddr.port))
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def test_local_ray_binds_every_listening_socket_to_loopback(monkeypatch):
+    import psutil
+    import ray
+
+    from genalign.ray_session import init_ray
+
+    from ray._private import ray_constants
+
+    assert not ray.is_initialized()
+    monkeypatch.delenv("GENALIGN_RAY_NODE_IP", raising=False)
+    # as outside the test suite (conftest turns Ray's single-node mode on for every test)
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+    init_ray(num_cpus=1, log_to_driver=False)
+    try:
+        @ray.remote(num_cpus=0)
+        class Probe:  # a worker process too, not only the daemons
+            def ping(self):
+                return True
+
+        probe = Probe.remote()
+        assert ray.get(probe.ping.remote(), timeout=600)
+        me = psutil.Process()
+        deadline = time.monotonic() + 60  # the agents bind their ports a moment after start-up
+        while True:
+            sockets = listening([me, *me.children(recursive=True)])
+            names = {name for _, name, _, _ in sockets}
+            if any("raylet" in n for n in names) and any("gcs" in n for n in names) or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert any("raylet" in n for n in names) and any("gcs" in n for n in names), sockets
+        exposed = [s for s in sockets if not is_loopback(s[2])]
+        assert exposed == [], f"Ray processes listening beyond loopback: {exposed}"
+        assert ray._private.worker._global_node.node_ip_address == "127.0.0.1"
+        assert ray_constants.ENABLE_RAY_CLUSTER and "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ  # restored
+    finally:
+        ray.shutdown()
