@@ -63,9 +63,12 @@ def rank_info_from_env() -> RankInfo:
     return RankInfo(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
 
 
-def init_distributed(strategy: str, backend: str = "auto") -> RankInfo:
-    """Join the torchrun job for `distributed.training.strategy` (identity for "none")."""
+def init_distributed(strategy: str, backend: str = "auto", cuda_indices: tuple[int, ...] = ()) -> RankInfo:
+    """Join the torchrun job for `distributed.training.strategy` (identity for "none") and make
+    `cuda` this process's device: entry LOCAL_RANK of `cuda_indices` (the trainer's planned
+    devices, `ResourcePlan.trainer_cuda_indices`), else cuda:LOCAL_RANK under NCCL."""
     if strategy == "none":
+        use_cuda_device(cuda_indices[0] if cuda_indices else None)
         return RankInfo()
     if "WORLD_SIZE" not in os.environ:
         raise RuntimeError(f"distributed.training.strategy={strategy} needs a torchrun launch: "
@@ -73,7 +76,13 @@ def init_distributed(strategy: str, backend: str = "auto") -> RankInfo:
     info = rank_info_from_env()
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
+    if cuda_indices:
+        if info.local_rank >= len(cuda_indices):
+            raise RuntimeError(f"local rank {info.local_rank} has no trainer GPU: the plan gives the trainer "
+                               f"{len(cuda_indices)} device(s); launch torchrun --nproc_per_node={len(cuda_indices)} "
+                               "or raise distributed.resources.trainer.num_gpus")
+        use_cuda_device(cuda_indices[info.local_rank])
+    elif backend == "nccl":
         use_cuda_device(info.local_rank)
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend=backend)

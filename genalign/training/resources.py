@@ -19,7 +19,11 @@ Rules (seed 000 presets):
   and rollout devices must not overlap;
 - cross-node (`ray_rollout_cross_node`): Ray places the workers in the cluster at
   `$RAY_ADDRESS`, so devices cannot be pinned and `rollout.num_gpus` must be a number;
-- no visible GPU: every role runs on CPU (the same presets work on a laptop).
+- no visible GPU: every role runs on CPU (the same presets work on a laptop);
+- every granted GPU is used or the plan is refused: a rollout worker samples on one device,
+  so a worker is never given several whole GPUs (add workers instead), and a one-process
+  trainer (`distributed.training.strategy=none`) trains on one device; the trainer's first
+  device (`ResourcePlan.trainer_cuda_indices`) becomes its `cuda` device.
 """
 
 from __future__ import annotations
@@ -61,6 +65,9 @@ class ResourcePlan:
     """Physical devices of the trainer process (empty on CPU)."""
     trainer_local_index: int | None
     """`cuda:<index>` of the trainer's first device within this process's visible list."""
+    trainer_cuda_indices: tuple[int, ...]
+    """`cuda:<index>` of each trainer device within this process's visible list; a torchrun
+    rank takes entry LOCAL_RANK (empty: no trainer budget, `cuda` stays the default device)."""
     rollout: RolloutPlacement | None
     """None when rollout runs in-process (rollout.engine=local)."""
     colocated: bool
@@ -119,14 +126,21 @@ def _gpu_count(value: float | str, key: str, problems: list[str], allow_auto: bo
     return float(value)
 
 
+def _one_device_per_worker(num_gpus: int, devices: str, num_workers: int) -> str:
+    return (f"{num_gpus} rollout GPU(s){devices} for rollout.num_workers={num_workers} would give each worker "
+            f"{num_gpus // num_workers} GPUs, but a rollout worker samples on one GPU and would leave the rest idle; "
+            f"set rollout.num_workers={num_gpus} and distributed.resources.rollout.num_workers={num_gpus} (one "
+            f"worker per GPU), or distributed.resources.rollout.num_gpus={num_workers}")
+
+
 def _split_among_workers(devices: tuple[int, ...], num_workers: int,
                          problems: list[str]) -> tuple[float, tuple[tuple[int, ...], ...]]:
-    """GPUs per worker and each worker's devices: whole devices when there are at least as
-    many devices as workers (must divide evenly), else workers share devices round-robin."""
+    """GPUs per worker and each worker's devices: one whole device each when there are as many
+    devices as workers, else workers share devices round-robin. More devices than workers
+    is refused (a worker would use one of its devices)."""
     if len(devices) >= num_workers:
-        if len(devices) % num_workers:
-            problems.append(f"{len(devices)} rollout GPU(s) {list(devices)} cannot be split evenly among "
-                            f"rollout.num_workers={num_workers}; choose a divisor")
+        if len(devices) > num_workers:
+            problems.append(_one_device_per_worker(len(devices), f" {list(devices)}", num_workers))
         per = len(devices) // num_workers
         return float(per), tuple(devices[i * per:(i + 1) * per] for i in range(num_workers))
     return len(devices) / num_workers, tuple((devices[i % len(devices)],) for i in range(num_workers))
@@ -196,7 +210,7 @@ def plan_resources(dist: DistributedConfig, engine: str, rollout_workers: int, s
         if any(d is not None for d in pinned.values()):
             log.warning("no GPU is visible: distributed.resources device pins are not used; every role runs on CPU")
         rollout = RolloutPlacement(workers, num_cpus, 0.0, None) if ray else None
-        return ResourcePlan(False, (), None, rollout, dist.colocated, facts.ray_address if dist.cross_node else None,
+        return ResourcePlan(False, (), None, (), rollout, dist.colocated, facts.ray_address if dist.cross_node else None,
                             workers * num_cpus, 0.0), []
 
     visible = facts.visible_gpus
@@ -215,6 +229,12 @@ def plan_resources(dist: DistributedConfig, engine: str, rollout_workers: int, s
             problems.append(f"distributed.resources.trainer.num_gpus={count} but only {len(pool)} GPU(s) are visible "
                             f"({list(pool)})")
         trainer_devices = tuple(pool[:count])
+    if strategy == "none" and len(trainer_devices) > 1:
+        key = ("distributed.resources.trainer.devices" if res.trainer.devices is not None
+               else "distributed.resources.trainer.num_gpus")
+        problems.append(f"{key} gives the trainer GPUs {list(trainer_devices)}, but distributed.training.strategy=none "
+                        "trains in one process on one GPU; give the trainer one GPU, or launch torchrun "
+                        f"--nproc_per_node={len(trainer_devices)} with distributed.training.strategy=ddp or fsdp2")
     rest = tuple(d for d in pool if d not in trainer_devices)
 
     placement = None
@@ -224,9 +244,8 @@ def plan_resources(dist: DistributedConfig, engine: str, rollout_workers: int, s
                     "%s: the pins win, rollout and trainer use different devices", res.rollout.devices)
     if ray and dist.cross_node:
         per_worker = (rollout_gpus or 0.0) / workers
-        if per_worker > 1 and per_worker != int(per_worker):
-            problems.append(f"distributed.resources.rollout.num_gpus={rollout_gpus:g} over {workers} workers gives "
-                            f"{per_worker:g} GPUs each; use a multiple of rollout.num_workers")
+        if per_worker > 1:
+            problems.append(_one_device_per_worker(int(rollout_gpus), "", workers))
         placement = RolloutPlacement(workers, num_cpus, per_worker, None)
     elif ray:
         if res.rollout.devices is not None:
@@ -258,10 +277,11 @@ def plan_resources(dist: DistributedConfig, engine: str, rollout_workers: int, s
             placement = RolloutPlacement(workers, num_cpus, per_worker, worker_devices)
     if problems:
         return None, problems
-    local_index = visible.index(trainer_devices[0]) if trainer_devices else None
+    cuda_indices = tuple(visible.index(d) for d in trainer_devices)
+    local_index = cuda_indices[0] if cuda_indices else None
     ray_gpus = float(len(set(d for ds in placement.worker_devices for d in ds))) if (
         placement and placement.worker_devices) else 0.0
-    return ResourcePlan(True, trainer_devices, local_index, placement, colocated,
+    return ResourcePlan(True, trainer_devices, local_index, cuda_indices, placement, colocated,
                         facts.ray_address if dist.cross_node else None, workers * num_cpus, ray_gpus), []
 
 

@@ -37,6 +37,7 @@ from genalign.training.optim import build_optimizer
 from genalign.training.parity import replay_parity
 from genalign.training.precision import build_grad_scaler
 from genalign.training.reference import ReferencePolicy
+from genalign.training.resources import resolve_resources
 from genalign.training.update import run_update
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,8 @@ class Trainer:
                 raise ResumeError(f"trainer.resume_from={checkpoint.path}: the checkpoint was written with a "
                                   "different config:\n  " + "\n  ".join(differing))
         strategy = cfg.distributed.training
-        self.ranks = distributed.init_distributed(strategy.strategy, strategy.backend)
+        devices = resolve_resources(cfg).trainer_cuda_indices  # the planned (or pinned) trainer GPUs
+        self.ranks = distributed.init_distributed(strategy.strategy, strategy.backend, devices)
         if self.ranks.is_main:
             self.start.apply()  # stale temp dirs; the old run's files when overwriting
         distributed.barrier(self.ranks)

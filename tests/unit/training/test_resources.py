@@ -38,15 +38,38 @@ def test_every_preset_runs_on_a_cpu_machine():
     assert problems == [] and result.ray_address == "127.0.0.1:6379"
 
 
-def test_split_gives_the_rest_to_rollout_and_divides_it_among_workers():
-    result, problems = plan(preset("ray_rollout"), FOUR_GPUS)
-    assert problems == []
-    assert result.trainer_devices == (0,) and result.rollout.worker_devices == ((1, 2, 3),)
-    assert result.rollout.num_gpus_per_worker == 3 and result.ray_num_gpus == 3
-    result, _ = plan(preset("ray_rollout", workers=3), FOUR_GPUS)
+def test_split_gives_the_rest_to_rollout_one_worker_per_gpu():
+    result, problems = plan(preset("ray_rollout", workers=3), FOUR_GPUS)
+    assert problems == [] and result.trainer_devices == (0,) and result.trainer_cuda_indices == (0,)
     assert result.rollout.worker_devices == ((1,), (2,), (3,)) and result.rollout.num_gpus_per_worker == 1
-    _, problems = plan(preset("ray_rollout", workers=2), FOUR_GPUS)
-    assert "cannot be split evenly" in problems[0]
+    assert result.ray_num_gpus == 3
+
+
+def test_a_worker_given_several_gpus_is_refused_with_what_to_set():
+    # the seed's split command: one default worker would get GPUs 1-3 and sample on one of them
+    for workers in (1, 2):
+        _, problems = plan(preset("ray_rollout", workers=workers), FOUR_GPUS)
+        assert problems == [f"3 rollout GPU(s) [1, 2, 3] for rollout.num_workers={workers} would give each worker "
+                            f"{3 // workers} GPUs, but a rollout worker samples on one GPU and would leave the rest "
+                            "idle; set rollout.num_workers=3 and distributed.resources.rollout.num_workers=3 (one "
+                            f"worker per GPU), or distributed.resources.rollout.num_gpus={workers}"]
+    result, problems = plan(preset("ray_rollout", rollout_gpus=1), FOUR_GPUS)  # the other fix: ask for fewer
+    assert problems == [] and result.rollout.worker_devices == ((1,),)
+    _, problems = plan(preset("ray_rollout_cross_node", rollout_gpus=4, workers=2),
+                       EnvironmentFacts((0,), "10.0.0.1:6379"))
+    assert "set rollout.num_workers=4" in problems[0]
+
+
+def test_a_one_process_trainer_gets_one_gpu_and_it_is_its_device():
+    _, problems = plan(preset("ray_rollout", trainer_gpus=2, rollout_gpus=1), FOUR_GPUS)
+    assert problems == ["distributed.resources.trainer.num_gpus gives the trainer GPUs [0, 1], but "
+                        "distributed.training.strategy=none trains in one process on one GPU; give the trainer one "
+                        "GPU, or launch torchrun --nproc_per_node=2 with distributed.training.strategy=ddp or fsdp2"]
+    result, problems = plan(preset("local", trainer_gpus=2), FOUR_GPUS, engine="local", strategy="ddp")
+    assert problems == [] and result.trainer_cuda_indices == (0, 1)  # rank k takes cuda:k
+    # a pin is applied as the trainer's cuda index within the visible list
+    result, problems = plan(preset("ray_rollout", trainer=[2], rollout=[3]), EnvironmentFacts((1, 2, 3), None))
+    assert problems == [] and result.trainer_cuda_indices == (1,)
 
 
 def test_colocated_workers_share_the_trainer_device():
@@ -68,9 +91,9 @@ def test_more_gpus_than_visible_is_a_config_error():
 
 def test_seed_pinning_example_and_pin_errors():
     result, problems = plan(preset("ray_rollout_colocated_single_gpu", rollout_gpus=1, visible=[0, 1, 2, 3],
-                                   trainer=[0], rollout=[1, 2, 3]), FOUR_GPUS)
+                                   trainer=[0], rollout=[1, 2, 3], workers=3), FOUR_GPUS)
     assert problems == [] and not result.colocated  # the pins win over the colocated preset
-    assert result.trainer_devices == (0,) and result.rollout.worker_devices == ((1, 2, 3),)
+    assert result.trainer_devices == (0,) and result.rollout.worker_devices == ((1,), (2,), (3,))
     _, problems = plan(preset("ray_rollout", trainer=[0, 1], rollout=[1, 2]), FOUR_GPUS)
     assert any("overlap on [1]" in p for p in problems)
     _, problems = plan(preset("ray_rollout", trainer=[0], rollout=[5]), FOUR_GPUS)
