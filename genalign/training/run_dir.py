@@ -92,12 +92,18 @@ def stale_temp_dirs(output_dir: Path) -> list[Path]:
     return sorted(path for path in output_dir.iterdir() if STALE_TEMP_NAME.fullmatch(path.name))
 
 
-def _newer_than(output_dir: Path, step: int) -> list[Path]:
-    """Checkpoints and eval dirs in `output_dir` from after `step` (a resume would redo them)."""
-    newer = [path for path, saved in _checkpoints(output_dir).items() if saved is not None and saved > step]
-    newer += [path for path in run_files(output_dir)
-              if EVAL_DIR_NAME.fullmatch(path.name) and int(path.name.rsplit("_", 1)[1]) > step]
-    return sorted(newer)
+def _newer_checkpoints(output_dir: Path, step: int) -> list[Path]:
+    """Complete checkpoints in `output_dir` of a step after `step`: state a resume must not pass over."""
+    if not output_dir.is_dir():
+        return []
+    return [path for path, saved in _checkpoints(output_dir).items() if saved is not None and saved > step]
+
+
+def _later_eval_dirs(output_dir: Path, step: int) -> list[Path]:
+    """eval_epoch_<n> with n > step: written by steps a resume redoes (like their metrics rows,
+    which CSVSink cuts), so they are replaced, not kept beside the redone ones."""
+    return [path for path in run_files(output_dir)
+            if EVAL_DIR_NAME.fullmatch(path.name) and int(path.name.rsplit("_", 1)[1]) > step]
 
 
 def _names(paths: list[Path]) -> str:
@@ -172,12 +178,12 @@ def _plan_resume(cfg, start: RunStart, checkpoint: Path, step: int) -> RunStart:
     if step == num_steps:
         start.finished = True
         return start
-    newer = _newer_than(start.output_dir, step) if start.output_dir.is_dir() else []
+    newer = _newer_checkpoints(start.output_dir, step)
     if newer and not cfg.trainer.overwrite:
-        raise RunDirError([f"trainer.resume_from={checkpoint} (step {step}) would overwrite newer state in "
+        raise RunDirError([f"trainer.resume_from={checkpoint} (step {step}) would overwrite newer checkpoints in "
                            f"{start.output_dir} ({_names(newer)}); continue from the newest with "
-                           "trainer.resume_from=auto, or set trainer.overwrite=true to discard it"])
-    start.remove += [path for path in newer if path.resolve() != checkpoint.resolve()]
+                           "trainer.resume_from=auto, or set trainer.overwrite=true to discard them"])
+    start.remove += sorted(newer + _later_eval_dirs(start.output_dir, step))
     return start
 
 

@@ -62,14 +62,16 @@ def test_empty_resume_from_is_an_error_not_a_fresh_run(tmp_path):
 
 def test_auto_takes_the_newest_complete_checkpoint(tmp_path):
     old_run(tmp_path, steps=(2, 4))
+    (tmp_path / "eval_epoch_5").mkdir()  # a crash after step 5's eval, before its checkpoint: redone
     partial = tmp_path / "checkpoint-6"
     partial.mkdir()  # incomplete: ignored
     (tmp_path / ".checkpoint-6.tmp-12345").mkdir()  # a crash mid-save: removed
     start = plan_start(config(tmp_path, "trainer.resume_from=auto"))
     assert start.checkpoint == tmp_path / "checkpoint-4" and start.checkpoint_step == 4
-    assert start.remove == [tmp_path / ".checkpoint-6.tmp-12345"]
+    assert start.remove == [tmp_path / ".checkpoint-6.tmp-12345", tmp_path / "eval_epoch_5"]
     start.apply()
     assert not (tmp_path / ".checkpoint-6.tmp-12345").exists() and (tmp_path / "checkpoint-4").exists()
+    assert (tmp_path / "eval_epoch_0").exists() and not (tmp_path / "eval_epoch_5").exists()
 
 
 def test_auto_without_checkpoint_starts_fresh_and_replaces_the_partial_run(tmp_path, caplog):
@@ -101,13 +103,13 @@ def test_resume_that_would_overwrite_newer_checkpoints_is_refused_unless_overwri
     old_run(tmp_path, steps=(2, 4), final=6)
     (tmp_path / "eval_epoch_5").mkdir()
     older = f"trainer.resume_from={tmp_path / 'checkpoint-2'}"
-    with pytest.raises(RunDirError, match=r"would overwrite newer state .*checkpoint-4, checkpoint-final"):
+    with pytest.raises(RunDirError, match=r"would overwrite newer checkpoints .*checkpoint-4, checkpoint-final\)"):
         plan_start(config(tmp_path, older))
     start = plan_start(config(tmp_path, older, "trainer.overwrite=true"))
     assert set(start.remove) == {tmp_path / n for n in ("checkpoint-4", "checkpoint-final", "eval_epoch_5")}
     # resuming from another directory's checkpoint into this one is judged the same way
     other = fake_checkpoint(tmp_path / "elsewhere" / "checkpoint-3", 3)
-    with pytest.raises(RunDirError, match="would overwrite newer state"):
+    with pytest.raises(RunDirError, match="would overwrite newer checkpoints"):
         plan_start(config(tmp_path, f"trainer.resume_from={other}"))
 
 
