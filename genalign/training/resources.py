@@ -210,8 +210,8 @@ def plan_resources(dist: DistributedConfig, engine: str, rollout_workers: int, s
         if any(d is not None for d in pinned.values()):
             log.warning("no GPU is visible: distributed.resources device pins are not used; every role runs on CPU")
         rollout = RolloutPlacement(workers, num_cpus, 0.0, None) if ray else None
-        return ResourcePlan(False, (), None, (), rollout, dist.colocated, facts.ray_address if dist.cross_node else None,
-                            workers * num_cpus, 0.0), []
+        return ResourcePlan(False, (), None, (), rollout, dist.colocated,
+                            facts.ray_address if dist.cross_node else None, workers * num_cpus, 0.0), []
 
     visible = facts.visible_gpus
     pool = pool_pin if pool_pin is not None else visible

@@ -54,6 +54,8 @@ class Trainer:
         self.output_dir = Path(cfg.trainer.output_dir)
         self.start = run_dir.plan_start(cfg)  # may refuse the run: before any model loads
         if self.start.finished:  # nothing to build: train() returns at once
+            if distributed.rank_info_from_env().is_main:
+                self.start.apply()  # stale temp dirs only
             log.info("%s is at step %d = trainer.num_steps: nothing left to train (raise trainer.num_steps to "
                      "continue)", self.start.checkpoint, self.start.checkpoint_step)
             return

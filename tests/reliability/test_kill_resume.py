@@ -1,0 +1,128 @@
+"""Kill -9 at 20 seeded points, resume with `trainer.resume_from=auto`, get the same run.
+
+A small CPU run of the toy recipe (a checkpoint every step, `trainer.keep_last=3`, so saves,
+renames and prunes are frequent) is started in a subprocess and killed with SIGKILL, then
+rerun with the same command, 20 times; then it is allowed to finish. The kill points are
+drawn with a fixed seed from three kinds:
+- "mid-checkpoint": poll for a `.checkpoint-*.tmp-PID` dir, freeze the process (SIGSTOP) the
+  moment one appears, then SIGKILL — the temp dir is left behind half-written;
+- "after a step": wait for a new metrics.csv row, then a random delay under a second;
+- "any time": a random delay after launch (imports, model build, eval, a step, a save).
+The result must equal an uninterrupted run's byte for byte: metrics.csv and eval_metrics.csv
+rows (all but the wall-clock columns) and the final checkpoint's safetensors files.
+Runtime: about 6-9 minutes on the shared 2-core box (`-m slow`).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+KILLS = 20
+SEED = 9
+NUM_STEPS = 16
+OVERRIDES = [
+    "trainer.num_steps=16", "trainer.save_every=1", "trainer.keep_last=3", "trainer.progress_bar=false",
+    "trainer.resume_from=auto", "rollout.n=4", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8",
+    "rollout.num_steps=4", "eval.every=8", "eval.max_prompts=2", "eval.samples_per_prompt=2", "eval.num_steps=4",
+    "eval.batch_size=4",
+]
+WALL_CLOCK = ("time_", "images_per_s")
+
+
+def launch(out: Path) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "genalign", "train", "--config", "experiment/toy/shapes_grpo",
+               f"trainer.output_dir={out}", *OVERRIDES]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def metric_rows(path: Path) -> int:
+    try:
+        return max(path.read_text().count("\n") - 1, 0)
+    except FileNotFoundError:
+        return 0
+
+
+def temp_dirs(out: Path) -> list[str]:
+    try:
+        return [name for name in os.listdir(out) if name.startswith(".checkpoint-") and ".tmp-" in name]
+    except FileNotFoundError:
+        return []
+
+
+def kill_at_a_point(out: Path, kind: str, rng: random.Random) -> str:
+    """Run once and SIGKILL it at a point of `kind`; what happened, for the failure message."""
+    stale = set(temp_dirs(out))  # left by an earlier kill; removed by this start
+    rows_before = metric_rows(out / "metrics.csv")
+    delay = rng.uniform(0.0, 8.0) if kind == "any time" else rng.uniform(0.0, 0.8)
+    process = launch(out)
+    began = time.monotonic()
+    while process.poll() is None:
+        if kind == "mid-checkpoint":
+            if set(temp_dirs(out)) - stale:
+                process.send_signal(signal.SIGSTOP)  # freeze it inside the save, then kill
+                caught = bool(set(temp_dirs(out)) - stale)
+                process.kill()
+                process.wait()
+                return "killed mid-checkpoint" if caught else "killed just after a checkpoint"
+            time.sleep(0.0005)
+            continue
+        if kind == "after a step" and metric_rows(out / "metrics.csv") <= rows_before:
+            time.sleep(0.01)
+            continue
+        time.sleep(delay)
+        process.kill()
+        process.wait()
+        return f"killed {kind} ({time.monotonic() - began:.1f}s after launch)"
+    stderr = process.stderr.read()
+    assert process.returncode == 0, f"run failed instead of being killed:\n{stderr[-3000:]}"
+    return "finished before the kill"
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return [{k: v for k, v in row.items() if not k.startswith(WALL_CLOCK)} for row in csv.DictReader(handle)]
+
+
+def finish(out: Path) -> None:
+    process = launch(out)
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr[-3000:]
+
+
+def test_twenty_kills_resume_to_the_uninterrupted_run(tmp_path):
+    reference, killed = tmp_path / "uninterrupted", tmp_path / "killed"
+    finish(reference)
+    rng = random.Random(SEED)
+    kinds = ["mid-checkpoint"] * 8 + ["after a step"] * 6 + ["any time"] * 6
+    rng.shuffle(kinds)
+    history = [kill_at_a_point(killed, kind, rng) for kind in kinds]
+    print("kill points:", history)
+    assert history.count("killed mid-checkpoint") >= 1, history
+    assert "finished before the kill" not in history, history  # all 20 kills landed inside the run
+    finish(killed)
+
+    assert not [p for p in killed.iterdir() if p.name.startswith(".")], "temp dirs left behind"
+    for name in ("metrics.csv", "eval_metrics.csv"):
+        expected, got = read_rows(reference / name), read_rows(killed / name)
+        assert [r["step"] for r in got] == [r["step"] for r in expected], (name, history)
+        assert got == expected, (name, history)
+    assert len(read_rows(killed / "metrics.csv")) == NUM_STEPS
+    for name in ("trainable.safetensors", "optimizer.safetensors", "optimizer.json", "trainer_state.json"):
+        expected = (reference / "checkpoint-final" / name).read_bytes()
+        assert (killed / "checkpoint-final" / name).read_bytes() == expected, (name, history)
+    numbered = sorted(p.name for p in killed.glob("checkpoint-*"))
+    assert numbered == sorted(p.name for p in reference.glob("checkpoint-*")), numbered  # keep_last held
