@@ -250,7 +250,7 @@ class RayRolloutEngine:
             except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:
                 log.warning("rollout worker %d died during rollout (%s); restarting it and re-generating its shard",
                             index, type(error).__name__)
-                results.append(self._regenerate(index, groups_ref, shard, spec, deadline, error))
+                results.append(self._regenerate(index, groups_ref, shard, spec, error))
             except ray.exceptions.GetTimeoutError as error:
                 raise RolloutWorkerError(f"rollout worker {index} did not finish its shard within "
                                          f"{self.generate_timeout_s:.0f}s") from error
@@ -265,16 +265,19 @@ class RayRolloutEngine:
 
         return ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001))
 
-    def _regenerate(self, index: int, groups_ref, shard: list[int], spec: SamplingSpec, deadline: float,
+    def _regenerate(self, index: int, groups_ref, shard: list[int], spec: SamplingSpec,
                     first_error: Exception) -> TrajectoryBatch:
         import ray
 
         ray.kill(self.workers[index], no_restart=True)
         try:
-            self.workers[index] = self._start_worker(index)
+            self.workers[index] = self._start_worker(index)  # bounded by start_timeout_s
             fingerprint = ray.get(self.workers[index].load.remote(self.state_ref, self.version),
                                   timeout=self.sync_timeout_s)
             self._verify(index, fingerprint)
+            # the shard gets a whole generate_timeout_s of its own: the restart (building a
+            # model, minutes on a busy machine) must not eat the time meant for sampling
+            deadline = time.monotonic() + self.generate_timeout_s
             return self._get(self.workers[index].generate.remote(groups_ref, shard, spec, self.version), deadline)
         except Exception as error:
             raise RolloutWorkerError(f"rollout worker {index} failed again after a restart ({_reason(error)}); first "

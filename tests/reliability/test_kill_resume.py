@@ -38,7 +38,11 @@ OVERRIDES = [
     "rollout.num_steps=4", "eval.every=8", "eval.max_prompts=2", "eval.samples_per_prompt=2", "eval.num_steps=4",
     "eval.batch_size=4",
 ]
-WALL_CLOCK = ("time_", "images_per_s")
+
+
+def wall_clock(column: str) -> bool:
+    """Columns that measure seconds, which no two runs share (time_*, *images_per_s)."""
+    return column.startswith("time_") or column.endswith("images_per_s")
 
 
 def launch(out: Path) -> subprocess.Popen:
@@ -94,7 +98,7 @@ def kill_at_a_point(out: Path, kind: str, rng: random.Random) -> str:
 
 def read_rows(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as handle:
-        return [{k: v for k, v in row.items() if not k.startswith(WALL_CLOCK)} for row in csv.DictReader(handle)]
+        return [{k: v for k, v in row.items() if not wall_clock(k)} for row in csv.DictReader(handle)]
 
 
 def finish(out: Path) -> None:
