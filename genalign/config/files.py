@@ -38,8 +38,9 @@ def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest
     problems += device_problems(cfg.model.device)
     problems += reward_path_problems(cfg)
     if output_dir:
-        problems += output_dir_problems(cfg.trainer.output_dir)
-    if resume and cfg.trainer.resume_from:
+        directory_problems = output_dir_problems(cfg.trainer.output_dir)
+        problems += directory_problems or run_dir_problems(cfg)
+    if resume and cfg.trainer.resume_from and cfg.trainer.resume_from != "auto":  # auto: chosen by run_dir
         problems += resume_problems(cfg)
     return problems
 
@@ -104,6 +105,18 @@ def output_dir_problems(output_dir: str) -> list[str]:
         return [f"trainer.output_dir: cannot create {path}: {parent} is a file"]
     if not os.access(parent, os.W_OK | os.X_OK):
         return [f"trainer.output_dir: cannot create {path}: {parent} is not writable"]
+    return []
+
+
+def run_dir_problems(cfg: ExperimentConfig) -> list[str]:
+    """What the run-directory rules (training/run_dir.py) refuse: an existing run without
+    trainer.overwrite, a resume that moves backwards or passes over newer checkpoints."""
+    from genalign.training.run_dir import RunDirError, plan_start
+
+    try:
+        plan_start(cfg)
+    except RunDirError as exc:
+        return exc.problems
     return []
 
 

@@ -125,7 +125,9 @@ def yaml_file(text: bytes) -> Callable[[Path], Path]:
     return lambda tmp: write_bytes(tmp / "recipe.yaml", text)
 
 
-TOY = ["train"]
+TOY = ["train", "trainer.resume_from=auto"]
+"""The toy recipe, continuing the earlier run in its default output_dir (a bare `train` there
+is itself a mistake: case output-dir-holds-a-run)."""
 SD3 = ["train", "--config", "experiment/diffusion/sd3_5/online_grpo_ocr"]
 ROW = b'{"prompt": "a red circle"}\n'
 CASES = [
@@ -252,6 +254,8 @@ CASES = [
     Case("output-dir-unwritable", TOY + ["trainer.output_dir=/proc/sys/genalign_run"], ["trainer.output_dir",
                                                                                         "not writable"]),
     Case("output-dir-empty", TOY + ["trainer.output_dir="], ["trainer.output_dir", "empty"]),
+    Case("output-dir-holds-a-run", ["train"], ["trainer.output_dir=outputs/toy_shapes_grpo", "already holds a run",
+                                               "trainer.resume_from=auto", "trainer.overwrite=true"]),
     Case("manifest-empty-path", TOY + ["data.manifest="], ["data.manifest", "empty"]),
     Case("device-typo", TOY + ["model.device=gpu"], ["model.device='gpu'", "cuda"]),
     Case("model-path-missing", TOY + ["model.path={tmp}/no_model"], ["model.path", "no_model", "does not exist"]),
@@ -360,7 +364,7 @@ def test_the_users_own_allow_list_is_honoured(tmp_path, workdir, tripwire, monke
                                  lambda c: c["reward"].update(components={"os.path:join": 1.0}, allow_import=[]))
     code, stderr, _ = run_in_process(["eval", "--checkpoint", str(checkpoint), "reward.allow_import=[os.path:join]"])
     assert code == 1 and "ReachedModelLoading" in stderr, stderr
-    code, stderr, _ = run_in_process(["train", "reward.components={os.path:join: 1.0}",
+    code, stderr, _ = run_in_process([*TOY, "reward.components={os.path:join: 1.0}",
                                       "reward.allow_import=[os.path:join]"])
     assert code == 1 and "ReachedModelLoading" in stderr, stderr
 
