@@ -94,6 +94,8 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     for key, value in {"eval.every": cfg.eval.every, "trainer.save_every": cfg.trainer.save_every}.items():
         if value < 0:
             problems.append(f"{key} must be >= 0 (0 disables it), got {value}")
+    if cfg.trainer.keep_last is not None and cfg.trainer.keep_last < 1:
+        problems.append(f"trainer.keep_last={cfg.trainer.keep_last} must be >= 1 (null keeps every checkpoint)")
     if cfg.rollout.noise_level < 0:
         problems.append(f"rollout.noise_level must be >= 0, got {cfg.rollout.noise_level}")
     if cfg.algorithm.clip_range <= 0:

@@ -115,8 +115,6 @@ def plan_start(cfg) -> RunStart:
     """Decide how this run starts in `cfg.trainer.output_dir` (reads only; raises RunDirError)."""
     trainer = cfg.trainer
     output_dir = Path(trainer.output_dir)
-    if trainer.keep_last is not None and trainer.keep_last < 1:
-        raise RunDirError([f"trainer.keep_last={trainer.keep_last} must be >= 1 (null keeps every checkpoint)"])
     if output_dir.exists() and not output_dir.is_dir():
         raise RunDirError([f"trainer.output_dir={output_dir} is a file, not a directory; choose another "
                            "trainer.output_dir"])

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from genalign.config.errors import ConfigError
 from genalign.config.loader import config_to_dict, load_config
 from genalign.training.checkpoint import REQUIRED_FILES, TRAINER_STATE, checkpoint_step
 from genalign.training.run_dir import RunDirError, plan_start, prune_checkpoints
@@ -120,8 +121,8 @@ def test_keep_last_keeps_the_newest_numbered_checkpoints_and_never_final(tmp_pat
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-10", "checkpoint-11",
                                                                      "checkpoint-final"]
     assert not list(tmp_path.glob(".checkpoint-*")) and prune_checkpoints(tmp_path, None) == []
-    with pytest.raises(RunDirError, match="trainer.keep_last=0 must be >= 1"):
-        plan_start(config(tmp_path / "x", "trainer.keep_last=0"))
+    with pytest.raises(ConfigError, match="trainer.keep_last=0 must be >= 1"):
+        config(tmp_path / "x", "trainer.keep_last=0")
 
 
 def test_checkpoint_step_needs_every_file(tmp_path):
