@@ -75,25 +75,34 @@ def overrides(args, out: Path, compiled: bool, gpu: bool) -> list[str]:
     ]
 
 
-def transformer_flops(trainer) -> tuple[float, float, int, int, int]:
-    """(forward FLOPs, forward+backward FLOPs) of one CFG transformer call at the rollout's
-    batch, and the calls one step makes: rollout forwards, replay forward+backwards and
-    reference forwards (KL)."""
+def transformer_flops(trainer) -> tuple[float, float, float, int, int, int]:
+    """FLOPs of one CFG transformer call of each kind (a rollout forward at the sampling
+    chunk; a replay forward+backward and a reference forward at the train micro-batch), and
+    the calls of each kind one step makes (reference forwards only with the KL)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from genalign.rollout.collector import encode_unique
 
     policy, cfg, plan = trainer.policy, trainer.cfg, trainer.plan
-    chunk = cfg.rollout.sample_batch_size
-    latents = torch.randn(chunk, *policy.latent_shape(cfg.rollout.height, cfg.rollout.width), device=policy.device)
-    cond = encode_unique(policy, ["a sign that says hello"] * chunk, with_negative=cfg.rollout.guidance_scale > 1)
-    sigma = torch.full((chunk,), 0.5, device=policy.device)
+    chunk, micro = cfg.rollout.sample_batch_size, plan.train_micro_batch
+
+    def inputs(batch: int):
+        latents = torch.randn(batch, *policy.latent_shape(cfg.rollout.height, cfg.rollout.width), device=policy.device)
+        cond = encode_unique(policy, ["a sign that says hello"] * batch, with_negative=cfg.rollout.guidance_scale > 1)
+        return latents, torch.full((batch,), 0.5, device=policy.device), cond
+
+    latents, sigma, cond = inputs(chunk)  # a rollout call: the sampling chunk, no grad
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         policy.velocity(latents, sigma, cond, cfg.rollout.guidance_scale)
     forward = counter.get_total_flops()
+    del latents, sigma, cond
+    latents, sigma, cond = inputs(micro)  # a replay call: the train micro-batch, with grad
     with FlopCounterMode(display=False) as counter:
         policy.velocity(latents, sigma, cond, cfg.rollout.guidance_scale).float().square().mean().backward()
     both = counter.get_total_flops()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        policy.velocity(latents, sigma, cond, cfg.rollout.guidance_scale)
+    reference = counter.get_total_flops()
     trainer.optimizer.zero_grad(set_to_none=True)
     samples = plan.prompts_per_step * plan.samples_per_prompt
     trained_steps = int(cfg.rollout.num_steps * cfg.algorithm.timestep_fraction)
@@ -101,7 +110,7 @@ def transformer_flops(trainer) -> tuple[float, float, int, int, int]:
     rollout_calls = samples // chunk * cfg.rollout.num_steps
     replay_calls = micro_batches * trained_steps
     reference_calls = replay_calls if cfg.algorithm.kl_beta > 0 else 0
-    return forward, both, rollout_calls, replay_calls, reference_calls
+    return forward, both, reference, rollout_calls, replay_calls, reference_calls
 
 
 def run_mode(args, compiled: bool, gpu: bool) -> dict[str, float]:
@@ -119,7 +128,13 @@ def run_mode(args, compiled: bool, gpu: bool) -> dict[str, float]:
         trainer.train()
         rows = list(csv.DictReader(open(out / "metrics.csv")))
         peak_gib = torch.cuda.max_memory_allocated() / 2**30 if gpu else float("nan")
-        forward, both, rollout_calls, replay_calls, reference_calls = transformer_flops(trainer)
+        for row in rows:  # printed before the FLOP count, which allocates again
+            print(f"  step {row['step']}: {float(row['step_images_per_s']):.2f} images/s, rollout "
+                  f"{float(row['time_rollout_s']):.2f} s, train {float(row['time_train_s']):.2f} s, "
+                  f"peak {peak_gib:.1f} GiB", flush=True)
+        if gpu:
+            torch.cuda.empty_cache()
+        forward, both, reference, rollout_calls, replay_calls, reference_calls = transformer_flops(trainer)
         del trainer
         gc.collect()
     measured = rows[args.warmup:] or rows[-1:]
@@ -127,7 +142,7 @@ def run_mode(args, compiled: bool, gpu: bool) -> dict[str, float]:
     def mean(key: str) -> float:
         return statistics.mean(float(r[key]) for r in measured)
 
-    step_flops = rollout_calls * forward + replay_calls * both + reference_calls * forward
+    step_flops = rollout_calls * forward + replay_calls * both + reference_calls * reference
     busy_s = mean("time_rollout_s") + mean("time_train_s")
     return {
         "images_per_s": mean("step_images_per_s"), "rollout_s": mean("time_rollout_s"),

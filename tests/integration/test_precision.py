@@ -53,13 +53,15 @@ def test_reduced_precision_trains_with_float32_masters(tiny_sd3_dir, tmp_path, d
         assert "grad_scale" in rows[-1] and float(rows[-1]["grad_scale"]) > 0
 
 
+@pytest.mark.parametrize("mode,graphs", [("regional", 2), ("full", 1)])
 @pytest.mark.parametrize("device,dtype,atol,mean_atol", [
     pytest.param("cpu", "float32", 1e-5, 1e-6, id="cpu-fp32"),
     pytest.param("cuda", "bfloat16", 0.1, 3e-2, id="cuda-bf16", marks=[pytest.mark.gpu, CUDA]),
 ])
-def test_compiled_denoiser_agrees_with_eager(tiny_sd3_dir, device, dtype, atol, mean_atol):
-    """Regional compilation changes kernels, not the function. The stated tolerance: fp32
-    agrees to 1e-5 (reassociation only); bf16 to 0.1 per element and 3e-2 on average —
+def test_compiled_denoiser_agrees_with_eager(tiny_sd3_dir, device, dtype, atol, mean_atol, mode, graphs):
+    """Compilation (regional: each of the tiny model's 2 blocks; full: the whole denoiser)
+    changes kernels, not the function. The stated tolerance: fp32 agrees to 1e-5
+    (reassociation only); bf16 to 0.1 per element and 3e-2 on average —
     one bf16 ulp of an O(1) branch output is 8e-3 and CFG at w = 4.5 scales a branch's
     rounding by up to 2w − 1 = 8 (measured on an H100: max 0.041, mean 0.012)."""
     policy = SD3Policy.from_pretrained(tiny_sd3_dir, dtype=getattr(torch, dtype), device=device,
@@ -69,7 +71,7 @@ def test_compiled_denoiser_agrees_with_eager(tiny_sd3_dir, device, dtype, atol, 
     cond = encode_unique(policy, ["a red sign", "hello"], with_negative=True)
     sigma = torch.tensor([0.7, 0.3], device=device)  # [2]
     eager = policy.velocity(latents, sigma, cond, 4.5)
-    assert compile_denoiser(policy.transformer, "regional", policy.repeated_blocks) == 2
+    assert compile_denoiser(policy.transformer, mode, policy.repeated_blocks) == graphs
     compiled = policy.velocity(latents, sigma, cond, 4.5)
     torch.testing.assert_close(compiled, eager, atol=atol, rtol=0)
     assert (compiled - eager).abs().mean().item() <= mean_atol

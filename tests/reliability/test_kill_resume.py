@@ -1,6 +1,6 @@
 """Kill -9 at 20 seeded points, resume with `trainer.resume_from=auto`, get the same run.
 
-A small CPU run of the toy recipe (a checkpoint every step, `trainer.keep_last=3`, so saves,
+A small CPU run of the toy recipe (48 steps, a checkpoint every step, `trainer.keep_last=3`, so saves,
 renames and prunes are frequent) is started in a subprocess and killed with SIGKILL, then
 rerun with the same command, 20 times; then it is allowed to finish. The kill points are
 drawn with a fixed seed from three kinds:
@@ -10,7 +10,7 @@ drawn with a fixed seed from three kinds:
 - "any time": a random delay after launch (imports, model build, eval, a step, a save).
 The result must equal an uninterrupted run's byte for byte: metrics.csv and eval_metrics.csv
 rows (all but the wall-clock columns) and the final checkpoint's safetensors files.
-Runtime: about 6-9 minutes on the shared 2-core box (`-m slow`).
+Runtime: about 3-6 minutes on the shared 2-core box (`-m slow`).
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 KILLS = 20
 SEED = 9
-NUM_STEPS = 16
+NUM_STEPS = 48
+MAX_ROWS_PER_LAUNCH = 2  # 20 launches x 2 rows < NUM_STEPS, whatever the machine speed
 OVERRIDES = [
-    "trainer.num_steps=16", "trainer.save_every=1", "trainer.keep_last=3", "trainer.progress_bar=false",
+    f"trainer.num_steps={NUM_STEPS}", "trainer.save_every=1", "trainer.keep_last=3", "trainer.progress_bar=false",
     "trainer.resume_from=auto", "rollout.n=4", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8",
-    "rollout.num_steps=4", "eval.every=8", "eval.max_prompts=2", "eval.samples_per_prompt=2", "eval.num_steps=4",
+    "rollout.num_steps=4", "eval.every=16", "eval.max_prompts=2", "eval.samples_per_prompt=2", "eval.num_steps=4",
     "eval.batch_size=4",
 ]
 
@@ -68,12 +69,18 @@ def temp_dirs(out: Path) -> list[str]:
 
 
 def kill_at_a_point(out: Path, kind: str, rng: random.Random) -> str:
-    """Run once and SIGKILL it at a point of `kind`; what happened, for the failure message."""
+    """Run once and SIGKILL it at a point of `kind`; what happened, for the failure message.
+
+    However late the drawn point, a launch is killed once it has logged MAX_ROWS_PER_LAUNCH
+    new metrics rows: how far a run gets in a given time depends on the machine, and 20
+    launches must not be able to finish the run on a fast one (CI's did, at 8 s a launch).
+    """
     stale = set(temp_dirs(out))  # left by an earlier kill; removed by this start
     rows_before = metric_rows(out / "metrics.csv")
     delay = rng.uniform(0.0, 8.0) if kind == "any time" else rng.uniform(0.0, 0.8)
     process = launch(out)
     began = time.monotonic()
+    kill_at = began + delay if kind == "any time" else None
     while process.poll() is None:
         if kind == "mid-checkpoint":
             if set(temp_dirs(out)) - stale:
@@ -84,13 +91,16 @@ def kill_at_a_point(out: Path, kind: str, rng: random.Random) -> str:
                 return "killed mid-checkpoint" if caught else "killed just after a checkpoint"
             time.sleep(0.0005)
             continue
-        if kind == "after a step" and metric_rows(out / "metrics.csv") <= rows_before:
-            time.sleep(0.01)
-            continue
-        time.sleep(delay)
-        process.kill()
-        process.wait()
-        return f"killed {kind} ({time.monotonic() - began:.1f}s after launch)"
+        rows = metric_rows(out / "metrics.csv")
+        if kind == "after a step" and kill_at is None and rows > rows_before:
+            kill_at = time.monotonic() + delay
+        capped = rows >= rows_before + MAX_ROWS_PER_LAUNCH
+        if capped or (kill_at is not None and time.monotonic() >= kill_at):
+            process.kill()
+            process.wait()
+            why = " at the row cap" if capped else ""
+            return f"killed {kind}{why} ({time.monotonic() - began:.1f}s after launch)"
+        time.sleep(0.005)
     stderr = process.stderr.read()
     assert process.returncode == 0, f"run failed instead of being killed:\n{stderr[-3000:]}"
     return "finished before the kill"
