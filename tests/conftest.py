@@ -26,3 +26,11 @@ def tiny_sd3_dir(tmp_path_factory):
     from genalign.models.tiny import save_tiny_sd3
 
     return save_tiny_sd3(tmp_path_factory.mktemp("tiny_sd3") / "pipeline", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_wan_dir(tmp_path_factory):
+    """A tiny random WanPipeline written by save_pretrained (seed 0); read-only."""
+    from genalign.models.tiny import save_tiny_wan
+
+    return save_tiny_wan(tmp_path_factory.mktemp("tiny_wan") / "pipeline", seed=0)

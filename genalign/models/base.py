@@ -11,8 +11,9 @@ Images handed to rewards are `torch.uint8` tensors `[B, 3, H, W]`.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 import torch
 
@@ -37,7 +38,8 @@ class ModelConfig:
     """Which model to load and what to train in it."""
 
     family: str = "sd3"
-    """Model family: "sd3" (Stable Diffusion 3 / 3.5) or "toy" (the shipped CPU demo)."""
+    """Model family: "sd3" (Stable Diffusion 3 / 3.5), "wan" (Wan 2.1 text-to-video) or "toy"
+    (the shipped CPU demo)."""
     path: str = "stabilityai/stable-diffusion-3.5-medium"
     """Hugging Face hub id or a local directory written by `save_pretrained`."""
     revision: str | None = None
@@ -53,7 +55,14 @@ class ModelConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     max_sequence_length: int = 128
     """T5 token budget for SD3 prompts (Flow-GRPO's train_sd3.py encodes with 128; the
-    diffusers pipeline's own default is 256)."""
+    diffusers pipeline's own default is 256); UMT5 tokens for Wan (its pipeline and the
+    wan_2_1 presets use 512)."""
+    num_frames: int = 1
+    """Frames per generated sample: 1 for image families; video families (wan) need their
+    VAE's 4k + 1 (the wan_2_1 presets: 33). Rewards then see uint8 video [B, F, 3, H, W]."""
+    negative_prompt: str = ""
+    """CFG's negative prompt for families whose pipeline takes one (wan: the pipeline's
+    default is the empty prompt, as here)."""
     gradient_checkpointing: bool = False
     """Recompute the denoiser's activations in backward: the memory lever for larger replay
     micro-batches (about a third more train time)."""
@@ -168,6 +177,42 @@ def guided_velocity(uncond: torch.Tensor, cond: torch.Tensor, guidance_scale: fl
     if detach_uncond:
         uncond = uncond.detach()
     return uncond + guidance_scale * (cond - uncond)
+
+
+CFG_BATCHES = ("joint", "split")
+
+
+def batched_cfg(forward: Callable[..., torch.Tensor], latents: torch.Tensor, timestep: torch.Tensor,
+                cond: tuple[torch.Tensor, ...], uncond: tuple[torch.Tensor | None, ...], guidance_scale: float,
+                detach_uncond: bool = False, cfg_batch: str = "joint") -> torch.Tensor:
+    """The CFG form every family shares: `forward(latents, timestep, *cond)` alone when
+    guidance_scale <= 1, else v_u + w (v_c − v_u) with v_u from `uncond` (the negative
+    prompt's tensors, in the same order as `cond`).
+
+    `cfg_batch="joint"` runs one forward over [uncond, cond] (Flow-GRPO); "split" runs two,
+    the unconditional one without autograd when `detach_uncond` (model.cfg_batch). Rollout
+    and replay call this same function, so their velocities are the same computation."""
+    if guidance_scale <= 1.0:
+        return forward(latents, timestep, *cond)  # [B, ...]
+    if any(tensor is None for tensor in uncond):
+        raise ValueError(f"guidance_scale={guidance_scale} > 1 needs prompts encoded with_negative=True "
+                         "(the negative-prompt branch of CFG)")
+    if cfg_batch == "split":
+        with torch.no_grad() if detach_uncond else nullcontext():
+            unconditional = forward(latents, timestep, *uncond)  # [B, ...]
+        conditional = forward(latents, timestep, *cond)  # [B, ...]
+    elif cfg_batch == "joint":
+        prediction = forward(torch.cat([latents, latents]), torch.cat([timestep, timestep]),
+                             *[torch.cat([u, c]) for u, c in zip(uncond, cond)])  # [2B, ...]
+        unconditional, conditional = prediction.chunk(2)  # [B, ...] each
+    else:
+        raise ValueError(f"model.cfg_batch={cfg_batch!r}: choose one of {list(CFG_BATCHES)}")
+    return guided_velocity(unconditional, conditional, guidance_scale, detach_uncond)  # [B, ...]
+
+
+def to_uint8(pixels: torch.Tensor) -> torch.Tensor:
+    """VAE output in [-1, 1] (any shape) -> uint8 in [0, 255] on the CPU, rounded."""
+    return ((pixels.float() / 2 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8).cpu()
 
 
 def compute_precision(device: torch.device, dtype: torch.dtype):

@@ -5,3 +5,4 @@ from genalign.config.registry import Registry
 MODEL_FAMILIES = Registry("model family", "model.family")
 MODEL_FAMILIES.register("sd3", "genalign.models.sd3:SD3Policy")
 MODEL_FAMILIES.register("toy", "genalign.models.toy.policy:ToyPolicy")
+MODEL_FAMILIES.register("wan", "genalign.models.wan:WanPolicy")

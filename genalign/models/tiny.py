@@ -1,4 +1,4 @@
-"""Tiny SD3 pipelines built from configs, for tests, benchmarks and offline smoke runs.
+"""Tiny SD3 and Wan pipelines built from configs, for tests, benchmarks and offline smoke runs.
 
 Where it fits: nothing can be downloaded here, so the real loading path
 (`SD3Policy.from_pretrained`, `StableDiffusion3Pipeline.load_lora_weights`) is exercised on a
@@ -7,6 +7,7 @@ pipeline built the way diffusers' own tests build one (1-2 layers, head dim 8), 
 with no merges, a character-level T5 unigram), so no hub access is needed at any point.
 
     python -m genalign.models.tiny sd3 OUT_DIR
+    python -m genalign.models.tiny wan OUT_DIR
 """
 
 from __future__ import annotations
@@ -157,13 +158,83 @@ def save_tiny_sd3(path: str | Path, seed: int = 0) -> Path:
     return path
 
 
+WAN_SHAPES = {
+    # 2 blocks of 2 heads x 12 dims (diffusers' WanPipeline test), a 16-channel VAE with
+    # spatial factor 8 and temporal factor 2 (so 3 frames make 2 latent frames; real Wan: 4)
+    "tiny": dict(
+        transformer=dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=16,
+                         out_channels=16, text_dim=T5_HIDDEN, freq_dim=256, ffn_dim=32, num_layers=2,
+                         cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=32),
+        umt5=dict(d_model=T5_HIDDEN, d_kv=8, d_ff=37, num_layers=2, num_heads=4, relative_attention_num_buckets=8),
+        vae=dict(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                 temperal_downsample=[False, True, False], scale_factor_temporal=2, scale_factor_spatial=8),
+        flow_shift=3.0,
+    ),
+    # the published configs of Wan-AI/Wan2.1-T2V-1.3B-Diffusers (30 blocks of 12 x 128 heads,
+    # UMT5-XXL's encoder, the Wan VAE): the shapes a GPU memory check runs, random weights
+    "wan2.1-t2v-1.3b": dict(
+        transformer=dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16,
+                         out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=30,
+                         cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=1024),
+        umt5=dict(d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64, relative_attention_num_buckets=32,
+                  feed_forward_proj="gated-gelu"),
+        vae=dict(base_dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
+                 temperal_downsample=[False, True, True], scale_factor_temporal=4, scale_factor_spatial=8),
+        flow_shift=3.0,
+    ),
+}
+"""Architectures `build_wan_pipeline` knows: the tiny test pipeline and Wan 2.1 T2V 1.3B's."""
+
+
+def build_wan_pipeline(shapes: str = "tiny", seed: int = 0, device: str | torch.device = "cpu",
+                       dtype: torch.dtype = torch.float32):
+    """A WanPipeline of the named `WAN_SHAPES` with random weights (the VAE always float32),
+    a UMT5 encoder over the in-memory character-level T5 tokenizer (UMT5's tokenizer class is
+    T5's), and the UniPC flow scheduler Wan ships (use_flow_sigmas, flow_shift=3)."""
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    if shapes not in WAN_SHAPES:
+        raise ValueError(f"unknown Wan shapes {shapes!r}: choose one of {sorted(WAN_SHAPES)}")
+    spec = WAN_SHAPES[shapes]
+    tokenizer = tiny_t5_tokenizer()
+    previous_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            torch.manual_seed(seed)
+            transformer = WanTransformer3DModel(**spec["transformer"])
+            torch.manual_seed(seed + 1)
+            text_encoder = UMT5EncoderModel(UMT5Config(
+                vocab_size=len(tokenizer), decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **spec["umt5"]))
+            torch.set_default_dtype(torch.float32)
+            torch.manual_seed(seed + 2)
+            vae = AutoencoderKLWan(**spec["vae"])
+    finally:
+        torch.set_default_dtype(previous_dtype)
+    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
+                                        flow_shift=spec["flow_shift"])
+    return WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, scheduler=scheduler,
+                       transformer=transformer)
+
+
+def save_tiny_wan(path: str | Path, seed: int = 0) -> Path:
+    """Build and `save_pretrained` a tiny Wan pipeline into `path` (safetensors); returns it."""
+    path = Path(path)
+    build_wan_pipeline("tiny", seed).save_pretrained(path)
+    return path
+
+
+TINY_SAVERS = {"sd3": save_tiny_sd3, "wan": save_tiny_wan}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m genalign.models.tiny", description="Write a tiny random pipeline.")
-    parser.add_argument("family", choices=["sd3"])
+    parser.add_argument("family", choices=sorted(TINY_SAVERS))
     parser.add_argument("out_dir")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    print(save_tiny_sd3(args.out_dir, args.seed))
+    print(TINY_SAVERS[args.family](args.out_dir, args.seed))
     return 0
 
 

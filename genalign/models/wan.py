@@ -1,0 +1,151 @@
+"""Wan 2.1 text-to-video behind the `FlowPolicy` protocol.
+
+Where it fits: the same loop as SD3 (collector → kernels → replay → rewards), with video
+latents. Loading is `WanPipeline.from_pretrained` (hub id or local `save_pretrained`
+directory); prompts are encoded by the pipeline's own `encode_prompt` (UMT5, padded with
+zeros past each prompt's length, as diffusers does).
+
+Wan specifics, each as `WanPipeline.__call__` runs them:
+- latents are `[B, C=16, F_lat, H/8, W/8]` with F_lat = (num_frames − 1) / 4 + 1 (the VAE's
+  temporal factor, `vae.config.scale_factor_temporal`), `num_frames = model.num_frames`;
+- the transformer's timestep is 1000·σ and it gets only the UMT5 embeddings (no pooled
+  vector); CFG is true classifier-free guidance with the negative prompt
+  (`model.negative_prompt`, the pipeline's default is the empty prompt);
+- the flow shift is the scheduler's: `flow_shift` of the UniPC scheduler Wan ships (3.0 for
+  480p) or `shift` of a FlowMatchEulerDiscreteScheduler. We sample with the Euler/SDE
+  kernels on `flow_match_sigmas(shift)`, which is what diffusers' Euler scheduler with the
+  same shift does, as the Flow-GRPO and DanceGRPO Wan trainers sample;
+- decoding un-normalises with the VAE's per-channel `latents_mean` / `latents_std` and
+  returns uint8 video `[B, F, 3, H, W]`. The Wan VAE already decodes one latent frame at a
+  time with a causal cache; we decode one video at a time, so peak decode memory is one
+  video's frames, not the batch's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from genalign.models.base import (Condition, ModelConfig, batched_cfg, compute_precision, resolve_device,
+                                  resolve_dtype, to_uint8)
+from genalign.models.loading import load_pipeline, place
+from genalign.sampling.schedules import flow_match_sigmas
+
+WAN_REPEATED_BLOCKS = ("WanTransformerBlock",)
+WAN_LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
+"""The attention projections of both self-attention (attn1) and cross-attention (attn2) in
+every block: DanceGRPO's Wan LoRA (`target_modules=["to_k", "to_q", "to_v", "to_out.0"]`)
+and diffusers' Wan LoRA training; the feed-forward stays frozen."""
+
+
+def scheduler_shift(scheduler) -> float:
+    """The flow shift a Wan scheduler applies: UniPC's `flow_shift` (with use_flow_sigmas,
+    as Wan ships it) or FlowMatchEuler's `shift`."""
+    config = scheduler.config
+    if config.get("use_flow_sigmas", False):
+        return float(config.get("flow_shift", 1.0))
+    return float(config.get("shift", 1.0))
+
+
+class WanPolicy:
+    """Wan 2.1 T2V: WanTransformer3DModel denoises; UMT5 encodes; AutoencoderKLWan decodes."""
+
+    family = "wan"
+    diffusers_pipeline = "WanPipeline"
+    lora_target_modules = WAN_LORA_TARGETS
+    repeated_blocks = WAN_REPEATED_BLOCKS
+
+    def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 512,
+                 cfg_batch: str = "joint", num_frames: int = 33, negative_prompt: str = ""):
+        if pipeline.tokenizer is None or len(pipeline.tokenizer) == 0:
+            raise ValueError("the tokenizer of the Wan pipeline is missing or empty (an offline load of a repo "
+                             "that is not cached?); check model.path")
+        if getattr(pipeline, "transformer_2", None) is not None:
+            raise ValueError("model.path holds a two-expert Wan 2.2 pipeline (transformer_2); model.family=wan "
+                             "trains Wan 2.1's single transformer")
+        self.pipeline = pipeline
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.max_sequence_length = max_sequence_length
+        self.cfg_batch = cfg_batch
+        self.num_frames = num_frames
+        self.negative_prompt = negative_prompt
+        place(pipeline.text_encoder, self.device, dtype).requires_grad_(False).eval()
+        self.vae = place(pipeline.vae, self.device, torch.float32).requires_grad_(False).eval()
+        self.transformer = place(pipeline.transformer, self.device, dtype).requires_grad_(False)
+        self.scheduler_shift = scheduler_shift(pipeline.scheduler)
+        self.temporal_factor = int(self.vae.config.scale_factor_temporal)
+        self.spatial_factor = int(self.vae.config.scale_factor_spatial)
+        self.patch_size = tuple(self.transformer.config.patch_size)  # (t, h, w)
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> "WanPolicy":
+        return cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device),
+                                   revision=cfg.revision, max_sequence_length=cfg.max_sequence_length,
+                                   cfg_batch=cfg.cfg_batch, num_frames=cfg.num_frames,
+                                   negative_prompt=cfg.negative_prompt)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
+                        device: str | torch.device = "cpu", revision: str | None = None,
+                        max_sequence_length: int = 512, cfg_batch: str = "joint", num_frames: int = 33,
+                        negative_prompt: str = "") -> "WanPolicy":
+        """Load from a hub id or a local `save_pretrained` directory through diffusers."""
+        pipeline = load_pipeline(cls.diffusers_pipeline, str(path), dtype, revision)
+        return cls(pipeline, torch.device(device), dtype, max_sequence_length, cfg_batch, num_frames, negative_prompt)
+
+    @torch.no_grad()
+    def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
+        """The pipeline's `encode_prompt` (UMT5): embeds [B, max_sequence_length, D], zero past
+        each prompt's tokens; the negative is `model.negative_prompt`."""
+        embeds, negative = self.pipeline.encode_prompt(
+            prompt=list(prompts), negative_prompt=[self.negative_prompt] * len(prompts) if with_negative else None,
+            do_classifier_free_guidance=with_negative, num_videos_per_prompt=1,
+            max_sequence_length=self.max_sequence_length, device=self.device)
+        return Condition(embeds=embeds, negative_embeds=negative if with_negative else None)
+
+    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
+                 guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
+        """v̂ [B, C, F_lat, h, w] float32 at sigma [B]: timestep 1000·σ, CFG by `batched_cfg`."""
+
+        def forward(hidden: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
+            with compute_precision(self.device, self.dtype):
+                out = self.transformer(hidden_states=hidden.to(self.device, self.dtype), timestep=timestep,
+                                       encoder_hidden_states=embeds.to(self.device, self.dtype),
+                                       return_dict=False)[0]
+            return out.float()
+
+        timestep = (sigma.to(self.device, torch.float32) * 1000.0).expand(latents.shape[0])  # [B]
+        return batched_cfg(forward, latents, timestep, (cond.embeds,), (cond.negative_embeds,), guidance_scale,
+                           detach_uncond, self.cfg_batch)  # [B, C, F_lat, h, w]
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """latents [B, C, F_lat, h, w] -> uint8 video [B, F, 3, H, W] on the CPU, one video at a time.
+        Un-normalised exactly as `WanPipeline` writes it (x / (1 / std) + mean)."""
+        config = self.vae.config
+        channels = (1, config.z_dim, 1, 1, 1)
+        mean = torch.tensor(config.latents_mean, device=self.device).view(channels)  # [1, C, 1, 1, 1]
+        inverse_std = 1.0 / torch.tensor(config.latents_std, device=self.device).view(channels)  # [1, C, 1, 1, 1]
+        videos = []
+        for sample in latents.to(self.device, torch.float32).split(1):  # [1, C, F_lat, h, w]
+            pixels = self.vae.decode(sample / inverse_std + mean, return_dict=False)[0]  # [1, 3, F, H, W] in [-1, 1]
+            videos.append(to_uint8(pixels.permute(0, 2, 1, 3, 4)))  # [1, F, 3, H, W]
+        return torch.cat(videos)  # [B, F, 3, H, W]
+
+    def latent_shape(self, height: int, width: int) -> tuple[int, int, int, int]:
+        """(C, F_lat, H/8, W/8) for `model.num_frames` frames of height x width."""
+        multiple = self.spatial_factor * self.patch_size[1]
+        if height % multiple or width % multiple:
+            raise ValueError(f"rollout.height/width must be multiples of {multiple} for Wan (VAE factor "
+                             f"{self.spatial_factor} x patch {self.patch_size[1]}), got {height}x{width}")
+        if (self.num_frames - 1) % self.temporal_factor:
+            raise ValueError(f"model.num_frames={self.num_frames}: Wan needs num_frames = {self.temporal_factor}k + 1 "
+                             f"(its VAE compresses time by {self.temporal_factor}), e.g. 33 or 81")
+        latent_frames = (self.num_frames - 1) // self.temporal_factor + 1
+        return (int(self.transformer.config.in_channels), latent_frames, height // self.spatial_factor,
+                width // self.spatial_factor)
+
+    def sigmas(self, num_steps: int) -> torch.Tensor:
+        return flow_match_sigmas(num_steps, shift=self.scheduler_shift)
