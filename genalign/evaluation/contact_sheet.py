@@ -105,3 +105,50 @@ def save_contact_sheet(path: Path, images: torch.Tensor, captions: list[str], co
     path.parent.mkdir(parents=True, exist_ok=True)
     make_contact_sheet(images, captions, columns=columns, caption_lines=caption_lines).save(path, format="PNG")
     return path
+
+
+def strip_frames(num_frames: int, max_frames: int) -> list[int]:
+    """Evenly spaced frame indices, first and last included, at most `max_frames` of them."""
+    if num_frames <= max_frames:
+        return list(range(num_frames))
+    return torch.linspace(0, num_frames - 1, max_frames).round().long().tolist()
+
+
+def make_frame_strip_sheet(videos: torch.Tensor, captions: list[str], max_frames: int = 8,
+                           caption_lines: int = 2) -> Image.Image:
+    """uint8 video [B, F, 3, H, W] -> one row per video: up to `max_frames` evenly spaced
+    frames left to right; the first tile carries the caption, the others their frame index."""
+    if videos.dtype != torch.uint8 or videos.dim() != 5 or videos.shape[2] != 3:
+        raise ValueError(f"frame strips need uint8 video [B, F, 3, H, W], got {videos.dtype} {tuple(videos.shape)}")
+    if len(captions) != videos.shape[0]:
+        raise ValueError(f"frame strips got {len(captions)} captions for {videos.shape[0]} videos")
+    frames = strip_frames(videos.shape[1], max_frames)
+    tiles = videos[:, frames].flatten(0, 1)  # [B·k, 3, H, W]
+    tile_captions = [caption if i == 0 else f"frame {frame}" for caption in captions for i, frame in enumerate(frames)]
+    return make_contact_sheet(tiles, tile_captions, columns=len(frames), caption_lines=caption_lines)
+
+
+def save_frame_strip_sheet(path: Path, videos: torch.Tensor, captions: list[str], max_frames: int = 8) -> Path:
+    """`make_frame_strip_sheet` written as PNG to `path` (parent folders created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make_frame_strip_sheet(videos, captions, max_frames).save(path, format="PNG")
+    return path
+
+
+def save_animated_preview(path: Path, videos: torch.Tensor, fps: float = 8.0, columns: int | None = None) -> Path:
+    """uint8 video [B, F, 3, H, W] -> an animated GIF (imageio, looping) whose frame f is the
+    grid of every video's frame f, tiles upscaled as in the contact sheet."""
+    import imageio.v3 as iio
+    import numpy as np
+
+    if videos.dtype != torch.uint8 or videos.dim() != 5 or videos.shape[2] != 3:
+        raise ValueError(f"animated preview needs uint8 video [B, F, 3, H, W], got {videos.dtype} "
+                         f"{tuple(videos.shape)}")
+    count = videos.shape[0]
+    grids = [np.asarray(make_contact_sheet(videos[:, frame], [""] * count, columns=columns, caption_lines=0))
+             for frame in range(videos.shape[1])]  # F x [H', W', 3]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    iio.imwrite(path, np.stack(grids), extension=".gif", duration=1000.0 / fps, loop=0)
+    return path

@@ -4,8 +4,9 @@ Where it fits: step 7 of the loop. Every `eval.every` steps (and at step 0 and t
 step) the trainer calls `evaluate`, which samples the first `eval.max_prompts` prompts of
 `data.eval_manifest` with the deterministic sampler, scores them with the training reward
 and with the eval-only gold rewards, writes a row to `eval_metrics.csv` and
-`eval_epoch_<step>/contact_sheet.png`, and checks the reward-hacking monitor: the training
-reward rising over the last `divergence_window` evaluations while the gold reward does not.
+`eval_epoch_<step>/contact_sheet.png` (video: frame strips and `preview.gif`), and checks
+the reward-hacking monitor: the training reward rising over the last `divergence_window`
+evaluations while the gold reward does not.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from genalign.data.prompts import PromptExample
 from genalign.data.sampler import PromptGroupBatch, sample_seed
 from genalign.evaluation.config import EvalConfig
-from genalign.evaluation.contact_sheet import save_contact_sheet
+from genalign.evaluation.contact_sheet import save_animated_preview, save_contact_sheet, save_frame_strip_sheet
 from genalign.models.base import FlowPolicy
 from genalign.rollout.collector import SamplingSpec, generate
 
@@ -85,6 +86,17 @@ class Evaluator:
             return self.cfg.at_start
         return step == last_step or (self.cfg.every > 0 and step % self.cfg.every == 0)
 
+    @staticmethod
+    def write_sheets(directory: Path, media: torch.Tensor, prompts: list[str], rewards: torch.Tensor) -> None:
+        """contact_sheet.png for images [B, 3, H, W]; for video [B, F, 3, H, W] a frame-strip
+        contact_sheet.png (one row of frames per sample) and an animated preview.gif."""
+        captions = [f"{p} | r={r:.2f}" for p, r in zip(prompts, rewards.tolist())]
+        if media.dim() == 5:
+            save_frame_strip_sheet(directory / "contact_sheet.png", media, captions)
+            save_animated_preview(directory / "preview.gif", media)
+        else:
+            save_contact_sheet(directory / "contact_sheet.png", media, captions)
+
     @torch.no_grad()
     def evaluate(self, policy: FlowPolicy, step: int) -> dict[str, float]:
         batch = generate(policy, self.groups, self.spec)
@@ -109,7 +121,6 @@ class Evaluator:
                         self.history.reward[-self.cfg.divergence_window], reward_mean, self.cfg.divergence_window,
                         self.history.gold[-self.cfg.divergence_window], gold_mean)
         if self.output_dir is not None:
-            captions = [f"{p} | r={r:.2f}" for p, r in zip(batch.prompts, scores.total.tolist())]
-            save_contact_sheet(self.output_dir / f"eval_epoch_{step}" / "contact_sheet.png", batch.images, captions)
+            self.write_sheets(self.output_dir / f"eval_epoch_{step}", batch.images, batch.prompts, scores.total)
         self.sink.log(step, metrics)
         return metrics

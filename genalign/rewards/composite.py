@@ -30,6 +30,7 @@ import torch
 from genalign.rewards.base import RewardError, RewardFunction
 from genalign.rewards.config import RewardConfig
 from genalign.rewards.registry import REWARDS
+from genalign.rewards.video import VIDEO_REDUCTIONS, score_media
 
 RUNTIMES = ("local", "ray")
 
@@ -98,8 +99,9 @@ def check_scores(name: str, scores: Any, prompts: list[str], start: int = 0) -> 
 
 def check_inputs(images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Validate a scoring call; returns metadata with one dict per sample (empty dicts when none given)."""
-    if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
-        raise ValueError(f"rewards score uint8 images [B, 3, H, W]; got {images.dtype} {tuple(images.shape)}")
+    if images.dtype != torch.uint8 or images.ndim not in (4, 5) or images.shape[-3] != 3:
+        raise ValueError(f"rewards score uint8 images [B, 3, H, W] or video [B, F, 3, H, W]; "
+                         f"got {images.dtype} {tuple(images.shape)}")
     if len(prompts) != images.shape[0]:
         raise ValueError(f"rewards: {len(prompts)} prompts for {images.shape[0]} images")
     if not metadata:
@@ -131,6 +133,8 @@ def active_components(cfg: RewardConfig, components: dict[str, float] | None) ->
                  if not isinstance(weight, (int, float)) or not math.isfinite(weight)]
     if cfg.runtime not in RUNTIMES:
         problems.append(f"reward.runtime={cfg.runtime!r} is not supported; choose one of {', '.join(RUNTIMES)}")
+    if cfg.video_reduction not in VIDEO_REDUCTIONS:
+        problems.append(f"reward.video_reduction={cfg.video_reduction!r}: choose one of {', '.join(VIDEO_REDUCTIONS)}")
     if cfg.batch_size < 1:
         problems.append(f"reward.batch_size={cfg.batch_size} must be >= 1")
     if cfg.num_threads < 1:
@@ -208,8 +212,9 @@ class LocalRewardRuntime:
     """
 
     def __init__(self, scorers: dict[str, RewardFunction], weights: dict[str, float], batch_size: int,
-                 num_threads: int = 1):
+                 num_threads: int = 1, video_reduction: str = "mean"):
         self.scorers = scorers
+        self.video_reduction = video_reduction
         self.weights = weights
         self.batch_size = batch_size
         self.num_threads = num_threads
@@ -224,7 +229,8 @@ class LocalRewardRuntime:
             chunks = []
             for start, end in batch_ranges(len(prompts), self.batch_size):
                 try:
-                    raw = scorer.score(images[start:end], prompts[start:end], metadata[start:end])
+                    raw = score_media(scorer, images[start:end], prompts[start:end], metadata[start:end],
+                                      self.video_reduction, self.batch_size)
                 except Exception as exc:
                     raise RewardError(f"reward {name!r} failed on samples [{start}, {end}) of {len(prompts)}: "
                                       f"{type(exc).__name__}: {exc}") from exc
@@ -283,4 +289,4 @@ def build_reward_runtime(cfg: RewardConfig, device: torch.device | str,
         return RayRewardRuntime(cfg, weights)
     scorers = {name: build_scorer(name, str(device), dict(cfg.kwargs.get(name, {})), cfg.allow_import)
                for name in weights}
-    return LocalRewardRuntime(scorers, weights, cfg.batch_size, cfg.num_threads)
+    return LocalRewardRuntime(scorers, weights, cfg.batch_size, cfg.num_threads, cfg.video_reduction)

@@ -23,7 +23,10 @@ class RewardConfig:
     runtime: str = "local"
     """"local" (in-process) or "ray" (a pool of reward actors)."""
     batch_size: int = 16
-    """Images per scorer call."""
+    """Images per scorer call (for video, frames per call of a per-frame scorer)."""
+    video_reduction: str = "mean"
+    """How an image scorer's per-frame scores become one score per video [B, F, 3, H, W]:
+    "mean" over frames or "min" (the worst frame). Images are unaffected."""
     num_workers: int = 1
     """Ray reward actors per scorer (runtime=ray)."""
     num_cpus_per_worker: float = 1.0

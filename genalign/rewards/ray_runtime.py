@@ -33,6 +33,7 @@ import torch
 
 from genalign.rewards.base import RewardError
 from genalign.rewards.composite import RewardScores, batch_ranges, check_inputs, check_scores
+from genalign.rewards.video import score_media
 from genalign.rewards.config import RewardConfig
 
 log = logging.getLogger(__name__)
@@ -55,13 +56,17 @@ def ensure_ray(cpus_needed: float) -> None:
 class RewardWorker:
     """The actor body: one scorer, built inside the actor's process on the actor's device."""
 
-    def __init__(self, name: str, device: str, kwargs: dict[str, Any], allow_import: list[str]):
+    def __init__(self, name: str, device: str, kwargs: dict[str, Any], allow_import: list[str],
+                 video_reduction: str = "mean", frame_batch_size: int = 16):
         from genalign.rewards.composite import build_scorer
 
         self.scorer = build_scorer(name, device, kwargs, allow_import)
+        self.video_reduction = video_reduction
+        self.frame_batch_size = frame_batch_size
 
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
-        return self.scorer.score(images, prompts, metadata)
+        """Images, or video scored per frame (`rewards/video.py`, reward.video_reduction)."""
+        return score_media(self.scorer, images, prompts, metadata, self.video_reduction, self.frame_batch_size)
 
     def offload(self) -> None:
         self.scorer.offload()
@@ -93,7 +98,7 @@ class RewardPool:
 
     def _spawn(self):
         return self._actor_cls.remote(self.name, self.device, dict(self.cfg.kwargs.get(self.name, {})),
-                                      list(self.cfg.allow_import))
+                                      list(self.cfg.allow_import), self.cfg.video_reduction, self.cfg.batch_size)
 
     def describe(self, slot: int) -> str:
         actor = self.actors[slot]

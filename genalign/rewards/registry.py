@@ -16,6 +16,7 @@ REWARDS.register("random", "genalign.rewards.random_reward:RandomReward")
 REWARDS.register("toy_shape", "genalign.rewards.toy:ToyShapeReward")
 REWARDS.register("toy_shape_judge", "genalign.rewards.toy:ToyShapeJudgeReward")
 REWARDS.register("toy_color_area", "genalign.rewards.toy:ToyColorAreaReward")
+REWARDS.register("temporal_consistency", "genalign.rewards.video:TemporalConsistencyReward")
 
 REWARD_OPTIONS = {
     "ocr": "genalign.rewards.ocr:OCROptions",
@@ -29,6 +30,7 @@ REWARD_OPTIONS = {
     "toy_shape": "genalign.rewards.toy:ToyShapeOptions",
     "toy_shape_judge": "genalign.rewards.toy:ToyShapeOptions",
     "toy_color_area": "genalign.rewards.toy:ToyColorAreaOptions",
+    "temporal_consistency": "genalign.rewards.video:TemporalConsistencyOptions",
 }
 """Registered reward -> "module:OptionsClass" (the dataclass its constructor passes to
 `parse_options`); a dotted-path reward's options are its own business."""
