@@ -111,6 +111,7 @@ def make_groups(prompts_per_step=2, samples_per_prompt=3, seed=0):
 
 
 SD3_RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
+WAN_RECIPE = "experiment/diffusion/wan_2_1/online_grpo_pickscore"
 
 
 def tiny_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
@@ -130,3 +131,20 @@ def tiny_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
 def read_rows(path: Path) -> list[dict[str, str]]:
     with open(path) as handle:
         return list(csv.DictReader(handle))
+
+
+def tiny_wan_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
+    """The Wan recipe shrunk to seconds on a CPU: 3 frames of 32x32 (2 latent frames), 3 steps,
+    and rule rewards (temporal consistency + per-frame JPEG) in place of PickScore."""
+    return [
+        f"model.path={model_dir}", "model.device=cpu", "model.dtype=float32", "model.lora.rank=4",
+        "model.lora.alpha=8", "model.max_sequence_length=16", "model.num_frames=3",
+        "rollout.height=32", "rollout.width=32", "rollout.num_steps=3", "rollout.n=2",
+        "rollout.rollout_batch_size=2", "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=1",
+        "actor.ema.update_every=1", "actor.lr=1e-2", "reward.components.pickscore=0.0",
+        "reward.components.temporal_consistency=1.0", "reward.components.jpeg_compressibility=0.5",
+        "reward.batch_size=4", "reward.video_reduction=min",
+        "eval.num_steps=2", "eval.max_prompts=2", "eval.batch_size=2", "eval.every=2",
+        "trainer.num_steps=2", "trainer.save_every=1", f"trainer.output_dir={output_dir}",
+        "trainer.progress_bar=false", *extra,
+    ]

@@ -23,9 +23,14 @@ MAX_IMAGE_SIDE = 4096
 """Largest rollout/eval side accepted: above it one image's latents and activations no longer
 fit any accelerator we target; a typo like 100000 should fail here, not in an allocator."""
 
-IMAGE_MULTIPLE = {"sd3": 16, "toy": 16}
+IMAGE_MULTIPLE = {"sd3": 16, "toy": 16, "wan": 16}
 """Pixels per latent patch of each family: the VAE factor (8) x the transformer patch (2) for
-SD3/3.5; the toy model samples in pixel space with patch 2 at exactly 16 x 16 (TOY_SIDE)."""
+SD3/3.5 and Wan; the toy model samples in pixel space with patch 2 at exactly 16 x 16 (TOY_SIDE)."""
+VIDEO_FAMILIES = ("wan",)
+"""Families that generate video (model.num_frames > 1 allowed); the exact frame rule (Wan:
+4k + 1) comes from the checkpoint's VAE and is checked when the model loads."""
+NEGATIVE_PROMPT_FAMILIES = ("wan",)
+"""Families whose CFG branch reads model.negative_prompt (SD3 and the toy use the empty prompt)."""
 TOY_SIDE = 16
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 """`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
@@ -67,6 +72,7 @@ def value_problems(cfg: ExperimentConfig) -> list[str]:
     if not DEVICE.match(cfg.model.device):
         problems.append(f"model.device={cfg.model.device!r} is not a device; use auto, cpu, cuda or cuda:<index>")
     problems += image_size_problems(cfg.model.family, cfg.rollout.height, cfg.rollout.width)
+    problems += media_problems(cfg.model.family, cfg.model.num_frames, cfg.model.negative_prompt)
     problems += reward_option_problems(cfg)
     return problems
 
@@ -101,6 +107,20 @@ def image_size_problems(family: str, height: int, width: int) -> list[str]:
                 lower = max(multiple, side // multiple * multiple)
                 problems.append(f"rollout.{name}={side} must be a multiple of {multiple} for model.family={family} "
                                 f"(latent patch); e.g. {lower} or {lower + multiple}")
+    return problems
+
+
+def media_problems(family: str, num_frames: int, negative_prompt: str) -> list[str]:
+    """model.num_frames and model.negative_prompt against what the family reads."""
+    problems = []
+    if num_frames < 1:
+        problems.append(f"model.num_frames must be >= 1, got {num_frames}")
+    elif num_frames > 1 and family not in VIDEO_FAMILIES:
+        problems.append(f"model.num_frames={num_frames}: model.family={family} generates images; set "
+                        f"model.num_frames=1 (video families: {', '.join(VIDEO_FAMILIES)})")
+    if negative_prompt and family not in NEGATIVE_PROMPT_FAMILIES:
+        problems.append(f"model.negative_prompt is set but model.family={family} uses the empty prompt for CFG; "
+                        f"remove it (families that read it: {', '.join(NEGATIVE_PROMPT_FAMILIES)})")
     return problems
 
 

@@ -21,6 +21,9 @@ OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
     ("eval.samples_per_prompt", 0, "eval.samples_per_prompt must be positive"),
     ("reward.kwargs", {"ocr": {"engin": "x"}}, "did you mean reward.kwargs.ocr.engine"),
     ("reward.kwargs", {"ocr": {"num_threads": "four"}}, "reward.kwargs.ocr.num_threads: expected int"),
+    ("model.num_frames", 33, "model.num_frames=33: model.family=sd3 generates images"),
+    ("model.num_frames", 0, "model.num_frames must be >= 1"),
+    ("model.negative_prompt", "blurry", "model.negative_prompt is set but model.family=sd3"),
 ])
 def test_each_bad_value_is_one_problem_naming_the_key(key, value, fragment):
     cfg = load_config(OCR)
@@ -47,3 +50,16 @@ def test_image_sizes_follow_the_family_patch_and_a_global_bound():
         image_size_problems("sd3", 520, 512)[0]
     assert image_size_problems("toy", 16, 16) == [] and "16x16" in image_size_problems("toy", 32, 16)[0]
     assert image_size_problems("sd3", 100_000, 512) == ["rollout.height=100000 is too large (max 4096 pixels a side)"]
+
+
+def test_the_wan_recipe_composes_and_validates():
+    cfg = load_config("experiment/diffusion/wan_2_1/online_grpo_pickscore")
+    assert validate(cfg) == []
+    assert (cfg.model.family, cfg.model.path, cfg.model.num_frames) == ("wan", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", 33)
+    assert (cfg.rollout.height, cfg.rollout.width, cfg.rollout.guidance_scale) == (480, 832, 5.0)
+    assert cfg.model.lora.target_modules == ["to_q", "to_k", "to_v", "to_out.0"]
+    assert cfg.reward.components == {"pickscore": 1.0} and cfg.reward.video_reduction == "mean"
+    cfg.model.negative_prompt = "blurry, static"  # Wan reads it
+    cfg.rollout.height = 488
+    problems = validate(cfg)
+    assert len(problems) == 1 and "rollout.height=488 must be a multiple of 16 for model.family=wan" in problems[0]
