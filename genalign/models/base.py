@@ -6,7 +6,8 @@ images. A family (sd3, toy, ...) never imports the trainer, the rewards or an al
 
 Conventions (ALGORITHMS.md §1): sigma in [0, 1], 1 = pure noise; the network predicts the
 velocity `x1 - x0`; a family maps sigma to its own timestep input (`1000 * sigma` for SD3).
-Images handed to rewards are `torch.uint8` tensors `[B, 3, H, W]`.
+Images handed to rewards are `torch.uint8` tensors `[B, 3, H, W]`; video families hand
+`[B, F, 3, H, W]`.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ class FlowPolicy(Protocol):
         ...
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Final latents [B, ...] -> uint8 images [B, 3, H, W] (no grad)."""
+        """Final latents [B, ...] -> uint8 images [B, 3, H, W] or video [B, F, 3, H, W] (no grad)."""
         ...
 
     def latent_shape(self, height: int, width: int) -> tuple[int, ...]:

@@ -1,7 +1,8 @@
 """`RewardFunction`: the contract every scorer implements.
 
 Where it fits: the reward runtime calls `score` on decoded rollout images (uint8
-[B, 3, H, W], identical at train and eval time) with the prompts and per-sample metadata;
+[B, 3, H, W], identical at train and eval time; video [B, F, 3, H, W] is scored per frame
+by `rewards/video.py` unless the scorer sets `video_native`) with the prompts and metadata;
 the composite weights the components. A reward never imports a model family.
 """
 

@@ -9,7 +9,7 @@ Shapes (B samples, T denoising steps, latent shape `...`):
     log_probs  [B, T]         rollout log-prob of x_{i+1} given x_i (0 where not stochastic)
     sigmas     [T+1]          the schedule used, float32, shared by the batch
     sde_mask   [T]            bool: which steps were stochastic (trainable)
-    images     [B, 3, H, W]   uint8 decoded final images
+    images     [B, 3, H, W]   uint8 decoded final images ([B, F, 3, H, W] for a video family)
     condition                 `Condition` with [B, ...] tensors
 """
 
@@ -35,7 +35,7 @@ class TrajectoryBatch:
     log_probs: torch.Tensor  # [B, T]
     sigmas: torch.Tensor  # [T+1]
     sde_mask: torch.Tensor  # [T] bool
-    images: torch.Tensor  # [B, 3, H, W] uint8
+    images: torch.Tensor  # [B, 3, H, W] uint8 (video: [B, F, 3, H, W])
     guidance_scale: float = 1.0
     noise_level: float = 0.0
     metadata: list[dict] = field(default_factory=list)

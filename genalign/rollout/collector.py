@@ -71,7 +71,7 @@ def generate_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: Sampling
         noise, generators = initial_noise(init_seeds[start:stop], seeds[start:stop], latent_shape)
         latents, log_probs = sample_trajectory(policy, chunk_cond, noise, generators, sigmas,
                                                spec.guidance_scale, spec.noise_level, sde_mask)
-        images = policy.decode(latents[:, -1].to(policy.device)).cpu()  # [b, 3, H, W] uint8
+        images = policy.decode(latents[:, -1].to(policy.device)).cpu()  # [b, 3, H, W] or [b, F, 3, H, W] uint8
         yield TrajectoryBatch(
             prompts=groups.prompts[start:stop],
             prompt_ids=groups.prompt_ids[rows].clone(),
