@@ -157,3 +157,13 @@ def test_two_expert_wan_2_2_is_refused(policy):
     pipeline.register_modules(transformer_2=pipeline.transformer)
     with pytest.raises(ValueError, match="Wan 2.2"):
         WanPolicy(pipeline, torch.device("cpu"), torch.float32)
+
+
+@pytest.mark.slow
+def test_the_1_3b_shapes_have_the_published_parameter_count():
+    """WAN_SHAPES["wan2.1-t2v-1.3b"] (built on the meta device: no memory) is Wan 2.1 T2V
+    1.3B: 1,418,996,800 transformer parameters (30 blocks, width 1536: the "1.3B" of the name)
+    and the 127 M-parameter Wan VAE."""
+    pipeline = build_wan_pipeline("wan2.1-t2v-1.3b", device="meta", dtype=torch.bfloat16)
+    assert sum(p.numel() for p in pipeline.transformer.parameters()) == 1_418_996_800
+    assert sum(p.numel() for p in pipeline.vae.parameters()) == 126_892_531
