@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from genalign.config.errors import ConfigError, UserError
+from genalign.config.errors import DISK_FULL_ERRNOS, DISK_FULL_HINT, ConfigError, UserError
 
 
 def _recipe_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -94,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[argv[0]](argv[1:])
     except UserError as err:  # a mistake in a config, file or command line; anything else is a bug
         print(format_user_error(err), file=sys.stderr)
+        return 2
+    except OSError as err:  # a full disk where no write names its file: still the user's to fix
+        if err.errno not in DISK_FULL_ERRNOS:
+            raise
+        where = f"writing {err.filename}" if err.filename else "a write"
+        print(f"genalign: error: {where} failed: {err.strerror or err}\nhint: {DISK_FULL_HINT}", file=sys.stderr)
         return 2
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from genalign.config.errors import ConfigError
+from genalign.config.errors import ConfigError, WriteError, disk_full_is_user_error
 from genalign.training.checkpoint import checkpoint_step
 
 log = logging.getLogger(__name__)
@@ -41,9 +41,10 @@ log = logging.getLogger(__name__)
 RUN_FILES = ("metrics.csv", "eval_metrics.csv", "config.yaml")
 CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+|final)")
 EVAL_DIR_NAME = re.compile(r"eval_epoch_(\d+)")
-STALE_TEMP_NAME = re.compile(r"\.checkpoint-(\d+|final)\.(tmp|old|del)-\d+")
+STALE_TEMP_NAME = re.compile(r"\.(checkpoint-(\d+|final)\.(tmp|old|del)|config\.yaml\.tmp)-\d+")
 """What `save_checkpoint` / `prune_checkpoints` leave beside a checkpoint while writing or
-deleting it; present at start only after a crash (resume already ignores them)."""
+deleting it, and `write_run_file` beside config.yaml; present at start only after a crash
+(resume already ignores them)."""
 
 
 class RunDirError(ConfigError):
@@ -200,3 +201,16 @@ def prune_checkpoints(output_dir: Path, keep_last: int | None) -> list[Path]:
         shutil.rmtree(doomed)
         log.info("trainer.keep_last=%d: removed %s", keep_last, path)
     return removed
+
+
+def write_run_file(path: Path, text: str) -> None:
+    """Write a small run file (config.yaml) atomically: a crash or a full disk leaves the old
+    file or none, never a truncated one that a later resume would fail to read."""
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with disk_full_is_user_error(path):
+            temporary.write_text(text, encoding="utf-8")
+    except WriteError:
+        temporary.unlink(missing_ok=True)
+        raise
+    os.replace(temporary, path)

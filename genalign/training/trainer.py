@@ -105,7 +105,7 @@ class Trainer:
             return
         if self.ranks.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            (self.output_dir / "config.yaml").write_text(config_to_yaml(self.cfg))
+            run_dir.write_run_file(self.output_dir / "config.yaml", config_to_yaml(self.cfg))
         last = self.cfg.trainer.num_steps
         if self.start_step == 1 and self.evaluator.due(0, last):
             self.evaluate(0)

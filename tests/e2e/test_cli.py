@@ -17,7 +17,9 @@ def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
 
 
 def test_config_prints_the_resolved_recipe_without_loading_a_model():
-    result = run("-m", "genalign", "config", "--config", RECIPE, "trainer.output_dir=outputs/x", "rollout.n=4")
+    # --no-check-files: offline, the recipe's hub id is not cached here (test_bad_inputs checks that error)
+    result = run("-m", "genalign", "config", "--config", RECIPE, "--no-check-files", "trainer.output_dir=outputs/x",
+                 "rollout.n=4")
     assert result.returncode == 0, result.stderr
     tree = yaml.safe_load(result.stdout)
     assert tree["model"]["path"] == "stabilityai/stable-diffusion-3.5-medium"
