@@ -106,6 +106,12 @@ class Trainer:
         if self.ranks.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             run_dir.write_run_file(self.output_dir / "config.yaml", config_to_yaml(self.cfg))
+        try:
+            self.run_steps()
+        finally:  # a failed run too releases the Ray actors, reward threads and process group
+            self.close()
+
+    def run_steps(self) -> None:
         last = self.cfg.trainer.num_steps
         if self.start_step == 1 and self.evaluator.due(0, last):
             self.evaluate(0)
@@ -119,7 +125,10 @@ class Trainer:
             if self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last:
                 self.save(f"checkpoint-{step}", step)
         self.save("checkpoint-final", last)
+
+    def close(self) -> None:
         self.engine.close()
+        self.rewards.close()
         self.metrics.close()
         self.evaluator.sink.close()
         distributed.shutdown()
