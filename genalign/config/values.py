@@ -23,9 +23,9 @@ MAX_IMAGE_SIDE = 4096
 """Largest rollout/eval side accepted: above it one image's latents and activations no longer
 fit any accelerator we target; a typo like 100000 should fail here, not in an allocator."""
 
-IMAGE_MULTIPLE = {"sd3": 16, "toy": 16}
+IMAGE_MULTIPLE = {"sd3": 16, "flux": 16, "qwen_image": 16, "toy": 16}
 """Pixels per latent patch of each family: the VAE factor (8) x the transformer patch (2) for
-SD3/3.5; the toy model samples in pixel space with patch 2 at exactly 16 x 16 (TOY_SIDE)."""
+SD3/3.5 (and the 2x2 latent packing of FLUX and Qwen-Image); the toy model samples in pixel space with patch 2 at exactly 16 x 16 (TOY_SIDE)."""
 TOY_SIDE = 16
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 """`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
