@@ -33,11 +33,11 @@ from genalign.models.diffusers_common import (cfg_velocity, check_image_size, ch
 FLUX_REPEATED_BLOCKS = ("FluxTransformerBlock", "FluxSingleTransformerBlock")
 """The double-stream and single-stream blocks: units of regional compilation."""
 FLUX_LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
-                     "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"]
-"""Flow-GRPO's FLUX targets (train_flux.py, the same list as its SD3 one): every attention
-projection of the double-stream blocks and, by suffix, the q/k/v of the single-stream blocks
-(whose attention has no separate output projection). diffusers' train_dreambooth_lora_flux.py
-uses the same list by default."""
+                     "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out",
+                     "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj", "ff_context.net.2"]
+"""Flow-GRPO's FLUX targets (scripts/train_flux.py): every attention projection and the
+feed-forwards of the double-stream blocks; by suffix, attn.to_q/k/v also bind the single-stream
+blocks (whose attention has no output projection of its own)."""
 _TOKENIZERS = ("tokenizer", "tokenizer_2")
 _TEXT_ENCODERS = ("text_encoder", "text_encoder_2")
 

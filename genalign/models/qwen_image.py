@@ -11,8 +11,8 @@ Qwen-Image specifics, each checked against QwenImagePipeline on the tiny model
   pad every prompt to `model.max_sequence_length` with a zero mask (`Condition.mask`), so
   batches concatenate and the two CFG branches share one shape; masked tokens take no
   attention, so the prediction is the pipeline's (to float tolerance).
-- True CFG is the pipeline's `true_cfg_scale` with the empty prompt as negative
-  (rollout.guidance_scale; 1 = off), followed by its norm-preserving rescale: the guided
+- True CFG is the pipeline's `true_cfg_scale` with negative_prompt=" " (Flow-GRPO's and the
+  model card's; rollout.guidance_scale; 1 = off), followed by its norm-preserving rescale: the guided
   velocity of each packed token is scaled back to the conditional prediction's norm.
 - Latents are stored unpacked [C, h, w] (the VAE's frame axis is added only to decode);
   `velocity` packs them into 2x2-patch tokens; the timestep input is σ.
@@ -34,9 +34,13 @@ from genalign.models.diffusers_common import (cfg_velocity, check_image_size, ch
 
 QWEN_IMAGE_REPEATED_BLOCKS = ("QwenImageTransformerBlock",)
 QWEN_IMAGE_LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
-                           "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"]
-"""Every joint-attention projection of the dual-stream blocks (image and text streams), the
-targets of Flow-GRPO's Qwen-Image training and of diffusers' Qwen-Image LoRA scripts."""
+                           "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out",
+                           "img_mlp.net.0.proj", "img_mlp.net.2", "txt_mlp.net.0.proj", "txt_mlp.net.2"]
+"""Flow-GRPO's Qwen-Image targets (scripts/train_qwenimage.py): every joint-attention projection
+and the MLPs of both streams."""
+NEGATIVE_PROMPT = " "
+"""The CFG negative: a single space, as Flow-GRPO's train_qwenimage.py and Qwen-Image's own
+examples pass `negative_prompt=" "` (the empty string templates to a different, shorter prompt)."""
 
 
 def norm_preserving_cfg(uncond: torch.Tensor, cond: torch.Tensor, guidance_scale: float,
@@ -102,11 +106,11 @@ class QwenImagePolicy:
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
         """Qwen2.5-VL embeddings [B, max_sequence_length, D] with their mask; the negative (CFG)
-        is the empty prompt, as QwenImagePipeline's negative_prompt=""."""
+        is `NEGATIVE_PROMPT`."""
         embeds, mask = self._encode(prompts)
         if not with_negative:
             return Condition(embeds=embeds, mask=mask)
-        negative, negative_mask = self._encode([""] * len(prompts))
+        negative, negative_mask = self._encode([NEGATIVE_PROMPT] * len(prompts))
         return Condition(embeds=embeds, mask=mask, negative_embeds=negative, negative_mask=negative_mask)
 
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,

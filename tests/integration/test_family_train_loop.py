@@ -44,7 +44,10 @@ def test_recipes_compose_with_the_familys_settings():
     assert flux.algorithm.kl_beta == 0.0 and flux.eval.num_steps == 28
     qwen = load_config(RECIPES["qwen_image"], [])
     assert (qwen.model.family, qwen.model.path, qwen.model.embedded_guidance) == ("qwen_image", "Qwen/Qwen-Image", None)
-    assert (qwen.rollout.num_steps, qwen.rollout.guidance_scale, qwen.model.max_sequence_length) == (10, 4.0, 512)
+    assert (qwen.rollout.num_steps, qwen.rollout.guidance_scale, qwen.rollout.noise_level) == (10, 4.0, 1.2)
+    assert qwen.model.max_sequence_length == 512 and not qwen.actor.ema.enabled and qwen.eval.num_steps == 50
+    assert (flux.model.lora.rank, flux.model.lora.alpha, len(flux.model.lora.target_modules)) == (64, 128.0, 12)
+    assert (qwen.model.lora.rank, qwen.model.lora.alpha, len(qwen.model.lora.target_modules)) == (64, 128.0, 12)
 
 
 def test_run_trains_only_the_lora_and_writes_every_artefact(finished_run):

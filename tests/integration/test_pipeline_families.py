@@ -5,7 +5,7 @@ true CFG; schedules, shapes, tokenizers, gradients and CFG batching forms.
 
 Each family's pipeline call is the one a user would write: FluxPipeline(guidance_scale=3.5)
 (the embedded guidance), with `true_cfg_scale` + negative_prompt="" for true CFG;
-QwenImagePipeline(true_cfg_scale=w, negative_prompt="")."""
+QwenImagePipeline(true_cfg_scale=w, negative_prompt=" ")."""
 
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ def pipeline_kwargs(policy, cfg_scale: float) -> dict:
     if policy.family == "flux":
         kwargs["guidance_scale"] = GUIDANCE
     if cfg_scale > 1:
-        kwargs.update(true_cfg_scale=cfg_scale, negative_prompt=[""] * len(PROMPTS))
+        negative = " " if policy.family == "qwen_image" else ""  # qwen_image.NEGATIVE_PROMPT
+        kwargs.update(true_cfg_scale=cfg_scale, negative_prompt=[negative] * len(PROMPTS))
     return kwargs
 
 
@@ -129,7 +130,7 @@ def test_encode_prompts_shapes_and_negative(family):
         lengths = cond.mask.sum(1)
         assert cond.mask.shape == (2, MAX_TOKENS) and 0 < lengths.min() < lengths.max() <= MAX_TOKENS
         assert torch.all(cond.embeds[cond.mask == 0] == 0)
-        assert int(cond.negative_mask[0].sum()) == 5  # "" -> "<|im_end|>\n<|im_start|>assistant\n"
+        assert int(cond.negative_mask[0].sum()) == 6  # " " + "<|im_end|>\n<|im_start|>assistant\n"
     else:
         assert cond.pooled.shape == (2, 16) and cond.mask is None
     plain = policy.encode_prompts(PROMPTS, with_negative=False)
@@ -162,8 +163,11 @@ def test_split_cfg_equals_joint_and_detach_drops_the_unconditional_gradient(fami
         policy.cfg_batch = cfg_batch
         policy.transformer.zero_grad(set_to_none=True)
         value = policy.velocity(start, sigma, cond, 4.0, detach_uncond=detach)
-        value.square().mean().backward()
-        return value.detach(), {n: p.grad.clone() for n, p in policy.transformer.named_parameters() if p.requires_grad}
+        # a fixed random projection: Qwen-Image's norm rescale makes ‖v‖² blind to v_u
+        (value * torch.randn(value.shape, generator=torch.Generator().manual_seed(5))).sum().backward()
+        # the last Qwen-Image block's text-stream output is discarded: its text LoRA gets no gradient
+        return value.detach(), {n: (torch.zeros_like(p) if p.grad is None else p.grad.clone())
+                                for n, p in policy.transformer.named_parameters() if p.requires_grad}
 
     try:
         value, both = run("joint", False)
@@ -232,3 +236,24 @@ def test_exported_lora_loads_into_the_familys_pipeline_with_the_same_output(fami
     assert (after - base).abs().max() > 1e-3
     targeted = {name for name, _ in pipe.transformer.named_modules() if name.endswith(".lora_A")}
     assert any(name.startswith("single_transformer_blocks") for name in targeted) == (policy.family == "flux")
+
+
+def test_flux_schnell_form_without_guidance_embedding_reproduces_its_pipeline(tmp_path):
+    """FLUX.1-schnell's form: no guidance embedding (model.embedded_guidance=null), static
+    shift 1 (no dynamic shifting); our ODE sample is the pipeline's."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
+
+    from genalign.models.tiny import build_tiny_flux_pipeline
+
+    built = build_tiny_flux_pipeline(seed=1, guidance_embeds=False)
+    built.scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=False)
+    built.save_pretrained(tmp_path / "schnell")
+    policy = FluxPolicy.from_pretrained(tmp_path / "schnell", max_sequence_length=MAX_TOKENS)
+    with pytest.raises(ValueError, match="no guidance embedding"):
+        FluxPolicy.from_pretrained(tmp_path / "schnell", embedded_guidance=3.5)
+    torch.testing.assert_close(policy.sigmas(4, (4, 8, 8)), torch.tensor([1.0, 0.75, 0.5, 0.25, 0.0]))
+    start, ours = ode_sample(policy, 1.0, num_steps=2)
+    pipe = FluxPipeline.from_pretrained(tmp_path / "schnell")
+    packed = pipe(PROMPTS, height=64, width=64, num_inference_steps=2, latents=pack_2x2(start), output_type="latent",
+                  max_sequence_length=MAX_TOKENS).images
+    torch.testing.assert_close(ours, unpack_2x2(packed, 8, 8), rtol=1e-4, atol=1e-4)
