@@ -160,8 +160,9 @@ def scheduler_sigmas(scheduler_config, num_steps: int, image_seq_len: int) -> to
         raise ValueError(f"scheduler time_shift_type={config['time_shift_type']!r}: only 'exponential' is supported")
     mu = None
     if config.get("use_dynamic_shifting", False):
-        mu = dynamic_shift_mu(image_seq_len, config.get("base_image_seq_len", 256), config.get("max_image_seq_len", 4096),
-                              config.get("base_shift", 0.5), config.get("max_shift", 1.15))
+        mu = dynamic_shift_mu(image_seq_len, config.get("base_image_seq_len", 256),
+                              config.get("max_image_seq_len", 4096), config.get("base_shift", 0.5),
+                              config.get("max_shift", 1.15))
     return pipeline_sigmas(num_steps, mu=mu, shift=float(config.get("shift", 1.0)),
                            shift_terminal=config.get("shift_terminal"))
 

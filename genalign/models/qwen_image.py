@@ -75,6 +75,10 @@ class QwenImagePolicy:
         self.vae_scale_factor = 2 ** len(self.vae.temperal_downsample)
         self.latent_channels = int(self.transformer.config.in_channels) // 4
 
+    @property
+    def text_encoders(self) -> list[torch.nn.Module]:
+        return [self.text_encoder]
+
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> "QwenImagePolicy":
         return cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device),

@@ -245,13 +245,15 @@ def build_tiny_qwen_image_pipeline(seed: int = 0):
         text_config=dict(hidden_size=QWEN_TEXT_HIDDEN, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
                          num_key_value_heads=2, vocab_size=vocab, rope_theta=1000000.0,
                          rope_scaling={"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"}),
-        vision_config=dict(depth=2, hidden_size=16, intermediate_size=16, num_heads=2, out_hidden_size=QWEN_TEXT_HIDDEN),
+        vision_config=dict(depth=2, hidden_size=16, intermediate_size=16, num_heads=2,
+                           out_hidden_size=QWEN_TEXT_HIDDEN),
         hidden_size=QWEN_TEXT_HIDDEN, vocab_size=vocab, vision_start_token_id=vocab, vision_end_token_id=vocab + 1,
         image_token_id=vocab + 2, video_token_id=vocab + 3)
     text_encoder = Qwen2_5_VLForConditionalGeneration(config)
     torch.manual_seed(seed + 2)
     vae = AutoencoderKLQwenImage(base_dim=24, z_dim=4, dim_mult=[1, 2, 4, 4], num_res_blocks=1,
-                                 temperal_downsample=[False, True, True], latents_mean=[-0.7571, -0.7089, -0.9113, 0.1075],
+                                 temperal_downsample=[False, True, True],
+                                 latents_mean=[-0.7571, -0.7089, -0.9113, 0.1075],
                                  latents_std=[2.8184, 1.4541, 2.3275, 2.6558])
     scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9,
                                                 base_image_seq_len=256, max_image_seq_len=8192, shift_terminal=0.02,

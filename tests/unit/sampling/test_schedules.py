@@ -88,7 +88,8 @@ def test_exponential_time_shift_and_terminal_stretch_by_hand():
 
 @pytest.mark.parametrize("config", [
     dict(use_dynamic_shifting=True, shift=3.0),  # FLUX.1-dev
-    dict(use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9, max_image_seq_len=8192, shift_terminal=0.02),  # Qwen-Image
+    # Qwen-Image
+    dict(use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9, max_image_seq_len=8192, shift_terminal=0.02),
     dict(use_dynamic_shifting=False, shift=1.0),  # FLUX.1-schnell
 ])
 def test_pipeline_sigmas_match_the_diffusers_scheduler_bit_for_bit(config):
