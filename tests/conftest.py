@@ -26,3 +26,19 @@ def tiny_sd3_dir(tmp_path_factory):
     from genalign.models.tiny import save_tiny_sd3
 
     return save_tiny_sd3(tmp_path_factory.mktemp("tiny_sd3") / "pipeline", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_flux_dir(tmp_path_factory):
+    """A tiny random FluxPipeline (FLUX.1-dev form: guidance embedding) written by save_pretrained; read-only."""
+    from genalign.models.tiny import save_tiny
+
+    return save_tiny("flux", tmp_path_factory.mktemp("tiny_flux") / "pipeline", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_image_dir(tmp_path_factory):
+    """A tiny random QwenImagePipeline written by save_pretrained; read-only."""
+    from genalign.models.tiny import save_tiny
+
+    return save_tiny("qwen_image", tmp_path_factory.mktemp("tiny_qwen_image") / "pipeline", seed=0)

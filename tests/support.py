@@ -69,7 +69,7 @@ class LinearPolicy:
     def latent_shape(self, height, width):
         return self.shape
 
-    def sigmas(self, num_steps):
+    def sigmas(self, num_steps, latent_shape):
         from genalign.sampling.schedules import flow_match_sigmas
 
         return flow_match_sigmas(num_steps, shift=3.0)

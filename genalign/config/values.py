@@ -23,9 +23,13 @@ MAX_IMAGE_SIDE = 4096
 """Largest rollout/eval side accepted: above it one image's latents and activations no longer
 fit any accelerator we target; a typo like 100000 should fail here, not in an allocator."""
 
-IMAGE_MULTIPLE = {"sd3": 16, "toy": 16}
+IMAGE_MULTIPLE = {"sd3": 16, "flux": 16, "qwen_image": 16, "toy": 16}
 """Pixels per latent patch of each family: the VAE factor (8) x the transformer patch (2) for
-SD3/3.5; the toy model samples in pixel space with patch 2 at exactly 16 x 16 (TOY_SIDE)."""
+SD3/3.5, x the 2x2 latent packing for FLUX and Qwen-Image; the toy model samples in pixel
+space with patch 2 at exactly 16 x 16 (TOY_SIDE)."""
+GUIDANCE_EMBEDDING_FAMILIES = ("flux", "qwen_image")
+"""Families whose transformer may carry a distilled-guidance embedding (model.embedded_guidance);
+whether the loaded one does is checked when it loads."""
 TOY_SIDE = 16
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 """`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
@@ -66,6 +70,12 @@ def value_problems(cfg: ExperimentConfig) -> list[str]:
             problems.append(f"{key} is empty; set it to a path")
     if not DEVICE.match(cfg.model.device):
         problems.append(f"model.device={cfg.model.device!r} is not a device; use auto, cpu, cuda or cuda:<index>")
+    guidance = cfg.model.embedded_guidance
+    if guidance is not None and cfg.model.family not in GUIDANCE_EMBEDDING_FAMILIES:
+        problems.append(f"model.embedded_guidance={guidance}: model.family={cfg.model.family} has no guidance "
+                        f"embedding (only {list(GUIDANCE_EMBEDDING_FAMILIES)}); set it to null")
+    elif guidance is not None and guidance <= 0:
+        problems.append(f"model.embedded_guidance must be > 0 (FLUX.1-dev: 3.5) or null, got {guidance}")
     problems += image_size_problems(cfg.model.family, cfg.rollout.height, cfg.rollout.width)
     problems += reward_option_problems(cfg)
     return problems

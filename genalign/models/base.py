@@ -37,7 +37,8 @@ class ModelConfig:
     """Which model to load and what to train in it."""
 
     family: str = "sd3"
-    """Model family: "sd3" (Stable Diffusion 3 / 3.5) or "toy" (the shipped CPU demo)."""
+    """Model family: "sd3" (Stable Diffusion 3 / 3.5), "flux" (FLUX.1), "qwen_image" (Qwen-Image)
+    or "toy" (the shipped CPU demo)."""
     path: str = "stabilityai/stable-diffusion-3.5-medium"
     """Hugging Face hub id or a local directory written by `save_pretrained`."""
     revision: str | None = None
@@ -52,8 +53,15 @@ class ModelConfig:
     """"lora" (adapter only; the reference is the adapter-disabled model) or "full"."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     max_sequence_length: int = 128
-    """T5 token budget for SD3 prompts (Flow-GRPO's train_sd3.py encodes with 128; the
-    diffusers pipeline's own default is 256)."""
+    """Text-token budget of a prompt: T5 tokens for SD3 and FLUX (Flow-GRPO's train_sd3.py
+    encodes with 128; StableDiffusion3Pipeline's default is 256, FluxPipeline's 512), Qwen2.5-VL
+    tokens after the chat template for Qwen-Image (QwenImagePipeline: 512). Qwen-Image prompts
+    are padded to this length with a mask, so every batch and both CFG branches share one shape."""
+    embedded_guidance: float | None = None
+    """Distilled-guidance strength fed to a guidance-embedded transformer (FLUX.1-dev: 3.5, the
+    `guidance_scale` of FluxPipeline); null for models without that embedding (FLUX.1-schnell,
+    Qwen-Image, SD3). It is not CFG: rollout.guidance_scale stays the true-CFG scale
+    (FluxPipeline's `true_cfg_scale`, QwenImagePipeline's `true_cfg_scale`; 1 = off)."""
     gradient_checkpointing: bool = False
     """Recompute the denoiser's activations in backward: the memory lever for larger replay
     micro-batches (about a third more train time)."""
@@ -78,13 +86,17 @@ class Condition:
 
     `embeds` [B, L, D] and `pooled` [B, P] (or None) are the conditional branch;
     `negative_embeds` / `negative_pooled` hold the empty-prompt branch used by CFG
-    (None when the batch was encoded without it).
+    (None when the batch was encoded without it). `mask` / `negative_mask` [B, L] (1 = a real
+    token, 0 = padding) for families whose prompts are padded to a fixed length (Qwen-Image);
+    None where every token is real (SD3 and FLUX attend to their T5 padding by design).
     """
 
     embeds: torch.Tensor
     pooled: torch.Tensor | None = None
     negative_embeds: torch.Tensor | None = None
     negative_pooled: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    negative_mask: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.embeds.shape[0]
@@ -146,8 +158,9 @@ class FlowPolicy(Protocol):
         """Shape of one sample's latent (without batch dim) for an image of height x width."""
         ...
 
-    def sigmas(self, num_steps: int) -> torch.Tensor:
-        """The sampling schedule [num_steps + 1], float32, 1 -> 0, with the family's shift."""
+    def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
+        """The sampling schedule [num_steps + 1], float32, 1 -> 0, with the family's shift for
+        one sample of `latent_shape` (FLUX and Qwen-Image shift by the image's token count)."""
         ...
 
 
@@ -168,6 +181,13 @@ def guided_velocity(uncond: torch.Tensor, cond: torch.Tensor, guidance_scale: fl
     if detach_uncond:
         uncond = uncond.detach()
     return uncond + guidance_scale * (cond - uncond)
+
+
+def rescale_to_norm(guided: torch.Tensor, reference: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """guided · ‖reference‖ / ‖guided‖ along `dim`: Qwen-Image's norm-preserving CFG, which
+    keeps each token's guided velocity at the conditional prediction's length (QwenImagePipeline
+    rescales `comb_pred` to `noise_pred`'s norm over the packed channel dim)."""
+    return guided * (torch.norm(reference, dim=dim, keepdim=True) / torch.norm(guided, dim=dim, keepdim=True))
 
 
 def compute_precision(device: torch.device, dtype: torch.dtype):

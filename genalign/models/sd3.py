@@ -16,14 +16,13 @@ VAE are frozen; only the transformer is ever trained (LoRA or full, `training/lo
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
-import os
-import re
 from pathlib import Path
 
 import torch
 
-from genalign.models.base import Condition, ModelConfig, compute_precision, guided_velocity, resolve_device, resolve_dtype
+from genalign.models.base import Condition, ModelConfig, compute_precision, resolve_device, resolve_dtype
+from genalign.models.diffusers_common import (cfg_velocity, check_image_size, check_tokenizers, load_pipeline, place,
+                                              vae_decode_uint8)
 from genalign.sampling.schedules import flow_match_sigmas
 
 log = logging.getLogger(__name__)
@@ -33,61 +32,8 @@ SD3_REPEATED_BLOCKS = ("JointTransformerBlock",)
 SD3_LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
                     "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"]
 """Flow-GRPO's SD3.5 targets (ALGORITHMS §2.8): every joint-attention projection."""
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TEXT_ENCODERS = ("text_encoder", "text_encoder_2", "text_encoder_3")
 _TOKENIZERS = ("tokenizer", "tokenizer_2", "tokenizer_3")
-
-
-def check_model_path(path: str) -> None:
-    """Fail before any hub call when `model.path` names a local directory that is missing.
-
-    A path is local-looking when it starts with /, ./, ../ or ~, or is not of the hub form
-    "org/name" (e.g. "outputs/a/b" or a bare "my_model")."""
-    if Path(path).expanduser().exists():
-        return
-    looks_local = path.startswith(("/", "./", "../", "~")) or not _HUB_ID.match(path)
-    if looks_local:
-        raise FileNotFoundError(f"model.path={path!r}: no such local directory (and it is not a hub id "
-                                "of the form 'org/name')")
-
-
-def _hub_offline() -> bool:
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
-
-
-def load_pipeline(path: str, dtype: torch.dtype, revision: str | None = None):
-    """`StableDiffusion3Pipeline.from_pretrained` with the VAE in float32 and errors that say
-    how to fix a missing model (one attempt, no retries)."""
-    from diffusers import StableDiffusion3Pipeline
-
-    check_model_path(path)
-    try:
-        return StableDiffusion3Pipeline.from_pretrained(
-            path, dtype={"default": dtype, "vae": torch.float32}, revision=revision)
-    except (OSError, ValueError) as exc:
-        if Path(path).expanduser().exists():
-            raise
-        from huggingface_hub import constants
-
-        reason = ("HF_HUB_OFFLINE is set and the weights are not cached" if _hub_offline()
-                  else "the weights could not be fetched from the hub")
-        raise FileNotFoundError(
-            f"model.path={path!r}: {reason} (cache: {constants.HF_HUB_CACHE}). Download them where you have "
-            f"access (`hf download {path}`, then copy the cache or set HF_HOME) or set model.path to a local "
-            f"directory written by save_pretrained. Original error: {exc}") from exc
-
-
-def _place(module: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
-    """Move to `device`; cast only when the loaded dtype differs (diffusers warns on every cast)."""
-    module.to(device=device)
-    if next(module.parameters()).dtype != dtype:
-        module.to(dtype=dtype)
-    return module
-
-
-CFG_BATCHES = ("joint", "split")
 
 
 def sd3_transformer_velocity(transformer: torch.nn.Module, latents: torch.Tensor, sigma: torch.Tensor,
@@ -100,33 +46,19 @@ def sd3_transformer_velocity(transformer: torch.nn.Module, latents: torch.Tensor
     when `detach_uncond` (model.cfg_batch). The transformer runs under `compute_precision`
     (autocast to `dtype`). Float32 out."""
 
-    def forward(hidden: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
+    def forward(hidden_states: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
                 pooled: torch.Tensor) -> torch.Tensor:
         with compute_precision(device, dtype):
-            out = transformer(hidden_states=hidden.to(device, dtype), timestep=timestep,
+            out = transformer(hidden_states=hidden_states.to(device, dtype), timestep=timestep,
                               encoder_hidden_states=embeds.to(device, dtype),
                               pooled_projections=pooled.to(device, dtype), return_dict=False)[0]
-        return out.float()
+        return out.float()  # [B, C, h, w]
 
-    batch = latents.shape[0]
-    timestep = (sigma.to(device, torch.float32) * 1000.0).expand(batch)  # [B]
-    if guidance_scale <= 1.0:
-        return forward(latents, timestep, cond.embeds, cond.pooled)  # [B, C, h, w]
-    if cond.negative_embeds is None or cond.negative_pooled is None:
-        raise ValueError(f"guidance_scale={guidance_scale} > 1 needs prompts encoded with_negative=True "
-                         "(the empty-prompt branch of CFG)")
-    if cfg_batch == "split":
-        with torch.no_grad() if detach_uncond else nullcontext():
-            uncond = forward(latents, timestep, cond.negative_embeds, cond.negative_pooled)  # [B, C, h, w]
-        text = forward(latents, timestep, cond.embeds, cond.pooled)  # [B, C, h, w]
-    elif cfg_batch == "joint":
-        prediction = forward(torch.cat([latents, latents]), torch.cat([timestep, timestep]),
-                             torch.cat([cond.negative_embeds, cond.embeds]),
-                             torch.cat([cond.negative_pooled, cond.pooled]))  # [2B, C, h, w]
-        uncond, text = prediction.chunk(2)  # [B, C, h, w] each
-    else:
-        raise ValueError(f"model.cfg_batch={cfg_batch!r}: choose one of {list(CFG_BATCHES)}")
-    return guided_velocity(uncond, text, guidance_scale, detach_uncond)  # [B, C, h, w]
+    timestep = (sigma.to(device, torch.float32) * 1000.0).expand(latents.shape[0])  # [B]
+    branch = dict(hidden_states=latents, timestep=timestep)
+    return cfg_velocity(forward, dict(branch, embeds=cond.embeds, pooled=cond.pooled),
+                        dict(branch, embeds=cond.negative_embeds, pooled=cond.negative_pooled),
+                        guidance_scale, detach_uncond, cfg_batch)
 
 
 class SD3Policy:
@@ -140,20 +72,16 @@ class SD3Policy:
 
     def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 128,
                  cfg_batch: str = "joint"):
-        for name in _TOKENIZERS:
-            tokenizer = getattr(pipeline, name, None)
-            if tokenizer is None or len(tokenizer) == 0:
-                raise ValueError(f"{name} of the SD3 pipeline is missing or empty (an offline load of a repo "
-                                 "that is not cached?); check model.path")
+        check_tokenizers(pipeline, _TOKENIZERS, "SD3")
         self.pipeline = pipeline
         self.device = torch.device(device)
         self.dtype = dtype
         self.max_sequence_length = max_sequence_length
         self.cfg_batch = cfg_batch
         for name in _TEXT_ENCODERS:
-            _place(getattr(pipeline, name), self.device, dtype).requires_grad_(False).eval()
-        self.vae = _place(pipeline.vae, self.device, torch.float32).requires_grad_(False).eval()
-        self.transformer = _place(pipeline.transformer, self.device, dtype).requires_grad_(False)
+            place(getattr(pipeline, name), self.device, dtype).requires_grad_(False).eval()
+        self.vae = place(pipeline.vae, self.device, torch.float32).requires_grad_(False).eval()
+        self.transformer = place(pipeline.transformer, self.device, dtype).requires_grad_(False)
         self.scheduler_shift = float(pipeline.scheduler.config.get("shift", 1.0))
         self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
         self.patch_size = int(self.transformer.config.patch_size)
@@ -177,7 +105,7 @@ class SD3Policy:
                         device: str | torch.device = "cpu", revision: str | None = None,
                         max_sequence_length: int = 128, cfg_batch: str = "joint") -> "SD3Policy":
         """Load from a hub id or a local `save_pretrained` directory through diffusers."""
-        pipeline = load_pipeline(str(path), dtype, revision)
+        pipeline = load_pipeline(cls.diffusers_pipeline, str(path), dtype, revision)
         return cls(pipeline, torch.device(device), dtype, max_sequence_length, cfg_batch)
 
     @torch.no_grad()
@@ -201,17 +129,12 @@ class SD3Policy:
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU (f = VAE scale factor)."""
-        config = self.vae.config
-        scaled = latents.to(self.device, torch.float32) / config.scaling_factor + config.shift_factor
-        images = self.vae.decode(scaled, return_dict=False)[0]  # [B, 3, H, W] in [-1, 1]
-        return ((images.float() / 2 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8).cpu()
+        return vae_decode_uint8(self.vae, latents.to(self.device))
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
-        multiple = self.vae_scale_factor * self.patch_size
-        if height % multiple or width % multiple:
-            raise ValueError(f"rollout.height/width must be multiples of {multiple} for SD3 (VAE factor "
-                             f"{self.vae_scale_factor} x patch {self.patch_size}), got {height}x{width}")
+        check_image_size(height, width, self.vae_scale_factor * self.patch_size, "SD3")
         return (int(self.vae.config.latent_channels), height // self.vae_scale_factor, width // self.vae_scale_factor)
 
-    def sigmas(self, num_steps: int) -> torch.Tensor:
+    def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
+        """SD3's static shift, the same at every resolution."""
         return flow_match_sigmas(num_steps, shift=self.scheduler_shift)
