@@ -185,10 +185,16 @@ def embedded_image(path: Path) -> tuple[str, int, int]:
     return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii"), width, height
 
 
-def eval_numbers(run: RunData, step: int) -> str:
+EVAL_HEADLINES = (("eval_reward_mean", "eval reward"), ("gold_mean", "gold"))
+"""The numbers shown with each contact sheet (gold only when the run has gold rewards)."""
+
+
+def eval_numbers(run: RunData, step: int, baseline: int | None = None) -> str:
+    """'eval reward 0.44 · gold 0.47', each followed by its change since `baseline` if given."""
     return " · ".join(f"{label} {number(run.eval.at(column, step))}"
-                      for column, label in (("eval_reward_mean", "eval reward"), ("gold_mean", "gold"))
-                      if run.eval.has(column))
+                      + (f" {change(run.eval.at(column, baseline), run.eval.at(column, step))}"
+                         if baseline is not None else "")
+                      for column, label in EVAL_HEADLINES if run.eval.has(column))
 
 
 def evals_section(run: RunData, output: Path) -> tuple[str, str]:
@@ -213,10 +219,8 @@ def evals_section(run: RunData, output: Path) -> tuple[str, str]:
     baseline, *later = run.sheets
     blocks = []
     for index, step in enumerate(reversed(later or [baseline])):
-        deltas = " · ".join(f"{label} {number(run.eval.at(column, step))} {change(run.eval.at(column, baseline), run.eval.at(column, step))}"
-                            for column, label in (("eval_reward_mean", "eval reward"), ("gold_mean", "gold"))
-                            if run.eval.has(column))
-        pair = sheet(step, "after") if step == baseline else sheet(baseline, "before") + sheet(step, "after")
+        deltas = eval_numbers(run, step, None if step == baseline else baseline)
+        pair = sheet(step, "baseline") if step == baseline else sheet(baseline, "before") + sheet(step, "after")
         blocks.append(f'<details class="eval" id="eval-{step}"{" open" if index == 0 else ""}>'
                       f'<summary>step {step}{" (baseline)" if step == baseline else ""} · {deltas}</summary>'
                       f'<div class="pair">{pair}</div></details>')
@@ -308,12 +312,13 @@ def refresh_report(run_dir: Path) -> Path | None:
     """The trainer's hook: rewrite the report, logging how long it took. A failure is logged
     as a warning with its reason and returns None: the report is a view of the run, and a
     view that cannot be drawn must not end the training it shows."""
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     try:
         path = write_report(run_dir)
     except Exception as exc:  # noqa: BLE001 - any failure of the view; the run goes on
         log.warning("report: could not write %s: %s: %s (training continues; run `genalign report %s` to "
                     "retry)", Path(run_dir) / REPORT_FILE, type(exc).__name__, exc, run_dir)
         return None
-    log.info("report: wrote %s in %.2fs", path, time.perf_counter() - start)
+    log.info("report: wrote %s in %.2fs (%.2fs CPU)", path, time.perf_counter() - start,
+             time.process_time() - start_cpu)
     return path

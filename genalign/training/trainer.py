@@ -117,10 +117,11 @@ class Trainer:
         for step in tqdm(range(self.start_step, last + 1), desc="train", disable=quiet,
                          initial=self.start_step - 1, total=last):
             row = self.train_step(step)
-            if self.evaluator.due(step, last):
+            evaluated = self.evaluator.due(step, last)
+            if evaluated:
                 row["time_eval_s"] = self.evaluate(step)
             self.metrics.log(step, row)
-            if "time_eval_s" in row and step != last:  # the last one is reported after the final save
+            if evaluated and step != last:  # the page shows this step's row; the last is reported after saving
                 self.report()
             if self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last:
                 self.save(f"checkpoint-{step}", step)

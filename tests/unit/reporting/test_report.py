@@ -6,6 +6,7 @@ import base64
 import json
 import logging
 import re
+import shutil
 
 import pytest
 from support import make_run_dir
@@ -131,3 +132,15 @@ def test_write_report_to_another_place_links_sheets_relative_to_it(tmp_path):
 def test_parity_verdict(tmp_path, gap, text):
     run = read_run(make_run_dir(tmp_path / "run", num_steps=2, eval_every=2, parity_gap=gap))
     assert report_module.parity_verdict(run)[0] == text
+
+
+def test_a_run_with_only_its_baseline_eval(tmp_path):
+    run_dir = make_run_dir(tmp_path / "run", num_steps=3, eval_every=100, finished=False)
+    (run_dir / "metrics.csv").unlink()  # as after the step-0 evaluation, before step 1 is logged
+    shutil.rmtree(run_dir / "eval_epoch_3")
+    rows = (run_dir / "eval_metrics.csv").read_text().splitlines()
+    (run_dir / "eval_metrics.csv").write_text("\n".join(rows[:2]) + "\n")
+    html = write_report(run_dir).read_text()
+    assert 'id="eval-0" open' in html and "<b>baseline: step 0</b>" in html and "before:" not in html
+    assert "step 0 of 3 · in progress or stopped" in html
+    assert 'id="plot-eval_reward"' in html and 'id="plot-train_reward"' not in html
