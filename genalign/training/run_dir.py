@@ -7,7 +7,8 @@ says must go, logging each path. `prune_checkpoints` runs after each `checkpoint
 
 Rules:
 - a fresh run (`trainer.resume_from` unset) needs a directory without run files
-  (`metrics.csv`, `eval_metrics.csv`, `config.yaml`, `checkpoint-*`, `eval_epoch_*`);
+  (`metrics.csv`, `eval_metrics.csv`, `config.yaml`, `provenance.json`, `report.html`,
+  `checkpoint-*`, `eval_epoch_*`);
   `trainer.overwrite=true` removes the old run's files first (other files are left alone),
   so two runs are never mixed in one directory;
 - `trainer.resume_from=auto` continues from the newest complete checkpoint in the
@@ -33,17 +34,17 @@ from pathlib import Path
 
 import yaml
 
-from genalign.config.errors import ConfigError, WriteError, disk_full_is_user_error
+from genalign.config.errors import ConfigError
 from genalign.training.checkpoint import checkpoint_step
 
 log = logging.getLogger(__name__)
 
-RUN_FILES = ("metrics.csv", "eval_metrics.csv", "config.yaml")
+RUN_FILES = ("metrics.csv", "eval_metrics.csv", "config.yaml", "provenance.json", "report.html")
 CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+|final)")
 EVAL_DIR_NAME = re.compile(r"eval_epoch_(\d+)")
-STALE_TEMP_NAME = re.compile(r"\.(checkpoint-(\d+|final)\.(tmp|old|del)|config\.yaml\.tmp)-\d+")
+STALE_TEMP_NAME = re.compile(r"\.(checkpoint-(\d+|final)\.(tmp|old|del)|[\w.]+\.tmp)-\d+")
 """What `save_checkpoint` / `prune_checkpoints` leave beside a checkpoint while writing or
-deleting it, and `write_run_file` beside config.yaml; present at start only after a crash
+deleting it, and `atomic.write_text_atomically` beside a run file; present at start only after a crash
 (resume already ignores them)."""
 
 
@@ -202,15 +203,3 @@ def prune_checkpoints(output_dir: Path, keep_last: int | None) -> list[Path]:
         log.info("trainer.keep_last=%d: removed %s", keep_last, path)
     return removed
 
-
-def write_run_file(path: Path, text: str) -> None:
-    """Write a small run file (config.yaml) atomically: a crash or a full disk leaves the old
-    file or none, never a truncated one that a later resume would fail to read."""
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with disk_full_is_user_error(path):
-            temporary.write_text(text, encoding="utf-8")
-    except WriteError:
-        temporary.unlink(missing_ok=True)
-        raise
-    os.replace(temporary, path)

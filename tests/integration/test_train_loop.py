@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from genalign.config.loader import load_config
+from genalign.reporting.provenance import read_provenance
 from genalign.training.trainer import ResumeError, Trainer
 from support import SD3_RECIPE as RECIPE
 from support import read_rows, tiny_overrides
@@ -51,6 +52,18 @@ def test_run_directory_has_every_artefact(finished_run):
     eval_rows = read_rows(out / "eval_metrics.csv")
     assert [r["step"] for r in eval_rows] == ["0", "2", "3"]
     assert not any(Path(out).glob(".checkpoint-*"))
+
+
+def test_run_writes_its_report_and_provenance(finished_run):
+    out, _, _ = finished_run
+    launches = read_provenance(out)["launches"]
+    assert [launch["start_step"] for launch in launches] == [1]
+    assert launches[0]["packages"]["diffusers"] and launches[0]["git"] is None or launches[0]["git"]["commit"]
+    html = (out / "report.html").read_text()  # the final rewrite, after checkpoint-final
+    assert 'id="status">finished · 3 steps' in html
+    assert 'id="eval-3" open' in html and 'id="eval-2">' in html  # step 0 beside each later eval
+    assert 'id="plot-train_reward"' in html and 'id="plot-eval_reward"' in html
+    assert "exact" in html  # the parity preflight of step 1
 
 
 def test_phase_seconds_are_per_step_and_add_up(finished_run):
