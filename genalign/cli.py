@@ -1,4 +1,4 @@
-"""Command line: `genalign train | config | eval | pretrain-demo`.
+"""Command line: `genalign train | config | eval | report | pretrain-demo`.
 
 Parse -> config -> call; no logic lives here. `python -m genalign.train ARGS` is the same
 as `genalign train ARGS`.
@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from genalign.config.errors import ConfigError, UserError
+from genalign.config.errors import DISK_FULL_ERRNOS, DISK_FULL_HINT, ConfigError, UserError
 
 
 def _recipe_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -68,6 +68,19 @@ def eval_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def report_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="genalign report",
+                                     description="Write RUN_DIR/report.html: curves, before/after contact sheets, "
+                                                 "parity preflight, config and provenance in one offline page.")
+    parser.add_argument("run_dir", help="a run directory (the trainer.output_dir of a finished or running run)")
+    parser.add_argument("--output", default=None, help="where to write the page (default: RUN_DIR/report.html)")
+    args = parser.parse_args(argv)
+    from genalign.reporting.report import write_report
+
+    print(write_report(args.run_dir, args.output))
+    return 0
+
+
 def pretrain_demo_main(argv: list[str] | None = None) -> int:
     _configure_logging()
     from genalign.models.toy.pretrain import main
@@ -75,7 +88,8 @@ def pretrain_demo_main(argv: list[str] | None = None) -> int:
     return main(argv) or 0
 
 
-COMMANDS = {"train": train_main, "config": config_main, "eval": eval_main, "pretrain-demo": pretrain_demo_main}
+COMMANDS = {"train": train_main, "config": config_main, "eval": eval_main, "report": report_main,
+            "pretrain-demo": pretrain_demo_main}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,12 +102,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: genalign {{{known}}} [--config RECIPE] [key=value ...]\n"
               "  genalign train                      run the CPU demo recipe (minutes)\n"
               "  genalign train --config RECIPE k=v  run a recipe with overrides\n"
-              "  genalign config --config RECIPE     print the resolved config")
+              "  genalign config --config RECIPE     print the resolved config\n"
+              "  genalign report RUN_DIR             write RUN_DIR/report.html")
         return 0
     try:
         return COMMANDS[argv[0]](argv[1:])
     except UserError as err:  # a mistake in a config, file or command line; anything else is a bug
         print(format_user_error(err), file=sys.stderr)
+        return 2
+    except OSError as err:  # a full disk where no write names its file: still the user's to fix
+        if err.errno not in DISK_FULL_ERRNOS:
+            raise
+        where = f"writing {err.filename}" if err.filename else "a write"
+        print(f"genalign: error: {where} failed: {err.strerror or err}\nhint: {DISK_FULL_HINT}", file=sys.stderr)
         return 2
 
 

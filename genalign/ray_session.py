@@ -52,7 +52,7 @@ def init_ray(address: str | None = None, **options: Any) -> None:
     if not ipaddress.ip_address(node_ip).is_loopback:
         log.warning("ray: %s=%s: the local Ray instance listens on that address, reachable from other machines",
                     NODE_IP_ENV, node_ip)
-        ray.init(address="local", _node_ip_address=node_ip, **options)
+        _start_local(node_ip, options)
         return
     from ray._private import ray_constants
 
@@ -63,7 +63,7 @@ def init_ray(address: str | None = None, **options: Any) -> None:
     try:
         # address="local" starts a fresh instance instead of attaching to whatever cluster a
         # stale /tmp/ray/ray_current_cluster points at
-        ray.init(address="local", _node_ip_address=node_ip, **options)
+        _start_local(node_ip, options)
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = previous_flag
         if previous_env is None:
@@ -71,3 +71,23 @@ def init_ray(address: str | None = None, **options: Any) -> None:
         else:
             os.environ[SINGLE_NODE_ENV] = previous_env
     log.info("ray: started a local instance on %s", node_ip)
+
+
+START_ATTEMPTS = 3
+"""Ray waits a fixed 30 s for its raylet to register (node.py, not configurable); on a
+machine busy with other work that can pass, so a local start is tried this many times."""
+
+
+def _start_local(node_ip: str, options: dict[str, Any]) -> None:
+    import ray
+
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            ray.init(address="local", _node_ip_address=node_ip, **options)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for a startup timeout
+            if "timed out during startup" not in str(exc) or attempt == START_ATTEMPTS:
+                raise
+            log.warning("ray: the local instance did not start within Ray's 30 s (attempt %d of %d: %s); "
+                        "retrying", attempt, START_ATTEMPTS, exc)
+            ray.shutdown()

@@ -31,6 +31,22 @@ def tiny_sd3_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_wan_dir(tmp_path_factory):
     """A tiny random WanPipeline written by save_pretrained (seed 0); read-only."""
-    from genalign.models.tiny import save_tiny_wan
+    from genalign.models.tiny import save_tiny
 
-    return save_tiny_wan(tmp_path_factory.mktemp("tiny_wan") / "pipeline", seed=0)
+    return save_tiny("wan", tmp_path_factory.mktemp("tiny_wan") / "pipeline", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_flux_dir(tmp_path_factory):
+    """A tiny random FluxPipeline (FLUX.1-dev form: guidance embedding) written by save_pretrained; read-only."""
+    from genalign.models.tiny import save_tiny
+
+    return save_tiny("flux", tmp_path_factory.mktemp("tiny_flux") / "pipeline", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_image_dir(tmp_path_factory):
+    """A tiny random QwenImagePipeline written by save_pretrained; read-only."""
+    from genalign.models.tiny import save_tiny
+
+    return save_tiny("qwen_image", tmp_path_factory.mktemp("tiny_qwen_image") / "pipeline", seed=0)

@@ -69,7 +69,7 @@ class LinearPolicy:
     def latent_shape(self, height, width):
         return self.shape
 
-    def sigmas(self, num_steps):
+    def sigmas(self, num_steps, latent_shape):
         from genalign.sampling.schedules import flow_match_sigmas
 
         return flow_match_sigmas(num_steps, shift=3.0)
@@ -133,6 +133,31 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+TIMING_COLUMNS = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_s", "images_per_s",
+                  "step_images_per_s"}
+"""metrics.csv columns that measure wall-clock time: the only ones two identical runs may differ in."""
+
+
+def assert_resumed_bitwise(run_dir: Path, resumed_dir: Path, step: int,
+                           files: tuple[str, ...] = ("trainable.safetensors",)) -> None:
+    """A run resumed from `run_dir`'s checkpoint-(step - 1) into `resumed_dir` logged only `step`,
+    with the uninterrupted run's row (timing columns aside), and its final checkpoint's `files`
+    are bitwise equal to the uninterrupted run's."""
+    from safetensors.torch import load_file
+
+    uninterrupted = read_rows(run_dir / "metrics.csv")[step - 1]
+    resumed = read_rows(resumed_dir / "metrics.csv")
+    assert [r["step"] for r in resumed] == [str(step)]
+    for key, value in uninterrupted.items():
+        if key not in TIMING_COLUMNS:
+            # a column only earlier steps logged (the step-1 parity check) is absent, i.e. empty
+            assert resumed[0].get(key, "") == value, key
+    for name in files:
+        a = load_file(str(run_dir / "checkpoint-final" / name))
+        b = load_file(str(resumed_dir / "checkpoint-final" / name))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+
+
 def tiny_wan_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
     """The Wan recipe shrunk to seconds on a CPU: 3 frames of 32x32 (2 latent frames), 3 steps,
     and rule rewards (temporal consistency + per-frame JPEG) in place of PickScore."""
@@ -148,3 +173,61 @@ def tiny_wan_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[s
         "trainer.num_steps=2", "trainer.save_every=1", f"trainer.output_dir={output_dir}",
         "trainer.progress_bar=false", *extra,
     ]
+
+
+def make_run_dir(path: Path, num_steps: int = 12, eval_every: int = 4, components: tuple[str, ...] = ("ocr", "jpeg"),
+                 gold: bool = True, parity_gap: float | None = 0.0, finished: bool = True,
+                 config: bool = True) -> Path:
+    """A run directory as the trainer writes it (same CSVSink and contact-sheet code), with
+    made-up but run-shaped numbers: rewards rising, clip fractions falling, eval every
+    `eval_every` steps (and step 0) with a contact sheet whose images change with the step."""
+    import math
+
+    from genalign.evaluation.contact_sheet import save_contact_sheet
+    from genalign.tracking.sinks import CSVSink
+
+    path.mkdir(parents=True, exist_ok=True)
+    if config:
+        components_yaml = "".join(f"    {name}: {1.0 / len(components)}\n" for name in components)
+        (path / "config.yaml").write_text(
+            f"model:\n  family: sd3\n  path: tiny\n  train_mode: lora\n  dtype: float32\nalgorithm:\n  name: grpo\n"
+            f"reward:\n  components:\n{components_yaml}eval:\n  gold_rewards:\n    judge: 1.0\n"
+            f"trainer:\n  num_steps: {num_steps}\n  parity_check: true\n")
+    metrics, eval_metrics = CSVSink(path / "metrics.csv"), CSVSink(path / "eval_metrics.csv")
+
+    def evaluate(step: int) -> None:
+        level = 0.3 + 0.04 * step
+        row = {"eval_reward_mean": level, **{f"eval_reward_{name}_mean": level + 0.1 * (i - (len(components) - 1) / 2)
+                                               for i, name in enumerate(components)}}
+        if gold:
+            row.update(gold_mean=level - 0.01 * step, gold_judge_mean=level - 0.01 * step, gold_divergence=0.0)
+        eval_metrics.log(step, row)
+        generator = torch.Generator().manual_seed(step)
+        images = torch.randint(0, 256, (4, 3, 16, 16), generator=generator, dtype=torch.uint8)
+        images[:, step % 3] = 255  # a different dominant colour per step
+        save_contact_sheet(path / f"eval_epoch_{step}" / "contact_sheet.png", images,
+                           [f"prompt {i} | r={level:.2f}" for i in range(4)])
+
+    evaluate(0)
+    for step in range(1, num_steps + 1):
+        wave = math.sin(step)
+        reward = 0.3 + 0.03 * step + 0.02 * wave
+        row = {"reward_mean": reward, "reward_std": 0.2,
+               # components spread around the total (their weighted mean), so no line hides another
+               **{f"reward_{name}_mean": reward + 0.1 * (i - (len(components) - 1) / 2)
+                  for i, name in enumerate(components)},
+               "kl": 1e-3 * step, "approx_kl": 1e-4 * (1 + wave), "clip_frac": 0.5 / step,
+               "clip_frac_low": 0.3 / step, "clip_frac_high": 0.2 / step, "adv_mean": 0.0, "adv_std": 1.0,
+               "adv_abs_mean": 0.8, "adv_min": -1.9, "adv_max": 1.8, "zero_std_ratio": 0.1, "loss": 0.01 / step,
+               "policy_loss": 0.009 / step, "ratio": 1.0, "ratio_min": 0.9, "ratio_max": 1.1, "grad_norm": 0.1,
+               "time_rollout_s": 2.0, "time_reward_s": 0.5, "time_train_s": 4.0, "images_per_s": 30.0 + wave,
+               "step_images_per_s": 9.0 + wave}
+        if step == 1 and parity_gap is not None:
+            row["parity_max_abs_log_prob_diff"] = parity_gap
+        if step % eval_every == 0 or step == num_steps:
+            evaluate(step)
+            row["time_eval_s"] = 3.0
+        metrics.log(step, row)
+    if finished:
+        (path / "checkpoint-final").mkdir()
+    return path

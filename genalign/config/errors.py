@@ -10,6 +10,11 @@ pass instead of one crash per typo.
 
 from __future__ import annotations
 
+import errno
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
 
 class UserError(Exception):
     """A mistake the user can fix: the message says what, where, and how. `hint` is an
@@ -27,3 +32,25 @@ class ConfigError(UserError, ValueError):
     def __init__(self, problems: list[str], hint: str | None = None):
         self.problems = list(problems)
         super().__init__("\n".join(f"- {p}" for p in self.problems), hint)
+
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+"""A write that failed for want of space (or a quota, a file-size limit, a read-only mount):
+the user's to fix, not a bug."""
+DISK_FULL_HINT = ("free disk space or choose another trainer.output_dir, then rerun the same command with "
+                  "trainer.resume_from=auto: it continues from the last complete checkpoint (they are written atomically)")
+
+
+class WriteError(UserError, OSError):
+    """A run file could not be written (disk full, quota, read-only): names the file."""
+
+
+@contextmanager
+def disk_full_is_user_error(path: Path | str) -> Iterator[None]:
+    """Turn a disk-full OSError inside the block into a one-line `WriteError` naming `path`."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in DISK_FULL_ERRNOS or isinstance(exc, UserError):
+            raise
+        raise WriteError(f"writing {path} failed: {exc.strerror or exc}", hint=DISK_FULL_HINT) from exc

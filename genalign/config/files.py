@@ -35,6 +35,7 @@ def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest
         except ManifestError as exc:
             problems.append(str(exc) + (f"; {exc.hint}" if exc.hint else ""))
     problems += model_path_problems(cfg.model.family, cfg.model.path)
+    problems += offline_hub_problems(cfg)
     problems += device_problems(cfg.model.device)
     problems += reward_path_problems(cfg)
     if output_dir:
@@ -57,6 +58,58 @@ def model_path_problems(family: str, path: str) -> list[str]:
             "use a hub id 'org/name' or a directory written by save_pretrained"
         return [f"model.path: local directory {path} does not exist; {hint}"]
     return []
+
+
+REWARD_HUB_OPTIONS = {"pickscore": ("model_name", "processor_name"), "clip_score": ("model_name", "processor_name"),
+                      "aesthetic": ("model_name", "processor_name")}
+"""Scorer options that name a hub id (or a local directory), with the registered default used
+when the option is not set."""
+
+
+def offline_hub_problems(cfg: ExperimentConfig) -> list[str]:
+    """With HF_HUB_OFFLINE set, a hub id (model.path, a scorer's model) must already be in the
+    Hugging Face cache: otherwise the run would fail only when it loads, after the model (or
+    the other rewards) had loaded. Online, a missing repo is the loader's to report."""
+    from huggingface_hub import constants
+
+    if not constants.HF_HUB_OFFLINE:
+        return []
+    wanted = [] if cfg.model.family == "toy" else [("model.path", cfg.model.path)]
+    used = {name for name, weight in cfg.reward.components.items() if weight} | set(cfg.eval.gold_rewards)
+    for name in sorted(used & set(REWARD_HUB_OPTIONS)):
+        defaults = _option_defaults(name)
+        for option in REWARD_HUB_OPTIONS[name]:
+            value = cfg.reward.kwargs.get(name, {}).get(option, defaults.get(option))
+            if isinstance(value, str):
+                wanted.append((f"reward.kwargs.{name}.{option}", value))
+    return [f"{key}={repo!r}: HF_HUB_OFFLINE is set and this hub id is not in the Hugging Face cache "
+            f"{constants.HF_HUB_CACHE!r}; download it where there is network (`hf download {repo}`, same HF_HOME) "
+            "or point the key at a local directory written by save_pretrained"
+            for key, repo in wanted if is_hub_id(repo) and not hub_cached(repo)]
+
+
+def _option_defaults(reward: str) -> dict[str, object]:
+    import dataclasses
+    import importlib
+
+    from genalign.rewards.registry import REWARD_OPTIONS
+
+    module_name, attr = REWARD_OPTIONS[reward].split(":")
+    options = getattr(importlib.import_module(module_name), attr)  # scorer modules import no model
+    return {f.name: f.default for f in dataclasses.fields(options) if f.default is not dataclasses.MISSING}
+
+
+def is_hub_id(path: str) -> bool:
+    """"org/name" that is not an existing local path (and does not start like one)."""
+    return (not Path(path).expanduser().exists() and not path.startswith(("/", "./", "../", "~"))
+            and bool(_HUB_ID.match(path)))
+
+
+def hub_cached(repo: str) -> bool:
+    """A snapshot of `repo` is in the cache: a pipeline's model_index.json or a model's config.json."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return any(isinstance(try_to_load_from_cache(repo, name), str) for name in ("model_index.json", "config.json"))
 
 
 def device_problems(device: str) -> list[str]:

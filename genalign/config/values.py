@@ -23,14 +23,19 @@ MAX_IMAGE_SIDE = 4096
 """Largest rollout/eval side accepted: above it one image's latents and activations no longer
 fit any accelerator we target; a typo like 100000 should fail here, not in an allocator."""
 
-IMAGE_MULTIPLE = {"sd3": 16, "toy": 16, "wan": 16}
+IMAGE_MULTIPLE = {"sd3": 16, "flux": 16, "qwen_image": 16, "wan": 16, "toy": 16}
 """Pixels per latent patch of each family: the VAE factor (8) x the transformer patch (2) for
-SD3/3.5 and Wan; the toy model samples in pixel space with patch 2 at exactly 16 x 16 (TOY_SIDE)."""
+SD3/3.5 and Wan, x the 2x2 latent packing for FLUX and Qwen-Image; the toy model samples in
+pixel space with patch 2 at exactly 16 x 16 (TOY_SIDE)."""
+GUIDANCE_EMBEDDING_FAMILIES = ("flux", "qwen_image")
+"""Families whose transformer may carry a distilled-guidance embedding (model.embedded_guidance);
+whether the loaded one does is checked when it loads."""
 VIDEO_FAMILIES = ("wan",)
 """Families that generate video (model.num_frames > 1 allowed); the exact frame rule (Wan:
 4k + 1) comes from the checkpoint's VAE and is checked when the model loads."""
 NEGATIVE_PROMPT_FAMILIES = ("wan",)
-"""Families whose CFG branch reads model.negative_prompt (SD3 and the toy use the empty prompt)."""
+"""Families whose CFG branch reads model.negative_prompt (SD3, FLUX and the toy use the empty
+prompt, Qwen-Image its pipeline's fixed " ")."""
 TOY_SIDE = 16
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 """`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
@@ -71,6 +76,12 @@ def value_problems(cfg: ExperimentConfig) -> list[str]:
             problems.append(f"{key} is empty; set it to a path")
     if not DEVICE.match(cfg.model.device):
         problems.append(f"model.device={cfg.model.device!r} is not a device; use auto, cpu, cuda or cuda:<index>")
+    guidance = cfg.model.embedded_guidance
+    if guidance is not None and cfg.model.family not in GUIDANCE_EMBEDDING_FAMILIES:
+        problems.append(f"model.embedded_guidance={guidance}: model.family={cfg.model.family} has no guidance "
+                        f"embedding (only {list(GUIDANCE_EMBEDDING_FAMILIES)}); set it to null")
+    elif guidance is not None and guidance <= 0:
+        problems.append(f"model.embedded_guidance must be > 0 (FLUX.1-dev: 3.5) or null, got {guidance}")
     problems += image_size_problems(cfg.model.family, cfg.rollout.height, cfg.rollout.width)
     problems += media_problems(cfg.model.family, cfg.model.num_frames, cfg.model.negative_prompt)
     problems += reward_option_problems(cfg)
@@ -119,7 +130,7 @@ def media_problems(family: str, num_frames: int, negative_prompt: str) -> list[s
         problems.append(f"model.num_frames={num_frames}: model.family={family} generates images; set "
                         f"model.num_frames=1 (video families: {', '.join(VIDEO_FAMILIES)})")
     if negative_prompt and family not in NEGATIVE_PROMPT_FAMILIES:
-        problems.append(f"model.negative_prompt is set but model.family={family} uses the empty prompt for CFG; "
+        problems.append(f"model.negative_prompt is set but model.family={family} uses a fixed negative prompt for CFG; "
                         f"remove it (families that read it: {', '.join(NEGATIVE_PROMPT_FAMILIES)})")
     return problems
 

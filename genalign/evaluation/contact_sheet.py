@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
+from genalign.config.errors import disk_full_is_user_error
+
 MIN_TILE = 128
 """Tiles are upscaled by an integer factor until their shorter side is at least this."""
 MAX_COLUMNS = 8
@@ -103,7 +105,9 @@ def save_contact_sheet(path: Path, images: torch.Tensor, captions: list[str], co
     """Build the sheet and write it as PNG to `path` (parent folders created); returns `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    make_contact_sheet(images, captions, columns=columns, caption_lines=caption_lines).save(path, format="PNG")
+    sheet = make_contact_sheet(images, captions, columns=columns, caption_lines=caption_lines)
+    with disk_full_is_user_error(path):
+        sheet.save(path, format="PNG")
     return path
 
 

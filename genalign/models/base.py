@@ -12,9 +12,8 @@ Images handed to rewards are `torch.uint8` tensors `[B, 3, H, W]`; video familie
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -39,8 +38,8 @@ class ModelConfig:
     """Which model to load and what to train in it."""
 
     family: str = "sd3"
-    """Model family: "sd3" (Stable Diffusion 3 / 3.5), "wan" (Wan 2.1 text-to-video) or "toy"
-    (the shipped CPU demo)."""
+    """Model family: "sd3" (Stable Diffusion 3 / 3.5), "flux" (FLUX.1), "qwen_image" (Qwen-Image),
+    "wan" (Wan 2.1 text-to-video) or "toy" (the shipped CPU demo)."""
     path: str = "stabilityai/stable-diffusion-3.5-medium"
     """Hugging Face hub id or a local directory written by `save_pretrained`."""
     revision: str | None = None
@@ -55,15 +54,23 @@ class ModelConfig:
     """"lora" (adapter only; the reference is the adapter-disabled model) or "full"."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     max_sequence_length: int = 128
-    """T5 token budget for SD3 prompts (Flow-GRPO's train_sd3.py encodes with 128; the
-    diffusers pipeline's own default is 256); UMT5 tokens for Wan (its pipeline and the
-    wan_2_1 presets use 512)."""
+    """Text-token budget of a prompt: T5 tokens for SD3 and FLUX (Flow-GRPO's train_sd3.py
+    encodes with 128; StableDiffusion3Pipeline's default is 256, FluxPipeline's 512), Qwen2.5-VL
+    tokens after the chat template for Qwen-Image (QwenImagePipeline: 512), UMT5 tokens for Wan
+    (WanPipeline and the wan_2_1 presets: 512). Qwen-Image prompts are padded to this length
+    with a mask, so every batch and both CFG branches share one shape."""
+    embedded_guidance: float | None = None
+    """Distilled-guidance strength fed to a guidance-embedded transformer (FLUX.1-dev: 3.5, the
+    `guidance_scale` of FluxPipeline); null for models without that embedding (FLUX.1-schnell,
+    Qwen-Image, SD3, Wan). It is not CFG: rollout.guidance_scale stays the true-CFG scale
+    (FluxPipeline's `true_cfg_scale`, QwenImagePipeline's `true_cfg_scale`; 1 = off)."""
     num_frames: int = 1
     """Frames per generated sample: 1 for image families; video families (wan) need their
     VAE's 4k + 1 (the wan_2_1 presets: 33). Rewards then see uint8 video [B, F, 3, H, W]."""
     negative_prompt: str = ""
-    """CFG's negative prompt for families whose pipeline takes one (wan: the pipeline's
-    default is the empty prompt, as here)."""
+    """CFG's negative prompt for families whose pipeline takes one as an option (wan: the
+    pipeline's default is the empty prompt, as here). SD3 and FLUX use the empty prompt and
+    Qwen-Image its pipeline's " " (see qwen_image.py); for them this must stay empty."""
     gradient_checkpointing: bool = False
     """Recompute the denoiser's activations in backward: the memory lever for larger replay
     micro-batches (about a third more train time)."""
@@ -88,13 +95,17 @@ class Condition:
 
     `embeds` [B, L, D] and `pooled` [B, P] (or None) are the conditional branch;
     `negative_embeds` / `negative_pooled` hold the empty-prompt branch used by CFG
-    (None when the batch was encoded without it).
+    (None when the batch was encoded without it). `mask` / `negative_mask` [B, L] (1 = a real
+    token, 0 = padding) for families whose prompts are padded to a fixed length (Qwen-Image);
+    None where every token is real (SD3 and FLUX attend to their T5 padding by design).
     """
 
     embeds: torch.Tensor
     pooled: torch.Tensor | None = None
     negative_embeds: torch.Tensor | None = None
     negative_pooled: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    negative_mask: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.embeds.shape[0]
@@ -156,8 +167,9 @@ class FlowPolicy(Protocol):
         """Shape of one sample's latent (without batch dim) for an image of height x width."""
         ...
 
-    def sigmas(self, num_steps: int) -> torch.Tensor:
-        """The sampling schedule [num_steps + 1], float32, 1 -> 0, with the family's shift."""
+    def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
+        """The sampling schedule [num_steps + 1], float32, 1 -> 0, with the family's shift for
+        one sample of `latent_shape` (FLUX and Qwen-Image shift by the image's token count)."""
         ...
 
 
@@ -180,40 +192,11 @@ def guided_velocity(uncond: torch.Tensor, cond: torch.Tensor, guidance_scale: fl
     return uncond + guidance_scale * (cond - uncond)
 
 
-CFG_BATCHES = ("joint", "split")
-
-
-def batched_cfg(forward: Callable[..., torch.Tensor], latents: torch.Tensor, timestep: torch.Tensor,
-                cond: tuple[torch.Tensor, ...], uncond: tuple[torch.Tensor | None, ...], guidance_scale: float,
-                detach_uncond: bool = False, cfg_batch: str = "joint") -> torch.Tensor:
-    """The CFG form every family shares: `forward(latents, timestep, *cond)` alone when
-    guidance_scale <= 1, else v_u + w (v_c − v_u) with v_u from `uncond` (the negative
-    prompt's tensors, in the same order as `cond`).
-
-    `cfg_batch="joint"` runs one forward over [uncond, cond] (Flow-GRPO); "split" runs two,
-    the unconditional one without autograd when `detach_uncond` (model.cfg_batch). Rollout
-    and replay call this same function, so their velocities are the same computation."""
-    if guidance_scale <= 1.0:
-        return forward(latents, timestep, *cond)  # [B, ...]
-    if any(tensor is None for tensor in uncond):
-        raise ValueError(f"guidance_scale={guidance_scale} > 1 needs prompts encoded with_negative=True "
-                         "(the negative-prompt branch of CFG)")
-    if cfg_batch == "split":
-        with torch.no_grad() if detach_uncond else nullcontext():
-            unconditional = forward(latents, timestep, *uncond)  # [B, ...]
-        conditional = forward(latents, timestep, *cond)  # [B, ...]
-    elif cfg_batch == "joint":
-        prediction = forward(torch.cat([latents, latents]), torch.cat([timestep, timestep]),
-                             *[torch.cat([u, c]) for u, c in zip(uncond, cond)])  # [2B, ...]
-        unconditional, conditional = prediction.chunk(2)  # [B, ...] each
-    else:
-        raise ValueError(f"model.cfg_batch={cfg_batch!r}: choose one of {list(CFG_BATCHES)}")
-    return guided_velocity(unconditional, conditional, guidance_scale, detach_uncond)  # [B, ...]
-
-
-def to_uint8(pixels: torch.Tensor) -> torch.Tensor:
-    """VAE output in [-1, 1] (any shape) -> uint8 in [0, 255] on the CPU, rounded."""
-    return ((pixels.float() / 2 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8).cpu()
+def rescale_to_norm(guided: torch.Tensor, reference: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """guided · ‖reference‖ / ‖guided‖ along `dim`: Qwen-Image's norm-preserving CFG, which
+    keeps each token's guided velocity at the conditional prediction's length (QwenImagePipeline
+    rescales `comb_pred` to `noise_pred`'s norm over the packed channel dim)."""
+    return guided * (torch.norm(reference, dim=dim, keepdim=True) / torch.norm(guided, dim=dim, keepdim=True))
 
 
 def compute_precision(device: torch.device, dtype: torch.dtype):

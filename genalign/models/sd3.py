@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from genalign.models.base import (Condition, ModelConfig, batched_cfg, compute_precision, resolve_device,
-                                  resolve_dtype, to_uint8)
-from genalign.models.loading import load_pipeline, place
+from genalign.models.base import Condition, ModelConfig, compute_precision, resolve_device, resolve_dtype
+from genalign.models.diffusers_common import (cfg_velocity, check_image_size, check_tokenizers, load_pipeline, place,
+                                              vae_decode_uint8)
 from genalign.sampling.schedules import flow_match_sigmas
 
 log = logging.getLogger(__name__)
@@ -46,19 +46,19 @@ def sd3_transformer_velocity(transformer: torch.nn.Module, latents: torch.Tensor
     when `detach_uncond` (model.cfg_batch). The transformer runs under `compute_precision`
     (autocast to `dtype`). Float32 out."""
 
-    def forward(hidden: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
+    def forward(hidden_states: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
                 pooled: torch.Tensor) -> torch.Tensor:
         with compute_precision(device, dtype):
-            out = transformer(hidden_states=hidden.to(device, dtype), timestep=timestep,
+            out = transformer(hidden_states=hidden_states.to(device, dtype), timestep=timestep,
                               encoder_hidden_states=embeds.to(device, dtype),
                               pooled_projections=pooled.to(device, dtype), return_dict=False)[0]
-        return out.float()
+        return out.float()  # [B, C, h, w]
 
-    batch = latents.shape[0]
-    timestep = (sigma.to(device, torch.float32) * 1000.0).expand(batch)  # [B]
-    return batched_cfg(forward, latents, timestep, (cond.embeds, cond.pooled),
-                       (cond.negative_embeds, cond.negative_pooled), guidance_scale, detach_uncond,
-                       cfg_batch)  # [B, C, h, w]
+    timestep = (sigma.to(device, torch.float32) * 1000.0).expand(latents.shape[0])  # [B]
+    branch = dict(hidden_states=latents, timestep=timestep)
+    return cfg_velocity(forward, dict(branch, embeds=cond.embeds, pooled=cond.pooled),
+                        dict(branch, embeds=cond.negative_embeds, pooled=cond.negative_pooled),
+                        guidance_scale, detach_uncond, cfg_batch)
 
 
 class SD3Policy:
@@ -72,11 +72,7 @@ class SD3Policy:
 
     def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 128,
                  cfg_batch: str = "joint"):
-        for name in _TOKENIZERS:
-            tokenizer = getattr(pipeline, name, None)
-            if tokenizer is None or len(tokenizer) == 0:
-                raise ValueError(f"{name} of the SD3 pipeline is missing or empty (an offline load of a repo "
-                                 "that is not cached?); check model.path")
+        check_tokenizers(pipeline, _TOKENIZERS, "SD3")
         self.pipeline = pipeline
         self.device = torch.device(device)
         self.dtype = dtype
@@ -133,16 +129,12 @@ class SD3Policy:
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU (f = VAE scale factor)."""
-        config = self.vae.config
-        scaled = latents.to(self.device, torch.float32) / config.scaling_factor + config.shift_factor
-        return to_uint8(self.vae.decode(scaled, return_dict=False)[0])  # [B, 3, H, W]
+        return vae_decode_uint8(self.vae, latents.to(self.device))
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
-        multiple = self.vae_scale_factor * self.patch_size
-        if height % multiple or width % multiple:
-            raise ValueError(f"rollout.height/width must be multiples of {multiple} for SD3 (VAE factor "
-                             f"{self.vae_scale_factor} x patch {self.patch_size}), got {height}x{width}")
+        check_image_size(height, width, self.vae_scale_factor * self.patch_size, "SD3")
         return (int(self.vae.config.latent_channels), height // self.vae_scale_factor, width // self.vae_scale_factor)
 
-    def sigmas(self, num_steps: int) -> torch.Tensor:
+    def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
+        """SD3's static shift, the same at every resolution."""
         return flow_match_sigmas(num_steps, shift=self.scheduler_shift)

@@ -1,13 +1,14 @@
-"""Tiny SD3 and Wan pipelines built from configs, for tests, benchmarks and offline smoke runs.
+"""Tiny SD3, FLUX, Qwen-Image and Wan pipelines built from configs, for tests, benchmarks and
+offline smoke runs.
 
 Where it fits: nothing can be downloaded here, so the real loading path
 (`SD3Policy.from_pretrained`, `StableDiffusion3Pipeline.load_lora_weights`) is exercised on a
 pipeline built the way diffusers' own tests build one (1-2 layers, head dim 8), saved with
 `save_pretrained` and loaded back. Tokenizers are constructed in memory (byte-level CLIP BPE
-with no merges, a character-level T5 unigram), so no hub access is needed at any point.
+with no merges, a character-level T5 unigram, a byte-level Qwen2 BPE trained on the
+Qwen-Image prompt template), so no hub access is needed at any point.
 
-    python -m genalign.models.tiny sd3 OUT_DIR
-    python -m genalign.models.tiny wan OUT_DIR
+    python -m genalign.models.tiny {sd3,flux,qwen_image,wan} OUT_DIR
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import string
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -40,6 +42,26 @@ def _bytes_to_unicode() -> list[str]:
             table[byte] = chr(256 + extra)
             extra += 1
     return [table[b] for b in range(256)]
+
+
+def shape_spec(table: dict, shapes: str, what: str) -> dict:
+    """The named architecture of a `*_SHAPES` table, or a clear error naming the choices."""
+    if shapes not in table:
+        raise ValueError(f"unknown {what} shapes {shapes!r}: choose one of {sorted(table)}")
+    return table[shapes]
+
+
+@contextmanager
+def building(device: str | torch.device, dtype: torch.dtype):
+    """Modules constructed inside are allocated on `device` in `dtype` directly (no float32 copy
+    first: real-size shapes build in seconds on a GPU, or on "meta" for parameter counts)."""
+    previous_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(previous_dtype)
 
 
 def tiny_clip_tokenizer():
@@ -116,34 +138,27 @@ def build_sd3_pipeline(shapes: str = "tiny", seed: int = 0, device: str | torch.
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
-    if shapes not in SD3_SHAPES:
-        raise ValueError(f"unknown SD3 shapes {shapes!r}: choose one of {sorted(SD3_SHAPES)}")
-    spec = SD3_SHAPES[shapes]
+    spec = shape_spec(SD3_SHAPES, shapes, "SD3")
     clip_tokenizer = tiny_clip_tokenizer()
     t5_tokenizer = tiny_t5_tokenizer()
-    previous_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            torch.manual_seed(seed)
-            transformer = SD3Transformer2DModel(**spec["transformer"])
-            towers = []
-            for offset, tower in ((1, "clip_l"), (2, "clip_g")):
-                torch.manual_seed(seed + offset)
-                towers.append(CLIPTextModelWithProjection(CLIPTextConfig(
-                    bos_token_id=0, eos_token_id=1, pad_token_id=1, layer_norm_eps=1e-5,
-                    vocab_size=len(clip_tokenizer), **spec[tower])))
-            torch.manual_seed(seed + 3)
-            text_encoder_3 = T5EncoderModel(T5Config(
-                vocab_size=len(t5_tokenizer), decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **spec["t5"]))
-            torch.set_default_dtype(torch.float32)
-            torch.manual_seed(seed + 4)
-            vae = AutoencoderKL(
-                in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
-                up_block_types=("UpDecoderBlock2D",) * 4, use_quant_conv=False, use_post_quant_conv=False,
-                **spec["vae"])
-    finally:
-        torch.set_default_dtype(previous_dtype)
+    with building(device, dtype):
+        torch.manual_seed(seed)
+        transformer = SD3Transformer2DModel(**spec["transformer"])
+        towers = []
+        for offset, tower in ((1, "clip_l"), (2, "clip_g")):
+            torch.manual_seed(seed + offset)
+            towers.append(CLIPTextModelWithProjection(CLIPTextConfig(
+                bos_token_id=0, eos_token_id=1, pad_token_id=1, layer_norm_eps=1e-5,
+                vocab_size=len(clip_tokenizer), **spec[tower])))
+        torch.manual_seed(seed + 3)
+        text_encoder_3 = T5EncoderModel(T5Config(
+            vocab_size=len(t5_tokenizer), decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **spec["t5"]))
+    with building(device, torch.float32):
+        torch.manual_seed(seed + 4)
+        vae = AutoencoderKL(
+            in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
+            up_block_types=("UpDecoderBlock2D",) * 4, use_quant_conv=False, use_post_quant_conv=False,
+            **spec["vae"])
     scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0)
     return StableDiffusion3Pipeline(
         transformer=transformer, scheduler=scheduler, vae=vae, text_encoder=towers[0], tokenizer=clip_tokenizer,
@@ -151,11 +166,114 @@ def build_sd3_pipeline(shapes: str = "tiny", seed: int = 0, device: str | torch.
         tokenizer_3=t5_tokenizer)
 
 
-def save_tiny_sd3(path: str | Path, seed: int = 0) -> Path:
-    """Build and `save_pretrained` a tiny SD3 pipeline into `path` (safetensors); returns it."""
-    path = Path(path)
-    build_tiny_sd3_pipeline(seed).save_pretrained(path)
-    return path
+QWEN_TEMPLATE = ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, "
+                 "text, spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n{}"
+                 "<|im_end|>\n<|im_start|>assistant\n")
+"""QwenImagePipeline's `prompt_template_encode`; its first 34 tokens (the system turn) are dropped."""
+QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def tiny_qwen2_tokenizer():
+    """A byte-level Qwen2 BPE (Qwen2's pre-tokenizer regex) whose merges are trained in memory
+    on the words of the Qwen-Image prompt template, so the template's system turn is exactly
+    the 34 tokens the pipeline drops (as with the real tokenizer); other text falls back to
+    bytes. 362 tokens; <|endoftext|> pads."""
+    import json
+
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
+    from transformers import Qwen2Tokenizer
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    trainer = trainers.BpeTrainer(vocab_size=1000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    words = QWEN_TEMPLATE.replace("{}", "")
+    for token in QWEN_SPECIAL:
+        words = words.replace(token, "")
+    bpe.train_from_iterator([words], trainer)
+    model = json.loads(bpe.to_str())["model"]
+    vocab = dict(model["vocab"])
+    for token in QWEN_SPECIAL:
+        vocab[token] = len(vocab)
+    merges = [tuple(merge) for merge in model["merges"]]
+    return Qwen2Tokenizer(vocab=vocab, merges=merges, additional_special_tokens=QWEN_SPECIAL[1:])
+
+
+def build_tiny_flux_pipeline(seed: int = 0, guidance_embeds: bool = True):
+    """A FluxPipeline with random tiny weights (fp32, CPU), as diffusers' FLUX tests build one:
+    1 double-stream + 1 single-stream block of 2 heads x 16 dims, RoPE axes (4, 4, 8), latent
+    channels 4 (packed 16), VAE factor 8 (a 64x64 image is an 8x8 latent, 16 tokens), CLIP-L
+    pooled 16, T5 32; FLUX.1-dev's scheduler config (dynamic shift) and, with
+    `guidance_embeds`, dev's guidance embedding (False: schnell's form)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    clip_tokenizer, t5_tokenizer = tiny_clip_tokenizer(), tiny_t5_tokenizer()
+    torch.manual_seed(seed)
+    transformer = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1,
+                                         attention_head_dim=16, num_attention_heads=2, joint_attention_dim=T5_HIDDEN,
+                                         pooled_projection_dim=CLIP_HIDDEN, guidance_embeds=guidance_embeds,
+                                         axes_dims_rope=(4, 4, 8))
+    torch.manual_seed(seed + 1)
+    text_encoder = CLIPTextModel(CLIPTextConfig(
+        bos_token_id=0, eos_token_id=1, pad_token_id=1, layer_norm_eps=1e-5, vocab_size=len(clip_tokenizer),
+        **SD3_SHAPES["tiny"]["clip_l"]))
+    torch.manual_seed(seed + 2)
+    text_encoder_2 = T5EncoderModel(T5Config(vocab_size=len(t5_tokenizer), decoder_start_token_id=0, pad_token_id=0,
+                                             eos_token_id=1, **SD3_SHAPES["tiny"]["t5"]))
+    torch.manual_seed(seed + 3)
+    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
+                        up_block_types=("UpDecoderBlock2D",) * 4, use_quant_conv=False, use_post_quant_conv=False,
+                        **dict(SD3_SHAPES["tiny"]["vae"], shift_factor=0.1159, scaling_factor=0.3611))
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15,
+                                                base_image_seq_len=256, max_image_seq_len=4096)
+    return FluxPipeline(transformer=transformer, scheduler=scheduler, vae=vae, text_encoder=text_encoder,
+                        tokenizer=clip_tokenizer, text_encoder_2=text_encoder_2, tokenizer_2=t5_tokenizer)
+
+
+QWEN_TEXT_HIDDEN = 16
+
+
+def build_tiny_qwen_image_pipeline(seed: int = 0):
+    """A QwenImagePipeline with random tiny weights (fp32, CPU), as diffusers' Qwen-Image tests
+    build one: 2 blocks of 2 heads x 16 dims, RoPE axes (8, 4, 4), a 2-layer Qwen2.5-VL of
+    hidden 16, AutoencoderKLQwenImage with z_dim 4 and VAE factor 8 (non-trivial
+    latents_mean/std, so the decode normalisation is exercised), Qwen-Image's scheduler
+    config (dynamic shift, max_image_seq_len 8192, shift_terminal 0.02)."""
+    from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline
+    from diffusers import QwenImageTransformer2DModel
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    tokenizer = tiny_qwen2_tokenizer()
+    torch.manual_seed(seed)
+    transformer = QwenImageTransformer2DModel(patch_size=2, in_channels=16, out_channels=4, num_layers=2,
+                                              attention_head_dim=16, num_attention_heads=2,
+                                              joint_attention_dim=QWEN_TEXT_HIDDEN, guidance_embeds=False,
+                                              axes_dims_rope=(8, 4, 4))
+    torch.manual_seed(seed + 1)
+    vocab = len(tokenizer)
+    config = Qwen2_5_VLConfig(
+        text_config=dict(hidden_size=QWEN_TEXT_HIDDEN, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=2, vocab_size=vocab, rope_theta=1000000.0,
+                         rope_scaling={"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"}),
+        vision_config=dict(depth=2, hidden_size=16, intermediate_size=16, num_heads=2,
+                           out_hidden_size=QWEN_TEXT_HIDDEN),
+        hidden_size=QWEN_TEXT_HIDDEN, vocab_size=vocab, vision_start_token_id=vocab, vision_end_token_id=vocab + 1,
+        image_token_id=vocab + 2, video_token_id=vocab + 3)
+    text_encoder = Qwen2_5_VLForConditionalGeneration(config)
+    torch.manual_seed(seed + 2)
+    vae = AutoencoderKLQwenImage(base_dim=24, z_dim=4, dim_mult=[1, 2, 4, 4], num_res_blocks=1,
+                                 temperal_downsample=[False, True, True],
+                                 latents_mean=[-0.7571, -0.7089, -0.9113, 0.1075],
+                                 latents_std=[2.8184, 1.4541, 2.3275, 2.6558])
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9,
+                                                base_image_seq_len=256, max_image_seq_len=8192, shift_terminal=0.02,
+                                                time_shift_type="exponential")
+    return QwenImagePipeline(transformer=transformer, scheduler=scheduler, vae=vae, text_encoder=text_encoder,
+                             tokenizer=tokenizer)
 
 
 WAN_SHAPES = {
@@ -194,47 +312,53 @@ def build_wan_pipeline(shapes: str = "tiny", seed: int = 0, device: str | torch.
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
 
-    if shapes not in WAN_SHAPES:
-        raise ValueError(f"unknown Wan shapes {shapes!r}: choose one of {sorted(WAN_SHAPES)}")
-    spec = WAN_SHAPES[shapes]
+    spec = shape_spec(WAN_SHAPES, shapes, "Wan")
     tokenizer = tiny_t5_tokenizer()
-    previous_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            torch.manual_seed(seed)
-            transformer = WanTransformer3DModel(**spec["transformer"])
-            torch.manual_seed(seed + 1)
-            text_encoder = UMT5EncoderModel(UMT5Config(
-                vocab_size=len(tokenizer), decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **spec["umt5"]))
-            torch.set_default_dtype(torch.float32)
-            torch.manual_seed(seed + 2)
-            vae = AutoencoderKLWan(**spec["vae"])
-    finally:
-        torch.set_default_dtype(previous_dtype)
+    with building(device, dtype):
+        torch.manual_seed(seed)
+        transformer = WanTransformer3DModel(**spec["transformer"])
+        torch.manual_seed(seed + 1)
+        text_encoder = UMT5EncoderModel(UMT5Config(
+            vocab_size=len(tokenizer), decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **spec["umt5"]))
+    with building(device, torch.float32):
+        torch.manual_seed(seed + 2)
+        vae = AutoencoderKLWan(**spec["vae"])
     scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
                                         flow_shift=spec["flow_shift"])
     return WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, scheduler=scheduler,
                        transformer=transformer)
 
 
-def save_tiny_wan(path: str | Path, seed: int = 0) -> Path:
-    """Build and `save_pretrained` a tiny Wan pipeline into `path` (safetensors); returns it."""
+def build_tiny_wan_pipeline(seed: int = 0):
+    """The tiny WanPipeline of `WAN_SHAPES` (fp32, CPU); the same seed gives the same weights."""
+    return build_wan_pipeline("tiny", seed)
+
+
+TINY_BUILDERS = {"sd3": build_tiny_sd3_pipeline, "flux": build_tiny_flux_pipeline,
+                 "qwen_image": build_tiny_qwen_image_pipeline, "wan": build_tiny_wan_pipeline}
+"""model.family -> tiny pipeline builder (seed -> pipeline)."""
+
+
+def save_tiny(family: str, path: str | Path, seed: int = 0) -> Path:
+    """Build and `save_pretrained` the tiny pipeline of `family` into `path` (safetensors)."""
+    if family not in TINY_BUILDERS:
+        raise ValueError(f"no tiny builder for family {family!r}: choose one of {sorted(TINY_BUILDERS)}")
     path = Path(path)
-    build_wan_pipeline("tiny", seed).save_pretrained(path)
+    TINY_BUILDERS[family](seed).save_pretrained(path)
     return path
 
 
-TINY_SAVERS = {"sd3": save_tiny_sd3, "wan": save_tiny_wan}
-
+def save_tiny_sd3(path: str | Path, seed: int = 0) -> Path:
+    """Build and `save_pretrained` a tiny SD3 pipeline into `path` (safetensors); returns it."""
+    return save_tiny("sd3", path, seed)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m genalign.models.tiny", description="Write a tiny random pipeline.")
-    parser.add_argument("family", choices=sorted(TINY_SAVERS))
+    parser.add_argument("family", choices=sorted(TINY_BUILDERS))
     parser.add_argument("out_dir")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    print(TINY_SAVERS[args.family](args.out_dir, args.seed))
+    print(save_tiny(args.family, args.out_dir, args.seed))
     return 0
 
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from genalign.models.base import (Condition, ModelConfig, batched_cfg, compute_precision, resolve_device,
-                                  resolve_dtype, to_uint8)
-from genalign.models.loading import load_pipeline, place
+from genalign.models.base import Condition, ModelConfig, compute_precision, resolve_device, resolve_dtype
+from genalign.models.diffusers_common import (cfg_velocity, check_image_size, check_tokenizers, load_pipeline, place,
+                                              wan_vae_decode_uint8)
 from genalign.sampling.schedules import flow_match_sigmas
 
 WAN_REPEATED_BLOCKS = ("WanTransformerBlock",)
@@ -58,9 +58,7 @@ class WanPolicy:
 
     def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 512,
                  cfg_batch: str = "joint", num_frames: int = 33, negative_prompt: str = ""):
-        if pipeline.tokenizer is None or len(pipeline.tokenizer) == 0:
-            raise ValueError("the tokenizer of the Wan pipeline is missing or empty (an offline load of a repo "
-                             "that is not cached?); check model.path")
+        check_tokenizers(pipeline, ("tokenizer",), "Wan")
         if getattr(pipeline, "transformer_2", None) is not None:
             raise ValueError("model.path holds a two-expert Wan 2.2 pipeline (transformer_2); model.family=wan "
                              "trains Wan 2.1's single transformer")
@@ -107,39 +105,31 @@ class WanPolicy:
 
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
                  guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
-        """v̂ [B, C, F_lat, h, w] float32 at sigma [B]: timestep 1000·σ, CFG by `batched_cfg`."""
+        """v̂ [B, C, F_lat, h, w] float32 at sigma [B]: timestep 1000·σ, true CFG with the
+        negative prompt by `cfg_velocity`."""
+        device, dtype, transformer = self.device, self.dtype, self.transformer
 
-        def forward(hidden: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
-            with compute_precision(self.device, self.dtype):
-                out = self.transformer(hidden_states=hidden.to(self.device, self.dtype), timestep=timestep,
-                                       encoder_hidden_states=embeds.to(self.device, self.dtype),
-                                       return_dict=False)[0]
-            return out.float()
+        def forward(hidden_states: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
+            with compute_precision(device, dtype):
+                out = transformer(hidden_states=hidden_states.to(device, dtype), timestep=timestep,
+                                  encoder_hidden_states=embeds.to(device, dtype), return_dict=False)[0]
+            return out.float()  # [B, C, F_lat, h, w]
 
-        timestep = (sigma.to(self.device, torch.float32) * 1000.0).expand(latents.shape[0])  # [B]
-        return batched_cfg(forward, latents, timestep, (cond.embeds,), (cond.negative_embeds,), guidance_scale,
-                           detach_uncond, self.cfg_batch)  # [B, C, F_lat, h, w]
+        timestep = (sigma.to(device, torch.float32) * 1000.0).expand(latents.shape[0])  # [B]
+        branch = dict(hidden_states=latents, timestep=timestep)
+        return cfg_velocity(forward, dict(branch, embeds=cond.embeds), dict(branch, embeds=cond.negative_embeds),
+                            guidance_scale, detach_uncond, self.cfg_batch)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """latents [B, C, F_lat, h, w] -> uint8 video [B, F, 3, H, W] on the CPU, one video at a time.
-        Un-normalised exactly as `WanPipeline` writes it (x / (1 / std) + mean)."""
-        config = self.vae.config
-        channels = (1, config.z_dim, 1, 1, 1)
-        mean = torch.tensor(config.latents_mean, device=self.device).view(channels)  # [1, C, 1, 1, 1]
-        inverse_std = 1.0 / torch.tensor(config.latents_std, device=self.device).view(channels)  # [1, C, 1, 1, 1]
-        videos = []
-        for sample in latents.to(self.device, torch.float32).split(1):  # [1, C, F_lat, h, w]
-            pixels = self.vae.decode(sample / inverse_std + mean, return_dict=False)[0]  # [1, 3, F, H, W] in [-1, 1]
-            videos.append(to_uint8(pixels.permute(0, 2, 1, 3, 4)))  # [1, F, 3, H, W]
-        return torch.cat(videos)  # [B, F, 3, H, W]
+        Un-normalised exactly as `WanPipeline` writes it (`wan_vae_decode_uint8`)."""
+        samples = latents.to(self.device, torch.float32).split(1)  # [1, C, F_lat, h, w] each
+        return torch.cat([wan_vae_decode_uint8(self.vae, sample) for sample in samples])  # [B, F, 3, H, W]
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int, int]:
         """(C, F_lat, H/8, W/8) for `model.num_frames` frames of height x width."""
-        multiple = self.spatial_factor * self.patch_size[1]
-        if height % multiple or width % multiple:
-            raise ValueError(f"rollout.height/width must be multiples of {multiple} for Wan (VAE factor "
-                             f"{self.spatial_factor} x patch {self.patch_size[1]}), got {height}x{width}")
+        check_image_size(height, width, self.spatial_factor * self.patch_size[1], "Wan")
         if (self.num_frames - 1) % self.temporal_factor:
             raise ValueError(f"model.num_frames={self.num_frames}: Wan needs num_frames = {self.temporal_factor}k + 1 "
                              f"(its VAE compresses time by {self.temporal_factor}), e.g. 33 or 81")
@@ -147,5 +137,6 @@ class WanPolicy:
         return (int(self.transformer.config.in_channels), latent_frames, height // self.spatial_factor,
                 width // self.spatial_factor)
 
-    def sigmas(self, num_steps: int) -> torch.Tensor:
+    def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
+        """Wan's static flow shift, the same at every resolution and frame count."""
         return flow_match_sigmas(num_steps, shift=self.scheduler_shift)

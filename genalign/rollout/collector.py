@@ -55,7 +55,6 @@ def generate_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: Sampling
                     positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
     """`generate`, one `spec.chunk_size` chunk at a time, so a caller can score finished
     chunks (reward.async_scoring) while the next one is sampled."""
-    sigmas = policy.sigmas(spec.num_steps).float().cpu()  # [T+1], stored with the trajectory
     sde_mask = sde_step_mask(spec.num_steps, spec.noise_level)  # [T]
     use_cfg = spec.guidance_scale > 1.0
     condition = encode_unique(policy, groups.prompts, with_negative=use_cfg)
@@ -63,6 +62,7 @@ def generate_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: Sampling
         condition = condition.index(torch.tensor(positions, device=condition.embeds.device))
         groups = groups.index(positions)
     latent_shape = policy.latent_shape(spec.height, spec.width)
+    sigmas = policy.sigmas(spec.num_steps, latent_shape).float().cpu()  # [T+1], stored with the trajectory
     seeds, init_seeds = groups.seeds.tolist(), groups.init_seeds.tolist()
     for start in range(0, len(seeds), spec.chunk_size):
         stop = min(start + spec.chunk_size, len(seeds))

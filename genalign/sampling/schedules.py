@@ -7,6 +7,8 @@ stateful diffusers scheduler is never consulted again (its `_step_index` moves).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -63,3 +65,46 @@ def model_timesteps(sigmas: torch.Tensor, scale: float = 1000.0) -> torch.Tensor
     """The denoiser's timestep input for σ: scale·σ (SD3/Wan: 1000σ; FLUX/Qwen pipelines: σ,
     i.e. scale=1). Same shape and dtype as `sigmas`."""
     return sigmas * scale
+
+
+def dynamic_shift_mu(image_seq_len: int, base_seq_len: int = 256, max_seq_len: int = 4096,
+                     base_shift: float = 0.5, max_shift: float = 1.15) -> float:
+    """FLUX's resolution-dependent shift μ: linear in the packed image token count, base_shift
+    at base_seq_len tokens and max_shift at max_seq_len (diffusers `calculate_shift`; FLUX.1
+    and Qwen-Image read the four numbers from their scheduler config)."""
+    slope = (max_shift - base_shift) / (max_seq_len - base_seq_len)
+    return image_seq_len * slope + (base_shift - slope * base_seq_len)
+
+
+def exponential_time_shift(sigmas: torch.Tensor, mu: float) -> torch.Tensor:
+    """σ' = e^μ / (e^μ + 1/σ − 1) (FLUX's time shift; the scheduler's `use_dynamic_shifting`
+    with time_shift_type="exponential"). It equals the static `time_shift` with s = e^μ.
+    Computed in the dtype of `sigmas` with explicit tensor division, as numpy does it, so a
+    float32 schedule matches diffusers bit for bit."""
+    scale = torch.full_like(sigmas, math.exp(mu))
+    return scale / (scale + (1 / sigmas - 1))
+
+
+def stretch_to_terminal(sigmas: torch.Tensor, terminal: float) -> torch.Tensor:
+    """Rescale 1 − σ so that the last σ of the schedule becomes `terminal` (diffusers'
+    `shift_terminal`, from LTX-Video; Qwen-Image's scheduler sets 0.02)."""
+    one_minus = 1 - sigmas
+    return 1 - one_minus / (one_minus[-1] / (1 - terminal))
+
+
+def pipeline_sigmas(num_steps: int, *, mu: float | None = None, shift: float = 1.0,
+                    shift_terminal: float | None = None) -> torch.Tensor:
+    """The schedule FluxPipeline / QwenImagePipeline sample with, float32 [num_steps + 1].
+
+    Those pipelines hand the scheduler σ = linspace(1, 1/N, N) (float32) and it shifts them:
+    exponentially with `mu` when the scheduler has `use_dynamic_shifting` (FLUX.1-dev,
+    Qwen-Image), else statically with `shift` (FLUX.1-schnell: 1), then stretches them to
+    `shift_terminal` when set; a final 0 is appended. Matches `set_timesteps(sigmas=..., mu=mu)`
+    bit for bit (tests/unit/sampling)."""
+    if num_steps < 1:
+        raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+    base = _numpy_linspace(1.0, 1.0 / num_steps, num_steps).float()  # [N], as np.linspace(...).astype(float32)
+    sigmas = time_shift(base, shift) if mu is None else exponential_time_shift(base, mu)  # [N]
+    if shift_terminal:
+        sigmas = stretch_to_terminal(sigmas, shift_terminal)
+    return torch.cat([sigmas, torch.zeros(1)])  # [N+1] float32

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import csv
 import numbers
+import os
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+
+from genalign.config.errors import WriteError, disk_full_is_user_error
 
 
 class MetricsSink(Protocol):
@@ -117,8 +120,13 @@ class CSVSink:
         if not self.columns or not set(row) <= set(self.columns):
             self._rewrite(column_order(set(self.columns) | set(row)))
             return
-        with open(self.path, "a", newline="") as handle:
-            csv.DictWriter(handle, fieldnames=self.columns, restval="").writerow(row)
+        size = self.path.stat().st_size
+        try:
+            with disk_full_is_user_error(self.path), open(self.path, "a", newline="") as handle:
+                csv.DictWriter(handle, fieldnames=self.columns, restval="").writerow(row)
+        except WriteError:
+            os.truncate(self.path, size)  # a half-written row would make the file unresumable
+            raise
 
     def _rewrite(self, columns: list[str]) -> None:
         """Write header + all rows to a temporary file and move it over the old one, so a
@@ -126,10 +134,14 @@ class CSVSink:
         self.columns = columns
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(self.path.name + ".tmp")
-        with open(temporary, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=self.columns, restval="")
-            writer.writeheader()
-            writer.writerows(self.rows)
+        try:
+            with disk_full_is_user_error(self.path), open(temporary, "w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=self.columns, restval="")
+                writer.writeheader()
+                writer.writerows(self.rows)
+        except WriteError:
+            temporary.unlink(missing_ok=True)  # the previous complete file stays
+            raise
         temporary.replace(self.path)
 
     def close(self) -> None:

@@ -27,7 +27,7 @@ import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from genalign.config.errors import UserError
+from genalign.config.errors import DISK_FULL_HINT, UserError
 from genalign.config.loader import safe_load_unique, yaml_error_line
 
 TRAINER_STATE = "trainer_state.json"
@@ -119,8 +119,7 @@ def save_checkpoint(
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
         kept = f"; the previous {path.name} is intact" if path.exists() else ""
         raise CheckpointError(f"trainer.output_dir: writing checkpoint {path} failed ({reason}); the partial "
-                              f"{temp.name} was removed{kept}", hint="free disk space or choose another "
-                              "trainer.output_dir, then resume from the last complete checkpoint") from exc
+                              f"{temp.name} was removed{kept}", hint=DISK_FULL_HINT) from exc
     previous = path.parent / f".{path.name}.old-{os.getpid()}"
     if path.exists():
         path.rename(previous)

@@ -7,7 +7,8 @@ says must go, logging each path. `prune_checkpoints` runs after each `checkpoint
 
 Rules:
 - a fresh run (`trainer.resume_from` unset) needs a directory without run files
-  (`metrics.csv`, `eval_metrics.csv`, `config.yaml`, `checkpoint-*`, `eval_epoch_*`);
+  (`metrics.csv`, `eval_metrics.csv`, `config.yaml`, `provenance.json`, `report.html`,
+  `checkpoint-*`, `eval_epoch_*`);
   `trainer.overwrite=true` removes the old run's files first (other files are left alone),
   so two runs are never mixed in one directory;
 - `trainer.resume_from=auto` continues from the newest complete checkpoint in the
@@ -38,12 +39,13 @@ from genalign.training.checkpoint import checkpoint_step
 
 log = logging.getLogger(__name__)
 
-RUN_FILES = ("metrics.csv", "eval_metrics.csv", "config.yaml")
+RUN_FILES = ("metrics.csv", "eval_metrics.csv", "config.yaml", "provenance.json", "report.html")
 CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+|final)")
 EVAL_DIR_NAME = re.compile(r"eval_epoch_(\d+)")
-STALE_TEMP_NAME = re.compile(r"\.checkpoint-(\d+|final)\.(tmp|old|del)-\d+")
+STALE_TEMP_NAME = re.compile(r"\.(checkpoint-(\d+|final)\.(tmp|old|del)|[\w.]+\.tmp)-\d+")
 """What `save_checkpoint` / `prune_checkpoints` leave beside a checkpoint while writing or
-deleting it; present at start only after a crash (resume already ignores them)."""
+deleting it, and `atomic.write_text_atomically` beside a run file; present at start only after a crash
+(resume already ignores them)."""
 
 
 class RunDirError(ConfigError):
@@ -200,3 +202,4 @@ def prune_checkpoints(output_dir: Path, keep_last: int | None) -> list[Path]:
         shutil.rmtree(doomed)
         log.info("trainer.keep_last=%d: removed %s", keep_last, path)
     return removed
+

@@ -20,12 +20,15 @@ from tqdm import tqdm
 
 from genalign.algorithms.advantages import advantage_stats, aggregate_advantages, zero_std_group_fraction
 from genalign.algorithms.registry import ALGORITHMS
+from genalign.atomic import write_text_atomically
 from genalign.config.errors import UserError
 from genalign.config.loader import config_to_dict, config_to_yaml
 from genalign.config.plan import RunPlan
 from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
+from genalign.reporting.provenance import record_launch
+from genalign.reporting.report import refresh_report
 from genalign.rewards.composite import RewardScores, build_reward_runtime
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.tracking.sinks import CSVSink, NullSink
@@ -105,21 +108,36 @@ class Trainer:
             return
         if self.ranks.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            (self.output_dir / "config.yaml").write_text(config_to_yaml(self.cfg))
+            write_text_atomically(self.output_dir / "config.yaml", config_to_yaml(self.cfg))
+            record_launch(self.output_dir, self.start_step)
+        try:
+            self.run_steps()
+        finally:  # a failed run too releases the Ray actors, reward threads and process group
+            self.close()
+
+    def run_steps(self) -> None:
         last = self.cfg.trainer.num_steps
         if self.start_step == 1 and self.evaluator.due(0, last):
             self.evaluate(0)
+            self.report()
         quiet = not (self.cfg.trainer.progress_bar and sys.stderr.isatty())
         for step in tqdm(range(self.start_step, last + 1), desc="train", disable=quiet,
                          initial=self.start_step - 1, total=last):
             row = self.train_step(step)
-            if self.evaluator.due(step, last):
+            evaluated = self.evaluator.due(step, last)
+            if evaluated:
                 row["time_eval_s"] = self.evaluate(step)
             self.metrics.log(step, row)
+            if evaluated and step != last:  # the page shows this step's row; the last is reported after saving
+                self.report()
             if self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last:
                 self.save(f"checkpoint-{step}", step)
         self.save("checkpoint-final", last)
+        self.report()
+
+    def close(self) -> None:
         self.engine.close()
+        self.rewards.close()
         self.metrics.close()
         self.evaluator.sink.close()
         distributed.shutdown()
@@ -235,6 +253,12 @@ class Trainer:
             metrics = self.evaluator.evaluate(self.policy, step)
         log.info("eval step %d: %s", step, "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.endswith("mean")))
         return time.perf_counter() - start
+
+    def report(self) -> None:
+        """Rewrite report.html from the run directory (rank 0). A failure is a logged
+        warning, never an exception: the report is a view of the run, not part of it."""
+        if self.ranks.is_main:
+            refresh_report(self.output_dir)
 
     # ---------------------------------------------------------------- state
     def trainable_state(self) -> dict[str, torch.Tensor]:

@@ -17,7 +17,9 @@ def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
 
 
 def test_config_prints_the_resolved_recipe_without_loading_a_model():
-    result = run("-m", "genalign", "config", "--config", RECIPE, "trainer.output_dir=outputs/x", "rollout.n=4")
+    # --no-check-files: offline, the recipe's hub id is not cached here (test_bad_inputs checks that error)
+    result = run("-m", "genalign", "config", "--config", RECIPE, "--no-check-files", "trainer.output_dir=outputs/x",
+                 "rollout.n=4")
     assert result.returncode == 0, result.stderr
     tree = yaml.safe_load(result.stdout)
     assert tree["model"]["path"] == "stabilityai/stable-diffusion-3.5-medium"
@@ -46,3 +48,16 @@ def test_train_module_and_cli_accept_the_same_arguments(tiny_sd3_dir, tmp_path):
         assert result.returncode == 0, result.stderr[-3000:]
         assert (out / "metrics.csv").exists() and (out / "checkpoint-final" / "trainable.safetensors").exists()
         assert "parity preflight" in result.stderr
+
+
+def test_report_writes_the_page_and_refuses_a_dir_without_a_run(tmp_path):
+    from support import make_run_dir
+
+    run_dir = make_run_dir(tmp_path / "run", num_steps=4, eval_every=2)
+    result = run("-m", "genalign", "report", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(run_dir / "report.html")
+    assert 'id="status">finished · 4 steps' in (run_dir / "report.html").read_text()
+    result = run("-m", "genalign", "report", str(tmp_path))  # tmp_path holds only the run's folder
+    assert result.returncode == 2
+    assert "holds no run" in result.stderr and "Traceback" not in result.stderr

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from genalign.config.loader import load_config
+from genalign.rewards.composite import LocalRewardRuntime
 from genalign.training.trainer import Trainer
 
 RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
@@ -71,11 +72,14 @@ def run_toy(out, *extra):
     return rows, load_file(str(out / "checkpoint-final" / "trainable.safetensors")), trainer.rewards
 
 
-def test_async_local_scoring_is_the_same_run_as_serial_scoring(tmp_path):
+def test_async_local_scoring_is_the_same_run_as_serial_scoring(tmp_path, monkeypatch):
+    pools_at_close = []  # the trainer closes its reward runtime: record whether a worker pool ran
+    close = LocalRewardRuntime.close
+    monkeypatch.setattr(LocalRewardRuntime, "close", lambda self: pools_at_close.append(self._pool) or close(self))
     serial_rows, serial_weights, serial_rewards = run_toy(tmp_path / "serial")
     async_rows, async_weights, async_rewards = run_toy(tmp_path / "async", "reward.async_scoring=true")
-    assert serial_rewards._pool is None and async_rewards._pool is not None  # scored on the worker thread
-    async_rewards.close()
+    assert pools_at_close[0] is None and pools_at_close[-1] is not None  # async: scored on the worker thread
+    assert async_rewards._pool is None  # and the trainer shut that thread down
     assert len(serial_rows) == len(async_rows) == 3
     def untimed(row):
         return {k: v for k, v in row.items() if not k.startswith("time_") and not k.endswith("images_per_s")}

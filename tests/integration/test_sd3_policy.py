@@ -146,16 +146,16 @@ def test_latent_shape_and_sigmas(policy):
     assert policy.latent_shape(128, 64) == (4, 16, 8)
     with pytest.raises(ValueError, match="multiples of 16"):
         policy.latent_shape(72, 64)
-    torch.testing.assert_close(policy.sigmas(4), flow_match_sigmas(4, shift=3.0))
+    torch.testing.assert_close(policy.sigmas(4, (4, 8, 8)), flow_match_sigmas(4, shift=3.0))
     scheduler = policy.pipeline.scheduler
     scheduler.set_timesteps(4)  # the diffusers scheduler is the reference the schedule must reproduce
-    torch.testing.assert_close(policy.sigmas(4), scheduler.sigmas.float())
+    torch.testing.assert_close(policy.sigmas(4, (4, 8, 8)), scheduler.sigmas.float())
 
 
 @torch.no_grad()
 def test_a_four_step_64px_sample_runs_end_to_end(policy):
     cond = policy.encode_prompts(PROMPTS, with_negative=True)
-    latents, sigmas = noise(), policy.sigmas(4)
+    latents, sigmas = noise(), policy.sigmas(4, (4, 8, 8))
     for step in range(4):
         latents = latents + (sigmas[step + 1] - sigmas[step]) * policy.velocity(latents, sigmas[step], cond, 4.5)
     assert torch.isfinite(latents).all()

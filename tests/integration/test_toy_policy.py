@@ -35,7 +35,7 @@ def test_shapes_schedule_and_decode(policy):
     assert policy.latent_shape(16, 16) == (3, 16, 16)
     with pytest.raises(ValueError, match="rollout.height=16"):
         policy.latent_shape(32, 32)
-    torch.testing.assert_close(policy.sigmas(10), flow_match_sigmas(10, shift=1.0))
+    torch.testing.assert_close(policy.sigmas(10, (3, 16, 16)), flow_match_sigmas(10, shift=1.0))
     images = policy.decode(torch.tensor([-1.0, 0.0, 1.0, 3.0]).view(1, 1, 2, 2).expand(1, 3, 2, 2))
     assert images.dtype == torch.uint8 and images[0, 0].flatten().tolist() == [0, 128, 255, 255]
 

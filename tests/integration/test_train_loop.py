@@ -12,15 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from genalign.config.loader import load_config
+from genalign.reporting.provenance import read_provenance
 from genalign.training.trainer import ResumeError, Trainer
 from support import SD3_RECIPE as RECIPE
-from support import read_rows, tiny_overrides
-
-TIMING_COLUMNS = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_s", "images_per_s",
-                  "step_images_per_s"}
+from support import TIMING_COLUMNS, assert_resumed_bitwise, read_rows, tiny_overrides
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +48,18 @@ def test_run_directory_has_every_artefact(finished_run):
     eval_rows = read_rows(out / "eval_metrics.csv")
     assert [r["step"] for r in eval_rows] == ["0", "2", "3"]
     assert not any(Path(out).glob(".checkpoint-*"))
+
+
+def test_run_writes_its_report_and_provenance(finished_run):
+    out, _, _ = finished_run
+    launches = read_provenance(out)["launches"]
+    assert [launch["start_step"] for launch in launches] == [1]
+    assert launches[0]["packages"]["diffusers"] and launches[0]["git"] is None or launches[0]["git"]["commit"]
+    html = (out / "report.html").read_text()  # the final rewrite, after checkpoint-final
+    assert 'id="status">finished · 3 steps' in html
+    assert 'id="eval-3" open' in html and 'id="eval-2">' in html  # step 0 beside each later eval
+    assert 'id="plot-train_reward"' in html and 'id="plot-eval_reward"' in html
+    assert "exact" in html  # the parity preflight of step 1
 
 
 def test_phase_seconds_are_per_step_and_add_up(finished_run):
@@ -87,19 +96,7 @@ def test_resume_continues_bitwise(finished_run, tiny_sd3_dir, tmp_path):
     cfg = load_config(RECIPE, tiny_overrides(tiny_sd3_dir, tmp_path / "resumed",
                                              f"trainer.resume_from={out / 'checkpoint-2'}"))
     Trainer(cfg).train()
-    uninterrupted = read_rows(out / "metrics.csv")[2]
-    resumed = read_rows(tmp_path / "resumed" / "metrics.csv")
-    assert [r["step"] for r in resumed] == ["3"]
-    for key, value in uninterrupted.items():
-        if key not in TIMING_COLUMNS:
-            # a column only earlier steps logged (the step-1 parity check) is absent, i.e. empty
-            assert resumed[0].get(key, "") == value, key
-    a = load_file(str(out / "checkpoint-final" / "trainable.safetensors"))
-    b = load_file(str(tmp_path / "resumed" / "checkpoint-final" / "trainable.safetensors"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    ema_a = load_file(str(out / "checkpoint-final" / "ema.safetensors"))
-    ema_b = load_file(str(tmp_path / "resumed" / "checkpoint-final" / "ema.safetensors"))
-    assert all(torch.equal(ema_a[k], ema_b[k]) for k in ema_a)
+    assert_resumed_bitwise(out, tmp_path / "resumed", 3, ("trainable.safetensors", "ema.safetensors"))
 
 
 def test_resume_with_incompatible_config_lists_the_keys(finished_run, tiny_sd3_dir, tmp_path):

@@ -66,7 +66,10 @@ def test_flow_shift_comes_from_the_shipped_unipc_scheduler(policy):
     assert scheduler_shift(FlowMatchEulerDiscreteScheduler(shift=5.0)) == 5.0
     euler = FlowMatchEulerDiscreteScheduler(shift=3.0)
     euler.set_timesteps(4)
-    torch.testing.assert_close(policy.sigmas(4), euler.sigmas.float(), rtol=0, atol=0)
+    shape = policy.latent_shape(32, 32)
+    torch.testing.assert_close(policy.sigmas(4, shape), euler.sigmas.float(), rtol=0, atol=0)
+    # a static shift: Wan's pipeline applies no resolution-dependent shift (unlike FLUX)
+    torch.testing.assert_close(policy.sigmas(4, (16, 21, 60, 104)), euler.sigmas.float(), rtol=0, atol=0)
 
 
 def test_encode_prompts_is_umt5_zero_padded_with_the_negative(policy):
@@ -97,7 +100,7 @@ def test_our_ode_sampler_reproduces_the_wan_pipeline(policy):
         reference_video = pipe(latents=start.clone(), output_type="pt", **common).frames  # [B, F, 3, H, W] in [0, 1]
 
     cond = policy.encode_prompts(PROMPTS, with_negative=True)
-    sigmas = policy.sigmas(3)
+    sigmas = policy.sigmas(3, tuple(start.shape[1:]))
     latents, log_probs = sample_trajectory(policy, cond, start, [], sigmas, 5.0, 0.0, sde_step_mask(3, 0.0))
     torch.testing.assert_close(latents[:, -1], reference, rtol=1e-5, atol=1e-5)
     assert (log_probs == 0).all()
@@ -167,3 +170,12 @@ def test_the_1_3b_shapes_have_the_published_parameter_count():
     pipeline = build_wan_pipeline("wan2.1-t2v-1.3b", device="meta", dtype=torch.bfloat16)
     assert sum(p.numel() for p in pipeline.transformer.parameters()) == 1_418_996_800
     assert sum(p.numel() for p in pipeline.vae.parameters()) == 126_892_531
+
+
+def test_builder_places_weights_in_the_asked_dtype_keeps_the_vae_float32_and_restores_the_default():
+    pipeline = build_wan_pipeline("tiny", seed=0, dtype=torch.bfloat16)
+    assert pipeline.transformer.dtype == torch.bfloat16 and pipeline.text_encoder.dtype == torch.bfloat16
+    assert pipeline.vae.dtype == torch.float32
+    assert torch.get_default_dtype() == torch.float32
+    with pytest.raises(ValueError, match="unknown Wan shapes 'huge'.*tiny"):
+        build_wan_pipeline("huge")

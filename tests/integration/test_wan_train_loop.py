@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from genalign.config.loader import load_config
 from genalign.evaluation.standalone import evaluate_checkpoint
 from genalign.training.trainer import Trainer
-from support import WAN_RECIPE, read_rows, tiny_wan_overrides
-
-WALL_CLOCK = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_s", "images_per_s", "step_images_per_s"}
+from support import WAN_RECIPE, assert_resumed_bitwise, read_rows, tiny_wan_overrides
 
 
 @pytest.fixture(scope="module")
@@ -41,15 +38,7 @@ def test_resume_continues_bitwise(finished_run, tiny_wan_dir, tmp_path):
     out, _, _ = finished_run
     Trainer(load_config(WAN_RECIPE, tiny_wan_overrides(tiny_wan_dir, tmp_path / "resumed",
                                                        f"trainer.resume_from={out / 'checkpoint-1'}"))).train()
-    uninterrupted = read_rows(out / "metrics.csv")[1]
-    resumed = read_rows(tmp_path / "resumed" / "metrics.csv")
-    assert [r["step"] for r in resumed] == ["2"]
-    for key, value in uninterrupted.items():
-        if key not in WALL_CLOCK:
-            assert resumed[0].get(key, "") == value, key
-    a = load_file(str(out / "checkpoint-final" / "trainable.safetensors"))
-    b = load_file(str(tmp_path / "resumed" / "checkpoint-final" / "trainable.safetensors"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert_resumed_bitwise(out, tmp_path / "resumed", 2)
 
 
 def test_standalone_eval_of_the_checkpoint_writes_the_video_sheets(finished_run, tmp_path):

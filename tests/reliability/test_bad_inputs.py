@@ -176,6 +176,11 @@ CASES = [
          ["reward.kwargs.random.sed", "did you mean reward.kwargs.random.seed"]),
     Case("reward-option-value", TOY + ["reward.components.random=1.0", "reward.kwargs.random.seed=abc"],
          ["reward.kwargs.random.seed", "expected int"]),
+    Case("model-hub-id-not-cached", SD3 + ["model.path=no-such-org/no-such-model"],
+         ["model.path='no-such-org/no-such-model'", "HF_HUB_OFFLINE is set", "not in the Hugging Face cache"]),
+    Case("reward-hub-id-not-cached", TOY + ["reward.components.clip_score=1.0",
+                                            "reward.kwargs.clip_score.model_name=no-such-org/clip"],
+         ["reward.kwargs.clip_score.model_name='no-such-org/clip'", "not in the Hugging Face cache"]),
     Case("reward-kwargs-unknown-reward", TOY + ["reward.kwargs.toy_shap.path=x"], ["reward.kwargs.toy_shap"]),
     Case("reward-unknown", TOY + ["reward.components={toy_shap: 1.0}"], ["reward.components", "toy_shap"]),
     # overrides and config files (item 8)

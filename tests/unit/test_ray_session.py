@@ -68,3 +68,34 @@ def test_local_ray_binds_every_listening_socket_to_loopback(monkeypatch):
         assert ray_constants.ENABLE_RAY_CLUSTER and "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ  # restored
     finally:
         ray.shutdown()
+
+
+def test_a_local_start_that_times_out_is_retried_then_reported(monkeypatch, caplog):
+    """Ray's fixed 30 s raylet wait can pass on a busy machine: retried, and the last failure raised."""
+    import ray
+
+    from genalign import ray_session
+
+    calls = []
+
+    def slow_start(**kwargs):
+        calls.append(kwargs["_node_ip_address"])
+        if len(calls) < 3:
+            raise Exception("The current node timed out during startup. This could happen because ...")
+
+    monkeypatch.setattr(ray, "init", slow_start)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    ray_session.init_ray(num_cpus=1)
+    assert calls == ["127.0.0.1"] * 3
+    assert "attempt 2 of 3" in caplog.text
+
+    calls.clear()
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(1) or (_ for _ in ()).throw(
+        Exception("The current node timed out during startup.")))
+    with pytest.raises(Exception, match="timed out during startup"):
+        ray_session.init_ray(num_cpus=1)
+    assert len(calls) == ray_session.START_ATTEMPTS
+
+    monkeypatch.setattr(ray, "init", lambda **kwargs: (_ for _ in ()).throw(ValueError("bad option")))
+    with pytest.raises(ValueError, match="bad option"):  # anything else is not retried
+        ray_session.init_ray(num_cpus=1)

@@ -98,6 +98,6 @@ class ToyPolicy:
                              f"rollout.height={IMAGE_SIZE} rollout.width={IMAGE_SIZE}")
         return (3, height, width)
 
-    def sigmas(self, num_steps: int) -> torch.Tensor:
+    def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
         """diffusers-style flow-matching schedule with the pretraining shift (1.0: none)."""
         return flow_match_sigmas(num_steps, shift=self.shift)

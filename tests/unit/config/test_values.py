@@ -19,6 +19,7 @@ OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
     ("rollout.guidance_scale", 0.0, "rollout.guidance_scale must be >= 1"),
     ("algorithm.clip_range", float("inf"), "algorithm.clip_range must be a finite number"),
     ("eval.samples_per_prompt", 0, "eval.samples_per_prompt must be positive"),
+    ("model.embedded_guidance", 3.5, "model.family=sd3 has no guidance embedding"),
     ("reward.kwargs", {"ocr": {"engin": "x"}}, "did you mean reward.kwargs.ocr.engine"),
     ("reward.kwargs", {"ocr": {"num_threads": "four"}}, "reward.kwargs.ocr.num_threads: expected int"),
     ("model.num_frames", 33, "model.num_frames=33: model.family=sd3 generates images"),
@@ -34,6 +35,18 @@ def test_each_bad_value_is_one_problem_naming_the_key(key, value, fragment):
     setattr(node, leaf, value)
     problems = validate(cfg)
     assert len(problems) == 1 and fragment in problems[0], problems
+
+
+@pytest.mark.parametrize("recipe", ["experiment/diffusion/flux/online_grpo_ocr",
+                                    "experiment/diffusion/qwen_image/online_grpo_ocr"])
+def test_family_recipes_are_valid_and_check_the_embedded_guidance(recipe):
+    cfg = load_config(recipe)
+    assert validate(cfg) == []
+    cfg.model.embedded_guidance = -1.0
+    (problem,) = validate(cfg)
+    assert "model.embedded_guidance must be > 0" in problem
+    cfg.rollout.height = 520
+    assert any("multiple of 16 for model.family=" in p for p in validate(cfg))
 
 
 def test_non_finite_numbers_are_found_anywhere_in_the_tree():

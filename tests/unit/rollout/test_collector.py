@@ -16,7 +16,7 @@ def test_trajectory_shapes_and_stored_schedule(linear_policy):
     batch.validate()
     assert batch.latents.shape == (6, 5, 2, 4, 4)
     assert batch.log_probs.shape == (6, 4)
-    assert torch.equal(batch.sigmas, linear_policy.sigmas(4))
+    assert torch.equal(batch.sigmas, linear_policy.sigmas(4, linear_policy.shape))
     assert batch.sde_mask.all()
     assert (batch.log_probs != 0).all()
     assert batch.images.dtype == torch.uint8 and batch.images.shape == (6, 3, 4, 4)

@@ -63,3 +63,46 @@ def test_model_timesteps():
     sigmas = torch.tensor([1.0, 0.5, 0.0])
     assert model_timesteps(sigmas).tolist() == [1000.0, 500.0, 0.0]
     assert torch.equal(model_timesteps(sigmas, scale=1.0), sigmas)
+
+
+def test_dynamic_shift_mu_by_hand():
+    from genalign.sampling.schedules import dynamic_shift_mu
+
+    # slope (1.15 - 0.5) / (4096 - 256) = 0.65 / 3840; 1024 tokens (512px FLUX): 0.5 + 768 * 0.65 / 3840 = 0.63
+    assert abs(dynamic_shift_mu(1024) - 0.63) < 1e-12
+    assert abs(dynamic_shift_mu(256) - 0.5) < 1e-12 and abs(dynamic_shift_mu(4096) - 1.15) < 1e-12
+
+
+def test_exponential_time_shift_and_terminal_stretch_by_hand():
+    import math
+
+    from genalign.sampling.schedules import exponential_time_shift, stretch_to_terminal, time_shift
+
+    sigmas = torch.tensor([1.0, 0.5, 0.25])
+    # e^mu / (e^mu + 1/σ - 1) with e^mu = 3: σ=0.5 -> 3/4, σ=0.25 -> 3/6 = 0.5; the static shift s = e^mu
+    torch.testing.assert_close(exponential_time_shift(sigmas, math.log(3.0)), torch.tensor([1.0, 0.75, 0.5]))
+    torch.testing.assert_close(exponential_time_shift(sigmas, 0.7), time_shift(sigmas, math.exp(0.7)))
+    # 1 - σ = [0, 0.5, 0.75]; scale 0.75 / 0.98 -> 1 - [0, 0.65333, 0.98] = [1, 0.34667, 0.02]
+    torch.testing.assert_close(stretch_to_terminal(sigmas, 0.02), torch.tensor([1.0, 1 - 0.5 * 0.98 / 0.75, 0.02]))
+
+
+@pytest.mark.parametrize("config", [
+    dict(use_dynamic_shifting=True, shift=3.0),  # FLUX.1-dev
+    # Qwen-Image
+    dict(use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9, max_image_seq_len=8192, shift_terminal=0.02),
+    dict(use_dynamic_shifting=False, shift=1.0),  # FLUX.1-schnell
+])
+def test_pipeline_sigmas_match_the_diffusers_scheduler_bit_for_bit(config):
+    import numpy as np
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    from genalign.models.diffusers_common import scheduler_sigmas
+    from genalign.sampling.schedules import dynamic_shift_mu
+
+    scheduler = FlowMatchEulerDiscreteScheduler(**config)
+    c = scheduler.config
+    for steps in [2, 6, 10, 28]:
+        for tokens in [16, 1024, 4096]:
+            mu = dynamic_shift_mu(tokens, c.base_image_seq_len, c.max_image_seq_len, c.base_shift, c.max_shift)
+            scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
+            assert torch.equal(scheduler_sigmas(c, steps, tokens), scheduler.sigmas)

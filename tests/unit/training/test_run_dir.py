@@ -56,6 +56,16 @@ def test_fresh_run_into_an_existing_run_is_refused_unless_overwrite(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+def test_the_report_and_provenance_belong_to_the_run(tmp_path):
+    # a directory holding only an old run's page and provenance is a run: refused, then removed
+    (tmp_path / "report.html").write_text("<html>")
+    (tmp_path / "provenance.json").write_text("{}")
+    with pytest.raises(RunDirError, match="already holds a run \\(provenance.json, report.html\\)"):
+        plan_start(config(tmp_path))
+    plan_start(config(tmp_path, "trainer.overwrite=true")).apply()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_empty_resume_from_is_an_error_not_a_fresh_run(tmp_path):
     with pytest.raises(RunDirError, match="trainer.resume_from is empty"):
         plan_start(config(tmp_path, "trainer.resume_from="))

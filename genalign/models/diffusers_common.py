@@ -1,0 +1,198 @@
+"""What every diffusers-backed family shares: loading, placement, CFG batching, latent
+packing, guidance embedding, the scheduler's schedule and the uint8 decode.
+
+Where it fits: a family adapter (`sd3.py`, `flux.py`, `qwen_image.py`, `wan.py`) owns only what differs
+between the families — prompt encoding, the transformer's call signature, the CFG combination,
+the VAE's latent normalisation — and calls these helpers for the rest, so a fix to CFG
+batching or to the loading errors lands in every family at once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from genalign.models.base import guided_velocity
+from genalign.sampling.schedules import dynamic_shift_mu, pipeline_sigmas
+
+CFG_BATCHES = ("joint", "split")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def check_model_path(path: str) -> None:
+    """Fail before any hub call when `model.path` names a local directory that is missing.
+
+    A path is local-looking when it starts with /, ./, ../ or ~, or is not of the hub form
+    "org/name" (e.g. "outputs/a/b" or a bare "my_model")."""
+    if Path(path).expanduser().exists():
+        return
+    looks_local = path.startswith(("/", "./", "../", "~")) or not _HUB_ID.match(path)
+    if looks_local:
+        raise FileNotFoundError(f"model.path={path!r}: no such local directory (and it is not a hub id "
+                                "of the form 'org/name')")
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def load_pipeline(pipeline_cls_name: str, path: str, dtype: torch.dtype, revision: str | None = None):
+    """`<diffusers pipeline>.from_pretrained` with the VAE in float32 and errors that say how to
+    fix a missing model (one attempt, no retries)."""
+    import diffusers
+
+    pipeline_cls = getattr(diffusers, pipeline_cls_name)
+    check_model_path(path)
+    try:
+        return pipeline_cls.from_pretrained(path, dtype={"default": dtype, "vae": torch.float32}, revision=revision)
+    except (OSError, ValueError) as exc:
+        if Path(path).expanduser().exists():
+            raise
+        from huggingface_hub import constants
+
+        reason = ("HF_HUB_OFFLINE is set and the weights are not cached" if _hub_offline()
+                  else "the weights could not be fetched from the hub")
+        raise FileNotFoundError(
+            f"model.path={path!r}: {reason} (cache: {constants.HF_HUB_CACHE}). Download them where you have "
+            f"access (`hf download {path}`, then copy the cache or set HF_HOME) or set model.path to a local "
+            f"directory written by save_pretrained. Original error: {exc}") from exc
+
+
+def place(module: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """Move to `device`; cast only when the loaded dtype differs (diffusers warns on every cast)."""
+    module.to(device=device)
+    if next(module.parameters()).dtype != dtype:
+        module.to(dtype=dtype)
+    return module
+
+
+def check_tokenizers(pipeline, names: tuple[str, ...], family: str) -> None:
+    """An offline load of a repo that is not cached can produce an empty tokenizer: refuse it."""
+    for name in names:
+        tokenizer = getattr(pipeline, name, None)
+        if tokenizer is None or len(tokenizer) == 0:
+            raise ValueError(f"{name} of the {family} pipeline is missing or empty (an offline load of a repo "
+                             "that is not cached?); check model.path")
+
+
+Combine = Callable[[torch.Tensor, torch.Tensor, float, bool], torch.Tensor]
+
+
+def cfg_velocity(forward: Callable[..., torch.Tensor], conditional: dict[str, torch.Tensor],
+                 unconditional: dict[str, torch.Tensor | None], guidance_scale: float, detach_uncond: bool = False,
+                 cfg_batch: str = "joint", combine: Combine = guided_velocity) -> torch.Tensor:
+    """Classifier-free guidance around one family's `forward(**inputs) -> [B, ...]`.
+
+    `conditional` / `unconditional` hold the per-sample inputs of the two branches (each
+    tensor batch-first). guidance_scale <= 1: the conditional forward alone. Otherwise
+    `combine(v_u, v_c, w, detach_uncond)` of the two branches, run as one forward over
+    [uncond, cond] (`cfg_batch="joint"`, Flow-GRPO) or as two, the unconditional one without
+    autograd when `detach_uncond` (`"split"`, model.cfg_batch). Rollout and replay call the
+    same function, so the training log-prob is of the policy that sampled (ALGORITHMS §2.7)."""
+    if guidance_scale <= 1.0:
+        return forward(**conditional)
+    if any(value is None for value in unconditional.values()):
+        raise ValueError(f"guidance_scale={guidance_scale} > 1 needs prompts encoded with_negative=True "
+                         "(the empty-prompt branch of CFG)")
+    if cfg_batch == "split":
+        with torch.no_grad() if detach_uncond else nullcontext():
+            uncond = forward(**unconditional)  # [B, ...]
+        text = forward(**conditional)  # [B, ...]
+    elif cfg_batch == "joint":
+        both = forward(**{name: torch.cat([unconditional[name], value]) for name, value in conditional.items()})
+        uncond, text = both.chunk(2)  # [B, ...] each
+    else:
+        raise ValueError(f"model.cfg_batch={cfg_batch!r}: choose one of {list(CFG_BATCHES)}")
+    return combine(uncond, text, guidance_scale, detach_uncond)
+
+
+def pack_2x2(latents: torch.Tensor) -> torch.Tensor:
+    """[B, C, h, w] -> [B, (h/2)(w/2), 4C]: 2x2 latent patches as tokens, row-major, channels
+    outermost within a token (FluxPipeline / QwenImagePipeline `_pack_latents`)."""
+    batch, channels, height, width = latents.shape
+    patches = latents.view(batch, channels, height // 2, 2, width // 2, 2).permute(0, 2, 4, 1, 3, 5)
+    return patches.reshape(batch, (height // 2) * (width // 2), channels * 4)  # [B, hw/4, 4C]
+
+
+def unpack_2x2(tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """Inverse of `pack_2x2`: [B, (h/2)(w/2), 4C] -> [B, C, h, w] for a latent of h x w."""
+    batch, _, packed = tokens.shape
+    patches = tokens.view(batch, height // 2, width // 2, packed // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
+    return patches.reshape(batch, packed // 4, height, width)  # [B, C, h, w]
+
+
+def check_image_size(height: int, width: int, multiple: int, family: str) -> None:
+    if height % multiple or width % multiple:
+        raise ValueError(f"rollout.height/width must be multiples of {multiple} for {family} (VAE factor x "
+                         f"latent patch 2), got {height}x{width}")
+
+
+def guidance_embedding(transformer: torch.nn.Module, embedded_guidance: float | None, batch: int,
+                       device: torch.device) -> torch.Tensor | None:
+    """The distilled-guidance input [B] float32 of a transformer with a guidance embedding
+    (FLUX.1-dev; the pipeline's `guidance_scale`), or None for one without (FLUX.1-schnell,
+    Qwen-Image). A mismatch with model.embedded_guidance is an error, not a silent default."""
+    has_embedding = bool(transformer.config.get("guidance_embeds", False))
+    if has_embedding and embedded_guidance is None:
+        raise ValueError(f"{type(transformer).__name__} is guidance-distilled (guidance_embeds=True): set "
+                         "model.embedded_guidance (FLUX.1-dev: 3.5, FluxPipeline's guidance_scale)")
+    if not has_embedding and embedded_guidance is not None:
+        raise ValueError(f"model.embedded_guidance={embedded_guidance}: {type(transformer).__name__} has no "
+                         "guidance embedding (guidance_embeds=False); set it to null")
+    if not has_embedding:
+        return None
+    return torch.full((batch,), float(embedded_guidance), device=device, dtype=torch.float32)
+
+
+def scheduler_sigmas(scheduler_config, num_steps: int, image_seq_len: int) -> torch.Tensor:
+    """The schedule FluxPipeline / QwenImagePipeline would sample `num_steps` with for an image
+    of `image_seq_len` packed tokens, from their scheduler config (dynamic shift μ or static
+    shift, shift_terminal), float32 [num_steps + 1]."""
+    config = dict(scheduler_config)
+    if config.get("time_shift_type", "exponential") != "exponential":
+        raise ValueError(f"scheduler time_shift_type={config['time_shift_type']!r}: only 'exponential' is supported")
+    mu = None
+    if config.get("use_dynamic_shifting", False):
+        mu = dynamic_shift_mu(image_seq_len, config.get("base_image_seq_len", 256),
+                              config.get("max_image_seq_len", 4096), config.get("base_shift", 0.5),
+                              config.get("max_shift", 1.15))
+    return pipeline_sigmas(num_steps, mu=mu, shift=float(config.get("shift", 1.0)),
+                           shift_terminal=config.get("shift_terminal"))
+
+
+@torch.no_grad()
+def images_to_uint8(images: torch.Tensor) -> torch.Tensor:
+    """VAE output in [-1, 1] (images [B, 3, H, W] or video [B, F, 3, H, W]) -> uint8 of the same
+    shape on the CPU: the pipelines' `postprocess` map to [0, 1] ((x/2 + 0.5) clamped), then
+    rounded to 0..255."""
+    return ((images.float() / 2 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8).cpu()
+
+
+@torch.no_grad()
+def vae_decode_uint8(vae: torch.nn.Module, latents: torch.Tensor) -> torch.Tensor:
+    """An `AutoencoderKL` decode of model-space latents [B, C, h, w]: the VAE sees
+    `latents / scaling_factor + shift_factor` (SD3, FLUX), in float32. uint8 [B, 3, H, W] out."""
+    config = vae.config
+    scaled = latents.float() / config.scaling_factor + config.shift_factor  # [B, C, h, w]
+    return images_to_uint8(vae.decode(scaled, return_dict=False)[0])
+
+
+@torch.no_grad()
+def wan_vae_decode_uint8(vae: torch.nn.Module, latents: torch.Tensor) -> torch.Tensor:
+    """A Wan-architecture VAE decode (`AutoencoderKLWan`, and `AutoencoderKLQwenImage`, which is
+    the same VAE) of model-space latents [B, C, F_lat, h, w]: per channel `latents · std + mean`,
+    written as `latents / (1 / std) + mean` as WanPipeline / QwenImagePipeline write it, in
+    float32 on the latents' device. uint8 video [B, F, 3, H, W] out."""
+    config = vae.config
+    channels = (1, config.z_dim, 1, 1, 1)
+    mean = torch.tensor(config.latents_mean, device=latents.device).view(channels)  # [1, C, 1, 1, 1]
+    inverse_std = 1.0 / torch.tensor(config.latents_std, device=latents.device).view(channels)  # [1, C, 1, 1, 1]
+    pixels = vae.decode(latents.float() / inverse_std + mean, return_dict=False)[0]  # [B, 3, F, H, W] in [-1, 1]
+    return images_to_uint8(pixels.permute(0, 2, 1, 3, 4))  # [B, F, 3, H, W]

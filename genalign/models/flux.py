@@ -1,0 +1,157 @@
+"""FLUX.1 (dev, schnell) behind the `FlowPolicy` protocol.
+
+Where it fits: as `sd3.py` — the collector samples with `velocity` + the SDE kernels, replay
+calls the same `velocity` with gradients, rewards see `decode`d uint8 images. Loading is
+`FluxPipeline.from_pretrained` (hub id or `save_pretrained` directory); prompts go through the
+pipeline's own `encode_prompt` (CLIP-L pooled + T5 tokens).
+
+FLUX specifics, each checked against FluxPipeline on the tiny model
+(tests/integration/test_flux_policy.py):
+- Latents are stored unpacked, [C, h, w] per sample (so the SDE kernels, noise and decode see
+  an image-shaped tensor); `velocity` packs them into 2x2-patch tokens with their image ids
+  (0, row, col) and unpacks the prediction. Text ids are zeros.
+- The timestep input is σ itself (the transformer multiplies by 1000 inside).
+- FLUX.1-dev is guidance-distilled: `model.embedded_guidance` (3.5) goes into the guidance
+  embedding, and by default there is no true CFG (rollout.guidance_scale=1, Flow-GRPO's
+  FLUX setting). rollout.guidance_scale > 1 adds FluxPipeline's true CFG with the empty
+  prompt as negative (its `true_cfg_scale` with negative_prompt="").
+- The schedule is the pipeline's: linspace(1, 1/N, N) shifted by μ(image tokens) (the
+  scheduler's use_dynamic_shifting), so it depends on the resolution.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from genalign.models.base import Condition, ModelConfig, compute_precision, resolve_device, resolve_dtype
+from genalign.models.diffusers_common import (cfg_velocity, check_image_size, check_tokenizers, guidance_embedding,
+                                              load_pipeline, pack_2x2, place, scheduler_sigmas, unpack_2x2,
+                                              vae_decode_uint8)
+
+FLUX_REPEATED_BLOCKS = ("FluxTransformerBlock", "FluxSingleTransformerBlock")
+"""The double-stream and single-stream blocks: units of regional compilation."""
+FLUX_LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
+                     "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out",
+                     "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj", "ff_context.net.2"]
+"""Flow-GRPO's FLUX targets (scripts/train_flux.py): every attention projection and the
+feed-forwards of the double-stream blocks; by suffix, attn.to_q/k/v also bind the single-stream
+blocks (whose attention has no output projection of its own)."""
+_TOKENIZERS = ("tokenizer", "tokenizer_2")
+_TEXT_ENCODERS = ("text_encoder", "text_encoder_2")
+
+
+def latent_image_ids(token_rows: int, token_cols: int, device: torch.device) -> torch.Tensor:
+    """Position ids [rows·cols, 3] of the packed image tokens: (0, row, col), row-major
+    (FluxPipeline `_prepare_latent_image_ids`)."""
+    rows = torch.arange(token_rows, device=device, dtype=torch.float32)[:, None].expand(token_rows, token_cols)
+    cols = torch.arange(token_cols, device=device, dtype=torch.float32)[None, :].expand(token_rows, token_cols)
+    return torch.stack([torch.zeros_like(rows), rows, cols], dim=-1).reshape(-1, 3)  # [rows·cols, 3]
+
+
+class FluxPolicy:
+    """FLUX.1: the MMDiT transformer is the denoiser; CLIP-L (pooled) + T5 encode; the VAE decodes."""
+
+    family = "flux"
+    diffusers_pipeline = "FluxPipeline"
+    """Pipeline class whose `load_lora_weights` loads our exported LoRA."""
+    lora_target_modules = FLUX_LORA_TARGETS
+    repeated_blocks = FLUX_REPEATED_BLOCKS
+
+    def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 512,
+                 cfg_batch: str = "joint", embedded_guidance: float | None = None):
+        check_tokenizers(pipeline, _TOKENIZERS, "FLUX")
+        self.pipeline = pipeline
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.max_sequence_length = max_sequence_length
+        self.cfg_batch = cfg_batch
+        for name in _TEXT_ENCODERS:
+            place(getattr(pipeline, name), self.device, dtype).requires_grad_(False).eval()
+        self.vae = place(pipeline.vae, self.device, torch.float32).requires_grad_(False).eval()
+        self.transformer = place(pipeline.transformer, self.device, dtype).requires_grad_(False)
+        self.embedded_guidance = embedded_guidance
+        guidance_embedding(self.transformer, embedded_guidance, 1, self.device)  # fail at load, not mid-rollout
+        self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
+        self.latent_channels = int(self.transformer.config.in_channels) // 4
+
+    @property
+    def text_encoders(self) -> list[torch.nn.Module]:
+        return [getattr(self.pipeline, name) for name in _TEXT_ENCODERS]
+
+    @property
+    def tokenizers(self) -> list:
+        return [getattr(self.pipeline, name) for name in _TOKENIZERS]
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> "FluxPolicy":
+        return cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device),
+                                   revision=cfg.revision, max_sequence_length=cfg.max_sequence_length,
+                                   cfg_batch=cfg.cfg_batch, embedded_guidance=cfg.embedded_guidance)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
+                        device: str | torch.device = "cpu", revision: str | None = None,
+                        max_sequence_length: int = 512, cfg_batch: str = "joint",
+                        embedded_guidance: float | None = None) -> "FluxPolicy":
+        """Load from a hub id or a local `save_pretrained` directory through diffusers."""
+        pipeline = load_pipeline(cls.diffusers_pipeline, str(path), dtype, revision)
+        return cls(pipeline, torch.device(device), dtype, max_sequence_length, cfg_batch, embedded_guidance)
+
+    def _encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        embeds, pooled, _ = self.pipeline.encode_prompt(
+            prompt=list(prompts), prompt_2=None, device=self.device, num_images_per_prompt=1,
+            max_sequence_length=self.max_sequence_length)
+        return embeds, pooled  # [B, max_sequence_length, D_t5], [B, D_clip]
+
+    @torch.no_grad()
+    def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
+        """The pipeline's `encode_prompt`: embeds = T5 tokens [B, max_sequence_length, D],
+        pooled = CLIP-L's pooled output [B, P]; the negative (true CFG only) is the empty prompt."""
+        embeds, pooled = self._encode(prompts)
+        if not with_negative:
+            return Condition(embeds=embeds, pooled=pooled)
+        negative, negative_pooled = self._encode([""] * len(prompts))
+        return Condition(embeds=embeds, pooled=pooled, negative_embeds=negative, negative_pooled=negative_pooled)
+
+    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
+                 guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
+        """v̂ [B, C, h, w] float32 at sigma [B]: packed tokens through the transformer with image
+        ids, timestep σ and the embedded guidance; true CFG (v_u + w(v_c − v_u)) when
+        guidance_scale > 1."""
+        batch, _, height, width = latents.shape
+        device, dtype, transformer = self.device, self.dtype, self.transformer
+        img_ids = latent_image_ids(height // 2, width // 2, device)  # [hw/4, 3]
+        txt_ids = torch.zeros(cond.embeds.shape[1], 3, device=device)  # [L, 3]
+
+        def forward(hidden_states, timestep, embeds, pooled, guidance=None) -> torch.Tensor:
+            with compute_precision(device, dtype):
+                out = transformer(hidden_states=hidden_states.to(device, dtype), timestep=timestep.to(dtype),
+                                  guidance=guidance, pooled_projections=pooled.to(device, dtype),
+                                  encoder_hidden_states=embeds.to(device, dtype), txt_ids=txt_ids, img_ids=img_ids,
+                                  return_dict=False)[0]
+            return out.float()  # [B, hw/4, 4C]
+
+        branch = dict(hidden_states=pack_2x2(latents.to(device)),
+                      timestep=sigma.to(device, torch.float32).expand(batch))  # [B, hw/4, 4C], [B]
+        guidance = guidance_embedding(transformer, self.embedded_guidance, batch, device)  # [B] or None
+        if guidance is not None:
+            branch["guidance"] = guidance
+        tokens = cfg_velocity(forward, dict(branch, embeds=cond.embeds, pooled=cond.pooled),
+                              dict(branch, embeds=cond.negative_embeds, pooled=cond.negative_pooled),
+                              guidance_scale, detach_uncond, self.cfg_batch)  # [B, hw/4, 4C]
+        return unpack_2x2(tokens, height, width)  # [B, C, h, w]
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU (`latents / scaling + shift`)."""
+        return vae_decode_uint8(self.vae, latents.to(self.device))
+
+    def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
+        check_image_size(height, width, self.vae_scale_factor * 2, "FLUX")
+        return (self.latent_channels, height // self.vae_scale_factor, width // self.vae_scale_factor)
+
+    def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
+        """FluxPipeline's schedule for this resolution (dynamic shift over (h/2)(w/2) tokens)."""
+        return scheduler_sigmas(self.pipeline.scheduler.config, num_steps, latent_shape[-2] * latent_shape[-1] // 4)

@@ -1,0 +1,159 @@
+"""Qwen-Image behind the `FlowPolicy` protocol.
+
+Where it fits: as `sd3.py` and `flux.py` — `velocity` for rollout and replay, `decode` for
+rewards. Loading is `QwenImagePipeline.from_pretrained` (hub id or `save_pretrained`
+directory); prompts go through the pipeline's own `encode_prompt` (Qwen2.5-VL's last hidden
+state of the chat-templated prompt, the 34-token system turn dropped).
+
+Qwen-Image specifics, each checked against QwenImagePipeline on the tiny model
+(tests/integration/test_qwen_image_policy.py):
+- Prompt embeddings vary in length; the pipeline pads a batch to its longest with a mask. We
+  pad every prompt to `model.max_sequence_length` with a zero mask (`Condition.mask`), so
+  batches concatenate and the two CFG branches share one shape; masked tokens take no
+  attention, so the prediction is the pipeline's (to float tolerance).
+- True CFG is the pipeline's `true_cfg_scale` with negative_prompt=" " (Flow-GRPO's and the
+  model card's; rollout.guidance_scale; 1 = off), followed by its norm-preserving rescale: the guided
+  velocity of each packed token is scaled back to the conditional prediction's norm.
+- Latents are stored unpacked [C, h, w] (the VAE's frame axis is added only to decode);
+  `velocity` packs them into 2x2-patch tokens; the timestep input is σ.
+- The VAE (AutoencoderKLQwenImage) sees `latents · latents_std + latents_mean` per channel.
+- The schedule is the pipeline's: dynamic shift μ(image tokens) and shift_terminal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from genalign.models.base import (Condition, ModelConfig, compute_precision, guided_velocity, rescale_to_norm,
+                                  resolve_device, resolve_dtype)
+from genalign.models.diffusers_common import (cfg_velocity, check_image_size, check_tokenizers, guidance_embedding,
+                                              load_pipeline, pack_2x2, place, scheduler_sigmas, unpack_2x2,
+                                              wan_vae_decode_uint8)
+
+QWEN_IMAGE_REPEATED_BLOCKS = ("QwenImageTransformerBlock",)
+QWEN_IMAGE_LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
+                           "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out",
+                           "img_mlp.net.0.proj", "img_mlp.net.2", "txt_mlp.net.0.proj", "txt_mlp.net.2"]
+"""Flow-GRPO's Qwen-Image targets (scripts/train_qwenimage.py): every joint-attention projection
+and the MLPs of both streams."""
+NEGATIVE_PROMPT = " "
+"""The CFG negative: a single space, as Flow-GRPO's train_qwenimage.py and Qwen-Image's own
+examples pass `negative_prompt=" "` (the empty string templates to a different, shorter prompt)."""
+
+
+def norm_preserving_cfg(uncond: torch.Tensor, cond: torch.Tensor, guidance_scale: float,
+                        detach_uncond: bool = False) -> torch.Tensor:
+    """QwenImagePipeline's true CFG on packed tokens [B, N, D]: v_u + w(v_c − v_u), rescaled per
+    token to ‖v_c‖ (`rescale_to_norm` over D)."""
+    return rescale_to_norm(guided_velocity(uncond, cond, guidance_scale, detach_uncond), cond)  # [B, N, D]
+
+
+class QwenImagePolicy:
+    """Qwen-Image: the MMDiT transformer is the denoiser; Qwen2.5-VL encodes; a 3D-causal VAE decodes."""
+
+    family = "qwen_image"
+    diffusers_pipeline = "QwenImagePipeline"
+    """Pipeline class whose `load_lora_weights` loads our exported LoRA."""
+    lora_target_modules = QWEN_IMAGE_LORA_TARGETS
+    repeated_blocks = QWEN_IMAGE_REPEATED_BLOCKS
+
+    def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 512,
+                 cfg_batch: str = "joint", embedded_guidance: float | None = None):
+        check_tokenizers(pipeline, ("tokenizer",), "Qwen-Image")
+        self.pipeline = pipeline
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.max_sequence_length = max_sequence_length
+        self.cfg_batch = cfg_batch
+        self.text_encoder = place(pipeline.text_encoder, self.device, dtype).requires_grad_(False).eval()
+        self.vae = place(pipeline.vae, self.device, torch.float32).requires_grad_(False).eval()
+        self.transformer = place(pipeline.transformer, self.device, dtype).requires_grad_(False)
+        self.embedded_guidance = embedded_guidance
+        guidance_embedding(self.transformer, embedded_guidance, 1, self.device)  # fail at load, not mid-rollout
+        self.vae_scale_factor = 2 ** len(self.vae.temperal_downsample)
+        self.latent_channels = int(self.transformer.config.in_channels) // 4
+
+    @property
+    def text_encoders(self) -> list[torch.nn.Module]:
+        return [self.text_encoder]
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> "QwenImagePolicy":
+        return cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device),
+                                   revision=cfg.revision, max_sequence_length=cfg.max_sequence_length,
+                                   cfg_batch=cfg.cfg_batch, embedded_guidance=cfg.embedded_guidance)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
+                        device: str | torch.device = "cpu", revision: str | None = None,
+                        max_sequence_length: int = 512, cfg_batch: str = "joint",
+                        embedded_guidance: float | None = None) -> "QwenImagePolicy":
+        """Load from a hub id or a local `save_pretrained` directory through diffusers."""
+        pipeline = load_pipeline(cls.diffusers_pipeline, str(path), dtype, revision)
+        return cls(pipeline, torch.device(device), dtype, max_sequence_length, cfg_batch, embedded_guidance)
+
+    def _encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pipeline's `encode_prompt`, padded to max_sequence_length: embeds [B, L, D] with
+        zeros past each prompt's end, mask [B, L] int64 (1 = real token)."""
+        embeds, mask = self.pipeline.encode_prompt(prompt=list(prompts), device=self.device, num_images_per_prompt=1,
+                                                   max_sequence_length=self.max_sequence_length)  # [B, l, D]
+        batch, length, _ = embeds.shape
+        if mask is None:  # the pipeline drops an all-ones mask
+            mask = torch.ones(batch, length, dtype=torch.long, device=embeds.device)
+        padding = self.max_sequence_length - length
+        embeds = torch.nn.functional.pad(embeds, (0, 0, 0, padding))  # [B, L, D]
+        mask = torch.nn.functional.pad(mask.long(), (0, padding))  # [B, L]
+        return embeds, mask
+
+    @torch.no_grad()
+    def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
+        """Qwen2.5-VL embeddings [B, max_sequence_length, D] with their mask; the negative (CFG)
+        is `NEGATIVE_PROMPT`."""
+        embeds, mask = self._encode(prompts)
+        if not with_negative:
+            return Condition(embeds=embeds, mask=mask)
+        negative, negative_mask = self._encode([NEGATIVE_PROMPT] * len(prompts))
+        return Condition(embeds=embeds, mask=mask, negative_embeds=negative, negative_mask=negative_mask)
+
+    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
+                 guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
+        """v̂ [B, C, h, w] float32 at sigma [B]: packed tokens through the transformer (timestep
+        σ, text mask); norm-preserving true CFG when guidance_scale > 1."""
+        batch, _, height, width = latents.shape
+        device, dtype, transformer = self.device, self.dtype, self.transformer
+
+        def forward(hidden_states, timestep, embeds, mask, guidance=None) -> torch.Tensor:
+            img_shapes = [[(1, height // 2, width // 2)]] * hidden_states.shape[0]
+            with compute_precision(device, dtype):
+                out = transformer(hidden_states=hidden_states.to(device, dtype), timestep=timestep, guidance=guidance,
+                                  encoder_hidden_states=embeds.to(device, dtype),
+                                  encoder_hidden_states_mask=mask.to(device), img_shapes=img_shapes,
+                                  return_dict=False)[0]
+            return out.float()  # [B, hw/4, 4C]
+
+        branch = dict(hidden_states=pack_2x2(latents.to(device)),
+                      timestep=sigma.to(device, torch.float32).expand(batch))  # [B, hw/4, 4C], [B]
+        guidance = guidance_embedding(transformer, self.embedded_guidance, batch, device)  # [B] or None
+        if guidance is not None:
+            branch["guidance"] = guidance
+        tokens = cfg_velocity(forward, dict(branch, embeds=cond.embeds, mask=cond.mask),
+                              dict(branch, embeds=cond.negative_embeds, mask=cond.negative_mask),
+                              guidance_scale, detach_uncond, self.cfg_batch, combine=norm_preserving_cfg)
+        return unpack_2x2(tokens, height, width)  # [B, C, h, w]
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU: per channel
+        `latents · std + mean` (as the pipeline writes it), one frame through the VAE."""
+        frames = latents.to(self.device, torch.float32)[:, :, None]  # [B, C, 1, h, w]: a one-frame video
+        return wan_vae_decode_uint8(self.vae, frames)[:, 0]  # [B, 3, H, W]
+
+    def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
+        check_image_size(height, width, self.vae_scale_factor * 2, "Qwen-Image")
+        return (self.latent_channels, height // self.vae_scale_factor, width // self.vae_scale_factor)
+
+    def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
+        """QwenImagePipeline's schedule for this resolution (dynamic shift, shift_terminal)."""
+        return scheduler_sigmas(self.pipeline.scheduler.config, num_steps, latent_shape[-2] * latent_shape[-1] // 4)

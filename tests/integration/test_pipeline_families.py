@@ -1,0 +1,261 @@
+"""FLUX and Qwen-Image policies against their own diffusers pipelines on the tiny models, loaded
+from disk through the real path: our velocity + the deterministic (ODE) kernel from the same
+initial noise reproduces the pipeline's latents and images for the same steps, with and without
+true CFG; schedules, shapes, tokenizers, gradients and CFG batching forms.
+
+Each family's pipeline call is the one a user would write: FluxPipeline(guidance_scale=3.5)
+(the embedded guidance), with `true_cfg_scale` + negative_prompt="" for true CFG;
+QwenImagePipeline(true_cfg_scale=w, negative_prompt=" ")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from genalign.models.base import FlowPolicy
+from genalign.models.diffusers_common import pack_2x2, unpack_2x2
+from genalign.models.flux import FluxPolicy
+from genalign.models.qwen_image import QwenImagePolicy
+from genalign.models.tiny import QWEN_TEMPLATE, main
+from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
+
+MAX_TOKENS = 24
+PROMPTS = ["a red sign that says \"hi\"", "two cats"]
+GUIDANCE = 3.5
+"""FLUX.1-dev's embedded guidance (FluxPipeline's default guidance_scale)."""
+
+
+@pytest.fixture(scope="module", params=["flux", "qwen_image"])
+def family(request, tiny_flux_dir, tiny_qwen_image_dir):
+    """(policy, pipeline loaded separately from the same directory, directory)."""
+    from diffusers import FluxPipeline, QwenImagePipeline
+
+    if request.param == "flux":
+        policy = FluxPolicy.from_pretrained(tiny_flux_dir, max_sequence_length=MAX_TOKENS, embedded_guidance=GUIDANCE)
+        return policy, FluxPipeline.from_pretrained(tiny_flux_dir), tiny_flux_dir
+    policy = QwenImagePolicy.from_pretrained(tiny_qwen_image_dir, max_sequence_length=MAX_TOKENS)
+    return policy, QwenImagePipeline.from_pretrained(tiny_qwen_image_dir), tiny_qwen_image_dir
+
+
+def pipeline_kwargs(policy, cfg_scale: float) -> dict:
+    """The pipeline arguments that mean what our (rollout.guidance_scale, model config) mean."""
+    kwargs = dict(max_sequence_length=MAX_TOKENS)
+    if policy.family == "flux":
+        kwargs["guidance_scale"] = GUIDANCE
+    if cfg_scale > 1:
+        negative = " " if policy.family == "qwen_image" else ""  # qwen_image.NEGATIVE_PROMPT
+        kwargs.update(true_cfg_scale=cfg_scale, negative_prompt=[negative] * len(PROMPTS))
+    return kwargs
+
+
+def noise(policy, height=64, width=64) -> torch.Tensor:
+    return initial_noise([11, 12], [11, 12], policy.latent_shape(height, width))[0]  # [2, C, h, w]
+
+
+def ode_sample(policy, cfg_scale: float, num_steps: int, height=64, width=64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Our sampler: velocity + the ODE kernel (noise_level 0) from the test noise."""
+    start = noise(policy, height, width)
+    cond = policy.encode_prompts(PROMPTS, with_negative=cfg_scale > 1)
+    sigmas = policy.sigmas(num_steps, tuple(start.shape[1:]))
+    with torch.no_grad():
+        latents, _ = sample_trajectory(policy, cond, start, None, sigmas, cfg_scale, 0.0, sde_step_mask(num_steps, 0.0))
+    return start, latents[:, -1]  # [2, C, h, w] each
+
+
+@pytest.mark.parametrize("cfg_scale", [1.0, 4.0])
+def test_ode_sampling_reproduces_the_pipeline(family, cfg_scale):
+    policy, pipe, _ = family
+    start, ours = ode_sample(policy, cfg_scale, num_steps=3, height=64, width=96)
+    generator = torch.Generator().manual_seed(0)
+    packed = pipe(PROMPTS, height=64, width=96, num_inference_steps=3, latents=pack_2x2(start), output_type="latent",
+                  generator=generator, **pipeline_kwargs(policy, cfg_scale)).images  # [2, N, 4C]
+    theirs = unpack_2x2(packed.reshape(2, -1, packed.shape[-1]), 8, 12)
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+    assert (ours - start).abs().max() > 0.1  # the sample moved: not a trivially equal pair
+    images = pipe(PROMPTS, height=64, width=96, num_inference_steps=3, latents=pack_2x2(start), output_type="pt",
+                  **pipeline_kwargs(policy, cfg_scale)).images  # [2, 3, 64, 96] in [0, 1]
+    decoded = policy.decode(ours)
+    assert decoded.dtype == torch.uint8 and decoded.shape == (2, 3, 64, 96)
+    assert (decoded.float() - images * 255).abs().max() <= 1.0  # uint8 rounding of the same pixels
+
+
+def test_schedule_is_the_pipelines_scheduler_for_the_resolution(family):
+    policy, pipe, _ = family
+    from diffusers.pipelines.flux.pipeline_flux import calculate_shift
+    import numpy as np
+
+    for height, width, steps in [(64, 64, 4), (128, 256, 10)]:
+        shape = policy.latent_shape(height, width)
+        config = pipe.scheduler.config
+        mu = calculate_shift(shape[1] * shape[2] // 4, config.base_image_seq_len, config.max_image_seq_len,
+                             config.base_shift, config.max_shift)
+        pipe.scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
+        torch.testing.assert_close(policy.sigmas(steps, shape), pipe.scheduler.sigmas, rtol=0, atol=0)
+    small, large = policy.latent_shape(64, 64), policy.latent_shape(512, 512)
+    assert not torch.equal(policy.sigmas(4, small), policy.sigmas(4, large))  # more tokens, more shift
+
+
+def test_loads_frozen_with_working_tokenizers(family):
+    policy, pipe, _ = family
+    assert isinstance(policy, FlowPolicy)
+    for module in [policy.transformer, policy.vae, *policy.text_encoders]:
+        assert not any(p.requires_grad for p in module.parameters())
+    assert policy.vae.dtype == torch.float32
+    tokenizers = [pipe.tokenizer, pipe.tokenizer_2] if policy.family == "flux" else [pipe.tokenizer]
+    assert [len(t) for t in tokenizers] == ([514, 150] if policy.family == "flux" else [362])
+    for tokenizer in tokenizers:
+        ids = tokenizer("hello world", add_special_tokens=False).input_ids
+        assert len(ids) >= 2 and (tokenizer.unk_token_id is None or tokenizer.unk_token_id not in ids)
+    fresh = type(pipe).from_pretrained(family[2]).transformer.state_dict()
+    for name, tensor in policy.transformer.state_dict().items():
+        torch.testing.assert_close(tensor, fresh[name], rtol=0, atol=0)
+
+
+def test_qwen_template_system_turn_is_the_34_dropped_tokens(tiny_qwen_image_dir):
+    from diffusers import QwenImagePipeline
+
+    pipe = QwenImagePipeline.from_pretrained(tiny_qwen_image_dir)
+    system_turn = QWEN_TEMPLATE.split("{}")[0]
+    assert pipe.prompt_template_encode == QWEN_TEMPLATE
+    assert len(pipe.tokenizer(system_turn).input_ids) == pipe.prompt_template_encode_start_idx == 34
+
+
+def test_encode_prompts_shapes_and_negative(family):
+    policy, _, _ = family
+    cond = policy.encode_prompts(PROMPTS, with_negative=True)
+    assert cond.embeds.shape[:2] == (2, MAX_TOKENS) and cond.negative_embeds.shape == cond.embeds.shape
+    assert not torch.allclose(cond.embeds[0], cond.embeds[1])
+    if policy.family == "qwen_image":  # padded to the budget; the mask marks the real tokens
+        lengths = cond.mask.sum(1)
+        assert cond.mask.shape == (2, MAX_TOKENS) and 0 < lengths.min() < lengths.max() <= MAX_TOKENS
+        assert torch.all(cond.embeds[cond.mask == 0] == 0)
+        assert int(cond.negative_mask[0].sum()) == 6  # " " + "<|im_end|>\n<|im_start|>assistant\n"
+    else:
+        assert cond.pooled.shape == (2, 16) and cond.mask is None
+    plain = policy.encode_prompts(PROMPTS, with_negative=False)
+    assert plain.negative_embeds is None
+    torch.testing.assert_close(plain.embeds, cond.embeds)
+
+
+def test_latent_shape_and_size_errors(family):
+    policy, _, _ = family
+    assert policy.latent_shape(64, 96) == (4, 8, 12)
+    with pytest.raises(ValueError, match="multiples of 16"):
+        policy.latent_shape(72, 64)
+
+
+def test_split_cfg_equals_joint_and_detach_drops_the_unconditional_gradient(family):
+    from genalign.models.base import LoraConfig
+    from genalign.training.lora import apply_lora, has_adapter
+
+    policy, _, _ = family
+    if not has_adapter(policy.transformer):
+        apply_lora(policy.transformer, LoraConfig(rank=2, alpha=4), policy.lora_target_modules)
+    with torch.no_grad():
+        for name, param in policy.transformer.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.1, generator=torch.Generator().manual_seed(len(name)))
+    cond = policy.encode_prompts(PROMPTS, with_negative=True)
+    start, sigma = noise(policy), torch.tensor([0.8, 0.4])
+
+    def run(cfg_batch, detach):
+        policy.cfg_batch = cfg_batch
+        policy.transformer.zero_grad(set_to_none=True)
+        value = policy.velocity(start, sigma, cond, 4.0, detach_uncond=detach)
+        # a fixed random projection: Qwen-Image's norm rescale makes ‖v‖² blind to v_u
+        (value * torch.randn(value.shape, generator=torch.Generator().manual_seed(5))).sum().backward()
+        # the last Qwen-Image block's text-stream output is discarded: its text LoRA gets no gradient
+        return value.detach(), {n: (torch.zeros_like(p) if p.grad is None else p.grad.clone())
+                                for n, p in policy.transformer.named_parameters() if p.requires_grad}
+
+    try:
+        value, both = run("joint", False)
+        detached, cond_only = run("joint", True)
+        split, split_grads = run("split", True)
+    finally:
+        policy.cfg_batch = "joint"
+        with torch.no_grad():
+            for name, param in policy.transformer.named_parameters():
+                if "lora_B" in name:
+                    param.zero_()
+    assert torch.equal(value, detached)
+    assert any(not torch.allclose(both[n], cond_only[n]) for n in both)
+    torch.testing.assert_close(split, value, atol=1e-5, rtol=1e-5)
+    for name in cond_only:
+        torch.testing.assert_close(split_grads[name], cond_only[name], atol=1e-5, rtol=1e-4)
+
+
+def test_flux_guidance_embedding_must_match_the_model(tiny_flux_dir):
+    with pytest.raises(ValueError, match="model.embedded_guidance"):
+        FluxPolicy.from_pretrained(tiny_flux_dir)  # dev form without a guidance value
+
+
+def test_qwen_image_refuses_an_embedded_guidance(tiny_qwen_image_dir):
+    with pytest.raises(ValueError, match="no guidance embedding"):
+        QwenImagePolicy.from_pretrained(tiny_qwen_image_dir, embedded_guidance=3.5)
+
+
+@pytest.mark.parametrize("name", ["flux", "qwen_image"])
+def test_module_cli_writes_a_loadable_pipeline(name, tmp_path):
+    assert main([name, str(tmp_path / name)]) == 0
+    index = json.loads((tmp_path / name / "model_index.json").read_text())
+    assert index["_class_name"] == {"flux": "FluxPipeline", "qwen_image": "QwenImagePipeline"}[name]
+
+
+def test_exported_lora_loads_into_the_familys_pipeline_with_the_same_output(family, tmp_path):
+    """Export with the shared exporter; `<Pipeline>.load_lora_weights` on a fresh pipeline gives
+    a transformer whose velocity equals ours (alpha/r = 2 survives through the metadata)."""
+    from genalign.models.base import LoraConfig
+    from genalign.training.lora import apply_lora, export_lora_for_diffusers
+
+    policy, _, directory = family
+    fresh = type(policy).from_pretrained(directory, max_sequence_length=MAX_TOKENS,
+                                         embedded_guidance=policy.embedded_guidance)
+    lora = LoraConfig(rank=4, alpha=8.0)
+    apply_lora(fresh.transformer, lora, fresh.lora_target_modules)
+    with torch.no_grad():
+        for name, param in fresh.transformer.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.1, generator=torch.Generator().manual_seed(len(name)))
+    cond = fresh.encode_prompts(PROMPTS, with_negative=False)
+    start, sigma = noise(fresh), torch.tensor([0.7, 0.3])
+    with torch.no_grad():
+        ours = fresh.velocity(start, sigma, cond, 1.0)
+    out_dir = export_lora_for_diffusers(fresh.transformer, tmp_path / "lora", lora, fresh.diffusers_pipeline)
+
+    import diffusers
+
+    pipe = getattr(diffusers, fresh.diffusers_pipeline).from_pretrained(directory)
+    loaded = type(policy)(pipe, torch.device("cpu"), torch.float32, MAX_TOKENS,
+                          embedded_guidance=policy.embedded_guidance)
+    with torch.no_grad():
+        base = loaded.velocity(start, sigma, cond, 1.0)
+        pipe.load_lora_weights(out_dir)
+        after = loaded.velocity(start, sigma, cond, 1.0)
+    torch.testing.assert_close(after, ours, rtol=1e-5, atol=1e-5)
+    assert (after - base).abs().max() > 1e-3
+    targeted = {name for name, _ in pipe.transformer.named_modules() if name.endswith(".lora_A")}
+    assert any(name.startswith("single_transformer_blocks") for name in targeted) == (policy.family == "flux")
+
+
+def test_flux_schnell_form_without_guidance_embedding_reproduces_its_pipeline(tmp_path):
+    """FLUX.1-schnell's form: no guidance embedding (model.embedded_guidance=null), static
+    shift 1 (no dynamic shifting); our ODE sample is the pipeline's."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
+
+    from genalign.models.tiny import build_tiny_flux_pipeline
+
+    built = build_tiny_flux_pipeline(seed=1, guidance_embeds=False)
+    built.scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=False)
+    built.save_pretrained(tmp_path / "schnell")
+    policy = FluxPolicy.from_pretrained(tmp_path / "schnell", max_sequence_length=MAX_TOKENS)
+    with pytest.raises(ValueError, match="no guidance embedding"):
+        FluxPolicy.from_pretrained(tmp_path / "schnell", embedded_guidance=3.5)
+    torch.testing.assert_close(policy.sigmas(4, (4, 8, 8)), torch.tensor([1.0, 0.75, 0.5, 0.25, 0.0]))
+    start, ours = ode_sample(policy, 1.0, num_steps=2)
+    pipe = FluxPipeline.from_pretrained(tmp_path / "schnell")
+    packed = pipe(PROMPTS, height=64, width=64, num_inference_steps=2, latents=pack_2x2(start), output_type="latent",
+                  max_sequence_length=MAX_TOKENS).images
+    torch.testing.assert_close(ours, unpack_2x2(packed, 8, 8), rtol=1e-4, atol=1e-4)
