@@ -25,8 +25,8 @@ fit any accelerator we target; a typo like 100000 should fail here, not in an al
 
 IMAGE_MULTIPLE = {"sd3": 16, "toy": 16}
 """Pixels per latent patch of each family: the VAE factor (8) x the transformer patch (2) for
-SD3/3.5; the toy model samples in pixel space with patch 2 at exactly 16 x 16 (TOY_SIDE)."""
-TOY_SIDE = 16
+SD3/3.5; the toy model samples in pixel space with patch 4 at exactly 32 x 32 (TOY_SIDE, = data.toy_shapes.IMAGE_SIZE)."""
+TOY_SIDE = 32
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 """`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
 

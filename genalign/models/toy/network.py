@@ -5,8 +5,9 @@ Where it fits: `ToyPolicy` (policy.py) loads both from a directory (the shipped
 
 Why a real `diffusers.SD3Transformer2DModel` rather than a hand-written DiT: the demo then runs
 the very code path real SD3 runs (joint attention, adaLN-zero, `from_pretrained`, LoRA targets
-`attn.to_q` ... `attn.to_add_out`). In pixel space it has 3 input channels, patch 2 (a 16x16
-image is 8x8 = 64 tokens), 4 joint blocks of 4 heads x 16 dims (~0.58 M parameters).
+`attn.to_q` ... `attn.to_add_out`). In pixel space it has 3 input channels, patch 4 (a 32x32
+image is 8x8 = 64 tokens, the cost of the earlier 16x16 model at patch 2), 4 joint blocks of
+4 heads x 16 dims (~0.59 M parameters).
 
 The "text encoder" is a lookup table: a prompt "a red circle" becomes the two token embeddings
 [colour, shape] (`embeds` [B, 2, 32], the joint-attention context) and their concatenation
@@ -18,7 +19,7 @@ Directory layout:
     transformer/                 SD3Transformer2DModel.save_pretrained (fp16 safetensors)
     text_encoder.safetensors     {"embedding.weight": [V, 32]}
     text_encoder.json            {"vocab": [...], "dim": 32}
-    toy_model.json               {"image_size": 16, "shift": 1.0, ...pretraining record}
+    toy_model.json               {"image_size": 32, "shift": 1.0, ...pretraining record}
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from genalign.data.toy_shapes import COLOR_NAMES, IMAGE_SIZE, SHAPES, parse_prom
 NULL_TOKEN = "<null>"
 VOCAB: tuple[str, ...] = (NULL_TOKEN, *COLOR_NAMES, *SHAPES)
 TOKEN_DIM = 32
+PATCH_SIZE = 4
 TRANSFORMER_CONFIG = dict(
-    sample_size=IMAGE_SIZE, patch_size=2, in_channels=3, out_channels=3, num_layers=4, attention_head_dim=16,
+    sample_size=IMAGE_SIZE, patch_size=PATCH_SIZE, in_channels=3, out_channels=3, num_layers=4, attention_head_dim=16,
     num_attention_heads=4, joint_attention_dim=TOKEN_DIM, caption_projection_dim=64,
-    pooled_projection_dim=2 * TOKEN_DIM, pos_embed_max_size=IMAGE_SIZE // 2)
+    pooled_projection_dim=2 * TOKEN_DIM, pos_embed_max_size=IMAGE_SIZE // PATCH_SIZE)
 """Arguments of the shipped SD3Transformer2DModel (caption_projection_dim = 4 heads x 16)."""
 SCHEDULE_SHIFT = 1.0
 """Pretraining draws sigma uniformly (plain rectified flow), so sampling uses no time shift."""

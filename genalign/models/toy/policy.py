@@ -2,10 +2,10 @@
 
 Where it fits: `model.family=toy` (the default recipe `experiment/toy/shapes_grpo`). The
 collector samples with `velocity` + the SDE kernels, replay calls the same `velocity` with
-gradients, the toy rewards see `decode`d uint8 16x16 images. It is deliberately the SD3 code
+gradients, the toy rewards see `decode`d uint8 32x32 images. It is deliberately the SD3 code
 path in miniature (network.py): same transformer class, timestep 1000·σ, batched true CFG over
 [uncond, cond], same LoRA targets — only there is no VAE (latents are the pixels in [-1, 1],
-[3, 16, 16]) and the text encoder is a learned lookup of the prompt's colour and shape words.
+[3, 32, 32]) and the text encoder is a learned lookup of the prompt's colour and shape words.
 """
 
 from __future__ import annotations
@@ -81,14 +81,14 @@ class ToyPolicy:
 
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
                  guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
-        """v̂ [B, 3, 16, 16] float32 at sigma [B]: the SD3 transformer call, timestep 1000·σ,
+        """v̂ [B, 3, 32, 32] float32 at sigma [B]: the SD3 transformer call, timestep 1000·σ,
         batched [uncond, cond] CFG when guidance_scale > 1."""
         return sd3_transformer_velocity(self.transformer, latents, sigma, cond, guidance_scale, self.device,
                                         self.dtype, detach_uncond, self.cfg_batch)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Pixels in [-1, 1] [B, 3, 16, 16] -> uint8 [B, 3, 16, 16] on the CPU (no VAE)."""
+        """Pixels in [-1, 1] [B, 3, 32, 32] -> uint8 [B, 3, 32, 32] on the CPU (no VAE)."""
         return from_unit_range(latents.detach().cpu())
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:

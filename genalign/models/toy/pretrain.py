@@ -3,7 +3,7 @@
 Where it fits: outside the RL loop. It writes what `model.path=builtin` and the `toy_shape` /
 `toy_shape_judge` rewards load (`genalign/assets/toy/` by default, or `--out DIR`).
 
-The model is pretrained with rectified flow on freshly rendered 16x16 shapes (all 4 shapes x 6
+The model is pretrained with rectified flow on freshly rendered 32x32 shapes (all 4 shapes x 6
 colours): x_σ = (1 − σ) x0 + σ ε with σ ~ U(0, 1), target velocity ε − x0, 10 % of prompts
 replaced by the empty prompt so CFG works, AdamW with warm-up and cosine decay, and an EMA of
 the weights (the EMA is what ships). Deterministic under `--seed` for a fixed `--steps` and
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from genalign.data.toy_shapes import (BACKGROUND, COLOR_NAMES, COLORS, all_prompts, parse_prompt, random_batch,
+from genalign.data.toy_shapes import (BACKGROUND, COLOR_NAMES, COLORS, IMAGE_SIZE, all_prompts, parse_prompt, random_batch,
                                       to_unit_range)
 from genalign.models.toy.network import NULL_TOKEN, ToyTextEncoder, build_transformer, save_toy_model
 from genalign.models.toy.policy import ToyPolicy, builtin_dir
@@ -128,10 +128,10 @@ def measure_policy(policy: ToyPolicy, classifier, guidance_scale: float, samples
     prompts = [p for p in all_prompts() for _ in range(samples_per_prompt)]
     cond = policy.encode_prompts(prompts, with_negative=guidance_scale > 1)
     seeds = [seed + i for i in range(len(prompts))]
-    noise, generators = initial_noise(seeds, seeds, (3, 16, 16))
+    noise, generators = initial_noise(seeds, seeds, (3, IMAGE_SIZE, IMAGE_SIZE))
     latents, _ = sample_trajectory(policy, cond, noise, generators, policy.sigmas(num_steps), guidance_scale, 0.0,
                                    sde_step_mask(num_steps, 0.0))
-    images = policy.decode(latents[:, -1])  # [B, 3, 16, 16]
+    images = policy.decode(latents[:, -1])  # [B, 3, S, S]
     parsed = [parse_prompt(p) for p in prompts]
     shapes = torch.tensor([p.shape_index for p in parsed])  # [B]
     colors = torch.tensor([p.color_index for p in parsed])  # [B]
