@@ -19,7 +19,7 @@ Directory layout:
     transformer/                 SD3Transformer2DModel.save_pretrained (fp16 safetensors)
     text_encoder.safetensors     {"embedding.weight": [V, 32]}
     text_encoder.json            {"vocab": [...], "dim": 32}
-    toy_model.json               {"image_size": 32, "shift": 1.0, ...pretraining record}
+    toy_model.json               {"image_size": 32, "shift": 1.0, "prediction": "x0", ...pretraining record}
 """
 
 from __future__ import annotations
@@ -43,6 +43,24 @@ TRANSFORMER_CONFIG = dict(
 """Arguments of the shipped SD3Transformer2DModel (caption_projection_dim = 4 heads x 16)."""
 SCHEDULE_SHIFT = 1.0
 """Pretraining draws sigma uniformly (plain rectified flow), so sampling uses no time shift."""
+PREDICTION = "x0"
+"""What the transformer outputs: the clean image x̂0, turned into the velocity the sampler and
+the RL loss use by `velocity_from_x0`. Why not the velocity itself: with 4x4x3 = 48 pixels
+per token and 64 hidden dims, a velocity (or noise) prediction must carry full-rank noise
+through the bottleneck and comes out as a 4-pixel mosaic, while the clean image of a flat
+shape is low-dimensional (Li & He 2025, "Back to Basics: Let Denoising Generative Models
+Denoise", JiT: x-prediction with the v-loss). Directories written before this key existed
+predict the velocity ("velocity")."""
+X0_SIGMA_FLOOR = 0.05
+"""σ is clamped to at least this when dividing by it (JiT's t_eps), so the last steps stay finite."""
+
+
+def velocity_from_x0(latents: torch.Tensor, x0: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """Rectified flow x_σ = (1 − σ) x0 + σ ε has velocity v = ε − x0 = (x_σ − x0) / σ:
+    latents [B, C, H, W], x̂0 [B, C, H, W], σ [B] (or a scalar) -> v̂ [B, C, H, W], σ floored at
+    X0_SIGMA_FLOOR."""
+    sigma = torch.as_tensor(sigma, dtype=latents.dtype, device=latents.device).expand(latents.shape[0])  # [B]
+    return (latents - x0) / sigma.clamp(min=X0_SIGMA_FLOOR)[:, None, None, None]
 TRANSFORMER_DIR = "transformer"
 TEXT_ENCODER_FILE = "text_encoder.safetensors"
 TEXT_ENCODER_CONFIG = "text_encoder.json"
@@ -115,7 +133,8 @@ def save_toy_model(directory: str | Path, transformer, text_encoder: ToyTextEnco
     half = {name: tensor.to(torch.float16) for name, tensor in load_file(str(weights)).items()}
     save_file(half, str(weights), metadata={"format": "pt"})
     text_encoder.save(directory)
-    (directory / MODEL_RECORD).write_text(json.dumps({"image_size": IMAGE_SIZE, "shift": SCHEDULE_SHIFT, **record},
+    (directory / MODEL_RECORD).write_text(json.dumps({"image_size": IMAGE_SIZE, "shift": SCHEDULE_SHIFT,
+                                                      "prediction": PREDICTION, **record},
                                                      indent=1))
     return directory
 
