@@ -66,16 +66,18 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
             problems.append(message)
     if cfg.reward.components and all(w == 0 for w in cfg.reward.components.values()):
         problems.append("reward.components: every weight is 0, so nothing would be scored")
-    for name in cfg.eval.gold_rewards:
-        message = REWARDS.check(name, allow_import)
-        if message:
-            problems.append(message.replace("reward.components", "eval.gold_rewards"))
+    for key, names in (("eval.gold_rewards", cfg.eval.gold_rewards), ("eval.quality_metrics", cfg.eval.quality_metrics)):
+        for name in names:
+            message = REWARDS.check(name, allow_import)
+            if message:
+                problems.append(message.replace("reward.components", key))
+    scorers = list(cfg.reward.components) + list(cfg.eval.gold_rewards) + list(cfg.eval.quality_metrics)
     for name in cfg.reward.kwargs:
-        if name not in cfg.reward.components and name not in cfg.eval.gold_rewards:
-            close = difflib.get_close_matches(name, list(cfg.reward.components) + list(cfg.eval.gold_rewards), n=1)
+        if name not in scorers:
+            close = difflib.get_close_matches(name, scorers, n=1)
             hint = f"; did you mean reward.kwargs.{close[0]}?" if close else ""
-            problems.append(f"reward.kwargs.{name}: no reward named {name!r} in reward.components or "
-                            f"eval.gold_rewards{hint}")
+            problems.append(f"reward.kwargs.{name}: no reward named {name!r} in reward.components, "
+                            f"eval.gold_rewards or eval.quality_metrics{hint}")
 
     positive = {"rollout.n": cfg.rollout.n, "rollout.rollout_batch_size": cfg.rollout.rollout_batch_size,
                 "rollout.sample_batch_size": cfg.rollout.sample_batch_size, "rollout.num_steps": cfg.rollout.num_steps,

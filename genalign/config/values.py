@@ -26,11 +26,11 @@ fit any accelerator we target; a typo like 100000 should fail here, not in an al
 IMAGE_MULTIPLE = {"sd3": 16, "flux": 16, "qwen_image": 16, "toy": 16}
 """Pixels per latent patch of each family: the VAE factor (8) x the transformer patch (2) for
 SD3/3.5, x the 2x2 latent packing for FLUX and Qwen-Image; the toy model samples in pixel
-space with patch 2 at exactly 16 x 16 (TOY_SIDE)."""
+space with patch 4 at exactly 32 x 32 (TOY_SIDE, = data.toy_shapes.IMAGE_SIZE)."""
 GUIDANCE_EMBEDDING_FAMILIES = ("flux", "qwen_image")
 """Families whose transformer may carry a distilled-guidance embedding (model.embedded_guidance);
 whether the loaded one does is checked when it loads."""
-TOY_SIDE = 16
+TOY_SIDE = 32
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 """`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
 

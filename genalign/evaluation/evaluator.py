@@ -21,6 +21,7 @@ from genalign.data.sampler import PromptGroupBatch, sample_seed
 from genalign.evaluation.config import EvalConfig
 from genalign.evaluation.contact_sheet import save_contact_sheet
 from genalign.models.base import FlowPolicy
+from genalign.rewards.composite import summary
 from genalign.rollout.collector import SamplingSpec, generate
 
 log = logging.getLogger(__name__)
@@ -57,15 +58,16 @@ def gold_divergence(reward: list[float], gold: list[float], window: int,
 
 class Evaluator:
     def __init__(self, cfg: EvalConfig, examples: list[PromptExample], spec: SamplingSpec,
-                 reward_runtime, gold_runtime, output_dir: Path | None, sink):
+                 reward_runtime, gold_runtime, output_dir: Path | None, sink, quality_runtime=None):
         """`output_dir=None` writes no contact sheets (non-zero ranks evaluate in lockstep with
-        rank 0, which alone writes)."""
+        rank 0, which alone writes). `quality_runtime` scores `eval.quality_metrics` (None: none)."""
         if not examples:
             raise ValueError("eval: data.eval_manifest has no prompts")
         self.cfg = cfg
         self.spec = spec
         self.reward_runtime = reward_runtime
         self.gold_runtime = gold_runtime
+        self.quality_runtime = quality_runtime
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.sink = sink
         self.history = EvalHistory()
@@ -97,6 +99,10 @@ class Evaluator:
             metrics.update(gold.stats(prefix="gold"))
             gold_mean = gold.total.mean().item()
             self.history.gold.append(gold_mean)
+        if self.quality_runtime is not None:
+            quality = self.quality_runtime.score(batch.images, batch.prompts, batch.metadata)
+            for name, values in quality.components.items():  # each measure alone: their sum means nothing
+                metrics.update(summary(values, f"quality_{name}"))
         self.history.steps.append(step)
         self.history.reward.append(reward_mean)
         diverged = self.gold_runtime is not None and gold_divergence(

@@ -88,9 +88,11 @@ def build_evaluator(cfg: ExperimentConfig, device: torch.device, reward_runtime,
                     resume: bool, writes: bool = True) -> Evaluator:
     """`writes=False` (ranks other than 0) evaluates without writing metrics or sheets."""
     gold = build_reward_runtime(cfg.reward, device, components=cfg.eval.gold_rewards) if cfg.eval.gold_rewards else None
+    quality = (build_reward_runtime(cfg.reward, device, components=dict.fromkeys(cfg.eval.quality_metrics, 1.0))
+               if cfg.eval.quality_metrics else None)
     sink = CSVSink(output_dir / "eval_metrics.csv", resume=resume) if writes else NullSink()
     return Evaluator(cfg.eval, load_manifest(cfg.data.eval_manifest, "data.eval_manifest"), eval_spec(cfg),
-                     reward_runtime, gold, output_dir if writes else None, sink)
+                     reward_runtime, gold, output_dir if writes else None, sink, quality)
 
 
 def select(tree: dict, dotted: str):
