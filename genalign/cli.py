@@ -24,8 +24,9 @@ def _recipe_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 
 def _configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S", stream=sys.stderr)
+    from genalign.tracking.logs import configure_console_logging
+
+    configure_console_logging()
 
 
 def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> int:

@@ -211,6 +211,12 @@ def _merge(target: dict, incoming: dict, source: str, prefix: str, provenance: d
             _set_provenance(provenance, dotted, value, source)
 
 
+def _recipe_name(path: Path) -> str:
+    """A packaged recipe by its name (experiment/toy/shapes_grpo), any other file by its path."""
+    relative = _rel(path)
+    return relative[:-5] if relative != str(path) and relative.endswith(".yaml") else str(path)
+
+
 def find_recipe(recipe: str) -> Path:
     """A recipe name under configs/ (with or without .yaml) or a path to a YAML file."""
     as_path = Path(recipe).expanduser()
@@ -357,6 +363,11 @@ def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = (),
                         f"Groups: {', '.join(sorted(composer.seen_groups))}")
     for key, value in dotlist:
         composer.override(key, value)
+    if "recipe" in composer.tree:
+        problems.append(f"recipe: set by the loader from --config, not a key to set (set in "
+                        f"{composer.provenance.get('recipe', 'a layer')}); remove it")
+    composer.tree["recipe"] = _recipe_name(path)
+    composer.provenance["recipe"] = "--config"
     problems = composer.problems + problems
     config = _build(ExperimentConfig, composer.tree, "", composer.provenance, problems)
     if problems:
