@@ -25,10 +25,10 @@ from typing import Any
 
 import yaml
 
+from genalign.config.catalog import CONFIG_ROOT, groups, recipes
 from genalign.config.errors import ConfigError
 from genalign.config.schema import ExperimentConfig
 
-CONFIG_ROOT = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_RECIPE = "experiment/toy/shapes_grpo"
 
 
@@ -184,7 +184,7 @@ def _group_option_path(group: str, option: str, problems: list[str], where: str)
 
 def _known_groups() -> list[str]:
     """Every directory under configs/ that holds layer files, as `/group/path`."""
-    return sorted({"/" + str(p.parent.relative_to(CONFIG_ROOT)) for p in CONFIG_ROOT.rglob("*.yaml")})
+    return list(groups(CONFIG_ROOT))
 
 
 def _set_provenance(provenance: dict[str, str], key: str, value: Any, source: str) -> None:
@@ -229,7 +229,7 @@ def find_recipe(recipe: str) -> Path:
     candidate = CONFIG_ROOT / f"{name.strip('/')}.yaml"
     if candidate.is_file():
         return candidate
-    known = sorted(str(p.relative_to(CONFIG_ROOT))[:-5] for p in CONFIG_ROOT.glob("experiment/**/*.yaml"))
+    known = list(recipes(CONFIG_ROOT))
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ConfigError([f"--config {recipe!r}: no recipe {_rel(candidate)} and no such YAML file.{hint} "
