@@ -5,8 +5,11 @@ unvalidated config. Layers live under `genalign/configs/`. A layer holds keys at
 of the experiment tree and may start with a `defaults:` list of `- /group/path: option`
 entries (e.g. `- /base/algorithm: grpo` -> `configs/base/algorithm/grpo.yaml`), applied in
 order, recursively, before the file's own keys. Then overrides apply left to right (last
-wins): `a.b.c=value` (value parsed as YAML) and group swaps `/group/path=option`, which
-replace the option of that group wherever it appears in the defaults tree.
+wins): `a.b.c=value` (value parsed as YAML), `+a.b.c=value` (adds a key that is not set yet
+under an open mapping, as in Hydra; `++` adds or changes) and group swaps `/group/path=option`,
+which replace the option of that group wherever it appears in the defaults tree. Then every
+`${...}` value (`${oc.env:VAR}`, `${oc.env:VAR,default}`, other keys) is resolved by OmegaConf
+(`interpolation.py`) before the typed validation.
 
 Every leaf remembers which layer file or override set it last, so an unknown key or a wrong
 type names the key, where it came from and a "did you mean". All problems are collected
@@ -27,6 +30,7 @@ import yaml
 
 from genalign.config.catalog import CONFIG_ROOT, groups, recipes
 from genalign.config.errors import ConfigError
+from genalign.config.interpolation import plus_override_problem, resolve_interpolations
 from genalign.config.schema import ExperimentConfig
 
 DEFAULT_RECIPE = "experiment/toy/shapes_grpo"
@@ -349,11 +353,14 @@ def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = (),
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            problems.append(f"override {item!r}: expected key=value or /group=option")
+            problems.append(f"override {item!r}: expected key=value, +key=value or /group=option")
         elif key.startswith("/"):
             swaps["/" + key.strip("/")] = value
-        else:
-            dotlist.append((key, value))
+        elif key.lstrip("+").startswith("/") or not key.lstrip("+"):
+            problems.append(f"override {item!r}: `+` adds a key (+key=value); a group is swapped with /group=option")
+        else:  # "++key": add or change (Hydra); "+key": add a new key to an open mapping
+            dotlist.append((key[2:] if key.startswith("++") else key.lstrip("+"), value,
+                            key.startswith("+") and not key.startswith("++")))
     composer = _Composer(swaps)
     composer.compose(path)
     for group in sorted(set(swaps) - composer.used_swaps):
@@ -361,13 +368,18 @@ def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = (),
         hint = f"; did you mean {close[0]!r}?" if close else ""
         problems.append(f"override {group}={swaps[group]}: the recipe has no config group {group}{hint} "
                         f"Groups: {', '.join(sorted(composer.seen_groups))}")
-    for key, value in dotlist:
-        composer.override(key, value)
+    for key, value, adding in dotlist:
+        problem = plus_override_problem(ExperimentConfig, key, composer.tree, f"+{key}={value}") if adding else None
+        if problem:
+            problems.append(problem)
+        else:
+            composer.override(key, value)
     if "recipe" in composer.tree:
         problems.append(f"recipe: set by the loader from --config, not a key to set (set in "
                         f"{composer.provenance.get('recipe', 'a layer')}); remove it")
     composer.tree["recipe"] = _recipe_name(path)
     composer.provenance["recipe"] = "--config"
+    composer.tree = resolve_interpolations(composer.tree, composer.provenance, problems)
     problems = composer.problems + problems
     config = _build(ExperimentConfig, composer.tree, "", composer.provenance, problems)
     if problems:
