@@ -35,15 +35,17 @@ class WandbConfig:
     own init timeout, 90 s, ends the run's start with an error). `disabled`: no-op run."""
 
 
-def logger_problems(loggers: list[str], wandb: WandbConfig) -> list[str]:
-    """Every problem with trainer.loggers / trainer.wandb (empty when usable on this machine)."""
+def logger_problems(loggers: list[str], wandb: WandbConfig, check_installed: bool = True) -> list[str]:
+    """Every problem with trainer.loggers / trainer.wandb (empty when usable on this machine).
+    `check_installed=False` skips the installed-package check (a checkpoint's config evaluated
+    by `genalign eval`, which logs to no tracker)."""
     problems = []
     for name in loggers:
         if name not in LOGGERS:
             close = difflib.get_close_matches(name, LOGGERS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(f"trainer.loggers: unknown logger {name!r}{hint} Choose from: {', '.join(LOGGERS)}")
-        elif name in TRACKER_PACKAGES and importlib.util.find_spec(TRACKER_PACKAGES[name]) is None:
+        elif check_installed and name in TRACKER_PACKAGES and importlib.util.find_spec(TRACKER_PACKAGES[name]) is None:
             problems.append(f"trainer.loggers: {name} needs the {TRACKER_PACKAGES[name]} package, which is not "
                             f"installed; pip install 'genalign[trackers]' or remove {name} from trainer.loggers")
     repeated = sorted({name for name in loggers if loggers.count(name) > 1})
