@@ -13,6 +13,7 @@ import difflib
 from genalign.config.plan import num_train_timesteps_problem
 from genalign.config.schema import ExperimentConfig
 from genalign.config.values import non_finite_problems, value_problems
+from genalign.tracking.config import logger_problems
 
 CHOICES = {
     "reward.aggregation": ("weighted_sum", "advantage_sum"),
@@ -96,6 +97,7 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     for key, value in {"eval.every": cfg.eval.every, "trainer.save_every": cfg.trainer.save_every}.items():
         if value < 0:
             problems.append(f"{key} must be >= 0 (0 disables it), got {value}")
+    problems += logger_problems(cfg.trainer.loggers, cfg.trainer.wandb, check_installed=check_machine)
     if cfg.trainer.keep_last is not None and cfg.trainer.keep_last < 1:
         problems.append(f"trainer.keep_last={cfg.trainer.keep_last} must be >= 1 (null keeps every checkpoint)")
     if cfg.rollout.noise_level < 0:

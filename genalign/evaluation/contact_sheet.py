@@ -103,9 +103,13 @@ def make_contact_sheet(images: torch.Tensor, captions: list[str], columns: int |
 def save_contact_sheet(path: Path, images: torch.Tensor, captions: list[str], columns: int | None = None,
                        caption_lines: int = 2) -> Path:
     """Build the sheet and write it as PNG to `path` (parent folders created); returns `path`."""
+    return save_image(path, make_contact_sheet(images, captions, columns=columns, caption_lines=caption_lines))
+
+
+def save_image(path: Path, image: Image.Image) -> Path:
+    """Write `image` as PNG to `path` (parent folders created); returns `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    sheet = make_contact_sheet(images, captions, columns=columns, caption_lines=caption_lines)
     with disk_full_is_user_error(path):
-        sheet.save(path, format="PNG")
+        image.save(path, format="PNG")
     return path

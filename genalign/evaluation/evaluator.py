@@ -11,18 +11,22 @@ reward rising over the last `divergence_window` evaluations while the gold rewar
 from __future__ import annotations
 
 import logging
+import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from genalign.data.prompts import PromptExample
 from genalign.data.sampler import PromptGroupBatch, sample_seed
 from genalign.evaluation.config import EvalConfig
-from genalign.evaluation.contact_sheet import save_contact_sheet
+from genalign.evaluation.contact_sheet import make_contact_sheet, save_image
 from genalign.models.base import FlowPolicy
 from genalign.rewards.composite import summary
-from genalign.rollout.collector import SamplingSpec, generate
+from genalign.rollout.batch import TrajectoryBatch
+from genalign.rollout.collector import SamplingSpec, generate_chunks
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +62,11 @@ def gold_divergence(reward: list[float], gold: list[float], window: int,
 
 class Evaluator:
     def __init__(self, cfg: EvalConfig, examples: list[PromptExample], spec: SamplingSpec,
-                 reward_runtime, gold_runtime, output_dir: Path | None, sink, quality_runtime=None):
+                 reward_runtime, gold_runtime, output_dir: Path | None, sink, quality_runtime=None,
+                 progress_bar: bool = False):
         """`output_dir=None` writes no contact sheets (non-zero ranks evaluate in lockstep with
-        rank 0, which alone writes). `quality_runtime` scores `eval.quality_metrics` (None: none)."""
+        rank 0, which alone writes). `quality_runtime` scores `eval.quality_metrics` (None: none).
+        `progress_bar`: tqdm over sampling chunks when stderr is a TTY."""
         if not examples:
             raise ValueError("eval: data.eval_manifest has no prompts")
         self.cfg = cfg
@@ -70,6 +76,7 @@ class Evaluator:
         self.quality_runtime = quality_runtime
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.sink = sink
+        self.progress_bar = progress_bar
         self.history = EvalHistory()
         chosen = examples[: cfg.max_prompts]
         repeats = cfg.samples_per_prompt
@@ -89,7 +96,10 @@ class Evaluator:
 
     @torch.no_grad()
     def evaluate(self, policy: FlowPolicy, step: int) -> dict[str, float]:
-        batch = generate(policy, self.groups, self.spec)
+        chunks = tqdm(generate_chunks(policy, self.groups, self.spec), desc=f"eval step {step}", leave=False,
+                      total=math.ceil(len(self.groups.prompts) / self.spec.chunk_size),
+                      disable=not (self.progress_bar and sys.stderr.isatty()))
+        batch = TrajectoryBatch.cat(list(chunks))
         scores = self.reward_runtime.score(batch.images, batch.prompts, batch.metadata)
         metrics = scores.stats(prefix="eval_reward")
         reward_mean = scores.total.mean().item()
@@ -116,6 +126,8 @@ class Evaluator:
                         self.history.gold[-self.cfg.divergence_window], gold_mean)
         if self.output_dir is not None:
             captions = [f"{p} | r={r:.2f}" for p, r in zip(batch.prompts, scores.total.tolist())]
-            save_contact_sheet(self.output_dir / f"eval_epoch_{step}" / "contact_sheet.png", batch.images, captions)
+            sheet = make_contact_sheet(batch.images, captions)
+            save_image(self.output_dir / f"eval_epoch_{step}" / "contact_sheet.png", sheet)
+            self.sink.log_image(step, "contact_sheet", sheet)  # trackers show it; the CSV ignores it
         self.sink.log(step, metrics)
         return metrics
