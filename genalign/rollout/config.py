@@ -6,6 +6,30 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class SDEWindowConfig:
+    """Only a window of denoising steps is stochastic and trained; the rest are Euler ODE steps
+    (Flow-GRPO-Fast, ALGORITHMS §2.6; MixGRPO, §3.2). See `sampling/windows.py`."""
+
+    size: int = 0
+    """Steps in the window; 0 = no window (every step stochastic, the Flow-GRPO default)."""
+    range: list[int] = field(default_factory=lambda: [0, 0])
+    """[lo, hi): the steps the window may cover; hi = 0 means rollout.num_steps // 2 (the
+    high-noise half, Flow-GRPO-Fast's `sde_window_range = (0, num_steps // 2)`)."""
+    schedule: str = "random"
+    """"random" (Flow-GRPO-Fast: new start each step), "progressive" (MixGRPO: slides by
+    `shift_by` every `shift_every` steps, rolling back at the end) or "fixed" (always at lo)."""
+    shift_every: int = 25
+    """MixGRPO τ (`iters_per_group`): training steps between window moves (progressive only)."""
+    shift_by: int = 1
+    """MixGRPO s (`prog_overlap_step`): steps the window moves each time (progressive only)."""
+
+    def bounds_range(self, num_steps: int) -> tuple[int, int]:
+        """[lo, hi) with the hi = 0 default resolved."""
+        lo, hi = self.range
+        return lo, (hi if hi > 0 else num_steps // 2)
+
+
+@dataclass
 class RolloutConfig:
     """Rollout shape and sampler. Units are in the names: prompts vs samples."""
 
@@ -24,7 +48,13 @@ class RolloutConfig:
     noise_level: float = 0.7
     """SDE noise level a (Flow-GRPO); 0 reproduces the Euler ODE sampler."""
     kernel: str = "flow_sde"
-    """Transition kernel: "flow_sde" (Flow-GRPO, ALGORITHMS §2.2)."""
+    """Transition kernel of rollout and replay (sampling/kernels.py): "flow_sde" (Flow-GRPO,
+    ALGORITHMS §2.2), "dance_sde" (DanceGRPO, constant noise scale η = noise_level, §3.1),
+    "cps" (Coefficients-Preserving Sampling with the reference code's constant-free log-prob
+    −mean((x − μ)²), §2.3; pair with clip_range 1e-5) or "cps_gaussian" (CPS with the true
+    Gaussian log-density, std c = σ_next·sin(a·π/2))."""
+    sde_window: SDEWindowConfig = field(default_factory=SDEWindowConfig)
+    """Stochastic window (Flow-GRPO-Fast / MixGRPO); size 0 = every step stochastic."""
     same_initial_noise: bool = False
     """Share x_T within a group (DanceGRPO) instead of distinct noise (Flow-GRPO default)."""
     engine: str = "local"

@@ -129,8 +129,8 @@ def measure_policy(policy: ToyPolicy, classifier, guidance_scale: float, samples
     cond = policy.encode_prompts(prompts, with_negative=guidance_scale > 1)
     seeds = [seed + i for i in range(len(prompts))]
     noise, generators = initial_noise(seeds, seeds, (3, 16, 16))
-    latents, _ = sample_trajectory(policy, cond, noise, generators, policy.sigmas(num_steps), guidance_scale, 0.0,
-                                   sde_step_mask(num_steps, 0.0))
+    latents = sample_trajectory(policy, cond, noise, generators, policy.sigmas(num_steps), guidance_scale, 0.0,
+                                sde_step_mask(num_steps, 0.0)).latents
     images = policy.decode(latents[:, -1])  # [B, 3, 16, 16]
     parsed = [parse_prompt(p) for p in prompts]
     shapes = torch.tensor([p.shape_index for p in parsed])  # [B]
