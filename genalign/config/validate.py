@@ -170,14 +170,12 @@ def _variant_problems(cfg: ExperimentConfig) -> list[str]:
     num_steps = rollout.num_steps
     if window.size < 0:
         problems.append(f"rollout.sde_window.size must be >= 0 (0 = no window), got {window.size}")
-    if len(window.range) != 2:
-        problems.append(f"rollout.sde_window.range must be [lo, hi], got {window.range}")
-    elif window.size > 0:
+    if window.size > 0:
         lo, hi = window.bounds_range(num_steps)
         if not (0 <= lo and lo + window.size <= hi <= num_steps):
-            problems.append(f"rollout.sde_window: a window of {window.size} steps must fit in range [{lo}, {hi}) "
+            problems.append(f"rollout.sde_window: a window of {window.size} steps must fit in [lo, hi) = [{lo}, {hi}) "
                             f"inside the {num_steps} rollout steps (0 <= lo, lo + size <= hi <= rollout.num_steps; "
-                            "hi = 0 means rollout.num_steps // 2)")
+                            "hi null = rollout.num_steps // 2, negative = counted from the end)")
         if window.shift_every < 1 or window.shift_by < 1:
             problems.append(f"rollout.sde_window.shift_every ({window.shift_every}) and shift_by ({window.shift_by}) "
                             "must be >= 1")
@@ -207,6 +205,8 @@ def _trains_final_step(cfg: ExperimentConfig) -> bool:
     num_steps, window = cfg.rollout.num_steps, cfg.rollout.sde_window
     if cfg.algorithm.timestep_selection == "random":
         return False  # random selection never includes the final step
-    if window.size > 0 and len(window.range) == 2:
+    if cfg.rollout.ode_final_step:
+        return False
+    if window.size > 0:
         return window.bounds_range(num_steps)[1] == num_steps
     return int(num_steps * cfg.algorithm.timestep_fraction) >= num_steps

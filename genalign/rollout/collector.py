@@ -35,6 +35,8 @@ class SamplingSpec:
     """Transition kernel name (sampling/kernels.py KERNELS), stored in the trajectory for replay."""
     window: WindowSchedule | None = None
     """SDE window schedule (None: every step stochastic when noise_level > 0)."""
+    ode_final_step: bool = False
+    """The final step is an Euler step (rollout.ode_final_step)."""
     step: int = 1
     """The training step being sampled: the window schedule's input (see `at_step`)."""
     record_means: bool = False
@@ -47,7 +49,7 @@ class SamplingSpec:
     def sde_mask(self) -> torch.Tensor:
         """[T] bool: the stochastic steps of this step's trajectories."""
         window = self.window.bounds(self.step) if self.window is not None else None
-        return sde_step_mask(self.num_steps, self.noise_level, window)
+        return sde_step_mask(self.num_steps, self.noise_level, window, self.ode_final_step)
 
 
 def encode_unique(policy: FlowPolicy, prompts: list[str], with_negative: bool) -> Condition:

@@ -12,9 +12,12 @@ class SDEWindowConfig:
 
     size: int = 0
     """Steps in the window; 0 = no window (every step stochastic, the Flow-GRPO default)."""
-    range: list[int] = field(default_factory=lambda: [0, 0])
-    """[lo, hi): the steps the window may cover; hi = 0 means rollout.num_steps // 2 (the
-    high-noise half, Flow-GRPO-Fast's `sde_window_range = (0, num_steps // 2)`)."""
+    lo: int = 0
+    """First step the window may cover."""
+    hi: int | None = None
+    """End (exclusive) of the steps the window may cover. None: rollout.num_steps // 2, the
+    high-noise half (Flow-GRPO-Fast's `sde_window_range = (0, num_steps // 2)`); negative:
+    counted from the end (-1 = every step but the final one, as MixGRPO's max_timesteps)."""
     schedule: str = "random"
     """"random" (Flow-GRPO-Fast: new start each step), "progressive" (MixGRPO: slides by
     `shift_by` every `shift_every` steps, rolling back at the end) or "fixed" (always at lo)."""
@@ -24,9 +27,10 @@ class SDEWindowConfig:
     """MixGRPO s (`prog_overlap_step`): steps the window moves each time (progressive only)."""
 
     def bounds_range(self, num_steps: int) -> tuple[int, int]:
-        """[lo, hi) with the hi = 0 default resolved."""
-        lo, hi = self.range
-        return lo, (hi if hi > 0 else num_steps // 2)
+        """[lo, hi) with hi resolved against the rollout's num_steps."""
+        if self.hi is None:
+            return self.lo, num_steps // 2
+        return self.lo, (self.hi if self.hi >= 0 else num_steps + self.hi)
 
 
 @dataclass
@@ -55,6 +59,11 @@ class RolloutConfig:
     Gaussian log-density, std c = σ_next·sin(a·π/2))."""
     sde_window: SDEWindowConfig = field(default_factory=SDEWindowConfig)
     """Stochastic window (Flow-GRPO-Fast / MixGRPO); size 0 = every step stochastic."""
+    ode_final_step: bool = False
+    """Make the final denoising step an Euler (ODE) step, so the image is the last step's clean
+    prediction x̂0 = x − σ·v: DanceGRPO decodes exactly that (`latents = pred_original`), and
+    Flow-GRPO-Fast does it for window_size 0. False: the final step uses the kernel like the
+    others (Flow-GRPO; its last step is nearly deterministic and left out of training)."""
     same_initial_noise: bool = False
     """Share x_T within a group (DanceGRPO) instead of distinct noise (Flow-GRPO default)."""
     engine: str = "local"

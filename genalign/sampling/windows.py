@@ -62,12 +62,16 @@ def window_bounds(schedule: str, size: int, lo: int, hi: int, step: int, seed: i
     return start, start + size
 
 
-def sde_step_mask(num_steps: int, noise_level: float, window: tuple[int, int] | None = None) -> torch.Tensor:
+def sde_step_mask(num_steps: int, noise_level: float, window: tuple[int, int] | None = None,
+                  ode_final_step: bool = False) -> torch.Tensor:
     """Which steps are stochastic [T] bool. No window: every step when noise_level > 0
     (Flow-GRPO samples all steps with the SDE; `algorithm.timestep_fraction` then leaves the
     nearly deterministic last step out of training). A window [start, stop): only its steps.
-    noise_level == 0 (the ODE evaluator): none."""
+    `ode_final_step`: the final step is deterministic whatever the window (DanceGRPO's x̂0
+    decode). noise_level == 0 (the ODE evaluator): none."""
     mask = torch.full((num_steps,), noise_level > 0, dtype=torch.bool)  # [T]
+    if ode_final_step:
+        mask[-1] = False
     if window is not None:
         start, stop = window
         if not 0 <= start < stop <= num_steps:
