@@ -130,3 +130,18 @@ def tiny_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
 def read_rows(path: Path) -> list[dict[str, str]]:
     with open(path) as handle:
         return list(csv.DictReader(handle))
+
+
+def train_recipe(recipe: str, out: Path, *overrides: str) -> tuple[list[dict], list[dict]]:
+    """Train `recipe` into `out` through the CLI; returns (metrics.csv rows, eval_metrics.csv
+    rows) with every value a float (None where empty)."""
+    from genalign.cli import main
+
+    code = main(["train", "--config", recipe, f"trainer.output_dir={out}", "trainer.progress_bar=false", *overrides])
+    assert code == 0
+
+    def rows(name: str) -> list[dict]:
+        with (out / name).open() as handle:
+            return [{k: float(v) if v not in ("", None) else None for k, v in r.items()} for r in csv.DictReader(handle)]
+
+    return rows("metrics.csv"), rows("eval_metrics.csv")
