@@ -66,3 +66,12 @@ def test_window_range_resolution_and_rollout_spec():
     assert spec.at_step(11).sde_mask().tolist() == [False] + [True] * 4 + [False] * 5  # moved after 10 steps
     assert rollout_spec(load_config("experiment/toy/shapes_grpo_guard")).record_means
     assert not rollout_spec(load_config(BASE)).record_means
+
+
+def test_run_plan_counts_the_trained_steps_of_each_variant():
+    from genalign.config.plan import RunPlan
+
+    counts = {recipe: RunPlan.from_config(load_config(f"experiment/toy/{recipe}")).num_train_timesteps
+              for recipe in VARIANT_RECIPES}
+    assert counts == {"shapes_flow_grpo_fast": 2, "shapes_mix_grpo": 4, "shapes_cps": 9, "shapes_dance_grpo": 6,
+                      "shapes_grpo_guard": 9}
