@@ -116,14 +116,15 @@ def print_table(results: list[RunResult], baseline: str, budget_steps: int) -> N
         runs = [r for r in results if r.recipe == recipe]
         hit = [r for r in runs if r.target_seconds is not None]
         med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
-        fmt = lambda x, spec: format(x, spec) if x is not None else "-"  # noqa: E731
+        width = lambda spec: int(spec.lstrip("+").split(".")[0])  # noqa: E731
+        fmt = lambda x, spec: format(x, spec) if x is not None else "-".rjust(width(spec))  # noqa: E731
         ratio_values = [x for x in ratios[recipe] if x is not None]
         judge_tgt = med([r.judge_delta_at_target for r in hit if r.judge_delta_at_target is not None])
         judge_end = med([r.judge_delta_final for r in runs if r.judge_delta_final is not None])
         flag = " JUDGE-DROP" if judge_tgt is not None and judge_tgt < 0 else ""
         print(f"{recipe:44s} {med([r.seconds_per_step for r in runs]):7.2f} "
               f"{fmt(med([r.target_step for r in hit]), '10.0f')} {fmt(med([r.target_seconds for r in hit]), '9.1f')} "
-              f"{fmt(med(ratio_values), '8.2f')}x {med([r.final_reward for r in runs]):10.3f} "
+              f"{fmt(med(ratio_values), '8.2f')}{'x' if ratio_values else ' '} {med([r.final_reward for r in runs]):10.3f} "
               f"{fmt(judge_tgt, '+9.3f')} {fmt(judge_end, '+9.3f')} {len(hit)}/{len(runs)}{flag}")
     base_runs = [r for r in results if r.recipe == baseline]
     if base_runs:
