@@ -18,6 +18,7 @@ from genalign.models.registry import MODEL_FAMILIES
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rollout.collector import SamplingSpec
 from genalign.rollout.engine import LocalRolloutEngine, RolloutEngine
+from genalign.sampling.windows import WindowSchedule
 from genalign.tracking.sinks import CSVSink, MetricsSink, MultiSink, NullSink, PrefixedSink
 from genalign.training.lora import apply_lora, freeze_for_full_finetune
 from genalign.training.precision import compile_denoiser, configure_backends, make_master_weights
@@ -72,9 +73,20 @@ def named_trainable_parameters(module: torch.nn.Module) -> dict[str, torch.nn.Pa
 
 
 def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
+    """The training sampler; `SamplingSpec.at_step(step)` places the step's SDE window. The
+    rollout records kernel means only when the algorithm declares it reads them."""
+    from genalign.algorithms.registry import ALGORITHMS
+
     r = cfg.rollout
+    window = None
+    if r.sde_window.size > 0:
+        lo, hi = r.sde_window.bounds_range(r.num_steps)
+        window = WindowSchedule(r.sde_window.schedule, r.sde_window.size, lo, hi, cfg.trainer.seed,
+                                r.sde_window.shift_every, r.sde_window.shift_by)
     return SamplingSpec(height=r.height, width=r.width, num_steps=r.num_steps, guidance_scale=r.guidance_scale,
-                        noise_level=r.noise_level, chunk_size=r.sample_batch_size)
+                        noise_level=r.noise_level, chunk_size=r.sample_batch_size, kernel=r.kernel, window=window,
+                        ode_final_step=r.ode_final_step,
+                        record_means=ALGORITHMS.resolve(cfg.algorithm.name).needs_rollout_means)
 
 
 def eval_spec(cfg: ExperimentConfig) -> SamplingSpec:

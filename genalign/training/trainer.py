@@ -206,6 +206,7 @@ class Trainer:
         reward.async_scoring each finished chunk is sent to the reward runtime while the next
         one is sampled; otherwise scoring starts when the callable is called."""
         groups = self.sampler.sample(step)
+        spec = self.spec.at_step(step)  # the step's SDE window (a pure function of the step)
         positions = None
         if self.ranks.world_size > 1:  # this rank's whole prompt groups
             positions = distributed.rank_positions(len(groups), self.plan.samples_per_prompt, self.ranks)
@@ -213,12 +214,12 @@ class Trainer:
             # no offload around sampling here: the reward models score while the policy samples,
             # so they stay resident (the local runtime refuses score_async while offloaded)
             chunks, futures = [], []
-            for chunk in self.engine.generate_chunks(groups, self.spec, positions):
+            for chunk in self.engine.generate_chunks(groups, spec, positions):
                 chunks.append(chunk)
                 futures.append(self.rewards.score_async(chunk.images, chunk.prompts, chunk.metadata))
             return TrajectoryBatch.cat(chunks), lambda: RewardScores.cat([f.result() for f in futures])
         self.rewards.offload()
-        batch = self.engine.generate(groups, self.spec, positions)
+        batch = self.engine.generate(groups, spec, positions)
         self.rewards.onload()
         return batch, lambda: self.rewards.score(batch.images, batch.prompts, batch.metadata)
 

@@ -8,28 +8,14 @@ broken optimiser, a sign error or a leaky control cannot pass. Marked `slow` (mi
 
 from __future__ import annotations
 
-import csv
 import time
-from pathlib import Path
 
 import pytest
 
-from genalign.cli import main
 from genalign.models.toy.policy import builtin_dir
+from support import train_recipe as run
 
 pytestmark = pytest.mark.slow
-
-
-def run(recipe: str, out: Path, *overrides: str) -> tuple[list[dict], list[dict]]:
-    """Train `recipe` into `out`; returns (metrics.csv rows, eval_metrics.csv rows) as floats."""
-    code = main(["train", "--config", recipe, f"trainer.output_dir={out}", "trainer.progress_bar=false", *overrides])
-    assert code == 0
-
-    def rows(name: str) -> list[dict]:
-        with (out / name).open() as handle:
-            return [{k: float(v) if v not in ("", None) else None for k, v in r.items()} for r in csv.DictReader(handle)]
-
-    return rows("metrics.csv"), rows("eval_metrics.csv")
 
 
 def mean_of(rows: list[dict], key: str) -> float:

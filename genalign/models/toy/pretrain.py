@@ -134,8 +134,8 @@ def measure_policy(policy: ToyPolicy, classifier, guidance_scale: float, samples
     seeds = [seed + i for i in range(len(prompts))]
     noise, generators = initial_noise(seeds, seeds, (3, IMAGE_SIZE, IMAGE_SIZE))
     sigmas = policy.sigmas(num_steps, (3, IMAGE_SIZE, IMAGE_SIZE))
-    latents, _ = sample_trajectory(policy, cond, noise, generators, sigmas, guidance_scale, 0.0,
-                                   sde_step_mask(num_steps, 0.0))
+    latents = sample_trajectory(policy, cond, noise, generators, sigmas, guidance_scale, 0.0,
+                                sde_step_mask(num_steps, 0.0)).latents
     images = policy.decode(latents[:, -1])  # [B, 3, S, S]
     parsed = [parse_prompt(p) for p in prompts]
     shapes = torch.tensor([p.shape_index for p in parsed])  # [B]
