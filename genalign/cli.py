@@ -1,7 +1,8 @@
-"""Command line: `genalign train | config | eval | report | pretrain-demo`.
+"""Command line: `genalign train | config | eval | report | pretrain-demo` (+ `--help`, `--version`).
 
 Parse -> config -> call; no logic lives here. `python -m genalign.train ARGS` is the same
-as `genalign train ARGS`.
+as `genalign train ARGS`. `genalign train --help` and `genalign config --help` list the
+shipped recipes and config groups (`config/catalog.py`).
 """
 
 from __future__ import annotations
@@ -9,12 +10,27 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import textwrap
 
 from genalign.config.errors import DISK_FULL_ERRNOS, DISK_FULL_HINT, ConfigError, UserError
 
 
+class _CatalogHelp(argparse.RawDescriptionHelpFormatter):
+    """Keeps the recipe/group listing's line breaks; reads the catalog only when help is shown."""
+
+    def format_help(self) -> str:
+        from genalign.config.catalog import describe
+
+        return super().format_help() + "\n" + describe() + "\n"
+
+
 def _recipe_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=_CatalogHelp,
+        epilog=textwrap.fill(
+            "overrides: key=value sets a key (the value is YAML; ${oc.env:VAR} and ${oc.env:VAR,default} read the "
+            "environment, here and in YAML files); +key=value adds a key to an open mapping (reward.components, "
+            "reward.kwargs, reward.kwargs.<name>); /group=option swaps a config group.", width=100))
     parser.add_argument("--config", default=None,
                         help="recipe name under genalign/configs (e.g. experiment/diffusion/sd3_5/online_grpo_ocr) "
                              "or a path to a YAML file; default: the CPU demo recipe")
@@ -24,8 +40,9 @@ def _recipe_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 
 def _configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S", stream=sys.stderr)
+    from genalign.tracking.logs import configure_console_logging
+
+    configure_console_logging()
 
 
 def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> int:
@@ -90,21 +107,47 @@ def pretrain_demo_main(argv: list[str] | None = None) -> int:
 
 COMMANDS = {"train": train_main, "config": config_main, "eval": eval_main, "report": report_main,
             "pretrain-demo": pretrain_demo_main}
+SUMMARIES = {
+    "train": "run RL post-training from a recipe (no arguments: the CPU demo, minutes)",
+    "config": "print the resolved, validated config of a recipe; loads no model",
+    "eval": "evaluate a checkpoint on the fixed eval prompts",
+    "report": "write RUN_DIR/report.html: curves, before/after sheets, parity, config, provenance",
+    "pretrain-demo": "regenerate the shipped toy demo model (~12 min on a CPU)",
+}
+"""One line per command for `genalign --help` (every command has one: a test checks)."""
+
+
+def top_level_help() -> str:
+    width = max(map(len, COMMANDS)) + 2
+    return "\n".join([
+        f"usage: genalign [-h] [--version] {{{','.join(COMMANDS)}}} ...", "",
+        "Reinforcement-learning post-training for visual generative models (Flow-GRPO and family).", "",
+        "commands:", *(f"  {name:<{width}}{SUMMARIES[name]}" for name in COMMANDS), "",
+        "options:", f"  {'-h, --help':<{width}}show this help and exit",
+        f"  {'--version':<{width}}print the genalign version and exit", "",
+        "`genalign COMMAND --help` shows a command's options; `genalign train --help` lists the recipes "
+        "and config groups.",
+        "examples:",
+        "  genalign train                                   # the CPU demo recipe",
+        "  genalign train --config experiment/diffusion/sd3_5/online_grpo_ocr trainer.output_dir=outputs/run1",
+        "  genalign config --config experiment/toy/shapes_grpo rollout.n=4",
+        "  genalign eval --checkpoint outputs/run1/checkpoint-final"])
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        known = ", ".join(COMMANDS)
-        if argv and argv[0] not in ("-h", "--help"):
-            print(f"genalign: unknown command {argv[0]!r}; choose one of: {known}", file=sys.stderr)
-            return 2
-        print(f"usage: genalign {{{known}}} [--config RECIPE] [key=value ...]\n"
-              "  genalign train                      run the CPU demo recipe (minutes)\n"
-              "  genalign train --config RECIPE k=v  run a recipe with overrides\n"
-              "  genalign config --config RECIPE     print the resolved config\n"
-              "  genalign report RUN_DIR             write RUN_DIR/report.html")
+    if not argv or argv[0] in ("-h", "--help"):
+        print(top_level_help())
         return 0
+    if argv[0] == "--version":
+        from genalign import __version__
+
+        print(f"genalign {__version__}")
+        return 0
+    if argv[0] not in COMMANDS:
+        print(f"genalign: error: unknown command {argv[0]!r}; choose one of: {', '.join(COMMANDS)}\n"
+              "hint: genalign --help lists the commands", file=sys.stderr)
+        return 2
     try:
         return COMMANDS[argv[0]](argv[1:])
     except UserError as err:  # a mistake in a config, file or command line; anything else is a bug

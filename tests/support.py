@@ -231,3 +231,18 @@ def make_run_dir(path: Path, num_steps: int = 12, eval_every: int = 4, component
     if finished:
         (path / "checkpoint-final").mkdir()
     return path
+
+
+def train_recipe(recipe: str, out: Path, *overrides: str) -> tuple[list[dict], list[dict]]:
+    """Train `recipe` into `out` through the CLI; returns (metrics.csv rows, eval_metrics.csv
+    rows) with every value a float (None where empty)."""
+    from genalign.cli import main
+
+    code = main(["train", "--config", recipe, f"trainer.output_dir={out}", "trainer.progress_bar=false", *overrides])
+    assert code == 0
+
+    def rows(name: str) -> list[dict]:
+        with (out / name).open() as handle:
+            return [{k: float(v) if v not in ("", None) else None for k, v in r.items()} for r in csv.DictReader(handle)]
+
+    return rows("metrics.csv"), rows("eval_metrics.csv")

@@ -22,9 +22,17 @@ class Algorithm(Protocol):
     """True when compute_loss uses the rollout log-probs stored in the batch."""
     supports_multi_update: bool
     """True when several optimizer steps per rollout are valid (importance ratio / clipping)."""
+    needs_rollout_means: bool
+    """True when compute_loss reads the rollout kernel means (the rollout then records them)."""
 
     def train_step_indices(self, batch: TrajectoryBatch) -> list[int]:
         """Denoising steps of this batch that are trained, in training order."""
+        ...
+
+    def prepare_update(self, policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
+                       micro_batch_size: int) -> TrajectoryBatch:
+        """Called once per optimizer round before any update (e.g. to record the current
+        policy's log-probs for rollout correction); returns the batch to train on."""
         ...
 
     def compute_loss(self, policy: FlowPolicy, batch: TrajectoryBatch, advantages: torch.Tensor,

@@ -21,9 +21,35 @@ class AdvantageConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """Importance weights for a rollout policy that differs from the trained one (a stale
+    rollout worker, another numeric path), like verl's rollout_is / TIS. Off by default: the
+    in-process rollout samples with the trained weights, and the parity preflight checks it."""
+
+    mode: str = "off"
+    """"off", "truncate" (TIS: w = min(ρ, threshold)) or "mask" (w = ρ inside [1/threshold,
+    threshold], else 0), ρ = exp(ℓ_proximal − ℓ_rollout). On, the update first recomputes
+    every trained step's log-prob under the current weights (one extra no-grad forward per
+    trained step) and takes the PPO ratio against those (losses.rollout_correction_weights)."""
+    threshold: float = 2.0
+    """C, the truncation / mask bound (verl rollout_is_threshold default); must be > 1."""
+
+
+@dataclass
+class GuardConfig:
+    """GRPO-Guard options (algorithm.name=grpo_guard, ALGORITHMS §3.3)."""
+
+    reweight: bool = True
+    """Divide each step's loss by mean(h)² = |Δσ| as the reference does (regulates the step's
+    gradient scale); false keeps RatioNorm only (an ablation)."""
+
+
+@dataclass
 class AlgorithmConfig:
     name: str = "grpo"
-    """"grpo" (Flow-GRPO clipped surrogate)."""
+    """"grpo" (Flow-GRPO clipped surrogate; with rollout.kernel / rollout.sde_window also
+    Flow-GRPO-Fast, CPS, MixGRPO and DanceGRPO recipes) or "grpo_guard" (GRPO-Guard:
+    RatioNorm on the same surrogate; needs a Gaussian kernel)."""
     clip_range: float = 1e-4
     adv_clip_max: float = 5.0
     kl_beta: float = 0.0
@@ -32,7 +58,13 @@ class AlgorithmConfig:
     """"latent_mean": mean((mu - mu_ref)^2) / (2 s^2) as in Flow-GRPO code (ALGORITHMS §2.5);
     "velocity": mean((v - v_ref)^2)."""
     timestep_fraction: float = 0.99
-    """Train the first int(num_steps * fraction) stochastic steps of each trajectory."""
+    """Train int(num_steps * fraction) stochastic steps of each trajectory (which ones:
+    timestep_selection)."""
+    timestep_selection: str = "first"
+    """"first": the first stochastic steps, in order (Flow-GRPO). "random": a random subset of
+    the stochastic steps, the final denoising step never included (DanceGRPO's timestep
+    dropout, §3.1); drawn per training step from the step's sample seeds (so resumable),
+    shared by the step's samples where DanceGRPO draws per sample (one replay per step)."""
     detach_uncond: bool = True
     """In replay with CFG, stop the gradient through the unconditional branch v_u: the update
     then moves v_u + w(v_c − v_u) only through v_c (gradient scale w on the conditional
@@ -47,3 +79,5 @@ class AlgorithmConfig:
     the KL term applies in full. Random dropped samples are put back until the kept count
     divides into the step's micro-batches, whose number stays fixed (they get smaller)."""
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)

@@ -22,32 +22,91 @@ class PolicyLossOutput(NamedTuple):
 
 
 def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-                        clip_range: float) -> PolicyLossOutput:
+                        clip_range: float, sample_weights: torch.Tensor | None = None) -> PolicyLossOutput:
     """PPO clipped surrogate (ALGORITHMS §2.5), all inputs [B]:
 
-        r = exp(ℓ − ℓ_old),   loss = mean_b max(−Â·r, −Â·clip(r, 1 − ε, 1 + ε))
+        r = exp(ℓ − ℓ_old),   loss = mean_b w_b·max(−Â·r, −Â·clip(r, 1 − ε, 1 + ε))
 
     `advantages` are expected already clamped to ±adv_clip_max (`clip_advantages`).
-    ℓ_old and Â are treated as constants. With ℓ == ℓ_old the ratio is exactly 1 and the loss
-    is −mean(Â). A sample whose ratio is outside [1 − ε, 1 + ε] on the side its advantage
-    pushes towards gets zero gradient. The stats are detached: approx_kl = ½·mean((ℓ − ℓ_old)²),
+    ℓ_old, Â and the optional per-sample weights w (rollout correction; default 1) are treated
+    as constants. With ℓ == ℓ_old the ratio is exactly 1 and the loss is −mean(w·Â). A sample
+    whose ratio is outside [1 − ε, 1 + ε] on the side its advantage pushes towards gets zero
+    gradient. The stats are detached: approx_kl = ½·mean((ℓ − ℓ_old)²),
     clipped_fraction = mean(|r − 1| > ε), and its one-sided parts mean(r − 1 > ε) and
     mean(1 − r > ε), which Flow-GRPO logs as clipfrac_gt_one / clipfrac_lt_one.
     """
+    return clipped_surrogate(log_probs - old_log_probs.detach(), advantages, clip_range, sample_weights)
+
+
+def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_range: float,
+                      sample_weights: torch.Tensor | None = None) -> PolicyLossOutput:
+    """`clipped_policy_loss` from a log-ratio [B] (with grad): the form GRPO-Guard's normalised
+    log-ratio plugs into."""
     if clip_range <= 0:
         raise ValueError(f"algorithm.clip_range must be > 0, got {clip_range}")
-    log_ratio = log_probs - old_log_probs.detach()  # [B]
     ratio = torch.exp(log_ratio)  # [B]
     advantages = advantages.detach()  # [B]
     unclipped = -advantages * ratio  # [B]
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)  # [B]
-    loss = torch.maximum(unclipped, clipped).mean()  # []
+    per_sample = torch.maximum(unclipped, clipped)  # [B]
+    if sample_weights is not None:
+        per_sample = per_sample * sample_weights.detach()  # [B]
+    loss = per_sample.mean()  # []
     with torch.no_grad():
         clipped_fraction = ((ratio - 1.0).abs() > clip_range).float().mean()  # []
         approx_kl = 0.5 * (log_ratio ** 2).mean()  # []
         clipped_high = (ratio - 1.0 > clip_range).float().mean()  # []
         clipped_low = (1.0 - ratio > clip_range).float().mean()  # []
     return PolicyLossOutput(loss, ratio.detach(), clipped_fraction, approx_kl, clipped_high, clipped_low)
+
+
+def ratio_norm_log_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor, mean: torch.Tensor,
+                         old_mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """GRPO-Guard RatioNorm (ALGORITHMS §3.3, FG-up `train_sd3_GRPO_Guard.py`), [B] with grad:
+
+        S = mean_b(std),   bias = mean_dims (μ_θ − μ_old)² / (2 S²),   log r̃ = (ℓ − ℓ_old + bias)·S
+
+    For a Gaussian step (ℓ the per-dim mean log-density with std S, x = μ_old + S·ε) this is
+    mean_dims(ε ⊙ (μ_θ − μ_old)): zero-mean under the rollout policy and on one scale across
+    timesteps, which removes the left shift of the plain ratio at low-noise steps. The reference
+    writes S = mean_b(s)·mean_b(h); with one σ per step (all samples share it) that is the
+    transition std s·h, taken here directly so it holds for any Gaussian kernel.
+    log_probs, old_log_probs, std [B]; mean, old_mean [B, ...]. The gradient flows through
+    ℓ and μ_θ; ℓ_old, μ_old and S are constants.
+    """
+    scale = std.detach().float().mean()  # [] S
+    bias = ((mean - old_mean.detach()) ** 2).flatten(1).mean(dim=1) / (2 * scale ** 2)  # [B]
+    return (log_probs - old_log_probs.detach() + bias) * scale  # [B]
+
+
+ROLLOUT_CORRECTION_MODES = ("off", "truncate", "mask")
+
+
+def rollout_correction_weights(proximal_log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor, mode: str,
+                               threshold: float) -> torch.Tensor:
+    """Importance weights [B] for samples drawn by a behaviour policy other than the one trained
+    (a stale rollout worker, a different numeric path), detached:
+
+        ρ = exp(ℓ_proximal − ℓ_behaviour)
+        truncate (TIS): w = min(ρ, C)
+        mask (MIS):     w = ρ where 1/C ≤ ρ ≤ C, else 0
+
+    ℓ_proximal is the trained policy's log-prob at the start of the update, ℓ_behaviour the one
+    the rollout recorded; C = `threshold` (verl's rollout_is_threshold, default 2). The PPO
+    ratio is then taken against ℓ_proximal (decoupled PPO), so clipping bounds the update and
+    w corrects for who sampled. "off" returns ones.
+    """
+    if mode not in ROLLOUT_CORRECTION_MODES:
+        raise ValueError(f"algorithm.rollout_correction.mode={mode!r}: choose one of {ROLLOUT_CORRECTION_MODES}")
+    if threshold <= 1:
+        raise ValueError(f"algorithm.rollout_correction.threshold must be > 1, got {threshold}")
+    ratio = torch.exp(proximal_log_probs.detach().float() - behaviour_log_probs.detach().float())  # [B]
+    if mode == "off":
+        return torch.ones_like(ratio)
+    if mode == "truncate":
+        return ratio.clamp(max=threshold)
+    inside = (ratio >= 1.0 / threshold) & (ratio <= threshold)  # [B]
+    return torch.where(inside, ratio, torch.zeros_like(ratio))
 
 
 def latent_mean_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std_dev_t: torch.Tensor) -> torch.Tensor:

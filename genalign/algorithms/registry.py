@@ -4,3 +4,4 @@ from genalign.config.registry import Registry
 
 ALGORITHMS = Registry("algorithm", "algorithm.name")
 ALGORITHMS.register("grpo", "genalign.algorithms.grpo:FlowGRPO")
+ALGORITHMS.register("grpo_guard", "genalign.algorithms.grpo:GRPOGuard")

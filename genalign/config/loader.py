@@ -5,8 +5,11 @@ unvalidated config. Layers live under `genalign/configs/`. A layer holds keys at
 of the experiment tree and may start with a `defaults:` list of `- /group/path: option`
 entries (e.g. `- /base/algorithm: grpo` -> `configs/base/algorithm/grpo.yaml`), applied in
 order, recursively, before the file's own keys. Then overrides apply left to right (last
-wins): `a.b.c=value` (value parsed as YAML) and group swaps `/group/path=option`, which
-replace the option of that group wherever it appears in the defaults tree.
+wins): `a.b.c=value` (value parsed as YAML), `+a.b.c=value` (adds a key that is not set yet
+under an open mapping, as in Hydra; `++` adds or changes) and group swaps `/group/path=option`,
+which replace the option of that group wherever it appears in the defaults tree. Then every
+`${...}` value (`${oc.env:VAR}`, `${oc.env:VAR,default}`, other keys) is resolved by OmegaConf
+(`interpolation.py`) before the typed validation.
 
 Every leaf remembers which layer file or override set it last, so an unknown key or a wrong
 type names the key, where it came from and a "did you mean". All problems are collected
@@ -25,10 +28,11 @@ from typing import Any
 
 import yaml
 
+from genalign.config.catalog import CONFIG_ROOT, groups, recipes
 from genalign.config.errors import ConfigError
+from genalign.config.interpolation import plus_override_problem, resolve_interpolations
 from genalign.config.schema import ExperimentConfig
 
-CONFIG_ROOT = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_RECIPE = "experiment/toy/shapes_grpo"
 
 
@@ -184,7 +188,7 @@ def _group_option_path(group: str, option: str, problems: list[str], where: str)
 
 def _known_groups() -> list[str]:
     """Every directory under configs/ that holds layer files, as `/group/path`."""
-    return sorted({"/" + str(p.parent.relative_to(CONFIG_ROOT)) for p in CONFIG_ROOT.rglob("*.yaml")})
+    return list(groups(CONFIG_ROOT))
 
 
 def _set_provenance(provenance: dict[str, str], key: str, value: Any, source: str) -> None:
@@ -211,6 +215,12 @@ def _merge(target: dict, incoming: dict, source: str, prefix: str, provenance: d
             _set_provenance(provenance, dotted, value, source)
 
 
+def _recipe_name(path: Path) -> str:
+    """A packaged recipe by its name (experiment/toy/shapes_grpo), any other file by its path."""
+    relative = _rel(path)
+    return relative[:-5] if relative != str(path) and relative.endswith(".yaml") else str(path)
+
+
 def find_recipe(recipe: str) -> Path:
     """A recipe name under configs/ (with or without .yaml) or a path to a YAML file."""
     as_path = Path(recipe).expanduser()
@@ -223,7 +233,7 @@ def find_recipe(recipe: str) -> Path:
     candidate = CONFIG_ROOT / f"{name.strip('/')}.yaml"
     if candidate.is_file():
         return candidate
-    known = sorted(str(p.relative_to(CONFIG_ROOT))[:-5] for p in CONFIG_ROOT.glob("experiment/**/*.yaml"))
+    known = list(recipes(CONFIG_ROOT))
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ConfigError([f"--config {recipe!r}: no recipe {_rel(candidate)} and no such YAML file.{hint} "
@@ -343,11 +353,14 @@ def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = (),
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            problems.append(f"override {item!r}: expected key=value or /group=option")
+            problems.append(f"override {item!r}: expected key=value, +key=value or /group=option")
         elif key.startswith("/"):
             swaps["/" + key.strip("/")] = value
-        else:
-            dotlist.append((key, value))
+        elif key.lstrip("+").startswith("/") or not key.lstrip("+"):
+            problems.append(f"override {item!r}: `+` adds a key (+key=value); a group is swapped with /group=option")
+        else:  # "++key": add or change (Hydra); "+key": add a new key to an open mapping
+            dotlist.append((key[2:] if key.startswith("++") else key.lstrip("+"), value,
+                            key.startswith("+") and not key.startswith("++")))
     composer = _Composer(swaps)
     composer.compose(path)
     for group in sorted(set(swaps) - composer.used_swaps):
@@ -355,8 +368,18 @@ def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = (),
         hint = f"; did you mean {close[0]!r}?" if close else ""
         problems.append(f"override {group}={swaps[group]}: the recipe has no config group {group}{hint} "
                         f"Groups: {', '.join(sorted(composer.seen_groups))}")
-    for key, value in dotlist:
-        composer.override(key, value)
+    for key, value, adding in dotlist:
+        problem = plus_override_problem(ExperimentConfig, key, composer.tree, f"+{key}={value}") if adding else None
+        if problem:
+            problems.append(problem)
+        else:
+            composer.override(key, value)
+    if "recipe" in composer.tree:
+        problems.append(f"recipe: set by the loader from --config, not a key to set (set in "
+                        f"{composer.provenance.get('recipe', 'a layer')}); remove it")
+    composer.tree["recipe"] = _recipe_name(path)
+    composer.provenance["recipe"] = "--config"
+    composer.tree = resolve_interpolations(composer.tree, composer.provenance, problems)
     problems = composer.problems + problems
     config = _build(ExperimentConfig, composer.tree, "", composer.provenance, problems)
     if problems:

@@ -32,7 +32,9 @@ class RunPlan:
     optimizer_steps_per_step: int
     """micro_batches_per_step * actor.num_inner_epochs // actor.gradient_accumulation_steps."""
     num_train_timesteps: int
-    """int(rollout.num_steps * algorithm.timestep_fraction): trained denoising steps per trajectory."""
+    """Trained denoising steps per trajectory: int(rollout.num_steps * algorithm.timestep_fraction),
+    at most the stochastic steps (the SDE window's size; the final step excluded when it is an
+    ODE step or with timestep_selection=random)."""
     uses_cfg: bool
     """rollout.guidance_scale > 1: rollout and replay run both CFG branches."""
     needs_reference: bool
@@ -71,7 +73,7 @@ class RunPlan:
             micro_batches_per_step=micro_batches_per_step,
             optimizer_steps_per_step=(micro_batches_per_step * actor.num_inner_epochs
                                       // actor.gradient_accumulation_steps),
-            num_train_timesteps=num_train_timesteps,
+            num_train_timesteps=min(num_train_timesteps, _trainable_steps(cfg)),
             uses_cfg=rollout.guidance_scale > 1.0,
             needs_reference=cfg.algorithm.kl_beta > 0,
         )
@@ -84,6 +86,16 @@ class RunPlan:
                 f"{self.optimizer_steps_per_step} optimizer step(s)/step; {self.num_train_timesteps} trained "
                 f"denoising steps; CFG {'on' if self.uses_cfg else 'off'}; reference "
                 f"{'on' if self.needs_reference else 'off'}")
+
+
+def _trainable_steps(cfg: ExperimentConfig) -> int:
+    """How many steps can be trained: the SDE window's size, else every step less the final one
+    when the rollout makes it an ODE step or the selection never picks it."""
+    rollout = cfg.rollout
+    if rollout.sde_window.size > 0:
+        return rollout.sde_window.size
+    drops_final = rollout.ode_final_step or cfg.algorithm.timestep_selection == "random"
+    return rollout.num_steps - 1 if drops_final else rollout.num_steps
 
 
 def num_train_timesteps_problem(num_steps: int, timestep_fraction: float) -> str:

@@ -21,6 +21,9 @@ from genalign.training.distributed_config import DistributedConfig
 
 @dataclass
 class ExperimentConfig:
+    recipe: str | None = None
+    """The recipe this config was composed from (`--config`; set by the loader, whatever a
+    layer says). Provenance only: shown by `genalign config`, in model cards and tracker runs."""
     model: ModelConfig = field(default_factory=ModelConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)

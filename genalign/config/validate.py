@@ -13,12 +13,16 @@ import difflib
 from genalign.config.plan import num_train_timesteps_problem
 from genalign.config.schema import ExperimentConfig
 from genalign.config.values import non_finite_problems, value_problems
+from genalign.tracking.config import logger_problems
 
 CHOICES = {
     "reward.aggregation": ("weighted_sum", "advantage_sum"),
     "reward.runtime": ("local", "ray"),
     "rollout.engine": ("local", "ray"),
-    "rollout.kernel": ("flow_sde",),
+    "rollout.kernel": ("flow_sde", "dance_sde", "cps", "cps_gaussian"),
+    "rollout.sde_window.schedule": ("random", "progressive", "fixed"),
+    "algorithm.timestep_selection": ("first", "random"),
+    "algorithm.rollout_correction.mode": ("off", "truncate", "mask"),
     "model.train_mode": ("lora", "full"),
     "model.dtype": ("float32", "float16", "bfloat16"),
     "algorithm.kl_type": ("latent_mean", "velocity"),
@@ -66,16 +70,18 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
             problems.append(message)
     if cfg.reward.components and all(w == 0 for w in cfg.reward.components.values()):
         problems.append("reward.components: every weight is 0, so nothing would be scored")
-    for name in cfg.eval.gold_rewards:
-        message = REWARDS.check(name, allow_import)
-        if message:
-            problems.append(message.replace("reward.components", "eval.gold_rewards"))
+    for key, names in (("eval.gold_rewards", cfg.eval.gold_rewards), ("eval.quality_metrics", cfg.eval.quality_metrics)):
+        for name in names:
+            message = REWARDS.check(name, allow_import)
+            if message:
+                problems.append(message.replace("reward.components", key))
+    scorers = list(cfg.reward.components) + list(cfg.eval.gold_rewards) + list(cfg.eval.quality_metrics)
     for name in cfg.reward.kwargs:
-        if name not in cfg.reward.components and name not in cfg.eval.gold_rewards:
-            close = difflib.get_close_matches(name, list(cfg.reward.components) + list(cfg.eval.gold_rewards), n=1)
+        if name not in scorers:
+            close = difflib.get_close_matches(name, scorers, n=1)
             hint = f"; did you mean reward.kwargs.{close[0]}?" if close else ""
-            problems.append(f"reward.kwargs.{name}: no reward named {name!r} in reward.components or "
-                            f"eval.gold_rewards{hint}")
+            problems.append(f"reward.kwargs.{name}: no reward named {name!r} in reward.components, "
+                            f"eval.gold_rewards or eval.quality_metrics{hint}")
 
     positive = {"rollout.n": cfg.rollout.n, "rollout.rollout_batch_size": cfg.rollout.rollout_batch_size,
                 "rollout.sample_batch_size": cfg.rollout.sample_batch_size, "rollout.num_steps": cfg.rollout.num_steps,
@@ -94,6 +100,7 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     for key, value in {"eval.every": cfg.eval.every, "trainer.save_every": cfg.trainer.save_every}.items():
         if value < 0:
             problems.append(f"{key} must be >= 0 (0 disables it), got {value}")
+    problems += logger_problems(cfg.trainer.loggers, cfg.trainer.wandb, check_installed=check_machine)
     if cfg.trainer.keep_last is not None and cfg.trainer.keep_last < 1:
         problems.append(f"trainer.keep_last={cfg.trainer.keep_last} must be >= 1 (null keeps every checkpoint)")
     if cfg.rollout.noise_level < 0:
@@ -128,6 +135,7 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     if fraction_in_range and int(cfg.rollout.num_steps * cfg.algorithm.timestep_fraction) < 1:
         problems.append(num_train_timesteps_problem(cfg.rollout.num_steps, cfg.algorithm.timestep_fraction))
     problems += _batch_geometry_problems(cfg)
+    problems += _variant_problems(cfg)
     if problems:  # resource planning reads the keys checked above; it would only echo their errors
         return problems
     return resource_problems(cfg) if check_machine else []  # distributed.* vs this machine
@@ -154,3 +162,55 @@ def _batch_geometry_problems(cfg: ExperimentConfig) -> list[str]:
                         f"{micro_batches} micro-batches per step ((rollout.rollout_batch_size * rollout.n / train "
                         "micro-batch) * actor.num_inner_epochs), or the last gradients of a step would be dropped")
     return problems
+
+
+def _variant_problems(cfg: ExperimentConfig) -> list[str]:
+    """The GRPO variants' options: SDE window range, kernel/algorithm combinations."""
+    from genalign.sampling.kernels import GAUSSIAN_KERNELS
+
+    problems: list[str] = []
+    rollout, algorithm = cfg.rollout, cfg.algorithm
+    window = rollout.sde_window
+    num_steps = rollout.num_steps
+    if window.size < 0:
+        problems.append(f"rollout.sde_window.size must be >= 0 (0 = no window), got {window.size}")
+    if window.size > 0:
+        lo, hi = window.bounds_range(num_steps)
+        if not (0 <= lo and lo + window.size <= hi <= num_steps):
+            problems.append(f"rollout.sde_window: a window of {window.size} steps must fit in [lo, hi) = [{lo}, {hi}) "
+                            f"inside the {num_steps} rollout steps (0 <= lo, lo + size <= hi <= rollout.num_steps; "
+                            "hi null = rollout.num_steps // 2, negative = counted from the end)")
+        if window.shift_every < 1 or window.shift_by < 1:
+            problems.append(f"rollout.sde_window.shift_every ({window.shift_every}) and shift_by ({window.shift_by}) "
+                            "must be >= 1")
+    if algorithm.rollout_correction.threshold <= 1:
+        problems.append(f"algorithm.rollout_correction.threshold must be > 1, got "
+                        f"{algorithm.rollout_correction.threshold}")
+    if algorithm.name == "grpo_guard":
+        if rollout.kernel not in GAUSSIAN_KERNELS:
+            problems.append(f"algorithm.name=grpo_guard normalises a Gaussian log-ratio; rollout.kernel="
+                            f"{rollout.kernel!r} has none. Use one of: {', '.join(GAUSSIAN_KERNELS)}")
+        if algorithm.rollout_correction.mode != "off":
+            problems.append("algorithm.name=grpo_guard with algorithm.rollout_correction.mode="
+                            f"{algorithm.rollout_correction.mode!r}: RatioNorm compares with the rollout's own "
+                            "kernel means, so it cannot be taken against recomputed log-probs; set mode=off")
+    elif not algorithm.guard.reweight:
+        problems.append(f"algorithm.guard.reweight=false is a GRPO-Guard option, but algorithm.name="
+                        f"{algorithm.name!r}; remove it or set algorithm.name=grpo_guard")
+    if rollout.kernel.startswith("cps") and _trains_final_step(cfg):
+        problems.append(f"rollout.kernel={rollout.kernel}: the final step (σ_next = 0) of CPS is deterministic and "
+                        "has no log-prob to train; keep it out of training (algorithm.timestep_fraction < 1, or an "
+                        "rollout.sde_window that ends before the final step)")
+    return problems
+
+
+def _trains_final_step(cfg: ExperimentConfig) -> bool:
+    """Whether the last denoising step can be among the trained ones (with selection=first)."""
+    num_steps, window = cfg.rollout.num_steps, cfg.rollout.sde_window
+    if cfg.algorithm.timestep_selection == "random":
+        return False  # random selection never includes the final step
+    if cfg.rollout.ode_final_step:
+        return False
+    if window.size > 0:
+        return window.bounds_range(num_steps)[1] == num_steps
+    return int(num_steps * cfg.algorithm.timestep_fraction) >= num_steps

@@ -26,7 +26,7 @@ fit any accelerator we target; a typo like 100000 should fail here, not in an al
 IMAGE_MULTIPLE = {"sd3": 16, "flux": 16, "qwen_image": 16, "wan": 16, "toy": 16}
 """Pixels per latent patch of each family: the VAE factor (8) x the transformer patch (2) for
 SD3/3.5 and Wan, x the 2x2 latent packing for FLUX and Qwen-Image; the toy model samples in
-pixel space with patch 2 at exactly 16 x 16 (TOY_SIDE)."""
+pixel space with patch 4 at exactly 32 x 32 (TOY_SIDE, = data.toy_shapes.IMAGE_SIZE)."""
 GUIDANCE_EMBEDDING_FAMILIES = ("flux", "qwen_image")
 """Families whose transformer may carry a distilled-guidance embedding (model.embedded_guidance);
 whether the loaded one does is checked when it loads."""
@@ -36,7 +36,7 @@ VIDEO_FAMILIES = ("wan",)
 NEGATIVE_PROMPT_FAMILIES = ("wan",)
 """Families whose CFG branch reads model.negative_prompt (SD3, FLUX and the toy use the empty
 prompt, Qwen-Image its pipeline's fixed " ")."""
-TOY_SIDE = 16
+TOY_SIDE = 32
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 """`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
 

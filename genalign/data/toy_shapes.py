@@ -1,4 +1,4 @@
-"""The toy shapes world: 4 shapes x 6 colours on a grey 16x16 canvas.
+"""The toy shapes world: 4 shapes x 6 colours on a grey 32x32 canvas.
 
 Where it fits: the shipped CPU demo (`model.family=toy`, recipe `experiment/toy/shapes_grpo`).
 The toy policy parses prompts with `parse_prompt`, its pretraining (`models/toy/pretrain.py`)
@@ -39,7 +39,9 @@ COLOR_NAMES: tuple[str, ...] = tuple(COLORS)
 BACKGROUND: tuple[int, int, int] = (128, 128, 128)
 """Mid grey: 0 in the policy's [-1, 1] pixel space, distinct from every colour."""
 ARTICLES = frozenset({"a", "an", "the"})
-IMAGE_SIZE = 16
+IMAGE_SIZE = 32
+"""Canvas side in pixels: at 32 a shape spans 14-27 pixels, so a triangle, a cross and a circle are
+legible at a glance (at 16 their 7-pixel versions were blobs)."""
 SUPERSAMPLE = 4
 MIN_SIZE = 0.45
 MAX_SIZE = 0.85
@@ -143,7 +145,7 @@ def render_batch(shape_indices: list[int], color_indices: list[int], rng: np.ran
 
 def random_batch(batch_size: int, rng: np.random.Generator,
                  colors: tuple[str, ...] = COLOR_NAMES) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A uniformly drawn batch: (images uint8 [B, 3, 16, 16], shape indices [B], colour indices [B]).
+    """A uniformly drawn batch: (images uint8 [B, 3, S, S], shape indices [B], colour indices [B]).
 
     `colors` restricts the colours drawn (indices stay those of COLOR_NAMES)."""
     allowed = [COLOR_NAMES.index(c) for c in colors]
@@ -173,3 +175,36 @@ def color_distance(images: torch.Tensor, color_indices: torch.Tensor) -> torch.T
 
 
 MAX_COLOR_DISTANCE = 255 * math.sqrt(3)
+
+
+OFF_SHAPE_TOLERANCE = 48.0
+"""RGB distance from the canvas-to-colour blend line beyond which a pixel is "off-shape"."""
+
+
+def canvas_quality(images: torch.Tensor, color_indices: torch.Tensor,
+                   tolerance: float = OFF_SHAPE_TOLERANCE) -> dict[str, torch.Tensor]:
+    """The image-quality guard of the toy demo: does the image stay a clean shape on the canvas?
+
+    uint8 [B, 3, H, W], long [B] -> {name: float32 [B]}. Every pixel p of a clean render lies
+    on the segment from the canvas grey g to the prompted colour c (anti-aliased edges are
+    blends), so with d = c - g, a = clamp((p - g)·d / |d|², 0, 1) and the residual
+    r = |p - (g + a d)|:
+    - "off_shape_fraction": fraction of pixels with r > tolerance — neither canvas, nor the
+      prompted colour, nor a blend of the two (noise, checkerboards, a wrong colour);
+    - "background_deviation": mean RGB distance |p - g| over the background pixels (a < 0.5),
+      0 when there are none — how far the canvas drifted from its grey;
+    - "shape_area": fraction of pixels with a >= 0.5 — the painted area (a render covers
+      0.45²·π/4 ≈ 0.16 to 0.85² ≈ 0.72 of the canvas; a canvas-filling blob approaches 1).
+    """
+    pixels = images.float().permute(0, 2, 3, 1)  # [B, H, W, 3]
+    canvas = torch.tensor(BACKGROUND, dtype=torch.float32)  # [3]
+    palette = torch.tensor([COLORS[name] for name in COLOR_NAMES], dtype=torch.float32)  # [C, 3]
+    direction = (palette[color_indices] - canvas)[:, None, None, :]  # [B, 1, 1, 3]
+    offset = pixels - canvas  # [B, H, W, 3]
+    along = ((offset * direction).sum(-1) / direction.pow(2).sum(-1)).clamp(0, 1)  # [B, H, W]
+    residual = (offset - along[..., None] * direction).norm(dim=-1)  # [B, H, W]
+    background = (along < 0.5).float()  # [B, H, W]
+    deviation = (offset.norm(dim=-1) * background).sum(dim=(1, 2)) / background.sum(dim=(1, 2)).clamp(min=1)  # [B]
+    return {"off_shape_fraction": (residual > tolerance).float().mean(dim=(1, 2)),
+            "background_deviation": deviation,
+            "shape_area": 1.0 - background.mean(dim=(1, 2))}

@@ -25,5 +25,8 @@ class EvalConfig:
     batch_size: int = 8
     gold_rewards: dict[str, float] = field(default_factory=dict)
     """Eval-only rewards {name: weight} scored next to the training reward (reward-hacking monitor)."""
+    quality_metrics: list[str] = field(default_factory=list)
+    """Eval-only image-quality measures (registered scorer names, e.g. toy_off_shape_fraction),
+    each logged as quality_<name>_mean/std/min/max; never summed into a reward."""
     divergence_window: int = 3
     """Flag divergence when over the last k evaluations the training reward rose while gold did not."""

@@ -103,11 +103,15 @@ def make_contact_sheet(images: torch.Tensor, captions: list[str], columns: int |
 def save_contact_sheet(path: Path, images: torch.Tensor, captions: list[str], columns: int | None = None,
                        caption_lines: int = 2) -> Path:
     """Build the sheet and write it as PNG to `path` (parent folders created); returns `path`."""
+    return save_image(path, make_contact_sheet(images, captions, columns=columns, caption_lines=caption_lines))
+
+
+def save_image(path: Path, image: Image.Image) -> Path:
+    """Write `image` as PNG to `path` (parent folders created); returns `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    sheet = make_contact_sheet(images, captions, columns=columns, caption_lines=caption_lines)
     with disk_full_is_user_error(path):
-        sheet.save(path, format="PNG")
+        image.save(path, format="PNG")
     return path
 
 
@@ -132,14 +136,6 @@ def make_frame_strip_sheet(videos: torch.Tensor, captions: list[str], max_frames
     return make_contact_sheet(tiles, tile_captions, columns=len(frames), caption_lines=caption_lines)
 
 
-def save_frame_strip_sheet(path: Path, videos: torch.Tensor, captions: list[str], max_frames: int = 8) -> Path:
-    """`make_frame_strip_sheet` written as PNG to `path` (parent folders created)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    make_frame_strip_sheet(videos, captions, max_frames).save(path, format="PNG")
-    return path
-
-
 def save_animated_preview(path: Path, videos: torch.Tensor, fps: float = 8.0, columns: int | None = None) -> Path:
     """uint8 video [B, F, 3, H, W] -> an animated GIF (imageio, looping) whose frame f is the
     grid of every video's frame f, tiles upscaled as in the contact sheet."""
@@ -154,5 +150,6 @@ def save_animated_preview(path: Path, videos: torch.Tensor, fps: float = 8.0, co
              for frame in range(videos.shape[1])]  # F x [H', W', 3]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    iio.imwrite(path, np.stack(grids), extension=".gif", duration=1000.0 / fps, loop=0)
+    with disk_full_is_user_error(path):
+        iio.imwrite(path, np.stack(grids), extension=".gif", duration=1000.0 / fps, loop=0)
     return path

@@ -12,17 +12,27 @@ evaluations while the gold reward does not.
 from __future__ import annotations
 
 import logging
+import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+from tqdm import tqdm
 
 from genalign.data.prompts import PromptExample
 from genalign.data.sampler import PromptGroupBatch, sample_seed
 from genalign.evaluation.config import EvalConfig
-from genalign.evaluation.contact_sheet import save_animated_preview, save_contact_sheet, save_frame_strip_sheet
+from genalign.evaluation.contact_sheet import (make_contact_sheet, make_frame_strip_sheet, save_animated_preview,
+                                               save_image)
 from genalign.models.base import FlowPolicy
-from genalign.rollout.collector import SamplingSpec, generate
+from genalign.rewards.composite import summary
+from genalign.rollout.batch import TrajectoryBatch
+from genalign.rollout.collector import SamplingSpec, generate_chunks
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +68,21 @@ def gold_divergence(reward: list[float], gold: list[float], window: int,
 
 class Evaluator:
     def __init__(self, cfg: EvalConfig, examples: list[PromptExample], spec: SamplingSpec,
-                 reward_runtime, gold_runtime, output_dir: Path | None, sink):
+                 reward_runtime, gold_runtime, output_dir: Path | None, sink, quality_runtime=None,
+                 progress_bar: bool = False):
         """`output_dir=None` writes no contact sheets (non-zero ranks evaluate in lockstep with
-        rank 0, which alone writes)."""
+        rank 0, which alone writes). `quality_runtime` scores `eval.quality_metrics` (None: none).
+        `progress_bar`: tqdm over sampling chunks when stderr is a TTY."""
         if not examples:
             raise ValueError("eval: data.eval_manifest has no prompts")
         self.cfg = cfg
         self.spec = spec
         self.reward_runtime = reward_runtime
         self.gold_runtime = gold_runtime
+        self.quality_runtime = quality_runtime
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.sink = sink
+        self.progress_bar = progress_bar
         self.history = EvalHistory()
         chosen = examples[: cfg.max_prompts]
         repeats = cfg.samples_per_prompt
@@ -87,19 +101,25 @@ class Evaluator:
         return step == last_step or (self.cfg.every > 0 and step % self.cfg.every == 0)
 
     @staticmethod
-    def write_sheets(directory: Path, media: torch.Tensor, prompts: list[str], rewards: torch.Tensor) -> None:
+    def write_sheets(directory: Path, media: torch.Tensor, prompts: list[str], rewards: torch.Tensor) -> "Image":
         """contact_sheet.png for images [B, 3, H, W]; for video [B, F, 3, H, W] a frame-strip
-        contact_sheet.png (one row of frames per sample) and an animated preview.gif."""
+        contact_sheet.png (one row of frames per sample) and an animated preview.gif. Returns
+        the sheet, for the trackers."""
         captions = [f"{p} | r={r:.2f}" for p, r in zip(prompts, rewards.tolist())]
         if media.dim() == 5:
-            save_frame_strip_sheet(directory / "contact_sheet.png", media, captions)
+            sheet = make_frame_strip_sheet(media, captions)
             save_animated_preview(directory / "preview.gif", media)
         else:
-            save_contact_sheet(directory / "contact_sheet.png", media, captions)
+            sheet = make_contact_sheet(media, captions)
+        save_image(directory / "contact_sheet.png", sheet)
+        return sheet
 
     @torch.no_grad()
     def evaluate(self, policy: FlowPolicy, step: int) -> dict[str, float]:
-        batch = generate(policy, self.groups, self.spec)
+        chunks = tqdm(generate_chunks(policy, self.groups, self.spec), desc=f"eval step {step}", leave=False,
+                      total=math.ceil(len(self.groups.prompts) / self.spec.chunk_size),
+                      disable=not (self.progress_bar and sys.stderr.isatty()))
+        batch = TrajectoryBatch.cat(list(chunks))
         scores = self.reward_runtime.score(batch.images, batch.prompts, batch.metadata)
         metrics = scores.stats(prefix="eval_reward")
         reward_mean = scores.total.mean().item()
@@ -109,6 +129,10 @@ class Evaluator:
             metrics.update(gold.stats(prefix="gold"))
             gold_mean = gold.total.mean().item()
             self.history.gold.append(gold_mean)
+        if self.quality_runtime is not None:
+            quality = self.quality_runtime.score(batch.images, batch.prompts, batch.metadata)
+            for name, values in quality.components.items():  # each measure alone: their sum means nothing
+                metrics.update(summary(values, f"quality_{name}"))
         self.history.steps.append(step)
         self.history.reward.append(reward_mean)
         diverged = self.gold_runtime is not None and gold_divergence(
@@ -121,6 +145,8 @@ class Evaluator:
                         self.history.reward[-self.cfg.divergence_window], reward_mean, self.cfg.divergence_window,
                         self.history.gold[-self.cfg.divergence_window], gold_mean)
         if self.output_dir is not None:
-            self.write_sheets(self.output_dir / f"eval_epoch_{step}", batch.images, batch.prompts, scores.total)
+            sheet = self.write_sheets(self.output_dir / f"eval_epoch_{step}", batch.images, batch.prompts,
+                                      scores.total)
+            self.sink.log_image(step, "contact_sheet", sheet)  # trackers show it; the CSV ignores it
         self.sink.log(step, metrics)
         return metrics

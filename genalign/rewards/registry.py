@@ -16,6 +16,9 @@ REWARDS.register("random", "genalign.rewards.random_reward:RandomReward")
 REWARDS.register("toy_shape", "genalign.rewards.toy:ToyShapeReward")
 REWARDS.register("toy_shape_judge", "genalign.rewards.toy:ToyShapeJudgeReward")
 REWARDS.register("toy_color_area", "genalign.rewards.toy:ToyColorAreaReward")
+REWARDS.register("toy_off_shape_fraction", "genalign.rewards.toy:ToyOffShapeFraction")
+REWARDS.register("toy_background_deviation", "genalign.rewards.toy:ToyBackgroundDeviation")
+REWARDS.register("toy_shape_area", "genalign.rewards.toy:ToyShapeArea")
 REWARDS.register("temporal_consistency", "genalign.rewards.video:TemporalConsistencyReward")
 
 REWARD_OPTIONS = {
@@ -30,6 +33,9 @@ REWARD_OPTIONS = {
     "toy_shape": "genalign.rewards.toy:ToyShapeOptions",
     "toy_shape_judge": "genalign.rewards.toy:ToyShapeOptions",
     "toy_color_area": "genalign.rewards.toy:ToyColorAreaOptions",
+    "toy_off_shape_fraction": "genalign.rewards.toy:NoOptions",
+    "toy_background_deviation": "genalign.rewards.toy:NoOptions",
+    "toy_shape_area": "genalign.rewards.toy:NoOptions",
     "temporal_consistency": "genalign.rewards.video:TemporalConsistencyOptions",
 }
 """Registered reward -> "module:OptionsClass" (the dataclass its constructor passes to

@@ -1,7 +1,7 @@
 """Rewards of the toy shapes world (the CPU demo): two shape classifiers and a colour rule.
 
-Where it fits: scored by the reward runtime on decoded 16x16 rollout images (uint8
-[B, 3, 16, 16]) with their prompts ("a red circle").
+Where it fits: scored by the reward runtime on decoded 32x32 rollout images (uint8
+[B, 3, 32, 32]) with their prompts ("a red circle").
 
 - `toy_shape`        P(prompted shape) under the reward classifier, in [0, 1]: the training reward.
 - `toy_shape_judge`  the same under an independently trained classifier (other seed, width and
@@ -10,6 +10,10 @@ Where it fits: scored by the reward runtime on decoded 16x16 rollout images (uin
 - `toy_color_area`   fraction of pixels within `max_distance` (RGB) of the prompted colour, in
                      [0, 1]: a rule reward that is easy to game by painting the whole canvas —
                      the demo of the gold monitor firing (recipe `color_area_hacking`).
+- `toy_off_shape_fraction`, `toy_background_deviation`, `toy_shape_area`: the image-quality
+                     guard (`data.toy_shapes.canvas_quality`; lower is cleaner for the first two),
+                     logged by the evaluator via `eval.quality_metrics`, never part of a reward
+                     total there.
 
 Options (`reward.kwargs.<name>`): `path` ("builtin" = genalign/assets/toy, or a directory written
 by `genalign pretrain-demo --what classifiers --out DIR`) and `score` ("probability" or
@@ -25,7 +29,7 @@ from typing import Any
 
 import torch
 
-from genalign.data.toy_shapes import color_distance, parse_prompt
+from genalign.data.toy_shapes import IMAGE_SIZE, canvas_quality, color_distance, parse_prompt
 from genalign.rewards.options import parse_options
 from genalign.rewards.toy_classifier import builtin_classifier_dir, load_classifier
 
@@ -47,6 +51,11 @@ class ToyColorAreaOptions:
     closest pair is ~87 apart, the grey background >= 100 from every colour)."""
 
 
+@dataclass
+class NoOptions:
+    """The image-quality measures take no options."""
+
+
 def prompt_labels(prompts: list[str], reward: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(shape indices long [B], colour indices long [B]); an empty or unknown prompt is an error."""
     parsed = [parse_prompt(p) for p in prompts]
@@ -59,8 +68,8 @@ def prompt_labels(prompts: list[str], reward: str) -> tuple[torch.Tensor, torch.
 
 
 def check_toy_images(images: torch.Tensor, reward: str) -> None:
-    if images.dtype != torch.uint8 or images.ndim != 4 or tuple(images.shape[1:]) != (3, 16, 16):
-        raise ValueError(f"reward {reward!r} scores uint8 [B, 3, 16, 16] toy images; got {images.dtype} "
+    if images.dtype != torch.uint8 or images.ndim != 4 or tuple(images.shape[1:]) != (3, IMAGE_SIZE, IMAGE_SIZE):
+        raise ValueError(f"reward {reward!r} scores uint8 [B, 3, {IMAGE_SIZE}, {IMAGE_SIZE}] toy images; got {images.dtype} "
                          f"{tuple(images.shape)}")
 
 
@@ -100,7 +109,17 @@ class ToyShapeJudgeReward(ToyShapeReward):
     classifier_name = "toy_shape_judge"
 
 
-class ToyColorAreaReward:
+class RuleScorer:
+    """A rule (no model): nothing to move between devices."""
+
+    def offload(self) -> None:
+        """Nothing to move."""
+
+    def onload(self) -> None:
+        """Nothing to move."""
+
+
+class ToyColorAreaReward(RuleScorer):
     """Fraction of pixels painted in the prompted colour (a deliberately hackable rule)."""
 
     name = "toy_color_area"
@@ -115,8 +134,33 @@ class ToyColorAreaReward:
         close = color_distance(images, colors) < self.options.max_distance  # [B, H, W]
         return close.float().mean(dim=(1, 2))  # [B]
 
-    def offload(self) -> None:
-        """Rule reward: nothing to move."""
 
-    def onload(self) -> None:
-        """Rule reward: nothing to move."""
+class ToyCanvasQuality(RuleScorer):
+    """One measure of `canvas_quality` (the image-quality guard) as a scorer; `measure` names it."""
+
+    name = "toy_canvas_quality"
+    measure = ""
+
+    def __init__(self, device: str = "cpu", **kwargs: Any):
+        parse_options(self.name, NoOptions, kwargs)
+        self.device = device
+
+    def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
+        check_toy_images(images, self.name)
+        _, colors = prompt_labels(prompts, self.name)  # [B]
+        return canvas_quality(images, colors)[self.measure]  # [B]
+
+
+class ToyOffShapeFraction(ToyCanvasQuality):
+    name = "toy_off_shape_fraction"
+    measure = "off_shape_fraction"
+
+
+class ToyBackgroundDeviation(ToyCanvasQuality):
+    name = "toy_background_deviation"
+    measure = "background_deviation"
+
+
+class ToyShapeArea(ToyCanvasQuality):
+    name = "toy_shape_area"
+    measure = "shape_area"

@@ -11,6 +11,10 @@ Shapes (B samples, T denoising steps, latent shape `...`):
     sde_mask   [T]            bool: which steps were stochastic (trainable)
     images     [B, 3, H, W]   uint8 decoded final images ([B, F, 3, H, W] for a video family)
     condition                 `Condition` with [B, ...] tensors
+    means      [B, T, ...]    optional: the rollout kernel's mean μ_i per step (GRPO-Guard)
+    proximal_log_probs [B, T] optional: the trained policy's log-probs recomputed at the start
+                              of the update (rollout correction); log_probs stay the behaviour's
+    kernel                    the transition kernel name, so replay scores with the rollout's kernel
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ class TrajectoryBatch:
     images: torch.Tensor  # [B, 3, H, W] uint8 (video: [B, F, 3, H, W])
     guidance_scale: float = 1.0
     noise_level: float = 0.0
+    kernel: str = "flow_sde"
+    means: torch.Tensor | None = None  # [B, T, ...] float32
+    proximal_log_probs: torch.Tensor | None = None  # [B, T] float32
     metadata: list[dict] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -60,6 +67,8 @@ class TrajectoryBatch:
             "log_probs": self.log_probs.shape == (batch_size, steps),
             "sde_mask": self.sde_mask.shape == (steps,) and self.sde_mask.dtype == torch.bool,
             "images": self.images.shape[0] == batch_size and self.images.dtype == torch.uint8,
+            "means": self.means is None or self.means.shape[:2] == (batch_size, steps),
+            "proximal_log_probs": self.proximal_log_probs is None or self.proximal_log_probs.shape == (batch_size, steps),
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -87,6 +96,9 @@ class TrajectoryBatch:
             images=self.images[tensor_idx],
             guidance_scale=self.guidance_scale,
             noise_level=self.noise_level,
+            kernel=self.kernel,
+            means=_rows(self.means, tensor_idx),
+            proximal_log_probs=_rows(self.proximal_log_probs, tensor_idx),
             metadata=[self.metadata[i] for i in positions] if self.metadata else [],
         )
 
@@ -94,7 +106,8 @@ class TrajectoryBatch:
         """The replayed tensors (condition, latents, log-probs) on `device`, copied once per
         micro-batch rather than once per trained step; images and ids stay on the CPU."""
         return dataclasses.replace(self, condition=self.condition.to(device), latents=self.latents.to(device),
-                                   log_probs=self.log_probs.to(device))
+                                   log_probs=self.log_probs.to(device), means=_moved(self.means, device),
+                                   proximal_log_probs=_moved(self.proximal_log_probs, device))
 
     def split(self, chunk_size: int) -> list["TrajectoryBatch"]:
         return [self.index(slice(start, start + chunk_size)) for start in range(0, len(self), chunk_size)]
@@ -105,8 +118,12 @@ class TrajectoryBatch:
         for other in batches[1:]:
             if not torch.equal(other.sigmas, first.sigmas) or not torch.equal(other.sde_mask, first.sde_mask):
                 raise ValueError("cannot concatenate trajectories sampled with different schedules or SDE masks")
-            if other.guidance_scale != first.guidance_scale or other.noise_level != first.noise_level:
-                raise ValueError("cannot concatenate trajectories sampled with different guidance or noise level")
+            if (other.guidance_scale, other.noise_level, other.kernel) != (first.guidance_scale, first.noise_level,
+                                                                           first.kernel):
+                raise ValueError("cannot concatenate trajectories sampled with different guidance, noise level or kernel")
+            if (other.means is None) != (first.means is None) or \
+                    (other.proximal_log_probs is None) != (first.proximal_log_probs is None):
+                raise ValueError("cannot concatenate trajectories with and without rollout means / proximal log-probs")
         return TrajectoryBatch(
             prompts=[p for b in batches for p in b.prompts],
             prompt_ids=torch.cat([b.prompt_ids for b in batches]),
@@ -120,5 +137,17 @@ class TrajectoryBatch:
             images=torch.cat([b.images for b in batches]),
             guidance_scale=first.guidance_scale,
             noise_level=first.noise_level,
+            kernel=first.kernel,
+            means=None if first.means is None else torch.cat([b.means for b in batches]),
+            proximal_log_probs=(None if first.proximal_log_probs is None
+                                else torch.cat([b.proximal_log_probs for b in batches])),
             metadata=[m for b in batches for m in b.metadata],
         )
+
+
+def _rows(tensor: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
+    return None if tensor is None else tensor[rows]
+
+
+def _moved(tensor: torch.Tensor | None, device: torch.device | str) -> torch.Tensor | None:
+    return None if tensor is None else tensor.to(device)

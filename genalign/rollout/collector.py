@@ -7,6 +7,7 @@ both engines produce identical trajectories for identical seeds.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -15,7 +16,8 @@ import torch
 from genalign.data.sampler import PromptGroupBatch
 from genalign.models.base import Condition, FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
+from genalign.sampling.trajectory import initial_noise, sample_trajectory
+from genalign.sampling.windows import WindowSchedule, sde_step_mask
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,25 @@ class SamplingSpec:
     noise_level: float
     chunk_size: int
     """Samples per denoiser batch; replay reuses it so batch geometry matches."""
+    kernel: str = "flow_sde"
+    """Transition kernel name (sampling/kernels.py KERNELS), stored in the trajectory for replay."""
+    window: WindowSchedule | None = None
+    """SDE window schedule (None: every step stochastic when noise_level > 0)."""
+    ode_final_step: bool = False
+    """The final step is an Euler step (rollout.ode_final_step)."""
+    step: int = 1
+    """The training step being sampled: the window schedule's input (see `at_step`)."""
+    record_means: bool = False
+    """Keep each step's kernel mean in the trajectory (an algorithm that needs μ_old declares it)."""
+
+    def at_step(self, step: int) -> "SamplingSpec":
+        """This spec for training step `step` (the window is a pure function of the step)."""
+        return dataclasses.replace(self, step=step)
+
+    def sde_mask(self) -> torch.Tensor:
+        """[T] bool: the stochastic steps of this step's trajectories."""
+        window = self.window.bounds(self.step) if self.window is not None else None
+        return sde_step_mask(self.num_steps, self.noise_level, window, self.ode_final_step)
 
 
 def encode_unique(policy: FlowPolicy, prompts: list[str], with_negative: bool) -> Condition:
@@ -55,7 +76,7 @@ def generate_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: Sampling
                     positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
     """`generate`, one `spec.chunk_size` chunk at a time, so a caller can score finished
     chunks (reward.async_scoring) while the next one is sampled."""
-    sde_mask = sde_step_mask(spec.num_steps, spec.noise_level)  # [T]
+    sde_mask = spec.sde_mask()  # [T]
     use_cfg = spec.guidance_scale > 1.0
     condition = encode_unique(policy, groups.prompts, with_negative=use_cfg)
     if positions is not None:
@@ -69,21 +90,23 @@ def generate_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: Sampling
         rows = torch.arange(start, stop)
         chunk_cond = condition.index(rows.to(condition.embeds.device))
         noise, generators = initial_noise(init_seeds[start:stop], seeds[start:stop], latent_shape)
-        latents, log_probs = sample_trajectory(policy, chunk_cond, noise, generators, sigmas,
-                                               spec.guidance_scale, spec.noise_level, sde_mask)
-        images = policy.decode(latents[:, -1].to(policy.device)).cpu()  # [b, 3, H, W] or [b, F, 3, H, W] uint8
+        sampled = sample_trajectory(policy, chunk_cond, noise, generators, sigmas, spec.guidance_scale,
+                                    spec.noise_level, sde_mask, spec.kernel, spec.record_means)
+        images = policy.decode(sampled.latents[:, -1].to(policy.device)).cpu()  # [b, 3, H, W] or [b, F, 3, H, W] uint8
         yield TrajectoryBatch(
             prompts=groups.prompts[start:stop],
             prompt_ids=groups.prompt_ids[rows].clone(),
             group_ids=groups.group_ids[rows].clone(),
             seeds=groups.seeds[rows].clone(),
             condition=chunk_cond.to("cpu"),
-            latents=latents,
-            log_probs=log_probs,
+            latents=sampled.latents,
+            log_probs=sampled.log_probs,
             sigmas=sigmas,
             sde_mask=sde_mask,
             images=images,
             guidance_scale=spec.guidance_scale,
             noise_level=spec.noise_level,
+            kernel=spec.kernel,
+            means=sampled.means,
             metadata=[dict(m) for m in groups.metadata[start:stop]],
         )

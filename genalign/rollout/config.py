@@ -6,6 +6,34 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class SDEWindowConfig:
+    """Only a window of denoising steps is stochastic and trained; the rest are Euler ODE steps
+    (Flow-GRPO-Fast, ALGORITHMS §2.6; MixGRPO, §3.2). See `sampling/windows.py`."""
+
+    size: int = 0
+    """Steps in the window; 0 = no window (every step stochastic, the Flow-GRPO default)."""
+    lo: int = 0
+    """First step the window may cover."""
+    hi: int | None = None
+    """End (exclusive) of the steps the window may cover. None: rollout.num_steps // 2, the
+    high-noise half (Flow-GRPO-Fast's `sde_window_range = (0, num_steps // 2)`); negative:
+    counted from the end (-1 = every step but the final one, as MixGRPO's max_timesteps)."""
+    schedule: str = "random"
+    """"random" (Flow-GRPO-Fast: new start each step), "progressive" (MixGRPO: slides by
+    `shift_by` every `shift_every` steps, rolling back at the end) or "fixed" (always at lo)."""
+    shift_every: int = 25
+    """MixGRPO τ (`iters_per_group`): training steps between window moves (progressive only)."""
+    shift_by: int = 1
+    """MixGRPO s (`prog_overlap_step`): steps the window moves each time (progressive only)."""
+
+    def bounds_range(self, num_steps: int) -> tuple[int, int]:
+        """[lo, hi) with hi resolved against the rollout's num_steps."""
+        if self.hi is None:
+            return self.lo, num_steps // 2
+        return self.lo, (self.hi if self.hi >= 0 else num_steps + self.hi)
+
+
+@dataclass
 class RolloutConfig:
     """Rollout shape and sampler. Units are in the names: prompts vs samples."""
 
@@ -24,7 +52,18 @@ class RolloutConfig:
     noise_level: float = 0.7
     """SDE noise level a (Flow-GRPO); 0 reproduces the Euler ODE sampler."""
     kernel: str = "flow_sde"
-    """Transition kernel: "flow_sde" (Flow-GRPO, ALGORITHMS §2.2)."""
+    """Transition kernel of rollout and replay (sampling/kernels.py): "flow_sde" (Flow-GRPO,
+    ALGORITHMS §2.2), "dance_sde" (DanceGRPO, constant noise scale η = noise_level, §3.1),
+    "cps" (Coefficients-Preserving Sampling with the reference code's constant-free log-prob
+    −mean((x − μ)²), §2.3; pair with clip_range 1e-5) or "cps_gaussian" (CPS with the true
+    Gaussian log-density, std c = σ_next·sin(a·π/2))."""
+    sde_window: SDEWindowConfig = field(default_factory=SDEWindowConfig)
+    """Stochastic window (Flow-GRPO-Fast / MixGRPO); size 0 = every step stochastic."""
+    ode_final_step: bool = False
+    """Make the final denoising step an Euler (ODE) step, so the image is the last step's clean
+    prediction x̂0 = x − σ·v: DanceGRPO decodes exactly that (`latents = pred_original`), and
+    Flow-GRPO-Fast does it for window_size 0. False: the final step uses the kernel like the
+    others (Flow-GRPO; its last step is nearly deterministic and left out of training)."""
     same_initial_noise: bool = False
     """Share x_T within a group (DanceGRPO) instead of distinct noise (Flow-GRPO default)."""
     engine: str = "local"

@@ -2,7 +2,8 @@
 
 Where it fits: the rollout collector calls it (no grad) to produce latents and per-step
 log-probs; the evaluator calls it with `noise_level=0` (ODE). Replay never comes here: the
-algorithm re-scores stored latents with the same `flow_sde_step` (see algorithms/grpo.py).
+algorithm re-scores stored latents with the same `transition_step` and the kernel name the
+trajectory stores (see algorithms/replay.py).
 
 Noise comes from one `torch.Generator` per sample, seeded by that sample's seed, so a
 sample's trajectory does not depend on which other samples share its batch or worker.
@@ -10,10 +11,13 @@ sample's trajectory does not depend on which other samples share its batch or wo
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from genalign.models.base import Condition, FlowPolicy
-from genalign.sampling.kernels import flow_sde_step, ode_step
+from genalign.sampling.kernels import ode_step, transition_step
+from genalign.sampling.windows import sde_step_mask  # noqa: F401  (re-exported: callers build masks here)
 
 
 SDE_STREAM = 0x5DEECE66D
@@ -35,6 +39,12 @@ def step_noise(generators: list[torch.Generator], latent_shape: tuple[int, ...])
     return torch.stack([torch.randn(latent_shape, generator=g) for g in generators])  # [B, ...]
 
 
+class SampledTrajectory(NamedTuple):
+    latents: torch.Tensor  # [B, T+1, ...] float32 on CPU: x at every σ of the schedule
+    log_probs: torch.Tensor  # [B, T] float32 on CPU: 0 at non-stochastic steps
+    means: torch.Tensor | None  # [B, T, ...] float32 on CPU: the kernel mean μ_i per step (record_means)
+
+
 @torch.no_grad()
 def sample_trajectory(
     policy: FlowPolicy,
@@ -45,12 +55,15 @@ def sample_trajectory(
     guidance_scale: float,
     noise_level: float,
     sde_mask: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    kernel: str = "flow_sde",
+    record_means: bool = False,
+) -> SampledTrajectory:
     """Denoise `latents` [B, ...] (x at sigmas[0]) along `sigmas` [T+1].
 
-    Steps where `sde_mask` [T] is true use the Flow-GRPO SDE with `noise_level` and record
-    log p(x_{i+1} | x_i); other steps are Euler ODE steps with log-prob 0.
-    Returns (all latents [B, T+1, ...] float32 on CPU, log_probs [B, T] float32 on CPU).
+    Steps where `sde_mask` [T] is true use the transition kernel `kernel` (sampling/kernels.py
+    KERNELS) with `noise_level` and record log p(x_{i+1} | x_i); other steps are Euler ODE
+    steps with log-prob 0. `record_means` also keeps each step's kernel mean μ_i (the
+    Euler step's result at ODE steps), which GRPO-Guard's RatioNorm needs.
     """
     device = policy.device
     num_steps = sigmas.shape[0] - 1
@@ -63,7 +76,7 @@ def sample_trajectory(
                         if any(stochastic) else None, device)  # [S, B, ...]
     current = latents.to(device=device, dtype=torch.float32)  # [B, ...]
     all_latents = [current]
-    log_probs = []
+    log_probs, means = [], []
     zeros = torch.zeros(latents.shape[0], device=device)  # [B]
     sigma_guard = float(sigmas[1]) if num_steps > 1 else None
     drawn = 0
@@ -72,16 +85,20 @@ def sample_trajectory(
         sigma_batch = torch.full((latents.shape[0],), sigma, device=device)  # [B]
         velocity = policy.velocity(current, sigma_batch, cond, guidance_scale).float()  # [B, ...]
         if stochastic[i]:
-            out = flow_sde_step(current, velocity, sigma, sigma_next, noise_level,
-                                noise=noises[drawn], sigma_max_guard=sigma_guard)
+            out = transition_step(kernel, current, velocity, sigma, sigma_next, noise_level,
+                                  noise=noises[drawn], sigma_max_guard=sigma_guard)
             drawn += 1
             current = out.prev_latents
             log_probs.append(out.log_prob)
+            means.append(out.mean)
         else:
             current = ode_step(current, velocity, sigma, sigma_next)
             log_probs.append(zeros)
+            means.append(current)
         all_latents.append(current)
-    return torch.stack(all_latents, dim=1).cpu(), torch.stack(log_probs, dim=1).cpu()  # [B, T+1, ...], [B, T]
+    kept_means = torch.stack(means, dim=1).cpu() if record_means else None  # [B, T, ...]
+    return SampledTrajectory(torch.stack(all_latents, dim=1).cpu(), torch.stack(log_probs, dim=1).cpu(),
+                             kept_means)  # [B, T+1, ...], [B, T]
 
 
 def _to_device(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
@@ -89,10 +106,3 @@ def _to_device(tensor: torch.Tensor | None, device: torch.device) -> torch.Tenso
     if tensor is None or device.type == "cpu":
         return tensor
     return tensor.pin_memory().to(device, non_blocking=True)
-
-
-def sde_step_mask(num_steps: int, noise_level: float) -> torch.Tensor:
-    """Which steps are stochastic [T] bool: every step when noise_level > 0 (Flow-GRPO
-    samples all steps with the SDE; `algorithm.timestep_fraction` then leaves the nearly
-    deterministic last step out of training), none when noise_level == 0 (ODE)."""
-    return torch.full((num_steps,), noise_level > 0, dtype=torch.bool)

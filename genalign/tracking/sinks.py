@@ -1,11 +1,13 @@
-"""Metric sinks: where a step's metrics row goes (CSV, TensorBoard, several, nowhere).
+"""Metric sinks: where a step's metrics row goes (CSV, several, nowhere; trackers in trackers.py).
 
 Where it fits: the trainer logs one row per step (`metrics.csv`) and the evaluator one row
 per evaluation (`eval_metrics.csv`) through `sink.log(step, metrics)`. `NullSink` lets the
 loop log unconditionally (non-zero ranks, tracking off) instead of branching on "is logging
 on". The CSV file is the run's source of truth: it is flushed every row, and on resume it is
 cut back to the restored step so that a resumed run's file equals an uninterrupted run's,
-value for value (floats are written with `repr`, which round-trips exactly).
+value for value (floats are written with `repr`, which round-trips exactly). Images (the
+evaluation contact sheet) go through `log_image`: trackers show them, the CSV ignores them
+(the sheet is already a PNG in the run directory).
 """
 
 from __future__ import annotations
@@ -14,15 +16,20 @@ import csv
 import numbers
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from genalign.config.errors import WriteError, disk_full_is_user_error
 
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
 
 class MetricsSink(Protocol):
     def log(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def log_image(self, step: int, name: str, image: "Image") -> None: ...
 
     def close(self) -> None: ...
 
@@ -31,6 +38,9 @@ class NullSink:
     """Accepts and drops every row."""
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def log_image(self, step: int, name: str, image: "Image") -> None:
         pass
 
     def close(self) -> None:
@@ -47,9 +57,31 @@ class MultiSink:
         for sink in self.sinks:
             sink.log(step, metrics)
 
+    def log_image(self, step: int, name: str, image: "Image") -> None:
+        for sink in self.sinks:
+            sink.log_image(step, name, image)
+
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+
+class PrefixedSink:
+    """Forwards to `sink` with every name under `prefix/` (train/..., eval/...), so one tracker
+    run holds the training and the evaluation rows side by side. Closing it closes `sink`;
+    trackers make `close` idempotent because two prefixes share one."""
+
+    def __init__(self, sink: MetricsSink, prefix: str):
+        self.sink, self.prefix = sink, prefix
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.sink.log(step, {f"{self.prefix}/{key}": value for key, value in metrics.items()})
+
+    def log_image(self, step: int, name: str, image: "Image") -> None:
+        self.sink.log_image(step, f"{self.prefix}/{name}", image)
+
+    def close(self) -> None:
+        self.sink.close()
 
 
 def format_value(key: str, value: Any) -> str:
@@ -144,25 +176,8 @@ class CSVSink:
             raise
         temporary.replace(self.path)
 
+    def log_image(self, step: int, name: str, image: "Image") -> None:
+        """Nothing: a CSV holds numbers (the evaluator writes the image as a PNG itself)."""
+
     def close(self) -> None:
         """Nothing to do: every row is already on disk."""
-
-
-class TensorBoardSink:
-    """Scalars to a TensorBoard event file under `log_dir` (needs the `tensorboard` package)."""
-
-    def __init__(self, log_dir: Path):
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError as exc:  # tensorboard is an optional dependency
-            raise ImportError("TensorBoardSink needs the tensorboard package: `pip install tensorboard` "
-                              "(or use the CSV sink, which is always on)") from exc
-        self.writer = SummaryWriter(str(log_dir))
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        for key, value in metrics.items():
-            self.writer.add_scalar(key, float(format_value(key, value)), step)
-        self.writer.flush()
-
-    def close(self) -> None:
-        self.writer.close()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from genalign.tracking.config import WandbConfig
+
 
 @dataclass
 class TrainerConfig:
@@ -27,7 +29,12 @@ class TrainerConfig:
     parity_check: bool = True
     """On the first step, replay the rollout with unchanged weights and log the log-prob gap."""
     progress_bar: bool = True
-    """tqdm over steps (quiet when stderr is not a TTY)."""
+    """tqdm over steps and evaluation batches (quiet when stderr is not a TTY)."""
+    loggers: list[str] = field(default_factory=lambda: ["csv"])
+    """Where metric rows go: `csv` (metrics.csv, eval_metrics.csv; required) plus optionally
+    `tensorboard` (<output_dir>/tensorboard) and `wandb` (see trainer.wandb); trackers get the
+    train row under train/, the eval row and contact sheet under eval/, from rank 0 only."""
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
 @dataclass

@@ -20,6 +20,7 @@ Rules:
   over newer checkpoints in the directory (and later overwrite them) is an error unless
   `trainer.overwrite=true`, which removes them;
 - `trainer.resume_from=""` is an error, never a silent fresh run;
+- `train.log`, `tensorboard/` and `wandb/` go with the run files they sit beside (removed with them);
 - temp dirs left by a crash mid-save (`.checkpoint-N.tmp-PID`, `.old-`, `.del-`) are removed.
 """
 
@@ -40,6 +41,9 @@ from genalign.training.checkpoint import checkpoint_step
 log = logging.getLogger(__name__)
 
 RUN_FILES = ("metrics.csv", "eval_metrics.csv", "config.yaml", "provenance.json", "report.html")
+RUN_LOGS = ("train.log", "tensorboard", "wandb")
+"""The text log and tracker folders: removed with the run they belong to, but on their own
+(a start that failed before its first step) they do not make a directory "hold a run"."""
 CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+|final)")
 EVAL_DIR_NAME = re.compile(r"eval_epoch_(\d+)")
 STALE_TEMP_NAME = re.compile(r"\.(checkpoint-(\d+|final)\.(tmp|old|del)|[\w.]+\.tmp)-\d+")
@@ -88,6 +92,13 @@ def run_files(output_dir: Path) -> list[Path]:
                   or EVAL_DIR_NAME.fullmatch(path.name))
 
 
+def with_run_logs(output_dir: Path, existing: list[Path]) -> list[Path]:
+    """`existing` run files plus, when there are any, the logs and tracker folders beside them."""
+    if not existing:
+        return []
+    return sorted(existing + [output_dir / name for name in RUN_LOGS if (output_dir / name).exists()])
+
+
 def stale_temp_dirs(output_dir: Path) -> list[Path]:
     if not output_dir.is_dir():
         return []
@@ -132,7 +143,7 @@ def plan_start(cfg) -> RunStart:
             raise RunDirError([f"trainer.output_dir={output_dir} already holds a run ({_names(existing)}); "
                                "continue it with trainer.resume_from=auto, replace it with trainer.overwrite=true, "
                                "or choose another trainer.output_dir"])
-        start.remove += existing
+        start.remove += with_run_logs(output_dir, existing)
         return start
     if resume_from == "auto":
         return _plan_auto(cfg, start)
@@ -165,7 +176,7 @@ def _plan_auto(cfg, start: RunStart) -> RunStart:
                                "trainer.output_dir or set trainer.overwrite=true to replace it"])
     log.info("trainer.resume_from=auto: no complete checkpoint in %s; starting fresh%s", output_dir,
              f" (replacing {_names(existing)})" if existing else "")
-    start.remove += existing
+    start.remove += with_run_logs(output_dir, existing)
     return start
 
 

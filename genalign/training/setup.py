@@ -18,7 +18,8 @@ from genalign.models.registry import MODEL_FAMILIES
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rollout.collector import SamplingSpec
 from genalign.rollout.engine import LocalRolloutEngine, RolloutEngine
-from genalign.tracking.sinks import CSVSink, NullSink
+from genalign.sampling.windows import WindowSchedule
+from genalign.tracking.sinks import CSVSink, MetricsSink, MultiSink, NullSink, PrefixedSink
 from genalign.training.lora import apply_lora, freeze_for_full_finetune
 from genalign.training.precision import compile_denoiser, configure_backends, make_master_weights
 
@@ -72,9 +73,20 @@ def named_trainable_parameters(module: torch.nn.Module) -> dict[str, torch.nn.Pa
 
 
 def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
+    """The training sampler; `SamplingSpec.at_step(step)` places the step's SDE window. The
+    rollout records kernel means only when the algorithm declares it reads them."""
+    from genalign.algorithms.registry import ALGORITHMS
+
     r = cfg.rollout
+    window = None
+    if r.sde_window.size > 0:
+        lo, hi = r.sde_window.bounds_range(r.num_steps)
+        window = WindowSchedule(r.sde_window.schedule, r.sde_window.size, lo, hi, cfg.trainer.seed,
+                                r.sde_window.shift_every, r.sde_window.shift_by)
     return SamplingSpec(height=r.height, width=r.width, num_steps=r.num_steps, guidance_scale=r.guidance_scale,
-                        noise_level=r.noise_level, chunk_size=r.sample_batch_size)
+                        noise_level=r.noise_level, chunk_size=r.sample_batch_size, kernel=r.kernel, window=window,
+                        ode_final_step=r.ode_final_step,
+                        record_means=ALGORITHMS.resolve(cfg.algorithm.name).needs_rollout_means)
 
 
 def eval_spec(cfg: ExperimentConfig) -> SamplingSpec:
@@ -84,13 +96,39 @@ def eval_spec(cfg: ExperimentConfig) -> SamplingSpec:
                         guidance_scale=guidance, noise_level=0.0, chunk_size=cfg.eval.batch_size)
 
 
+def build_trackers(cfg: ExperimentConfig, output_dir: Path, first_step: int, run_id: str) -> list[MetricsSink]:
+    """The trackers of `trainer.loggers` besides csv (rank 0 only). `first_step` is the first
+    step this start writes (TensorBoard hides older events at or after it: a resume redoes
+    them); `run_id` names the W&B run, the same one across resumes."""
+    from genalign.config.loader import config_to_dict
+    from genalign.tracking.trackers import TensorBoardSink, WandbSink
+
+    trackers: list[MetricsSink] = []
+    if "tensorboard" in cfg.trainer.loggers:
+        trackers.append(TensorBoardSink(output_dir / "tensorboard", purge_step=first_step if first_step > 0 else None))
+    if "wandb" in cfg.trainer.loggers:
+        trackers.append(WandbSink(cfg.trainer.wandb, output_dir, run_id, config_to_dict(cfg)))
+    if trackers:
+        log.info("trackers: %s (metrics.csv stays the record)",
+                 ", ".join(name for name in cfg.trainer.loggers if name != "csv"))
+    return trackers
+
+
+def build_metrics_sink(path: Path, resume: bool, trackers: list[MetricsSink], prefix: str) -> MetricsSink:
+    """The CSV file at `path` (the record) plus every tracker under `prefix/`."""
+    return MultiSink([CSVSink(path, resume=resume), *(PrefixedSink(tracker, prefix) for tracker in trackers)])
+
+
 def build_evaluator(cfg: ExperimentConfig, device: torch.device, reward_runtime, output_dir: Path,
-                    resume: bool, writes: bool = True) -> Evaluator:
+                    resume: bool, writes: bool = True, trackers: list[MetricsSink] = ()) -> Evaluator:
     """`writes=False` (ranks other than 0) evaluates without writing metrics or sheets."""
     gold = build_reward_runtime(cfg.reward, device, components=cfg.eval.gold_rewards) if cfg.eval.gold_rewards else None
-    sink = CSVSink(output_dir / "eval_metrics.csv", resume=resume) if writes else NullSink()
+    quality = (build_reward_runtime(cfg.reward, device, components=dict.fromkeys(cfg.eval.quality_metrics, 1.0))
+               if cfg.eval.quality_metrics else None)
+    sink = build_metrics_sink(output_dir / "eval_metrics.csv", resume, list(trackers), "eval") if writes else NullSink()
     return Evaluator(cfg.eval, load_manifest(cfg.data.eval_manifest, "data.eval_manifest"), eval_spec(cfg),
-                     reward_runtime, gold, output_dir if writes else None, sink)
+                     reward_runtime, gold, output_dir if writes else None, sink, quality,
+                     progress_bar=cfg.trainer.progress_bar)
 
 
 def select(tree: dict, dotted: str):

@@ -31,11 +31,14 @@ from genalign.reporting.provenance import record_launch
 from genalign.reporting.report import refresh_report
 from genalign.rewards.composite import RewardScores, build_reward_runtime
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.tracking.sinks import CSVSink, NullSink
+from genalign.tracking.logs import RunLog, timed_phase
+from genalign.tracking.sinks import NullSink
+from genalign.tracking.trackers import new_run_id
 from genalign.training import distributed, run_dir, setup
 from genalign.training.checkpoint import load_checkpoint, save_checkpoint
 from genalign.training.ema import EMA
-from genalign.training.lora import export_lora_for_diffusers, load_trainable_state_dict
+from genalign.training.export import checkpoint_export
+from genalign.training.lora import load_trainable_state_dict
 from genalign.training.optim import build_optimizer
 from genalign.training.parity import replay_parity
 from genalign.training.precision import build_grad_scaler
@@ -71,12 +74,23 @@ class Trainer:
         strategy = cfg.distributed.training
         devices = resolve_resources(cfg).trainer_cuda_indices  # the planned (or pinned) trainer GPUs
         self.ranks = distributed.init_distributed(strategy.strategy, strategy.backend, devices)
+        self.run_log = None
         if self.ranks.is_main:
             self.start.apply()  # stale temp dirs; the old run's files when overwriting
+            self.run_log = RunLog(self.output_dir)  # after apply: an overwritten run's train.log is gone
+        try:
+            self._build(cfg, checkpoint)
+        except BaseException:
+            self.close_run_log()
+            raise
+
+    def _build(self, cfg: ExperimentConfig, checkpoint) -> None:
+        strategy = cfg.distributed.training
         distributed.barrier(self.ranks)
         log.info("run plan: %s", self.plan.describe())
         torch.manual_seed(cfg.trainer.seed)  # adapter initialisation is the only global-RNG use
-        self.policy = setup.build_policy(cfg)
+        with timed_phase(log, f"loading model {cfg.model.family} from {cfg.model.path}"):
+            self.policy = setup.build_policy(cfg)
         # the reference is taken before wrapping, so a full-fine-tune copy stays a plain module
         reference = ReferencePolicy(self.policy, cfg.model.train_mode) if self.plan.needs_reference else None
         distributed.wrap_for_training(self.policy.transformer, strategy.strategy)
@@ -87,7 +101,8 @@ class Trainer:
         self.ema = (EMA(self.parameters, ema_cfg.decay, ema_cfg.update_every, ema_cfg.warmup, ema_cfg.cadence)
                     if ema_cfg.enabled else None)
         self.algorithm = ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm, reference)
-        self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
+        with timed_phase(log, f"loading rewards {', '.join(n for n, w in cfg.reward.components.items() if w)}"):
+            self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
         self.sampler = PromptSampler(load_manifest(cfg.data.manifest, "data.manifest"), self.plan.prompts_per_step,
                                      self.plan.samples_per_prompt, cfg.trainer.seed, shuffle=cfg.data.shuffle,
                                      same_initial_noise=cfg.rollout.same_initial_noise)
@@ -95,24 +110,34 @@ class Trainer:
         self.engine = setup.build_rollout_engine(cfg, self.policy)
         resuming = checkpoint is not None
         main = self.ranks.is_main  # rank 0 alone writes metrics, evaluation artefacts and checkpoints
-        self.metrics = CSVSink(self.output_dir / "metrics.csv", resume=resuming) if main else NullSink()
+        # one tracker run across resumes: its id travels in the checkpoint's trainer_state
+        self.tracker_run_id = (checkpoint.trainer_state.get("tracker_run_id") if resuming else None) or new_run_id()
+        trackers = setup.build_trackers(cfg, self.output_dir, self.start.checkpoint_step + 1 if resuming else 0,
+                                        self.tracker_run_id) if main else []
+        self.metrics = (setup.build_metrics_sink(self.output_dir / "metrics.csv", resuming, trackers, "train")
+                        if main else NullSink())
         self.evaluator = setup.build_evaluator(cfg, self.policy.device, self.rewards, self.output_dir, resuming,
-                                               writes=main)
+                                               writes=main, trackers=trackers)
         self.start_step = 1
         if checkpoint is not None:
             self.restore(checkpoint)
 
     # ---------------------------------------------------------------- the loop
+    def close_run_log(self) -> None:
+        if getattr(self, "run_log", None) is not None:
+            self.run_log.close()
+            self.run_log = None
+
     def train(self) -> None:
         if self.start.finished:
             return
-        if self.ranks.is_main:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            write_text_atomically(self.output_dir / "config.yaml", config_to_yaml(self.cfg))
-            record_launch(self.output_dir, self.start_step)
         try:
+            if self.ranks.is_main:
+                self.output_dir.mkdir(parents=True, exist_ok=True)
+                write_text_atomically(self.output_dir / "config.yaml", config_to_yaml(self.cfg))
+                record_launch(self.output_dir, self.start_step)
             self.run_steps()
-        finally:  # a failed run too releases the Ray actors, reward threads and process group
+        finally:  # a failed run too releases the Ray actors, reward threads, process group and log file
             self.close()
 
     def run_steps(self) -> None:
@@ -141,6 +166,7 @@ class Trainer:
         self.metrics.close()
         self.evaluator.sink.close()
         distributed.shutdown()
+        self.close_run_log()
 
     def train_step(self, step: int) -> dict[str, float]:
         times = {}
@@ -180,6 +206,7 @@ class Trainer:
         reward.async_scoring each finished chunk is sent to the reward runtime while the next
         one is sampled; otherwise scoring starts when the callable is called."""
         groups = self.sampler.sample(step)
+        spec = self.spec.at_step(step)  # the step's SDE window (a pure function of the step)
         positions = None
         if self.ranks.world_size > 1:  # this rank's whole prompt groups
             positions = distributed.rank_positions(len(groups), self.plan.samples_per_prompt, self.ranks)
@@ -187,12 +214,12 @@ class Trainer:
             # no offload around sampling here: the reward models score while the policy samples,
             # so they stay resident (the local runtime refuses score_async while offloaded)
             chunks, futures = [], []
-            for chunk in self.engine.generate_chunks(groups, self.spec, positions):
+            for chunk in self.engine.generate_chunks(groups, spec, positions):
                 chunks.append(chunk)
                 futures.append(self.rewards.score_async(chunk.images, chunk.prompts, chunk.metadata))
             return TrajectoryBatch.cat(chunks), lambda: RewardScores.cat([f.result() for f in futures])
         self.rewards.offload()
-        batch = self.engine.generate(groups, self.spec, positions)
+        batch = self.engine.generate(groups, spec, positions)
         self.rewards.onload()
         return batch, lambda: self.rewards.score(batch.images, batch.prompts, batch.metadata)
 
@@ -249,7 +276,7 @@ class Trainer:
     def evaluate(self, step: int) -> float:
         start = time.perf_counter()
         weights = self.ema.applied() if self.evaluates_ema else nullcontext()
-        with weights:
+        with weights, timed_phase(log, f"eval step {step} ({len(self.evaluator.groups.prompts)} samples)"):
             metrics = self.evaluator.evaluate(self.policy, step)
         log.info("eval step %d: %s", step, "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.endswith("mean")))
         return time.perf_counter() - start
@@ -272,27 +299,19 @@ class Trainer:
         optimizer = distributed.full_optimizer_state(self.policy.transformer, self.optimizer)
         path = self.output_dir / name
         if self.ranks.is_main:
-            export = None
-            pipeline_cls = getattr(self.policy, "diffusers_pipeline", None)
-            if self.cfg.model.train_mode == "lora" and pipeline_cls:
-                # lora/ holds the weights the eval numbers came from (the EMA when eval.use_ema,
-                # as Flow-GRPO saves); the live ones go beside it as lora_live/
-                exports = {"lora": ema if self.evaluates_ema else trainable}
-                if self.evaluates_ema:
-                    exports["lora_live"] = trainable
-
-                def export(directory: Path) -> None:
-                    for name, state in exports.items():
-                        export_lora_for_diffusers(self.policy.transformer, directory / name, self.cfg.model.lora,
-                                                  pipeline_cls, trainable_state=state)
-            save_checkpoint(
-                path, step=step, config=config_to_dict(self.cfg), trainable=trainable, ema=ema, optimizer=optimizer,
-                trainer_state={"ema_optimizer_steps": self.ema.optimizer_steps if self.ema else 0,
-                               "eval_history": self.evaluator.history.to_dict(),
-                               "grad_scaler": self.scaler.state_dict(),
-                               "world_size": self.ranks.world_size},
-                export=export)
-            log.info("saved %s", path)
+            history = self.evaluator.history.to_dict()
+            export = checkpoint_export(self.cfg, self.policy, trainable, ema, self.evaluates_ema, step, history,
+                                       final=name == "checkpoint-final")
+            with timed_phase(log, f"saving {path}"):
+                save_checkpoint(
+                    path, step=step, config=config_to_dict(self.cfg), trainable=trainable, ema=ema,
+                    optimizer=optimizer,
+                    trainer_state={"ema_optimizer_steps": self.ema.optimizer_steps if self.ema else 0,
+                                   "eval_history": history,
+                                   "grad_scaler": self.scaler.state_dict(),
+                                   "world_size": self.ranks.world_size,
+                                   "tracker_run_id": self.tracker_run_id},
+                    export=export)
             if name != "checkpoint-final":
                 run_dir.prune_checkpoints(self.output_dir, self.cfg.trainer.keep_last)
         distributed.barrier(self.ranks)

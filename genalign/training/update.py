@@ -112,6 +112,7 @@ def run_update(
             return result
         micro_batch_size = len(samples) // num_micro_batches
     result.trained_samples = len(samples)
+    batch = algorithm.prepare_update(policy, batch, step_indices, micro_batch_size)
     optimizer.zero_grad(set_to_none=True)
     pending: list[tuple[torch.Tensor, int, list[str]]] = []  # (loss, step index, prompts) since the last check
     micro_batches_done = 0

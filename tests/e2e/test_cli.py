@@ -61,3 +61,35 @@ def test_report_writes_the_page_and_refuses_a_dir_without_a_run(tmp_path):
     result = run("-m", "genalign", "report", str(tmp_path))  # tmp_path holds only the run's folder
     assert result.returncode == 2
     assert "holds no run" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_version_and_top_level_help_list_every_command():
+    from genalign import __version__, cli
+
+    result = run("-m", "genalign", "--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"genalign {__version__}"
+    result = run("-m", "genalign", "--help")
+    assert result.returncode == 0
+    for command in cli.COMMANDS:
+        assert f"\n  {command} " in result.stdout and cli.SUMMARIES[command] in result.stdout, command
+    assert "--version" in result.stdout
+    bad = run("-m", "genalign", "trian")
+    assert bad.returncode == 2 and bad.stderr.startswith("genalign: error: unknown command 'trian'")
+
+
+def test_train_help_lists_the_recipes_and_config_groups(capsys):
+    import pytest
+
+    from genalign import cli
+    from genalign.config.catalog import groups, recipes
+
+    with pytest.raises(SystemExit) as exit_code:
+        cli.main(["train", "--help"])
+    assert exit_code.value.code == 0
+    text = capsys.readouterr().out
+    assert recipes() and all(name in text for name in recipes())
+    assert "experiment/toy/shapes_grpo" in text and "The default recipe" in text  # with its description
+    for group, options in groups(include_recipes=False).items():
+        assert f"  {group} " in text and all(option in text for option in options), group
+    assert "/base/distributed" in text and "ray_rollout_cross_node" in text
+    assert "+key=value" in text and "${oc.env:VAR}" in text

@@ -8,26 +8,14 @@ broken optimiser, a sign error or a leaky control cannot pass. Marked `slow` (mi
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
+import time
 
 import pytest
 
-from genalign.cli import main
+from genalign.models.toy.policy import builtin_dir
+from support import train_recipe as run
 
 pytestmark = pytest.mark.slow
-
-
-def run(recipe: str, out: Path, *overrides: str) -> tuple[list[dict], list[dict]]:
-    """Train `recipe` into `out`; returns (metrics.csv rows, eval_metrics.csv rows) as floats."""
-    code = main(["train", "--config", recipe, f"trainer.output_dir={out}", "trainer.progress_bar=false", *overrides])
-    assert code == 0
-
-    def rows(name: str) -> list[dict]:
-        with (out / name).open() as handle:
-            return [{k: float(v) if v not in ("", None) else None for k, v in r.items()} for r in csv.DictReader(handle)]
-
-    return rows("metrics.csv"), rows("eval_metrics.csv")
 
 
 def mean_of(rows: list[dict], key: str) -> float:
@@ -35,15 +23,29 @@ def mean_of(rows: list[dict], key: str) -> float:
 
 
 def test_default_recipe_learns_shapes_on_held_out_colours(tmp_path):
-    """Acceptance 1 + 2: parity at the first update; held-out eval reward +0.15; judge does not fall."""
+    """Issue 10: the default run shows real learning within its bounds, with a fixed seed.
+
+    Held-out eval reward +0.20 and judge (gold) +0.15 over the run, the reward-hacking monitor
+    silent, the image-quality guard (off-shape pixels, background deviation from the canvas
+    grey, painted area) no worse at the end than at the start, parity at the first update and
+    <= 5 MB of shipped assets. The 4-minute bound is measured by benchmarks/bench_default_run.py,
+    not asserted here: a timed test would fail on a busy machine, not on a slow demo."""
+    start = time.perf_counter()
     metrics, evals = run("experiment/toy/shapes_grpo", tmp_path)
+    seconds = time.perf_counter() - start
     assert metrics[0]["parity_max_abs_log_prob_diff"] <= 1e-6
     first, last = evals[0], evals[-1]
-    assert first["step"] == 0 and last["step"] == 100
-    assert last["eval_reward_mean"] - first["eval_reward_mean"] >= 0.15
-    assert last["gold_mean"] >= first["gold_mean"]
-    for step in (0, 100):
+    assert first["step"] == 0 and last["step"] == len(metrics)
+    assert last["eval_reward_mean"] - first["eval_reward_mean"] >= 0.20
+    assert last["gold_mean"] - first["gold_mean"] >= 0.15
+    assert all(r["gold_divergence"] == 0.0 for r in evals)
+    assert last["quality_toy_off_shape_fraction_mean"] <= first["quality_toy_off_shape_fraction_mean"] + 0.005
+    assert last["quality_toy_background_deviation_mean"] <= first["quality_toy_background_deviation_mean"] + 0.5
+    assert last["quality_toy_shape_area_mean"] <= 0.6  # no canvas-filling blobs (a render covers 0.16-0.72)
+    for step in (0, len(metrics)):
         assert (tmp_path / f"eval_epoch_{step}" / "contact_sheet.png").is_file()
+    print(f"default run: {seconds:.0f} s (the 4-minute target is the benchmark's to measure)")
+    assert sum(f.stat().st_size for f in builtin_dir().rglob("*") if f.is_file()) <= 5 * 2**20
 
 
 def test_color_area_hacking_is_flagged_by_the_gold_monitor(tmp_path):

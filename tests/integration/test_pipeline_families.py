@@ -60,7 +60,8 @@ def ode_sample(policy, cfg_scale: float, num_steps: int, height=64, width=64) ->
     cond = policy.encode_prompts(PROMPTS, with_negative=cfg_scale > 1)
     sigmas = policy.sigmas(num_steps, tuple(start.shape[1:]))
     with torch.no_grad():
-        latents, _ = sample_trajectory(policy, cond, start, None, sigmas, cfg_scale, 0.0, sde_step_mask(num_steps, 0.0))
+        latents = sample_trajectory(policy, cond, start, None, sigmas, cfg_scale, 0.0,
+                                    sde_step_mask(num_steps, 0.0)).latents
     return start, latents[:, -1]  # [2, C, h, w] each
 
 

@@ -7,7 +7,7 @@ import torch
 from genalign.data.sampler import PromptGroupBatch
 from genalign.models.base import FlowPolicy, LoraConfig, ModelConfig
 from genalign.models.registry import MODEL_FAMILIES
-from genalign.models.toy.network import TRANSFORMER_CONFIG, save_toy_model
+from genalign.models.toy.network import TRANSFORMER_CONFIG, save_toy_model, velocity_from_x0
 from genalign.models.toy.policy import ToyPolicy
 from genalign.rollout.collector import SamplingSpec, generate
 from genalign.sampling.schedules import flow_match_sigmas
@@ -32,10 +32,10 @@ def test_builtin_loads_through_the_registry_as_a_flow_policy():
 
 
 def test_shapes_schedule_and_decode(policy):
-    assert policy.latent_shape(16, 16) == (3, 16, 16)
-    with pytest.raises(ValueError, match="rollout.height=16"):
-        policy.latent_shape(32, 32)
-    torch.testing.assert_close(policy.sigmas(10, (3, 16, 16)), flow_match_sigmas(10, shift=1.0))
+    assert policy.latent_shape(32, 32) == (3, 32, 32)
+    with pytest.raises(ValueError, match="rollout.height=32"):
+        policy.latent_shape(16, 16)
+    torch.testing.assert_close(policy.sigmas(10, (3, 32, 32)), flow_match_sigmas(10, shift=1.0))
     images = policy.decode(torch.tensor([-1.0, 0.0, 1.0, 3.0]).view(1, 1, 2, 2).expand(1, 3, 2, 2))
     assert images.dtype == torch.uint8 and images[0, 0].flatten().tolist() == [0, 128, 255, 255]
 
@@ -52,11 +52,11 @@ def test_encode_prompts(policy):
 
 def test_cfg_is_one_batched_forward_equal_to_two_branches(policy):
     generator = torch.Generator().manual_seed(0)
-    latents = torch.randn(3, 3, 16, 16, generator=generator)
+    latents = torch.randn(3, 3, 32, 32, generator=generator)
     sigma = torch.tensor([0.9, 0.5, 0.1])
     cond = policy.encode_prompts(["a red circle", "a green square", "a blue triangle"], with_negative=True)
     guided = policy.velocity(latents, sigma, cond, guidance_scale=3.0)
-    assert guided.shape == (3, 3, 16, 16) and guided.dtype == torch.float32
+    assert guided.shape == (3, 3, 32, 32) and guided.dtype == torch.float32
     uncond = policy.velocity(latents, sigma, type(cond)(cond.negative_embeds, cond.negative_pooled), 1.0)
     text = policy.velocity(latents, sigma, cond, 1.0)
     torch.testing.assert_close(guided, uncond + 3.0 * (text - uncond), atol=1e-5, rtol=1e-5)
@@ -68,7 +68,7 @@ def test_save_and_load_round_trip(policy, tmp_path):
     save_toy_model(tmp_path / "toy", policy.transformer, policy.text_encoder, {"note": "round trip"})
     loaded = ToyPolicy.from_pretrained(tmp_path / "toy")
     assert loaded.transformer.config.num_layers == TRANSFORMER_CONFIG["num_layers"]
-    latents, sigma = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1)), torch.tensor([0.7, 0.3])
+    latents, sigma = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1)), torch.tensor([0.7, 0.3])
     cond = policy.encode_prompts(["a red circle", "a yellow cross"], False)
     torch.testing.assert_close(loaded.velocity(latents, sigma, cond, 1.0), policy.velocity(latents, sigma, cond, 1.0))
     with pytest.raises(FileNotFoundError, match="pretrain-demo"):
@@ -90,8 +90,30 @@ def test_rollout_replay_parity_before_any_update(policy):
     groups = PromptGroupBatch(prompts=prompts, prompt_ids=torch.tensor([0] * 4 + [1] * 4),
                               group_ids=torch.tensor([0] * 4 + [1] * 4), seeds=torch.arange(8) + 100,
                               metadata=[{} for _ in prompts])
-    spec = SamplingSpec(height=16, width=16, num_steps=10, guidance_scale=1.0, noise_level=0.7, chunk_size=4)
+    spec = SamplingSpec(height=32, width=32, num_steps=10, guidance_scale=1.0, noise_level=0.7, chunk_size=4)
     batch = generate(policy, groups, spec)
-    assert batch.images.shape == (8, 3, 16, 16) and batch.log_probs.shape == (8, 10)
+    assert batch.images.shape == (8, 3, 32, 32) and batch.log_probs.shape == (8, 10)
     gaps = replay_parity(policy, batch, list(range(9)), spec.chunk_size)
     assert max(gaps.values()) <= 1e-6
+
+
+def test_velocity_from_x0_by_hand():
+    """v = (x − x̂0) / max(σ, 0.05): x = 1, x̂0 = 0.5 -> 1 at σ = 0.5, 10 at σ = 0.01 (floored)."""
+    x, x0 = torch.ones(2, 1, 1, 1), torch.full((2, 1, 1, 1), 0.5)
+    torch.testing.assert_close(velocity_from_x0(x, x0, torch.tensor([0.5, 0.01])), torch.tensor([1.0, 10.0]).view(2, 1, 1, 1))
+
+
+def test_x0_model_velocity_is_the_converted_transformer_output(policy):
+    """The shipped model predicts x̂0; its velocity is (x − x̂0)/σ, with CFG applied before the
+    conversion (which is affine in x̂0, so the order does not matter); a "velocity" model's
+    output is used as is."""
+    assert policy.prediction == "x0"
+    latents = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    sigma = torch.tensor([0.8, 0.2])
+    cond = policy.encode_prompts(["a red circle", "a blue cross"], with_negative=True)
+    raw = ToyPolicy(policy.transformer, policy.text_encoder, policy.device, prediction="velocity")
+    for scale in (1.0, 3.0):
+        x0 = raw.velocity(latents, sigma, cond, scale)
+        torch.testing.assert_close(policy.velocity(latents, sigma, cond, scale), velocity_from_x0(latents, x0, sigma))
+    with pytest.raises(ValueError, match="prediction 'eps'"):
+        ToyPolicy(policy.transformer, policy.text_encoder, policy.device, prediction="eps")

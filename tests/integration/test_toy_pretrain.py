@@ -30,7 +30,7 @@ def test_classifier_training_is_deterministic_and_judge_has_a_none_class():
 
 def test_classifiers_command_writes_loadable_files(tmp_path):
     assert main(["--what", "classifiers", "--out", str(tmp_path), "--classifier-steps", "2"]) == 0
-    assert load_classifier(tmp_path, "toy_shape").num_classes == 4
+    assert load_classifier(tmp_path, "toy_shape").num_classes == 5  # both have the "none" class
     assert load_classifier(tmp_path, "toy_shape_judge").num_classes == 5
 
 

@@ -101,7 +101,7 @@ def test_our_ode_sampler_reproduces_the_wan_pipeline(policy):
 
     cond = policy.encode_prompts(PROMPTS, with_negative=True)
     sigmas = policy.sigmas(3, tuple(start.shape[1:]))
-    latents, log_probs = sample_trajectory(policy, cond, start, [], sigmas, 5.0, 0.0, sde_step_mask(3, 0.0))
+    latents, log_probs, _ = sample_trajectory(policy, cond, start, [], sigmas, 5.0, 0.0, sde_step_mask(3, 0.0))
     torch.testing.assert_close(latents[:, -1], reference, rtol=1e-5, atol=1e-5)
     assert (log_probs == 0).all()
     video = policy.decode(latents[:, -1])

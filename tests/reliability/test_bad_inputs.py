@@ -170,7 +170,7 @@ CASES = [
     Case("ema-decay-two", TOY + ["actor.ema.decay=2"], ["actor.ema.decay", "[0, 1)"]),
     Case("reward-weight-nan", TOY + ["reward.components.toy_shape=nan"], ["reward.components.toy_shape", "finite"]),
     Case("height-huge", TOY + ["rollout.height=100000"], ["rollout.height=100000", "too large"]),
-    Case("height-toy-size", TOY + ["rollout.height=32", "rollout.width=32"], ["rollout.height", "16x16"]),
+    Case("height-toy-size", TOY + ["rollout.height=16", "rollout.width=16"], ["rollout.height", "32x32"]),
     Case("height-sd3-multiple", SD3 + ["rollout.height=500"], ["rollout.height=500", "multiple of 16"]),
     Case("reward-option-typo", TOY + ["reward.components.random=1.0", "reward.kwargs.random.sed=1"],
          ["reward.kwargs.random.sed", "did you mean reward.kwargs.random.seed"]),

@@ -5,8 +5,9 @@ Where it fits: `ToyPolicy` (policy.py) loads both from a directory (the shipped
 
 Why a real `diffusers.SD3Transformer2DModel` rather than a hand-written DiT: the demo then runs
 the very code path real SD3 runs (joint attention, adaLN-zero, `from_pretrained`, LoRA targets
-`attn.to_q` ... `attn.to_add_out`). In pixel space it has 3 input channels, patch 2 (a 16x16
-image is 8x8 = 64 tokens), 4 joint blocks of 4 heads x 16 dims (~0.58 M parameters).
+`attn.to_q` ... `attn.to_add_out`). In pixel space it has 3 input channels, patch 4 (a 32x32
+image is 8x8 = 64 tokens, the cost of the earlier 16x16 model at patch 2), 4 joint blocks of
+4 heads x 16 dims (~0.59 M parameters).
 
 The "text encoder" is a lookup table: a prompt "a red circle" becomes the two token embeddings
 [colour, shape] (`embeds` [B, 2, 32], the joint-attention context) and their concatenation
@@ -18,7 +19,7 @@ Directory layout:
     transformer/                 SD3Transformer2DModel.save_pretrained (fp16 safetensors)
     text_encoder.safetensors     {"embedding.weight": [V, 32]}
     text_encoder.json            {"vocab": [...], "dim": 32}
-    toy_model.json               {"image_size": 16, "shift": 1.0, ...pretraining record}
+    toy_model.json               {"image_size": 32, "shift": 1.0, "prediction": "x0", ...pretraining record}
 """
 
 from __future__ import annotations
@@ -34,13 +35,32 @@ from genalign.data.toy_shapes import COLOR_NAMES, IMAGE_SIZE, SHAPES, parse_prom
 NULL_TOKEN = "<null>"
 VOCAB: tuple[str, ...] = (NULL_TOKEN, *COLOR_NAMES, *SHAPES)
 TOKEN_DIM = 32
+PATCH_SIZE = 4
 TRANSFORMER_CONFIG = dict(
-    sample_size=IMAGE_SIZE, patch_size=2, in_channels=3, out_channels=3, num_layers=4, attention_head_dim=16,
+    sample_size=IMAGE_SIZE, patch_size=PATCH_SIZE, in_channels=3, out_channels=3, num_layers=4, attention_head_dim=16,
     num_attention_heads=4, joint_attention_dim=TOKEN_DIM, caption_projection_dim=64,
-    pooled_projection_dim=2 * TOKEN_DIM, pos_embed_max_size=IMAGE_SIZE // 2)
+    pooled_projection_dim=2 * TOKEN_DIM, pos_embed_max_size=IMAGE_SIZE // PATCH_SIZE)
 """Arguments of the shipped SD3Transformer2DModel (caption_projection_dim = 4 heads x 16)."""
 SCHEDULE_SHIFT = 1.0
 """Pretraining draws sigma uniformly (plain rectified flow), so sampling uses no time shift."""
+PREDICTION = "x0"
+"""What the transformer outputs: the clean image x̂0, turned into the velocity the sampler and
+the RL loss use by `velocity_from_x0`. Why not the velocity itself: with 4x4x3 = 48 pixels
+per token and 64 hidden dims, a velocity (or noise) prediction must carry full-rank noise
+through the bottleneck and comes out as a 4-pixel mosaic, while the clean image of a flat
+shape is low-dimensional (Li & He 2025, "Back to Basics: Let Denoising Generative Models
+Denoise", JiT: x-prediction with the v-loss). Directories written before this key existed
+predict the velocity ("velocity")."""
+X0_SIGMA_FLOOR = 0.05
+"""σ is clamped to at least this when dividing by it (JiT's t_eps), so the last steps stay finite."""
+
+
+def velocity_from_x0(latents: torch.Tensor, x0: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """Rectified flow x_σ = (1 − σ) x0 + σ ε has velocity v = ε − x0 = (x_σ − x0) / σ:
+    latents [B, C, H, W], x̂0 [B, C, H, W], σ [B] (or a scalar) -> v̂ [B, C, H, W], σ floored at
+    X0_SIGMA_FLOOR."""
+    sigma = torch.as_tensor(sigma, dtype=latents.dtype, device=latents.device).expand(latents.shape[0])  # [B]
+    return (latents - x0) / sigma.clamp(min=X0_SIGMA_FLOOR)[:, None, None, None]
 TRANSFORMER_DIR = "transformer"
 TEXT_ENCODER_FILE = "text_encoder.safetensors"
 TEXT_ENCODER_CONFIG = "text_encoder.json"
@@ -113,7 +133,8 @@ def save_toy_model(directory: str | Path, transformer, text_encoder: ToyTextEnco
     half = {name: tensor.to(torch.float16) for name, tensor in load_file(str(weights)).items()}
     save_file(half, str(weights), metadata={"format": "pt"})
     text_encoder.save(directory)
-    (directory / MODEL_RECORD).write_text(json.dumps({"image_size": IMAGE_SIZE, "shift": SCHEDULE_SHIFT, **record},
+    (directory / MODEL_RECORD).write_text(json.dumps({"image_size": IMAGE_SIZE, "shift": SCHEDULE_SHIFT,
+                                                      "prediction": PREDICTION, **record},
                                                      indent=1))
     return directory
 

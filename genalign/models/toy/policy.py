@@ -2,10 +2,10 @@
 
 Where it fits: `model.family=toy` (the default recipe `experiment/toy/shapes_grpo`). The
 collector samples with `velocity` + the SDE kernels, replay calls the same `velocity` with
-gradients, the toy rewards see `decode`d uint8 16x16 images. It is deliberately the SD3 code
+gradients, the toy rewards see `decode`d uint8 32x32 images. It is deliberately the SD3 code
 path in miniature (network.py): same transformer class, timestep 1000·σ, batched true CFG over
 [uncond, cond], same LoRA targets — only there is no VAE (latents are the pixels in [-1, 1],
-[3, 16, 16]) and the text encoder is a learned lookup of the prompt's colour and shape words.
+[3, 32, 32]) and the text encoder is a learned lookup of the prompt's colour and shape words.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ import torch
 from genalign.data.toy_shapes import IMAGE_SIZE, from_unit_range
 from genalign.models.base import Condition, ModelConfig, resolve_device, resolve_dtype
 from genalign.models.sd3 import SD3_LORA_TARGETS, SD3_REPEATED_BLOCKS, sd3_transformer_velocity
-from genalign.models.toy.network import ToyTextEncoder, load_toy_model
+from genalign.models.toy.network import ToyTextEncoder, load_toy_model, velocity_from_x0
 from genalign.sampling.schedules import flow_match_sigmas
 
+PREDICTIONS = ("x0", "velocity")
+"""What a toy transformer outputs (toy_model.json "prediction"; see network.PREDICTION)."""
 BUILTIN = "builtin"
 """`model.path=builtin`: the weights shipped in genalign/assets/toy/."""
 
@@ -42,7 +44,11 @@ class ToyPolicy:
     """No diffusers pipeline loads a pixel-space model, so checkpoints export no diffusers LoRA."""
 
     def __init__(self, transformer: torch.nn.Module, text_encoder: ToyTextEncoder, device: torch.device,
-                 dtype: torch.dtype = torch.float32, shift: float = 1.0, cfg_batch: str = "joint"):
+                 dtype: torch.dtype = torch.float32, shift: float = 1.0, cfg_batch: str = "joint",
+                 prediction: str = "x0"):
+        if prediction not in PREDICTIONS:
+            raise ValueError(f"toy model prediction {prediction!r}: choose one of {PREDICTIONS}")
+        self.prediction = prediction
         self.device = torch.device(device)
         self.dtype = dtype
         self.shift = shift
@@ -67,7 +73,8 @@ class ToyPolicy:
         """Load "builtin" (the shipped weights) or a directory written by `genalign pretrain-demo`;
         the transformer goes through `SD3Transformer2DModel.from_pretrained`."""
         transformer, text_encoder, record = load_toy_model(resolve_toy_path(path), dtype)
-        return cls(transformer, text_encoder, torch.device(device), dtype, float(record.get("shift", 1.0)))
+        return cls(transformer, text_encoder, torch.device(device), dtype, float(record.get("shift", 1.0)),
+                   prediction=record.get("prediction", "velocity"))
 
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
@@ -81,14 +88,18 @@ class ToyPolicy:
 
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
                  guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
-        """v̂ [B, 3, 16, 16] float32 at sigma [B]: the SD3 transformer call, timestep 1000·σ,
-        batched [uncond, cond] CFG when guidance_scale > 1."""
-        return sd3_transformer_velocity(self.transformer, latents, sigma, cond, guidance_scale, self.device,
-                                        self.dtype, detach_uncond, self.cfg_batch)
+        """v̂ [B, 3, 32, 32] float32 at sigma [B]: the SD3 transformer call, timestep 1000·σ,
+        batched [uncond, cond] CFG when guidance_scale > 1. An x0-predicting model's output is
+        turned into v̂ = (x − x̂0) / σ; CFG commutes with that map (affine in x̂0 for fixed x, σ)."""
+        out = sd3_transformer_velocity(self.transformer, latents, sigma, cond, guidance_scale, self.device,
+                                       self.dtype, detach_uncond, self.cfg_batch)
+        if self.prediction == "velocity":
+            return out
+        return velocity_from_x0(latents.to(out.device, out.dtype), out, sigma)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Pixels in [-1, 1] [B, 3, 16, 16] -> uint8 [B, 3, 16, 16] on the CPU (no VAE)."""
+        """Pixels in [-1, 1] [B, 3, 32, 32] -> uint8 [B, 3, 32, 32] on the CPU (no VAE)."""
         return from_unit_range(latents.detach().cpu())
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:

@@ -3,8 +3,9 @@
 Where it fits: outside the RL loop. It writes what `model.path=builtin` and the `toy_shape` /
 `toy_shape_judge` rewards load (`genalign/assets/toy/` by default, or `--out DIR`).
 
-The model is pretrained with rectified flow on freshly rendered 16x16 shapes (all 4 shapes x 6
-colours): x_σ = (1 − σ) x0 + σ ε with σ ~ U(0, 1), target velocity ε − x0, 10 % of prompts
+The model is pretrained with rectified flow on freshly rendered 32x32 shapes (all 4 shapes x 6
+colours): x_σ = (1 − σ) x0 + σ ε with σ ~ U(0, 1), the network predicts x̂0 and the loss is on
+the implied velocity (x_σ − x̂0) / σ against ε − x0 (network.PREDICTION), 10 % of prompts
 replaced by the empty prompt so CFG works, AdamW with warm-up and cosine decay, and an EMA of
 the weights (the EMA is what ships). Deterministic under `--seed` for a fixed `--steps` and
 thread count; `--minutes` caps wall time instead (then the step count, and so the weights,
@@ -29,9 +30,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from genalign.data.toy_shapes import (BACKGROUND, COLOR_NAMES, COLORS, all_prompts, parse_prompt, random_batch,
+from genalign.data.toy_shapes import (BACKGROUND, COLOR_NAMES, COLORS, IMAGE_SIZE, all_prompts, parse_prompt, random_batch,
                                       to_unit_range)
-from genalign.models.toy.network import NULL_TOKEN, ToyTextEncoder, build_transformer, save_toy_model
+from genalign.models.toy.network import (NULL_TOKEN, ToyTextEncoder, build_transformer, save_toy_model,
+                                         velocity_from_x0)
 from genalign.models.toy.policy import ToyPolicy, builtin_dir
 
 log = logging.getLogger(__name__)
@@ -54,15 +56,17 @@ def lr_factor(step: int, total: int) -> float:
 
 def flow_matching_loss(transformer, text_encoder: ToyTextEncoder, images: torch.Tensor, token_ids: torch.Tensor,
                        generator: torch.Generator) -> torch.Tensor:
-    """Rectified-flow loss on uint8 images [B, 3, H, W] with prompt tokens [B, 2]."""
+    """Rectified-flow loss on uint8 images [B, 3, H, W] with prompt tokens [B, 2]: the transformer
+    predicts x̂0, the loss compares the implied velocity (x_σ − x̂0) / σ with ε − x0 (JiT's
+    x-prediction with the v-loss; see network.PREDICTION)."""
     x0 = to_unit_range(images)  # [B, 3, H, W]
     noise = torch.randn(x0.shape, generator=generator)  # [B, 3, H, W]
     sigma = torch.rand(x0.shape[0], generator=generator)  # [B]
     x_sigma = (1 - sigma[:, None, None, None]) * x0 + sigma[:, None, None, None] * noise  # [B, 3, H, W]
     embeds, pooled = text_encoder(token_ids)  # [B, 2, D], [B, 2D]
-    prediction = transformer(hidden_states=x_sigma, timestep=sigma * 1000.0, encoder_hidden_states=embeds,
-                             pooled_projections=pooled, return_dict=False)[0]  # [B, 3, H, W]
-    return F.mse_loss(prediction.float(), noise - x0)
+    x0_hat = transformer(hidden_states=x_sigma, timestep=sigma * 1000.0, encoder_hidden_states=embeds,
+                         pooled_projections=pooled, return_dict=False)[0]  # [B, 3, H, W]
+    return F.mse_loss(velocity_from_x0(x_sigma, x0_hat.float(), sigma), noise - x0)
 
 
 def pretrain_model(seed: int, steps: int, minutes: float | None = None, log_every: int = 100):
@@ -128,11 +132,11 @@ def measure_policy(policy: ToyPolicy, classifier, guidance_scale: float, samples
     prompts = [p for p in all_prompts() for _ in range(samples_per_prompt)]
     cond = policy.encode_prompts(prompts, with_negative=guidance_scale > 1)
     seeds = [seed + i for i in range(len(prompts))]
-    noise, generators = initial_noise(seeds, seeds, (3, 16, 16))
-    sigmas = policy.sigmas(num_steps, (3, 16, 16))
-    latents, _ = sample_trajectory(policy, cond, noise, generators, sigmas, guidance_scale, 0.0,
-                                   sde_step_mask(num_steps, 0.0))
-    images = policy.decode(latents[:, -1])  # [B, 3, 16, 16]
+    noise, generators = initial_noise(seeds, seeds, (3, IMAGE_SIZE, IMAGE_SIZE))
+    sigmas = policy.sigmas(num_steps, (3, IMAGE_SIZE, IMAGE_SIZE))
+    latents = sample_trajectory(policy, cond, noise, generators, sigmas, guidance_scale, 0.0,
+                                sde_step_mask(num_steps, 0.0)).latents
+    images = policy.decode(latents[:, -1])  # [B, 3, S, S]
     parsed = [parse_prompt(p) for p in prompts]
     shapes = torch.tensor([p.shape_index for p in parsed])  # [B]
     colors = torch.tensor([p.color_index for p in parsed])  # [B]

@@ -76,7 +76,7 @@ def test_a_fraction_that_trains_no_step(cfg):
 
 @pytest.mark.parametrize("key, bad", [
     ("reward.aggregation", "sum"), ("reward.runtime", "remote"), ("rollout.engine", "vllm"),
-    ("rollout.kernel", "cps"), ("model.train_mode", "qlora"), ("model.dtype", "fp16"), ("algorithm.kl_type", "k3"),
+    ("rollout.kernel", "ddim"), ("model.train_mode", "qlora"), ("model.dtype", "fp16"), ("algorithm.kl_type", "k3"),
     ("algorithm.advantage.std", "sample"), ("distributed.training.strategy", "fsdp"),
 ])
 def test_closed_choices(cfg, key, bad):

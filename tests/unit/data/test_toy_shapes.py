@@ -48,7 +48,7 @@ def test_render_is_deterministic_under_the_generator():
     first = ts.render("triangle", "green", np.random.default_rng(3))
     second = ts.render("triangle", "green", np.random.default_rng(3))
     other = ts.render("triangle", "green", np.random.default_rng(4))
-    assert first.shape == (16, 16, 3) and first.dtype == np.uint8
+    assert first.shape == (ts.IMAGE_SIZE, ts.IMAGE_SIZE, 3) == (32, 32, 3) and first.dtype == np.uint8
     assert np.array_equal(first, second) and not np.array_equal(first, other)
 
 
@@ -76,7 +76,7 @@ def test_shapes_differ_in_area_as_geometry_says():
 
 def test_random_batch_shapes_and_colour_restriction():
     images, shapes, colours = ts.random_batch(32, np.random.default_rng(0), colors=("red", "blue"))
-    assert images.shape == (32, 3, 16, 16) and images.dtype == torch.uint8
+    assert images.shape == (32, 3, 32, 32) and images.dtype == torch.uint8
     assert shapes.shape == colours.shape == (32,)
     assert set(colours.tolist()) <= {ts.COLOR_NAMES.index("red"), ts.COLOR_NAMES.index("blue")}
     assert set(shapes.tolist()) <= set(range(4))
@@ -96,3 +96,31 @@ def test_color_distance():
     distance = ts.color_distance(images, torch.tensor([0, 0]))  # red
     assert distance[0, 0, 0] == 0
     assert distance[1, 0, 0] == pytest.approx(float(np.linalg.norm(ts.COLORS["red"])))
+
+
+def test_canvas_quality_by_hand():
+    """2x2 images, prompted red (g = 128 grey, c = (220, 40, 40), d = (92, -88, -88), |d|² = 23952)."""
+    grey, red = ts.BACKGROUND, ts.COLORS["red"]
+    half = tuple((a + b) / 2 for a, b in zip(grey, red))  # (174, 84, 84): an anti-aliased edge, a = 0.5
+    pixels = torch.tensor([
+        [grey, grey, red, half],  # clean: 2 background, 1 shape, 1 blend counted as shape
+        [grey, (128, 200, 128), red, red],  # one green-ish stray pixel on the background
+        [red, red, red, red],  # canvas filled
+    ], dtype=torch.float32).round()  # [3, 4, 3]
+    images = pixels.to(torch.uint8).view(3, 2, 2, 3).permute(0, 3, 1, 2)  # [3, 3, 2, 2]
+    quality = ts.canvas_quality(images, torch.tensor([0, 0, 0]))
+    # stray pixel (128, 200, 128): offset (0, 72, 0), a = clamp(-72·88/23952) = 0, residual 72 > 48
+    torch.testing.assert_close(quality["off_shape_fraction"], torch.tensor([0.0, 0.25, 0.0]))
+    # background pixels: [grey, grey] -> 0; [grey, stray] -> (0 + 72) / 2; none -> 0
+    torch.testing.assert_close(quality["background_deviation"], torch.tensor([0.0, 36.0, 0.0]))
+    torch.testing.assert_close(quality["shape_area"], torch.tensor([0.5, 0.5, 1.0]))
+
+
+def test_canvas_quality_of_clean_renders_is_clean():
+    images, _, colours = ts.random_batch(64, np.random.default_rng(8))
+    quality = ts.canvas_quality(images, colours)
+    assert quality["off_shape_fraction"].max() == 0
+    assert quality["background_deviation"].mean() < 3  # only half-covered edge pixels count
+    assert 0.1 < quality["shape_area"].min() and quality["shape_area"].max() < 0.8
+    wrong = ts.canvas_quality(images, (colours + 1) % len(ts.COLOR_NAMES))  # the other colour is off-shape
+    assert wrong["off_shape_fraction"].mean() > 0.1

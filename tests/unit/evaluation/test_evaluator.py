@@ -55,3 +55,22 @@ def test_monitor_quiet_when_gold_rises_with_reward(linear_policy, tmp_path):
     evaluator = build(tmp_path, [0.1, 0.4, 0.8], [0.3, 0.5, 0.7])
     flags = [evaluator.evaluate(linear_policy, step)["gold_divergence"] for step in (0, 10, 20)]
     assert flags == [0.0, 0.0, 0.0]
+
+
+class TwoMeasures:
+    """A quality runtime with two components whose sum would be meaningless."""
+
+    def score(self, images, prompts, metadata):
+        n = len(prompts)
+        return RewardScores(components={"a": torch.full((n,), 0.25), "b": torch.full((n,), 7.0)},
+                            weights={"a": 1.0, "b": 1.0})
+
+
+def test_quality_measures_are_logged_each_on_its_own(linear_policy, tmp_path):
+    examples = [PromptExample(prompt=f"prompt {i}", prompt_id=i, source=f"x:{i + 1}") for i in range(2)]
+    spec = SamplingSpec(height=4, width=4, num_steps=2, guidance_scale=1.0, noise_level=0.0, chunk_size=2)
+    evaluator = Evaluator(EvalConfig(max_prompts=2), examples, spec, ScriptedRuntime("train", [0.1]), None,
+                          tmp_path, CSVSink(tmp_path / "eval_metrics.csv"), quality_runtime=TwoMeasures())
+    metrics = evaluator.evaluate(linear_policy, step=0)
+    assert metrics["quality_a_mean"] == 0.25 and metrics["quality_b_mean"] == 7.0
+    assert "quality_mean" not in metrics and "gold_divergence" not in metrics

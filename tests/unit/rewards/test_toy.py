@@ -31,7 +31,7 @@ def test_registered_names_resolve_to_the_classes():
 
 def test_shape_reward_is_probability_of_the_prompted_shape(biased_classifier_dir):
     reward = ToyShapeReward(path=str(biased_classifier_dir))
-    images = torch.zeros(4, 3, 16, 16, dtype=torch.uint8)
+    images = torch.zeros(4, 3, 32, 32, dtype=torch.uint8)
     prompts = ["a red circle", "a blue square", "a green triangle", "a purple cross"]
     scores = reward.score(images, prompts, [])
     assert scores.dtype == torch.float32
@@ -51,19 +51,19 @@ def test_options_are_checked(biased_classifier_dir, tmp_path):
 
 def test_bad_prompts_and_images_are_errors(biased_classifier_dir):
     reward = ToyShapeReward(path=str(biased_classifier_dir))
-    images = torch.zeros(1, 3, 16, 16, dtype=torch.uint8)
+    images = torch.zeros(1, 3, 32, 32, dtype=torch.uint8)
     with pytest.raises(ValueError, match="hexagon"):
         reward.score(images, ["a red hexagon"], [])
     with pytest.raises(ValueError, match="empty prompt"):
         reward.score(images, [""], [])
-    with pytest.raises(ValueError, match=r"uint8 \[B, 3, 16, 16\]"):
-        reward.score(torch.zeros(1, 3, 32, 32, dtype=torch.uint8), ["a red circle"], [])
+    with pytest.raises(ValueError, match=r"uint8 \[B, 3, 32, 32\]"):
+        reward.score(torch.zeros(1, 3, 16, 16, dtype=torch.uint8), ["a red circle"], [])
 
 
 def test_color_area_counts_pixels_near_the_prompted_colour():
-    images = torch.full((2, 3, 16, 16), 128, dtype=torch.uint8)  # grey background
+    images = torch.full((2, 3, 32, 32), 128, dtype=torch.uint8)  # grey background
     red = torch.tensor(ts.COLORS["red"], dtype=torch.uint8)[:, None, None]
-    images[0, :, :4, :] = red  # 64 of 256 pixels exactly red
+    images[0, :, :8, :] = red  # 256 of 1024 pixels exactly red
     images[1] = red  # all red, but prompted blue
     scores = ToyColorAreaReward().score(images, ["a red circle", "a blue circle"], [])
     torch.testing.assert_close(scores, torch.tensor([0.25, 0.0]))
@@ -85,11 +85,42 @@ def test_shipped_classifiers_are_accurate_and_agree_on_clean_renders():
     assert ToyShapeJudgeReward().score(images, wrong, []).mean() < 0.05
 
 
-def test_judge_gives_non_shapes_little_shape_probability():
-    """Noise, painted canvases and stripes (what a hacked policy draws) are "none" to the judge."""
-    from genalign.rewards.toy_classifier import non_shapes
+@pytest.mark.parametrize("reward_cls", [ToyShapeReward, ToyShapeJudgeReward])
+def test_classifiers_give_their_non_shapes_little_shape_probability(reward_cls):
+    """Noise, painted canvases, blobs, dirty backgrounds (what a hacked policy draws) are "none"
+    to both classifiers; the judge also knows stripes and checkerboards."""
+    from genalign.rewards.toy_classifier import JUDGE_SPEC, REWARD_SPEC, non_shapes
 
-    images = non_shapes(64, np.random.default_rng(5))
+    kinds = (REWARD_SPEC if reward_cls is ToyShapeReward else JUDGE_SPEC).reject_kinds
+    images = non_shapes(64, np.random.default_rng(5), kinds)
     for shape in ts.SHAPES:
         prompts = [f"a red {shape}"] * 64
-        assert ToyShapeJudgeReward().score(images, prompts, []).mean() < 0.1
+        assert reward_cls().score(images, prompts, []).mean() < 0.1
+
+
+def test_non_shape_kinds():
+    from genalign.rewards.toy_classifier import non_shapes
+
+    rng = np.random.default_rng(0)
+    empty = non_shapes(2, rng, ("empty",))
+    assert empty.shape == (2, 3, 32, 32) and bool((empty == torch.tensor(ts.BACKGROUND)[:, None, None]).all())
+    blobs = non_shapes(16, rng, ("blob",))
+    painted = (blobs != torch.tensor(ts.BACKGROUND, dtype=torch.uint8)[:, None, None]).any(dim=1)  # [16, S, S]
+    assert painted.float().mean(dim=(1, 2)).min() > 0.5  # bigger than any render's bounding box allows
+    dirty = non_shapes(16, rng, ("dirty",))
+    deviation = [ts.canvas_quality(dirty, torch.full((16,), c))["background_deviation"]
+                 for c in range(len(ts.COLOR_NAMES))]
+    assert torch.stack(deviation).min() > 15  # speckle std >= 15 per channel, whatever the prompted colour
+    with pytest.raises(ValueError, match="unknown kinds"):
+        non_shapes(1, rng, ("spiral",))
+
+
+def test_quality_measures_are_registered_scorers():
+    images, _, colours = ts.random_batch(8, np.random.default_rng(1))
+    prompts = [f"a {ts.COLOR_NAMES[c]} circle" for c in colours.tolist()]
+    expected = ts.canvas_quality(images, colours)
+    for name, measure in (("toy_off_shape_fraction", "off_shape_fraction"),
+                          ("toy_background_deviation", "background_deviation"), ("toy_shape_area", "shape_area")):
+        torch.testing.assert_close(REWARDS.resolve(name)().score(images, prompts, []), expected[measure])
+    with pytest.raises(TypeError, match="reward.kwargs.toy_shape_area.tolerance"):
+        REWARDS.resolve("toy_shape_area")(tolerance=3)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from genalign.tracking.sinks import CSVSink, MultiSink, NullSink, TensorBoardSink, format_value
+from genalign.tracking.sinks import CSVSink, MultiSink, NullSink, PrefixedSink, format_value
+from genalign.tracking.trackers import TensorBoardSink
 
 
 def lines(path):
@@ -104,10 +105,13 @@ def test_resume_refuses_a_foreign_file(tmp_path):
 
 class Recorder:
     def __init__(self):
-        self.rows, self.closed = [], False
+        self.rows, self.images, self.closed = [], [], False
 
     def log(self, step, metrics):
         self.rows.append((step, metrics))
+
+    def log_image(self, step, name, image):
+        self.images.append((step, name, image))
 
     def close(self):
         self.closed = True
@@ -124,5 +128,39 @@ def test_multi_sink_forwards_and_null_sink_drops():
 
 def test_tensorboard_sink_without_tensorboard_says_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails as if not installed
-    with pytest.raises(ImportError, match="pip install tensorboard"):
+    with pytest.raises(ImportError, match=r"pip install 'genalign\[trackers\]'"):
         TensorBoardSink(tmp_path)
+
+
+def test_prefixed_sink_names_rows_and_images_under_its_prefix():
+    inner = Recorder()
+    sink = MultiSink([NullSink(), PrefixedSink(inner, "eval")])
+    sink.log(2, {"reward_mean": 0.5})
+    sink.log_image(2, "contact_sheet", "IMAGE")
+    sink.close()
+    assert inner.rows == [(2, {"eval/reward_mean": 0.5})]
+    assert inner.images == [(2, "eval/contact_sheet", "IMAGE")] and inner.closed
+
+
+def test_csv_sink_ignores_images(tmp_path):
+    sink = CSVSink(tmp_path / "m.csv")
+    sink.log(1, {"a": 1.0})
+    sink.log_image(1, "contact_sheet", object())
+    assert (tmp_path / "m.csv").read_text().splitlines() == ["step,a", "1,1.0"]
+
+
+def test_tensorboard_sink_writes_scalars_and_images(tmp_path):
+    from PIL import Image
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    sink = TensorBoardSink(tmp_path)
+    sink.log(1, {"loss": torch.tensor(0.25), "count": 3})
+    sink.log_image(1, "sheet", Image.new("RGB", (6, 4), "red"))
+    sink.close()
+    sink.close()  # idempotent: a train/ and an eval/ prefix share one tracker
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(1, 0.25)]
+    assert [(e.step, e.value) for e in events.Scalars("count")] == [(1, 3.0)]
+    (image,) = events.Images("sheet")
+    assert (image.width, image.height) == (6, 4)

@@ -158,3 +158,16 @@ def test_save_refuses_to_replace_a_later_step(tmp_path):
         save(4)
     assert checkpoint_step(tmp_path / "checkpoint-final") == 8
     save(8)  # the same step again (a redone step after a crash) is allowed
+
+
+def test_logs_and_tracker_dirs_go_with_their_run_but_alone_are_not_a_run(tmp_path):
+    (tmp_path / "train.log").write_text("a start that failed while loading the model\n")
+    assert plan_start(config(tmp_path)).remove == []  # not a run: the next start appends to the log
+    old_run(tmp_path)
+    (tmp_path / "tensorboard").mkdir()
+    (tmp_path / "wandb").mkdir()
+    (tmp_path / "notes.txt").write_text("mine")
+    start = plan_start(config(tmp_path, "trainer.overwrite=true"))
+    assert {"train.log", "tensorboard", "wandb"} <= {p.name for p in start.remove}
+    start.apply()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

@@ -28,6 +28,9 @@ class QuadraticAlgorithm:
     def train_step_indices(self, batch):
         return self.steps
 
+    def prepare_update(self, policy, batch, step_indices, micro_batch_size):
+        return batch
+
     def compute_loss(self, policy, batch, advantages, step_index):
         self.calls.append((tuple(batch.prompts), step_index))
         x = batch.latents[:, step_index].flatten(1).mean(1)  # [b]

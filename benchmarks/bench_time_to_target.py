@@ -1,0 +1,165 @@
+"""Time-to-target of RL recipes on the CPU demo, as a speed-up over Flow-GRPO in the same run.
+
+    python benchmarks/bench_time_to_target.py \
+        --recipes experiment/toy/shapes_grpo experiment/toy/shapes_flow_grpo_fast ... \
+        [--baseline experiment/toy/shapes_grpo] [--seeds 42 43 44] [--steps 100] [--eval-every 10] \
+        [--ceiling 1.0] [--fraction 0.5] [--threads 1] [--out DIR] [key=value ...]
+
+Every recipe runs from the same base model with the same seeds (`trainer.seed`), each in its
+own process (`python -m genalign train`), with evaluation every `--eval-every` steps on the
+recipe's fixed held-out prompts and seeds, so step 0 is the same base evaluation for every
+recipe. Target: the held-out eval reward closes `--fraction` of its gap to `--ceiling` (the
+reward's maximum: 1.0 for the demo's shape probability):
+
+    target = base + fraction · (ceiling − base)
+
+Time-to-target is the training wall-clock — the sum of the logged rollout, reward and train
+seconds of steps 1..s, evaluation excluded — at the first evaluated step s whose eval reward
+reaches the target (evaluation granularity: `--eval-every`). The speed-up of a recipe is the
+baseline's time over its time, per seed, then the median over seeds. The judge (gold reward)
+change from step 0 is printed at the target step and at the end; a recipe that reaches the
+target with the judge below its step-0 value is marked. A recipe that never reaches the target
+in `--steps` is reported as not reached (its speed-up as "< baseline/budget"). Any recipe name
+the config loader knows works, so other algorithms' recipes are compared by name.
+Extra arguments are dotlist overrides applied to every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class RunResult:
+    recipe: str
+    seed: int
+    base: float
+    target: float
+    target_step: int | None
+    target_seconds: float | None
+    total_seconds: float
+    seconds_per_step: float
+    final_reward: float
+    judge_delta_at_target: float | None
+    judge_delta_final: float | None
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def train(recipe: str, seed: int, out: Path, args: argparse.Namespace) -> None:
+    command = [sys.executable, "-m", "genalign", "train", "--config", recipe, f"trainer.output_dir={out}",
+               f"trainer.seed={seed}", f"trainer.num_steps={args.steps}", f"eval.every={args.eval_every}",
+               "trainer.save_every=0", "trainer.progress_bar=false", *args.overrides]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1")
+    completed = subprocess.run(command, env=env, capture_output=True, text=True)
+    if completed.returncode != 0:
+        raise RuntimeError(f"{recipe} seed {seed} failed:\n{completed.stderr[-3000:]}")
+
+
+def time_to_target(recipe: str, seed: int, out: Path, ceiling: float, fraction: float) -> RunResult:
+    """Read one finished run directory and find when its eval reward first reached the target."""
+    rows = read_csv(out / "metrics.csv")
+    evals = read_csv(out / "eval_metrics.csv")
+    elapsed, cumulative = {}, 0.0
+    for row in rows:  # training seconds up to and including each step
+        cumulative += sum(float(row[k]) for k in ("time_rollout_s", "time_reward_s", "time_train_s"))
+        elapsed[int(row["step"])] = cumulative
+    by_step = {int(r["step"]): r for r in evals}
+    first = by_step[0]
+    base = float(first["eval_reward_mean"])
+    target = base + fraction * (ceiling - base)
+    judge_base = float(first["gold_mean"]) if first.get("gold_mean") else None
+
+    def judge_delta(step: int) -> float | None:
+        value = by_step[step].get("gold_mean")
+        return float(value) - judge_base if value and judge_base is not None else None
+
+    reached = next((s for s in sorted(by_step) if s > 0 and float(by_step[s]["eval_reward_mean"]) >= target), None)
+    last = max(by_step)
+    return RunResult(recipe, seed, base, target, reached, elapsed[reached] if reached else None, cumulative,
+                     cumulative / len(rows), float(by_step[last]["eval_reward_mean"]),
+                     judge_delta(reached) if reached else None, judge_delta(last))
+
+
+def speedups(results: list[RunResult], baseline: str, budget_steps: int) -> dict[str, list[float | None]]:
+    """Per recipe, per seed: baseline seconds / recipe seconds (None where either missed)."""
+    base = {r.seed: r for r in results if r.recipe == baseline}
+    out: dict[str, list[float | None]] = {}
+    for r in results:
+        b = base.get(r.seed)
+        ok = b is not None and b.target_seconds is not None and r.target_seconds is not None
+        out.setdefault(r.recipe, []).append(b.target_seconds / r.target_seconds if ok else None)
+    return out
+
+
+def print_table(results: list[RunResult], baseline: str, budget_steps: int) -> None:
+    ratios = speedups(results, baseline, budget_steps)
+    recipes = list(dict.fromkeys(r.recipe for r in results))
+    print(f"\ntarget: base + fraction x (ceiling - base); baseline {baseline}; "
+          f"times are training seconds (eval excluded); median over seeds")
+    header = (f"{'recipe':44s} {'s/step':>7s} {'steps->tgt':>10s} {'sec->tgt':>9s} {'speed-up':>9s} "
+              f"{'reward@end':>10s} {'judge@tgt':>9s} {'judge@end':>9s} reached")
+    print(header)
+    print("-" * len(header))
+    for recipe in recipes:
+        runs = [r for r in results if r.recipe == recipe]
+        hit = [r for r in runs if r.target_seconds is not None]
+        med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
+        width = lambda spec: int(spec.lstrip("+").split(".")[0])  # noqa: E731
+        fmt = lambda x, spec: format(x, spec) if x is not None else "-".rjust(width(spec))  # noqa: E731
+        ratio_values = [x for x in ratios[recipe] if x is not None]
+        judge_tgt = med([r.judge_delta_at_target for r in hit if r.judge_delta_at_target is not None])
+        judge_end = med([r.judge_delta_final for r in runs if r.judge_delta_final is not None])
+        flag = " JUDGE-DROP" if judge_tgt is not None and judge_tgt < 0 else ""
+        print(f"{recipe:44s} {med([r.seconds_per_step for r in runs]):7.2f} "
+              f"{fmt(med([r.target_step for r in hit]), '10.0f')} {fmt(med([r.target_seconds for r in hit]), '9.1f')} "
+              f"{fmt(med(ratio_values), '8.2f')}{'x' if ratio_values else ' '} {med([r.final_reward for r in runs]):10.3f} "
+              f"{fmt(judge_tgt, '+9.3f')} {fmt(judge_end, '+9.3f')} {len(hit)}/{len(runs)}{flag}")
+    base_runs = [r for r in results if r.recipe == baseline]
+    if base_runs:
+        print(f"\nbase eval reward {base_runs[0].base:.3f} -> target {base_runs[0].target:.3f} "
+              f"(budget {budget_steps} steps per run)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipes", nargs="+", required=True)
+    parser.add_argument("--baseline", default="experiment/toy/shapes_grpo")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
+    parser.add_argument("--steps", type=int, default=100, help="training steps per run (the budget)")
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--ceiling", type=float, default=1.0, help="the reward's maximum")
+    parser.add_argument("--fraction", type=float, default=0.5, help="fraction of the gap to close")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=None, help="directory for the runs (default: a temporary one)")
+    parser.add_argument("overrides", nargs="*", help="dotlist overrides for every run")
+    args = parser.parse_args()
+    recipes = list(dict.fromkeys([args.baseline, *args.recipes]))
+    out = Path(args.out or tempfile.mkdtemp(prefix="bench_ttt_"))
+    results = []
+    for seed in args.seeds:
+        for recipe in recipes:
+            run_dir = out / f"{recipe.replace('/', '_')}_seed{seed}"
+            if not (run_dir / "checkpoint-final").is_dir():
+                train(recipe, seed, run_dir, args)
+            result = time_to_target(recipe, seed, run_dir, args.ceiling, args.fraction)
+            results.append(result)
+            print(f"{recipe} seed {seed}: target step {result.target_step}, {result.seconds_per_step:.2f} s/step, "
+                  f"eval reward {result.base:.3f} -> {result.final_reward:.3f}", flush=True)
+    print_table(results, args.baseline, args.steps)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""What a checkpoint exports for other tools: a diffusers LoRA, or a whole transformer.
+
+Where it fits: `Trainer.save` asks `checkpoint_export` for a writer and `save_checkpoint`
+calls it inside the checkpoint's temporary directory (so an export is as atomic as the rest).
+- LoRA runs on a diffusers family: `lora/` = the weights the eval numbers came from (the EMA
+  when eval.use_ema, as Flow-GRPO saves), `lora_live/` = the live weights beside it; both load
+  with `pipe.load_lora_weights(dir)`; `lora/README.md` is the model card.
+- Full fine-tunes of a diffusers denoiser: `checkpoint-final/transformer/` in the layout
+  `save_pretrained` writes (config.json + diffusion_pytorch_model.safetensors), so
+  `SD3Transformer2DModel.from_pretrained(dir)` / `AutoModel.from_pretrained(dir)` load it and
+  `pipeline_cls.from_pretrained(base, transformer=...)` uses it; plus its model card. Only in
+  the final checkpoint: every checkpoint already holds the same tensors in trainable.safetensors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from genalign.config.schema import ExperimentConfig
+from genalign.training.lora import export_lora_for_diffusers
+from genalign.training.model_card import model_card
+
+CARD_NAME = "README.md"
+
+
+def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.Tensor],
+                      ema: dict[str, torch.Tensor] | None, use_ema: bool, step: int, eval_history: dict,
+                      final: bool) -> Callable[[Path], None] | None:
+    """The writer of this checkpoint's exports (None when there is nothing to export).
+    `trainable`/`ema` are whole CPU tensors (gathered from FSDP2 shards by the caller)."""
+    weights = ema if use_ema and ema is not None else trainable
+    described = f"EMA (decay {cfg.actor.ema.decay:g})" if weights is ema else "live (no EMA)"
+    if cfg.model.train_mode == "lora":
+        pipeline_cls = getattr(policy, "diffusers_pipeline", None)
+        if not pipeline_cls:
+            return None
+        exports = {"lora": weights, **({"lora_live": trainable} if weights is ema else {})}
+
+        def export(directory: Path) -> None:
+            for name, state in exports.items():
+                export_lora_for_diffusers(policy.transformer, directory / name, cfg.model.lora, pipeline_cls,
+                                          trainable_state=state)
+            card = model_card(cfg, step, eval_history, "lora", described)
+            (directory / "lora" / CARD_NAME).write_text(card, encoding="utf-8")
+
+        return export
+    if final and hasattr(policy.transformer, "save_config"):
+        def export(directory: Path) -> None:
+            out = save_transformer(policy.transformer, directory / "transformer", weights)
+            (out / CARD_NAME).write_text(model_card(cfg, step, eval_history, "transformer", described),
+                                         encoding="utf-8")
+
+        return export
+    return None
+
+
+def save_transformer(module: torch.nn.Module, out_dir: Path, trained: dict[str, torch.Tensor]) -> Path:
+    """`module` in diffusers' `save_pretrained` layout with the `trained` tensors as its weights.
+
+    The weights come from the gathered state, not `module.state_dict()`: under FSDP2 the module
+    holds shards, and with EMA the exported weights are not the module's. Anything the state
+    lacks (buffers; frozen weights) is taken from the module as it is."""
+    from diffusers.utils import SAFETENSORS_WEIGHTS_NAME
+    from safetensors.torch import save_file
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state = {name: tensor.detach().cpu().contiguous() for name, tensor in trained.items()}
+    for name, tensor in module.state_dict().items():
+        if name not in state:
+            if type(tensor).__name__ == "DTensor":
+                raise ValueError(f"cannot export the transformer: {name} is sharded and not trained; "
+                                 "a full fine-tune trains every weight")
+            state[name] = tensor.detach().cpu().contiguous()
+    module.save_config(out_dir)
+    save_file(state, str(out_dir / SAFETENSORS_WEIGHTS_NAME), metadata={"format": "pt"})
+    return out_dir

@@ -1,0 +1,135 @@
+"""Trackers, train.log and exports on the tiny SD3 pipeline: TensorBoard and W&B (offline) get
+the rows and the contact sheet, metrics.csv stays byte-identical to a csv-only run's (and on a
+resume after a crash), train.log holds the story, exports carry a model card."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from genalign.config.loader import load_config
+from genalign.training.trainer import Trainer
+from support import SD3_RECIPE as RECIPE
+from support import read_rows, tiny_overrides
+
+TIMING_COLUMNS = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_s", "images_per_s",
+                  "step_images_per_s"}
+TRACKERS = "trainer.loggers=[csv,tensorboard,wandb]"
+
+
+def exact(rows):
+    return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in rows]
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_sd3_dir, tmp_path_factory):
+    """A csv-only run, the same run with every tracker, and that run crashed after checkpoint-1
+    (later checkpoints deleted, metrics/events past step 1 left behind) then resumed with auto."""
+    root = tmp_path_factory.mktemp("trackers")
+    with pytest.MonkeyPatch.context() as env:  # W&B: offline, nothing outside the test's folders
+        env.setenv("WANDB_MODE", "offline")
+        env.setenv("WANDB_SILENT", "true")
+        for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+            env.setenv(name, str(root / "wandb-home" / name.lower()))
+        env.delenv("WANDB_API_KEY", raising=False)
+        Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "plain"))).train()
+        Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "tracked", TRACKERS))).train()
+        shutil.copytree(root / "tracked", root / "crashed")
+        for name in ("checkpoint-2", "checkpoint-final"):
+            shutil.rmtree(root / "crashed" / name)
+        Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "crashed", TRACKERS,
+                                                   "trainer.resume_from=auto"))).train()
+    return root
+
+
+def test_metrics_csv_is_the_same_with_trackers_and_after_a_resume(runs):
+    plain = read_rows(runs / "plain" / "metrics.csv")
+    assert [r["step"] for r in plain] == ["1", "2", "3"]
+    for name in ("tracked", "crashed"):
+        assert exact(read_rows(runs / name / "metrics.csv")) == exact(plain), name
+        assert exact(read_rows(runs / name / "eval_metrics.csv")) == exact(read_rows(runs / "plain" /
+                                                                                   "eval_metrics.csv")), name
+    for checkpoint in ("checkpoint-final/trainable.safetensors", "checkpoint-final/ema.safetensors"):
+        a, b = load_file(str(runs / "plain" / checkpoint)), load_file(str(runs / "crashed" / checkpoint))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), checkpoint
+    assert not (runs / "plain" / "tensorboard").exists() and not (runs / "plain" / "wandb").exists()
+
+
+def test_tensorboard_has_every_step_once_and_the_contact_sheets(runs):
+    from tensorboard.backend.event_processing.event_accumulator import IMAGES, SCALARS, EventAccumulator
+
+    plain = read_rows(runs / "plain" / "metrics.csv")
+    for name in ("tracked", "crashed"):
+        events = EventAccumulator(str(runs / name / "tensorboard"), size_guidance={SCALARS: 0, IMAGES: 0})
+        events.Reload()
+        rewards = events.Scalars("train/reward_mean")
+        # the crashed run's steps 2-3 were written twice; purge_step hides the first writes
+        assert [e.step for e in rewards] == [1, 2, 3], name
+        assert [e.value for e in rewards] == pytest.approx([float(r["reward_mean"]) for r in plain], rel=1e-6)
+        assert "eval/eval_reward_mean" in events.Tags()["scalars"]
+        sheets = events.Images("eval/contact_sheet")
+        assert sorted({e.step for e in sheets}) == [0, 2, 3], name
+        assert sheets[0].width > 0 and sheets[0].encoded_image_string.startswith(b"\x89PNG")
+
+
+def test_wandb_offline_run_has_history_and_images_and_one_id_across_resume(runs):
+    tracked = sorted((runs / "tracked" / "wandb").glob("offline-run-*"))
+    assert len(tracked) == 1
+    run_id = tracked[0].name.rsplit("-", 1)[1]
+    history = (tracked[0] / f"run-{run_id}.wandb").read_bytes()
+    for key in (b"train/reward_mean", b"train/loss", b"eval/eval_reward_mean"):
+        assert key in history, key
+    assert list((tracked[0] / "files" / "media" / "images" / "eval").glob("contact_sheet_*.png"))
+    state = yaml.safe_load((runs / "tracked" / "checkpoint-final" / "trainer_state.json").read_text())
+    assert state["tracker_run_id"] == run_id
+    resumed = sorted((runs / "crashed" / "wandb").glob("offline-run-*"))
+    assert len(resumed) == 2 and all(path.name.endswith(run_id) for path in resumed)  # the same W&B run
+
+
+def test_train_log_has_the_console_lines_and_is_appended_on_resume(runs):
+    tracked = (runs / "tracked" / "train.log").read_text()
+    for text in ("run plan:", "loading model sd3", "loading model sd3 from", ": done in", "parity preflight",
+                 "step 3: reward", "eval step 2", "saving ", "checkpoint-final"):
+        assert text in tracked, text
+    assert " INFO genalign.training.trainer: " in tracked  # the console's format
+    crashed = (runs / "crashed" / "train.log").read_text()
+    assert crashed.startswith(tracked) and "resumed from" in crashed[len(tracked):]
+
+
+def test_exported_lora_has_a_model_card(runs, tiny_sd3_dir):
+    card = (runs / "tracked" / "checkpoint-final" / "lora" / "README.md").read_text()
+    front = yaml.safe_load(card.split("---")[1])
+    assert front["base_model"] == str(tiny_sd3_dir) and front["library_name"] == "diffusers"
+    assert {"lora", "genalign", "grpo"} <= set(front["tags"])
+    last_eval = read_rows(runs / "tracked" / "eval_metrics.csv")[-1]
+    for text in (f"recipe: `{RECIPE}`", "`jpeg_compressibility` x 1", "steps trained: 3 of 3", "EMA (decay",
+                 f"| eval reward (mean) | {float(last_eval['eval_reward_mean']):.4f} |", "load_lora_weights"):
+        assert text in card, text
+    assert "`ocr`" not in card  # zero-weight rewards are not listed
+
+
+def test_full_finetune_exports_a_transformer_diffusers_loads(tiny_sd3_dir, tmp_path):
+    from diffusers import SD3Transformer2DModel, StableDiffusion3Pipeline
+
+    out = tmp_path / "full"
+    Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, out, "model.train_mode=full", "actor.lr=1e-4",
+                                               "trainer.num_steps=1", "trainer.save_every=0", "eval.every=0",
+                                               "eval.at_start=false"))).train()
+    exported = out / "checkpoint-final" / "transformer"
+    transformer = SD3Transformer2DModel.from_pretrained(exported)
+    ema = load_file(str(out / "checkpoint-final" / "ema.safetensors"))  # eval.use_ema: the EMA is exported
+    state = transformer.state_dict()
+    assert ema.keys() <= state.keys() and all(torch.equal(state[k], ema[k]) for k in ema)
+    base = SD3Transformer2DModel.from_pretrained(tiny_sd3_dir, subfolder="transformer")
+    assert any(not torch.equal(state[k], v) for k, v in base.state_dict().items())
+    pipe = StableDiffusion3Pipeline.from_pretrained(tiny_sd3_dir, transformer=transformer)
+    image = pipe("a sign", num_inference_steps=2, height=64, width=64, guidance_scale=1.0,
+                 generator=torch.Generator().manual_seed(0), output_type="pt").images
+    assert torch.isfinite(image).all()
+    card = (exported / "README.md").read_text()
+    assert "transformer=transformer" in card and "steps trained: 1 of 1" in card
+    assert not (out / "checkpoint-final" / "lora").exists()
