@@ -16,17 +16,21 @@ import torch
 from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.losses import clipped_policy_loss, latent_mean_kl, velocity_kl
 from genalign.algorithms.advantages import clip_advantages
+from genalign.algorithms.base import AlgorithmBase
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.sampling.kernels import flow_sde_step, sde_noise_scale
 from genalign.training.reference import ReferencePolicy
 
 
-class FlowGRPO:
+class FlowGRPO(AlgorithmBase):
     needs_old_logprob = True
     supports_multi_update = True
 
-    def __init__(self, cfg: AlgorithmConfig, reference: ReferencePolicy | None = None):
+    def __init__(self, cfg: AlgorithmConfig, reference: ReferencePolicy | None = None,
+                 parameters: dict[str, torch.nn.Parameter] | None = None):
+        """`parameters` (the trained tensors) is part of the common constructor; Flow-GRPO keeps
+        no copy of them."""
         self.cfg = cfg
         self.needs_reference = cfg.kl_beta > 0
         if self.needs_reference and reference is None:

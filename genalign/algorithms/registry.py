@@ -4,3 +4,5 @@ from genalign.config.registry import Registry
 
 ALGORITHMS = Registry("algorithm", "algorithm.name")
 ALGORITHMS.register("grpo", "genalign.algorithms.grpo:FlowGRPO")
+ALGORITHMS.register("nft", "genalign.algorithms.nft:DiffusionNFT")
+ALGORITHMS.register("dpo", "genalign.algorithms.dpo:FlowDPO")

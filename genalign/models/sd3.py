@@ -206,6 +206,15 @@ class SD3Policy:
         images = self.vae.decode(scaled, return_dict=False)[0]  # [B, 3, H, W] in [-1, 1]
         return ((images.float() / 2 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8).cpu()
 
+    @torch.no_grad()
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 [B, 3, H, W] -> latents [B, C, h, w] float32: the VAE posterior mean, shifted and
+        scaled as `decode` undoes (offline preference data; Diffusion-DPO encodes with the VAE)."""
+        config = self.vae.config
+        pixels = images.to(self.device, torch.float32) / 127.5 - 1.0  # [B, 3, H, W] in [-1, 1]
+        posterior = self.vae.encode(pixels).latent_dist
+        return ((posterior.mean - config.shift_factor) * config.scaling_factor).float()
+
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
         multiple = self.vae_scale_factor * self.patch_size
         if height % multiple or width % multiple:
