@@ -13,7 +13,6 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable
 
 import torch
 from tqdm import tqdm
