@@ -4,8 +4,11 @@ Each runs a toy recipe through the CLI for BUDGET_STEPS training steps and compa
 held-out evaluation (8 held-out-colour prompts x 16 samples, Euler ODE) at step 0 and at
 the end: the `toy_shape` reward and the independent judge (`gold_mean`) must rise by the
 stated margin, and the same run with the reward negated (online) or the pairs swapped
-(offline) must make the shape reward fall. Budgets and margins were measured on the shared
-2-core box (see the report of the branch that added them); margins sit below the measurements.
+(offline) must make the shape reward fall. Budget: 20 steps, about 2-3 minutes per run on
+the 2-core box when it is quiet. Measured there (seed 42, step 0 -> 20; 0.465/0.465 at step 0):
+  nft         held-out reward 0.614 (+0.149), judge 0.557 (+0.092)
+  dpo online  held-out reward 0.525 (+0.060), judge 0.563 (+0.098)
+Margins sit below these measurements.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ COMMON = (f"trainer.num_steps={BUDGET_STEPS}", f"eval.every={BUDGET_STEPS}", "al
 NFT = ("experiment/toy/shapes_nft", "actor.lr=2e-4", *COMMON)
 DPO_ONLINE = ("experiment/toy/shapes_dpo", "actor.lr=1e-4", *COMMON)
 DPO_OFFLINE = ("experiment/toy/offline_dpo", "actor.lr=1e-4", *COMMON)
-RISE = 0.03
+RISE = {"nft": (0.08, 0.05), "dpo_online": (0.03, 0.05), "dpo_offline": (0.03, 0.03)}
 """Minimum rise of the held-out toy_shape reward and of the judge over the budget."""
 FALL = 0.03
 """Minimum fall of the held-out toy_shape reward under the negated control."""
@@ -35,11 +38,11 @@ def gain(evals: list[dict], key: str) -> float:
     return evals[-1][key] - evals[0][key]
 
 
-@pytest.mark.parametrize("recipe", [NFT, DPO_ONLINE], ids=["nft", "dpo_online"])
-def test_online_algorithm_raises_held_out_reward_and_judge(recipe, tmp_path):
+@pytest.mark.parametrize("name,recipe", [("nft", NFT), ("dpo_online", DPO_ONLINE)], ids=["nft", "dpo_online"])
+def test_online_algorithm_raises_held_out_reward_and_judge(name, recipe, tmp_path):
     _, evals = run(recipe[0], tmp_path, *recipe[1:])
-    assert gain(evals, "eval_reward_toy_shape_mean") >= RISE
-    assert gain(evals, "gold_mean") >= RISE
+    assert gain(evals, "eval_reward_toy_shape_mean") >= RISE[name][0]
+    assert gain(evals, "gold_mean") >= RISE[name][1]
 
 
 @pytest.mark.parametrize("recipe", [NFT, DPO_ONLINE], ids=["nft", "dpo_online"])
@@ -50,8 +53,8 @@ def test_online_algorithm_with_negated_reward_lowers_it(recipe, tmp_path):
 
 def test_offline_dpo_raises_held_out_reward_and_judge(tmp_path):
     _, evals = run(DPO_OFFLINE[0], tmp_path, *DPO_OFFLINE[1:])
-    assert gain(evals, "eval_reward_toy_shape_mean") >= RISE
-    assert gain(evals, "gold_mean") >= RISE
+    assert gain(evals, "eval_reward_toy_shape_mean") >= RISE["dpo_offline"][0]
+    assert gain(evals, "gold_mean") >= RISE["dpo_offline"][1]
 
 
 def test_offline_dpo_on_swapped_pairs_lowers_reward(tmp_path):
