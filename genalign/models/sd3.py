@@ -131,6 +131,15 @@ class SD3Policy:
         """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU (f = VAE scale factor)."""
         return vae_decode_uint8(self.vae, latents.to(self.device))
 
+    @torch.no_grad()
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 [B, 3, H, W] -> latents [B, C, h, w] float32: the VAE posterior mean, shifted and
+        scaled as `decode` undoes (offline preference data; Diffusion-DPO encodes with the VAE)."""
+        config = self.vae.config
+        pixels = images.to(self.device, torch.float32) / 127.5 - 1.0  # [B, 3, H, W] in [-1, 1]
+        posterior = self.vae.encode(pixels).latent_dist
+        return ((posterior.mean - config.shift_factor) * config.scaling_factor).float()
+
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
         check_image_size(height, width, self.vae_scale_factor * self.patch_size, "SD3")
         return (int(self.vae.config.latent_channels), height // self.vae_scale_factor, width // self.vae_scale_factor)
