@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from test_toy_learning import run
+from support import train_recipe as run
 
 pytestmark = pytest.mark.slow
 
