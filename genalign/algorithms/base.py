@@ -1,12 +1,22 @@
 """The `Algorithm` protocol: what the trainer asks of an RL objective.
 
 Where it fits: step 5 of the loop. The trainer never asks which algorithm it runs; it reads
-what the algorithm declares (`needs_reference`, `train_step_indices`) and calls
-`compute_loss` once per (micro-batch, trained denoising step).
+what the algorithm declares and calls its hooks:
+  * `needs_reference`, `needs_old_logprob` (the rollout must record SDE log-probs; the parity
+    preflight runs only then), `supports_multi_update`;
+  * `training_batch` turns the step's trajectories and advantages into the units the update
+    loop trains on (the trajectories themselves, or DPO's preference pairs);
+  * `train_step_indices` — the positions `compute_loss` is called at per micro-batch
+    (denoising steps for Flow-GRPO, forward-process draws for NFT/DPO);
+  * `rollout_weights` — the weights the rollout samples with (NFT: the old policy);
+  * `after_update` — once per training step after the optimizer round (NFT's soft update);
+  * `state_dict` / `load_state_dict` — algorithm state the checkpoint carries (NFT's old policy).
+`AlgorithmBase` gives the defaults of an algorithm without extra state.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol
 
 import torch
@@ -25,18 +35,61 @@ class Algorithm(Protocol):
     needs_rollout_means: bool
     """True when compute_loss reads the rollout kernel means (the rollout then records them)."""
 
-    def train_step_indices(self, batch: TrajectoryBatch) -> list[int]:
-        """Denoising steps of this batch that are trained, in training order."""
+    def training_batch(self, batch: TrajectoryBatch, advantages: torch.Tensor):
+        """(units, unit advantages [U]) the update trains on; units support len/index/to/prompts."""
         ...
 
-    def prepare_update(self, policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
-                       micro_batch_size: int) -> TrajectoryBatch:
+    def prepare_update(self, policy: FlowPolicy, batch, step_indices: list[int],
+                       micro_batch_size: int):
         """Called once per optimizer round before any update (e.g. to record the current
         policy's log-probs for rollout correction); returns the batch to train on."""
         ...
 
-    def compute_loss(self, policy: FlowPolicy, batch: TrajectoryBatch, advantages: torch.Tensor,
-                     step_index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Loss (scalar, with grad) of micro-batch `batch` at denoising step `step_index`, and
-        detached per-sample statistics ([b] tensors) for logging."""
+    def train_step_indices(self, batch) -> list[int]:
+        """Positions of this batch that are trained, in training order."""
         ...
+
+    def compute_loss(self, policy: FlowPolicy, batch, advantages: torch.Tensor,
+                     step_index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Loss (scalar, with grad) of micro-batch `batch` at position `step_index`, and
+        detached per-unit statistics ([b] tensors) for logging."""
+        ...
+
+    def rollout_weights(self) -> AbstractContextManager:
+        """Within the block the trained module holds the weights the rollout samples with."""
+        ...
+
+    def after_update(self, optimizer_steps: int) -> dict[str, float]:
+        """Called once per training step after its `optimizer_steps` optimizer steps; metrics."""
+        ...
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Tensors to checkpoint (empty: nothing beyond the trained weights)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None: ...
+
+
+class AlgorithmBase:
+    """Defaults: train on the trajectories, sample with the live weights, no extra state."""
+
+    needs_rollout_means = False
+
+    def prepare_update(self, policy: FlowPolicy, batch, step_indices: list[int], micro_batch_size: int):
+        return batch
+
+    def training_batch(self, batch: TrajectoryBatch, advantages: torch.Tensor):
+        return batch, advantages
+
+    def rollout_weights(self) -> AbstractContextManager:
+        return nullcontext()
+
+    def after_update(self, optimizer_steps: int) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        if state:
+            raise ValueError(f"{type(self).__name__} keeps no algorithm state, got {sorted(state)[:5]}")

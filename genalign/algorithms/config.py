@@ -45,21 +45,57 @@ class GuardConfig:
 
 
 @dataclass
+class NFTConfig:
+    """DiffusionNFT (ALGORITHMS §4); defaults of the official `config/nft.py` (decay_type 1)."""
+
+    beta: float = 1.0
+    """Mixing strength β of the implicit policies v± = (1 ∓ β)·v_old ± β·v_θ; 1/β acts as a
+    guidance strength (official: 1.0 for GenEval/PickScore/HPS, 0.1 for OCR and multi-reward)."""
+    adv_mode: str = "all"
+    """How the clamped advantage maps to the optimality probability r: all | positive_only |
+    negative_only | one_only | binary (§4.2)."""
+    adaptive_weight_min: float = 1e-5
+    """Lower clip of the adaptive x0-space loss weight sg(mean |x̂0 − x0|)."""
+    old_decay_flat: int = 0
+    """Optimizer steps before the old (sampling) policy starts to lag: η = 0 (hard copy) until then."""
+    old_decay_rate: float = 0.001
+    """η grows by this per optimizer step after `old_decay_flat` (official decay_type 1: 0.001)."""
+    old_decay_max: float = 0.5
+    """η is capped here (decay_type 1: 0.5; decay_type 2, OCR: flat 75, rate 0.0075, max 0.999)."""
+
+
+@dataclass
+class DPOConfig:
+    """Flow-DPO (Diffusion-DPO with the flow-matching target, ALGORITHMS §5.3)."""
+
+    beta: float = 5000.0
+    """β of the DPO logit −½·β·(Δ_w − Δ_l) (Diffusion-DPO's `beta_dpo` default 5000; VO uses 2000)."""
+    source: str = "online"
+    """"online": each step's rollout groups give (best, worst)-by-reward pairs (rollout.n >= 2);
+    "offline": pairs are read from data.preference_manifest, no rollout and no reward scoring
+    during training (docs/preference_data.md)."""
+
+
+@dataclass
 class AlgorithmConfig:
     name: str = "grpo"
     """"grpo" (Flow-GRPO clipped surrogate; with rollout.kernel / rollout.sde_window also
-    Flow-GRPO-Fast, CPS, MixGRPO and DanceGRPO recipes) or "grpo_guard" (GRPO-Guard:
-    RatioNorm on the same surrogate; needs a Gaussian kernel)."""
+    Flow-GRPO-Fast, CPS, MixGRPO and DanceGRPO recipes), "grpo_guard" (GRPO-Guard: RatioNorm on
+    the same surrogate; needs a Gaussian kernel), "nft" (DiffusionNFT, forward process, any
+    sampler) or "dpo" (Flow-DPO on preference pairs, online or offline)."""
     clip_range: float = 1e-4
     adv_clip_max: float = 5.0
     kl_beta: float = 0.0
-    """Weight of the KL to the reference (adapter-disabled) policy; 0 skips the reference pass."""
+    """Weight of the KL to the reference (adapter-disabled) policy; 0 skips the reference pass.
+    DiffusionNFT: the official `train.beta` (1e-4) on the velocity KL. Unused by dpo, which
+    always evaluates the reference."""
     kl_type: str = "latent_mean"
     """"latent_mean": mean((mu - mu_ref)^2) / (2 s^2) as in Flow-GRPO code (ALGORITHMS §2.5);
     "velocity": mean((v - v_ref)^2)."""
     timestep_fraction: float = 0.99
-    """Train int(num_steps * fraction) stochastic steps of each trajectory (which ones:
-    timestep_selection)."""
+    """Train int(num_steps * fraction) stochastic steps of each trajectory (grpo: which ones is
+    timestep_selection); nft and dpo train that many of the rollout schedule's σ's per sample,
+    in a random order."""
     timestep_selection: str = "first"
     """"first": the first stochastic steps, in order (Flow-GRPO). "random": a random subset of
     the stochastic steps, the final denoising step never included (DanceGRPO's timestep
@@ -81,3 +117,18 @@ class AlgorithmConfig:
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
+    nft: NFTConfig = field(default_factory=NFTConfig)
+    """Options read when name=nft."""
+    dpo: DPOConfig = field(default_factory=DPOConfig)
+    """Options read when name=dpo."""
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether the run evaluates the reference policy: a KL term, or DPO's reference errors."""
+        return self.kl_beta > 0 or self.name == "dpo"
+
+    @property
+    def needs_log_probs(self) -> bool:
+        """Whether training replays stored SDE log-probs (Flow-GRPO); nft and dpo train on clean
+        samples with any sampler, the ODE included."""
+        return self.name in ("grpo", "grpo_guard")

@@ -34,6 +34,13 @@ def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest
             load_manifest(getattr(cfg.data, name), f"data.{name}")
         except ManifestError as exc:
             problems.append(str(exc) + (f"; {exc.hint}" if exc.hint else ""))
+    if cfg.data.preference_manifest is not None:
+        from genalign.data.preferences import read_preferences
+
+        try:  # every row, image file and image size, before the model loads
+            read_preferences(cfg.data.preference_manifest, size=(cfg.rollout.height, cfg.rollout.width))
+        except ManifestError as exc:
+            problems.append(str(exc) + (f"; {exc.hint}" if exc.hint else ""))
     problems += model_path_problems(cfg.model.family, cfg.model.path)
     problems += offline_hub_problems(cfg)
     problems += device_problems(cfg.model.device)

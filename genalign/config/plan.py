@@ -38,7 +38,7 @@ class RunPlan:
     uses_cfg: bool
     """rollout.guidance_scale > 1: rollout and replay run both CFG branches."""
     needs_reference: bool
-    """algorithm.kl_beta > 0: a reference (adapter-disabled) forward is needed for the KL term."""
+    """algorithm.kl_beta > 0 (a KL term) or algorithm.name=dpo: a reference (adapter-disabled) forward is needed."""
 
     @classmethod
     def from_config(cls, cfg: ExperimentConfig) -> "RunPlan":
@@ -75,7 +75,7 @@ class RunPlan:
                                       // actor.gradient_accumulation_steps),
             num_train_timesteps=min(num_train_timesteps, _trainable_steps(cfg)),
             uses_cfg=rollout.guidance_scale > 1.0,
-            needs_reference=cfg.algorithm.kl_beta > 0,
+            needs_reference=cfg.algorithm.needs_reference,
         )
 
     def describe(self) -> str:

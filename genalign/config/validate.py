@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 
+from genalign.config.algorithm_checks import algorithm_problems
 from genalign.config.plan import num_train_timesteps_problem
 from genalign.config.schema import ExperimentConfig
 from genalign.config.values import non_finite_problems, value_problems
@@ -123,7 +124,8 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
         problems.append(f"model.cfg_batch={cfg.model.cfg_batch!r}: choose joint (one forward) or split (two)")
     if cfg.model.compile_mode not in ("regional", "full"):
         problems.append(f"model.compile_mode={cfg.model.compile_mode!r}: choose regional (repeated blocks) or full")
-    if cfg.rollout.noise_level == 0:
+    problems += algorithm_problems(cfg)
+    if cfg.rollout.noise_level == 0 and cfg.algorithm.needs_log_probs:
         problems.append("rollout.noise_level=0 makes every step deterministic: Flow-GRPO has no log-probs to train; "
                         "use the Flow-GRPO value 0.7")
     rollout_workers = cfg.distributed.resources.rollout.num_workers

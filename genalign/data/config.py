@@ -12,5 +12,9 @@ class DataConfig:
     Relative paths resolve against the working directory, then the project root."""
     eval_manifest: str = "datasets/ocr/test.txt"
     """Fixed evaluation prompts (same formats)."""
+    preference_manifest: str | None = None
+    """Offline Flow-DPO pairs (algorithm.dpo.source=offline): a .jsonl of {"prompt", "chosen",
+    "rejected"} rows, image paths relative to the file (docs/preference_data.md). Each training
+    step draws rollout.rollout_batch_size pairs in a seeded epoch order (data.shuffle)."""
     shuffle: bool = True
     """Draw training prompts in a seeded random order (epoch-wise permutation)."""

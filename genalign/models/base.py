@@ -163,6 +163,12 @@ class FlowPolicy(Protocol):
         """Final latents [B, ...] -> uint8 images [B, 3, H, W] or video [B, F, 3, H, W] (no grad)."""
         ...
 
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 images [B, 3, H, W] (video families: video [B, F, 3, H, W]) -> latents [B, ...]
+        float32 that `decode` maps back (no grad): offline preference data enters training
+        through it."""
+        ...
+
     def latent_shape(self, height: int, width: int) -> tuple[int, ...]:
         """Shape of one sample's latent (without batch dim) for an image of height x width."""
         ...

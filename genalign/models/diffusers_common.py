@@ -1,5 +1,5 @@
 """What every diffusers-backed family shares: loading, placement, CFG batching, latent
-packing, guidance embedding, the scheduler's schedule and the uint8 decode.
+packing, guidance embedding, the scheduler's schedule, the uint8 decode and its inverse encode.
 
 Where it fits: a family adapter (`sd3.py`, `flux.py`, `qwen_image.py`, `wan.py`) owns only what differs
 between the families — prompt encoding, the transformer's call signature, the CFG combination,
@@ -185,14 +185,42 @@ def vae_decode_uint8(vae: torch.nn.Module, latents: torch.Tensor) -> torch.Tenso
 
 
 @torch.no_grad()
+def vae_encode(vae: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """The inverse of `vae_decode_uint8`: uint8 [B, 3, H, W] -> model-space latents [B, C, h, w]
+    float32, the posterior mean shifted and scaled as the pipelines write it
+    ((z − shift_factor) · scaling_factor; offline preference data, Diffusion-DPO's encode)."""
+    config = vae.config
+    pixels = images.to(next(vae.parameters()).device, torch.float32) / 127.5 - 1.0  # [B, 3, H, W] in [-1, 1]
+    posterior = vae.encode(pixels).latent_dist
+    return ((posterior.mean - config.shift_factor) * config.scaling_factor).float()
+
+
+def _wan_latent_stats(vae: torch.nn.Module, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel (mean, 1 / std) [1, C, 1, 1, 1] of a Wan-architecture VAE's latents."""
+    config = vae.config
+    channels = (1, config.z_dim, 1, 1, 1)
+    mean = torch.tensor(config.latents_mean, device=device).view(channels)
+    inverse_std = 1.0 / torch.tensor(config.latents_std, device=device).view(channels)
+    return mean, inverse_std
+
+
+@torch.no_grad()
+def wan_vae_encode(vae: torch.nn.Module, videos: torch.Tensor) -> torch.Tensor:
+    """The inverse of `wan_vae_decode_uint8`: uint8 video [B, F, 3, H, W] -> model-space latents
+    [B, C, F_lat, h, w] float32, the posterior mean as `(z − mean) · (1 / std)` (how
+    WanImageToVideoPipeline normalises an encoded video)."""
+    device = next(vae.parameters()).device
+    pixels = videos.to(device, torch.float32).permute(0, 2, 1, 3, 4) / 127.5 - 1.0  # [B, 3, F, H, W] in [-1, 1]
+    mean, inverse_std = _wan_latent_stats(vae, device)
+    return ((vae.encode(pixels).latent_dist.mean - mean) * inverse_std).float()
+
+
+@torch.no_grad()
 def wan_vae_decode_uint8(vae: torch.nn.Module, latents: torch.Tensor) -> torch.Tensor:
     """A Wan-architecture VAE decode (`AutoencoderKLWan`, and `AutoencoderKLQwenImage`, which is
     the same VAE) of model-space latents [B, C, F_lat, h, w]: per channel `latents · std + mean`,
     written as `latents / (1 / std) + mean` as WanPipeline / QwenImagePipeline write it, in
     float32 on the latents' device. uint8 video [B, F, 3, H, W] out."""
-    config = vae.config
-    channels = (1, config.z_dim, 1, 1, 1)
-    mean = torch.tensor(config.latents_mean, device=latents.device).view(channels)  # [1, C, 1, 1, 1]
-    inverse_std = 1.0 / torch.tensor(config.latents_std, device=latents.device).view(channels)  # [1, C, 1, 1, 1]
+    mean, inverse_std = _wan_latent_stats(vae, latents.device)  # [1, C, 1, 1, 1] each
     pixels = vae.decode(latents.float() / inverse_std + mean, return_dict=False)[0]  # [B, 3, F, H, W] in [-1, 1]
     return images_to_uint8(pixels.permute(0, 2, 1, 3, 4))  # [B, F, 3, H, W]

@@ -28,7 +28,7 @@ import torch
 from genalign.models.base import Condition, ModelConfig, compute_precision, resolve_device, resolve_dtype
 from genalign.models.diffusers_common import (cfg_velocity, check_image_size, check_tokenizers, guidance_embedding,
                                               load_pipeline, pack_2x2, place, scheduler_sigmas, unpack_2x2,
-                                              vae_decode_uint8)
+                                              vae_decode_uint8, vae_encode)
 
 FLUX_REPEATED_BLOCKS = ("FluxTransformerBlock", "FluxSingleTransformerBlock")
 """The double-stream and single-stream blocks: units of regional compilation."""
@@ -147,6 +147,10 @@ class FluxPolicy:
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU (`latents / scaling + shift`)."""
         return vae_decode_uint8(self.vae, latents.to(self.device))
+
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 [B, 3, H, W] -> latents [B, C, h, w] float32 that `decode` maps back (`vae_encode`)."""
+        return vae_encode(self.vae, images)
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
         check_image_size(height, width, self.vae_scale_factor * 2, "FLUX")

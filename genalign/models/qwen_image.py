@@ -30,7 +30,7 @@ from genalign.models.base import (Condition, ModelConfig, compute_precision, gui
                                   resolve_device, resolve_dtype)
 from genalign.models.diffusers_common import (cfg_velocity, check_image_size, check_tokenizers, guidance_embedding,
                                               load_pipeline, pack_2x2, place, scheduler_sigmas, unpack_2x2,
-                                              wan_vae_decode_uint8)
+                                              wan_vae_decode_uint8, wan_vae_encode)
 
 QWEN_IMAGE_REPEATED_BLOCKS = ("QwenImageTransformerBlock",)
 QWEN_IMAGE_LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
@@ -149,6 +149,11 @@ class QwenImagePolicy:
         `latents · std + mean` (as the pipeline writes it), one frame through the VAE."""
         frames = latents.to(self.device, torch.float32)[:, :, None]  # [B, C, 1, h, w]: a one-frame video
         return wan_vae_decode_uint8(self.vae, frames)[:, 0]  # [B, 3, H, W]
+
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 [B, 3, H, W] -> latents [B, C, h, w] float32 that `decode` maps back: a one-frame
+        video through `wan_vae_encode`."""
+        return wan_vae_encode(self.vae, images[:, None])[:, :, 0]  # [B, C, h, w]
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
         check_image_size(height, width, self.vae_scale_factor * 2, "Qwen-Image")

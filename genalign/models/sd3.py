@@ -22,7 +22,7 @@ import torch
 
 from genalign.models.base import Condition, ModelConfig, compute_precision, resolve_device, resolve_dtype
 from genalign.models.diffusers_common import (cfg_velocity, check_image_size, check_tokenizers, load_pipeline, place,
-                                              vae_decode_uint8)
+                                              vae_decode_uint8, vae_encode)
 from genalign.sampling.schedules import flow_match_sigmas
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,12 @@ class SD3Policy:
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU (f = VAE scale factor)."""
         return vae_decode_uint8(self.vae, latents.to(self.device))
+
+    @torch.no_grad()
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 [B, 3, H, W] -> latents [B, C, h, w] float32: the VAE posterior mean, shifted and
+        scaled as `decode` undoes (offline preference data; Diffusion-DPO encodes with the VAE)."""
+        return vae_encode(self.vae, images)
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
         check_image_size(height, width, self.vae_scale_factor * self.patch_size, "SD3")

@@ -29,7 +29,7 @@ import torch
 
 from genalign.models.base import Condition, ModelConfig, compute_precision, resolve_device, resolve_dtype
 from genalign.models.diffusers_common import (cfg_velocity, check_image_size, check_tokenizers, load_pipeline, place,
-                                              wan_vae_decode_uint8)
+                                              wan_vae_decode_uint8, wan_vae_encode)
 from genalign.sampling.schedules import flow_match_sigmas
 
 WAN_REPEATED_BLOCKS = ("WanTransformerBlock",)
@@ -126,6 +126,14 @@ class WanPolicy:
         Un-normalised exactly as `WanPipeline` writes it (`wan_vae_decode_uint8`)."""
         samples = latents.to(self.device, torch.float32).split(1)  # [1, C, F_lat, h, w] each
         return torch.cat([wan_vae_decode_uint8(self.vae, sample) for sample in samples])  # [B, F, 3, H, W]
+
+    def encode_images(self, videos: torch.Tensor) -> torch.Tensor:
+        """uint8 video [B, F, 3, H, W] -> latents [B, C, F_lat, h, w] float32 that `decode` maps
+        back (`wan_vae_encode`), one video at a time like `decode`."""
+        if videos.dim() != 5:
+            raise ValueError(f"Wan encodes uint8 video [B, F, 3, H, W], got {tuple(videos.shape)} (offline "
+                             "preference data of still images is for image families)")
+        return torch.cat([wan_vae_encode(self.vae, video) for video in videos.split(1)])  # [B, C, F_lat, h, w]
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int, int]:
         """(C, F_lat, H/8, W/8) for `model.num_frames` frames of height x width."""

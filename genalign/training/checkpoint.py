@@ -3,6 +3,7 @@
 Layout of `checkpoint-<step>/`:
     trainable.safetensors   trained weights (LoRA tensors, or the full denoiser)
     ema.safetensors         EMA of the trained weights (when EMA is on)
+    algorithm.safetensors   algorithm state (DiffusionNFT's old policy and step count), when any
     optimizer.safetensors   AdamW moment tensors; optimizer.json its scalars and groups
     trainer_state.json      step, optimizer steps, EMA counter, evaluation history
     config.yaml             the resolved config of the run that wrote it
@@ -47,6 +48,7 @@ class CheckpointState:
     ema: dict[str, torch.Tensor] | None
     optimizer: dict[str, Any]
     trainer_state: dict[str, Any]
+    algorithm: dict[str, torch.Tensor] | None = None
 
 
 def optimizer_to_tensors(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -87,6 +89,7 @@ def save_checkpoint(
     optimizer: dict[str, Any],
     trainer_state: dict[str, Any],
     export: Callable[[Path], None] | None = None,
+    algorithm: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write a checkpoint atomically: temp dir beside `path`, then rename into place.
     `export(directory)` adds the exported adapters (lora/, lora_live/) inside it. Refuses to
@@ -107,6 +110,8 @@ def save_checkpoint(
         save_file({k: v.contiguous() for k, v in trainable.items()}, str(temp / "trainable.safetensors"))
         if ema is not None:
             save_file({k: v.contiguous() for k, v in ema.items()}, str(temp / "ema.safetensors"))
+        if algorithm:
+            save_file({k: v.contiguous() for k, v in algorithm.items()}, str(temp / "algorithm.safetensors"))
         optimizer_tensors, optimizer_meta = optimizer_to_tensors(optimizer)  # a state dict, whole tensors
         save_file(optimizer_tensors, str(temp / "optimizer.safetensors"))
         (temp / "optimizer.json").write_text(json.dumps(optimizer_meta, indent=1))
@@ -178,7 +183,7 @@ def checkpoint_problems(path: str | Path, key: str = "trainer.resume_from") -> l
     elif not (isinstance(meta, dict) and isinstance(meta.get("param_groups"), list)
               and isinstance(meta.get("scalars"), dict)):
         problems.append("optimizer.json lacks \"param_groups\" (a list) and \"scalars\" (a mapping)")
-    for name in ("trainable.safetensors", "ema.safetensors", "optimizer.safetensors"):
+    for name in ("trainable.safetensors", "ema.safetensors", "optimizer.safetensors", "algorithm.safetensors"):
         if (path / name).is_file():
             problems.append(_safetensors_problem(path / name))
     try:
@@ -193,7 +198,7 @@ def checkpoint_problems(path: str | Path, key: str = "trainer.resume_from") -> l
             for p in problems if p]
 
 
-_FILE_NAMES = set(REQUIRED_FILES) | {"ema.safetensors"}
+_FILE_NAMES = set(REQUIRED_FILES) | {"ema.safetensors", "algorithm.safetensors"}
 
 
 def load_checkpoint(path: str | Path, key: str = "trainer.resume_from") -> CheckpointState:
@@ -211,6 +216,7 @@ def load_checkpoint(path: str | Path, key: str = "trainer.resume_from") -> Check
 
     trainer_state = json.loads((path / TRAINER_STATE).read_text())
     ema_path = path / "ema.safetensors"
+    algorithm_path = path / "algorithm.safetensors"
     return CheckpointState(
         path=path,
         step=int(trainer_state["step"]),
@@ -220,6 +226,7 @@ def load_checkpoint(path: str | Path, key: str = "trainer.resume_from") -> Check
         optimizer=optimizer_from_tensors(tensors("optimizer.safetensors"),
                                          json.loads((path / "optimizer.json").read_text())),
         trainer_state=trainer_state,
+        algorithm=tensors("algorithm.safetensors") if algorithm_path.exists() else None,
     )
 
 

@@ -12,12 +12,7 @@ The EMA lives in float32 next to the parameters.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator
-
-import torch
-
-from genalign.training.distributed import copy_full_into
+from genalign.training.shadow import ShadowWeights
 
 CADENCES = ("micro_batch", "optimizer_step")
 
@@ -27,18 +22,17 @@ def ema_decay(optimizer_steps: int, decay: float, warmup: bool) -> float:
     return min((1 + optimizer_steps) / (10 + optimizer_steps), decay) if warmup else decay
 
 
-class EMA:
-    def __init__(self, named_parameters: dict[str, torch.nn.Parameter], decay: float, update_every: int,
+class EMA(ShadowWeights):
+    def __init__(self, named_parameters: dict, decay: float, update_every: int,
                  warmup: bool = True, cadence: str = "micro_batch"):
         if cadence not in CADENCES:
             raise ValueError(f"actor.ema.cadence={cadence!r}: choose one of {list(CADENCES)}")
-        self.parameters = named_parameters
+        super().__init__(named_parameters)
         self.decay = decay
         self.update_every = update_every
         self.warmup = warmup
         self.cadence = cadence
         self.optimizer_steps = 0
-        self.shadow = {name: p.detach().float().clone() for name, p in named_parameters.items()}
 
     def on_optimizer_step(self) -> None:
         self.optimizer_steps += 1
@@ -49,34 +43,9 @@ class EMA:
         if self.cadence == "micro_batch" and (self.optimizer_steps + 1) % self.update_every == 0:
             self._update()
 
-    @torch.no_grad()
     def _update(self) -> None:
-        decay = ema_decay(self.optimizer_steps, self.decay, self.warmup)
-        for name, param in self.parameters.items():
-            self.shadow[name].mul_(decay).add_(param.detach().float(), alpha=1 - decay)
+        self.blend(ema_decay(self.optimizer_steps, self.decay, self.warmup))
 
-    @contextmanager
-    def applied(self) -> Iterator[None]:
-        """Swap the EMA weights in for the block (evaluation), then restore the live ones."""
-        with torch.no_grad():
-            live = {name: p.detach().clone() for name, p in self.parameters.items()}
-            for name, param in self.parameters.items():
-                param.copy_(self.shadow[name].to(param.dtype))
-        try:
-            yield
-        finally:
-            with torch.no_grad():
-                for name, param in self.parameters.items():
-                    param.copy_(live[name])
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {name: t.clone() for name, t in self.shadow.items()}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor], optimizer_steps: int) -> None:
-        missing = sorted(set(self.shadow) - set(state))
-        unexpected = sorted(set(state) - set(self.shadow))
-        if missing or unexpected:
-            raise ValueError(f"EMA state mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        for name in self.shadow:
-            copy_full_into(self.shadow[name], state[name])
+    def load_state_dict(self, state: dict, optimizer_steps: int) -> None:
+        self.load_tensors(state, "EMA")
         self.optimizer_steps = optimizer_steps

@@ -68,6 +68,16 @@ def build_rollout_engine(cfg: ExperimentConfig, policy: FlowPolicy) -> RolloutEn
     raise ValueError(f"rollout.engine={cfg.rollout.engine!r}: choose local or ray")
 
 
+def build_batch_source(cfg: ExperimentConfig, plan, policy: FlowPolicy, engine: RolloutEngine, rewards,
+                       algorithm, spec: SamplingSpec, ranks):
+    """The step's training data: the online rollout, or (offline Flow-DPO) a preference dataset."""
+    from genalign.training.sources import OfflinePreferences, OnlineRollout
+
+    if cfg.data.preference_manifest is not None:
+        return OfflinePreferences(cfg, plan, policy, ranks)
+    return OnlineRollout(cfg, plan, engine, rewards, algorithm, spec, ranks)
+
+
 def named_trainable_parameters(module: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
     return {name: p for name, p in module.named_parameters() if p.requires_grad}
 

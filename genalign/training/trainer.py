@@ -13,23 +13,19 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable
 
 import torch
 from tqdm import tqdm
 
-from genalign.algorithms.advantages import advantage_stats, aggregate_advantages, zero_std_group_fraction
 from genalign.algorithms.registry import ALGORITHMS
 from genalign.atomic import write_text_atomically
 from genalign.config.errors import UserError
 from genalign.config.loader import config_to_dict, config_to_yaml
 from genalign.config.plan import RunPlan
 from genalign.config.schema import ExperimentConfig
-from genalign.data.prompts import load_manifest
-from genalign.data.sampler import PromptSampler
 from genalign.reporting.provenance import record_launch
 from genalign.reporting.report import refresh_report
-from genalign.rewards.composite import RewardScores, build_reward_runtime
+from genalign.rewards.composite import build_reward_runtime
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.tracking.logs import RunLog, timed_phase
 from genalign.tracking.sinks import NullSink
@@ -44,6 +40,7 @@ from genalign.training.parity import replay_parity
 from genalign.training.precision import build_grad_scaler
 from genalign.training.reference import ReferencePolicy
 from genalign.training.resources import resolve_resources
+from genalign.training.sources import StepData
 from genalign.training.update import run_update
 
 log = logging.getLogger(__name__)
@@ -100,14 +97,13 @@ class Trainer:
         ema_cfg = cfg.actor.ema
         self.ema = (EMA(self.parameters, ema_cfg.decay, ema_cfg.update_every, ema_cfg.warmup, ema_cfg.cadence)
                     if ema_cfg.enabled else None)
-        self.algorithm = ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm, reference)
+        self.algorithm = ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm, reference, parameters=self.parameters)
         with timed_phase(log, f"loading rewards {', '.join(n for n, w in cfg.reward.components.items() if w)}"):
             self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
-        self.sampler = PromptSampler(load_manifest(cfg.data.manifest, "data.manifest"), self.plan.prompts_per_step,
-                                     self.plan.samples_per_prompt, cfg.trainer.seed, shuffle=cfg.data.shuffle,
-                                     same_initial_noise=cfg.rollout.same_initial_noise)
         self.spec = setup.rollout_spec(cfg)
         self.engine = setup.build_rollout_engine(cfg, self.policy)
+        self.source = setup.build_batch_source(cfg, self.plan, self.policy, self.engine, self.rewards,
+                                               self.algorithm, self.spec, self.ranks)
         resuming = checkpoint is not None
         main = self.ranks.is_main  # rank 0 alone writes metrics, evaluation artefacts and checkpoints
         # one tracker run across resumes: its id travels in the checkpoint's trainer_state
@@ -169,78 +165,31 @@ class Trainer:
         self.close_run_log()
 
     def train_step(self, step: int) -> dict[str, float]:
-        times = {}
+        data: StepData = self.source.collect(step)  # rollout + rewards + advantages, or offline pairs
+        times = dict(data.times)
         start = time.perf_counter()
-        batch, pending_scores = self.rollout(step)
-        times["time_rollout_s"] = time.perf_counter() - start
-
-        start = time.perf_counter()  # with async scoring: the wait for what was not done yet
-        scores = self.gather_scores(batch, pending_scores())
-        step_advantages = self.advantages(batch, scores)  # [world * b], the whole step
-        offset = self.ranks.rank * len(batch)
-        advantages = step_advantages[offset:offset + len(batch)]  # [b] this rank's samples
-        times["time_reward_s"] = time.perf_counter() - start
-
-        start = time.perf_counter()
-        parity = self.parity(batch) if step == 1 and self.cfg.trainer.parity_check else {}
-        update = self.update(batch, advantages, step)
+        parity = self.parity(data.trajectories) if step == 1 and self.runs_parity else {}
+        update = self.update(data.units, data.advantages, step)
         times["time_train_s"] = time.perf_counter() - start
         update.update(self.sync(step))
 
         step_seconds = times["time_rollout_s"] + times["time_reward_s"] + times["time_train_s"]
-        row = {**scores.stats(prefix="reward"),
-               "zero_std_ratio": zero_std_group_fraction(scores.total, self.global_group_ids(batch)),
-               **{f"adv_{k}": v for k, v in advantage_stats(step_advantages).items()},
-               **update, **parity, **times,
+        generated = data.generated * self.ranks.world_size
+        row = {**data.row, **update, **parity, **times,
                "lr": self.optimizer.param_groups[0]["lr"],
-               "images_per_s": len(batch) * self.ranks.world_size / max(times["time_rollout_s"], 1e-9),
-               "step_images_per_s": len(batch) * self.ranks.world_size / max(step_seconds, 1e-9)}
+               "images_per_s": generated / max(times["time_rollout_s"], 1e-9),
+               "step_images_per_s": generated / max(step_seconds, 1e-9)}
         log.info("step %d: reward %.4f  loss %.3g  clip %.3f  kl %.3g  (rollout %.1fs, reward %.1fs, train %.1fs)",
-                 step, row["reward_mean"], row.get("loss", float("nan")), row.get("clip_frac", float("nan")),
-                 row.get("kl", float("nan")), times["time_rollout_s"], times["time_reward_s"], times["time_train_s"])
+                 step, row.get("reward_mean", float("nan")), row.get("loss", float("nan")),
+                 row.get("clip_frac", float("nan")), row.get("kl", float("nan")), times["time_rollout_s"],
+                 times["time_reward_s"], times["time_train_s"])
         return row
 
     # ---------------------------------------------------------------- phases
-    def rollout(self, step: int) -> tuple[TrajectoryBatch, Callable[[], RewardScores]]:
-        """The step's trajectories and a callable returning their reward scores. With
-        reward.async_scoring each finished chunk is sent to the reward runtime while the next
-        one is sampled; otherwise scoring starts when the callable is called."""
-        groups = self.sampler.sample(step)
-        spec = self.spec.at_step(step)  # the step's SDE window (a pure function of the step)
-        positions = None
-        if self.ranks.world_size > 1:  # this rank's whole prompt groups
-            positions = distributed.rank_positions(len(groups), self.plan.samples_per_prompt, self.ranks)
-        if self.cfg.reward.async_scoring:
-            # no offload around sampling here: the reward models score while the policy samples,
-            # so they stay resident (the local runtime refuses score_async while offloaded)
-            chunks, futures = [], []
-            for chunk in self.engine.generate_chunks(groups, spec, positions):
-                chunks.append(chunk)
-                futures.append(self.rewards.score_async(chunk.images, chunk.prompts, chunk.metadata))
-            return TrajectoryBatch.cat(chunks), lambda: RewardScores.cat([f.result() for f in futures])
-        self.rewards.offload()
-        batch = self.engine.generate(groups, spec, positions)
-        self.rewards.onload()
-        return batch, lambda: self.rewards.score(batch.images, batch.prompts, batch.metadata)
-
-    def global_group_ids(self, batch: TrajectoryBatch) -> torch.Tensor:
-        return distributed.all_gather_cat(batch.group_ids, self.ranks)  # [world * b]
-
-    def gather_scores(self, batch: TrajectoryBatch, scores: RewardScores) -> RewardScores:
-        """Every rank sees the whole step's rewards, so group statistics cover whole groups
-        and the batch std is the global one (identity on one process)."""
-        if self.ranks.world_size == 1:
-            return scores
-        return RewardScores({name: distributed.all_gather_cat(values, self.ranks)
-                             for name, values in scores.components.items()}, scores.weights)
-
-    def advantages(self, batch: TrajectoryBatch, scores: RewardScores) -> torch.Tensor:
-        """Group-normalised advantages of the whole step [world * b] (ALGORITHMS §2.4)."""
-        adv = self.cfg.algorithm.advantage
-        return aggregate_advantages(scores.components, scores.weights, self.global_group_ids(batch),
-                                    self.cfg.reward.aggregation, per_prompt=adv.per_prompt,
-                                    global_std=adv.global_std, std=adv.std, eps=adv.eps,
-                                    normalize_by_std=adv.normalize_by_std)
+    @property
+    def runs_parity(self) -> bool:
+        """The preflight replays stored SDE log-probs: only for an algorithm that trains on them."""
+        return self.cfg.trainer.parity_check and self.algorithm.needs_old_logprob
 
     def parity(self, batch: TrajectoryBatch) -> dict[str, float]:
         """Replay with unchanged weights: log-probs must equal the rollout's (ALGORITHMS §2.10)."""
@@ -249,7 +198,7 @@ class Trainer:
         log.info("parity preflight: max |log_prob_replay - log_prob_rollout| per step: %s", per_step)
         return {"parity_max_abs_log_prob_diff": max(gaps.values())}
 
-    def update(self, batch: TrajectoryBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
+    def update(self, batch, advantages: torch.Tensor, step: int) -> dict[str, float]:
         self.policy.transformer.train()
         generator = torch.Generator().manual_seed(self.cfg.trainer.seed * 1_000_003 + step)
         # each rank runs 1/world of the micro-batches of an optimizer step; gradients are averaged
@@ -261,13 +210,15 @@ class Trainer:
                             on_optimizer_step=self.ema.on_optimizer_step if self.ema else (lambda: None),
                             on_micro_batch=self.ema.on_micro_batch if self.ema else (lambda: None))
         self.policy.transformer.eval()
-        return result.metrics()
+        return {**result.metrics(), **self.algorithm.after_update(result.optimizer_steps)}
 
     def sync(self, step: int) -> dict[str, float]:
         """Hand the fresh trainable weights to the rollout engine (no-op in-process)."""
         if not self.engine.needs_sync:
             return {}
-        return self.engine.sync(self.trainable_state(), version=step)
+        with self.algorithm.rollout_weights():  # the weights the rollout samples with (NFT: the old policy)
+            state = self.trainable_state()
+        return self.engine.sync(state, version=step)
 
     @property
     def evaluates_ema(self) -> bool:
@@ -297,6 +248,7 @@ class Trainer:
         trainable = self.trainable_state()
         ema = distributed.full_state(self.ema.state_dict()) if self.ema else None
         optimizer = distributed.full_optimizer_state(self.policy.transformer, self.optimizer)
+        algorithm_state = self.algorithm.state_dict()
         path = self.output_dir / name
         if self.ranks.is_main:
             history = self.evaluator.history.to_dict()
@@ -311,7 +263,7 @@ class Trainer:
                                    "grad_scaler": self.scaler.state_dict(),
                                    "world_size": self.ranks.world_size,
                                    "tracker_run_id": self.tracker_run_id},
-                    export=export)
+                    algorithm=algorithm_state or None, export=export)
             if name != "checkpoint-final":
                 run_dir.prune_checkpoints(self.output_dir, self.cfg.trainer.keep_last)
         distributed.barrier(self.ranks)
@@ -319,6 +271,10 @@ class Trainer:
 
     def restore(self, checkpoint) -> None:
         load_trainable_state_dict(self.policy.transformer, checkpoint.trainable)
+        try:
+            self.algorithm.load_state_dict(checkpoint.algorithm or {})
+        except ValueError as exc:
+            raise ResumeError(f"{checkpoint.path}/algorithm.safetensors: {exc}") from exc
         self.sync(checkpoint.step)  # rollout workers start from the restored weights, not the fresh adapter
         distributed.load_full_optimizer_state(self.policy.transformer, self.optimizer, checkpoint.optimizer)
         if self.ema is not None:

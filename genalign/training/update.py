@@ -99,6 +99,8 @@ def run_update(
     """Replay `batch` through the policy and take the optimizer steps of one training step."""
     scaler = scaler or torch.amp.GradScaler("cpu", enabled=False)  # disabled: a pass-through anywhere
     result = UpdateResult(total_samples=len(batch))
+    if len(batch) == 0:  # e.g. online DPO when every group scored evenly: no pair, nothing to learn
+        return result
     accumulation = actor.gradient_accumulation_steps
     step_indices = algorithm.train_step_indices(batch)
     if not step_indices:

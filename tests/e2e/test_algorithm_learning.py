@@ -19,7 +19,10 @@ import pytest
 
 from support import train_recipe as run
 
-pytestmark = pytest.mark.slow
+# `calibration`: the margins below were measured on the 16x16 demo base (or, for some variants,
+# not yet measured); the demo is now 32x32 with another base model, so until they are measured
+# again these run on request (`pytest -m calibration`), not in CI's slow pass.
+pytestmark = [pytest.mark.slow, pytest.mark.calibration]
 
 REWARD_MARGIN = 0.10
 JUDGE_TOLERANCE = 0.02

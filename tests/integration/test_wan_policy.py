@@ -179,3 +179,22 @@ def test_builder_places_weights_in_the_asked_dtype_keeps_the_vae_float32_and_res
     assert torch.get_default_dtype() == torch.float32
     with pytest.raises(ValueError, match="unknown Wan shapes 'huge'.*tiny"):
         build_wan_pipeline("huge")
+
+
+def test_encode_images_is_the_normalised_posterior_mean_that_decode_inverts(policy):
+    """WanImageToVideoPipeline normalises an encoded video as (z - mean) * (1 / std); decode
+    undoes exactly that. 5 frames: the Wan encoder reads 1 + 4k frames whatever the temporal
+    factor (the tiny VAE's is 2, so 5 frames are the 3 latent frames latent_shape says)."""
+    policy = WanPolicy(policy.pipeline, torch.device("cpu"), torch.float32, MAX_TOKENS, num_frames=5)
+    video = torch.randint(0, 256, (2, 5, 3, 32, 32), generator=torch.Generator().manual_seed(1), dtype=torch.uint8)
+    latents = policy.encode_images(video)
+    assert latents.shape == (2, *policy.latent_shape(32, 32)) and latents.dtype == torch.float32
+    config = policy.vae.config
+    mean = torch.tensor(config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(config.latents_std).view(1, -1, 1, 1, 1)
+    with torch.no_grad():
+        raw = policy.vae.encode(video[:1].permute(0, 2, 1, 3, 4).float() / 127.5 - 1.0).latent_dist.mean
+    torch.testing.assert_close(latents[:1], (raw - mean) / std, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(latents[:1] * std + mean, raw, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="video"):
+        policy.encode_images(video[:, 0])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from genalign.data.toy_shapes import IMAGE_SIZE, from_unit_range
+from genalign.data.toy_shapes import IMAGE_SIZE, from_unit_range, to_unit_range
 from genalign.models.base import Condition, ModelConfig, resolve_device, resolve_dtype
 from genalign.models.sd3 import SD3_LORA_TARGETS, SD3_REPEATED_BLOCKS, sd3_transformer_velocity
 from genalign.models.toy.network import ToyTextEncoder, load_toy_model, velocity_from_x0
@@ -101,6 +101,11 @@ class ToyPolicy:
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """Pixels in [-1, 1] [B, 3, 32, 32] -> uint8 [B, 3, 32, 32] on the CPU (no VAE)."""
         return from_unit_range(latents.detach().cpu())
+
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 [B, 3, 16, 16] -> pixels in [-1, 1] float32 on the device (the inverse of
+        `decode` up to uint8 rounding; the toy model has no VAE)."""
+        return to_unit_range(images).to(self.device, torch.float32)
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
         if (height, width) != (self.image_size, self.image_size):

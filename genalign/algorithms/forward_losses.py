@@ -1,0 +1,133 @@
+"""Losses on the forward (noising) process: DiffusionNFT and Flow-DPO (pure; ALGORITHMS §4, §5.3).
+
+Where it fits: `algorithms/nft.py` and `algorithms/dpo.py` noise clean samples x0 to
+x_σ = (1 − σ)·x0 + σ·ε (§1), evaluate velocities there, and hand them to these functions.
+Nothing here touches a model or a log-prob; every input is a tensor, every output a tensor.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+NFT_ADV_MODES = ("all", "positive_only", "negative_only", "one_only", "binary")
+
+
+def _broadcast(per_sample: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """[B] -> [B, 1, ..., 1] with as many dims as `like`."""
+    return per_sample.view(-1, *([1] * (like.dim() - 1)))
+
+
+def _mean_dims(values: torch.Tensor) -> torch.Tensor:
+    """Mean over every non-batch dim: [B, ...] -> [B]."""
+    return values.flatten(1).mean(dim=1)
+
+
+def noised(clean: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x_σ = (1 − σ)·x0 + σ·ε and the flow-matching target v = ε − x0 (§1, §4.1).
+    clean, noise [B, ...]; sigma [B]. Returns (x_σ [B, ...], v [B, ...])."""
+    s = _broadcast(sigma.to(clean.dtype), clean)  # [B, 1, ...]
+    return (1 - s) * clean + s * noise, noise - clean
+
+
+def optimality_probability(advantages: torch.Tensor, adv_clip_max: float, adv_mode: str = "all") -> torch.Tensor:
+    """DiffusionNFT's reward -> r ∈ [0, 1] (§4.2, official `train_nft_sd3.py`):
+    A ← clamp(A, ±adv_clip_max), then `adv_mode` (all | positive_only: max(A, 0) |
+    negative_only: min(A, 0) | one_only: 1 if A > 0 else 0 | binary: sign(A)), then
+    r = clamp(0.5 + 0.5·A / adv_clip_max, 0, 1). advantages [B] -> r [B]."""
+    if adv_mode not in NFT_ADV_MODES:
+        raise ValueError(f"algorithm.nft.adv_mode={adv_mode!r}: choose one of {NFT_ADV_MODES}")
+    clipped = advantages.clamp(-adv_clip_max, adv_clip_max)  # [B]
+    if adv_mode == "positive_only":
+        clipped = clipped.clamp(min=0)
+    elif adv_mode == "negative_only":
+        clipped = clipped.clamp(max=0)
+    elif adv_mode == "one_only":
+        clipped = (clipped > 0).to(clipped.dtype)
+    elif adv_mode == "binary":
+        clipped = torch.sign(clipped)
+    return (clipped / adv_clip_max / 2 + 0.5).clamp(0, 1)  # [B]
+
+
+def implicit_velocities(velocity: torch.Tensor, old_velocity: torch.Tensor,
+                        beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The implicit positive and negative policies of DiffusionNFT (§4.1):
+    v⁺ = (1 − β)·v_old + β·v_θ,  v⁻ = (1 + β)·v_old − β·v_θ. v_old is a constant (detached).
+    Both equal v_old exactly when v_θ == v_old. Shapes [B, ...]."""
+    old = old_velocity.detach()
+    return (1 - beta) * old + beta * velocity, (1 + beta) * old - beta * velocity
+
+
+def adaptive_x0_loss(x0_prediction: torch.Tensor, clean: torch.Tensor, weight_min: float) -> torch.Tensor:
+    """mean_dims (x̂0 − x0)² / w with w = sg(mean_dims |x̂0 − x0|) clipped below at `weight_min`,
+    the weight computed in float64 as the official code does (§4.2). [B, ...] -> [B]."""
+    with torch.no_grad():
+        weight = _mean_dims((x0_prediction.double() - clean.double()).abs()).clamp(min=weight_min)  # [B]
+    squared = (x0_prediction - clean) ** 2  # [B, ...]
+    return _mean_dims(squared / _broadcast(weight, squared).to(squared.dtype))  # [B]
+
+
+class NFTLossOutput(NamedTuple):
+    loss: torch.Tensor  # scalar with grad: adv_clip_max · mean_b ℓ_b
+    positive_loss: torch.Tensor  # [B] detached L⁺
+    negative_loss: torch.Tensor  # [B] detached L⁻
+
+
+def nft_policy_loss(velocity: torch.Tensor, old_velocity: torch.Tensor, noisy: torch.Tensor, clean: torch.Tensor,
+                    sigma: torch.Tensor, optimality: torch.Tensor, beta: float, adv_clip_max: float,
+                    weight_min: float = 1e-5) -> NFTLossOutput:
+    """DiffusionNFT policy loss with adaptive x0 weighting, as the official code computes it (§4.2):
+
+        v± = implicit_velocities(v_θ, v_old, β);  x̂0± = x_σ − σ·v±
+        L± = adaptive_x0_loss(x̂0±, x0);  ℓ = r·L⁺/β + (1 − r)·L⁻/β;  loss = adv_clip_max · mean_b ℓ
+
+    velocity, old_velocity, noisy, clean [B, ...]; sigma, optimality [B]. The x0-space form
+    replaces the velocity MSE of §4.1 (they differ by the per-sample factor σ² that the adaptive
+    weight absorbs); the ×adv_clip_max rescale is the official code's."""
+    if beta <= 0:
+        raise ValueError(f"algorithm.nft.beta must be > 0, got {beta}")
+    positive, negative = implicit_velocities(velocity, old_velocity, beta)  # [B, ...] x2
+    s = _broadcast(sigma.to(noisy.dtype), noisy)  # [B, 1, ...]
+    positive_loss = adaptive_x0_loss(noisy - s * positive, clean, weight_min)  # [B]
+    negative_loss = adaptive_x0_loss(noisy - s * negative, clean, weight_min)  # [B]
+    r = optimality.detach()  # [B]
+    per_sample = r * positive_loss / beta + (1 - r) * negative_loss / beta  # [B]
+    return NFTLossOutput(adv_clip_max * per_sample.mean(), positive_loss.detach(), negative_loss.detach())
+
+
+def old_policy_decay(optimizer_steps: int, flat: int, rate: float, hold: float) -> float:
+    """The soft-update weight of the sampling (old) policy, DiffusionNFT `return_decay` (§4.2):
+    η = 0 before `flat` optimizer steps, then min(rate·(steps − flat), hold).
+    θ_old ← η·θ_old + (1 − η)·θ; η = 0 is a hard copy (on-policy)."""
+    if optimizer_steps < flat:
+        return 0.0
+    return min((optimizer_steps - flat) * rate, hold)
+
+
+class DPOLossOutput(NamedTuple):
+    loss: torch.Tensor  # scalar with grad
+    implicit_accuracy: torch.Tensor  # [P] detached: 1 where the policy prefers the chosen more than the reference does
+    inside: torch.Tensor  # [P] detached logit of the preference
+
+
+def flow_dpo_loss(chosen_error: torch.Tensor, rejected_error: torch.Tensor, ref_chosen_error: torch.Tensor,
+                  ref_rejected_error: torch.Tensor, beta: float) -> DPOLossOutput:
+    """Diffusion-DPO with the flow-matching target (§5.3; Wallace et al., VO `DPOLoss`):
+
+        inside = −½·β·[(e_θ(w) − e_ref(w)) − (e_θ(l) − e_ref(l))],   L = −mean_p log σ(inside)
+
+    Each e is the per-pair velocity MSE mean_dims (v̂(x_σ) − (ε − x0))² [P], the chosen (w) and
+    rejected (l) images noised with the same σ and ε. At e_θ == e_ref, L = log 2."""
+    if beta <= 0:
+        raise ValueError(f"algorithm.dpo.beta must be > 0, got {beta}")
+    margin = (chosen_error - ref_chosen_error.detach()) - (rejected_error - ref_rejected_error.detach())  # [P]
+    inside = -0.5 * beta * margin  # [P]
+    loss = -F.logsigmoid(inside).mean()
+    return DPOLossOutput(loss, (inside.detach() > 0).float(), inside.detach())
+
+
+def velocity_error(velocity: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """mean_dims (v̂ − v)²: [B, ...] -> [B] (the flow-matching loss per sample)."""
+    return _mean_dims((velocity.float() - target.float()) ** 2)

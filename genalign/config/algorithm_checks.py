@@ -1,0 +1,67 @@
+"""Cross-block checks of the algorithm choice: what each algorithm needs from the rollout and data.
+
+Where it fits: `validate` calls `algorithm_problems` beside its other checks, so a combination
+that cannot train is a config error naming the keys before any model loads:
+* grpo trains on SDE log-probs: rollout.noise_level must be > 0 (checked in `validate`).
+* nft trains on clean samples from any sampler (ODE or SDE), CFG-free: rollout.guidance_scale
+  must be 1 (samples must come from v_old); its KL is on the velocity.
+* dpo needs pairs: online, at least two samples per prompt; offline, a preference manifest.
+"""
+
+from __future__ import annotations
+
+from genalign.algorithms.forward_losses import NFT_ADV_MODES
+from genalign.config.schema import ExperimentConfig
+
+DPO_SOURCES = ("online", "offline")
+
+
+def algorithm_problems(cfg: ExperimentConfig) -> list[str]:
+    algorithm, rollout = cfg.algorithm, cfg.rollout
+    problems: list[str] = []
+    offline = algorithm.name == "dpo" and algorithm.dpo.source == "offline"
+    if cfg.data.preference_manifest is not None and not offline:
+        problems.append(f"data.preference_manifest is set but only algorithm.name=dpo with algorithm.dpo.source="
+                        f"offline reads it (algorithm.name={algorithm.name!r}); remove it or select offline DPO")
+    if algorithm.name == "nft":
+        nft = algorithm.nft
+        if rollout.guidance_scale != 1.0:
+            problems.append(f"algorithm.name=nft trains CFG-free: its samples must come from the old policy's own "
+                            f"velocity, so set rollout.guidance_scale=1.0 (got {rollout.guidance_scale})")
+        if algorithm.kl_beta > 0 and algorithm.kl_type != "velocity":
+            problems.append("algorithm.name=nft has no SDE mean to compare: with algorithm.kl_beta > 0 set "
+                            "algorithm.kl_type=velocity (DiffusionNFT's KL is mean (v - v_ref)^2)")
+        if nft.beta <= 0:
+            problems.append(f"algorithm.nft.beta must be > 0, got {nft.beta}")
+        if nft.adv_mode not in NFT_ADV_MODES:
+            problems.append(f"algorithm.nft.adv_mode={nft.adv_mode!r}: choose one of {', '.join(NFT_ADV_MODES)}")
+        if nft.adaptive_weight_min <= 0:
+            problems.append(f"algorithm.nft.adaptive_weight_min must be > 0, got {nft.adaptive_weight_min}")
+        if nft.old_decay_flat < 0 or nft.old_decay_rate < 0:
+            problems.append("algorithm.nft.old_decay_flat and old_decay_rate must be >= 0, got "
+                            f"{nft.old_decay_flat} and {nft.old_decay_rate}")
+        if not 0 <= nft.old_decay_max < 1:
+            problems.append(f"algorithm.nft.old_decay_max must be in [0, 1) (1 would freeze the sampling policy), "
+                            f"got {nft.old_decay_max}")
+    if algorithm.name == "dpo":
+        dpo = algorithm.dpo
+        if dpo.beta <= 0:
+            problems.append(f"algorithm.dpo.beta must be > 0, got {dpo.beta}")
+        if dpo.source not in DPO_SOURCES:
+            problems.append(f"algorithm.dpo.source={dpo.source!r}: choose one of {', '.join(DPO_SOURCES)}")
+        elif offline and cfg.data.preference_manifest is None:
+            problems.append("algorithm.dpo.source=offline needs data.preference_manifest (a .jsonl of prompt/chosen/"
+                            "rejected rows, docs/preference_data.md)")
+        elif not offline and rollout.n < 2:
+            problems.append(f"algorithm.name=dpo online pairs the best and worst sample of each prompt group: "
+                            f"rollout.n must be >= 2, got {rollout.n}")
+        if dpo.source in DPO_SOURCES and rollout.rollout_batch_size > 0 and cfg.actor.gradient_accumulation_steps > 0:
+            pairs = rollout.rollout_batch_size  # one pair per prompt (group) per step
+            micro = cfg.actor.micro_batch_size or rollout.sample_batch_size
+            micro_batches = -(-pairs // max(micro, 1)) * cfg.actor.num_inner_epochs
+            if micro_batches % cfg.actor.gradient_accumulation_steps:
+                problems.append(f"actor.gradient_accumulation_steps={cfg.actor.gradient_accumulation_steps} must "
+                                f"divide the {micro_batches} pair micro-batches per step (ceil(rollout."
+                                f"rollout_batch_size={pairs} pairs / train micro-batch {micro}) * "
+                                "actor.num_inner_epochs)")
+    return problems

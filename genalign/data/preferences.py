@@ -1,0 +1,100 @@
+"""Offline preference data for Flow-DPO: a manifest of (prompt, chosen image, rejected image).
+
+Where it fits: `algorithm.name=dpo algorithm.dpo.source=offline` trains from
+`data.preference_manifest` instead of a rollout. The layout (docs/preference_data.md):
+a .jsonl file, one object per line,
+
+    {"prompt": "a red circle", "chosen": "images/0000_w.png", "rejected": "images/0000_l.png"}
+
+with image paths relative to the manifest's folder (absolute paths are taken as given).
+Images are RGB (or RGBA/grey, converted) PNG/JPEG files of the rollout's height x width.
+`preference_problems` checks every row — fields, files, sizes — before any model loads,
+each problem naming the file and line; `load_preference_images` reads the pixels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from genalign.data.prompts import ManifestError, PromptExample, load_manifest, resolve_data_path
+
+IMAGE_FIELDS = ("chosen", "rejected")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
+MAX_REPORTED = 20
+
+
+@dataclass(frozen=True)
+class PreferenceRow:
+    prompt: str
+    chosen: Path
+    rejected: Path
+    source: str
+    """"manifest:line", for messages."""
+
+
+def _image_problem(value: object, field_name: str, base: Path, size: tuple[int, int] | None) -> tuple[Path | None, str | None]:
+    if not isinstance(value, str) or not value.strip():
+        return None, f"has no \"{field_name}\" image path (a non-empty string relative to the manifest's folder)"
+    path = Path(value).expanduser()
+    path = path if path.is_absolute() else base / path
+    if path.suffix.lower() not in IMAGE_SUFFIXES:
+        return None, f"\"{field_name}\": {value} is not an image file ({', '.join(IMAGE_SUFFIXES)})"
+    if not path.is_file():
+        return None, f"\"{field_name}\": {path} does not exist"
+    if size is not None:
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with Image.open(path) as image:
+                found = (image.height, image.width)
+        except (UnidentifiedImageError, OSError) as exc:
+            return None, f"\"{field_name}\": {path} cannot be read as an image ({exc})"
+        if found != size:
+            return None, (f"\"{field_name}\": {path} is {found[0]}x{found[1]}, the rollout is {size[0]}x{size[1]} "
+                          "(rollout.height x rollout.width)")
+    return path, None
+
+
+def read_preferences(path: str, config_key: str = "data.preference_manifest",
+                     size: tuple[int, int] | None = None) -> list[PreferenceRow]:
+    """Every row of a preference manifest; a `ManifestError` lists every bad row (file:line).
+    `size` (height, width) also opens each image header and checks its size."""
+    if not str(path).lower().endswith(".jsonl"):
+        raise ManifestError(f"{config_key}: {path} must be a .jsonl file of {{\"prompt\", \"chosen\", \"rejected\"}} "
+                            "rows (docs/preference_data.md)")
+    examples: list[PromptExample] = load_manifest(path, config_key)  # prompt checks, file:line sources
+    base = resolve_data_path(path, config_key).parent
+    rows, errors = [], []
+    for example in examples:
+        paths = {}
+        for field_name in IMAGE_FIELDS:
+            image_path, problem = _image_problem(example.metadata.get(field_name), field_name, base, size)
+            if problem:
+                errors.append(f"{example.source} {problem}")
+            paths[field_name] = image_path
+        if all(paths.values()):
+            rows.append(PreferenceRow(example.prompt, paths["chosen"], paths["rejected"], example.source))
+    if errors:
+        listed = errors[:MAX_REPORTED] + ([f"... and {len(errors) - MAX_REPORTED} more"] if len(errors) > MAX_REPORTED else [])
+        raise ManifestError(f"{config_key}: {path} has {len(errors)} bad row(s):\n  " + "\n  ".join(listed))
+    return rows
+
+
+def load_image(path: Path) -> torch.Tensor:
+    """An image file -> uint8 [3, H, W] (RGB)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        pixels = np.asarray(image.convert("RGB"), dtype=np.uint8)  # [H, W, 3]
+    return torch.from_numpy(pixels.copy()).permute(2, 0, 1)  # [3, H, W]
+
+
+def load_preference_images(rows: list[PreferenceRow]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(chosen, rejected) uint8 [N, 3, H, W] each, in row order."""
+    chosen = torch.stack([load_image(row.chosen) for row in rows])
+    rejected = torch.stack([load_image(row.rejected) for row in rows])
+    return chosen, rejected

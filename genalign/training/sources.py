@@ -1,0 +1,157 @@
+"""Batch sources: what a training step trains on, with its reward and advantage columns.
+
+Where it fits: steps 1–4 of the loop (DESIGN §2). The trainer asks its source for the step's
+`StepData` and hands `units` and `advantages` to the update; it never asks where they came from.
+* `OnlineRollout` — sample prompt groups with the rollout engine (under the algorithm's
+  `rollout_weights`), score them, normalise advantages per group, and let the algorithm turn
+  trajectories into its training units (`training_batch`).
+* `OfflinePreferences` — Flow-DPO from a preference dataset on disk: no rollout, no scoring;
+  the images are encoded to latents once, and each step draws its pairs in a seeded order.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from genalign.algorithms.advantages import advantage_stats, aggregate_advantages, zero_std_group_fraction
+from genalign.algorithms.base import Algorithm
+from genalign.config.plan import RunPlan
+from genalign.config.schema import ExperimentConfig
+from genalign.data.prompts import load_manifest
+from genalign.data.sampler import PromptSampler
+from genalign.models.base import FlowPolicy
+from genalign.rewards.composite import RewardScores
+from genalign.rollout.batch import TrajectoryBatch
+from genalign.rollout.pairs import PreferencePairs
+from genalign.training import distributed
+
+
+@dataclass
+class StepData:
+    units: Any
+    """What the update trains on: a `TrajectoryBatch` or `PreferencePairs` (len/index/to)."""
+    advantages: torch.Tensor
+    """[U] one per unit (this rank's)."""
+    trajectories: TrajectoryBatch | None = None
+    """The step's rollout (the parity preflight replays it); None offline."""
+    generated: int = 0
+    """Samples generated this step by this rank (0 offline)."""
+    row: dict[str, float] = field(default_factory=dict)
+    """Reward and advantage columns of the metrics row."""
+    times: dict[str, float] = field(default_factory=dict)
+    """time_rollout_s and time_reward_s (seconds of this step's collection)."""
+
+
+class OnlineRollout:
+    def __init__(self, cfg: ExperimentConfig, plan: RunPlan, engine, rewards, algorithm: Algorithm, spec, ranks):
+        self.cfg, self.plan, self.engine, self.rewards = cfg, plan, engine, rewards
+        self.algorithm, self.spec, self.ranks = algorithm, spec, ranks
+        self.sampler = PromptSampler(load_manifest(cfg.data.manifest, "data.manifest"), plan.prompts_per_step,
+                                     plan.samples_per_prompt, cfg.trainer.seed, shuffle=cfg.data.shuffle,
+                                     same_initial_noise=cfg.rollout.same_initial_noise)
+
+    def collect(self, step: int) -> StepData:
+        times = {}
+        start = time.perf_counter()
+        with self.algorithm.rollout_weights():
+            batch, pending_scores = self.rollout(step)
+        times["time_rollout_s"] = time.perf_counter() - start
+
+        start = time.perf_counter()  # with async scoring: the wait for what was not done yet
+        scores = self.gather_scores(pending_scores())
+        step_advantages = self.advantages(batch, scores)  # [world * b], the whole step
+        offset = self.ranks.rank * len(batch)
+        advantages = step_advantages[offset:offset + len(batch)]  # [b] this rank's samples
+        times["time_reward_s"] = time.perf_counter() - start
+        units, unit_advantages = self.algorithm.training_batch(batch, advantages)
+        row = {**scores.stats(prefix="reward"),
+               "zero_std_ratio": zero_std_group_fraction(scores.total, self.global_group_ids(batch)),
+               **{f"adv_{k}": v for k, v in advantage_stats(step_advantages).items()}}
+        return StepData(units, unit_advantages, batch, len(batch), row, times)
+
+    def rollout(self, step: int) -> tuple[TrajectoryBatch, Callable[[], RewardScores]]:
+        """The step's trajectories and a callable returning their reward scores. With
+        reward.async_scoring each finished chunk is sent to the reward runtime while the next
+        one is sampled; otherwise scoring starts when the callable is called."""
+        groups = self.sampler.sample(step)
+        spec = self.spec.at_step(step)  # the step's SDE window (a pure function of the step)
+        positions = None
+        if self.ranks.world_size > 1:  # this rank's whole prompt groups
+            positions = distributed.rank_positions(len(groups), self.plan.samples_per_prompt, self.ranks)
+        if self.cfg.reward.async_scoring:
+            # no offload around sampling here: the reward models score while the policy samples,
+            # so they stay resident (the local runtime refuses score_async while offloaded)
+            chunks, futures = [], []
+            for chunk in self.engine.generate_chunks(groups, spec, positions):
+                chunks.append(chunk)
+                futures.append(self.rewards.score_async(chunk.images, chunk.prompts, chunk.metadata))
+            return TrajectoryBatch.cat(chunks), lambda: RewardScores.cat([f.result() for f in futures])
+        self.rewards.offload()
+        batch = self.engine.generate(groups, spec, positions)
+        self.rewards.onload()
+        return batch, lambda: self.rewards.score(batch.images, batch.prompts, batch.metadata)
+
+    def global_group_ids(self, batch: TrajectoryBatch) -> torch.Tensor:
+        return distributed.all_gather_cat(batch.group_ids, self.ranks)  # [world * b]
+
+    def gather_scores(self, scores: RewardScores) -> RewardScores:
+        """Every rank sees the whole step's rewards, so group statistics cover whole groups
+        and the batch std is the global one (identity on one process)."""
+        if self.ranks.world_size == 1:
+            return scores
+        return RewardScores({name: distributed.all_gather_cat(values, self.ranks)
+                             for name, values in scores.components.items()}, scores.weights)
+
+    def advantages(self, batch: TrajectoryBatch, scores: RewardScores) -> torch.Tensor:
+        """Group-normalised advantages of the whole step [world * b] (ALGORITHMS §2.4)."""
+        adv = self.cfg.algorithm.advantage
+        return aggregate_advantages(scores.components, scores.weights, self.global_group_ids(batch),
+                                    self.cfg.reward.aggregation, per_prompt=adv.per_prompt,
+                                    global_std=adv.global_std, std=adv.std, eps=adv.eps,
+                                    normalize_by_std=adv.normalize_by_std)
+
+
+class OfflinePreferences:
+    """Flow-DPO pairs from `data.preference_manifest` (docs/preference_data.md).
+
+    Every image is encoded once with the policy's `encode_images` (the VAE for SD3; pixels for
+    the toy model) and kept on the CPU; prompts are encoded once. A step takes
+    `rollout.rollout_batch_size` pairs — this rank's share of them under torchrun — in the
+    `PromptSampler` order (seeded epoch permutations), so resume draws the same pairs."""
+
+    def __init__(self, cfg: ExperimentConfig, plan: RunPlan, policy: FlowPolicy, ranks):
+        from genalign.data.preferences import load_preference_images, read_preferences
+        from genalign.data.prompts import PromptExample
+        from genalign.rollout.collector import encode_unique
+
+        self.ranks = ranks
+        rows = read_preferences(cfg.data.preference_manifest, size=(cfg.rollout.height, cfg.rollout.width))
+        chosen_images, rejected_images = load_preference_images(rows)  # [N, 3, H, W] uint8 x2
+        with torch.no_grad():
+            self.chosen = torch.cat([policy.encode_images(chunk).cpu()
+                                     for chunk in chosen_images.split(cfg.rollout.sample_batch_size)])  # [N, ...]
+            self.rejected = torch.cat([policy.encode_images(chunk).cpu()
+                                       for chunk in rejected_images.split(cfg.rollout.sample_batch_size)])
+        self.prompts = [row.prompt for row in rows]
+        self.condition = encode_unique(policy, self.prompts, with_negative=False).to("cpu")
+        self.sigmas = policy.sigmas(cfg.rollout.num_steps, tuple(self.chosen.shape[1:])).float().cpu()  # [T+1]
+        examples = [PromptExample(row.prompt, index, row.source) for index, row in enumerate(rows)]
+        self.sampler = PromptSampler(examples, plan.prompts_per_step, 1, cfg.trainer.seed, shuffle=cfg.data.shuffle)
+
+    def collect(self, step: int) -> StepData:
+        start = time.perf_counter()
+        drawn = self.sampler.sample(step)  # samples_per_prompt 1: one sample = one pair
+        take = list(range(len(drawn)))
+        if self.ranks.world_size > 1:  # this rank's share of the step's pairs
+            take = distributed.rank_positions(len(drawn), 1, self.ranks)
+        rows = [int(drawn.prompt_ids[i]) for i in take]  # manifest rows = pair indices
+        pairs = PreferencePairs(prompts=[self.prompts[i] for i in rows], seeds=drawn.seeds[take],
+                                condition=self.condition.index(torch.tensor(rows)),
+                                chosen=self.chosen[rows], rejected=self.rejected[rows], sigmas=self.sigmas)
+        pairs.validate()
+        return StepData(pairs, torch.ones(len(pairs)), None, 0, {"pairs": float(len(pairs))},
+                        {"time_rollout_s": time.perf_counter() - start, "time_reward_s": 0.0})

@@ -1,0 +1,109 @@
+"""DiffusionNFT and Flow-DPO algorithm classes on the linear test policy."""
+
+import pytest
+import torch
+
+from genalign.algorithms.config import AlgorithmConfig, NFTConfig
+from genalign.algorithms.dpo import FlowDPO, best_worst_pairs
+from genalign.algorithms.forward_draws import forward_draws
+from genalign.algorithms.nft import DiffusionNFT
+from genalign.rollout.collector import SamplingSpec, generate
+from genalign.training.reference import ReferencePolicy
+from support import make_groups
+
+
+def ode_rollout(policy):
+    spec = SamplingSpec(height=4, width=4, num_steps=4, guidance_scale=1.0, noise_level=0.0, chunk_size=3)
+    return generate(policy, make_groups(), spec)
+
+
+def trainable(policy):
+    return {name: p for name, p in policy.transformer.named_parameters() if p.requires_grad}
+
+
+def test_forward_draws_are_a_per_sample_permutation_and_batch_independent():
+    seeds = torch.tensor([11, 12, 13])
+    indices = torch.stack([forward_draws(seeds, j, 5, (2,))[0] for j in range(5)])  # [5, B]
+    for column in indices.T:
+        assert sorted(column.tolist()) == [0, 1, 2, 3, 4]
+    alone_index, alone_noise = forward_draws(seeds[1:2], 2, 5, (2,))
+    index, noise = forward_draws(seeds, 2, 5, (2,))
+    assert alone_index[0] == index[1] and torch.equal(alone_noise[0], noise[1])
+    assert not torch.equal(forward_draws(seeds, 0, 5, (2,))[1], forward_draws(seeds, 1, 5, (2,))[1])
+
+
+def test_nft_old_policy_equals_current_at_start_and_lags_after_soft_update(linear_policy):
+    batch = ode_rollout(linear_policy)
+    params = trainable(linear_policy)
+    algo = DiffusionNFT(AlgorithmConfig(name="nft", kl_beta=0.0), parameters=params)
+    advantages = torch.zeros(len(batch))  # r = 0.5 everywhere
+    loss, stats = algo.compute_loss(linear_policy, batch, advantages, 0)
+    # θ_old == θ: the implicit policies coincide, L⁺ == L⁻, and with r = 0.5 the gradient is 0
+    assert torch.equal(stats["old_velocity_gap"], torch.zeros(len(batch)))
+    assert torch.equal(stats["nft_positive_loss"], stats["nft_negative_loss"])
+    loss.backward()
+    assert max(p.grad.abs().max().item() for p in params.values()) < 1e-6
+    # move θ, then soft-update: θ_old = η·θ_old + (1 − η)·θ with η = min(0.001·2, 0.5)
+    before = {n: p.detach().clone() for n, p in params.items()}
+    with torch.no_grad():
+        for p in params.values():
+            p.add_(1.0)
+    assert algo.after_update(2) == {"old_policy_decay": pytest.approx(0.002)}
+    for name, p in params.items():
+        torch.testing.assert_close(algo.old.shadow[name], 0.002 * before[name] + 0.998 * p.detach())
+    with algo.rollout_weights():  # the rollout samples with θ_old
+        for name, p in params.items():
+            assert torch.equal(p.detach(), algo.old.shadow[name])
+    assert torch.equal(params["latent.bias"].detach(), before["latent.bias"] + 1.0)  # restored
+
+
+def test_nft_state_round_trips(linear_policy):
+    params = trainable(linear_policy)
+    algo = DiffusionNFT(AlgorithmConfig(name="nft", nft=NFTConfig()), parameters=params)
+    with torch.no_grad():
+        params["latent.bias"].add_(0.5)
+    algo.after_update(3)
+    state = algo.state_dict()
+    fresh = DiffusionNFT(AlgorithmConfig(name="nft"), parameters=params)
+    fresh.load_state_dict(state)
+    assert fresh.optimizer_steps == 3
+    for name in params:
+        assert torch.equal(fresh.old.shadow[name], algo.old.shadow[name])
+    with pytest.raises(ValueError, match="optimizer_steps"):
+        fresh.load_state_dict({})
+
+
+def test_best_worst_pairs_skip_constant_groups():
+    advantages = torch.tensor([0.1, 0.5, -0.2, 0.0, 0.0, 0.0, 1.0, 1.0, -1.0])
+    groups = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    chosen, rejected = best_worst_pairs(advantages, groups)
+    assert chosen.tolist() == [1, 6] and rejected.tolist() == [2, 8]
+
+
+def test_dpo_online_pairs_and_loss_at_reference(linear_policy):
+    batch = ode_rollout(linear_policy)  # 2 groups of 3
+    algo = FlowDPO(AlgorithmConfig(name="dpo"), ReferencePolicy(linear_policy, "full"))
+    advantages = torch.tensor([1.0, -1.0, 0.0, 0.5, 0.2, -0.3])
+    pairs, pair_advantages = algo.training_batch(batch, advantages)
+    assert len(pairs) == 2 and pair_advantages.tolist() == pytest.approx([2.0, 0.8])
+    assert torch.equal(pairs.chosen[0], batch.latents[0, -1]) and torch.equal(pairs.rejected[1], batch.latents[5, -1])
+    loss, stats = algo.compute_loss(linear_policy, pairs, pair_advantages, 0)
+    # the policy is still the reference: −log σ(0) = log 2
+    assert loss.item() == pytest.approx(0.6931471805599453)
+    assert torch.equal(stats["dpo_logit"], torch.zeros(2))
+    loss.backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in linear_policy.transformer.parameters())
+
+
+def test_dpo_step_without_pairs_trains_nothing(linear_policy):
+    from genalign.training.config import ActorConfig
+    from genalign.training.update import run_update
+
+    batch = ode_rollout(linear_policy)
+    algo = FlowDPO(AlgorithmConfig(name="dpo"), ReferencePolicy(linear_policy, "full"))
+    pairs, pair_advantages = algo.training_batch(batch, torch.zeros(len(batch)))  # every group constant
+    assert len(pairs) == 0
+    params = list(trainable(linear_policy).values())
+    result = run_update(linear_policy, algo, torch.optim.AdamW(params), params, pairs, pair_advantages,
+                        ActorConfig(gradient_accumulation_steps=1), 4, torch.Generator().manual_seed(0))
+    assert result.optimizer_steps == 0 and result.metrics()["trained_fraction"] == 0.0
