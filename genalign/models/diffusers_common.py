@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from genalign.models.base import guided_velocity
+from genalign.models.base import ModelConfig, guided_velocity, resolve_device, resolve_dtype
 from genalign.sampling.schedules import dynamic_shift_mu, pipeline_sigmas
 
 CFG_BATCHES = ("joint", "split")
@@ -224,3 +224,58 @@ def wan_vae_decode_uint8(vae: torch.nn.Module, latents: torch.Tensor) -> torch.T
     mean, inverse_std = _wan_latent_stats(vae, latents.device)  # [1, C, 1, 1, 1] each
     pixels = vae.decode(latents.float() / inverse_std + mean, return_dict=False)[0]  # [B, 3, F, H, W] in [-1, 1]
     return images_to_uint8(pixels.permute(0, 2, 1, 3, 4))  # [B, F, 3, H, W]
+
+
+class PipelineLoading:
+    """`from_config` / `from_pretrained` of a family policy built as
+    `cls(pipeline, device, dtype, max_sequence_length, cfg_batch, **family_options)` from a
+    diffusers pipeline (`diffusers_pipeline`, a class name). One place for every family, so a
+    family declares only what differs: its pipeline class and `config_options`."""
+
+    diffusers_pipeline: str
+    config_options: tuple[str, ...] = ()
+    """`model.*` keys the family's constructor takes as keywords (e.g. embedded_guidance)."""
+
+    text_encoder_names: tuple[str, ...] = ("text_encoder",)
+    """The pipeline's text encoder attributes (frozen, in the compute dtype)."""
+    tokenizer_names: tuple[str, ...] = ("tokenizer",)
+    """The pipeline's tokenizer attributes (checked at load)."""
+
+    @property
+    def text_encoders(self) -> list[torch.nn.Module]:
+        return [getattr(self.pipeline, name) for name in self.text_encoder_names]
+
+    @property
+    def tokenizers(self) -> list:
+        return [getattr(self.pipeline, name) for name in self.tokenizer_names]
+
+    def _adopt(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int, cfg_batch: str,
+               label: str) -> None:
+        """The part of every family's constructor that is the same: check the tokenizers, keep
+        the settings, freeze the text encoders and the transformer in `dtype` and the VAE in
+        float32 (decoding stays full precision, as the pipelines' upcast does)."""
+        check_tokenizers(pipeline, self.tokenizer_names, label)
+        self.pipeline = pipeline
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.max_sequence_length = max_sequence_length
+        self.cfg_batch = cfg_batch
+        for name in self.text_encoder_names:
+            place(getattr(pipeline, name), self.device, dtype).requires_grad_(False).eval()
+        self.vae = place(pipeline.vae, self.device, torch.float32).requires_grad_(False).eval()
+        self.transformer = place(pipeline.transformer, self.device, dtype).requires_grad_(False)
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig):
+        return cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device),
+                                   revision=cfg.revision, max_sequence_length=cfg.max_sequence_length,
+                                   cfg_batch=cfg.cfg_batch, **{name: getattr(cfg, name) for name in cls.config_options})
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
+                        device: str | torch.device = "cpu", revision: str | None = None, **options):
+        """Load from a hub id or a local `save_pretrained` directory through diffusers;
+        `options` (max_sequence_length, cfg_batch, the family's own) go to the constructor,
+        whose defaults hold for those not given."""
+        pipeline = load_pipeline(cls.diffusers_pipeline, str(path), dtype, revision)
+        return cls(pipeline, torch.device(device), dtype, **options)

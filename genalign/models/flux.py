@@ -21,13 +21,12 @@ FLUX specifics, each checked against FluxPipeline on the tiny model
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 
-from genalign.models.base import Condition, ModelConfig, compute_precision, resolve_device, resolve_dtype
-from genalign.models.diffusers_common import (cfg_velocity, check_image_size, check_tokenizers, guidance_embedding,
-                                              load_pipeline, pack_2x2, place, scheduler_sigmas, unpack_2x2,
+from genalign.models.base import Condition, compute_precision
+from genalign.models.diffusers_common import (PipelineLoading, cfg_velocity, check_image_size,
+                                              guidance_embedding, pack_2x2, scheduler_sigmas, unpack_2x2,
                                               vae_decode_uint8, vae_encode)
 
 FLUX_REPEATED_BLOCKS = ("FluxTransformerBlock", "FluxSingleTransformerBlock")
@@ -50,54 +49,26 @@ def latent_image_ids(token_rows: int, token_cols: int, device: torch.device) -> 
     return torch.stack([torch.zeros_like(rows), rows, cols], dim=-1).reshape(-1, 3)  # [rows·cols, 3]
 
 
-class FluxPolicy:
+class FluxPolicy(PipelineLoading):
     """FLUX.1: the MMDiT transformer is the denoiser; CLIP-L (pooled) + T5 encode; the VAE decodes."""
 
     family = "flux"
     diffusers_pipeline = "FluxPipeline"
     """Pipeline class whose `load_lora_weights` loads our exported LoRA."""
+    config_options = ("embedded_guidance",)
+    """`model.*` keys the constructor takes (PipelineLoading.from_config)."""
     lora_target_modules = FLUX_LORA_TARGETS
+    text_encoder_names = _TEXT_ENCODERS
+    tokenizer_names = _TOKENIZERS
     repeated_blocks = FLUX_REPEATED_BLOCKS
 
     def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 512,
                  cfg_batch: str = "joint", embedded_guidance: float | None = None):
-        check_tokenizers(pipeline, _TOKENIZERS, "FLUX")
-        self.pipeline = pipeline
-        self.device = torch.device(device)
-        self.dtype = dtype
-        self.max_sequence_length = max_sequence_length
-        self.cfg_batch = cfg_batch
-        for name in _TEXT_ENCODERS:
-            place(getattr(pipeline, name), self.device, dtype).requires_grad_(False).eval()
-        self.vae = place(pipeline.vae, self.device, torch.float32).requires_grad_(False).eval()
-        self.transformer = place(pipeline.transformer, self.device, dtype).requires_grad_(False)
+        self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, "FLUX")
         self.embedded_guidance = embedded_guidance
         guidance_embedding(self.transformer, embedded_guidance, 1, self.device)  # fail at load, not mid-rollout
         self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
         self.latent_channels = int(self.transformer.config.in_channels) // 4
-
-    @property
-    def text_encoders(self) -> list[torch.nn.Module]:
-        return [getattr(self.pipeline, name) for name in _TEXT_ENCODERS]
-
-    @property
-    def tokenizers(self) -> list:
-        return [getattr(self.pipeline, name) for name in _TOKENIZERS]
-
-    @classmethod
-    def from_config(cls, cfg: ModelConfig) -> "FluxPolicy":
-        return cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device),
-                                   revision=cfg.revision, max_sequence_length=cfg.max_sequence_length,
-                                   cfg_batch=cfg.cfg_batch, embedded_guidance=cfg.embedded_guidance)
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
-                        device: str | torch.device = "cpu", revision: str | None = None,
-                        max_sequence_length: int = 512, cfg_batch: str = "joint",
-                        embedded_guidance: float | None = None) -> "FluxPolicy":
-        """Load from a hub id or a local `save_pretrained` directory through diffusers."""
-        pipeline = load_pipeline(cls.diffusers_pipeline, str(path), dtype, revision)
-        return cls(pipeline, torch.device(device), dtype, max_sequence_length, cfg_batch, embedded_guidance)
 
     def _encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         embeds, pooled, _ = self.pipeline.encode_prompt(

@@ -22,14 +22,12 @@ Qwen-Image specifics, each checked against QwenImagePipeline on the tiny model
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 
-from genalign.models.base import (Condition, ModelConfig, compute_precision, guided_velocity, rescale_to_norm,
-                                  resolve_device, resolve_dtype)
-from genalign.models.diffusers_common import (cfg_velocity, check_image_size, check_tokenizers, guidance_embedding,
-                                              load_pipeline, pack_2x2, place, scheduler_sigmas, unpack_2x2,
+from genalign.models.base import Condition, compute_precision, guided_velocity, rescale_to_norm
+from genalign.models.diffusers_common import (PipelineLoading, cfg_velocity, check_image_size,
+                                              guidance_embedding, pack_2x2, scheduler_sigmas, unpack_2x2,
                                               wan_vae_decode_uint8, wan_vae_encode)
 
 QWEN_IMAGE_REPEATED_BLOCKS = ("QwenImageTransformerBlock",)
@@ -50,49 +48,25 @@ def norm_preserving_cfg(uncond: torch.Tensor, cond: torch.Tensor, guidance_scale
     return rescale_to_norm(guided_velocity(uncond, cond, guidance_scale, detach_uncond), cond)  # [B, N, D]
 
 
-class QwenImagePolicy:
+class QwenImagePolicy(PipelineLoading):
     """Qwen-Image: the MMDiT transformer is the denoiser; Qwen2.5-VL encodes; a 3D-causal VAE decodes."""
 
     family = "qwen_image"
     diffusers_pipeline = "QwenImagePipeline"
     """Pipeline class whose `load_lora_weights` loads our exported LoRA."""
+    config_options = ("embedded_guidance",)
+    """`model.*` keys the constructor takes (PipelineLoading.from_config)."""
     lora_target_modules = QWEN_IMAGE_LORA_TARGETS
     repeated_blocks = QWEN_IMAGE_REPEATED_BLOCKS
 
     def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 512,
                  cfg_batch: str = "joint", embedded_guidance: float | None = None):
-        check_tokenizers(pipeline, ("tokenizer",), "Qwen-Image")
-        self.pipeline = pipeline
-        self.device = torch.device(device)
-        self.dtype = dtype
-        self.max_sequence_length = max_sequence_length
-        self.cfg_batch = cfg_batch
-        self.text_encoder = place(pipeline.text_encoder, self.device, dtype).requires_grad_(False).eval()
-        self.vae = place(pipeline.vae, self.device, torch.float32).requires_grad_(False).eval()
-        self.transformer = place(pipeline.transformer, self.device, dtype).requires_grad_(False)
+        self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, "Qwen-Image")
+        self.text_encoder = pipeline.text_encoder
         self.embedded_guidance = embedded_guidance
         guidance_embedding(self.transformer, embedded_guidance, 1, self.device)  # fail at load, not mid-rollout
         self.vae_scale_factor = 2 ** len(self.vae.temperal_downsample)
         self.latent_channels = int(self.transformer.config.in_channels) // 4
-
-    @property
-    def text_encoders(self) -> list[torch.nn.Module]:
-        return [self.text_encoder]
-
-    @classmethod
-    def from_config(cls, cfg: ModelConfig) -> "QwenImagePolicy":
-        return cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device),
-                                   revision=cfg.revision, max_sequence_length=cfg.max_sequence_length,
-                                   cfg_batch=cfg.cfg_batch, embedded_guidance=cfg.embedded_guidance)
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
-                        device: str | torch.device = "cpu", revision: str | None = None,
-                        max_sequence_length: int = 512, cfg_batch: str = "joint",
-                        embedded_guidance: float | None = None) -> "QwenImagePolicy":
-        """Load from a hub id or a local `save_pretrained` directory through diffusers."""
-        pipeline = load_pipeline(cls.diffusers_pipeline, str(path), dtype, revision)
-        return cls(pipeline, torch.device(device), dtype, max_sequence_length, cfg_batch, embedded_guidance)
 
     def _encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """The pipeline's `encode_prompt`, padded to max_sequence_length: embeds [B, L, D] with

@@ -16,12 +16,11 @@ VAE are frozen; only the transformer is ever trained (LoRA or full, `training/lo
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import torch
 
-from genalign.models.base import Condition, ModelConfig, compute_precision, resolve_device, resolve_dtype
-from genalign.models.diffusers_common import (cfg_velocity, check_image_size, check_tokenizers, load_pipeline, place,
+from genalign.models.base import Condition, compute_precision
+from genalign.models.diffusers_common import (PipelineLoading, cfg_velocity, check_image_size,
                                               vae_decode_uint8, vae_encode)
 from genalign.sampling.schedules import flow_match_sigmas
 
@@ -61,52 +60,23 @@ def sd3_transformer_velocity(transformer: torch.nn.Module, latents: torch.Tensor
                         guidance_scale, detach_uncond, cfg_batch)
 
 
-class SD3Policy:
+class SD3Policy(PipelineLoading):
     """SD3/SD3.5: the transformer is the denoiser; CLIP-L/G + T5 encode; the VAE decodes."""
 
     family = "sd3"
     diffusers_pipeline = "StableDiffusion3Pipeline"
     """Pipeline class whose `load_lora_weights` loads our exported LoRA."""
     lora_target_modules = SD3_LORA_TARGETS
+    text_encoder_names = _TEXT_ENCODERS
+    tokenizer_names = _TOKENIZERS
     repeated_blocks = SD3_REPEATED_BLOCKS
 
     def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 128,
                  cfg_batch: str = "joint"):
-        check_tokenizers(pipeline, _TOKENIZERS, "SD3")
-        self.pipeline = pipeline
-        self.device = torch.device(device)
-        self.dtype = dtype
-        self.max_sequence_length = max_sequence_length
-        self.cfg_batch = cfg_batch
-        for name in _TEXT_ENCODERS:
-            place(getattr(pipeline, name), self.device, dtype).requires_grad_(False).eval()
-        self.vae = place(pipeline.vae, self.device, torch.float32).requires_grad_(False).eval()
-        self.transformer = place(pipeline.transformer, self.device, dtype).requires_grad_(False)
+        self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, "SD3")
         self.scheduler_shift = float(pipeline.scheduler.config.get("shift", 1.0))
         self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
         self.patch_size = int(self.transformer.config.patch_size)
-
-    @property
-    def text_encoders(self) -> list[torch.nn.Module]:
-        return [getattr(self.pipeline, name) for name in _TEXT_ENCODERS]
-
-    @property
-    def tokenizers(self) -> list:
-        return [getattr(self.pipeline, name) for name in _TOKENIZERS]
-
-    @classmethod
-    def from_config(cls, cfg: ModelConfig) -> "SD3Policy":
-        return cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device),
-                                   revision=cfg.revision, max_sequence_length=cfg.max_sequence_length,
-                                   cfg_batch=cfg.cfg_batch)
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
-                        device: str | torch.device = "cpu", revision: str | None = None,
-                        max_sequence_length: int = 128, cfg_batch: str = "joint") -> "SD3Policy":
-        """Load from a hub id or a local `save_pretrained` directory through diffusers."""
-        pipeline = load_pipeline(cls.diffusers_pipeline, str(path), dtype, revision)
-        return cls(pipeline, torch.device(device), dtype, max_sequence_length, cfg_batch)
 
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:

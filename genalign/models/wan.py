@@ -23,12 +23,11 @@ Wan specifics, each as `WanPipeline.__call__` runs them:
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 
-from genalign.models.base import Condition, ModelConfig, compute_precision, resolve_device, resolve_dtype
-from genalign.models.diffusers_common import (cfg_velocity, check_image_size, check_tokenizers, load_pipeline, place,
+from genalign.models.base import Condition, compute_precision
+from genalign.models.diffusers_common import (PipelineLoading, cfg_velocity, check_image_size,
                                               wan_vae_decode_uint8, wan_vae_encode)
 from genalign.sampling.schedules import flow_match_sigmas
 
@@ -48,50 +47,28 @@ def scheduler_shift(scheduler) -> float:
     return float(config.get("shift", 1.0))
 
 
-class WanPolicy:
+class WanPolicy(PipelineLoading):
     """Wan 2.1 T2V: WanTransformer3DModel denoises; UMT5 encodes; AutoencoderKLWan decodes."""
 
     family = "wan"
     diffusers_pipeline = "WanPipeline"
+    config_options = ("num_frames", "negative_prompt")
+    """`model.*` keys the constructor takes (PipelineLoading.from_config)."""
     lora_target_modules = WAN_LORA_TARGETS
     repeated_blocks = WAN_REPEATED_BLOCKS
 
     def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 512,
                  cfg_batch: str = "joint", num_frames: int = 33, negative_prompt: str = ""):
-        check_tokenizers(pipeline, ("tokenizer",), "Wan")
         if getattr(pipeline, "transformer_2", None) is not None:
             raise ValueError("model.path holds a two-expert Wan 2.2 pipeline (transformer_2); model.family=wan "
                              "trains Wan 2.1's single transformer")
-        self.pipeline = pipeline
-        self.device = torch.device(device)
-        self.dtype = dtype
-        self.max_sequence_length = max_sequence_length
-        self.cfg_batch = cfg_batch
+        self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, "Wan")
         self.num_frames = num_frames
         self.negative_prompt = negative_prompt
-        place(pipeline.text_encoder, self.device, dtype).requires_grad_(False).eval()
-        self.vae = place(pipeline.vae, self.device, torch.float32).requires_grad_(False).eval()
-        self.transformer = place(pipeline.transformer, self.device, dtype).requires_grad_(False)
         self.scheduler_shift = scheduler_shift(pipeline.scheduler)
         self.temporal_factor = int(self.vae.config.scale_factor_temporal)
         self.spatial_factor = int(self.vae.config.scale_factor_spatial)
         self.patch_size = tuple(self.transformer.config.patch_size)  # (t, h, w)
-
-    @classmethod
-    def from_config(cls, cfg: ModelConfig) -> "WanPolicy":
-        return cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device),
-                                   revision=cfg.revision, max_sequence_length=cfg.max_sequence_length,
-                                   cfg_batch=cfg.cfg_batch, num_frames=cfg.num_frames,
-                                   negative_prompt=cfg.negative_prompt)
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
-                        device: str | torch.device = "cpu", revision: str | None = None,
-                        max_sequence_length: int = 512, cfg_batch: str = "joint", num_frames: int = 33,
-                        negative_prompt: str = "") -> "WanPolicy":
-        """Load from a hub id or a local `save_pretrained` directory through diffusers."""
-        pipeline = load_pipeline(cls.diffusers_pipeline, str(path), dtype, revision)
-        return cls(pipeline, torch.device(device), dtype, max_sequence_length, cfg_batch, num_frames, negative_prompt)
 
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
