@@ -9,13 +9,15 @@ drawn with a fixed seed from three kinds:
 - "after a step": wait for a new metrics.csv row, then a random delay under a second;
 - "any time": a random delay after launch (imports, model build, eval, a step, a save).
 The result must equal an uninterrupted run's byte for byte: metrics.csv and eval_metrics.csv
-rows (all but the wall-clock columns) and the final checkpoint's safetensors files.
+rows (all but the wall-clock columns), the final checkpoint's safetensors files and its
+trainer_state.json (all but the run's own tracker id).
 Runtime: about 3-6 minutes on the shared 2-core box (`-m slow`).
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import random
 import signal
@@ -52,6 +54,10 @@ def launch(out: Path) -> subprocess.Popen:
     command = [sys.executable, "-m", "genalign", "train", "--config", "experiment/toy/shapes_grpo",
                f"trainer.output_dir={out}", *OVERRIDES]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def trainer_state(checkpoint: Path) -> dict:
+    return json.loads((checkpoint / "trainer_state.json").read_text())
 
 
 def metric_rows(path: Path) -> int:
@@ -135,8 +141,15 @@ def test_twenty_kills_resume_to_the_uninterrupted_run(tmp_path):
         assert [r["step"] for r in got] == [r["step"] for r in expected], (name, history)
         assert got == expected, (name, history)
     assert len(read_rows(killed / "metrics.csv")) == NUM_STEPS
-    for name in ("trainable.safetensors", "optimizer.safetensors", "optimizer.json", "trainer_state.json"):
+    for name in ("trainable.safetensors", "optimizer.safetensors", "optimizer.json"):
         expected = (reference / "checkpoint-final" / name).read_bytes()
         assert (killed / "checkpoint-final" / name).read_bytes() == expected, (name, history)
+    # trainer_state.json matches too, except the tracker run id: it names *this* run (minted
+    # at its first launch, carried through every resume), so two separate runs differ there.
+    expected_state, got_state = (trainer_state(run / "checkpoint-final") for run in (reference, killed))
+    assert got_state.pop("tracker_run_id") != expected_state.pop("tracker_run_id")
+    assert got_state == expected_state, history
+    ids = {trainer_state(c)["tracker_run_id"] for c in killed.glob("checkpoint-*")}
+    assert len(ids) == 1, ids  # one run id across all 20 resumes
     numbered = sorted(p.name for p in killed.glob("checkpoint-*"))
     assert numbered == sorted(p.name for p in reference.glob("checkpoint-*")), numbered  # keep_last held
