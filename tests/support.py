@@ -133,9 +133,9 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-TIMING_COLUMNS = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_s", "images_per_s",
+TIMING_COLUMNS = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_s", "time_cpu_s", "images_per_s",
                   "step_images_per_s"}
-"""metrics.csv columns that measure wall-clock time: the only ones two identical runs may differ in."""
+"""metrics.csv columns that measure time (wall-clock or CPU): the only ones two identical runs may differ in."""
 
 
 def assert_resumed_bitwise(run_dir: Path, resumed_dir: Path, step: int,

@@ -165,6 +165,10 @@ class Trainer:
         self.close_run_log()
 
     def train_step(self, step: int) -> dict[str, float]:
+        # CPU seconds of this process beside the wall-clock phases: on a shared machine they do
+        # not grow with other processes' load, so benchmarks can compare runs made side by side
+        # (with OMP_NUM_THREADS=1 and no workers they equal the wall-clock on an idle box).
+        cpu_start = time.process_time()
         data: StepData = self.source.collect(step)  # rollout + rewards + advantages, or offline pairs
         times = dict(data.times)
         start = time.perf_counter()
@@ -172,6 +176,7 @@ class Trainer:
         update = self.update(data.units, data.advantages, step)
         times["time_train_s"] = time.perf_counter() - start
         update.update(self.sync(step))
+        times["time_cpu_s"] = time.process_time() - cpu_start
 
         step_seconds = times["time_rollout_s"] + times["time_reward_s"] + times["time_train_s"]
         generated = data.generated * self.ranks.world_size

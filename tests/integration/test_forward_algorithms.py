@@ -8,9 +8,8 @@ from safetensors.torch import load_file
 
 from genalign.config.loader import load_config
 from genalign.training.trainer import Trainer
-from support import read_rows
+from support import TIMING_COLUMNS, read_rows
 
-TIMING = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_s", "images_per_s", "step_images_per_s"}
 RUNS = {
     "nft": ("experiment/toy/shapes_nft", ["algorithm.kl_beta=1e-2"], ["nft_positive_loss", "nft_negative_loss",
                                                                       "old_policy_decay", "reward_mean", "kl"]),
@@ -58,7 +57,7 @@ def test_resume_continues_bitwise(finished, tmp_path):
     original, resumed = read_rows(out / "metrics.csv"), read_rows(tmp_path / "metrics.csv")
     assert [r["step"] for r in resumed] == ["3"]
     for key, value in original[2].items():
-        if key not in TIMING:
+        if key not in TIMING_COLUMNS:
             assert resumed[0].get(key, "") == value, key
     for file in ("trainable.safetensors", "algorithm.safetensors"):
         if (out / "checkpoint-final" / file).exists():

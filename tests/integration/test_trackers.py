@@ -14,10 +14,8 @@ from safetensors.torch import load_file
 from genalign.config.loader import load_config
 from genalign.training.trainer import Trainer
 from support import SD3_RECIPE as RECIPE
-from support import read_rows, tiny_overrides
+from support import TIMING_COLUMNS, read_rows, tiny_overrides
 
-TIMING_COLUMNS = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_s", "images_per_s",
-                  "step_images_per_s"}
 TRACKERS = "trainer.loggers=[csv,tensorboard,wandb]"
 
 

@@ -14,10 +14,8 @@ from safetensors.torch import load_file
 
 from genalign.config.loader import load_config
 from genalign.training.trainer import Trainer
-from support import read_rows
+from support import TIMING_COLUMNS, read_rows
 
-TIMING_COLUMNS = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_s", "images_per_s",
-                  "step_images_per_s"}
 SMALL = ["rollout.n=2", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=4", "reward.batch_size=4",
          "eval.every=0", "eval.max_prompts=1", "eval.samples_per_prompt=2", "eval.batch_size=2",
          "trainer.num_steps=3", "trainer.save_every=1", "trainer.progress_bar=false"]

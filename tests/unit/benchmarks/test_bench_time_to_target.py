@@ -16,8 +16,8 @@ spec.loader.exec_module(bench)
 def write_run(directory: Path, step_seconds: float, eval_rewards: dict[int, float], judge: dict[int, float]) -> Path:
     directory.mkdir()
     steps = max(eval_rewards)
-    lines = ["step,time_rollout_s,time_reward_s,time_train_s"] + [
-        f"{s},{step_seconds / 2},0,{step_seconds / 2}" for s in range(1, steps + 1)]
+    lines = ["step,time_rollout_s,time_reward_s,time_train_s,time_cpu_s"] + [
+        f"{s},{step_seconds / 2},0,{step_seconds / 2},{step_seconds / 4}" for s in range(1, steps + 1)]
     (directory / "metrics.csv").write_text("\n".join(lines) + "\n")
     rows = ["step,eval_reward_mean,gold_mean"] + [f"{s},{r},{judge[s]}" for s, r in eval_rewards.items()]
     (directory / "eval_metrics.csv").write_text("\n".join(rows) + "\n")
@@ -38,3 +38,11 @@ def test_time_to_target_and_speed_up(tmp_path):
     assert c.target_step is None and c.target_seconds is None
     ratios = bench.speedups([a, b, c], "grpo", 30)
     assert ratios == {"grpo": [1.0], "fast": [5.0], "never": [None]}
+
+
+def test_cpu_clock_sums_the_logged_cpu_seconds(tmp_path):
+    run = write_run(tmp_path / "run", 10.0, {0: 0.4, 10: 0.6, 20: 0.71}, {0: 0.5, 10: 0.5, 20: 0.6})
+    wall = bench.time_to_target("grpo", 42, run, ceiling=1.0, fraction=0.5, clock="wall")
+    cpu = bench.time_to_target("grpo", 42, run, ceiling=1.0, fraction=0.5, clock="cpu")
+    assert wall.target_seconds == pytest.approx(200.0) and cpu.target_seconds == pytest.approx(50.0)
+    assert cpu.seconds_per_step == pytest.approx(2.5) and cpu.target_step == wall.target_step == 20
