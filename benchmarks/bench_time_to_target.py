@@ -63,7 +63,9 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 def train(recipe: str, seed: int, out: Path, args: argparse.Namespace) -> None:
     command = [sys.executable, "-m", "genalign", "train", "--config", recipe, f"trainer.output_dir={out}",
                f"trainer.seed={seed}", f"trainer.num_steps={args.steps}", f"eval.every={args.eval_every}",
-               "trainer.save_every=0", "trainer.progress_bar=false", *args.overrides]
+               "trainer.save_every=0", "trainer.progress_bar=false",
+               # a directory without checkpoint-final is an interrupted run of this benchmark: start it over
+               "trainer.overwrite=true", *args.overrides]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1")
     completed = subprocess.run(command, env=env, capture_output=True, text=True)
     if completed.returncode != 0:

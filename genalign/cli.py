@@ -91,10 +91,14 @@ def report_main(argv: list[str] | None = None) -> int:
                                                  "parity preflight, config and provenance in one offline page.")
     parser.add_argument("run_dir", help="a run directory (the trainer.output_dir of a finished or running run)")
     parser.add_argument("--output", default=None, help="where to write the page (default: RUN_DIR/report.html)")
+    parser.add_argument("--figures", default=None, metavar="DIR",
+                        help="also write each curve panel as DIR/<panel>.svg (for docs and papers)")
     args = parser.parse_args(argv)
-    from genalign.reporting.report import write_report
+    from genalign.reporting.report import write_figures, write_report
 
     print(write_report(args.run_dir, args.output))
+    for path in write_figures(args.run_dir, args.figures) if args.figures else []:
+        print(path)
     return 0
 
 

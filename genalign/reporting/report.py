@@ -308,6 +308,15 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     return write_text_atomically(output, render_html(run, output))
 
 
+def write_figures(run_dir: str | Path, directory: str | Path) -> list[Path]:
+    """Write each of the report's curve panels as `directory/<panel>.svg` (the same SVG the
+    page inlines), for documents that show a run's curves without the page."""
+    run = read_run(run_dir)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    return [write_text_atomically(directory / f"{panel.key}.svg", render_panel(panel, run)) for panel in panels(run)]
+
+
 def refresh_report(run_dir: Path) -> Path | None:
     """The trainer's hook: rewrite the report, logging how long it took. A failure is logged
     as a warning with its reason and returns None: the report is a view of the run, and a

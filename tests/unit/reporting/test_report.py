@@ -79,6 +79,20 @@ def test_panel_svg_is_deterministic_and_standalone(tmp_path):
     assert "xlink:href=\"http" not in svg
 
 
+def test_figures_are_the_pages_panels_as_files(tmp_path, capsys):
+    from genalign.cli import report_main
+
+    run_dir = make_run_dir(tmp_path / "run", num_steps=8, eval_every=4)
+    assert report_main([str(run_dir), "--figures", str(tmp_path / "figs")]) == 0
+    run = read_run(run_dir)
+    written = sorted(p.name for p in (tmp_path / "figs").iterdir())
+    assert written == sorted(f"{panel.key}.svg" for panel in panels(run)) and "eval_reward.svg" in written
+    for panel in panels(run):
+        assert (tmp_path / "figs" / f"{panel.key}.svg").read_text() == render_panel(panel, run)
+    printed = capsys.readouterr().out.split()
+    assert printed[0] == str(run_dir / REPORT_FILE) and len(printed) == 1 + len(written)
+
+
 def test_moving_average_by_hand():
     # window 2: [1], [1,3], [3,5], [5,7] -> 1, 2, 4, 6
     assert moving_average([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
