@@ -279,3 +279,48 @@ def pipeline_for_rendering(pipeline_cls_name: str, model_dir: Path):
 
     components = {"safety_checker": pass_through_guardrail()} if pipeline_cls_name.startswith("Cosmos") else {}
     return getattr(diffusers, pipeline_cls_name).from_pretrained(model_dir, **components)
+
+
+def assert_loaded_as_built(policy, built_pipeline, text_encoder_class: str) -> None:
+    """A policy loaded from a saved tiny pipeline holds the builder's transformer weights (bit
+    for bit), the expected text encoder, a float32 VAE, and nothing trainable."""
+    from genalign.models.base import FlowPolicy
+
+    assert isinstance(policy, FlowPolicy)
+    fresh = built_pipeline.transformer.state_dict()
+    for name, tensor in policy.transformer.state_dict().items():
+        torch.testing.assert_close(tensor, fresh[name], rtol=0, atol=0)
+    assert type(policy.pipeline.text_encoder).__name__ == text_encoder_class
+    assert policy.vae.dtype == torch.float32
+    for module in (policy.transformer, policy.vae, *policy.text_encoders):
+        assert not any(p.requires_grad for p in module.parameters())
+
+
+def assert_lora_export_reproduces(policy, lora, out_dir: Path, pipe, loaded, velocity_args: tuple) -> None:
+    """Export `policy`'s adapter (config `lora`) with the shared exporter into `out_dir`; after
+    `pipe.load_lora_weights`, `loaded` (a policy on `pipe`, a fresh pipeline of the same model)
+    predicts our velocity for `velocity_args` (so alpha/r survives through the metadata), and
+    not its base velocity."""
+    from genalign.training.lora import export_lora_for_diffusers
+
+    with torch.no_grad():
+        ours = policy.velocity(*velocity_args)
+    exported = export_lora_for_diffusers(policy.transformer, out_dir, lora, policy.diffusers_pipeline)
+    with torch.no_grad():
+        base = loaded.velocity(*velocity_args)
+        pipe.load_lora_weights(exported)
+        after = loaded.velocity(*velocity_args)
+    torch.testing.assert_close(after, ours, rtol=1e-5, atol=1e-5)
+    assert (after - base).abs().max() > 1e-3
+
+
+def train_recipe_in_process(recipe: str, overrides: list[str]):
+    """A Trainer for `recipe` with `overrides`, trained to the end; returns it with its
+    transformer's state before training (to check what moved)."""
+    from genalign.config.loader import load_config
+    from genalign.training.trainer import Trainer
+
+    trainer = Trainer(load_config(recipe, overrides))
+    initial = {k: v.clone() for k, v in trainer.policy.transformer.state_dict().items()}
+    trainer.train()
+    return trainer, initial

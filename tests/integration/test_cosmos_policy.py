@@ -13,13 +13,13 @@ import json
 import pytest
 import torch
 
-from genalign.models.base import FlowPolicy, LoraConfig, guided_velocity
+from genalign.models.base import LoraConfig, guided_velocity
 from genalign.models.cosmos import (COSMOS_LORA_TARGETS, COSMOS_NEGATIVE_PROMPT, CosmosPolicy, cosmos_guidance,
                                     karras_range)
 from genalign.models.tiny import QWEN_TEXT_HIDDEN, build_cosmos_pipeline, main
 from genalign.sampling.trajectory import sample_trajectory, sde_step_mask
-from genalign.training.lora import apply_lora, export_lora_for_diffusers
-from support import pass_through_guardrail
+from genalign.training.lora import apply_lora
+from support import assert_loaded_as_built, assert_lora_export_reproduces, pass_through_guardrail
 
 MAX_TOKENS = 32  # the tiny tokenizer spends 11 of them on the pipeline's system turn
 PROMPTS = ["a red car driving", "two cats"]
@@ -42,14 +42,8 @@ def noise(policy: CosmosPolicy, batch: int = 2, seed: int = 0) -> torch.Tensor:
 
 
 def test_round_trip_loads_the_saved_weights_frozen(policy):
-    assert isinstance(policy, FlowPolicy) and policy.family == "cosmos"
-    fresh = build_cosmos_pipeline("tiny", seed=0).transformer.state_dict()
-    for name, tensor in policy.transformer.state_dict().items():
-        torch.testing.assert_close(tensor, fresh[name], rtol=0, atol=0)
-    assert type(policy.pipeline.text_encoder).__name__ == "Qwen2_5_VLForConditionalGeneration"
-    assert policy.vae.dtype == torch.float32
-    for module in (policy.transformer, policy.vae, *policy.text_encoders):
-        assert not any(p.requires_grad for p in module.parameters())
+    assert policy.family == "cosmos"
+    assert_loaded_as_built(policy, build_cosmos_pipeline("tiny", seed=0), "Qwen2_5_VLForConditionalGeneration")
 
 
 def test_module_cli_writes_a_pipeline_without_a_stored_guardrail(tmp_path):
@@ -188,19 +182,11 @@ def test_lora_targets_attention_and_mlp_and_export_loads_into_the_cosmos_pipelin
         for name, param in policy.transformer.named_parameters():
             if ".lora_B." in name:
                 param.copy_(0.1 * torch.randn(param.shape, generator=generator))
-    cond = policy.encode_prompts(PROMPTS, with_negative=False)
-    start, sigma = noise(policy), torch.tensor([0.7, 0.3])
-    with torch.no_grad():
-        ours = policy.velocity(start, sigma, cond, 1.0)
-    out_dir = export_lora_for_diffusers(policy.transformer, tmp_path / "lora", lora, policy.diffusers_pipeline)
     pipe = Cosmos2_5_PredictBasePipeline.from_pretrained(tiny_cosmos_dir, safety_checker=pass_through_guardrail())
     loaded = CosmosPolicy(pipe, torch.device("cpu"), torch.float32, MAX_TOKENS, num_frames=3)
-    with torch.no_grad():
-        base = loaded.velocity(start, sigma, cond, 1.0)
-        pipe.load_lora_weights(out_dir)
-        after = loaded.velocity(start, sigma, cond, 1.0)
-    torch.testing.assert_close(after, ours, rtol=1e-5, atol=1e-5)
-    assert (after - base).abs().max() > 1e-3
+    cond = policy.encode_prompts(PROMPTS, with_negative=False)
+    assert_lora_export_reproduces(policy, lora, tmp_path / "lora", pipe, loaded,
+                                  (noise(policy), torch.tensor([0.7, 0.3]), cond, 1.0))
 
 
 def test_a_padding_mask_transformer_needs_torchvision(policy, monkeypatch):

@@ -12,7 +12,8 @@ import torch
 from genalign.config.loader import load_config
 from genalign.evaluation.standalone import evaluate_checkpoint
 from genalign.training.trainer import Trainer
-from support import VIDEO_RECIPES, assert_resumed_bitwise, pipeline_for_rendering, read_rows, tiny_video_overrides
+from support import (VIDEO_RECIPES, assert_resumed_bitwise, pipeline_for_rendering, read_rows, tiny_video_overrides,
+                     train_recipe_in_process)
 
 
 @pytest.fixture(scope="module", params=sorted(VIDEO_RECIPES))
@@ -20,10 +21,8 @@ def finished_run(request, tmp_path_factory):
     family = request.param
     model_dir = request.getfixturevalue(f"tiny_{family}_dir")
     out = tmp_path_factory.mktemp(f"{family}_run")
-    trainer = Trainer(load_config(VIDEO_RECIPES[family], tiny_video_overrides(model_dir, out)))
+    trainer, initial = train_recipe_in_process(VIDEO_RECIPES[family], tiny_video_overrides(model_dir, out))
     assert trainer.policy.family == family
-    initial = {k: v.clone() for k, v in trainer.policy.transformer.state_dict().items()}
-    trainer.train()
     return family, model_dir, out, trainer, initial
 
 
