@@ -1,10 +1,10 @@
 """What every diffusers-backed family shares: loading, placement, CFG batching, latent
 packing, guidance embedding, the scheduler's schedule, the uint8 decode and its inverse encode.
 
-Where it fits: a family adapter (`sd3.py`, `flux.py`, `qwen_image.py`, `wan.py`, `cosmos.py`) owns only what differs
-between the families — prompt encoding, the transformer's call signature, the CFG combination,
-the VAE's latent normalisation — and calls these helpers for the rest, so a fix to CFG
-batching or to the loading errors lands in every family at once.
+Where it fits: a family adapter (`sd3.py`, `flux.py`, `qwen_image.py`, `wan.py`, `cosmos.py`)
+owns only what differs between the families — prompt encoding, the transformer's call
+signature, the CFG combination, the VAE's latent normalisation — and calls these helpers for
+the rest, so a fix to CFG batching or to the loading errors lands in every family at once.
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ def test_video_run_trains_lora_and_writes_video_artefacts(finished_run):
 
 def test_resume_continues_bitwise(finished_run, tmp_path):
     family, model_dir, out, _, _ = finished_run
-    Trainer(load_config(VIDEO_RECIPES[family], tiny_video_overrides(model_dir, tmp_path / "resumed",
-                                                                    f"trainer.resume_from={out / 'checkpoint-1'}"))).train()
+    resume = f"trainer.resume_from={out / 'checkpoint-1'}"
+    Trainer(load_config(VIDEO_RECIPES[family], tiny_video_overrides(model_dir, tmp_path / "resumed", resume))).train()
     assert_resumed_bitwise(out, tmp_path / "resumed", 2)
 
 

@@ -33,8 +33,8 @@ def test_hub_cached_looks_at_the_asked_revision(cache_with_branch):
 
 
 def test_offline_check_accepts_the_cached_branch_and_names_the_revision_to_download(cache_with_branch):
-    cfg = load_config("experiment/diffusion/cosmos/online_grpo_pickscore", ["reward.components.pickscore=0.0",
-                                                                           "+reward.components.jpeg_compressibility=1.0"])
+    no_scorer_download = ["reward.components.pickscore=0.0", "+reward.components.jpeg_compressibility=1.0"]
+    cfg = load_config("experiment/diffusion/cosmos/online_grpo_pickscore", no_scorer_download)
     assert offline_hub_problems(cfg) == []
     cfg.model.revision = "main"
     (problem,) = offline_hub_problems(cfg)
