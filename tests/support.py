@@ -112,6 +112,8 @@ def make_groups(prompts_per_step=2, samples_per_prompt=3, seed=0):
 
 SD3_RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
 WAN_RECIPE = "experiment/diffusion/wan_2_1/online_grpo_pickscore"
+VIDEO_RECIPES = {"wan": WAN_RECIPE, "cosmos": "experiment/diffusion/cosmos/online_grpo_pickscore"}
+"""The shipped recipe of each video family (both PickScore per frame)."""
 
 
 def tiny_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
@@ -158,9 +160,10 @@ def assert_resumed_bitwise(run_dir: Path, resumed_dir: Path, step: int,
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
 
 
-def tiny_wan_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
-    """The Wan recipe shrunk to seconds on a CPU: 3 frames of 32x32 (2 latent frames), 3 steps,
-    and rule rewards (temporal consistency + per-frame JPEG) in place of PickScore."""
+def tiny_video_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
+    """A video recipe (Wan, Cosmos) shrunk to seconds on a CPU: 3 frames of 32x32 (2 latent
+    frames of the tiny VAEs), 3 steps, and rule rewards (temporal consistency + per-frame JPEG)
+    in place of PickScore."""
     return [
         f"model.path={model_dir}", "model.device=cpu", "model.dtype=float32", "model.lora.rank=4",
         "model.lora.alpha=8", "model.max_sequence_length=16", "model.num_frames=3",
@@ -246,3 +249,78 @@ def train_recipe(recipe: str, out: Path, *overrides: str) -> tuple[list[dict], l
             return [{k: float(v) if v not in ("", None) else None for k, v in r.items()} for r in csv.DictReader(handle)]
 
     return rows("metrics.csv"), rows("eval_metrics.csv")
+
+
+def pass_through_guardrail():
+    """The stand-in diffusers' own Cosmos tests give Cosmos2_5_PredictBasePipeline so that it
+    renders (its real guardrail, cosmos_guardrail, is large and downloads its models): a module
+    that passes every prompt and frame through. Test-only."""
+    from diffusers import ConfigMixin, ModelMixin
+
+    class PassThroughGuardrail(ModelMixin, ConfigMixin):
+        def __init__(self):
+            super().__init__()
+            # the pipeline reads .device / moves it with .to(); a buffer gives it one
+            self.register_buffer("_device_tracker", torch.zeros(1), persistent=False)
+
+        def check_text_safety(self, prompt: str) -> bool:
+            return True
+
+        def check_video_safety(self, frames):
+            return frames
+
+    return PassThroughGuardrail()
+
+
+def pipeline_for_rendering(pipeline_cls_name: str, model_dir: Path):
+    """`<pipeline>.from_pretrained(model_dir)` as a user renders with it; Cosmos' pipeline gets
+    the pass-through guardrail (it cannot run without one)."""
+    import diffusers
+
+    components = {"safety_checker": pass_through_guardrail()} if pipeline_cls_name.startswith("Cosmos") else {}
+    return getattr(diffusers, pipeline_cls_name).from_pretrained(model_dir, **components)
+
+
+def assert_loaded_as_built(policy, built_pipeline, text_encoder_class: str) -> None:
+    """A policy loaded from a saved tiny pipeline holds the builder's transformer weights (bit
+    for bit), the expected text encoder, a float32 VAE, and nothing trainable."""
+    from genalign.models.base import FlowPolicy
+
+    assert isinstance(policy, FlowPolicy)
+    fresh = built_pipeline.transformer.state_dict()
+    for name, tensor in policy.transformer.state_dict().items():
+        torch.testing.assert_close(tensor, fresh[name], rtol=0, atol=0)
+    assert type(policy.pipeline.text_encoder).__name__ == text_encoder_class
+    assert policy.vae.dtype == torch.float32
+    for module in (policy.transformer, policy.vae, *policy.text_encoders):
+        assert not any(p.requires_grad for p in module.parameters())
+
+
+def assert_lora_export_reproduces(policy, lora, out_dir: Path, pipe, loaded, velocity_args: tuple) -> None:
+    """Export `policy`'s adapter (config `lora`) with the shared exporter into `out_dir`; after
+    `pipe.load_lora_weights`, `loaded` (a policy on `pipe`, a fresh pipeline of the same model)
+    predicts our velocity for `velocity_args` (so alpha/r survives through the metadata), and
+    not its base velocity."""
+    from genalign.training.lora import export_lora_for_diffusers
+
+    with torch.no_grad():
+        ours = policy.velocity(*velocity_args)
+    exported = export_lora_for_diffusers(policy.transformer, out_dir, lora, policy.diffusers_pipeline)
+    with torch.no_grad():
+        base = loaded.velocity(*velocity_args)
+        pipe.load_lora_weights(exported)
+        after = loaded.velocity(*velocity_args)
+    torch.testing.assert_close(after, ours, rtol=1e-5, atol=1e-5)
+    assert (after - base).abs().max() > 1e-3
+
+
+def train_recipe_in_process(recipe: str, overrides: list[str]):
+    """A Trainer for `recipe` with `overrides`, trained to the end; returns it with its
+    transformer's state before training (to check what moved)."""
+    from genalign.config.loader import load_config
+    from genalign.training.trainer import Trainer
+
+    trainer = Trainer(load_config(recipe, overrides))
+    initial = {k: v.clone() for k, v in trainer.policy.transformer.state_dict().items()}
+    trainer.train()
+    return trainer, initial

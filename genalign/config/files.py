@@ -81,18 +81,21 @@ def offline_hub_problems(cfg: ExperimentConfig) -> list[str]:
 
     if not constants.HF_HUB_OFFLINE:
         return []
-    wanted = [] if cfg.model.family == "toy" else [("model.path", cfg.model.path)]
+    # (key, hub id, revision): the model is wanted at model.revision (Cosmos' diffusers weights
+    # live on a branch, so the default branch being cached would not do), scorers at their default
+    wanted = [] if cfg.model.family == "toy" else [("model.path", cfg.model.path, cfg.model.revision)]
     used = {name for name, weight in cfg.reward.components.items() if weight} | set(cfg.eval.gold_rewards)
     for name in sorted(used & set(REWARD_HUB_OPTIONS)):
         defaults = _option_defaults(name)
         for option in REWARD_HUB_OPTIONS[name]:
             value = cfg.reward.kwargs.get(name, {}).get(option, defaults.get(option))
             if isinstance(value, str):
-                wanted.append((f"reward.kwargs.{name}.{option}", value))
-    return [f"{key}={repo!r}: HF_HUB_OFFLINE is set and this hub id is not in the Hugging Face cache "
-            f"{constants.HF_HUB_CACHE!r}; download it where there is network (`hf download {repo}`, same HF_HOME) "
+                wanted.append((f"reward.kwargs.{name}.{option}", value, None))
+    return [f"{key}={repo!r}{'' if revision is None else f' (revision {revision!r})'}: HF_HUB_OFFLINE is set and "
+            f"this hub id is not in the Hugging Face cache {constants.HF_HUB_CACHE!r}; download it where there is "
+            f"network (`hf download {repo}{'' if revision is None else f' --revision {revision}'}`, same HF_HOME) "
             "or point the key at a local directory written by save_pretrained"
-            for key, repo in wanted if is_hub_id(repo) and not hub_cached(repo)]
+            for key, repo, revision in wanted if is_hub_id(repo) and not hub_cached(repo, revision)]
 
 
 def _option_defaults(reward: str) -> dict[str, object]:
@@ -112,11 +115,13 @@ def is_hub_id(path: str) -> bool:
             and bool(_HUB_ID.match(path)))
 
 
-def hub_cached(repo: str) -> bool:
-    """A snapshot of `repo` is in the cache: a pipeline's model_index.json or a model's config.json."""
+def hub_cached(repo: str, revision: str | None = None) -> bool:
+    """A snapshot of `repo` at `revision` (None: the default branch) is in the cache: a
+    pipeline's model_index.json or a model's config.json."""
     from huggingface_hub import try_to_load_from_cache
 
-    return any(isinstance(try_to_load_from_cache(repo, name), str) for name in ("model_index.json", "config.json"))
+    return any(isinstance(try_to_load_from_cache(repo, name, revision=revision), str)
+               for name in ("model_index.json", "config.json"))
 
 
 def device_problems(device: str) -> list[str]:

@@ -23,17 +23,17 @@ MAX_IMAGE_SIDE = 4096
 """Largest rollout/eval side accepted: above it one image's latents and activations no longer
 fit any accelerator we target; a typo like 100000 should fail here, not in an allocator."""
 
-IMAGE_MULTIPLE = {"sd3": 16, "flux": 16, "qwen_image": 16, "wan": 16, "toy": 16}
+IMAGE_MULTIPLE = {"sd3": 16, "flux": 16, "qwen_image": 16, "wan": 16, "cosmos": 16, "toy": 16}
 """Pixels per latent patch of each family: the VAE factor (8) x the transformer patch (2) for
-SD3/3.5 and Wan, x the 2x2 latent packing for FLUX and Qwen-Image; the toy model samples in
+SD3/3.5, Wan and Cosmos, x the 2x2 latent packing for FLUX and Qwen-Image; the toy model samples in
 pixel space with patch 4 at exactly 32 x 32 (TOY_SIDE, = data.toy_shapes.IMAGE_SIZE)."""
 GUIDANCE_EMBEDDING_FAMILIES = ("flux", "qwen_image")
 """Families whose transformer may carry a distilled-guidance embedding (model.embedded_guidance);
 whether the loaded one does is checked when it loads."""
-VIDEO_FAMILIES = ("wan",)
-"""Families that generate video (model.num_frames > 1 allowed); the exact frame rule (Wan:
-4k + 1) comes from the checkpoint's VAE and is checked when the model loads."""
-NEGATIVE_PROMPT_FAMILIES = ("wan",)
+VIDEO_FAMILIES = ("wan", "cosmos")
+"""Families that generate video (model.num_frames > 1 allowed); the exact frame rule (Wan and
+Cosmos: 4k + 1) comes from the checkpoint's VAE and is checked when the model loads."""
+NEGATIVE_PROMPT_FAMILIES = ("wan", "cosmos")
 """Families whose CFG branch reads model.negative_prompt (SD3, FLUX and the toy use the empty
 prompt, Qwen-Image its pipeline's fixed " ")."""
 TOY_SIDE = 32

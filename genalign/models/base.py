@@ -39,7 +39,8 @@ class ModelConfig:
 
     family: str = "sd3"
     """Model family: "sd3" (Stable Diffusion 3 / 3.5), "flux" (FLUX.1), "qwen_image" (Qwen-Image),
-    "wan" (Wan 2.1 text-to-video) or "toy" (the shipped CPU demo)."""
+    "wan" (Wan 2.1 text-to-video), "cosmos" (Cosmos-Predict2.5 text-to-world: video, or an image
+    at num_frames=1) or "toy" (the shipped CPU demo)."""
     path: str = "stabilityai/stable-diffusion-3.5-medium"
     """Hugging Face hub id or a local directory written by `save_pretrained`."""
     revision: str | None = None
@@ -57,7 +58,9 @@ class ModelConfig:
     """Text-token budget of a prompt: T5 tokens for SD3 and FLUX (Flow-GRPO's train_sd3.py
     encodes with 128; StableDiffusion3Pipeline's default is 256, FluxPipeline's 512), Qwen2.5-VL
     tokens after the chat template for Qwen-Image (QwenImagePipeline: 512), UMT5 tokens for Wan
-    (WanPipeline and the wan_2_1 presets: 512). Qwen-Image prompts are padded to this length
+    (WanPipeline and the wan_2_1 presets: 512), Qwen2.5-VL tokens of the chat-templated prompt
+    with its system turn for Cosmos (Cosmos2_5_PredictBasePipeline and the cosmos preset: 512,
+    always padded to this length). Qwen-Image prompts are padded to this length
     with a mask, so every batch and both CFG branches share one shape."""
     embedded_guidance: float | None = None
     """Distilled-guidance strength fed to a guidance-embedded transformer (FLUX.1-dev: 3.5, the
@@ -65,11 +68,13 @@ class ModelConfig:
     Qwen-Image, SD3, Wan). It is not CFG: rollout.guidance_scale stays the true-CFG scale
     (FluxPipeline's `true_cfg_scale`, QwenImagePipeline's `true_cfg_scale`; 1 = off)."""
     num_frames: int = 1
-    """Frames per generated sample: 1 for image families; video families (wan) need their
-    VAE's 4k + 1 (the wan_2_1 presets: 33). Rewards then see uint8 video [B, F, 3, H, W]."""
+    """Frames per generated sample: 1 for image families; video families (wan, cosmos) need their
+    VAE's 4k + 1 (the wan_2_1 and cosmos presets: 33; Cosmos2_5_PredictBasePipeline's default 93;
+    cosmos at 1 is its text-to-image mode). Rewards then see uint8 video [B, F, 3, H, W]."""
     negative_prompt: str = ""
     """CFG's negative prompt for families whose pipeline takes one as an option (wan: the
-    pipeline's default is the empty prompt, as here). SD3 and FLUX use the empty prompt and
+    pipeline's default is the empty prompt, as here; cosmos: the cosmos presets set the
+    pipeline's default, its DEFAULT_NEGATIVE_PROMPT). SD3 and FLUX use the empty prompt and
     Qwen-Image its pipeline's " " (see qwen_image.py); for them this must stay empty."""
     gradient_checkpointing: bool = False
     """Recompute the denoiser's activations in backward: the memory lever for larger replay

@@ -1,10 +1,10 @@
 """What every diffusers-backed family shares: loading, placement, CFG batching, latent
 packing, guidance embedding, the scheduler's schedule, the uint8 decode and its inverse encode.
 
-Where it fits: a family adapter (`sd3.py`, `flux.py`, `qwen_image.py`, `wan.py`) owns only what differs
-between the families — prompt encoding, the transformer's call signature, the CFG combination,
-the VAE's latent normalisation — and calls these helpers for the rest, so a fix to CFG
-batching or to the loading errors lands in every family at once.
+Where it fits: a family adapter (`sd3.py`, `flux.py`, `qwen_image.py`, `wan.py`, `cosmos.py`)
+owns only what differs between the families — prompt encoding, the transformer's call
+signature, the CFG combination, the VAE's latent normalisation — and calls these helpers for
+the rest, so a fix to CFG batching or to the loading errors lands in every family at once.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from genalign.models.base import ModelConfig, guided_velocity, resolve_device, resolve_dtype
+from genalign.models.base import Condition, ModelConfig, guided_velocity, resolve_device, resolve_dtype
 from genalign.sampling.schedules import dynamic_shift_mu, pipeline_sigmas
 
 CFG_BATCHES = ("joint", "split")
@@ -43,15 +43,18 @@ def _hub_offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
-def load_pipeline(pipeline_cls_name: str, path: str, dtype: torch.dtype, revision: str | None = None):
+def load_pipeline(pipeline_cls_name: str, path: str, dtype: torch.dtype, revision: str | None = None,
+                  components: dict | None = None):
     """`<diffusers pipeline>.from_pretrained` with the VAE in float32 and errors that say how to
-    fix a missing model (one attempt, no retries)."""
+    fix a missing model (one attempt, no retries). `components` are passed to `from_pretrained`
+    as ready objects (those a checkpoint does not store, e.g. Cosmos' guardrail)."""
     import diffusers
 
     pipeline_cls = getattr(diffusers, pipeline_cls_name)
     check_model_path(path)
     try:
-        return pipeline_cls.from_pretrained(path, dtype={"default": dtype, "vae": torch.float32}, revision=revision)
+        return pipeline_cls.from_pretrained(path, dtype={"default": dtype, "vae": torch.float32}, revision=revision,
+                                            **(components or {}))
     except (OSError, ValueError) as exc:
         if Path(path).expanduser().exists():
             raise
@@ -226,6 +229,61 @@ def wan_vae_decode_uint8(vae: torch.nn.Module, latents: torch.Tensor) -> torch.T
     return images_to_uint8(pixels.permute(0, 2, 1, 3, 4))  # [B, F, 3, H, W]
 
 
+@torch.no_grad()
+def encode_prompt_pair(pipeline, prompts: list[str], negative_prompt: str, with_negative: bool,
+                       max_sequence_length: int, device: torch.device) -> Condition:
+    """The pipeline's own `encode_prompt` for pipelines whose CFG negative is a prompt option
+    (WanPipeline, Cosmos2_5_PredictBasePipeline): embeds [B, max_sequence_length, D] and, with
+    `with_negative`, the embeddings of `negative_prompt` repeated for the batch."""
+    embeds, negative = pipeline.encode_prompt(
+        prompt=list(prompts), negative_prompt=[negative_prompt] * len(prompts) if with_negative else None,
+        do_classifier_free_guidance=with_negative, num_videos_per_prompt=1,
+        max_sequence_length=max_sequence_length, device=device)
+    return Condition(embeds=embeds, negative_embeds=negative if with_negative else None)
+
+
+class WanVAEVideo:
+    """Latent geometry, decode and encode of the video families whose VAE is Wan's
+    (`AutoencoderKLWan`: Wan 2.1, Cosmos-Predict2.5). Needs `vae`, `transformer`, `device` and
+    `display_name`; `_adopt_video` sets the frame count and the VAE/patch factors."""
+
+    display_name: str
+
+    def _adopt_video(self, num_frames: int) -> None:
+        self.num_frames = num_frames
+        self.temporal_factor = int(self.vae.config.scale_factor_temporal)
+        self.spatial_factor = int(self.vae.config.scale_factor_spatial)
+        self.patch_size = tuple(self.transformer.config.patch_size)  # (t, h, w)
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """latents [B, C, F_lat, h, w] -> uint8 video [B, F, 3, H, W] on the CPU, one video at a
+        time (peak decode memory is one video's frames), un-normalised as the pipelines write it
+        (`wan_vae_decode_uint8`)."""
+        samples = latents.to(self.device, torch.float32).split(1)  # [1, C, F_lat, h, w] each
+        return torch.cat([wan_vae_decode_uint8(self.vae, sample) for sample in samples])  # [B, F, 3, H, W]
+
+    def encode_images(self, videos: torch.Tensor) -> torch.Tensor:
+        """uint8 video [B, F, 3, H, W] -> latents [B, C, F_lat, h, w] float32 that `decode` maps
+        back (`wan_vae_encode`), one video at a time like `decode`."""
+        if videos.dim() != 5:
+            raise ValueError(f"{self.display_name} encodes uint8 video [B, F, 3, H, W], got {tuple(videos.shape)} "
+                             "(offline preference data of still images is for image families)")
+        return torch.cat([wan_vae_encode(self.vae, video) for video in videos.split(1)])  # [B, C, F_lat, h, w]
+
+    def latent_shape(self, height: int, width: int) -> tuple[int, int, int, int]:
+        """(C, F_lat, H/8, W/8): C the VAE's latent channels, F_lat = (num_frames − 1) / t + 1
+        for the VAE's temporal factor t, for `model.num_frames` frames of height x width."""
+        check_image_size(height, width, self.spatial_factor * self.patch_size[1], self.display_name)
+        if (self.num_frames - 1) % self.temporal_factor:
+            raise ValueError(f"model.num_frames={self.num_frames}: {self.display_name} needs num_frames = "
+                             f"{self.temporal_factor}k + 1 (its VAE compresses time by {self.temporal_factor}), "
+                             "e.g. 1, 33 or 93")
+        latent_frames = (self.num_frames - 1) // self.temporal_factor + 1
+        return (int(self.vae.config.z_dim), latent_frames, height // self.spatial_factor,
+                width // self.spatial_factor)
+
+
 class PipelineLoading:
     """`from_config` / `from_pretrained` of a family policy built as
     `cls(pipeline, device, dtype, max_sequence_length, cfg_batch, **family_options)` from a
@@ -266,6 +324,12 @@ class PipelineLoading:
         self.transformer = place(pipeline.transformer, self.device, dtype).requires_grad_(False)
 
     @classmethod
+    def pipeline_components(cls) -> dict:
+        """Objects handed to the pipeline's `from_pretrained` in place of stored components
+        (none by default)."""
+        return {}
+
+    @classmethod
     def from_config(cls, cfg: ModelConfig):
         return cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device),
                                    revision=cfg.revision, max_sequence_length=cfg.max_sequence_length,
@@ -277,5 +341,5 @@ class PipelineLoading:
         """Load from a hub id or a local `save_pretrained` directory through diffusers;
         `options` (max_sequence_length, cfg_batch, the family's own) go to the constructor,
         whose defaults hold for those not given."""
-        pipeline = load_pipeline(cls.diffusers_pipeline, str(path), dtype, revision)
+        pipeline = load_pipeline(cls.diffusers_pipeline, str(path), dtype, revision, cls.pipeline_components())
         return cls(pipeline, torch.device(device), dtype, **options)

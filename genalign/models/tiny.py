@@ -1,14 +1,14 @@
-"""Tiny SD3, FLUX, Qwen-Image and Wan pipelines built from configs, for tests, benchmarks and
-offline smoke runs.
+"""Tiny SD3, FLUX, Qwen-Image, Wan and Cosmos-Predict2.5 pipelines built from configs, for tests,
+benchmarks and offline smoke runs.
 
 Where it fits: nothing can be downloaded here, so the real loading path
 (`SD3Policy.from_pretrained`, `StableDiffusion3Pipeline.load_lora_weights`) is exercised on a
 pipeline built the way diffusers' own tests build one (1-2 layers, head dim 8), saved with
 `save_pretrained` and loaded back. Tokenizers are constructed in memory (byte-level CLIP BPE
 with no merges, a character-level T5 unigram, a byte-level Qwen2 BPE trained on the
-Qwen-Image prompt template), so no hub access is needed at any point.
+Qwen-Image prompt template or Cosmos' system turn), so no hub access is needed at any point.
 
-    python -m genalign.models.tiny {sd3,flux,qwen_image,wan} OUT_DIR
+    python -m genalign.models.tiny {sd3,flux,qwen_image,wan,cosmos} OUT_DIR
 """
 
 from __future__ import annotations
@@ -173,11 +173,11 @@ QWEN_TEMPLATE = ("<|im_start|>system\nDescribe the image by detailing the color,
 QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
-def tiny_qwen2_tokenizer():
+def tiny_qwen2_tokenizer(corpus: str = QWEN_TEMPLATE):
     """A byte-level Qwen2 BPE (Qwen2's pre-tokenizer regex) whose merges are trained in memory
-    on the words of the Qwen-Image prompt template, so the template's system turn is exactly
-    the 34 tokens the pipeline drops (as with the real tokenizer); other text falls back to
-    bytes. 362 tokens; <|endoftext|> pads."""
+    on the words of `corpus`: by default the Qwen-Image prompt template, so the template's
+    system turn is exactly the 34 tokens the pipeline drops (as with the real tokenizer); other
+    text falls back to bytes. 362 tokens for the default corpus; <|endoftext|> pads."""
     import json
 
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
@@ -190,7 +190,7 @@ def tiny_qwen2_tokenizer():
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     trainer = trainers.BpeTrainer(vocab_size=1000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    words = QWEN_TEMPLATE.replace("{}", "")
+    words = corpus.replace("{}", "")
     for token in QWEN_SPECIAL:
         words = words.replace(token, "")
     bpe.train_from_iterator([words], trainer)
@@ -235,6 +235,24 @@ def build_tiny_flux_pipeline(seed: int = 0, guidance_embeds: bool = True):
 
 
 QWEN_TEXT_HIDDEN = 16
+QWEN_TEXT_LAYERS = 2
+
+
+def tiny_qwen2_5_vl(vocab: int):
+    """A Qwen2_5_VLForConditionalGeneration of 2 layers of hidden 16 (text) and a 2-block vision
+    tower, random weights from the current seed: the text encoder of the tiny Qwen-Image and
+    Cosmos-Predict2.5 pipelines. The vision special tokens sit just past the tokenizer's `vocab`."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    config = Qwen2_5_VLConfig(
+        text_config=dict(hidden_size=QWEN_TEXT_HIDDEN, intermediate_size=16, num_hidden_layers=QWEN_TEXT_LAYERS,
+                         num_attention_heads=2, num_key_value_heads=2, vocab_size=vocab, rope_theta=1000000.0,
+                         rope_scaling={"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"}),
+        vision_config=dict(depth=2, hidden_size=16, intermediate_size=16, num_heads=2,
+                           out_hidden_size=QWEN_TEXT_HIDDEN),
+        hidden_size=QWEN_TEXT_HIDDEN, vocab_size=vocab, vision_start_token_id=vocab, vision_end_token_id=vocab + 1,
+        image_token_id=vocab + 2, video_token_id=vocab + 3)
+    return Qwen2_5_VLForConditionalGeneration(config)
 
 
 def build_tiny_qwen_image_pipeline(seed: int = 0):
@@ -245,7 +263,6 @@ def build_tiny_qwen_image_pipeline(seed: int = 0):
     config (dynamic shift, max_image_seq_len 8192, shift_terminal 0.02)."""
     from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline
     from diffusers import QwenImageTransformer2DModel
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     tokenizer = tiny_qwen2_tokenizer()
     torch.manual_seed(seed)
@@ -254,16 +271,7 @@ def build_tiny_qwen_image_pipeline(seed: int = 0):
                                               joint_attention_dim=QWEN_TEXT_HIDDEN, guidance_embeds=False,
                                               axes_dims_rope=(8, 4, 4))
     torch.manual_seed(seed + 1)
-    vocab = len(tokenizer)
-    config = Qwen2_5_VLConfig(
-        text_config=dict(hidden_size=QWEN_TEXT_HIDDEN, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=2, vocab_size=vocab, rope_theta=1000000.0,
-                         rope_scaling={"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"}),
-        vision_config=dict(depth=2, hidden_size=16, intermediate_size=16, num_heads=2,
-                           out_hidden_size=QWEN_TEXT_HIDDEN),
-        hidden_size=QWEN_TEXT_HIDDEN, vocab_size=vocab, vision_start_token_id=vocab, vision_end_token_id=vocab + 1,
-        image_token_id=vocab + 2, video_token_id=vocab + 3)
-    text_encoder = Qwen2_5_VLForConditionalGeneration(config)
+    text_encoder = tiny_qwen2_5_vl(len(tokenizer))
     torch.manual_seed(seed + 2)
     vae = AutoencoderKLQwenImage(base_dim=24, z_dim=4, dim_mult=[1, 2, 4, 4], num_res_blocks=1,
                                  temperal_downsample=[False, True, True],
@@ -334,8 +342,75 @@ def build_tiny_wan_pipeline(seed: int = 0):
     return build_wan_pipeline("tiny", seed)
 
 
+COSMOS_SYSTEM_PROMPT = "You are a helpful assistant who will provide prompts to an image generator."
+"""The system turn Cosmos2_5_PredictBasePipeline puts before every prompt."""
+QWEN2_5_VL_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}<|im_start|>system\n"
+    "You are a helpful assistant.<|im_end|>\n{% endif %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'text' %}{{ content['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+"""Qwen2.5-VL-Instruct's chat template for text messages (its image/video branches dropped:
+Cosmos' pipeline sends only text), which Cosmos2_5_PredictBasePipeline applies to each prompt."""
+
+COSMOS_SHAPES = {
+    # diffusers' Cosmos2.5 pipeline test (2 blocks of 2 heads x 16 dims, mlp_ratio 2, adaLN-LoRA 4)
+    # with Cosmos-Predict2.5's choices: 16 latent channels + the condition-mask channel, RoPE
+    # scale (1, 3, 3), no learnable positional embedding, the projection of the concatenated
+    # Qwen2.5-VL hidden states (2 layers x 16 = 32 in, 32 out). concat_padding_mask=False: the
+    # real model's True resizes its padding mask with torchvision, which this environment lacks.
+    "tiny": dict(
+        transformer=dict(in_channels=16 + 1, out_channels=16, num_attention_heads=2, attention_head_dim=16,
+                         num_layers=2, mlp_ratio=2.0, text_embed_dim=32, adaln_lora_dim=4, max_size=(4, 32, 32),
+                         patch_size=(1, 2, 2), rope_scale=(1.0, 3.0, 3.0), concat_padding_mask=False,
+                         extra_pos_embed_type=None, use_crossattn_projection=True,
+                         crossattn_proj_in_channels=QWEN_TEXT_LAYERS * QWEN_TEXT_HIDDEN,
+                         encoder_hidden_states_channels=32),
+        vae=WAN_SHAPES["tiny"]["vae"],
+        # the scheduler diffusers' convert_cosmos_to_diffusers.py ships with Cosmos-Predict2.5
+        scheduler=dict(use_karras_sigmas=True, use_flow_sigmas=True, prediction_type="flow_prediction",
+                       sigma_max=200.0, sigma_min=0.01),
+    ),
+}
+"""Architectures `build_cosmos_pipeline` knows."""
+
+
+def build_cosmos_pipeline(shapes: str = "tiny", seed: int = 0, device: str | torch.device = "cpu",
+                          dtype: torch.dtype = torch.float32):
+    """A Cosmos2_5_PredictBasePipeline of the named `COSMOS_SHAPES` with random weights (the VAE
+    always float32): the tiny Qwen2.5-VL text encoder over a Qwen2 BPE trained on the
+    pipeline's system turn, with Qwen2.5-VL's chat template; the Wan VAE; the Karras-flow UniPC
+    scheduler Cosmos ships. Its guardrail is `GuardrailNotLoaded` (saved as none, as the hub
+    checkpoints are)."""
+    from diffusers import AutoencoderKLWan, Cosmos2_5_PredictBasePipeline, CosmosTransformer3DModel
+    from diffusers import UniPCMultistepScheduler
+
+    from genalign.models.cosmos import GuardrailNotLoaded
+
+    spec = shape_spec(COSMOS_SHAPES, shapes, "Cosmos")
+    tokenizer = tiny_qwen2_tokenizer(f"system\n{COSMOS_SYSTEM_PROMPT}\nuser\nassistant\n")
+    tokenizer.chat_template = QWEN2_5_VL_CHAT_TEMPLATE
+    with building(device, dtype):
+        torch.manual_seed(seed)
+        transformer = CosmosTransformer3DModel(**spec["transformer"])
+        torch.manual_seed(seed + 1)
+        text_encoder = tiny_qwen2_5_vl(len(tokenizer))
+    with building(device, torch.float32):
+        torch.manual_seed(seed + 2)
+        vae = AutoencoderKLWan(**spec["vae"])
+    return Cosmos2_5_PredictBasePipeline(text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer,
+                                         vae=vae, scheduler=UniPCMultistepScheduler(**spec["scheduler"]),
+                                         safety_checker=GuardrailNotLoaded())
+
+
+def build_tiny_cosmos_pipeline(seed: int = 0):
+    """The tiny Cosmos2_5_PredictBasePipeline of `COSMOS_SHAPES` (fp32, CPU)."""
+    return build_cosmos_pipeline("tiny", seed)
+
+
 TINY_BUILDERS = {"sd3": build_tiny_sd3_pipeline, "flux": build_tiny_flux_pipeline,
-                 "qwen_image": build_tiny_qwen_image_pipeline, "wan": build_tiny_wan_pipeline}
+                 "qwen_image": build_tiny_qwen_image_pipeline, "wan": build_tiny_wan_pipeline,
+                 "cosmos": build_tiny_cosmos_pipeline}
 """model.family -> tiny pipeline builder (seed -> pipeline)."""
 
 

@@ -23,12 +23,10 @@ Wan specifics, each as `WanPipeline.__call__` runs them:
 
 from __future__ import annotations
 
-
 import torch
 
 from genalign.models.base import Condition, compute_precision
-from genalign.models.diffusers_common import (PipelineLoading, cfg_velocity, check_image_size,
-                                              wan_vae_decode_uint8, wan_vae_encode)
+from genalign.models.diffusers_common import PipelineLoading, WanVAEVideo, cfg_velocity, encode_prompt_pair
 from genalign.sampling.schedules import flow_match_sigmas
 
 WAN_REPEATED_BLOCKS = ("WanTransformerBlock",)
@@ -47,10 +45,12 @@ def scheduler_shift(scheduler) -> float:
     return float(config.get("shift", 1.0))
 
 
-class WanPolicy(PipelineLoading):
-    """Wan 2.1 T2V: WanTransformer3DModel denoises; UMT5 encodes; AutoencoderKLWan decodes."""
+class WanPolicy(WanVAEVideo, PipelineLoading):
+    """Wan 2.1 T2V: WanTransformer3DModel denoises; UMT5 encodes; AutoencoderKLWan decodes
+    (`WanVAEVideo`: latent shape, decode, encode)."""
 
     family = "wan"
+    display_name = "Wan"
     diffusers_pipeline = "WanPipeline"
     config_options = ("num_frames", "negative_prompt")
     """`model.*` keys the constructor takes (PipelineLoading.from_config)."""
@@ -62,23 +62,16 @@ class WanPolicy(PipelineLoading):
         if getattr(pipeline, "transformer_2", None) is not None:
             raise ValueError("model.path holds a two-expert Wan 2.2 pipeline (transformer_2); model.family=wan "
                              "trains Wan 2.1's single transformer")
-        self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, "Wan")
-        self.num_frames = num_frames
+        self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, self.display_name)
+        self._adopt_video(num_frames)
         self.negative_prompt = negative_prompt
         self.scheduler_shift = scheduler_shift(pipeline.scheduler)
-        self.temporal_factor = int(self.vae.config.scale_factor_temporal)
-        self.spatial_factor = int(self.vae.config.scale_factor_spatial)
-        self.patch_size = tuple(self.transformer.config.patch_size)  # (t, h, w)
 
-    @torch.no_grad()
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
         """The pipeline's `encode_prompt` (UMT5): embeds [B, max_sequence_length, D], zero past
         each prompt's tokens; the negative is `model.negative_prompt`."""
-        embeds, negative = self.pipeline.encode_prompt(
-            prompt=list(prompts), negative_prompt=[self.negative_prompt] * len(prompts) if with_negative else None,
-            do_classifier_free_guidance=with_negative, num_videos_per_prompt=1,
-            max_sequence_length=self.max_sequence_length, device=self.device)
-        return Condition(embeds=embeds, negative_embeds=negative if with_negative else None)
+        return encode_prompt_pair(self.pipeline, prompts, self.negative_prompt, with_negative,
+                                  self.max_sequence_length, self.device)
 
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
                  guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
@@ -96,31 +89,6 @@ class WanPolicy(PipelineLoading):
         branch = dict(hidden_states=latents, timestep=timestep)
         return cfg_velocity(forward, dict(branch, embeds=cond.embeds), dict(branch, embeds=cond.negative_embeds),
                             guidance_scale, detach_uncond, self.cfg_batch)
-
-    @torch.no_grad()
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """latents [B, C, F_lat, h, w] -> uint8 video [B, F, 3, H, W] on the CPU, one video at a time.
-        Un-normalised exactly as `WanPipeline` writes it (`wan_vae_decode_uint8`)."""
-        samples = latents.to(self.device, torch.float32).split(1)  # [1, C, F_lat, h, w] each
-        return torch.cat([wan_vae_decode_uint8(self.vae, sample) for sample in samples])  # [B, F, 3, H, W]
-
-    def encode_images(self, videos: torch.Tensor) -> torch.Tensor:
-        """uint8 video [B, F, 3, H, W] -> latents [B, C, F_lat, h, w] float32 that `decode` maps
-        back (`wan_vae_encode`), one video at a time like `decode`."""
-        if videos.dim() != 5:
-            raise ValueError(f"Wan encodes uint8 video [B, F, 3, H, W], got {tuple(videos.shape)} (offline "
-                             "preference data of still images is for image families)")
-        return torch.cat([wan_vae_encode(self.vae, video) for video in videos.split(1)])  # [B, C, F_lat, h, w]
-
-    def latent_shape(self, height: int, width: int) -> tuple[int, int, int, int]:
-        """(C, F_lat, H/8, W/8) for `model.num_frames` frames of height x width."""
-        check_image_size(height, width, self.spatial_factor * self.patch_size[1], "Wan")
-        if (self.num_frames - 1) % self.temporal_factor:
-            raise ValueError(f"model.num_frames={self.num_frames}: Wan needs num_frames = {self.temporal_factor}k + 1 "
-                             f"(its VAE compresses time by {self.temporal_factor}), e.g. 33 or 81")
-        latent_frames = (self.num_frames - 1) // self.temporal_factor + 1
-        return (int(self.transformer.config.in_channels), latent_frames, height // self.spatial_factor,
-                width // self.spatial_factor)
 
     def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
         """Wan's static flow shift, the same at every resolution and frame count."""

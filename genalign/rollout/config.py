@@ -48,7 +48,9 @@ class RolloutConfig:
     num_steps: int = 10
     """Denoising steps of the training rollout."""
     guidance_scale: float = 4.5
-    """CFG scale used in rollout and (identically) in replay; 1.0 disables CFG."""
+    """CFG scale used in rollout and (identically) in replay; 1.0 disables CFG. It is the
+    scale of the family's pipeline in that pipeline's own form: v_u + w(v_c − v_u) for most,
+    Cosmos' v_c + w(v_c − v_u) for model.family=cosmos (its w = 7 is w + 1 = 8 in the first form)."""
     noise_level: float = 0.7
     """SDE noise level a (Flow-GRPO); 0 reproduces the Euler ODE sampler."""
     kernel: str = "flow_sde"

@@ -108,3 +108,22 @@ def pipeline_sigmas(num_steps: int, *, mu: float | None = None, shift: float = 1
     if shift_terminal:
         sigmas = stretch_to_terminal(sigmas, shift_terminal)
     return torch.cat([sigmas, torch.zeros(1)])  # [N+1] float32
+
+
+def karras_flow_sigmas(num_steps: int, sigma_min: float, sigma_max: float, rho: float = 7.0) -> torch.Tensor:
+    """The EDM (Karras) schedule mapped to flow-matching σ, float32 [num_steps + 1].
+
+    Karras et al.'s ρ-spaced noise levels s_i = (s_max^(1/ρ) + i/(N−1)·(s_min^(1/ρ) − s_max^(1/ρ)))^ρ
+    between `sigma_max` and `sigma_min` (variance-exploding scale), each mapped to the flow σ of
+    the same signal-to-noise ratio, σ = s / (1 + s), then a final 0. This is what
+    `UniPCMultistepScheduler(use_karras_sigmas=True, use_flow_sigmas=True, sigma_min, sigma_max)`
+    sets (Cosmos-Predict2.5 ships it with s ∈ [0.01, 200], so σ runs from 200/201 ≈ 0.995, not 1),
+    computed in float64 as numpy does and cast once, so it matches the scheduler bit for bit."""
+    if num_steps < 1:
+        raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+    if not 0 < sigma_min < sigma_max:
+        raise ValueError(f"need 0 < sigma_min < sigma_max, got sigma_min={sigma_min}, sigma_max={sigma_max}")
+    ramp = _numpy_linspace(0.0, 1.0, num_steps)  # [N] float64
+    min_inv_rho, max_inv_rho = sigma_min ** (1 / rho), sigma_max ** (1 / rho)
+    edm = (max_inv_rho + ramp * (min_inv_rho - max_inv_rho)) ** rho  # [N] noise-to-signal ratios s
+    return torch.cat([(edm / (edm + 1)).float(), torch.zeros(1)])  # [N+1] float32

@@ -62,14 +62,17 @@ def model_card(cfg: ExperimentConfig, step: int, eval_history: dict, kind: str, 
     else:
         lines.append("No evaluation ran before this checkpoint.")
     lines += ["", "## Use", "", "```python"]
+    # the base model as it was loaded: a hub revision matters where the diffusers weights live on
+    # a branch (Cosmos-Predict2.5: revision "diffusers/base/post-trained")
+    base = repr(cfg.model.path) + (f", revision={cfg.model.revision!r}" if cfg.model.revision else "")
     if kind == "lora":
         pipeline = "DiffusionPipeline"
         lines += [f"from diffusers import {pipeline}", "",
-                  f"pipe = {pipeline}.from_pretrained({cfg.model.path!r})",
+                  f"pipe = {pipeline}.from_pretrained({base})",
                   "pipe.load_lora_weights(\"path/to/this/folder\")"]
     else:
         lines += ["from diffusers import AutoModel, DiffusionPipeline", "",
                   "transformer = AutoModel.from_pretrained(\"path/to/this/folder\")",
-                  f"pipe = DiffusionPipeline.from_pretrained({cfg.model.path!r}, transformer=transformer)"]
+                  f"pipe = DiffusionPipeline.from_pretrained({base}, transformer=transformer)"]
     lines += ["```", ""]
     return "\n".join(lines)

@@ -11,7 +11,7 @@ import torch
 
 from genalign.config.loader import load_config
 from genalign.training.trainer import Trainer
-from support import assert_resumed_bitwise, read_rows, tiny_overrides
+from support import assert_resumed_bitwise, read_rows, tiny_overrides, train_recipe_in_process
 
 RECIPES = {"flux": "experiment/diffusion/flux/online_grpo_ocr",
            "qwen_image": "experiment/diffusion/qwen_image/online_grpo_ocr"}
@@ -27,10 +27,8 @@ def finished_run(request, tiny_flux_dir, tiny_qwen_image_dir, tmp_path_factory):
     family = request.param
     model_dir = {"flux": tiny_flux_dir, "qwen_image": tiny_qwen_image_dir}[family]
     out = tmp_path_factory.mktemp(f"run_{family}")
-    trainer = Trainer(load_config(RECIPES[family], overrides(model_dir, out)))
+    trainer, initial = train_recipe_in_process(RECIPES[family], overrides(model_dir, out))
     assert trainer.policy.family == family
-    initial = {k: v.clone() for k, v in trainer.policy.transformer.state_dict().items()}
-    trainer.train()
     return family, model_dir, out, trainer, initial
 
 

@@ -76,3 +76,22 @@ def test_the_wan_recipe_composes_and_validates():
     cfg.rollout.height = 488
     problems = validate(cfg)
     assert len(problems) == 1 and "rollout.height=488 must be a multiple of 16 for model.family=wan" in problems[0]
+
+
+def test_the_cosmos_recipe_composes_and_validates():
+    from diffusers.pipelines.cosmos.pipeline_cosmos2_5_predict import DEFAULT_NEGATIVE_PROMPT
+
+    cfg = load_config("experiment/diffusion/cosmos/online_grpo_pickscore")
+    assert validate(cfg) == []
+    assert (cfg.model.family, cfg.model.path, cfg.model.revision) == ("cosmos", "nvidia/Cosmos-Predict2.5-2B",
+                                                                      "diffusers/base/post-trained")
+    assert cfg.model.negative_prompt == DEFAULT_NEGATIVE_PROMPT  # the pipeline's default, verbatim
+    assert (cfg.model.num_frames, cfg.rollout.guidance_scale, cfg.eval.num_steps) == (33, 7.0, 35)
+    assert (cfg.model.lora.rank, cfg.model.lora.alpha) == (32, 32.0)
+    assert cfg.model.lora.target_modules == ["to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2"]
+    assert cfg.reward.components == {"pickscore": 1.0} and cfg.reward.video_reduction == "mean"
+    cfg.model.num_frames = 1  # text-to-image mode is a video family's single frame
+    assert validate(cfg) == []
+    cfg.rollout.width = 840
+    problems = validate(cfg)
+    assert len(problems) == 1 and "rollout.width=840 must be a multiple of 16 for model.family=cosmos" in problems[0]

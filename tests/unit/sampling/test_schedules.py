@@ -106,3 +106,32 @@ def test_pipeline_sigmas_match_the_diffusers_scheduler_bit_for_bit(config):
             mu = dynamic_shift_mu(tokens, c.base_image_seq_len, c.max_image_seq_len, c.base_shift, c.max_shift)
             scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
             assert torch.equal(scheduler_sigmas(c, steps, tokens), scheduler.sigmas)
+
+
+def test_karras_flow_sigmas_by_hand():
+    """Cosmos-Predict2.5's schedule (s in [0.01, 200], rho 7): the ends are 200/201 and
+    0.01/1.01; the midpoint of three is ((200^(1/7) + 0.01^(1/7)) / 2)^7 mapped by s / (1 + s)."""
+    from genalign.sampling.schedules import karras_flow_sigmas
+
+    two = karras_flow_sigmas(2, 0.01, 200.0)
+    assert two.dtype == torch.float32 and two.shape == (3,)
+    assert two.tolist() == torch.tensor([200 / 201, 0.01 / 1.01, 0.0]).tolist()
+    middle = ((200 ** (1 / 7) + 0.01 ** (1 / 7)) / 2) ** 7  # ((2.1317 + 0.5179) / 2)^7
+    assert middle == pytest.approx(7.1625, abs=1e-4)
+    assert karras_flow_sigmas(3, 0.01, 200.0)[1].item() == pytest.approx(middle / (1 + middle), abs=1e-7)
+    assert karras_flow_sigmas(1, 0.01, 200.0).tolist() == torch.tensor([200 / 201, 0.0]).tolist()
+    with pytest.raises(ValueError, match="sigma_min < sigma_max"):
+        karras_flow_sigmas(4, 200.0, 0.01)
+
+
+@pytest.mark.parametrize("num_steps", [1, 2, 4, 20, 35])
+def test_karras_flow_sigmas_match_the_cosmos_unipc_scheduler_bitwise(num_steps):
+    """The scheduler Cosmos-Predict2.5 ships (diffusers' convert_cosmos_to_diffusers.py)."""
+    from diffusers import UniPCMultistepScheduler
+
+    from genalign.sampling.schedules import karras_flow_sigmas
+
+    scheduler = UniPCMultistepScheduler(use_karras_sigmas=True, use_flow_sigmas=True,
+                                        prediction_type="flow_prediction", sigma_max=200.0, sigma_min=0.01)
+    scheduler.set_timesteps(num_steps)
+    assert torch.equal(karras_flow_sigmas(num_steps, 0.01, 200.0), scheduler.sigmas)

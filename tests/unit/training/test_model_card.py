@@ -36,3 +36,12 @@ def test_transformer_card_without_evaluation():
     assert "No evaluation ran before this checkpoint." in card
     assert "transformer = AutoModel.from_pretrained(" in card and "transformer=transformer" in card
     assert "- recipe: `experiment/toy/shapes_grpo`" in card and "LoRA:" not in card
+
+
+def test_the_card_loads_the_base_model_at_its_revision():
+    cfg = load_config("experiment/diffusion/cosmos/online_grpo_pickscore")
+    card = model_card(cfg, 10, {"steps": [], "reward": [], "gold": []}, "lora", "live (no EMA)")
+    assert ("DiffusionPipeline.from_pretrained('nvidia/Cosmos-Predict2.5-2B', revision='diffusers/base/post-trained')"
+            in card)
+    assert "from_pretrained('stabilityai/stable-diffusion-3.5-medium')" in model_card(
+        load_config(OCR), 10, {"steps": [], "reward": [], "gold": []}, "lora", "live (no EMA)")
