@@ -82,7 +82,8 @@ class AlgorithmConfig:
     """"grpo" (Flow-GRPO clipped surrogate; with rollout.kernel / rollout.sde_window also
     Flow-GRPO-Fast, CPS, MixGRPO and DanceGRPO recipes), "grpo_guard" (GRPO-Guard: RatioNorm on
     the same surrogate; needs a Gaussian kernel), "nft" (DiffusionNFT, forward process, any
-    sampler) or "dpo" (Flow-DPO on preference pairs, online or offline)."""
+    sampler), "dpo" (Flow-DPO on preference pairs, online or offline) or "ar_grpo" (the GRPO
+    clipped surrogate per image token, for token-autoregressive families: Janus-Pro)."""
     clip_range: float = 1e-4
     adv_clip_max: float = 5.0
     kl_beta: float = 0.0
