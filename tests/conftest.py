@@ -50,3 +50,11 @@ def tiny_qwen_image_dir(tmp_path_factory):
     from genalign.models.tiny import save_tiny
 
     return save_tiny("qwen_image", tmp_path_factory.mktemp("tiny_qwen_image") / "pipeline", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_janus_dir(tmp_path_factory):
+    """A tiny random JanusForConditionalGeneration + JanusProcessor written by save_pretrained; read-only."""
+    from genalign.models.tiny import save_tiny
+
+    return save_tiny("janus", tmp_path_factory.mktemp("tiny_janus") / "model", seed=0)
