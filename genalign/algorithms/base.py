@@ -106,3 +106,22 @@ class AlgorithmBase:
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         if state:
             raise ValueError(f"{type(self).__name__} keeps no algorithm state, got {sorted(state)[:5]}")
+
+
+class ClippedRatioBase(AlgorithmBase):
+    """What the clipped-ratio algorithms (Flow-GRPO and its variants, AR-GRPO) share: they train
+    on the rollout's stored log-probs (so the parity preflight runs), allow several optimizer
+    steps per rollout, and evaluate the reference only when algorithm.kl_beta > 0. `parameters`
+    (the trained tensors) is part of the common constructor; these algorithms keep no copy."""
+
+    needs_old_logprob = True
+    supports_multi_update = True
+    needs_rollout_means = False
+    """True when the loss reads the rollout kernel means (`TrajectoryBatch.means`: GRPO-Guard)."""
+
+    def __init__(self, cfg, reference=None, parameters: dict[str, torch.nn.Parameter] | None = None):
+        self.cfg = cfg
+        self.needs_reference = cfg.kl_beta > 0
+        if self.needs_reference and reference is None:
+            raise ValueError("algorithm.kl_beta > 0 needs a reference policy")
+        self.reference = reference

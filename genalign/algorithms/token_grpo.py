@@ -31,7 +31,7 @@ import dataclasses
 import torch
 
 from genalign.algorithms.advantages import clip_advantages
-from genalign.algorithms.base import AlgorithmBase
+from genalign.algorithms.base import ClippedRatioBase
 from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.losses import clipped_surrogate, rollout_correction_weights, token_kl
 from genalign.models.base import TokenPolicy
@@ -48,18 +48,9 @@ def replayed_token_log_probs(policy: TokenPolicy, batch: TokenTrajectoryBatch,
                                   batch.temperature, detach_uncond=detach_uncond).float()
 
 
-class TokenGRPO(AlgorithmBase):
-    needs_old_logprob = True
-    supports_multi_update = True
-    needs_rollout_means = False
-
-    def __init__(self, cfg: AlgorithmConfig, reference: ReferencePolicy | None = None,
-                 parameters: dict[str, torch.nn.Parameter] | None = None):
-        self.cfg = cfg
-        self.needs_reference = cfg.kl_beta > 0
-        if self.needs_reference and reference is None:
-            raise ValueError("algorithm.kl_beta > 0 needs a reference policy")
-        self.reference = reference
+class TokenGRPO(ClippedRatioBase):
+    cfg: AlgorithmConfig
+    reference: ReferencePolicy | None
 
     def train_step_indices(self, batch: TokenTrajectoryBatch) -> list[int]:
         """One position: the whole token sequence."""

@@ -87,30 +87,37 @@ def generate_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, 
     return _flow_chunks(policy, groups, spec, positions)
 
 
-def _flow_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
-                 positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
-    sde_mask = spec.sde_mask()  # [T]
-    use_cfg = spec.guidance_scale > 1.0
-    condition = encode_unique(policy, groups.prompts, with_negative=use_cfg)
+def step_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
+                positions: list[int] | None = None) -> Iterator[tuple[PromptGroupBatch, Condition]]:
+    """The step's samples (only `positions` when given) as (`spec.chunk_size` samples, their
+    encoded condition) pairs, for every kind of policy. The prompts are encoded once for the
+    whole step, with the CFG branch when `spec.guidance_scale` > 1 (see `generate`)."""
+    condition = encode_unique(policy, groups.prompts, with_negative=spec.guidance_scale > 1.0)
     if positions is not None:
         condition = condition.index(torch.tensor(positions, device=condition.device))
         groups = groups.index(positions)
+    for start in range(0, len(groups), spec.chunk_size):
+        rows = list(range(start, min(start + spec.chunk_size, len(groups))))
+        yield groups.index(rows), condition.index(torch.tensor(rows, device=condition.device))
+
+
+def sample_fields(chunk: PromptGroupBatch) -> dict:
+    """The per-sample identity every trajectory kind carries: prompts, ids, seeds, metadata."""
+    return dict(prompts=list(chunk.prompts), prompt_ids=chunk.prompt_ids.clone(), group_ids=chunk.group_ids.clone(),
+                seeds=chunk.seeds.clone(), metadata=[dict(m) for m in chunk.metadata])
+
+
+def _flow_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
+                 positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
+    sde_mask = spec.sde_mask()  # [T]
     latent_shape = policy.latent_shape(spec.height, spec.width)
     sigmas = policy.sigmas(spec.num_steps, latent_shape).float().cpu()  # [T+1], stored with the trajectory
-    seeds, init_seeds = groups.seeds.tolist(), groups.init_seeds.tolist()
-    for start in range(0, len(seeds), spec.chunk_size):
-        stop = min(start + spec.chunk_size, len(seeds))
-        rows = torch.arange(start, stop)
-        chunk_cond = condition.index(rows.to(condition.device))
-        noise, generators = initial_noise(init_seeds[start:stop], seeds[start:stop], latent_shape)
+    for chunk, chunk_cond in step_chunks(policy, groups, spec, positions):
+        noise, generators = initial_noise(chunk.init_seeds.tolist(), chunk.seeds.tolist(), latent_shape)
         sampled = sample_trajectory(policy, chunk_cond, noise, generators, sigmas, spec.guidance_scale,
                                     spec.noise_level, sde_mask, spec.kernel, spec.record_means)
         images = policy.decode(sampled.latents[:, -1].to(policy.device)).cpu()  # [b, 3, H, W] or [b, F, 3, H, W] uint8
         yield TrajectoryBatch(
-            prompts=groups.prompts[start:stop],
-            prompt_ids=groups.prompt_ids[rows].clone(),
-            group_ids=groups.group_ids[rows].clone(),
-            seeds=groups.seeds[rows].clone(),
             condition=chunk_cond.to("cpu"),
             latents=sampled.latents,
             log_probs=sampled.log_probs,
@@ -121,5 +128,5 @@ def _flow_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpe
             noise_level=spec.noise_level,
             kernel=spec.kernel,
             means=sampled.means,
-            metadata=[dict(m) for m in groups.metadata[start:stop]],
+            **sample_fields(chunk),
         )

@@ -27,35 +27,22 @@ def generate_token_chunks(policy: TokenPolicy, groups: PromptGroupBatch, spec,
     """`collector.generate_chunks` for a token policy: `spec.chunk_size` samples at a time,
     with `spec.guidance_scale` and `spec.temperature`; `positions` samples only those samples
     of the step (prompts are still encoded for the whole step, so every shard has one shape)."""
-    from genalign.rollout.collector import encode_unique
+    from genalign.rollout.collector import sample_fields, step_chunks
 
     check = getattr(policy, "check_image_size", None)
     if check is not None:
         check(spec.height, spec.width)
-    use_cfg = spec.guidance_scale > 1.0
-    condition = encode_unique(policy, groups.prompts, with_negative=use_cfg)
-    if positions is not None:
-        condition = condition.index(torch.tensor(positions, device=condition.device))
-        groups = groups.index(positions)
-    seeds = groups.seeds.tolist()
-    for start in range(0, len(seeds), spec.chunk_size):
-        stop = min(start + spec.chunk_size, len(seeds))
-        rows = torch.arange(start, stop)
-        chunk_cond = condition.index(rows.to(condition.device))
-        generators = [torch.Generator(device=policy.device).manual_seed(seed) for seed in seeds[start:stop]]
+    for chunk, chunk_cond in step_chunks(policy, groups, spec, positions):
+        generators = [torch.Generator(device=policy.device).manual_seed(seed) for seed in chunk.seeds.tolist()]
         sampled = policy.sample_tokens(chunk_cond, generators, spec.guidance_scale, spec.temperature)
         with torch.no_grad():
             log_probs = policy.token_log_probs(chunk_cond, sampled.tokens, spec.guidance_scale, spec.temperature)
         yield TokenTrajectoryBatch(
-            prompts=groups.prompts[start:stop],
-            prompt_ids=groups.prompt_ids[rows].clone(),
-            group_ids=groups.group_ids[rows].clone(),
-            seeds=groups.seeds[rows].clone(),
             condition=chunk_cond.to("cpu"),
             tokens=sampled.tokens.cpu(),
             log_probs=log_probs.float().cpu()[:, None],  # [b, 1, N]: one trained position
             images=policy.decode_tokens(sampled.tokens),
             guidance_scale=spec.guidance_scale,
             temperature=spec.temperature,
-            metadata=[dict(m) for m in groups.metadata[start:stop]],
+            **sample_fields(chunk),
         )

@@ -5,6 +5,8 @@ checkpoint's exported adapter loading onto JanusForConditionalGeneration."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -29,7 +31,7 @@ def overrides(model_dir, output_dir, *extra):
 def finished_run(tiny_janus_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("run_janus")
     trainer = Trainer(load_config(RECIPE, overrides(tiny_janus_dir, out)))
-    initial = {k: v.clone() for k, v in trainer.policy.transformer.state_dict().items()}
+    initial = copy.deepcopy(trainer.policy.transformer.state_dict())  # before any update
     trainer.train()
     return out, trainer, initial
 
