@@ -33,6 +33,13 @@ def trajectory_kind_problems(cfg: ExperimentConfig) -> list[str]:
     if token_algorithm and not token_family:
         problems.append(f"algorithm.name={name} trains image tokens; model.family={family} is a flow-matching family. "
                         f"Use a token family ({', '.join(TOKEN_FAMILIES)}) or algorithm.name=grpo")
+    if token_family:
+        flow_only = {"rollout.same_initial_noise": rollout.same_initial_noise,
+                     "rollout.sde_window.size": rollout.sde_window.size, "rollout.ode_final_step": rollout.ode_final_step}
+        for key, value in flow_only.items():
+            if value:
+                problems.append(f"{key}={value} shapes an SDE rollout; model.family={family} samples image tokens "
+                                "(seeded per sample) and has none: remove it")
     if rollout.temperature <= 0:
         problems.append(f"rollout.temperature must be > 0 (the sampler's softmax temperature), got {rollout.temperature}")
     elif rollout.temperature != 1.0 and not token_family:

@@ -51,6 +51,7 @@ def test_recipe_composes_with_janus_settings():
     (["model.family=sd3", "model.path=stabilityai/stable-diffusion-3.5-medium", "rollout.temperature=1.0",
       "rollout.height=512", "rollout.width=512"], "trains image tokens"),
     (["rollout.temperature=0"], "rollout.temperature must be > 0"),
+    (["rollout.same_initial_noise=true"], "rollout.same_initial_noise=True shapes an SDE rollout"),
 ])
 def test_kind_mismatches_are_config_errors(extra, message):
     with pytest.raises(ConfigError, match=message):
