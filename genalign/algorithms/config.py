@@ -115,6 +115,12 @@ class AlgorithmConfig:
     Flow-GRPO does: they carry no policy gradient but would still dilute the policy loss while
     the KL term applies in full. Random dropped samples are put back until the kept count
     divides into the step's micro-batches, whose number stays fixed (they get smaller)."""
+    token_log_prob: str = "guided"
+    """ar_grpo: which log-prob of an image token the ratio and KL use. "guided": the distribution
+    that sampled it, softmax((l_u + w (l_c − l_u)) / T) over both CFG streams (the ratio is of
+    the sampling policy, exactly 1 before the update). "conditional": the conditional stream
+    alone, softmax(l_c / T), while sampling keeps CFG, as T2I-R1's Janus trainer scores its
+    tokens (its replay runs the conditional prompts only). The rollout records the same kind."""
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)

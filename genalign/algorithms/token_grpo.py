@@ -18,10 +18,12 @@ mean over the b·N tokens of
 r_t ≡ 1 and the clip is inactive). Every image has N tokens, so this equals the per-sample
 token mean averaged over samples. k3 is `losses.token_kl` to the LoRA-disabled reference.
 
-Departure from T2I-R1, on purpose: its replay scores the tokens with the *conditional* stream
-alone, although they were sampled with CFG; here the log-prob is of the distribution that
-sampled them (CFG and temperature included), so the ratio is exactly 1 before the update and
-the importance ratio is of the sampling policy (issue 12's specification).
+Departure from T2I-R1, on purpose and named: its replay scores the tokens with the
+*conditional* stream alone, although they were sampled with CFG; by default
+(algorithm.token_log_prob=guided) the log-prob here is of the distribution that sampled them
+(CFG and temperature included), so the ratio is of the sampling policy (issue 12's
+specification); algorithm.token_log_prob=conditional scores as T2I-R1 does. Either way the
+rollout records the kind replay computes, so the ratio is exactly 1 before the update.
 """
 
 from __future__ import annotations
@@ -41,10 +43,11 @@ from genalign.training.reference import ReferencePolicy
 
 def replayed_token_log_probs(policy: TokenPolicy, batch: TokenTrajectoryBatch,
                              detach_uncond: bool = False) -> torch.Tensor:
-    """log π_θ of the stored tokens [b, N] float32 with the rollout's guidance and temperature
-    (grad follows the caller's mode): the one function rollout, parity and the loss share."""
+    """log π_θ of the stored tokens [b, N] float32 with the guidance the rollout scored them at
+    and its temperature (grad follows the caller's mode): the one function rollout, parity and
+    the loss share."""
     device = policy.device
-    return policy.token_log_probs(batch.condition.to(device), batch.tokens.to(device), batch.guidance_scale,
+    return policy.token_log_probs(batch.condition.to(device), batch.tokens.to(device), batch.scored_guidance_scale,
                                   batch.temperature, detach_uncond=detach_uncond).float()
 
 

@@ -40,6 +40,9 @@ def trajectory_kind_problems(cfg: ExperimentConfig) -> list[str]:
             if value:
                 problems.append(f"{key}={value} shapes an SDE rollout; model.family={family} samples image tokens "
                                 "(seeded per sample) and has none: remove it")
+    if cfg.algorithm.token_log_prob != "guided" and not token_algorithm:
+        problems.append(f"algorithm.token_log_prob={cfg.algorithm.token_log_prob} is read by "
+                        f"{', '.join(TOKEN_ALGORITHMS)} only (algorithm.name={name}): remove it")
     if rollout.temperature <= 0:
         problems.append(f"rollout.temperature must be > 0 (the sampler's softmax temperature), got {rollout.temperature}")
     elif rollout.temperature != 1.0 and not token_family:

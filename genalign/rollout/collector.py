@@ -43,6 +43,9 @@ class SamplingSpec:
     """Keep each step's kernel mean in the trajectory (an algorithm that needs μ_old declares it)."""
     temperature: float = 1.0
     """Softmax temperature of a token family's sampler (rollout.temperature); flow families ignore it."""
+    guided_log_probs: bool = True
+    """Token families: record log-probs under CFG (True) or of the conditional stream alone
+    (algorithm.token_log_prob=conditional); sampling uses CFG either way."""
 
     def at_step(self, step: int) -> "SamplingSpec":
         """This spec for training step `step` (the window is a pure function of the step)."""

@@ -42,6 +42,9 @@ class TokenTrajectoryBatch:
     images: torch.Tensor  # [B, 3, H, W] uint8
     guidance_scale: float = 1.0
     temperature: float = 1.0
+    scored_guidance_scale: float = 1.0
+    """The guidance `log_probs` are taken at: `guidance_scale` (the sampling distribution), or 1
+    (the conditional stream alone, algorithm.token_log_prob=conditional). Replay uses it."""
     proximal_log_probs: torch.Tensor | None = None  # [B, 1, N] float32
     metadata: list[dict] = field(default_factory=list)
 
@@ -104,7 +107,8 @@ class TokenTrajectoryBatch:
         a masked position is never attended to, whatever its id)."""
         first = batches[0]
         for other in batches[1:]:
-            if (other.guidance_scale, other.temperature) != (first.guidance_scale, first.temperature):
+            if (other.guidance_scale, other.temperature, other.scored_guidance_scale) != \
+                    (first.guidance_scale, first.temperature, first.scored_guidance_scale):
                 raise ValueError("cannot concatenate token trajectories sampled with different guidance or temperature")
             if (other.proximal_log_probs is None) != (first.proximal_log_probs is None):
                 raise ValueError("cannot concatenate token trajectories with and without proximal log-probs")

@@ -32,11 +32,12 @@ def generate_token_chunks(policy: TokenPolicy, groups: PromptGroupBatch, spec,
     check = getattr(policy, "check_image_size", None)
     if check is not None:
         check(spec.height, spec.width)
+    scored_guidance = spec.guidance_scale if spec.guided_log_probs else 1.0
     for chunk, chunk_cond in step_chunks(policy, groups, spec, positions):
         generators = [torch.Generator(device=policy.device).manual_seed(seed) for seed in chunk.seeds.tolist()]
         sampled = policy.sample_tokens(chunk_cond, generators, spec.guidance_scale, spec.temperature)
         with torch.no_grad():
-            log_probs = policy.token_log_probs(chunk_cond, sampled.tokens, spec.guidance_scale, spec.temperature)
+            log_probs = policy.token_log_probs(chunk_cond, sampled.tokens, scored_guidance, spec.temperature)
         yield TokenTrajectoryBatch(
             condition=chunk_cond.to("cpu"),
             tokens=sampled.tokens.cpu(),
@@ -44,5 +45,6 @@ def generate_token_chunks(policy: TokenPolicy, groups: PromptGroupBatch, spec,
             images=policy.decode_tokens(sampled.tokens),
             guidance_scale=spec.guidance_scale,
             temperature=spec.temperature,
+            scored_guidance_scale=scored_guidance,
             **sample_fields(chunk),
         )

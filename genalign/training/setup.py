@@ -96,6 +96,7 @@ def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
     return SamplingSpec(height=r.height, width=r.width, num_steps=r.num_steps, guidance_scale=r.guidance_scale,
                         noise_level=r.noise_level, chunk_size=r.sample_batch_size, kernel=r.kernel, window=window,
                         ode_final_step=r.ode_final_step, temperature=r.temperature,
+                        guided_log_probs=cfg.algorithm.token_log_prob == "guided",
                         record_means=ALGORITHMS.resolve(cfg.algorithm.name).needs_rollout_means)
 
 

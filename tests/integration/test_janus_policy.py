@@ -96,6 +96,11 @@ def test_rollout_is_shard_and_chunk_invariant_with_exact_replay(policy):
     shard = generate(policy, groups, spec, positions=[2, 3])
     assert torch.equal(chunked.tokens, whole.tokens) and torch.equal(shard.tokens, whole.tokens[2:])
     assert len(set(map(tuple, whole.tokens.tolist()))) == 4  # distinct seeds, distinct samples
+    conditional = generate(policy, groups, SamplingSpec(**{**spec.__dict__, "guided_log_probs": False}))
+    assert torch.equal(conditional.tokens, whole.tokens) and conditional.scored_guidance_scale == 1.0
+    cond = policy.encode_prompts(groups.prompts, with_negative=False)
+    assert torch.equal(conditional.log_probs[:, 0], policy.token_log_probs(cond, whole.tokens, 1.0, 1.0).detach())
+    assert not torch.allclose(conditional.log_probs, whole.log_probs, atol=1e-3)
     with pytest.raises(ValueError, match="rollout.height=32"):
         generate(policy, groups, SamplingSpec(**{**spec.__dict__, "height": 64, "width": 64}))
 

@@ -52,6 +52,7 @@ def test_recipe_composes_with_janus_settings():
       "rollout.height=512", "rollout.width=512"], "trains image tokens"),
     (["rollout.temperature=0"], "rollout.temperature must be > 0"),
     (["rollout.same_initial_noise=true"], "rollout.same_initial_noise=True shapes an SDE rollout"),
+    (["algorithm.token_log_prob=cond"], "algorithm.token_log_prob='cond' is not supported"),
 ])
 def test_kind_mismatches_are_config_errors(extra, message):
     with pytest.raises(ConfigError, match=message):

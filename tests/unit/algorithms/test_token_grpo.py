@@ -86,7 +86,8 @@ def token_batch(old_log_probs: torch.Tensor) -> TokenTrajectoryBatch:
         prompts=[f"p{i}" for i in range(size)], prompt_ids=torch.arange(size), group_ids=torch.zeros(size, dtype=torch.long),
         seeds=torch.arange(size), condition=TokenCondition(torch.ones(size, 3, dtype=torch.long), torch.ones(size, 3)),
         tokens=torch.arange(size)[:, None].repeat(1, 2), log_probs=old_log_probs[:, None].clone(),
-        images=torch.zeros(size, 3, 4, 4, dtype=torch.uint8), guidance_scale=5.0, temperature=0.7)
+        images=torch.zeros(size, 3, 4, 4, dtype=torch.uint8), guidance_scale=5.0, temperature=0.7,
+        scored_guidance_scale=5.0)
 
 
 CURRENT = torch.tensor([[LOG(0.5), LOG(0.5)], [LOG(0.25), LOG(0.8)]])
@@ -106,7 +107,7 @@ def test_clipped_token_loss_is_the_mean_over_tokens_and_samples():
     assert loss.item() == pytest.approx(0.1, abs=1e-6)
     assert stats["clip_frac"].tolist() == [0.5, 0.5]
     assert torch.allclose(stats["ratio"], torch.tensor([[1.25, 1.0], [1.0, 1.6]]))
-    assert policy.seen == [(5.0, 0.7, True)]  # the rollout's guidance and temperature, uncond detached
+    assert policy.seen == [(5.0, 0.7, True)]  # the rollout's scored guidance and temperature, uncond detached
     loss.backward()
     # d loss / d ℓ = −Â r / 4 where the unclipped term is taken, 0 where the clip binds:
     #   [[0 (clipped, Â > 0, r > 1.2), −1/4], [+1/4, +1.6/4]]
@@ -155,3 +156,13 @@ def test_rollout_correction_records_proximal_log_probs_per_token():
     assert torch.allclose(stats["rollout_is_weight"], torch.tensor([[1.25, 1.0], [1.0, 1.5]]), atol=1e-6)
     # loss = mean(−Â·w) with r = 1: (−1.25 − 1 + 1 + 1.5) / 4 = 0.0625
     assert loss.item() == pytest.approx(0.0625, abs=1e-6)
+
+
+def test_conditional_scoring_replays_at_guidance_one():
+    """algorithm.token_log_prob=conditional (T2I-R1): the trajectory says its log-probs were
+    taken on the conditional stream alone, and replay scores them the same way."""
+    policy = TablePolicy(CURRENT)
+    batch = token_batch(OLD)
+    batch.scored_guidance_scale = 1.0
+    TokenGRPO(AlgorithmConfig(name="ar_grpo")).compute_loss(policy, batch, torch.tensor([1.0, -1.0]), 0)
+    assert policy.seen[0][:2] == (1.0, 0.7)
