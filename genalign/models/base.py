@@ -244,6 +244,10 @@ class TokenPolicy(Protocol):
         """Image tokens [B, N] -> uint8 images [B, 3, H, W] (no grad)."""
         ...
 
+    def check_image_size(self, height: int, width: int) -> None:
+        """Raise ValueError naming rollout.height/width unless the model generates that size."""
+        ...
+
 def resolve_device(name: str) -> torch.device:
     """`model.device` -> torch.device; "auto" picks cuda when available."""
     if name == "auto":

@@ -29,9 +29,7 @@ def generate_token_chunks(policy: TokenPolicy, groups: PromptGroupBatch, spec,
     of the step (prompts are still encoded for the whole step, so every shard has one shape)."""
     from genalign.rollout.collector import sample_fields, step_chunks
 
-    check = getattr(policy, "check_image_size", None)
-    if check is not None:
-        check(spec.height, spec.width)
+    policy.check_image_size(spec.height, spec.width)  # a token model has one image size
     scored_guidance = spec.guidance_scale if spec.guided_log_probs else 1.0
     for chunk, chunk_cond in step_chunks(policy, groups, spec, positions):
         generators = [torch.Generator(device=policy.device).manual_seed(seed) for seed in chunk.seeds.tolist()]

@@ -81,6 +81,16 @@ def test_resume_continues_bitwise(finished_run, tiny_janus_dir, tmp_path):
     assert_resumed_bitwise(out, tmp_path / "resumed", 3)
 
 
+def test_standalone_eval_of_the_checkpoint_repeats_the_runs_last_evaluation(finished_run, tmp_path):
+    from genalign.evaluation.standalone import evaluate_checkpoint
+
+    out, _, _ = finished_run
+    metrics = evaluate_checkpoint(str(out / "checkpoint-final"), str(tmp_path / "eval"), [])
+    last = read_rows(out / "eval_metrics.csv")[-1]
+    assert last["step"] == "3" and metrics["eval_reward_mean"] == pytest.approx(float(last["eval_reward_mean"]), abs=0)
+    assert (tmp_path / "eval" / "eval_epoch_3" / "contact_sheet.png").exists()
+
+
 def test_checkpoint_adapter_loads_onto_janus_and_matches_the_trained_policy(finished_run, tiny_janus_dir):
     from peft import PeftModel
     from transformers import JanusForConditionalGeneration

@@ -79,6 +79,9 @@ class TablePolicy:
     def decode_tokens(self, tokens):
         return torch.zeros(len(tokens), 3, 4, 4, dtype=torch.uint8)
 
+    def check_image_size(self, height, width):
+        pass
+
 
 def token_batch(old_log_probs: torch.Tensor) -> TokenTrajectoryBatch:
     size = old_log_probs.shape[0]
