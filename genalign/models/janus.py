@@ -29,12 +29,13 @@ The VQ decoder always runs in float32 (as the VAEs of the diffusion families).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import torch
 
 from genalign.models.base import (ModelConfig, SampledTokens, TokenCondition, compute_precision, guided_velocity,
                                   resolve_device, resolve_dtype)
-from genalign.models.diffusers_common import check_model_path
+from genalign.models.diffusers_common import check_model_path, missing_weights_error
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +113,13 @@ class JanusPolicy:
 
         check_model_path(path)
         torch_dtype = resolve_dtype(dtype)
-        model = JanusForConditionalGeneration.from_pretrained(path, dtype=torch_dtype, revision=revision)
-        processor = AutoProcessor.from_pretrained(path, revision=revision)
+        try:
+            model = JanusForConditionalGeneration.from_pretrained(path, dtype=torch_dtype, revision=revision)
+            processor = AutoProcessor.from_pretrained(path, revision=revision)
+        except (OSError, ValueError) as exc:
+            if Path(path).expanduser().exists():
+                raise
+            raise missing_weights_error(path, exc) from exc
         return cls(model, processor, resolve_device(device), torch_dtype)
 
     # ------------------------------------------------------------------ prompts

@@ -20,6 +20,13 @@ def policy(tiny_janus_dir):
     return JanusPolicy.from_pretrained(str(tiny_janus_dir), "float32", "cpu")
 
 
+def test_an_uncached_hub_id_offline_says_how_to_fix_it(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="not cached") as error:
+        JanusPolicy.from_pretrained("genalign-test/not-a-cached-janus", "float32", "cpu")
+    assert "hf download genalign-test/not-a-cached-janus" in str(error.value)
+
+
 def test_loads_the_saved_model_and_processor(policy, tiny_janus_dir):
     from genalign.models.tiny import build_tiny_janus
 
