@@ -58,3 +58,11 @@ def tiny_cosmos_dir(tmp_path_factory):
     from genalign.models.tiny import save_tiny
 
     return save_tiny("cosmos", tmp_path_factory.mktemp("tiny_cosmos") / "pipeline", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_janus_dir(tmp_path_factory):
+    """A tiny random JanusForConditionalGeneration + JanusProcessor written by save_pretrained; read-only."""
+    from genalign.models.tiny import save_tiny
+
+    return save_tiny("janus", tmp_path_factory.mktemp("tiny_janus") / "model", seed=0)

@@ -324,3 +324,21 @@ def train_recipe_in_process(recipe: str, overrides: list[str]):
     initial = {k: v.clone() for k, v in trainer.policy.transformer.state_dict().items()}
     trainer.train()
     return trainer, initial
+
+
+def ray_rollout_setting(cfg, generate_timeout_s: float = 120.0):
+    """(policy, prompt sampler, Ray engine) for a `rollout.engine=ray` config: the policy built
+    as the trainer builds it (seeded adapter), the engine's workers started from its weights.
+    The caller owns the Ray session and closes the engine."""
+    from genalign.data.prompts import load_manifest
+    from genalign.data.sampler import PromptSampler
+    from genalign.rollout.ray_engine import RayRolloutEngine
+    from genalign.training import setup
+    from genalign.training.lora import trainable_state_dict
+
+    torch.manual_seed(cfg.trainer.seed)
+    policy = setup.build_policy(cfg)
+    sampler = PromptSampler(load_manifest(cfg.data.manifest), cfg.rollout.rollout_batch_size, cfg.rollout.n,
+                            cfg.trainer.seed)
+    engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), generate_timeout_s=generate_timeout_s)
+    return policy, sampler, engine

@@ -7,7 +7,10 @@ what the algorithm declares and calls its hooks:
   * `training_batch` turns the step's trajectories and advantages into the units the update
     loop trains on (the trajectories themselves, or DPO's preference pairs);
   * `train_step_indices` — the positions `compute_loss` is called at per micro-batch
-    (denoising steps for Flow-GRPO, forward-process draws for NFT/DPO);
+    (denoising steps for Flow-GRPO, forward-process draws for NFT/DPO, the whole token
+    sequence — one position — for AR-GRPO);
+  * `replay_log_probs` — the stored trajectories' log-probs recomputed without grad, shaped
+    like `batch.log_probs` (the parity preflight compares them);
   * `rollout_weights` — the weights the rollout samples with (NFT: the old policy);
   * `after_update` — once per training step after the optimizer round (NFT's soft update);
   * `state_dict` / `load_state_dict` — algorithm state the checkpoint carries (NFT's old policy).
@@ -21,6 +24,7 @@ from typing import Protocol
 
 import torch
 
+from genalign.algorithms.replay import replay_log_probs
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
 
@@ -47,6 +51,10 @@ class Algorithm(Protocol):
 
     def train_step_indices(self, batch) -> list[int]:
         """Positions of this batch that are trained, in training order."""
+        ...
+
+    def replay_log_probs(self, policy, batch, step_indices: list[int], chunk_size: int) -> torch.Tensor:
+        """`batch.log_probs` recomputed under `policy` at `step_indices` (no grad, CPU)."""
         ...
 
     def compute_loss(self, policy: FlowPolicy, batch, advantages: torch.Tensor,
@@ -81,6 +89,11 @@ class AlgorithmBase:
     def training_batch(self, batch: TrajectoryBatch, advantages: torch.Tensor):
         return batch, advantages
 
+    def replay_log_probs(self, policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
+                         chunk_size: int) -> torch.Tensor:
+        """Stored SDE steps re-scored with the rollout's kernel (`algorithms.replay`)."""
+        return replay_log_probs(policy, batch, step_indices, chunk_size)
+
     def rollout_weights(self) -> AbstractContextManager:
         return nullcontext()
 
@@ -93,3 +106,22 @@ class AlgorithmBase:
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         if state:
             raise ValueError(f"{type(self).__name__} keeps no algorithm state, got {sorted(state)[:5]}")
+
+
+class ClippedRatioBase(AlgorithmBase):
+    """What the clipped-ratio algorithms (Flow-GRPO and its variants, AR-GRPO) share: they train
+    on the rollout's stored log-probs (so the parity preflight runs), allow several optimizer
+    steps per rollout, and evaluate the reference only when algorithm.kl_beta > 0. `parameters`
+    (the trained tensors) is part of the common constructor; these algorithms keep no copy."""
+
+    needs_old_logprob = True
+    supports_multi_update = True
+    needs_rollout_means = False
+    """True when the loss reads the rollout kernel means (`TrajectoryBatch.means`: GRPO-Guard)."""
+
+    def __init__(self, cfg, reference=None, parameters: dict[str, torch.nn.Parameter] | None = None):
+        self.cfg = cfg
+        self.needs_reference = cfg.kl_beta > 0
+        if self.needs_reference and reference is None:
+            raise ValueError("algorithm.kl_beta > 0 needs a reference policy")
+        self.reference = reference

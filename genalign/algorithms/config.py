@@ -82,7 +82,8 @@ class AlgorithmConfig:
     """"grpo" (Flow-GRPO clipped surrogate; with rollout.kernel / rollout.sde_window also
     Flow-GRPO-Fast, CPS, MixGRPO and DanceGRPO recipes), "grpo_guard" (GRPO-Guard: RatioNorm on
     the same surrogate; needs a Gaussian kernel), "nft" (DiffusionNFT, forward process, any
-    sampler) or "dpo" (Flow-DPO on preference pairs, online or offline)."""
+    sampler), "dpo" (Flow-DPO on preference pairs, online or offline) or "ar_grpo" (the GRPO
+    clipped surrogate per image token, for token-autoregressive families: Janus-Pro)."""
     clip_range: float = 1e-4
     adv_clip_max: float = 5.0
     kl_beta: float = 0.0
@@ -114,6 +115,12 @@ class AlgorithmConfig:
     Flow-GRPO does: they carry no policy gradient but would still dilute the policy loss while
     the KL term applies in full. Random dropped samples are put back until the kept count
     divides into the step's micro-batches, whose number stays fixed (they get smaller)."""
+    token_log_prob: str = "guided"
+    """ar_grpo: which log-prob of an image token the ratio and KL use. "guided": the distribution
+    that sampled it, softmax((l_u + w (l_c − l_u)) / T) over both CFG streams (the ratio is of
+    the sampling policy, exactly 1 before the update). "conditional": the conditional stream
+    alone, softmax(l_c / T), while sampling keeps CFG, as T2I-R1's Janus trainer scores its
+    tokens (its replay runs the conditional prompts only). The rollout records the same kind."""
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)

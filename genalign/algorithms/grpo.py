@@ -19,7 +19,7 @@ import dataclasses
 import torch
 
 from genalign.algorithms.advantages import clip_advantages
-from genalign.algorithms.base import AlgorithmBase
+from genalign.algorithms.base import ClippedRatioBase
 from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.losses import (clipped_surrogate, latent_mean_kl, ratio_norm_log_ratio,
                                         rollout_correction_weights, velocity_kl)
@@ -29,21 +29,9 @@ from genalign.rollout.batch import TrajectoryBatch
 from genalign.training.reference import ReferencePolicy
 
 
-class FlowGRPO(AlgorithmBase):
-    needs_old_logprob = True
-    supports_multi_update = True
-    needs_rollout_means = False
-    """True when the loss reads the rollout kernel means (`TrajectoryBatch.means`)."""
-
-    def __init__(self, cfg: AlgorithmConfig, reference: ReferencePolicy | None = None,
-                 parameters: dict[str, torch.nn.Parameter] | None = None):
-        """`parameters` (the trained tensors) is part of the common constructor; Flow-GRPO keeps
-        no copy of them."""
-        self.cfg = cfg
-        self.needs_reference = cfg.kl_beta > 0
-        if self.needs_reference and reference is None:
-            raise ValueError("algorithm.kl_beta > 0 needs a reference policy")
-        self.reference = reference
+class FlowGRPO(ClippedRatioBase):
+    cfg: AlgorithmConfig
+    reference: ReferencePolicy | None
 
     def train_step_indices(self, batch: TrajectoryBatch) -> list[int]:
         """int(T * timestep_fraction) stochastic steps: the first ones in order (Flow-GRPO

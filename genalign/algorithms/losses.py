@@ -3,6 +3,8 @@
 Where it fits: `algorithms/grpo.py` composes these per (micro-batch, trained denoising step):
 the replayed log-probs and stored rollout log-probs go into `clipped_policy_loss`, and the
 optional β·KL to the reference policy uses `latent_mean_kl` or `velocity_kl`.
+`algorithms/token_grpo.py` feeds the same `clipped_surrogate` per-token [B, N] tensors and
+uses `token_kl` for its KL.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, ad
 def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_range: float,
                       sample_weights: torch.Tensor | None = None) -> PolicyLossOutput:
     """`clipped_policy_loss` from a log-ratio [B] (with grad): the form GRPO-Guard's normalised
-    log-ratio plugs into."""
+    log-ratio plugs into. Every operation is elementwise until the final mean, so per-token
+    inputs [B, N] (AR-GRPO) give the mean over all B·N tokens, and ratio [B, N]."""
     if clip_range <= 0:
         raise ValueError(f"algorithm.clip_range must be > 0, got {clip_range}")
     ratio = torch.exp(log_ratio)  # [B]
@@ -127,3 +130,12 @@ def velocity_kl(velocity: torch.Tensor, ref_velocity: torch.Tensor) -> torch.Ten
     """mean_{non-batch dims} (v_θ − v_ref)²  -> float32 [B]: the velocity-space regulariser the
     Flow-GRPO author recommends when training without CFG and testing with it (flow_grpo#198)."""
     return ((velocity.float() - ref_velocity.float()) ** 2).flatten(1).mean(dim=1)  # [B]
+
+
+def token_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """Per-token KL estimate to the reference, k3 = exp(ℓ_ref − ℓ) − (ℓ_ref − ℓ) − 1 ≥ 0 (float32,
+    the shape of the inputs, e.g. [B, N]): Schulman's unbiased low-variance estimator of
+    KL(π_θ ‖ π_ref) at tokens drawn from π_θ, as GRPO (DeepSeekMath), trl's GRPOTrainer and
+    T2I-R1's Janus trainer use it. Gradient flows through ℓ; ℓ_ref is a constant."""
+    delta = ref_log_probs.detach().float() - log_probs.float()  # [B, N]
+    return torch.exp(delta) - delta - 1.0

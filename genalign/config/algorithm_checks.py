@@ -6,19 +6,54 @@ that cannot train is a config error naming the keys before any model loads:
 * nft trains on clean samples from any sampler (ODE or SDE), CFG-free: rollout.guidance_scale
   must be 1 (samples must come from v_old); its KL is on the velocity.
 * dpo needs pairs: online, at least two samples per prompt; offline, a preference manifest.
+* a token-autoregressive family (Janus-Pro) trains with a token algorithm (ar_grpo) and only
+  with one; rollout.temperature is theirs alone.
 """
 
 from __future__ import annotations
 
 from genalign.algorithms.forward_losses import NFT_ADV_MODES
 from genalign.config.schema import ExperimentConfig
+from genalign.config.values import TOKEN_FAMILIES
 
 DPO_SOURCES = ("online", "offline")
+TOKEN_ALGORITHMS = ("ar_grpo",)
+"""Algorithms that train token trajectories (`TokenTrajectoryBatch`); every other one trains
+flow-matching trajectories."""
+
+
+def trajectory_kind_problems(cfg: ExperimentConfig) -> list[str]:
+    """The family's trajectories against what the algorithm trains, and the token-only options."""
+    family, name, rollout = cfg.model.family, cfg.algorithm.name, cfg.rollout
+    token_family, token_algorithm = family in TOKEN_FAMILIES, name in TOKEN_ALGORITHMS
+    problems: list[str] = []
+    if token_family and not token_algorithm:
+        problems.append(f"model.family={family} generates image tokens; algorithm.name={name!r} trains flow-matching "
+                        f"trajectories. Use one of: {', '.join(TOKEN_ALGORITHMS)}")
+    if token_algorithm and not token_family:
+        problems.append(f"algorithm.name={name} trains image tokens; model.family={family} is a flow-matching family. "
+                        f"Use a token family ({', '.join(TOKEN_FAMILIES)}) or algorithm.name=grpo")
+    if token_family:
+        flow_only = {"rollout.same_initial_noise": rollout.same_initial_noise,
+                     "rollout.sde_window.size": rollout.sde_window.size, "rollout.ode_final_step": rollout.ode_final_step}
+        for key, value in flow_only.items():
+            if value:
+                problems.append(f"{key}={value} shapes an SDE rollout; model.family={family} samples image tokens "
+                                "(seeded per sample) and has none: remove it")
+    if cfg.algorithm.token_log_prob != "guided" and not token_algorithm:
+        problems.append(f"algorithm.token_log_prob={cfg.algorithm.token_log_prob} is read by "
+                        f"{', '.join(TOKEN_ALGORITHMS)} only (algorithm.name={name}): remove it")
+    if rollout.temperature <= 0:
+        problems.append(f"rollout.temperature must be > 0 (the sampler's softmax temperature), got {rollout.temperature}")
+    elif rollout.temperature != 1.0 and not token_family:
+        problems.append(f"rollout.temperature={rollout.temperature} is read by token families only "
+                        f"({', '.join(TOKEN_FAMILIES)}); model.family={family} samples with an SDE: remove it")
+    return problems
 
 
 def algorithm_problems(cfg: ExperimentConfig) -> list[str]:
     algorithm, rollout = cfg.algorithm, cfg.rollout
-    problems: list[str] = []
+    problems: list[str] = trajectory_kind_problems(cfg)
     offline = algorithm.name == "dpo" and algorithm.dpo.source == "offline"
     if cfg.data.preference_manifest is not None and not offline:
         problems.append(f"data.preference_manifest is set but only algorithm.name=dpo with algorithm.dpo.source="

@@ -34,7 +34,8 @@ class RunPlan:
     num_train_timesteps: int
     """Trained denoising steps per trajectory: int(rollout.num_steps * algorithm.timestep_fraction),
     at most the stochastic steps (the SDE window's size; the final step excluded when it is an
-    ODE step or with timestep_selection=random)."""
+    ODE step or with timestep_selection=random). A token family trains one position per
+    trajectory, the whole image-token sequence (`TokenTrajectoryBatch`)."""
     uses_cfg: bool
     """rollout.guidance_scale > 1: rollout and replay run both CFG branches."""
     needs_reference: bool
@@ -48,7 +49,10 @@ class RunPlan:
         denoising step would be trained; `validate()` reports those (and the divisibility
         problems this floor-divides past) with the fix, so `load_config` never gets here with them.
         """
+        from genalign.config.values import TOKEN_FAMILIES
+
         rollout, actor = cfg.rollout, cfg.actor
+        tokens = cfg.model.family in TOKEN_FAMILIES
         samples_per_step = rollout.rollout_batch_size * rollout.n
         train_micro_batch = rollout.sample_batch_size if actor.micro_batch_size is None else actor.micro_batch_size
         num_train_timesteps = int(rollout.num_steps * cfg.algorithm.timestep_fraction)
@@ -73,7 +77,7 @@ class RunPlan:
             micro_batches_per_step=micro_batches_per_step,
             optimizer_steps_per_step=(micro_batches_per_step * actor.num_inner_epochs
                                       // actor.gradient_accumulation_steps),
-            num_train_timesteps=min(num_train_timesteps, _trainable_steps(cfg)),
+            num_train_timesteps=1 if tokens else min(num_train_timesteps, _trainable_steps(cfg)),
             uses_cfg=rollout.guidance_scale > 1.0,
             needs_reference=cfg.algorithm.needs_reference,
         )
@@ -84,7 +88,7 @@ class RunPlan:
                 f"samples/step; rollout micro-batch {self.rollout_micro_batch}, train micro-batch "
                 f"{self.train_micro_batch} -> {self.micro_batches_per_step} micro-batches, "
                 f"{self.optimizer_steps_per_step} optimizer step(s)/step; {self.num_train_timesteps} trained "
-                f"denoising steps; CFG {'on' if self.uses_cfg else 'off'}; reference "
+                f"position(s) per trajectory; CFG {'on' if self.uses_cfg else 'off'}; reference "
                 f"{'on' if self.needs_reference else 'off'}")
 
 

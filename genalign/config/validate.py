@@ -27,6 +27,7 @@ CHOICES = {
     "model.train_mode": ("lora", "full"),
     "model.dtype": ("float32", "float16", "bfloat16"),
     "algorithm.kl_type": ("latent_mean", "velocity"),
+    "algorithm.token_log_prob": ("guided", "conditional"),
     "algorithm.advantage.std": ("population", "unbiased"),
     "distributed.training.strategy": ("none", "ddp", "fsdp2"),
     "distributed.training.backend": ("auto", "gloo", "nccl"),

@@ -23,10 +23,15 @@ MAX_IMAGE_SIDE = 4096
 """Largest rollout/eval side accepted: above it one image's latents and activations no longer
 fit any accelerator we target; a typo like 100000 should fail here, not in an allocator."""
 
-IMAGE_MULTIPLE = {"sd3": 16, "flux": 16, "qwen_image": 16, "wan": 16, "cosmos": 16, "toy": 16}
+IMAGE_MULTIPLE = {"sd3": 16, "flux": 16, "qwen_image": 16, "wan": 16, "cosmos": 16, "toy": 16, "janus": 16}
 """Pixels per latent patch of each family: the VAE factor (8) x the transformer patch (2) for
 SD3/3.5, Wan and Cosmos, x the 2x2 latent packing for FLUX and Qwen-Image; the toy model samples in
-pixel space with patch 4 at exactly 32 x 32 (TOY_SIDE, = data.toy_shapes.IMAGE_SIZE)."""
+pixel space with patch 4 at exactly 32 x 32 (TOY_SIDE, = data.toy_shapes.IMAGE_SIZE). Janus-Pro
+decodes 16 pixels per image token (384 = 24 x 16); its exact size is the checkpoint's, checked
+when it loads."""
+TOKEN_FAMILIES = ("janus",)
+"""Token-autoregressive families: they sample image tokens (`TokenPolicy`), train with a token
+algorithm (config/algorithm_checks.py TOKEN_ALGORITHMS) and read rollout.temperature."""
 GUIDANCE_EMBEDDING_FAMILIES = ("flux", "qwen_image")
 """Families whose transformer may carry a distilled-guidance embedding (model.embedded_guidance);
 whether the loaded one does is checked when it loads."""

@@ -28,7 +28,7 @@ from genalign.evaluation.contact_sheet import (make_contact_sheet, make_frame_st
                                                save_image)
 from genalign.models.base import FlowPolicy
 from genalign.rewards.composite import summary
-from genalign.rollout.batch import TrajectoryBatch
+from genalign.rollout.batch import cat_batches
 from genalign.rollout.collector import SamplingSpec, generate_chunks
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ class Evaluator:
         chunks = tqdm(generate_chunks(policy, self.groups, self.spec), desc=f"eval step {step}", leave=False,
                       total=math.ceil(len(self.groups.prompts) / self.spec.chunk_size),
                       disable=not (self.progress_bar and sys.stderr.isatty()))
-        batch = TrajectoryBatch.cat(list(chunks))
+        batch = cat_batches(list(chunks))
         scores = self.reward_runtime.score(batch.images, batch.prompts, batch.metadata)
         metrics = scores.stats(prefix="eval_reward")
         reward_mean = scores.total.mean().item()

@@ -13,7 +13,7 @@ Images handed to rewards are `torch.uint8` tensors `[B, 3, H, W]`; video familie
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 
@@ -94,8 +94,42 @@ class ModelConfig:
     """TF32 for float32 matmuls on CUDA (VAE decode, fp32 runs), as Flow-GRPO sets it."""
 
 
+class TensorRecord:
+    """Slicing, moving and concatenating a dataclass of [B, ...] tensors (None fields stay None);
+    plain tensors, so it moves through Ray unchanged."""
+
+    def __len__(self) -> int:
+        return next(t for t in self._tensors() if t is not None).shape[0]
+
+    def _tensors(self) -> list[torch.Tensor | None]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+    @property
+    def device(self) -> torch.device:
+        return next(t for t in self._tensors() if t is not None).device
+
+    def map(self, fn):
+        """Apply `fn` to every tensor field (slicing, `.to(device)`, `cat` helpers)."""
+        return type(self)(**{f.name: (None if getattr(self, f.name) is None else fn(getattr(self, f.name)))
+                             for f in fields(self)})
+
+    def index(self, idx):
+        return self.map(lambda t: t[idx])
+
+    def to(self, device=None, dtype=None):
+        return self.map(lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else None))
+
+    @classmethod
+    def cat(cls, records: list):
+        out = {}
+        for f in fields(records[0]):
+            values = [getattr(r, f.name) for r in records]
+            out[f.name] = None if values[0] is None else torch.cat(values, dim=0)
+        return cls(**out)
+
+
 @dataclass
-class Condition:
+class Condition(TensorRecord):
     """Encoded prompts for one batch; plain tensors so it moves through Ray unchanged.
 
     `embeds` [B, L, D] and `pooled` [B, P] (or None) are the conditional branch;
@@ -112,28 +146,18 @@ class Condition:
     mask: torch.Tensor | None = None
     negative_mask: torch.Tensor | None = None
 
-    def __len__(self) -> int:
-        return self.embeds.shape[0]
 
-    def map(self, fn) -> "Condition":
-        """Apply `fn` to every tensor field (slicing, `.to(device)`, `cat` helpers)."""
-        return Condition(**{f.name: (None if getattr(self, f.name) is None else fn(getattr(self, f.name)))
-                            for f in fields(self)})
+@dataclass
+class TokenCondition(TensorRecord):
+    """Tokenized prompts of a token-autoregressive family for one batch, left-padded to the
+    batch's longest prompt. `input_ids` / `attention_mask` [B, L] are the conditional stream;
+    `negative_input_ids` / `negative_attention_mask` [B, L] the unconditional one CFG runs
+    beside it (None without CFG)."""
 
-    def index(self, idx) -> "Condition":
-        return self.map(lambda t: t[idx])
-
-    def to(self, device=None, dtype=None) -> "Condition":
-        return self.map(lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else None))
-
-    @staticmethod
-    def cat(conditions: list["Condition"]) -> "Condition":
-        first = conditions[0]
-        out = {}
-        for f in fields(first):
-            values = [getattr(c, f.name) for c in conditions]
-            out[f.name] = None if values[0] is None else torch.cat(values, dim=0)
-        return Condition(**out)
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    negative_input_ids: torch.Tensor | None = None
+    negative_attention_mask: torch.Tensor | None = None
 
 
 @runtime_checkable
@@ -183,6 +207,51 @@ class FlowPolicy(Protocol):
         one sample of `latent_shape` (FLUX and Qwen-Image shift by the image's token count)."""
         ...
 
+
+
+class SampledTokens(NamedTuple):
+    tokens: torch.Tensor  # [B, N] int64 image tokens
+    log_probs: torch.Tensor  # [B, N] float32: log-prob of each sampled token under the sampling distribution
+
+
+@runtime_checkable
+class TokenPolicy(Protocol):
+    """What a token-autoregressive family (Janus-Pro) provides to rollout, replay and evaluation.
+
+    One trajectory is a prompt and N image tokens; its "positions" for the algorithm are the
+    whole sequence at once (`TokenTrajectoryBatch`): `token_log_probs` scores every token with
+    one teacher-forced forward, so rollout, parity preflight and replay share one function."""
+
+    family: str
+    transformer: torch.nn.Module
+    """The trained module (the language model): LoRA attaches to it, the optimizer trains it."""
+    device: torch.device
+    lora_target_modules: list[str]
+    repeated_blocks: tuple[str, ...]
+    num_image_tokens: int
+    """N, the image tokens per sample."""
+
+    def encode_prompts(self, prompts: list[str], with_negative: bool) -> TokenCondition:
+        """Tokenize prompts (and, with `with_negative`, the unconditional stream for CFG)."""
+        ...
+
+    def sample_tokens(self, cond: TokenCondition, generators: list[torch.Generator], guidance_scale: float,
+                      temperature: float) -> SampledTokens:
+        """Sample N tokens per row (row b draws with generators[b]) under CFG and temperature. No grad."""
+        ...
+
+    def token_log_probs(self, cond: TokenCondition, tokens: torch.Tensor, guidance_scale: float,
+                        temperature: float, detach_uncond: bool = False) -> torch.Tensor:
+        """log π(tokens) [B, N] float32 by teacher forcing (grad follows the caller's mode)."""
+        ...
+
+    def decode_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Image tokens [B, N] -> uint8 images [B, 3, H, W] (no grad)."""
+        ...
+
+    def check_image_size(self, height: int, width: int) -> None:
+        """Raise ValueError naming rollout.height/width unless the model generates that size."""
+        ...
 
 def resolve_device(name: str) -> torch.device:
     """`model.device` -> torch.device; "auto" picks cuda when available."""

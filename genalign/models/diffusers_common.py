@@ -58,14 +58,21 @@ def load_pipeline(pipeline_cls_name: str, path: str, dtype: torch.dtype, revisio
     except (OSError, ValueError) as exc:
         if Path(path).expanduser().exists():
             raise
-        from huggingface_hub import constants
+        raise missing_weights_error(path, exc) from exc
 
-        reason = ("HF_HUB_OFFLINE is set and the weights are not cached" if _hub_offline()
-                  else "the weights could not be fetched from the hub")
-        raise FileNotFoundError(
-            f"model.path={path!r}: {reason} (cache: {constants.HF_HUB_CACHE}). Download them where you have "
-            f"access (`hf download {path}`, then copy the cache or set HF_HOME) or set model.path to a local "
-            f"directory written by save_pretrained. Original error: {exc}") from exc
+
+def missing_weights_error(path: str, exc: Exception) -> FileNotFoundError:
+    """The error for hub weights that could not be loaded: why (offline and not cached, or the
+    hub unreachable), where the cache is, and how to fix it. Shared with the transformers
+    families (Janus-Pro)."""
+    from huggingface_hub import constants
+
+    reason = ("HF_HUB_OFFLINE is set and the weights are not cached" if _hub_offline()
+              else "the weights could not be fetched from the hub")
+    return FileNotFoundError(
+        f"model.path={path!r}: {reason} (cache: {constants.HF_HUB_CACHE}). Download them where you have "
+        f"access (`hf download {path}`, then copy the cache or set HF_HOME) or set model.path to a local "
+        f"directory written by save_pretrained. Original error: {exc}")
 
 
 def place(module: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:

@@ -151,3 +151,12 @@ def _rows(tensor: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | Non
 
 def _moved(tensor: torch.Tensor | None, device: torch.device | str) -> torch.Tensor | None:
     return None if tensor is None else tensor.to(device)
+
+
+def cat_batches(batches: list):
+    """Join trajectory batches of one kind (`TrajectoryBatch` or `TokenTrajectoryBatch`) with
+    that kind's own `cat`: the evaluator, the async reward path and the Ray engine join chunks
+    without asking which kind they hold."""
+    if not batches:
+        raise ValueError("no trajectory batches to concatenate")
+    return type(batches[0]).cat(batches)

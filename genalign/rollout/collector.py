@@ -14,8 +14,8 @@ from typing import Iterator
 import torch
 
 from genalign.data.sampler import PromptGroupBatch
-from genalign.models.base import Condition, FlowPolicy
-from genalign.rollout.batch import TrajectoryBatch
+from genalign.models.base import Condition, FlowPolicy, TokenPolicy
+from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.sampling.trajectory import initial_noise, sample_trajectory
 from genalign.sampling.windows import WindowSchedule, sde_step_mask
 
@@ -41,6 +41,11 @@ class SamplingSpec:
     """The training step being sampled: the window schedule's input (see `at_step`)."""
     record_means: bool = False
     """Keep each step's kernel mean in the trajectory (an algorithm that needs μ_old declares it)."""
+    temperature: float = 1.0
+    """Softmax temperature of a token family's sampler (rollout.temperature); flow families ignore it."""
+    guided_log_probs: bool = True
+    """Token families: record log-probs under CFG (True) or of the conditional stream alone
+    (algorithm.token_log_prob=conditional); sampling uses CFG either way."""
 
     def at_step(self, step: int) -> "SamplingSpec":
         """This spec for training step `step` (the window is a pure function of the step)."""
@@ -57,7 +62,7 @@ def encode_unique(policy: FlowPolicy, prompts: list[str], with_negative: bool) -
     unique = list(dict.fromkeys(prompts))
     position = {prompt: i for i, prompt in enumerate(unique)}
     encoded = policy.encode_prompts(unique, with_negative=with_negative)
-    index = torch.tensor([position[p] for p in prompts], device=encoded.embeds.device)  # [B]
+    index = torch.tensor([position[p] for p in prompts], device=encoded.device)  # [B]
     return encoded.index(index)
 
 
@@ -69,35 +74,53 @@ def generate(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
     shard). The prompts are still encoded for the whole step in one call: text encoders give
     last-bit differences for different batch sizes, and encoding exactly as the in-process
     engine does keeps a shard bitwise equal to the same samples of the whole step."""
-    return TrajectoryBatch.cat(list(generate_chunks(policy, groups, spec, positions)))
+    return cat_batches(list(generate_chunks(policy, groups, spec, positions)))
 
 
-def generate_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
+def generate_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
                     positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
     """`generate`, one `spec.chunk_size` chunk at a time, so a caller can score finished
-    chunks (reward.async_scoring) while the next one is sampled."""
-    sde_mask = spec.sde_mask()  # [T]
-    use_cfg = spec.guidance_scale > 1.0
-    condition = encode_unique(policy, groups.prompts, with_negative=use_cfg)
+    chunks (reward.async_scoring) while the next one is sampled. The policy's kind decides the
+    sampler: a `TokenPolicy` samples token trajectories (`token_collector`), a `FlowPolicy`
+    SDE trajectories (below). This is the one place rollout asks which kind it runs."""
+    if isinstance(policy, TokenPolicy):
+        from genalign.rollout.token_collector import generate_token_chunks
+
+        return generate_token_chunks(policy, groups, spec, positions)
+    return _flow_chunks(policy, groups, spec, positions)
+
+
+def step_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
+                positions: list[int] | None = None) -> Iterator[tuple[PromptGroupBatch, Condition]]:
+    """The step's samples (only `positions` when given) as (`spec.chunk_size` samples, their
+    encoded condition) pairs, for every kind of policy. The prompts are encoded once for the
+    whole step, with the CFG branch when `spec.guidance_scale` > 1 (see `generate`)."""
+    condition = encode_unique(policy, groups.prompts, with_negative=spec.guidance_scale > 1.0)
     if positions is not None:
-        condition = condition.index(torch.tensor(positions, device=condition.embeds.device))
+        condition = condition.index(torch.tensor(positions, device=condition.device))
         groups = groups.index(positions)
+    for start in range(0, len(groups), spec.chunk_size):
+        rows = list(range(start, min(start + spec.chunk_size, len(groups))))
+        yield groups.index(rows), condition.index(torch.tensor(rows, device=condition.device))
+
+
+def sample_fields(chunk: PromptGroupBatch) -> dict:
+    """The per-sample identity every trajectory kind carries: prompts, ids, seeds, metadata."""
+    return dict(prompts=list(chunk.prompts), prompt_ids=chunk.prompt_ids.clone(), group_ids=chunk.group_ids.clone(),
+                seeds=chunk.seeds.clone(), metadata=[dict(m) for m in chunk.metadata])
+
+
+def _flow_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
+                 positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
+    sde_mask = spec.sde_mask()  # [T]
     latent_shape = policy.latent_shape(spec.height, spec.width)
     sigmas = policy.sigmas(spec.num_steps, latent_shape).float().cpu()  # [T+1], stored with the trajectory
-    seeds, init_seeds = groups.seeds.tolist(), groups.init_seeds.tolist()
-    for start in range(0, len(seeds), spec.chunk_size):
-        stop = min(start + spec.chunk_size, len(seeds))
-        rows = torch.arange(start, stop)
-        chunk_cond = condition.index(rows.to(condition.embeds.device))
-        noise, generators = initial_noise(init_seeds[start:stop], seeds[start:stop], latent_shape)
+    for chunk, chunk_cond in step_chunks(policy, groups, spec, positions):
+        noise, generators = initial_noise(chunk.init_seeds.tolist(), chunk.seeds.tolist(), latent_shape)
         sampled = sample_trajectory(policy, chunk_cond, noise, generators, sigmas, spec.guidance_scale,
                                     spec.noise_level, sde_mask, spec.kernel, spec.record_means)
         images = policy.decode(sampled.latents[:, -1].to(policy.device)).cpu()  # [b, 3, H, W] or [b, F, 3, H, W] uint8
         yield TrajectoryBatch(
-            prompts=groups.prompts[start:stop],
-            prompt_ids=groups.prompt_ids[rows].clone(),
-            group_ids=groups.group_ids[rows].clone(),
-            seeds=groups.seeds[rows].clone(),
             condition=chunk_cond.to("cpu"),
             latents=sampled.latents,
             log_probs=sampled.log_probs,
@@ -108,5 +131,5 @@ def generate_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: Sampling
             noise_level=spec.noise_level,
             kernel=spec.kernel,
             means=sampled.means,
-            metadata=[dict(m) for m in groups.metadata[start:stop]],
+            **sample_fields(chunk),
         )

@@ -66,6 +66,10 @@ class RolloutConfig:
     prediction x̂0 = x − σ·v: DanceGRPO decodes exactly that (`latents = pred_original`), and
     Flow-GRPO-Fast does it for window_size 0. False: the final step uses the kernel like the
     others (Flow-GRPO; its last step is nearly deterministic and left out of training)."""
+    temperature: float = 1.0
+    """Token families (Janus-Pro): softmax temperature of the image-token sampler, in rollout,
+    replay and evaluation alike (Janus-Pro's and T2I-R1's 1.0); flow families have no use for
+    it and must leave it at 1.0."""
     same_initial_noise: bool = False
     """Share x_T within a group (DanceGRPO) instead of distinct noise (Flow-GRPO default)."""
     engine: str = "local"

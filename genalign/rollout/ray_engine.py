@@ -30,7 +30,7 @@ import torch
 
 from genalign.config.loader import config_from_dict, config_to_dict
 from genalign.data.sampler import PromptGroupBatch
-from genalign.rollout.batch import TrajectoryBatch
+from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.rollout.collector import SamplingSpec
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,7 @@ class RayRolloutEngine:
                 raise RolloutWorkerError(f"rollout worker {index} failed: {_reason(error)}") from error
         if self.plan.colocated:
             ray.get([worker.release_memory.remote() for worker in self.workers], timeout=self.sync_timeout_s)
-        return TrajectoryBatch.cat(results)
+        return cat_batches(results)
 
     def _get(self, ref, deadline: float):
         import ray

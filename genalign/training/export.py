@@ -4,7 +4,9 @@ Where it fits: `Trainer.save` asks `checkpoint_export` for a writer and `save_ch
 calls it inside the checkpoint's temporary directory (so an export is as atomic as the rest).
 - LoRA runs on a diffusers family: `lora/` = the weights the eval numbers came from (the EMA
   when eval.use_ema, as Flow-GRPO saves), `lora_live/` = the live weights beside it; both load
-  with `pipe.load_lora_weights(dir)`; `lora/README.md` is the model card.
+  with `pipe.load_lora_weights(dir)`; `lora/README.md` is the model card. On a transformers
+  family (Janus-Pro: the policy names its `hub_class` and `peft_module_prefix`) the same two
+  folders hold a peft adapter that `PeftModel.from_pretrained(<hub_class>, dir)` loads.
 - Full fine-tunes of a diffusers denoiser: `checkpoint-final/transformer/` in the layout
   `save_pretrained` writes (config.json + diffusion_pytorch_model.safetensors), so
   `SD3Transformer2DModel.from_pretrained(dir)` / `AutoModel.from_pretrained(dir)` load it and
@@ -20,7 +22,7 @@ from typing import Callable
 import torch
 
 from genalign.config.schema import ExperimentConfig
-from genalign.training.lora import export_lora_for_diffusers
+from genalign.training.lora import export_lora_for_diffusers, export_lora_for_peft
 from genalign.training.model_card import model_card
 
 CARD_NAME = "README.md"
@@ -35,15 +37,20 @@ def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.
     described = f"EMA (decay {cfg.actor.ema.decay:g})" if weights is ema else "live (no EMA)"
     if cfg.model.train_mode == "lora":
         pipeline_cls = getattr(policy, "diffusers_pipeline", None)
-        if not pipeline_cls:
+        hub_class = getattr(policy, "hub_class", None)
+        if not pipeline_cls and not hub_class:
             return None
         exports = {"lora": weights, **({"lora_live": trainable} if weights is ema else {})}
 
         def export(directory: Path) -> None:
             for name, state in exports.items():
-                export_lora_for_diffusers(policy.transformer, directory / name, cfg.model.lora, pipeline_cls,
-                                          trainable_state=state)
-            card = model_card(cfg, step, eval_history, "lora", described)
+                if pipeline_cls:
+                    export_lora_for_diffusers(policy.transformer, directory / name, cfg.model.lora, pipeline_cls,
+                                              trainable_state=state)
+                else:
+                    export_lora_for_peft(policy.transformer, directory / name, cfg.model.lora,
+                                         policy.peft_module_prefix, cfg.model.path, trainable_state=state)
+            card = model_card(cfg, step, eval_history, "lora", described, hub_class=None if pipeline_cls else hub_class)
             (directory / "lora" / CARD_NAME).write_text(card, encoding="utf-8")
 
         return export

@@ -179,3 +179,42 @@ def export_lora_for_diffusers(module: torch.nn.Module, out_dir: str | Path, cfg:
     pipeline_cls.save_lora_weights(out_dir, transformer_lora_layers=state, transformer_lora_adapter_metadata=metadata,
                                    safe_serialization=True)
     return out_dir
+
+
+def export_lora_for_peft(module: torch.nn.Module, out_dir: str | Path, cfg: LoraConfig, module_prefix: str,
+                         base_model: str, adapter_name: str = "default",
+                         trainable_state: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write a peft adapter (`adapter_config.json` + `adapter_model.safetensors`, what
+    `PeftModel.save_pretrained` writes) that `PeftModel.from_pretrained(model, out_dir)` loads
+    onto the whole transformers model whose submodule `module_prefix` is `module` (Janus-Pro:
+    "model.language_model" of JanusForConditionalGeneration).
+
+    The adapter's targets become one regex anchored at `module_prefix`, so loading attaches
+    LoRA to exactly the trained layers and not to same-named ones elsewhere (Janus' vision
+    tower also has q_proj/k_proj/v_proj). Keys are peft's saved form:
+    `base_model.model.<module_prefix>.<layer>.lora_A.weight` (no adapter name)."""
+    import re
+
+    from peft import LoraConfig as PeftLoraConfig
+    from safetensors.torch import save_file
+
+    peft_configs = getattr(module, "peft_config", {})
+    if adapter_name not in peft_configs:
+        raise ValueError(f"cannot export LoRA: the trained module has no adapter {adapter_name!r} "
+                         f"(has {sorted(peft_configs)}); export needs model.train_mode=lora")
+    adapter = peft_configs[adapter_name]
+    if adapter.r != cfg.rank or adapter.lora_alpha != cfg.alpha:
+        raise ValueError(f"model.lora (r={cfg.rank}, alpha={cfg.alpha}) differs from the adapter on the model "
+                         f"(r={adapter.r}, alpha={adapter.lora_alpha})")
+    state = trainable_state if trainable_state is not None else trainable_state_dict(module)
+    saved = {f"base_model.model.{module_prefix}.{name.replace(f'.{adapter_name}.', '.')}": t.detach().cpu().contiguous()
+             for name, t in state.items() if "lora_" in name}
+    targets = "|".join(re.escape(t) for t in sorted(adapter.target_modules))
+    config = PeftLoraConfig(r=adapter.r, lora_alpha=adapter.lora_alpha, lora_dropout=adapter.lora_dropout,
+                            init_lora_weights=adapter.init_lora_weights, base_model_name_or_path=base_model,
+                            target_modules=rf"{re.escape(module_prefix)}\..*\.({targets})")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(str(out_dir))
+    save_file(saved, str(out_dir / "adapter_model.safetensors"), metadata={"format": "pt"})
+    return out_dir

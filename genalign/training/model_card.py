@@ -20,15 +20,18 @@ def _format(value: float) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
 
 
-def model_card(cfg: ExperimentConfig, step: int, eval_history: dict, kind: str, weights: str) -> str:
+def model_card(cfg: ExperimentConfig, step: int, eval_history: dict, kind: str, weights: str,
+               hub_class: str | None = None) -> str:
     """README.md text for an export of `kind` ("lora" or "transformer") of the weights named by
     `weights` (e.g. "EMA (decay 0.9)") at training step `step`; `eval_history` is
-    `EvalHistory.to_dict()` (steps, reward means, gold means)."""
+    `EvalHistory.to_dict()` (steps, reward means, gold means). `hub_class`: the transformers
+    class a peft adapter loads onto (token families); None for a diffusers LoRA."""
     algorithm = cfg.algorithm.name
-    tags = ["genalign", "diffusers", "text-to-image", algorithm, f"{cfg.model.family}"]
+    library = "peft" if hub_class else "diffusers"
+    tags = ["genalign", library, "text-to-image", algorithm, f"{cfg.model.family}"]
     if kind == "lora":
         tags.insert(0, "lora")
-    front = {"base_model": cfg.model.path, "library_name": "diffusers", "tags": tags}
+    front = {"base_model": cfg.model.path, "library_name": library, "tags": tags}
     used = {name: weight for name, weight in cfg.reward.components.items() if weight}
     lines = ["---", yaml.safe_dump(front, sort_keys=False).rstrip(), "---", "",
              f"# {cfg.trainer.output_dir.rstrip('/').split('/')[-1]} ({kind})", "",
@@ -65,7 +68,11 @@ def model_card(cfg: ExperimentConfig, step: int, eval_history: dict, kind: str, 
     # the base model as it was loaded: a hub revision matters where the diffusers weights live on
     # a branch (Cosmos-Predict2.5: revision "diffusers/base/post-trained")
     base = repr(cfg.model.path) + (f", revision={cfg.model.revision!r}" if cfg.model.revision else "")
-    if kind == "lora":
+    if kind == "lora" and hub_class:
+        lines += [f"from peft import PeftModel\nfrom transformers import {hub_class}", "",
+                  f"model = {hub_class}.from_pretrained({base})",
+                  "model = PeftModel.from_pretrained(model, \"path/to/this/folder\")"]
+    elif kind == "lora":
         pipeline = "DiffusionPipeline"
         lines += [f"from diffusers import {pipeline}", "",
                   f"pipe = {pipeline}.from_pretrained({base})",

@@ -14,7 +14,9 @@ from genalign.rollout.batch import TrajectoryBatch
 
 
 def replay_parity(policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
-                  chunk_size: int) -> dict[int, float]:
-    """Max |log_prob_replay - log_prob_rollout| per denoising step, over all samples."""
-    replayed = replay_log_probs(policy, batch, step_indices, chunk_size)  # [B, T]
+                  chunk_size: int, replay=replay_log_probs) -> dict[int, float]:
+    """Max |log_prob_replay - log_prob_rollout| per trained position, over all samples (and, for
+    a token trajectory, all tokens of its one position). `replay(policy, batch, step_indices,
+    chunk_size)` recomputes `batch.log_probs`: the algorithm's own (`Algorithm.replay_log_probs`)."""
+    replayed = replay(policy, batch, step_indices, chunk_size)  # [B, T, ...]
     return {j: (replayed[:, j] - batch.log_probs[:, j]).abs().max().item() for j in step_indices}

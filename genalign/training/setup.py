@@ -95,15 +95,18 @@ def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
                                 r.sde_window.shift_every, r.sde_window.shift_by)
     return SamplingSpec(height=r.height, width=r.width, num_steps=r.num_steps, guidance_scale=r.guidance_scale,
                         noise_level=r.noise_level, chunk_size=r.sample_batch_size, kernel=r.kernel, window=window,
-                        ode_final_step=r.ode_final_step,
+                        ode_final_step=r.ode_final_step, temperature=r.temperature,
+                        guided_log_probs=cfg.algorithm.token_log_prob == "guided",
                         record_means=ALGORITHMS.resolve(cfg.algorithm.name).needs_rollout_means)
 
 
 def eval_spec(cfg: ExperimentConfig) -> SamplingSpec:
-    """The evaluation sampler: deterministic ODE (noise 0), eval.num_steps, fixed guidance."""
+    """The evaluation sampler: deterministic ODE (noise 0), eval.num_steps, fixed guidance; a
+    token family samples at rollout.temperature with the fixed eval seeds (so it repeats)."""
     guidance = cfg.eval.guidance_scale if cfg.eval.guidance_scale is not None else cfg.rollout.guidance_scale
     return SamplingSpec(height=cfg.rollout.height, width=cfg.rollout.width, num_steps=cfg.eval.num_steps,
-                        guidance_scale=guidance, noise_level=0.0, chunk_size=cfg.eval.batch_size)
+                        guidance_scale=guidance, noise_level=0.0, chunk_size=cfg.eval.batch_size,
+                        temperature=cfg.rollout.temperature)
 
 
 def build_trackers(cfg: ExperimentConfig, output_dir: Path, first_step: int, run_id: str) -> list[MetricsSink]:

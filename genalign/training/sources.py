@@ -25,7 +25,7 @@ from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
 from genalign.models.base import FlowPolicy
 from genalign.rewards.composite import RewardScores
-from genalign.rollout.batch import TrajectoryBatch
+from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.rollout.pairs import PreferencePairs
 from genalign.training import distributed
 
@@ -89,7 +89,7 @@ class OnlineRollout:
             for chunk in self.engine.generate_chunks(groups, spec, positions):
                 chunks.append(chunk)
                 futures.append(self.rewards.score_async(chunk.images, chunk.prompts, chunk.metadata))
-            return TrajectoryBatch.cat(chunks), lambda: RewardScores.cat([f.result() for f in futures])
+            return cat_batches(chunks), lambda: RewardScores.cat([f.result() for f in futures])
         self.rewards.offload()
         batch = self.engine.generate(groups, spec, positions)
         self.rewards.onload()

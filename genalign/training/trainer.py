@@ -198,7 +198,8 @@ class Trainer:
 
     def parity(self, batch: TrajectoryBatch) -> dict[str, float]:
         """Replay with unchanged weights: log-probs must equal the rollout's (ALGORITHMS §2.10)."""
-        gaps = replay_parity(self.policy, batch, self.algorithm.train_step_indices(batch), self.spec.chunk_size)
+        gaps = replay_parity(self.policy, batch, self.algorithm.train_step_indices(batch), self.spec.chunk_size,
+                             replay=self.algorithm.replay_log_probs)
         per_step = " ".join(f"{j}:{gap:.2e}" for j, gap in gaps.items())
         log.info("parity preflight: max |log_prob_replay - log_prob_rollout| per step: %s", per_step)
         return {"parity_max_abs_log_prob_diff": max(gaps.values())}

@@ -27,6 +27,7 @@ from genalign.rollout.engine import LocalRolloutEngine
 from genalign.rollout.ray_engine import RayRolloutEngine, RolloutWorkerError, shard_positions
 from genalign.training import setup
 from genalign.training.lora import trainable_state_dict
+from support import ray_rollout_setting
 
 pytestmark = pytest.mark.ray
 RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
@@ -71,11 +72,7 @@ def ray_session():
 def setting(tiny_sd3_dir, prompts_file, ray_session):
     cfg = load_config(RECIPE, ray_overrides(tiny_sd3_dir, prompts_file, "/base/distributed=ray_rollout", "rollout.num_workers=2",
                                             "distributed.resources.rollout.num_workers=2"))
-    torch.manual_seed(cfg.trainer.seed)
-    policy = setup.build_policy(cfg)
-    sampler = PromptSampler(load_manifest(cfg.data.manifest), cfg.rollout.rollout_batch_size, cfg.rollout.n,
-                            cfg.trainer.seed)
-    engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), generate_timeout_s=120)
+    policy, sampler, engine = ray_rollout_setting(cfg)
     yield cfg, policy, sampler, engine
     engine.close()
 
