@@ -1,6 +1,6 @@
 """The README's before/after picture of the default run, cut from its two contact sheets.
 
-    python benchmarks/demo_figure.py RUN_DIR docs/toy_before_after.png [--samples 4]
+    python benchmarks/demo_figure.py RUN_DIR docs/training_examples/before_after.png [--samples 4]
 
 Reads `RUN_DIR/eval_epoch_0/contact_sheet.png` and the last `eval_epoch_<step>` sheet, takes
 the first `--samples` images of every held-out prompt from each (the same seeds before and
