@@ -48,11 +48,11 @@ def overrides(model_dir: Path, out: Path, strategy: str, *extra: str) -> list[st
     ]
 
 
-def launch(nproc: int, args: list[str]) -> None:
+def launch(nproc: int, args: list[str], recipe: str = RECIPE) -> None:
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "MASTER_ADDR": "127.0.0.1"}
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               f"--master_port={free_port()}", "--master_addr=127.0.0.1", "-m", "genalign.train", "--config", RECIPE,
+               f"--master_port={free_port()}", "--master_addr=127.0.0.1", "-m", "genalign.train", "--config", recipe,
                *args]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -98,3 +98,33 @@ def test_two_rank_resume_continues_the_run(tiny_sd3_dir, tmp_path):
     launch(2, overrides(tiny_sd3_dir, resumed, "ddp", f"trainer.resume_from={first / 'checkpoint-1'}"))
     a, b = weights(first), weights(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+JANUS_RECIPE = "experiment/autoregressive/janus_pro/online_grpo_ocr"
+
+
+def janus_overrides(model_dir: Path, out: Path, strategy: str) -> list[str]:
+    """A full fine-tune of the tiny Janus language model: its input embeddings are looked up
+    outside the module's forward (Janus mixes text and image-token embeddings), so this checks
+    that DDP still averages every trained parameter's gradient, the embedding table included."""
+    return [
+        f"model.path={model_dir}", "model.device=cpu", "model.dtype=float32", "model.train_mode=full",
+        "/base/distributed=local", f"distributed.training.strategy={strategy}", "distributed.training.backend=gloo",
+        "rollout.height=32", "rollout.width=32", "rollout.n=2", "rollout.rollout_batch_size=2",
+        "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=2", "actor.lr=1e-3",
+        "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0", "eval.every=0",
+        "trainer.num_steps=1", "trainer.save_every=1", "trainer.progress_bar=false", f"trainer.output_dir={out}",
+    ]
+
+
+def test_janus_full_finetune_two_ranks_reach_the_one_process_weights(tiny_janus_dir, tmp_path):
+    launch(1, janus_overrides(tiny_janus_dir, tmp_path / "one", "ddp"), JANUS_RECIPE)
+    launch(2, janus_overrides(tiny_janus_dir, tmp_path / "two", "ddp"), JANUS_RECIPE)
+    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
+    assert sorted(one) == sorted(two)
+    [embedding] = [k for k in one if k.endswith("embed_tokens.weight")]  # trained in a full fine-tune
+    base = load_file(str(tiny_janus_dir / "model.safetensors"))
+    [initial] = [v for k, v in base.items() if k.endswith("language_model.embed_tokens.weight")]
+    assert not torch.equal(one[embedding], initial), "the step did not move the embedding table"
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=1e-5, atol=1e-6)
