@@ -249,6 +249,48 @@ def encode_prompt_pair(pipeline, prompts: list[str], negative_prompt: str, with_
     return Condition(embeds=embeds, negative_embeds=negative if with_negative else None)
 
 
+class PackedLatents:
+    """Latent handling of the families whose transformer reads 2x2-packed latent tokens (FLUX.1,
+    Qwen-Image): latents are stored unpacked `[C, h, w]`, packed around each transformer call;
+    the schedule shifts by the packed token count; the distilled-guidance embedding, where the
+    transformer has one, rides along with both CFG branches. Needs `transformer`, `vae`,
+    `device`, `cfg_batch`, `pipeline` and `display_name`; `_adopt_packed` sets the rest."""
+
+    display_name: str
+    config_options = ("embedded_guidance",)
+    """The packed families take `model.embedded_guidance` (PipelineLoading.from_config)."""
+
+    def _adopt_packed(self, embedded_guidance: float | None, vae_scale_factor: int) -> None:
+        self.embedded_guidance = embedded_guidance
+        guidance_embedding(self.transformer, embedded_guidance, 1, self.device)  # fail at load, not mid-rollout
+        self.vae_scale_factor = vae_scale_factor
+        self.latent_channels = int(self.transformer.config.in_channels) // 4
+
+    def packed_velocity(self, forward: Callable[..., torch.Tensor], latents: torch.Tensor, sigma: torch.Tensor,
+                        conditional: dict, unconditional: dict, guidance_scale: float, detach_uncond: bool,
+                        combine: Combine = guided_velocity) -> torch.Tensor:
+        """v̂ [B, C, h, w]: `forward(hidden_states, timestep, [guidance], **branch inputs)` on the
+        packed tokens [B, hw/4, 4C] at timestep σ [B], under `cfg_velocity` with `combine`."""
+        batch, _, height, width = latents.shape
+        branch = dict(hidden_states=pack_2x2(latents.to(self.device)),
+                      timestep=sigma.to(self.device, torch.float32).expand(batch))  # [B, hw/4, 4C], [B]
+        guidance = guidance_embedding(self.transformer, self.embedded_guidance, batch, self.device)  # [B] or None
+        if guidance is not None:
+            branch["guidance"] = guidance
+        tokens = cfg_velocity(forward, {**branch, **conditional}, {**branch, **unconditional}, guidance_scale,
+                              detach_uncond, self.cfg_batch, combine)  # [B, hw/4, 4C]
+        return unpack_2x2(tokens, height, width)  # [B, C, h, w]
+
+    def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
+        check_image_size(height, width, self.vae_scale_factor * 2, self.display_name)
+        return (self.latent_channels, height // self.vae_scale_factor, width // self.vae_scale_factor)
+
+    def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
+        """The pipeline's schedule for this resolution (its dynamic shift over the (h/2)(w/2)
+        packed tokens; Qwen-Image's `shift_terminal` comes with its scheduler config)."""
+        return scheduler_sigmas(self.pipeline.scheduler.config, num_steps, latent_shape[-2] * latent_shape[-1] // 4)
+
+
 class WanVAEVideo:
     """Latent geometry, decode and encode of the video families whose VAE is Wan's
     (`AutoencoderKLWan`: Wan 2.1, Cosmos-Predict2.5). Needs `vae`, `transformer`, `device` and
@@ -298,6 +340,8 @@ class PipelineLoading:
     family declares only what differs: its pipeline class and `config_options`."""
 
     diffusers_pipeline: str
+    """The diffusers pipeline class name: what loads the model, and whose `load_lora_weights`
+    loads our exported LoRA."""
     config_options: tuple[str, ...] = ()
     """`model.*` keys the family's constructor takes as keywords (e.g. embedded_guidance)."""
 

@@ -25,9 +25,7 @@ from __future__ import annotations
 import torch
 
 from genalign.models.base import Condition, compute_precision
-from genalign.models.diffusers_common import (PipelineLoading, cfg_velocity, check_image_size,
-                                              guidance_embedding, pack_2x2, scheduler_sigmas, unpack_2x2,
-                                              vae_decode_uint8, vae_encode)
+from genalign.models.diffusers_common import PackedLatents, PipelineLoading, vae_decode_uint8, vae_encode
 
 FLUX_REPEATED_BLOCKS = ("FluxTransformerBlock", "FluxSingleTransformerBlock")
 """The double-stream and single-stream blocks: units of regional compilation."""
@@ -49,14 +47,12 @@ def latent_image_ids(token_rows: int, token_cols: int, device: torch.device) -> 
     return torch.stack([torch.zeros_like(rows), rows, cols], dim=-1).reshape(-1, 3)  # [rows·cols, 3]
 
 
-class FluxPolicy(PipelineLoading):
+class FluxPolicy(PackedLatents, PipelineLoading):
     """FLUX.1: the MMDiT transformer is the denoiser; CLIP-L (pooled) + T5 encode; the VAE decodes."""
 
     family = "flux"
+    display_name = "FLUX"
     diffusers_pipeline = "FluxPipeline"
-    """Pipeline class whose `load_lora_weights` loads our exported LoRA."""
-    config_options = ("embedded_guidance",)
-    """`model.*` keys the constructor takes (PipelineLoading.from_config)."""
     lora_target_modules = FLUX_LORA_TARGETS
     text_encoder_names = _TEXT_ENCODERS
     tokenizer_names = _TOKENIZERS
@@ -64,11 +60,8 @@ class FluxPolicy(PipelineLoading):
 
     def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 512,
                  cfg_batch: str = "joint", embedded_guidance: float | None = None):
-        self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, "FLUX")
-        self.embedded_guidance = embedded_guidance
-        guidance_embedding(self.transformer, embedded_guidance, 1, self.device)  # fail at load, not mid-rollout
-        self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
-        self.latent_channels = int(self.transformer.config.in_channels) // 4
+        self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, self.display_name)
+        self._adopt_packed(embedded_guidance, vae_scale_factor=2 ** (len(self.vae.config.block_out_channels) - 1))
 
     def _encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         embeds, pooled, _ = self.pipeline.encode_prompt(
@@ -91,7 +84,7 @@ class FluxPolicy(PipelineLoading):
         """v̂ [B, C, h, w] float32 at sigma [B]: packed tokens through the transformer with image
         ids, timestep σ and the embedded guidance; true CFG (v_u + w(v_c − v_u)) when
         guidance_scale > 1."""
-        batch, _, height, width = latents.shape
+        _, _, height, width = latents.shape
         device, dtype, transformer = self.device, self.dtype, self.transformer
         img_ids = latent_image_ids(height // 2, width // 2, device)  # [hw/4, 3]
         txt_ids = torch.zeros(cond.embeds.shape[1], 3, device=device)  # [L, 3]
@@ -104,15 +97,9 @@ class FluxPolicy(PipelineLoading):
                                   return_dict=False)[0]
             return out.float()  # [B, hw/4, 4C]
 
-        branch = dict(hidden_states=pack_2x2(latents.to(device)),
-                      timestep=sigma.to(device, torch.float32).expand(batch))  # [B, hw/4, 4C], [B]
-        guidance = guidance_embedding(transformer, self.embedded_guidance, batch, device)  # [B] or None
-        if guidance is not None:
-            branch["guidance"] = guidance
-        tokens = cfg_velocity(forward, dict(branch, embeds=cond.embeds, pooled=cond.pooled),
-                              dict(branch, embeds=cond.negative_embeds, pooled=cond.negative_pooled),
-                              guidance_scale, detach_uncond, self.cfg_batch)  # [B, hw/4, 4C]
-        return unpack_2x2(tokens, height, width)  # [B, C, h, w]
+        return self.packed_velocity(forward, latents, sigma, dict(embeds=cond.embeds, pooled=cond.pooled),
+                                    dict(embeds=cond.negative_embeds, pooled=cond.negative_pooled), guidance_scale,
+                                    detach_uncond)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
@@ -122,11 +109,3 @@ class FluxPolicy(PipelineLoading):
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 [B, 3, H, W] -> latents [B, C, h, w] float32 that `decode` maps back (`vae_encode`)."""
         return vae_encode(self.vae, images)
-
-    def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
-        check_image_size(height, width, self.vae_scale_factor * 2, "FLUX")
-        return (self.latent_channels, height // self.vae_scale_factor, width // self.vae_scale_factor)
-
-    def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
-        """FluxPipeline's schedule for this resolution (dynamic shift over (h/2)(w/2) tokens)."""
-        return scheduler_sigmas(self.pipeline.scheduler.config, num_steps, latent_shape[-2] * latent_shape[-1] // 4)

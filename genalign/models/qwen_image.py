@@ -26,9 +26,8 @@ from __future__ import annotations
 import torch
 
 from genalign.models.base import Condition, compute_precision, guided_velocity, rescale_to_norm
-from genalign.models.diffusers_common import (PipelineLoading, cfg_velocity, check_image_size,
-                                              guidance_embedding, pack_2x2, scheduler_sigmas, unpack_2x2,
-                                              wan_vae_decode_uint8, wan_vae_encode)
+from genalign.models.diffusers_common import (PackedLatents, PipelineLoading, wan_vae_decode_uint8,
+                                              wan_vae_encode)
 
 QWEN_IMAGE_REPEATED_BLOCKS = ("QwenImageTransformerBlock",)
 QWEN_IMAGE_LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
@@ -48,25 +47,20 @@ def norm_preserving_cfg(uncond: torch.Tensor, cond: torch.Tensor, guidance_scale
     return rescale_to_norm(guided_velocity(uncond, cond, guidance_scale, detach_uncond), cond)  # [B, N, D]
 
 
-class QwenImagePolicy(PipelineLoading):
+class QwenImagePolicy(PackedLatents, PipelineLoading):
     """Qwen-Image: the MMDiT transformer is the denoiser; Qwen2.5-VL encodes; a 3D-causal VAE decodes."""
 
     family = "qwen_image"
+    display_name = "Qwen-Image"
     diffusers_pipeline = "QwenImagePipeline"
-    """Pipeline class whose `load_lora_weights` loads our exported LoRA."""
-    config_options = ("embedded_guidance",)
-    """`model.*` keys the constructor takes (PipelineLoading.from_config)."""
     lora_target_modules = QWEN_IMAGE_LORA_TARGETS
     repeated_blocks = QWEN_IMAGE_REPEATED_BLOCKS
 
     def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 512,
                  cfg_batch: str = "joint", embedded_guidance: float | None = None):
-        self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, "Qwen-Image")
+        self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, self.display_name)
         self.text_encoder = pipeline.text_encoder
-        self.embedded_guidance = embedded_guidance
-        guidance_embedding(self.transformer, embedded_guidance, 1, self.device)  # fail at load, not mid-rollout
-        self.vae_scale_factor = 2 ** len(self.vae.temperal_downsample)
-        self.latent_channels = int(self.transformer.config.in_channels) // 4
+        self._adopt_packed(embedded_guidance, vae_scale_factor=2 ** len(self.vae.temperal_downsample))
 
     def _encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """The pipeline's `encode_prompt`, padded to max_sequence_length: embeds [B, L, D] with
@@ -95,7 +89,7 @@ class QwenImagePolicy(PipelineLoading):
                  guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
         """v̂ [B, C, h, w] float32 at sigma [B]: packed tokens through the transformer (timestep
         σ, text mask); norm-preserving true CFG when guidance_scale > 1."""
-        batch, _, height, width = latents.shape
+        _, _, height, width = latents.shape
         device, dtype, transformer = self.device, self.dtype, self.transformer
 
         def forward(hidden_states, timestep, embeds, mask, guidance=None) -> torch.Tensor:
@@ -107,15 +101,9 @@ class QwenImagePolicy(PipelineLoading):
                                   return_dict=False)[0]
             return out.float()  # [B, hw/4, 4C]
 
-        branch = dict(hidden_states=pack_2x2(latents.to(device)),
-                      timestep=sigma.to(device, torch.float32).expand(batch))  # [B, hw/4, 4C], [B]
-        guidance = guidance_embedding(transformer, self.embedded_guidance, batch, device)  # [B] or None
-        if guidance is not None:
-            branch["guidance"] = guidance
-        tokens = cfg_velocity(forward, dict(branch, embeds=cond.embeds, mask=cond.mask),
-                              dict(branch, embeds=cond.negative_embeds, mask=cond.negative_mask),
-                              guidance_scale, detach_uncond, self.cfg_batch, combine=norm_preserving_cfg)
-        return unpack_2x2(tokens, height, width)  # [B, C, h, w]
+        return self.packed_velocity(forward, latents, sigma, dict(embeds=cond.embeds, mask=cond.mask),
+                                    dict(embeds=cond.negative_embeds, mask=cond.negative_mask), guidance_scale,
+                                    detach_uncond, combine=norm_preserving_cfg)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
@@ -128,11 +116,3 @@ class QwenImagePolicy(PipelineLoading):
         """uint8 [B, 3, H, W] -> latents [B, C, h, w] float32 that `decode` maps back: a one-frame
         video through `wan_vae_encode`."""
         return wan_vae_encode(self.vae, images[:, None])[:, :, 0]  # [B, C, h, w]
-
-    def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
-        check_image_size(height, width, self.vae_scale_factor * 2, "Qwen-Image")
-        return (self.latent_channels, height // self.vae_scale_factor, width // self.vae_scale_factor)
-
-    def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
-        """QwenImagePipeline's schedule for this resolution (dynamic shift, shift_terminal)."""
-        return scheduler_sigmas(self.pipeline.scheduler.config, num_steps, latent_shape[-2] * latent_shape[-1] // 4)

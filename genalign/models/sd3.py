@@ -64,8 +64,8 @@ class SD3Policy(PipelineLoading):
     """SD3/SD3.5: the transformer is the denoiser; CLIP-L/G + T5 encode; the VAE decodes."""
 
     family = "sd3"
+    display_name = "SD3"
     diffusers_pipeline = "StableDiffusion3Pipeline"
-    """Pipeline class whose `load_lora_weights` loads our exported LoRA."""
     lora_target_modules = SD3_LORA_TARGETS
     text_encoder_names = _TEXT_ENCODERS
     tokenizer_names = _TOKENIZERS
@@ -73,7 +73,7 @@ class SD3Policy(PipelineLoading):
 
     def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 128,
                  cfg_batch: str = "joint"):
-        self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, "SD3")
+        self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, self.display_name)
         self.scheduler_shift = float(pipeline.scheduler.config.get("shift", 1.0))
         self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
         self.patch_size = int(self.transformer.config.patch_size)

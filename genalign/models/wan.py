@@ -53,7 +53,6 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
     display_name = "Wan"
     diffusers_pipeline = "WanPipeline"
     config_options = ("num_frames", "negative_prompt")
-    """`model.*` keys the constructor takes (PipelineLoading.from_config)."""
     lora_target_modules = WAN_LORA_TARGETS
     repeated_blocks = WAN_REPEATED_BLOCKS
 
