@@ -40,7 +40,8 @@ class ModelConfig:
     family: str = "sd3"
     """Model family: "sd3" (Stable Diffusion 3 / 3.5), "flux" (FLUX.1), "qwen_image" (Qwen-Image),
     "wan" (Wan 2.1 text-to-video), "cosmos" (Cosmos-Predict2.5 text-to-world: video, or an image
-    at num_frames=1) or "toy" (the shipped CPU demo)."""
+    at num_frames=1), "janus" (Janus-Pro, token-autoregressive: `TokenPolicy`, trained by
+    ar_grpo) or "toy" (the shipped CPU demo)."""
     path: str = "stabilityai/stable-diffusion-3.5-medium"
     """Hugging Face hub id or a local directory written by `save_pretrained`."""
     revision: str | None = None
@@ -68,7 +69,7 @@ class ModelConfig:
     Qwen-Image, SD3, Wan). It is not CFG: rollout.guidance_scale stays the true-CFG scale
     (FluxPipeline's `true_cfg_scale`, QwenImagePipeline's `true_cfg_scale`; 1 = off)."""
     num_frames: int = 1
-    """Frames per generated sample: 1 for image families; video families (wan, cosmos) need their
+    """Frames per generated sample: 1 for image families (and janus); video families (wan, cosmos) need their
     VAE's 4k + 1 (the wan_2_1 and cosmos presets: 33; Cosmos2_5_PredictBasePipeline's default 93;
     cosmos at 1 is its text-to-image mode). Rewards then see uint8 video [B, F, 3, H, W]."""
     negative_prompt: str = ""
