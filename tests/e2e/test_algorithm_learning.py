@@ -6,11 +6,13 @@ shapes, not a texture that fools the reward model); and a negated-reward control
 lr 1e-3, no KL, 40 steps — the default recipe's control) must drive the raw shape reward down
 by CONTROL_MARGIN, which a sign error anywhere in the variant's path cannot pass.
 
-Margins: the default recipe measured +0.21 eval reward and +0.14 judge at 100 steps
-(shapes_grpo.yaml) and −0.15 or more in its control; the variants share its loss and
-optimiser, so their margins are set below that. They were not all measured on the shared
-2-core box before being committed (see the variants branch report); recalibrate them from
-`benchmarks/bench_time_to_target.py` output on a quiet machine.
+Margins: measured on the 32x32 demo (seed 42, 100 steps, benchmarks/bench_time_to_target.py,
+whose runs are these: evaluation draws its own noise), step 0 at 0.436 reward / 0.462 judge:
+  flow_grpo_fast  reward 0.502 (+0.066), judge 0.562 (+0.100)
+  mix_grpo        reward 0.569 (+0.133), judge 0.573 (+0.111)
+Those two learning tests run in CI's slow pass. CPS, DanceGRPO and GRPO-Guard, and every
+negated control, are not yet measured on this demo: they carry the `calibration` marker (run
+with `pytest -m calibration`) until they are.
 """
 
 from __future__ import annotations
@@ -19,26 +21,25 @@ import pytest
 
 from support import train_recipe as run
 
-# `calibration`: the margins below were measured on the 16x16 demo base (or, for some variants,
-# not yet measured); the demo is now 32x32 with another base model, so until they are measured
-# again these run on request (`pytest -m calibration`), not in CI's slow pass.
-pytestmark = [pytest.mark.slow, pytest.mark.calibration]
+pytestmark = pytest.mark.slow
+UNMEASURED = pytest.mark.calibration
+"""Margins not yet measured on the current demo: run on request, not in CI's slow pass."""
 
 REWARD_MARGIN = 0.10
 JUDGE_TOLERANCE = 0.02
 CONTROL_MARGIN = 0.10
 RECIPES = {  # recipe -> (training steps of its budget, eval-reward margin)
-    # measured (seed 42, 100 steps): eval reward 0.465 -> 0.532, judge 0.465 -> 0.561
-    "experiment/toy/shapes_flow_grpo_fast": (100, 0.05),
+    "experiment/toy/shapes_flow_grpo_fast": (100, 0.05),  # measured +0.066
+    "experiment/toy/shapes_mix_grpo": (100, REWARD_MARGIN),  # measured +0.133
     # not yet measured: the default recipe's size of effect, scaled down
-    "experiment/toy/shapes_mix_grpo": (100, REWARD_MARGIN),
     "experiment/toy/shapes_cps": (100, REWARD_MARGIN),
     "experiment/toy/shapes_dance_grpo": (100, REWARD_MARGIN),
     "experiment/toy/shapes_grpo_guard": (100, REWARD_MARGIN),
 }
+MEASURED = {"experiment/toy/shapes_flow_grpo_fast", "experiment/toy/shapes_mix_grpo"}
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
+@pytest.mark.parametrize("recipe", [pytest.param(r, marks=() if r in MEASURED else UNMEASURED) for r in sorted(RECIPES)])
 def test_variant_learns_held_out_shapes(recipe, tmp_path):
     steps, margin = RECIPES[recipe]
     metrics, evals = run(recipe, tmp_path, f"trainer.num_steps={steps}", f"eval.every={steps}")
@@ -49,6 +50,7 @@ def test_variant_learns_held_out_shapes(recipe, tmp_path):
     assert last["gold_mean"] >= first["gold_mean"] - JUDGE_TOLERANCE
 
 
+@UNMEASURED
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_variant_negated_reward_control_falls(recipe, tmp_path):
     _, evals = run(recipe, tmp_path, "reward.components.toy_shape=-1.0", "actor.lr=1e-3", "algorithm.kl_beta=0",
