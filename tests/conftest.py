@@ -28,41 +28,21 @@ def tiny_sd3_dir(tmp_path_factory):
     return save_tiny_sd3(tmp_path_factory.mktemp("tiny_sd3") / "pipeline", seed=0)
 
 
-@pytest.fixture(scope="session")
-def tiny_wan_dir(tmp_path_factory):
-    """A tiny random WanPipeline written by save_pretrained (seed 0); read-only."""
-    from genalign.models.tiny import save_tiny
+def tiny_model_dir(family: str, description: str, leaf: str = "pipeline"):
+    """A session fixture `tiny_<family>_dir`: the family's tiny random model (genalign.models.tiny,
+    seed 0) written by save_pretrained; read-only."""
 
-    return save_tiny("wan", tmp_path_factory.mktemp("tiny_wan") / "pipeline", seed=0)
+    def fixture(tmp_path_factory):
+        from genalign.models.tiny import save_tiny
 
+        return save_tiny(family, tmp_path_factory.mktemp(f"tiny_{family}") / leaf, seed=0)
 
-@pytest.fixture(scope="session")
-def tiny_flux_dir(tmp_path_factory):
-    """A tiny random FluxPipeline (FLUX.1-dev form: guidance embedding) written by save_pretrained; read-only."""
-    from genalign.models.tiny import save_tiny
-
-    return save_tiny("flux", tmp_path_factory.mktemp("tiny_flux") / "pipeline", seed=0)
+    fixture.__doc__ = f"{description} written by save_pretrained (seed 0); read-only."
+    return pytest.fixture(scope="session", name=f"tiny_{family}_dir")(fixture)
 
 
-@pytest.fixture(scope="session")
-def tiny_qwen_image_dir(tmp_path_factory):
-    """A tiny random QwenImagePipeline written by save_pretrained; read-only."""
-    from genalign.models.tiny import save_tiny
-
-    return save_tiny("qwen_image", tmp_path_factory.mktemp("tiny_qwen_image") / "pipeline", seed=0)
-
-
-@pytest.fixture(scope="session")
-def tiny_cosmos_dir(tmp_path_factory):
-    """A tiny random Cosmos2_5_PredictBasePipeline written by save_pretrained (seed 0); read-only."""
-    from genalign.models.tiny import save_tiny
-
-    return save_tiny("cosmos", tmp_path_factory.mktemp("tiny_cosmos") / "pipeline", seed=0)
-
-
-@pytest.fixture(scope="session")
-def tiny_janus_dir(tmp_path_factory):
-    """A tiny random JanusForConditionalGeneration + JanusProcessor written by save_pretrained; read-only."""
-    from genalign.models.tiny import save_tiny
-
-    return save_tiny("janus", tmp_path_factory.mktemp("tiny_janus") / "model", seed=0)
+tiny_wan_dir = tiny_model_dir("wan", "A tiny random WanPipeline")
+tiny_flux_dir = tiny_model_dir("flux", "A tiny random FluxPipeline (FLUX.1-dev form: guidance embedding)")
+tiny_qwen_image_dir = tiny_model_dir("qwen_image", "A tiny random QwenImagePipeline")
+tiny_cosmos_dir = tiny_model_dir("cosmos", "A tiny random Cosmos2_5_PredictBasePipeline")
+tiny_janus_dir = tiny_model_dir("janus", "A tiny random JanusForConditionalGeneration + JanusProcessor", leaf="model")
