@@ -10,9 +10,9 @@ Margins: measured on the 32x32 demo (seed 42, 100 steps, benchmarks/bench_time_t
 whose runs are these: evaluation draws its own noise), step 0 at 0.436 reward / 0.462 judge:
   flow_grpo_fast  reward 0.502 (+0.066), judge 0.562 (+0.100)
   mix_grpo        reward 0.569 (+0.133), judge 0.573 (+0.111)
-Those two learning tests run in CI's slow pass. CPS, DanceGRPO and GRPO-Guard, and every
-negated control, are not yet measured on this demo: they carry the `calibration` marker (run
-with `pytest -m calibration`) until they are.
+and their negated controls (40 steps) fall to 0.108 and 0.088 (-0.328, -0.348). Those four
+tests run in CI's slow pass. CPS, DanceGRPO and GRPO-Guard are not yet measured on this demo:
+their tests carry the `calibration` marker (run with `pytest -m calibration`) until they are.
 """
 
 from __future__ import annotations
@@ -50,8 +50,7 @@ def test_variant_learns_held_out_shapes(recipe, tmp_path):
     assert last["gold_mean"] >= first["gold_mean"] - JUDGE_TOLERANCE
 
 
-@UNMEASURED
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
+@pytest.mark.parametrize("recipe", [pytest.param(r, marks=() if r in MEASURED else UNMEASURED) for r in sorted(RECIPES)])
 def test_variant_negated_reward_control_falls(recipe, tmp_path):
     _, evals = run(recipe, tmp_path, "reward.components.toy_shape=-1.0", "actor.lr=1e-3", "algorithm.kl_beta=0",
                    "trainer.num_steps=40", "eval.every=40")
