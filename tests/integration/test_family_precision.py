@@ -1,0 +1,53 @@
+"""Every family trains in the reduced precisions its presets use (bfloat16) or accept (float16),
+on the CPU at tiny shapes: float32 LoRA masters and optimizer state, finite losses, both LoRA
+matrices moving, and the parity preflight exact (rollout and replay share one compute path).
+
+tests/integration/test_precision.py covers SD3 the same way (and the GPU cases); this file runs
+the families whose presets default to bfloat16 — FLUX.1, Qwen-Image, Wan, Cosmos, Janus-Pro —
+through their own recipes, two training steps each.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from genalign.config.loader import load_config
+from genalign.training.trainer import Trainer
+from support import read_rows, tiny_overrides, tiny_video_overrides
+
+QUICK = ("trainer.num_steps=2", "trainer.save_every=0", "eval.every=0", "eval.at_start=false")
+FAMILIES = {  # family -> (recipe, fixture with its tiny model, overrides(model_dir, out))
+    "flux": ("experiment/diffusion/flux/online_grpo_ocr", "tiny_flux_dir",
+             lambda d, o: tiny_overrides(d, o, "model.max_sequence_length=16", "rollout.num_steps=2")),
+    "qwen_image": ("experiment/diffusion/qwen_image/online_grpo_ocr", "tiny_qwen_image_dir",
+                   lambda d, o: tiny_overrides(d, o, "model.max_sequence_length=16", "rollout.num_steps=2")),
+    "wan": ("experiment/diffusion/wan_2_1/online_grpo_pickscore", "tiny_wan_dir", tiny_video_overrides),
+    "cosmos": ("experiment/diffusion/cosmos/online_grpo_pickscore", "tiny_cosmos_dir", tiny_video_overrides),
+    "janus": ("experiment/autoregressive/janus_pro/online_grpo_ocr", "tiny_janus_dir",
+              lambda d, o: tiny_overrides(d, o, "rollout.height=32", "rollout.width=32")),
+}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_family_trains_in_reduced_precision_with_float32_masters(family, dtype, request, tmp_path):
+    recipe, fixture, overrides = FAMILIES[family]
+    model_dir = request.getfixturevalue(fixture)
+    trainer = Trainer(load_config(recipe, [*overrides(model_dir, tmp_path), f"model.dtype={dtype}", *QUICK]))
+    assert trainer.policy.family == family and trainer.policy.dtype == getattr(torch, dtype)
+    assert {p.dtype for p in trainer.parameters.values()} == {torch.float32}  # masters
+    before = {name: p.detach().clone() for name, p in trainer.parameters.items()}
+    trainer.train()
+    rows = read_rows(tmp_path / "metrics.csv")
+    assert [r["step"] for r in rows] == ["1", "2"]
+    assert all(torch.isfinite(torch.tensor(float(r["loss"]))) for r in rows)
+    assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
+    assert all(s.dtype == torch.float32 for state in trainer.optimizer.state.values() for s in state.values()
+               if torch.is_tensor(s) and s.numel() > 1)
+    after = trainer.parameters
+    assert all(torch.isfinite(p).all() for p in after.values())
+    changed = [name for name in before if not torch.equal(before[name], after[name].detach())]
+    assert any("lora_A" in name for name in changed) and any("lora_B" in name for name in changed)
+    if dtype == "float16":
+        assert float(rows[-1]["grad_scale"]) > 0  # loss scaling is on
