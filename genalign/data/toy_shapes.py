@@ -117,16 +117,20 @@ def _shape_polygon(shape: str, cx: float, cy: float, half: float) -> list[tuple[
     raise ValueError(f"no polygon for shape {shape!r}")
 
 
-def render(shape: str, color: str, rng: np.random.Generator, size: int = IMAGE_SIZE) -> np.ndarray:
+def render(shape: str, color: str, rng: np.random.Generator, size: int = IMAGE_SIZE,
+           extent: tuple[float, float] = (MIN_SIZE, MAX_SIZE), centre_jitter: float | None = None) -> np.ndarray:
     """One anti-aliased image, uint8 [size, size, 3]: `shape` in `color` on the grey background,
-    at a random extent in [MIN_SIZE, MAX_SIZE] x size and a random position inside the canvas."""
+    at a random extent in `extent` x size and a random position fully inside the canvas —
+    anywhere (`centre_jitter=None`), or within ±centre_jitter x size of the centre."""
     if shape not in SHAPES or color not in COLORS:
         raise ValueError(f"render: unknown shape {shape!r} or colour {color!r}")
     big = size * SUPERSAMPLE
-    extent = rng.uniform(MIN_SIZE, MAX_SIZE) * big  # side of the bounding box, in supersampled pixels
-    half = extent / 2
-    cx = rng.uniform(half, big - half)
-    cy = rng.uniform(half, big - half)
+    half = rng.uniform(*extent) * big / 2  # half the side of the bounding box, in supersampled pixels
+    low, high = half, big - half  # centres that keep the shape inside the canvas
+    if centre_jitter is not None:
+        low, high = max(low, big / 2 - centre_jitter * big), min(high, big / 2 + centre_jitter * big)
+    cx = rng.uniform(low, high)
+    cy = rng.uniform(low, high)
     canvas = Image.new("RGB", (big, big), BACKGROUND)
     draw = ImageDraw.Draw(canvas)
     if shape == "circle":
@@ -137,21 +141,23 @@ def render(shape: str, color: str, rng: np.random.Generator, size: int = IMAGE_S
 
 
 def render_batch(shape_indices: list[int], color_indices: list[int], rng: np.random.Generator,
-                 size: int = IMAGE_SIZE) -> torch.Tensor:
-    """uint8 [B, 3, size, size] images of the given (shape, colour) index pairs."""
-    images = [render(SHAPES[s], COLOR_NAMES[c], rng, size) for s, c in zip(shape_indices, color_indices)]
+                 size: int = IMAGE_SIZE, **placement) -> torch.Tensor:
+    """uint8 [B, 3, size, size] images of the given (shape, colour) index pairs; `placement`
+    (extent, centre_jitter) is passed to `render`."""
+    images = [render(SHAPES[s], COLOR_NAMES[c], rng, size, **placement) for s, c in zip(shape_indices, color_indices)]
     return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).contiguous()  # [B, 3, H, W]
 
 
-def random_batch(batch_size: int, rng: np.random.Generator,
-                 colors: tuple[str, ...] = COLOR_NAMES) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def random_batch(batch_size: int, rng: np.random.Generator, colors: tuple[str, ...] = COLOR_NAMES,
+                 **placement) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A uniformly drawn batch: (images uint8 [B, 3, S, S], shape indices [B], colour indices [B]).
 
-    `colors` restricts the colours drawn (indices stay those of COLOR_NAMES)."""
+    `colors` restricts the colours drawn (indices stay those of COLOR_NAMES); `placement`
+    (extent, centre_jitter) is passed to `render`."""
     allowed = [COLOR_NAMES.index(c) for c in colors]
     shape_indices = rng.integers(0, len(SHAPES), batch_size)  # [B]
     color_indices = np.asarray(allowed)[rng.integers(0, len(allowed), batch_size)]  # [B]
-    images = render_batch(shape_indices.tolist(), color_indices.tolist(), rng)
+    images = render_batch(shape_indices.tolist(), color_indices.tolist(), rng, **placement)
     return images, torch.from_numpy(shape_indices).long(), torch.from_numpy(color_indices).long()
 
 

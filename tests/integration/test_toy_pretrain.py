@@ -1,10 +1,13 @@
 """`genalign pretrain-demo` pieces: deterministic under a seed, loadable output, colour metric."""
 
+import numpy as np
+import pytest
 import torch
 
 from genalign.models.toy.network import save_toy_model
 from genalign.models.toy.policy import ToyPolicy
-from genalign.models.toy.pretrain import color_accuracy, lr_factor, main, pretrain_model
+from genalign.models.toy.pretrain import (PretrainOptions, caption_shapes, color_accuracy, draw_sigmas, lr_factor, main,
+                                          pretrain_model)
 from genalign.rewards.toy_classifier import JUDGE_SPEC, load_classifier, train_classifier
 
 
@@ -44,3 +47,49 @@ def test_color_accuracy_uses_non_background_pixels():
     images[0, :, :2] = torch.tensor([220, 40, 40], dtype=torch.uint8)[:, None, None]  # red on grey
     images[1, :, :2] = torch.tensor([40, 80, 225], dtype=torch.uint8)[:, None, None]  # blue, prompted red
     assert color_accuracy(images, torch.tensor([0, 0, 0])).tolist() == [1.0, 0.0, 0.0]  # blank counts as wrong
+
+
+def test_logit_normal_sigmas_centre_on_sigmoid_of_the_mean():
+    generator = torch.Generator().manual_seed(0)
+    uniform = draw_sigmas(20000, PretrainOptions(), generator)
+    logit = draw_sigmas(20000, PretrainOptions(sigma_sampling="logit_normal"), generator)
+    assert abs(uniform.mean().item() - 0.5) < 0.01 and abs(uniform.median().item() - 0.5) < 0.01
+    # the median of sigmoid(m + s·n) is sigmoid(m); the logit's std is s
+    assert logit.median().item() == pytest.approx(torch.sigmoid(torch.tensor(0.8)).item(), abs=0.01)
+    assert torch.logit(logit).std().item() == pytest.approx(0.8, abs=0.02)
+    assert 0 < logit.min() and logit.max() < 1
+
+
+def test_caption_noise_keeps_a_caption_right_with_probability_one_minus_three_quarters_of_it():
+    rng = np.random.default_rng(0)
+    shapes = torch.from_numpy(rng.integers(0, 4, 40000)).long()
+    assert caption_shapes(shapes, 0.0, rng) is shapes
+    state = rng.bit_generator.state
+    captioned = caption_shapes(shapes, 0.6, rng)
+    assert (captioned == shapes).float().mean().item() == pytest.approx(1 - 0.6 * 3 / 4, abs=0.01)
+    assert rng.bit_generator.state != state  # noisy captions draw from the data stream
+
+
+def test_noise_free_default_options_train_what_the_shipped_recipe_trained(tmp_path):
+    """Options only change the run when set: defaults give the same weights as before they existed
+    (the data stream is untouched), a different option gives different weights."""
+    first, _, record = pretrain_model(seed=3, steps=2, log_every=0)
+    again, _, _ = pretrain_model(seed=3, steps=2, log_every=0, options=PretrainOptions(caption_noise=0.0))
+    other, _, other_record = pretrain_model(seed=3, steps=2, log_every=0,
+                                            options=PretrainOptions(sigma_sampling="logit_normal", centre_jitter=0.08,
+                                                                    extent=(0.6, 0.8), caption_noise=0.6))
+    a, b, c = (m.state_dict() for m in (first, again, other))
+    assert all(torch.equal(a[k], b[k]) for k in a) and not all(torch.equal(a[k], c[k]) for k in a)
+    assert record["options"]["sigma_sampling"] == "uniform" and record["options"]["centre_jitter"] is None
+    assert other_record["options"] == {"sigma_sampling": "logit_normal", "logit_mean": 0.8, "logit_std": 0.8,
+                                       "extent": [0.6, 0.8], "centre_jitter": 0.08, "caption_noise": 0.6}
+
+
+@pytest.mark.parametrize("argv, message", [(["--caption-noise", "1.5"], "caption_noise 1.5"),
+                                           (["--extent", "0.8", "0.6"], "extent (0.8, 0.6)"),
+                                           (["--sigma-sampling", "cosine"], "invalid choice")])
+def test_bad_pretraining_options_are_refused_before_training(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exited:
+        main(["--what", "model", "--out", str(tmp_path), *argv])
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "transformer").exists()

@@ -7,7 +7,9 @@ The model is pretrained with rectified flow on freshly rendered 32x32 shapes (al
 colours): x_σ = (1 − σ) x0 + σ ε with σ ~ U(0, 1), the network predicts x̂0 and the loss is on
 the implied velocity (x_σ − x̂0) / σ against ε − x0 (network.PREDICTION), 10 % of prompts
 replaced by the empty prompt so CFG works, AdamW with warm-up and cosine decay, and an EMA of
-the weights (the EMA is what ships). Deterministic under `--seed` for a fixed `--steps` and
+the weights (the EMA is what ships). `PretrainOptions` holds the data and noise choices; its
+defaults are the recipe of the shipped weights, and its other values (logit-normal σ, centred
+renders, noisy captions) are what a stronger demo base is being explored with. Deterministic under `--seed` for a fixed `--steps` and
 thread count; `--minutes` caps wall time instead (then the step count, and so the weights,
 depend on the machine's speed, which is logged).
 
@@ -20,6 +22,7 @@ both kinds of asset; the policy itself never imports a reward.
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict, dataclass
 import copy
 import logging
 import math
@@ -30,8 +33,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from genalign.data.toy_shapes import (BACKGROUND, COLOR_NAMES, COLORS, IMAGE_SIZE, all_prompts, parse_prompt, random_batch,
-                                      to_unit_range)
+from genalign.data.toy_shapes import (BACKGROUND, COLOR_NAMES, COLORS, IMAGE_SIZE, MAX_SIZE, MIN_SIZE, SHAPES, all_prompts,
+                                      parse_prompt, random_batch, to_unit_range)
 from genalign.models.toy.network import (NULL_TOKEN, ToyTextEncoder, build_transformer, save_toy_model,
                                          velocity_from_x0)
 from genalign.models.toy.policy import ToyPolicy, builtin_dir
@@ -44,6 +47,56 @@ WARMUP_STEPS = 100
 EMA_DECAY = 0.995
 CFG_DROPOUT = 0.1
 DEFAULT_STEPS = 2000
+SIGMA_SAMPLINGS = ("uniform", "logit_normal")
+
+
+@dataclass(frozen=True)
+class PretrainOptions:
+    """What the model is pretrained on and at which noise levels; the defaults reproduce the
+    shipped weights (their values are recorded in toy_model.json)."""
+
+    sigma_sampling: str = "uniform"
+    """"uniform": σ ~ U(0, 1). "logit_normal": σ = sigmoid(m + s·n), n ~ N(0, 1), which puts the
+    training signal at mid-to-high noise where the shape is decided (SD3's logit-normal
+    sampling; m = 0.8, s = 0.8 is JiT's P_mean = −0.8, P_std = 0.8 on t = 1 − σ)."""
+    logit_mean: float = 0.8
+    logit_std: float = 0.8
+    extent: tuple[float, float] = (MIN_SIZE, MAX_SIZE)
+    """Shape extent range of the renders (fraction of the canvas side)."""
+    centre_jitter: float | None = None
+    """None: the shape anywhere inside the canvas; else its centre within ±centre_jitter of the
+    canvas centre (a narrower distribution the 0.6 M-parameter model learns sooner)."""
+    caption_noise: float = 0.0
+    """Fraction of captions whose shape word is redrawn uniformly (it may come out right again).
+    Why it exists: a base that draws clean shapes but follows the shape word only part of the
+    time — like a real text-to-image model with weak prompt adherence — gives RL something
+    visible to fix without first repairing the drawing. The colour word is always right."""
+
+    def __post_init__(self) -> None:
+        if self.sigma_sampling not in SIGMA_SAMPLINGS:
+            raise ValueError(f"pretrain sigma_sampling {self.sigma_sampling!r}: choose one of {SIGMA_SAMPLINGS}")
+        if not 0.0 <= self.caption_noise <= 1.0:
+            raise ValueError(f"pretrain caption_noise {self.caption_noise}: must lie in [0, 1]")
+        if not 0.0 < self.extent[0] <= self.extent[1] <= 1.0:
+            raise ValueError(f"pretrain extent {self.extent}: needs 0 < low <= high <= 1")
+
+
+def draw_sigmas(count: int, options: PretrainOptions, generator: torch.Generator) -> torch.Tensor:
+    """float32 [count] noise levels in (0, 1) under `options.sigma_sampling`."""
+    if options.sigma_sampling == "uniform":
+        return torch.rand(count, generator=generator)
+    return torch.sigmoid(options.logit_mean + options.logit_std * torch.randn(count, generator=generator))
+
+
+def caption_shapes(shapes: torch.Tensor, noise: float, rng: np.random.Generator) -> torch.Tensor:
+    """The shape indices the captions name: long [B] -> long [B], each redrawn uniformly over
+    SHAPES with probability `noise` (so a caption is right with probability 1 − noise·3/4).
+    Draws nothing from `rng` when noise is 0, so noise-free runs keep their data stream."""
+    if noise == 0.0:
+        return shapes
+    redrawn = torch.from_numpy(rng.random(shapes.shape[0]) < noise)  # [B]
+    drawn = torch.from_numpy(rng.integers(0, len(SHAPES), shapes.shape[0])).long()  # [B]
+    return torch.where(redrawn, drawn, shapes)
 
 
 def lr_factor(step: int, total: int) -> float:
@@ -55,13 +108,13 @@ def lr_factor(step: int, total: int) -> float:
 
 
 def flow_matching_loss(transformer, text_encoder: ToyTextEncoder, images: torch.Tensor, token_ids: torch.Tensor,
-                       generator: torch.Generator) -> torch.Tensor:
+                       generator: torch.Generator, options: PretrainOptions = PretrainOptions()) -> torch.Tensor:
     """Rectified-flow loss on uint8 images [B, 3, H, W] with prompt tokens [B, 2]: the transformer
     predicts x̂0, the loss compares the implied velocity (x_σ − x̂0) / σ with ε − x0 (JiT's
     x-prediction with the v-loss; see network.PREDICTION)."""
     x0 = to_unit_range(images)  # [B, 3, H, W]
     noise = torch.randn(x0.shape, generator=generator)  # [B, 3, H, W]
-    sigma = torch.rand(x0.shape[0], generator=generator)  # [B]
+    sigma = draw_sigmas(x0.shape[0], options, generator)  # [B]
     x_sigma = (1 - sigma[:, None, None, None]) * x0 + sigma[:, None, None, None] * noise  # [B, 3, H, W]
     embeds, pooled = text_encoder(token_ids)  # [B, 2, D], [B, 2D]
     x0_hat = transformer(hidden_states=x_sigma, timestep=sigma * 1000.0, encoder_hidden_states=embeds,
@@ -69,7 +122,8 @@ def flow_matching_loss(transformer, text_encoder: ToyTextEncoder, images: torch.
     return F.mse_loss(velocity_from_x0(x_sigma, x0_hat.float(), sigma), noise - x0)
 
 
-def pretrain_model(seed: int, steps: int, minutes: float | None = None, log_every: int = 100):
+def pretrain_model(seed: int, steps: int, minutes: float | None = None, log_every: int = 100,
+                   options: PretrainOptions = PretrainOptions()):
     """Train the toy transformer + text encoder; returns (EMA transformer, EMA text encoder, record)."""
     transformer = build_transformer(seed)
     text_encoder = ToyTextEncoder()
@@ -87,11 +141,13 @@ def pretrain_model(seed: int, steps: int, minutes: float | None = None, log_ever
             break
         for group in optimizer.param_groups:
             group["lr"] = LR * lr_factor(step, steps)
-        images, shapes, colors = random_batch(BATCH_SIZE, rng)
-        token_ids = torch.stack([colors + 1, shapes + 1 + len(COLOR_NAMES)], dim=1)  # [B, 2] ids in VOCAB order
+        images, shapes, colors = random_batch(BATCH_SIZE, rng, extent=options.extent,
+                                              centre_jitter=options.centre_jitter)
+        captioned = caption_shapes(shapes, options.caption_noise, rng)  # [B]
+        token_ids = torch.stack([colors + 1, captioned + 1 + len(COLOR_NAMES)], dim=1)  # [B, 2] ids in VOCAB order
         dropped = torch.rand(BATCH_SIZE, generator=generator) < CFG_DROPOUT  # [B]
         token_ids[dropped] = null_id
-        loss = flow_matching_loss(transformer, text_encoder, images, token_ids, generator)
+        loss = flow_matching_loss(transformer, text_encoder, images, token_ids, generator, options)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(modules.parameters(), 1.0)
@@ -105,7 +161,8 @@ def pretrain_model(seed: int, steps: int, minutes: float | None = None, log_ever
             log.info("pretrain model: step %d/%d loss %.4f (%.0fs)", done, steps, loss.item(),
                      time.perf_counter() - start)
     record = {"seed": seed, "steps": done, "requested_steps": steps, "batch_size": BATCH_SIZE, "lr": LR,
-              "ema_decay": EMA_DECAY, "cfg_dropout": CFG_DROPOUT, "train_seconds": round(time.perf_counter() - start, 1),
+              "ema_decay": EMA_DECAY, "cfg_dropout": CFG_DROPOUT,
+              "options": {**asdict(options), "extent": list(options.extent)}, "train_seconds": round(time.perf_counter() - start, 1),
               "threads": torch.get_num_threads()}
     return ema["transformer"], ema["text_encoder"], record
 
@@ -162,10 +219,11 @@ def run_classifiers(out: Path, seed: int, steps: int | None) -> None:
     log.info("classifier agreement on clean renders: %.4f", agree)
 
 
-def run_model(out: Path, seed: int, steps: int, minutes: float | None) -> None:
+def run_model(out: Path, seed: int, steps: int, minutes: float | None,
+              options: PretrainOptions = PretrainOptions()) -> None:
     from genalign.rewards.toy_classifier import load_classifier
 
-    transformer, text_encoder, record = pretrain_model(seed, steps, minutes)
+    transformer, text_encoder, record = pretrain_model(seed, steps, minutes, options=options)
     classifier_dir = out if (out / "toy_shape.safetensors").is_file() else builtin_dir()
     classifier = load_classifier(classifier_dir, "toy_shape")
     policy = ToyPolicy(transformer, text_encoder, torch.device("cpu"))
@@ -184,9 +242,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="model pretraining steps (batch 128)")
     parser.add_argument("--minutes", type=float, default=None,
                         help="wall-time cap for model pretraining (the result then depends on machine speed)")
+    defaults = PretrainOptions()
+    parser.add_argument("--sigma-sampling", choices=SIGMA_SAMPLINGS, default=defaults.sigma_sampling)
+    parser.add_argument("--extent", type=float, nargs=2, default=defaults.extent, metavar=("LOW", "HIGH"),
+                        help="shape extent range of the renders, as a fraction of the canvas side")
+    parser.add_argument("--centre-jitter", type=float, default=defaults.centre_jitter,
+                        help="keep shape centres within this fraction of the canvas centre (default: anywhere)")
+    parser.add_argument("--caption-noise", type=float, default=defaults.caption_noise,
+                        help="fraction of captions whose shape word is redrawn at random")
     parser.add_argument("--classifier-steps", type=int, default=None, help="override the classifiers' step count")
     parser.add_argument("--what", choices=["model", "classifiers", "all"], default="all")
     args = parser.parse_args(argv)
+    try:
+        options = PretrainOptions(args.sigma_sampling, extent=tuple(args.extent), centre_jitter=args.centre_jitter,
+                                  caption_noise=args.caption_noise)
+    except ValueError as error:
+        parser.error(str(error))
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     out = Path(args.out) if args.out else builtin_dir()
@@ -194,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what in ("classifiers", "all"):
         run_classifiers(out, args.seed, args.classifier_steps)
     if args.what in ("model", "all"):
-        run_model(out, args.seed, args.steps, args.minutes)
+        run_model(out, args.seed, args.steps, args.minutes, options)
     return 0
 
 

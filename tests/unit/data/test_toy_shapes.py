@@ -63,6 +63,21 @@ def test_render_paints_the_colour_on_grey_with_antialiased_edges():
     assert ts.MIN_SIZE ** 2 * 0.9 <= coverage <= ts.MAX_SIZE ** 2 + 0.15
 
 
+def test_centre_jitter_and_extent_bound_where_and_how_big_a_shape_is_drawn():
+    """Painted pixels' bounding box: centred within ±jitter·size (plus anti-aliased edge pixels),
+    side within extent·size; the default placement reaches far off-centre."""
+    def box(image):
+        ys, xs = np.nonzero(np.abs(image.astype(int) - np.array(ts.BACKGROUND)).sum(-1) > 0)
+        return (xs.min() + xs.max() + 1) / 2, (ys.min() + ys.max() + 1) / 2, xs.max() + 1 - xs.min()
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        cx, cy, side = box(ts.render("square", "red", rng, extent=(0.6, 0.8), centre_jitter=0.08))
+        assert abs(cx - 16) <= 0.08 * 32 + 1 and abs(cy - 16) <= 0.08 * 32 + 1
+        assert 0.6 * 32 - 1 <= side <= 0.8 * 32 + 2  # a partly covered pixel on each side
+    offsets = [abs(box(ts.render("square", "red", rng))[0] - 16) for _ in range(50)]
+    assert max(offsets) > 0.08 * 32 + 1
+
+
 def test_shapes_differ_in_area_as_geometry_says():
     """Same rng state -> same box; square > circle > cross > triangle in covered area."""
     def area(shape):
