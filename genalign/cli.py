@@ -116,7 +116,7 @@ SUMMARIES = {
     "config": "print the resolved, validated config of a recipe; loads no model",
     "eval": "evaluate a checkpoint on the fixed eval prompts",
     "report": "write RUN_DIR/report.html: curves, before/after sheets, parity, config, provenance",
-    "pretrain-demo": "regenerate the shipped toy demo model (~12 min on a CPU)",
+    "pretrain-demo": "regenerate the shipped toy demo model (about 50 min on one CPU core)",
 }
 """One line per command for `genalign --help` (every command has one: a test checks)."""
 

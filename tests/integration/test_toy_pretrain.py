@@ -1,11 +1,13 @@
 """`genalign pretrain-demo` pieces: deterministic under a seed, loadable output, colour metric."""
 
+from dataclasses import asdict, replace
+
 import numpy as np
 import pytest
 import torch
 
 from genalign.models.toy.network import save_toy_model
-from genalign.models.toy.policy import ToyPolicy
+from genalign.models.toy.policy import ToyPolicy, builtin_dir
 from genalign.models.toy.pretrain import (PretrainOptions, caption_shapes, color_accuracy, draw_sigmas, lr_factor, main,
                                           pretrain_model)
 from genalign.rewards.toy_classifier import JUDGE_SPEC, load_classifier, train_classifier
@@ -51,7 +53,7 @@ def test_color_accuracy_uses_non_background_pixels():
 
 def test_logit_normal_sigmas_centre_on_sigmoid_of_the_mean():
     generator = torch.Generator().manual_seed(0)
-    uniform = draw_sigmas(20000, PretrainOptions(), generator)
+    uniform = draw_sigmas(20000, PretrainOptions(sigma_sampling="uniform"), generator)
     logit = draw_sigmas(20000, PretrainOptions(sigma_sampling="logit_normal"), generator)
     assert abs(uniform.mean().item() - 0.5) < 0.01 and abs(uniform.median().item() - 0.5) < 0.01
     # the median of sigmoid(m + s·n) is sigmoid(m); the logit's std is s
@@ -70,19 +72,31 @@ def test_caption_noise_keeps_a_caption_right_with_probability_one_minus_three_qu
     assert rng.bit_generator.state != state  # noisy captions draw from the data stream
 
 
-def test_noise_free_default_options_train_what_the_shipped_recipe_trained(tmp_path):
-    """Options only change the run when set: defaults give the same weights as before they existed
-    (the data stream is untouched), a different option gives different weights."""
+def test_default_options_are_the_recipe_of_the_shipped_weights():
+    """`genalign pretrain-demo` with no options regenerates what ships: the recorded options and
+    step count of genalign/assets/toy are the defaults."""
+    import json
+
+    from genalign.models.toy.network import MODEL_RECORD
+    from genalign.models.toy.pretrain import DEFAULT_STEPS
+
+    shipped = json.loads((builtin_dir() / MODEL_RECORD).read_text())
+    defaults = PretrainOptions()
+    assert shipped["options"] == {**asdict(defaults), "extent": list(defaults.extent)}
+    assert shipped["steps"] == shipped["requested_steps"] == DEFAULT_STEPS
+
+
+def test_every_option_changes_what_is_trained():
     first, _, record = pretrain_model(seed=3, steps=2, log_every=0)
-    again, _, _ = pretrain_model(seed=3, steps=2, log_every=0, options=PretrainOptions(caption_noise=0.0))
-    other, _, other_record = pretrain_model(seed=3, steps=2, log_every=0,
-                                            options=PretrainOptions(sigma_sampling="logit_normal", centre_jitter=0.08,
-                                                                    extent=(0.6, 0.8), caption_noise=0.6))
-    a, b, c = (m.state_dict() for m in (first, again, other))
-    assert all(torch.equal(a[k], b[k]) for k in a) and not all(torch.equal(a[k], c[k]) for k in a)
-    assert record["options"]["sigma_sampling"] == "uniform" and record["options"]["centre_jitter"] is None
-    assert other_record["options"] == {"sigma_sampling": "logit_normal", "logit_mean": 0.8, "logit_std": 0.8,
-                                       "extent": [0.6, 0.8], "centre_jitter": 0.08, "caption_noise": 0.6}
+    assert record["options"]["sigma_sampling"] == "logit_normal" and record["options"]["caption_noise"] == 0.6
+    for change in ({"sigma_sampling": "uniform"}, {"centre_jitter": None}, {"extent": (0.45, 0.85)},
+                   {"caption_noise": 0.0}):
+        other, _, other_record = pretrain_model(seed=3, steps=2, log_every=0,
+                                                options=replace(PretrainOptions(), **change))
+        a, b = first.state_dict(), other.state_dict()
+        assert not all(torch.equal(a[k], b[k]) for k in a), change
+        assert other_record["options"][next(iter(change))] == (list(change["extent"]) if "extent" in change
+                                                               else next(iter(change.values())))
 
 
 @pytest.mark.parametrize("argv, message", [(["--caption-noise", "1.5"], "caption_noise 1.5"),
