@@ -6,11 +6,12 @@ shapes, not a texture that fools the reward model); and a negated-reward control
 lr 1e-3, no KL, 40 steps — the default recipe's control) must drive the raw shape reward down
 by CONTROL_MARGIN, which a sign error anywhere in the variant's path cannot pass.
 
-Margins: measured on the 32x32 demo (seed 42, 100 steps, benchmarks/bench_time_to_target.py,
-whose runs are these: evaluation draws its own noise), step 0 at 0.436 reward / 0.462 judge:
-  flow_grpo_fast  reward 0.502 (+0.066), judge 0.562 (+0.100)
-  mix_grpo        reward 0.569 (+0.133), judge 0.573 (+0.111)
-and their negated controls (40 steps) fall to 0.108 and 0.088 (-0.328, -0.348). Those four
+Margins: measured on the current demo base (seed 42, 100 steps), step 0 at 0.453 reward /
+0.470 judge:
+  flow_grpo_fast  reward 0.875 (+0.422), judge 0.853 (+0.383)
+  mix_grpo        reward 0.680 (+0.227), judge 0.716 (+0.246)
+and their negated controls (40 steps) fall to 0.320 and 0.320 (-0.133 each). (On the previous,
+blob-drawing base: +0.066 and +0.133; the margins below were set then and still hold.) Those four
 tests run in CI's slow pass. CPS, DanceGRPO and GRPO-Guard are not yet measured on this demo:
 their tests carry the `calibration` marker (run with `pytest -m calibration`) until they are.
 """
@@ -29,8 +30,8 @@ REWARD_MARGIN = 0.10
 JUDGE_TOLERANCE = 0.02
 CONTROL_MARGIN = 0.10
 RECIPES = {  # recipe -> (training steps of its budget, eval-reward margin)
-    "experiment/toy/shapes_flow_grpo_fast": (100, 0.05),  # measured +0.066
-    "experiment/toy/shapes_mix_grpo": (100, REWARD_MARGIN),  # measured +0.133
+    "experiment/toy/shapes_flow_grpo_fast": (100, 0.05),  # measured +0.422 (previous base +0.066)
+    "experiment/toy/shapes_mix_grpo": (100, REWARD_MARGIN),  # measured +0.227 (previous base +0.133)
     # not yet measured: the default recipe's size of effect, scaled down
     "experiment/toy/shapes_cps": (100, REWARD_MARGIN),
     "experiment/toy/shapes_dance_grpo": (100, REWARD_MARGIN),

@@ -22,7 +22,7 @@ from genalign.tracking.sinks import CSVSink
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["trainer.save_every=1", "trainer.keep_last=2", "trainer.progress_bar=false", "rollout.n=4",
-         "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8", "rollout.num_steps=3", "eval.every=0",
+         "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8", "rollout.num_steps=4", "eval.every=0",
          "eval.max_prompts=2", "eval.samples_per_prompt=2", "eval.num_steps=3", "eval.batch_size=4",
          "trainer.num_steps=2", "trainer.resume_from=auto"]
 

@@ -17,7 +17,7 @@ from genalign.training.run_dir import RunDirError
 from genalign.training.trainer import Trainer
 
 SMALL = ["trainer.save_every=1", "trainer.keep_last=2", "trainer.progress_bar=false", "rollout.n=4",
-         "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8", "rollout.num_steps=3", "eval.every=0",
+         "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8", "rollout.num_steps=4", "eval.every=0",
          "eval.max_prompts=2", "eval.samples_per_prompt=2", "eval.num_steps=3", "eval.batch_size=4"]
 
 
