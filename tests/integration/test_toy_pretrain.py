@@ -107,3 +107,14 @@ def test_bad_pretraining_options_are_refused_before_training(argv, message, caps
         main(["--what", "model", "--out", str(tmp_path), *argv])
     assert exited.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "transformer").exists()
+
+
+def test_the_command_line_can_ask_for_the_previous_recipe(monkeypatch, tmp_path):
+    """`--sigma-sampling uniform --extent 0.45 0.85 --centre-jitter none --caption-noise 0` is the
+    first shipped model's recipe; the flags reach pretrain_model as options."""
+    seen = {}
+    monkeypatch.setattr("genalign.models.toy.pretrain.run_model",
+                        lambda out, seed, steps, minutes, options: seen.update(options=options))
+    assert main(["--what", "model", "--out", str(tmp_path), "--sigma-sampling", "uniform", "--extent", "0.45", "0.85",
+                 "--centre-jitter", "none", "--caption-noise", "0"]) == 0
+    assert seen["options"] == PretrainOptions("uniform", extent=(0.45, 0.85), centre_jitter=None, caption_noise=0.0)

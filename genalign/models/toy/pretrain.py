@@ -247,13 +247,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=None,
                         help="wall-time cap for model pretraining (the result then depends on machine speed)")
     defaults = PretrainOptions()
-    parser.add_argument("--sigma-sampling", choices=SIGMA_SAMPLINGS, default=defaults.sigma_sampling)
+    parser.add_argument("--sigma-sampling", choices=SIGMA_SAMPLINGS, default=defaults.sigma_sampling,
+                        help=f"noise-level distribution (default: {defaults.sigma_sampling})")
     parser.add_argument("--extent", type=float, nargs=2, default=defaults.extent, metavar=("LOW", "HIGH"),
-                        help="shape extent range of the renders, as a fraction of the canvas side")
-    parser.add_argument("--centre-jitter", type=float, default=defaults.centre_jitter,
-                        help="keep shape centres within this fraction of the canvas centre (default: anywhere)")
+                        help=f"shape extent range of the renders, as a fraction of the canvas side "
+                             f"(default: {defaults.extent[0]} {defaults.extent[1]})")
+    parser.add_argument("--centre-jitter", type=lambda text: None if text == "none" else float(text),
+                        default=defaults.centre_jitter,
+                        help=f"keep shape centres within this fraction of the canvas centre; 'none': anywhere "
+                             f"(default: {defaults.centre_jitter})")
     parser.add_argument("--caption-noise", type=float, default=defaults.caption_noise,
-                        help="fraction of captions whose shape word is redrawn at random")
+                        help=f"fraction of captions whose shape word is redrawn at random (default: "
+                             f"{defaults.caption_noise})")
     parser.add_argument("--classifier-steps", type=int, default=None, help="override the classifiers' step count")
     parser.add_argument("--what", choices=["model", "classifiers", "all"], default="all")
     args = parser.parse_args(argv)
