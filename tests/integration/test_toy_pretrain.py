@@ -82,7 +82,7 @@ def test_default_options_are_the_recipe_of_the_shipped_weights():
 
     shipped = json.loads((builtin_dir() / MODEL_RECORD).read_text())
     defaults = PretrainOptions()
-    assert shipped["options"] == {**asdict(defaults), "extent": list(defaults.extent)}
+    assert shipped["options"] == defaults.record() == {**asdict(defaults), "extent": list(defaults.extent)}
     assert shipped["steps"] == shipped["requested_steps"] == DEFAULT_STEPS
 
 
@@ -101,6 +101,8 @@ def test_every_option_changes_what_is_trained():
 
 @pytest.mark.parametrize("argv, message", [(["--caption-noise", "1.5"], "caption_noise 1.5"),
                                            (["--extent", "0.8", "0.6"], "extent (0.8, 0.6)"),
+                                           (["--centre-jitter", "-0.1"], "centre_jitter -0.1"),
+                                           (["--centre-jitter", "near"], "invalid _centre_jitter value"),
                                            (["--sigma-sampling", "cosine"], "invalid choice")])
 def test_bad_pretraining_options_are_refused_before_training(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exited:

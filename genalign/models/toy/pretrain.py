@@ -22,11 +22,11 @@ both kinds of asset; the policy itself never imports a reward.
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass
 import copy
 import logging
 import math
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +83,14 @@ class PretrainOptions:
             raise ValueError(f"pretrain caption_noise {self.caption_noise}: must lie in [0, 1]")
         if not 0.0 < self.extent[0] <= self.extent[1] <= 1.0:
             raise ValueError(f"pretrain extent {self.extent}: needs 0 < low <= high <= 1")
+        if self.centre_jitter is not None and not 0.0 <= self.centre_jitter <= 0.5:
+            raise ValueError(f"pretrain centre_jitter {self.centre_jitter}: must lie in [0, 0.5] (or None: anywhere)")
+        if self.logit_std <= 0.0:
+            raise ValueError(f"pretrain logit_std {self.logit_std}: must be positive")
+
+    def record(self) -> dict:
+        """The options as toy_model.json stores them (JSON types: the extent as a list)."""
+        return {**asdict(self), "extent": list(self.extent)}
 
 
 def draw_sigmas(count: int, options: PretrainOptions, generator: torch.Generator) -> torch.Tensor:
@@ -165,9 +173,8 @@ def pretrain_model(seed: int, steps: int, minutes: float | None = None, log_ever
             log.info("pretrain model: step %d/%d loss %.4f (%.0fs)", done, steps, loss.item(),
                      time.perf_counter() - start)
     record = {"seed": seed, "steps": done, "requested_steps": steps, "batch_size": BATCH_SIZE, "lr": LR,
-              "ema_decay": EMA_DECAY, "cfg_dropout": CFG_DROPOUT,
-              "options": {**asdict(options), "extent": list(options.extent)}, "train_seconds": round(time.perf_counter() - start, 1),
-              "threads": torch.get_num_threads()}
+              "ema_decay": EMA_DECAY, "cfg_dropout": CFG_DROPOUT, "options": options.record(),
+              "train_seconds": round(time.perf_counter() - start, 1), "threads": torch.get_num_threads()}
     return ema["transformer"], ema["text_encoder"], record
 
 
@@ -238,6 +245,11 @@ def run_model(out: Path, seed: int, steps: int, minutes: float | None,
     log.info("wrote %s", out)
 
 
+def _centre_jitter(text: str) -> float | None:
+    """--centre-jitter's value: a number, or "none" for shapes anywhere in the canvas."""
+    return None if text == "none" else float(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="genalign pretrain-demo",
                                      description="Regenerate the toy demo model and/or its shape classifiers.")
@@ -252,8 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--extent", type=float, nargs=2, default=defaults.extent, metavar=("LOW", "HIGH"),
                         help=f"shape extent range of the renders, as a fraction of the canvas side "
                              f"(default: {defaults.extent[0]} {defaults.extent[1]})")
-    parser.add_argument("--centre-jitter", type=lambda text: None if text == "none" else float(text),
-                        default=defaults.centre_jitter,
+    parser.add_argument("--centre-jitter", type=_centre_jitter, default=defaults.centre_jitter,
                         help=f"keep shape centres within this fraction of the canvas centre; 'none': anywhere "
                              f"(default: {defaults.centre_jitter})")
     parser.add_argument("--caption-noise", type=float, default=defaults.caption_noise,
