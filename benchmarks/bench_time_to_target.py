@@ -2,7 +2,7 @@
 
     python benchmarks/bench_time_to_target.py \
         --recipes experiment/toy/shapes_grpo experiment/toy/shapes_flow_grpo_fast ... \
-        [--baseline experiment/toy/shapes_grpo] [--seeds 42 43 44] [--steps 100] [--eval-every 10] \
+        [--baseline experiment/toy/shapes_grpo [OTHER ...]] [--seeds 42 43 44] [--steps 100] [--eval-every 10] \
         [--ceiling 1.0] [--fraction 0.5] [--threads 1] [--clock wall|cpu] [--out DIR] [key=value ...]
 
 Every recipe runs from the same base model with the same seeds (`trainer.seed`), each in its
@@ -18,12 +18,15 @@ seconds of steps 1..s, evaluation excluded — at the first evaluated step s who
 reaches the target (evaluation granularity: `--eval-every`). `--clock cpu` sums the logged CPU
 seconds of the training process instead (`time_cpu_s`): with `--threads 1` and the demo's
 in-process rewards that equals the wall-clock on an idle machine, and unlike the wall-clock it
-does not grow when other work shares the machine, so runs measured side by side stay comparable. The speed-up of a recipe is the
-baseline's time over its time, per seed, then the median over seeds. The judge (gold reward)
-change from step 0 is printed at the target step and at the end; a recipe that reaches the
-target with the judge below its step-0 value is marked. A recipe that never reaches the target
-in `--steps` is reported as not reached (its speed-up as "< baseline/budget"). Any recipe name
-the config loader knows works, so other algorithms' recipes are compared by name.
+does not grow when other work shares the machine, so runs measured side by side stay
+comparable. The speed-up of a recipe is the baseline's time over its time, per seed, then the
+median over seeds; with several `--baseline`s the table has a speed-up column for each (e.g. the
+demo's Flow-GRPO recipe and Flow-GRPO training the reference's 9 of 10 steps). Where one run of
+a pair missed the target in `--steps`, the speed-up is a bound: "<" the baseline's time over
+the recipe's whole budget, ">" the baseline's whole budget over the recipe's time. The judge
+(gold reward) change from step 0 is printed at the target step and at the end; a recipe that
+reaches the target with the judge below its step-0 value is marked. Any recipe name the config
+loader knows works, so other algorithms' recipes are compared by name.
 Extra arguments are dotlist overrides applied to every run.
 """
 
@@ -102,50 +105,93 @@ def time_to_target(recipe: str, seed: int, out: Path, ceiling: float, fraction: 
                      judge_delta(reached) if reached else None, judge_delta(last))
 
 
-def speedups(results: list[RunResult], baseline: str, budget_steps: int) -> dict[str, list[float | None]]:
-    """Per recipe, per seed: baseline seconds / recipe seconds (None where either missed)."""
+@dataclass(frozen=True)
+class Ratio:
+    """A speed-up: `value` exactly (bound ""), or a bound on it when one run missed the target
+    in its budget: ">" (the baseline missed: its whole budget over the recipe's time is a lower
+    bound) or "<" (the recipe missed: the baseline's time over the recipe's whole budget)."""
+
+    value: float
+    bound: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.bound}{self.value:.2f}x"
+
+
+def speedup(baseline: RunResult, recipe: RunResult) -> Ratio | None:
+    """Baseline seconds to target over the recipe's, or a bound on it; None when neither reached it."""
+    if baseline.target_seconds is not None and recipe.target_seconds is not None:
+        return Ratio(baseline.target_seconds / recipe.target_seconds)
+    if recipe.target_seconds is not None:
+        return Ratio(baseline.total_seconds / recipe.target_seconds, ">")
+    if baseline.target_seconds is not None:
+        return Ratio(baseline.target_seconds / recipe.total_seconds, "<")
+    return None
+
+
+def median_ratio(ratios: list[Ratio | None]) -> Ratio | None:
+    """Median over seeds. The median is monotone in each value, so with lower bounds alone it is
+    a lower bound, with upper bounds alone an upper bound; mixed bounds or a seed where neither
+    run reached the target leave it undetermined (None)."""
+    if not ratios or any(r is None for r in ratios):
+        return None
+    bounds = {r.bound for r in ratios} - {""}
+    if len(bounds) > 1:
+        return None
+    return Ratio(statistics.median(r.value for r in ratios), bounds.pop() if bounds else "")
+
+
+def speedups(results: list[RunResult], baseline: str) -> dict[str, list[Ratio | None]]:
+    """Per recipe, per seed: the speed-up over `baseline`'s run of the same seed (None where the
+    baseline has no run of that seed or neither reached the target)."""
     base = {r.seed: r for r in results if r.recipe == baseline}
-    out: dict[str, list[float | None]] = {}
+    out: dict[str, list[Ratio | None]] = {}
     for r in results:
         b = base.get(r.seed)
-        ok = b is not None and b.target_seconds is not None and r.target_seconds is not None
-        out.setdefault(r.recipe, []).append(b.target_seconds / r.target_seconds if ok else None)
+        out.setdefault(r.recipe, []).append(speedup(b, r) if b is not None else None)
     return out
 
 
-def print_table(results: list[RunResult], baseline: str, budget_steps: int, clock: str = "wall") -> None:
-    ratios = speedups(results, baseline, budget_steps)
+def print_table(results: list[RunResult], baselines: list[str], budget_steps: int, clock: str = "wall") -> None:
+    """One row per recipe (medians over seeds) with a speed-up column per baseline."""
+    columns = {b: speedups(results, b) for b in baselines}
     recipes = list(dict.fromkeys(r.recipe for r in results))
-    print(f"\ntarget: base + fraction x (ceiling - base); baseline {baseline}; "
-          f"times are training {'CPU ' if clock == 'cpu' else ''}seconds (eval excluded); median over seeds")
-    header = (f"{'recipe':44s} {'s/step':>7s} {'steps->tgt':>10s} {'sec->tgt':>9s} {'speed-up':>9s} "
-              f"{'reward@end':>10s} {'judge@tgt':>9s} {'judge@end':>9s} reached")
+    print(f"\ntarget: base + fraction x (ceiling - base); times are training {'CPU ' if clock == 'cpu' else ''}"
+          f"seconds (eval excluded); median over seeds; '>'/'<': a bound, one run missed the target in its budget")
+    for i, b in enumerate(baselines):
+        print(f"speed-up {i + 1}: over {b}")
+    med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
+    fmt = lambda x, spec, width: format(x, spec) if x is not None else "-".rjust(width)  # noqa: E731
+    header = (f"{'recipe':44s} {'s/step':>7s} {'steps->tgt':>10s} {'sec->tgt':>9s} "
+              + "".join(f"{'speed-up ' + str(i + 1):>11s}" for i in range(len(baselines)))
+              + f" {'reward@end':>10s} {'judge@tgt':>9s} {'judge@end':>9s} reached")
     print(header)
     print("-" * len(header))
     for recipe in recipes:
         runs = [r for r in results if r.recipe == recipe]
         hit = [r for r in runs if r.target_seconds is not None]
-        med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
-        width = lambda spec: int(spec.lstrip("+").split(".")[0])  # noqa: E731
-        fmt = lambda x, spec: format(x, spec) if x is not None else "-".rjust(width(spec))  # noqa: E731
-        ratio_values = [x for x in ratios[recipe] if x is not None]
+        ratios = "".join(f"{str(median_ratio(columns[b][recipe]) or '-'):>11s}" for b in baselines)
         judge_tgt = med([r.judge_delta_at_target for r in hit if r.judge_delta_at_target is not None])
         judge_end = med([r.judge_delta_final for r in runs if r.judge_delta_final is not None])
         flag = " JUDGE-DROP" if judge_tgt is not None and judge_tgt < 0 else ""
         print(f"{recipe:44s} {med([r.seconds_per_step for r in runs]):7.2f} "
-              f"{fmt(med([r.target_step for r in hit]), '10.0f')} {fmt(med([r.target_seconds for r in hit]), '9.1f')} "
-              f"{fmt(med(ratio_values), '8.2f')}{'x' if ratio_values else ' '} {med([r.final_reward for r in runs]):10.3f} "
-              f"{fmt(judge_tgt, '+9.3f')} {fmt(judge_end, '+9.3f')} {len(hit)}/{len(runs)}{flag}")
-    base_runs = [r for r in results if r.recipe == baseline]
+              f"{fmt(med([r.target_step for r in hit]), '10.0f', 10)} "
+              f"{fmt(med([r.target_seconds for r in hit]), '9.1f', 9)} {ratios} "
+              f"{med([r.final_reward for r in runs]):10.3f} {fmt(judge_tgt, '+9.3f', 9)} "
+              f"{fmt(judge_end, '+9.3f', 9)} {len(hit)}/{len(runs)}{flag}")
+    print("\nper seed (speed-up 1): " + "; ".join(
+        f"{recipe}: " + ", ".join(str(x) if x else "-" for x in columns[baselines[0]][recipe]) for recipe in recipes))
+    base_runs = [r for r in results if r.recipe == baselines[0]]
     if base_runs:
-        print(f"\nbase eval reward {base_runs[0].base:.3f} -> target {base_runs[0].target:.3f} "
+        print(f"base eval reward {base_runs[0].base:.3f} -> target {base_runs[0].target:.3f} "
               f"(budget {budget_steps} steps per run)")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipes", nargs="+", required=True)
-    parser.add_argument("--baseline", default="experiment/toy/shapes_grpo")
+    parser.add_argument("--baseline", nargs="+", default=["experiment/toy/shapes_grpo"],
+                        help="recipes to compare against; a speed-up column for each, the first also ranks")
     parser.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
     parser.add_argument("--steps", type=int, default=100, help="training steps per run (the budget)")
     parser.add_argument("--eval-every", type=int, default=10)
@@ -157,7 +203,7 @@ def main() -> int:
     parser.add_argument("--out", default=None, help="directory for the runs (default: a temporary one)")
     parser.add_argument("overrides", nargs="*", help="dotlist overrides for every run")
     args = parser.parse_args()
-    recipes = list(dict.fromkeys([args.baseline, *args.recipes]))
+    recipes = list(dict.fromkeys([*args.baseline, *args.recipes]))
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_ttt_"))
     results = []
     for seed in args.seeds:

@@ -36,8 +36,34 @@ def test_time_to_target_and_speed_up(tmp_path):
     assert b.target_step == 10 and b.target_seconds == pytest.approx(40.0)
     assert b.judge_delta_at_target == pytest.approx(-0.05) and b.judge_delta_final == pytest.approx(0.05)
     assert c.target_step is None and c.target_seconds is None
-    ratios = bench.speedups([a, b, c], "grpo", 30)
-    assert ratios == {"grpo": [1.0], "fast": [5.0], "never": [None]}
+    ratios = bench.speedups([a, b, c], "grpo")
+    assert ratios["grpo"] == [bench.Ratio(1.0)] and ratios["fast"] == [bench.Ratio(5.0)]
+    # "never" missed the target in its 30 steps (30 s): at most grpo's 200 s over those 30 s
+    assert ratios["never"] == [bench.Ratio(pytest.approx(200.0 / 30.0), "<")]
+    # a baseline that missed gives the recipe a lower bound: never's whole 30 s over fast's 40 s
+    assert bench.speedups([c, b], "never")["fast"] == [bench.Ratio(pytest.approx(30.0 / 40.0), ">")]
+
+
+def test_median_over_seeds_keeps_bounds_honest():
+    exact, low, high = bench.Ratio(2.0), bench.Ratio(6.0, ">"), bench.Ratio(1.0, "<")
+    assert bench.median_ratio([exact, bench.Ratio(4.0), bench.Ratio(3.0)]) == bench.Ratio(3.0)
+    # lower bounds only: the median can only rise, so it is a lower bound too
+    assert bench.median_ratio([exact, low, bench.Ratio(5.0, ">")]) == bench.Ratio(5.0, ">")
+    assert bench.median_ratio([exact, high, high]) == bench.Ratio(1.0, "<")
+    assert bench.median_ratio([exact, low, high]) is None  # bounds both ways: undetermined
+    assert bench.median_ratio([exact, None, exact]) is None  # a seed where neither run reached it
+    assert str(bench.Ratio(5.0, ">")) == ">5.00x" and str(bench.Ratio(1.5)) == "1.50x"
+
+
+def test_table_prints_a_speed_up_column_per_baseline(tmp_path, capsys):
+    slow = write_run(tmp_path / "slow", 10.0, {0: 0.4, 10: 0.6, 20: 0.71}, {0: 0.5, 10: 0.5, 20: 0.6})
+    fast = write_run(tmp_path / "fast", 4.0, {0: 0.4, 10: 0.72, 20: 0.8}, {0: 0.5, 10: 0.55, 20: 0.6})
+    runs = [bench.time_to_target(name, 42, path, 1.0, 0.5) for name, path in (("grpo", slow), ("fast", fast))]
+    bench.print_table(runs, ["grpo", "fast"], 20)
+    out = capsys.readouterr().out
+    assert "speed-up 1: over grpo" in out and "speed-up 2: over fast" in out
+    row = next(line for line in out.splitlines() if line.startswith("fast "))
+    assert "5.00x" in row and "1.00x" in row  # 200 s / 40 s over grpo, itself over fast
 
 
 def test_cpu_clock_sums_the_logged_cpu_seconds(tmp_path):
