@@ -20,6 +20,18 @@ def test_recipes_validate_and_forward_algorithms_accept_the_ode():
     assert load_config("experiment/toy/shapes_nft", ["rollout.noise_level=0.7"]).rollout.noise_level == 0.7
 
 
+def test_time_to_target_recipes_train_what_their_comments_say():
+    from genalign.config.plan import RunPlan
+
+    fast = RunPlan.from_config(load_config("experiment/toy/shapes_nft_fast"))
+    # 3 of the 10 σ's per sample, no base-model forward (no KL), the old policy still kept
+    assert (fast.num_train_timesteps, fast.needs_reference) == (3, False)
+    nft = RunPlan.from_config(load_config("experiment/toy/shapes_nft"))
+    assert (nft.num_train_timesteps, nft.needs_reference) == (9, True)
+    assert RunPlan.from_config(load_config("experiment/toy/shapes_grpo_all_steps")).num_train_timesteps == 9
+    assert RunPlan.from_config(load_config("experiment/toy/shapes_grpo")).num_train_timesteps == 3
+
+
 def test_grpo_still_needs_sde_log_probs():
     assert "rollout.noise_level=0" in problems("experiment/toy/shapes_grpo", "rollout.noise_level=0")
 
