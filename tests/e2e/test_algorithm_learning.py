@@ -4,17 +4,19 @@ For each recipe: the held-out eval reward must rise by REWARD_MARGIN within its 
 and the judge (gold) must not fall by more than JUDGE_TOLERANCE (the variant learns the
 shapes, not a texture that fools the reward model); and a negated-reward control (weight −1,
 lr 1e-3, no KL, 40 steps — the default recipe's control) must drive the raw shape reward down
-by CONTROL_MARGIN (CONTROL_FALL where measured smaller), which a sign error anywhere in the variant's path cannot pass.
+by CONTROL_MARGIN (CONTROL_FALL where measured smaller), which a sign error anywhere in the
+variant's path cannot pass.
 
-Margins: measured on the current demo base (seed 42, 100 steps), step 0 at 0.453 reward /
-0.470 judge:
-  flow_grpo_fast  reward 0.875 (+0.422), judge 0.853 (+0.383)
-  mix_grpo        reward 0.745 (+0.292), judge 0.772 (+0.302)
-and their negated controls (40 steps) fall to 0.320 (-0.133) and 0.385 (-0.068). (On the previous,
-blob-drawing base: +0.066 and +0.133; the margins below were set then and still hold.) Those four
-tests run in CI's slow pass. CPS, DanceGRPO and GRPO-Guard are not yet measured on this demo:
-their tests carry the `calibration` marker (run with `pytest -m calibration`) until they are.
-"""
+Margins: measured on the current demo base (seed 42), step 0 at 0.453 reward / 0.470 judge:
+  flow_grpo_fast  100 steps: reward 0.875 (+0.422), judge 0.853 (+0.383)
+  mix_grpo        100 steps: reward 0.745 (+0.292), judge 0.772 (+0.302)
+  cps              60 steps: reward 0.866 (+0.413), judge 0.882 (+0.412)
+  dance_grpo       60 steps: reward 0.593 (+0.140), judge 0.613 (+0.143)
+  grpo_guard       60 steps: reward 0.866 (+0.413), judge 0.867 (+0.397)
+and their negated controls (40 steps) fall to 0.320 (-0.133), 0.385 (-0.068), 0.028 (-0.425),
+0.344 (-0.109) and 0.203 (-0.250). Margins sit below the measurements. The 60-step runs are also
+benchmarks/bench_time_to_target.py's seed-42 runs (eval every 5 steps): evaluation draws its own
+noise, so their step-60 evaluation equals these tests' to the digits above."""
 
 from __future__ import annotations
 
@@ -23,27 +25,26 @@ import pytest
 from support import train_recipe as run
 
 pytestmark = pytest.mark.slow
-UNMEASURED = pytest.mark.calibration
-"""Margins not yet measured on the current demo: run on request, not in CI's slow pass."""
-
 REWARD_MARGIN = 0.10
 JUDGE_TOLERANCE = 0.02
 CONTROL_MARGIN = 0.10
+DANCE_MARGIN = 0.05
+"""DanceGRPO's rise is smaller and noisier at the demo's settings (held-out reward 0.64 at step 40,
+0.53 at 50, 0.59 at 60 for seed 42): its margin sits below the step-60 measurement."""
 RECIPES = {  # recipe -> (training steps of its budget, eval-reward margin)
     "experiment/toy/shapes_flow_grpo_fast": (100, 0.05),  # measured +0.422 (previous base +0.066)
     "experiment/toy/shapes_mix_grpo": (100, REWARD_MARGIN),  # measured +0.292 (previous base +0.133)
-    # not yet measured: the default recipe's size of effect, scaled down
-    "experiment/toy/shapes_cps": (100, REWARD_MARGIN),
-    "experiment/toy/shapes_dance_grpo": (100, REWARD_MARGIN),
-    "experiment/toy/shapes_grpo_guard": (100, REWARD_MARGIN),
+    "experiment/toy/shapes_cps": (60, REWARD_MARGIN),  # measured +0.413
+    "experiment/toy/shapes_dance_grpo": (60, DANCE_MARGIN),  # measured +0.140
+    "experiment/toy/shapes_grpo_guard": (60, REWARD_MARGIN),  # measured +0.413
 }
-CONTROL_FALL = {"experiment/toy/shapes_mix_grpo": 0.05}
-"""Per-recipe control margin where the measured fall is below CONTROL_MARGIN: MixGRPO's fell 0.068
-in 40 steps (its window has slid off the first steps by then); a sign error would raise it."""
-MEASURED = {"experiment/toy/shapes_flow_grpo_fast", "experiment/toy/shapes_mix_grpo"}
+CONTROL_FALL = {"experiment/toy/shapes_mix_grpo": 0.05, "experiment/toy/shapes_dance_grpo": 0.08}
+"""Per-recipe control margin where the measured fall is below or near CONTROL_MARGIN: MixGRPO's fell
+0.068 in 40 steps (its window has slid off the first steps by then), DanceGRPO's 0.109 (its
+noise level 0.3 moves the policy less per step); a sign error would raise either."""
 
 
-@pytest.mark.parametrize("recipe", [pytest.param(r, marks=() if r in MEASURED else UNMEASURED) for r in sorted(RECIPES)])
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_variant_learns_held_out_shapes(recipe, tmp_path):
     steps, margin = RECIPES[recipe]
     metrics, evals = run(recipe, tmp_path, f"trainer.num_steps={steps}", f"eval.every={steps}")
@@ -54,7 +55,7 @@ def test_variant_learns_held_out_shapes(recipe, tmp_path):
     assert last["gold_mean"] >= first["gold_mean"] - JUDGE_TOLERANCE
 
 
-@pytest.mark.parametrize("recipe", [pytest.param(r, marks=() if r in MEASURED else UNMEASURED) for r in sorted(RECIPES)])
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_variant_negated_reward_control_falls(recipe, tmp_path):
     _, evals = run(recipe, tmp_path, "reward.components.toy_shape=-1.0", "actor.lr=1e-3", "algorithm.kl_beta=0",
                    "trainer.num_steps=40", "eval.every=40")
