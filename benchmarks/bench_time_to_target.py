@@ -3,7 +3,8 @@
     python benchmarks/bench_time_to_target.py \
         --recipes experiment/toy/shapes_grpo experiment/toy/shapes_flow_grpo_fast ... \
         [--baseline experiment/toy/shapes_grpo [OTHER ...]] [--seeds 42 43 44] [--steps 100] [--eval-every 10] \
-        [--ceiling 1.0] [--fraction 0.5] [--threads 1] [--clock wall|cpu] [--out DIR] [key=value ...]
+        [--steps-for RECIPE=STEPS ...] [--ceiling 1.0] [--fraction 0.5] [--threads 1] [--clock wall|cpu] \
+        [--out DIR] [key=value ...]
 
 Every recipe runs from the same base model with the same seeds (`trainer.seed`), each in its
 own process (`python -m genalign train`), with evaluation every `--eval-every` steps on the
@@ -26,8 +27,10 @@ a pair missed the target in `--steps`, the speed-up is a bound: "<" the baseline
 the recipe's whole budget, ">" the baseline's whole budget over the recipe's time. The judge
 (gold reward) change from step 0 is printed at the target step and at the end; a recipe that
 reaches the target with the judge below its step-0 value is marked. Any recipe name the config
-loader knows works, so other algorithms' recipes are compared by name.
-Extra arguments are dotlist overrides applied to every run.
+loader knows works, so other algorithms' recipes are compared by name. `--steps-for` gives one
+recipe a longer budget (a slow baseline, so that its speed-up is a number rather than a bound);
+an existing finished run shorter than its budget is continued, and a longer one is read only up
+to the budget. Extra arguments are dotlist overrides applied to every run.
 """
 
 from __future__ import annotations
@@ -63,12 +66,21 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def train(recipe: str, seed: int, out: Path, args: argparse.Namespace) -> None:
+def finished_steps(run_dir: Path) -> int | None:
+    """The step a finished run of this benchmark stopped at (it has checkpoint-final); None if none."""
+    if not (run_dir / "checkpoint-final").is_dir():
+        return None
+    return max(int(row["step"]) for row in read_csv(run_dir / "metrics.csv"))
+
+
+def train(recipe: str, seed: int, out: Path, steps: int, args: argparse.Namespace, extend: bool = False) -> None:
+    """Train `recipe` to `steps` in `out`. `extend`: `out` holds a finished shorter run, which is
+    continued (a resume is bitwise the same as training that long at once); otherwise a directory
+    without checkpoint-final is an interrupted run of this benchmark and is started over."""
     command = [sys.executable, "-m", "genalign", "train", "--config", recipe, f"trainer.output_dir={out}",
-               f"trainer.seed={seed}", f"trainer.num_steps={args.steps}", f"eval.every={args.eval_every}",
+               f"trainer.seed={seed}", f"trainer.num_steps={steps}", f"eval.every={args.eval_every}",
                "trainer.save_every=0", "trainer.progress_bar=false",
-               # a directory without checkpoint-final is an interrupted run of this benchmark: start it over
-               "trainer.overwrite=true", *args.overrides]
+               "trainer.resume_from=auto" if extend else "trainer.overwrite=true", *args.overrides]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1")
     completed = subprocess.run(command, env=env, capture_output=True, text=True)
     if completed.returncode != 0:
@@ -80,10 +92,12 @@ CLOCKS = {"wall": ("time_rollout_s", "time_reward_s", "time_train_s"), "cpu": ("
 
 
 def time_to_target(recipe: str, seed: int, out: Path, ceiling: float, fraction: float,
-                   clock: str = "wall") -> RunResult:
-    """Read one finished run directory and find when its eval reward first reached the target."""
-    rows = read_csv(out / "metrics.csv")
-    evals = read_csv(out / "eval_metrics.csv")
+                   clock: str = "wall", budget: int | None = None) -> RunResult:
+    """Read one finished run directory and find when its eval reward first reached the target,
+    looking at steps up to `budget` only (None: all), so a longer run serves a shorter budget."""
+    within = lambda row: budget is None or int(row["step"]) <= budget  # noqa: E731
+    rows = [row for row in read_csv(out / "metrics.csv") if within(row)]
+    evals = [row for row in read_csv(out / "eval_metrics.csv") if within(row)]
     elapsed, cumulative = {}, 0.0
     for row in rows:  # training seconds up to and including each step
         cumulative += sum(float(row[k]) for k in CLOCKS[clock])
@@ -152,7 +166,7 @@ def speedups(results: list[RunResult], baseline: str) -> dict[str, list[Ratio | 
     return out
 
 
-def print_table(results: list[RunResult], baselines: list[str], budget_steps: int, clock: str = "wall") -> None:
+def print_table(results: list[RunResult], baselines: list[str], budgets: dict[str, int], clock: str = "wall") -> None:
     """One row per recipe (medians over seeds) with a speed-up column per baseline."""
     columns = {b: speedups(results, b) for b in baselines}
     recipes = list(dict.fromkeys(r.recipe for r in results))
@@ -183,8 +197,21 @@ def print_table(results: list[RunResult], baselines: list[str], budget_steps: in
         f"{recipe}: " + ", ".join(str(x) if x else "-" for x in columns[baselines[0]][recipe]) for recipe in recipes))
     base_runs = [r for r in results if r.recipe == baselines[0]]
     if base_runs:
+        usual = statistics.mode(budgets.values())
+        other = "".join(f"; {recipe}: {steps}" for recipe, steps in budgets.items() if steps != usual)
         print(f"base eval reward {base_runs[0].base:.3f} -> target {base_runs[0].target:.3f} "
-              f"(budget {budget_steps} steps per run)")
+              f"(budget {usual} steps per run{other})")
+
+
+def parse_budgets(items: list[str], recipes: list[str]) -> dict[str, int]:
+    """--steps-for RECIPE=STEPS items -> {recipe: steps}; a recipe not in the run is an error."""
+    budgets = {}
+    for item in items:
+        recipe, _, steps = item.rpartition("=")
+        if recipe not in recipes or not steps.isdigit() or int(steps) < 1:
+            raise SystemExit(f"--steps-for {item!r}: expected RECIPE=STEPS with RECIPE one of --baseline/--recipes")
+        budgets[recipe] = int(steps)
+    return budgets
 
 
 def main() -> int:
@@ -194,6 +221,9 @@ def main() -> int:
                         help="recipes to compare against; a speed-up column for each, the first also ranks")
     parser.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
     parser.add_argument("--steps", type=int, default=100, help="training steps per run (the budget)")
+    parser.add_argument("--steps-for", action="append", default=[], metavar="RECIPE=STEPS",
+                        help="another budget for one recipe (e.g. a slow baseline that needs longer to reach "
+                             "the target); a finished shorter run of it is continued")
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--ceiling", type=float, default=1.0, help="the reward's maximum")
     parser.add_argument("--fraction", type=float, default=0.5, help="fraction of the gap to close")
@@ -204,18 +234,20 @@ def main() -> int:
     parser.add_argument("overrides", nargs="*", help="dotlist overrides for every run")
     args = parser.parse_args()
     recipes = list(dict.fromkeys([*args.baseline, *args.recipes]))
+    budgets = {recipe: args.steps for recipe in recipes} | parse_budgets(args.steps_for, recipes)
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_ttt_"))
     results = []
     for seed in args.seeds:
         for recipe in recipes:
             run_dir = out / f"{recipe.replace('/', '_')}_seed{seed}"
-            if not (run_dir / "checkpoint-final").is_dir():
-                train(recipe, seed, run_dir, args)
-            result = time_to_target(recipe, seed, run_dir, args.ceiling, args.fraction, args.clock)
+            done = finished_steps(run_dir)
+            if done is None or done < budgets[recipe]:
+                train(recipe, seed, run_dir, budgets[recipe], args, extend=done is not None)
+            result = time_to_target(recipe, seed, run_dir, args.ceiling, args.fraction, args.clock, budgets[recipe])
             results.append(result)
             print(f"{recipe} seed {seed}: target step {result.target_step}, {result.seconds_per_step:.2f} s/step, "
                   f"eval reward {result.base:.3f} -> {result.final_reward:.3f}", flush=True)
-    print_table(results, args.baseline, args.steps, args.clock)
+    print_table(results, args.baseline, budgets, args.clock)
     return 0
 
 

@@ -59,7 +59,7 @@ def test_table_prints_a_speed_up_column_per_baseline(tmp_path, capsys):
     slow = write_run(tmp_path / "slow", 10.0, {0: 0.4, 10: 0.6, 20: 0.71}, {0: 0.5, 10: 0.5, 20: 0.6})
     fast = write_run(tmp_path / "fast", 4.0, {0: 0.4, 10: 0.72, 20: 0.8}, {0: 0.5, 10: 0.55, 20: 0.6})
     runs = [bench.time_to_target(name, 42, path, 1.0, 0.5) for name, path in (("grpo", slow), ("fast", fast))]
-    bench.print_table(runs, ["grpo", "fast"], 20)
+    bench.print_table(runs, ["grpo", "fast"], {"grpo": 20, "fast": 20})
     out = capsys.readouterr().out
     assert "speed-up 1: over grpo" in out and "speed-up 2: over fast" in out
     row = next(line for line in out.splitlines() if line.startswith("fast "))
@@ -72,3 +72,20 @@ def test_cpu_clock_sums_the_logged_cpu_seconds(tmp_path):
     cpu = bench.time_to_target("grpo", 42, run, ceiling=1.0, fraction=0.5, clock="cpu")
     assert wall.target_seconds == pytest.approx(200.0) and cpu.target_seconds == pytest.approx(50.0)
     assert cpu.seconds_per_step == pytest.approx(2.5) and cpu.target_step == wall.target_step == 20
+
+
+def test_a_budget_reads_a_longer_run_only_up_to_it(tmp_path):
+    run = write_run(tmp_path / "run", 10.0, {0: 0.4, 10: 0.6, 20: 0.71, 30: 0.8}, {0: 0.5, 10: 0.5, 20: 0.6, 30: 0.6})
+    (run / "checkpoint-final").mkdir()
+    assert bench.finished_steps(run) == 30 and bench.finished_steps(tmp_path) is None
+    short = bench.time_to_target("grpo", 42, run, ceiling=1.0, fraction=0.5, budget=10)
+    assert short.target_step is None and short.total_seconds == pytest.approx(100.0)
+    assert short.final_reward == pytest.approx(0.6)  # the eval at the budget, not the run's last
+    assert bench.time_to_target("grpo", 42, run, 1.0, 0.5, budget=30).target_step == 20
+
+
+def test_per_recipe_budgets_name_a_recipe_of_the_run():
+    assert bench.parse_budgets(["a/b=120"], ["a/b", "c"]) == {"a/b": 120}
+    for bad in (["x=5"], ["a/b"], ["a/b=0"], ["a/b=ten"]):
+        with pytest.raises(SystemExit, match="RECIPE=STEPS"):
+            bench.parse_budgets(bad, ["a/b", "c"])
