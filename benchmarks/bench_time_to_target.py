@@ -193,8 +193,10 @@ def print_table(results: list[RunResult], baselines: list[str], budgets: dict[st
               f"{fmt(med([r.target_seconds for r in hit]), '9.1f', 9)} {ratios} "
               f"{med([r.final_reward for r in runs]):10.3f} {fmt(judge_tgt, '+9.3f', 9)} "
               f"{fmt(judge_end, '+9.3f', 9)} {len(hit)}/{len(runs)}{flag}")
-    print("\nper seed (speed-up 1): " + "; ".join(
-        f"{recipe}: " + ", ".join(str(x) if x else "-" for x in columns[baselines[0]][recipe]) for recipe in recipes))
+    print()
+    for i, b in enumerate(baselines):
+        print(f"per seed, speed-up {i + 1}: " + "; ".join(
+            f"{recipe}: " + ", ".join(str(x) if x else "-" for x in columns[b][recipe]) for recipe in recipes))
     base_runs = [r for r in results if r.recipe == baselines[0]]
     if base_runs:
         usual = statistics.mode(budgets.values())
