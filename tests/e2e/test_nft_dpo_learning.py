@@ -7,14 +7,15 @@ end: the `toy_shape` reward and the independent judge (`gold_mean`) must rise by
 margin, and the same run with the reward negated (online) or the pairs swapped (offline) must
 make the shape reward fall.
 
-Measured on the current demo base (seed 42, step 0 -> 50; step 0 is 0.453 reward / 0.470
-judge; the offline pairs rebuilt from this base by datasets/toy/preferences/build.py):
+Measured on the current demo base (seed 42, one thread as the suite runs, step 0 -> 50; step 0
+is 0.453 reward / 0.470 judge; the offline pairs rebuilt from this base by
+datasets/toy/preferences/build.py):
   nft         held-out reward 0.827 (+0.374), judge 0.828 (+0.358)
-  dpo online  held-out reward 0.517 (+0.064), judge 0.545 (+0.075)
+  dpo online  held-out reward 0.537 (+0.084), judge 0.558 (+0.088)
   dpo offline held-out reward 0.509 (+0.056), judge 0.552 (+0.082)
   nft_fast    held-out reward 0.826 (+0.373), judge 0.836 (+0.366) at step 20
 controls (same runs, reward negated / pairs swapped), held-out shape reward at the end:
-  nft 0.340 (-0.113), dpo online 0.403 (-0.050), dpo offline on swapped pairs 0.408 (-0.045),
+  nft 0.340 (-0.113), dpo online 0.412 (-0.041), dpo offline on swapped pairs 0.408 (-0.045),
   nft_fast 0.351 (-0.102) at step 20
 Margins sit below the measurements. (On the previous, blob-drawing base: nft +0.151, dpo online
 +0.126, dpo offline +0.094; DPO learns less per step on the new base, where what changes is
