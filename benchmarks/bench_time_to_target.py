@@ -220,7 +220,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipes", nargs="+", required=True)
     parser.add_argument("--baseline", nargs="+", default=["experiment/toy/shapes_grpo"],
-                        help="recipes to compare against; a speed-up column for each, the first also ranks")
+                        help="recipes to compare against: a speed-up column for each; the first sets the summary line")
     parser.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
     parser.add_argument("--steps", type=int, default=100, help="training steps per run (the budget)")
     parser.add_argument("--steps-for", action="append", default=[], metavar="RECIPE=STEPS",
