@@ -40,8 +40,11 @@ def test_default_recipe_learns_shapes_on_held_out_colours(tmp_path):
     assert last["gold_mean"] - first["gold_mean"] >= 0.15
     assert all(r["gold_divergence"] == 0.0 for r in evals)
     assert last["quality_toy_off_shape_fraction_mean"] <= first["quality_toy_off_shape_fraction_mean"] + 0.005
-    # +1 RGB unit: the base's own grain is ~5.4 and a visibly dirty canvas is ~15+; measured +0.67
-    assert last["quality_toy_background_deviation_mean"] <= first["quality_toy_background_deviation_mean"] + 1.0
+    # +2.5 RGB units: the base's own grain is ~5.4 and a visibly dirty canvas is ~15+. Measured at
+    # step 60: +0.67 (docs run), +0.63 / +1.11 with 2 / 1 threads on a later box, and across
+    # seeds 42-44 and every 5th step the value wanders 4.9-7.8 (+2.4 at most) while the edges
+    # stay clean, so a +1 bound fails on run-to-run grain, not on a dirtier canvas.
+    assert last["quality_toy_background_deviation_mean"] <= first["quality_toy_background_deviation_mean"] + 2.5
     assert last["quality_toy_shape_area_mean"] <= 0.6  # no canvas-filling blobs (a render covers 0.16-0.72)
     for step in (0, len(metrics)):
         assert (tmp_path / f"eval_epoch_{step}" / "contact_sheet.png").is_file()
