@@ -15,6 +15,9 @@ RUNS = {
                                                                       "old_policy_decay", "reward_mean", "kl"]),
     "nft_lora": ("experiment/toy/shapes_nft", ["/model/toy=dit_lora", "rollout.noise_level=0.7"],
                  ["nft_optimality", "old_velocity_gap"]),
+    # the time-to-target recipe: no reference KL, so no base-model forward and no reference policy
+    # (4 schedule steps so that its timestep_fraction 0.3 still trains one σ per sample)
+    "nft_fast": ("experiment/toy/shapes_nft_fast", ["rollout.num_steps=4"], ["nft_optimality", "old_policy_decay"]),
     "dpo_online": ("experiment/toy/shapes_dpo", [], ["dpo_implicit_accuracy", "dpo_logit", "reward_mean"]),
     "dpo_offline": ("experiment/toy/offline_dpo", [], ["dpo_implicit_accuracy", "pairs"]),
 }
