@@ -67,6 +67,13 @@ def config_main(argv: list[str] | None = None) -> int:
 
     cfg = load_config(args.config, args.overrides, check_files=not args.no_check_files)
     print(config_to_yaml(cfg), end="")
+    from genalign.training.memory_plan import plan_memory
+
+    plan = plan_memory(cfg)  # printed as YAML comments, so the output stays a loadable config
+    text = plan.describe() if plan else "memory plan: no architecture config describes this model; not estimated"
+    print("\n".join("# " + line for line in text.splitlines()))
+    if plan:
+        plan.check()
     return 0
 
 

@@ -82,6 +82,9 @@ class AlgorithmBase:
     """Defaults: train on the trajectories, sample with the live weights, no extra state."""
 
     needs_rollout_means = False
+    trainable_copies = 0
+    """Float32 copies of the trained weights the algorithm keeps (NFT: its old policy); the
+    memory plan counts them."""
 
     def prepare_update(self, policy: FlowPolicy, batch, step_indices: list[int], micro_batch_size: int):
         return batch

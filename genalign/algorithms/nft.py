@@ -43,6 +43,7 @@ STEPS_KEY = "optimizer_steps"
 
 class DiffusionNFT(AlgorithmBase):
     needs_old_logprob = False
+    trainable_copies = 1  # the old (sampling) policy's ShadowWeights
     supports_multi_update = True
 
     def __init__(self, cfg: AlgorithmConfig, reference: ReferencePolicy | None = None,

@@ -20,6 +20,10 @@ class ResourcesConfig:
     visible_devices: list[int] | None = None
     trainer: RoleResources = field(default_factory=RoleResources)
     rollout: RoleResources = field(default_factory=RoleResources)
+    gpu_memory_gib: float | None = None
+    """Memory of one GPU, in GiB, for the memory plan (`genalign config`, the check before the
+    model loads); null = read it from the CUDA device, and skip the check without one. Set it
+    to plan a run for another machine (e.g. 80 on a laptop composing an H100 run)."""
 
 
 @dataclass

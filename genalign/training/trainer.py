@@ -35,6 +35,7 @@ from genalign.training.checkpoint import load_checkpoint, save_checkpoint
 from genalign.training.ema import EMA
 from genalign.training.export import checkpoint_export
 from genalign.training.lora import load_trainable_state_dict
+from genalign.training.memory_plan import plan_memory
 from genalign.training.optim import build_optimizer
 from genalign.training.parity import replay_parity
 from genalign.training.precision import build_grad_scaler
@@ -68,6 +69,11 @@ class Trainer:
             if differing:
                 raise ResumeError(f"trainer.resume_from={checkpoint.path}: the checkpoint was written with a "
                                   "different config:\n  " + "\n  ".join(differing))
+        self.memory_plan = plan_memory(cfg)  # before any model loads: a plan over the GPU is a config error
+        if self.memory_plan is not None:
+            if distributed.rank_info_from_env().is_main:
+                log.info("%s", self.memory_plan.describe())
+            self.memory_plan.check()
         strategy = cfg.distributed.training
         devices = resolve_resources(cfg).trainer_cuda_indices  # the planned (or pinned) trainer GPUs
         self.ranks = distributed.init_distributed(strategy.strategy, strategy.backend, devices)

@@ -1,0 +1,177 @@
+"""Model sizes without loading weights: each component built on the meta device from its config.
+
+Where it fits: the memory plan (`training/memory_plan.py`) needs parameter counts before any
+model loads. They come from the model's own configs: `model.path` when it is a local
+`save_pretrained` directory (`model_index.json` names each component's library and class,
+`<component>/config.json` its architecture), else the architecture file shipped for the hub
+id under `models/architectures/` (the published config.json of each component, one small
+JSON per preset). Either way the real diffusers / transformers class is instantiated on the
+`meta` device, so a count is the model's own `numel`, not a formula we keep in sync by hand.
+
+An architecture file also carries the family's token `geometry` (VAE factors, patch, whether
+text tokens run through the joint-attention blocks), which turns an image size into the
+transformer's sequence length; a local directory takes the geometry of its family's shipped
+file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+ARCHITECTURES = Path(__file__).parent / "architectures"
+TRANSFORMER = "transformer"
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How an image or video size becomes transformer tokens."""
+
+    spatial_factor: int
+    """VAE downsampling per side (8 for every shipped family)."""
+    temporal_factor: int
+    """VAE frame downsampling: latent frames = (frames - 1) // temporal_factor + 1 (1 for images)."""
+    patch: tuple[int, int, int]
+    """Transformer patch (frames, height, width) over the latent."""
+    text_in_sequence: bool
+    """Text tokens run through every block beside the image tokens (joint attention: SD3,
+    FLUX, Qwen-Image); False = the text enters by cross-attention only (Wan, Cosmos)."""
+    extra_text_tokens: int
+    """Text tokens beyond model.max_sequence_length (SD3's 77 CLIP tokens)."""
+    text_width_key: str
+    """The transformer config key giving the width of one stored prompt-embedding token
+    (joint_attention_dim; Wan text_dim; Cosmos the concatenated Qwen2.5-VL layers)."""
+
+    def image_tokens(self, height: int, width: int, frames: int) -> int:
+        """Transformer image tokens of one sample."""
+        latent_frames = (frames - 1) // self.temporal_factor + 1
+        pt, ph, pw = self.patch
+        return (latent_frames // pt) * (height // self.spatial_factor // ph) * (width // self.spatial_factor // pw)
+
+
+@dataclass(frozen=True)
+class ComponentSize:
+    name: str
+    """The pipeline attribute (transformer, text_encoder, vae, ...)."""
+    parameters: int
+    buffer_elements: int
+    """Floating buffers (position tables): held at the component's dtype."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What the memory plan reads about a model."""
+
+    family: str
+    source: str
+    """Where the configs came from (a local directory or the shipped file)."""
+    components: tuple[ComponentSize, ...]
+    geometry: Geometry
+    hidden_size: int
+    """The transformer's width (heads x head dim)."""
+    num_layers: int
+    """The transformer's blocks (FLUX: double + single stream)."""
+    text_width: int
+    """Width of one stored prompt-embedding token (`Geometry.text_width_key`)."""
+    linear_shapes: tuple[tuple[str, int, int], ...]
+    """(module name, in_features, out_features) of every nn.Linear in the transformer: LoRA's
+    targets are chosen among them."""
+
+    def component(self, name: str) -> ComponentSize:
+        return next(c for c in self.components if c.name == name)
+
+
+def shipped_file(path: str) -> Path:
+    """The architecture file shipped for hub id `path` (owner/name -> owner--name.json)."""
+    return ARCHITECTURES / (path.replace("/", "--") + ".json")
+
+
+def _family_file(family: str) -> Path | None:
+    for candidate in sorted(ARCHITECTURES.glob("*.json")):
+        if json.loads(candidate.read_text()).get("family") == family:
+            return candidate
+    return None
+
+
+def architecture_source(family: str, path: str) -> tuple[dict, dict, str] | None:
+    """(components {name: {library, class, config}}, geometry, source) for a model, or None
+    when neither a local directory nor a shipped file describes it."""
+    local = Path(path)
+    if (local / "model_index.json").is_file():
+        index = json.loads((local / "model_index.json").read_text())
+        components = {}
+        for name, entry in index.items():
+            config_file = local / name / "config.json"
+            if name.startswith("_") or not isinstance(entry, list) or not config_file.is_file():
+                continue
+            components[name] = {"library": entry[0], "class": entry[1], "config": json.loads(config_file.read_text())}
+        family_file = _family_file(family)
+        if family_file is None or TRANSFORMER not in components:
+            return None
+        return components, json.loads(family_file.read_text())["geometry"], str(local)
+    shipped = shipped_file(path)
+    if shipped.is_file():
+        body = json.loads(shipped.read_text())
+        if body["family"] == family:
+            return body["components"], body["geometry"], f"{shipped.name} ({body['source']})"
+    return None
+
+
+def build_on_meta(library: str, class_name: str, config: dict):
+    """The component's real class instantiated on the meta device (no memory, no weights)."""
+    import torch
+
+    config = {k: v for k, v in config.items() if not k.startswith("_")}
+    with torch.device("meta"):
+        if library == "diffusers":
+            import diffusers
+
+            return getattr(diffusers, class_name).from_config(config)
+        import transformers
+
+        model_type = config.pop("model_type")
+        return getattr(transformers, class_name)(transformers.AutoConfig.for_model(model_type, **config))
+
+
+def _transformer_shape(module) -> tuple[int, int]:
+    """(hidden size, blocks) of a diffusers transformer from its config."""
+    config = module.config
+    hidden = int(config.num_attention_heads * config.attention_head_dim)
+    layers = int(config.num_layers) + int(getattr(config, "num_single_layers", 0) or 0)
+    return hidden, layers
+
+
+@lru_cache(maxsize=16)
+def load_architecture(family: str, path: str) -> Architecture | None:
+    """The sizes of `family`'s model at `path` (None: no config describes it); cached, so a
+    plan built twice builds the meta modules once."""
+    import torch
+
+    found = architecture_source(family, path)
+    if found is None:
+        return None
+    specs, geometry, source = found
+    geometry = Geometry(geometry["spatial_factor"], geometry["temporal_factor"], tuple(geometry["patch"]),
+                        geometry["text_in_sequence"], geometry["extra_text_tokens"], geometry["text_width_key"])
+    sizes, linears, hidden, layers, text_width = [], (), 0, 0, 0
+    for name, spec in specs.items():
+        if spec["library"] not in ("diffusers", "transformers"):
+            continue  # tokenizers, schedulers: no weights
+        module = build_on_meta(spec["library"], spec["class"], dict(spec["config"]))
+        buffers = sum(b.numel() for b in module.buffers() if b.is_floating_point())
+        sizes.append(ComponentSize(name, sum(p.numel() for p in module.parameters()), buffers))
+        if name == TRANSFORMER:
+            hidden, layers = _transformer_shape(module)
+            text_width = int(module.config[geometry.text_width_key])
+            linears = tuple((n, m.in_features, m.out_features) for n, m in module.named_modules()
+                            if isinstance(m, torch.nn.Linear))
+    return Architecture(family, source, tuple(sizes), geometry, hidden, layers, text_width, linears)
+
+
+def lora_parameters(linear_shapes: tuple[tuple[str, int, int], ...], targets: list[str], rank: int) -> int:
+    """Parameters of a rank-`rank` LoRA on every Linear whose name is a target or ends with
+    `.target` (peft's suffix match): r (in + out) each."""
+    return sum(rank * (fan_in + fan_out) for name, fan_in, fan_out in linear_shapes
+               if any(name == t or name.endswith("." + t) for t in targets))
