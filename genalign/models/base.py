@@ -61,8 +61,9 @@ class ModelConfig:
     tokens after the chat template for Qwen-Image (QwenImagePipeline: 512), UMT5 tokens for Wan
     (WanPipeline and the wan_2_1 presets: 512), Qwen2.5-VL tokens of the chat-templated prompt
     with its system turn for Cosmos (Cosmos2_5_PredictBasePipeline and the cosmos preset: 512,
-    always padded to this length). Qwen-Image prompts are padded to this length
-    with a mask, so every batch and both CFG branches share one shape."""
+    always padded to this length). For Qwen-Image it is a cap: a step's prompts are padded
+    with a mask to the step's longest (and the CFG negative to the same length), as
+    QwenImagePipeline pads a batch."""
     embedded_guidance: float | None = None
     """Distilled-guidance strength fed to a guidance-embedded transformer (FLUX.1-dev: 3.5, the
     `guidance_scale` of FluxPipeline); null for models without that embedding (FLUX.1-schnell,

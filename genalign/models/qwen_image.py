@@ -7,10 +7,12 @@ state of the chat-templated prompt, the 34-token system turn dropped).
 
 Qwen-Image specifics, each checked against QwenImagePipeline on the tiny model
 (tests/integration/test_qwen_image_policy.py):
-- Prompt embeddings vary in length; the pipeline pads a batch to its longest with a mask. We
-  pad every prompt to `model.max_sequence_length` with a zero mask (`Condition.mask`), so
-  batches concatenate and the two CFG branches share one shape; masked tokens take no
-  attention, so the prediction is the pipeline's (to float tolerance).
+- Prompt embeddings vary in length; the pipeline pads a batch to its longest with a mask, and
+  so do we (`Condition.mask`): the step's prompts are encoded in one call, so a step's
+  trajectories share one length and concatenate; the CFG negative is padded to the same
+  length so both branches share one shape. Masked tokens take no attention, so the
+  prediction is the pipeline's; padding to the step's longest prompt rather than
+  `model.max_sequence_length` (the cap) spares the transformer the empty tokens.
 - True CFG is the pipeline's `true_cfg_scale` with negative_prompt=" " (Flow-GRPO's and the
   model card's; rollout.guidance_scale; 1 = off), followed by its norm-preserving rescale: the guided
   velocity of each packed token is scaled back to the conditional prediction's norm.
@@ -40,6 +42,12 @@ NEGATIVE_PROMPT = " "
 examples pass `negative_prompt=" "` (the empty string templates to a different, shorter prompt)."""
 
 
+def pad_tokens(tensor: torch.Tensor, length: int) -> torch.Tensor:
+    """Zero-pad the token axis (dim 1) of embeds [B, l, D] or a mask [B, l] to `length`."""
+    padding = length - tensor.shape[1]
+    return torch.nn.functional.pad(tensor, (0, 0, 0, padding) if tensor.dim() == 3 else (0, padding))
+
+
 def norm_preserving_cfg(uncond: torch.Tensor, cond: torch.Tensor, guidance_scale: float,
                         detach_uncond: bool = False) -> torch.Tensor:
     """QwenImagePipeline's true CFG on packed tokens [B, N, D]: v_u + w(v_c − v_u), rescaled per
@@ -63,26 +71,25 @@ class QwenImagePolicy(PackedLatents, PipelineLoading):
         self._adopt_packed(embedded_guidance, vae_scale_factor=2 ** len(self.vae.temperal_downsample))
 
     def _encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The pipeline's `encode_prompt`, padded to max_sequence_length: embeds [B, L, D] with
-        zeros past each prompt's end, mask [B, L] int64 (1 = real token)."""
+        """The pipeline's `encode_prompt`: embeds [B, l, D] padded with zeros to the batch's
+        longest prompt l (at most max_sequence_length), mask [B, l] int64 (1 = real token)."""
         embeds, mask = self.pipeline.encode_prompt(prompt=list(prompts), device=self.device, num_images_per_prompt=1,
                                                    max_sequence_length=self.max_sequence_length)  # [B, l, D]
-        batch, length, _ = embeds.shape
         if mask is None:  # the pipeline drops an all-ones mask
-            mask = torch.ones(batch, length, dtype=torch.long, device=embeds.device)
-        padding = self.max_sequence_length - length
-        embeds = torch.nn.functional.pad(embeds, (0, 0, 0, padding))  # [B, L, D]
-        mask = torch.nn.functional.pad(mask.long(), (0, padding))  # [B, L]
-        return embeds, mask
+            mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
+        return embeds, mask.long()
 
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
-        """Qwen2.5-VL embeddings [B, max_sequence_length, D] with their mask; the negative (CFG)
-        is `NEGATIVE_PROMPT`."""
+        """Qwen2.5-VL embeddings [B, L, D] with their mask, L the longest of these prompts (and of
+        the CFG negative, `NEGATIVE_PROMPT`, so both branches share one shape). The collector
+        encodes a step's prompts in one call, so a step's trajectories share L and concatenate."""
         embeds, mask = self._encode(prompts)
         if not with_negative:
             return Condition(embeds=embeds, mask=mask)
         negative, negative_mask = self._encode([NEGATIVE_PROMPT] * len(prompts))
+        length = max(embeds.shape[1], negative.shape[1])
+        embeds, mask, negative, negative_mask = (pad_tokens(t, length) for t in (embeds, mask, negative, negative_mask))
         return Condition(embeds=embeds, mask=mask, negative_embeds=negative, negative_mask=negative_mask)
 
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 
 import torch
@@ -67,19 +68,29 @@ def shard_unit(groups: PromptGroupBatch, chunk_size: int) -> int:
     return math.lcm(group_size, chunk_size)
 
 
-def _policy_modules(policy) -> list[torch.nn.Module]:
-    """Every module the policy holds (directly or through its diffusers pipeline)."""
+def _policy_modules(policy) -> dict[str, torch.nn.Module]:
+    """Every module the policy holds (directly or through its diffusers pipeline), by attribute name."""
     holders = [policy] + ([policy.pipeline] if hasattr(policy, "pipeline") else [])
-    found: dict[int, torch.nn.Module] = {}
+    found: dict[int, tuple[str, torch.nn.Module]] = {}
     for holder in holders:
-        for value in vars(holder).values():
-            if isinstance(value, torch.nn.Module):
-                found[id(value)] = value
         components = getattr(holder, "components", None)
-        for value in (components.values() if isinstance(components, dict) else []):
-            if isinstance(value, torch.nn.Module):
-                found[id(value)] = value
-    return list(found.values())
+        named = list(vars(holder).items()) + list(components.items() if isinstance(components, dict) else [])
+        for name, value in named:
+            if isinstance(value, torch.nn.Module) and id(value) not in found:
+                found[id(value)] = (name, value)
+    return dict(found.values())
+
+
+def place_policy(policy, device: torch.device) -> tuple[str, ...]:
+    """Move every module of `policy` (denoiser, text encoders, VAE) to `device`; the names moved.
+
+    `module.to` keeps each Parameter object (it swaps `.data`), so an optimizer holding the
+    trained parameters still holds them after a round trip. `policy.device` stays the home
+    device: nothing computes while the policy is parked."""
+    modules = _policy_modules(policy)
+    for module in modules.values():
+        module.to(device)
+    return tuple(sorted(modules))
 
 
 def _reason(error: Exception) -> str:
@@ -97,10 +108,15 @@ class RolloutWorker:
         cfg = config_from_dict(config, source=f"rollout worker {worker_index}")
         self.worker_index = worker_index
         torch.manual_seed(cfg.trainer.seed)  # the trainer's adapter initialisation; replaced by the first sync
-        self.policy = build_policy(cfg)
+        built = time.monotonic()
+        self.policy = build_policy(cfg)  # on the worker's device
         self.policy.transformer.eval()
         self.version: int | None = None
         self.released = False
+        self.placements_log: list[tuple[float, str, tuple[str, ...]]] = [
+            (built, "device", tuple(sorted(_policy_modules(self.policy))))]
+        """(time.monotonic(), "device" | "cpu", modules) of every placement, from the build on
+        (`placements()`; CLOCK_MONOTONIC is one clock for every process on the machine)."""
 
     def pid(self) -> int:
         import os
@@ -127,23 +143,25 @@ class RolloutWorker:
             raise RolloutWorkerError(f"rollout worker {self.worker_index} holds policy version {self.version}, "
                                      f"asked to sample with version {version} (stale weights)")
         if self.released:
-            self._move(self.policy.device)
+            self._place(self.policy.device, "device")
+            self.released = False
         self.policy.transformer.eval()
         return generate(self.policy, groups, spec, positions)
 
     def release_memory(self) -> None:
-        """Colocated mode: give the shared device back before the trainer's replay/backward."""
+        """Colocated mode: every module to the CPU and the cached device memory back to the
+        driver, so the trainer can load its copy for replay/backward (and evaluation)."""
         from genalign.training.distributed import release_device_memory
 
-        if self.policy.device.type != "cpu":
-            self._move(torch.device("cpu"))
-            release_device_memory()
+        self._place(torch.device("cpu"), "cpu")
+        release_device_memory()
         self.released = True
 
-    def _move(self, device: torch.device) -> None:
-        for module in _policy_modules(self.policy):
-            module.to(device)
-        self.released = device.type == "cpu" and self.policy.device.type != "cpu"
+    def placements(self) -> list[tuple[float, str, tuple[str, ...]]]:
+        return list(self.placements_log)
+
+    def _place(self, device: torch.device, where: str) -> None:
+        self.placements_log.append((time.monotonic(), where, place_policy(self.policy, device)))
 
 
 class RayRolloutEngine:
@@ -151,8 +169,8 @@ class RayRolloutEngine:
 
     needs_sync = True
 
-    def __init__(self, cfg, initial_state: dict[str, torch.Tensor], *, start_timeout_s: float = 600.0,
-                 sync_timeout_s: float = 300.0, generate_timeout_s: float = 1800.0):
+    def __init__(self, cfg, initial_state: dict[str, torch.Tensor], *, trainer_policy=None,
+                 start_timeout_s: float = 600.0, sync_timeout_s: float = 300.0, generate_timeout_s: float = 1800.0):
         import ray
 
         from genalign.ray_session import init_ray
@@ -173,11 +191,49 @@ class RayRolloutEngine:
         log.info("ray rollout: %s", self.plan.describe())
         model = replace(cfg.model, device="cuda" if placement.num_gpus_per_worker > 0 else "cpu")
         self.worker_config = config_to_dict(replace(cfg, model=model))
-        self.workers = [self._start_worker(i) for i in range(placement.num_workers)]
+        # colocated: the trainer's modules leave the shared device while a worker holds its
+        # copy there, and the workers leave it before the trainer trains (verl's hybrid
+        # engine offloads the idle side the same way); never both copies on one GPU
+        self.trainer_policy = trainer_policy if self.plan.colocated else None
+        self.trainer_placements: list[tuple[float, str, tuple[str, ...]]] = []
+        """(time.monotonic(), "device" | "cpu", modules moved) of the trainer's moves."""
+        with self._trainer_parked():
+            self.workers = [self._start_worker(i) for i in range(placement.num_workers)]
         self.version: int | None = None
         self.state_ref = None
         self.fingerprint: str | None = None
         self.sync(initial_state, version=0)
+
+    # ---------------------------------------------------------------- colocated phases
+    @contextmanager
+    def _trainer_parked(self):
+        """Colocated: the trainer's modules on the CPU for the block, the workers' released
+        (on the CPU) at its end, then the trainer's back on its device. A no-op otherwise."""
+        import ray
+
+        if not self.plan.colocated:
+            yield
+            return
+        from genalign.training.distributed import release_device_memory
+
+        if self.trainer_policy is not None:
+            self._place_trainer(torch.device("cpu"), "cpu")
+            release_device_memory()
+        try:
+            yield
+            ray.get([worker.release_memory.remote() for worker in self.workers], timeout=self.sync_timeout_s)
+        finally:
+            if self.trainer_policy is not None:
+                self._place_trainer(self.trainer_policy.device, "device")
+
+    def _place_trainer(self, device: torch.device, where: str) -> None:
+        self.trainer_placements.append((time.monotonic(), where, place_policy(self.trainer_policy, device)))
+
+    def worker_placements(self) -> list[list[tuple[float, str, tuple[str, ...]]]]:
+        """Each worker's module moves (`RolloutWorker.placements`)."""
+        import ray
+
+        return ray.get([worker.placements.remote() for worker in self.workers], timeout=self.start_timeout_s)
 
     # ---------------------------------------------------------------- actors
     def _start_worker(self, index: int):
@@ -240,6 +296,13 @@ class RayRolloutEngine:
         shards = shard_positions(len(groups), shard_unit(groups, spec.chunk_size), len(self.workers))
         work = [(index, positions) for index, positions in enumerate(shards) if positions]
         groups_ref = ray.put(groups)
+        with self._trainer_parked():
+            results = self._generate_shards(work, groups_ref, spec)
+        return cat_batches(results)
+
+    def _generate_shards(self, work: list[tuple[int, list[int]]], groups_ref, spec: SamplingSpec) -> list:
+        import ray
+
         pending = {index: self.workers[index].generate.remote(groups_ref, shard, spec, self.version)
                    for index, shard in work}
         deadline = time.monotonic() + self.generate_timeout_s
@@ -256,9 +319,7 @@ class RayRolloutEngine:
                                          f"{self.generate_timeout_s:.0f}s") from error
             except ray.exceptions.RayTaskError as error:
                 raise RolloutWorkerError(f"rollout worker {index} failed: {_reason(error)}") from error
-        if self.plan.colocated:
-            ray.get([worker.release_memory.remote() for worker in self.workers], timeout=self.sync_timeout_s)
-        return cat_batches(results)
+        return results
 
     def _get(self, ref, deadline: float):
         import ray

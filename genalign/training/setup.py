@@ -64,7 +64,8 @@ def build_rollout_engine(cfg: ExperimentConfig, policy: FlowPolicy) -> RolloutEn
         from genalign.rollout.ray_engine import RayRolloutEngine
         from genalign.training.lora import trainable_state_dict
 
-        return RayRolloutEngine(cfg, trainable_state_dict(policy.transformer))
+        # colocated: the engine parks this policy's modules on the CPU while workers hold theirs
+        return RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), trainer_policy=policy)
     raise ValueError(f"rollout.engine={cfg.rollout.engine!r}: choose local or ray")
 
 

@@ -127,14 +127,18 @@ def test_qwen_template_system_turn_is_the_34_dropped_tokens(tiny_qwen_image_dir)
 def test_encode_prompts_shapes_and_negative(family):
     policy, _, _ = family
     cond = policy.encode_prompts(PROMPTS, with_negative=True)
-    assert cond.embeds.shape[:2] == (2, MAX_TOKENS) and cond.negative_embeds.shape == cond.embeds.shape
+    assert cond.negative_embeds.shape == cond.embeds.shape
     assert not torch.allclose(cond.embeds[0], cond.embeds[1])
-    if policy.family == "qwen_image":  # padded to the budget; the mask marks the real tokens
+    if policy.family == "qwen_image":  # padded to the longest prompt (the budget caps it); the mask marks real tokens
         lengths = cond.mask.sum(1)
-        assert cond.mask.shape == (2, MAX_TOKENS) and 0 < lengths.min() < lengths.max() <= MAX_TOKENS
+        assert cond.mask.shape == cond.embeds.shape[:2] and 0 < lengths.min() < lengths.max() <= MAX_TOKENS
+        assert cond.embeds.shape[1] == max(int(lengths.max()), int(cond.negative_mask.sum(1).max()))
         assert torch.all(cond.embeds[cond.mask == 0] == 0)
         assert int(cond.negative_mask[0].sum()) == 6  # " " + "<|im_end|>\n<|im_start|>assistant\n"
+        alone = policy.encode_prompts(PROMPTS[:1], with_negative=False)  # a batch of its own: its own length
+        assert alone.embeds.shape[1] == int(lengths[0])
     else:
+        assert cond.embeds.shape[:2] == (2, MAX_TOKENS)
         assert cond.pooled.shape == (2, 16) and cond.mask is None
     plain = policy.encode_prompts(PROMPTS, with_negative=False)
     assert plain.negative_embeds is None
