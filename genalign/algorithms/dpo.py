@@ -63,7 +63,7 @@ class FlowDPO(AlgorithmBase):
         """One (best, worst) pair per prompt group; the unit advantage is the pair's gap (> 0)."""
         chosen, rejected = best_worst_pairs(advantages, batch.group_ids)  # [P], [P]
         pairs = PreferencePairs(prompts=[batch.prompts[int(i)] for i in chosen], seeds=batch.seeds[chosen],
-                                condition=batch.condition.index(chosen.to(batch.condition.embeds.device)),
+                                condition=batch.condition.index(chosen.to(batch.condition.device)),
                                 chosen=batch.latents[chosen, -1], rejected=batch.latents[rejected, -1],
                                 sigmas=batch.sigmas)
         return pairs, advantages[chosen] - advantages[rejected]
@@ -81,7 +81,8 @@ class FlowDPO(AlgorithmBase):
         noisy_l, target_l = noised(rejected, noise, sigma)
         latents = torch.cat([noisy_w, noisy_l])  # [2P, ...]
         sigmas = torch.cat([sigma, sigma])  # [2P]
-        cond = Condition.cat([pairs.condition, pairs.condition]).to(device)
+        cond = pairs.condition.to(device)  # a plain Condition on the device
+        cond = Condition.cat([cond, cond])
         targets = torch.cat([target_w, target_l])  # [2P, ...]
         errors = velocity_error(policy.velocity(latents, sigmas, cond, 1.0), targets)  # [2P]
         with torch.no_grad(), self.reference.active() as reference_policy:

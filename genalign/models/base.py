@@ -12,6 +12,7 @@ Images handed to rewards are `torch.uint8` tensors `[B, 3, H, W]`; video familie
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import NamedTuple, Protocol, runtime_checkable
 
@@ -147,6 +148,113 @@ class Condition(TensorRecord):
     negative_pooled: torch.Tensor | None = None
     mask: torch.Tensor | None = None
     negative_mask: torch.Tensor | None = None
+
+
+CONDITIONAL_FIELDS = ("embeds", "pooled", "mask")
+NEGATIVE_FIELDS = ("negative_embeds", "negative_pooled", "negative_mask")
+
+
+@dataclass
+class SharedCondition:
+    """A step's `Condition` with each distinct row stored once: how trajectories keep prompts.
+
+    A group repeats its prompt G times and CFG's negative prompt is the same for every sample,
+    so per-sample rows would store the same embedding G (and B) times: Cosmos' 512 x 100352
+    embedding is 100 MB a row. `table` holds the distinct rows (conditional fields [U, ...],
+    negative fields [N, ...]: N = 1 when every sample's negative is the same); `rows` and
+    `negative_rows` [B] map each sample to its row. Selecting and concatenating samples works
+    on the maps; `to(device)` - the move of a replay micro-batch to the compute device - is
+    where the rows are gathered into a plain `Condition`, bit for bit the per-sample one."""
+
+    table: Condition
+    rows: torch.Tensor
+    """[B] int64: sample -> row of the table's conditional fields."""
+    negative_rows: torch.Tensor | None = None
+    """[B] int64: sample -> row of the table's negative fields (None without CFG)."""
+
+    @classmethod
+    def of(cls, distinct: Condition, rows: torch.Tensor) -> "SharedCondition":
+        """Share `distinct` [U, ...] among samples `rows` [B]; a negative branch whose rows are
+        all equal is kept once."""
+        rows = rows.to(distinct.embeds.device)
+        if distinct.negative_embeds is None:
+            return cls(distinct, rows, None)
+        negatives = [getattr(distinct, name) for name in NEGATIVE_FIELDS]
+        if all(t is None or bool((t == t[:1]).all()) for t in negatives):
+            distinct = dataclasses.replace(distinct, **{name: None if t is None else t[:1]
+                                                        for name, t in zip(NEGATIVE_FIELDS, negatives)})
+            return cls(distinct, rows, torch.zeros_like(rows))
+        return cls(distinct, rows, rows.clone())
+
+    def __len__(self) -> int:
+        return self.rows.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.table.embeds.device
+
+    def __getattr__(self, name: str):
+        """Condition's fields, gathered per sample (for reading; storage stays shared)."""
+        if name in CONDITIONAL_FIELDS + NEGATIVE_FIELDS:
+            return getattr(self.materialize(), name)
+        raise AttributeError(name)
+
+    def materialize(self) -> Condition:
+        """The per-sample `Condition` [B, ...] on the table's device."""
+        out = {}
+        for names, rows in ((CONDITIONAL_FIELDS, self.rows), (NEGATIVE_FIELDS, self.negative_rows)):
+            for name in names:
+                value = getattr(self.table, name)
+                out[name] = None if value is None or rows is None else value[rows]
+        return Condition(**out)
+
+    def index(self, idx) -> "SharedCondition":
+        idx = torch.as_tensor(idx, dtype=torch.long, device=self.rows.device)
+        return SharedCondition(self.table, self.rows[idx],
+                               None if self.negative_rows is None else self.negative_rows[idx])
+
+    def to(self, device=None, dtype=None) -> Condition:
+        """The samples' rows on `device` (a plain `Condition`)."""
+        return self.materialize().to(device, dtype)
+
+    @classmethod
+    def cat(cls, parts: list["SharedCondition"]) -> "SharedCondition":
+        """Join samples; parts that share a table (the same object, or equal tensors: Ray
+        workers each encode the whole step) keep one copy of it."""
+        tables: list[tuple[Condition, int, int]] = []  # (table, conditional offset, negative offset)
+        rows, negative_rows = [], []
+        for part in parts:
+            entry = next((e for e in tables if _same_table(e[0], part.table)), None)
+            if entry is None:
+                last_table, last_offset, last_negative = tables[-1] if tables else (None, 0, 0)
+                offset = last_offset + (last_table.embeds.shape[0] if last_table is not None else 0)
+                negative = last_negative + (_negative_size(last_table) if last_table is not None else 0)
+                entry = (part.table, offset, negative)
+                tables.append(entry)
+            rows.append(part.rows + entry[1])
+            if part.negative_rows is not None:
+                negative_rows.append(part.negative_rows + entry[2])
+        table = Condition(**{name: _cat_field([getattr(t, name) for t, _, _ in tables])
+                             for name in CONDITIONAL_FIELDS + NEGATIVE_FIELDS})
+        return cls(table, torch.cat(rows), torch.cat(negative_rows) if negative_rows else None)
+
+
+def _negative_size(table: Condition) -> int:
+    return 0 if table.negative_embeds is None else table.negative_embeds.shape[0]
+
+
+def _cat_field(values: list[torch.Tensor | None]) -> torch.Tensor | None:
+    return None if values[0] is None else torch.cat(values)
+
+
+def _same_table(a: Condition, b: Condition) -> bool:
+    if a is b:
+        return True
+    for name in CONDITIONAL_FIELDS + NEGATIVE_FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        if (x is None) != (y is None) or (x is not None and (x.shape != y.shape or not torch.equal(x, y))):
+            return False
+    return True
 
 
 @dataclass

@@ -10,7 +10,7 @@ Shapes (B samples, T denoising steps, latent shape `...`):
     sigmas     [T+1]          the schedule used, float32, shared by the batch
     sde_mask   [T]            bool: which steps were stochastic (trainable)
     images     [B, 3, H, W]   uint8 decoded final images ([B, F, 3, H, W] for a video family)
-    condition                 `Condition` with [B, ...] tensors
+    condition                 `SharedCondition` (each distinct prompt stored once) or `Condition` [B, ...]
     means      [B, T, ...]    optional: the rollout kernel's mean μ_i per step (GRPO-Guard)
     proximal_log_probs [B, T] optional: the trained policy's log-probs recomputed at the start
                               of the update (rollout correction); log_probs stay the behaviour's
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from genalign.models.base import Condition
+from genalign.models.base import Condition, SharedCondition
 
 
 @dataclass
@@ -34,7 +34,7 @@ class TrajectoryBatch:
     prompt_ids: torch.Tensor  # [B] int64: index of the prompt in its manifest (group key)
     group_ids: torch.Tensor  # [B] int64: index of the group within this step
     seeds: torch.Tensor  # [B] int64: per-sample seed of the initial noise + SDE noise
-    condition: Condition
+    condition: Condition | SharedCondition
     latents: torch.Tensor  # [B, T+1, ...]
     log_probs: torch.Tensor  # [B, T]
     sigmas: torch.Tensor  # [T+1]
@@ -129,7 +129,7 @@ class TrajectoryBatch:
             prompt_ids=torch.cat([b.prompt_ids for b in batches]),
             group_ids=torch.cat([b.group_ids for b in batches]),
             seeds=torch.cat([b.seeds for b in batches]),
-            condition=Condition.cat([b.condition for b in batches]),
+            condition=type(first.condition).cat([b.condition for b in batches]),
             latents=torch.cat([b.latents for b in batches]),
             log_probs=torch.cat([b.log_probs for b in batches]),
             sigmas=first.sigmas,

@@ -14,7 +14,7 @@ from typing import Iterator
 import torch
 
 from genalign.data.sampler import PromptGroupBatch
-from genalign.models.base import Condition, FlowPolicy, TokenPolicy
+from genalign.models.base import Condition, FlowPolicy, SharedCondition, TokenPolicy
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.sampling.trajectory import initial_noise, sample_trajectory
 from genalign.sampling.windows import WindowSchedule, sde_step_mask
@@ -57,13 +57,18 @@ class SamplingSpec:
         return sde_step_mask(self.num_steps, self.noise_level, window, self.ode_final_step)
 
 
-def encode_unique(policy: FlowPolicy, prompts: list[str], with_negative: bool) -> Condition:
-    """Encode each distinct prompt once and expand to the batch (groups repeat prompts)."""
+def encode_distinct(policy: FlowPolicy | TokenPolicy, prompts: list[str], with_negative: bool):
+    """(each distinct prompt encoded once [U, ...], the row of each prompt [B]): groups repeat prompts."""
     unique = list(dict.fromkeys(prompts))
     position = {prompt: i for i, prompt in enumerate(unique)}
     encoded = policy.encode_prompts(unique, with_negative=with_negative)
-    index = torch.tensor([position[p] for p in prompts], device=encoded.device)  # [B]
-    return encoded.index(index)
+    return encoded, torch.tensor([position[p] for p in prompts], device=encoded.device)  # [U, ...], [B]
+
+
+def encode_unique(policy: FlowPolicy, prompts: list[str], with_negative: bool) -> Condition:
+    """Encode each distinct prompt once and expand to the batch [B, ...]."""
+    encoded, rows = encode_distinct(policy, prompts, with_negative)
+    return encoded.index(rows)
 
 
 def generate(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
@@ -94,8 +99,14 @@ def step_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec
                 positions: list[int] | None = None) -> Iterator[tuple[PromptGroupBatch, Condition]]:
     """The step's samples (only `positions` when given) as (`spec.chunk_size` samples, their
     encoded condition) pairs, for every kind of policy. The prompts are encoded once for the
-    whole step, with the CFG branch when `spec.guidance_scale` > 1 (see `generate`)."""
-    condition = encode_unique(policy, groups.prompts, with_negative=spec.guidance_scale > 1.0)
+    whole step, with the CFG branch when `spec.guidance_scale` > 1 (see `generate`). A flow
+    family's condition is a `SharedCondition` on the CPU: every chunk of the step refers to one
+    table of the step's distinct prompts (and one negative), which trajectories store."""
+    encoded, rows = encode_distinct(policy, groups.prompts, with_negative=spec.guidance_scale > 1.0)
+    if isinstance(encoded, Condition):
+        condition = SharedCondition.of(encoded.to("cpu"), rows.cpu())
+    else:  # token prompts are small: per-sample rows
+        condition = encoded.index(rows)
     if positions is not None:
         condition = condition.index(torch.tensor(positions, device=condition.device))
         groups = groups.index(positions)
@@ -117,11 +128,11 @@ def _flow_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpe
     sigmas = policy.sigmas(spec.num_steps, latent_shape).float().cpu()  # [T+1], stored with the trajectory
     for chunk, chunk_cond in step_chunks(policy, groups, spec, positions):
         noise, generators = initial_noise(chunk.init_seeds.tolist(), chunk.seeds.tolist(), latent_shape)
-        sampled = sample_trajectory(policy, chunk_cond, noise, generators, sigmas, spec.guidance_scale,
-                                    spec.noise_level, sde_mask, spec.kernel, spec.record_means)
+        sampled = sample_trajectory(policy, chunk_cond.to(policy.device), noise, generators, sigmas,
+                                    spec.guidance_scale, spec.noise_level, sde_mask, spec.kernel, spec.record_means)
         images = policy.decode(sampled.latents[:, -1].to(policy.device)).cpu()  # [b, 3, H, W] or [b, F, 3, H, W] uint8
         yield TrajectoryBatch(
-            condition=chunk_cond.to("cpu"),
+            condition=chunk_cond,  # shared with the step's other chunks, on the CPU
             latents=sampled.latents,
             log_probs=sampled.log_probs,
             sigmas=sigmas,

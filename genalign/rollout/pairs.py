@@ -46,7 +46,7 @@ class PreferencePairs:
     def index(self, idx: torch.Tensor | list[int]) -> "PreferencePairs":
         positions = torch.as_tensor(idx, dtype=torch.long)
         return PreferencePairs([self.prompts[i] for i in positions.tolist()], self.seeds[positions],
-                               self.condition.index(positions.to(self.condition.embeds.device)),
+                               self.condition.index(positions.to(self.condition.device)),
                                self.chosen[positions.to(self.chosen.device)],
                                self.rejected[positions.to(self.rejected.device)], self.sigmas)
 

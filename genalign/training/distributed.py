@@ -92,12 +92,15 @@ def init_distributed(strategy: str, backend: str = "auto", cuda_indices: tuple[i
     return info
 
 
-def wrap_for_training(module: torch.nn.Module, strategy: str) -> torch.nn.Module:
+def wrap_for_training(module: torch.nn.Module, strategy: str, blocks: tuple[str, ...] = ()) -> torch.nn.Module:
     """Make `module` average its gradients over ranks, in place (names and attributes stay,
     so LoRA state dicts and the family's code see the same module).
 
     ddp: composable `replicate` (DDP's reducer without a wrapper class); fsdp2:
-    `fully_shard` (parameters become sharded DTensors; use `full_state` to read them)."""
+    `fully_shard` (parameters become sharded DTensors; use `full_state` to read them) on every
+    submodule whose class is named in `blocks` (the family's repeated transformer blocks),
+    then on the root, as torchtitan shards: one block's weights are gathered at a time, so a
+    rank holds its shard plus one block rather than the whole denoiser."""
     if strategy == "none":
         return module
     if strategy == "ddp":
@@ -109,7 +112,10 @@ def wrap_for_training(module: torch.nn.Module, strategy: str) -> torch.nn.Module
         from torch.distributed.fsdp import fully_shard
 
         device_type = "cuda" if torch.cuda.is_available() else "cpu"
-        return fully_shard(module, mesh=init_device_mesh(device_type, (torch.distributed.get_world_size(),)))
+        mesh = init_device_mesh(device_type, (torch.distributed.get_world_size(),))
+        for block in [m for m in module.modules() if type(m).__name__ in blocks]:
+            fully_shard(block, mesh=mesh)
+        return fully_shard(module, mesh=mesh)
     raise ValueError(f"distributed.training.strategy={strategy!r}: choose none, ddp or fsdp2")
 
 

@@ -92,7 +92,8 @@ def trajectory_bytes(samples: int, steps: int, latent_elements: int, pixels: int
 
 
 def prompt_embedding_bytes(rows: int, text_tokens: int, text_width: int, dtype_bytes: int) -> float:
-    """Host bytes of stored prompt embeddings: one [text_tokens, text_width] per stored row."""
+    """Host bytes of stored prompt embeddings: one [text_tokens, text_width] per stored row
+    (trajectories keep each distinct prompt once and the CFG negative once: `SharedCondition`)."""
     return float(rows * text_tokens * text_width * dtype_bytes)
 
 
@@ -226,7 +227,7 @@ def plan_memory(cfg) -> MemoryPlan | None:
     else:
         trained, base = transformer.parameters, 0
     base_bytes = weight_bytes(base + transformer.buffer_elements, dtype_bytes)
-    if fsdp:  # per-block fully_shard: the rank's shard plus one block gathered at a time
+    if fsdp and ranks > 1:  # per-block fully_shard: the rank's shard plus one block gathered at a time
         base_bytes = shard(base_bytes, ranks) + base_bytes / max(arch.num_layers, 1)
     weights = [(f"transformer base weights ({m.dtype}{', FSDP2 shard + 1 block' if fsdp else ''})", base_bytes)]
     for c in frozen:  # the VAE always computes in float32
@@ -280,7 +281,7 @@ def plan_memory(cfg) -> MemoryPlan | None:
             roles += [trainer, Role(f"rollout worker (each of {cfg.rollout.num_workers})", tuple(worker))]
     samples = run.samples_per_step
     pixels = cfg.rollout.height * cfg.rollout.width * m.num_frames
-    embedding_rows = samples * (2 if run.uses_cfg else 1)
+    embedding_rows = run.prompts_per_step + (1 if run.uses_cfg else 0)  # SharedCondition: distinct prompts + 1 negative
     host = (("trajectories", trajectory_bytes(samples, cfg.rollout.num_steps, _latent_elements(arch, cfg), pixels)),
             ("prompt embeddings", prompt_embedding_bytes(embedding_rows, text_tokens, arch.text_width, dtype_bytes)))
     memory, memory_source = _gpu_memory(cfg)

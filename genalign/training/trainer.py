@@ -96,7 +96,7 @@ class Trainer:
             self.policy = setup.build_policy(cfg)
         # the reference is taken before wrapping, so a full-fine-tune copy stays a plain module
         reference = ReferencePolicy(self.policy, cfg.model.train_mode) if self.plan.needs_reference else None
-        distributed.wrap_for_training(self.policy.transformer, strategy.strategy)
+        distributed.wrap_for_training(self.policy.transformer, strategy.strategy, self.policy.repeated_blocks)
         self.parameters = setup.named_trainable_parameters(self.policy.transformer)
         self.optimizer = build_optimizer(list(self.parameters.values()), cfg.actor)
         self.scaler = build_grad_scaler(self.policy.dtype, self.policy.device)

@@ -93,7 +93,12 @@ def test_a_plan_over_the_gpu_is_a_config_error_naming_levers():
         plan.check()
     text = str(err.value)
     assert "40.0 GiB (distributed.resources.gpu_memory_gib)" in text
-    assert "distributed.training.strategy=fsdp2" in text and "actor.micro_batch_size" in text
+    assert "more FSDP2 ranks (now 1)" in text and "actor.micro_batch_size" in text
+    assert "model.gradient_checkpointing" not in text  # the recipe already checkpoints: not a lever
+    plan = mp.plan_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
+                                      ["/base/distributed=local", "distributed.resources.gpu_memory_gib=40"],
+                                      check_files=False))
+    assert "distributed.training.strategy=fsdp2" in " ".join(plan.problems())
     roomy = mp.plan_memory(load_config("experiment/diffusion/sd3_5/online_grpo_ocr",
                                        ["distributed.resources.gpu_memory_gib=80"], check_files=False))
     roomy.check()  # fits: no error
@@ -101,3 +106,32 @@ def test_a_plan_over_the_gpu_is_a_config_error_naming_levers():
 
 def test_toy_family_has_no_plan():
     assert mp.plan_memory(load_config(None, [], check_files=False)) is None
+
+
+def test_trainer_refuses_a_plan_over_the_gpu_before_loading(tiny_sd3_dir, tmp_path, monkeypatch):
+    from support import tiny_overrides
+
+    from genalign.training import setup
+    from genalign.training.trainer import Trainer
+
+    def never(cfg):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(setup, "build_policy", never)
+    cfg = load_config("experiment/diffusion/sd3_5/online_grpo_ocr",
+                      tiny_overrides(tiny_sd3_dir, tmp_path / "run", "distributed.resources.gpu_memory_gib=0.001"))
+    with pytest.raises(ConfigError, match=r"memory plan: trainer with in-process rollout needs .* GPU has 0\.0 GiB"):
+        Trainer(cfg)
+
+
+def test_qwen_image_recipe_shards_with_fsdp2_and_local_resets_the_strategy():
+    qwen = load_config("experiment/diffusion/qwen_image/online_grpo_ocr", [], check_files=False)
+    assert (qwen.distributed.training.strategy, qwen.rollout.engine) == ("fsdp2", "local")
+    local = load_config("experiment/diffusion/qwen_image/online_grpo_ocr", ["/base/distributed=local"],
+                        check_files=False)
+    assert local.distributed.training.strategy == "none"
+    four = mp.plan_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
+                                      ["distributed.resources.trainer.num_gpus=4"], check_files=False))
+    one = mp.plan_memory(local)
+    assert four.roles[0].peak_bytes < 0.6 * one.roles[0].peak_bytes  # the transformer and its state sharded
+    assert "each of 4 rank(s)" in four.roles[0].name
