@@ -75,6 +75,8 @@ class Architecture:
     """The transformer's blocks (FLUX: double + single stream)."""
     text_width: int
     """Width of one stored prompt-embedding token (`Geometry.text_width_key`)."""
+    latent_channels: int
+    """The VAE's latent channels (`latent_channels`, or `z_dim` for the Wan-style VAEs)."""
     linear_shapes: tuple[tuple[str, int, int], ...]
     """(module name, in_features, out_features) of every nn.Linear in the transformer: LoRA's
     targets are chosen among them."""
@@ -156,6 +158,10 @@ def load_architecture(family: str, path: str) -> Architecture | None:
     geometry = Geometry(geometry["spatial_factor"], geometry["temporal_factor"], tuple(geometry["patch"]),
                         geometry["text_in_sequence"], geometry["extra_text_tokens"], geometry["text_width_key"])
     sizes, linears, hidden, layers, text_width = [], (), 0, 0, 0
+    vae = specs.get("vae", {}).get("config", {})
+    latent_channels = vae.get("latent_channels", vae.get("z_dim"))
+    if latent_channels is None:
+        raise ValueError(f"{source}: the vae config gives neither latent_channels nor z_dim")
     for name, spec in specs.items():
         if spec["library"] not in ("diffusers", "transformers"):
             continue  # tokenizers, schedulers: no weights
@@ -167,7 +173,8 @@ def load_architecture(family: str, path: str) -> Architecture | None:
             text_width = int(module.config[geometry.text_width_key])
             linears = tuple((n, m.in_features, m.out_features) for n, m in module.named_modules()
                             if isinstance(m, torch.nn.Linear))
-    return Architecture(family, source, tuple(sizes), geometry, hidden, layers, text_width, linears)
+    return Architecture(family, source, tuple(sizes), geometry, hidden, layers, text_width, int(latent_channels),
+                        linears)
 
 
 def lora_parameters(linear_shapes: tuple[tuple[str, int, int], ...], targets: list[str], rank: int) -> int:

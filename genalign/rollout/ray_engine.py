@@ -17,6 +17,10 @@ worker's error. Every `ray.get` is bounded by a timeout, so nothing hangs.
 
 Placement (which devices, how many CPUs, local instance or `$RAY_ADDRESS`) comes from
 `training.resources.resolve_resources`; this module only starts and talks to actors.
+Colocated (one device shared by the trainer and its workers): the two sides' copies are never
+on the device together. The engine parks the trainer's modules on the CPU (`place_policy`)
+while workers build and sample, and has every worker park its own before the trainer's come
+back for replay, backward and evaluation (`_trainer_parked`).
 """
 
 from __future__ import annotations

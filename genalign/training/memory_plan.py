@@ -19,14 +19,11 @@ text encoders' forward (they run once per step on a few prompts).
 from __future__ import annotations
 
 import json
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from genalign.config.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 GIB = 2 ** 30
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -34,6 +31,7 @@ MASTER_BYTES = 4
 """Trained weights are float32 masters whatever model.dtype says."""
 ADAMW_STATE_BYTES = 8
 """exp_avg + exp_avg_sq, float32."""
+MASTERS = "trainable masters + grads (fp32)"
 CALIBRATION = Path(__file__).resolve().parents[1] / "models" / "architectures" / "calibration.json"
 CALIBRATION_BYTES = 2
 """The calibration's coefficients are at bfloat16 compute; other dtypes scale by bytes."""
@@ -47,7 +45,7 @@ def weight_bytes(parameters: int, dtype_bytes: int) -> float:
 def trainable_state_bytes(parameters: int, ema: bool, copies: int) -> dict[str, float]:
     """Per trained parameter: float32 master and gradient, AdamW's two moments, EMA and the
     algorithm's float32 copies."""
-    out = {"trainable masters + grads (fp32)": float(parameters * 2 * MASTER_BYTES),
+    out = {MASTERS: float(parameters * 2 * MASTER_BYTES),
            "AdamW state (fp32)": float(parameters * ADAMW_STATE_BYTES)}
     if ema:
         out["EMA (fp32)"] = float(parameters * MASTER_BYTES)
@@ -273,8 +271,9 @@ def plan_memory(cfg) -> MemoryPlan | None:
         if cfg.distributed.colocated:
             # the idle side's modules are on the CPU (rollout/ray_engine.py): the peak is the
             # larger phase, plus the trainer's optimizer state that stays on the device
+            resident = [line for line in state_lines if not line[0].startswith(MASTERS)]  # masters park with the module
             rollout_phase = Role("shared GPU, rollout phase (worker active; trainer's modules on CPU)",
-                                 tuple(worker + state_lines[1:]))
+                                 tuple(worker + resident))
             roles += [rollout_phase, Role("shared GPU, train phase (trainer active; worker on CPU)",
                                           trainer.lines)]
         else:
@@ -289,7 +288,7 @@ def plan_memory(cfg) -> MemoryPlan | None:
 
 
 def _latent_elements(arch, cfg) -> int:
-    """Latent elements of one sample: the transformer's image tokens x patch volume x 16
-    channels (every shipped family's VAE has 16 latent channels)."""
+    """Latent elements of one sample: the transformer's image tokens x patch volume x the VAE's channels."""
     pt, ph, pw = arch.geometry.patch
-    return arch.geometry.image_tokens(cfg.rollout.height, cfg.rollout.width, cfg.model.num_frames) * pt * ph * pw * 16
+    tokens = arch.geometry.image_tokens(cfg.rollout.height, cfg.rollout.width, cfg.model.num_frames)
+    return tokens * pt * ph * pw * arch.latent_channels
