@@ -25,7 +25,7 @@ DOC_PATH = re.compile(r"(?<![\w/.-])(docs/[\w./-]+?\.md)\b")
 SECTION_CITE = re.compile(r"(docs/[\w./-]+?\.md) (§ ?\d+(?:\.\d+)*(?:(?:, ?| ?[-–] ?)§? ?\d+(?:\.\d+)*)*)")
 SECTION_NUMBER = re.compile(r"\d+(?:\.\d+)*")
 HEADING = re.compile(r"^#{1,6} +(.+?) *$", re.M)
-FOREIGN_NOTES = re.compile(r"ALGORITHMS(?:\.md)? ?§|DESIGN(?:\.md\b| ?§)|seed 000")
+FOREIGN_NOTES = re.compile(r"ALGORITHMS(?:\.md)? ?§|DESIGN(?:\.md\b| ?§)|\bseed 000\b")
 
 
 def _text_files() -> list[Path]:
