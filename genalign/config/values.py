@@ -41,6 +41,8 @@ Cosmos: 4k + 1) comes from the checkpoint's VAE and is checked when the model lo
 NEGATIVE_PROMPT_FAMILIES = ("wan", "cosmos")
 """Families whose CFG branch reads model.negative_prompt (SD3, FLUX and the toy use the empty
 prompt, Qwen-Image its pipeline's fixed " ")."""
+TEXT_ENCODER_FAMILIES = ("sd3", "flux", "qwen_image", "wan", "cosmos")
+"""Families with separate frozen text encoders (model.offload_text_encoders can park them)."""
 TOY_SIDE = 32
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 """`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
@@ -87,6 +89,9 @@ def value_problems(cfg: ExperimentConfig) -> list[str]:
                         f"embedding (only {list(GUIDANCE_EMBEDDING_FAMILIES)}); set it to null")
     elif guidance is not None and guidance <= 0:
         problems.append(f"model.embedded_guidance must be > 0 (FLUX.1-dev: 3.5) or null, got {guidance}")
+    if cfg.model.offload_text_encoders and cfg.model.family not in TEXT_ENCODER_FAMILIES:
+        problems.append(f"model.offload_text_encoders=true: model.family={cfg.model.family} has no separate text "
+                        f"encoders (only {', '.join(TEXT_ENCODER_FAMILIES)}); set it to false")
     problems += image_size_problems(cfg.model.family, cfg.rollout.height, cfg.rollout.width)
     problems += media_problems(cfg.model.family, cfg.model.num_frames, cfg.model.negative_prompt)
     problems += reward_option_problems(cfg)

@@ -14,7 +14,7 @@ from typing import Iterator
 import torch
 
 from genalign.data.sampler import PromptGroupBatch
-from genalign.models.base import Condition, FlowPolicy, SharedCondition, TokenPolicy
+from genalign.models.base import Condition, FlowPolicy, SharedCondition, TokenPolicy, encoding_prompts
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.sampling.trajectory import initial_noise, sample_trajectory
 from genalign.sampling.windows import WindowSchedule, sde_step_mask
@@ -61,7 +61,8 @@ def encode_distinct(policy: FlowPolicy | TokenPolicy, prompts: list[str], with_n
     """(each distinct prompt encoded once [U, ...], the row of each prompt [B]): groups repeat prompts."""
     unique = list(dict.fromkeys(prompts))
     position = {prompt: i for i, prompt in enumerate(unique)}
-    encoded = policy.encode_prompts(unique, with_negative=with_negative)
+    with encoding_prompts(policy):  # text encoders parked on the CPU come to the device for this
+        encoded = policy.encode_prompts(unique, with_negative=with_negative)
     return encoded, torch.tensor([position[p] for p in prompts], device=encoded.device)  # [U, ...], [B]
 
 

@@ -87,11 +87,14 @@ def _policy_modules(policy) -> dict[str, torch.nn.Module]:
 
 def place_policy(policy, device: torch.device) -> tuple[str, ...]:
     """Move every module of `policy` (denoiser, text encoders, VAE) to `device`; the names moved.
+    Text encoders that `model.offload_text_encoders` keeps on the CPU stay there.
 
     `module.to` keeps each Parameter object (it swaps `.data`), so an optimizer holding the
     trained parameters still holds them after a round trip. `policy.device` stays the home
     device: nothing computes while the policy is parked."""
-    modules = _policy_modules(policy)
+    parked = {id(encoder) for encoder in getattr(policy, "offloaded_text_encoders", ())}
+    modules = {name: module for name, module in _policy_modules(policy).items()
+               if device.type == "cpu" or id(module) not in parked}  # parked encoders come only to encode
     for module in modules.values():
         module.to(device)
     return tuple(sorted(modules))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genalign.config.errors import ConfigError
+from genalign.config.values import TEXT_ENCODER_FAMILIES
 
 GIB = 2 ** 30
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -32,6 +33,8 @@ MASTER_BYTES = 4
 ADAMW_STATE_BYTES = 8
 """exp_avg + exp_avg_sq, float32."""
 MASTERS = "trainable masters + grads (fp32)"
+TEXT_ENCODER = "text_encoder"
+"""Pipeline components named text_encoder, text_encoder_2, ... (model.offload_text_encoders parks them)."""
 CALIBRATION = Path(__file__).resolve().parents[1] / "models" / "architectures" / "calibration.json"
 CALIBRATION_BYTES = 2
 """The calibration's coefficients are at bfloat16 compute; other dtypes scale by bytes."""
@@ -97,6 +100,12 @@ def prompt_embedding_bytes(rows: int, text_tokens: int, text_width: int, dtype_b
 
 def shard(total: float, ranks: int) -> float:
     return total / max(ranks, 1)
+
+
+def larger(*phases: tuple[str, float]) -> tuple[str, float]:
+    """The phase line that sets the peak: phases that never overlap (sampling, replay,
+    encoding prompts with parked text encoders) share the memory above the resident lines."""
+    return max(phases, key=lambda line: line[1])
 
 
 # ---------------------------------------------------------------- the plan
@@ -190,6 +199,8 @@ def _levers(cfg, uses_cfg: bool, ranks: int) -> list[str]:
         levers.append("model.cfg_batch=split with algorithm.detach_uncond=true")
     if cfg.actor.ema.enabled:
         levers.append("actor.ema.enabled=false")
+    if not m.offload_text_encoders and m.family in TEXT_ENCODER_FAMILIES:
+        levers.append("model.offload_text_encoders=true (on the device only while prompts are encoded)")
     if cfg.distributed.colocated:
         levers.append("/base/distributed=ray_rollout (rollout worker on its own GPU)")
     if cfg.distributed.training.strategy != "fsdp2":
@@ -228,10 +239,14 @@ def plan_memory(cfg) -> MemoryPlan | None:
     if fsdp and ranks > 1:  # per-block fully_shard: the rank's shard plus one block gathered at a time
         base_bytes = shard(base_bytes, ranks) + base_bytes / max(arch.num_layers, 1)
     weights = [(f"transformer base weights ({m.dtype}{', FSDP2 shard + 1 block' if fsdp else ''})", base_bytes)]
+    encoders = 0.0  # text encoders parked on the CPU except while prompts are encoded
     for c in frozen:  # the VAE always computes in float32
         at = 4 if c.name == "vae" else dtype_bytes
-        weights.append((f"{c.name} (frozen, {'float32' if at == 4 else m.dtype})",
-                        weight_bytes(c.parameters + c.buffer_elements, at)))
+        size = weight_bytes(c.parameters + c.buffer_elements, at)
+        if m.offload_text_encoders and c.name.startswith(TEXT_ENCODER):
+            encoders += size
+        else:
+            weights.append((f"{c.name} (frozen, {'float32' if at == 4 else m.dtype})", size))
     algorithm = ALGORITHMS.resolve(cfg.algorithm.name)
     state = trainable_state_bytes(trained, cfg.actor.ema.enabled, algorithm.trainable_copies)
     state_lines = [(f"{k}{', FSDP2 shard' if fsdp else ''}", shard(v, ranks) if fsdp else v) for k, v in state.items()]
@@ -255,19 +270,19 @@ def plan_memory(cfg) -> MemoryPlan | None:
                                                  + (2 if run.uses_cfg else 1) * text_tokens * arch.text_width
                                                  * dtype_bytes)))
     trainable_weights = ("trainable weights at the worker (fp32)", float(trained * MASTER_BYTES))
+    encode_line = ("text encoders while prompts are encoded (on the CPU otherwise)", encoders)
     roles = []
     if cfg.rollout.engine == "local":
         name = f"trainer with in-process rollout (each of {ranks} rank(s))" if ranks > 1 else \
             "trainer with in-process rollout"
-        phase = roll_line if working > activations else act_line
-        roles.append(Role(name, tuple(weights + state_lines + [micro_line, phase])))
+        roles.append(Role(name, tuple(weights + state_lines + [micro_line, larger(roll_line, act_line, encode_line)])))
     else:
-        trainer = Role("trainer", tuple(weights + state_lines + [micro_line, act_line]))
+        trainer = Role("trainer", tuple(weights + state_lines + [micro_line, larger(act_line, encode_line)]))
         worker_weights = [(f"worker's {what}", b) for what, b in weights if "reference" not in what]
         if fsdp:
             worker_weights[0] = ("worker's transformer base weights", weight_bytes(base + transformer.buffer_elements,
                                                                                    dtype_bytes))
-        worker = worker_weights + [trainable_weights, roll_line]
+        worker = worker_weights + [trainable_weights, larger(roll_line, encode_line)]
         if cfg.distributed.colocated:
             # the idle side's modules are on the CPU (rollout/ray_engine.py): the peak is the
             # larger phase, plus the trainer's optimizer state that stays on the device

@@ -42,6 +42,8 @@ def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
         apply_lora(policy.transformer, cfg.model.lora, policy.lora_target_modules)
     else:
         freeze_for_full_finetune(policy.transformer)
+    if cfg.model.offload_text_encoders:  # on the device only while prompts are encoded (`encoding_prompts`)
+        policy.offloaded_text_encoders = tuple(encoder.to("cpu") for encoder in policy.text_encoders)
     cast = make_master_weights(policy.transformer)
     if cast:
         log.info("trained weights: %d tensors kept as float32 masters; the denoiser computes in %s",
