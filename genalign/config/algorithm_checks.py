@@ -17,6 +17,7 @@ from genalign.config.schema import ExperimentConfig
 from genalign.config.values import TOKEN_FAMILIES
 
 DPO_SOURCES = ("online", "offline")
+DPO_SAMPLERS = ("reference", "policy")
 TOKEN_ALGORITHMS = ("ar_grpo",)
 """Algorithms that train token trajectories (`TokenTrajectoryBatch`); every other one trains
 flow-matching trajectories."""
@@ -82,6 +83,13 @@ def algorithm_problems(cfg: ExperimentConfig) -> list[str]:
         dpo = algorithm.dpo
         if dpo.beta <= 0:
             problems.append(f"algorithm.dpo.beta must be > 0, got {dpo.beta}")
+        if dpo.sample_with not in DPO_SAMPLERS:
+            problems.append(f"algorithm.dpo.sample_with={dpo.sample_with!r}: choose one of {', '.join(DPO_SAMPLERS)}")
+        if dpo.ref_update_step < 0:
+            problems.append(f"algorithm.dpo.ref_update_step must be >= 0 (0 never refreshes), got {dpo.ref_update_step}")
+        if algorithm.kl_beta > 0:
+            problems.append(f"algorithm.kl_beta={algorithm.kl_beta} is unused by algorithm.name=dpo (its reference "
+                            "enters through the DPO logit, algorithm.dpo.beta): set it to 0")
         if dpo.source not in DPO_SOURCES:
             problems.append(f"algorithm.dpo.source={dpo.source!r}: choose one of {', '.join(DPO_SOURCES)}")
         elif offline and cfg.data.preference_manifest is None:

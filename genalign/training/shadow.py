@@ -28,6 +28,12 @@ class ShadowWeights:
         for name, param in self.parameters.items():
             self.shadow[name].mul_(decay).add_(param.detach().float(), alpha=1 - decay)
 
+    @torch.no_grad()
+    def copy_live(self) -> None:
+        """shadow ← live (a hard copy: DPO's reference refresh)."""
+        for name, param in self.parameters.items():
+            self.shadow[name].copy_(param.detach().float())
+
     @contextmanager
     def applied(self) -> Iterator[None]:
         """Swap the shadow weights in for the block, then restore the live ones."""

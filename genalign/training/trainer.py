@@ -89,7 +89,8 @@ class Trainer:
         with timed_phase(log, f"loading model {cfg.model.family} from {cfg.model.path}"):
             self.policy = setup.build_policy(cfg)
         # the reference is taken before wrapping, so a full-fine-tune copy stays a plain module
-        reference = ReferencePolicy(self.policy, cfg.model.train_mode) if self.plan.needs_reference else None
+        reference = (ReferencePolicy(self.policy, cfg.model.train_mode)
+                     if cfg.algorithm.needs_frozen_reference else None)
         distributed.wrap_for_training(self.policy.transformer, strategy.strategy)
         self.parameters = setup.named_trainable_parameters(self.policy.transformer)
         self.optimizer = build_optimizer(list(self.parameters.values()), cfg.actor)
