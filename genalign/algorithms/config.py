@@ -42,6 +42,12 @@ class GuardConfig:
     reweight: bool = True
     """Divide each step's loss by mean(h)² = |Δσ| as the reference does (regulates the step's
     gradient scale); false keeps RatioNorm only (an ablation)."""
+    bias: str = "micro_batch"
+    """RatioNorm's mean-shift bias mean((μ_θ − μ_old)²)/(2S²): "micro_batch" (the reference
+    code's, one scalar averaged over the micro-batch's samples and dimensions) or "per_sample"
+    (each sample's own drift: every sample's normalised log-ratio is then exactly
+    mean(ε ⊙ (μ_θ − μ_old)), zero-mean under the rollout policy whatever else is in its
+    micro-batch, so the result does not depend on the replay micro-batch size)."""
 
 
 @dataclass

@@ -18,6 +18,7 @@ from genalign.config.values import TOKEN_FAMILIES
 
 DPO_SOURCES = ("online", "offline")
 DPO_SAMPLERS = ("reference", "policy")
+GUARD_BIASES = ("micro_batch", "per_sample")
 TOKEN_ALGORITHMS = ("ar_grpo",)
 """Algorithms that train token trajectories (`TokenTrajectoryBatch`); every other one trains
 flow-matching trajectories."""
@@ -79,6 +80,8 @@ def algorithm_problems(cfg: ExperimentConfig) -> list[str]:
         if not 0 <= nft.old_decay_max < 1:
             problems.append(f"algorithm.nft.old_decay_max must be in [0, 1) (1 would freeze the sampling policy), "
                             f"got {nft.old_decay_max}")
+    if algorithm.guard.bias not in GUARD_BIASES:
+        problems.append(f"algorithm.guard.bias={algorithm.guard.bias!r}: choose one of {', '.join(GUARD_BIASES)}")
     if algorithm.name == "dpo":
         dpo = algorithm.dpo
         if dpo.beta <= 0:
