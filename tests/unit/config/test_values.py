@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from genalign.config.loader import load_config
 from genalign.config.validate import validate
@@ -95,3 +96,23 @@ def test_the_cosmos_recipe_composes_and_validates():
     cfg.rollout.width = 840
     problems = validate(cfg)
     assert len(problems) == 1 and "rollout.width=840 must be a multiple of 16 for model.family=cosmos" in problems[0]
+
+
+
+def test_qwen_image_recipe_trains_flow_grpo_s_window():
+    """config/grpo.py pickscore_qwenimage: noise 1.2 in a random window of 2 of the first 5 of
+    10 steps; only the window's steps are stochastic and trained."""
+    from types import SimpleNamespace
+
+    from genalign.algorithms.grpo import FlowGRPO
+    from genalign.training.setup import rollout_spec
+
+    cfg = load_config("experiment/diffusion/qwen_image/online_grpo_ocr")
+    assert (cfg.rollout.noise_level, cfg.rollout.num_steps) == (1.2, 10)
+    algorithm = FlowGRPO(cfg.algorithm)
+    for step in range(1, 30):
+        mask = rollout_spec(cfg).at_step(step).sde_mask()  # [10]
+        stochastic = torch.nonzero(mask).flatten().tolist()
+        assert len(stochastic) == 2 and stochastic[1] == stochastic[0] + 1 and stochastic[1] < 5, stochastic
+        trained = algorithm.train_step_indices(SimpleNamespace(sde_mask=mask, num_steps=10, seeds=torch.arange(4)))
+        assert trained == stochastic
