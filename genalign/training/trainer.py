@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import sys
 import time
 from contextlib import nullcontext
@@ -48,6 +49,24 @@ log = logging.getLogger(__name__)
 
 class ResumeError(UserError, ValueError):
     pass
+
+
+
+CONSOLE_COLUMNS = (("reward", "reward_mean", "%.4f"), ("loss", "loss", "%.3g"), ("clip", "clip_frac", "%.3f"),
+                   ("kl", "kl", "%.3g"))
+"""The step line's fields: (label, metrics.csv column, format)."""
+
+
+def console_summary(row: dict[str, float]) -> str:
+    """The step's headline numbers, only those this algorithm produced: NFT and DPO have no
+    clip fraction, offline DPO no reward, a run without a KL term no KL (a column the step did
+    not write, or a NaN placeholder, is left out rather than printed as nan)."""
+    parts = []
+    for label, column, form in CONSOLE_COLUMNS:
+        value = row.get(column)
+        if value is not None and not math.isnan(float(value)):
+            parts.append(f"{label} {form % value}")
+    return "  ".join(parts)
 
 
 class Trainer:
@@ -185,10 +204,8 @@ class Trainer:
                "lr": self.optimizer.param_groups[0]["lr"],
                "images_per_s": generated / max(times["time_rollout_s"], 1e-9),
                "step_images_per_s": generated / max(step_seconds, 1e-9)}
-        log.info("step %d: reward %.4f  loss %.3g  clip %.3f  kl %.3g  (rollout %.1fs, reward %.1fs, train %.1fs)",
-                 step, row.get("reward_mean", float("nan")), row.get("loss", float("nan")),
-                 row.get("clip_frac", float("nan")), row.get("kl", float("nan")), times["time_rollout_s"],
-                 times["time_reward_s"], times["time_train_s"])
+        log.info("step %d: %s  (rollout %.1fs, reward %.1fs, train %.1fs)", step, console_summary(row),
+                 times["time_rollout_s"], times["time_reward_s"], times["time_train_s"])
         return row
 
     # ---------------------------------------------------------------- phases
