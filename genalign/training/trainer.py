@@ -277,12 +277,14 @@ class Trainer:
         if self.ranks.is_main:
             history = self.evaluator.history.to_dict()
             export = checkpoint_export(self.cfg, self.policy, trainable, ema, self.evaluates_ema, step, history,
-                                       final=name == "checkpoint-final")
+                                       final=name == "checkpoint-final", ema_tracker=self.ema)
             with timed_phase(log, f"saving {path}"):
                 save_checkpoint(
                     path, step=step, config=config_to_dict(self.cfg), trainable=trainable, ema=ema,
                     optimizer=optimizer,
                     trainer_state={"ema_optimizer_steps": self.ema.optimizer_steps if self.ema else 0,
+                                   "ema_updates": self.ema.updates if self.ema else 0,
+                                   "ema_initial_share": self.ema.initial_share if self.ema else 1.0,
                                    "eval_history": history,
                                    "grad_scaler": self.scaler.state_dict(),
                                    "world_size": self.ranks.world_size,
@@ -304,7 +306,10 @@ class Trainer:
         if self.ema is not None:
             if checkpoint.ema is None:
                 raise ResumeError(f"{checkpoint.path} has no EMA state but actor.ema.enabled=true")
-            self.ema.load_state_dict(checkpoint.ema, checkpoint.trainer_state["ema_optimizer_steps"])
+            state = checkpoint.trainer_state
+            # checkpoints from before the EMA counted its updates: unknown (NaN), said so on the card
+            self.ema.load_state_dict(checkpoint.ema, state["ema_optimizer_steps"], state.get("ema_updates", -1),
+                                     state.get("ema_initial_share", float("nan")))
         if checkpoint.trainer_state.get("grad_scaler"):
             self.scaler.load_state_dict(checkpoint.trainer_state["grad_scaler"])
         from genalign.evaluation.evaluator import EvalHistory
