@@ -40,10 +40,9 @@ from genalign.algorithms.advantages import _dense_group_index
 from genalign.models.base import Condition, FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.rollout.pairs import PreferencePairs
-from genalign.training.shadow import ShadowWeights
+from genalign.training.shadow import ShadowWeights, load_shadow_state, shadow_state
 
 REF_PREFIX = "dpo_reference/"
-STEPS_KEY = "optimizer_steps"
 
 
 def best_worst_pairs(advantages: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,15 +89,10 @@ class FlowDPO(AlgorithmBase):
         return {"dpo_reference_refreshed": float(refreshed)}
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {**{REF_PREFIX + name: t for name, t in self.reference.state_dict().items()},
-                STEPS_KEY: torch.tensor([self.optimizer_steps], dtype=torch.int64)}
+        return shadow_state(self.reference, REF_PREFIX, self.optimizer_steps)
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        if STEPS_KEY not in state:
-            raise ValueError("Flow-DPO state has no optimizer_steps: the checkpoint was not written by a dpo run")
-        self.reference.load_tensors({k[len(REF_PREFIX):]: v for k, v in state.items() if k.startswith(REF_PREFIX)},
-                                    "Flow-DPO reference")
-        self.optimizer_steps = int(state[STEPS_KEY][0])
+        self.optimizer_steps = load_shadow_state(self.reference, REF_PREFIX, state, "Flow-DPO reference", "dpo")
 
     def training_batch(self, batch: TrajectoryBatch, advantages: torch.Tensor) -> tuple[PreferencePairs, torch.Tensor]:
         """One (best, worst) pair per prompt group; the unit advantage is the pair's gap (> 0)."""
