@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-
 from pathlib import Path
 from typing import Callable
 
@@ -31,7 +30,6 @@ from genalign.training.model_card import model_card
 CARD_NAME = "README.md"
 
 log = logging.getLogger(__name__)
-
 
 EMA_BARELY_MOVED = 0.5
 """An exported EMA whose starting weights still carry more than this share has barely moved
@@ -46,7 +44,8 @@ def ema_description(decay: float, updates: int, initial_share: float) -> str:
     text = f"EMA (decay {decay:g}, {updates} update{'s' if updates != 1 else ''}; " \
            f"{100 * initial_share:.0f} % of it is still the starting weights)"
     if initial_share > EMA_BARELY_MOVED:
-        text += " - it has barely moved from the untrained weights; lora_live/ holds the trained ones"
+        text += " - it has barely moved from the untrained weights; the live weights (lora_live/ for a LoRA) are " \
+                "the trained ones"
     return text
 
 
@@ -66,7 +65,7 @@ def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.
         log.info("step %d export: %s", step, described)
         if share > EMA_BARELY_MOVED:
             log.warning("step %d: the exported EMA weights are %.0f %% the starting weights after %d updates; "
-                        "lora_live/ (or the live weights) hold what was trained", step, 100 * share, updates)
+                        "the live weights (lora_live/ for a LoRA) hold what was trained", step, 100 * share, updates)
     if cfg.model.train_mode == "lora":
         pipeline_cls = getattr(policy, "diffusers_pipeline", None)
         hub_class = getattr(policy, "hub_class", None)

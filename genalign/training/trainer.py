@@ -51,7 +51,6 @@ class ResumeError(UserError, ValueError):
     pass
 
 
-
 CONSOLE_COLUMNS = (("reward", "reward_mean", "%.4f"), ("loss", "loss", "%.3g"), ("clip", "clip_frac", "%.3f"),
                    ("kl", "kl", "%.3g"))
 """The step line's fields: (label, metrics.csv column, format)."""
