@@ -238,7 +238,8 @@ def plan_memory(cfg) -> MemoryPlan | None:
     base_bytes = weight_bytes(base + transformer.buffer_elements, dtype_bytes)
     if fsdp and ranks > 1:  # per-block fully_shard: the rank's shard plus one block gathered at a time
         base_bytes = shard(base_bytes, ranks) + base_bytes / max(arch.num_layers, 1)
-    weights = [(f"transformer base weights ({m.dtype}{', FSDP2 shard + 1 block' if fsdp else ''})", base_bytes)]
+    weights = [(f"transformer base weights ({m.dtype}{', FSDP2 shard + 1 block' if fsdp else ''})", base_bytes)] \
+        if base else []  # a full fine-tune's transformer is all trained: float32 masters below
     encoders = 0.0  # text encoders parked on the CPU except while prompts are encoded
     for c in frozen:  # the VAE always computes in float32
         at = 4 if c.name == "vae" else dtype_bytes
@@ -279,7 +280,7 @@ def plan_memory(cfg) -> MemoryPlan | None:
     else:
         trainer = Role("trainer", tuple(weights + state_lines + [micro_line, larger(act_line, encode_line)]))
         worker_weights = [(f"worker's {what}", b) for what, b in weights if "reference" not in what]
-        if fsdp:
+        if fsdp and base:
             worker_weights[0] = ("worker's transformer base weights", weight_bytes(base + transformer.buffer_elements,
                                                                                    dtype_bytes))
         worker = worker_weights + [trainable_weights, larger(roll_line, encode_line)]
