@@ -62,6 +62,7 @@ def best_worst_pairs(advantages: torch.Tensor, group_ids: torch.Tensor) -> tuple
 
 class FlowDPO(AlgorithmBase):
     needs_reference = True
+    trainable_copies = 1  # the reference: a ShadowWeights copy of the trained tensors
     needs_old_logprob = False
     supports_multi_update = True
 

@@ -53,7 +53,7 @@ def trainable_state_bytes(parameters: int, ema: bool, copies: int) -> dict[str, 
     if ema:
         out["EMA (fp32)"] = float(parameters * MASTER_BYTES)
     if copies:
-        out["algorithm copy (fp32, e.g. NFT old policy)"] = float(copies * parameters * MASTER_BYTES)
+        out["algorithm copy (fp32: NFT's old policy, DPO's reference)"] = float(copies * parameters * MASTER_BYTES)
     return out
 
 
@@ -251,7 +251,7 @@ def plan_memory(cfg) -> MemoryPlan | None:
     algorithm = ALGORITHMS.resolve(cfg.algorithm.name)
     state = trainable_state_bytes(trained, cfg.actor.ema.enabled, algorithm.trainable_copies)
     state_lines = [(f"{k}{', FSDP2 shard' if fsdp else ''}", shard(v, ranks) if fsdp else v) for k, v in state.items()]
-    if m.train_mode == "full" and run.needs_reference:
+    if m.train_mode == "full" and cfg.algorithm.needs_frozen_reference:  # a KL term's frozen copy
         weights.append((f"reference transformer copy ({m.dtype})", weight_bytes(transformer.parameters, dtype_bytes)))
 
     text_tokens = m.max_sequence_length + arch.geometry.extra_text_tokens
