@@ -255,7 +255,7 @@ class Trainer:
         trainable = self.trainable_state()
         ema = distributed.full_state(self.ema.state_dict()) if self.ema else None
         optimizer = distributed.full_optimizer_state(self.policy.transformer, self.optimizer)
-        algorithm_state = self.algorithm.state_dict()
+        algorithm_state = distributed.full_state(self.algorithm.state_dict())  # NFT's old policy: FSDP2 shards
         path = self.output_dir / name
         if self.ranks.is_main:
             history = self.evaluator.history.to_dict()

@@ -175,6 +175,7 @@ def run_update(
     if not step_indices:
         raise ValueError("no trainable denoising steps: check rollout.noise_level and algorithm.timestep_fraction")
     samples = torch.arange(len(batch))  # [B]
+    replay_chunk = micro_batch_size  # the same on every rank: prepare_update's forwards must match
     if drop_zero_advantage and len(batch):
         num_micro_batches = math.ceil(len(batch) / micro_batch_size)
         samples = trained_sample_indices(advantages, num_micro_batches, generator)  # [K]
@@ -184,7 +185,7 @@ def run_update(
     if plan.total_units == 0:  # no rank has a trainable unit (constant rewards, no DPO pair): no step
         return result
     result.trained_samples = len(samples)
-    batch = algorithm.prepare_update(policy, batch, step_indices, micro_batch_size)
+    batch = algorithm.prepare_update(policy, batch, step_indices, replay_chunk)
     if len(batch):
         filler = batch.index(torch.tensor([0]))
     elif filler is None:
