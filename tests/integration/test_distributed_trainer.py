@@ -185,3 +185,67 @@ def test_ar_grpo_with_a_rank_of_constant_rewards_completes(tiny_janus_dir, tmp_p
              "algorithm.drop_zero_advantage=true", "trainer.num_steps=2", "eval.every=0"]
     launch(2, [*janus_overrides(tiny_janus_dir, tmp_path, "ddp"), *extra], JANUS_RECIPE)
     check_asymmetric_run(tmp_path, [RANK_ONE_CONSTANT[0]])
+
+
+# ---------------------------------------------------------------- a rank killed mid-step
+def rank_pid(agent_pid: int, rank: int) -> int | None:
+    """The pid of torchrun rank `rank` among the agent's children (read from /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # exited meanwhile, or not ours to read
+        if parent == agent_pid and f"RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+def test_a_killed_rank_ends_the_job_with_its_name_and_the_resume_command(tmp_path):
+    """`genalign train --nproc-per-node 2`: rank 1 is killed with SIGKILL during a step; the
+    job exits non-zero within a bound (torchrun's agent stops rank 0), the message names rank
+    1 and gives the command with trainer.resume_from=auto, and that resume continues the run."""
+    import signal
+    import time
+
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    recipe = "experiment/toy/shapes_grpo"
+
+    def command(*extra: str) -> list[str]:
+        return [sys.executable, "-m", "genalign", "train", "--nproc-per-node=2", "--config", recipe,
+                *toy_overrides(tmp_path, "ddp", "trainer.save_every=1", *extra)]
+
+    job = subprocess.Popen(command("trainer.num_steps=200"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "checkpoint-1").exists():  # step 1 done: the ranks are in a later step
+            assert job.poll() is None and time.monotonic() < deadline, "the job ended or stalled before step 1"
+            time.sleep(0.2)
+        pid = rank_pid(job.pid, 1)
+        assert pid is not None, "rank 1 not found among the agent's children"
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        _, stderr = job.communicate(timeout=120)
+        elapsed = time.monotonic() - killed
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode != 0
+    assert elapsed < 60, f"the job took {elapsed:.0f} s to end after rank 1 died"
+    assert f"rank 1 (local rank 1, pid {pid}) was killed by SIGKILL" in stderr, stderr[-3000:]
+    assert "trainer.resume_from=auto" in stderr and "genalign train --nproc-per-node=2" in stderr
+
+    steps = sorted(int(p.name.split("-")[1]) for p in tmp_path.glob("checkpoint-[0-9]*") if p.is_dir())
+    newest = steps[-1]
+    resumed = subprocess.run(command(f"trainer.num_steps={newest + 1}", "trainer.resume_from=auto"), env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert rows[-1]["step"] == str(newest + 1)
+    assert (tmp_path / "checkpoint-final" / "trainable.safetensors").exists()
+    assert f"resumed from {tmp_path / f'checkpoint-{newest}'} at step {newest + 1}" in (tmp_path / "train.log").read_text()
