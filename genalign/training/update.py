@@ -1,7 +1,7 @@
 """One optimizer round over a step's trajectories: micro-batches, accumulation, clipping.
 
 Where it fits: step 5 of the loop. Accumulation counts micro-batches x trained denoising
-steps (as Flow-GRPO's accelerate counter does, ALGORITHMS §2.5): one optimizer step spans
+steps (as Flow-GRPO's accelerate counter does, docs/algorithms.md §2.5): one optimizer step spans
 `gradient_accumulation_steps` micro-batches (this rank's share under torchrun), counted with
 one counter across inner epochs; a shorter remainder at the round's end is a step of its own.
 The loss of an optimizer step is the mean over its trained units on all ranks (`run_update`).
