@@ -10,8 +10,9 @@ every helper is the identity, so the loop has one code path.
 
 Numerics: each rank holds `1/world_size` of the step's groups and runs
 `gradient_accumulation_steps / world_size` micro-batches per optimizer step; DDP and FSDP2
-average gradients over ranks, which makes a k-rank step the same update as the 1-process
-step over the same global batch (to fp32 reduction order).
+average gradients over ranks (once per optimizer step: `gradient_sync`), which makes a k-rank
+step the same update as the 1-process step over the same global batch (to fp32 reduction
+order). A collective that waits longer than `distributed.training.timeout_s` fails the rank.
 """
 
 from __future__ import annotations
