@@ -4,7 +4,7 @@
         --pair experiment/toy/shapes_grpo=experiment/toy/shapes_nft_fast [--pair BASELINE=RECIPE ...] \
         [--lrs 5e-4 1e-3 2e-3] [--tune-seed 41] [--tune-steps 30] [--seeds 42 43 44 45 46] [--steps 40] \
         [--eval-every 2] [--steps-for RECIPE=STEPS ...] [--target 0.727 | --ceiling 1.0 --fraction 0.5] \
-        [--threads 1] [--clock cpu|wall] [--jobs 1] [--out DIR] [key=value ...]
+        [--threads 1] [--clock cpu|wall] [--chunk 10] [--jobs 1] [--out DIR] [key=value ...]
 
 Protocol, the same for every recipe named in a `--pair`:
 1. Tuning: one run per learning rate of `--lrs` (`actor.lr`), `--tune-steps` steps, on
@@ -30,8 +30,10 @@ highest seed, and a 90 % percentile-bootstrap interval of the median. Where one 
 missed the target in its budget the speed-up is a bound ("<": the recipe missed, ">": the
 baseline missed) and no bootstrap interval is given. `--steps-for` gives one recipe a longer
 budget (a finished shorter run is continued: a resume is bitwise the same as one long run, and
-a longer run is read only up to the budget). Extra arguments are dotlist overrides applied to
-every run.
+a longer run is read only up to the budget). Measured runs train `--chunk` steps at a time and
+stop at the first chunk end at or after their target step (what a run does later cannot change
+its time-to-target), so "reward@end" is the eval reward where the run stopped; a run that
+misses trains its whole budget. Extra arguments are dotlist overrides applied to every run.
 """
 
 from __future__ import annotations
@@ -296,6 +298,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
                         help="cpu: the training process's CPU seconds; wall: logged phase seconds")
+    parser.add_argument("--chunk", type=int, default=10,
+                        help="measured runs train this many steps at a time and stop once the target is reached "
+                             "(0: always the whole budget; tuning runs always train their whole budget)")
     parser.add_argument("--jobs", type=int, default=1, help="training runs at once (each its own process)")
     parser.add_argument("--out", default=None, help="directory for the runs (default: a temporary one)")
     parser.add_argument("overrides", nargs="*", help="dotlist overrides for every run")
@@ -308,10 +313,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def run_all(jobs: list[tuple], args: argparse.Namespace) -> None:
-    """Train every (recipe, lr, seed, dir, steps) job, `args.jobs` at a time."""
+def reached_target(out: Path, target: float) -> bool:
+    """Whether a run directory's eval reward has reached `target` at some step after 0."""
+    return any(int(r["step"]) > 0 and float(r["eval_reward_mean"]) >= target
+               for r in read_csv(out / "eval_metrics.csv"))
+
+
+def chunk_ends(budget: int, chunk: int) -> list[int]:
+    """The step counts a measured run is trained to in turn: every `chunk` steps up to the
+    budget (0: the budget at once)."""
+    if chunk <= 0:
+        return [budget]
+    return [*range(chunk, budget, chunk), budget]
+
+
+def train_to_target(recipe: str, lr: float, seed: int, out: Path, budget: int, target: float | None,
+                    args: argparse.Namespace) -> None:
+    """Train in chunks of `args.chunk` steps, continuing (bitwise, by resume) only while the eval
+    reward has not reached `target`; None trains the whole budget. What a run does after its
+    target step cannot change its time-to-target, so the steps after it are not bought."""
+    for steps in chunk_ends(budget, args.chunk if target is not None else 0):
+        train(recipe, lr, seed, out, steps, args)
+        if target is not None and reached_target(out, target):
+            return
+
+
+def run_all(jobs: list[tuple], args: argparse.Namespace, target: float | None = None) -> None:
+    """Train every (recipe, lr, seed, dir, steps) job, `args.jobs` at a time (see train_to_target)."""
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for future in [pool.submit(train, recipe, lr, seed, out, steps, args) for recipe, lr, seed, out, steps in jobs]:
+        for future in [pool.submit(train_to_target, recipe, lr, seed, out, steps, target, args)
+                       for recipe, lr, seed, out, steps in jobs]:
             future.result()
 
 
@@ -333,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         args.tune_seed, ", ".join(f"{recipe} {lr:g}" for recipe, lr in chosen.items())), flush=True)
     jobs = [(recipe, chosen[recipe], seed, run_dir(out, recipe, chosen[recipe], seed), budgets[recipe])
             for seed in args.seeds for recipe in recipes]
-    run_all(jobs, args)
+    run_all(jobs, args, target)
     results = [time_to_target(recipe, lr, seed, path, target, args.clock, steps)
                for recipe, lr, seed, path, steps in jobs]
     print_tables(tuning, results, pairs, target, args.clock)

@@ -152,3 +152,27 @@ def test_protocol_checks():
         with pytest.raises(SystemExit, match="RECIPE=STEPS"):
             bench.parse_budgets(bad, ["a/b", "c"])
     assert bench.run_dir(Path("/o"), "experiment/toy/x", 1e-3, 42) == Path("/o/experiment_toy_x_lr0.001_seed42")
+
+
+def test_measured_runs_stop_at_the_first_chunk_end_past_the_target(tmp_path, monkeypatch):
+    assert bench.chunk_ends(40, 10) == [10, 20, 30, 40] and bench.chunk_ends(35, 10) == [10, 20, 30, 35]
+    assert bench.chunk_ends(40, 0) == [40]
+    rewards = {0: 0.4, 10: 0.6, 20: 0.75, 30: 0.8, 40: 0.9}
+    trained = []
+
+    def fake_train(recipe, lr, seed, out, steps, args):  # writes the evals up to `steps`, like a resumed run
+        trained.append(steps)
+        rows = ["step,eval_reward_mean"] + [f"{s},{r}" for s, r in rewards.items() if s <= steps]
+        out.mkdir(exist_ok=True)
+        (out / "eval_metrics.csv").write_text("\n".join(rows) + "\n")
+
+    monkeypatch.setattr(bench, "train", fake_train)
+    args = bench.parse_args(["--pair", "a=b"])
+    bench.train_to_target("a", 1e-3, 42, tmp_path / "run", 40, 0.7, args)
+    assert trained == [10, 20] and bench.reached_target(tmp_path / "run", 0.7)
+    trained.clear()
+    bench.train_to_target("a", 1e-3, 42, tmp_path / "miss", 40, 0.95, args)  # never reached: the whole budget
+    assert trained == [10, 20, 30, 40] and not bench.reached_target(tmp_path / "miss", 0.95)
+    trained.clear()
+    bench.train_to_target("a", 1e-3, 41, tmp_path / "tune", 30, None, args)  # tuning: no target, whole budget
+    assert trained == [30]
