@@ -4,7 +4,7 @@
         --pair experiment/toy/shapes_grpo=experiment/toy/shapes_nft_fast [--pair BASELINE=RECIPE ...] \
         [--lrs 5e-4 1e-3 2e-3] [--tune-seed 41] [--tune-steps 30] [--seeds 42 43 44 45 46] [--steps 40] \
         [--eval-every 2] [--steps-for RECIPE=STEPS ...] [--target 0.727 | --ceiling 1.0 --fraction 0.5] \
-        [--threads 1] [--clock cpu|wall] [--chunk 10] [--jobs 1] [--out DIR] [key=value ...]
+        [--threads 1] [--clock cpu|wall] [--chunk 10] [--jobs 1] [--out DIR] [--report-only] [key=value ...]
 
 Protocol, the same for every recipe named in a `--pair`:
 1. Tuning: one run per learning rate of `--lrs` (`actor.lr`), `--tune-steps` steps, on
@@ -301,6 +301,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chunk", type=int, default=10,
                         help="measured runs train this many steps at a time and stop once the target is reached "
                              "(0: always the whole budget; tuning runs always train their whole budget)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="train nothing: print the tables from the finished runs in --out (a partial measurement)")
     parser.add_argument("--jobs", type=int, default=1, help="training runs at once (each its own process)")
     parser.add_argument("--out", default=None, help="directory for the runs (default: a temporary one)")
     parser.add_argument("overrides", nargs="*", help="dotlist overrides for every run")
@@ -313,9 +315,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def reached_target(out: Path, target: float) -> bool:
-    """Whether a run directory's eval reward has reached `target` at some step after 0."""
-    return any(int(r["step"]) > 0 and float(r["eval_reward_mean"]) >= target
+def reached_target(out: Path, target: float, budget: int | None = None) -> bool:
+    """Whether a run directory's eval reward has reached `target` at some step after 0 (up to
+    `budget`; None: any step)."""
+    return any(0 < int(r["step"]) <= (budget or int(r["step"])) and float(r["eval_reward_mean"]) >= target
                for r in read_csv(out / "eval_metrics.csv"))
 
 
@@ -346,6 +349,12 @@ def run_all(jobs: list[tuple], args: argparse.Namespace, target: float | None = 
             future.result()
 
 
+def complete(out: Path, budget: int, target: float | None) -> bool:
+    """Whether a run directory holds a finished run that trained its budget or reached `target`."""
+    done = finished_steps(out) if out.is_dir() else None
+    return done is not None and (done >= budget or (target is not None and reached_target(out, target, done)))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     pairs = parse_pairs(args.pair)
@@ -354,18 +363,25 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_ttt_"))
     tune_jobs = [(recipe, lr, args.tune_seed, run_dir(out / "tune", recipe, lr, args.tune_seed), args.tune_steps)
                  for recipe in recipes for lr in args.lrs]
-    run_all(tune_jobs, args)
+    if args.report_only:  # the runs already finished; a recipe missing a tuning run is left out
+        tune_jobs = [job for job in tune_jobs if complete(job[3], job[4], None)]
+    else:
+        run_all(tune_jobs, args)
     first = run_dir(out / "tune", pairs[0][0], args.lrs[0], args.tune_seed)
     target = args.target if args.target is not None else target_from(base_reward(first), args.ceiling, args.fraction)
     tuning = [time_to_target(recipe, lr, seed, path, target, args.clock, steps)
               for recipe, lr, seed, path, steps in tune_jobs]
-    chosen = {recipe: choose_lr([r for r in tuning if r.recipe == recipe]) for recipe in recipes}
+    tuned = [recipe for recipe in recipes if sum(r.recipe == recipe for r in tuning) == len(args.lrs)]
+    chosen = {recipe: choose_lr([r for r in tuning if r.recipe == recipe]) for recipe in tuned}
     print("chosen learning rates (tuning seed {}): {}".format(
         args.tune_seed, ", ".join(f"{recipe} {lr:g}" for recipe, lr in chosen.items())), flush=True)
     jobs = [(recipe, chosen[recipe], seed, run_dir(out, recipe, chosen[recipe], seed), budgets[recipe])
-            for seed in args.seeds for recipe in recipes]
-    run_all(jobs, args, target)
-    results = [time_to_target(recipe, lr, seed, path, target, args.clock, steps)
+            for seed in args.seeds for recipe in tuned]
+    if args.report_only:
+        jobs = [job for job in jobs if complete(job[3], job[4], target)]
+    else:
+        run_all(jobs, args, target)
+    results = [time_to_target(recipe, lr, seed, path, target, args.clock, min(steps, finished_steps(path)))
                for recipe, lr, seed, path, steps in jobs]
     print_tables(tuning, results, pairs, target, args.clock)
     return 0

@@ -176,3 +176,29 @@ def test_measured_runs_stop_at_the_first_chunk_end_past_the_target(tmp_path, mon
     trained.clear()
     bench.train_to_target("a", 1e-3, 41, tmp_path / "tune", 30, None, args)  # tuning: no target, whole budget
     assert trained == [30]
+
+
+def test_report_only_reads_finished_runs_and_trains_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bench, "train", lambda *a: pytest.fail("--report-only must not train"))
+
+    def finished(path: Path, seconds: float, rewards: dict[int, float]) -> None:
+        path.parent.mkdir(exist_ok=True)
+        write_run(path, seconds, rewards, {s: 0.5 for s in rewards})
+        (path / "checkpoint-final").mkdir()
+
+    for lr, reward in ((5e-4, 0.6), (1e-3, 0.75)):
+        finished(bench.run_dir(tmp_path / "tune", "a", lr, 41), 2.0, {0: 0.4, 10: reward})
+        finished(bench.run_dir(tmp_path / "tune", "b", lr, 41), 1.0, {0: 0.4, 10: reward - 0.1})
+    finished(bench.run_dir(tmp_path, "a", 1e-3, 42), 2.0, {0: 0.4, 10: 0.8})  # reached: complete
+    finished(bench.run_dir(tmp_path, "b", 1e-3, 42), 1.0, {0: 0.4, 10: 0.8})
+    finished(bench.run_dir(tmp_path, "a", 1e-3, 43), 2.0, {0: 0.4, 10: 0.6})  # missed, budget 20 not trained
+    assert bench.complete(bench.run_dir(tmp_path, "a", 1e-3, 42), 20, 0.7)
+    assert not bench.complete(bench.run_dir(tmp_path, "a", 1e-3, 43), 20, 0.7)
+    assert not bench.complete(tmp_path / "absent", 20, 0.7)
+    bench.main(["--pair", "a=b", "--lrs", "5e-4", "1e-3", "--seeds", "42", "43", "--steps", "20",
+                "--eval-every", "10", "--tune-steps", "10", "--out", str(tmp_path), "--report-only", "--clock", "wall"])
+    out = capsys.readouterr().out
+    # target 0.7: a's 1e-3 run reached it, none of b's did, so b keeps its best final reward (1e-3, 0.65)
+    assert "chosen learning rates (tuning seed 41): a 0.001, b 0.001" in out
+    # seed 43 is left out (a's run neither reached the target nor trained its budget; b has none)
+    assert "headline: b over a: 2.00x [2.00x, 2.00x] (90% CI 2.00-2.00x); per seed 2.00x" in out
