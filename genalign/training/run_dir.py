@@ -144,14 +144,27 @@ def _linked_run_names(output_dir: Path) -> list[Path]:
         or EVAL_DIR_NAME.fullmatch(path.name)))
 
 
-def _skipped_checkpoints(checkpoints: dict[Path, int | None]) -> None:
-    """Log each checkpoint directory that `auto` passes over, with why (never silently)."""
+def _newest_usable(checkpoints: dict[Path, int | None]) -> tuple[Path, int] | None:
+    """The newest checkpoint `auto` can resume from; every newer one it passes over (a file
+    missing or corrupt: headers and JSON read, no tensor) is logged with the reason."""
     from genalign.training.checkpoint import checkpoint_problems
 
+    def skip(path: Path, problems: list[str]) -> None:
+        why = "; ".join(problems) or f"trainer.resume_from=auto: {path}/trainer_state.json has no usable step"
+        log.warning("%s; skipping %s", why, path.name)
+
     for path, step in checkpoints.items():
-        if step is None:
-            problems = checkpoint_problems(path, "trainer.resume_from=auto") or ["unreadable trainer_state.json"]
-            log.warning("trainer.resume_from=auto: skipping %s: %s", path, "; ".join(problems))
+        if step is None:  # no readable step: never a candidate, always worth a line
+            skip(path, checkpoint_problems(path, "trainer.resume_from=auto"))
+    # newest by step; on a tie prefer checkpoint-<step> over checkpoint-final (same state)
+    ranked = sorted(((path, step) for path, step in checkpoints.items() if step is not None),
+                    key=lambda item: (item[1], item[0].name != "checkpoint-final"), reverse=True)
+    for path, step in ranked:
+        problems = checkpoint_problems(path, "trainer.resume_from=auto")
+        if not problems:
+            return path, step
+        skip(path, problems)
+    return None
 
 
 def run_files(output_dir: Path) -> list[Path]:
@@ -241,14 +254,11 @@ def plan_start(cfg) -> RunStart:
 
 def _plan_auto(cfg, start: RunStart) -> RunStart:
     output_dir = start.output_dir
-    found = _checkpoints(output_dir) if output_dir.is_dir() else {}
-    _skipped_checkpoints(found)
-    complete = {path: step for path, step in found.items() if step is not None}
-    if complete:
-        # newest by step; on a tie prefer checkpoint-<step> over checkpoint-final (same state)
-        newest = max(complete, key=lambda path: (complete[path], path.name != "checkpoint-final"))
-        log.info("trainer.resume_from=auto: continuing from %s (step %d)", newest, complete[newest])
-        return _plan_resume(cfg, start, newest, complete[newest])
+    usable = _newest_usable(_checkpoints(output_dir) if output_dir.is_dir() else {})
+    if usable is not None:
+        newest, step = usable
+        log.info("trainer.resume_from=auto: continuing from %s (step %d)", newest, step)
+        return _plan_resume(cfg, start, newest, step)
     existing = run_files(output_dir)
     if existing and not cfg.trainer.overwrite and not is_genalign_run(output_dir):
         raise _foreign(output_dir, existing)

@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from genalign.config.errors import ConfigError
 from genalign.config.loader import config_to_dict, load_config
-from genalign.training.checkpoint import REQUIRED_FILES, TRAINER_STATE, checkpoint_step
+from genalign.training.checkpoint import REQUIRED_FILES, TRAINER_STATE, checkpoint_step, save_checkpoint
 from genalign.training.run_dir import RunDirError, plan_start, prune_checkpoints
 
 RECIPE = "experiment/toy/shapes_grpo"
@@ -21,12 +22,9 @@ def config(out: Path, *overrides: str):
 
 
 def fake_checkpoint(path: Path, step: int) -> Path:
-    """The files a complete checkpoint has (contents are not read by the planner)."""
-    path.mkdir(parents=True)
-    for name in REQUIRED_FILES:
-        (path / name).write_text("{}")
-    (path / TRAINER_STATE).write_text(json.dumps({"step": step}))
-    return path
+    """A structurally valid checkpoint (tiny tensors): the planner reads headers and JSON only."""
+    return save_checkpoint(path, step=step, config={"trainer": {}}, trainable={"w": torch.zeros(2)}, ema=None,
+                           optimizer={"state": {}, "param_groups": []}, trainer_state={})
 
 
 def old_run(out: Path, steps=(2, 4), final: int | None = None) -> None:
@@ -152,14 +150,17 @@ def test_a_run_name_that_is_a_symlink_is_refused(tmp_path):
 
 
 def test_auto_names_the_checkpoints_it_skips_and_why(tmp_path, caplog):
-    old_run(tmp_path, steps=(2, 4))
+    old_run(tmp_path, steps=(2, 4, 6))
     (tmp_path / "checkpoint-4" / TRAINER_STATE).write_text("{not json")
-    (tmp_path / "checkpoint-4" / "optimizer.safetensors").write_bytes(b"\x01")
+    optimizer = tmp_path / "checkpoint-6" / "optimizer.safetensors"
+    optimizer.write_bytes(optimizer.read_bytes()[:-1])
     caplog.set_level("INFO")
     start = plan_start(config(tmp_path, "trainer.resume_from=auto"))
     assert start.checkpoint == tmp_path / "checkpoint-2"
-    skipped = [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()]
-    assert len(skipped) == 1 and "checkpoint-4" in skipped[0] and "trainer_state.json" in skipped[0], skipped
+    skipped = sorted(r.getMessage() for r in caplog.records if "skipping" in r.getMessage())
+    assert len(skipped) == 2, skipped
+    assert "checkpoint-4/trainer_state.json is not valid JSON" in skipped[0] and "skipping checkpoint-4" in skipped[0]
+    assert "checkpoint-6/optimizer.safetensors is truncated" in skipped[1] and "skipping checkpoint-6" in skipped[1]
 
 
 def test_auto_without_checkpoint_refuses_a_different_runs_files(tmp_path):
