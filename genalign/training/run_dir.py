@@ -258,7 +258,7 @@ def _plan_auto(cfg, start: RunStart) -> RunStart:
     if usable is not None:
         newest, step = usable
         log.info("trainer.resume_from=auto: continuing from %s (step %d)", newest, step)
-        return _plan_resume(cfg, start, newest, step)
+        return _plan_resume(cfg, start, newest, step, auto=True)
     existing = run_files(output_dir)
     if existing and not cfg.trainer.overwrite and not is_genalign_run(output_dir):
         raise _foreign(output_dir, existing)
@@ -278,7 +278,9 @@ def _plan_auto(cfg, start: RunStart) -> RunStart:
     return start
 
 
-def _plan_resume(cfg, start: RunStart, checkpoint: Path, step: int) -> RunStart:
+def _plan_resume(cfg, start: RunStart, checkpoint: Path, step: int, auto: bool = False) -> RunStart:
+    """`auto`: newer checkpoints that auto passed over as unusable (logged) do not block the
+    resume; the run replaces each when it saves that step again."""
     num_steps = cfg.trainer.num_steps
     if step > num_steps:
         raise RunDirError([f"trainer.resume_from={checkpoint} is at step {step}, past trainer.num_steps={num_steps}; "
@@ -288,6 +290,10 @@ def _plan_resume(cfg, start: RunStart, checkpoint: Path, step: int) -> RunStart:
         start.finished = True
         return start
     newer = _newer_checkpoints(start.output_dir, step)
+    if auto:
+        from genalign.training.checkpoint import checkpoint_problems
+
+        newer = [path for path in newer if not checkpoint_problems(path)]
     if newer and not cfg.trainer.overwrite:
         raise RunDirError([f"trainer.resume_from={checkpoint} (step {step}) would overwrite newer checkpoints in "
                            f"{start.output_dir} ({_names(newer)}); continue from the newest with "
