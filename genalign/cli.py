@@ -51,9 +51,11 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
 
     cfg = load_config(args.config, args.overrides, check_files=True)  # every mistake before a model loads
     _configure_logging()
+    from genalign.training.stopping import SignalWatch
     from genalign.training.trainer import Trainer
 
-    Trainer(cfg).train()
+    with SignalWatch(defer=False):  # a signal while the run is built stops it at once; the steps defer it
+        Trainer(cfg).train()
     return 0
 
 
@@ -152,8 +154,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"genalign: error: unknown command {argv[0]!r}; choose one of: {', '.join(COMMANDS)}\n"
               "hint: genalign --help lists the commands", file=sys.stderr)
         return 2
+    from genalign.training.stopping import RunInterrupted
+
     try:
         return COMMANDS[argv[0]](argv[1:])
+    except RunInterrupted as interrupted:  # SIGTERM / SIGINT: the conventional 128 + signal number
+        if not interrupted.logged:
+            print(f"genalign: {interrupted}", file=sys.stderr)
+        return interrupted.exit_code
+    except KeyboardInterrupt:  # Ctrl-C in a command that does not watch signals (eval, report)
+        print("genalign: interrupted (SIGINT)", file=sys.stderr)
+        return 130
     except UserError as err:  # a mistake in a config, file or command line; anything else is a bug
         print(format_user_error(err), file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ import torch
 from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import load_manifest
 from genalign.evaluation.evaluator import Evaluator
+from genalign.finite import NonFiniteError, first_non_finite
 from genalign.models.base import FlowPolicy
 from genalign.models.registry import MODEL_FAMILIES
 from genalign.rewards.composite import build_reward_runtime
@@ -38,6 +39,10 @@ def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
     configure_backends(cfg.model.allow_tf32)
     policy_cls = MODEL_FAMILIES.resolve(cfg.model.family)
     policy = policy_cls.from_config(cfg.model)
+    bad = first_non_finite(dict(policy.transformer.named_parameters()))
+    if bad is not None:  # one check per tensor at load; a NaN weight would otherwise train on silently
+        raise NonFiniteError(f"model.path={cfg.model.path}: the denoiser's weight {bad!r} holds NaN or inf; "
+                             "these weights cannot be trained")
     if cfg.model.train_mode == "lora":
         apply_lora(policy.transformer, cfg.model.lora, policy.lora_target_modules)
     else:

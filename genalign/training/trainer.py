@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -22,6 +23,7 @@ from genalign.atomic import write_text_atomically
 from genalign.config.errors import UserError
 from genalign.config.loader import config_to_dict, config_to_yaml
 from genalign.config.plan import RunPlan
+from genalign.finite import named_step
 from genalign.config.schema import ExperimentConfig
 from genalign.reporting.provenance import record_launch
 from genalign.reporting.report import refresh_report
@@ -30,7 +32,7 @@ from genalign.rollout.batch import TrajectoryBatch
 from genalign.tracking.logs import RunLog, timed_phase
 from genalign.tracking.sinks import NullSink
 from genalign.tracking.trackers import new_run_id
-from genalign.training import distributed, run_dir, setup
+from genalign.training import distributed, run_dir, setup, stopping
 from genalign.training.checkpoint import load_checkpoint, save_checkpoint
 from genalign.training.ema import EMA
 from genalign.training.export import checkpoint_export
@@ -114,7 +116,9 @@ class Trainer:
                         if main else NullSink())
         self.evaluator = setup.build_evaluator(cfg, self.policy.device, self.rewards, self.output_dir, resuming,
                                                writes=main, trackers=trackers)
-        self.start_step = 1
+        self.start_step = self.current_step = 1
+        self.last_save_s: float | None = None
+        """Seconds the last save took on rank 0 in this launch (the estimate for a save on a signal)."""
         if checkpoint is not None:
             self.restore(checkpoint)
 
@@ -132,7 +136,15 @@ class Trainer:
                 self.output_dir.mkdir(parents=True, exist_ok=True)
                 write_text_atomically(self.output_dir / "config.yaml", config_to_yaml(self.cfg))
                 record_launch(self.output_dir, self.start_step)
-            self.run_steps()
+            with stopping.SignalWatch() as watch:
+                self.stop_check = stopping.StopCheck(watch, self.cfg.trainer.max_idle_steps, self.ranks.world_size)
+                try:
+                    self.run_steps()
+                except stopping.RunInterrupted as interrupted:  # a second signal: the step was abandoned
+                    if not interrupted.logged:
+                        log.warning("%s during step %d; %s", interrupted, self.current_step, self.resume_hint())
+                        interrupted.logged = True
+                    raise
         finally:  # a failed run too releases the Ray actors, reward threads, process group and log file
             self.close()
 
@@ -144,6 +156,7 @@ class Trainer:
         quiet = not (self.cfg.trainer.progress_bar and sys.stderr.isatty())
         for step in tqdm(range(self.start_step, last + 1), desc="train", disable=quiet,
                          initial=self.start_step - 1, total=last):
+            self.current_step = step
             row = self.train_step(step)
             evaluated = self.evaluator.due(step, last)
             if evaluated:
@@ -151,10 +164,51 @@ class Trainer:
             self.metrics.log(step, row)
             if evaluated and step != last:  # the page shows this step's row; the last is reported after saving
                 self.report()
-            if self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last:
+            saved = bool(self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last)
+            if saved:
                 self.save(f"checkpoint-{step}", step)
+            verdict = self.stop_check.after_step(step, row)  # every rank, every step (one all-reduce)
+            if verdict.stalled:
+                raise stopping.TrainingStalled(verdict.stalled)
+            if verdict.signum and step != last:  # on the last step the run simply finishes
+                self.stop_on_signal(step, verdict.signum, saved)
         self.save("checkpoint-final", last)
         self.report()
+
+    def stop_on_signal(self, step: int, signum: int, saved: bool) -> None:
+        """After a SIGTERM/SIGINT: checkpoint this step when the save fits in the grace left
+        (every rank agrees first: the save is collective), say how to resume, raise."""
+        grace, watch = self.cfg.trainer.signal_grace_s, self.stop_check.watch
+        estimate = stopping.estimated_save_s(self.last_save_s, self.checkpoint_bytes())
+        left = grace - watch.seconds_since_signal()
+        fits = stopping.every_rank(estimate <= left, self.ranks.world_size)
+        name = signal.Signals(signum).name
+        if saved:
+            what = f"checkpoint-{step} is written"
+        elif fits:
+            self.save(f"checkpoint-{step}", step)
+            what = f"checkpoint-{step} written"
+        else:
+            what = (f"no checkpoint of it (an estimated {estimate:.0f} s save does not fit in the {max(left, 0):.0f} s "
+                    f"left of trainer.signal_grace_s={grace:g})")
+        message = f"stopped by {name} after step {step} of {self.cfg.trainer.num_steps}: {what}; {self.resume_hint()}"
+        log.warning("%s", message)
+        raise stopping.RunInterrupted(signum, message, logged=True)
+
+    def resume_hint(self) -> str:
+        """Where and how to resume: the newest complete checkpoint in the run directory."""
+        newest = max(((saved, path) for path, saved in run_dir._checkpoints(self.output_dir).items()
+                      if saved is not None), default=None) if self.output_dir.is_dir() else None
+        if newest is None:
+            return ("no checkpoint yet: rerunning the same command with trainer.resume_from=auto starts the run "
+                    f"again in {self.output_dir}")
+        return (f"to resume, rerun the same command with trainer.resume_from=auto (it continues from {newest[1]} "
+                f"at step {newest[0] + 1})")
+
+    def checkpoint_bytes(self) -> int:
+        """Bytes a checkpoint writes, roughly: the trained tensors, Adam's two moments, the EMA."""
+        trained = sum(p.numel() * p.element_size() for p in self.parameters.values())
+        return trained * (3 + (1 if self.ema is not None else 0))
 
     def close(self) -> None:
         self.engine.close()
@@ -233,7 +287,8 @@ class Trainer:
     def evaluate(self, step: int) -> float:
         start = time.perf_counter()
         weights = self.ema.applied() if self.evaluates_ema else nullcontext()
-        with weights, timed_phase(log, f"eval step {step} ({len(self.evaluator.groups.prompts)} samples)"):
+        with weights, named_step(f"eval step {step}"), \
+                timed_phase(log, f"eval step {step} ({len(self.evaluator.groups.prompts)} samples)"):
             metrics = self.evaluator.evaluate(self.policy, step)
         log.info("eval step %d: %s", step, "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.endswith("mean")))
         return time.perf_counter() - start
@@ -260,6 +315,7 @@ class Trainer:
             history = self.evaluator.history.to_dict()
             export = checkpoint_export(self.cfg, self.policy, trainable, ema, self.evaluates_ema, step, history,
                                        final=name == "checkpoint-final")
+            started = time.perf_counter()
             with timed_phase(log, f"saving {path}"):
                 save_checkpoint(
                     path, step=step, config=config_to_dict(self.cfg), trainable=trainable, ema=ema,
@@ -270,6 +326,7 @@ class Trainer:
                                    "world_size": self.ranks.world_size,
                                    "tracker_run_id": self.tracker_run_id},
                     algorithm=algorithm_state or None, export=export)
+            self.last_save_s = time.perf_counter() - started
             if name != "checkpoint-final":
                 run_dir.prune_checkpoints(self.output_dir, self.cfg.trainer.keep_last)
         distributed.barrier(self.ranks)
