@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import os
 import types
 import typing
 from pathlib import Path
@@ -78,6 +79,10 @@ class _Composer:
         try:
             value = safe_load_unique(raw_value) if raw_value != "" else ""
         except yaml.YAMLError as exc:
+            if isinstance(exc, YAMLTooLarge):
+                shown = raw_value if len(raw_value) <= 60 else raw_value[:60] + "..."
+                self.problems.append(f"override {key}={shown}: the value is refused ({yaml_error_line(exc)})")
+                return
             self.problems.append(f"override {key}={raw_value}: the value is not valid YAML ({yaml_error_line(exc)}); "
                                  f"fix it, or quote it to pass a string: {key}='\"{raw_value}\"'")
             return
@@ -90,6 +95,12 @@ class _Composer:
                 node[part] = {}
                 _set_provenance(self.provenance, ".".join(parts[:depth + 1]), {}, source)
             node = node[part]
+        if value == {} and isinstance(node.get(parts[-1]), dict) and node[parts[-1]]:
+            held = ", ".join(map(str, node[parts[-1]]))
+            self.problems.append(f"override {key}={raw_value}: an empty mapping changes nothing (a mapping override "
+                                 f"merges into {key}, which holds {held}); to turn an entry off set its weight to 0, "
+                                 f"e.g. {key}.{next(iter(node[parts[-1]]))}=0")
+            return
         if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
             _merge(node[parts[-1]], value, source, key, self.provenance)
         else:
@@ -121,14 +132,69 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+MAX_YAML_CHARS = 1_000_000
+"""The largest YAML text genalign reads (a recipe or a checkpoint's config.yaml is a few KB)."""
+MAX_YAML_NODES = 100_000
+"""The most values a YAML document may expand to, aliases counted at every use: a 2 KB file of
+nested aliases ("billion laughs") otherwise expands to 10^9 strings when it is walked."""
+
+
+class YAMLTooLarge(yaml.YAMLError):
+    """A YAML text over MAX_YAML_CHARS, expanding past MAX_YAML_NODES, or nested too deep."""
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """How many nodes `root` stands for with every alias expanded (memoised, so a shared node
+    is counted once per use without being walked again); refuses a node that contains itself."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_nodes:
+            raise YAMLTooLarge("an alias refers to a node that contains it (a recursive structure)")
+        open_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(key) + size(value) for key, value in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(item) for item in node.value)
+        else:
+            total = 1
+        open_nodes.discard(id(node))
+        if total > MAX_YAML_NODES:
+            raise YAMLTooLarge(f"it expands to more than {MAX_YAML_NODES} values (aliases nested inside aliases); "
+                               "write the values out instead")
+        sizes[id(node)] = total
+        return total
+
+    return size(root)
+
+
 def safe_load_unique(text: str) -> Any:
-    """`yaml.safe_load` that raises on duplicate mapping keys (config files, checkpoint configs)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    """`yaml.safe_load` that raises on duplicate mapping keys (config files, checkpoint configs),
+    bounded: over MAX_YAML_CHARS characters, MAX_YAML_NODES expanded values or Python's
+    nesting depth it raises `YAMLTooLarge` (a `yaml.YAMLError`) before building anything."""
+    if len(text) > MAX_YAML_CHARS:
+        raise YAMLTooLarge(f"it is {len(text)} characters long, over the {MAX_YAML_CHARS} a config may have")
+    loader = _UniqueKeyLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node)
+        return loader.construct_document(node)
+    except RecursionError:
+        raise YAMLTooLarge("it is nested too deeply") from None
+    finally:
+        loader.dispose()
 
 
 def yaml_error_line(exc: yaml.YAMLError) -> str:
     """A YAML error in one line: "<problem> at line L, column C" (PyYAML's own text spans
     several lines and quotes the source)."""
+    if isinstance(exc, YAMLTooLarge):
+        return str(exc)
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -384,13 +450,38 @@ def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = (),
     config = _build(ExperimentConfig, composer.tree, "", composer.provenance, problems)
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))  # a group used twice fails the same way twice
-    problems = validate(config)
+    problems = validate(expand_home(config))
     if not problems and check_files:
         from genalign.config.files import file_problems
 
         problems = file_problems(config)
     if problems:
         raise ConfigError(problems)
+    return config
+
+
+PATH_KEYS = ("model.path", "data.manifest", "data.eval_manifest", "data.preference_manifest", "trainer.output_dir",
+             "trainer.resume_from")
+"""Keys that name a local file or directory: a leading `~` is expanded once, when the config
+is built, so every reader and writer sees the same path (a directory literally named `~`
+was written while the report expanded it)."""
+
+
+def expand_home(config: ExperimentConfig) -> ExperimentConfig:
+    """Expand a leading `~` / `~user` in PATH_KEYS and in the reward options that name files."""
+    from genalign.config.files import REWARD_PATH_OPTIONS
+
+    def expanded(value: Any) -> Any:
+        return os.path.expanduser(value) if isinstance(value, str) and value.startswith("~") else value
+
+    for key in PATH_KEYS:
+        group, name = key.split(".")
+        section = getattr(config, group)
+        setattr(section, name, expanded(getattr(section, name)))
+    for reward, option in REWARD_PATH_OPTIONS.items():
+        options = config.reward.kwargs.get(reward)
+        if isinstance(options, dict) and option in options:
+            options[option] = expanded(options[option])
     return config
 
 
@@ -425,7 +516,7 @@ def config_from_dict(data: dict, source: str = "<dict>",
     config = _build(ExperimentConfig, composer.tree, "", composer.provenance, problems)
     if problems:
         raise ConfigError(problems)
-    return config
+    return expand_home(config)
 
 
 def config_from_checkpoint(data: Any, source: str, allow_import: list[str], overrides: list[str] | tuple[str, ...] = (),

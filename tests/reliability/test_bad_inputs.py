@@ -102,6 +102,46 @@ def edited_checkpoint(edit: Callable[[dict], None]) -> Callable[[Path], Path]:
     return lambda tmp: make_checkpoint(tmp / "checkpoint-1", edit)
 
 
+ALIAS_BOMB = ("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+    for i in range(8)))
+"""Nine levels of ten-fold aliases: 10^9 strings once expanded, 700 bytes written."""
+
+
+def bomb_checkpoint(tmp: Path) -> Path:
+    """A checkpoint whose config.yaml hides the alias bomb under model.lora.target_modules."""
+    path = make_checkpoint(tmp / "checkpoint-1")
+    text = (path / "config.yaml").read_text()
+    lines = [line for line in ALIAS_BOMB.splitlines()]
+    (path / "config.yaml").write_text("bomb:\n" + "".join(f"  {line}\n" for line in lines) + text.replace(
+        "target_modules:", "target_modules: *i\n    _was:", 1))
+    return path
+
+
+def nan_checkpoint(tmp: Path) -> Path:
+    config = config_to_dict(load_config(None))
+    return save_checkpoint(tmp / "checkpoint-1", step=1, config=config,
+                           trainable={"w": torch.tensor([0.0, float("nan")])}, ema=None,
+                           optimizer={"state": {}, "param_groups": []}, trainer_state={"eval_history": {}})
+
+
+def foreign_dir(tmp: Path) -> Path:
+    """Another tool's directory: a metrics.csv and a wandb/ folder, no genalign config.yaml."""
+    write_bytes(tmp / "theirs" / "metrics.csv", b"epoch,acc\n1,0.9\n")
+    write_bytes(tmp / "theirs" / "wandb" / "run.txt", b"w")
+    return tmp / "theirs"
+
+
+def linked_log_dir(tmp: Path) -> Path:
+    """A run directory whose train.log is a symlink to a file outside it."""
+    run = tmp / "linked"
+    write_bytes(run / "config.yaml", yaml.safe_dump(config_to_dict(load_config(None))).encode())
+    write_bytes(tmp / "elsewhere.txt", b"precious\n")
+    (run / "train.log").symlink_to(tmp / "elsewhere.txt")
+    return run
+
+
 # ------------------------------------------------------------------ the table
 @dataclass
 class Case:
@@ -199,6 +239,27 @@ CASES = [
          yaml_file(b"actor: [1, 2\n")),
     Case("config-missing", ["train", "--config", "{tmp}/absent.yaml"], ["--config", "absent.yaml"]),
     Case("recipe-typo", ["train", "--config", "experiment/toy/shapes_grpoo"], ["--config", "Did you mean"]),
+    # bounded YAML, empty mappings, run directories that are not ours
+    Case("config-alias-bomb", ["train", "--config", "{file}"], ["recipe.yaml", "expands to more than 100000 values"],
+         yaml_file(ALIAS_BOMB.encode())),
+    Case("config-too-large", ["train", "--config", "{file}"], ["recipe.yaml", "characters long"],
+         yaml_file(b"# " + b"x" * 1_100_000 + b"\n")),
+    Case("override-alias-bomb", TOY + ["model.lora.target_modules=" + ALIAS_BOMB.replace("\n", ", ").join("{}")],
+         ["model.lora.target_modules", "expands to more than"]),
+    Case("eval-checkpoint-alias-bomb", ["eval", "--checkpoint", "{file}"], ["--checkpoint", "config.yaml",
+                                                                            "expands to more than"], bomb_checkpoint),
+    Case("resume-alias-bomb", TOY + ["trainer.resume_from={file}"], ["trainer.resume_from", "config.yaml",
+                                                                     "expands to more than"], bomb_checkpoint),
+    Case("gold-rewards-empty", TOY + ["eval.gold_rewards={}"], ["eval.gold_rewards={}", "changes nothing",
+                                                                "eval.gold_rewards.toy_shape_judge=0"]),
+    Case("eval-checkpoint-nan-tensor", ["eval", "--checkpoint", "{file}"],
+         ["--checkpoint", "trainable.safetensors", "tensor 'w' holds NaN"], nan_checkpoint),
+    Case("output-dir-not-a-run", ["train", "trainer.output_dir={file}"],
+         ["trainer.output_dir", "metrics.csv", "not a genalign run", "trainer.overwrite=true"], foreign_dir),
+    Case("output-dir-not-a-run-auto", TOY + ["trainer.output_dir={file}"],
+         ["trainer.output_dir", "metrics.csv", "not a genalign run"], foreign_dir),
+    Case("output-dir-symlinked-log", TOY + ["trainer.output_dir={file}"],
+         ["trainer.output_dir", "train.log is a symbolic link"], linked_log_dir),
     # checkpoints to resume from (item 9)
     Case("resume-missing", TOY + ["trainer.resume_from={tmp}/checkpoint-9"], ["trainer.resume_from", "checkpoint-9",
                                                                             "does not exist"]),
