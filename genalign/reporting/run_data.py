@@ -128,7 +128,8 @@ class RunData:
         (the default recipe) or the run has no provenance."""
         if not self.provenance or not self.provenance["launches"]:
             return None
-        words = self.provenance["launches"][-1].get("argv") or []
+        words = self.provenance["launches"][-1].get("argv")
+        words = [str(word) for word in words] if isinstance(words, list) else []
         for index, word in enumerate(words):
             if word == "--config" and index + 1 < len(words):
                 return words[index + 1]
