@@ -69,6 +69,10 @@ def config_main(argv: list[str] | None = None) -> int:
 
     cfg = load_config(args.config, args.overrides, check_files=not args.no_check_files)
     print(config_to_yaml(cfg), end="")
+    from genalign.config.cautions import config_cautions
+
+    for caution in config_cautions(cfg):
+        print(f"genalign: warning: {caution}", file=sys.stderr)
     return 0
 
 

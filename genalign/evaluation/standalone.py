@@ -34,7 +34,11 @@ def evaluate_checkpoint(checkpoint_dir: str, output_dir: str | None, overrides: 
     torch.manual_seed(cfg.trainer.seed)
     policy = setup.build_policy(cfg)
     use_ema = cfg.eval.use_ema and checkpoint.ema is not None
-    load_trainable_state_dict(policy.transformer, checkpoint.ema if use_ema else checkpoint.trainable)
+    try:
+        load_trainable_state_dict(policy.transformer, checkpoint.ema if use_ema else checkpoint.trainable)
+    except ValueError as exc:  # names and shapes are known only now, with the model built
+        name = "ema.safetensors" if use_ema else "trainable.safetensors"
+        raise CheckpointError(f"--checkpoint: {checkpoint.path}/{name}: {exc}") from None
     out = Path(output_dir) if output_dir else checkpoint.path / "eval"
     rewards = build_reward_runtime(cfg.reward, policy.device)
     evaluator = setup.build_evaluator(cfg, policy.device, rewards, out, resume=False)

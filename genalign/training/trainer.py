@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from genalign.algorithms.registry import ALGORITHMS
 from genalign.atomic import write_text_atomically
+from genalign.config.cautions import config_cautions
 from genalign.config.errors import UserError
 from genalign.config.loader import config_to_dict, config_to_yaml
 from genalign.config.plan import RunPlan
@@ -87,6 +88,8 @@ class Trainer:
         strategy = cfg.distributed.training
         distributed.barrier(self.ranks)
         log.info("run plan: %s", self.plan.describe())
+        for caution in config_cautions(cfg):
+            log.warning("%s", caution)
         torch.manual_seed(cfg.trainer.seed)  # adapter initialisation is the only global-RNG use
         with timed_phase(log, f"loading model {cfg.model.family} from {cfg.model.path}"):
             self.policy = setup.build_policy(cfg)
@@ -333,7 +336,10 @@ class Trainer:
         return path
 
     def restore(self, checkpoint) -> None:
-        load_trainable_state_dict(self.policy.transformer, checkpoint.trainable)
+        try:
+            load_trainable_state_dict(self.policy.transformer, checkpoint.trainable)
+        except ValueError as exc:  # names and shapes are known only now, with the model built
+            raise ResumeError(f"trainer.resume_from: {checkpoint.path}/trainable.safetensors: {exc}") from None
         try:
             self.algorithm.load_state_dict(checkpoint.algorithm or {})
         except ValueError as exc:
