@@ -40,6 +40,9 @@ def evaluate_checkpoint(checkpoint_dir: str, output_dir: str | None, overrides: 
         name = "ema.safetensors" if use_ema else "trainable.safetensors"
         raise CheckpointError(f"--checkpoint: {checkpoint.path}/{name}: {exc}") from None
     out = Path(output_dir) if output_dir else checkpoint.path / "eval"
+    from genalign.training.ray_pools import start_ray_for_run
+
+    start_ray_for_run(cfg)  # sized for the reward, gold and metric pools together
     rewards = build_reward_runtime(cfg.reward, policy.device)
     evaluator = setup.build_evaluator(cfg, policy.device, rewards, out, resume=False)
     metrics = evaluator.evaluate(policy, checkpoint.step)

@@ -41,6 +41,7 @@ from genalign.training.lora import load_trainable_state_dict
 from genalign.training.optim import build_optimizer
 from genalign.training.parity import replay_parity
 from genalign.training.precision import build_grad_scaler
+from genalign.training.ray_pools import start_ray_for_run
 from genalign.training.reference import ReferencePolicy
 from genalign.training.resources import resolve_resources
 from genalign.training.sources import StepData
@@ -103,6 +104,7 @@ class Trainer:
         self.ema = (EMA(self.parameters, ema_cfg.decay, ema_cfg.update_every, ema_cfg.warmup, ema_cfg.cadence)
                     if ema_cfg.enabled else None)
         self.algorithm = ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm, reference, parameters=self.parameters)
+        self.owns_ray = start_ray_for_run(cfg)  # once, sized for every actor pool (rewards, gold, metrics, rollout)
         with timed_phase(log, f"loading rewards {', '.join(n for n, w in cfg.reward.components.items() if w)}"):
             self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
         self.spec = setup.rollout_spec(cfg)
@@ -218,6 +220,10 @@ class Trainer:
         self.rewards.close()
         self.metrics.close()
         self.evaluator.sink.close()
+        if self.owns_ray:
+            import ray
+
+            ray.shutdown()
         distributed.shutdown()
         self.close_run_log()
 
