@@ -47,6 +47,7 @@ def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest
     problems += offline_hub_problems(cfg)
     problems += device_problems(cfg.model.device)
     problems += reward_path_problems(cfg)
+    problems += import_problems(cfg)
     if output_dir:
         directory_problems = output_dir_problems(cfg.trainer.output_dir)
         problems += directory_problems or run_dir_problems(cfg)
@@ -183,6 +184,19 @@ def device_problems(device: str) -> list[str]:
         seen = f"{count} CUDA device(s) are visible" if count else "no CUDA device is visible"
         return [f"model.device={device}: {seen}; use model.device=auto or cpu, or check CUDA_VISIBLE_DEVICES"]
     return []
+
+
+def import_problems(cfg: ExperimentConfig) -> list[str]:
+    """Each dotted reward path the user allowed (reward.allow_import) must import, have the
+    attribute and name a class: checked with the files, before a model loads (validation
+    itself never imports the user's code)."""
+    from genalign.config.registry import import_problem, is_dotted_path
+
+    named = (("reward.components", cfg.reward.components), ("eval.gold_rewards", cfg.eval.gold_rewards),
+             ("eval.quality_metrics", cfg.eval.quality_metrics))
+    return [problem for key, names in named for name in names
+            if is_dotted_path(name) and name in cfg.reward.allow_import
+            for problem in [import_problem(key, name)] if problem]
 
 
 REWARD_PATH_OPTIONS = {"toy_shape": "path", "toy_shape_judge": "path", "aesthetic": "head_path"}

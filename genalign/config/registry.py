@@ -55,9 +55,9 @@ class Registry:
         A dotted path resolves only when this registry takes them and it is in `allow_import`."""
         if name in self._entries:
             return None
-        if _is_dotted_path(name) and self.dotted_key:
-            if name in allow_import:  # the user allowed running it: import now, so a bad path fails before a model loads
-                return _import_problem(self.config_key, name)
+        if is_dotted_path(name) and self.dotted_key:
+            if name in allow_import:  # never imported here: config.files.import_problems checks it
+                return None
             return (f"{self.config_key}: {name!r} is a Python import path; importing it runs code, so it is "
                     f"accepted only when listed in {self.dotted_key} on your own command line or recipe (never "
                     f"from a checkpoint), e.g. {self.dotted_key}=[{name}]")
@@ -79,7 +79,7 @@ class Registry:
             raise RegistryError(f"{self.kind} {name!r}: module {module_name!r} has no attribute {attr!r}") from exc
 
 
-def _import_problem(config_key: str, name: str) -> str | None:
+def import_problem(config_key: str, name: str) -> str | None:
     """Why the allowed dotted path `name` ("package.module:Class") cannot be used, or None:
     its module must import, have the attribute, and the attribute must be a class."""
     module_name, attr = name.split(":", 1)
@@ -95,5 +95,5 @@ def _import_problem(config_key: str, name: str) -> str | None:
     return None
 
 
-def _is_dotted_path(name: str) -> bool:
+def is_dotted_path(name: str) -> bool:
     return ":" in name and all(part.isidentifier() for part in name.replace(":", ".").split("."))

@@ -105,7 +105,7 @@ def test_a_second_signal_stops_at_once_without_saving(tmp_path):
     _, stderr = process.communicate(timeout=WAIT_S)
     assert process.returncode == 143, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
-    lines = [line for line in stderr.splitlines() if "trainer.resume_from=auto" in line]
+    lines = [line for line in stderr.splitlines() if "by SIGTERM" in line and "trainer.resume_from=auto" in line]
     assert len(lines) == 1, stderr[-3000:]
     # the second signal lands in the step (abandoned) or, on a fast box, after its save
     assert "the step in progress was abandoned" in lines[0] or "written" in lines[0], lines[0]
