@@ -149,7 +149,7 @@ def eval_sheets(run_dir: Path) -> dict[int, Path]:
 
 def read_config(path: Path, text: str | None) -> dict:
     """The run's config.yaml as a dict (bounded YAML: a hostile file is refused in one line)."""
-    from genalign.config.loader import safe_load_unique, yaml_error_line
+    from genalign.config.safe_yaml import safe_load_unique, yaml_error_line
 
     if not text:
         return {}

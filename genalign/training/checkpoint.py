@@ -29,7 +29,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from genalign.config.errors import DISK_FULL_HINT, UserError
-from genalign.config.loader import safe_load_unique, yaml_error_line
+from genalign.config.safe_yaml import safe_load_unique, yaml_error_line
 from genalign.finite import first_non_finite, kind
 
 TRAINER_STATE = "trainer_state.json"

@@ -112,7 +112,7 @@ def _our_config(path: Path) -> dict | None:
     with a `trainer` section), else None; never raises (read with the bounded YAML loader)."""
     if path.is_symlink() or not path.is_file():
         return None
-    from genalign.config.loader import safe_load_unique
+    from genalign.config.safe_yaml import safe_load_unique
     from genalign.config.schema import ExperimentConfig
 
     try:

@@ -7,8 +7,8 @@ import os
 import pytest
 import yaml
 
-from genalign.config.loader import MAX_YAML_NODES, YAMLTooLarge, config_from_dict, config_to_dict, load_config, \
-    safe_load_unique
+from genalign.config.loader import config_from_dict, config_to_dict, load_config
+from genalign.config.safe_yaml import MAX_YAML_NODES, YAMLTooLarge, safe_load_unique
 
 
 def test_a_few_aliases_load_and_what_safe_dump_writes_round_trips():
