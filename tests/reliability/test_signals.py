@@ -109,3 +109,32 @@ def test_a_second_signal_stops_at_once_without_saving(tmp_path):
     assert len(lines) == 1, stderr[-3000:]
     # the second signal lands in the step (abandoned) or, on a fast box, after its save
     assert "the step in progress was abandoned" in lines[0] or "written" in lines[0], lines[0]
+
+
+def test_with_no_grace_left_the_step_is_not_saved_and_the_line_says_where_to_resume(tmp_path, caplog):
+    """In-process: SIGTERM arrives while step 1's row is written; trainer.signal_grace_s=0
+    leaves no time to save, so the run stops without a checkpoint and says so."""
+    from genalign.config.loader import load_config
+    from genalign.training.stopping import RunInterrupted
+    from genalign.training.trainer import Trainer
+
+    overrides = [o for o in OVERRIDES if not o.startswith("trainer.resume_from")]
+    run = Trainer(load_config("experiment/toy/shapes_grpo", [f"trainer.output_dir={tmp_path / 'run'}", *overrides,
+                                                             "trainer.signal_grace_s=0"]))
+    log_row = run.metrics.log
+
+    def log_and_signal(step, row):
+        log_row(step, row)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    run.metrics.log = log_and_signal
+    caplog.set_level("INFO")
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(RunInterrupted) as info:
+        run.train()
+    assert info.value.exit_code == 143 and info.value.logged
+    assert str(info.value).startswith("stopped by SIGTERM after step 1 of 6: no checkpoint of it (an estimated 0 s "
+                                      "save does not fit in the 0 s left of trainer.signal_grace_s=0)")
+    assert "no checkpoint yet: rerunning the same command with trainer.resume_from=auto" in str(info.value)
+    assert not list((tmp_path / "run").glob("checkpoint-*"))
+    assert signal.getsignal(signal.SIGTERM) is before  # the watch restored what was there
