@@ -33,7 +33,28 @@ def config_cautions(cfg: ExperimentConfig) -> list[str]:
         cautions.append(f"data.manifest holds {prompts} prompt(s) but rollout.rollout_batch_size="
                         f"{cfg.rollout.rollout_batch_size} prompts are drawn per step: the same prompts repeat "
                         "within every step as separate groups")
+    cautions += _gpu_cautions(cfg)
     return cautions
+
+
+def _gpu_cautions(cfg: ExperimentConfig) -> list[str]:
+    """Ray GPU counts on a machine that shows no GPU: the plan runs every role on CPU."""
+    if cfg.rollout.engine != "ray" or cfg.distributed.cross_node:
+        return []
+    resources = cfg.distributed.resources
+    asked = {key: value for key, value in (("distributed.resources.trainer.num_gpus", resources.trainer.num_gpus),
+                                           ("distributed.resources.rollout.num_gpus", resources.rollout.num_gpus))
+             if value not in (0, 0.0)}
+    if not asked:
+        return []
+    from genalign.training.resources import environment_facts
+
+    if environment_facts().visible_gpus:
+        return []
+    shown = ", ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
+                      for key, value in asked.items())
+    return [f"{shown}, but no GPU is visible (CUDA_VISIBLE_DEVICES, the driver): the trainer and the Ray rollout "
+            "workers run on CPU"]
 
 
 def _manifest_size(path: str) -> int | None:

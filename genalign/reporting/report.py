@@ -259,7 +259,8 @@ def provenance_section(run: RunData) -> str:
         else:
             commit = "not a git checkout" if git is None else str(git)
         rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in (
-            text(launch.get("started_at")), text(launch.get("start_step")), f'<code>{text(launch.get("command"))}</code>',
+            text(launch.get("started_at")), text(launch.get("start_step")),
+            f'<code>{text(launch.get("command"))}</code>',
             text(commit), text(launch.get("hostname")))) + "</tr>")
     latest = run.provenance["launches"][-1] if run.provenance["launches"] else {}
     packages = latest.get("packages")

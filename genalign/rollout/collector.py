@@ -137,7 +137,8 @@ def _flow_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpe
                                     spec.noise_level, sde_mask, spec.kernel, spec.record_means)
         _require_finite_samples(chunk, sampled.latents, "latents")  # [b, T+1, ...]: a NaN never reaches a reward
         try:
-            images = policy.decode(sampled.latents[:, -1].to(policy.device)).cpu()  # [b, 3, H, W] or [b, F, 3, H, W] uint8
+            # [b, 3, H, W] or [b, F, 3, H, W] uint8
+            images = policy.decode(sampled.latents[:, -1].to(policy.device)).cpu()
         except NonFiniteError as exc:  # the decoder's output (before its uint8 cast hides the NaN)
             raise _non_finite_samples(chunk, exc.rows, f"decoded images ({exc})") from None
         yield TrajectoryBatch(

@@ -86,10 +86,10 @@ def ray_pool_problems(cfg, plan, visible_gpus: tuple[int, ...], environ=os.envir
         wanted = sum(pool.actors * pool.gpus_each for pool in reward_gpu) + rollout_gpus
         if wanted > len(visible_gpus) + 1e-9:
             detail = "; ".join(f"{pool.role}: {pool.actors} x {pool.gpus_each:g}" for pool in reward_gpu)
-            problems.append(f"the Ray actor pools ask for {wanted:g} GPUs ({detail}"
-                            f"{f'; rollout workers: {rollout_gpus:g}' if rollout_gpus else ''}) but {len(visible_gpus)} "
-                            "are visible; lower reward.num_gpus_per_worker (fractions share a GPU) or "
-                            "reward.num_workers")
+            rollout = f"; rollout workers: {rollout_gpus:g}" if rollout_gpus else ""
+            problems.append(f"the Ray actor pools ask for {wanted:g} GPUs ({detail}{rollout}) but "
+                            f"{len(visible_gpus)} are visible; lower reward.num_gpus_per_worker (fractions share a "
+                            "GPU) or reward.num_workers")
     return problems
 
 

@@ -267,7 +267,8 @@ CASES = [
          lambda tmp: write_bytes(tmp / "notpipe" / "readme.txt", b"hi").parent),
     Case("model-path-other-family", FLUX + ["model.path={file}"],
          ["model.path", "holds a StableDiffusion3Pipeline", "not the FluxPipeline", "model.family=sd3"],
-         lambda tmp: write_bytes(tmp / "sd3" / "model_index.json", b'{"_class_name": "StableDiffusion3Pipeline"}').parent,
+         lambda tmp: write_bytes(tmp / "sd3" / "model_index.json",
+                                 b'{"_class_name": "StableDiffusion3Pipeline"}').parent,
          absent=["embedded_guidance"]),
     Case("output-dir-sysfs", TOY + ["trainer.output_dir=/sys/genalign_run"], ["trainer.output_dir", "cannot create",
                                                                               "not writable"]),
@@ -453,8 +454,10 @@ def test_the_users_own_allow_list_is_honoured(tmp_path, workdir, tripwire, monke
     the same checkpoint passes validation and reaches model loading (the tripwire)."""
     monkeypatch.chdir(workdir)
     checkpoint = make_checkpoint(tmp_path / "checkpoint-1",
-                                 lambda c: c["reward"].update(components={"collections:OrderedDict": 1.0}, allow_import=[]))
-    code, stderr, _ = run_in_process(["eval", "--checkpoint", str(checkpoint), "reward.allow_import=[collections:OrderedDict]"])
+                                 lambda c: c["reward"].update(components={"collections:OrderedDict": 1.0},
+                                                              allow_import=[]))
+    code, stderr, _ = run_in_process(["eval", "--checkpoint", str(checkpoint),
+                                      "reward.allow_import=[collections:OrderedDict]"])
     assert code == 1 and "ReachedModelLoading" in stderr, stderr
     code, stderr, _ = run_in_process([*TOY, "reward.components={collections:OrderedDict: 1.0}",
                                       "reward.allow_import=[collections:OrderedDict]"])

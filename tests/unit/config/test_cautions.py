@@ -16,3 +16,15 @@ def test_each_caution_names_its_key(tmp_path):
     assert [c.split(" ")[0] for c in cautions] == ["reward.components.toy_shape=-0.5",
                                                    "eval.gold_rewards.toy_shape_judge=-1", "reward.components.ocr",
                                                    "data.manifest"]
+
+
+def test_ray_gpu_counts_on_a_machine_without_gpus(monkeypatch):
+    from genalign.training import resources
+
+    cfg = load_config(None, ["rollout.engine=ray", "/base/distributed=ray_rollout"])
+    monkeypatch.setattr(resources, "environment_facts", lambda: resources.EnvironmentFacts((), None))
+    (caution,) = config_cautions(cfg)
+    assert caution.startswith("distributed.resources.trainer.num_gpus=1, distributed.resources.rollout.num_gpus=auto, "
+                              "but no GPU is visible")
+    monkeypatch.setattr(resources, "environment_facts", lambda: resources.EnvironmentFacts((0, 1), None))
+    assert config_cautions(cfg) == []

@@ -175,7 +175,8 @@ def test_every_field_of_every_file_the_report_reads_is_escaped(tmp_path):
     launch = {key: HOSTILE for key in ("started_at", "start_step", "command", "cwd", "hostname", "python", "platform",
                                        "cuda")}
     (run_dir / "provenance.json").write_text(json.dumps({"launches": [
-        {**launch, "git": {"commit": HOSTILE, "dirty": HOSTILE}, "devices": [HOSTILE, 3], "packages": {HOSTILE: HOSTILE}},
+        {**launch, "git": {"commit": HOSTILE, "dirty": HOSTILE}, "devices": [HOSTILE, 3],
+         "packages": {HOSTILE: HOSTILE}},
         {**launch, "git": HOSTILE, "devices": HOSTILE, "packages": [HOSTILE]},
         HOSTILE]}))
     html = write_report(run_dir).read_text()
