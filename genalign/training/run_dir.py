@@ -98,6 +98,15 @@ def _checkpoints(output_dir: Path) -> dict[Path, int | None]:
             if path.is_dir() and CHECKPOINT_NAME.fullmatch(path.name)}
 
 
+def newest_checkpoint(output_dir: Path) -> tuple[Path, int] | None:
+    """(path, step) of the newest complete checkpoint in `output_dir`, else None (for the
+    line that says where a stopped run resumes)."""
+    if not output_dir.is_dir():
+        return None
+    complete = [(step, path) for path, step in _checkpoints(output_dir).items() if step is not None]
+    return (max(complete)[1], max(complete)[0]) if complete else None
+
+
 def is_genalign_run(output_dir: Path) -> bool:
     """Whether `output_dir` holds a genalign run: our config.yaml, our provenance.json or a
     complete checkpoint. Only then may a start remove run files without trainer.overwrite."""

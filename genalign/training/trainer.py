@@ -24,8 +24,8 @@ from genalign.config.cautions import config_cautions
 from genalign.config.errors import UserError
 from genalign.config.loader import config_to_dict, config_to_yaml
 from genalign.config.plan import RunPlan
-from genalign.finite import named_step
 from genalign.config.schema import ExperimentConfig
+from genalign.finite import named_step
 from genalign.reporting.provenance import record_launch
 from genalign.reporting.report import refresh_report
 from genalign.rewards.composite import build_reward_runtime
@@ -202,13 +202,13 @@ class Trainer:
 
     def resume_hint(self) -> str:
         """Where and how to resume: the newest complete checkpoint in the run directory."""
-        newest = max(((saved, path) for path, saved in run_dir._checkpoints(self.output_dir).items()
-                      if saved is not None), default=None) if self.output_dir.is_dir() else None
+        newest = run_dir.newest_checkpoint(self.output_dir)
         if newest is None:
             return ("no checkpoint yet: rerunning the same command with trainer.resume_from=auto starts the run "
                     f"again in {self.output_dir}")
-        return (f"to resume, rerun the same command with trainer.resume_from=auto (it continues from {newest[1]} "
-                f"at step {newest[0] + 1})")
+        path, step = newest
+        return (f"to resume, rerun the same command with trainer.resume_from=auto (it continues from {path} "
+                f"at step {step + 1})")
 
     def checkpoint_bytes(self) -> int:
         """Bytes a checkpoint writes, roughly: the trained tensors, Adam's two moments, the EMA."""
