@@ -9,7 +9,6 @@ unit-tested with two gloo ranks in tests/unit/training/test_stopping.py.
 
 from __future__ import annotations
 
-import csv
 import os
 import signal
 import socket
@@ -21,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 from safetensors.torch import load_file
+from support import rows_without_timing
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -44,14 +44,6 @@ def launch(out: Path) -> subprocess.Popen:
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def rows(path: Path) -> list[dict[str, str]]:
-    if not path.exists():
-        return []
-    with path.open(newline="") as handle:
-        return [{k: v for k, v in row.items() if not (k.startswith("time_") or k.endswith("images_per_s"))}
-                for row in csv.DictReader(handle)]
-
-
 def finish(out: Path) -> None:
     process = launch(out)
     _, stderr = process.communicate(timeout=WAIT_S)
@@ -63,7 +55,7 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_step_and_resumes(tm
     finish(reference)
     process = launch(out)
     deadline = time.monotonic() + WAIT_S
-    while len(rows(out / "metrics.csv")) < 2:
+    while len(rows_without_timing(out / "metrics.csv")) < 2:
         assert process.poll() is None, process.stderr.read()[-4000:]
         assert time.monotonic() < deadline
         time.sleep(0.01)
@@ -72,12 +64,12 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_step_and_resumes(tm
     assert len(ranks) == 2
     os.kill(ranks[1].pid, signal.SIGTERM)
     _, stderr = process.communicate(timeout=WAIT_S)
-    done = len(rows(out / "metrics.csv"))
+    done = len(rows_without_timing(out / "metrics.csv"))
     stopped = [line for line in stderr.splitlines() if "stopped by SIGTERM" in line]
     assert len(stopped) == 2, stderr[-4000:]  # each rank logs it, both after the same step
     assert all(f"after step {done} of 6: checkpoint-{done} written" in line for line in stopped), stopped
     assert sorted(p.name for p in out.glob("checkpoint-*")) == [f"checkpoint-{done}"]
     finish(out)
-    assert rows(out / "metrics.csv") == rows(reference / "metrics.csv")
+    assert rows_without_timing(out / "metrics.csv") == rows_without_timing(reference / "metrics.csv")
     expected, got = (load_file(str(run / "checkpoint-final" / "trainable.safetensors")) for run in (reference, out))
     assert all((expected[name] == got[name]).all() for name in expected)

@@ -11,7 +11,6 @@ at once without saving. About a minute on the shared 2-core box.
 
 from __future__ import annotations
 
-import csv
 import os
 import signal
 import subprocess
@@ -20,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import rows_without_timing
 
 ROOT = Path(__file__).resolve().parents[2]
 NUM_STEPS = 6
@@ -39,17 +39,9 @@ def launch(out: Path, *extra: str) -> subprocess.Popen:
                             text=True)
 
 
-def rows(path: Path) -> list[dict[str, str]]:
-    if not path.exists():
-        return []
-    with path.open(newline="") as handle:
-        return [{k: v for k, v in row.items() if not (k.startswith("time_") or k.endswith("images_per_s"))}
-                for row in csv.DictReader(handle)]
-
-
 def wait_for_rows(out: Path, process: subprocess.Popen, count: int) -> None:
     deadline = time.monotonic() + WAIT_S
-    while len(rows(out / "metrics.csv")) < count:
+    while len(rows_without_timing(out / "metrics.csv")) < count:
         assert process.poll() is None, process.stderr.read()[-3000:]
         assert time.monotonic() < deadline, "the run did not reach its rows in time"
         time.sleep(0.01)
@@ -79,7 +71,7 @@ def test_a_signal_saves_the_step_says_how_to_resume_and_resumes_to_the_same_run(
     _, stderr = process.communicate(timeout=WAIT_S)
     assert process.returncode == code, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
-    done = len(rows(out / "metrics.csv"))
+    done = len(rows_without_timing(out / "metrics.csv"))
     assert 2 <= done < NUM_STEPS, done
     lines = [line for line in stderr.splitlines() if f"stopped by {signal.Signals(signum).name}" in line]
     assert len(lines) == 1, stderr[-3000:]
@@ -89,7 +81,7 @@ def test_a_signal_saves_the_step_says_how_to_resume_and_resumes_to_the_same_run(
     assert sorted(p.name for p in out.glob("checkpoint-*")) == [f"checkpoint-{done}"]
 
     assert f"continuing from {out / f'checkpoint-{done}'}" in finish(out)
-    assert rows(out / "metrics.csv") == rows(uninterrupted / "metrics.csv")
+    assert rows_without_timing(out / "metrics.csv") == rows_without_timing(uninterrupted / "metrics.csv")
     for name in ("trainable.safetensors", "optimizer.safetensors", "optimizer.json"):
         assert (out / "checkpoint-final" / name).read_bytes() == \
             (uninterrupted / "checkpoint-final" / name).read_bytes(), name
