@@ -39,7 +39,7 @@ from genalign.rewards.base import RewardError
 from genalign.rewards.composite import RewardScores, batch_ranges, check_inputs, check_scores
 from genalign.rewards.config import RewardConfig
 from genalign.rewards.wire import (CONTENT_TYPE, HEALTH_PATH, INFO_PATH, SCORE_PATH, ScoreRequest, WireError,
-                                   decode_reply, encode_request)
+                                   decode_reply, encode_request, require_aiohttp)
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,7 @@ class HttpRewardRuntime:
     """Scores through the reward server at `reward.url`; same results as LocalRewardRuntime."""
 
     def __init__(self, cfg: RewardConfig, weights: dict[str, float]):
+        require_aiohttp()
         import aiohttp
 
         problems = cfg.http_problems()

@@ -41,7 +41,8 @@ from genalign.config.errors import UserError
 from genalign.rewards.base import RewardError, RewardFunction
 from genalign.rewards.composite import LocalRewardRuntime, build_scorer, check_inputs
 from genalign.rewards.config import RewardConfig
-from genalign.rewards.wire import HEALTH_PATH, INFO_PATH, SCORE_PATH, ScoreRequest, WireError, decode_request
+from genalign.rewards.wire import (HEALTH_PATH, INFO_PATH, SCORE_PATH, ScoreRequest, WireError, decode_request,
+                                   require_aiohttp)
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +272,7 @@ class BackgroundServer:
 def build_service(components: list[str], overrides: list[str], options: ServeOptions,
                   device: str = "cpu") -> RewardService:
     """Validate everything (options, reward.* overrides, token), then build the scorers."""
+    require_aiohttp()
     cfg = serve_config(components, overrides)
     problems = options.problems()
     if problems:
@@ -338,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*",
                         help="reward.* overrides: reward.kwargs.<name>.<key>=value, reward.batch_size=N, ...")
     args = parser.parse_args(argv)
+    # `--components a b key=value`: argparse gives the overrides to --components; a name never has "="
+    args.overrides = [item for item in args.components if "=" in item] + args.overrides
+    args.components = [item for item in args.components if "=" not in item]
     options = ServeOptions(args.host, args.port, args.token_env, args.max_queue, args.max_request_mb)
     service = build_service(args.components, args.overrides, options, args.device)
     if not _is_loopback(options.host):

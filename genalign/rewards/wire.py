@@ -30,6 +30,15 @@ INFO_PATH = "/v1/info"
 HEALTH_PATH = "/healthz"
 
 
+def require_aiohttp() -> None:
+    """The service and its client run on aiohttp (an extra); say how to install it when absent."""
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError as exc:
+        raise ImportError("the reward service (genalign serve-reward, reward.runtime=http) needs aiohttp: "
+                          "pip install 'genalign[serve]'") from exc
+
+
 class WireError(ValueError):
     """A request or reply that does not follow the format; the message says what is wrong."""
 
