@@ -20,6 +20,7 @@ REWARDS.register("toy_off_shape_fraction", "genalign.rewards.toy:ToyOffShapeFrac
 REWARDS.register("toy_background_deviation", "genalign.rewards.toy:ToyBackgroundDeviation")
 REWARDS.register("toy_shape_area", "genalign.rewards.toy:ToyShapeArea")
 REWARDS.register("temporal_consistency", "genalign.rewards.video:TemporalConsistencyReward")
+REWARDS.register("vlm_judge", "genalign.rewards.vlm_judge:VlmJudgeReward")
 
 REWARD_OPTIONS = {
     "ocr": "genalign.rewards.ocr:OCROptions",
@@ -37,6 +38,7 @@ REWARD_OPTIONS = {
     "toy_background_deviation": "genalign.rewards.toy:NoOptions",
     "toy_shape_area": "genalign.rewards.toy:NoOptions",
     "temporal_consistency": "genalign.rewards.video:TemporalConsistencyOptions",
+    "vlm_judge": "genalign.rewards.vlm_judge:VlmJudgeOptions",
 }
 """Registered reward -> "module:OptionsClass" (the dataclass its constructor passes to
 `parse_options`); a dotted-path reward's options are its own business."""
