@@ -21,6 +21,8 @@ REWARDS.register("toy_background_deviation", "genalign.rewards.toy:ToyBackground
 REWARDS.register("toy_shape_area", "genalign.rewards.toy:ToyShapeArea")
 REWARDS.register("temporal_consistency", "genalign.rewards.video:TemporalConsistencyReward")
 REWARDS.register("vlm_judge", "genalign.rewards.vlm_judge:VlmJudgeReward")
+REWARDS.register("hpsv2", "genalign.rewards.hps:HPSv2Reward")
+REWARDS.register("hpsv21", "genalign.rewards.hps:HPSv21Reward")
 REWARDS.register("geneval", "genalign.rewards.geneval:GenEvalReward")
 REWARDS.register("geneval_accuracy", "genalign.rewards.geneval:GenEvalAccuracyReward")
 
@@ -41,6 +43,8 @@ REWARD_OPTIONS = {
     "toy_shape_area": "genalign.rewards.toy:NoOptions",
     "temporal_consistency": "genalign.rewards.video:TemporalConsistencyOptions",
     "vlm_judge": "genalign.rewards.vlm_judge:VlmJudgeOptions",
+    "hpsv2": "genalign.rewards.hps:HPSOptions",
+    "hpsv21": "genalign.rewards.hps:HPSOptions",
     "geneval": "genalign.rewards.geneval:GenEvalOptions",
     "geneval_accuracy": "genalign.rewards.geneval:GenEvalOptions",
 }

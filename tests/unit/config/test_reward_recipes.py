@@ -26,3 +26,10 @@ def test_vlm_judge_recipe():
     cfg = load_config(JUDGE, ["reward.kwargs.vlm_judge.base_url=http://10.0.0.7:17140/v1"])
     assert cfg.reward.components == {"vlm_judge": 1.0} and cfg.algorithm.kl_beta == 0.01
     assert cfg.reward.kwargs["vlm_judge"] == {"base_url": "http://10.0.0.7:17140/v1", "model": "UnifiedReward-7b-v1.5"}
+
+
+def test_hpsv21_recipe():
+    cfg = load_config("experiment/diffusion/sd3_5/online_grpo_hpsv21", ["reward.kwargs.hpsv21.weights_path=/m/h.st"])
+    assert cfg.reward.components == {"hpsv21": 1.0} and cfg.algorithm.kl_beta == 0.01
+    assert cfg.reward.kwargs["hpsv21"] == {"weights_path": "/m/h.st"}
+    assert (cfg.rollout.n, cfg.rollout.rollout_batch_size) == (24, 48)
