@@ -23,6 +23,7 @@ REWARDS.register("temporal_consistency", "genalign.rewards.video:TemporalConsist
 REWARDS.register("vlm_judge", "genalign.rewards.vlm_judge:VlmJudgeReward")
 REWARDS.register("hpsv2", "genalign.rewards.hps:HPSv2Reward")
 REWARDS.register("hpsv21", "genalign.rewards.hps:HPSv21Reward")
+REWARDS.register("image_reward", "genalign.rewards.image_reward:ImageRewardReward")
 REWARDS.register("geneval", "genalign.rewards.geneval:GenEvalReward")
 REWARDS.register("geneval_accuracy", "genalign.rewards.geneval:GenEvalAccuracyReward")
 
@@ -45,6 +46,7 @@ REWARD_OPTIONS = {
     "vlm_judge": "genalign.rewards.vlm_judge:VlmJudgeOptions",
     "hpsv2": "genalign.rewards.hps:HPSOptions",
     "hpsv21": "genalign.rewards.hps:HPSOptions",
+    "image_reward": "genalign.rewards.image_reward:ImageRewardOptions",
     "geneval": "genalign.rewards.geneval:GenEvalOptions",
     "geneval_accuracy": "genalign.rewards.geneval:GenEvalOptions",
 }

@@ -33,3 +33,10 @@ def test_hpsv21_recipe():
     assert cfg.reward.components == {"hpsv21": 1.0} and cfg.algorithm.kl_beta == 0.01
     assert cfg.reward.kwargs["hpsv21"] == {"weights_path": "/m/h.st"}
     assert (cfg.rollout.n, cfg.rollout.rollout_batch_size) == (24, 48)
+
+
+def test_image_reward_recipe():
+    cfg = load_config("experiment/diffusion/sd3_5/online_grpo_image_reward",
+                      ["reward.kwargs.image_reward.weights_path=/m/ir.st"])
+    assert cfg.reward.components == {"image_reward": 1.0} and cfg.algorithm.kl_beta == 0.01
+    assert cfg.reward.kwargs["image_reward"] == {"weights_path": "/m/ir.st"}
