@@ -38,6 +38,8 @@ TRAIN_SIZE = 10000
 TEST_SIZE = 2212
 """Flow-GRPO's GenEval test set size; its training set has 50000 lines (--train-size 50000)."""
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # datasets/build_common.py
+from build_common import write_or_check  # noqa: E402
 
 CLASSES = """person|bicycle|car|motorcycle|airplane|bus|train|truck|boat|traffic light|fire hydrant|
 stop sign|parking meter|bench|bird|cat|dog|horse|sheep|cow|elephant|bear|zebra|giraffe|backpack|umbrella|handbag|
@@ -140,17 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     train, test = build(args.train_size, args.test_size)
     outputs = {args.out / "train.jsonl": render(train), args.out / "test.jsonl": render(test)}
-    if args.check:
-        stale = [str(path) for path, text in outputs.items() if not path.exists() or path.read_bytes() != text.encode()]
-        if stale:
-            print(f"out of date (run python {Path(__file__).name}): {', '.join(stale)}", file=sys.stderr)
-            return 1
-        return 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    for path, text in outputs.items():
-        path.write_bytes(text.encode())
-        print(f"wrote {path} ({text.count(chr(10))} prompts)")
-    return 0
+    return write_or_check(outputs, args.check, Path(__file__).name)
 
 
 if __name__ == "__main__":
