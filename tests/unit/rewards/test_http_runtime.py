@@ -253,3 +253,20 @@ def test_http_runtime_config_is_checked_before_anything_starts():
     assert RewardConfig(runtime="http").http_problems()[0].startswith("reward.url=''")
     assert RewardConfig(runtime="http", url="ftp://x").http_problems()
     assert RewardConfig(runtime="http", url="http://10.0.0.5:8700").http_problems() == []
+
+
+def test_http_runtime_is_checked_by_the_config_loader(monkeypatch, tmp_path):
+    from genalign.config.errors import ConfigError
+    from genalign.config.files import file_problems
+    from genalign.config.loader import load_config
+
+    with pytest.raises(ConfigError, match=r"reward.url='': reward.runtime=http needs the reward server's URL"):
+        load_config("experiment/toy/shapes_grpo", ["reward.runtime=http"])
+    cfg = load_config("experiment/toy/shapes_grpo", ["reward.runtime=http", "reward.url=http://10.0.0.5:8700",
+                                                     f"trainer.output_dir={tmp_path / 'run'}",
+                                                     "reward.kwargs.toy_shape.path=/no/such/classifier"])
+    monkeypatch.delenv("GENALIGN_REWARD_TOKEN", raising=False)
+    assert file_problems(cfg) == ["reward.runtime=http: $GENALIGN_REWARD_TOKEN (reward.token_env) is not set; "
+                                  "export the reward server's token"]
+    monkeypatch.setenv("GENALIGN_REWARD_TOKEN", "t")
+    assert file_problems(cfg) == []  # the scorers' files are the server's to have
