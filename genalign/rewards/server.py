@@ -42,7 +42,7 @@ from genalign.rewards.base import RewardError, RewardFunction
 from genalign.rewards.composite import LocalRewardRuntime, build_scorer, check_inputs
 from genalign.rewards.config import RewardConfig
 from genalign.rewards.wire import (HEALTH_PATH, INFO_PATH, SCORE_PATH, ScoreRequest, WireError, decode_request,
-                                   require_aiohttp)
+                                   encode_reply, require_aiohttp)
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class RewardService:
         outcome = await pending.future
         if isinstance(outcome, str):
             return self._error(422, outcome)
-        return web.json_response({"scores": {name: values.tolist() for name, values in outcome.items()}})
+        return web.json_response(encode_reply(outcome))
 
     async def _batch_loop(self) -> None:
         loop = asyncio.get_running_loop()
