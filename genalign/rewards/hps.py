@@ -116,8 +116,9 @@ class HPSv2Reward:
         try:
             model.load_state_dict(open_clip_to_transformers(load_file(opts.weights_path)), strict=True)
         except (ValueError, RuntimeError) as exc:  # unknown keys, missing keys, wrong shapes
+            detail = " ".join(str(exc).split())
             raise ValueError(f"reward.kwargs.{self.name}.weights_path={opts.weights_path!r} does not fit "
-                             f"reward.kwargs.{self.name}.base_model={opts.base_model!r}: {' '.join(str(exc).split())}") from exc
+                             f"reward.kwargs.{self.name}.base_model={opts.base_model!r}: {detail}") from exc
         self.encoder = ClipEncoder(opts.base_model, opts.base_model, device, dtype, reward=self.name,
                                    model=model.to(dtype).eval().requires_grad_(False))
 

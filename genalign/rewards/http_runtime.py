@@ -199,9 +199,10 @@ class HttpRewardRuntime:
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 last = exc
             if loop.time() >= deadline:
+                seen = f"{type(last).__name__}: {last}" if isinstance(last, Exception) else last
                 raise RewardError(f"{self.describe()}: cannot {what} the server within reward.startup_timeout_s="
-                                  f"{self.cfg.startup_timeout_s} (last: {type(last).__name__ if isinstance(last, Exception) else ''}"
-                                  f" {last}); is `genalign serve-reward` running at that address?")
+                                  f"{self.cfg.startup_timeout_s} (last: {seen}); is `genalign serve-reward` "
+                                  f"running at that address?")
             await asyncio.sleep(min(HEALTH_POLL_S, max(deadline - loop.time(), 0.0)))
 
     async def _request(self, method: str, path: str, body: bytes | None, timeout_s: float) -> tuple[int, bytes]:

@@ -76,7 +76,8 @@ def split_checkpoint(state: dict[str, torch.Tensor]) -> tuple[dict, dict, dict]:
             continue
         unknown.append(key)
     if unknown:
-        raise ValueError(f"not an ImageReward checkpoint: unknown keys {unknown[:5]}{' ...' if len(unknown) > 5 else ''}")
+        more = " ..." if len(unknown) > 5 else ""
+        raise ValueError(f"not an ImageReward checkpoint: unknown keys {unknown[:5]}{more}")
     return vision, text, head
 
 

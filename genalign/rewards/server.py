@@ -183,7 +183,8 @@ class RewardService:
             count = len(group[0].request.prompts)
             while count < self.cfg.batch_size and not self._queue.empty():
                 item = self._queue.get_nowait()
-                if _mergeable(group[0].request, item.request) and count + len(item.request.prompts) <= self.cfg.batch_size:
+                fits = count + len(item.request.prompts) <= self.cfg.batch_size
+                if fits and _mergeable(group[0].request, item.request):
                     group.append(item)
                     count += len(item.request.prompts)
                 else:

@@ -26,9 +26,10 @@ def open_clip_state(seed: int = 0) -> dict[str, torch.Tensor]:
     state = {"token_embedding.weight": r(VOCAB, WIDTH), "positional_embedding": r(CONTEXT, WIDTH),
              "ln_final.weight": 1 + r(WIDTH), "ln_final.bias": r(WIDTH), "text_projection": r(WIDTH, EMBED),
              "logit_scale": torch.tensor(4.6), "visual.conv1.weight": r(WIDTH, 3, PATCH, PATCH),
-             "visual.class_embedding": r(WIDTH), "visual.positional_embedding": r((SIZE // PATCH) ** 2 + 1, WIDTH),
-             "visual.ln_pre.weight": 1 + r(WIDTH), "visual.ln_pre.bias": r(WIDTH), "visual.ln_post.weight": 1 + r(WIDTH),
-             "visual.ln_post.bias": r(WIDTH), "visual.proj": r(WIDTH, EMBED)}
+             "visual.class_embedding": r(WIDTH),
+             "visual.positional_embedding": r((SIZE // PATCH) ** 2 + 1, WIDTH),
+             "visual.ln_pre.weight": 1 + r(WIDTH), "visual.ln_pre.bias": r(WIDTH),
+             "visual.ln_post.weight": 1 + r(WIDTH), "visual.ln_post.bias": r(WIDTH), "visual.proj": r(WIDTH, EMBED)}
     for prefix in ("", "visual."):
         for i in range(LAYERS):
             block = f"{prefix}transformer.resblocks.{i}."
