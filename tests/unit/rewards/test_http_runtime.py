@@ -102,8 +102,9 @@ def test_server_merges_queued_requests_up_to_its_batch_size(serve, images):
     finally:
         runtime.close()
     assert torch.equal(scores.components[PROBE], images.float().mean(dim=(1, 2, 3)) / 255.0)
-    assert sum(reward_fakes.CALL_SIZES) == 6 and max(reward_fakes.CALL_SIZES) == 4  # merged, never past 4
-    assert len(reward_fakes.CALL_SIZES) < 6
+    # merged (queued one-sample requests scored together), never past the server's batch size; how
+    # many had arrived while the first call slept depends on the machine's load, so not exactly 4
+    assert sum(reward_fakes.CALL_SIZES) == 6 and 1 < max(reward_fakes.CALL_SIZES) <= 4
 
 
 def test_full_queue_is_back_pressure_not_an_error(serve, images):
