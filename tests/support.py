@@ -414,3 +414,27 @@ def save_tiny_clip(path: Path) -> Path:
     CLIPModel(config).save_pretrained(path)
     CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(path)
     return path
+
+
+class RankOneConstantReward:
+    """A scorer for multi-rank tests (`reward.allow_import=[support:RankOneConstantReward]`):
+    each image's mean pixel value, except on torchrun rank 1, where every sample scores 0 —
+    rank 1's prompt groups then have constant rewards (advantage 0, no DPO pair)."""
+
+    name = "support:RankOneConstantReward"
+
+    def __init__(self, device: str = "cpu", **kwargs):
+        self.device = device
+
+    def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
+        import os
+
+        if os.environ.get("RANK") == "1":
+            return torch.zeros(len(prompts))
+        return images.float().flatten(1).mean(1)  # [B]
+
+    def offload(self) -> None:
+        """Nothing to move."""
+
+    def onload(self) -> None:
+        """Nothing to move."""
