@@ -1,4 +1,4 @@
-"""Command line: `genalign train | config | eval | report | pretrain-demo` (+ `--help`, `--version`).
+"""Command line: `genalign train | config | eval | report | pretrain-demo | serve-reward` (+ `--help`, `--version`).
 
 Parse -> config -> call; no logic lives here. `python -m genalign.train ARGS` is the same
 as `genalign train ARGS`. `genalign train --help` and `genalign config --help` list the
@@ -64,9 +64,11 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
                             f"{cfg.distributed.training.strategy!r})")
         return launch_ranks(args.nproc_per_node, args.config, args.overrides)
     _configure_logging()
+    from genalign.training.stopping import SignalWatch
     from genalign.training.trainer import Trainer
 
-    Trainer(cfg).train()
+    with SignalWatch(defer=False):  # a signal while the run is built stops it at once; the steps defer it
+        Trainer(cfg).train()
     return 0
 
 
@@ -80,6 +82,10 @@ def config_main(argv: list[str] | None = None) -> int:
 
     cfg = load_config(args.config, args.overrides, check_files=not args.no_check_files)
     print(config_to_yaml(cfg), end="")
+    from genalign.config.cautions import config_cautions
+
+    for caution in config_cautions(cfg):
+        print(f"genalign: warning: {caution}", file=sys.stderr)
     return 0
 
 
@@ -122,14 +128,22 @@ def pretrain_demo_main(argv: list[str] | None = None) -> int:
     return main(argv) or 0
 
 
+def serve_reward_main(argv: list[str] | None = None) -> int:
+    _configure_logging()
+    from genalign.rewards.server import main
+
+    return main(argv)
+
+
 COMMANDS = {"train": train_main, "config": config_main, "eval": eval_main, "report": report_main,
-            "pretrain-demo": pretrain_demo_main}
+            "pretrain-demo": pretrain_demo_main, "serve-reward": serve_reward_main}
 SUMMARIES = {
     "train": "run RL post-training from a recipe (no arguments: the CPU demo, minutes)",
     "config": "print the resolved, validated config of a recipe; loads no model",
     "eval": "evaluate a checkpoint on the fixed eval prompts",
     "report": "write RUN_DIR/report.html: curves, before/after sheets, parity, config, provenance",
     "pretrain-demo": "regenerate the shipped toy demo model (about 50 min on one CPU core)",
+    "serve-reward": "serve reward scorers over HTTP for trainers with reward.runtime=http",
 }
 """One line per command for `genalign --help` (every command has one: a test checks)."""
 
@@ -165,8 +179,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"genalign: error: unknown command {argv[0]!r}; choose one of: {', '.join(COMMANDS)}\n"
               "hint: genalign --help lists the commands", file=sys.stderr)
         return 2
+    from genalign.training.stopping import RunInterrupted
+
     try:
         return COMMANDS[argv[0]](argv[1:])
+    except RunInterrupted as interrupted:  # SIGTERM / SIGINT: the conventional 128 + signal number
+        if not interrupted.logged:
+            print(f"genalign: {interrupted}", file=sys.stderr)
+        return interrupted.exit_code
+    except KeyboardInterrupt:  # Ctrl-C in a command that does not watch signals (eval, report)
+        print("genalign: interrupted (SIGINT)", file=sys.stderr)
+        return 130
     except UserError as err:  # a mistake in a config, file or command line; anything else is a bug
         print(format_user_error(err), file=sys.stderr)
         return 2

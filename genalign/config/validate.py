@@ -9,6 +9,7 @@ which never imports the implementations. Each message names the keys and how to 
 from __future__ import annotations
 
 import difflib
+import math
 
 from genalign.config.algorithm_checks import algorithm_problems
 from genalign.config.plan import num_train_timesteps_problem
@@ -18,7 +19,7 @@ from genalign.tracking.config import logger_problems
 
 CHOICES = {
     "reward.aggregation": ("weighted_sum", "advantage_sum"),
-    "reward.runtime": ("local", "ray"),
+    "reward.runtime": ("local", "ray", "http"),
     "rollout.engine": ("local", "ray"),
     "rollout.kernel": ("flow_sde", "dance_sde", "cps", "cps_gaussian"),
     "rollout.sde_window.schedule": ("random", "progressive", "fixed"),
@@ -104,6 +105,11 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
         if value < 0:
             problems.append(f"{key} must be >= 0 (0 disables it), got {value}")
     problems += logger_problems(cfg.trainer.loggers, cfg.trainer.wandb, check_installed=check_machine)
+    if cfg.trainer.max_idle_steps is not None and cfg.trainer.max_idle_steps < 1:
+        problems.append(f"trainer.max_idle_steps={cfg.trainer.max_idle_steps} must be >= 1 (null never stops a run "
+                        "for steps that train nothing)")
+    if not (cfg.trainer.signal_grace_s >= 0 and math.isfinite(cfg.trainer.signal_grace_s)):
+        problems.append(f"trainer.signal_grace_s={cfg.trainer.signal_grace_s} must be a finite number >= 0")
     if cfg.trainer.keep_last is not None and cfg.trainer.keep_last < 1:
         problems.append(f"trainer.keep_last={cfg.trainer.keep_last} must be >= 1 (null keeps every checkpoint)")
     if cfg.rollout.noise_level < 0:
@@ -117,6 +123,7 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
         problems.append(f"algorithm.timestep_fraction must be in (0, 1], got {cfg.algorithm.timestep_fraction}")
     if cfg.reward.num_threads < 1:
         problems.append(f"reward.num_threads must be positive, got {cfg.reward.num_threads}")
+    problems += cfg.reward.http_problems()
     if cfg.reward.async_scoring and cfg.rollout.engine != "local":
         problems.append("reward.async_scoring=true scores in-process rollout chunks as they finish; with "
                         "rollout.engine=ray use reward.async_scoring=false")

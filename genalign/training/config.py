@@ -35,6 +35,16 @@ class TrainerConfig:
     `tensorboard` (<output_dir>/tensorboard) and `wandb` (see trainer.wandb); trackers get the
     train row under train/, the eval row and contact sheet under eval/, from rank 0 only."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    signal_grace_s: float = 25.0
+    """Seconds a run has after SIGTERM/SIGINT before the scheduler kills it (Kubernetes and
+    Slurm wait 30 by default). The step in progress finishes; a checkpoint of it is written
+    only when the estimated save (the last save's duration, else the bytes at 100 MB/s) fits
+    in what is left of this; then the run exits 143 / 130 with a line saying how to resume.
+    0 never saves on a signal; a second signal stops at once without saving."""
+    max_idle_steps: int | None = 10
+    """Stop the run (one line with the reason) after this many steps in a row that train
+    nothing: every sample's advantage zero (all rewards of each group equal), no optimizer
+    step, or a non-finite loss. null never stops for that."""
 
 
 @dataclass
