@@ -13,7 +13,7 @@ import difflib
 from genalign.config.algorithm_checks import algorithm_problems
 from genalign.config.plan import num_train_timesteps_problem
 from genalign.config.schema import ExperimentConfig
-from genalign.config.values import non_finite_problems, value_problems
+from genalign.config.values import non_finite_problems, reward_package_problems, value_problems
 from genalign.tracking.config import logger_problems
 
 CHOICES = {
@@ -103,6 +103,12 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
         if value < 0:
             problems.append(f"{key} must be >= 0 (0 disables it), got {value}")
     problems += logger_problems(cfg.trainer.loggers, cfg.trainer.wandb, check_installed=check_machine)
+    if check_machine:
+        problems += reward_package_problems(cfg)
+    if cfg.trainer.sample_table.every < 0:
+        problems.append(f"trainer.sample_table.every must be >= 0 (0 disables it), got {cfg.trainer.sample_table.every}")
+    if cfg.trainer.sample_table.count < 1:
+        problems.append(f"trainer.sample_table.count must be >= 1, got {cfg.trainer.sample_table.count}")
     if cfg.trainer.keep_last is not None and cfg.trainer.keep_last < 1:
         problems.append(f"trainer.keep_last={cfg.trainer.keep_last} must be >= 1 (null keeps every checkpoint)")
     if cfg.rollout.noise_level < 0:
