@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from genalign.tracking.config import WandbConfig
+from genalign.tracking.config import SampleTableConfig, WandbConfig
 
 
 @dataclass
@@ -35,6 +35,9 @@ class TrainerConfig:
     `tensorboard` (<output_dir>/tensorboard) and `wandb` (see trainer.wandb); trackers get the
     train row under train/, the eval row and contact sheet under eval/, from rank 0 only."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    """W&B run settings (project, entity, name, group, tags, mode), each else its WANDB_* variable."""
+    sample_table: SampleTableConfig = field(default_factory=SampleTableConfig)
+    """Every few steps, a table of rollout samples with their prompts and rewards to the trackers."""
 
 
 @dataclass

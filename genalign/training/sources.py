@@ -44,6 +44,8 @@ class StepData:
     """Reward and advantage columns of the metrics row."""
     times: dict[str, float] = field(default_factory=dict)
     """time_rollout_s and time_reward_s (seconds of this step's collection)."""
+    scores: RewardScores | None = None
+    """The whole step's reward scores (every rank's samples, this rank's first on rank 0); None offline."""
 
 
 class OnlineRollout:
@@ -71,7 +73,7 @@ class OnlineRollout:
         row = {**scores.stats(prefix="reward"),
                "zero_std_ratio": zero_std_group_fraction(scores.total, self.global_group_ids(batch)),
                **{f"adv_{k}": v for k, v in advantage_stats(step_advantages).items()}}
-        return StepData(units, unit_advantages, batch, len(batch), row, times)
+        return StepData(units, unit_advantages, batch, len(batch), row, times, scores)
 
     def rollout(self, step: int) -> tuple[TrajectoryBatch, Callable[[], RewardScores]]:
         """The step's trajectories and a callable returning their reward scores. With

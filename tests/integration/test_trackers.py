@@ -4,6 +4,7 @@ resume after a crash), train.log holds the story, exports carry a model card."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -34,6 +35,10 @@ def runs(tiny_sd3_dir, tmp_path_factory):
         for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
             env.setenv(name, str(root / "wandb-home" / name.lower()))
         env.delenv("WANDB_API_KEY", raising=False)
+        # a launcher's W&B variables apply where the config names no value (W&B's own precedence)
+        env.setenv("WANDB_PROJECT", "envproj")
+        env.setenv("WANDB_RUN_GROUP", "seed-sweep")
+        env.setenv("WANDB_TAGS", "tiny,sd3")
         Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "plain"))).train()
         Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "tracked", TRACKERS))).train()
         shutil.copytree(root / "tracked", root / "crashed")
@@ -72,6 +77,10 @@ def test_tensorboard_has_every_step_once_and_the_contact_sheets(runs):
         sheets = events.Images("eval/contact_sheet")
         assert sorted({e.step for e in sheets}) == [0, 2, 3], name
         assert sheets[0].width > 0 and sheets[0].encoded_image_string.startswith(b"\x89PNG")
+        # the rollout sample table at step 1 (trainer.sample_table.every=10): images and a text table
+        samples = events.Images("train/rollout_samples/images")
+        assert [e.step for e in samples] == [1], name
+        assert "train/rollout_samples/text_summary" in events.Tags()["tensors"], name
 
 
 def test_wandb_offline_run_has_history_and_images_and_one_id_across_resume(runs):
@@ -82,6 +91,13 @@ def test_wandb_offline_run_has_history_and_images_and_one_id_across_resume(runs)
     for key in (b"train/reward_mean", b"train/loss", b"eval/eval_reward_mean"):
         assert key in history, key
     assert list((tracked[0] / "files" / "media" / "images" / "eval").glob("contact_sheet_*.png"))
+    tables = list((tracked[0] / "files" / "media" / "table" / "train").glob("rollout_samples_*.table.json"))
+    assert len(tables) == 1
+    table = json.loads(tables[0].read_text())
+    assert table["columns"] == ["image", "prompt", "jpeg_compressibility", "total"]  # ocr has weight 0
+    assert len(table["data"]) == 4  # rollout.rollout_batch_size 2 x rollout.n 2, under trainer.sample_table.count 8
+    for value in (b"envproj", b"seed-sweep", b"tiny", b"sd3"):  # from WANDB_PROJECT / _RUN_GROUP / _TAGS
+        assert value in history, value
     state = yaml.safe_load((runs / "tracked" / "checkpoint-final" / "trainer_state.json").read_text())
     assert state["tracker_run_id"] == run_id
     resumed = sorted((runs / "crashed" / "wandb").glob("offline-run-*"))
@@ -91,7 +107,7 @@ def test_wandb_offline_run_has_history_and_images_and_one_id_across_resume(runs)
 def test_train_log_has_the_console_lines_and_is_appended_on_resume(runs):
     tracked = (runs / "tracked" / "train.log").read_text()
     for text in ("run plan:", "loading model sd3", "loading model sd3 from", ": done in", "parity preflight",
-                 "step 3: reward", "eval step 2", "saving ", "checkpoint-final"):
+                 "step 3/3, ", "eval step 2", "saving ", "checkpoint-final"):
         assert text in tracked, text
     assert " INFO genalign.training.trainer: " in tracked  # the console's format
     crashed = (runs / "crashed" / "train.log").read_text()
