@@ -62,7 +62,18 @@ def config_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-check-files", action="store_true",
                         help="skip the checks of files the config names (manifests, model path, output_dir, "
                              "trainer.resume_from), e.g. when composing a config for another machine")
+    parser.add_argument("--describe", nargs="?", const="", default=None, metavar="PREFIX",
+                        help="list every config key (or those under PREFIX, e.g. trainer.wandb) with its type, "
+                             "default, allowed values and meaning, instead of printing a config")
     args = parser.parse_args(argv)
+    if args.describe is not None:
+        from genalign.config.describe import describe
+
+        try:
+            print(describe(args.describe))
+        except ValueError as err:
+            raise UserError(str(err)) from err
+        return 0
     from genalign.config.loader import config_to_yaml, load_config
 
     cfg = load_config(args.config, args.overrides, check_files=not args.no_check_files)
@@ -130,11 +141,12 @@ def top_level_help() -> str:
         "options:", f"  {'-h, --help':<{width}}show this help and exit",
         f"  {'--version':<{width}}print the genalign version and exit", "",
         "`genalign COMMAND --help` shows a command's options; `genalign train --help` lists the recipes "
-        "and config groups.",
+        "and config groups; `genalign config --describe [PREFIX]` lists the config keys.",
         "examples:",
         "  genalign train                                   # the CPU demo recipe",
         "  genalign train --config experiment/diffusion/sd3_5/online_grpo_ocr trainer.output_dir=outputs/run1",
         "  genalign config --config experiment/toy/shapes_grpo rollout.n=4",
+        "  genalign config --describe trainer.wandb                # the keys under trainer.wandb",
         "  genalign eval --checkpoint outputs/run1/checkpoint-final"])
 
 

@@ -29,6 +29,7 @@ class LoraConfig:
     init: str = "gaussian"
     """peft `init_lora_weights`: "gaussian" (Flow-GRPO), "default" (Kaiming A, zero B)."""
     dropout: float = 0.0
+    """LoRA dropout on the adapter input (peft `lora_dropout`; Flow-GRPO: 0)."""
     target_modules: list[str] = field(default_factory=list)
     """Module-name suffixes the adapter attaches to; empty = the family's default targets."""
 
@@ -45,6 +46,7 @@ class ModelConfig:
     path: str = "stabilityai/stable-diffusion-3.5-medium"
     """Hugging Face hub id or a local directory written by `save_pretrained`."""
     revision: str | None = None
+    """Hub revision (branch, tag or commit) of model.path; null: the default branch."""
     dtype: str = "float32"
     """Compute dtype of the denoiser and the frozen weights of the text encoders and base
     model: float32 | float16 | bfloat16. Trained weights (LoRA or full) and optimizer state

@@ -10,6 +10,7 @@ from genalign.tracking.config import SampleTableConfig, WandbConfig
 @dataclass
 class TrainerConfig:
     output_dir: str = "outputs/run"
+    """The run directory: config.yaml, metrics.csv, train.log, checkpoints, evaluations, report.html."""
     seed: int = 42
     """One seed for the run: prompt order, per-sample noise = f(seed, step, index)."""
     num_steps: int = 1000
@@ -43,6 +44,7 @@ class TrainerConfig:
 @dataclass
 class EMAConfig:
     enabled: bool = True
+    """Keep an exponential moving average of the trained weights (evaluated and exported with eval.use_ema)."""
     decay: float = 0.9
     """The decay once warmed up (Flow-GRPO: 0.9)."""
     update_every: int = 8
@@ -60,10 +62,15 @@ class ActorConfig:
     """Optimizer and update rhythm of the trained weights."""
 
     lr: float = 3e-4
+    """AdamW learning rate of the trained weights (constant)."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW (beta1, beta2)."""
     weight_decay: float = 1e-4
+    """AdamW decoupled weight decay."""
     eps: float = 1e-8
+    """AdamW epsilon."""
     max_grad_norm: float = 1.0
+    """Clip the gradient's global L2 norm to this before each optimizer step."""
     gradient_accumulation_steps: int = 4
     """Micro-batches per optimizer step. Flow-GRPO: 8 groups x 8 samples / 8 per micro-batch
     = 8 micro-batches, / 4 = two optimizer updates per step."""
@@ -71,6 +78,7 @@ class ActorConfig:
     """Samples per replay micro-batch; null = rollout.sample_batch_size (same batch
     geometry as rollout, so replayed log-probs match bitwise in fp32)."""
     num_inner_epochs: int = 1
+    """Passes over the step's samples per training step (PPO epochs; Flow-GRPO: 1)."""
     shuffle_samples: bool = True
     """Shuffle samples before splitting into micro-batches (seeded)."""
     ema: EMAConfig = field(default_factory=EMAConfig)

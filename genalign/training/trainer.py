@@ -158,7 +158,7 @@ class Trainer:
                 if evaluated:
                     row["time_eval_s"] = self.evaluate(step)
                 self.metrics.log(step, row)
-                if evaluated and step != last:  # the page shows this step's row; the last is reported after saving
+                if evaluated and step != last:  # the page shows this row; the last is reported after saving
                     self.report()
                 if self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last:
                     self.save(f"checkpoint-{step}", step)
