@@ -1,4 +1,4 @@
-"""Command line: `genalign train | config | eval | report | pretrain-demo` (+ `--help`, `--version`).
+"""Command line: `genalign train | config | eval | report | export | pretrain-demo` (+ `--help`, `--version`).
 
 Parse -> config -> call; no logic lives here. `python -m genalign.train ARGS` is the same
 as `genalign train ARGS`. `genalign train --help` and `genalign config --help` list the
@@ -113,6 +113,29 @@ def report_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def export_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="genalign export", description="Show the model folder of a checkpoint (lora/ or transformer/, with its "
+                                            "model card) and optionally upload it to the Hugging Face Hub.")
+    parser.add_argument("checkpoint", help="a checkpoint-<step> or checkpoint-final directory")
+    parser.add_argument("--push-to-hub", metavar="REPO_ID", default=None,
+                        help="upload the folder to this model repository (created if missing; your huggingface_hub "
+                             "login or $HF_TOKEN)")
+    parser.add_argument("--private", action="store_true", help="create the repository private")
+    parser.add_argument("--commit-message", default=None, help="the Hub commit message")
+    args = parser.parse_args(argv)
+    from genalign.training.publish import export_folder, push_to_hub
+
+    folder = export_folder(args.checkpoint)
+    print(folder)
+    for path in sorted(folder.iterdir()):
+        print(f"  {path.name}")
+    if args.push_to_hub:
+        _configure_logging()
+        print(push_to_hub(folder, args.push_to_hub, private=args.private, commit_message=args.commit_message))
+    return 0
+
+
 def pretrain_demo_main(argv: list[str] | None = None) -> int:
     _configure_logging()
     from genalign.models.toy.pretrain import main
@@ -121,12 +144,13 @@ def pretrain_demo_main(argv: list[str] | None = None) -> int:
 
 
 COMMANDS = {"train": train_main, "config": config_main, "eval": eval_main, "report": report_main,
-            "pretrain-demo": pretrain_demo_main}
+            "export": export_main, "pretrain-demo": pretrain_demo_main}
 SUMMARIES = {
     "train": "run RL post-training from a recipe (no arguments: the CPU demo, minutes)",
     "config": "print the resolved, validated config of a recipe; loads no model",
     "eval": "evaluate a checkpoint on the fixed eval prompts",
     "report": "write RUN_DIR/report.html: curves, before/after sheets, parity, config, provenance",
+    "export": "show a checkpoint's model folder (LoRA or transformer + model card); --push-to-hub uploads it",
     "pretrain-demo": "regenerate the shipped toy demo model (about 50 min on one CPU core)",
 }
 """One line per command for `genalign --help` (every command has one: a test checks)."""
@@ -147,7 +171,8 @@ def top_level_help() -> str:
         "  genalign train --config experiment/diffusion/sd3_5/online_grpo_ocr trainer.output_dir=outputs/run1",
         "  genalign config --config experiment/toy/shapes_grpo rollout.n=4",
         "  genalign config --describe trainer.wandb                # the keys under trainer.wandb",
-        "  genalign eval --checkpoint outputs/run1/checkpoint-final"])
+        "  genalign eval --checkpoint outputs/run1/checkpoint-final",
+        "  genalign export outputs/run1/checkpoint-final --push-to-hub my-user/sd35-ocr-lora"])
 
 
 def main(argv: list[str] | None = None) -> int:

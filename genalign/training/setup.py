@@ -28,8 +28,10 @@ log = logging.getLogger(__name__)
 # Config keys whose change makes a checkpoint's state meaningless for this run. Everything
 # else (output_dir, num_steps, eval cadence, logging) may change on resume.
 RESUME_KEYS = ["model", "rollout", "actor", "algorithm", "reward", "data.manifest", "data.shuffle", "trainer.seed"]
-RESUME_FREE_KEYS = ["reward.allow_import"]
-"""Under RESUME_KEYS but free to change: a permission of this invocation, not run state."""
+RESUME_FREE_KEYS = ["reward.allow_import", "model.card.base_model", "model.card.license", "model.card.license_name",
+                    "model.card.license_link"]
+"""Under RESUME_KEYS but free to change: a permission of this invocation, and what exported
+model cards say about the base model (not run state)."""
 
 
 def build_policy(cfg: ExperimentConfig) -> FlowPolicy:

@@ -117,8 +117,17 @@ def test_train_log_has_the_console_lines_and_is_appended_on_resume(runs):
 def test_exported_lora_has_a_model_card(runs, tiny_sd3_dir):
     card = (runs / "tracked" / "checkpoint-final" / "lora" / "README.md").read_text()
     front = yaml.safe_load(card.split("---")[1])
-    assert front["base_model"] == str(tiny_sd3_dir) and front["library_name"] == "diffusers"
+    # the run loaded a local copy; the card names the preset's Hub id and licence
+    assert front["base_model"] == "stabilityai/stable-diffusion-3.5-medium" and front["library_name"] == "diffusers"
+    assert front["license"] == "other" and front["pipeline_tag"] == "text-to-image"
     assert {"lora", "genalign", "grpo"} <= set(front["tags"])
+    # the first and the last evaluation's sheets (steps 0 and 3) beside the card, shown by it
+    lora = runs / "tracked" / "checkpoint-final" / "lora"
+    for step in (0, 3):
+        assert (lora / f"samples_step_{step}.png").read_bytes() == \
+            (runs / "tracked" / f"eval_epoch_{step}" / "contact_sheet.png").read_bytes()
+        assert f"](samples_step_{step}.png)" in card
+    assert not (lora / "samples_step_2.png").exists()
     last_eval = read_rows(runs / "tracked" / "eval_metrics.csv")[-1]
     for text in (f"recipe: `{RECIPE}`", "`jpeg_compressibility` x 1", "steps trained: 3 of 3", "EMA (decay",
                  f"| eval reward (mean) | {float(last_eval['eval_reward_mean']):.4f} |", "load_lora_weights"):
@@ -147,3 +156,19 @@ def test_full_finetune_exports_a_transformer_diffusers_loads(tiny_sd3_dir, tmp_p
     card = (exported / "README.md").read_text()
     assert "transformer=transformer" in card and "steps trained: 1 of 1" in card
     assert not (out / "checkpoint-final" / "lora").exists()
+
+
+def test_export_pushes_a_real_checkpoints_lora_folder(runs, monkeypatch):
+    from huggingface_hub import HfApi
+
+    from genalign.cli import main
+
+    uploaded = []
+    monkeypatch.setattr(HfApi, "create_repo", lambda self, repo_id, **kwargs: None)
+    monkeypatch.setattr(HfApi, "upload_folder", lambda self, **kwargs: uploaded.append(kwargs) or "done")
+    assert main(["export", str(runs / "tracked" / "checkpoint-2"), "--push-to-hub", "me/tiny-sd3-lora"]) == 0
+    folder = uploaded[0]["folder_path"]
+    assert folder == str(runs / "tracked" / "checkpoint-2" / "lora")
+    from pathlib import Path
+
+    assert {"README.md", "pytorch_lora_weights.safetensors"} <= {p.name for p in Path(folder).iterdir()}
