@@ -16,7 +16,7 @@ steps after `--warmup`: whole-step images/s, seconds per phase, the transformer'
 TFLOP/s (FLOPs counted once with torch.utils.flop_counter for a CFG forward and a
 forward+backward, times the calls a step makes, over the rollout + train seconds), and peak
 GPU memory; then the ratios to the reference Flow-GRPO figure (0.90 images/s, measured on an
-H100 at these settings, issue 8) and compiled/eager.
+H100 at these settings, docs/benchmarks.md) and compiled/eager.
 
 Without CUDA it runs the tiny SD3 shapes on the CPU in float32 (64², 4 steps) so CI and
 developers can smoke-test the script; those numbers mean nothing for speed.
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['images_per_s'] / REFERENCE_IMAGES_PER_S:>7.2f}x")
     if {"eager", "compiled"} <= set(results):
         print(f"compiled / eager: {results['compiled']['images_per_s'] / results['eager']['images_per_s']:.2f}x")
-    print(f"reference Flow-GRPO: {REFERENCE_IMAGES_PER_S} images/s (H100, issue 8)")
+    print(f"reference Flow-GRPO: {REFERENCE_IMAGES_PER_S} images/s (H100, docs/benchmarks.md)")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The README's before/after picture of the default run, cut from its two contact sheets.
+"""The before/after picture of the default run (README, docs/demo.md), cut from its two contact
+sheets.
 
     python benchmarks/demo_figure.py RUN_DIR docs/training_examples/before_after.png [--samples 4]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the default suite RUNS times in a row and log each result (issue 9's load check).
+# Run the default suite RUNS times in a row and log each result (the load check behind docs/testing.md's figures).
 # Start two at once (e.g. `scripts/soak_default_suite.sh A 5 & scripts/soak_default_suite.sh B 5`)
 # so that each run has a CPU-bound process beside it; results go to /tmp/soak-summary.txt.
 set -u

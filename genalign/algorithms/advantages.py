@@ -1,7 +1,7 @@
-"""Group-relative advantages (ALGORITHMS §2.4, §7 multi-reward, §9.5, §9.15).
+"""Group-relative advantages (docs/algorithms.md §2.4, §7.1 multi-reward).
 
 Where it fits: step 4 of the loop, between the reward runtime and the loss. The trainer
-gathers every sample's reward and group id (a group = the G samples of one prompt, §9.11),
+gathers every sample's reward and group id (a group = the G samples of one prompt, §2.4),
 calls `aggregate_advantages`, and the algorithm clamps them with `clip_advantages`.
 
 Pure torch: rewards [B] and group ids [B] in, float32 advantages [B] out. Groups are
@@ -66,7 +66,7 @@ def _group_mean_std(rewards: torch.Tensor, dense: torch.Tensor, num_groups: int,
 def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, *, per_prompt: bool = True,
                      global_std: bool = True, std: str = "population", eps: float = 1e-4,
                      normalize_by_std: bool = True) -> torch.Tensor:
-    """A_k = (R_k − mean_group(R)) / (std + eps), float32 [B] (ALGORITHMS §2.4).
+    """A_k = (R_k − mean_group(R)) / (std + eps), float32 [B] (docs/algorithms.md §2.4).
 
     rewards [B], group_ids [B] (any integer ids, in any order; equal id = same prompt group).
     * `global_std=True` (Flow-GRPO SD3 default): std of the whole batch; else the group's std.
@@ -75,7 +75,7 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, *, per_prom
     * `per_prompt=False`: the whole batch is one group, A = (R − mean(R)) / (std(R) + eps).
     * `normalize_by_std=False`: mean-centering only, A = R − mean_group(R) (Dr.GRPO).
     A zero-variance group (all rewards equal, incl. a group of one) gets exactly 0: its
-    numerator is 0, and the division is skipped, so eps = 0 cannot produce 0/0 (§9.5).
+    numerator is 0, and the division is skipped, so eps = 0 cannot produce 0/0 (§2.4).
     """
     if std not in STD_CONVENTIONS:
         raise ValueError(f"algorithm.advantage.std={std!r}: choose one of {STD_CONVENTIONS}")
@@ -114,7 +114,7 @@ def zero_std_group_fraction(rewards: torch.Tensor, group_ids: torch.Tensor) -> f
 
 def aggregate_advantages(component_rewards: dict[str, torch.Tensor], weights: dict[str, float],
                          group_ids: torch.Tensor, mode: str, **group_kwargs) -> torch.Tensor:
-    """Combine reward components into one advantage, float32 [B] (ALGORITHMS §2.4, §7).
+    """Combine reward components into one advantage, float32 [B] (docs/algorithms.md §2.4, §7.1).
 
     * "weighted_sum": R = Σ_k w_k r_k, then one `group_advantages(R)` (Flow-GRPO, NFT).
     * "advantage_sum": A = Σ_k w_k · group_advantages(r_k) (DanceGRPO / MixGRPO
@@ -140,7 +140,7 @@ def aggregate_advantages(component_rewards: dict[str, torch.Tensor], weights: di
 
 
 def clip_advantages(advantages: torch.Tensor, adv_clip_max: float) -> torch.Tensor:
-    """Â = clamp(A, −adv_clip_max, +adv_clip_max) (ALGORITHMS §2.5; Flow-GRPO: 5). Same shape."""
+    """Â = clamp(A, −adv_clip_max, +adv_clip_max) (docs/algorithms.md §2.5; Flow-GRPO: 5). Same shape."""
     if adv_clip_max <= 0:
         raise ValueError(f"algorithm.adv_clip_max must be > 0, got {adv_clip_max}")
     return advantages.clamp(-adv_clip_max, adv_clip_max)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 @dataclass
 class AdvantageConfig:
-    """Group normalisation (ALGORITHMS §2.4)."""
+    """Group normalisation (docs/algorithms.md §2.4)."""
 
     per_prompt: bool = True
     """Normalise within each prompt group; false = over the whole batch."""
@@ -38,7 +38,7 @@ class RolloutCorrectionConfig:
 
 @dataclass
 class GuardConfig:
-    """GRPO-Guard options (algorithm.name=grpo_guard, ALGORITHMS §3.3)."""
+    """GRPO-Guard options (algorithm.name=grpo_guard, docs/algorithms.md §3.3)."""
 
     reweight: bool = True
     """Divide each step's loss by mean(h)² = |Δσ| as the reference does (regulates the step's
@@ -47,7 +47,7 @@ class GuardConfig:
 
 @dataclass
 class NFTConfig:
-    """DiffusionNFT (ALGORITHMS §4); defaults of the official `config/nft.py` (decay_type 1)."""
+    """DiffusionNFT (docs/algorithms.md §4); defaults of the official `config/nft.py` (decay_type 1)."""
 
     beta: float = 1.0
     """Mixing strength β of the implicit policies v± = (1 ∓ β)·v_old ± β·v_θ; 1/β acts as a
@@ -67,7 +67,7 @@ class NFTConfig:
 
 @dataclass
 class DPOConfig:
-    """Flow-DPO (Diffusion-DPO with the flow-matching target, ALGORITHMS §5.3)."""
+    """Flow-DPO (Diffusion-DPO with the flow-matching target, docs/algorithms.md §5.3)."""
 
     beta: float = 5000.0
     """β of the DPO logit −½·β·(Δ_w − Δ_l) (Diffusion-DPO's `beta_dpo` default 5000; VO uses 2000)."""
@@ -94,7 +94,7 @@ class AlgorithmConfig:
     DiffusionNFT: the official `train.beta` (1e-4) on the velocity KL. Unused by dpo, which
     always evaluates the reference."""
     kl_type: str = "latent_mean"
-    """"latent_mean": mean((mu - mu_ref)^2) / (2 s^2) as in Flow-GRPO code (ALGORITHMS §2.5);
+    """"latent_mean": mean((mu - mu_ref)^2) / (2 s^2) as in Flow-GRPO code (docs/algorithms.md §2.5);
     "velocity": mean((v - v_ref)^2)."""
     timestep_fraction: float = 0.99
     """Train int(num_steps * fraction) stochastic steps of each trajectory (grpo: which ones is

@@ -1,4 +1,4 @@
-"""Flow-DPO: Diffusion-DPO with the flow-matching target (ALGORITHMS §5.3).
+"""Flow-DPO: Diffusion-DPO with the flow-matching target (docs/algorithms.md §5.3).
 
 Where it fits: trains on `PreferencePairs`. Online (`algorithm.dpo.source=online`),
 `training_batch` cuts one pair from each prompt group of the step's rollout — the sample with

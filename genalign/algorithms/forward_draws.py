@@ -1,4 +1,4 @@
-"""Per-sample randomness of forward-process training: which σ, which ε (ALGORITHMS §4.2, §5.3).
+"""Per-sample randomness of forward-process training: which σ, which ε (docs/algorithms.md §4.2, §5.3).
 
 Where it fits: DiffusionNFT and Flow-DPO train on clean samples noised afresh. The update loop
 calls `compute_loss` once per training position j (0..K−1, `train_step_indices`); at position

@@ -1,4 +1,4 @@
-"""Losses on the forward (noising) process: DiffusionNFT and Flow-DPO (pure; ALGORITHMS §4, §5.3).
+"""Losses on the forward (noising) process: DiffusionNFT and Flow-DPO (pure; docs/algorithms.md §4, §5.3).
 
 Where it fits: `algorithms/nft.py` and `algorithms/dpo.py` noise clean samples x0 to
 x_σ = (1 − σ)·x0 + σ·ε (§1), evaluate velocities there, and hand them to these functions.

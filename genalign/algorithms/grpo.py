@@ -1,4 +1,4 @@
-"""Flow-GRPO: PPO-clipped policy gradient over stored SDE trajectories (ALGORITHMS §2), and
+"""Flow-GRPO: PPO-clipped policy gradient over stored SDE trajectories (docs/algorithms.md §2), and
 GRPO-Guard (§3.3) as a thin subclass that changes only the log-ratio and the step weight.
 
 Where it fits: `compute_loss` replays one stored denoising step of a micro-batch through the
@@ -107,7 +107,7 @@ class FlowGRPO(ClippedRatioBase):
         return 1.0
 
     def reference_kl(self, batch: TrajectoryBatch, j: int, replayed: ReplayedStep) -> torch.Tensor:
-        """KL [b] to the reference (adapter-disabled) policy at step j (ALGORITHMS §2.5)."""
+        """KL [b] to the reference (adapter-disabled) policy at step j (docs/algorithms.md §2.5)."""
         with torch.no_grad(), self.reference.active() as reference_policy:
             ref_velocity = reference_policy.velocity(batch.latents[:, j].to(replayed.velocity.device),
                                                      replayed.sigma_batch, batch.condition.to(replayed.velocity.device),
@@ -119,7 +119,7 @@ class FlowGRPO(ClippedRatioBase):
 
 
 class GRPOGuard(FlowGRPO):
-    """GRPO-Guard (ALGORITHMS §3.3; FG-up `train_sd3_GRPO_Guard.py`, VO `GRPOGuardLoss`):
+    """GRPO-Guard (docs/algorithms.md §3.3; FG-up `train_sd3_GRPO_Guard.py`, VO `GRPOGuardLoss`):
     the clipped surrogate on RatioNorm's normalised log-ratio, each step's loss divided by
     mean(h)² = |Δσ_j| (algorithm.guard.reweight). Needs the rollout's kernel means μ_old and a
     Gaussian kernel (validated at config time)."""

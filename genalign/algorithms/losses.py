@@ -1,4 +1,4 @@
-"""Policy-gradient losses and KL terms (pure; ALGORITHMS §2.5).
+"""Policy-gradient losses and KL terms (pure; docs/algorithms.md §2.5).
 
 Where it fits: `algorithms/grpo.py` composes these per (micro-batch, trained denoising step):
 the replayed log-probs and stored rollout log-probs go into `clipped_policy_loss`, and the
@@ -25,7 +25,7 @@ class PolicyLossOutput(NamedTuple):
 
 def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
                         clip_range: float, sample_weights: torch.Tensor | None = None) -> PolicyLossOutput:
-    """PPO clipped surrogate (ALGORITHMS §2.5), all inputs [B]:
+    """PPO clipped surrogate (docs/algorithms.md §2.5), all inputs [B]:
 
         r = exp(ℓ − ℓ_old),   loss = mean_b w_b·max(−Â·r, −Â·clip(r, 1 − ε, 1 + ε))
 
@@ -65,7 +65,7 @@ def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_ra
 
 def ratio_norm_log_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor, mean: torch.Tensor,
                          old_mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """GRPO-Guard RatioNorm (ALGORITHMS §3.3, FG-up `train_sd3_GRPO_Guard.py`), [B] with grad:
+    """GRPO-Guard RatioNorm (docs/algorithms.md §3.3, FG-up `train_sd3_GRPO_Guard.py`), [B] with grad:
 
         S = mean_b(std),   bias = mean_dims (μ_θ − μ_old)² / (2 S²),   log r̃ = (ℓ − ℓ_old + bias)·S
 
@@ -113,7 +113,7 @@ def rollout_correction_weights(proximal_log_probs: torch.Tensor, behaviour_log_p
 
 
 def latent_mean_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std_dev_t: torch.Tensor) -> torch.Tensor:
-    """KL_j = mean_{non-batch dims} (μ_θ − μ_ref)² / (2 s_j²)  -> float32 [B] (ALGORITHMS §2.5).
+    """KL_j = mean_{non-batch dims} (μ_θ − μ_ref)² / (2 s_j²)  -> float32 [B] (docs/algorithms.md §2.5).
 
     The Flow-GRPO code convention: s_j is the noise scale `std_dev_t` from
     `kernels.sde_noise_scale` — *without* sqrt(−Δσ) — so this is the paper's per-step KL × Δt,

@@ -1,4 +1,4 @@
-"""DiffusionNFT: negative-aware fine-tuning on the forward process (ALGORITHMS §4).
+"""DiffusionNFT: negative-aware fine-tuning on the forward process (docs/algorithms.md §4).
 
 Where it fits: the rollout samples clean images with the *old* policy θ_old
 (`rollout_weights`) using any sampler — the ODE included, nothing per-step is stored or

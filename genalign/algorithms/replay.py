@@ -4,7 +4,7 @@ Where it fits: every consumer of a replayed log-prob goes through here — the a
 (with grad), the parity preflight and the rollout-correction pass (no grad) — so they all
 use the kernel name, σ's, guidance and noise level stored in the trajectory, and the same
 `transition_step` the rollout sampled with. That is what keeps the on-policy ratio exactly 1
-for every kernel and window (ALGORITHMS §2.10, §9.1).
+for every kernel and window (docs/algorithms.md §2.10).
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ token mean averaged over samples. k3 is `losses.token_kl` to the LoRA-disabled r
 Departure from T2I-R1, on purpose and named: its replay scores the tokens with the
 *conditional* stream alone, although they were sampled with CFG; by default
 (algorithm.token_log_prob=guided) the log-prob here is of the distribution that sampled them
-(CFG and temperature included), so the ratio is of the sampling policy (issue 12's
-specification); algorithm.token_log_prob=conditional scores as T2I-R1 does. Either way the
+(CFG and temperature included), so the ratio is of the sampling policy (docs/algorithms.md
+§6.1); algorithm.token_log_prob=conditional scores as T2I-R1 does. Either way the
 rollout records the kind replay computes, so the ratio is exactly 1 before the update.
 """
 

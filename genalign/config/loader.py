@@ -241,8 +241,8 @@ def find_recipe(recipe: str) -> Path:
 
 
 # ------------------------------------------------------------------ typed validation
-# Deployment facts live in the environment, never in the experiment tree (DESIGN: a config
-# must mean the same run on any machine). An unknown key that looks like one says so.
+# Deployment facts live in the environment, never in the experiment tree (docs/architecture.md §4: a
+# config must mean the same run on any machine). An unknown key that looks like one says so.
 ENVIRONMENT_FACTS = {
     "ray_address": "RAY_ADDRESS", "cuda_visible_devices": "CUDA_VISIBLE_DEVICES", "rank": "RANK",
     "world_size": "WORLD_SIZE", "local_rank": "LOCAL_RANK", "hf_home": "HF_HOME", "hf_hub_cache": "HF_HUB_CACHE",

@@ -4,7 +4,7 @@ Where it fits: the rollout collector samples with `velocity` + the pure SDE kern
 algorithm replays stored latents through `velocity` again, rewards see `decode`d uint8
 images. A family (sd3, toy, ...) never imports the trainer, the rewards or an algorithm.
 
-Conventions (ALGORITHMS.md §1): sigma in [0, 1], 1 = pure noise; the network predicts the
+Conventions (docs/algorithms.md §1): sigma in [0, 1], 1 = pure noise; the network predicts the
 velocity `x1 - x0`; a family maps sigma to its own timestep input (`1000 * sigma` for SD3).
 Images handed to rewards are `torch.uint8` tensors `[B, 3, H, W]`; video families hand
 `[B, F, 3, H, W]`.
@@ -209,7 +209,7 @@ class FlowPolicy(Protocol):
 
         guidance_scale > 1 runs the unconditional and conditional branches in one batch and
         returns `v_u + w (v_c - v_u)`; the same call is used in rollout and replay, so the
-        training log-prob is of the same policy that sampled (ALGORITHMS §2.7).
+        training log-prob is of the same policy that sampled (docs/algorithms.md §2.7).
         `detach_uncond` stops the gradient through v_u (the value is unchanged, so replay
         log-probs still equal the rollout's bit for bit)."""
         ...

@@ -105,7 +105,7 @@ def cfg_velocity(forward: Callable[..., torch.Tensor], conditional: dict[str, to
     `combine(v_u, v_c, w, detach_uncond)` of the two branches, run as one forward over
     [uncond, cond] (`cfg_batch="joint"`, Flow-GRPO) or as two, the unconditional one without
     autograd when `detach_uncond` (`"split"`, model.cfg_batch). Rollout and replay call the
-    same function, so the training log-prob is of the policy that sampled (ALGORITHMS §2.7)."""
+    same function, so the training log-prob is of the policy that sampled (docs/algorithms.md §2.7)."""
     if guidance_scale <= 1.0:
         return forward(**conditional)
     if any(value is None for value in unconditional.values()):

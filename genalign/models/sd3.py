@@ -8,7 +8,7 @@ real diffusers classes (`StableDiffusion3Pipeline.from_pretrained` on a hub id o
 
 SD3 specifics: the transformer's timestep input is 1000·σ; CFG is true classifier-free
 guidance with the empty prompt as the negative, run as one batch [uncond, cond] (the same
-call in rollout and replay, ALGORITHMS §2.7); the VAE decodes
+call in rollout and replay, docs/algorithms.md §2.7); the VAE decodes
 `latents / scaling_factor + shift_factor` and always runs in float32. Text encoders and the
 VAE are frozen; only the transformer is ever trained (LoRA or full, `training/lora.py`).
 """
@@ -30,7 +30,7 @@ SD3_REPEATED_BLOCKS = ("JointTransformerBlock",)
 """The transformer's repeated block: the unit of regional compilation (`model.compile_mode`)."""
 SD3_LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
                     "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"]
-"""Flow-GRPO's SD3.5 targets (ALGORITHMS §2.8): every joint-attention projection."""
+"""Flow-GRPO's SD3.5 targets (docs/algorithms.md §2.8): every joint-attention projection."""
 _TEXT_ENCODERS = ("text_encoder", "text_encoder_2", "text_encoder_3")
 _TOKENIZERS = ("tokenizer", "tokenizer_2", "tokenizer_3")
 

@@ -157,11 +157,12 @@ def parity_verdict(run: RunData) -> tuple[str, str, str]:
     if gap == 0:
         return ("exact", f"max |Δ log p| = {gap:.3g}",
                 "Replaying step 1's trajectories with the unchanged weights reproduced the rollout's log-probs "
-                "exactly: every importance ratio starts at 1 (ALGORITHMS §2.10).")
+                "exactly: every importance ratio starts at 1 (docs/algorithms.md §2.10).")
     return (f"{gap:.2e}", "max |Δ log p| (nats)",
             "Replay with unchanged weights differs from the rollout by up to this many nats. Expected with "
             "reduced precision (bf16/fp16) or a train micro-batch different from the rollout's; otherwise the "
-            "replay is not scoring the policy that sampled (ALGORITHMS §2.10). Per-step gaps are in the run log.")
+            "replay is not scoring the policy that sampled (docs/algorithms.md §2.10). Per-step gaps are in the "
+            "run log.")
 
 
 # ---------------------------------------------------------------- sections

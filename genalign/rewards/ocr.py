@@ -2,7 +2,7 @@
 
 Where it fits: a rule reward scored by the reward runtime on decoded uint8 rollout images.
 
-The rule (Flow-GRPO `flow_grpo/ocr.py`, ALGORITHMS.md §7):
+The rule (Flow-GRPO `flow_grpo/ocr.py`, docs/algorithms.md §7.2):
   target     = the text between the first pair of double quotes in the prompt,
                lower-cased, spaces removed (`A sign that says "Hello World"` -> "helloworld");
   recognised = the concatenation of every detected line with confidence > 0, same normalisation;

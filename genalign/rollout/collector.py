@@ -1,6 +1,6 @@
 """In-process rollout: prompt groups -> `TrajectoryBatch`.
 
-Where it fits: step 2 of the loop (DESIGN §2). The trainer hands it the step's
+Where it fits: step 2 of the loop (docs/architecture.md §2). The trainer hands it the step's
 `PromptGroupBatch`; the Ray engine runs this same code inside each worker on a shard, so
 both engines produce identical trajectories for identical seeds.
 """

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 @dataclass
 class SDEWindowConfig:
     """Only a window of denoising steps is stochastic and trained; the rest are Euler ODE steps
-    (Flow-GRPO-Fast, ALGORITHMS §2.6; MixGRPO, §3.2). See `sampling/windows.py`."""
+    (Flow-GRPO-Fast, docs/algorithms.md §2.6; MixGRPO, §3.2). See `sampling/windows.py`."""
 
     size: int = 0
     """Steps in the window; 0 = no window (every step stochastic, the Flow-GRPO default)."""
@@ -57,7 +57,7 @@ class RolloutConfig:
     """SDE noise level a (Flow-GRPO); 0 reproduces the Euler ODE sampler."""
     kernel: str = "flow_sde"
     """Transition kernel of rollout and replay (sampling/kernels.py): "flow_sde" (Flow-GRPO,
-    ALGORITHMS §2.2), "dance_sde" (DanceGRPO, constant noise scale η = noise_level, §3.1),
+    docs/algorithms.md §2.2), "dance_sde" (DanceGRPO, constant noise scale η = noise_level, §3.1),
     "cps" (Coefficients-Preserving Sampling with the reference code's constant-free log-prob
     −mean((x − μ)²), §2.3; pair with clip_range 1e-5) or "cps_gaussian" (CPS with the true
     Gaussian log-density, std c = σ_next·sin(a·π/2))."""

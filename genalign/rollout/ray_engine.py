@@ -1,6 +1,6 @@
 """Ray rollout: `rollout.num_workers` actors, each holding a policy copy, sample the step's groups.
 
-Where it fits: steps 2 and 6 of the loop (DESIGN §2) when `rollout.engine=ray`. The trainer
+Where it fits: steps 2 and 6 of the loop (docs/architecture.md §2) when `rollout.engine=ray`. The trainer
 calls `generate(groups, spec)`; the engine cuts the step's samples into contiguous shards
 on group *and* sampling-chunk boundaries, so every denoiser batch a worker runs is exactly
 a batch the in-process engine would run, and `TrajectoryBatch.cat` of the shards equals

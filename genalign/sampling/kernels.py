@@ -4,10 +4,10 @@ Where it fits: `sampling/trajectory.py` calls `transition_step(kernel, ...)` wit
 `prev_latents=None` to draw x_{i+1} and record its log-prob; the algorithm (through
 `algorithms/replay.py`) calls it again with the stored x_{i+1} and the kernel name stored in
 the trajectory to score it under the current policy. One function for both is what makes the on-policy
-ratio exactly 1 (ALGORITHMS §2.10, §9.1): the same inputs give a bitwise-equal log-prob.
+ratio exactly 1 (docs/algorithms.md §2.10): the same inputs give a bitwise-equal log-prob.
 
 All math runs in float32 whatever the model dtype: the 1/(2 s² h²) factor amplifies
-rounding, and bf16 can overflow in the mean (comment in the Flow-GRPO code, §2.2, §9.1).
+rounding, and bf16 can overflow in the mean (comment in the Flow-GRPO code, §2.2, §2.10).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class StepOutput(NamedTuple):
     mean: torch.Tensor  # [B, ...] μ_i, carries the gradient of the velocity
     std: torch.Tensor  # [B] transition std (flow/dance SDE: s_i·sqrt(−Δσ_i); CPS: c_i)
     noise_scale: torch.Tensor  # [B] the reference code's `std_dev_t` (flow: s_i, dance: η, CPS: c_i): the
-    # latent-mean KL divides by its square (ALGORITHMS §2.5)
+    # latent-mean KL divides by its square (docs/algorithms.md §2.5)
 
 
 def _per_sample(value: Scalar, batch_size: int) -> torch.Tensor:
@@ -55,7 +55,7 @@ def _broadcast(per_sample: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def sde_noise_scale(sigma: Scalar, noise_level: float, sigma_max_guard: Scalar | None = None) -> torch.Tensor:
-    """The Flow-GRPO noise scale s_i = a·sqrt(σ / (1 − σ̃)) (ALGORITHMS §2.2 step 1; `std_dev_t`).
+    """The Flow-GRPO noise scale s_i = a·sqrt(σ / (1 − σ̃)) (docs/algorithms.md §2.2 step 1; `std_dev_t`).
 
     σ̃ = σ except where σ = 1, which would divide by zero: there σ̃ = σ_1, the schedule's second
     entry — the caller passes `sigma_max_guard=sigmas[1]`. Raises ValueError if σ = 1 occurs
@@ -78,7 +78,7 @@ def sde_noise_scale(sigma: Scalar, noise_level: float, sigma_max_guard: Scalar |
 def gaussian_log_prob(sample: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """ℓ = mean_{non-batch dims} [ −(x − μ)²/(2 std²) − log std − ½ log 2π ]  -> [B].
 
-    A per-dimension log density, not a sum: the Flow-GRPO/DDPO reduction (ALGORITHMS §2.2
+    A per-dimension log density, not a sum: the Flow-GRPO/DDPO reduction (docs/algorithms.md §2.2
     step 4), so exp(ℓ − ℓ_old) is a geometric-mean per-dimension ratio. `std` is [B] (one
     std per sample) or broadcastable to `sample`. Computed in the dtype of the inputs.
     """
@@ -89,7 +89,7 @@ def gaussian_log_prob(sample: torch.Tensor, mean: torch.Tensor, std: torch.Tenso
 
 
 def ode_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma_next: Scalar) -> torch.Tensor:
-    """Deterministic Euler step x_{i+1} = x_i + Δσ_i·v, Δσ_i = σ_{i+1} − σ_i < 0 (ALGORITHMS §1).
+    """Deterministic Euler step x_{i+1} = x_i + Δσ_i·v, Δσ_i = σ_{i+1} − σ_i < 0 (docs/algorithms.md §1).
 
     float32 [B, ...] whatever the input dtype; σ's are floats, 0-d or [B] tensors.
     """
@@ -102,7 +102,7 @@ def ode_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma
 def flow_sde_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma_next: Scalar,
                   noise_level: float, prev_latents: torch.Tensor | None = None, noise: torch.Tensor | None = None,
                   generator: torch.Generator | None = None, sigma_max_guard: Scalar | None = None) -> StepOutput:
-    """One Flow-GRPO SDE step (ALGORITHMS §2.2, `sde_type='sde'`), float32.
+    """One Flow-GRPO SDE step (docs/algorithms.md §2.2, `sde_type='sde'`), float32.
 
         s   = sde_noise_scale(σ, a, σ_1)                       (σ = 1 uses σ_1 in the denominator)
         μ_i = x_i·(1 + s²Δσ/(2σ)) + v·(1 + s²(1 − σ)/(2σ))·Δσ
@@ -112,7 +112,7 @@ def flow_sde_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, 
     `prev_latents=None` draws x_{i+1} (from `noise` if given, else `torch.randn` with
     `generator`); otherwise scores the given x_{i+1}. Either way x_{i+1} is detached, so the
     gradient reaches the velocity only through μ_i, and scoring the drawn sample with the
-    same inputs returns a bitwise-identical log-prob (rollout/replay parity, §9.1).
+    same inputs returns a bitwise-identical log-prob (rollout/replay parity, §2.10).
 
     `sigma`, `sigma_next`: floats, 0-d or [B] tensors (broadcast over non-batch dims).
     `sigma_max_guard`: the schedule's σ_1 (pass `sigmas[1]`); required when σ = 1.
@@ -138,7 +138,7 @@ def flow_sde_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, 
 def dance_sde_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma_next: Scalar,
                    noise_level: float, prev_latents: torch.Tensor | None = None, noise: torch.Tensor | None = None,
                    generator: torch.Generator | None = None, sigma_max_guard: Scalar | None = None) -> StepOutput:
-    """One DanceGRPO SDE step (ALGORITHMS §3.1, DG `flux_step`; VO `dance_sde`), float32.
+    """One DanceGRPO SDE step (docs/algorithms.md §3.1, DG `flux_step`; VO `dance_sde`), float32.
 
     The Flow-GRPO mean and Gaussian log-prob with a constant noise scale s ≡ η = noise_level:
 
@@ -198,7 +198,7 @@ def cps_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma
              noise_level: float, prev_latents: torch.Tensor | None = None, noise: torch.Tensor | None = None,
              generator: torch.Generator | None = None, sigma_max_guard: Scalar | None = None,
              log_prob_form: str = "unnormalized") -> StepOutput:
-    """One Coefficients-Preserving Sampling step (ALGORITHMS §2.3, FG-up `sde_type='cps'`), float32.
+    """One Coefficients-Preserving Sampling step (docs/algorithms.md §2.3, FG-up `sde_type='cps'`), float32.
 
         x̂0 = x_i − σ·v,   x̂1 = x_i + (1 − σ)·v,   c = σ_next·sin(a·π/2)
         μ_i = (1 − σ_next)·x̂0 + sqrt(σ_next² − c²)·x̂1,   x_{i+1} = μ_i + c·ε

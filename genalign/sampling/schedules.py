@@ -1,4 +1,4 @@
-"""Sigma schedules for flow-matching samplers (pure; ALGORITHMS §1, §9.6).
+"""Sigma schedules for flow-matching samplers (pure; docs/algorithms.md §1).
 
 Where it fits: a model family's `sigmas(num_steps)` calls `flow_match_sigmas` once per
 rollout; the result is stored in the `TrajectoryBatch` and replay indexes it by step, so a
@@ -13,7 +13,7 @@ import torch
 
 
 def time_shift(sigmas: torch.Tensor, shift: float) -> torch.Tensor:
-    """Static SD3 time shift σ' = s·σ / (1 + (s − 1)·σ) (ALGORITHMS §1); s = 1 is the identity.
+    """Static SD3 time shift σ' = s·σ / (1 + (s − 1)·σ) (docs/algorithms.md §1); s = 1 is the identity.
 
     Keeps the dtype of `sigmas`; maps 0 -> 0 and 1 -> 1 for any s > 0.
     """
@@ -33,13 +33,13 @@ def _numpy_linspace(start: float, stop: float, num: int) -> torch.Tensor:
 
 def flow_match_sigmas(num_steps: int, shift: float = 3.0, *, diffusers_compat: bool = True,
                       num_train_timesteps: int = 1000) -> torch.Tensor:
-    """The sampling schedule σ_0 = 1 > … > σ_N = 0, float32 [num_steps + 1] (ALGORITHMS §1).
+    """The sampling schedule σ_0 = 1 > … > σ_N = 0, float32 [num_steps + 1] (docs/algorithms.md §1).
 
     diffusers_compat=True reproduces `FlowMatchEulerDiscreteScheduler(shift=s).set_timesteps(N)`
     bit for bit: the scheduler keeps the *shifted* training endpoints σ_max = 1 and
     σ_min = shift(1/T) (float32), spaces N timesteps linearly between T·σ_max and T·σ_min
     (float64) and shifts them again, so the last non-zero σ is "double-shifted" (SD3.5, s=3,
-    N=10: 0.0089 instead of ≈0.003; huggingface/diffusers#13243, §9.6). Models were tuned with
+    N=10: 0.0089 instead of ≈0.003; huggingface/diffusers#13243, §1). Models were tuned with
     that schedule, so it is the default.
 
     diffusers_compat=False gives the exact shift(linspace(1, 0, N + 1)).

@@ -1,4 +1,4 @@
-"""`DistributedConfig`: Ray role budgets and torch.distributed strategy (seed 000 keys)."""
+"""`DistributedConfig`: Ray role budgets and torch.distributed strategy (docs/distributed.md)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Where it fits: `setup.build_policy` applies the adapter; checkpoints and Ray weight sync
 move `trainable_state_dict` (and compare `state_fingerprint`s); the KL term evaluates the
 reference policy under `reference_mode` (the adapter disabled, so no second copy of the
-model; valid only because the base weights are frozen, ALGORITHMS §9.14); checkpoints export
+model; valid only because the base weights are frozen, docs/algorithms.md §2.8); checkpoints export
 a LoRA that `pipe.load_lora_weights(dir)` loads with the right alpha/r scale.
 
 Family-agnostic: everything takes the denoiser `torch.nn.Module`. A diffusers model gets the

@@ -1,7 +1,7 @@
 """Rollout/replay parity: replay stored steps with unchanged weights, compare log-probs.
 
 With fp32 and the rollout's batch geometry the gap is exactly 0 and every importance ratio
-is exactly 1 (ALGORITHMS §2.10 check 2, §9.1), for every kernel and SDE window: the replay
+is exactly 1 (docs/algorithms.md §2.10), for every kernel and SDE window: the replay
 goes through the same `algorithms.replay` path as the loss. A non-zero gap means the replay
 is not scoring the policy that sampled: a different code path, dtype, batch shape or guidance.
 """

@@ -1,6 +1,6 @@
 """The reference policy for KL terms, without a second copy when training LoRA.
 
-LoRA: the reference is the same denoiser with the adapter disabled (ALGORITHMS §2.5, §9.14);
+LoRA: the reference is the same denoiser with the adapter disabled (docs/algorithms.md §2.5, §2.8);
 this needs the base weights frozen, which LoRA guarantees. Full fine-tuning: the base weights
 move, so a frozen copy of the initial denoiser is kept and swapped in for the reference pass.
 """

@@ -10,7 +10,7 @@ Ray head (`RAY_ADDRESS`) — are read from the environment by `environment_facts
 from YAML, and passed in explicitly, so the planning itself is a pure function tested with
 made-up machines.
 
-Rules (seed 000 presets):
+Rules (the shipped presets, docs/distributed.md):
 - colocated (`ray_rollout_colocated_single_gpu`): rollout workers share the trainer's devices;
 - split (`ray_rollout`): the trainer takes `trainer.num_gpus` devices, the rollout gets
   `rollout.num_gpus` of the rest ("auto" = all the rest);

@@ -1,6 +1,6 @@
 """Batch sources: what a training step trains on, with its reward and advantage columns.
 
-Where it fits: steps 1–4 of the loop (DESIGN §2). The trainer asks its source for the step's
+Where it fits: steps 1–4 of the loop (docs/architecture.md §2). The trainer asks its source for the step's
 `StepData` and hands `units` and `advantages` to the update; it never asks where they came from.
 * `OnlineRollout` — sample prompt groups with the rollout engine (under the algorithm's
   `rollout_weights`), score them, normalise advantages per group, and let the algorithm turn
@@ -109,7 +109,7 @@ class OnlineRollout:
                              for name, values in scores.components.items()}, scores.weights)
 
     def advantages(self, batch: TrajectoryBatch, scores: RewardScores) -> torch.Tensor:
-        """Group-normalised advantages of the whole step [world * b] (ALGORITHMS §2.4)."""
+        """Group-normalised advantages of the whole step [world * b] (docs/algorithms.md §2.4)."""
         adv = self.cfg.algorithm.advantage
         return aggregate_advantages(scores.components, scores.weights, self.global_group_ids(batch),
                                     self.cfg.reward.aggregation, per_prompt=adv.per_prompt,

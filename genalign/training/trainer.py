@@ -1,6 +1,6 @@
 """The training loop: rollout -> reward -> advantage -> update -> log -> eval -> checkpoint.
 
-Where it fits: the top of the stack below the CLI. `Trainer.train` reads like DESIGN §2;
+Where it fits: the top of the stack below the CLI. `Trainer.train` reads like docs/architecture.md §2;
 each phase is a named method, building the parts lives in `setup.py`, the math in
 `algorithms/` and `sampling/`. The loop never asks which model or algorithm it runs.
 """
@@ -224,7 +224,7 @@ class Trainer:
         return self.cfg.trainer.parity_check and self.algorithm.needs_old_logprob
 
     def parity(self, batch: TrajectoryBatch) -> dict[str, float]:
-        """Replay with unchanged weights: log-probs must equal the rollout's (ALGORITHMS §2.10)."""
+        """Replay with unchanged weights: log-probs must equal the rollout's (docs/algorithms.md §2.10)."""
         gaps = replay_parity(self.policy, batch, self.algorithm.train_step_indices(batch), self.spec.chunk_size,
                              replay=self.algorithm.replay_log_probs)
         per_step = " ".join(f"{j}:{gap:.2e}" for j, gap in gaps.items())

@@ -1,7 +1,7 @@
 """One optimizer round over a step's trajectories: micro-batches, accumulation, clipping.
 
 Where it fits: step 5 of the loop. Accumulation counts micro-batches x trained denoising
-steps (as Flow-GRPO's accelerate counter does, ALGORITHMS §2.5): each backward carries
+steps (as Flow-GRPO's accelerate counter does, docs/algorithms.md §2.5): each backward carries
 loss / (num_train_steps * gradient_accumulation_steps), and one optimizer step spans
 `gradient_accumulation_steps` micro-batches, counted with one counter across inner epochs.
 

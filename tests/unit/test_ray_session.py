@@ -1,4 +1,4 @@
-"""A local Ray started by genalign listens on loopback only (issue 9: it listened on `*`)."""
+"""A local Ray started by genalign listens on loopback only (it once listened on `*`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Group advantages (ALGORITHMS §2.4): hand values, slow-loop reference, zero-variance groups, aggregation."""
+"""Group advantages (docs/algorithms.md §2.4): hand values, slow-loop reference, zero-variance groups, aggregation."""
 
 import itertools
 import statistics

@@ -1,4 +1,4 @@
-"""DiffusionNFT and Flow-DPO math against hand-computed values (ALGORITHMS §4, §5.3)."""
+"""DiffusionNFT and Flow-DPO math against hand-computed values (docs/algorithms.md §4, §5.3)."""
 
 import math
 

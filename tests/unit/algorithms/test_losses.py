@@ -1,4 +1,4 @@
-"""Clipped surrogate and KL terms (ALGORITHMS §2.5), with hand-worked values (torchtune style)."""
+"""Clipped surrogate and KL terms (docs/algorithms.md §2.5), with hand-worked values (torchtune style)."""
 
 import math
 

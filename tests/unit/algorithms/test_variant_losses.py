@@ -12,7 +12,7 @@ from genalign.sampling.kernels import gaussian_log_prob
 
 def test_ratio_norm_equals_mean_noise_times_mean_shift():
     # x = μ_old + S·ε with S = 0.5; ℓ's are per-dim Gaussian log-densities with std S.
-    # log r̃ = (ℓ − ℓ_old + mean(δ²)/(2S²))·S = mean(ε ⊙ δ)  (ALGORITHMS §3.3)
+    # log r̃ = (ℓ − ℓ_old + mean(δ²)/(2S²))·S = mean(ε ⊙ δ)  (docs/algorithms.md §3.3)
     old_mean = torch.tensor([[0.0, 1.0], [2.0, -1.0]])
     eps = torch.tensor([[1.0, -2.0], [0.5, 0.0]])
     std = torch.tensor([0.5, 0.5])

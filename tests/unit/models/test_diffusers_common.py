@@ -50,3 +50,18 @@ def test_cfg_velocity_forms_agree_and_need_the_negative():
     with pytest.raises(ValueError, match="model.cfg_batch"):
         cfg_velocity(forward, dict(hidden_states=latents, embeds=cond), dict(hidden_states=latents, embeds=uncond),
                      4.0, cfg_batch="both")
+
+
+def test_guidance_forms_by_hand():
+    # docs/algorithms.md §2.7: v_u + w (v_c − v_u), and Cosmos' v_c + w (v_c − v_u)
+    from genalign.models.base import guided_velocity
+    from genalign.models.cosmos import cosmos_guidance
+
+    uncond, cond = torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, 1.0]])
+    torch.testing.assert_close(guided_velocity(uncond, cond, 4.5), torch.tensor([[10.0, -2.5]]))  # 1 + 4.5·2, 2 − 4.5
+    torch.testing.assert_close(cosmos_guidance(uncond, cond, 7.0), torch.tensor([[17.0, -6.0]]))  # 3 + 7·2, 1 − 7
+    # detaching v_u leaves the value and sends the gradient through v_c only, with scale w
+    uncond.requires_grad_(True)
+    cond.requires_grad_(True)
+    guided_velocity(uncond, cond, 4.5, detach_uncond=True).sum().backward()
+    assert uncond.grad is None and cond.grad.tolist() == [[4.5, 4.5]]

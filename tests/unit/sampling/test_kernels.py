@@ -1,4 +1,4 @@
-"""Flow-GRPO SDE kernel (ALGORITHMS §2.2): formulas, §1 std table, parity, guard, dtypes, grads."""
+"""Flow-GRPO SDE kernel (docs/algorithms.md §2.2): formulas, the std table, parity, guard, dtypes, grads."""
 
 import math
 
@@ -45,7 +45,7 @@ def test_mean_equals_alternative_form():
 
 
 def test_std_matches_worked_table():
-    # ALGORITHMS §1: a = 0.7 on the SD3.5 shift-3 10-step schedule; step 0 uses the σ_1 guard:
+    # docs/algorithms.md §2.2: a = 0.7 on the SD3.5 shift-3 10-step schedule; step 0 uses the σ_1 guard:
     # s_0 = 0.7·sqrt(1 / (1 − 0.9601)) = 3.504, h_0 = sqrt(0.0399) = 0.1997 -> 0.700
     table = [0.700, 0.743, 0.536, 0.446, 0.392, 0.353, 0.319, 0.282, 0.225, 0.006]
     sigmas = flow_match_sigmas(10, 3.0)

@@ -6,7 +6,7 @@ from diffusers import FlowMatchEulerDiscreteScheduler
 
 from genalign.sampling.schedules import flow_match_sigmas, model_timesteps, time_shift
 
-# ALGORITHMS §1 worked example: SD3.5-M, shift 3, 10 steps (diffusers formulas, double-shifted end)
+# docs/algorithms.md §1 worked example: SD3.5-M, shift 3, 10 steps (diffusers formulas, double-shifted end)
 SD35_SIGMAS = [1.0000, 0.9601, 0.9133, 0.8577, 0.7904, 0.7073, 0.6022, 0.4649, 0.2780, 0.0089, 0.0]
 
 
@@ -39,7 +39,7 @@ def test_exact_mode_is_shifted_linspace():
     torch.testing.assert_close(sigmas, torch.tensor([1.0, 0.9, 0.75, 0.5, 0.0]), atol=1e-7, rtol=0)
     assert sigmas.dtype == torch.float32
     # SD3.5, 10 steps: the exact last non-zero sigma is shift(0.1) = 0.3 / 1.2 = 0.25, and the
-    # exact schedule differs from the diffusers one (whose linspace runs from 1 to 0.003, §9.6)
+    # exact schedule differs from the diffusers one (whose linspace runs from 1 to 0.003, §1)
     exact = flow_match_sigmas(10, 3.0, diffusers_compat=False)
     assert exact[-2].item() == pytest.approx(0.25, abs=1e-7)
     assert not torch.equal(exact, flow_match_sigmas(10, 3.0))

@@ -1,4 +1,4 @@
-"""DanceGRPO and CPS kernels (ALGORITHMS §2.3, §3.1) and the shared `transition_step`."""
+"""DanceGRPO and CPS kernels (docs/algorithms.md §2.3, §3.1) and the shared `transition_step`."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""One optimizer round: accumulation counts micro-batches x trained steps (ALGORITHMS §2.5)."""
+"""One optimizer round: accumulation counts micro-batches x trained steps (docs/algorithms.md §2.5)."""
 
 import dataclasses
 from types import SimpleNamespace
