@@ -70,7 +70,7 @@ class DPOConfig:
     """Flow-DPO (Diffusion-DPO with the flow-matching target, docs/algorithms.md §5.3)."""
 
     beta: float = 5000.0
-    """β of the DPO logit −½·β·(Δ_w − Δ_l) (Diffusion-DPO's `beta_dpo` default 5000; VO uses 2000)."""
+    """β of the DPO logit −½·β·(Δ_w − Δ_l) (Diffusion-DPO's `beta_dpo` default 5000; verl-omni uses 2000)."""
     source: str = "online"
     """"online": each step's rollout groups give (best, worst)-by-reward pairs (rollout.n >= 2);
     "offline": pairs are read from data.preference_manifest, no rollout and no reward scoring
