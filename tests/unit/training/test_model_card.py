@@ -119,3 +119,17 @@ def test_model_card_keys_are_checked():
         "licence it does not list",
         "model.card.base_model='/data/sd35' is not a Hub id (org/name); set the id the base model has on the Hub, "
         "or null"]
+
+
+def test_model_card_keys_may_change_on_resume_and_may_be_absent_from_old_checkpoints():
+    from genalign.config.loader import config_to_dict
+    from genalign.training.setup import incompatible_keys
+
+    now = config_to_dict(load_config(OCR))
+    old = config_to_dict(load_config(OCR))
+    del old["model"]["card"]  # a checkpoint written before model.card existed
+    assert incompatible_keys(old, now) == []
+    old["model"]["card"] = {"license": "mit"}
+    assert incompatible_keys(old, now) == []
+    old["model"]["lora"]["rank"] = 4  # run state still counts
+    assert incompatible_keys(old, now) == ["model.lora.rank: checkpoint 4 vs now 32"]
