@@ -30,7 +30,8 @@ def _recipe_parser(prog: str, description: str) -> argparse.ArgumentParser:
         epilog=textwrap.fill(
             "overrides: key=value sets a key (the value is YAML; ${oc.env:VAR} and ${oc.env:VAR,default} read the "
             "environment, here and in YAML files); +key=value adds a key to an open mapping (reward.components, "
-            "reward.kwargs, reward.kwargs.<name>); /group=option swaps a config group.", width=100))
+            "reward.kwargs, reward.kwargs.<name>); /group=option swaps a config group. "
+            "`genalign config --describe [PREFIX]` lists every key with its type, default and meaning.", width=100))
     parser.add_argument("--config", default=None,
                         help="recipe name under genalign/configs (e.g. experiment/diffusion/sd3_5/online_grpo_ocr) "
                              "or a path to a YAML file; default: the CPU demo recipe")
