@@ -43,6 +43,12 @@ class GuardConfig:
     reweight: bool = True
     """Divide each step's loss by mean(h)² = |Δσ| as the reference does (regulates the step's
     gradient scale); false keeps RatioNorm only (an ablation)."""
+    bias: str = "micro_batch"
+    """RatioNorm's mean-shift bias mean((μ_θ − μ_old)²)/(2S²): "micro_batch" (the reference
+    code's, one scalar averaged over the micro-batch's samples and dimensions) or "per_sample"
+    (each sample's own drift: every sample's normalised log-ratio is then exactly
+    mean(ε ⊙ (μ_θ − μ_old)), zero-mean under the rollout policy whatever else is in its
+    micro-batch, so the result does not depend on the replay micro-batch size)."""
 
 
 @dataclass
@@ -67,14 +73,25 @@ class NFTConfig:
 
 @dataclass
 class DPOConfig:
-    """Flow-DPO (Diffusion-DPO with the flow-matching target, docs/algorithms.md §5.3)."""
+    """Flow-DPO (Diffusion-DPO with the flow-matching target, docs/algorithms.md §5.3); defaults of
+    Flow-GRPO's `train_sd3_dpo.py` / `config/dpo.py` in its online setting."""
 
-    beta: float = 5000.0
-    """β of the DPO logit −½·β·(Δ_w − Δ_l) (Diffusion-DPO's `beta_dpo` default 5000; verl-omni uses 2000)."""
+    beta: float = 100.0
+    """β of the DPO logit −½·β·(Δ_w − Δ_l) (Flow-GRPO `config/dpo.py`: `train.beta = 100`;
+    Diffusion-DPO's `beta_dpo` is 5000 for SD ε errors)."""
     source: str = "online"
     """"online": each step's rollout groups give (best, worst)-by-reward pairs (rollout.n >= 2);
     "offline": pairs are read from data.preference_manifest, no rollout and no reward scoring
     during training (docs/preference_data.md)."""
+    sample_with: str = "reference"
+    """Online: which weights the rollout samples the pairs with. "reference" (as
+    `train_sd3_dpo.py`, which samples with its "ref" adapter): the DPO reference, so the pairs
+    come from the policy the loss compares against. "policy": the live (learner) weights, the
+    fully on-policy variant (samples follow every update; the reference can fall far behind)."""
+    ref_update_step: int = 40
+    """Copy the learner into the DPO reference every this many optimizer steps (Flow-GRPO's
+    `train.ref_update_step`; its config comment names 40 for online DPO, its default 10⁷ never
+    refreshes). 0 never refreshes: the reference stays the weights training started from."""
 
 
 @dataclass
@@ -105,14 +122,16 @@ class AlgorithmConfig:
     the stochastic steps, the final denoising step never included (DanceGRPO's timestep
     dropout, §3.1); drawn per training step from the step's sample seeds (so resumable),
     shared by the step's samples where DanceGRPO draws per sample (one replay per step)."""
-    detach_uncond: bool = True
-    """In replay with CFG, stop the gradient through the unconditional branch v_u: the update
-    then moves v_u + w(v_c − v_u) only through v_c (gradient scale w on the conditional
-    prediction). False sends it through both branches, v_u with scale 1 − w (−3.5 at w = 4.5),
-    which also trains the unconditional model. The forward value — and so every log-prob and
-    ratio — is the same either way. Replay always uses the rollout's guidance scale (the
-    log-prob must be of the policy that sampled); for CFG-free training sample with
-    rollout.guidance_scale=1."""
+    detach_uncond: bool = False
+    """In replay with CFG, stop the gradient through the unconditional branch v_u. False (the
+    default, as Flow-GRPO's current `train_sd3.py` / `train_sd3_fast.py`, which removed their
+    detach upstream in "fix cfg gradient detach") sends the gradient through both branches: v_c
+    with scale w, v_u with scale 1 − w (−3.5 at w = 4.5), so the update also moves the
+    unconditional prediction the sampler uses. True moves v_u + w(v_c − v_u) only through v_c
+    (the older Flow-GRPO scripts; lets model.cfg_batch=split skip autograd on the unconditional
+    half). The forward value — and so every log-prob and ratio — is the same either way. Replay
+    always uses the rollout's guidance scale (the log-prob must be of the policy that sampled);
+    for CFG-free training sample with rollout.guidance_scale=1."""
     drop_zero_advantage: bool = True
     """Drop samples whose advantage is exactly 0 (constant-reward groups) before replay, as
     Flow-GRPO does: they carry no policy gradient but would still dilute the policy loss while
@@ -136,6 +155,12 @@ class AlgorithmConfig:
     def needs_reference(self) -> bool:
         """Whether the run evaluates the reference policy: a KL term, or DPO's reference errors."""
         return self.kl_beta > 0 or self.name == "dpo"
+
+    @property
+    def needs_frozen_reference(self) -> bool:
+        """Whether the trainer builds the frozen initial reference (`ReferencePolicy`) for a KL
+        term; DPO keeps its own refreshable reference weights (algorithms/dpo.py)."""
+        return self.kl_beta > 0
 
     @property
     def needs_log_probs(self) -> bool:

@@ -6,18 +6,29 @@ the highest advantage (chosen) against the lowest (rejected), the online variant
 Flow-GRPO App. C.1; a group whose samples all score the same gives no pair. Offline, the pairs
 come from a preference dataset (`training/sources.py`) and no rollout runs. `compute_loss`
 noises chosen and rejected with the same σ and ε, and compares the policy's velocity error
-with the reference's (adapter-disabled) on both.
+with the reference's on both.
 
-Departures from Diffusion-DPO (SalesforceAIResearch/DiffusionDPO `train.py`), on purpose:
+The reference, as in Flow-GRPO's `train_sd3_dpo.py`: a second set of values for the trained
+tensors (`ShadowWeights`; the reference code keeps a second LoRA adapter), equal to the weights
+training starts from (for a fresh LoRA, the base model), copied from the learner every
+`algorithm.dpo.ref_update_step` optimizer steps (`after_update`), and — online, with
+`algorithm.dpo.sample_with=reference` — the weights the rollout samples the pairs with
+(`rollout_weights`). It is algorithm state in every checkpoint.
+
+Departures from Flow-GRPO's `train_sd3_dpo.py` and Diffusion-DPO (SalesforceAIResearch/
+DiffusionDPO `train.py`), on purpose:
 * σ is drawn from the rollout schedule's σ's (a per-pair random permutation, as DiffusionNFT
-  does; `algorithm.timestep_fraction` of them per pair and step) instead of a uniform
-  t ∈ [0, 1000): the flow models here are trained and sampled on that schedule.
-* The regression target is the velocity ε − x0 instead of ε (the flow-matching form, as verl-omni).
+  does; `algorithm.timestep_fraction` of them per pair and step) instead of a logit-normal
+  (Flow-GRPO) or uniform (Diffusion-DPO) training timestep: the same draws as DiffusionNFT's.
+* The regression target is the velocity ε − x0 (the flow-matching form, as Flow-GRPO and verl-omni;
+  Diffusion-DPO regresses ε).
 * The pair's σ and ε come from generators seeded by the pair's seed, so resume is bitwise.
 Training is CFG-free (guidance 1), like Diffusion-DPO (no conditioning dropout).
 """
 
 from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
@@ -29,7 +40,9 @@ from genalign.algorithms.advantages import _dense_group_index
 from genalign.models.base import Condition, FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.rollout.pairs import PreferencePairs
-from genalign.training.reference import ReferencePolicy
+from genalign.training.shadow import ShadowWeights, load_shadow_state, shadow_state
+
+REF_PREFIX = "dpo_reference/"
 
 
 def best_worst_pairs(advantages: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,12 +65,34 @@ class FlowDPO(AlgorithmBase):
     needs_old_logprob = False
     supports_multi_update = True
 
-    def __init__(self, cfg: AlgorithmConfig, reference: ReferencePolicy | None = None,
+    def __init__(self, cfg: AlgorithmConfig, reference=None,
                  parameters: dict[str, torch.nn.Parameter] | None = None):
-        if reference is None:
-            raise ValueError("Flow-DPO compares against the reference policy; build it with one")
+        if not parameters:
+            raise ValueError("Flow-DPO keeps its reference as a copy of the trained parameters; build it with them")
         self.cfg = cfg
-        self.reference = reference
+        self.reference = ShadowWeights(parameters)  # θ_ref = the weights training starts from
+        self.optimizer_steps = 0
+
+    def rollout_weights(self) -> AbstractContextManager:
+        """Online pairs are sampled with the reference (`sample_with=reference`) or the learner."""
+        return self.reference.applied() if self.cfg.dpo.sample_with == "reference" else nullcontext()
+
+    def after_update(self, optimizer_steps: int) -> dict[str, float]:
+        """θ_ref ← θ whenever the optimizer-step count crosses a multiple of ref_update_step
+        (the reference checks `global_step % ref_update_step == 0` before each sampling round;
+        with one optimizer step per round, the same steps)."""
+        every = self.cfg.dpo.ref_update_step
+        before, self.optimizer_steps = self.optimizer_steps, self.optimizer_steps + optimizer_steps
+        refreshed = every > 0 and self.optimizer_steps // every > before // every
+        if refreshed:
+            self.reference.copy_live()
+        return {"dpo_reference_refreshed": float(refreshed)}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return shadow_state(self.reference, REF_PREFIX, self.optimizer_steps)
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.optimizer_steps = load_shadow_state(self.reference, REF_PREFIX, state, "Flow-DPO reference", "dpo")
 
     def training_batch(self, batch: TrajectoryBatch, advantages: torch.Tensor) -> tuple[PreferencePairs, torch.Tensor]:
         """One (best, worst) pair per prompt group; the unit advantage is the pair's gap (> 0)."""
@@ -83,9 +118,11 @@ class FlowDPO(AlgorithmBase):
         sigmas = torch.cat([sigma, sigma])  # [2P]
         cond = Condition.cat([pairs.condition, pairs.condition]).to(device)
         targets = torch.cat([target_w, target_l])  # [2P, ...]
+        # the reference forward first: swapping its values into the trained tensors after the
+        # policy forward would bump their versions under autograd's saved references
+        with torch.no_grad(), self.reference.applied():
+            ref_errors = velocity_error(policy.velocity(latents, sigmas, cond, 1.0), targets)  # [2P]
         errors = velocity_error(policy.velocity(latents, sigmas, cond, 1.0), targets)  # [2P]
-        with torch.no_grad(), self.reference.active() as reference_policy:
-            ref_errors = velocity_error(reference_policy.velocity(latents, sigmas, cond, 1.0), targets)  # [2P]
         out = flow_dpo_loss(errors[:size], errors[size:], ref_errors[:size], ref_errors[size:], self.cfg.dpo.beta)
         stats = {"policy_loss": out.loss.detach().expand(size), "dpo_implicit_accuracy": out.implicit_accuracy,
                  "dpo_logit": out.inside, "dpo_chosen_error": errors[:size].detach(),

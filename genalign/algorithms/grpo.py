@@ -132,7 +132,8 @@ class GRPOGuard(FlowGRPO):
             raise ValueError("algorithm.name=grpo_guard needs the rollout kernel means; the trajectory has none "
                              "(the rollout spec must set record_means)")
         old_mean = batch.means[:, j].to(replayed.step.mean.device)  # [b, ...]
-        return ratio_norm_log_ratio(log_probs, old_log_probs, replayed.step.mean, old_mean, replayed.step.std)
+        return ratio_norm_log_ratio(log_probs, old_log_probs, replayed.step.mean, old_mean, replayed.step.std,
+                                    per_sample_bias=self.cfg.guard.bias == "per_sample")
 
     def step_weight(self, batch: TrajectoryBatch, j: int) -> float:
         if not self.cfg.guard.reweight:

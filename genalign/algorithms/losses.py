@@ -64,21 +64,27 @@ def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_ra
 
 
 def ratio_norm_log_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor, mean: torch.Tensor,
-                         old_mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+                         old_mean: torch.Tensor, std: torch.Tensor, per_sample_bias: bool = False) -> torch.Tensor:
     """GRPO-Guard RatioNorm (docs/algorithms.md §3.3, flow_grpo `train_sd3_GRPO_Guard.py`), [B] with grad:
 
-        S = mean_b(std),   bias = mean_dims (μ_θ − μ_old)² / (2 S²),   log r̃ = (ℓ − ℓ_old + bias)·S
+        S = mean_b(std),   log r̃ = (ℓ − ℓ_old + bias)·S
+        bias = mean_{b,dims} (μ_θ − μ_old)² / (2 S²)   (one scalar per micro-batch: the reference)
+        bias_b = mean_dims (μ_θ − μ_old)²_b / (2 S²)   (per_sample_bias)
 
-    For a Gaussian step (ℓ the per-dim mean log-density with std S, x = μ_old + S·ε) this is
-    mean_dims(ε ⊙ (μ_θ − μ_old)): zero-mean under the rollout policy and on one scale across
-    timesteps, which removes the left shift of the plain ratio at low-noise steps. The reference
-    writes S = mean_b(s)·mean_b(h); with one σ per step (all samples share it) that is the
-    transition std s·h, taken here directly so it holds for any Gaussian kernel.
+    The reference reduces `.mean(dim=tuple(range(1, log_prob.ndim)))` with a [B] log-prob,
+    i.e. over an empty tuple, which torch reads as every dimension: one bias for the whole
+    micro-batch. With the per-sample bias, a Gaussian step (ℓ the per-dim mean log-density with
+    std S, x = μ_old + S·ε) gives exactly mean_dims(ε ⊙ (μ_θ − μ_old)): each sample's ratio is
+    zero-mean under the rollout policy and independent of which samples share its
+    micro-batch; the reference's scalar centres the micro-batch on average instead. The
+    reference writes S = mean_b(s)·mean_b(h); with one σ per step (all samples share it) that is
+    the transition std s·h, taken here directly so it holds for any Gaussian kernel.
     log_probs, old_log_probs, std [B]; mean, old_mean [B, ...]. The gradient flows through
     ℓ and μ_θ; ℓ_old, μ_old and S are constants.
     """
     scale = std.detach().float().mean()  # [] S
-    bias = ((mean - old_mean.detach()) ** 2).flatten(1).mean(dim=1) / (2 * scale ** 2)  # [B]
+    drift = ((mean - old_mean.detach()) ** 2).flatten(1).mean(dim=1)  # [B]
+    bias = (drift if per_sample_bias else drift.mean()) / (2 * scale ** 2)  # [B] or []
     return (log_probs - old_log_probs.detach() + bias) * scale  # [B]
 
 

@@ -35,10 +35,9 @@ from genalign.algorithms.losses import velocity_kl
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.training.reference import ReferencePolicy
-from genalign.training.shadow import ShadowWeights
+from genalign.training.shadow import ShadowWeights, load_shadow_state, shadow_state
 
 OLD_PREFIX = "old_policy/"
-STEPS_KEY = "optimizer_steps"
 
 
 class DiffusionNFT(AlgorithmBase):
@@ -99,12 +98,7 @@ class DiffusionNFT(AlgorithmBase):
         return {"old_policy_decay": decay}
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {**{OLD_PREFIX + name: t for name, t in self.old.state_dict().items()},
-                STEPS_KEY: torch.tensor([self.optimizer_steps], dtype=torch.int64)}
+        return shadow_state(self.old, OLD_PREFIX, self.optimizer_steps)
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        if STEPS_KEY not in state:
-            raise ValueError("DiffusionNFT state has no optimizer_steps: the checkpoint was not written by an nft run")
-        self.old.load_tensors({k[len(OLD_PREFIX):]: v for k, v in state.items() if k.startswith(OLD_PREFIX)},
-                              "DiffusionNFT old policy")
-        self.optimizer_steps = int(state[STEPS_KEY][0])
+        self.optimizer_steps = load_shadow_state(self.old, OLD_PREFIX, state, "DiffusionNFT old policy", "nft")

@@ -17,6 +17,8 @@ from genalign.config.schema import ExperimentConfig
 from genalign.config.values import TOKEN_FAMILIES
 
 DPO_SOURCES = ("online", "offline")
+DPO_SAMPLERS = ("reference", "policy")
+GUARD_BIASES = ("micro_batch", "per_sample")
 TOKEN_ALGORITHMS = ("ar_grpo",)
 """Algorithms that train token trajectories (`TokenTrajectoryBatch`); every other one trains
 flow-matching trajectories."""
@@ -78,10 +80,19 @@ def algorithm_problems(cfg: ExperimentConfig) -> list[str]:
         if not 0 <= nft.old_decay_max < 1:
             problems.append(f"algorithm.nft.old_decay_max must be in [0, 1) (1 would freeze the sampling policy), "
                             f"got {nft.old_decay_max}")
+    if algorithm.guard.bias not in GUARD_BIASES:
+        problems.append(f"algorithm.guard.bias={algorithm.guard.bias!r}: choose one of {', '.join(GUARD_BIASES)}")
     if algorithm.name == "dpo":
         dpo = algorithm.dpo
         if dpo.beta <= 0:
             problems.append(f"algorithm.dpo.beta must be > 0, got {dpo.beta}")
+        if dpo.sample_with not in DPO_SAMPLERS:
+            problems.append(f"algorithm.dpo.sample_with={dpo.sample_with!r}: choose one of {', '.join(DPO_SAMPLERS)}")
+        if dpo.ref_update_step < 0:
+            problems.append(f"algorithm.dpo.ref_update_step must be >= 0 (0 never refreshes), got {dpo.ref_update_step}")
+        if algorithm.kl_beta > 0:
+            problems.append(f"algorithm.kl_beta={algorithm.kl_beta} is unused by algorithm.name=dpo (its reference "
+                            "enters through the DPO logit, algorithm.dpo.beta): set it to 0")
         if dpo.source not in DPO_SOURCES:
             problems.append(f"algorithm.dpo.source={dpo.source!r}: choose one of {', '.join(DPO_SOURCES)}")
         elif offline and cfg.data.preference_manifest is None:

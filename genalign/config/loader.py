@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from genalign.config.catalog import CONFIG_ROOT, groups, recipes
+from genalign.config.catalog import CONFIG_ROOT, VALIDATION_KEY, groups, recipes
 from genalign.config.errors import ConfigError
 from genalign.config.interpolation import plus_override_problem, resolve_interpolations
 from genalign.config.schema import ExperimentConfig
@@ -53,6 +53,7 @@ class _Composer:
         data = _read_yaml(path, self.problems)
         if data is None:
             return
+        data.pop(VALIDATION_KEY, None)  # recipe metadata for help and docs (config/catalog.py), not config
         defaults = data.pop("defaults", []) or []
         if not isinstance(defaults, list):
             self.problems.append(f"{_rel(path)}: `defaults` must be a list of `- /group: option` entries")

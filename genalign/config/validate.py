@@ -214,6 +214,9 @@ def _variant_problems(cfg: ExperimentConfig) -> list[str]:
     elif not algorithm.guard.reweight:
         problems.append(f"algorithm.guard.reweight=false is a GRPO-Guard option, but algorithm.name="
                         f"{algorithm.name!r}; remove it or set algorithm.name=grpo_guard")
+    elif algorithm.guard.bias != "micro_batch":
+        problems.append(f"algorithm.guard.bias={algorithm.guard.bias} is a GRPO-Guard option, but algorithm.name="
+                        f"{algorithm.name!r}; remove it or set algorithm.name=grpo_guard")
     if rollout.kernel.startswith("cps") and _trains_final_step(cfg):
         problems.append(f"rollout.kernel={rollout.kernel}: the final step (σ_next = 0) of CPS is deterministic and "
                         "has no log-prob to train; keep it out of training (algorithm.timestep_fraction < 1, or an "

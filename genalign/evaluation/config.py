@@ -31,4 +31,5 @@ class EvalConfig:
     """Eval-only image-quality measures (registered scorer names, e.g. toy_off_shape_fraction),
     each logged as quality_<name>_mean/std/min/max; never summed into a reward."""
     divergence_window: int = 3
-    """Flag divergence when over the last k evaluations the training reward rose while gold did not."""
+    """Flag divergence when over the last k evaluations the training reward rose by more than 2
+    standard errors of the difference while gold did not (evaluation/evaluator.gold_divergence)."""

@@ -6,7 +6,7 @@ step) the trainer calls `evaluate`, which samples the first `eval.max_prompts` p
 and with the eval-only gold rewards, writes a row to `eval_metrics.csv` and
 `eval_epoch_<step>/contact_sheet.png` (video: frame strips and `preview.gif`), and checks
 the reward-hacking monitor: the training reward rising over the last `divergence_window`
-evaluations while the gold reward does not.
+evaluations by more than its noise (DIVERGENCE_Z standard errors) while the gold reward does not.
 """
 
 from __future__ import annotations
@@ -36,9 +36,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DIVERGENCE_TOLERANCE = 0.01
-"""Training-reward rise (absolute) over the window that counts as "rose"; gold must rise by
-more than this for the gain to count as real."""
+DIVERGENCE_Z = 2.0
+"""How many standard errors of a difference of two evaluation means count as a real change
+(about 95 % two-sided): a smaller move is evaluation noise and fires nothing."""
+
+
+def standard_error(values: torch.Tensor) -> float:
+    """Standard error of the mean of per-sample scores [N]: std (ddof 1) / sqrt(N); 0 for N < 2."""
+    if values.numel() < 2:
+        return 0.0
+    return float(values.float().std() / math.sqrt(values.numel()))
 
 
 @dataclass
@@ -46,24 +53,42 @@ class EvalHistory:
     steps: list[int] = field(default_factory=list)
     reward: list[float] = field(default_factory=list)
     gold: list[float] = field(default_factory=list)
+    reward_se: list[float] = field(default_factory=list)
+    """Standard error of each evaluation's reward mean (the monitor's noise scale)."""
+    gold_se: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"steps": self.steps, "reward": self.reward, "gold": self.gold}
+        return {"steps": self.steps, "reward": self.reward, "gold": self.gold, "reward_se": self.reward_se,
+                "gold_se": self.gold_se}
 
     @classmethod
     def from_dict(cls, data: dict) -> "EvalHistory":
-        return cls(list(data["steps"]), list(data["reward"]), list(data["gold"]))
+        reward, gold = list(data["reward"]), list(data["gold"])
+        if "reward_se" not in data:  # a checkpoint from before the monitor kept standard errors
+            log.warning("eval history without standard errors: the reward-hacking monitor ignores the %d earlier "
+                        "evaluations (their noise is unknown)", len(reward))
+        return cls(list(data["steps"]), reward, gold, list(data.get("reward_se", [math.nan] * len(reward))),
+                   list(data.get("gold_se", [math.nan] * len(gold))))
 
 
-def gold_divergence(reward: list[float], gold: list[float], window: int,
-                    tolerance: float = DIVERGENCE_TOLERANCE) -> bool:
+def gold_divergence(reward: list[float], gold: list[float], window: int, reward_se: list[float],
+                    gold_se: list[float], z: float = DIVERGENCE_Z) -> bool:
     """True when, over the last `window` evaluations, the training reward rose by more than
-    `tolerance` while the gold reward rose by no more than `tolerance` (flat or down)."""
+    z standard errors of the difference while the gold reward rose by no more than its own
+    (flat, down, or up by less than its noise). The standard error of a difference of two
+    means is sqrt(se_first² + se_last²) (independent samples; the fixed eval seeds pair them,
+    which makes the true one smaller, so this errs towards not firing on noise). An evaluation
+    without a known standard error (NaN) never counts."""
     if len(reward) < window or len(gold) < window or window < 2:
         return False
+    ses = (reward_se[-1], reward_se[-window], gold_se[-1], gold_se[-window])
+    if any(math.isnan(se) for se in ses):
+        return False
+    reward_tolerance = z * math.hypot(ses[0], ses[1])
+    gold_tolerance = z * math.hypot(ses[2], ses[3])
     reward_gain = reward[-1] - reward[-window]
     gold_gain = gold[-1] - gold[-window]
-    return reward_gain > tolerance and gold_gain <= tolerance
+    return reward_gain > reward_tolerance and gold_gain <= gold_tolerance
 
 
 class Evaluator:
@@ -123,20 +148,25 @@ class Evaluator:
         scores = self.reward_runtime.score(batch.images, batch.prompts, batch.metadata)
         metrics = scores.stats(prefix="eval_reward")
         reward_mean = scores.total.mean().item()
+        metrics["eval_reward_se"] = standard_error(scores.total)
         gold_mean = float("nan")
         if self.gold_runtime is not None:
             gold = self.gold_runtime.score(batch.images, batch.prompts, batch.metadata)
             metrics.update(gold.stats(prefix="gold"))
             gold_mean = gold.total.mean().item()
+            metrics["gold_se"] = standard_error(gold.total)
             self.history.gold.append(gold_mean)
+            self.history.gold_se.append(metrics["gold_se"])
         if self.quality_runtime is not None:
             quality = self.quality_runtime.score(batch.images, batch.prompts, batch.metadata)
             for name, values in quality.components.items():  # each measure alone: their sum means nothing
                 metrics.update(summary(values, f"quality_{name}"))
         self.history.steps.append(step)
         self.history.reward.append(reward_mean)
+        self.history.reward_se.append(metrics["eval_reward_se"])
+        h = self.history
         diverged = self.gold_runtime is not None and gold_divergence(
-            self.history.reward, self.history.gold, self.cfg.divergence_window)
+            h.reward, h.gold, self.cfg.divergence_window, h.reward_se, h.gold_se)
         if self.gold_runtime is not None:
             metrics["gold_divergence"] = float(diverged)
         if diverged:

@@ -33,6 +33,11 @@ class EMA(ShadowWeights):
         self.warmup = warmup
         self.cadence = cadence
         self.optimizer_steps = 0
+        self.updates = 0
+        """EMA updates so far (the export card and log report it)."""
+        self.initial_share = 1.0
+        """Weight the starting values still carry in the EMA: the product of the decays used so
+        far. Near 1 the EMA has barely moved from the untrained weights (a short run)."""
 
     def on_optimizer_step(self) -> None:
         self.optimizer_steps += 1
@@ -44,8 +49,13 @@ class EMA(ShadowWeights):
             self._update()
 
     def _update(self) -> None:
-        self.blend(ema_decay(self.optimizer_steps, self.decay, self.warmup))
+        decay = ema_decay(self.optimizer_steps, self.decay, self.warmup)
+        self.blend(decay)
+        self.updates += 1
+        self.initial_share *= decay
 
-    def load_state_dict(self, state: dict, optimizer_steps: int) -> None:
+    def load_state_dict(self, state: dict, optimizer_steps: int, updates: int, initial_share: float) -> None:
         self.load_tensors(state, "EMA")
         self.optimizer_steps = optimizer_steps
+        self.updates = updates
+        self.initial_share = initial_share

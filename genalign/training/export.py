@@ -17,6 +17,8 @@ calls it inside the checkpoint's temporary directory (so an export is as atomic 
 
 from __future__ import annotations
 
+import logging
+import math
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -28,6 +30,25 @@ from genalign.training.lora import export_lora_for_diffusers, export_lora_for_pe
 from genalign.training.model_card import model_card
 
 CARD_NAME = "README.md"
+
+log = logging.getLogger(__name__)
+
+EMA_BARELY_MOVED = 0.5
+"""An exported EMA whose starting weights still carry more than this share has barely moved
+from the untrained weights: the log warns and the card says so."""
+
+
+def ema_description(decay: float, updates: int, initial_share: float) -> str:
+    """How the card and log name EMA weights: the decay, how many updates the EMA holds and the
+    share of the starting (untrained) weights still in it."""
+    if updates < 0 or math.isnan(initial_share):
+        return f"EMA (decay {decay:g}; update count unknown: checkpoint from an older version)"
+    text = f"EMA (decay {decay:g}, {updates} update{'s' if updates != 1 else ''}; " \
+           f"{100 * initial_share:.0f} % of it is still the starting weights)"
+    if initial_share > EMA_BARELY_MOVED:
+        text += " - it has barely moved from the untrained weights; the live weights (lora_live/ for a LoRA) are " \
+                "the trained ones"
+    return text
 
 
 def sample_sheets(run_dir: Path, eval_history: dict, step: int) -> dict[str, Path]:
@@ -50,11 +71,21 @@ def write_card(directory: Path, card_args: dict, sheets: dict[str, Path]) -> Non
 
 def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.Tensor],
                       ema: dict[str, torch.Tensor] | None, use_ema: bool, step: int, eval_history: dict,
-                      final: bool) -> Callable[[Path], None] | None:
+                      final: bool, ema_tracker=None) -> Callable[[Path], None] | None:
     """The writer of this checkpoint's exports (None when there is nothing to export).
-    `trainable`/`ema` are whole CPU tensors (gathered from FSDP2 shards by the caller)."""
+    `trainable`/`ema` are whole CPU tensors (gathered from FSDP2 shards by the caller);
+    `ema_tracker` (the trainer's `EMA`) gives the update count and starting-weight share the
+    card reports."""
     weights = ema if use_ema and ema is not None else trainable
-    described = f"EMA (decay {cfg.actor.ema.decay:g})" if weights is ema else "live (no EMA)"
+    described = "live (no EMA)"
+    if weights is ema:
+        updates = ema_tracker.updates if ema_tracker is not None else -1
+        share = ema_tracker.initial_share if ema_tracker is not None else float("nan")
+        described = ema_description(cfg.actor.ema.decay, updates, share)
+        log.info("step %d export: %s", step, described)
+        if share > EMA_BARELY_MOVED:
+            log.warning("step %d: the exported EMA weights are %.0f %% the starting weights after %d updates; "
+                        "the live weights (lora_live/ for a LoRA) hold what was trained", step, 100 * share, updates)
     sheets = sample_sheets(Path(cfg.trainer.output_dir), eval_history, step)
     card = dict(cfg=cfg, step=step, eval_history=eval_history, weights=described,
                 pipeline_tag=getattr(policy, "pipeline_tag", "text-to-image"))

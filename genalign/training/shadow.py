@@ -28,6 +28,12 @@ class ShadowWeights:
         for name, param in self.parameters.items():
             self.shadow[name].mul_(decay).add_(param.detach().float(), alpha=1 - decay)
 
+    @torch.no_grad()
+    def copy_live(self) -> None:
+        """shadow ← live (a hard copy: DPO's reference refresh)."""
+        for name, param in self.parameters.items():
+            self.shadow[name].copy_(param.detach().float())
+
     @contextmanager
     def applied(self) -> Iterator[None]:
         """Swap the shadow weights in for the block, then restore the live ones."""
@@ -53,3 +59,25 @@ class ShadowWeights:
             raise ValueError(f"{what} state mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
         for name in self.shadow:
             copy_full_into(self.shadow[name], state[name])
+
+
+STEPS_KEY = "optimizer_steps"
+"""The optimizer-step count saved beside an algorithm's shadow weights."""
+
+
+def shadow_state(shadow: ShadowWeights, prefix: str, optimizer_steps: int) -> dict[str, torch.Tensor]:
+    """An algorithm's state (`Algorithm.state_dict`) of one shadow copy and a step count:
+    the shadow tensors under `prefix`, the count under STEPS_KEY."""
+    return {**{prefix + name: t for name, t in shadow.state_dict().items()},
+            STEPS_KEY: torch.tensor([optimizer_steps], dtype=torch.int64)}
+
+
+def load_shadow_state(shadow: ShadowWeights, prefix: str, state: dict[str, torch.Tensor], what: str,
+                      algorithm: str) -> int:
+    """Load `shadow_state` output into `shadow`; returns the step count. `what` names the copy
+    in a mismatch error, `algorithm` the algorithm.name whose checkpoints carry it."""
+    if STEPS_KEY not in state:
+        raise ValueError(f"{what} state has no {STEPS_KEY}: the checkpoint was not written by an "
+                         f"algorithm.name={algorithm} run")
+    shadow.load_tensors({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}, what)
+    return int(state[STEPS_KEY][0])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import sys
 import time
 from contextlib import nullcontext
@@ -54,6 +55,23 @@ class ResumeError(UserError, ValueError):
     pass
 
 
+CONSOLE_COLUMNS = (("reward", "reward_mean", "%.4f"), ("loss", "loss", "%.3g"), ("clip", "clip_frac", "%.3f"),
+                   ("kl", "kl", "%.3g"))
+"""The step line's fields: (label, metrics.csv column, format)."""
+
+
+def console_summary(row: dict[str, float]) -> str:
+    """The step's headline numbers, only those this algorithm produced: NFT and DPO have no
+    clip fraction, offline DPO no reward, a run without a KL term no KL (a column the step did
+    not write, or a NaN placeholder, is left out rather than printed as nan)."""
+    parts = []
+    for label, column, form in CONSOLE_COLUMNS:
+        value = row.get(column)
+        if value is not None and not math.isnan(float(value)):
+            parts.append(f"{label} {form % value}")
+    return "  ".join(parts)
+
+
 class Trainer:
     def __init__(self, cfg: ExperimentConfig):
         self.cfg = cfg
@@ -93,7 +111,8 @@ class Trainer:
         with timed_phase(log, f"loading model {cfg.model.family} from {cfg.model.path}"):
             self.policy = setup.build_policy(cfg)
         # the reference is taken before wrapping, so a full-fine-tune copy stays a plain module
-        reference = ReferencePolicy(self.policy, cfg.model.train_mode) if self.plan.needs_reference else None
+        reference = (ReferencePolicy(self.policy, cfg.model.train_mode)
+                     if cfg.algorithm.needs_frozen_reference else None)
         distributed.wrap_for_training(self.policy.transformer, strategy.strategy)
         self.parameters = setup.named_trainable_parameters(self.policy.transformer)
         self.optimizer = build_optimizer(list(self.parameters.values()), cfg.actor)
@@ -199,10 +218,8 @@ class Trainer:
                "step_images_per_s": generated / max(step_seconds, 1e-9)}
         progress = clock.describe(step) if clock else f"step {step}/{self.cfg.trainer.num_steps}"
         peak = f", peak GPU memory {memory[MEMORY_COLUMN]:.2f} GiB" if memory else ""
-        log.info("%s: reward %.4f  loss %.3g  clip %.3f  kl %.3g  (rollout %.1fs, reward %.1fs, train %.1fs%s)",
-                 progress, row.get("reward_mean", float("nan")), row.get("loss", float("nan")),
-                 row.get("clip_frac", float("nan")), row.get("kl", float("nan")), times["time_rollout_s"],
-                 times["time_reward_s"], times["time_train_s"], peak)
+        log.info("%s: %s  (rollout %.1fs, reward %.1fs, train %.1fs%s)", progress, console_summary(row),
+                 times["time_rollout_s"], times["time_reward_s"], times["time_train_s"], peak)
         return row
 
     # ---------------------------------------------------------------- phases
@@ -286,12 +303,14 @@ class Trainer:
         if self.ranks.is_main:
             history = self.evaluator.history.to_dict()
             export = checkpoint_export(self.cfg, self.policy, trainable, ema, self.evaluates_ema, step, history,
-                                       final=name == "checkpoint-final")
+                                       final=name == "checkpoint-final", ema_tracker=self.ema)
             with timed_phase(log, f"saving {path}"):
                 save_checkpoint(
                     path, step=step, config=config_to_dict(self.cfg), trainable=trainable, ema=ema,
                     optimizer=optimizer,
                     trainer_state={"ema_optimizer_steps": self.ema.optimizer_steps if self.ema else 0,
+                                   "ema_updates": self.ema.updates if self.ema else 0,
+                                   "ema_initial_share": self.ema.initial_share if self.ema else 1.0,
                                    "eval_history": history,
                                    "grad_scaler": self.scaler.state_dict(),
                                    "world_size": self.ranks.world_size,
@@ -313,7 +332,10 @@ class Trainer:
         if self.ema is not None:
             if checkpoint.ema is None:
                 raise ResumeError(f"{checkpoint.path} has no EMA state but actor.ema.enabled=true")
-            self.ema.load_state_dict(checkpoint.ema, checkpoint.trainer_state["ema_optimizer_steps"])
+            state = checkpoint.trainer_state
+            # checkpoints from before the EMA counted its updates: unknown (NaN), said so on the card
+            self.ema.load_state_dict(checkpoint.ema, state["ema_optimizer_steps"], state.get("ema_updates", -1),
+                                     state.get("ema_initial_share", float("nan")))
         if checkpoint.trainer_state.get("grad_scaler"):
             self.scaler.load_state_dict(checkpoint.trainer_state["grad_scaler"])
         from genalign.evaluation.evaluator import EvalHistory

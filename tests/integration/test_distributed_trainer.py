@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered
 
 pytestmark = pytest.mark.distributed
 
@@ -78,7 +79,9 @@ def test_two_ranks_reach_the_one_process_weights(single_process, tiny_sd3_dir, t
     # lora_B starts at zero: the first step must have moved it
     assert any(v.abs().max() > 0 for k, v in one.items() if "lora_B" in k), "the first step did not move the adapter"
     for name in one:
-        torch.testing.assert_close(two[name], one[name], rtol=1e-5, atol=1e-6)
+        # 2 ranks only regroup the gradient sums (all-reduce of two halves): rounding through forward,
+        # backward and the optimizer step, relative to the weights' magnitude
+        assert_close_reordered(two[name], one[name], length=TINY_REDUCTION, depth=2 * TINY_DEPTH)
     # rank 0 alone wrote the run directory, with the same rows as the 1-process run
     rows = list(csv.DictReader(open(out / "metrics.csv")))
     assert [r["step"] for r in rows] == ["1", "2"]
@@ -127,4 +130,6 @@ def test_janus_full_finetune_two_ranks_reach_the_one_process_weights(tiny_janus_
     [initial] = [v for k, v in base.items() if k.endswith("language_model.embed_tokens.weight")]
     assert not torch.equal(one[embedding], initial), "the step did not move the embedding table"
     for name in one:
-        torch.testing.assert_close(two[name], one[name], rtol=1e-5, atol=1e-6)
+        # 2 ranks only regroup the gradient sums (all-reduce of two halves): rounding through forward,
+        # backward and the optimizer step, relative to the weights' magnitude
+        assert_close_reordered(two[name], one[name], length=TINY_REDUCTION, depth=2 * TINY_DEPTH)

@@ -20,6 +20,8 @@ from safetensors.torch import load_file
 
 import torch
 
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered
+
 pytestmark = pytest.mark.distributed
 
 SCRIPT = r'''
@@ -88,7 +90,9 @@ def test_two_ranks_match_one_rank_on_the_same_global_batch(tmp_path, strategy):
     double = run_ranks(tmp_path, strategy, 2)
     assert sorted(single) == sorted(double) == ["lora_A.weight", "lora_B.weight"]
     for name in single:
-        torch.testing.assert_close(double[name], single[name], rtol=1e-5, atol=1e-6)
+        # 2 ranks only regroup the gradient sums (all-reduce of two halves): rounding through forward,
+        # backward and the optimizer step, relative to the weights' magnitude
+        assert_close_reordered(double[name], single[name], length=TINY_REDUCTION, depth=2 * TINY_DEPTH)
     torch.manual_seed(0)  # the script's initialisation: training must have moved the adapter
     initial = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2, bias=False))[1].weight
     assert (single["lora_A.weight"] - initial).abs().max() > 1e-3

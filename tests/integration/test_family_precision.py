@@ -21,7 +21,9 @@ FAMILIES = {  # family -> (recipe, fixture with its tiny model, overrides(model_
     "flux": ("experiment/diffusion/flux/online_grpo_ocr", "tiny_flux_dir",
              lambda d, o: tiny_overrides(d, o, "model.max_sequence_length=16", "rollout.num_steps=2")),
     "qwen_image": ("experiment/diffusion/qwen_image/online_grpo_ocr", "tiny_qwen_image_dir",
-                   lambda d, o: tiny_overrides(d, o, "model.max_sequence_length=16", "rollout.num_steps=2")),
+                   # its window of 2 in the first 5 of 10 steps, shrunk to 1 in the first 1 of 2
+                   lambda d, o: tiny_overrides(d, o, "model.max_sequence_length=16", "rollout.num_steps=2",
+                                               "rollout.sde_window.size=1")),
     "wan": ("experiment/diffusion/wan_2_1/online_grpo_pickscore", "tiny_wan_dir", tiny_video_overrides),
     "cosmos": ("experiment/diffusion/cosmos/online_grpo_pickscore", "tiny_cosmos_dir", tiny_video_overrides),
     "janus": ("experiment/autoregressive/janus_pro/online_grpo_ocr", "tiny_janus_dir",

@@ -15,6 +15,8 @@ from support import assert_resumed_bitwise, read_rows, tiny_overrides, train_rec
 
 RECIPES = {"flux": "experiment/diffusion/flux/online_grpo_ocr",
            "qwen_image": "experiment/diffusion/qwen_image/online_grpo_ocr"}
+WINDOW = {"qwen_image": ("rollout.sde_window.size=1",)}
+"""Qwen-Image's window of 2 in the first half of 10 steps, shrunk to the tiny run's 2 steps."""
 
 
 def overrides(model_dir, output_dir, *extra):
@@ -27,7 +29,7 @@ def finished_run(request, tiny_flux_dir, tiny_qwen_image_dir, tmp_path_factory):
     family = request.param
     model_dir = {"flux": tiny_flux_dir, "qwen_image": tiny_qwen_image_dir}[family]
     out = tmp_path_factory.mktemp(f"run_{family}")
-    trainer, initial = train_recipe_in_process(RECIPES[family], overrides(model_dir, out))
+    trainer, initial = train_recipe_in_process(RECIPES[family], overrides(model_dir, out, *WINDOW.get(family, ())))
     assert trainer.policy.family == family
     return family, model_dir, out, trainer, initial
 
@@ -62,7 +64,7 @@ def test_run_trains_only_the_lora_and_writes_every_artefact(finished_run):
 
 def test_resume_continues_bitwise(finished_run, tmp_path):
     family, model_dir, out, _, _ = finished_run
-    cfg = load_config(RECIPES[family], overrides(model_dir, tmp_path / "resumed",
+    cfg = load_config(RECIPES[family], overrides(model_dir, tmp_path / "resumed", *WINDOW.get(family, ()),
                                                  f"trainer.resume_from={out / 'checkpoint-2'}"))
     Trainer(cfg).train()
     assert_resumed_bitwise(out, tmp_path / "resumed", 3)

@@ -20,6 +20,11 @@ RUNS = {
     "nft_fast": ("experiment/toy/shapes_nft_fast", ["rollout.num_steps=4"], ["nft_optimality", "old_policy_decay"]),
     "dpo_online": ("experiment/toy/shapes_dpo", [], ["dpo_implicit_accuracy", "dpo_logit", "reward_mean"]),
     "dpo_offline": ("experiment/toy/offline_dpo", [], ["dpo_implicit_accuracy", "pairs"]),
+    # the reference's online setting: pairs sampled with the DPO reference, refreshed from the
+    # learner every 2 optimizer steps (so resume from checkpoint-2 must restore a refreshed one)
+    "dpo_refreshed": ("experiment/toy/shapes_dpo", ["algorithm.dpo.sample_with=reference",
+                                                    "algorithm.dpo.ref_update_step=2"],
+                      ["dpo_implicit_accuracy", "dpo_reference_refreshed"]),
 }
 
 
@@ -49,8 +54,10 @@ def test_run_directory_and_columns(finished):
         assert column in rows[0], column
     assert "parity_max_abs_log_prob_diff" not in rows[0]  # no log-probs to check
     assert float(rows[-1]["optimizer_steps"]) >= 1
-    has_state = (out / "checkpoint-final" / "algorithm.safetensors").exists()
-    assert has_state == name.startswith("nft")
+    # NFT's old policy and DPO's reference are algorithm state
+    assert (out / "checkpoint-final" / "algorithm.safetensors").exists()
+    if name == "dpo_refreshed":
+        assert [float(r["dpo_reference_refreshed"]) for r in rows] == [0.0, 1.0, 0.0]
 
 
 def test_resume_continues_bitwise(finished, tmp_path):

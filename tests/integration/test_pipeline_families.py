@@ -20,7 +20,7 @@ from genalign.models.flux import FluxPolicy
 from genalign.models.qwen_image import QwenImagePolicy
 from genalign.models.tiny import QWEN_TEMPLATE, main
 from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
-from support import assert_lora_export_reproduces
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, assert_lora_export_reproduces
 
 MAX_TOKENS = 24
 PROMPTS = ["a red sign that says \"hi\"", "two cats"]
@@ -74,7 +74,9 @@ def test_ode_sampling_reproduces_the_pipeline(family, cfg_scale):
     packed = pipe(PROMPTS, height=64, width=96, num_inference_steps=3, latents=pack_2x2(start), output_type="latent",
                   generator=generator, **pipeline_kwargs(policy, cfg_scale)).images  # [2, N, 4C]
     theirs = unpack_2x2(packed.reshape(2, -1, packed.shape[-1]), 8, 12)
-    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+    # the pipeline's loop vs ours: the same math in its own order, 3 steps, CFG gain |1 − w| + |w|
+    assert_close_reordered(ours, theirs, length=TINY_REDUCTION, depth=3 * TINY_DEPTH,
+                           gain=abs(1 - cfg_scale) + cfg_scale)
     assert (ours - start).abs().max() > 0.1  # the sample moved: not a trivially equal pair
     images = pipe(PROMPTS, height=64, width=96, num_inference_steps=3, latents=pack_2x2(start), output_type="pt",
                   **pipeline_kwargs(policy, cfg_scale)).images  # [2, 3, 64, 96] in [0, 1]
@@ -184,9 +186,11 @@ def test_split_cfg_equals_joint_and_detach_drops_the_unconditional_gradient(fami
                     param.zero_()
     assert torch.equal(value, detached)
     assert any(not torch.allclose(both[n], cond_only[n]) for n in both)
-    torch.testing.assert_close(split, value, atol=1e-5, rtol=1e-5)
+    # split vs joint: the same math batched differently (rounding only), CFG gain |1 − w| + |w| at w = 4
+    assert_close_reordered(split, value, length=TINY_REDUCTION, depth=TINY_DEPTH, gain=3.0 + 4.0)
     for name in cond_only:
-        torch.testing.assert_close(split_grads[name], cond_only[name], atol=1e-5, rtol=1e-4)
+        assert_close_reordered(split_grads[name], cond_only[name], length=TINY_REDUCTION, depth=2 * TINY_DEPTH,
+                               gain=3.0 + 4.0)
 
 
 def test_flux_guidance_embedding_must_match_the_model(tiny_flux_dir):
@@ -251,4 +255,4 @@ def test_flux_schnell_form_without_guidance_embedding_reproduces_its_pipeline(tm
     pipe = FluxPipeline.from_pretrained(tmp_path / "schnell")
     packed = pipe(PROMPTS, height=64, width=64, num_inference_steps=2, latents=pack_2x2(start), output_type="latent",
                   max_sequence_length=MAX_TOKENS).images
-    torch.testing.assert_close(ours, unpack_2x2(packed, 8, 8), rtol=1e-4, atol=1e-4)
+    assert_close_reordered(ours, unpack_2x2(packed, 8, 8), length=TINY_REDUCTION, depth=2 * TINY_DEPTH)  # 2 steps

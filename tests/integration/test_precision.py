@@ -16,7 +16,7 @@ from genalign.rollout.collector import SamplingSpec, encode_unique
 from genalign.training.precision import compile_denoiser
 from genalign.training.trainer import Trainer
 from support import SD3_RECIPE as RECIPE
-from support import read_rows, tiny_overrides
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, read_rows, tiny_overrides
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CASES = [
@@ -55,13 +55,13 @@ def test_reduced_precision_trains_with_float32_masters(tiny_sd3_dir, tmp_path, d
 
 @pytest.mark.parametrize("mode,graphs", [("regional", 2), ("full", 1)])
 @pytest.mark.parametrize("device,dtype,atol,mean_atol", [
-    pytest.param("cpu", "float32", 1e-5, 1e-6, id="cpu-fp32"),
+    pytest.param("cpu", "float32", None, None, id="cpu-fp32"),  # the reordering bound (tests/support.py)
     pytest.param("cuda", "bfloat16", 0.1, 3e-2, id="cuda-bf16", marks=[pytest.mark.gpu, CUDA]),
 ])
 def test_compiled_denoiser_agrees_with_eager(tiny_sd3_dir, device, dtype, atol, mean_atol, mode, graphs):
     """Compilation (regional: each of the tiny model's 2 blocks; full: the whole denoiser)
-    changes kernels, not the function. The stated tolerance: fp32 agrees to 1e-5
-    (reassociation only); bf16 to 0.1 per element and 3e-2 on average —
+    changes kernels, not the function. The stated tolerance: fp32 within the reordering bound
+    (reassociation only: tests/support.reorder_tolerance); bf16 to 0.1 per element and 3e-2 on average —
     one bf16 ulp of an O(1) branch output is 8e-3 and CFG at w = 4.5 scales a branch's
     rounding by up to 2w − 1 = 8 (measured on an H100: max 0.041, mean 0.012)."""
     policy = SD3Policy.from_pretrained(tiny_sd3_dir, dtype=getattr(torch, dtype), device=device,
@@ -73,6 +73,9 @@ def test_compiled_denoiser_agrees_with_eager(tiny_sd3_dir, device, dtype, atol, 
     eager = policy.velocity(latents, sigma, cond, 4.5)
     assert compile_denoiser(policy.transformer, mode, policy.repeated_blocks) == graphs
     compiled = policy.velocity(latents, sigma, cond, 4.5)
+    if dtype == "float32":  # reassociation only: the rounding-error bound, CFG gain |1 − w| + |w| = 8
+        assert_close_reordered(compiled, eager, length=TINY_REDUCTION, depth=TINY_DEPTH, gain=8.0)
+        return
     torch.testing.assert_close(compiled, eager, atol=atol, rtol=0)
     assert (compiled - eager).abs().mean().item() <= mean_atol
 

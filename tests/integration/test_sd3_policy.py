@@ -13,6 +13,7 @@ from genalign.models.base import FlowPolicy, ModelConfig
 from genalign.models.sd3 import SD3Policy
 from genalign.models.tiny import build_tiny_sd3_pipeline, main
 from genalign.sampling.schedules import flow_match_sigmas
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered
 
 MAX_TOKENS = 16
 PROMPTS = ["a red sign that says \"hi\"", "two cats"]
@@ -108,7 +109,9 @@ def test_cfg_is_one_batched_forward_equal_to_the_manual_combination(policy):
     assert len(calls) == 1
     uncond = forward(policy, noise(), sigma, cond.negative_embeds, cond.negative_pooled)
     text = forward(policy, noise(), sigma, cond.embeds, cond.pooled)
-    torch.testing.assert_close(guided, uncond + scale * (text - uncond), rtol=1e-5, atol=1e-5)
+    # one batch of 4 vs two of 2: rounding only, through the tiny transformer and CFG's |1 − w| + |w|
+    assert_close_reordered(guided, uncond + scale * (text - uncond), length=TINY_REDUCTION, depth=TINY_DEPTH,
+                           gain=abs(1 - scale) + scale, scale=float(torch.cat([uncond, text]).abs().max()))
     assert not torch.allclose(guided, text)
 
 
@@ -218,6 +221,8 @@ def test_detach_uncond_keeps_the_value_and_drops_the_unconditional_gradient(tiny
     assert torch.equal(value, detached_value)
     assert any(not torch.allclose(through_both[n], cond_only[n]) for n in through_both)
     split_value, split_grads = _lora_grads(_lora_policy(tiny_sd3_dir, "split"), detach_uncond=True)
-    torch.testing.assert_close(split_value, value, atol=1e-5, rtol=1e-5)
+    # split vs joint: the same math batched differently; gradients chain forward and backward
+    assert_close_reordered(split_value, value, length=TINY_REDUCTION, depth=TINY_DEPTH, gain=abs(1 - 4.5) + 4.5)
     for name in cond_only:
-        torch.testing.assert_close(split_grads[name], cond_only[name], atol=1e-5, rtol=1e-4)
+        assert_close_reordered(split_grads[name], cond_only[name], length=TINY_REDUCTION, depth=2 * TINY_DEPTH,
+                               gain=abs(1 - 4.5) + 4.5)

@@ -17,7 +17,7 @@ from genalign.models.wan import WAN_LORA_TARGETS, WanPolicy, scheduler_shift
 from genalign.sampling.schedules import flow_match_sigmas
 from genalign.sampling.trajectory import sample_trajectory, sde_step_mask
 from genalign.training.lora import apply_lora, export_lora_for_diffusers
-from support import assert_loaded_as_built
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, assert_loaded_as_built
 
 MAX_TOKENS = 16
 NUM_FRAMES = 3  # the tiny VAE's temporal factor is 2: 3 frames = 2 latent frames
@@ -98,7 +98,8 @@ def test_our_ode_sampler_reproduces_the_wan_pipeline(policy):
     cond = policy.encode_prompts(PROMPTS, with_negative=True)
     sigmas = policy.sigmas(3, tuple(start.shape[1:]))
     latents, log_probs, _ = sample_trajectory(policy, cond, start, [], sigmas, 5.0, 0.0, sde_step_mask(3, 0.0))
-    torch.testing.assert_close(latents[:, -1], reference, rtol=1e-5, atol=1e-5)
+    # the pipeline's loop vs ours: the same math in its own order, 3 steps of the transformer, CFG 5
+    assert_close_reordered(latents[:, -1], reference, length=TINY_REDUCTION, depth=3 * TINY_DEPTH, gain=4.0 + 5.0)
     assert (log_probs == 0).all()
     video = policy.decode(latents[:, -1])
     assert video.shape == (2, NUM_FRAMES, 3, 32, 32) and video.dtype == torch.uint8
@@ -147,7 +148,7 @@ def test_lora_targets_both_attentions_and_export_loads_into_wan_pipeline(tiny_wa
         base = pipe.transformer(**inputs)[0]
         pipe.load_lora_weights(out_dir)
         loaded = pipe.transformer(**inputs)[0]
-    torch.testing.assert_close(loaded, ours, rtol=1e-5, atol=1e-5)
+    assert_close_reordered(loaded, ours, length=TINY_REDUCTION, depth=TINY_DEPTH)  # diffusers' LoRA path vs peft's
     assert (loaded - base).abs().max() > 1e-3
 
 
@@ -190,7 +191,8 @@ def test_encode_images_is_the_normalised_posterior_mean_that_decode_inverts(poli
     std = torch.tensor(config.latents_std).view(1, -1, 1, 1, 1)
     with torch.no_grad():
         raw = policy.vae.encode(video[:1].permute(0, 2, 1, 3, 4).float() / 127.5 - 1.0).latent_dist.mean
-    torch.testing.assert_close(latents[:1], (raw - mean) / std, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(latents[:1] * std + mean, raw, rtol=1e-5, atol=1e-5)
+    # the same VAE call; only the elementwise normalisation's order differs (no reduction)
+    assert_close_reordered(latents[:1], (raw - mean) / std, length=1)
+    assert_close_reordered(latents[:1] * std + mean, raw, length=1, depth=2)
     with pytest.raises(ValueError, match="video"):
         policy.encode_images(video[:, 0])

@@ -120,3 +120,21 @@ def test_rollout_correction_of_a_stale_rollout(linear_policy):
     assert not torch.equal(uncorrected["ratio"], torch.ones(3))
     # off by default: prepare_update leaves the batch alone
     assert FlowGRPO(AlgorithmConfig()).prepare_update(linear_policy, batch, steps, 3) is batch
+
+
+@pytest.mark.parametrize("fraction", [0.6, 0.99])
+def test_dance_trained_step_count_is_its_reference_formula_at_every_step_count(fraction):
+    """DanceGRPO (train_grpo_flux.py) trains int(len(timesteps) * timestep_fraction) steps of a
+    random permutation. With the recipe's Euler final step (rollout.ode_final_step) and the
+    final step excluded, the count still equals the formula for every T from 1 to 60."""
+    from types import SimpleNamespace
+
+    from genalign.sampling.windows import sde_step_mask
+
+    algorithm = FlowGRPO(AlgorithmConfig(timestep_fraction=fraction, timestep_selection="random"))
+    for steps in range(1, 61):
+        batch = SimpleNamespace(sde_mask=sde_step_mask(steps, 0.3, None, ode_final_step=True), num_steps=steps,
+                                seeds=torch.arange(8))
+        chosen = algorithm.train_step_indices(batch)
+        assert len(chosen) == int(steps * fraction), steps
+        assert len(set(chosen)) == len(chosen) and all(0 <= j < steps - 1 for j in chosen)

@@ -3,12 +3,11 @@
 import pytest
 import torch
 
-from genalign.algorithms.config import AlgorithmConfig, NFTConfig
+from genalign.algorithms.config import AlgorithmConfig, DPOConfig, NFTConfig
 from genalign.algorithms.dpo import FlowDPO, best_worst_pairs
 from genalign.algorithms.forward_draws import forward_draws
 from genalign.algorithms.nft import DiffusionNFT
 from genalign.rollout.collector import SamplingSpec, generate
-from genalign.training.reference import ReferencePolicy
 from support import make_groups
 
 
@@ -82,7 +81,7 @@ def test_best_worst_pairs_skip_constant_groups():
 
 def test_dpo_online_pairs_and_loss_at_reference(linear_policy):
     batch = ode_rollout(linear_policy)  # 2 groups of 3
-    algo = FlowDPO(AlgorithmConfig(name="dpo"), ReferencePolicy(linear_policy, "full"))
+    algo = FlowDPO(AlgorithmConfig(name="dpo"), parameters=trainable(linear_policy))
     advantages = torch.tensor([1.0, -1.0, 0.0, 0.5, 0.2, -0.3])
     pairs, pair_advantages = algo.training_batch(batch, advantages)
     assert len(pairs) == 2 and pair_advantages.tolist() == pytest.approx([2.0, 0.8])
@@ -100,10 +99,63 @@ def test_dpo_step_without_pairs_trains_nothing(linear_policy):
     from genalign.training.update import run_update
 
     batch = ode_rollout(linear_policy)
-    algo = FlowDPO(AlgorithmConfig(name="dpo"), ReferencePolicy(linear_policy, "full"))
+    algo = FlowDPO(AlgorithmConfig(name="dpo"), parameters=trainable(linear_policy))
     pairs, pair_advantages = algo.training_batch(batch, torch.zeros(len(batch)))  # every group constant
     assert len(pairs) == 0
     params = list(trainable(linear_policy).values())
     result = run_update(linear_policy, algo, torch.optim.AdamW(params), params, pairs, pair_advantages,
                         ActorConfig(gradient_accumulation_steps=1), 4, torch.Generator().manual_seed(0))
     assert result.optimizer_steps == 0 and result.metrics()["trained_fraction"] == 0.0
+
+
+def _shifted(params, by):
+    with torch.no_grad():
+        for p in params.values():
+            p.add_(by)
+
+
+def test_dpo_reference_is_refreshed_from_the_learner_every_ref_update_step(linear_policy):
+    """train_sd3_dpo.py: copy_learner_to_ref when the optimizer-step count reaches a multiple of
+    ref_update_step; until then the reference keeps the starting weights."""
+    params = trainable(linear_policy)
+    start = {n: p.detach().clone() for n, p in params.items()}
+    algo = FlowDPO(AlgorithmConfig(name="dpo", dpo=DPOConfig(ref_update_step=3)), parameters=params)
+    _shifted(params, 1.0)
+    assert algo.after_update(2) == {"dpo_reference_refreshed": 0.0}  # 2 steps: not yet
+    for name in params:
+        assert torch.equal(algo.reference.shadow[name], start[name])
+    assert algo.after_update(2) == {"dpo_reference_refreshed": 1.0}  # 4 steps: crossed 3
+    for name, p in params.items():
+        assert torch.equal(algo.reference.shadow[name], p.detach())
+    never = FlowDPO(AlgorithmConfig(name="dpo", dpo=DPOConfig(ref_update_step=0)), parameters=params)
+    _shifted(params, 1.0)
+    assert never.after_update(100) == {"dpo_reference_refreshed": 0.0}
+
+
+@pytest.mark.parametrize("sample_with", ["reference", "policy"])
+def test_dpo_online_rollout_samples_with_the_reference_or_the_learner(linear_policy, sample_with):
+    params = trainable(linear_policy)
+    algo = FlowDPO(AlgorithmConfig(name="dpo", dpo=DPOConfig(sample_with=sample_with)), parameters=params)
+    start = {n: p.detach().clone() for n, p in params.items()}
+    _shifted(params, 0.5)
+    live = {n: p.detach().clone() for n, p in params.items()}
+    with algo.rollout_weights():
+        expected = start if sample_with == "reference" else live
+        for name, p in params.items():
+            assert torch.equal(p.detach(), expected[name])
+    for name, p in params.items():  # restored
+        assert torch.equal(p.detach(), live[name])
+
+
+def test_dpo_reference_state_round_trips(linear_policy):
+    params = trainable(linear_policy)
+    algo = FlowDPO(AlgorithmConfig(name="dpo", dpo=DPOConfig(ref_update_step=1)), parameters=params)
+    _shifted(params, 0.25)
+    algo.after_update(1)
+    fresh = FlowDPO(AlgorithmConfig(name="dpo"), parameters=params)
+    fresh.load_state_dict(algo.state_dict())
+    assert fresh.optimizer_steps == 1
+    for name in params:
+        assert torch.equal(fresh.reference.shadow[name], algo.reference.shadow[name])
+    with pytest.raises(ValueError, match="optimizer_steps"):
+        fresh.load_state_dict({})

@@ -21,7 +21,7 @@ def test_ratio_norm_equals_mean_noise_times_mean_shift():
     mean = (old_mean + delta).requires_grad_(True)
     log_probs = gaussian_log_prob(sample, mean, std)
     old_log_probs = gaussian_log_prob(sample, old_mean, std)
-    out = ratio_norm_log_ratio(log_probs, old_log_probs, mean, old_mean, std)
+    out = ratio_norm_log_ratio(log_probs, old_log_probs, mean, old_mean, std, per_sample_bias=True)
     # sample 0: mean(1·0.2, −2·0.1) = 0; sample 1: mean(0.5·(−0.4), 0) = −0.1
     torch.testing.assert_close(out, torch.tensor([0.0, -0.1]), atol=1e-6, rtol=0)
     out.sum().backward()  # d/dμ mean(ε ⊙ (μ − μ_old)) = ε / D
@@ -29,6 +29,12 @@ def test_ratio_norm_equals_mean_noise_times_mean_shift():
     # on-policy (δ = 0): exactly 0
     same = ratio_norm_log_ratio(old_log_probs, old_log_probs, old_mean, old_mean, std)
     assert torch.equal(same, torch.zeros(2))
+    # the reference's bias (default): one scalar, mean over samples and dims of δ²/(2S²) =
+    # mean(0.04, 0.01, 0.16, 0.09)/0.5 = 0.15, shared by both samples, instead of each
+    # sample's own mean(δ²)/(2S²) = (0.025, 0.125)/0.5
+    shared = ratio_norm_log_ratio(log_probs, old_log_probs, mean, old_mean, std)
+    own_bias = torch.tensor([0.025, 0.125]) / 0.5
+    torch.testing.assert_close(shared, out + (0.15 - own_bias) * 0.5, atol=1e-6, rtol=0)
 
 
 def test_rollout_correction_weight_modes():

@@ -48,6 +48,9 @@ def test_dpo_needs_pairs():
     assert "rollout.n must be >= 2" in problems("experiment/toy/shapes_dpo", "rollout.n=1", "rollout.sample_batch_size=8")
     assert "needs data.preference_manifest" in problems("experiment/toy/shapes_dpo", "algorithm.dpo.source=offline")
     assert "algorithm.dpo.source" in problems("experiment/toy/shapes_dpo", "algorithm.dpo.source=disk")
+    assert "algorithm.dpo.sample_with='old'" in problems("experiment/toy/shapes_dpo", "algorithm.dpo.sample_with=old")
+    assert "ref_update_step must be >= 0" in problems("experiment/toy/shapes_dpo", "algorithm.dpo.ref_update_step=-1")
+    assert "unused by algorithm.name=dpo" in problems("experiment/toy/shapes_dpo", "algorithm.kl_beta=0.1")
     message = problems("experiment/toy/shapes_grpo", "data.preference_manifest=datasets/toy/preferences/pairs.jsonl")
     assert "only algorithm.name=dpo" in message
     assert "gradient_accumulation_steps=3" in problems("experiment/toy/offline_dpo", "actor.gradient_accumulation_steps=3",

@@ -50,7 +50,8 @@ def test_ocr_recipe_composes_to_the_seed_values():
     assert (cfg.model.family, cfg.model.path, cfg.model.dtype) == ("sd3", "stabilityai/stable-diffusion-3.5-medium",
                                                                    "bfloat16")
     assert cfg.model.max_sequence_length == 128  # Flow-GRPO's train_sd3.py
-    assert (cfg.algorithm.detach_uncond, cfg.algorithm.drop_zero_advantage) == (True, True)
+    # train_sd3.py keeps the gradient through both CFG branches (upstream "fix cfg gradient detach")
+    assert (cfg.algorithm.detach_uncond, cfg.algorithm.drop_zero_advantage) == (False, True)
     assert (cfg.actor.ema.decay, cfg.actor.ema.update_every, cfg.actor.ema.warmup, cfg.actor.ema.cadence) == \
         (0.9, 8, True, "micro_batch")
     assert (cfg.model.train_mode, cfg.model.lora.rank, cfg.model.lora.alpha, cfg.model.lora.init) == \

@@ -38,6 +38,8 @@ def _cfg(overrides):
     (["algorithm.name=grpo_guard", "rollout.kernel=cps"], "grpo_guard normalises a Gaussian log-ratio"),
     (["algorithm.name=grpo_guard", "algorithm.rollout_correction.mode=truncate"], "cannot be taken against"),
     (["algorithm.guard.reweight=false"], "GRPO-Guard option"),
+    (["algorithm.guard.bias=per_sample"], "GRPO-Guard option"),
+    (["algorithm.name=grpo_guard", "algorithm.guard.bias=sample"], "algorithm.guard.bias='sample': choose one of"),
     (["rollout.sde_window.size=6"], "must fit in [lo, hi) = [0, 5)"),
     (["rollout.sde_window.size=2", "rollout.sde_window.hi=11"], "must fit"),
     (["rollout.sde_window.size=2", "rollout.sde_window.shift_every=0"], "shift_every"),
@@ -75,3 +77,13 @@ def test_run_plan_counts_the_trained_steps_of_each_variant():
               for recipe in VARIANT_RECIPES}
     assert counts == {"shapes_flow_grpo_fast": 2, "shapes_mix_grpo": 4, "shapes_cps": 3, "shapes_dance_grpo": 6,
                       "shapes_grpo_guard": 3}  # the demo trains the first 3 of its 10 steps; windows their size
+
+
+def test_mix_grpo_layer_shares_the_initial_noise_within_a_group():
+    """MixGRPO's script passes --init_same_noise: group members differ only from the window on."""
+    assert load_config(BASE, ["/base/algorithm=mix_grpo"]).rollout.same_initial_noise is True
+
+
+def test_grpo_guard_layer_uses_the_reference_micro_batch_bias():
+    assert load_config(BASE, ["/base/algorithm=grpo_guard"]).algorithm.guard.bias == "micro_batch"
+    assert load_config("experiment/toy/shapes_grpo_guard").algorithm.guard.bias == "per_sample"  # as measured

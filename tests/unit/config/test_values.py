@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from genalign.config.loader import load_config
 from genalign.config.validate import validate
@@ -68,8 +69,18 @@ def test_image_sizes_follow_the_family_patch_and_a_global_bound():
 def test_the_wan_recipe_composes_and_validates():
     cfg = load_config("experiment/diffusion/wan_2_1/online_grpo_pickscore")
     assert validate(cfg) == []
-    assert (cfg.model.family, cfg.model.path, cfg.model.num_frames) == ("wan", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", 33)
-    assert (cfg.rollout.height, cfg.rollout.width, cfg.rollout.guidance_scale) == (480, 832, 5.0)
+    assert (cfg.model.family, cfg.model.path, cfg.model.num_frames) == ("wan", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", 1)
+    # DanceGRPO's finetune_wan_2_1_grpo.sh: full fine-tune, 512x512, lr 1e-5, 20 steps, CFG 5,
+    # η 0.3 constant-noise SDE, 12 per group sharing x_T, 60 % of the steps, no KL, grad clip 1
+    assert (cfg.model.train_mode, cfg.actor.lr, cfg.actor.weight_decay, cfg.actor.max_grad_norm) == \
+        ("full", 1e-5, 1e-4, 1.0)
+    assert (cfg.rollout.height, cfg.rollout.width, cfg.rollout.guidance_scale, cfg.rollout.num_steps) == \
+        (512, 512, 5.0, 20)
+    assert (cfg.rollout.kernel, cfg.rollout.noise_level, cfg.rollout.n, cfg.rollout.same_initial_noise) == \
+        ("dance_sde", 0.3, 12, True)
+    assert (cfg.algorithm.timestep_fraction, cfg.algorithm.kl_beta, cfg.actor.ema.enabled) == (0.6, 0.0, False)
+    # the model preset's LoRA (used with model.train_mode=lora) is Pref-GRPO's
+    assert (cfg.model.lora.rank, cfg.model.lora.alpha) == (64, 128.0)
     assert cfg.model.lora.target_modules == ["to_q", "to_k", "to_v", "to_out.0"]
     assert cfg.reward.components == {"pickscore": 1.0} and cfg.reward.video_reduction == "mean"
     cfg.model.negative_prompt = "blurry, static"  # Wan reads it
@@ -95,3 +106,23 @@ def test_the_cosmos_recipe_composes_and_validates():
     cfg.rollout.width = 840
     problems = validate(cfg)
     assert len(problems) == 1 and "rollout.width=840 must be a multiple of 16 for model.family=cosmos" in problems[0]
+
+
+
+def test_qwen_image_recipe_trains_flow_grpo_s_window():
+    """config/grpo.py pickscore_qwenimage: noise 1.2 in a random window of 2 of the first 5 of
+    10 steps; only the window's steps are stochastic and trained."""
+    from types import SimpleNamespace
+
+    from genalign.algorithms.grpo import FlowGRPO
+    from genalign.training.setup import rollout_spec
+
+    cfg = load_config("experiment/diffusion/qwen_image/online_grpo_ocr")
+    assert (cfg.rollout.noise_level, cfg.rollout.num_steps) == (1.2, 10)
+    algorithm = FlowGRPO(cfg.algorithm)
+    for step in range(1, 30):
+        mask = rollout_spec(cfg).at_step(step).sde_mask()  # [10]
+        stochastic = torch.nonzero(mask).flatten().tolist()
+        assert len(stochastic) == 2 and stochastic[1] == stochastic[0] + 1 and stochastic[1] < 5, stochastic
+        trained = algorithm.train_step_indices(SimpleNamespace(sde_mask=mask, num_steps=10, seeds=torch.arange(4)))
+        assert trained == stochastic

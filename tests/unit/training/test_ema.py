@@ -53,3 +53,22 @@ def test_applied_swaps_in_and_restores():
     with ema.applied():
         assert param.item() == 5.0
     assert param.item() == 7.0
+
+
+def test_ema_counts_its_updates_and_the_starting_weights_share():
+    """The export says how many updates the EMA holds and how much of the untrained weights is
+    left: the product of the decays (constant decay 0.9, 3 updates: 0.729)."""
+    from genalign.training.export import ema_description
+
+    param = torch.nn.Parameter(torch.tensor([0.0]))
+    ema = EMA({"w": param}, decay=0.9, update_every=1, warmup=False, cadence="optimizer_step")
+    with torch.no_grad():
+        param.fill_(1.0)
+    for _ in range(3):
+        ema.on_optimizer_step()
+    assert ema.updates == 3 and abs(ema.initial_share - 0.729) < 1e-12
+    assert abs(ema.shadow["w"].item() - (1 - 0.729)) < 1e-6  # the share is exactly what is left of w = 0
+    text = ema_description(0.9, ema.updates, ema.initial_share)
+    assert "3 updates" in text and "73 %" in text and "barely moved" in text
+    assert "barely moved" not in ema_description(0.9, 40, 0.9 ** 40)
+    assert "unknown" in ema_description(0.9, -1, float("nan"))

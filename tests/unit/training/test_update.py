@@ -8,7 +8,7 @@ import torch
 
 from genalign.training.config import ActorConfig
 from genalign.training.update import micro_batch_indices, run_update, trained_sample_indices
-from support import make_batch
+from support import assert_close_reordered, make_batch
 
 CPU_POLICY = SimpleNamespace(device=torch.device("cpu"))
 
@@ -62,7 +62,8 @@ def test_full_accumulation_equals_one_big_batch():
     adv = torch.randn(8)
     small, _, _ = run(batch, adv, accumulation=4, micro=2)
     big, _, _ = run(batch, adv, accumulation=1, micro=8)
-    assert torch.allclose(small, big, atol=1e-6)
+    # 4 accumulated micro-batch gradients vs one sum over the 8 samples x 3 steps: rounding only
+    assert_close_reordered(small, big, length=8 * 3)
 
 
 def test_micro_batch_indices_cover_every_sample_once():
