@@ -47,10 +47,23 @@ def _configure_logging() -> None:
 
 
 def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> int:
-    args = _recipe_parser(prog, "Run RL post-training from a recipe.").parse_args(argv)
+    parser = _recipe_parser(prog, "Run RL post-training from a recipe.")
+    parser.add_argument("--nproc-per-node", type=int, default=None,
+                        help="start this many ranks on this machine under torchrun (needs "
+                             "distributed.training.strategy=ddp or fsdp2); a failed rank ends the job with a "
+                             "message naming it and the command that resumes the run")
+    args = parser.parse_args(argv)
     from genalign.config.loader import load_config
 
     cfg = load_config(args.config, args.overrides, check_files=True)  # every mistake before a model loads
+    if args.nproc_per_node is not None:
+        from genalign.training.launch import launch_ranks
+
+        if args.nproc_per_node < 1 or cfg.distributed.training.strategy == "none":
+            raise UserError(f"--nproc-per-node={args.nproc_per_node} needs a positive count and "
+                            "distributed.training.strategy=ddp or fsdp2 (now "
+                            f"{cfg.distributed.training.strategy!r})")
+        return launch_ranks(args.nproc_per_node, args.config, args.overrides)
     _configure_logging()
     from genalign.training.trainer import Trainer
 

@@ -386,3 +386,27 @@ def ray_rollout_setting(cfg, generate_timeout_s: float = 120.0):
                             cfg.trainer.seed)
     engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), generate_timeout_s=generate_timeout_s)
     return policy, sampler, engine
+
+
+class RankOneConstantReward:
+    """A scorer for multi-rank tests (`reward.allow_import=[support:RankOneConstantReward]`):
+    each image's mean pixel value, except on torchrun rank 1, where every sample scores 0 —
+    rank 1's prompt groups then have constant rewards (advantage 0, no DPO pair)."""
+
+    name = "support:RankOneConstantReward"
+
+    def __init__(self, device: str = "cpu", **kwargs):
+        self.device = device
+
+    def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
+        import os
+
+        if os.environ.get("RANK") == "1":
+            return torch.zeros(len(prompts))
+        return images.float().flatten(1).mean(1)  # [B]
+
+    def offload(self) -> None:
+        """Nothing to move."""
+
+    def onload(self) -> None:
+        """Nothing to move."""

@@ -11,6 +11,7 @@ what the algorithm declares and calls its hooks:
     sequence — one position — for AR-GRPO);
   * `replay_log_probs` — the stored trajectories' log-probs recomputed without grad, shaped
     like `batch.log_probs` (the parity preflight compares them);
+  * `filler_unit` — one unit a rank with nothing to train replays with weight 0 (online DPO);
   * `rollout_weights` — the weights the rollout samples with (NFT: the old policy);
   * `after_update` — once per training step after the optimizer round (NFT's soft update);
   * `state_dict` / `load_state_dict` — algorithm state the checkpoint carries (NFT's old policy).
@@ -63,6 +64,11 @@ class Algorithm(Protocol):
         detached per-unit statistics ([b] tensors) for logging."""
         ...
 
+    def filler_unit(self, batch: TrajectoryBatch):
+        """One training unit built from the step's trajectories, replayed with weight 0 by a
+        rank whose `training_batch` is empty, so that it still enters every collective."""
+        ...
+
     def rollout_weights(self) -> AbstractContextManager:
         """Within the block the trained module holds the weights the rollout samples with."""
         ...
@@ -88,6 +94,9 @@ class AlgorithmBase:
 
     def training_batch(self, batch: TrajectoryBatch, advantages: torch.Tensor):
         return batch, advantages
+
+    def filler_unit(self, batch: TrajectoryBatch):
+        return batch.index(torch.tensor([0]))
 
     def replay_log_probs(self, policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
                          chunk_size: int) -> torch.Tensor:

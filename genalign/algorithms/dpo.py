@@ -103,6 +103,13 @@ class FlowDPO(AlgorithmBase):
                                 sigmas=batch.sigmas)
         return pairs, advantages[chosen] - advantages[rejected]
 
+    def filler_unit(self, batch: TrajectoryBatch) -> PreferencePairs:
+        """Sample 0 paired with itself: a well-defined loss (log 2) the update weights by 0."""
+        first = torch.tensor([0])
+        return PreferencePairs(prompts=[batch.prompts[0]], seeds=batch.seeds[first],
+                               condition=batch.condition.index(first.to(batch.condition.embeds.device)),
+                               chosen=batch.latents[first, -1], rejected=batch.latents[first, -1], sigmas=batch.sigmas)
+
     def train_step_indices(self, pairs: PreferencePairs) -> list[int]:
         return num_train_positions(pairs.sigmas.shape[0] - 1, self.cfg.timestep_fraction)
 

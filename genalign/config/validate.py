@@ -94,7 +94,8 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
                 "eval.num_steps": cfg.eval.num_steps, "eval.max_prompts": cfg.eval.max_prompts,
                 "eval.batch_size": cfg.eval.batch_size, "reward.batch_size": cfg.reward.batch_size,
                 "model.lora.rank": cfg.model.lora.rank, "actor.ema.update_every": cfg.actor.ema.update_every,
-                "rollout.num_workers": cfg.rollout.num_workers, "reward.num_workers": cfg.reward.num_workers}
+                "rollout.num_workers": cfg.rollout.num_workers, "reward.num_workers": cfg.reward.num_workers,
+                "distributed.training.timeout_s": cfg.distributed.training.timeout_s}
     if cfg.actor.micro_batch_size is not None:
         positive["actor.micro_batch_size"] = cfg.actor.micro_batch_size
     bad_sizes = [key for key, value in positive.items() if value <= 0]

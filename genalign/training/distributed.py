@@ -10,16 +10,20 @@ every helper is the identity, so the loop has one code path.
 
 Numerics: each rank holds `1/world_size` of the step's groups and runs
 `gradient_accumulation_steps / world_size` micro-batches per optimizer step; DDP and FSDP2
-average gradients over ranks, which makes a k-rank step the same update as the 1-process
-step over the same global batch (to fp32 reduction order).
+average gradients over ranks (once per optimizer step: `gradient_sync`), which makes a k-rank
+step the same update as the 1-process step over the same global batch (to fp32 reduction
+order). A collective that waits longer than `distributed.training.timeout_s` fails the rank.
 """
 
 from __future__ import annotations
 
+import datetime
 import gc
 import logging
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
@@ -64,7 +68,8 @@ def rank_info_from_env() -> RankInfo:
     return RankInfo(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
 
 
-def init_distributed(strategy: str, backend: str = "auto", cuda_indices: tuple[int, ...] = ()) -> RankInfo:
+def init_distributed(strategy: str, backend: str = "auto", cuda_indices: tuple[int, ...] = (),
+                     timeout_s: float = 600.0) -> RankInfo:
     """Join the torchrun job for `distributed.training.strategy` (identity for "none") and make
     `cuda` this process's device: entry LOCAL_RANK of `cuda_indices` (the trainer's planned
     devices, `ResourcePlan.trainer_cuda_indices`), else cuda:LOCAL_RANK under NCCL."""
@@ -86,7 +91,9 @@ def init_distributed(strategy: str, backend: str = "auto", cuda_indices: tuple[i
     elif backend == "nccl":
         use_cuda_device(info.local_rank)
     if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group(backend=backend)
+        # a collective that waits longer than this raises (gloo) or aborts the process (NCCL's
+        # watchdog): a rank that hangs or is lost ends the job instead of stalling it
+        torch.distributed.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
     log.info("rank %d/%d (local %d), backend %s, strategy %s", info.rank, info.world_size, info.local_rank,
              backend, strategy)
     return info
@@ -111,6 +118,22 @@ def wrap_for_training(module: torch.nn.Module, strategy: str) -> torch.nn.Module
         device_type = "cuda" if torch.cuda.is_available() else "cpu"
         return fully_shard(module, mesh=init_device_mesh(device_type, (torch.distributed.get_world_size(),)))
     raise ValueError(f"distributed.training.strategy={strategy!r}: choose none, ddp or fsdp2")
+
+
+@contextmanager
+def gradient_sync(module: torch.nn.Module | None, enabled: bool) -> Iterator[None]:
+    """Within the block, backward reduces gradients over ranks only when `enabled`: DDP's
+    `no_sync` / FSDP2's `set_requires_gradient_sync(False)` for all but the last backward of
+    an optimizer step (gradients accumulate locally, one reduction per step). A module that
+    is not wrapped (one process) is left as is."""
+    if enabled or module is None or not hasattr(module, "set_requires_gradient_sync"):
+        yield
+        return
+    module.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        module.set_requires_gradient_sync(True)
 
 
 def full_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -32,6 +32,11 @@ class TrainingStrategyConfig:
     """"none" (one process), "ddp" or "fsdp2" (launched by torchrun)."""
     backend: str = "auto"
     """torch.distributed backend: "auto" (nccl on CUDA, gloo on CPU), "gloo", "nccl"."""
+    timeout_s: float = 600.0
+    """Seconds a rank waits in one collective before the job fails (torch.distributed's
+    process-group timeout; NCCL's default, verl's nccl_timeout). A rank that died is noticed
+    at once by torchrun; this bounds a rank that hangs or a lost node. Raise it when rank 0's
+    checkpoint writes or evaluations take longer while the other ranks wait."""
 
 
 @dataclass

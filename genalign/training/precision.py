@@ -38,9 +38,18 @@ def make_master_weights(module: torch.nn.Module) -> int:
     return cast
 
 
-def build_grad_scaler(dtype: torch.dtype, device: torch.device) -> torch.amp.GradScaler:
-    """Dynamic loss scaling for float16 compute; a disabled (pass-through) scaler otherwise."""
-    return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+def build_grad_scaler(dtype: torch.dtype, device: torch.device, distributed: bool = False) -> torch.amp.GradScaler:
+    """Dynamic loss scaling for float16 compute; a disabled (pass-through) scaler otherwise.
+
+    Under torchrun the sharded scaler (torch's, for DDP and FSDP): it all-reduces the inf/nan
+    flag after unscaling, so a non-finite gradient shard on one rank skips the step, and
+    lowers the scale, on every rank (FSDP2 ranks hold different gradient shards)."""
+    enabled = dtype == torch.float16
+    if distributed:
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        return ShardedGradScaler(device.type, enabled=enabled)
+    return torch.amp.GradScaler(device.type, enabled=enabled)
 
 
 def configure_backends(allow_tf32: bool) -> None:

@@ -92,7 +92,7 @@ class Trainer:
                                   "different config:\n  " + "\n  ".join(differing))
         strategy = cfg.distributed.training
         devices = resolve_resources(cfg).trainer_cuda_indices  # the planned (or pinned) trainer GPUs
-        self.ranks = distributed.init_distributed(strategy.strategy, strategy.backend, devices)
+        self.ranks = distributed.init_distributed(strategy.strategy, strategy.backend, devices, strategy.timeout_s)
         self.run_log = None
         if self.ranks.is_main:
             self.start.apply()  # stale temp dirs; the old run's files when overwriting
@@ -116,7 +116,7 @@ class Trainer:
         distributed.wrap_for_training(self.policy.transformer, strategy.strategy)
         self.parameters = setup.named_trainable_parameters(self.policy.transformer)
         self.optimizer = build_optimizer(list(self.parameters.values()), cfg.actor)
-        self.scaler = build_grad_scaler(self.policy.dtype, self.policy.device)
+        self.scaler = build_grad_scaler(self.policy.dtype, self.policy.device, self.ranks.world_size > 1)
         ema_cfg = cfg.actor.ema
         self.ema = (EMA(self.parameters, ema_cfg.decay, ema_cfg.update_every, ema_cfg.warmup, ema_cfg.cadence)
                     if ema_cfg.enabled else None)
@@ -202,7 +202,7 @@ class Trainer:
         times = dict(data.times)
         start = time.perf_counter()
         parity = self.parity(data.trajectories) if step == 1 and self.runs_parity else {}
-        update = self.update(data.units, data.advantages, step)
+        update = self.update(data, step)
         times["time_train_s"] = time.perf_counter() - start
         update.update(self.sync(step))
         times["time_cpu_s"] = time.process_time() - cpu_start
@@ -248,17 +248,18 @@ class Trainer:
         log.info("parity preflight: max |log_prob_replay - log_prob_rollout| per step: %s", per_step)
         return {"parity_max_abs_log_prob_diff": max(gaps.values())}
 
-    def update(self, batch, advantages: torch.Tensor, step: int) -> dict[str, float]:
+    def update(self, data: StepData, step: int) -> dict[str, float]:
         self.policy.transformer.train()
         generator = torch.Generator().manual_seed(self.cfg.trainer.seed * 1_000_003 + step)
         # each rank runs 1/world of the micro-batches of an optimizer step; gradients are averaged
         accumulation = distributed.per_rank_accumulation(self.cfg.actor.gradient_accumulation_steps, self.ranks)
         actor = dataclasses.replace(self.cfg.actor, gradient_accumulation_steps=accumulation)
-        result = run_update(self.policy, self.algorithm, self.optimizer, list(self.parameters.values()), batch,
-                            advantages, actor, self.plan.train_micro_batch, generator, scaler=self.scaler,
+        result = run_update(self.policy, self.algorithm, self.optimizer, list(self.parameters.values()), data.units,
+                            data.advantages, actor, self.plan.train_micro_batch, generator, scaler=self.scaler,
                             drop_zero_advantage=self.cfg.algorithm.drop_zero_advantage,
                             on_optimizer_step=self.ema.on_optimizer_step if self.ema else (lambda: None),
-                            on_micro_batch=self.ema.on_micro_batch if self.ema else (lambda: None))
+                            on_micro_batch=self.ema.on_micro_batch if self.ema else (lambda: None),
+                            ranks=self.ranks, module=self.policy.transformer, filler=data.filler)
         self.policy.transformer.eval()
         return {**result.metrics(), **self.algorithm.after_update(result.optimizer_steps)}
 
@@ -298,7 +299,7 @@ class Trainer:
         trainable = self.trainable_state()
         ema = distributed.full_state(self.ema.state_dict()) if self.ema else None
         optimizer = distributed.full_optimizer_state(self.policy.transformer, self.optimizer)
-        algorithm_state = self.algorithm.state_dict()
+        algorithm_state = distributed.full_state(self.algorithm.state_dict())  # NFT's old policy: FSDP2 shards
         path = self.output_dir / name
         if self.ranks.is_main:
             history = self.evaluator.history.to_dict()

@@ -1,12 +1,19 @@
 """One optimizer round over a step's trajectories: micro-batches, accumulation, clipping.
 
 Where it fits: step 5 of the loop. Accumulation counts micro-batches x trained denoising
-steps (as Flow-GRPO's accelerate counter does, docs/algorithms.md §2.5): each backward carries
-loss / (num_train_steps * gradient_accumulation_steps), and one optimizer step spans
-`gradient_accumulation_steps` micro-batches, counted with one counter across inner epochs.
+steps (as Flow-GRPO's accelerate counter does, docs/algorithms.md §2.5): one optimizer step spans
+`gradient_accumulation_steps` micro-batches (this rank's share under torchrun), counted with
+one counter across inner epochs; a shorter remainder at the round's end is a step of its own.
+The loss of an optimizer step is the mean over its trained units on all ranks (`run_update`).
+
+Under torchrun every rank runs the same `RoundPlan` — agreed with one small all-gather of
+each rank's unit count — so every rank enters every collective whatever its data: a rank
+with no trainable sample, no DPO pair or fewer micro-batches replays a filler unit with
+weight 0. Gradients are reduced once per optimizer step (`distributed.gradient_sync`).
 
 Precision: trained weights are float32 masters; the loss is scaled by a `GradScaler` (a
-pass-through except for float16 compute), so the optimizer always sees float32 gradients.
+pass-through except for float16 compute; the sharded one under torchrun, so every rank agrees
+on skipping a step), so the optimizer always sees float32 gradients.
 The loop avoids host syncs between backward passes: losses stay on the device and are
 checked for finiteness at each optimizer step, where the gradient norm is read anyway.
 """
@@ -23,6 +30,7 @@ import torch
 from genalign.algorithms.base import Algorithm
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
+from genalign.training import distributed
 from genalign.training.config import ActorConfig
 
 
@@ -62,7 +70,7 @@ class UpdateResult:
 def micro_batch_indices(num_samples: int, micro_batch_size: int, shuffle: bool,
                         generator: torch.Generator) -> list[torch.Tensor]:
     order = torch.randperm(num_samples, generator=generator) if shuffle else torch.arange(num_samples)  # [B]
-    return list(order.split(micro_batch_size))
+    return [part for part in order.split(micro_batch_size) if len(part)]  # none for no samples
 
 
 def trained_sample_indices(advantages: torch.Tensor, num_micro_batches: int,
@@ -81,6 +89,57 @@ def trained_sample_indices(advantages: torch.Tensor, num_micro_batches: int,
     return torch.nonzero(keep).flatten()  # [K']
 
 
+@dataclass(frozen=True)
+class RoundPlan:
+    """One optimizer round as every rank runs it: the same number of micro-batch slots per
+    inner epoch and the same optimizer-step boundaries everywhere, so every rank enters every
+    collective (gradient reduction, FSDP2's gathers) whatever its data. A rank with fewer real
+    micro-batches than another fills its last slots with a zero-weight replay."""
+
+    slots: int
+    """Micro-batch slots per inner epoch on every rank (the largest rank's count)."""
+    epochs: int
+    accumulation: int
+    step_units: tuple[int, ...]
+    """Trained units in each optimizer step, summed over ranks (the loss normaliser)."""
+
+    def step_of(self, slot: int) -> int:
+        return slot // self.accumulation
+
+    def closes_step(self, slot: int) -> bool:
+        """The slot's backward ends an optimizer step: every `accumulation` slots, and the
+        round's last slot (a shorter last step, as accelerate's end-of-data sync)."""
+        return (slot + 1) % self.accumulation == 0 or slot + 1 == self.slots * self.epochs
+
+    @property
+    def total_units(self) -> int:
+        return sum(self.step_units)
+
+
+def micro_batch_sizes(num_units: int, micro_batch_size: int) -> list[int]:
+    """Sizes of `micro_batch_indices`' parts: full micro-batches, then the remainder."""
+    full, rest = divmod(num_units, micro_batch_size)
+    return [micro_batch_size] * full + ([rest] if rest else [])
+
+
+def round_plan(sizes_by_rank: list[list[int]], epochs: int, accumulation: int) -> RoundPlan:
+    """The shared plan from every rank's real micro-batch sizes (per inner epoch)."""
+    slots = max(len(sizes) for sizes in sizes_by_rank)
+    num_slots = slots * epochs
+    step_units = [0] * math.ceil(num_slots / accumulation)
+    for slot in range(num_slots):
+        step_units[slot // accumulation] += sum(s[slot % slots] for s in sizes_by_rank if slot % slots < len(s))
+    return RoundPlan(slots, epochs, accumulation, tuple(step_units))
+
+
+def agree_round(num_units: int, micro_batch_size: int, epochs: int, accumulation: int,
+                ranks: distributed.RankInfo) -> RoundPlan:
+    """Every rank's (units, micro-batch size) in one small all-gather, then the shared plan."""
+    mine = torch.tensor([num_units, micro_batch_size], dtype=torch.int64)  # [2]
+    everyone = distributed.all_gather_cat(mine[None], ranks).tolist()  # [world, 2]
+    return round_plan([micro_batch_sizes(n, b) for n, b in everyone], epochs, accumulation)
+
+
 def run_update(
     policy: FlowPolicy,
     algorithm: Algorithm,
@@ -95,47 +154,76 @@ def run_update(
     drop_zero_advantage: bool = False,
     on_optimizer_step: Callable[[], None] = lambda: None,
     on_micro_batch: Callable[[], None] = lambda: None,
+    ranks: distributed.RankInfo = distributed.RankInfo(),
+    module: torch.nn.Module | None = None,
+    filler=None,
 ) -> UpdateResult:
-    """Replay `batch` through the policy and take the optimizer steps of one training step."""
+    """Replay `batch` through the policy and take the optimizer steps of one training step.
+
+    Gradient of one optimizer step (every rank, every strategy): the mean over the step's
+    trained units — summed over all ranks — of each unit's loss averaged over the trained
+    positions, (1 / N_s) Σ_units (1 / T) Σ_j ∇ℓ_unit,j. Each backward carries its micro-batch
+    mean loss × b · world / (T · N_s); DDP / FSDP2 divide the summed gradients by `world`.
+    With equal micro-batches this is 1 / (T · gradient_accumulation_steps) per micro-batch,
+    Flow-GRPO's normalisation. `module` is the wrapped denoiser (gradients sync only on the
+    backward that ends an optimizer step); `filler` is one unit a rank with no units of its
+    own replays with weight 0 (online DPO without a pair)."""
     scaler = scaler or torch.amp.GradScaler("cpu", enabled=False)  # disabled: a pass-through anywhere
     result = UpdateResult(total_samples=len(batch))
-    if len(batch) == 0:  # e.g. online DPO when every group scored evenly: no pair, nothing to learn
-        return result
     accumulation = actor.gradient_accumulation_steps
     step_indices = algorithm.train_step_indices(batch)
     if not step_indices:
         raise ValueError("no trainable denoising steps: check rollout.noise_level and algorithm.timestep_fraction")
-    scale = 1.0 / (len(step_indices) * accumulation)
-    num_micro_batches = math.ceil(len(batch) / micro_batch_size)
     samples = torch.arange(len(batch))  # [B]
-    if drop_zero_advantage:
+    replay_chunk = micro_batch_size  # the same on every rank: prepare_update's forwards must match
+    if drop_zero_advantage and len(batch):
+        num_micro_batches = math.ceil(len(batch) / micro_batch_size)
         samples = trained_sample_indices(advantages, num_micro_batches, generator)  # [K]
-        if len(samples) == 0:  # every group had a constant reward: nothing to learn this step
-            return result
-        micro_batch_size = len(samples) // num_micro_batches
+        if len(samples):  # Flow-GRPO keeps the micro-batch count and shrinks their size
+            micro_batch_size = len(samples) // num_micro_batches
+    plan = agree_round(len(samples), micro_batch_size, actor.num_inner_epochs, accumulation, ranks)
+    if plan.total_units == 0:  # no rank has a trainable unit (constant rewards, no DPO pair): no step
+        return result
     result.trained_samples = len(samples)
-    batch = algorithm.prepare_update(policy, batch, step_indices, micro_batch_size)
+    batch = algorithm.prepare_update(policy, batch, step_indices, replay_chunk)
+    if len(batch):
+        filler = batch.index(torch.tensor([0]))
+    elif filler is None:
+        raise ValueError("a rank with no training unit needs a filler unit to take part in the step's collectives")
     optimizer.zero_grad(set_to_none=True)
     pending: list[tuple[torch.Tensor, int, list[str]]] = []  # (loss, step index, prompts) since the last check
-    micro_batches_done = 0
+    slot = 0
     for _ in range(actor.num_inner_epochs):
-        for indices in micro_batch_indices(len(samples), micro_batch_size, actor.shuffle_samples, generator):
-            positions = samples[indices]  # [b] positions in the batch
-            micro = batch.index(positions).to(policy.device)
-            micro_advantages = advantages[positions].to(policy.device)  # [b]
+        parts = micro_batch_indices(len(samples), micro_batch_size, actor.shuffle_samples, generator)
+        for index in range(plan.slots):
+            real = index < len(parts)
+            if real:
+                positions = samples[parts[index]]  # [b] positions in the batch
+                micro = batch.index(positions).to(policy.device)
+                micro_advantages = advantages[positions].to(policy.device)  # [b]
+                # exact rational b·world / (T·N_s): equal micro-batches give 1/(T·accumulation) bit for bit
+                weight = len(positions) * ranks.world_size / (len(step_indices) * plan.step_units[plan.step_of(slot)])
+            else:  # zero contribution: this rank has fewer micro-batches than another
+                micro = filler.to(policy.device)
+                micro_advantages = torch.zeros(len(filler), device=policy.device)  # [1]
+                weight = 0.0
+            closes = plan.closes_step(slot)
             for step_index in step_indices:
-                loss, stats = algorithm.compute_loss(policy, micro, micro_advantages, step_index)
-                scaler.scale(loss * scale).backward()
-                pending.append((loss.detach(), step_index, micro.prompts))
-                for name, value in stats.items():
-                    result.stats[name].append(value)
-            micro_batches_done += 1
-            if micro_batches_done % accumulation == 0:
+                sync = closes and step_index == step_indices[-1]  # one gradient reduction per optimizer step
+                with distributed.gradient_sync(module, sync):
+                    loss, stats = algorithm.compute_loss(policy, micro, micro_advantages, step_index)
+                    scaler.scale(loss * weight).backward()
+                if real:
+                    pending.append((loss.detach(), step_index, micro.prompts))
+                    for name, value in stats.items():
+                        result.stats[name].append(value)
+            if closes:
                 result.losses += _checked_losses(pending)
                 pending = []
                 _optimizer_step(optimizer, scaler, parameters, actor.max_grad_norm, result)
                 on_optimizer_step()
             on_micro_batch()
+            slot += 1
     if scaler.is_enabled():
         result.grad_scale = float(scaler.get_scale())
     return result
@@ -144,6 +232,8 @@ def run_update(
 def _checked_losses(pending: list[tuple[torch.Tensor, int, list[str]]]) -> list[float]:
     """The pending losses as floats (one host sync); a non-finite one is an error naming its
     denoising step and prompts."""
+    if not pending:  # a step this rank only filled
+        return []
     values = torch.stack([loss for loss, _, _ in pending]).float().cpu().tolist()
     for value, (_, step_index, prompts) in zip(values, pending):
         if not math.isfinite(value):

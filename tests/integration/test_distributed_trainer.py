@@ -49,9 +49,12 @@ def overrides(model_dir: Path, out: Path, strategy: str, *extra: str) -> list[st
     ]
 
 
+TESTS = Path(__file__).resolve().parents[1]  # `support` (the test scorers) is importable by the ranks
+
+
 def launch(nproc: int, args: list[str], recipe: str = RECIPE) -> None:
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "MASTER_ADDR": "127.0.0.1"}
+           "MASTER_ADDR": "127.0.0.1", "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
                f"--master_port={free_port()}", "--master_addr=127.0.0.1", "-m", "genalign.train", "--config", recipe,
                *args]
@@ -133,3 +136,121 @@ def test_janus_full_finetune_two_ranks_reach_the_one_process_weights(tiny_janus_
         # 2 ranks only regroup the gradient sums (all-reduce of two halves): rounding through forward,
         # backward and the optimizer step, relative to the weights' magnitude
         assert_close_reordered(two[name], one[name], length=TINY_REDUCTION, depth=2 * TINY_DEPTH)
+
+
+# ---------------------------------------------------------------- asymmetric data, every algorithm
+RANK_ONE_CONSTANT = ["reward.allow_import=[support:RankOneConstantReward]", "reward.components.toy_shape=0.0",
+                     "reward.components={support:RankOneConstantReward: 1.0}"]
+SLOW = pytest.mark.slow  # the rest of the algorithm x strategy matrix: in the slow pass
+ASYMMETRIC = {
+    # rank 1's groups score constantly: no sample with a non-zero advantage (drop_zero_advantage)
+    "grpo-ddp": ("experiment/toy/shapes_grpo", "ddp", RANK_ONE_CONSTANT),
+    "grpo-fsdp2": ("experiment/toy/shapes_grpo", "fsdp2", RANK_ONE_CONSTANT, SLOW),
+    # rank 1 has no DPO pair (rank 0 one micro-batch of 2): it replays a filler pair with weight 0
+    "dpo_online-fsdp2": ("experiment/toy/shapes_dpo", "fsdp2", [*RANK_ONE_CONSTANT, "rollout.rollout_batch_size=4"]),
+    "dpo_online-ddp": ("experiment/toy/shapes_dpo", "ddp", [*RANK_ONE_CONSTANT, "rollout.rollout_batch_size=4"], SLOW),
+    "nft-fsdp2": ("experiment/toy/shapes_nft", "fsdp2", RANK_ONE_CONSTANT),
+    # offline pairs split evenly (the config refuses a split with a partial micro-batch)
+    "dpo_offline-ddp": ("experiment/toy/offline_dpo", "ddp", ["rollout.rollout_batch_size=4", "rollout.n=1"], SLOW),
+}
+
+
+def toy_overrides(out: Path, strategy: str, *extra: str) -> list[str]:
+    return ["/base/distributed=local", f"distributed.training.strategy={strategy}", "distributed.training.backend=gloo",
+            "distributed.training.timeout_s=120", "rollout.num_steps=4", "rollout.n=2", "rollout.rollout_batch_size=2",
+            "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=2", "eval.every=0",
+            "eval.max_prompts=2", "eval.samples_per_prompt=2", "eval.batch_size=4", "eval.num_steps=2",
+            "trainer.num_steps=2", "trainer.save_every=0", "trainer.progress_bar=false", f"trainer.output_dir={out}",
+            *extra]
+
+
+def check_asymmetric_run(out: Path, extra: list[str]) -> None:
+    """The run finished both steps and wrote its checkpoint; with the rank-1 constant scorer,
+    exactly rank 1's half of the groups had constant rewards (the asymmetry happened)."""
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert [r["step"] for r in rows] == ["1", "2"]
+    assert all(float(r["optimizer_steps"]) >= 1 for r in rows)
+    if RANK_ONE_CONSTANT[0] in extra:
+        assert [float(r["zero_std_ratio"]) for r in rows] == [0.5, 0.5]
+    assert (out / "checkpoint-final" / "trainable.safetensors").exists()
+
+
+@pytest.mark.parametrize("case", [pytest.param(name, marks=spec[3:]) for name, spec in sorted(ASYMMETRIC.items())])
+def test_asymmetric_data_completes_on_two_ranks(tmp_path, case):
+    """Each asymmetry the data can force, per algorithm and strategy: the 2-rank run finishes
+    (a rank skipping a collective would leave the other waiting until the timeout)."""
+    recipe, strategy, extra = ASYMMETRIC[case][:3]
+    launch(2, toy_overrides(tmp_path, strategy, *extra), recipe)
+    check_asymmetric_run(tmp_path, extra)
+
+
+def test_ar_grpo_with_a_rank_of_constant_rewards_completes(tiny_janus_dir, tmp_path):
+    """AR-GRPO (Janus) with drop_zero_advantage: rank 1 has no trainable sample."""
+    extra = [*RANK_ONE_CONSTANT[:1], "reward.components.jpeg_compressibility=0.0", RANK_ONE_CONSTANT[2],
+             "algorithm.drop_zero_advantage=true", "trainer.num_steps=2", "eval.every=0"]
+    launch(2, [*janus_overrides(tiny_janus_dir, tmp_path, "ddp"), *extra], JANUS_RECIPE)
+    check_asymmetric_run(tmp_path, [RANK_ONE_CONSTANT[0]])
+
+
+# ---------------------------------------------------------------- a rank killed mid-step
+def rank_pid(agent_pid: int, rank: int) -> int | None:
+    """The pid of torchrun rank `rank` among the agent's children (read from /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # exited meanwhile, or not ours to read
+        if parent == agent_pid and f"RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+def test_a_killed_rank_ends_the_job_with_its_name_and_the_resume_command(tmp_path):
+    """`genalign train --nproc-per-node 2`: rank 1 is killed with SIGKILL during a step; the
+    job exits non-zero within a bound (torchrun's agent stops rank 0), the message names rank
+    1 and gives the command with trainer.resume_from=auto, and that resume continues the run."""
+    import signal
+    import time
+
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    recipe = "experiment/toy/shapes_grpo"
+
+    def command(*extra: str) -> list[str]:
+        return [sys.executable, "-m", "genalign", "train", "--nproc-per-node=2", "--config", recipe,
+                *toy_overrides(tmp_path, "ddp", "trainer.save_every=1", *extra)]
+
+    job = subprocess.Popen(command("trainer.num_steps=200"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "checkpoint-1").exists():  # step 1 done: the ranks are in a later step
+            assert job.poll() is None and time.monotonic() < deadline, "the job ended or stalled before step 1"
+            time.sleep(0.2)
+        pid = rank_pid(job.pid, 1)
+        assert pid is not None, "rank 1 not found among the agent's children"
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        _, stderr = job.communicate(timeout=120)
+        elapsed = time.monotonic() - killed
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode != 0
+    assert elapsed < 60, f"the job took {elapsed:.0f} s to end after rank 1 died"
+    assert f"rank 1 (local rank 1, pid {pid}) was killed by SIGKILL" in stderr, stderr[-3000:]
+    assert "trainer.resume_from=auto" in stderr and "genalign train --nproc-per-node=2" in stderr
+
+    steps = sorted(int(p.name.split("-")[1]) for p in tmp_path.glob("checkpoint-[0-9]*") if p.is_dir())
+    newest = steps[-1]
+    resumed = subprocess.run(command(f"trainer.num_steps={newest + 1}", "trainer.resume_from=auto"), env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert rows[-1]["step"] == str(newest + 1)
+    assert (tmp_path / "checkpoint-final" / "trainable.safetensors").exists()
+    assert f"resumed from {tmp_path / f'checkpoint-{newest}'} at step {newest + 1}" in (tmp_path / "train.log").read_text()

@@ -1,7 +1,9 @@
 """torch.distributed training on CPU (gloo): a 2-rank DDP / FSDP2 run reaches the same LoRA
-weights after k steps as the 1-rank run over the same global batch (fp32 tolerance).
+weights after k steps as the 1-rank run over the same global batch (fp32 tolerance), and the
+update loop (`training.update.run_update`) keeps every rank in every collective whatever
+its data, with the documented gradient and one gradient reduction per optimizer step.
 
-The ranks are real processes started by `torchrun` on loopback; the script below uses only
+The ranks are real processes started by `torchrun` on loopback; the first script uses only
 `genalign.training.distributed` (rank facts from the environment, group sharding, gradient
 averaging by `replicate` / `fully_shard`, per-rank accumulation, full-state gathering) around
 a frozen base layer with a trainable low-rank adapter — the structure LoRA training has.
@@ -72,15 +74,20 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_ranks(tmp_path: Path, strategy: str, nproc: int) -> dict[str, torch.Tensor]:
+def launch_script(tmp_path: Path, source: str, nproc: int, *args: str) -> None:
+    """Run `source` as a script on `nproc` torchrun ranks; a hang fails at the timeout."""
     script = tmp_path / "train_ranks.py"
-    script.write_text(SCRIPT)
-    out = tmp_path / f"{strategy}_{nproc}.safetensors"
+    script.write_text(source)
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               f"--master_port={_free_port()}", "--master_addr=127.0.0.1", str(script), strategy, str(out)]
+               f"--master_port={_free_port()}", "--master_addr=127.0.0.1", str(script), *args]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def run_ranks(tmp_path: Path, strategy: str, nproc: int) -> dict[str, torch.Tensor]:
+    out = tmp_path / f"{strategy}_{nproc}.safetensors"
+    launch_script(tmp_path, SCRIPT, nproc, strategy, str(out))
     return load_file(out)
 
 
@@ -96,3 +103,171 @@ def test_two_ranks_match_one_rank_on_the_same_global_batch(tmp_path, strategy):
     torch.manual_seed(0)  # the script's initialisation: training must have moved the adapter
     initial = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2, bias=False))[1].weight
     assert (single["lora_A.weight"] - initial).abs().max() > 1e-3
+
+
+# ---------------------------------------------------------------- the update loop under asymmetry
+UPDATE_SCRIPT = r"""
+import copy, json, sys, torch
+from genalign.training import distributed as dist
+from genalign.training.config import ActorConfig
+from genalign.training.precision import build_grad_scaler
+from genalign.training.update import run_update
+
+strategy, case, out = sys.argv[1], sys.argv[2], sys.argv[3]
+info = dist.init_distributed(strategy, backend="gloo", timeout_s=60)
+POSITIONS, LR = [0, 1], 0.1
+
+class Units:  # what run_update needs of a batch: len, index, to, prompts
+    def __init__(self, x, prompts):
+        self.x, self.prompts = x, prompts
+    def __len__(self):
+        return len(self.x)
+    def index(self, i):
+        i = torch.as_tensor(i)
+        return Units(self.x[i], [self.prompts[k] for k in i.tolist()])
+    def to(self, device):
+        return self
+
+class InfGrad(torch.autograd.Function):  # identity whose gradient is inf: an fp16 overflow on one rank
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+    @staticmethod
+    def backward(ctx, g):
+        return g * float("inf")
+
+class Regression:  # ℓ_unit,j = (Σ module(x + j) − adv)², the loss a micro-batch mean of it
+    def __init__(self, module, overflow=False):
+        self.module, self.overflow, self.calls = module, overflow, 0
+    def train_step_indices(self, batch):
+        return POSITIONS
+    def prepare_update(self, policy, batch, step_indices, micro_batch_size):
+        return batch
+    def compute_loss(self, policy, batch, advantages, j):
+        self.calls += 1
+        out = self.module(batch.x + j)  # [b, 4]
+        if self.overflow and self.calls == 1:  # output 0 only: the gradient of weight row 0 (rank 0's FSDP2 shard)
+            out = torch.cat([InfGrad.apply(out[:, :1]), out[:, 1:]], 1)
+        return ((out.sum(1) - advantages) ** 2).mean(), {}
+
+# each case: units per rank, advantages (0 = constant-reward sample), accumulation, drop_zero_advantage
+g = torch.Generator().manual_seed(0)
+if case == "drop_zero":  # rank 1's samples all have advantage 0 (a constant scorer): it trains nothing
+    counts, accumulation, drop = [4, 4], 2, True
+    xs = torch.randn(8, 4, generator=g)
+    adv = torch.cat([torch.randn(4, generator=g), torch.zeros(4)])
+elif case == "uneven":  # online DPO: rank 0 has 5 pairs, rank 1 none (it replays the filler with weight 0)
+    counts, accumulation, drop = [5, 0], 2, False
+    xs, adv = torch.randn(5, 4, generator=g), torch.randn(5, generator=g)
+else:  # symmetric: 4 units per rank; "count": one optimizer step, "overflow": two
+    counts, accumulation, drop = [4, 4], 2 if case == "count" else 1, False
+    xs, adv = torch.randn(8, 4, generator=g), torch.randn(8, generator=g)
+start = sum(counts[:info.rank])
+mine = slice(start, start + counts[info.rank])
+units = Units(xs[mine], [f"p{k}" for k in range(start, start + counts[info.rank])])
+filler = Units(torch.zeros(1, 4), ["filler"])
+
+torch.manual_seed(0)
+plain = torch.nn.Linear(4, 4, bias=False)
+reference = copy.deepcopy(plain)
+module = dist.wrap_for_training(plain, strategy)
+params = [p for p in module.parameters()]
+reductions = []
+if strategy == "ddp":
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    def counting_hook(state, bucket):
+        reductions.append(1)
+        return allreduce_hook(state, bucket)
+    module.register_comm_hook(None, counting_hook)
+else:
+    reduce_scatter = torch.distributed.reduce_scatter_single
+    def counting_reduce_scatter(*args, **kwargs):
+        reductions.append(1)
+        return reduce_scatter(*args, **kwargs)
+    torch.distributed.reduce_scatter_single = counting_reduce_scatter
+scaler = build_grad_scaler(torch.float16 if case == "overflow" else torch.float32, torch.device("cpu"), True)
+actor = ActorConfig(gradient_accumulation_steps=accumulation, max_grad_norm=1e9, num_inner_epochs=1,
+                    shuffle_samples=False)
+policy = type("Policy", (), {"device": torch.device("cpu")})()
+result = run_update(policy, Regression(module, overflow=case == "overflow" and info.rank == 1),
+                    torch.optim.SGD(params, lr=LR), params, units, adv[mine], actor, 2,
+                    torch.Generator().manual_seed(0), scaler=scaler, drop_zero_advantage=drop, ranks=info,
+                    module=module, filler=filler)
+weight = dist.full_state(dict(module.named_parameters()))["weight"]
+
+# the documented gradient, on one process: per optimizer step, the mean over the step's
+# trained units (all ranks) of the loss averaged over positions; SGD steps in the same order
+trained = [k for k in range(len(xs)) if not drop or adv[k] != 0]
+per_rank = [[k for k in trained if sum(counts[:r]) <= k < sum(counts[:r + 1])] for r in range(len(counts))]
+slots = max((len(ks) + 1) // 2 for ks in per_rank)
+steps = [[k for ks in per_rank for k in ks[2 * first:2 * (first + accumulation)]] for first in range(0, slots, accumulation)]
+if case == "overflow":
+    steps = steps[1:]  # the first step's gradient is inf on one rank: every rank skips it
+optimizer = torch.optim.SGD(reference.parameters(), lr=LR)
+for ks in steps:
+    loss = sum(((reference(xs[ks] + j).sum(1) - adv[ks]) ** 2).mean() for j in POSITIONS) / len(POSITIONS)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+with open(f"{out}.{info.rank}.json", "w") as f:
+    json.dump({"weight": weight.tolist(), "reference": reference.weight.tolist(), "reductions": len(reductions),
+               "optimizer_steps": result.optimizer_steps, "skipped_steps": result.skipped_steps,
+               "grad_scale": result.grad_scale, "initial": plain.weight.tolist() if strategy == "none" else None}, f)
+dist.barrier(info)
+dist.shutdown()
+"""
+
+
+UPDATE_REDUCTION = 64
+"""The longest reduction of the script's update: a weight gradient sums 8 units x 2 positions
+x 4 inputs; the ranks and the one-process reference group those sums differently."""
+UPDATE_DEPTH = 4
+"""Chained reductions: forward, loss, backward, and up to two SGD steps on the result."""
+
+
+def run_update_ranks(tmp_path: Path, strategy: str, case: str) -> list[dict]:
+    import json
+
+    out = tmp_path / case
+    launch_script(tmp_path, UPDATE_SCRIPT, 2, strategy, case, str(out))
+    return [json.loads(Path(f"{out}.{rank}.json").read_text()) for rank in range(2)]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("case", ["drop_zero", "uneven"])
+def test_a_rank_with_less_to_train_takes_part_and_the_step_is_the_global_sample_mean(tmp_path, strategy, case):
+    """drop_zero: rank 1 has no trainable sample; uneven: rank 0 has 3 micro-batches (2, 2, 1)
+    and rank 1 none. The run completes (no hang: a missing collective would wait until the
+    timeout), both ranks hold the same weights, and they equal one process's SGD on the mean
+    over each optimizer step's trained units."""
+    ranks = run_update_ranks(tmp_path, strategy, case)
+    assert ranks[0]["optimizer_steps"] == ranks[1]["optimizer_steps"] == (1 if case == "drop_zero" else 2)
+    first, second, reference = (torch.tensor(r) for r in (ranks[0]["weight"], ranks[1]["weight"],
+                                                          ranks[0]["reference"]))
+    assert torch.equal(first, second)
+    assert_close_reordered(first, reference, length=UPDATE_REDUCTION, depth=UPDATE_DEPTH)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_accumulation_reduces_gradients_once_per_optimizer_step(tmp_path, strategy):
+    """4 units per rank in micro-batches of 2 at 2 positions with accumulation 2: 4 backward
+    calls per optimizer step and exactly one gradient reduction (DDP all-reduce through the
+    comm hook; FSDP2 reduce-scatter)."""
+    ranks = run_update_ranks(tmp_path, strategy, "count")
+    assert [r["optimizer_steps"] for r in ranks] == [1, 1]
+    assert [r["reductions"] for r in ranks] == [1, 1]
+    assert_close_reordered(torch.tensor(ranks[0]["weight"]), torch.tensor(ranks[0]["reference"]),
+                           length=UPDATE_REDUCTION, depth=UPDATE_DEPTH)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_an_fp16_overflow_on_one_rank_skips_the_step_on_every_rank(tmp_path, strategy):
+    """Rank 1's first backward gives an inf gradient in weight row 0 only — under FSDP2 that
+    row is rank 0's shard, so only rank 0 sees it. The loss scaler's skip decision is agreed:
+    both ranks skip the first of two steps, back the scale off once, and take the second."""
+    ranks = run_update_ranks(tmp_path, strategy, "overflow")
+    for r in ranks:
+        assert (r["optimizer_steps"], r["skipped_steps"], r["grad_scale"]) == (2, 1, 2.0**15)
+    assert ranks[0]["weight"] == ranks[1]["weight"]
+    assert_close_reordered(torch.tensor(ranks[0]["weight"]), torch.tensor(ranks[0]["reference"]),
+                           length=UPDATE_REDUCTION, depth=UPDATE_DEPTH)

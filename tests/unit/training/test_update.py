@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from genalign.training.config import ActorConfig
-from genalign.training.update import micro_batch_indices, run_update, trained_sample_indices
+from genalign.training.update import (micro_batch_indices, micro_batch_sizes, round_plan, run_update,
+                                      trained_sample_indices)
 from support import assert_close_reordered, make_batch
 
 CPU_POLICY = SimpleNamespace(device=torch.device("cpu"))
@@ -124,3 +125,35 @@ def test_fp16_loss_scaling_skips_an_overflowing_step_and_lowers_the_scale():
     assert weight.item() == 1.0 and result.grad_scale == 2.0 ** 15
     weight, result, _ = run(batch, torch.randn(4), accumulation=1, micro=4, scaler=scaler)
     assert result.skipped_steps == 0 and weight.item() != 1.0
+
+
+def test_round_plan_fills_short_ranks_and_counts_each_steps_units_over_ranks():
+    """Rank 0 has micro-batches (2, 2, 1), rank 1 one of 2, rank 2 none: every rank runs 3
+    slots per epoch, holding 4, 2 and 1 units over all ranks. With 2 epochs and accumulation
+    2 (counted across epochs) the steps are slot pairs, normalised by the units all ranks
+    train in them; with 1 epoch the odd last slot is a step of its own, not dropped gradients."""
+    sizes = [micro_batch_sizes(5, 2), micro_batch_sizes(2, 2), micro_batch_sizes(0, 2)]
+    plan = round_plan(sizes, epochs=2, accumulation=2)
+    assert plan.slots == 3 and plan.step_units == (4 + 2, 1 + 4, 2 + 1)
+    assert [plan.closes_step(s) for s in range(6)] == [False, True, False, True, False, True]
+    assert plan.total_units == 14
+    plan = round_plan(sizes, epochs=1, accumulation=2)
+    assert plan.step_units == (6, 1) and [plan.closes_step(s) for s in range(3)] == [False, True, True]
+    assert micro_batch_sizes(0, 4) == [] and micro_batch_indices(0, 4, True, torch.Generator()) == []
+
+
+def test_an_optimizer_step_is_the_mean_over_its_units_when_micro_batches_differ():
+    """5 samples in micro-batches of 2, 2, 1 with one optimizer step: the gradient is the mean
+    over the 5 samples (each micro-batch's mean weighted by its size), as one micro-batch of 5."""
+    batch = make_batch(size=5)
+    adv = torch.randn(5)
+    uneven, result, _ = run(batch, adv, accumulation=3, micro=2)
+    whole, _, _ = run(batch, adv, accumulation=1, micro=5)
+    assert result.optimizer_steps == 1
+    assert_close_reordered(uneven, whole, length=5 * 2)  # 5 samples x 2 steps summed in another grouping
+
+
+def test_a_partial_last_accumulation_group_is_a_step_of_its_own():
+    batch = make_batch(size=6)
+    _, result, algo = run(batch, torch.randn(6), accumulation=2, micro=2)  # 3 micro-batches
+    assert result.optimizer_steps == 2 and len(algo.calls) == 3 * 2
