@@ -65,9 +65,11 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
                             f"{cfg.distributed.training.strategy!r})")
         return launch_ranks(args.nproc_per_node, args.config, args.overrides)
     _configure_logging()
+    from genalign.training.stopping import SignalWatch
     from genalign.training.trainer import Trainer
 
-    Trainer(cfg).train()
+    with SignalWatch(defer=False):  # a signal while the run is built stops it at once; the steps defer it
+        Trainer(cfg).train()
     return 0
 
 
@@ -92,6 +94,10 @@ def config_main(argv: list[str] | None = None) -> int:
 
     cfg = load_config(args.config, args.overrides, check_files=not args.no_check_files)
     print(config_to_yaml(cfg), end="")
+    from genalign.config.cautions import config_cautions
+
+    for caution in config_cautions(cfg):
+        print(f"genalign: warning: {caution}", file=sys.stderr)
     return 0
 
 
@@ -203,8 +209,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"genalign: error: unknown command {argv[0]!r}; choose one of: {', '.join(COMMANDS)}\n"
               "hint: genalign --help lists the commands", file=sys.stderr)
         return 2
+    from genalign.training.stopping import RunInterrupted
+
     try:
         return COMMANDS[argv[0]](argv[1:])
+    except RunInterrupted as interrupted:  # SIGTERM / SIGINT: the conventional 128 + signal number
+        if not interrupted.logged:
+            print(f"genalign: {interrupted}", file=sys.stderr)
+        return interrupted.exit_code
+    except KeyboardInterrupt:  # Ctrl-C in a command that does not watch signals (eval, report)
+        print("genalign: interrupted (SIGINT)", file=sys.stderr)
+        return 130
     except UserError as err:  # a mistake in a config, file or command line; anything else is a bug
         print(format_user_error(err), file=sys.stderr)
         return 2

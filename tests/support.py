@@ -183,6 +183,13 @@ TIMING_COLUMNS = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_
 """metrics.csv columns that measure time (wall-clock or CPU): the only ones two identical runs may differ in."""
 
 
+def rows_without_timing(path: Path) -> list[dict[str, str]]:
+    """A metrics CSV's rows without TIMING_COLUMNS ([] while the file does not exist yet)."""
+    if not path.exists():
+        return []
+    return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in read_rows(path)]
+
+
 def assert_resumed_bitwise(run_dir: Path, resumed_dir: Path, step: int,
                            files: tuple[str, ...] = ("trainable.safetensors",)) -> None:
     """A run resumed from `run_dir`'s checkpoint-(step - 1) into `resumed_dir` logged only `step`,

@@ -9,6 +9,7 @@ which never imports the implementations. Each message names the keys and how to 
 from __future__ import annotations
 
 import difflib
+import math
 
 from genalign.config.algorithm_checks import algorithm_problems
 from genalign.config.files import HUB_ID
@@ -118,6 +119,11 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
         problems.append(f"trainer.sample_table.every must be >= 0 (0 disables it), got {cfg.trainer.sample_table.every}")
     if cfg.trainer.sample_table.count < 1:
         problems.append(f"trainer.sample_table.count must be >= 1, got {cfg.trainer.sample_table.count}")
+    if cfg.trainer.max_idle_steps is not None and cfg.trainer.max_idle_steps < 1:
+        problems.append(f"trainer.max_idle_steps={cfg.trainer.max_idle_steps} must be >= 1 (null never stops a run "
+                        "for steps that train nothing)")
+    if not (cfg.trainer.signal_grace_s >= 0 and math.isfinite(cfg.trainer.signal_grace_s)):
+        problems.append(f"trainer.signal_grace_s={cfg.trainer.signal_grace_s} must be a finite number >= 0")
     if cfg.trainer.keep_last is not None and cfg.trainer.keep_last < 1:
         problems.append(f"trainer.keep_last={cfg.trainer.keep_last} must be >= 1 (null keeps every checkpoint)")
     if cfg.rollout.noise_level < 0:

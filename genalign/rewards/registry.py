@@ -19,6 +19,7 @@ REWARDS.register("toy_color_area", "genalign.rewards.toy:ToyColorAreaReward")
 REWARDS.register("toy_off_shape_fraction", "genalign.rewards.toy:ToyOffShapeFraction")
 REWARDS.register("toy_background_deviation", "genalign.rewards.toy:ToyBackgroundDeviation")
 REWARDS.register("toy_shape_area", "genalign.rewards.toy:ToyShapeArea")
+REWARDS.register("toy_patch_pattern", "genalign.rewards.toy:ToyPatchPattern")
 REWARDS.register("temporal_consistency", "genalign.rewards.video:TemporalConsistencyReward")
 
 REWARD_OPTIONS = {
@@ -36,6 +37,7 @@ REWARD_OPTIONS = {
     "toy_off_shape_fraction": "genalign.rewards.toy:NoOptions",
     "toy_background_deviation": "genalign.rewards.toy:NoOptions",
     "toy_shape_area": "genalign.rewards.toy:NoOptions",
+    "toy_patch_pattern": "genalign.rewards.toy:NoOptions",
     "temporal_consistency": "genalign.rewards.video:TemporalConsistencyOptions",
 }
 """Registered reward -> "module:OptionsClass" (the dataclass its constructor passes to

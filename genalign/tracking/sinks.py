@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from genalign.config.errors import WriteError, disk_full_is_user_error
+from genalign.config.errors import UserError, WriteError, disk_full_is_user_error
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -128,6 +128,11 @@ def column_order(keys: set[str]) -> list[str]:
     return ["step", *sorted(keys - {"step"})]
 
 
+class MetricsFileError(UserError, ValueError):
+    """A metrics CSV in the run directory that genalign did not write (or that was edited):
+    refused in one line naming the file, never appended to."""
+
+
 class CSVSink:
     """One CSV row per `log` call: "step", then the metric columns in alphabetical order.
 
@@ -148,16 +153,20 @@ class CSVSink:
             self.rows = self._read_existing()
 
     def _read_existing(self) -> list[dict[str, str]]:
-        with open(self.path, newline="") as handle:
-            reader = csv.DictReader(handle)
-            header = list(reader.fieldnames or [])
-            rows = list(reader)
+        try:
+            with open(self.path, newline="", encoding="utf-8") as handle:
+                reader = csv.DictReader(handle)
+                header = list(reader.fieldnames or [])
+                rows = list(reader)
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise MetricsFileError(f"cannot resume metrics file {self.path}: it is not a CSV genalign wrote "
+                                   f"({str(exc).splitlines()[0]}); move the file away or start a fresh run") from None
         if header and header[0] != "step":
-            raise ValueError(f"cannot resume metrics file {self.path}: its first column is {header[0]!r}, "
+            raise MetricsFileError(f"cannot resume metrics file {self.path}: its first column is {header[0]!r}, "
                              "not 'step'; move the file away or start a fresh run")
         for number, row in enumerate(rows, start=2):
             if not (row.get("step") or "").lstrip("-").isdigit() or None in row:
-                raise ValueError(f"cannot resume metrics file {self.path}: line {number} is malformed; "
+                raise MetricsFileError(f"cannot resume metrics file {self.path}: line {number} is malformed; "
                                  "move the file away or fix that line")
         return [{key: value for key, value in row.items() if value != ""} for row in rows]
 

@@ -39,6 +39,16 @@ class TrainerConfig:
     """W&B run settings (project, entity, name, group, tags, mode), each else its WANDB_* variable."""
     sample_table: SampleTableConfig = field(default_factory=SampleTableConfig)
     """Every few steps, a table of rollout samples with their prompts and rewards to the trackers."""
+    signal_grace_s: float = 25.0
+    """Seconds a run has after SIGTERM/SIGINT before the scheduler kills it (Kubernetes and
+    Slurm wait 30 by default). The step in progress finishes; a checkpoint of it is written
+    only when the estimated save (the last save's duration, else the bytes at 100 MB/s) fits
+    in what is left of this; then the run exits 143 / 130 with a line saying how to resume.
+    0 never saves on a signal; a second signal stops at once without saving."""
+    max_idle_steps: int | None = 10
+    """Stop the run (one line with the reason) after this many steps in a row that train
+    nothing: every sample's advantage zero (all rewards of each group equal), no optimizer
+    step, or a non-finite loss. null never stops for that."""
 
 
 @dataclass

@@ -23,6 +23,7 @@ from genalign.config.plan import RunPlan
 from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
+from genalign.finite import named_step
 from genalign.models.base import FlowPolicy
 from genalign.rewards.composite import RewardScores
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
@@ -62,7 +63,7 @@ class OnlineRollout:
     def collect(self, step: int) -> StepData:
         times = {}
         start = time.perf_counter()
-        with self.algorithm.rollout_weights():
+        with self.algorithm.rollout_weights(), named_step(f"step {step}"):
             batch, pending_scores = self.rollout(step)
         times["time_rollout_s"] = time.perf_counter() - start
 
