@@ -1,4 +1,5 @@
-"""Command line: `genalign train | config | eval | report | export | pretrain-demo` (+ `--help`, `--version`).
+"""Command line: `genalign train | config | eval | report | export | pretrain-demo | serve-reward` (+ `--help`,
+`--version`).
 
 Parse -> config -> call; no logic lives here. `python -m genalign.train ARGS` is the same
 as `genalign train ARGS`. `genalign train --help` and `genalign config --help` list the
@@ -163,8 +164,15 @@ def pretrain_demo_main(argv: list[str] | None = None) -> int:
     return main(argv) or 0
 
 
+def serve_reward_main(argv: list[str] | None = None) -> int:
+    _configure_logging()
+    from genalign.rewards.server import main
+
+    return main(argv)
+
+
 COMMANDS = {"train": train_main, "config": config_main, "eval": eval_main, "report": report_main,
-            "export": export_main, "pretrain-demo": pretrain_demo_main}
+            "export": export_main, "pretrain-demo": pretrain_demo_main, "serve-reward": serve_reward_main}
 SUMMARIES = {
     "train": "run RL post-training from a recipe (no arguments: the CPU demo, minutes)",
     "config": "print the resolved, validated config of a recipe; loads no model",
@@ -172,6 +180,7 @@ SUMMARIES = {
     "report": "write RUN_DIR/report.html: curves, before/after sheets, parity, config, provenance",
     "export": "show a checkpoint's model folder (LoRA or transformer + model card); --push-to-hub uploads it",
     "pretrain-demo": "regenerate the shipped toy demo model (about 50 min on one CPU core)",
+    "serve-reward": "serve reward scorers over HTTP for trainers with reward.runtime=http",
 }
 """One line per command for `genalign --help` (every command has one: a test checks)."""
 

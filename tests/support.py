@@ -395,6 +395,34 @@ def ray_rollout_setting(cfg, generate_timeout_s: float = 120.0):
     return policy, sampler, engine
 
 
+def save_tiny_clip(path: Path) -> Path:
+    """A tiny random CLIPModel (seed 0) with a character-level CLIP tokenizer and a 32-pixel
+    CLIPImageProcessorPil, written by save_pretrained into `path`."""
+    import json
+
+    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTokenizer
+
+    path.mkdir(parents=True, exist_ok=True)
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for suffix in ("", "</w>"):
+        for char in "abcdefghijklmnopqrstuvwxyz":
+            vocab[char + suffix] = len(vocab)
+    (path / "vocab.json").write_text(json.dumps(vocab))
+    (path / "merges.txt").write_text("#version: 0.2\n")
+    CLIPTokenizer(str(path / "vocab.json"), str(path / "merges.txt")).save_pretrained(path)
+    config = CLIPConfig(
+        text_config=dict(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
+                         pad_token_id=1),
+        vision_config=dict(image_size=32, patch_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=2),
+        projection_dim=8, logit_scale_init_value=3.0)
+    torch.manual_seed(0)
+    CLIPModel(config).save_pretrained(path)
+    CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(path)
+    return path
+
+
 class RankOneConstantReward:
     """A scorer for multi-rank tests (`reward.allow_import=[support:RankOneConstantReward]`):
     each image's mean pixel value, except on torchrun rank 1, where every sample scores 0 —

@@ -108,7 +108,9 @@ def pipeline_problems(family: str, local: Path) -> list[str]:
 
 
 REWARD_HUB_OPTIONS = {"pickscore": ("model_name", "processor_name"), "clip_score": ("model_name", "processor_name"),
-                      "aesthetic": ("model_name", "processor_name")}
+                      "aesthetic": ("model_name", "processor_name"), "geneval": ("detector_name", "clip_name"),
+                      "geneval_accuracy": ("detector_name", "clip_name"), "hpsv2": ("base_model",),
+                      "hpsv21": ("base_model",), "image_reward": ("tokenizer_name",)}
 """Scorer options that name a hub id (or a local directory), with the registered default used
 when the option is not set."""
 
@@ -124,7 +126,7 @@ def offline_hub_problems(cfg: ExperimentConfig) -> list[str]:
     # (key, hub id, revision): the model is wanted at model.revision (Cosmos' diffusers weights
     # live on a branch, so the default branch being cached would not do), scorers at their default
     wanted = [] if cfg.model.family == "toy" else [("model.path", cfg.model.path, cfg.model.revision)]
-    used = {name for name, weight in cfg.reward.components.items() if weight} | set(cfg.eval.gold_rewards)
+    used = local_scorers(cfg)
     for name in sorted(used & set(REWARD_HUB_OPTIONS)):
         defaults = _option_defaults(name)
         for option in REWARD_HUB_OPTIONS[name]:
@@ -199,14 +201,26 @@ def import_problems(cfg: ExperimentConfig) -> list[str]:
             for problem in [import_problem(key, name)] if problem]
 
 
-REWARD_PATH_OPTIONS = {"toy_shape": "path", "toy_shape_judge": "path", "aesthetic": "head_path"}
+REWARD_PATH_OPTIONS = {"toy_shape": "path", "toy_shape_judge": "path", "aesthetic": "head_path",
+                       "hpsv2": "weights_path", "hpsv21": "weights_path", "image_reward": "weights_path"}
 """Scorer options that name a local file or directory (never a hub id), checked up front."""
 
 
+def local_scorers(cfg: ExperimentConfig) -> set[str]:
+    """Scorers this process will build: the weighted components and gold rewards, none with runtime=http."""
+    if cfg.reward.runtime == "http":
+        return set()
+    return {name for name, weight in cfg.reward.components.items() if weight} | set(cfg.eval.gold_rewards)
+
+
 def reward_path_problems(cfg: ExperimentConfig) -> list[str]:
-    """reward.kwargs.<name>.<path option> must exist for every scorer that will be built."""
+    """reward.kwargs.<name>.<path option> must exist for every scorer that will be built here;
+    with reward.runtime=http the scorers (and their files) are the server's, but the token must be set."""
+    if cfg.reward.runtime == "http" and not os.environ.get(cfg.reward.token_env):
+        return [f"reward.runtime=http: ${cfg.reward.token_env} (reward.token_env) is not set; export the reward "
+                f"server's token"]
     problems = []
-    used = {name for name, weight in cfg.reward.components.items() if weight} | set(cfg.eval.gold_rewards)
+    used = local_scorers(cfg)
     for name, option in REWARD_PATH_OPTIONS.items():
         value = cfg.reward.kwargs.get(name, {}).get(option)
         if name in used and isinstance(value, str) and value != "builtin" and not Path(value).expanduser().exists():

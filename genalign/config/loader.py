@@ -215,9 +215,10 @@ def find_recipe(recipe: str) -> Path:
         return candidate
     known = list(recipes(CONFIG_ROOT))
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ConfigError([f"--config {recipe!r}: no recipe {_rel(candidate)} and no such YAML file.{hint} "
-                       f"Recipes: {', '.join(known)}"])
+    # a suggestion alone when there is one: the full list (now dozens of recipes) would bury it
+    listing = f"Did you mean {close[0]!r}? `genalign train --help` lists all {len(known)} recipes" if close \
+        else f"Recipes: {', '.join(known)}"
+    raise ConfigError([f"--config {recipe!r}: no recipe {_rel(candidate)} and no such YAML file. {listing}"])
 
 
 # ------------------------------------------------------------------ typed validation

@@ -20,7 +20,7 @@ from genalign.tracking.config import logger_problems
 
 CHOICES = {
     "reward.aggregation": ("weighted_sum", "advantage_sum"),
-    "reward.runtime": ("local", "ray"),
+    "reward.runtime": ("local", "ray", "http"),
     "rollout.engine": ("local", "ray"),
     "rollout.kernel": ("flow_sde", "dance_sde", "cps", "cps_gaussian"),
     "rollout.sde_window.schedule": ("random", "progressive", "fixed"),
@@ -137,6 +137,7 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
         problems.append(f"algorithm.timestep_fraction must be in (0, 1], got {cfg.algorithm.timestep_fraction}")
     if cfg.reward.num_threads < 1:
         problems.append(f"reward.num_threads must be positive, got {cfg.reward.num_threads}")
+    problems += cfg.reward.http_problems()
     if cfg.reward.async_scoring and cfg.rollout.engine != "local":
         problems.append("reward.async_scoring=true scores in-process rollout chunks as they finish; with "
                         "rollout.engine=ray use reward.async_scoring=false")
