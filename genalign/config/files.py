@@ -20,7 +20,7 @@ from pathlib import Path
 from genalign.config.errors import ConfigError
 from genalign.config.schema import ExperimentConfig
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 """The hub's "org/name" form; anything else (or a path that starts with /, ./, ../, ~) is local."""
 
 
@@ -65,7 +65,7 @@ def model_path_problems(family: str, path: str) -> list[str]:
         if not local.is_dir():
             return [f"model.path: {path} is a file; point it at a model directory"]
         return pipeline_problems(family, local)
-    if path.startswith(("/", "./", "../", "~")) or not _HUB_ID.match(path) or family == "toy":
+    if path.startswith(("/", "./", "../", "~")) or not HUB_ID.match(path) or family == "toy":
         hint = "use model.path=builtin or a directory from `genalign pretrain-demo`" if family == "toy" else \
             "use a hub id 'org/name' or a directory written by save_pretrained"
         return [f"model.path: local directory {path} does not exist; {hint}"]
@@ -154,7 +154,7 @@ def _option_defaults(reward: str) -> dict[str, object]:
 def is_hub_id(path: str) -> bool:
     """"org/name" that is not an existing local path (and does not start like one)."""
     return (not Path(path).expanduser().exists() and not path.startswith(("/", "./", "../", "~"))
-            and bool(_HUB_ID.match(path)))
+            and bool(HUB_ID.match(path)))
 
 
 def hub_cached(repo: str, revision: str | None = None) -> bool:

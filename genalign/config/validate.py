@@ -12,9 +12,10 @@ import difflib
 import math
 
 from genalign.config.algorithm_checks import algorithm_problems
+from genalign.config.files import HUB_ID
 from genalign.config.plan import num_train_timesteps_problem
 from genalign.config.schema import ExperimentConfig
-from genalign.config.values import non_finite_problems, value_problems
+from genalign.config.values import non_finite_problems, reward_package_problems, value_problems
 from genalign.tracking.config import logger_problems
 
 CHOICES = {
@@ -104,7 +105,20 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     for key, value in {"eval.every": cfg.eval.every, "trainer.save_every": cfg.trainer.save_every}.items():
         if value < 0:
             problems.append(f"{key} must be >= 0 (0 disables it), got {value}")
+    card = cfg.model.card
+    if card.license == "other" and not card.license_name:
+        problems.append("model.card.license=other needs model.card.license_name (and license_link): the Hub shows "
+                        "that name for a licence it does not list")
+    if card.base_model is not None and not HUB_ID.match(card.base_model):
+        problems.append(f"model.card.base_model={card.base_model!r} is not a Hub id (org/name); set the id the base "
+                        "model has on the Hub, or null")
     problems += logger_problems(cfg.trainer.loggers, cfg.trainer.wandb, check_installed=check_machine)
+    if check_machine:
+        problems += reward_package_problems(cfg)
+    if cfg.trainer.sample_table.every < 0:
+        problems.append(f"trainer.sample_table.every must be >= 0 (0 disables it), got {cfg.trainer.sample_table.every}")
+    if cfg.trainer.sample_table.count < 1:
+        problems.append(f"trainer.sample_table.count must be >= 1, got {cfg.trainer.sample_table.count}")
     if cfg.trainer.max_idle_steps is not None and cfg.trainer.max_idle_steps < 1:
         problems.append(f"trainer.max_idle_steps={cfg.trainer.max_idle_steps} must be >= 1 (null never stops a run "
                         "for steps that train nothing)")

@@ -134,6 +134,11 @@ def summary_cards(run: RunData) -> str:
                           f"median over steps; rollout only: "
                           f"{number(statistics.median(run.train.values('images_per_s')[1]), 3)} img/s"
                           if run.train.has("images_per_s") else "median over steps"))
+    if run.train.has("gpu_peak_allocated_gib"):
+        steps, peaks = run.train.values("gpu_peak_allocated_gib")
+        cards.append(card("peak GPU memory", f"{number(max(peaks), 3)} GiB",
+                          f"max over {len(steps)} steps of torch.cuda.max_memory_allocated; last step: "
+                          f"{number(peaks[-1], 3)} GiB"))
     phases = [column for column in run.train.columns if column.startswith("time_") and column.endswith("_s")]
     if phases:
         seconds = sum(sum(run.train.values(column)[1]) for column in phases)

@@ -37,7 +37,9 @@ class RewardConfig:
     num_workers: int = 1
     """Ray reward actors per scorer (runtime=ray)."""
     num_cpus_per_worker: float = 1.0
+    """CPUs Ray reserves for each reward actor (runtime=ray)."""
     num_gpus_per_worker: float = 0.0
+    """GPUs Ray reserves for each reward actor (runtime=ray); fractions share a device."""
     timeout_s: float = 600.0
     """Upper bound on one scoring call (Ray) or one request to the reward server (http, each
     attempt) before it is an error."""

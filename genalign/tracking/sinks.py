@@ -6,8 +6,9 @@ loop log unconditionally (non-zero ranks, tracking off) instead of branching on 
 on". The CSV file is the run's source of truth: it is flushed every row, and on resume it is
 cut back to the restored step so that a resumed run's file equals an uninterrupted run's,
 value for value (floats are written with `repr`, which round-trips exactly). Images (the
-evaluation contact sheet) go through `log_image`: trackers show them, the CSV ignores them
-(the sheet is already a PNG in the run directory).
+evaluation contact sheet) go through `log_image` and tables of rollout samples (`Sample`:
+image, prompt, reward per component) through `log_samples`: trackers show them, the CSV
+ignores them (the sheet is already a PNG in the run directory).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import csv
 import numbers
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,10 +28,22 @@ if TYPE_CHECKING:
     from PIL.Image import Image
 
 
+@dataclass
+class Sample:
+    """One row of a sample table: a generated image (a video's first frame), its prompt and
+    its rewards (each component's raw score, then the weighted "total")."""
+
+    image: "Image"
+    prompt: str
+    rewards: dict[str, float]
+
+
 class MetricsSink(Protocol):
     def log(self, step: int, metrics: dict[str, float]) -> None: ...
 
     def log_image(self, step: int, name: str, image: "Image") -> None: ...
+
+    def log_samples(self, step: int, name: str, samples: list[Sample]) -> None: ...
 
     def close(self) -> None: ...
 
@@ -41,6 +55,9 @@ class NullSink:
         pass
 
     def log_image(self, step: int, name: str, image: "Image") -> None:
+        pass
+
+    def log_samples(self, step: int, name: str, samples: list[Sample]) -> None:
         pass
 
     def close(self) -> None:
@@ -61,6 +78,10 @@ class MultiSink:
         for sink in self.sinks:
             sink.log_image(step, name, image)
 
+    def log_samples(self, step: int, name: str, samples: list[Sample]) -> None:
+        for sink in self.sinks:
+            sink.log_samples(step, name, samples)
+
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
@@ -79,6 +100,9 @@ class PrefixedSink:
 
     def log_image(self, step: int, name: str, image: "Image") -> None:
         self.sink.log_image(step, f"{self.prefix}/{name}", image)
+
+    def log_samples(self, step: int, name: str, samples: list[Sample]) -> None:
+        self.sink.log_samples(step, f"{self.prefix}/{name}", samples)
 
     def close(self) -> None:
         self.sink.close()
@@ -187,6 +211,9 @@ class CSVSink:
 
     def log_image(self, step: int, name: str, image: "Image") -> None:
         """Nothing: a CSV holds numbers (the evaluator writes the image as a PNG itself)."""
+
+    def log_samples(self, step: int, name: str, samples: list[Sample]) -> None:
+        """Nothing: a CSV holds numbers (the step's reward statistics are in its row)."""
 
     def close(self) -> None:
         """Nothing to do: every row is already on disk."""

@@ -29,8 +29,10 @@ log = logging.getLogger(__name__)
 # Config keys whose change makes a checkpoint's state meaningless for this run. Everything
 # else (output_dir, num_steps, eval cadence, logging) may change on resume.
 RESUME_KEYS = ["model", "rollout", "actor", "algorithm", "reward", "data.manifest", "data.shuffle", "trainer.seed"]
-RESUME_FREE_KEYS = ["reward.allow_import"]
-"""Under RESUME_KEYS but free to change: a permission of this invocation, not run state."""
+RESUME_FREE_KEYS = ["reward.allow_import", "model.card"]
+"""Under RESUME_KEYS but free to change, with everything under them: a permission of this
+invocation, and what exported model cards say about the base model (not run state; absent
+from checkpoints written before it existed)."""
 
 
 def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
@@ -162,10 +164,12 @@ def incompatible_keys(saved: dict, current: dict) -> list[str]:
     differing: list[str] = []
 
     def walk(a, b, prefix: str) -> None:
+        if any(prefix == free or prefix.startswith(free + ".") for free in RESUME_FREE_KEYS):
+            return
         if isinstance(a, dict) and isinstance(b, dict):
             for key in sorted(set(a) | set(b)):
                 walk(a.get(key), b.get(key), f"{prefix}.{key}")
-        elif a != b and prefix not in RESUME_FREE_KEYS:
+        elif a != b:
             differing.append(f"{prefix}: checkpoint {a!r} vs now {b!r}")
 
     for key in RESUME_KEYS:

@@ -48,6 +48,8 @@ class StepData:
     filler: Any = None
     """One unit this rank replays with weight 0 when it has no unit of its own (online DPO
     without a pair), so it still enters the step's collectives; None when `units` is not empty."""
+    scores: RewardScores | None = None
+    """The whole step's reward scores (every rank's samples, this rank's first on rank 0); None offline."""
 
 
 class OnlineRollout:
@@ -76,7 +78,7 @@ class OnlineRollout:
                "zero_std_ratio": zero_std_group_fraction(scores.total, self.global_group_ids(batch)),
                **{f"adv_{k}": v for k, v in advantage_stats(step_advantages).items()}}
         filler = self.algorithm.filler_unit(batch) if len(units) == 0 else None
-        return StepData(units, unit_advantages, batch, len(batch), row, times, filler)
+        return StepData(units, unit_advantages, batch, len(batch), row, times, filler, scores)
 
     def rollout(self, step: int) -> tuple[TrajectoryBatch, Callable[[], RewardScores]]:
         """The step's trajectories and a callable returning their reward scores. With

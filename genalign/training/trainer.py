@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from genalign.algorithms.registry import ALGORITHMS
 from genalign.atomic import write_text_atomically
@@ -31,7 +32,8 @@ from genalign.reporting.provenance import record_launch
 from genalign.reporting.report import refresh_report
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.tracking.logs import RunLog, timed_phase
+from genalign.tracking.logs import RunLog, StepClock, timed_phase
+from genalign.tracking.samples import rollout_samples
 from genalign.tracking.sinks import NullSink
 from genalign.tracking.trackers import new_run_id
 from genalign.training import distributed, run_dir, setup, stopping
@@ -39,6 +41,8 @@ from genalign.training.checkpoint import load_checkpoint, save_checkpoint
 from genalign.training.ema import EMA
 from genalign.training.export import checkpoint_export
 from genalign.training.lora import load_trainable_state_dict
+from genalign.training.memory import COLUMN as MEMORY_COLUMN
+from genalign.training.memory import PeakMemory
 from genalign.training.optim import build_optimizer
 from genalign.training.parity import replay_parity
 from genalign.training.precision import build_grad_scaler
@@ -127,6 +131,7 @@ class Trainer:
         with timed_phase(log, f"loading rewards {', '.join(n for n, w in cfg.reward.components.items() if w)}"):
             self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
         self.spec = setup.rollout_spec(cfg)
+        self.memory = PeakMemory(self.policy.device)
         self.engine = setup.build_rollout_engine(cfg, self.policy)
         self.source = setup.build_batch_source(cfg, self.plan, self.policy, self.engine, self.rewards,
                                                self.algorithm, self.spec, self.ranks)
@@ -134,7 +139,7 @@ class Trainer:
         main = self.ranks.is_main  # rank 0 alone writes metrics, evaluation artefacts and checkpoints
         # one tracker run across resumes: its id travels in the checkpoint's trainer_state
         self.tracker_run_id = (checkpoint.trainer_state.get("tracker_run_id") if resuming else None) or new_run_id()
-        trackers = setup.build_trackers(cfg, self.output_dir, self.start.checkpoint_step + 1 if resuming else 0,
+        self.trackers = trackers = setup.build_trackers(cfg, self.output_dir, self.start.checkpoint_step + 1 if resuming else 0,
                                         self.tracker_run_id) if main else []
         self.metrics = (setup.build_metrics_sink(self.output_dir / "metrics.csv", resuming, trackers, "train")
                         if main else NullSink())
@@ -178,25 +183,29 @@ class Trainer:
             self.evaluate(0)
             self.report()
         quiet = not (self.cfg.trainer.progress_bar and sys.stderr.isatty())
-        for step in tqdm(range(self.start_step, last + 1), desc="train", disable=quiet,
-                         initial=self.start_step - 1, total=last):
-            self.current_step = step
-            row = self.train_step(step)
-            evaluated = self.evaluator.due(step, last)
-            if evaluated:
-                row["time_eval_s"] = self.evaluate(step)
-            self.metrics.log(step, row)
-            if evaluated and step != last:  # the page shows this step's row; the last is reported after saving
-                self.report()
-            saved = bool(self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last)
-            if saved:
-                self.save(f"checkpoint-{step}", step)
-            verdict = self.stop_check.after_step(step, row)  # every rank, every step (one all-reduce)
-            if verdict.stalled:
-                raise stopping.TrainingStalled(verdict.stalled)
-            if verdict.signum and step != last:  # on the last step the run simply finishes
-                self.stop_on_signal(step, verdict.signum, saved)
-        self.save("checkpoint-final", last)
+        clock = StepClock(self.start_step, last)
+        # with a bar on the terminal, log lines are printed above it (tqdm.write) instead of
+        # through it; without one the console handler is left as it is
+        with nullcontext() if quiet else logging_redirect_tqdm():
+            for step in tqdm(range(self.start_step, last + 1), desc="train", disable=quiet,
+                             initial=self.start_step - 1, total=last):
+                self.current_step = step
+                row = self.train_step(step, clock)
+                evaluated = self.evaluator.due(step, last)
+                if evaluated:
+                    row["time_eval_s"] = self.evaluate(step)
+                self.metrics.log(step, row)
+                if evaluated and step != last:  # the page shows this row; the last is reported after saving
+                    self.report()
+                saved = bool(self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last)
+                if saved:
+                    self.save(f"checkpoint-{step}", step)
+                verdict = self.stop_check.after_step(step, row)  # every rank, every step (one all-reduce)
+                if verdict.stalled:
+                    raise stopping.TrainingStalled(verdict.stalled)
+                if verdict.signum and step != last:  # on the last step the run simply finishes
+                    self.stop_on_signal(step, verdict.signum, saved)
+            self.save("checkpoint-final", last)
         self.report()
 
     def stop_on_signal(self, step: int, signum: int, saved: bool) -> None:
@@ -246,11 +255,12 @@ class Trainer:
         distributed.shutdown()
         self.close_run_log()
 
-    def train_step(self, step: int) -> dict[str, float]:
+    def train_step(self, step: int, clock: StepClock | None = None) -> dict[str, float]:
         # CPU seconds of this process beside the wall-clock phases: on a shared machine they do
         # not grow with other processes' load, so benchmarks can compare runs made side by side
         # (with OMP_NUM_THREADS=1 and no workers they equal the wall-clock on an idle box).
         cpu_start = time.process_time()
+        self.memory.start()
         data: StepData = self.source.collect(step)  # rollout + rewards + advantages, or offline pairs
         times = dict(data.times)
         start = time.perf_counter()
@@ -262,15 +272,32 @@ class Trainer:
 
         step_seconds = times["time_rollout_s"] + times["time_reward_s"] + times["time_train_s"]
         generated = data.generated * self.ranks.world_size
-        row = {**data.row, **update, **parity, **times,
+        if self.sample_table_due(step) and data.scores is not None:
+            self.log_samples(step, data)
+        memory = self.memory.metrics()
+        row = {**data.row, **update, **parity, **times, **memory,
                "lr": self.optimizer.param_groups[0]["lr"],
                "images_per_s": generated / max(times["time_rollout_s"], 1e-9),
                "step_images_per_s": generated / max(step_seconds, 1e-9)}
-        log.info("step %d: %s  (rollout %.1fs, reward %.1fs, train %.1fs)", step, console_summary(row),
-                 times["time_rollout_s"], times["time_reward_s"], times["time_train_s"])
+        progress = clock.describe(step) if clock else f"step {step}/{self.cfg.trainer.num_steps}"
+        peak = f", peak GPU memory {memory[MEMORY_COLUMN]:.2f} GiB" if memory else ""
+        log.info("%s: %s  (rollout %.1fs, reward %.1fs, train %.1fs%s)", progress, console_summary(row),
+                 times["time_rollout_s"], times["time_reward_s"], times["time_train_s"], peak)
         return row
 
     # ---------------------------------------------------------------- phases
+    def sample_table_due(self, step: int) -> bool:
+        """At step 1 and every trainer.sample_table.every steps, when a tracker can show it."""
+        every = self.cfg.trainer.sample_table.every
+        return bool(self.trackers) and every > 0 and (step == 1 or step % every == 0)
+
+    def log_samples(self, step: int, data: StepData) -> None:
+        """A few of the step's rollout samples with their prompts and rewards, to the trackers."""
+        batch, scores = data.trajectories, data.scores
+        samples = rollout_samples(batch.images, list(batch.prompts), [int(g) for g in batch.group_ids],
+                                  scores.components, scores.total, self.cfg.trainer.sample_table.count)
+        self.metrics.log_samples(step, "rollout_samples", samples)
+
     @property
     def runs_parity(self) -> bool:
         """The preflight replays stored SDE log-probs: only for an algorithm that trains on them."""
