@@ -62,7 +62,8 @@ def main() -> int:
           f"train {mean('time_train_s'):.2f}s")
     print(f"training (set-up excluded) {total_s - setup_s:.1f}s")
     keys = [k for k in ("eval_reward_mean", "gold_mean", "gold_divergence", "quality_toy_off_shape_fraction_mean",
-                        "quality_toy_background_deviation_mean", "quality_toy_shape_area_mean") if k in evals[0]]
+                        "quality_toy_background_deviation_mean", "quality_toy_shape_area_mean",
+                        "quality_toy_patch_pattern_mean") if k in evals[0]]
     print("step," + ",".join(keys))
     for row in evals:
         print(row["step"] + "," + ",".join(f"{float(row[k]):.4f}" for k in keys))

@@ -1,4 +1,5 @@
-"""Command line: `genalign train | config | eval | report | pretrain-demo` (+ `--help`, `--version`).
+"""Command line: `genalign train | config | eval | report | export | pretrain-demo | serve-reward` (+ `--help`,
+`--version`).
 
 Parse -> config -> call; no logic lives here. `python -m genalign.train ARGS` is the same
 as `genalign train ARGS`. `genalign train --help` and `genalign config --help` list the
@@ -30,7 +31,8 @@ def _recipe_parser(prog: str, description: str) -> argparse.ArgumentParser:
         epilog=textwrap.fill(
             "overrides: key=value sets a key (the value is YAML; ${oc.env:VAR} and ${oc.env:VAR,default} read the "
             "environment, here and in YAML files); +key=value adds a key to an open mapping (reward.components, "
-            "reward.kwargs, reward.kwargs.<name>); /group=option swaps a config group.", width=100))
+            "reward.kwargs, reward.kwargs.<name>); /group=option swaps a config group. "
+            "`genalign config --describe [PREFIX]` lists every key with its type, default and meaning.", width=100))
     parser.add_argument("--config", default=None,
                         help="recipe name under genalign/configs (e.g. experiment/diffusion/sd3_5/online_grpo_ocr) "
                              "or a path to a YAML file; default: the CPU demo recipe")
@@ -64,9 +66,11 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
                             f"{cfg.distributed.training.strategy!r})")
         return launch_ranks(args.nproc_per_node, args.config, args.overrides)
     _configure_logging()
+    from genalign.training.stopping import SignalWatch
     from genalign.training.trainer import Trainer
 
-    Trainer(cfg).train()
+    with SignalWatch(defer=False):  # a signal while the run is built stops it at once; the steps defer it
+        Trainer(cfg).train()
     return 0
 
 
@@ -75,11 +79,26 @@ def config_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-check-files", action="store_true",
                         help="skip the checks of files the config names (manifests, model path, output_dir, "
                              "trainer.resume_from), e.g. when composing a config for another machine")
+    parser.add_argument("--describe", nargs="?", const="", default=None, metavar="PREFIX",
+                        help="list every config key (or those under PREFIX, e.g. trainer.wandb) with its type, "
+                             "default, allowed values and meaning, instead of printing a config")
     args = parser.parse_args(argv)
+    if args.describe is not None:
+        from genalign.config.describe import describe
+
+        try:
+            print(describe(args.describe))
+        except ValueError as err:
+            raise UserError(str(err)) from err
+        return 0
     from genalign.config.loader import config_to_yaml, load_config
 
     cfg = load_config(args.config, args.overrides, check_files=not args.no_check_files)
     print(config_to_yaml(cfg), end="")
+    from genalign.config.cautions import config_cautions
+
+    for caution in config_cautions(cfg):
+        print(f"genalign: warning: {caution}", file=sys.stderr)
     from genalign.training.memory_plan import plan_memory
 
     plan = plan_memory(cfg)  # printed as YAML comments, so the output stays a loadable config
@@ -122,6 +141,29 @@ def report_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def export_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="genalign export", description="Show the model folder of a checkpoint (lora/ or transformer/, with its "
+                                            "model card) and optionally upload it to the Hugging Face Hub.")
+    parser.add_argument("checkpoint", help="a checkpoint-<step> or checkpoint-final directory")
+    parser.add_argument("--push-to-hub", metavar="REPO_ID", default=None,
+                        help="upload the folder to this model repository (created if missing; your huggingface_hub "
+                             "login or $HF_TOKEN)")
+    parser.add_argument("--private", action="store_true", help="create the repository private")
+    parser.add_argument("--commit-message", default=None, help="the Hub commit message")
+    args = parser.parse_args(argv)
+    from genalign.training.publish import export_folder, push_to_hub
+
+    folder = export_folder(args.checkpoint)
+    print(folder)
+    for path in sorted(folder.iterdir()):
+        print(f"  {path.name}")
+    if args.push_to_hub:
+        _configure_logging()
+        print(push_to_hub(folder, args.push_to_hub, private=args.private, commit_message=args.commit_message))
+    return 0
+
+
 def pretrain_demo_main(argv: list[str] | None = None) -> int:
     _configure_logging()
     from genalign.models.toy.pretrain import main
@@ -129,14 +171,23 @@ def pretrain_demo_main(argv: list[str] | None = None) -> int:
     return main(argv) or 0
 
 
+def serve_reward_main(argv: list[str] | None = None) -> int:
+    _configure_logging()
+    from genalign.rewards.server import main
+
+    return main(argv)
+
+
 COMMANDS = {"train": train_main, "config": config_main, "eval": eval_main, "report": report_main,
-            "pretrain-demo": pretrain_demo_main}
+            "export": export_main, "pretrain-demo": pretrain_demo_main, "serve-reward": serve_reward_main}
 SUMMARIES = {
     "train": "run RL post-training from a recipe (no arguments: the CPU demo, minutes)",
     "config": "print the resolved, validated config of a recipe; loads no model",
     "eval": "evaluate a checkpoint on the fixed eval prompts",
     "report": "write RUN_DIR/report.html: curves, before/after sheets, parity, config, provenance",
+    "export": "show a checkpoint's model folder (LoRA or transformer + model card); --push-to-hub uploads it",
     "pretrain-demo": "regenerate the shipped toy demo model (about 50 min on one CPU core)",
+    "serve-reward": "serve reward scorers over HTTP for trainers with reward.runtime=http",
 }
 """One line per command for `genalign --help` (every command has one: a test checks)."""
 
@@ -150,12 +201,14 @@ def top_level_help() -> str:
         "options:", f"  {'-h, --help':<{width}}show this help and exit",
         f"  {'--version':<{width}}print the genalign version and exit", "",
         "`genalign COMMAND --help` shows a command's options; `genalign train --help` lists the recipes "
-        "and config groups.",
+        "and config groups; `genalign config --describe [PREFIX]` lists the config keys.",
         "examples:",
         "  genalign train                                   # the CPU demo recipe",
         "  genalign train --config experiment/diffusion/sd3_5/online_grpo_ocr trainer.output_dir=outputs/run1",
         "  genalign config --config experiment/toy/shapes_grpo rollout.n=4",
-        "  genalign eval --checkpoint outputs/run1/checkpoint-final"])
+        "  genalign config --describe trainer.wandb                # the keys under trainer.wandb",
+        "  genalign eval --checkpoint outputs/run1/checkpoint-final",
+        "  genalign export outputs/run1/checkpoint-final --push-to-hub my-user/sd35-ocr-lora"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,8 +225,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"genalign: error: unknown command {argv[0]!r}; choose one of: {', '.join(COMMANDS)}\n"
               "hint: genalign --help lists the commands", file=sys.stderr)
         return 2
+    from genalign.training.stopping import RunInterrupted
+
     try:
         return COMMANDS[argv[0]](argv[1:])
+    except RunInterrupted as interrupted:  # SIGTERM / SIGINT: the conventional 128 + signal number
+        if not interrupted.logged:
+            print(f"genalign: {interrupted}", file=sys.stderr)
+        return interrupted.exit_code
+    except KeyboardInterrupt:  # Ctrl-C in a command that does not watch signals (eval, report)
+        print("genalign: interrupted (SIGINT)", file=sys.stderr)
+        return 130
     except UserError as err:  # a mistake in a config, file or command line; anything else is a bug
         print(format_user_error(err), file=sys.stderr)
         return 2

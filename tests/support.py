@@ -183,6 +183,13 @@ TIMING_COLUMNS = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_
 """metrics.csv columns that measure time (wall-clock or CPU): the only ones two identical runs may differ in."""
 
 
+def rows_without_timing(path: Path) -> list[dict[str, str]]:
+    """A metrics CSV's rows without TIMING_COLUMNS ([] while the file does not exist yet)."""
+    if not path.exists():
+        return []
+    return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in read_rows(path)]
+
+
 def assert_resumed_bitwise(run_dir: Path, resumed_dir: Path, step: int,
                            files: tuple[str, ...] = ("trainable.safetensors",)) -> None:
     """A run resumed from `run_dir`'s checkpoint-(step - 1) into `resumed_dir` logged only `step`,
@@ -386,6 +393,34 @@ def ray_rollout_setting(cfg, generate_timeout_s: float = 120.0):
                             cfg.trainer.seed)
     engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), generate_timeout_s=generate_timeout_s)
     return policy, sampler, engine
+
+
+def save_tiny_clip(path: Path) -> Path:
+    """A tiny random CLIPModel (seed 0) with a character-level CLIP tokenizer and a 32-pixel
+    CLIPImageProcessorPil, written by save_pretrained into `path`."""
+    import json
+
+    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTokenizer
+
+    path.mkdir(parents=True, exist_ok=True)
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for suffix in ("", "</w>"):
+        for char in "abcdefghijklmnopqrstuvwxyz":
+            vocab[char + suffix] = len(vocab)
+    (path / "vocab.json").write_text(json.dumps(vocab))
+    (path / "merges.txt").write_text("#version: 0.2\n")
+    CLIPTokenizer(str(path / "vocab.json"), str(path / "merges.txt")).save_pretrained(path)
+    config = CLIPConfig(
+        text_config=dict(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
+                         pad_token_id=1),
+        vision_config=dict(image_size=32, patch_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=2),
+        projection_dim=8, logit_scale_init_value=3.0)
+    torch.manual_seed(0)
+    CLIPModel(config).save_pretrained(path)
+    CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(path)
+    return path
 
 
 class RankOneConstantReward:

@@ -32,6 +32,8 @@ SEED = 20240521
 TRAIN_SIZE = 2000
 TEST_SIZE = 200
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # datasets/build_common.py
+from build_common import write_or_check  # noqa: E402
 
 # ----------------------------------------------------------------------------- targets
 WORDS = """
@@ -283,17 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     train, test = build()
     outputs = {args.out / "train.txt": render(train), args.out / "test.txt": render(test)}
-    if args.check:
-        stale = [str(path) for path, text in outputs.items() if not path.exists() or path.read_bytes() != text.encode()]
-        if stale:
-            print(f"out of date (run python {Path(__file__).name}): {', '.join(stale)}", file=sys.stderr)
-            return 1
-        return 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    for path, text in outputs.items():
-        path.write_bytes(text.encode())
-        print(f"wrote {path} ({text.count(chr(10))} prompts)")
-    return 0
+    return write_or_check(outputs, args.check, Path(__file__).name)
 
 
 if __name__ == "__main__":

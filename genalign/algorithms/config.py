@@ -16,6 +16,7 @@ class AdvantageConfig:
     std: str = "population"
     """"population" (numpy, ddof=0: Flow-GRPO) or "unbiased" (torch, ddof=1: DanceGRPO/verl)."""
     eps: float = 1e-4
+    """Added to the std before dividing (Flow-GRPO: 1e-4)."""
     normalize_by_std: bool = True
     """False: mean-centering only (Dr.GRPO style)."""
 
@@ -102,7 +103,9 @@ class AlgorithmConfig:
     sampler), "dpo" (Flow-DPO on preference pairs, online or offline) or "ar_grpo" (the GRPO
     clipped surrogate per image token, for token-autoregressive families: Janus-Pro)."""
     clip_range: float = 1e-4
+    """PPO clip range epsilon of the ratio (Flow-GRPO: 1e-4)."""
     adv_clip_max: float = 5.0
+    """Advantages are clamped to [-adv_clip_max, adv_clip_max] (Flow-GRPO: 5)."""
     kl_beta: float = 0.0
     """Weight of the KL to the reference (adapter-disabled) policy; 0 skips the reference pass.
     DiffusionNFT: the official `train.beta` (1e-4) on the velocity KL. Unused by dpo, which

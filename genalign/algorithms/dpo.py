@@ -2,7 +2,7 @@
 
 Where it fits: trains on `PreferencePairs`. Online (`algorithm.dpo.source=online`),
 `training_batch` cuts one pair from each prompt group of the step's rollout — the sample with
-the highest advantage (chosen) against the lowest (rejected), the online variant of VO and
+the highest advantage (chosen) against the lowest (rejected), the online variant of verl-omni and
 Flow-GRPO App. C.1; a group whose samples all score the same gives no pair. Offline, the pairs
 come from a preference dataset (`training/sources.py`) and no rollout runs. `compute_loss`
 noises chosen and rejected with the same σ and ε, and compares the policy's velocity error
@@ -20,7 +20,7 @@ DiffusionDPO `train.py`), on purpose:
 * σ is drawn from the rollout schedule's σ's (a per-pair random permutation, as DiffusionNFT
   does; `algorithm.timestep_fraction` of them per pair and step) instead of a logit-normal
   (Flow-GRPO) or uniform (Diffusion-DPO) training timestep: the same draws as DiffusionNFT's.
-* The regression target is the velocity ε − x0 (the flow-matching form, as Flow-GRPO and VO;
+* The regression target is the velocity ε − x0 (the flow-matching form, as Flow-GRPO and verl-omni;
   Diffusion-DPO regresses ε).
 * The pair's σ and ε come from generators seeded by the pair's seed, so resume is bitwise.
 Training is CFG-free (guidance 1), like Diffusion-DPO (no conditioning dropout).

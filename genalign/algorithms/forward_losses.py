@@ -114,7 +114,7 @@ class DPOLossOutput(NamedTuple):
 
 def flow_dpo_loss(chosen_error: torch.Tensor, rejected_error: torch.Tensor, ref_chosen_error: torch.Tensor,
                   ref_rejected_error: torch.Tensor, beta: float) -> DPOLossOutput:
-    """Diffusion-DPO with the flow-matching target (§5.3; Wallace et al., VO `DPOLoss`):
+    """Diffusion-DPO with the flow-matching target (§5.3; Wallace et al., verl-omni `DPOLoss`):
 
         inside = −½·β·[(e_θ(w) − e_ref(w)) − (e_θ(l) − e_ref(l))],   L = −mean_p log σ(inside)
 

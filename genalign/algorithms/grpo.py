@@ -119,7 +119,7 @@ class FlowGRPO(ClippedRatioBase):
 
 
 class GRPOGuard(FlowGRPO):
-    """GRPO-Guard (docs/algorithms.md §3.3; FG-up `train_sd3_GRPO_Guard.py`, VO `GRPOGuardLoss`):
+    """GRPO-Guard (docs/algorithms.md §3.3; flow_grpo `train_sd3_GRPO_Guard.py`, verl-omni `GRPOGuardLoss`):
     the clipped surrogate on RatioNorm's normalised log-ratio, each step's loss divided by
     mean(h)² = |Δσ_j| (algorithm.guard.reweight). Needs the rollout's kernel means μ_old and a
     Gaussian kernel (validated at config time)."""

@@ -65,7 +65,7 @@ def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_ra
 
 def ratio_norm_log_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor, mean: torch.Tensor,
                          old_mean: torch.Tensor, std: torch.Tensor, per_sample_bias: bool = False) -> torch.Tensor:
-    """GRPO-Guard RatioNorm (docs/algorithms.md §3.3, FG-up `train_sd3_GRPO_Guard.py`), [B] with grad:
+    """GRPO-Guard RatioNorm (docs/algorithms.md §3.3, flow_grpo `train_sd3_GRPO_Guard.py`), [B] with grad:
 
         S = mean_b(std),   log r̃ = (ℓ − ℓ_old + bias)·S
         bias = mean_{b,dims} (μ_θ − μ_old)² / (2 S²)   (one scalar per micro-batch: the reference)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import os
 import types
 import typing
 from pathlib import Path
@@ -31,6 +32,7 @@ import yaml
 from genalign.config.catalog import CONFIG_ROOT, VALIDATION_KEY, groups, recipes
 from genalign.config.errors import ConfigError
 from genalign.config.interpolation import plus_override_problem, resolve_interpolations
+from genalign.config.safe_yaml import YAMLTooLarge, safe_load_unique, yaml_error_line
 from genalign.config.schema import ExperimentConfig
 
 DEFAULT_RECIPE = "experiment/toy/shapes_grpo"
@@ -79,6 +81,10 @@ class _Composer:
         try:
             value = safe_load_unique(raw_value) if raw_value != "" else ""
         except yaml.YAMLError as exc:
+            if isinstance(exc, YAMLTooLarge):
+                shown = raw_value if len(raw_value) <= 60 else raw_value[:60] + "..."
+                self.problems.append(f"override {key}={shown}: the value is refused ({yaml_error_line(exc)})")
+                return
             self.problems.append(f"override {key}={raw_value}: the value is not valid YAML ({yaml_error_line(exc)}); "
                                  f"fix it, or quote it to pass a string: {key}='\"{raw_value}\"'")
             return
@@ -91,6 +97,12 @@ class _Composer:
                 node[part] = {}
                 _set_provenance(self.provenance, ".".join(parts[:depth + 1]), {}, source)
             node = node[part]
+        if value == {} and isinstance(node.get(parts[-1]), dict) and node[parts[-1]]:
+            held = ", ".join(map(str, node[parts[-1]]))
+            self.problems.append(f"override {key}={raw_value}: an empty mapping changes nothing (a mapping override "
+                                 f"merges into {key}, which holds {held}); to turn an entry off set its weight to 0, "
+                                 f"e.g. {key}.{next(iter(node[parts[-1]]))}=0")
+            return
         if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
             _merge(node[parts[-1]], value, source, key, self.provenance)
         else:
@@ -103,39 +115,6 @@ def _rel(path: Path) -> str:
         return str(path.relative_to(CONFIG_ROOT))
     except ValueError:
         return str(path)
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a key repeated in one mapping: PyYAML keeps the last
-    one, which silently drops a whole earlier block of a config file."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (also at line {seen[key].line + 1}; merge the two)",
-                    key_node.start_mark)
-            if isinstance(key, (str, int, float, bool)):
-                seen[key] = key_node.start_mark
-        return super().construct_mapping(node, deep=deep)
-
-
-def safe_load_unique(text: str) -> Any:
-    """`yaml.safe_load` that raises on duplicate mapping keys (config files, checkpoint configs)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-
-
-def yaml_error_line(exc: yaml.YAMLError) -> str:
-    """A YAML error in one line: "<problem> at line L, column C" (PyYAML's own text spans
-    several lines and quotes the source)."""
-    if isinstance(exc, yaml.MarkedYAMLError):
-        mark = exc.problem_mark or exc.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        what = exc.problem or exc.context or "syntax error"
-        return f"{what}{where}"
-    return str(exc).replace("\n", " ")
 
 
 def read_text_file(path: Path) -> str:
@@ -236,9 +215,10 @@ def find_recipe(recipe: str) -> Path:
         return candidate
     known = list(recipes(CONFIG_ROOT))
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ConfigError([f"--config {recipe!r}: no recipe {_rel(candidate)} and no such YAML file.{hint} "
-                       f"Recipes: {', '.join(known)}"])
+    # a suggestion alone when there is one: the full list (now dozens of recipes) would bury it
+    listing = f"Did you mean {close[0]!r}? `genalign train --help` lists all {len(known)} recipes" if close \
+        else f"Recipes: {', '.join(known)}"
+    raise ConfigError([f"--config {recipe!r}: no recipe {_rel(candidate)} and no such YAML file. {listing}"])
 
 
 # ------------------------------------------------------------------ typed validation
@@ -385,13 +365,38 @@ def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = (),
     config = _build(ExperimentConfig, composer.tree, "", composer.provenance, problems)
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))  # a group used twice fails the same way twice
-    problems = validate(config)
+    problems = validate(expand_home(config))
     if not problems and check_files:
         from genalign.config.files import file_problems
 
         problems = file_problems(config)
     if problems:
         raise ConfigError(problems)
+    return config
+
+
+PATH_KEYS = ("model.path", "data.manifest", "data.eval_manifest", "data.preference_manifest", "trainer.output_dir",
+             "trainer.resume_from")
+"""Keys that name a local file or directory: a leading `~` is expanded once, when the config
+is built, so every reader and writer sees the same path (a directory literally named `~`
+was written while the report expanded it)."""
+
+
+def expand_home(config: ExperimentConfig) -> ExperimentConfig:
+    """Expand a leading `~` / `~user` in PATH_KEYS and in the reward options that name files."""
+    from genalign.config.files import REWARD_PATH_OPTIONS
+
+    def expanded(value: Any) -> Any:
+        return os.path.expanduser(value) if isinstance(value, str) and value.startswith("~") else value
+
+    for key in PATH_KEYS:
+        group, name = key.split(".")
+        section = getattr(config, group)
+        setattr(section, name, expanded(getattr(section, name)))
+    for reward, option in REWARD_PATH_OPTIONS.items():
+        options = config.reward.kwargs.get(reward)
+        if isinstance(options, dict) and option in options:
+            options[option] = expanded(options[option])
     return config
 
 
@@ -426,7 +431,7 @@ def config_from_dict(data: dict, source: str = "<dict>",
     config = _build(ExperimentConfig, composer.tree, "", composer.provenance, problems)
     if problems:
         raise ConfigError(problems)
-    return config
+    return expand_home(config)
 
 
 def config_from_checkpoint(data: Any, source: str, allow_import: list[str], overrides: list[str] | tuple[str, ...] = (),

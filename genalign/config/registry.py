@@ -15,8 +15,10 @@ import difflib
 import importlib
 from typing import Any
 
+from genalign.config.errors import UserError
 
-class RegistryError(KeyError):
+
+class RegistryError(UserError, KeyError):
     def __str__(self) -> str:  # KeyError quotes its message; we want it plain
         return str(self.args[0])
 
@@ -53,8 +55,8 @@ class Registry:
         A dotted path resolves only when this registry takes them and it is in `allow_import`."""
         if name in self._entries:
             return None
-        if _is_dotted_path(name) and self.dotted_key:
-            if name in allow_import:
+        if is_dotted_path(name) and self.dotted_key:
+            if name in allow_import:  # never imported here: config.files.import_problems checks it
                 return None
             return (f"{self.config_key}: {name!r} is a Python import path; importing it runs code, so it is "
                     f"accepted only when listed in {self.dotted_key} on your own command line or recipe (never "
@@ -77,5 +79,21 @@ class Registry:
             raise RegistryError(f"{self.kind} {name!r}: module {module_name!r} has no attribute {attr!r}") from exc
 
 
-def _is_dotted_path(name: str) -> bool:
+def import_problem(config_key: str, name: str) -> str | None:
+    """Why the allowed dotted path `name` ("package.module:Class") cannot be used, or None:
+    its module must import, have the attribute, and the attribute must be a class."""
+    module_name, attr = name.split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        return f"{config_key}: {name!r}: module {module_name!r} cannot be imported ({exc})"
+    target = getattr(module, attr, None)
+    if target is None:
+        return f"{config_key}: {name!r}: module {module_name!r} has no attribute {attr!r}"
+    if not isinstance(target, type):
+        return f"{config_key}: {name!r} is a {type(target).__name__}, not a class"
+    return None
+
+
+def is_dotted_path(name: str) -> bool:
     return ":" in name and all(part.isidentifier() for part in name.replace(":", ".").split("."))

@@ -9,16 +9,18 @@ which never imports the implementations. Each message names the keys and how to 
 from __future__ import annotations
 
 import difflib
+import math
 
 from genalign.config.algorithm_checks import algorithm_problems
+from genalign.config.files import HUB_ID
 from genalign.config.plan import num_train_timesteps_problem
 from genalign.config.schema import ExperimentConfig
-from genalign.config.values import non_finite_problems, value_problems
+from genalign.config.values import non_finite_problems, reward_package_problems, value_problems
 from genalign.tracking.config import logger_problems
 
 CHOICES = {
     "reward.aggregation": ("weighted_sum", "advantage_sum"),
-    "reward.runtime": ("local", "ray"),
+    "reward.runtime": ("local", "ray", "http"),
     "rollout.engine": ("local", "ray"),
     "rollout.kernel": ("flow_sde", "dance_sde", "cps", "cps_gaussian"),
     "rollout.sde_window.schedule": ("random", "progressive", "fixed"),
@@ -103,7 +105,25 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     for key, value in {"eval.every": cfg.eval.every, "trainer.save_every": cfg.trainer.save_every}.items():
         if value < 0:
             problems.append(f"{key} must be >= 0 (0 disables it), got {value}")
+    card = cfg.model.card
+    if card.license == "other" and not card.license_name:
+        problems.append("model.card.license=other needs model.card.license_name (and license_link): the Hub shows "
+                        "that name for a licence it does not list")
+    if card.base_model is not None and not HUB_ID.match(card.base_model):
+        problems.append(f"model.card.base_model={card.base_model!r} is not a Hub id (org/name); set the id the base "
+                        "model has on the Hub, or null")
     problems += logger_problems(cfg.trainer.loggers, cfg.trainer.wandb, check_installed=check_machine)
+    if check_machine:
+        problems += reward_package_problems(cfg)
+    if cfg.trainer.sample_table.every < 0:
+        problems.append(f"trainer.sample_table.every must be >= 0 (0 disables it), got {cfg.trainer.sample_table.every}")
+    if cfg.trainer.sample_table.count < 1:
+        problems.append(f"trainer.sample_table.count must be >= 1, got {cfg.trainer.sample_table.count}")
+    if cfg.trainer.max_idle_steps is not None and cfg.trainer.max_idle_steps < 1:
+        problems.append(f"trainer.max_idle_steps={cfg.trainer.max_idle_steps} must be >= 1 (null never stops a run "
+                        "for steps that train nothing)")
+    if not (cfg.trainer.signal_grace_s >= 0 and math.isfinite(cfg.trainer.signal_grace_s)):
+        problems.append(f"trainer.signal_grace_s={cfg.trainer.signal_grace_s} must be a finite number >= 0")
     if cfg.trainer.keep_last is not None and cfg.trainer.keep_last < 1:
         problems.append(f"trainer.keep_last={cfg.trainer.keep_last} must be >= 1 (null keeps every checkpoint)")
     if cfg.rollout.noise_level < 0:
@@ -117,6 +137,7 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
         problems.append(f"algorithm.timestep_fraction must be in (0, 1], got {cfg.algorithm.timestep_fraction}")
     if cfg.reward.num_threads < 1:
         problems.append(f"reward.num_threads must be positive, got {cfg.reward.num_threads}")
+    problems += cfg.reward.http_problems()
     if cfg.reward.async_scoring and cfg.rollout.engine != "local":
         problems.append("reward.async_scoring=true scores in-process rollout chunks as they finish; with "
                         "rollout.engine=ray use reward.async_scoring=false")

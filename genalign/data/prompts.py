@@ -28,10 +28,11 @@ SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".json")
 LEGACY_EMBEDDING_FIELDS = ("prompt_embeds", "pooled_prompt_embeds", "negative_prompt_embeds",
                            "negative_pooled_prompt_embeds", "embedding", "embeddings", "text_embeds")
 MAX_REPORTED_ERRORS = 20
-MAX_LINE_CHARS = 65_536
-"""Longest manifest line (or .json prompt) accepted: a T5 prompt budget is a few thousand
-characters, so a longer line is a wrong file (a binary, a minified dump), refused before it is
-parsed or echoed back in a message."""
+MAX_LINE_CHARS = 16_384
+"""Longest manifest line (or .json prompt) accepted: the longest text-encoder window of any
+family is 512 tokens, a few thousand characters, so a line four times that is a wrong file (a
+binary, a minified dump, prompts joined without newlines), refused before it is parsed or
+echoed back in a message."""
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 """The checkout root (parent of the `genalign` package), last place relative paths are tried."""
 
@@ -106,6 +107,8 @@ def _record_error(record: Any) -> str | None:
         return "has an empty \"prompt\"; remove the row or fill it in"
     if len(prompt) > MAX_LINE_CHARS:
         return f"has a \"prompt\" of {len(prompt):,} characters (max {MAX_LINE_CHARS:,}); is this a prompt file?"
+    if "\x00" in prompt:
+        return "has a \"prompt\" holding a NUL byte; is this a prompt file?"
     return None
 
 
@@ -134,6 +137,9 @@ def _read_lines(text: str, shown: str, is_jsonl: bool, errors: list[str]) -> lis
             continue
         if not line.strip():
             errors.append(f"{where} is empty; remove it")
+            continue
+        if "\x00" in line:  # a binary file, or UTF-16 read as UTF-8: never a prompt
+            errors.append(f"{where} holds a NUL byte at column {line.index(chr(0)) + 1}; is this a UTF-8 prompt file?")
             continue
         record: Any = line
         if is_jsonl:

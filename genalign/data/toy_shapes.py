@@ -200,7 +200,9 @@ def canvas_quality(images: torch.Tensor, color_indices: torch.Tensor,
     - "background_deviation": mean RGB distance |p - g| over the background pixels (a < 0.5),
       0 when there are none — how far the canvas drifted from its grey;
     - "shape_area": fraction of pixels with a >= 0.5 — the painted area (a render covers
-      0.45²·π/4 ≈ 0.16 to 0.85² ≈ 0.72 of the canvas; a canvas-filling blob approaches 1).
+      0.45²·π/4 ≈ 0.16 to 0.85² ≈ 0.72 of the canvas; a canvas-filling blob approaches 1);
+    - "patch_pattern": the motif repeated in every 4x4 patch inside the shape — the visible
+      checkerboard of the patch grid (`patch_pattern`, RGB units; 0 for a flat render).
     """
     pixels = images.float().permute(0, 2, 3, 1)  # [B, H, W, 3]
     canvas = torch.tensor(BACKGROUND, dtype=torch.float32)  # [3]
@@ -213,4 +215,37 @@ def canvas_quality(images: torch.Tensor, color_indices: torch.Tensor,
     deviation = (offset.norm(dim=-1) * background).sum(dim=(1, 2)) / background.sum(dim=(1, 2)).clamp(min=1)  # [B]
     return {"off_shape_fraction": (residual > tolerance).float().mean(dim=(1, 2)),
             "background_deviation": deviation,
-            "shape_area": 1.0 - background.mean(dim=(1, 2))}
+            "shape_area": 1.0 - background.mean(dim=(1, 2)),
+            "patch_pattern": patch_pattern(images, (along >= 0.5).float())}
+
+
+PATCH_SIZE = 4
+"""The demo transformer's patch side in pixels (models/toy/network builds with it): its 8x8 token
+grid tiles a 32x32 image with 4x4 pixel patches, the grid a checkerboard artefact follows."""
+
+
+def patch_pattern(images: torch.Tensor, shape: torch.Tensor, patch: int = PATCH_SIZE) -> torch.Tensor:
+    """The patch-grid pattern inside the shape: uint8 [B, 3, H, W], shape mask float [B, H, W]
+    (1 = painted) -> float32 [B], in RGB units.
+
+    A patch-based transformer that drifts paints the same small motif into every patch of its
+    token grid: the 4x4 checkerboard seen on trained demo images. Over the patches that lie
+    wholly in the shape's core (painted, and so are the 4 neighbours of every pixel: anti-aliased
+    edges stay out), each patch minus its own mean is averaged into one [3, patch, patch] motif;
+    the measure is the RMS over the patch positions of that motif's RGB length. Flat paint
+    scores 0; grain that ignores the grid averages out over the patches (it adds about
+    σ·sqrt(3 / patches)); a motif repeated in every patch scores its own RMS. A level that
+    changes from patch to patch is removed with each patch's mean and does not count. An image
+    with no whole patch in its core scores 0."""
+    batch, channels, height, width = images.shape
+    padded = torch.nn.functional.pad(shape, (1, 1, 1, 1))  # [B, H+2, W+2], outside counts as unpainted
+    core = shape * padded[:, :-2, 1:-1] * padded[:, 2:, 1:-1] * padded[:, 1:-1, :-2] * padded[:, 1:-1, 2:]  # [B, H, W]
+    rows, cols = height // patch, width // patch  # whole patches only (an image smaller than one has none)
+    pixels = images.float()[:, :, :rows * patch, :cols * patch]  # [B, 3, r·p, c·p]
+    tiles = pixels.reshape(batch, channels, rows, patch, cols, patch).permute(0, 2, 4, 1, 3, 5)  # [B, r, c, 3, p, p]
+    whole = core[:, :rows * patch, :cols * patch].reshape(batch, rows, patch, cols, patch).permute(0, 1, 3, 2, 4).flatten(3).amin(dim=-1)  # [B, r, c]
+    residual = tiles - tiles.mean(dim=(-2, -1), keepdim=True)  # [B, r, c, 3, p, p]
+    count = whole.sum(dim=(1, 2))  # [B]
+    motif = (residual * whole[..., None, None, None]).sum(dim=(1, 2)) / count.clamp(min=1)[:, None, None, None]  # [B, 3, p, p]
+    rms = motif.norm(dim=1).pow(2).mean(dim=(1, 2)).sqrt()  # [B]
+    return torch.where(count > 0, rms, torch.zeros_like(rms))

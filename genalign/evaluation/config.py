@@ -18,11 +18,13 @@ class EvalConfig:
     max_prompts: int = 16
     """Evaluate the first max_prompts prompts of data.eval_manifest."""
     samples_per_prompt: int = 1
+    """Images per evaluation prompt, each from its own fixed seed."""
     seed: int = 20260504
     """Seed of the evaluation noise; fixed so evaluations are comparable across steps."""
     use_ema: bool = True
     """Evaluate with the EMA weights when EMA is enabled."""
     batch_size: int = 8
+    """Samples per denoiser forward during evaluation."""
     gold_rewards: dict[str, float] = field(default_factory=dict)
     """Eval-only rewards {name: weight} scored next to the training reward (reward-hacking monitor)."""
     quality_metrics: list[str] = field(default_factory=list)

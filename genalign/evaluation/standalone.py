@@ -34,8 +34,15 @@ def evaluate_checkpoint(checkpoint_dir: str, output_dir: str | None, overrides: 
     torch.manual_seed(cfg.trainer.seed)
     policy = setup.build_policy(cfg)
     use_ema = cfg.eval.use_ema and checkpoint.ema is not None
-    load_trainable_state_dict(policy.transformer, checkpoint.ema if use_ema else checkpoint.trainable)
+    try:
+        load_trainable_state_dict(policy.transformer, checkpoint.ema if use_ema else checkpoint.trainable)
+    except ValueError as exc:  # names and shapes are known only now, with the model built
+        name = "ema.safetensors" if use_ema else "trainable.safetensors"
+        raise CheckpointError(f"--checkpoint: {checkpoint.path}/{name}: {exc}") from None
     out = Path(output_dir) if output_dir else checkpoint.path / "eval"
+    from genalign.training.ray_pools import start_ray_for_run
+
+    start_ray_for_run(cfg)  # sized for the reward, gold and metric pools together
     rewards = build_reward_runtime(cfg.reward, policy.device)
     evaluator = setup.build_evaluator(cfg, policy.device, rewards, out, resume=False)
     metrics = evaluator.evaluate(policy, checkpoint.step)

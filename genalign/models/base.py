@@ -31,8 +31,27 @@ class LoraConfig:
     init: str = "gaussian"
     """peft `init_lora_weights`: "gaussian" (Flow-GRPO), "default" (Kaiming A, zero B)."""
     dropout: float = 0.0
+    """LoRA dropout on the adapter input (peft `lora_dropout`; Flow-GRPO: 0)."""
     target_modules: list[str] = field(default_factory=list)
     """Module-name suffixes the adapter attaches to; empty = the family's default targets."""
+
+
+@dataclass
+class ModelCardConfig:
+    """What an exported model card says about the base model (Hugging Face's model-card
+    metadata). The model presets set these, so a run that loads a local copy of a preset's
+    model still publishes the Hub id and the licence its weights come under."""
+
+    base_model: str | None = None
+    """Hub id of the base model (`base_model` in the card), e.g. stabilityai/stable-diffusion-3.5-medium;
+    null: model.path when that is a Hub id, else none (a local directory is no Hub id)."""
+    license: str | None = None
+    """The base model's licence as the Hub names it (apache-2.0, mit, other, ...): weights
+    trained from it come under its terms. null: the card states no licence."""
+    license_name: str | None = None
+    """Short name of a licence the Hub does not list (with license: other), e.g. flux-1-dev-non-commercial-license."""
+    license_link: str | None = None
+    """Where that licence's text is (with license: other)."""
 
 
 @dataclass
@@ -47,6 +66,7 @@ class ModelConfig:
     path: str = "stabilityai/stable-diffusion-3.5-medium"
     """Hugging Face hub id or a local directory written by `save_pretrained`."""
     revision: str | None = None
+    """Hub revision (branch, tag or commit) of model.path; null: the default branch."""
     dtype: str = "float32"
     """Compute dtype of the denoiser and the frozen weights of the text encoders and base
     model: float32 | float16 | bfloat16. Trained weights (LoRA or full) and optimizer state
@@ -101,6 +121,8 @@ class ModelConfig:
     compilation; minutes less to compile, the same speed); "full": the whole denoiser."""
     allow_tf32: bool = True
     """TF32 for float32 matmuls on CUDA (VAE decode, fp32 runs), as Flow-GRPO sets it."""
+    card: ModelCardConfig = field(default_factory=ModelCardConfig)
+    """Base-model metadata for exported model cards (Hub id, licence); the presets set it."""
 
 
 class TensorRecord:
@@ -288,6 +310,9 @@ class FlowPolicy(Protocol):
     """Default LoRA targets of the family (used when `model.lora.target_modules` is empty)."""
     repeated_blocks: tuple[str, ...]
     """Class names of the denoiser's repeated blocks (regional `model.compile`)."""
+    pipeline_tag: str
+    """The Hub task of what the family generates ("text-to-image", "text-to-video"): the
+    exported model card's `pipeline_tag`."""
 
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
         """Encode prompts (and, with `with_negative`, the empty prompt for CFG). No grad."""
@@ -339,6 +364,8 @@ class TokenPolicy(Protocol):
     one teacher-forced forward, so rollout, parity preflight and replay share one function."""
 
     family: str
+    pipeline_tag: str
+    """The Hub task of what the family generates ("text-to-image"): the model card's `pipeline_tag`."""
     transformer: torch.nn.Module
     """The trained module (the language model): LoRA attaches to it, the optimizer trains it."""
     device: torch.device

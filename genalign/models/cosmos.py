@@ -108,6 +108,7 @@ class CosmosPolicy(WanVAEVideo, PipelineLoading):
     (Qwen2.5-VL) encodes; AutoencoderKLWan decodes (`WanVAEVideo`)."""
 
     family = "cosmos"
+    pipeline_tag = "text-to-video"
     display_name = "Cosmos"
     diffusers_pipeline = "Cosmos2_5_PredictBasePipeline"
     """Pipeline class whose `load_lora_weights` (CosmosLoraLoaderMixin) loads our exported LoRA."""

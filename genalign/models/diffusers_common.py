@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from genalign.finite import require_finite_rows
 from genalign.models.base import Condition, ModelConfig, guided_velocity, resolve_device, resolve_dtype
 from genalign.sampling.schedules import dynamic_shift_mu, pipeline_sigmas
 
@@ -181,7 +182,9 @@ def scheduler_sigmas(scheduler_config, num_steps: int, image_seq_len: int) -> to
 def images_to_uint8(images: torch.Tensor) -> torch.Tensor:
     """VAE output in [-1, 1] (images [B, 3, H, W] or video [B, F, 3, H, W]) -> uint8 of the same
     shape on the CPU: the pipelines' `postprocess` map to [0, 1] ((x/2 + 0.5) clamped), then
-    rounded to 0..255."""
+    rounded to 0..255. A NaN or inf pixel (a broken decoder weight) raises `NonFiniteError`
+    naming the rows: the cast to uint8 would silently turn it into a black pixel."""
+    require_finite_rows(images, "the decoder's output")
     return ((images.float() / 2 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8).cpu()
 
 

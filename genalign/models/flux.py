@@ -51,6 +51,7 @@ class FluxPolicy(PackedLatents, PipelineLoading):
     """FLUX.1: the MMDiT transformer is the denoiser; CLIP-L (pooled) + T5 encode; the VAE decodes."""
 
     family = "flux"
+    pipeline_tag = "text-to-image"
     display_name = "FLUX"
     diffusers_pipeline = "FluxPipeline"
     lora_target_modules = FLUX_LORA_TARGETS

@@ -74,6 +74,7 @@ class JanusPolicy:
     """Janus-Pro 1B / 7B: the language model is trained; generation head and VQ decode."""
 
     family = "janus"
+    pipeline_tag = "text-to-image"
     lora_target_modules = JANUS_LORA_TARGETS
     repeated_blocks = JANUS_REPEATED_BLOCKS
     hub_class = "JanusForConditionalGeneration"

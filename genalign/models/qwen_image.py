@@ -59,6 +59,7 @@ class QwenImagePolicy(PackedLatents, PipelineLoading):
     """Qwen-Image: the MMDiT transformer is the denoiser; Qwen2.5-VL encodes; a 3D-causal VAE decodes."""
 
     family = "qwen_image"
+    pipeline_tag = "text-to-image"
     display_name = "Qwen-Image"
     diffusers_pipeline = "QwenImagePipeline"
     lora_target_modules = QWEN_IMAGE_LORA_TARGETS

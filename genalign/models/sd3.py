@@ -64,6 +64,7 @@ class SD3Policy(PipelineLoading):
     """SD3/SD3.5: the transformer is the denoiser; CLIP-L/G + T5 encode; the VAE decodes."""
 
     family = "sd3"
+    pipeline_tag = "text-to-image"
     display_name = "SD3"
     diffusers_pipeline = "StableDiffusion3Pipeline"
     lora_target_modules = SD3_LORA_TARGETS

@@ -50,6 +50,7 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
     (`WanVAEVideo`: latent shape, decode, encode)."""
 
     family = "wan"
+    pipeline_tag = "text-to-video"
     display_name = "Wan"
     diffusers_pipeline = "WanPipeline"
     config_options = ("num_frames", "negative_prompt")

@@ -92,6 +92,8 @@ STANDARD_PANELS = (
         Line("time_eval_s", "eval"))),
     Panel("throughput", "Throughput", "images / s", (
         Line("images_per_s", "rollout images/s"), Line("step_images_per_s", "step images/s (rollout+reward+train)"))),
+    Panel("gpu_memory", "Peak GPU memory per step (torch.cuda.max_memory_allocated)", "GiB", (
+        Line("gpu_peak_allocated_gib", "peak allocated"),)),
 )
 
 

@@ -99,6 +99,7 @@ def read_provenance(run_dir: Path) -> dict | None:
         raise ProvenanceError(f"{path} is not valid JSON ({exc}); delete it or restore it") from exc
     if not isinstance(data, dict) or not isinstance(data.get("launches"), list):
         raise ProvenanceError(f"{path} has no 'launches' list; delete it or restore it")
+    data["launches"] = [launch for launch in data["launches"] if isinstance(launch, dict)]  # not a launch: not ours
     return data
 
 

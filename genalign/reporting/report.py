@@ -134,6 +134,11 @@ def summary_cards(run: RunData) -> str:
                           f"median over steps; rollout only: "
                           f"{number(statistics.median(run.train.values('images_per_s')[1]), 3)} img/s"
                           if run.train.has("images_per_s") else "median over steps"))
+    if run.train.has("gpu_peak_allocated_gib"):
+        steps, peaks = run.train.values("gpu_peak_allocated_gib")
+        cards.append(card("peak GPU memory", f"{number(max(peaks), 3)} GiB",
+                          f"max over {len(steps)} steps of torch.cuda.max_memory_allocated; last step: "
+                          f"{number(peaks[-1], 3)} GiB"))
     phases = [column for column in run.train.columns if column.startswith("time_") and column.endswith("_s")]
     if phases:
         seconds = sum(sum(run.train.values(column)[1]) for column in phases)
@@ -237,6 +242,11 @@ def parity_section(run: RunData) -> str:
             f'trainer.parity_check={setting_text(run, "trainer.parity_check")}</td></tr></table>')
 
 
+def text(value) -> str:
+    """Any value read from the run directory, as escaped text (files there may be hostile)."""
+    return escape(str(value))
+
+
 def setting_text(run: RunData, dotted: str) -> str:
     """A config value as the YAML shows it (true, not True), escaped."""
     return escape(json.dumps(run.setting(dotted)).strip('"'))
@@ -249,17 +259,22 @@ def provenance_section(run: RunData) -> str:
     rows = []
     for launch in run.provenance["launches"]:
         git = launch.get("git")
-        commit = (f'{git["commit"][:12]}{" (uncommitted changes)" if git.get("dirty") else ""}' if git
-                  else "not a git checkout")
-        rows.append(f'<tr><td>{escape(str(launch.get("started_at")))}</td><td>{launch.get("start_step")}</td>'
-                    f'<td><code>{escape(str(launch.get("command")))}</code></td><td>{escape(commit)}</td>'
-                    f'<td>{escape(str(launch.get("hostname")))}</td></tr>')
-    latest = run.provenance["launches"][-1]
-    packages = " · ".join(f"{escape(name)} {escape(str(version))}"
-                          for name, version in (latest.get("packages") or {}).items())
-    machine = (f'Python {escape(str(latest.get("python")))} · {escape(str(latest.get("platform")))} · CUDA '
-               f'{escape(str(latest.get("cuda")))} · devices: {escape(", ".join(latest.get("devices") or []) or "CPU")}'
-               f' · cwd {escape(str(latest.get("cwd")))}')
+        if isinstance(git, dict):
+            commit = f'{str(git.get("commit"))[:12]}{" (uncommitted changes)" if git.get("dirty") is True else ""}'
+        else:
+            commit = "not a git checkout" if git is None else str(git)
+        rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in (
+            text(launch.get("started_at")), text(launch.get("start_step")),
+            f'<code>{text(launch.get("command"))}</code>',
+            text(commit), text(launch.get("hostname")))) + "</tr>")
+    latest = run.provenance["launches"][-1] if run.provenance["launches"] else {}
+    packages = latest.get("packages")
+    packages = " · ".join(f"{text(name)} {text(version)}" for name, version in packages.items()) \
+        if isinstance(packages, dict) else text(packages or "")
+    devices = latest.get("devices")
+    devices = ", ".join(map(str, devices)) if isinstance(devices, list) else str(devices or "")
+    machine = (f'Python {text(latest.get("python"))} · {text(latest.get("platform"))} · CUDA '
+               f'{text(latest.get("cuda"))} · devices: {text(devices or "CPU")} · cwd {text(latest.get("cwd"))}')
     return (f'<h2>Provenance</h2><table id="provenance"><tr><th>started (UTC)</th><th>from step</th><th>command</th>'
             f'<th>git commit</th><th>host</th></tr>{"".join(rows)}</table>'
             f'<p>{packages}</p><p class="muted">{machine}</p>')

@@ -128,7 +128,8 @@ class RunData:
         (the default recipe) or the run has no provenance."""
         if not self.provenance or not self.provenance["launches"]:
             return None
-        words = self.provenance["launches"][-1].get("argv") or []
+        words = self.provenance["launches"][-1].get("argv")
+        words = [str(word) for word in words] if isinstance(words, list) else []
         for index, word in enumerate(words):
             if word == "--config" and index + 1 < len(words):
                 return words[index + 1]
@@ -146,6 +147,19 @@ def eval_sheets(run_dir: Path) -> dict[int, Path]:
     return dict(sorted(sheets.items()))
 
 
+def read_config(path: Path, text: str | None) -> dict:
+    """The run's config.yaml as a dict (bounded YAML: a hostile file is refused in one line)."""
+    from genalign.config.safe_yaml import safe_load_unique, yaml_error_line
+
+    if not text:
+        return {}
+    try:
+        data = safe_load_unique(text)
+    except yaml.YAMLError as exc:
+        raise ReportError(f"{path} is not valid YAML ({yaml_error_line(exc)})") from None
+    return data if isinstance(data, dict) else {}
+
+
 def read_run(run_dir: str | Path) -> RunData:
     run_dir = Path(run_dir).expanduser()
     if not run_dir.is_dir():
@@ -160,7 +174,7 @@ def read_run(run_dir: str | Path) -> RunData:
         run_dir=run_dir,
         train=read_metric_table(metrics),
         eval=read_metric_table(eval_metrics),
-        config=(yaml.safe_load(config_text) or {}) if config_text else {},
+        config=read_config(config, config_text),
         config_text=config_text,
         provenance=read_provenance(run_dir),
         sheets=eval_sheets(run_dir),

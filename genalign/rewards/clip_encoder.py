@@ -22,13 +22,17 @@ class ClipEncoder:
     default and then fail to load; the text tower costs memory, not time."""
 
     def __init__(self, model_name: str, processor_name: str, device: str, dtype: torch.dtype, *,
-                 reward: str, text: bool = True):
+                 reward: str, text: bool = True, model=None):
+        """`model`: an already built `CLIPModel` to use instead of loading `model_name` (a
+        checkpoint in another layout, converted by the scorer, e.g. HPS)."""
         from transformers import AutoTokenizer, CLIPModel
 
         self.device = torch.device(device)
         self.dtype = dtype
-        self.model = load_pretrained(CLIPModel.from_pretrained, model_name, reward=reward, key="model_name",
-                                     what="CLIPModel", dtype=dtype).eval().requires_grad_(False)
+        if model is None:
+            model = load_pretrained(CLIPModel.from_pretrained, model_name, reward=reward, key="model_name",
+                                    what="CLIPModel", dtype=dtype).eval().requires_grad_(False)
+        self.model = model
         self.model.to(self.device)
         self.transform = ImageTransform.from_pretrained(processor_name, reward=reward, key="processor_name")
         self.tokenizer = None

@@ -6,7 +6,7 @@ weighted component plus the weights. How components become advantages (weighted 
 one group normalisation, or per-component normalisation) is the algorithms package's job;
 this module only guarantees the scores are complete and finite.
 
-Failure semantics (the same for the local and the Ray runtime):
+Failure semantics (the same for the local, the Ray and the HTTP runtime):
 - zero-weight components are never constructed (their models are not loaded) and do not appear;
 - a score tensor of the wrong shape, or a NaN/inf score, is a `RewardError` naming the reward,
   the sample index and its prompt — never a silent zero;
@@ -32,7 +32,7 @@ from genalign.rewards.config import RewardConfig
 from genalign.rewards.registry import REWARDS
 from genalign.rewards.video import VIDEO_REDUCTIONS, score_media
 
-RUNTIMES = ("local", "ray")
+RUNTIMES = ("local", "ray", "http")
 
 
 @dataclass
@@ -153,7 +153,8 @@ class ScoresFuture(Protocol):
 
 
 class RewardRuntime(Protocol):
-    """Scores batches with weighted components; implemented by LocalRewardRuntime and RayRewardRuntime."""
+    """Scores batches with weighted components; implemented by LocalRewardRuntime, RayRewardRuntime
+    and HttpRewardRuntime."""
 
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> RewardScores: ...
 
@@ -287,6 +288,10 @@ def build_reward_runtime(cfg: RewardConfig, device: torch.device | str,
         from genalign.rewards.ray_runtime import RayRewardRuntime
 
         return RayRewardRuntime(cfg, weights)
+    if cfg.runtime == "http":
+        from genalign.rewards.http_runtime import HttpRewardRuntime
+
+        return HttpRewardRuntime(cfg, weights)
     scorers = {name: build_scorer(name, str(device), dict(cfg.kwargs.get(name, {})), cfg.allow_import)
                for name in weights}
     return LocalRewardRuntime(scorers, weights, cfg.batch_size, cfg.num_threads, cfg.video_reduction)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 
 @dataclass
@@ -21,7 +22,13 @@ class RewardConfig:
     """"weighted_sum": R = sum_k w_k r_k, then one group normalisation (Flow-GRPO);
     "advantage_sum": normalise each component in its group, then sum w_k A_k (DanceGRPO)."""
     runtime: str = "local"
-    """"local" (in-process) or "ray" (a pool of reward actors)."""
+    """"local" (in-process), "ray" (a pool of reward actors) or "http" (a `genalign serve-reward`
+    server at reward.url)."""
+    url: str = ""
+    """runtime=http: the reward server's base URL, e.g. "http://10.0.0.5:8700"."""
+    token_env: str = "GENALIGN_REWARD_TOKEN"
+    """runtime=http: the environment variable holding the server's shared-secret token (the
+    token itself never goes into a config, a checkpoint or a log)."""
     batch_size: int = 16
     """Images per scorer call (for video, frames per call of a per-frame scorer)."""
     video_reduction: str = "mean"
@@ -30,12 +37,16 @@ class RewardConfig:
     num_workers: int = 1
     """Ray reward actors per scorer (runtime=ray)."""
     num_cpus_per_worker: float = 1.0
+    """CPUs Ray reserves for each reward actor (runtime=ray)."""
     num_gpus_per_worker: float = 0.0
+    """GPUs Ray reserves for each reward actor (runtime=ray); fractions share a device."""
     timeout_s: float = 600.0
-    """Upper bound on one scoring call on Ray before it is an error."""
+    """Upper bound on one scoring call (Ray) or one request to the reward server (http, each
+    attempt) before it is an error."""
     startup_timeout_s: float = 900.0
     """Upper bound on starting the Ray reward actors (building each scorer, which may load a
-    model for minutes on a busy machine); separate from timeout_s, which bounds scoring."""
+    model for minutes on a busy machine), or on reaching the reward server (http); separate
+    from timeout_s, which bounds scoring."""
     async_scoring: bool = False
     """Score each finished rollout chunk (rollout.sample_batch_size samples) while the next
     one is sampled: on the Ray reward workers (runtime=ray) or on `num_threads` worker threads
@@ -45,3 +56,15 @@ class RewardConfig:
     """Worker threads for async scoring with runtime=local. 1 calls the scorers in order, one
     chunk at a time, as serial scoring does (safe for a reward model on the GPU and for stateful
     scorers); more only for thread-safe, order-free scorers (rule rewards, remote services)."""
+
+    def http_problems(self) -> list[str]:
+        """runtime=http needs an http(s) reward.url with a host, and a token variable name."""
+        if self.runtime != "http":
+            return []
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return [f"reward.url={self.url!r}: reward.runtime=http needs the reward server's URL, e.g. "
+                    f"reward.url=http://127.0.0.1:8700 (start the server with `genalign serve-reward`)"]
+        if not self.token_env:
+            return ["reward.token_env is empty: name the environment variable that holds the server's token"]
+        return []

@@ -47,6 +47,10 @@ class OCROptions:
     tesseract_psm: int = 6
     """Tesseract page segmentation mode (6: one uniform block of text)."""
 
+    def required_package(self) -> tuple[str, str] | None:
+        """(module, genalign extra) these options import: rapidocr's wheel; tesseract is a binary."""
+        return ("rapidocr_onnxruntime", "ocr") if self.engine == "rapidocr" else None
+
 
 def levenshtein(a: str, b: str) -> int:
     """Edit distance (insertions, deletions, substitutions, each cost 1) between two strings."""

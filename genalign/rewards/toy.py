@@ -10,8 +10,8 @@ Where it fits: scored by the reward runtime on decoded 32x32 rollout images (uin
 - `toy_color_area`   fraction of pixels within `max_distance` (RGB) of the prompted colour, in
                      [0, 1]: a rule reward that is easy to game by painting the whole canvas —
                      the demo of the gold monitor firing (recipe `color_area_hacking`).
-- `toy_off_shape_fraction`, `toy_background_deviation`, `toy_shape_area`: the image-quality
-                     guard (`data.toy_shapes.canvas_quality`; lower is cleaner for the first two),
+- `toy_off_shape_fraction`, `toy_background_deviation`, `toy_shape_area`, `toy_patch_pattern`:
+                     the image-quality guard (`data.toy_shapes.canvas_quality`; lower is cleaner for the first two),
                      logged by the evaluator via `eval.quality_metrics`, never part of a reward
                      total there.
 
@@ -164,3 +164,8 @@ class ToyBackgroundDeviation(ToyCanvasQuality):
 class ToyShapeArea(ToyCanvasQuality):
     name = "toy_shape_area"
     measure = "shape_area"
+
+
+class ToyPatchPattern(ToyCanvasQuality):
+    name = "toy_patch_pattern"
+    measure = "patch_pattern"

@@ -14,6 +14,7 @@ from typing import Iterator
 import torch
 
 from genalign.data.sampler import PromptGroupBatch
+from genalign.finite import NonFiniteError, kind, non_finite_rows
 from genalign.models.base import Condition, FlowPolicy, SharedCondition, TokenPolicy, encoding_prompts
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.sampling.trajectory import initial_noise, sample_trajectory
@@ -122,6 +123,21 @@ def sample_fields(chunk: PromptGroupBatch) -> dict:
                 seeds=chunk.seeds.clone(), metadata=[dict(m) for m in chunk.metadata])
 
 
+def _non_finite_samples(chunk: PromptGroupBatch, rows: list[int], what: str) -> NonFiniteError:
+    named = "; ".join(f"prompt {chunk.prompts[row][:80]!r} (prompt id {int(chunk.prompt_ids[row])}, seed "
+                      f"{int(chunk.seeds[row])})" for row in rows[:3])
+    more = f" and {len(rows) - 3} more" if len(rows) > 3 else ""
+    return NonFiniteError(f"sampling produced non-finite {what} for {len(rows)} sample(s): {named}{more}; the "
+                          "step is stopped before any reward or update sees them (check the weights: a resumed "
+                          "checkpoint, model.path, model.dtype)", rows=rows)
+
+
+def _require_finite_samples(chunk: PromptGroupBatch, batch: torch.Tensor, what: str) -> None:
+    rows = non_finite_rows(batch)
+    if rows:
+        raise _non_finite_samples(chunk, rows, f"{what} ({kind(batch[rows])})")
+
+
 def _flow_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
                  positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
     sde_mask = spec.sde_mask()  # [T]
@@ -131,7 +147,12 @@ def _flow_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpe
         noise, generators = initial_noise(chunk.init_seeds.tolist(), chunk.seeds.tolist(), latent_shape)
         sampled = sample_trajectory(policy, chunk_cond.to(policy.device), noise, generators, sigmas,
                                     spec.guidance_scale, spec.noise_level, sde_mask, spec.kernel, spec.record_means)
-        images = policy.decode(sampled.latents[:, -1].to(policy.device)).cpu()  # [b, 3, H, W] or [b, F, 3, H, W] uint8
+        _require_finite_samples(chunk, sampled.latents, "latents")  # [b, T+1, ...]: a NaN never reaches a reward
+        try:
+            # [b, 3, H, W] or [b, F, 3, H, W] uint8
+            images = policy.decode(sampled.latents[:, -1].to(policy.device)).cpu()
+        except NonFiniteError as exc:  # the decoder's output (before its uint8 cast hides the NaN)
+            raise _non_finite_samples(chunk, exc.rows, f"decoded images ({exc})") from None
         yield TrajectoryBatch(
             condition=chunk_cond,  # shared with the step's other chunks, on the CPU
             latents=sampled.latents,

@@ -44,7 +44,9 @@ class RolloutConfig:
     sample_batch_size: int = 8
     """Samples per denoiser forward during rollout (also the replay micro-batch)."""
     height: int = 512
+    """Image height in pixels (rollout and evaluation)."""
     width: int = 512
+    """Image width in pixels (rollout and evaluation)."""
     num_steps: int = 10
     """Denoising steps of the training rollout."""
     guidance_scale: float = 4.5

@@ -138,7 +138,7 @@ def flow_sde_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, 
 def dance_sde_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma_next: Scalar,
                    noise_level: float, prev_latents: torch.Tensor | None = None, noise: torch.Tensor | None = None,
                    generator: torch.Generator | None = None, sigma_max_guard: Scalar | None = None) -> StepOutput:
-    """One DanceGRPO SDE step (docs/algorithms.md §3.1, DG `flux_step`; VO `dance_sde`), float32.
+    """One DanceGRPO SDE step (docs/algorithms.md §3.1, DanceGRPO code `flux_step`; verl-omni `dance_sde`), float32.
 
     The Flow-GRPO mean and Gaussian log-prob with a constant noise scale s ≡ η = noise_level:
 
@@ -198,7 +198,7 @@ def cps_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma
              noise_level: float, prev_latents: torch.Tensor | None = None, noise: torch.Tensor | None = None,
              generator: torch.Generator | None = None, sigma_max_guard: Scalar | None = None,
              log_prob_form: str = "unnormalized") -> StepOutput:
-    """One Coefficients-Preserving Sampling step (docs/algorithms.md §2.3, FG-up `sde_type='cps'`), float32.
+    """One Coefficients-Preserving Sampling step (docs/algorithms.md §2.3, flow_grpo `sde_type='cps'`), float32.
 
         x̂0 = x_i − σ·v,   x̂1 = x_i + (1 − σ)·v,   c = σ_next·sin(a·π/2)
         μ_i = (1 − σ_next)·x̂0 + sqrt(σ_next² − c²)·x̂1,   x_{i+1} = μ_i + c·ε
@@ -210,7 +210,7 @@ def cps_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma
     At σ_next = 0, c = 0: the step is deterministic (log-prob 0).
 
     `log_prob_form`:
-    * "unnormalized" (FG-up, VO, UR): ℓ = −mean_dims (x_{i+1} − μ_i)², every constant
+    * "unnormalized" (flow_grpo, verl-omni, UniRL): ℓ = −mean_dims (x_{i+1} − μ_i)², every constant
       (1/(2c²), log c, ½ log 2π) removed, so exp(ℓ − ℓ_old) is a tempered ratio; the
       reference pairs it with clip_range 1e-5.
     * "gaussian": the per-dim Gaussian log-density with std c (a true likelihood ratio).

@@ -4,9 +4,9 @@ Where it fits: the collector asks `window_bounds` for the step's window and buil
 trajectory's `sde_mask` with `sde_step_mask`; steps outside the window are Euler ODE steps
 with log-prob 0, and the algorithm trains only stochastic steps. Two published schedules:
 
-* Flow-GRPO-Fast (docs/algorithms.md §2.6, FG-up `train_sd3_fast.py`): a fresh random start per
+* Flow-GRPO-Fast (docs/algorithms.md §2.6, flow_grpo `train_sd3_fast.py`): a fresh random start per
   iteration, start ~ UniformInt[lo, hi − size] (inclusive both ends, Python `randint`).
-* MixGRPO "progressive" (§3.2, MG `grpo_states.py`): start at lo, move by `shift_by` steps
+* MixGRPO "progressive" (§3.2, MixGRPO code `grpo_states.py`): start at lo, move by `shift_by` steps
   every `shift_every` iterations, roll back to lo when the window would leave the range.
 * "fixed": always [lo, lo + size) (FLUX-fast's window 3 in (0, 3); MixGRPO-Flash*).
 

@@ -54,3 +54,40 @@ def timed_phase(logger: logging.Logger, what: str) -> Iterator[None]:
     start = time.perf_counter()
     yield
     logger.info("%s: done in %.1f s", what, time.perf_counter() - start)
+
+
+def format_duration(seconds: float) -> str:
+    """A short human duration: "42s", "3m05s", "1h02m" ("?" for a non-finite value)."""
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        return "?"
+    seconds = max(0, round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+class StepClock:
+    """Progress of a run for its log lines: "step 12/60, 0.41 steps/s, ETA 1m57s".
+
+    The rate is the steps this process has finished over the wall time since it started the
+    loop (evaluations and checkpoint saves included, so the ETA is when the run will end); a
+    resumed run counts from its first redone step. `clock` is injectable for tests."""
+
+    def __init__(self, first_step: int, last_step: int, clock=time.perf_counter):
+        self.first_step, self.last_step, self.clock = first_step, last_step, clock
+        self.started = clock()
+
+    def rate(self, step: int) -> float:
+        """Steps per second over the steps first_step..step finished so far."""
+        elapsed = self.clock() - self.started
+        done = step - self.first_step + 1
+        return done / elapsed if elapsed > 0 else float("nan")
+
+    def describe(self, step: int) -> str:
+        rate = self.rate(step)
+        remaining = (self.last_step - step) / rate if rate > 0 else float("nan")
+        return f"step {step}/{self.last_step}, {rate:.3g} steps/s, ETA {format_duration(remaining)}"

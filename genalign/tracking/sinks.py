@@ -6,8 +6,9 @@ loop log unconditionally (non-zero ranks, tracking off) instead of branching on 
 on". The CSV file is the run's source of truth: it is flushed every row, and on resume it is
 cut back to the restored step so that a resumed run's file equals an uninterrupted run's,
 value for value (floats are written with `repr`, which round-trips exactly). Images (the
-evaluation contact sheet) go through `log_image`: trackers show them, the CSV ignores them
-(the sheet is already a PNG in the run directory).
+evaluation contact sheet) go through `log_image` and tables of rollout samples (`Sample`:
+image, prompt, reward per component) through `log_samples`: trackers show them, the CSV
+ignores them (the sheet is already a PNG in the run directory).
 """
 
 from __future__ import annotations
@@ -15,21 +16,34 @@ from __future__ import annotations
 import csv
 import numbers
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from genalign.config.errors import WriteError, disk_full_is_user_error
+from genalign.config.errors import UserError, WriteError, disk_full_is_user_error
 
 if TYPE_CHECKING:
     from PIL.Image import Image
+
+
+@dataclass
+class Sample:
+    """One row of a sample table: a generated image (a video's first frame), its prompt and
+    its rewards (each component's raw score, then the weighted "total")."""
+
+    image: "Image"
+    prompt: str
+    rewards: dict[str, float]
 
 
 class MetricsSink(Protocol):
     def log(self, step: int, metrics: dict[str, float]) -> None: ...
 
     def log_image(self, step: int, name: str, image: "Image") -> None: ...
+
+    def log_samples(self, step: int, name: str, samples: list[Sample]) -> None: ...
 
     def close(self) -> None: ...
 
@@ -41,6 +55,9 @@ class NullSink:
         pass
 
     def log_image(self, step: int, name: str, image: "Image") -> None:
+        pass
+
+    def log_samples(self, step: int, name: str, samples: list[Sample]) -> None:
         pass
 
     def close(self) -> None:
@@ -61,6 +78,10 @@ class MultiSink:
         for sink in self.sinks:
             sink.log_image(step, name, image)
 
+    def log_samples(self, step: int, name: str, samples: list[Sample]) -> None:
+        for sink in self.sinks:
+            sink.log_samples(step, name, samples)
+
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
@@ -79,6 +100,9 @@ class PrefixedSink:
 
     def log_image(self, step: int, name: str, image: "Image") -> None:
         self.sink.log_image(step, f"{self.prefix}/{name}", image)
+
+    def log_samples(self, step: int, name: str, samples: list[Sample]) -> None:
+        self.sink.log_samples(step, f"{self.prefix}/{name}", samples)
 
     def close(self) -> None:
         self.sink.close()
@@ -104,6 +128,11 @@ def column_order(keys: set[str]) -> list[str]:
     return ["step", *sorted(keys - {"step"})]
 
 
+class MetricsFileError(UserError, ValueError):
+    """A metrics CSV in the run directory that genalign did not write (or that was edited):
+    refused in one line naming the file, never appended to."""
+
+
 class CSVSink:
     """One CSV row per `log` call: "step", then the metric columns in alphabetical order.
 
@@ -124,16 +153,20 @@ class CSVSink:
             self.rows = self._read_existing()
 
     def _read_existing(self) -> list[dict[str, str]]:
-        with open(self.path, newline="") as handle:
-            reader = csv.DictReader(handle)
-            header = list(reader.fieldnames or [])
-            rows = list(reader)
+        try:
+            with open(self.path, newline="", encoding="utf-8") as handle:
+                reader = csv.DictReader(handle)
+                header = list(reader.fieldnames or [])
+                rows = list(reader)
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise MetricsFileError(f"cannot resume metrics file {self.path}: it is not a CSV genalign wrote "
+                                   f"({str(exc).splitlines()[0]}); move the file away or start a fresh run") from None
         if header and header[0] != "step":
-            raise ValueError(f"cannot resume metrics file {self.path}: its first column is {header[0]!r}, "
+            raise MetricsFileError(f"cannot resume metrics file {self.path}: its first column is {header[0]!r}, "
                              "not 'step'; move the file away or start a fresh run")
         for number, row in enumerate(rows, start=2):
             if not (row.get("step") or "").lstrip("-").isdigit() or None in row:
-                raise ValueError(f"cannot resume metrics file {self.path}: line {number} is malformed; "
+                raise MetricsFileError(f"cannot resume metrics file {self.path}: line {number} is malformed; "
                                  "move the file away or fix that line")
         return [{key: value for key, value in row.items() if value != ""} for row in rows]
 
@@ -178,6 +211,9 @@ class CSVSink:
 
     def log_image(self, step: int, name: str, image: "Image") -> None:
         """Nothing: a CSV holds numbers (the evaluator writes the image as a PNG itself)."""
+
+    def log_samples(self, step: int, name: str, samples: list[Sample]) -> None:
+        """Nothing: a CSV holds numbers (the step's reward statistics are in its row)."""
 
     def close(self) -> None:
         """Nothing to do: every row is already on disk."""

@@ -29,7 +29,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from genalign.config.errors import DISK_FULL_HINT, UserError
-from genalign.config.loader import safe_load_unique, yaml_error_line
+from genalign.config.safe_yaml import safe_load_unique, yaml_error_line
+from genalign.finite import first_non_finite, kind
 
 TRAINER_STATE = "trainer_state.json"
 REQUIRED_FILES = ("trainable.safetensors", "optimizer.safetensors", "optimizer.json", TRAINER_STATE, "config.yaml")
@@ -210,9 +211,14 @@ def load_checkpoint(path: str | Path, key: str = "trainer.resume_from") -> Check
 
     def tensors(name: str) -> dict[str, torch.Tensor]:
         try:
-            return load_file(str(path / name))
+            loaded = load_file(str(path / name))
         except (SafetensorError, OSError) as exc:  # beyond what the header check sees
             raise CheckpointError(f"{key}: {path / name} cannot be loaded ({str(exc).splitlines()[0]})") from exc
+        bad = first_non_finite(loaded)
+        if bad is not None:  # a NaN trained on gives NaN images, equal rewards, nothing trained: refuse it here
+            raise CheckpointError(f"{key}: {path / name}: tensor {bad!r} holds {kind(loaded[bad])}; this checkpoint "
+                                  "cannot be used (resume from an earlier one)")
+        return loaded
 
     trainer_state = json.loads((path / TRAINER_STATE).read_text())
     ema_path = path / "ema.safetensors"

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from genalign.tracking.config import WandbConfig
+from genalign.tracking.config import SampleTableConfig, WandbConfig
 
 
 @dataclass
 class TrainerConfig:
     output_dir: str = "outputs/run"
+    """The run directory: config.yaml, metrics.csv, train.log, checkpoints, evaluations, report.html."""
     seed: int = 42
     """One seed for the run: prompt order, per-sample noise = f(seed, step, index)."""
     num_steps: int = 1000
@@ -35,11 +36,25 @@ class TrainerConfig:
     `tensorboard` (<output_dir>/tensorboard) and `wandb` (see trainer.wandb); trackers get the
     train row under train/, the eval row and contact sheet under eval/, from rank 0 only."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    """W&B run settings (project, entity, name, group, tags, mode), each else its WANDB_* variable."""
+    sample_table: SampleTableConfig = field(default_factory=SampleTableConfig)
+    """Every few steps, a table of rollout samples with their prompts and rewards to the trackers."""
+    signal_grace_s: float = 25.0
+    """Seconds a run has after SIGTERM/SIGINT before the scheduler kills it (Kubernetes and
+    Slurm wait 30 by default). The step in progress finishes; a checkpoint of it is written
+    only when the estimated save (the last save's duration, else the bytes at 100 MB/s) fits
+    in what is left of this; then the run exits 143 / 130 with a line saying how to resume.
+    0 never saves on a signal; a second signal stops at once without saving."""
+    max_idle_steps: int | None = 10
+    """Stop the run (one line with the reason) after this many steps in a row that train
+    nothing: every sample's advantage zero (all rewards of each group equal), no optimizer
+    step, or a non-finite loss. null never stops for that."""
 
 
 @dataclass
 class EMAConfig:
     enabled: bool = True
+    """Keep an exponential moving average of the trained weights (evaluated and exported with eval.use_ema)."""
     decay: float = 0.9
     """The decay once warmed up (Flow-GRPO: 0.9)."""
     update_every: int = 8
@@ -57,10 +72,15 @@ class ActorConfig:
     """Optimizer and update rhythm of the trained weights."""
 
     lr: float = 3e-4
+    """AdamW learning rate of the trained weights (constant)."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW (beta1, beta2)."""
     weight_decay: float = 1e-4
+    """AdamW decoupled weight decay."""
     eps: float = 1e-8
+    """AdamW epsilon."""
     max_grad_norm: float = 1.0
+    """Clip the gradient's global L2 norm to this before each optimizer step."""
     gradient_accumulation_steps: int = 4
     """Micro-batches per optimizer step. Flow-GRPO: 8 groups x 8 samples / 8 per micro-batch
     = 8 micro-batches, / 4 = two optimizer updates per step."""
@@ -68,6 +88,7 @@ class ActorConfig:
     """Samples per replay micro-batch; null = rollout.sample_batch_size (same batch
     geometry as rollout, so replayed log-probs match bitwise in fp32)."""
     num_inner_epochs: int = 1
+    """Passes over the step's samples per training step (PPO epochs; Flow-GRPO: 1)."""
     shuffle_samples: bool = True
     """Shuffle samples before splitting into micro-batches (seeded)."""
     ema: EMAConfig = field(default_factory=EMAConfig)

@@ -10,7 +10,10 @@ class RoleResources:
     num_gpus: float | str = 0
     """GPUs for this role; "auto" = what is left after the other roles."""
     num_cpus: float = 1
+    """CPUs Ray reserves for each rollout worker (the trainer role does not read it)."""
     num_workers: int = 1
+    """Rollout workers: must equal rollout.num_workers (the trainer role does not read it:
+    torchrun sets its processes)."""
     devices: list[int] | None = None
     """Advanced: pin this role to these physical device indices."""
 
@@ -18,6 +21,7 @@ class RoleResources:
 @dataclass
 class ResourcesConfig:
     visible_devices: list[int] | None = None
+    """Advanced: the physical device indices the roles may use; null: every visible GPU."""
     trainer: RoleResources = field(default_factory=RoleResources)
     rollout: RoleResources = field(default_factory=RoleResources)
     gpu_memory_gib: float | None = None

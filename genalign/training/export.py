@@ -4,7 +4,8 @@ Where it fits: `Trainer.save` asks `checkpoint_export` for a writer and `save_ch
 calls it inside the checkpoint's temporary directory (so an export is as atomic as the rest).
 - LoRA runs on a diffusers family: `lora/` = the weights the eval numbers came from (the EMA
   when eval.use_ema, as Flow-GRPO saves), `lora_live/` = the live weights beside it; both load
-  with `pipe.load_lora_weights(dir)`; `lora/README.md` is the model card. On a transformers
+  with `pipe.load_lora_weights(dir)`; `lora/README.md` is the model card, with the first and
+  the latest evaluation's contact sheets beside it (`samples_step_<N>.png`). On a transformers
   family (Janus-Pro: the policy names its `hub_class` and `peft_module_prefix`) the same two
   folders hold a peft adapter that `PeftModel.from_pretrained(<hub_class>, dir)` loads.
 - Full fine-tunes of a diffusers denoiser: `checkpoint-final/transformer/` in the layout
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -49,6 +51,24 @@ def ema_description(decay: float, updates: int, initial_share: float) -> str:
     return text
 
 
+def sample_sheets(run_dir: Path, eval_history: dict, step: int) -> dict[str, Path]:
+    """{name beside the card: contact sheet} for the first and the latest evaluation at or
+    before `step` (before/after training; one sheet when there was one evaluation; {} with
+    none, or when a sheet is missing from the run directory)."""
+    steps = [s for s in eval_history.get("steps", []) if s <= step]
+    chosen = dict.fromkeys([steps[0], steps[-1]]) if steps else {}
+    sheets = {f"samples_step_{s}.png": Path(run_dir) / f"eval_epoch_{s}" / "contact_sheet.png" for s in chosen}
+    return {name: path for name, path in sheets.items() if path.is_file()}
+
+
+def write_card(directory: Path, card_args: dict, sheets: dict[str, Path]) -> None:
+    """The model card in `directory`, with the evaluation sheets copied beside it."""
+    for name, path in sheets.items():
+        shutil.copyfile(path, directory / name)
+    shown = {name: int(name.removeprefix("samples_step_").removesuffix(".png")) for name in sheets}
+    (directory / CARD_NAME).write_text(model_card(**card_args, sample_sheets=shown), encoding="utf-8")
+
+
 def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.Tensor],
                       ema: dict[str, torch.Tensor] | None, use_ema: bool, step: int, eval_history: dict,
                       final: bool, ema_tracker=None) -> Callable[[Path], None] | None:
@@ -66,6 +86,9 @@ def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.
         if share > EMA_BARELY_MOVED:
             log.warning("step %d: the exported EMA weights are %.0f %% the starting weights after %d updates; "
                         "the live weights (lora_live/ for a LoRA) hold what was trained", step, 100 * share, updates)
+    sheets = sample_sheets(Path(cfg.trainer.output_dir), eval_history, step)
+    card = dict(cfg=cfg, step=step, eval_history=eval_history, weights=described,
+                pipeline_tag=getattr(policy, "pipeline_tag", "text-to-image"))
     if cfg.model.train_mode == "lora":
         pipeline_cls = getattr(policy, "diffusers_pipeline", None)
         hub_class = getattr(policy, "hub_class", None)
@@ -81,15 +104,14 @@ def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.
                 else:
                     export_lora_for_peft(policy.transformer, directory / name, cfg.model.lora,
                                          policy.peft_module_prefix, cfg.model.path, trainable_state=state)
-            card = model_card(cfg, step, eval_history, "lora", described, hub_class=None if pipeline_cls else hub_class)
-            (directory / "lora" / CARD_NAME).write_text(card, encoding="utf-8")
+            write_card(directory / "lora", {**card, "kind": "lora", "hub_class": None if pipeline_cls else hub_class},
+                       sheets)
 
         return export
     if final and hasattr(policy.transformer, "save_config"):
         def export(directory: Path) -> None:
             out = save_transformer(policy.transformer, directory / "transformer", weights)
-            (out / CARD_NAME).write_text(model_card(cfg, step, eval_history, "transformer", described),
-                                         encoding="utf-8")
+            write_card(out, {**card, "kind": "transformer"}, sheets)
 
         return export
     return None

@@ -287,10 +287,12 @@ def plan_resources(dist: DistributedConfig, engine: str, rollout_workers: int, s
 
 def resource_problems(cfg, facts: EnvironmentFacts | None = None) -> list[str]:
     """Config-time check called from `config.validate.validate` (every problem, as text)."""
+    from genalign.training.ray_pools import ray_pool_problems
+
     facts = facts if facts is not None else environment_facts()
-    _, problems = plan_resources(cfg.distributed, cfg.rollout.engine, cfg.rollout.num_workers,
-                                 cfg.distributed.training.strategy, facts)
-    return problems
+    plan, problems = plan_resources(cfg.distributed, cfg.rollout.engine, cfg.rollout.num_workers,
+                                    cfg.distributed.training.strategy, facts)
+    return problems or ray_pool_problems(cfg, plan, facts.visible_gpus)  # every Ray actor pool, counted
 
 
 def resolve_resources(cfg, facts: EnvironmentFacts | None = None) -> ResourcePlan:

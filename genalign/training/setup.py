@@ -13,6 +13,7 @@ import torch
 from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import load_manifest
 from genalign.evaluation.evaluator import Evaluator
+from genalign.finite import NonFiniteError, first_non_finite
 from genalign.models.base import FlowPolicy
 from genalign.models.registry import MODEL_FAMILIES
 from genalign.rewards.composite import build_reward_runtime
@@ -28,8 +29,10 @@ log = logging.getLogger(__name__)
 # Config keys whose change makes a checkpoint's state meaningless for this run. Everything
 # else (output_dir, num_steps, eval cadence, logging) may change on resume.
 RESUME_KEYS = ["model", "rollout", "actor", "algorithm", "reward", "data.manifest", "data.shuffle", "trainer.seed"]
-RESUME_FREE_KEYS = ["reward.allow_import"]
-"""Under RESUME_KEYS but free to change: a permission of this invocation, not run state."""
+RESUME_FREE_KEYS = ["reward.allow_import", "model.card"]
+"""Under RESUME_KEYS but free to change, with everything under them: a permission of this
+invocation, and what exported model cards say about the base model (not run state; absent
+from checkpoints written before it existed)."""
 
 
 def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
@@ -38,6 +41,10 @@ def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
     configure_backends(cfg.model.allow_tf32)
     policy_cls = MODEL_FAMILIES.resolve(cfg.model.family)
     policy = policy_cls.from_config(cfg.model)
+    bad = first_non_finite(dict(policy.transformer.named_parameters()))
+    if bad is not None:  # one check per tensor at load; a NaN weight would otherwise train on silently
+        raise NonFiniteError(f"model.path={cfg.model.path}: the denoiser's weight {bad!r} holds NaN or inf; "
+                             "these weights cannot be trained")
     if cfg.model.train_mode == "lora":
         apply_lora(policy.transformer, cfg.model.lora, policy.lora_target_modules)
     else:
@@ -138,7 +145,8 @@ def build_metrics_sink(path: Path, resume: bool, trackers: list[MetricsSink], pr
 def build_evaluator(cfg: ExperimentConfig, device: torch.device, reward_runtime, output_dir: Path,
                     resume: bool, writes: bool = True, trackers: list[MetricsSink] = ()) -> Evaluator:
     """`writes=False` (ranks other than 0) evaluates without writing metrics or sheets."""
-    gold = build_reward_runtime(cfg.reward, device, components=cfg.eval.gold_rewards) if cfg.eval.gold_rewards else None
+    gold = (build_reward_runtime(cfg.reward, device, components=cfg.eval.gold_rewards)
+            if any(cfg.eval.gold_rewards.values()) else None)  # every weight 0: gold monitoring is off
     quality = (build_reward_runtime(cfg.reward, device, components=dict.fromkeys(cfg.eval.quality_metrics, 1.0))
                if cfg.eval.quality_metrics else None)
     sink = build_metrics_sink(output_dir / "eval_metrics.csv", resume, list(trackers), "eval") if writes else NullSink()
@@ -159,10 +167,12 @@ def incompatible_keys(saved: dict, current: dict) -> list[str]:
     differing: list[str] = []
 
     def walk(a, b, prefix: str) -> None:
+        if any(prefix == free or prefix.startswith(free + ".") for free in RESUME_FREE_KEYS):
+            return
         if isinstance(a, dict) and isinstance(b, dict):
             for key in sorted(set(a) | set(b)):
                 walk(a.get(key), b.get(key), f"{prefix}.{key}")
-        elif a != b and prefix not in RESUME_FREE_KEYS:
+        elif a != b:
             differing.append(f"{prefix}: checkpoint {a!r} vs now {b!r}")
 
     for key in RESUME_KEYS:

@@ -23,6 +23,7 @@ from genalign.config.plan import RunPlan
 from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
+from genalign.finite import named_step
 from genalign.models.base import FlowPolicy
 from genalign.rewards.composite import RewardScores
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
@@ -47,6 +48,8 @@ class StepData:
     filler: Any = None
     """One unit this rank replays with weight 0 when it has no unit of its own (online DPO
     without a pair), so it still enters the step's collectives; None when `units` is not empty."""
+    scores: RewardScores | None = None
+    """The whole step's reward scores (every rank's samples, this rank's first on rank 0); None offline."""
 
 
 class OnlineRollout:
@@ -60,7 +63,7 @@ class OnlineRollout:
     def collect(self, step: int) -> StepData:
         times = {}
         start = time.perf_counter()
-        with self.algorithm.rollout_weights():
+        with self.algorithm.rollout_weights(), named_step(f"step {step}"):
             batch, pending_scores = self.rollout(step)
         times["time_rollout_s"] = time.perf_counter() - start
 
@@ -75,7 +78,7 @@ class OnlineRollout:
                "zero_std_ratio": zero_std_group_fraction(scores.total, self.global_group_ids(batch)),
                **{f"adv_{k}": v for k, v in advantage_stats(step_advantages).items()}}
         filler = self.algorithm.filler_unit(batch) if len(units) == 0 else None
-        return StepData(units, unit_advantages, batch, len(batch), row, times, filler)
+        return StepData(units, unit_advantages, batch, len(batch), row, times, filler, scores)
 
     def rollout(self, step: int) -> tuple[TrajectoryBatch, Callable[[], RewardScores]]:
         """The step's trajectories and a callable returning their reward scores. With

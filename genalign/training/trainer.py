@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -17,29 +18,36 @@ from pathlib import Path
 
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from genalign.algorithms.registry import ALGORITHMS
 from genalign.atomic import write_text_atomically
+from genalign.config.cautions import config_cautions
 from genalign.config.errors import UserError
 from genalign.config.loader import config_to_dict, config_to_yaml
 from genalign.config.plan import RunPlan
 from genalign.config.schema import ExperimentConfig
+from genalign.finite import named_step
 from genalign.reporting.provenance import record_launch
 from genalign.reporting.report import refresh_report
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.tracking.logs import RunLog, timed_phase
+from genalign.tracking.logs import RunLog, StepClock, timed_phase
+from genalign.tracking.samples import rollout_samples
 from genalign.tracking.sinks import NullSink
 from genalign.tracking.trackers import new_run_id
-from genalign.training import distributed, run_dir, setup
+from genalign.training import distributed, run_dir, setup, stopping
 from genalign.training.checkpoint import load_checkpoint, save_checkpoint
 from genalign.training.ema import EMA
 from genalign.training.export import checkpoint_export
 from genalign.training.lora import load_trainable_state_dict
+from genalign.training.memory import COLUMN as MEMORY_COLUMN
+from genalign.training.memory import PeakMemory
 from genalign.training.memory_plan import plan_memory
 from genalign.training.optim import build_optimizer
 from genalign.training.parity import replay_parity
 from genalign.training.precision import build_grad_scaler
+from genalign.training.ray_pools import start_ray_for_run
 from genalign.training.reference import ReferencePolicy
 from genalign.training.resources import resolve_resources
 from genalign.training.sources import StepData
@@ -109,6 +117,8 @@ class Trainer:
         strategy = cfg.distributed.training
         distributed.barrier(self.ranks)
         log.info("run plan: %s", self.plan.describe())
+        for caution in config_cautions(cfg):
+            log.warning("%s", caution)
         torch.manual_seed(cfg.trainer.seed)  # adapter initialisation is the only global-RNG use
         with timed_phase(log, f"loading model {cfg.model.family} from {cfg.model.path}"):
             self.policy = setup.build_policy(cfg)
@@ -123,9 +133,11 @@ class Trainer:
         self.ema = (EMA(self.parameters, ema_cfg.decay, ema_cfg.update_every, ema_cfg.warmup, ema_cfg.cadence)
                     if ema_cfg.enabled else None)
         self.algorithm = ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm, reference, parameters=self.parameters)
+        self.owns_ray = start_ray_for_run(cfg)  # once, sized for every actor pool (rewards, gold, metrics, rollout)
         with timed_phase(log, f"loading rewards {', '.join(n for n, w in cfg.reward.components.items() if w)}"):
             self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
         self.spec = setup.rollout_spec(cfg)
+        self.memory = PeakMemory(self.policy.device)
         self.engine = setup.build_rollout_engine(cfg, self.policy)
         self.source = setup.build_batch_source(cfg, self.plan, self.policy, self.engine, self.rewards,
                                                self.algorithm, self.spec, self.ranks)
@@ -133,13 +145,15 @@ class Trainer:
         main = self.ranks.is_main  # rank 0 alone writes metrics, evaluation artefacts and checkpoints
         # one tracker run across resumes: its id travels in the checkpoint's trainer_state
         self.tracker_run_id = (checkpoint.trainer_state.get("tracker_run_id") if resuming else None) or new_run_id()
-        trackers = setup.build_trackers(cfg, self.output_dir, self.start.checkpoint_step + 1 if resuming else 0,
+        self.trackers = trackers = setup.build_trackers(cfg, self.output_dir, self.start.checkpoint_step + 1 if resuming else 0,
                                         self.tracker_run_id) if main else []
         self.metrics = (setup.build_metrics_sink(self.output_dir / "metrics.csv", resuming, trackers, "train")
                         if main else NullSink())
         self.evaluator = setup.build_evaluator(cfg, self.policy.device, self.rewards, self.output_dir, resuming,
                                                writes=main, trackers=trackers)
-        self.start_step = 1
+        self.start_step = self.current_step = 1
+        self.last_save_s: float | None = None
+        """Seconds the last save took on rank 0 in this launch (the estimate for a save on a signal)."""
         if checkpoint is not None:
             self.restore(checkpoint)
 
@@ -157,7 +171,15 @@ class Trainer:
                 self.output_dir.mkdir(parents=True, exist_ok=True)
                 write_text_atomically(self.output_dir / "config.yaml", config_to_yaml(self.cfg))
                 record_launch(self.output_dir, self.start_step)
-            self.run_steps()
+            with stopping.SignalWatch() as watch:
+                self.stop_check = stopping.StopCheck(watch, self.cfg.trainer.max_idle_steps, self.ranks.world_size)
+                try:
+                    self.run_steps()
+                except stopping.RunInterrupted as interrupted:  # a second signal: the step was abandoned
+                    if not interrupted.logged:
+                        log.warning("%s during step %d; %s", interrupted, self.current_step, self.resume_hint())
+                        interrupted.logged = True
+                    raise
         finally:  # a failed run too releases the Ray actors, reward threads, process group and log file
             self.close()
 
@@ -167,33 +189,84 @@ class Trainer:
             self.evaluate(0)
             self.report()
         quiet = not (self.cfg.trainer.progress_bar and sys.stderr.isatty())
-        for step in tqdm(range(self.start_step, last + 1), desc="train", disable=quiet,
-                         initial=self.start_step - 1, total=last):
-            row = self.train_step(step)
-            evaluated = self.evaluator.due(step, last)
-            if evaluated:
-                row["time_eval_s"] = self.evaluate(step)
-            self.metrics.log(step, row)
-            if evaluated and step != last:  # the page shows this step's row; the last is reported after saving
-                self.report()
-            if self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last:
-                self.save(f"checkpoint-{step}", step)
-        self.save("checkpoint-final", last)
+        clock = StepClock(self.start_step, last)
+        # with a bar on the terminal, log lines are printed above it (tqdm.write) instead of
+        # through it; without one the console handler is left as it is
+        with nullcontext() if quiet else logging_redirect_tqdm():
+            for step in tqdm(range(self.start_step, last + 1), desc="train", disable=quiet,
+                             initial=self.start_step - 1, total=last):
+                self.current_step = step
+                row = self.train_step(step, clock)
+                evaluated = self.evaluator.due(step, last)
+                if evaluated:
+                    row["time_eval_s"] = self.evaluate(step)
+                self.metrics.log(step, row)
+                if evaluated and step != last:  # the page shows this row; the last is reported after saving
+                    self.report()
+                saved = bool(self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last)
+                if saved:
+                    self.save(f"checkpoint-{step}", step)
+                verdict = self.stop_check.after_step(step, row)  # every rank, every step (one all-reduce)
+                if verdict.stalled:
+                    raise stopping.TrainingStalled(verdict.stalled)
+                if verdict.signum and step != last:  # on the last step the run simply finishes
+                    self.stop_on_signal(step, verdict.signum, saved)
+            self.save("checkpoint-final", last)
         self.report()
+
+    def stop_on_signal(self, step: int, signum: int, saved: bool) -> None:
+        """After a SIGTERM/SIGINT: checkpoint this step when the save fits in the grace left
+        (every rank agrees first: the save is collective), say how to resume, raise."""
+        grace, watch = self.cfg.trainer.signal_grace_s, self.stop_check.watch
+        estimate = stopping.estimated_save_s(self.last_save_s, self.checkpoint_bytes())
+        left = grace - watch.seconds_since_signal()
+        fits = stopping.every_rank(estimate <= left, self.ranks.world_size)
+        name = signal.Signals(signum).name
+        if saved:
+            what = f"checkpoint-{step} is written"
+        elif fits:
+            self.save(f"checkpoint-{step}", step)
+            what = f"checkpoint-{step} written"
+        else:
+            what = (f"no checkpoint of it (an estimated {estimate:.0f} s save does not fit in the {max(left, 0):.0f} s "
+                    f"left of trainer.signal_grace_s={grace:g})")
+        message = f"stopped by {name} after step {step} of {self.cfg.trainer.num_steps}: {what}; {self.resume_hint()}"
+        log.warning("%s", message)
+        raise stopping.RunInterrupted(signum, message, logged=True)
+
+    def resume_hint(self) -> str:
+        """Where and how to resume: the newest complete checkpoint in the run directory."""
+        newest = run_dir.newest_checkpoint(self.output_dir)
+        if newest is None:
+            return ("no checkpoint yet: rerunning the same command with trainer.resume_from=auto starts the run "
+                    f"again in {self.output_dir}")
+        path, step = newest
+        return (f"to resume, rerun the same command with trainer.resume_from=auto (it continues from {path} "
+                f"at step {step + 1})")
+
+    def checkpoint_bytes(self) -> int:
+        """Bytes a checkpoint writes, roughly: the trained tensors, Adam's two moments, the EMA."""
+        trained = sum(p.numel() * p.element_size() for p in self.parameters.values())
+        return trained * (3 + (1 if self.ema is not None else 0))
 
     def close(self) -> None:
         self.engine.close()
         self.rewards.close()
         self.metrics.close()
         self.evaluator.sink.close()
+        if self.owns_ray:
+            import ray
+
+            ray.shutdown()
         distributed.shutdown()
         self.close_run_log()
 
-    def train_step(self, step: int) -> dict[str, float]:
+    def train_step(self, step: int, clock: StepClock | None = None) -> dict[str, float]:
         # CPU seconds of this process beside the wall-clock phases: on a shared machine they do
         # not grow with other processes' load, so benchmarks can compare runs made side by side
         # (with OMP_NUM_THREADS=1 and no workers they equal the wall-clock on an idle box).
         cpu_start = time.process_time()
+        self.memory.start()
         data: StepData = self.source.collect(step)  # rollout + rewards + advantages, or offline pairs
         times = dict(data.times)
         start = time.perf_counter()
@@ -205,15 +278,32 @@ class Trainer:
 
         step_seconds = times["time_rollout_s"] + times["time_reward_s"] + times["time_train_s"]
         generated = data.generated * self.ranks.world_size
-        row = {**data.row, **update, **parity, **times,
+        if self.sample_table_due(step) and data.scores is not None:
+            self.log_samples(step, data)
+        memory = self.memory.metrics()
+        row = {**data.row, **update, **parity, **times, **memory,
                "lr": self.optimizer.param_groups[0]["lr"],
                "images_per_s": generated / max(times["time_rollout_s"], 1e-9),
                "step_images_per_s": generated / max(step_seconds, 1e-9)}
-        log.info("step %d: %s  (rollout %.1fs, reward %.1fs, train %.1fs)", step, console_summary(row),
-                 times["time_rollout_s"], times["time_reward_s"], times["time_train_s"])
+        progress = clock.describe(step) if clock else f"step {step}/{self.cfg.trainer.num_steps}"
+        peak = f", peak GPU memory {memory[MEMORY_COLUMN]:.2f} GiB" if memory else ""
+        log.info("%s: %s  (rollout %.1fs, reward %.1fs, train %.1fs%s)", progress, console_summary(row),
+                 times["time_rollout_s"], times["time_reward_s"], times["time_train_s"], peak)
         return row
 
     # ---------------------------------------------------------------- phases
+    def sample_table_due(self, step: int) -> bool:
+        """At step 1 and every trainer.sample_table.every steps, when a tracker can show it."""
+        every = self.cfg.trainer.sample_table.every
+        return bool(self.trackers) and every > 0 and (step == 1 or step % every == 0)
+
+    def log_samples(self, step: int, data: StepData) -> None:
+        """A few of the step's rollout samples with their prompts and rewards, to the trackers."""
+        batch, scores = data.trajectories, data.scores
+        samples = rollout_samples(batch.images, list(batch.prompts), [int(g) for g in batch.group_ids],
+                                  scores.components, scores.total, self.cfg.trainer.sample_table.count)
+        self.metrics.log_samples(step, "rollout_samples", samples)
+
     @property
     def runs_parity(self) -> bool:
         """The preflight replays stored SDE log-probs: only for an algorithm that trains on them."""
@@ -257,7 +347,8 @@ class Trainer:
     def evaluate(self, step: int) -> float:
         start = time.perf_counter()
         weights = self.ema.applied() if self.evaluates_ema else nullcontext()
-        with weights, timed_phase(log, f"eval step {step} ({len(self.evaluator.groups.prompts)} samples)"):
+        with weights, named_step(f"eval step {step}"), \
+                timed_phase(log, f"eval step {step} ({len(self.evaluator.groups.prompts)} samples)"):
             metrics = self.evaluator.evaluate(self.policy, step)
         log.info("eval step %d: %s", step, "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.endswith("mean")))
         return time.perf_counter() - start
@@ -284,6 +375,7 @@ class Trainer:
             history = self.evaluator.history.to_dict()
             export = checkpoint_export(self.cfg, self.policy, trainable, ema, self.evaluates_ema, step, history,
                                        final=name == "checkpoint-final", ema_tracker=self.ema)
+            started = time.perf_counter()
             with timed_phase(log, f"saving {path}"):
                 save_checkpoint(
                     path, step=step, config=config_to_dict(self.cfg), trainable=trainable, ema=ema,
@@ -296,13 +388,17 @@ class Trainer:
                                    "world_size": self.ranks.world_size,
                                    "tracker_run_id": self.tracker_run_id},
                     algorithm=algorithm_state or None, export=export)
+            self.last_save_s = time.perf_counter() - started
             if name != "checkpoint-final":
                 run_dir.prune_checkpoints(self.output_dir, self.cfg.trainer.keep_last)
         distributed.barrier(self.ranks)
         return path
 
     def restore(self, checkpoint) -> None:
-        load_trainable_state_dict(self.policy.transformer, checkpoint.trainable)
+        try:
+            load_trainable_state_dict(self.policy.transformer, checkpoint.trainable)
+        except ValueError as exc:  # names and shapes are known only now, with the model built
+            raise ResumeError(f"trainer.resume_from: {checkpoint.path}/trainable.safetensors: {exc}") from None
         try:
             self.algorithm.load_state_dict(checkpoint.algorithm or {})
         except ValueError as exc:

@@ -17,6 +17,9 @@ from support import train_recipe as run
 
 pytestmark = pytest.mark.slow
 
+PATTERN_GROWTH = 7.0
+"""Largest rise of toy_patch_pattern (RGB units) over the default run: +5.5 measured."""
+
 
 def mean_of(rows: list[dict], key: str) -> float:
     return sum(r[key] for r in rows) / len(rows)
@@ -27,7 +30,8 @@ def test_default_recipe_learns_shapes_on_held_out_colours(tmp_path):
 
     Held-out eval reward +0.20 and judge (gold) +0.15 over the run, the reward-hacking monitor
     silent, the image-quality guard (off-shape pixels, background deviation from the canvas
-    grey, painted area) no worse at the end than at the start, parity at the first update and
+    grey, painted area) no worse at the end than at the start, the patch-grid motif kept from
+    growing past what was measured, parity at the first update and
     <= 5 MB of shipped assets. The 4-minute bound is measured by benchmarks/bench_default_run.py,
     not asserted here: a timed test would fail on a busy machine, not on a slow demo."""
     start = time.perf_counter()
@@ -46,6 +50,10 @@ def test_default_recipe_learns_shapes_on_held_out_colours(tmp_path):
     # stay clean, so a +1 bound fails on run-to-run grain, not on a dirtier canvas.
     assert last["quality_toy_background_deviation_mean"] <= first["quality_toy_background_deviation_mean"] + 2.5
     assert last["quality_toy_shape_area_mean"] <= 0.6  # no canvas-filling blobs (a render covers 0.16-0.72)
+    # The 4x4 patch-grid motif (docs/demo.md, "What the pictures show") grows late in this run:
+    # measured 2.0 -> 7.5 at step 60 (seed 42, one thread), visible in purple shapes. The bound
+    # stops it growing past that; a clean render scores about 0.1.
+    assert last["quality_toy_patch_pattern_mean"] <= first["quality_toy_patch_pattern_mean"] + PATTERN_GROWTH
     for step in (0, len(metrics)):
         assert (tmp_path / f"eval_epoch_{step}" / "contact_sheet.png").is_file()
     print(f"default run: {seconds:.0f} s (the 4-minute target is the benchmark's to measure)")

@@ -6,7 +6,6 @@ scores are checked against values computed here independently with the PIL image
 and the model's own towers.
 """
 
-import json
 
 import numpy as np
 import pytest
@@ -23,27 +22,9 @@ PROMPTS = ["a red cat", "a blue dog", "a tree"]
 
 @pytest.fixture(scope="module")
 def clip_dir(tmp_path_factory):
-    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTokenizer
+    from support import save_tiny_clip
 
-    path = tmp_path_factory.mktemp("tiny_clip")
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for suffix in ("", "</w>"):
-        for char in "abcdefghijklmnopqrstuvwxyz":
-            vocab[char + suffix] = len(vocab)
-    (path / "vocab.json").write_text(json.dumps(vocab))
-    (path / "merges.txt").write_text("#version: 0.2\n")
-    CLIPTokenizer(str(path / "vocab.json"), str(path / "merges.txt")).save_pretrained(path)
-    config = CLIPConfig(
-        text_config=dict(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
-                         pad_token_id=1),
-        vision_config=dict(image_size=32, patch_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                           num_attention_heads=2),
-        projection_dim=8, logit_scale_init_value=3.0)
-    torch.manual_seed(0)
-    CLIPModel(config).save_pretrained(path)
-    CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(path)
-    return path
+    return save_tiny_clip(tmp_path_factory.mktemp("tiny_clip"))
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ resume after a crash), train.log holds the story, exports carry a model card."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -34,6 +35,10 @@ def runs(tiny_sd3_dir, tmp_path_factory):
         for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
             env.setenv(name, str(root / "wandb-home" / name.lower()))
         env.delenv("WANDB_API_KEY", raising=False)
+        # a launcher's W&B variables apply where the config names no value (W&B's own precedence)
+        env.setenv("WANDB_PROJECT", "envproj")
+        env.setenv("WANDB_RUN_GROUP", "seed-sweep")
+        env.setenv("WANDB_TAGS", "tiny,sd3")
         Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "plain"))).train()
         Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "tracked", TRACKERS))).train()
         shutil.copytree(root / "tracked", root / "crashed")
@@ -72,6 +77,10 @@ def test_tensorboard_has_every_step_once_and_the_contact_sheets(runs):
         sheets = events.Images("eval/contact_sheet")
         assert sorted({e.step for e in sheets}) == [0, 2, 3], name
         assert sheets[0].width > 0 and sheets[0].encoded_image_string.startswith(b"\x89PNG")
+        # the rollout sample table at step 1 (trainer.sample_table.every=10): images and a text table
+        samples = events.Images("train/rollout_samples/images")
+        assert [e.step for e in samples] == [1], name
+        assert "train/rollout_samples/text_summary" in events.Tags()["tensors"], name
 
 
 def test_wandb_offline_run_has_history_and_images_and_one_id_across_resume(runs):
@@ -82,6 +91,13 @@ def test_wandb_offline_run_has_history_and_images_and_one_id_across_resume(runs)
     for key in (b"train/reward_mean", b"train/loss", b"eval/eval_reward_mean"):
         assert key in history, key
     assert list((tracked[0] / "files" / "media" / "images" / "eval").glob("contact_sheet_*.png"))
+    tables = list((tracked[0] / "files" / "media" / "table" / "train").glob("rollout_samples_*.table.json"))
+    assert len(tables) == 1
+    table = json.loads(tables[0].read_text())
+    assert table["columns"] == ["image", "prompt", "jpeg_compressibility", "total"]  # ocr has weight 0
+    assert len(table["data"]) == 4  # rollout.rollout_batch_size 2 x rollout.n 2, under trainer.sample_table.count 8
+    for value in (b"envproj", b"seed-sweep", b"tiny", b"sd3"):  # from WANDB_PROJECT / _RUN_GROUP / _TAGS
+        assert value in history, value
     state = yaml.safe_load((runs / "tracked" / "checkpoint-final" / "trainer_state.json").read_text())
     assert state["tracker_run_id"] == run_id
     resumed = sorted((runs / "crashed" / "wandb").glob("offline-run-*"))
@@ -91,7 +107,7 @@ def test_wandb_offline_run_has_history_and_images_and_one_id_across_resume(runs)
 def test_train_log_has_the_console_lines_and_is_appended_on_resume(runs):
     tracked = (runs / "tracked" / "train.log").read_text()
     for text in ("run plan:", "loading model sd3", "loading model sd3 from", ": done in", "parity preflight",
-                 "step 3: reward", "eval step 2", "saving ", "checkpoint-final"):
+                 "step 3/3, ", "eval step 2", "saving ", "checkpoint-final"):
         assert text in tracked, text
     assert " INFO genalign.training.trainer: " in tracked  # the console's format
     crashed = (runs / "crashed" / "train.log").read_text()
@@ -101,8 +117,17 @@ def test_train_log_has_the_console_lines_and_is_appended_on_resume(runs):
 def test_exported_lora_has_a_model_card(runs, tiny_sd3_dir):
     card = (runs / "tracked" / "checkpoint-final" / "lora" / "README.md").read_text()
     front = yaml.safe_load(card.split("---")[1])
-    assert front["base_model"] == str(tiny_sd3_dir) and front["library_name"] == "diffusers"
+    # the run loaded a local copy; the card names the preset's Hub id and licence
+    assert front["base_model"] == "stabilityai/stable-diffusion-3.5-medium" and front["library_name"] == "diffusers"
+    assert front["license"] == "other" and front["pipeline_tag"] == "text-to-image"
     assert {"lora", "genalign", "grpo"} <= set(front["tags"])
+    # the first and the last evaluation's sheets (steps 0 and 3) beside the card, shown by it
+    lora = runs / "tracked" / "checkpoint-final" / "lora"
+    for step in (0, 3):
+        assert (lora / f"samples_step_{step}.png").read_bytes() == \
+            (runs / "tracked" / f"eval_epoch_{step}" / "contact_sheet.png").read_bytes()
+        assert f"](samples_step_{step}.png)" in card
+    assert not (lora / "samples_step_2.png").exists()
     last_eval = read_rows(runs / "tracked" / "eval_metrics.csv")[-1]
     for text in (f"recipe: `{RECIPE}`", "`jpeg_compressibility` x 1", "steps trained: 3 of 3", "EMA (decay",
                  f"| eval reward (mean) | {float(last_eval['eval_reward_mean']):.4f} |", "load_lora_weights"):
@@ -131,3 +156,19 @@ def test_full_finetune_exports_a_transformer_diffusers_loads(tiny_sd3_dir, tmp_p
     card = (exported / "README.md").read_text()
     assert "transformer=transformer" in card and "steps trained: 1 of 1" in card
     assert not (out / "checkpoint-final" / "lora").exists()
+
+
+def test_export_pushes_a_real_checkpoints_lora_folder(runs, monkeypatch):
+    from huggingface_hub import HfApi
+
+    from genalign.cli import main
+
+    uploaded = []
+    monkeypatch.setattr(HfApi, "create_repo", lambda self, repo_id, **kwargs: None)
+    monkeypatch.setattr(HfApi, "upload_folder", lambda self, **kwargs: uploaded.append(kwargs) or "done")
+    assert main(["export", str(runs / "tracked" / "checkpoint-2"), "--push-to-hub", "me/tiny-sd3-lora"]) == 0
+    folder = uploaded[0]["folder_path"]
+    assert folder == str(runs / "tracked" / "checkpoint-2" / "lora")
+    from pathlib import Path
+
+    assert {"README.md", "pytorch_lora_weights.safetensors"} <= {p.name for p in Path(folder).iterdir()}

@@ -102,6 +102,46 @@ def edited_checkpoint(edit: Callable[[dict], None]) -> Callable[[Path], Path]:
     return lambda tmp: make_checkpoint(tmp / "checkpoint-1", edit)
 
 
+ALIAS_BOMB = ("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+    for i in range(8)))
+"""Nine levels of ten-fold aliases: 10^9 strings once expanded, 700 bytes written."""
+
+
+def bomb_checkpoint(tmp: Path) -> Path:
+    """A checkpoint whose config.yaml hides the alias bomb under model.lora.target_modules."""
+    path = make_checkpoint(tmp / "checkpoint-1")
+    text = (path / "config.yaml").read_text()
+    lines = [line for line in ALIAS_BOMB.splitlines()]
+    (path / "config.yaml").write_text("bomb:\n" + "".join(f"  {line}\n" for line in lines) + text.replace(
+        "target_modules:", "target_modules: *i\n    _was:", 1))
+    return path
+
+
+def nan_checkpoint(tmp: Path) -> Path:
+    config = config_to_dict(load_config(None))
+    return save_checkpoint(tmp / "checkpoint-1", step=1, config=config,
+                           trainable={"w": torch.tensor([0.0, float("nan")])}, ema=None,
+                           optimizer={"state": {}, "param_groups": []}, trainer_state={"eval_history": {}})
+
+
+def foreign_dir(tmp: Path) -> Path:
+    """Another tool's directory: a metrics.csv and a wandb/ folder, no genalign config.yaml."""
+    write_bytes(tmp / "theirs" / "metrics.csv", b"epoch,acc\n1,0.9\n")
+    write_bytes(tmp / "theirs" / "wandb" / "run.txt", b"w")
+    return tmp / "theirs"
+
+
+def linked_log_dir(tmp: Path) -> Path:
+    """A run directory whose train.log is a symlink to a file outside it."""
+    run = tmp / "linked"
+    write_bytes(run / "config.yaml", yaml.safe_dump(config_to_dict(load_config(None))).encode())
+    write_bytes(tmp / "elsewhere.txt", b"precious\n")
+    (run / "train.log").symlink_to(tmp / "elsewhere.txt")
+    return run
+
+
 # ------------------------------------------------------------------ the table
 @dataclass
 class Case:
@@ -129,6 +169,7 @@ TOY = ["train", "trainer.resume_from=auto"]
 """The toy recipe, continuing the earlier run in its default output_dir (a bare `train` there
 is itself a mistake: case output-dir-holds-a-run)."""
 SD3 = ["train", "--config", "experiment/diffusion/sd3_5/online_grpo_ocr"]
+FLUX = ["train", "--config", "experiment/diffusion/flux/online_grpo_ocr"]
 ROW = b'{"prompt": "a red circle"}\n'
 CASES = [
     # manifests (item 6)
@@ -199,6 +240,51 @@ CASES = [
          yaml_file(b"actor: [1, 2\n")),
     Case("config-missing", ["train", "--config", "{tmp}/absent.yaml"], ["--config", "absent.yaml"]),
     Case("recipe-typo", ["train", "--config", "experiment/toy/shapes_grpoo"], ["--config", "Did you mean"]),
+    # bounded YAML, empty mappings, run directories that are not ours
+    Case("config-alias-bomb", ["train", "--config", "{file}"], ["recipe.yaml", "expands to more than 100000 values"],
+         yaml_file(ALIAS_BOMB.encode())),
+    Case("config-too-large", ["train", "--config", "{file}"], ["recipe.yaml", "characters long"],
+         yaml_file(b"# " + b"x" * 1_100_000 + b"\n")),
+    Case("override-alias-bomb", TOY + ["model.lora.target_modules=" + ALIAS_BOMB.replace("\n", ", ").join("{}")],
+         ["model.lora.target_modules", "expands to more than"]),
+    Case("eval-checkpoint-alias-bomb", ["eval", "--checkpoint", "{file}"], ["--checkpoint", "config.yaml",
+                                                                            "expands to more than"], bomb_checkpoint),
+    Case("resume-alias-bomb", TOY + ["trainer.resume_from={file}"], ["trainer.resume_from", "config.yaml",
+                                                                     "expands to more than"], bomb_checkpoint),
+    Case("gold-rewards-empty", TOY + ["eval.gold_rewards={}"], ["eval.gold_rewards={}", "changes nothing",
+                                                                "eval.gold_rewards.toy_shape_judge=0"]),
+    Case("eval-checkpoint-nan-tensor", ["eval", "--checkpoint", "{file}"],
+         ["--checkpoint", "trainable.safetensors", "tensor 'w' holds NaN"], nan_checkpoint),
+    Case("output-dir-not-a-run", ["train", "trainer.output_dir={file}"],
+         ["trainer.output_dir", "metrics.csv", "not a genalign run", "trainer.overwrite=true"], foreign_dir),
+    Case("output-dir-not-a-run-auto", TOY + ["trainer.output_dir={file}"],
+         ["trainer.output_dir", "metrics.csv", "not a genalign run"], foreign_dir),
+    Case("output-dir-symlinked-log", TOY + ["trainer.output_dir={file}"],
+         ["trainer.output_dir", "train.log is a symbolic link"], linked_log_dir),
+    # the last tracebacks: each one line naming the key or file, before the model loads
+    Case("model-path-not-a-pipeline", SD3 + ["model.path={file}"], ["model.path", "not a diffusers pipeline directory",
+                                                                   "StableDiffusion3Pipeline"],
+         lambda tmp: write_bytes(tmp / "notpipe" / "readme.txt", b"hi").parent),
+    Case("model-path-other-family", FLUX + ["model.path={file}"],
+         ["model.path", "holds a StableDiffusion3Pipeline", "not the FluxPipeline", "model.family=sd3"],
+         lambda tmp: write_bytes(tmp / "sd3" / "model_index.json",
+                                 b'{"_class_name": "StableDiffusion3Pipeline"}').parent,
+         absent=["embedded_guidance"]),
+    Case("output-dir-sysfs", TOY + ["trainer.output_dir=/sys/genalign_run"], ["trainer.output_dir", "cannot create",
+                                                                              "not writable"]),
+    Case("manifest-60k-line", TOY + ["data.manifest={file}"], ["data.manifest", "line 1 of", "60,000 characters long"],
+         manifest("long.txt", b"a" * 60_000 + b"\n")),
+    Case("manifest-nul-byte", TOY + ["data.manifest={file}"], ["data.manifest", "line 2 of", "NUL byte"],
+         manifest("nul.txt", b"a red circle\na blue\x00square\n")),
+    Case("allow-import-no-module", TOY + ["reward.components={'nosuchmod.sub:Scorer': 1.0}",
+                                          "reward.allow_import=['nosuchmod.sub:Scorer']"],
+         ["reward.components", "nosuchmod.sub", "cannot be imported"]),
+    Case("allow-import-no-attribute", TOY + ["reward.components={'os.path:NoScorer': 1.0}",
+                                             "reward.allow_import=['os.path:NoScorer']"],
+         ["reward.components", "has no attribute 'NoScorer'"]),
+    Case("allow-import-not-a-class", TOY + ["reward.components={'os.path:sep': 1.0}",
+                                            "reward.allow_import=['os.path:sep']"],
+         ["reward.components", "'os.path:sep' is a str, not a class"]),
     # checkpoints to resume from (item 9)
     Case("resume-missing", TOY + ["trainer.resume_from={tmp}/checkpoint-9"], ["trainer.resume_from", "checkpoint-9",
                                                                             "does not exist"]),
@@ -270,6 +356,8 @@ CASES = [
 
 if not torch.cuda.is_available():  # a machine fact: only where this box has no GPU
     CASES.append(Case("device-not-here", TOY + ["model.device=cuda"], ["model.device=cuda", "no CUDA device"]))
+if not torch.backends.mps.is_available():
+    CASES.append(Case("device-mps-not-here", TOY + ["model.device=mps"], ["model.device=mps", "no Apple mps device"]))
 
 
 # ------------------------------------------------------------------ running a case
@@ -366,11 +454,13 @@ def test_the_users_own_allow_list_is_honoured(tmp_path, workdir, tripwire, monke
     the same checkpoint passes validation and reaches model loading (the tripwire)."""
     monkeypatch.chdir(workdir)
     checkpoint = make_checkpoint(tmp_path / "checkpoint-1",
-                                 lambda c: c["reward"].update(components={"os.path:join": 1.0}, allow_import=[]))
-    code, stderr, _ = run_in_process(["eval", "--checkpoint", str(checkpoint), "reward.allow_import=[os.path:join]"])
+                                 lambda c: c["reward"].update(components={"collections:OrderedDict": 1.0},
+                                                              allow_import=[]))
+    code, stderr, _ = run_in_process(["eval", "--checkpoint", str(checkpoint),
+                                      "reward.allow_import=[collections:OrderedDict]"])
     assert code == 1 and "ReachedModelLoading" in stderr, stderr
-    code, stderr, _ = run_in_process([*TOY, "reward.components={os.path:join: 1.0}",
-                                      "reward.allow_import=[os.path:join]"])
+    code, stderr, _ = run_in_process([*TOY, "reward.components={collections:OrderedDict: 1.0}",
+                                      "reward.allow_import=[collections:OrderedDict]"])
     assert code == 1 and "ReachedModelLoading" in stderr, stderr
 
 
@@ -450,3 +540,43 @@ def test_hubconf_runs_when_called_directly(tmp_path):
     the cases above prove the guard, not a broken payload."""
     torch.hub.load(str(hubconf_dir(tmp_path)), "x", source="local")
     assert (tmp_path / "PWNED").exists()
+
+
+WARNED = [
+    (["reward.components.toy_shape=-1"], "reward.components.toy_shape=-1 is negative"),
+    (["reward.components.ocr=1.0"], "reward.components.ocr with model.family=toy: this model never draws text"),
+    (["data.manifest={tmp}/one.txt"], "data.manifest holds 1 prompt(s) but rollout.rollout_batch_size=8"),
+]
+
+
+@pytest.mark.parametrize("overrides, warning", WARNED, ids=["negative-weight", "ocr-on-toy", "one-prompt"])
+def test_accepted_but_surprising_settings_are_one_warning_line(overrides, warning, tmp_path, workdir, tripwire,
+                                                               monkeypatch):
+    """Valid settings a user would want to hear about: `genalign config` exits 0 and says so
+    in one `genalign: warning:` line (the trainer logs the same line before building)."""
+    monkeypatch.chdir(workdir)
+    write_bytes(tmp_path / "one.txt", b"a red circle\n")
+    argv = ["config", "trainer.resume_from=auto", *(o.replace("{tmp}", str(tmp_path)) for o in overrides)]
+    code, stderr, _ = run_in_process(argv)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 0 and len(lines) == 1 and lines[0].startswith(f"genalign: warning: {warning}"), stderr
+
+
+def test_a_checkpoint_whose_tensors_do_not_fit_the_model_is_one_line(tmp_path, monkeypatch):
+    """Names and shapes are known only once the model is built: one line naming the file."""
+    from safetensors.torch import load_file, save_file
+
+    monkeypatch.setattr(cli, "_configure_logging", lambda: None)
+    small = ["trainer.progress_bar=false", "rollout.n=4", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8",
+             "rollout.num_steps=4", "eval.every=0", "eval.at_start=false", "trainer.num_steps=1",
+             f"trainer.output_dir={tmp_path / 'run'}"]
+    code, stderr, _ = run_in_process(["train", *small])
+    assert code == 0, stderr
+    trainable = tmp_path / "run" / "checkpoint-final" / "trainable.safetensors"
+    tensors = load_file(str(trainable))
+    name = sorted(tensors)[0]
+    tensors[name] = torch.zeros(3, 3)
+    save_file(tensors, str(trainable))
+    code, stderr, seconds = run_in_process(["train", *small, "trainer.num_steps=2", "trainer.resume_from=auto"])
+    case = Case("checkpoint-wrong-shapes", [], ["trainer.resume_from", "trainable.safetensors", "shape mismatches"])
+    assert_one_line_error(code, stderr, seconds, case)

@@ -30,12 +30,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from genalign.data.toy_shapes import COLOR_NAMES, IMAGE_SIZE, SHAPES, parse_prompt
+from genalign.data.toy_shapes import COLOR_NAMES, IMAGE_SIZE, PATCH_SIZE, SHAPES, parse_prompt
 
 NULL_TOKEN = "<null>"
 VOCAB: tuple[str, ...] = (NULL_TOKEN, *COLOR_NAMES, *SHAPES)
 TOKEN_DIM = 32
-PATCH_SIZE = 4
 TRANSFORMER_CONFIG = dict(
     sample_size=IMAGE_SIZE, patch_size=PATCH_SIZE, in_channels=3, out_channels=3, num_layers=4, attention_head_dim=16,
     num_attention_heads=4, joint_attention_dim=TOKEN_DIM, caption_projection_dim=64,

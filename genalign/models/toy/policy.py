@@ -38,6 +38,7 @@ class ToyPolicy:
     """Tiny pixel-space SD3 transformer + lookup text encoder; see the module docstring."""
 
     family = "toy"
+    pipeline_tag = "text-to-image"
     lora_target_modules = SD3_LORA_TARGETS
     repeated_blocks = SD3_REPEATED_BLOCKS
     diffusers_pipeline = None

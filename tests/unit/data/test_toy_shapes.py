@@ -1,5 +1,7 @@
 """The toy shapes world: vocabulary, prompt parsing, deterministic anti-aliased rendering."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -139,3 +141,51 @@ def test_canvas_quality_of_clean_renders_is_clean():
     assert 0.1 < quality["shape_area"].min() and quality["shape_area"].max() < 0.8
     wrong = ts.canvas_quality(images, (colours + 1) % len(ts.COLOR_NAMES))  # the other colour is off-shape
     assert wrong["off_shape_fraction"].mean() > 0.1
+
+
+def painted_square(level: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A 32x32 image, grey canvas, painted purple over rows/columns 4..27 with a per-pixel
+    brightness offset `level` [32, 32] added to every channel; returns (uint8 [1, 3, 32, 32],
+    shape mask [1, 32, 32])."""
+    image = torch.tensor(ts.BACKGROUND, dtype=torch.float32)[:, None, None].repeat(1, 32, 32)  # [3, 32, 32]
+    mask = torch.zeros(32, 32)
+    mask[4:28, 4:28] = 1
+    purple = torch.tensor(ts.COLORS["purple"], dtype=torch.float32)[:, None, None]  # [3, 1, 1]
+    image = torch.where(mask.bool(), purple + level, image)  # [3, 32, 32]
+    return image.round().clamp(0, 255).to(torch.uint8)[None], mask[None]
+
+
+def test_patch_pattern_by_hand():
+    """Flat paint scores 0; a zero-mean 4x4 motif added to every patch (to all three channels)
+    scores the motif's RMS times sqrt(3), wherever the grid's phase; a level alternating from
+    patch to patch has no motif; the canvas is ignored."""
+    flat, mask = painted_square(torch.zeros(32, 32))
+    assert ts.patch_pattern(flat, mask).item() == 0.0
+    motif = torch.tensor([[6.0, -2, -2, 6], [-2, -2, -2, -2], [-2, -2, -2, -2], [6, -2, -2, 6]])  # mean 0
+    rms = math.sqrt((4 * 36 + 12 * 4) / 16)  # sqrt(12)
+    stamped, mask = painted_square(motif.repeat(8, 8))  # [32, 32]
+    torch.testing.assert_close(ts.patch_pattern(stamped, mask), torch.tensor([rms * math.sqrt(3)]))
+    shifted, mask = painted_square(torch.roll(motif.repeat(8, 8), shifts=(1, 2), dims=(0, 1)))
+    torch.testing.assert_close(ts.patch_pattern(shifted, mask), torch.tensor([rms * math.sqrt(3)]))
+    y, x = torch.meshgrid(torch.arange(32), torch.arange(32), indexing="ij")
+    levels, mask = painted_square(10.0 * (1 - 2 * ((y // 4 + x // 4) % 2)).float())  # +10 / -10 per patch
+    assert ts.patch_pattern(levels, mask).item() == 0.0
+    empty = torch.tensor(ts.BACKGROUND, dtype=torch.uint8)[None, :, None, None].repeat(1, 1, 32, 32)
+    assert ts.patch_pattern(empty, torch.zeros(1, 32, 32)).item() == 0.0  # no shape: 0, not nan
+
+
+def test_patch_pattern_of_grain_off_the_grid_is_small():
+    """Pixel noise (σ 8 per channel) that ignores the grid averages out over the core's patches:
+    the core of the 24x24 square holds 16 whole patches, so about 8·sqrt(3·15/16/16) ≈ 3.4, well
+    below the motif of the same per-pixel size."""
+    grain = torch.randn(32, 32, generator=torch.Generator().manual_seed(0)) * 8  # [32, 32]
+    noisy, mask = painted_square(grain)
+    assert ts.patch_pattern(noisy, mask).item() < 5.0
+    stamped, mask = painted_square(grain[:4, :4].repeat(8, 8))  # the same values, repeated per patch
+    assert ts.patch_pattern(stamped, mask).item() > 10.0
+
+
+def test_patch_pattern_is_a_canvas_quality_measure():
+    images, _, colours = ts.random_batch(64, np.random.default_rng(8))
+    pattern = ts.canvas_quality(images, colours)["patch_pattern"]
+    assert pattern.mean() < 0.5  # flat inside the shape (a whole patch touching a slanted edge can blend)

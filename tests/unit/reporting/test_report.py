@@ -158,3 +158,31 @@ def test_a_run_with_only_its_baseline_eval(tmp_path):
     assert 'id="eval-0" open' in html and "<b>baseline: step 0</b>" in html and "before:" not in html
     assert "step 0 of 3 · in progress or stopped" in html
     assert 'id="plot-eval_reward"' in html and 'id="plot-train_reward"' not in html
+
+
+HOSTILE = '<form action="https://evil.example/"><input name=x><a href="https://evil.example/">$\\frac{1}{0}$'
+
+
+def test_every_field_of_every_file_the_report_reads_is_escaped(tmp_path):
+    """A run directory handed to you: hostile text in config.yaml, provenance.json (every
+    field, and fields of the wrong type), metric column names and the directory's own name.
+    The page and its inlined SVG panels must hold none of it as markup."""
+    run_dir = make_run_dir(tmp_path / "run<b>dir", num_steps=4, eval_every=2, components=("ocr", HOSTILE))
+    (run_dir / "config.yaml").write_text(json.dumps({
+        "recipe": HOSTILE, "model": {"family": HOSTILE, "path": HOSTILE, "train_mode": HOSTILE, "dtype": HOSTILE},
+        "algorithm": {"name": HOSTILE}, "reward": {"components": {HOSTILE: HOSTILE}},
+        "eval": {"gold_rewards": {HOSTILE: 1.0}}, "trainer": {"num_steps": HOSTILE, "parity_check": HOSTILE}}))
+    launch = {key: HOSTILE for key in ("started_at", "start_step", "command", "cwd", "hostname", "python", "platform",
+                                       "cuda")}
+    (run_dir / "provenance.json").write_text(json.dumps({"launches": [
+        {**launch, "git": {"commit": HOSTILE, "dirty": HOSTILE}, "devices": [HOSTILE, 3],
+         "packages": {HOSTILE: HOSTILE}},
+        {**launch, "git": HOSTILE, "devices": HOSTILE, "packages": [HOSTILE]},
+        HOSTILE]}))
+    html = write_report(run_dir).read_text()
+    svgs = [base64.b64decode(uri).decode() for uri in re.findall(r"data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)", html)]
+    assert svgs
+    for text in [html, *svgs]:
+        assert "<form" not in text.lower() and "<input" not in text.lower() and "evil.example/\"><" not in text
+        assert '<a href="https://evil' not in text
+    assert "&lt;form action=" in html  # shown, as text

@@ -92,3 +92,21 @@ class CrashReward(_Base):
 
     def score(self, images, prompts, metadata):
         os._exit(1)
+
+
+class CallSizeProbe(MeanPixelReward):
+    """MeanPixelReward that records the batch size of every call (in `CALL_SIZES`)."""
+
+    def score(self, images, prompts, metadata):
+        CALL_SIZES.append(len(prompts))
+        return super().score(images, prompts, metadata)
+
+
+CALL_SIZES: list[int] = []
+
+
+class MetadataReward(_Base):
+    """metadata["value"] of each sample: shows per-sample metadata reaches the scorer."""
+
+    def score(self, images, prompts, metadata):
+        return torch.tensor([float(m["value"]) for m in metadata])

@@ -120,7 +120,8 @@ def test_quality_measures_are_registered_scorers():
     prompts = [f"a {ts.COLOR_NAMES[c]} circle" for c in colours.tolist()]
     expected = ts.canvas_quality(images, colours)
     for name, measure in (("toy_off_shape_fraction", "off_shape_fraction"),
-                          ("toy_background_deviation", "background_deviation"), ("toy_shape_area", "shape_area")):
+                          ("toy_background_deviation", "background_deviation"), ("toy_shape_area", "shape_area"),
+                          ("toy_patch_pattern", "patch_pattern")):
         torch.testing.assert_close(REWARDS.resolve(name)().score(images, prompts, []), expected[measure])
     with pytest.raises(TypeError, match="reward.kwargs.toy_shape_area.tolerance"):
         REWARDS.resolve("toy_shape_area")(tolerance=3)

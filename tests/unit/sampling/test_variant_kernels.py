@@ -17,7 +17,7 @@ def _inputs(seed=0, shape=SHAPE):
 
 
 def test_dance_mean_is_the_flow_mean_with_constant_scale():
-    # μ = x + Δσ·[v + η²/(2σ)·(x + (1 − σ)·v)], std = η·sqrt(−Δσ) (DG flux_step)
+    # μ = x + Δσ·[v + η²/(2σ)·(x + (1 − σ)·v)], std = η·sqrt(−Δσ) (DanceGRPO code flux_step)
     latents, velocity = _inputs()
     sigma, sigma_next, eta = 0.7073, 0.6022, 0.3
     out = dance_sde_step(latents, velocity, sigma, sigma_next, eta, noise=torch.zeros(SHAPE))
@@ -67,7 +67,7 @@ def test_cps_log_prob_forms_hand_values():
     latents, velocity = _inputs()
     prev = latents + 0.1
     out = cps_step(latents, velocity, 0.6, 0.45, 0.8, prev_latents=prev)
-    # "unnormalized" (FG-up): −mean((x − μ)²), no constants
+    # "unnormalized" (flow_grpo): −mean((x − μ)²), no constants
     torch.testing.assert_close(out.log_prob, -((prev - out.mean) ** 2).flatten(1).mean(1))
     gaussian = cps_step(latents, velocity, 0.6, 0.45, 0.8, prev_latents=prev, log_prob_form="gaussian")
     std = 0.45 * math.sin(0.4 * math.pi)

@@ -7,7 +7,7 @@ from genalign.sampling.windows import WindowSchedule, sde_step_mask, window_boun
 
 
 def test_random_window_stays_in_range_covers_it_and_is_a_pure_function_of_the_step():
-    # FG-fast: start ~ UniformInt[lo, hi − size] inclusive; (0, 5), size 2 -> starts 0..3
+    # flow_grpo's fast trainer: start ~ UniformInt[lo, hi − size] inclusive; (0, 5), size 2 -> starts 0..3
     starts = [window_bounds("random", 2, 0, 5, step, seed=42)[0] for step in range(1, 201)]
     assert set(starts) == {0, 1, 2, 3}
     assert starts == [window_bounds("random", 2, 0, 5, step, seed=42)[0] for step in range(1, 201)]

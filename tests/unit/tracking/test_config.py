@@ -8,12 +8,12 @@ import pytest
 
 from genalign.config.errors import ConfigError
 from genalign.config.loader import load_config
-from genalign.tracking.config import WandbConfig, logger_problems
+from genalign.tracking.config import WandbConfig, logger_problems, resolve_wandb
 
 
 def test_default_is_csv_only_and_valid():
     cfg = load_config(None, ["trainer.output_dir=/tmp/unused-genalign-run"])
-    assert cfg.trainer.loggers == ["csv"] and cfg.trainer.wandb.mode == "offline"
+    assert cfg.trainer.loggers == ["csv"] and cfg.trainer.wandb.mode is None  # null: $WANDB_MODE, else offline
     assert logger_problems(["csv", "tensorboard", "wandb"], WandbConfig()) == []
 
 
@@ -37,3 +37,37 @@ def test_a_selected_tracker_that_is_not_installed_names_the_extra(monkeypatch):
                                   "pip install 'genalign[trackers]' or remove wandb from trainer.loggers"]
     # a checkpoint's config (genalign eval, resume checks) logs nowhere: not this machine's concern
     assert logger_problems(["csv", "wandb"], WandbConfig(), check_installed=False) == []
+
+
+def test_wandb_settings_follow_wandb_precedence_config_then_environment_then_default():
+    assert resolve_wandb(WandbConfig(), {}) == {"project": "genalign", "entity": None, "name": None, "group": None,
+                                                "tags": None, "mode": "offline"}
+    environ = {"WANDB_MODE": "disabled", "WANDB_PROJECT": "envproj", "WANDB_ENTITY": "team", "WANDB_NAME": "run-7",
+               "WANDB_RUN_GROUP": "sweep-3", "WANDB_TAGS": "sd3, ocr ,,lora"}
+    assert resolve_wandb(WandbConfig(), environ) == {"project": "envproj", "entity": "team", "name": "run-7",
+                                                     "group": "sweep-3", "tags": ["sd3", "ocr", "lora"],
+                                                     "mode": "disabled"}
+    explicit = WandbConfig(project="p", entity="e", name="n", group="g", tags=["t"], mode="online")
+    assert resolve_wandb(explicit, environ) == {"project": "p", "entity": "e", "name": "n", "group": "g",
+                                                "tags": ["t"], "mode": "online"}
+    assert resolve_wandb(WandbConfig(), {"WANDB_PROJECT": "  "})["project"] == "genalign"  # empty: unset
+
+
+def test_an_unsupported_wandb_mode_from_the_environment_is_a_config_error(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "cloud")
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["trainer.loggers=[csv,wandb]"])
+    assert err.value.problems == ["trainer.loggers=wandb: the environment sets WANDB_MODE='cloud', which genalign "
+                                  "does not support; choose one of: offline, online, disabled (or set "
+                                  "trainer.wandb.mode)"]
+    load_config(None, ["trainer.loggers=[csv,wandb]", "trainer.wandb.mode=offline"])  # the key wins
+    load_config(None, ["trainer.loggers=[csv]"])  # no W&B run, nothing to check
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("every", -1, "trainer.sample_table.every must be >= 0 (0 disables it), got -1"),
+    ("count", 0, "trainer.sample_table.count must be >= 1, got 0")])
+def test_sample_table_bounds(key, value, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [f"trainer.sample_table.{key}={value}"])
+    assert err.value.problems == [message]

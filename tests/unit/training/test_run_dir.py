@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from genalign.config.errors import ConfigError
 from genalign.config.loader import config_to_dict, load_config
-from genalign.training.checkpoint import REQUIRED_FILES, TRAINER_STATE, checkpoint_step
+from genalign.training.checkpoint import REQUIRED_FILES, TRAINER_STATE, checkpoint_step, save_checkpoint
 from genalign.training.run_dir import RunDirError, plan_start, prune_checkpoints
 
 RECIPE = "experiment/toy/shapes_grpo"
@@ -21,12 +22,9 @@ def config(out: Path, *overrides: str):
 
 
 def fake_checkpoint(path: Path, step: int) -> Path:
-    """The files a complete checkpoint has (contents are not read by the planner)."""
-    path.mkdir(parents=True)
-    for name in REQUIRED_FILES:
-        (path / name).write_text("{}")
-    (path / TRAINER_STATE).write_text(json.dumps({"step": step}))
-    return path
+    """A structurally valid checkpoint (tiny tensors): the planner reads headers and JSON only."""
+    return save_checkpoint(path, step=step, config={"trainer": {}}, trainable={"w": torch.zeros(2)}, ema=None,
+                           optimizer={"state": {}, "param_groups": []}, trainer_state={})
 
 
 def old_run(out: Path, steps=(2, 4), final: int | None = None) -> None:
@@ -59,7 +57,7 @@ def test_fresh_run_into_an_existing_run_is_refused_unless_overwrite(tmp_path):
 def test_the_report_and_provenance_belong_to_the_run(tmp_path):
     # a directory holding only an old run's page and provenance is a run: refused, then removed
     (tmp_path / "report.html").write_text("<html>")
-    (tmp_path / "provenance.json").write_text("{}")
+    (tmp_path / "provenance.json").write_text('{"launches": []}')
     with pytest.raises(RunDirError, match="already holds a run \\(provenance.json, report.html\\)"):
         plan_start(config(tmp_path))
     plan_start(config(tmp_path, "trainer.overwrite=true")).apply()
@@ -88,10 +86,81 @@ def test_auto_takes_the_newest_complete_checkpoint(tmp_path):
 def test_auto_without_checkpoint_starts_fresh_and_replaces_the_partial_run(tmp_path, caplog):
     assert plan_start(config(tmp_path / "new", "trainer.resume_from=auto")).checkpoint is None
     old_run(tmp_path, steps=())
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config(tmp_path))))  # ours
     caplog.set_level("INFO")
     start = plan_start(config(tmp_path, "trainer.resume_from=auto"))
     assert start.checkpoint is None and "no complete checkpoint" in caplog.text
-    assert set(start.remove) == {tmp_path / "metrics.csv", tmp_path / "eval_epoch_0"}
+    assert set(start.remove) == {tmp_path / "metrics.csv", tmp_path / "eval_epoch_0", tmp_path / "config.yaml"}
+
+
+def plant_foreign_files(directory: Path) -> dict[str, bytes]:
+    """What another tool leaves in a directory: run-like names, tracker folders, dotfiles."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {"metrics.csv": b"epoch,acc\n1,0.9\n", "report.html": b"<p>mine</p>", "train.log": b"my log\n",
+             "eval_metrics.csv": b"x\n", "eval_epoch_3/result.txt": b"3", "wandb/run-1/files.txt": b"w",
+             "tensorboard/events.out": b"tb", ".notes.tmp-123": b"dot", ".report.html.tmp-42": b"dot2",
+             ".checkpoint-5.tmp-7/part": b"p", "config.yaml": b"learning_rate: 0.1\nepochs: 3\n"}
+    for name, data in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_bytes(data)
+    return files
+
+
+@pytest.mark.parametrize("overrides", [[], ["trainer.resume_from=auto"]], ids=["fresh", "auto"])
+def test_a_directory_that_is_not_a_genalign_run_loses_nothing(tmp_path, overrides):
+    files = plant_foreign_files(tmp_path)
+    with pytest.raises(RunDirError, match="is not a genalign run .*trainer.overwrite=true"):
+        plan_start(config(tmp_path, *overrides))
+    assert {name: (tmp_path / name).read_bytes() for name in files} == files
+    # without the run-named files, only the tool's logs, tracker folders and dotfiles are left:
+    # a fresh start that removes none of them
+    for name in ("metrics.csv", "report.html", "eval_metrics.csv", "eval_epoch_3/result.txt", "config.yaml"):
+        (tmp_path / name).unlink()
+        del files[name]
+    (tmp_path / "eval_epoch_3").rmdir()
+    start = plan_start(config(tmp_path, *overrides))
+    assert start.remove == []
+    start.apply()
+    assert {name: (tmp_path / name).read_bytes() for name in files} == files
+
+
+def test_overwrite_does_remove_run_named_files_of_another_tool(tmp_path):
+    plant_foreign_files(tmp_path)
+    start = plan_start(config(tmp_path, "trainer.overwrite=true"))
+    assert {p.name for p in start.remove} == {"metrics.csv", "report.html", "eval_metrics.csv", "eval_epoch_3",
+                                              "config.yaml", "train.log", "wandb", "tensorboard"}
+
+
+def test_stale_temporaries_are_removed_in_a_genalign_run_only(tmp_path):
+    old_run(tmp_path, steps=(2,))
+    for name in (".checkpoint-3.tmp-11", ".report.html.tmp-12", ".notes.txt.tmp-13"):
+        (tmp_path / name).mkdir()
+    start = plan_start(config(tmp_path, "trainer.resume_from=auto"))
+    assert {p.name for p in start.remove} == {".checkpoint-3.tmp-11", ".report.html.tmp-12"}
+
+
+def test_a_run_name_that_is_a_symlink_is_refused(tmp_path):
+    old_run(tmp_path, steps=(2,))
+    elsewhere = tmp_path.parent / "elsewhere.log"
+    elsewhere.write_text("precious\n")
+    (tmp_path / "train.log").symlink_to(elsewhere)
+    with pytest.raises(RunDirError, match="train.log is a symbolic link"):
+        plan_start(config(tmp_path, "trainer.resume_from=auto"))
+    assert elsewhere.read_text() == "precious\n"
+
+
+def test_auto_names_the_checkpoints_it_skips_and_why(tmp_path, caplog):
+    old_run(tmp_path, steps=(2, 4, 6))
+    (tmp_path / "checkpoint-4" / TRAINER_STATE).write_text("{not json")
+    optimizer = tmp_path / "checkpoint-6" / "optimizer.safetensors"
+    optimizer.write_bytes(optimizer.read_bytes()[:-1])
+    caplog.set_level("INFO")
+    start = plan_start(config(tmp_path, "trainer.resume_from=auto"))
+    assert start.checkpoint == tmp_path / "checkpoint-2"
+    skipped = sorted(r.getMessage() for r in caplog.records if "skipping" in r.getMessage())
+    assert len(skipped) == 2, skipped
+    assert "checkpoint-4/trainer_state.json is not valid JSON" in skipped[0] and "skipping checkpoint-4" in skipped[0]
+    assert "checkpoint-6/optimizer.safetensors is truncated" in skipped[1] and "skipping checkpoint-6" in skipped[1]
 
 
 def test_auto_without_checkpoint_refuses_a_different_runs_files(tmp_path):

@@ -1,0 +1,75 @@
+"""SIGTERM to one torchrun rank: every rank stops after the same step, rank 0 saves it, and a
+resume ends where an uninterrupted 2-rank run ends (toy recipe, DDP on gloo, CPU).
+
+The signal goes to rank 1 alone (not to torchrun, which would forward it to both): the ranks
+agree through the per-step all-reduce in `training/stopping.py`. Three torchrun launches,
+about 3-4 minutes on the shared 2-core box, hence `slow`; the agreement itself is also
+unit-tested with two gloo ranks in tests/unit/training/test_stopping.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from safetensors.torch import load_file
+from support import rows_without_timing
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT_S = 600.0
+
+
+def launch(out: Path) -> subprocess.Popen:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "MASTER_ADDR": "127.0.0.1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
+               "--master_addr=127.0.0.1", "-m", "genalign.train", "--config", "experiment/toy/shapes_grpo",
+               "/base/distributed=local", "distributed.training.strategy=ddp", "distributed.training.backend=gloo",
+               "model.device=cpu", "trainer.num_steps=6", "trainer.save_every=0", "trainer.progress_bar=false",
+               "trainer.resume_from=auto", "rollout.n=4", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=4",
+               "rollout.num_steps=4", "eval.every=0", "eval.at_start=false", "actor.gradient_accumulation_steps=2",
+               f"trainer.output_dir={out}"]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def finish(out: Path) -> None:
+    process = launch(out)
+    _, stderr = process.communicate(timeout=WAIT_S)
+    assert process.returncode == 0, stderr[-4000:]
+
+
+def test_sigterm_to_one_rank_stops_every_rank_after_the_same_step_and_resumes(tmp_path):
+    reference, out = tmp_path / "uninterrupted", tmp_path / "run"
+    finish(reference)
+    process = launch(out)
+    deadline = time.monotonic() + WAIT_S
+    while len(rows_without_timing(out / "metrics.csv")) < 2:
+        assert process.poll() is None, process.stderr.read()[-4000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    ranks = [child for child in psutil.Process(process.pid).children(recursive=True)
+             if "genalign.train" in " ".join(child.cmdline())]
+    assert len(ranks) == 2
+    os.kill(ranks[1].pid, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=WAIT_S)
+    done = len(rows_without_timing(out / "metrics.csv"))
+    stopped = [line for line in stderr.splitlines() if "stopped by SIGTERM" in line]
+    assert len(stopped) == 2, stderr[-4000:]  # each rank logs it, both after the same step
+    assert all(f"after step {done} of 6: checkpoint-{done} written" in line for line in stopped), stopped
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == [f"checkpoint-{done}"]
+    finish(out)
+    assert rows_without_timing(out / "metrics.csv") == rows_without_timing(reference / "metrics.csv")
+    expected, got = (load_file(str(run / "checkpoint-final" / "trainable.safetensors")) for run in (reference, out))
+    assert all((expected[name] == got[name]).all() for name in expected)
