@@ -15,6 +15,7 @@ def write_text_atomically(path: Path | str, text: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    temporary.unlink(missing_ok=True)  # a link planted under our temporary's name is removed, never followed
     try:
         with disk_full_is_user_error(path):
             temporary.write_text(text, encoding="utf-8")

@@ -11,6 +11,7 @@ pass instead of one crash per typo.
 from __future__ import annotations
 
 import errno
+import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -45,9 +46,24 @@ class WriteError(UserError, OSError):
     """A run file could not be written (disk full, quota, read-only): names the file."""
 
 
+def refuse_symlink(path: Path | str) -> None:
+    """Raise a one-line `WriteError` when the file `path` is a symbolic link: a run writes only
+    inside its own directory, and a link planted there (`train.log`, a contact sheet in
+    `eval_epoch_*`, a CSV) would send the write to a file elsewhere. Folders are not checked
+    here (an output_dir reached through a link is the user's choice; the run's own folder
+    names are refused as links when the run starts, `training.run_dir`)."""
+    path = Path(path)
+    if path.is_symlink():
+        raise WriteError(f"refusing to write {path}: it is a symbolic link (to {os.readlink(path)}); a run writes "
+                         "only inside its own directory: remove the link")
+
+
 @contextmanager
 def disk_full_is_user_error(path: Path | str) -> Iterator[None]:
-    """Turn a disk-full OSError inside the block into a one-line `WriteError` naming `path`."""
+    """Turn a disk-full OSError inside the block into a one-line `WriteError` naming `path`.
+    Every run-file writer enters this block, so it is also where a symlinked `path` is refused
+    (`refuse_symlink`)."""
+    refuse_symlink(path)
     try:
         yield
     except OSError as exc:

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from genalign.config.errors import refuse_symlink
+
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 DATE_FORMAT = "%H:%M:%S"
 RUN_LOG_NAME = "train.log"
@@ -33,6 +35,7 @@ class RunLog:
     def __init__(self, run_dir: Path):
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         self.path = Path(run_dir) / RUN_LOG_NAME
+        refuse_symlink(self.path)  # appending through a planted link would write to another file
         self.handler = logging.FileHandler(self.path, mode="a", encoding="utf-8")
         self.handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt=DATE_FORMAT))
         self.handler.setLevel(logging.INFO)

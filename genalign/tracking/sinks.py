@@ -199,6 +199,7 @@ class CSVSink:
         self.columns = columns
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(self.path.name + ".tmp")
+        temporary.unlink(missing_ok=True)  # a link planted under our temporary's name is removed, never followed
         try:
             with disk_full_is_user_error(self.path), open(temporary, "w", newline="") as handle:
                 writer = csv.DictWriter(handle, fieldnames=self.columns, restval="")

@@ -104,7 +104,9 @@ def save_checkpoint(
         raise ValueError(f"{path} holds step {existing_step}; refusing to overwrite it with step {step}")
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    if temp.exists():
+    if temp.is_symlink():  # a link planted under our temporary's name is removed, never written through
+        temp.unlink()
+    elif temp.exists():
         shutil.rmtree(temp)
     try:
         temp.mkdir()
