@@ -106,6 +106,16 @@ def _reason(error: Exception) -> str:
     return f"{type(cause).__name__}: {cause}" if isinstance(cause, Exception) else f"{type(error).__name__}: {error}"
 
 
+def user_error_inside(error: Exception) -> Exception | None:
+    """The genalign `UserError` a worker raised (a non-finite latent or image, a bad input),
+    unwrapped from Ray's `RayTaskError`, else None: the user gets the same one line as with the
+    in-process engine, not a worker traceback."""
+    from genalign.config.errors import UserError
+
+    cause = getattr(error, "cause", None)
+    return cause if isinstance(cause, UserError) else None
+
+
 class RolloutWorker:
     """One Ray actor: a policy copy built exactly as the trainer builds its own."""
 
@@ -325,6 +335,8 @@ class RayRolloutEngine:
                 raise RolloutWorkerError(f"rollout worker {index} did not finish its shard within "
                                          f"{self.generate_timeout_s:.0f}s") from error
             except ray.exceptions.RayTaskError as error:
+                if (cause := user_error_inside(error)) is not None:
+                    raise cause from None
                 raise RolloutWorkerError(f"rollout worker {index} failed: {_reason(error)}") from error
         return results
 
@@ -348,6 +360,8 @@ class RayRolloutEngine:
             deadline = time.monotonic() + self.generate_timeout_s
             return self._get(self.workers[index].generate.remote(groups_ref, shard, spec, self.version), deadline)
         except Exception as error:
+            if (cause := user_error_inside(error)) is not None:  # the shard itself is bad, not the worker
+                raise cause from None
             raise RolloutWorkerError(f"rollout worker {index} failed again after a restart ({_reason(error)}); first "
                                      f"failure: {_reason(first_error)}") from error
 

@@ -22,11 +22,12 @@ import torch
 from genalign.config.loader import load_config
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
+from genalign.finite import NonFiniteError
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.rollout.engine import LocalRolloutEngine
 from genalign.rollout.ray_engine import RayRolloutEngine, RolloutWorkerError, shard_positions
 from genalign.training import setup
-from genalign.training.lora import trainable_state_dict
+from genalign.training.lora import load_trainable_state_dict, trainable_state_dict
 from support import ray_rollout_setting
 
 pytestmark = pytest.mark.ray
@@ -115,6 +116,31 @@ def test_fingerprint_mismatch_names_the_worker(setting):
     with pytest.raises(RolloutWorkerError, match=r"rollout worker 0 failed to load policy version 4.*missing"):
         engine.sync(renamed, version=4)
     engine.sync(state, version=5)  # a good sync restores a consistent state
+
+
+def test_non_finite_samples_in_a_worker_give_the_in_process_error(setting):
+    """A NaN in the synced weights: the worker's NonFiniteError reaches the caller unwrapped from
+    Ray's RayTaskError, with the same one-line message as the in-process engine."""
+    cfg, policy, sampler, engine = setting
+    spec = setup.rollout_spec(cfg)
+    good = {name: tensor.clone() for name, tensor in trainable_state_dict(policy.transformer).items()}
+    poisoned = {name: tensor.clone() for name, tensor in good.items()}
+    poisoned[next(name for name in poisoned if "lora_B" in name)].fill_(float("nan"))
+    groups = sampler.sample(5)
+    engine.sync(poisoned, version=50)
+    try:
+        with pytest.raises(NonFiniteError) as remote:
+            engine.generate(groups, spec)
+        with torch.no_grad():
+            load_trainable_state_dict(policy.transformer, poisoned)
+        with pytest.raises(NonFiniteError) as local:
+            LocalRolloutEngine(policy).generate(groups, spec)
+    finally:
+        with torch.no_grad():
+            load_trainable_state_dict(policy.transformer, good)
+        engine.sync(good, version=51)
+    assert type(remote.value) is NonFiniteError and "\n" not in str(remote.value)
+    assert str(remote.value) == str(local.value) and "sampling produced non-finite latents" in str(remote.value)
 
 
 def test_killed_worker_is_restarted_and_its_shard_regenerated(setting):
