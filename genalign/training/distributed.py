@@ -193,8 +193,13 @@ def per_rank_accumulation(gradient_accumulation_steps: int, info: RankInfo) -> i
     """Micro-batches per optimizer step on each rank: together the ranks cover the
     1-process run's `gradient_accumulation_steps` micro-batches."""
     if gradient_accumulation_steps % info.world_size:
-        raise ValueError(f"actor.gradient_accumulation_steps={gradient_accumulation_steps} must be a multiple of "
-                         f"WORLD_SIZE={info.world_size} so each optimizer step sees the 1-process global batch")
+        from genalign.config.errors import ConfigError
+
+        fit = -(-gradient_accumulation_steps // info.world_size) * info.world_size
+        raise ConfigError([f"actor.gradient_accumulation_steps={gradient_accumulation_steps} must be a multiple of "
+                           f"the {info.world_size} ranks (WORLD_SIZE, --nproc-per-node): the ranks share each "
+                           f"optimizer step's micro-batches, so it sees the 1-process global batch; set it to {fit} "
+                           "(or another multiple)"])
     return gradient_accumulation_steps // info.world_size
 
 

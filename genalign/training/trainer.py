@@ -100,6 +100,9 @@ class Trainer:
             if distributed.rank_info_from_env().is_main:
                 log.info("%s", self.memory_plan.describe())
             self.memory_plan.check()
+        # the ranks' share of an optimizer step's micro-batches: a config error before any model loads
+        ranks = distributed.RankInfo() if cfg.distributed.training.strategy == "none" else distributed.rank_info_from_env()
+        distributed.per_rank_accumulation(cfg.actor.gradient_accumulation_steps, ranks)
         strategy = cfg.distributed.training
         devices = resolve_resources(cfg).trainer_cuda_indices  # the planned (or pinned) trainer GPUs
         self.ranks = distributed.init_distributed(strategy.strategy, strategy.backend, devices, strategy.timeout_s)

@@ -261,6 +261,9 @@ CASES = [
          ["trainer.output_dir", "metrics.csv", "not a genalign run"], foreign_dir),
     Case("output-dir-symlinked-log", TOY + ["trainer.output_dir={file}"],
          ["trainer.output_dir", "train.log is a symbolic link"], linked_log_dir),
+    Case("nproc-accumulation-not-a-multiple", ["train", "--nproc-per-node=2", "trainer.resume_from=auto",
+                                               "distributed.training.strategy=ddp", "actor.gradient_accumulation_steps=1"],
+         ["actor.gradient_accumulation_steps=1", "multiple of the 2 ranks", "set it to 2"], also_config=False),
     # the last tracebacks: each one line naming the key or file, before the model loads
     Case("model-path-not-a-pipeline", SD3 + ["model.path={file}"], ["model.path", "not a diffusers pipeline directory",
                                                                    "StableDiffusion3Pipeline"],
