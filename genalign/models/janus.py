@@ -81,6 +81,8 @@ class JanusPolicy:
     """The transformers class an exported adapter loads onto (`PeftModel.from_pretrained`)."""
     peft_module_prefix = "model.language_model"
     """Where the trained module sits inside `hub_class` (the exported adapter's key prefix)."""
+    supports_gradient_checkpointing = False
+    """model.gradient_checkpointing is refused (the memory plan does not offer it as a lever)."""
 
     def __init__(self, model, processor, device: torch.device, dtype: torch.dtype):
         self.model = model.eval().requires_grad_(False)

@@ -199,7 +199,10 @@ def _levers(cfg, uses_cfg: bool, ranks: int) -> list[str]:
         levers.append("model.train_mode=lora")
     if m.dtype == "float32":
         levers.append("model.dtype=bfloat16")
-    if not m.gradient_checkpointing:
+    from genalign.models.registry import MODEL_FAMILIES
+
+    if not m.gradient_checkpointing and getattr(MODEL_FAMILIES.resolve(m.family), "supports_gradient_checkpointing",
+                                                True):
         levers.append("model.gradient_checkpointing=true")
     micro = cfg.actor.micro_batch_size or cfg.rollout.sample_batch_size
     if micro > 1:

@@ -164,7 +164,12 @@ def test_janus_pro_7b_counts_the_published_size_and_plans_the_kv_cache():
     prefill = rows * prompt * 4096 * mp._calibration("janus")["rollout_peak"]
     roll = next(v for k, v in _rollout_lines(cfg) if k.startswith("rollout working set"))
     assert roll == pytest.approx(kv + prefill)
-    assert "not yet measured" in plan.describe()
+    assert "tiny janus: 2 LLaMA blocks" in plan.describe()  # the calibration it scaled
+    over = mp.plan_memory(load_config("experiment/autoregressive/janus_pro/online_grpo_ocr",
+                                      ["distributed.resources.gpu_memory_gib=24"], check_files=False))
+    levers = " ".join(over.problems())
+    assert "actor.micro_batch_size=4" in levers
+    assert "gradient_checkpointing" not in levers  # Janus refuses it: not offered
 
 
 def _rollout_lines(cfg):
