@@ -192,6 +192,13 @@ def _trainer_ranks(cfg) -> int:
     return max(1, int(gpus)) if not isinstance(gpus, str) else 1
 
 
+def _family_supports(family: str, feature: str) -> bool:
+    """A policy class's `supports_*` flag (every diffusion family supports all of them)."""
+    from genalign.models.registry import MODEL_FAMILIES
+
+    return bool(getattr(MODEL_FAMILIES.resolve(family), feature, True))
+
+
 def _levers(cfg, uses_cfg: bool, ranks: int) -> list[str]:
     """The config changes not yet made that lower a peak."""
     m, levers = cfg.model, []
@@ -199,16 +206,14 @@ def _levers(cfg, uses_cfg: bool, ranks: int) -> list[str]:
         levers.append("model.train_mode=lora")
     if m.dtype == "float32":
         levers.append("model.dtype=bfloat16")
-    from genalign.models.registry import MODEL_FAMILIES
-
-    if not m.gradient_checkpointing and getattr(MODEL_FAMILIES.resolve(m.family), "supports_gradient_checkpointing",
-                                                True):
+    if not m.gradient_checkpointing and _family_supports(m.family, "supports_gradient_checkpointing"):
         levers.append("model.gradient_checkpointing=true")
     micro = cfg.actor.micro_batch_size or cfg.rollout.sample_batch_size
     if micro > 1:
         levers.append(f"actor.micro_batch_size={max(1, micro // 2)} (and rollout.sample_batch_size to match for "
                       "bitwise parity)")
-    if uses_cfg and not (m.cfg_batch == "split" and cfg.algorithm.detach_uncond):
+    if uses_cfg and _family_supports(m.family, "supports_split_cfg") and not (
+            m.cfg_batch == "split" and cfg.algorithm.detach_uncond):
         levers.append("model.cfg_batch=split with algorithm.detach_uncond=true")
     if cfg.actor.ema.enabled:
         levers.append("actor.ema.enabled=false")
@@ -270,11 +275,12 @@ def plan_memory(cfg) -> MemoryPlan | None:
     text_tokens = m.max_sequence_length + arch.geometry.extra_text_tokens
     image_tokens = arch.geometry.image_tokens(cfg.rollout.height, cfg.rollout.width, m.num_frames)
     tokens = tokens_per_row(image_tokens, text_tokens, arch.geometry.text_in_sequence)
-    rows = replay_rows(run.train_micro_batch, run.uses_cfg, m.cfg_batch, cfg.algorithm.detach_uncond)
+    cfg_batch = m.cfg_batch if _family_supports(m.family, "supports_split_cfg") else "joint"
+    rows = replay_rows(run.train_micro_batch, run.uses_cfg, cfg_batch, cfg.algorithm.detach_uncond)
     activations = replay_activation_bytes(rows, tokens, arch.num_layers, arch.hidden_size, dtype_bytes,
                                           calibration["replay"], calibration["replay_checkpointed"],
                                           m.gradient_checkpointing)
-    rollout_rows = run.rollout_micro_batch * (2 if run.uses_cfg and m.cfg_batch == "joint" else 1)
+    rollout_rows = run.rollout_micro_batch * (2 if run.uses_cfg and cfg_batch == "joint" else 1)
     if arch.geometry.kv_cache:  # token sampling: the cache at its longest + the prompt's prefill forward
         working = (kv_cache_bytes(rollout_rows, tokens, arch.num_layers, arch.kv_heads, arch.head_dim, dtype_bytes)
                    + rollout_working_bytes(rollout_rows, text_tokens, arch.hidden_size, dtype_bytes,

@@ -170,6 +170,10 @@ def test_janus_pro_7b_counts_the_published_size_and_plans_the_kv_cache():
     levers = " ".join(over.problems())
     assert "actor.micro_batch_size=4" in levers
     assert "gradient_checkpointing" not in levers  # Janus refuses it: not offered
+    assert "cfg_batch" not in levers  # both streams always run as one batch
+    split = mp.plan_memory(load_config("experiment/autoregressive/janus_pro/online_grpo_ocr",
+                                       ["model.cfg_batch=split", "algorithm.detach_uncond=true"], check_files=False))
+    assert split.roles[0].peak_bytes == plan.roles[0].peak_bytes  # not read by Janus: still 2 streams
 
 
 def _rollout_lines(cfg):
