@@ -1,6 +1,7 @@
 """Activation-memory calibration for the memory plan, measured on CPU.
 
     python benchmarks/calibrate_memory.py [--out genalign/models/architectures/calibration.json]
+                                          [--families janus ...]   (re-measure only these)
 
 For every diffusion family it builds the tiny pipeline (`models/tiny.py`) with its transformer
 replaced by the real model's (the shipped architecture file: the same block options, head
@@ -20,6 +21,13 @@ model's sequence length, depth and width (`training/memory_plan.py`). Per-head t
 log-sum-exp) keep their share at 2 heads; per-token terms that do not grow with width (norm
 statistics) weigh a little more at 2 heads than at 24, so the coefficients err high; the
 plan's check against the GPU measurement (docs/memory_plan.md) says by how much.
+
+Janus-Pro (the token family) the same way: the tiny Janus with its language model replaced by
+Janus-Pro-7B's LLaMA block (real head size and MLP ratio) cut to 2 blocks of 2 heads, through
+`build_policy`, measuring the policy's teacher-forced `token_log_probs` (the replay call) at
+two image-token counts; the no-grad peak of the same call stands for the rollout's prefill.
+Its language model has no gradient checkpointing, so `replay_checkpointed` is the block input
+alone (2 bytes per unit, derived, not measured).
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from torch.utils._pytree import tree_flatten  # noqa: E402
 
 from genalign.config.loader import load_config  # noqa: E402
 from genalign.models.architecture import ARCHITECTURES  # noqa: E402
-from genalign.models.tiny import save_tiny  # noqa: E402
+from genalign.models.tiny import JANUS_SHAPES, build_tiny_janus, save_tiny  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402
 
 FAMILIES = {"sd3": 64, "flux": 64, "qwen_image": 64, "wan": 64, "cosmos": 64}
@@ -173,15 +181,71 @@ def calibrate(family: str, root: Path, small: int) -> dict:
     return result
 
 
+JANUS_TOKENS = 256
+"""The smaller image-token count of the Janus calibration (the larger is twice it)."""
+
+
+def calibration_janus_shapes() -> str:
+    """Register the tiny Janus whose language model is Janus-Pro-7B's block (shipped file) cut to
+    2 layers of 2 heads of the real head size, at the real MLP ratio; returns its shapes key."""
+    spec = json.loads((ARCHITECTURES / "deepseek-community--Janus-Pro-7B.json").read_text())
+    text = spec["components"]["heads_and_aligners"]["config"]["text_config"]
+    head_dim = text["hidden_size"] // text["num_attention_heads"]
+    hidden = 2 * head_dim
+    JANUS_SHAPES["calibration"] = dict(JANUS_SHAPES["tiny"], text=dict(
+        hidden_size=hidden, intermediate_size=hidden * text["intermediate_size"] // text["hidden_size"],
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4 * JANUS_TOKENS))
+    return "calibration"
+
+
+def calibrate_janus(root: Path, small: int = JANUS_TOKENS) -> dict:
+    build_tiny_janus(0, calibration_janus_shapes()).save_pretrained(root / "janus")
+    cfg = load_config(None, ["model.family=janus", "algorithm.name=ar_grpo", f"model.path={root / 'janus'}",
+                             "model.dtype=bfloat16", "model.device=cpu", "model.train_mode=lora"])
+    torch.manual_seed(0)
+    policy = build_policy(cfg)
+    config = policy.transformer.config
+    hidden, layers = int(config.hidden_size), int(config.num_hidden_layers)
+    cond = policy.encode_prompts(["a calibration prompt"], with_negative=False)
+    result = {}
+    for grad in (True, False):
+        policy.transformer.train(grad)
+        points = []
+        for count in (small, 2 * small):
+            tokens = torch.randint(0, int(policy.model.model.vqmodel.config.num_embeddings), (1, count))
+            tracker = LiveBytes()
+            with torch.set_grad_enabled(grad), tracker:
+                out = policy.token_log_probs(cond, tokens, guidance_scale=1.0, temperature=1.0)
+                kept = tracker.live
+            del out
+            points.append((count, kept, tracker.peak))
+        (n1, kept1, peak1), (n2, kept2, peak2) = points
+        if grad:
+            result["replay"] = (kept2 - kept1) / (n2 - n1) / (layers * hidden)
+        else:
+            result["rollout_peak"] = (peak2 - peak1) / (n2 - n1) / hidden
+    result["replay_checkpointed"] = 2.0  # the bfloat16 block input; Janus has no checkpointing to measure
+    result["measured_on"] = (f"tiny janus: {layers} LLaMA blocks of width {hidden}, bfloat16, CPU "
+                             "(replay_checkpointed derived, not measured)")
+    return result
+
+
+CALIBRATORS = {**{family: (lambda root, side=side, family=family: calibrate(family, root, side))
+                  for family, side in FAMILIES.items()}, "janus": calibrate_janus}
+"""family -> its measurement (the token family has its own replay call)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--families", nargs="+", choices=sorted(CALIBRATORS), default=sorted(CALIBRATORS),
+                        help="measure only these; the others keep their entries in --out")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    families = {}
+    families = json.loads(args.out.read_text())["families"] if args.out.is_file() else {}
     with tempfile.TemporaryDirectory() as tmp:
-        for family, side in FAMILIES.items():
-            families[family] = calibrate(family, Path(tmp), side)
+        for family in args.families:
+            families[family] = CALIBRATORS[family](Path(tmp))
             print(family, json.dumps(families[family]))
     body = {"units": "bytes per transformer token per block per hidden unit at bfloat16 compute "
                      "(replay: kept for backward; replay_checkpointed: with gradient checkpointing); "

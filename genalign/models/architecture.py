@@ -8,6 +8,10 @@ id under `models/architectures/` (the published config.json of each component, o
 JSON per preset). Either way the real diffusers / transformers class is instantiated on the
 `meta` device, so a count is the model's own `numel`, not a formula we keep in sync by hand.
 
+A composite model (Janus-Pro's `JanusForConditionalGeneration`) is built once and split by
+the file's `parts` (plan component -> submodule path): its language model is the plan's
+`transformer`, the rest keeps the file's component name.
+
 An architecture file also carries the family's token `geometry` (VAE factors, patch, whether
 text tokens run through the joint-attention blocks), which turns an image size into the
 transformer's sequence length; a local directory takes the geometry of its family's shipped
@@ -40,9 +44,13 @@ class Geometry:
     FLUX, Qwen-Image); False = the text enters by cross-attention only (Wan, Cosmos)."""
     extra_text_tokens: int
     """Text tokens beyond model.max_sequence_length (SD3's 77 CLIP tokens)."""
-    text_width_key: str
+    text_width_key: str | None
     """The transformer config key giving the width of one stored prompt-embedding token
-    (joint_attention_dim; Wan text_dim; Cosmos the concatenated Qwen2.5-VL layers)."""
+    (joint_attention_dim; Wan text_dim; Cosmos the concatenated Qwen2.5-VL layers); None when
+    the stored condition is token ids (Janus: bytes per prompt, not counted)."""
+    kv_cache: bool = False
+    """Token-autoregressive sampling: the rollout keeps a key-value cache over prompt + image
+    tokens (Janus-Pro); False = a denoiser's forward over the whole sequence each step."""
 
     def image_tokens(self, height: int, width: int, frames: int) -> int:
         """Transformer image tokens of one sample."""
@@ -80,6 +88,10 @@ class Architecture:
     linear_shapes: tuple[tuple[str, int, int], ...]
     """(module name, in_features, out_features) of every nn.Linear in the transformer: LoRA's
     targets are chosen among them."""
+    kv_heads: int = 0
+    """Key-value heads of the transformer's attention (a token family's KV cache; 0 otherwise)."""
+    head_dim: int = 0
+    """Width of one attention head (a token family's KV cache; 0 otherwise)."""
 
     def component(self, name: str) -> ComponentSize:
         return next(c for c in self.components if c.name == name)
@@ -137,12 +149,39 @@ def build_on_meta(library: str, class_name: str, config: dict):
         return getattr(transformers, class_name)(transformers.AutoConfig.for_model(model_type, **config))
 
 
-def _transformer_shape(module) -> tuple[int, int]:
-    """(hidden size, blocks) of a diffusers transformer from its config."""
+def _transformer_shape(module) -> tuple[int, int, int, int]:
+    """(hidden size, blocks, key-value heads, head dim) of the trained transformer from its
+    config: a diffusers transformer (heads x attention_head_dim; FLUX's double + single blocks)
+    or a transformers decoder (hidden_size, num_hidden_layers, num_key_value_heads)."""
     config = module.config
-    hidden = int(config.num_attention_heads * config.attention_head_dim)
-    layers = int(config.num_layers) + int(getattr(config, "num_single_layers", 0) or 0)
-    return hidden, layers
+    if hasattr(config, "attention_head_dim"):
+        hidden = int(config.num_attention_heads * config.attention_head_dim)
+        layers = int(config.num_layers) + int(getattr(config, "num_single_layers", 0) or 0)
+        return hidden, layers, int(config.num_attention_heads), int(config.attention_head_dim)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+    return int(config.hidden_size), int(config.num_hidden_layers), int(config.num_key_value_heads), head_dim
+
+
+def _parts(module, name: str, parts: dict[str, str]) -> list[tuple[str, object | None]]:
+    """A composite model split into the memory plan's components: each named part is the
+    submodule at its dotted path; `name` keeps the rest (heads, aligners, embeddings), None
+    marking it to be counted as the whole minus the parts."""
+    from operator import attrgetter
+
+    return [(part, attrgetter(path)(module)) for part, path in parts.items()] + [(name, None)]
+
+
+def _size(name: str, module, whole=None, parts=()) -> "ComponentSize":
+    def count(m):
+        return (sum(p.numel() for p in m.parameters()),
+                sum(b.numel() for b in m.buffers() if b.is_floating_point()))
+
+    if whole is None:
+        return ComponentSize(name, *count(module))
+    params, buffers = count(whole)
+    for part in parts:
+        params, buffers = params - part.parameters, buffers - part.buffer_elements
+    return ComponentSize(name, params, buffers)
 
 
 @lru_cache(maxsize=16)
@@ -155,26 +194,33 @@ def load_architecture(family: str, path: str) -> Architecture | None:
     if found is None:
         return None
     specs, geometry, source = found
-    geometry = Geometry(geometry["spatial_factor"], geometry["temporal_factor"], tuple(geometry["patch"]),
-                        geometry["text_in_sequence"], geometry["extra_text_tokens"], geometry["text_width_key"])
-    sizes, linears, hidden, layers, text_width = [], (), 0, 0, 0
     vae = specs.get("vae", {}).get("config", {})
-    latent_channels = vae.get("latent_channels", vae.get("z_dim"))
+    # a token family has no VAE latent: its file says latent_channels 0 (trajectories keep token ids)
+    latent_channels = vae.get("latent_channels", vae.get("z_dim", geometry.get("latent_channels")))
     if latent_channels is None:
         raise ValueError(f"{source}: the vae config gives neither latent_channels nor z_dim")
+    geometry = Geometry(geometry["spatial_factor"], geometry["temporal_factor"], tuple(geometry["patch"]),
+                        geometry["text_in_sequence"], geometry["extra_text_tokens"], geometry["text_width_key"],
+                        bool(geometry.get("kv_cache", False)))
+    sizes, linears, shape, text_width = [], (), (0, 0, 0, 0), 0
     for name, spec in specs.items():
         if spec["library"] not in ("diffusers", "transformers"):
             continue  # tokenizers, schedulers: no weights
-        module = build_on_meta(spec["library"], spec["class"], dict(spec["config"]))
-        buffers = sum(b.numel() for b in module.buffers() if b.is_floating_point())
-        sizes.append(ComponentSize(name, sum(p.numel() for p in module.parameters()), buffers))
-        if name == TRANSFORMER:
-            hidden, layers = _transformer_shape(module)
-            text_width = int(module.config[geometry.text_width_key])
-            linears = tuple((n, m.in_features, m.out_features) for n, m in module.named_modules()
-                            if isinstance(m, torch.nn.Linear))
+        built = build_on_meta(spec["library"], spec["class"], dict(spec["config"]))
+        split = _parts(built, name, spec["parts"]) if "parts" in spec else [(name, built)]
+        own = []
+        for part, module in split:
+            own.append(_size(part, module) if module is not None else _size(part, None, built, own))
+            if part == TRANSFORMER:
+                shape = _transformer_shape(module)
+                if geometry.text_width_key is not None:
+                    text_width = int(getattr(module.config, geometry.text_width_key))
+                linears = tuple((n, m.in_features, m.out_features) for n, m in module.named_modules()
+                                if isinstance(m, torch.nn.Linear))
+        sizes += own
+    hidden, layers, kv_heads, head_dim = shape
     return Architecture(family, source, tuple(sizes), geometry, hidden, layers, text_width, int(latent_channels),
-                        linears)
+                        linears, kv_heads, head_dim)
 
 
 def lora_parameters(linear_shapes: tuple[tuple[str, int, int], ...], targets: list[str], rank: int) -> int:

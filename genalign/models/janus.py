@@ -81,6 +81,11 @@ class JanusPolicy:
     """The transformers class an exported adapter loads onto (`PeftModel.from_pretrained`)."""
     peft_module_prefix = "model.language_model"
     """Where the trained module sits inside `hub_class` (the exported adapter's key prefix)."""
+    supports_gradient_checkpointing = False
+    """model.gradient_checkpointing is refused (the memory plan does not offer it as a lever)."""
+    supports_split_cfg = False
+    """Both CFG streams always run as one batch (model.cfg_batch is not read): the memory plan
+    counts them joint and does not offer the split form as a lever."""
 
     def __init__(self, model, processor, device: torch.device, dtype: torch.dtype):
         self.model = model.eval().requires_grad_(False)

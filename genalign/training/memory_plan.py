@@ -38,6 +38,8 @@ TEXT_ENCODER = "text_encoder"
 CALIBRATION = Path(__file__).resolve().parents[1] / "models" / "architectures" / "calibration.json"
 CALIBRATION_BYTES = 2
 """The calibration's coefficients are at bfloat16 compute; other dtypes scale by bytes."""
+FLOAT32_COMPONENTS = ("vae", "vqmodel")
+"""Decoders that always run in float32 (the diffusion families' VAE, Janus-Pro's VQ model)."""
 
 
 # ---------------------------------------------------------------- pure math
@@ -87,6 +89,12 @@ def rollout_working_bytes(rows: int, tokens: int, hidden: int, dtype_bytes: int,
     return rows * tokens * hidden * per_unit * dtype_bytes / CALIBRATION_BYTES
 
 
+def kv_cache_bytes(rows: int, tokens: int, layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> float:
+    """A token rollout's key-value cache at its longest: keys and values (2) x layers x
+    key-value heads x head dim x tokens (prompt + image) x rows (CFG: both streams) x bytes."""
+    return float(2 * layers * kv_heads * head_dim * tokens * rows * dtype_bytes)
+
+
 def trajectory_bytes(samples: int, steps: int, latent_elements: int, pixels: int) -> float:
     """Host bytes of a step's trajectories: float32 latents x_0..x_T, log-probs, uint8 media."""
     return float(samples * ((steps + 1) * latent_elements * 4 + steps * 4 + 3 * pixels))
@@ -131,9 +139,11 @@ class MemoryPlan:
     """Where the parameter counts came from."""
     levers: tuple[str, ...]
     """Config changes that lower the peak, for the error."""
+    activations: str = CALIBRATION.name
+    """Where the activation coefficients came from (the calibration's `measured_on`)."""
 
     def describe(self) -> str:
-        lines = [f"memory plan (parameter counts: {self.source}; activations: {CALIBRATION.name}):"]
+        lines = [f"memory plan (parameter counts: {self.source}; activations: {self.activations}):"]
         for role in self.roles:
             lines.append(f"  {role.name}: peak ~{role.peak_bytes / GIB:.1f} GiB per GPU")
             lines += [f"    {what}: {value / GIB:.2f} GiB" for what, value in role.lines]
@@ -182,6 +192,13 @@ def _trainer_ranks(cfg) -> int:
     return max(1, int(gpus)) if not isinstance(gpus, str) else 1
 
 
+def _family_supports(family: str, feature: str) -> bool:
+    """A policy class's `supports_*` flag (every diffusion family supports all of them)."""
+    from genalign.models.registry import MODEL_FAMILIES
+
+    return bool(getattr(MODEL_FAMILIES.resolve(family), feature, True))
+
+
 def _levers(cfg, uses_cfg: bool, ranks: int) -> list[str]:
     """The config changes not yet made that lower a peak."""
     m, levers = cfg.model, []
@@ -189,13 +206,14 @@ def _levers(cfg, uses_cfg: bool, ranks: int) -> list[str]:
         levers.append("model.train_mode=lora")
     if m.dtype == "float32":
         levers.append("model.dtype=bfloat16")
-    if not m.gradient_checkpointing:
+    if not m.gradient_checkpointing and _family_supports(m.family, "supports_gradient_checkpointing"):
         levers.append("model.gradient_checkpointing=true")
     micro = cfg.actor.micro_batch_size or cfg.rollout.sample_batch_size
     if micro > 1:
         levers.append(f"actor.micro_batch_size={max(1, micro // 2)} (and rollout.sample_batch_size to match for "
                       "bitwise parity)")
-    if uses_cfg and not (m.cfg_batch == "split" and cfg.algorithm.detach_uncond):
+    if uses_cfg and _family_supports(m.family, "supports_split_cfg") and not (
+            m.cfg_batch == "split" and cfg.algorithm.detach_uncond):
         levers.append("model.cfg_batch=split with algorithm.detach_uncond=true")
     if cfg.actor.ema.enabled:
         levers.append("actor.ema.enabled=false")
@@ -241,8 +259,8 @@ def plan_memory(cfg) -> MemoryPlan | None:
     weights = [(f"transformer base weights ({m.dtype}{', FSDP2 shard + 1 block' if fsdp else ''})", base_bytes)] \
         if base else []  # a full fine-tune's transformer is all trained: float32 masters below
     encoders = 0.0  # text encoders parked on the CPU except while prompts are encoded
-    for c in frozen:  # the VAE always computes in float32
-        at = 4 if c.name == "vae" else dtype_bytes
+    for c in frozen:  # the VAE / VQ decoder always computes in float32
+        at = 4 if c.name in FLOAT32_COMPONENTS else dtype_bytes
         size = weight_bytes(c.parameters + c.buffer_elements, at)
         if m.offload_text_encoders and c.name.startswith(TEXT_ENCODER):
             encoders += size
@@ -257,15 +275,23 @@ def plan_memory(cfg) -> MemoryPlan | None:
     text_tokens = m.max_sequence_length + arch.geometry.extra_text_tokens
     image_tokens = arch.geometry.image_tokens(cfg.rollout.height, cfg.rollout.width, m.num_frames)
     tokens = tokens_per_row(image_tokens, text_tokens, arch.geometry.text_in_sequence)
-    rows = replay_rows(run.train_micro_batch, run.uses_cfg, m.cfg_batch, cfg.algorithm.detach_uncond)
+    cfg_batch = m.cfg_batch if _family_supports(m.family, "supports_split_cfg") else "joint"
+    rows = replay_rows(run.train_micro_batch, run.uses_cfg, cfg_batch, cfg.algorithm.detach_uncond)
     activations = replay_activation_bytes(rows, tokens, arch.num_layers, arch.hidden_size, dtype_bytes,
                                           calibration["replay"], calibration["replay_checkpointed"],
                                           m.gradient_checkpointing)
-    rollout_rows = run.rollout_micro_batch * (2 if run.uses_cfg and m.cfg_batch == "joint" else 1)
-    working = rollout_working_bytes(rollout_rows, tokens, arch.hidden_size, dtype_bytes, calibration["rollout_peak"])
+    rollout_rows = run.rollout_micro_batch * (2 if run.uses_cfg and cfg_batch == "joint" else 1)
+    if arch.geometry.kv_cache:  # token sampling: the cache at its longest + the prompt's prefill forward
+        working = (kv_cache_bytes(rollout_rows, tokens, arch.num_layers, arch.kv_heads, arch.head_dim, dtype_bytes)
+                   + rollout_working_bytes(rollout_rows, text_tokens, arch.hidden_size, dtype_bytes,
+                                           calibration["rollout_peak"]))
+    else:
+        working = rollout_working_bytes(rollout_rows, tokens, arch.hidden_size, dtype_bytes,
+                                        calibration["rollout_peak"])
     act_line = (f"replay activations ({rows} rows x {tokens} tokens"
                 f"{', checkpointed' if m.gradient_checkpointing else ''})", activations)
-    roll_line = (f"rollout working set ({rollout_rows} rows x {tokens} tokens)", working)
+    roll_line = (f"rollout working set ({rollout_rows} rows x {tokens} tokens"
+                 f"{', KV cache' if arch.geometry.kv_cache else ''})", working)
     micro_line = ("replayed micro-batch (latents, condition)",
                   float(run.train_micro_batch * (2 * _latent_elements(arch, cfg) * 4
                                                  + (2 if run.uses_cfg else 1) * text_tokens * arch.text_width
@@ -300,7 +326,8 @@ def plan_memory(cfg) -> MemoryPlan | None:
     host = (("trajectories", trajectory_bytes(samples, cfg.rollout.num_steps, _latent_elements(arch, cfg), pixels)),
             ("prompt embeddings", prompt_embedding_bytes(embedding_rows, text_tokens, arch.text_width, dtype_bytes)))
     memory, memory_source = _gpu_memory(cfg)
-    return MemoryPlan(tuple(roles), host, memory, memory_source, arch.source, tuple(_levers(cfg, run.uses_cfg, ranks)))
+    return MemoryPlan(tuple(roles), host, memory, memory_source, arch.source, tuple(_levers(cfg, run.uses_cfg, ranks)),
+                      f"{CALIBRATION.name}, {calibration['measured_on']}")
 
 
 def _latent_elements(arch, cfg) -> int:

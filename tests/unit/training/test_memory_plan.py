@@ -136,3 +136,49 @@ def test_qwen_image_recipe_shards_with_fsdp2_and_local_resets_the_strategy():
     one = mp.plan_memory(local)
     assert four.roles[0].peak_bytes < 0.6 * one.roles[0].peak_bytes  # the transformer and its state sharded
     assert "each of 4 rank(s)" in four.roles[0].name
+
+
+def test_janus_pro_7b_counts_the_published_size_and_plans_the_kv_cache():
+    """JanusForConditionalGeneration built on the meta device from the shipped config: 7.4 B
+    parameters in all (the model card's 7.42 B), the DeepSeek-LLM-7B language model trained."""
+    arch = load_architecture("janus", "deepseek-community/Janus-Pro-7B")
+    total = sum(c.parameters for c in arch.components)
+    assert total == pytest.approx(7.42e9, rel=0.01)
+    assert arch.component("transformer").parameters == pytest.approx(6.49e9, rel=0.01)  # 30 LLaMA blocks + embeddings
+    assert arch.component("vision_model").parameters == pytest.approx(0.30e9, rel=0.02)  # SigLIP-L
+    assert arch.component("vqmodel").parameters == pytest.approx(0.072e9, rel=0.02)
+    assert (arch.hidden_size, arch.num_layers, arch.kv_heads, arch.head_dim) == (4096, 30, 32, 128)
+    assert arch.geometry.image_tokens(384, 384, 1) == 576
+    kv_small = mp.kv_cache_bytes(rows=2, tokens=10, layers=3, kv_heads=4, head_dim=8, dtype_bytes=2)
+    assert kv_small == 2 * 3 * 4 * 8 * 10 * 2 * 2  # keys+values x layers x heads x dim x tokens x rows x bytes
+
+    cfg = load_config("experiment/autoregressive/janus_pro/online_grpo_ocr", [], check_files=False)
+    plan = mp.plan_memory(cfg)
+    assert plan is not None
+    lines = dict(plan.roles[0].lines)
+    assert lines["vqmodel (frozen, float32)"] == arch.component("vqmodel").parameters * 4
+    prompt = cfg.model.max_sequence_length
+    tokens = 576 + prompt
+    rows = 2 * cfg.rollout.sample_batch_size  # CFG: both streams cached
+    kv = 2 * 30 * 32 * 128 * tokens * rows * 2  # bfloat16
+    prefill = rows * prompt * 4096 * mp._calibration("janus")["rollout_peak"]
+    roll = next(v for k, v in _rollout_lines(cfg) if k.startswith("rollout working set"))
+    assert roll == pytest.approx(kv + prefill)
+    assert "tiny janus: 2 LLaMA blocks" in plan.describe()  # the calibration it scaled
+    over = mp.plan_memory(load_config("experiment/autoregressive/janus_pro/online_grpo_ocr",
+                                      ["distributed.resources.gpu_memory_gib=24"], check_files=False))
+    levers = " ".join(over.problems())
+    assert "actor.micro_batch_size=4" in levers
+    assert "gradient_checkpointing" not in levers  # Janus refuses it: not offered
+    assert "cfg_batch" not in levers  # both streams always run as one batch
+    split = mp.plan_memory(load_config("experiment/autoregressive/janus_pro/online_grpo_ocr",
+                                       ["model.cfg_batch=split", "algorithm.detach_uncond=true"], check_files=False))
+    assert split.roles[0].peak_bytes == plan.roles[0].peak_bytes  # not read by Janus: still 2 streams
+
+
+def _rollout_lines(cfg):
+    """The colocated preset's rollout phase, where the rollout working set is its own line."""
+    colocated = load_config("experiment/autoregressive/janus_pro/online_grpo_ocr",
+                            ["/base/distributed=ray_rollout_colocated_single_gpu"], check_files=False)
+    assert colocated.rollout.sample_batch_size == cfg.rollout.sample_batch_size
+    return mp.plan_memory(colocated).roles[0].lines
