@@ -23,14 +23,13 @@ checkpoint you point them at; the name records which one a run used.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from genalign.rewards.clip_encoder import ClipEncoder
 from genalign.rewards.options import parse_options
-from genalign.rewards.pretrained import load_pretrained, resolve_dtype
+from genalign.rewards.pretrained import load_pretrained, load_weights_file, resolve_dtype
 
 LAYER_KEYS = {"ln_1": "layer_norm1", "ln_2": "layer_norm2", "attn.out_proj": "self_attn.out_proj",
               "mlp.c_fc": "mlp.fc1", "mlp.c_proj": "mlp.fc2"}
@@ -100,21 +99,18 @@ class HPSv2Reward:
     name = "hpsv2"
 
     def __init__(self, device: str = "cpu", **kwargs: Any):
-        from safetensors.torch import load_file
         from transformers import CLIPConfig, CLIPModel
 
         self.options = parse_options(self.name, HPSOptions, kwargs)
         opts = self.options
-        if opts.weights_path is None or not Path(opts.weights_path).is_file():
-            raise FileNotFoundError(f"reward.kwargs.{self.name}.weights_path={opts.weights_path!r}: a safetensors file "
-                                    f"of the HPS checkpoint is required (convert HPS_v2*_compressed.pt as "
-                                    f"genalign/rewards/hps.py describes)")
+        state = load_weights_file(self.name, opts.weights_path, "the HPS checkpoint",
+                                  "convert HPS_v2*_compressed.pt as genalign/rewards/hps.py describes")
         dtype = resolve_dtype(self.name, opts.dtype)
         config = load_pretrained(CLIPConfig.from_pretrained, opts.base_model, reward=self.name, key="base_model",
                                  what="CLIP config")
         model = CLIPModel(config)
         try:
-            model.load_state_dict(open_clip_to_transformers(load_file(opts.weights_path)), strict=True)
+            model.load_state_dict(open_clip_to_transformers(state), strict=True)
         except (ValueError, RuntimeError) as exc:  # unknown keys, missing keys, wrong shapes
             detail = " ".join(str(exc).split())
             raise ValueError(f"reward.kwargs.{self.name}.weights_path={opts.weights_path!r} does not fit "

@@ -25,7 +25,6 @@ default `bert-base-uncased`) with ImageReward's added `[DEC]` and `[ENC]` tokens
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,7 +32,7 @@ import torch
 from genalign.rewards.aesthetic import AestheticMLP
 from genalign.rewards.image_transform import ImageTransform
 from genalign.rewards.options import parse_options
-from genalign.rewards.pretrained import load_pretrained, resolve_dtype
+from genalign.rewards.pretrained import load_pretrained, load_weights_file, resolve_dtype
 
 MEAN, STD = 0.16717362830052426, 1.0333394966054072
 """ImageReward's normalisation of the head's output."""
@@ -115,20 +114,18 @@ class ImageRewardReward:
     name = "image_reward"
 
     def __init__(self, device: str = "cpu", **kwargs: Any):
-        from safetensors.torch import load_file
         from transformers import AutoTokenizer, BlipVisionModel
         from transformers.models.blip.modeling_blip_text import BlipTextModel
 
         self.options = parse_options(self.name, ImageRewardOptions, kwargs)
         opts = self.options
         where = f"reward.kwargs.{self.name}.weights_path={opts.weights_path!r}"
-        if opts.weights_path is None or not Path(opts.weights_path).is_file():
-            raise FileNotFoundError(f"{where}: a safetensors file of ImageReward.pt is required (convert it as "
-                                    f"genalign/rewards/image_reward.py describes)")
+        state = load_weights_file(self.name, opts.weights_path, "ImageReward.pt",
+                                  "convert it as genalign/rewards/image_reward.py describes")
         self.device = torch.device(device)
         self.dtype = resolve_dtype(self.name, opts.dtype)
         try:
-            vision_state, text_state, head_state = split_checkpoint(load_file(opts.weights_path))
+            vision_state, text_state, head_state = split_checkpoint(state)
             vision_config, text_config = configs_from_shapes(vision_state, text_state)
             self.vision = BlipVisionModel(vision_config)
             self.vision.load_state_dict(vision_state, strict=True)

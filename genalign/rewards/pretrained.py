@@ -47,6 +47,17 @@ def load_pretrained(loader: Callable[..., ModelT], name_or_path: str, *, reward:
         raise FileNotFoundError(missing_model_message(reward, key, name_or_path, what) + f" ({exc})") from exc
 
 
+def load_weights_file(reward: str, path: str | None, what: str, how: str) -> dict[str, torch.Tensor]:
+    """The state dict in the safetensors file that reward.kwargs.<reward>.weights_path names; a
+    missing path is one FileNotFoundError naming the key, what the file is and how to make it."""
+    from safetensors.torch import load_file
+
+    if path is None or not Path(path).is_file():
+        raise FileNotFoundError(f"reward.kwargs.{reward}.weights_path={path!r}: a safetensors file of {what} "
+                                f"is required ({how})")
+    return load_file(path)
+
+
 def read_json_file(name_or_path: str, filename: str, *, reward: str, key: str) -> dict[str, Any]:
     """A JSON file from a local model directory or from the hub cache (e.g. preprocessor_config.json)."""
     local = Path(name_or_path) / filename
