@@ -33,7 +33,7 @@ from genalign.models.tiny import save_tiny_sd3  # noqa: E402
 from genalign.rollout.engine import LocalRolloutEngine  # noqa: E402
 from genalign.rollout.ray_engine import RayRolloutEngine  # noqa: E402
 from genalign.training import setup  # noqa: E402
-from genalign.training.lora import trainable_state_dict  # noqa: E402
+from genalign.weights.lora import trainable_state_dict  # noqa: E402
 
 PROMPTS = ['a sign that says "ray"', "a red cube", 'a poster reading "sync"', "a blue circle",
            'a mug printed "fast"', "a green triangle", 'a label that says "lora"', "a yellow star"]

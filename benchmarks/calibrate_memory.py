@@ -17,7 +17,7 @@ bytes of every live tensor storage created inside the call:
 Each is measured at two image sizes, so the bytes split into a per-token slope and a fixed
 part; the slope is divided by (layers x hidden size) and stored as bytes per token, per block,
 per hidden unit at bfloat16: the width-independent number the plan scales by the real
-model's sequence length, depth and width (`training/memory_plan.py`). Per-head terms (softmax
+model's sequence length, depth and width (`preflight/memory_plan.py`). Per-head terms (softmax
 log-sum-exp) keep their share at 2 heads; per-token terms that do not grow with width (norm
 statistics) weigh a little more at 2 heads than at 24, so the coefficients err high; the
 plan's check against the GPU measurement (docs/memory_plan.md) says by how much.

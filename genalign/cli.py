@@ -58,7 +58,7 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
 
     cfg = load_config(args.config, args.overrides, check_files=True)  # every mistake before a model loads
     if args.nproc_per_node is not None:
-        from genalign.training.launch import launch_ranks
+        from genalign.placement.launch import launch_ranks
 
         if args.nproc_per_node < 1 or cfg.distributed.training.strategy == "none":
             raise UserError(f"--nproc-per-node={args.nproc_per_node} needs a positive count and "
@@ -69,7 +69,7 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
         per_rank_accumulation(cfg.actor.gradient_accumulation_steps, RankInfo(0, args.nproc_per_node, 0))
         return launch_ranks(args.nproc_per_node, args.config, args.overrides)
     _configure_logging()
-    from genalign.training.stopping import SignalWatch
+    from genalign.runs.stopping import SignalWatch
     from genalign.training.trainer import Trainer
 
     with SignalWatch(defer=False):  # a signal while the run is built stops it at once; the steps defer it
@@ -87,7 +87,7 @@ def config_main(argv: list[str] | None = None) -> int:
                              "default, allowed values and meaning, instead of printing a config")
     args = parser.parse_args(argv)
     if args.describe is not None:
-        from genalign.config.describe import describe
+        from genalign.preflight.describe import describe
 
         try:
             print(describe(args.describe))
@@ -98,11 +98,11 @@ def config_main(argv: list[str] | None = None) -> int:
 
     cfg = load_config(args.config, args.overrides, check_files=not args.no_check_files)
     print(config_to_yaml(cfg), end="")
-    from genalign.config.cautions import config_cautions
+    from genalign.preflight.cautions import config_cautions
 
     for caution in config_cautions(cfg):
         print(f"genalign: warning: {caution}", file=sys.stderr)
-    from genalign.training.memory_plan import plan_memory
+    from genalign.preflight.memory_plan import plan_memory
 
     plan = plan_memory(cfg)  # printed as YAML comments, so the output stays a loadable config
     text = plan.describe() if plan else "memory plan: no architecture config describes this model; not estimated"
@@ -121,7 +121,7 @@ def eval_main(argv: list[str] | None = None) -> int:
                                                      "reward.allow_import=[...] (never read from the checkpoint)")
     args = parser.parse_args(argv)
     _configure_logging()
-    from genalign.evaluation.standalone import evaluate_checkpoint
+    from genalign.training.checkpoint_eval import evaluate_checkpoint
 
     evaluate_checkpoint(args.checkpoint, args.output_dir, args.overrides)
     return 0
@@ -155,7 +155,7 @@ def export_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--private", action="store_true", help="create the repository private")
     parser.add_argument("--commit-message", default=None, help="the Hub commit message")
     args = parser.parse_args(argv)
-    from genalign.training.publish import export_folder, push_to_hub
+    from genalign.export.publish import export_folder, push_to_hub
 
     folder = export_folder(args.checkpoint)
     print(folder)
@@ -169,7 +169,7 @@ def export_main(argv: list[str] | None = None) -> int:
 
 def pretrain_demo_main(argv: list[str] | None = None) -> int:
     _configure_logging()
-    from genalign.models.toy.pretrain import main
+    from genalign.demo.pretrain import main
 
     return main(argv) or 0
 
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"genalign: error: unknown command {argv[0]!r}; choose one of: {', '.join(COMMANDS)}\n"
               "hint: genalign --help lists the commands", file=sys.stderr)
         return 2
-    from genalign.training.stopping import RunInterrupted
+    from genalign.runs.stopping import RunInterrupted
 
     try:
         return COMMANDS[argv[0]](argv[1:])

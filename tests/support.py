@@ -352,7 +352,7 @@ def assert_lora_export_reproduces(policy, lora, out_dir: Path, pipe, loaded, vel
     `pipe.load_lora_weights`, `loaded` (a policy on `pipe`, a fresh pipeline of the same model)
     predicts our velocity for `velocity_args` (so alpha/r survives through the metadata), and
     not its base velocity."""
-    from genalign.training.lora import export_lora_for_diffusers
+    from genalign.weights.lora import export_lora_for_diffusers
 
     with torch.no_grad():
         ours = policy.velocity(*velocity_args)
@@ -385,7 +385,7 @@ def ray_rollout_setting(cfg, generate_timeout_s: float = 120.0):
     from genalign.data.sampler import PromptSampler
     from genalign.rollout.ray_engine import RayRolloutEngine
     from genalign.training import setup
-    from genalign.training.lora import trainable_state_dict
+    from genalign.weights.lora import trainable_state_dict
 
     torch.manual_seed(cfg.trainer.seed)
     policy = setup.build_policy(cfg)

@@ -40,7 +40,7 @@ from genalign.algorithms.advantages import _dense_group_index
 from genalign.models.base import Condition, FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.rollout.pairs import PreferencePairs
-from genalign.training.shadow import ShadowWeights, load_shadow_state, shadow_state
+from genalign.weights.shadow import ShadowWeights, load_shadow_state, shadow_state
 
 REF_PREFIX = "dpo_reference/"
 

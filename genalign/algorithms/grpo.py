@@ -26,7 +26,7 @@ from genalign.algorithms.losses import (clipped_surrogate, latent_mean_kl, ratio
 from genalign.algorithms.replay import ReplayedStep, replay_log_probs, replay_step, score_stored_step
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.training.reference import ReferencePolicy
+from genalign.weights.reference import ReferencePolicy
 
 
 class FlowGRPO(ClippedRatioBase):

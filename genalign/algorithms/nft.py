@@ -34,8 +34,8 @@ from genalign.algorithms.forward_losses import (nft_policy_loss, noised, old_pol
 from genalign.algorithms.losses import velocity_kl
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.training.reference import ReferencePolicy
-from genalign.training.shadow import ShadowWeights, load_shadow_state, shadow_state
+from genalign.weights.reference import ReferencePolicy
+from genalign.weights.shadow import ShadowWeights, load_shadow_state, shadow_state
 
 OLD_PREFIX = "old_policy/"
 

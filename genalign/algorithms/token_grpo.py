@@ -38,7 +38,7 @@ from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.losses import clipped_surrogate, rollout_correction_weights, token_kl
 from genalign.models.base import TokenPolicy
 from genalign.rollout.token_batch import TokenTrajectoryBatch
-from genalign.training.reference import ReferencePolicy
+from genalign.weights.reference import ReferencePolicy
 
 
 def replayed_token_log_probs(policy: TokenPolicy, batch: TokenTrajectoryBatch,

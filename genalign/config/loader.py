@@ -327,7 +327,7 @@ def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = (),
 
     `check_files=True` (the CLI) also checks the files the config names (manifests, model
     path, output_dir, trainer.resume_from) so those mistakes, too, surface before anything loads."""
-    from genalign.config.validate import validate
+    from genalign.preflight.validate import validate
 
     path = find_recipe(recipe or DEFAULT_RECIPE)
     swaps, dotlist, problems = {}, [], []
@@ -367,7 +367,7 @@ def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = (),
         raise ConfigError(list(dict.fromkeys(problems)))  # a group used twice fails the same way twice
     problems = validate(expand_home(config))
     if not problems and check_files:
-        from genalign.config.files import file_problems
+        from genalign.preflight.files import file_problems
 
         problems = file_problems(config)
     if problems:
@@ -384,7 +384,7 @@ was written while the report expanded it)."""
 
 def expand_home(config: ExperimentConfig) -> ExperimentConfig:
     """Expand a leading `~` / `~user` in PATH_KEYS and in the reward options that name files."""
-    from genalign.config.files import REWARD_PATH_OPTIONS
+    from genalign.preflight.files import REWARD_PATH_OPTIONS
 
     def expanded(value: Any) -> Any:
         return os.path.expanduser(value) if isinstance(value, str) and value.startswith("~") else value
@@ -443,7 +443,7 @@ def config_from_checkpoint(data: Any, source: str, allow_import: list[str], over
     command line or recipe): a dotted reward path in it imports nothing unless the user allowed
     it. `check_machine=False` skips the resource planning against this machine (a resumed run
     is planned from the user's config; the checkpoint's only has to be sound)."""
-    from genalign.config.validate import validate
+    from genalign.preflight.validate import validate
 
     if not isinstance(data, dict):
         raise ConfigError([f"{source}: a config must be a mapping, got {type(data).__name__}"])

@@ -16,7 +16,7 @@ from genalign.models.base import ModelConfig
 from genalign.rewards.config import RewardConfig
 from genalign.rollout.config import RolloutConfig
 from genalign.training.config import ActorConfig, TrainerConfig
-from genalign.training.distributed_config import DistributedConfig
+from genalign.placement.config import DistributedConfig
 
 
 @dataclass

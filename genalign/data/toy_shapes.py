@@ -1,7 +1,7 @@
 """The toy shapes world: 4 shapes x 6 colours on a grey 32x32 canvas.
 
 Where it fits: the shipped CPU demo (`model.family=toy`, recipe `experiment/toy/shapes_grpo`).
-The toy policy parses prompts with `parse_prompt`, its pretraining (`models/toy/pretrain.py`)
+The toy policy parses prompts with `parse_prompt`, its pretraining (`demo/pretrain.py`)
 draws training images with `render_batch`, the toy rewards (`rewards/toy.py`) look up the
 prompted shape and colour, and `datasets/toy/build.py` writes the prompt manifests from
 `all_prompts`. Nothing here depends on torch modules beyond tensors.

@@ -1,6 +1,6 @@
 """Model sizes without loading weights: each component built on the meta device from its config.
 
-Where it fits: the memory plan (`training/memory_plan.py`) needs parameter counts before any
+Where it fits: the memory plan (`preflight/memory_plan.py`) needs parameter counts before any
 model loads. They come from the model's own configs: `model.path` when it is a local
 `save_pretrained` directory (`model_index.json` names each component's library and class,
 `<component>/config.json` its architecture), else the architecture file shipped for the hub

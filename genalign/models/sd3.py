@@ -10,7 +10,7 @@ SD3 specifics: the transformer's timestep input is 1000·σ; CFG is true classif
 guidance with the empty prompt as the negative, run as one batch [uncond, cond] (the same
 call in rollout and replay, docs/algorithms.md §2.7); the VAE decodes
 `latents / scaling_factor + shift_factor` and always runs in float32. Text encoders and the
-VAE are frozen; only the transformer is ever trained (LoRA or full, `training/lora.py`).
+VAE are frozen; only the transformer is ever trained (LoRA or full, `weights/lora.py`).
 """
 
 from __future__ import annotations

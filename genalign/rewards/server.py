@@ -291,7 +291,7 @@ def serve_config(components: list[str], overrides: list[str]) -> RewardConfig:
     `reward.video_reduction=...`, `reward.allow_import=[...]`, checked as a training config is."""
     from genalign.config.errors import ConfigError
     from genalign.config.loader import config_from_dict
-    from genalign.config.values import reward_option_problems
+    from genalign.preflight.values import reward_option_problems
     from genalign.rewards.composite import active_components
 
     outside = [item for item in overrides if not item.lstrip("+").startswith("reward.")]

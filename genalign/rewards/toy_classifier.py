@@ -1,6 +1,6 @@
 """Shape classifiers of the toy world: the training reward `toy_shape` and the judge `toy_shape_judge`.
 
-Where it fits: `rewards/toy.py` scores rollout images with them; `models/toy/pretrain.py`
+Where it fits: `rewards/toy.py` scores rollout images with them; `demo/pretrain.py`
 (`genalign pretrain-demo --what classifiers`) regenerates the shipped weights in
 `genalign/assets/toy/` with `train_classifier`.
 

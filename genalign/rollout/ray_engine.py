@@ -144,7 +144,7 @@ class RolloutWorker:
     def load(self, state: dict[str, torch.Tensor], version: int) -> str:
         """Load trainable tensors of policy `version`; return the fingerprint of what the
         model now holds (not of what was sent)."""
-        from genalign.training.lora import load_trainable_state_dict, state_fingerprint, trainable_state_dict
+        from genalign.weights.lora import load_trainable_state_dict, state_fingerprint, trainable_state_dict
 
         load_trainable_state_dict(self.policy.transformer, state)
         self.version = version
@@ -191,7 +191,7 @@ class RayRolloutEngine:
         import ray
 
         from genalign.ray_session import init_ray
-        from genalign.training.resources import resolve_resources
+        from genalign.placement.resources import resolve_resources
 
         self.plan = resolve_resources(cfg)
         placement = self.plan.rollout
@@ -285,7 +285,7 @@ class RayRolloutEngine:
         Returns `sync_s` (wall seconds) and `sync_bytes` (payload bytes x workers)."""
         import ray
 
-        from genalign.training.lora import state_fingerprint
+        from genalign.weights.lora import state_fingerprint
 
         start = time.perf_counter()
         state = {name: tensor.detach().cpu().contiguous() for name, tensor in trainable_state.items()}

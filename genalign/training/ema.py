@@ -12,7 +12,7 @@ The EMA lives in float32 next to the parameters.
 
 from __future__ import annotations
 
-from genalign.training.shadow import ShadowWeights
+from genalign.weights.shadow import ShadowWeights
 
 CADENCES = ("micro_batch", "optimizer_step")
 

@@ -21,7 +21,7 @@ from genalign.rollout.collector import SamplingSpec
 from genalign.rollout.engine import LocalRolloutEngine, RolloutEngine
 from genalign.sampling.windows import WindowSchedule
 from genalign.tracking.sinks import CSVSink, MetricsSink, MultiSink, NullSink, PrefixedSink
-from genalign.training.lora import apply_lora, freeze_for_full_finetune
+from genalign.weights.lora import apply_lora, freeze_for_full_finetune
 from genalign.training.precision import compile_denoiser, configure_backends, make_master_weights
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def build_rollout_engine(cfg: ExperimentConfig, policy: FlowPolicy) -> RolloutEn
         return LocalRolloutEngine(policy)
     if cfg.rollout.engine == "ray":  # workers start from the trainer's weights (version 0)
         from genalign.rollout.ray_engine import RayRolloutEngine
-        from genalign.training.lora import trainable_state_dict
+        from genalign.weights.lora import trainable_state_dict
 
         # colocated: the engine parks this policy's modules on the CPU while workers hold theirs
         return RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), trainer_policy=policy)

@@ -19,7 +19,7 @@ import torch
 
 from genalign.algorithms.advantages import advantage_stats, aggregate_advantages, zero_std_group_fraction
 from genalign.algorithms.base import Algorithm
-from genalign.config.plan import RunPlan
+from genalign.preflight.plan import RunPlan
 from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler

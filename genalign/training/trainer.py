@@ -22,10 +22,10 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from genalign.algorithms.registry import ALGORITHMS
 from genalign.atomic import write_text_atomically
-from genalign.config.cautions import config_cautions
+from genalign.preflight.cautions import config_cautions
 from genalign.config.errors import UserError
 from genalign.config.loader import config_to_dict, config_to_yaml
-from genalign.config.plan import RunPlan
+from genalign.preflight.plan import RunPlan
 from genalign.config.schema import ExperimentConfig
 from genalign.finite import named_step
 from genalign.reporting.provenance import record_launch
@@ -36,20 +36,21 @@ from genalign.tracking.logs import RunLog, StepClock, timed_phase
 from genalign.tracking.samples import rollout_samples
 from genalign.tracking.sinks import NullSink
 from genalign.tracking.trackers import new_run_id
-from genalign.training import distributed, run_dir, setup, stopping
-from genalign.training.checkpoint import load_checkpoint, save_checkpoint
+from genalign.training import distributed, setup
+from genalign.runs import run_dir, stopping
+from genalign.runs.checkpoint import load_checkpoint, save_checkpoint
 from genalign.training.ema import EMA
-from genalign.training.export import checkpoint_export
-from genalign.training.lora import load_trainable_state_dict
+from genalign.export.folder import checkpoint_export
+from genalign.weights.lora import load_trainable_state_dict
 from genalign.training.memory import COLUMN as MEMORY_COLUMN
 from genalign.training.memory import PeakMemory
-from genalign.training.memory_plan import plan_memory
+from genalign.preflight.memory_plan import plan_memory
 from genalign.training.optim import build_optimizer
 from genalign.training.parity import replay_parity
 from genalign.training.precision import build_grad_scaler
-from genalign.training.ray_pools import start_ray_for_run
-from genalign.training.reference import ReferencePolicy
-from genalign.training.resources import resolve_resources
+from genalign.placement.ray_pools import start_ray_for_run
+from genalign.weights.reference import ReferencePolicy
+from genalign.placement.resources import resolve_resources
 from genalign.training.sources import StepData
 from genalign.training.update import run_update
 

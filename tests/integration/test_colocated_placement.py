@@ -21,7 +21,7 @@ from genalign.data.sampler import PromptSampler
 from genalign.rollout.engine import LocalRolloutEngine
 from genalign.rollout.ray_engine import RayRolloutEngine
 from genalign.training import setup
-from genalign.training.lora import trainable_state_dict
+from genalign.weights.lora import trainable_state_dict
 
 pytestmark = pytest.mark.ray
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

@@ -18,7 +18,7 @@ from genalign.models.cosmos import (COSMOS_LORA_TARGETS, COSMOS_NEGATIVE_PROMPT,
                                     karras_range)
 from genalign.models.tiny import QWEN_TEXT_HIDDEN, build_cosmos_pipeline, main
 from genalign.sampling.trajectory import sample_trajectory, sde_step_mask
-from genalign.training.lora import apply_lora
+from genalign.weights.lora import apply_lora
 from support import (TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, assert_loaded_as_built,
                      assert_lora_export_reproduces, pass_through_guardrail)
 

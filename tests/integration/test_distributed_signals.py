@@ -2,9 +2,9 @@
 resume ends where an uninterrupted 2-rank run ends (toy recipe, DDP on gloo, CPU).
 
 The signal goes to rank 1 alone (not to torchrun, which would forward it to both): the ranks
-agree through the per-step all-reduce in `training/stopping.py`. Three torchrun launches,
+agree through the per-step all-reduce in `runs/stopping.py`. Three torchrun launches,
 about 3-4 minutes on the shared 2-core box, hence `slow`; the agreement itself is also
-unit-tested with two gloo ranks in tests/unit/training/test_stopping.py.
+unit-tested with two gloo ranks in tests/unit/runs/test_stopping.py.
 """
 
 from __future__ import annotations

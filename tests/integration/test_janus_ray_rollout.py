@@ -13,7 +13,7 @@ from genalign.config.loader import load_config
 from genalign.rollout.engine import LocalRolloutEngine
 from genalign.rollout.token_batch import TokenTrajectoryBatch
 from genalign.training import setup
-from genalign.training.lora import trainable_state_dict
+from genalign.weights.lora import trainable_state_dict
 from support import ray_rollout_setting
 
 pytestmark = pytest.mark.ray

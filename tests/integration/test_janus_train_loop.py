@@ -82,7 +82,7 @@ def test_resume_continues_bitwise(finished_run, tiny_janus_dir, tmp_path):
 
 
 def test_standalone_eval_of_the_checkpoint_repeats_the_runs_last_evaluation(finished_run, tmp_path):
-    from genalign.evaluation.standalone import evaluate_checkpoint
+    from genalign.training.checkpoint_eval import evaluate_checkpoint
 
     out, _, _ = finished_run
     metrics = evaluate_checkpoint(str(out / "checkpoint-final"), str(tmp_path / "eval"), [])

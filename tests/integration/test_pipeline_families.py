@@ -156,7 +156,7 @@ def test_latent_shape_and_size_errors(family):
 
 def test_split_cfg_equals_joint_and_detach_drops_the_unconditional_gradient(family):
     from genalign.models.base import LoraConfig
-    from genalign.training.lora import apply_lora, has_adapter
+    from genalign.weights.lora import apply_lora, has_adapter
 
     policy, _, _ = family
     if not has_adapter(policy.transformer):
@@ -218,7 +218,7 @@ def test_exported_lora_loads_into_the_familys_pipeline_with_the_same_output(fami
     """Export with the shared exporter; `<Pipeline>.load_lora_weights` on a fresh pipeline gives
     a transformer whose velocity equals ours (alpha/r = 2 survives through the metadata)."""
     from genalign.models.base import LoraConfig
-    from genalign.training.lora import apply_lora
+    from genalign.weights.lora import apply_lora
 
     policy, _, directory = family
     fresh = type(policy).from_pretrained(directory, max_sequence_length=MAX_TOKENS,

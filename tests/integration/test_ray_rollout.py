@@ -27,7 +27,7 @@ from genalign.rollout.batch import TrajectoryBatch
 from genalign.rollout.engine import LocalRolloutEngine
 from genalign.rollout.ray_engine import RayRolloutEngine, RolloutWorkerError, shard_positions
 from genalign.training import setup
-from genalign.training.lora import load_trainable_state_dict, trainable_state_dict
+from genalign.weights.lora import load_trainable_state_dict, trainable_state_dict
 from support import ray_rollout_setting
 
 pytestmark = pytest.mark.ray

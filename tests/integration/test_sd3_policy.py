@@ -191,7 +191,7 @@ def test_uncached_hub_id_offline_says_how_to_fix(monkeypatch, tmp_path):
 
 def _lora_policy(tiny_sd3_dir, cfg_batch: str) -> SD3Policy:
     from genalign.models.base import LoraConfig
-    from genalign.training.lora import apply_lora
+    from genalign.weights.lora import apply_lora
 
     torch.manual_seed(0)
     policy = SD3Policy.from_pretrained(tiny_sd3_dir, max_sequence_length=MAX_TOKENS, cfg_batch=cfg_batch)

@@ -8,7 +8,7 @@ import torch
 
 from genalign.models.toy.network import save_toy_model
 from genalign.models.toy.policy import ToyPolicy, builtin_dir
-from genalign.models.toy.pretrain import (PretrainOptions, caption_shapes, color_accuracy, draw_sigmas, lr_factor, main,
+from genalign.demo.pretrain import (PretrainOptions, caption_shapes, color_accuracy, draw_sigmas, lr_factor, main,
                                           pretrain_model)
 from genalign.rewards.toy_classifier import JUDGE_SPEC, load_classifier, train_classifier
 
@@ -78,7 +78,7 @@ def test_default_options_are_the_recipe_of_the_shipped_weights():
     import json
 
     from genalign.models.toy.network import MODEL_RECORD
-    from genalign.models.toy.pretrain import DEFAULT_STEPS
+    from genalign.demo.pretrain import DEFAULT_STEPS
 
     shipped = json.loads((builtin_dir() / MODEL_RECORD).read_text())
     defaults = PretrainOptions()
@@ -115,7 +115,7 @@ def test_the_command_line_can_ask_for_the_previous_recipe(monkeypatch, tmp_path)
     """`--sigma-sampling uniform --extent 0.45 0.85 --centre-jitter none --caption-noise 0` is the
     first shipped model's recipe; the flags reach pretrain_model as options."""
     seen = {}
-    monkeypatch.setattr("genalign.models.toy.pretrain.run_model",
+    monkeypatch.setattr("genalign.demo.pretrain.run_model",
                         lambda out, seed, steps, minutes, options: seen.update(options=options))
     assert main(["--what", "model", "--out", str(tmp_path), "--sigma-sampling", "uniform", "--extent", "0.45", "0.85",
                  "--centre-jitter", "none", "--caption-noise", "0"]) == 0

@@ -16,7 +16,7 @@ from genalign.models.tiny import WAN_SHAPES, build_wan_pipeline, main
 from genalign.models.wan import WAN_LORA_TARGETS, WanPolicy, scheduler_shift
 from genalign.sampling.schedules import flow_match_sigmas
 from genalign.sampling.trajectory import sample_trajectory, sde_step_mask
-from genalign.training.lora import apply_lora, export_lora_for_diffusers
+from genalign.weights.lora import apply_lora, export_lora_for_diffusers
 from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, assert_loaded_as_built
 
 MAX_TOKENS = 16

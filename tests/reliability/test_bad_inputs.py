@@ -32,7 +32,7 @@ import yaml
 
 from genalign import cli
 from genalign.config.loader import config_to_dict, load_config
-from genalign.training.checkpoint import save_checkpoint
+from genalign.runs.checkpoint import save_checkpoint
 
 TIME_LIMIT_S = 60.0  # generous: the box is shared; failing before model loading takes well under a second
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
@@ -481,7 +481,7 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_keeps_the_previous(tmp_pa
     (a real run to its first checkpoint takes a minute on this box); the write path is real."""
     import errno
 
-    import genalign.training.checkpoint as checkpoint_module
+    import genalign.runs.checkpoint as checkpoint_module
 
     previous = make_checkpoint(tmp_path / "run" / "checkpoint-final")
     before = snapshot(tmp_path / "run")

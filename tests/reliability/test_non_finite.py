@@ -17,8 +17,8 @@ from safetensors.torch import load_file, save_file
 
 from genalign.config.loader import load_config
 from genalign.finite import NonFiniteError
-from genalign.training.checkpoint import CheckpointError, load_checkpoint
-from genalign.training.stopping import TrainingStalled
+from genalign.runs.checkpoint import CheckpointError, load_checkpoint
+from genalign.runs.stopping import TrainingStalled
 from genalign.training.trainer import Trainer
 
 SMALL = ["trainer.progress_bar=false", "rollout.n=4", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8",

@@ -1,6 +1,6 @@
 """The run-directory rules through the real trainer on the toy recipe (seconds, not slow).
 
-The planner's cases on hand-made directories are in tests/unit/training/test_run_dir.py;
+The planner's cases on hand-made directories are in tests/unit/runs/test_run_dir.py;
 here a real run writes the directory, and each refusal must come before any model is built.
 """
 
@@ -13,7 +13,7 @@ import pytest
 
 from genalign.config.loader import load_config
 from genalign.training import setup
-from genalign.training.run_dir import RunDirError
+from genalign.runs.run_dir import RunDirError
 from genalign.training.trainer import Trainer
 
 SMALL = ["trainer.save_every=1", "trainer.keep_last=2", "trainer.progress_bar=false", "rollout.n=4",

@@ -7,7 +7,7 @@ from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.grpo import FlowGRPO
 from genalign.rollout.collector import SamplingSpec, generate
 from genalign.training.parity import replay_parity
-from genalign.training.reference import ReferencePolicy
+from genalign.weights.reference import ReferencePolicy
 from support import make_groups
 
 

@@ -43,7 +43,7 @@ def test_image_reward_recipe():
 
 
 def test_missing_reward_weights_are_reported_before_loading(tmp_path):
-    from genalign.config.files import file_problems
+    from genalign.preflight.files import file_problems
 
     cfg = load_config(GENEVAL, [f"trainer.output_dir={tmp_path / 'run'}"])
     problems = "\n".join(file_problems(cfg))  # the suite runs with HF_HUB_OFFLINE=1 and an empty cache

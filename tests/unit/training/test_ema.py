@@ -58,7 +58,7 @@ def test_applied_swaps_in_and_restores():
 def test_ema_counts_its_updates_and_the_starting_weights_share():
     """The export says how many updates the EMA holds and how much of the untrained weights is
     left: the product of the decays (constant decay 0.9, 3 updates: 0.729)."""
-    from genalign.training.export import ema_description
+    from genalign.export.folder import ema_description
 
     param = torch.nn.Parameter(torch.tensor([0.0]))
     ema = EMA({"w": param}, decay=0.9, update_every=1, warmup=False, cadence="optimizer_step")

@@ -1,0 +1,140 @@
+"""What a checkpoint exports for other tools: a diffusers LoRA, or a whole transformer.
+
+Where it fits: `Trainer.save` asks `checkpoint_export` for a writer and `save_checkpoint`
+calls it inside the checkpoint's temporary directory (so an export is as atomic as the rest).
+- LoRA runs on a diffusers family: `lora/` = the weights the eval numbers came from (the EMA
+  when eval.use_ema, as Flow-GRPO saves), `lora_live/` = the live weights beside it; both load
+  with `pipe.load_lora_weights(dir)`; `lora/README.md` is the model card, with the first and
+  the latest evaluation's contact sheets beside it (`samples_step_<N>.png`). On a transformers
+  family (Janus-Pro: the policy names its `hub_class` and `peft_module_prefix`) the same two
+  folders hold a peft adapter that `PeftModel.from_pretrained(<hub_class>, dir)` loads.
+- Full fine-tunes of a diffusers denoiser: `checkpoint-final/transformer/` in the layout
+  `save_pretrained` writes (config.json + diffusion_pytorch_model.safetensors), so
+  `SD3Transformer2DModel.from_pretrained(dir)` / `AutoModel.from_pretrained(dir)` load it and
+  `pipeline_cls.from_pretrained(base, transformer=...)` uses it; plus its model card. Only in
+  the final checkpoint: every checkpoint already holds the same tensors in trainable.safetensors.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from genalign.config.schema import ExperimentConfig
+from genalign.weights.lora import export_lora_for_diffusers, export_lora_for_peft
+from genalign.export.model_card import model_card
+
+CARD_NAME = "README.md"
+
+log = logging.getLogger(__name__)
+
+EMA_BARELY_MOVED = 0.5
+"""An exported EMA whose starting weights still carry more than this share has barely moved
+from the untrained weights: the log warns and the card says so."""
+
+
+def ema_description(decay: float, updates: int, initial_share: float) -> str:
+    """How the card and log name EMA weights: the decay, how many updates the EMA holds and the
+    share of the starting (untrained) weights still in it."""
+    if updates < 0 or math.isnan(initial_share):
+        return f"EMA (decay {decay:g}; update count unknown: checkpoint from an older version)"
+    text = f"EMA (decay {decay:g}, {updates} update{'s' if updates != 1 else ''}; " \
+           f"{100 * initial_share:.0f} % of it is still the starting weights)"
+    if initial_share > EMA_BARELY_MOVED:
+        text += " - it has barely moved from the untrained weights; the live weights (lora_live/ for a LoRA) are " \
+                "the trained ones"
+    return text
+
+
+def sample_sheets(run_dir: Path, eval_history: dict, step: int) -> dict[str, Path]:
+    """{name beside the card: contact sheet} for the first and the latest evaluation at or
+    before `step` (before/after training; one sheet when there was one evaluation; {} with
+    none, or when a sheet is missing from the run directory)."""
+    steps = [s for s in eval_history.get("steps", []) if s <= step]
+    chosen = dict.fromkeys([steps[0], steps[-1]]) if steps else {}
+    sheets = {f"samples_step_{s}.png": Path(run_dir) / f"eval_epoch_{s}" / "contact_sheet.png" for s in chosen}
+    return {name: path for name, path in sheets.items() if path.is_file()}
+
+
+def write_card(directory: Path, card_args: dict, sheets: dict[str, Path]) -> None:
+    """The model card in `directory`, with the evaluation sheets copied beside it."""
+    for name, path in sheets.items():
+        shutil.copyfile(path, directory / name)
+    shown = {name: int(name.removeprefix("samples_step_").removesuffix(".png")) for name in sheets}
+    (directory / CARD_NAME).write_text(model_card(**card_args, sample_sheets=shown), encoding="utf-8")
+
+
+def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.Tensor],
+                      ema: dict[str, torch.Tensor] | None, use_ema: bool, step: int, eval_history: dict,
+                      final: bool, ema_tracker=None) -> Callable[[Path], None] | None:
+    """The writer of this checkpoint's exports (None when there is nothing to export).
+    `trainable`/`ema` are whole CPU tensors (gathered from FSDP2 shards by the caller);
+    `ema_tracker` (the trainer's `EMA`) gives the update count and starting-weight share the
+    card reports."""
+    weights = ema if use_ema and ema is not None else trainable
+    described = "live (no EMA)"
+    if weights is ema:
+        updates = ema_tracker.updates if ema_tracker is not None else -1
+        share = ema_tracker.initial_share if ema_tracker is not None else float("nan")
+        described = ema_description(cfg.actor.ema.decay, updates, share)
+        log.info("step %d export: %s", step, described)
+        if share > EMA_BARELY_MOVED:
+            log.warning("step %d: the exported EMA weights are %.0f %% the starting weights after %d updates; "
+                        "the live weights (lora_live/ for a LoRA) hold what was trained", step, 100 * share, updates)
+    sheets = sample_sheets(Path(cfg.trainer.output_dir), eval_history, step)
+    card = dict(cfg=cfg, step=step, eval_history=eval_history, weights=described,
+                pipeline_tag=getattr(policy, "pipeline_tag", "text-to-image"))
+    if cfg.model.train_mode == "lora":
+        pipeline_cls = getattr(policy, "diffusers_pipeline", None)
+        hub_class = getattr(policy, "hub_class", None)
+        if not pipeline_cls and not hub_class:
+            return None
+        exports = {"lora": weights, **({"lora_live": trainable} if weights is ema else {})}
+
+        def export(directory: Path) -> None:
+            for name, state in exports.items():
+                if pipeline_cls:
+                    export_lora_for_diffusers(policy.transformer, directory / name, cfg.model.lora, pipeline_cls,
+                                              trainable_state=state)
+                else:
+                    export_lora_for_peft(policy.transformer, directory / name, cfg.model.lora,
+                                         policy.peft_module_prefix, cfg.model.path, trainable_state=state)
+            write_card(directory / "lora", {**card, "kind": "lora", "hub_class": None if pipeline_cls else hub_class},
+                       sheets)
+
+        return export
+    if final and hasattr(policy.transformer, "save_config"):
+        def export(directory: Path) -> None:
+            out = save_transformer(policy.transformer, directory / "transformer", weights)
+            write_card(out, {**card, "kind": "transformer"}, sheets)
+
+        return export
+    return None
+
+
+def save_transformer(module: torch.nn.Module, out_dir: Path, trained: dict[str, torch.Tensor]) -> Path:
+    """`module` in diffusers' `save_pretrained` layout with the `trained` tensors as its weights.
+
+    The weights come from the gathered state, not `module.state_dict()`: under FSDP2 the module
+    holds shards, and with EMA the exported weights are not the module's. Anything the state
+    lacks (buffers; frozen weights) is taken from the module as it is."""
+    from diffusers.utils import SAFETENSORS_WEIGHTS_NAME
+    from safetensors.torch import save_file
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state = {name: tensor.detach().cpu().contiguous() for name, tensor in trained.items()}
+    for name, tensor in module.state_dict().items():
+        if name not in state:
+            if type(tensor).__name__ == "DTensor":
+                raise ValueError(f"cannot export the transformer: {name} is sharded and not trained; "
+                                 "a full fine-tune trains every weight")
+            state[name] = tensor.detach().cpu().contiguous()
+    module.save_config(out_dir)
+    save_file(state, str(out_dir / SAFETENSORS_WEIGHTS_NAME), metadata={"format": "pt"})
+    return out_dir

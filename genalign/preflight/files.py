@@ -1,0 +1,288 @@
+"""Checks of the files a config names, run before anything is built.
+
+Where it fits: `load_config(..., check_files=True)` (the CLI's `train` and `config`) runs
+`file_problems` on a config that already passed `validate`, and `genalign eval` runs it on a
+checkpoint's config. A missing manifest, a model directory that is not there, an output_dir
+that is a file, or a corrupt checkpoint to resume from is then one line naming the key, not a
+traceback after a multi-GB model has loaded. The one machine fact checked here is that an
+explicit CUDA `model.device` exists. `genalign config --no-check-files` skips this
+when composing a config for another machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from genalign.config.errors import ConfigError
+from genalign.config.schema import ExperimentConfig
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+"""The hub's "org/name" form; anything else (or a path that starts with /, ./, ../, ~) is local."""
+
+
+def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest", "eval_manifest"),
+                  output_dir: bool = True, resume: bool = True) -> list[str]:
+    """Every problem with the files `cfg` names (empty when all are usable). Manifests are read
+    in full (they are small; a bad row fails here rather than after the model has loaded)."""
+    from genalign.data.prompts import ManifestError, load_manifest
+
+    problems: list[str] = []
+    for name in manifests:
+        try:
+            load_manifest(getattr(cfg.data, name), f"data.{name}")
+        except ManifestError as exc:
+            problems.append(str(exc) + (f"; {exc.hint}" if exc.hint else ""))
+    if cfg.data.preference_manifest is not None:
+        from genalign.data.preferences import read_preferences
+
+        try:  # every row, image file and image size, before the model loads
+            read_preferences(cfg.data.preference_manifest, size=(cfg.rollout.height, cfg.rollout.width))
+        except ManifestError as exc:
+            problems.append(str(exc) + (f"; {exc.hint}" if exc.hint else ""))
+    problems += model_path_problems(cfg.model.family, cfg.model.path)
+    problems += offline_hub_problems(cfg)
+    problems += device_problems(cfg.model.device)
+    problems += reward_path_problems(cfg)
+    problems += import_problems(cfg)
+    if output_dir:
+        directory_problems = output_dir_problems(cfg.trainer.output_dir)
+        problems += directory_problems or run_dir_problems(cfg)
+    if resume and cfg.trainer.resume_from and cfg.trainer.resume_from != "auto":  # auto: chosen by run_dir
+        problems += resume_problems(cfg)
+    return problems
+
+
+def model_path_problems(family: str, path: str) -> list[str]:
+    """model.path must be an existing directory when it is local; a hub id is left to the loader."""
+    if family == "toy" and path == "builtin":
+        return []
+    local = Path(path).expanduser()
+    if local.exists():
+        if not local.is_dir():
+            return [f"model.path: {path} is a file; point it at a model directory"]
+        return pipeline_problems(family, local)
+    if path.startswith(("/", "./", "../", "~")) or not HUB_ID.match(path) or family == "toy":
+        hint = "use model.path=builtin or a directory from `genalign pretrain-demo`" if family == "toy" else \
+            "use a hub id 'org/name' or a directory written by save_pretrained"
+        return [f"model.path: local directory {path} does not exist; {hint}"]
+    return []
+
+
+def _family_pipeline(family: str) -> str | None:
+    """The diffusers pipeline class a registered family loads (None: not a diffusers family)."""
+    from genalign.models.registry import MODEL_FAMILIES
+
+    if family not in MODEL_FAMILIES:
+        return None
+    return getattr(MODEL_FAMILIES.resolve(family), "diffusers_pipeline", None)
+
+
+def pipeline_problems(family: str, local: Path) -> list[str]:
+    """A local model.path of a diffusers family must hold that family's pipeline: its
+    model_index.json names the class (from_pretrained would fail deep inside, or worse, load
+    SD3 weights into the FLUX code and suggest the wrong fix)."""
+    expected = _family_pipeline(family)
+    if expected is None:
+        return []
+    index = local / "model_index.json"
+    if not index.is_file():
+        return [f"model.path: {local} is not a diffusers pipeline directory (no model_index.json); "
+                f"model.family={family} loads a {expected} written by save_pretrained, or a hub id"]
+    try:
+        found = json.loads(index.read_text(encoding="utf-8")).get("_class_name")
+    except (ValueError, OSError, AttributeError) as exc:
+        return [f"model.path: {index} cannot be read as JSON ({str(exc).splitlines()[0]})"]
+    if found == expected:
+        return []
+    from genalign.models.registry import MODEL_FAMILIES
+
+    matching = [name for name in MODEL_FAMILIES.names() if _family_pipeline(name) == found]
+    fix = (f"use a model.family={matching[0]} recipe for it" if matching
+           else "genalign has no model family for that pipeline")
+    return [f"model.path: {local} holds a {found} (its model_index.json), not the {expected} that "
+            f"model.family={family} loads; point model.path at {family} weights, or {fix}"]
+
+
+REWARD_HUB_OPTIONS = {"pickscore": ("model_name", "processor_name"), "clip_score": ("model_name", "processor_name"),
+                      "aesthetic": ("model_name", "processor_name"), "geneval": ("detector_name", "clip_name"),
+                      "geneval_accuracy": ("detector_name", "clip_name"), "hpsv2": ("base_model",),
+                      "hpsv21": ("base_model",), "image_reward": ("tokenizer_name",)}
+"""Scorer options that name a hub id (or a local directory), with the registered default used
+when the option is not set."""
+
+
+def offline_hub_problems(cfg: ExperimentConfig) -> list[str]:
+    """With HF_HUB_OFFLINE set, a hub id (model.path, a scorer's model) must already be in the
+    Hugging Face cache: otherwise the run would fail only when it loads, after the model (or
+    the other rewards) had loaded. Online, a missing repo is the loader's to report."""
+    from huggingface_hub import constants
+
+    if not constants.HF_HUB_OFFLINE:
+        return []
+    # (key, hub id, revision): the model is wanted at model.revision (Cosmos' diffusers weights
+    # live on a branch, so the default branch being cached would not do), scorers at their default
+    wanted = [] if cfg.model.family == "toy" else [("model.path", cfg.model.path, cfg.model.revision)]
+    used = local_scorers(cfg)
+    for name in sorted(used & set(REWARD_HUB_OPTIONS)):
+        defaults = _option_defaults(name)
+        for option in REWARD_HUB_OPTIONS[name]:
+            value = cfg.reward.kwargs.get(name, {}).get(option, defaults.get(option))
+            if isinstance(value, str):
+                wanted.append((f"reward.kwargs.{name}.{option}", value, None))
+    return [f"{key}={repo!r}{'' if revision is None else f' (revision {revision!r})'}: HF_HUB_OFFLINE is set and "
+            f"this hub id is not in the Hugging Face cache {constants.HF_HUB_CACHE!r}; download it where there is "
+            f"network (`hf download {repo}{'' if revision is None else f' --revision {revision}'}`, same HF_HOME) "
+            "or point the key at a local directory written by save_pretrained"
+            for key, repo, revision in wanted if is_hub_id(repo) and not hub_cached(repo, revision)]
+
+
+def _option_defaults(reward: str) -> dict[str, object]:
+    import dataclasses
+    import importlib
+
+    from genalign.rewards.registry import REWARD_OPTIONS
+
+    module_name, attr = REWARD_OPTIONS[reward].split(":")
+    options = getattr(importlib.import_module(module_name), attr)  # scorer modules import no model
+    return {f.name: f.default for f in dataclasses.fields(options) if f.default is not dataclasses.MISSING}
+
+
+def is_hub_id(path: str) -> bool:
+    """"org/name" that is not an existing local path (and does not start like one)."""
+    return (not Path(path).expanduser().exists() and not path.startswith(("/", "./", "../", "~"))
+            and bool(HUB_ID.match(path)))
+
+
+def hub_cached(repo: str, revision: str | None = None) -> bool:
+    """A snapshot of `repo` at `revision` (None: the default branch) is in the cache: a
+    pipeline's model_index.json or a model's config.json."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return any(isinstance(try_to_load_from_cache(repo, name, revision=revision), str)
+               for name in ("model_index.json", "config.json"))
+
+
+def device_problems(device: str) -> list[str]:
+    """An explicit CUDA (or Apple mps) `model.device` must exist on this machine (a machine
+    fact, so it lives with the file checks that `genalign config --no-check-files` skips)."""
+    import torch
+
+    if device.startswith("mps"):
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            return [f"model.device={device}: this machine has no Apple mps device (or this torch build lacks it); "
+                    "use model.device=auto or cpu"]
+        return []
+    if not device.startswith("cuda"):
+        return []
+
+    count = torch.cuda.device_count()
+    index = int(device.partition(":")[2] or 0)
+    if index >= count:
+        seen = f"{count} CUDA device(s) are visible" if count else "no CUDA device is visible"
+        return [f"model.device={device}: {seen}; use model.device=auto or cpu, or check CUDA_VISIBLE_DEVICES"]
+    return []
+
+
+def import_problems(cfg: ExperimentConfig) -> list[str]:
+    """Each dotted reward path the user allowed (reward.allow_import) must import, have the
+    attribute and name a class: checked with the files, before a model loads (validation
+    itself never imports the user's code)."""
+    from genalign.config.registry import import_problem, is_dotted_path
+
+    named = (("reward.components", cfg.reward.components), ("eval.gold_rewards", cfg.eval.gold_rewards),
+             ("eval.quality_metrics", cfg.eval.quality_metrics))
+    return [problem for key, names in named for name in names
+            if is_dotted_path(name) and name in cfg.reward.allow_import
+            for problem in [import_problem(key, name)] if problem]
+
+
+REWARD_PATH_OPTIONS = {"toy_shape": "path", "toy_shape_judge": "path", "aesthetic": "head_path",
+                       "hpsv2": "weights_path", "hpsv21": "weights_path", "image_reward": "weights_path"}
+"""Scorer options that name a local file or directory (never a hub id), checked up front."""
+
+
+def local_scorers(cfg: ExperimentConfig) -> set[str]:
+    """Scorers this process will build: the weighted components and gold rewards, none with runtime=http."""
+    if cfg.reward.runtime == "http":
+        return set()
+    return {name for name, weight in cfg.reward.components.items() if weight} | set(cfg.eval.gold_rewards)
+
+
+def reward_path_problems(cfg: ExperimentConfig) -> list[str]:
+    """reward.kwargs.<name>.<path option> must exist for every scorer that will be built here;
+    with reward.runtime=http the scorers (and their files) are the server's, but the token must be set."""
+    if cfg.reward.runtime == "http" and not os.environ.get(cfg.reward.token_env):
+        return [f"reward.runtime=http: ${cfg.reward.token_env} (reward.token_env) is not set; export the reward "
+                f"server's token"]
+    problems = []
+    used = local_scorers(cfg)
+    for name, option in REWARD_PATH_OPTIONS.items():
+        value = cfg.reward.kwargs.get(name, {}).get(option)
+        if name in used and isinstance(value, str) and value != "builtin" and not Path(value).expanduser().exists():
+            problems.append(f"reward.kwargs.{name}.{option}: {value} does not exist")
+    return problems
+
+
+def output_dir_problems(output_dir: str) -> list[str]:
+    """trainer.output_dir must be (or be creatable as) a writable directory."""
+    path = Path(output_dir).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            return [f"trainer.output_dir: {path} is a file, not a directory; choose another trainer.output_dir"]
+        if not os.access(path, os.W_OK | os.X_OK) or not _can_create_in(path):
+            return [f"trainer.output_dir: {path} is not writable; fix its permissions or choose another directory"]
+        return []
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return [f"trainer.output_dir: cannot create {path}: {parent} is a file"]
+    if not os.access(parent, os.W_OK | os.X_OK) or not _can_create_in(parent):
+        return [f"trainer.output_dir: cannot create {path}: {parent} is not writable"]
+    return []
+
+
+def _can_create_in(directory: Path) -> bool:
+    """Whether a directory can really be made in `directory`: os.access says yes to root on
+    /sys or /proc, where mkdir then fails. The probe is removed at once."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".genalign-probe-", dir=directory))
+    except OSError:
+        return False
+    return True
+
+
+def run_dir_problems(cfg: ExperimentConfig) -> list[str]:
+    """What the run-directory rules (runs/run_dir.py) refuse: an existing run without
+    trainer.overwrite, a resume that moves backwards or passes over newer checkpoints."""
+    from genalign.runs.run_dir import RunDirError, plan_start
+
+    try:
+        plan_start(cfg)
+    except RunDirError as exc:
+        return exc.problems
+    return []
+
+
+def resume_problems(cfg: ExperimentConfig) -> list[str]:
+    """The checkpoint at trainer.resume_from: complete, readable, and a config that validates
+    with the user's `reward.allow_import` (never the checkpoint's own)."""
+    from genalign.config.loader import config_from_checkpoint, safe_load_unique
+    from genalign.runs.checkpoint import checkpoint_problems
+
+    key = "trainer.resume_from"
+    problems = checkpoint_problems(cfg.trainer.resume_from, key)
+    if problems:
+        return problems
+    config_path = Path(cfg.trainer.resume_from).expanduser() / "config.yaml"
+    try:
+        config_from_checkpoint(safe_load_unique(config_path.read_text(encoding="utf-8")), f"{key}: {config_path}",
+                               cfg.reward.allow_import, check_machine=False)
+    except ConfigError as exc:
+        return exc.problems
+    return []

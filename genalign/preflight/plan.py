@@ -1,0 +1,108 @@
+"""`RunPlan`: quantities derived from the config, computed once, logged, never written back.
+
+Where it fits: the trainer builds it right after `load_config` and logs `describe()`; the
+collector, update round and reference pass read their sizes from it instead of re-deriving
+them (and instead of anyone writing a derived value back into the config, which would give
+a key two meanings). `validate()` uses the same numbers to check divisibility.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from genalign.config.errors import ConfigError
+from genalign.config.schema import ExperimentConfig
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    prompts_per_step: int
+    """Prompt groups per training step (rollout.rollout_batch_size)."""
+    samples_per_prompt: int
+    """Group size G (rollout.n)."""
+    samples_per_step: int
+    """prompts_per_step * samples_per_prompt: trajectories collected and trained per step."""
+    rollout_micro_batch: int
+    """Samples per denoiser forward during rollout (rollout.sample_batch_size)."""
+    train_micro_batch: int
+    """Samples per replay micro-batch (actor.micro_batch_size, default the rollout's, so batch
+    geometry matches and replayed log-probs are bitwise equal in fp32)."""
+    micro_batches_per_step: int
+    """samples_per_step // train_micro_batch (validate() requires exact division)."""
+    optimizer_steps_per_step: int
+    """micro_batches_per_step * actor.num_inner_epochs // actor.gradient_accumulation_steps."""
+    num_train_timesteps: int
+    """Trained denoising steps per trajectory: int(rollout.num_steps * algorithm.timestep_fraction),
+    at most the stochastic steps (the SDE window's size; the final step excluded when it is an
+    ODE step or with timestep_selection=random). A token family trains one position per
+    trajectory, the whole image-token sequence (`TokenTrajectoryBatch`)."""
+    uses_cfg: bool
+    """rollout.guidance_scale > 1: rollout and replay run both CFG branches."""
+    needs_reference: bool
+    """algorithm.kl_beta > 0 (a KL term) or algorithm.name=dpo: a reference (adapter-disabled) forward is needed."""
+
+    @classmethod
+    def from_config(cls, cfg: ExperimentConfig) -> "RunPlan":
+        """Derive the plan of a validated config.
+
+        Raises `ConfigError` when a number the plan divides by is not positive or when no
+        denoising step would be trained; `validate()` reports those (and the divisibility
+        problems this floor-divides past) with the fix, so `load_config` never gets here with them.
+        """
+        from genalign.preflight.values import TOKEN_FAMILIES
+
+        rollout, actor = cfg.rollout, cfg.actor
+        tokens = cfg.model.family in TOKEN_FAMILIES
+        samples_per_step = rollout.rollout_batch_size * rollout.n
+        train_micro_batch = rollout.sample_batch_size if actor.micro_batch_size is None else actor.micro_batch_size
+        num_train_timesteps = int(rollout.num_steps * cfg.algorithm.timestep_fraction)
+        problems = []
+        if train_micro_batch <= 0:
+            problems.append(f"train micro-batch (actor.micro_batch_size or rollout.sample_batch_size) must be "
+                            f"positive, got {train_micro_batch}")
+        if actor.gradient_accumulation_steps <= 0:
+            problems.append(f"actor.gradient_accumulation_steps must be positive, got "
+                            f"{actor.gradient_accumulation_steps}")
+        if num_train_timesteps < 1:
+            problems.append(num_train_timesteps_problem(rollout.num_steps, cfg.algorithm.timestep_fraction))
+        if problems:
+            raise ConfigError(problems)
+        micro_batches_per_step = samples_per_step // train_micro_batch
+        return cls(
+            prompts_per_step=rollout.rollout_batch_size,
+            samples_per_prompt=rollout.n,
+            samples_per_step=samples_per_step,
+            rollout_micro_batch=rollout.sample_batch_size,
+            train_micro_batch=train_micro_batch,
+            micro_batches_per_step=micro_batches_per_step,
+            optimizer_steps_per_step=(micro_batches_per_step * actor.num_inner_epochs
+                                      // actor.gradient_accumulation_steps),
+            num_train_timesteps=1 if tokens else min(num_train_timesteps, _trainable_steps(cfg)),
+            uses_cfg=rollout.guidance_scale > 1.0,
+            needs_reference=cfg.algorithm.needs_reference,
+        )
+
+    def describe(self) -> str:
+        """One log line with every derived number."""
+        return (f"{self.prompts_per_step} prompts x {self.samples_per_prompt} samples = {self.samples_per_step} "
+                f"samples/step; rollout micro-batch {self.rollout_micro_batch}, train micro-batch "
+                f"{self.train_micro_batch} -> {self.micro_batches_per_step} micro-batches, "
+                f"{self.optimizer_steps_per_step} optimizer step(s)/step; {self.num_train_timesteps} trained "
+                f"position(s) per trajectory; CFG {'on' if self.uses_cfg else 'off'}; reference "
+                f"{'on' if self.needs_reference else 'off'}")
+
+
+def _trainable_steps(cfg: ExperimentConfig) -> int:
+    """How many steps can be trained: the SDE window's size, else every step less the final one
+    when the rollout makes it an ODE step or the selection never picks it."""
+    rollout = cfg.rollout
+    if rollout.sde_window.size > 0:
+        return rollout.sde_window.size
+    drops_final = rollout.ode_final_step or cfg.algorithm.timestep_selection == "random"
+    return rollout.num_steps - 1 if drops_final else rollout.num_steps
+
+
+def num_train_timesteps_problem(num_steps: int, timestep_fraction: float) -> str:
+    return (f"algorithm.timestep_fraction={timestep_fraction} with rollout.num_steps={num_steps} trains "
+            f"int({num_steps} * {timestep_fraction}) = 0 denoising steps; raise either so that at least one "
+            "step is trained")

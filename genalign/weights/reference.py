@@ -1,0 +1,41 @@
+"""The reference policy for KL terms, without a second copy when training LoRA.
+
+LoRA: the reference is the same denoiser with the adapter disabled (docs/algorithms.md §2.5, §2.8);
+this needs the base weights frozen, which LoRA guarantees. Full fine-tuning: the base weights
+move, so a frozen copy of the initial denoiser is kept and swapped in for the reference pass.
+"""
+
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from typing import Iterator
+
+from genalign.models.base import FlowPolicy
+from genalign.weights.lora import reference_mode
+
+
+class ReferencePolicy:
+    def __init__(self, policy: FlowPolicy, train_mode: str):
+        self.policy = policy
+        self.train_mode = train_mode
+        self._frozen_copy = None
+        if train_mode == "full":
+            # the trained copy holds float32 masters; the frozen one only computes, so it keeps
+            # the compute dtype (half the memory in bf16; the same autocast numerics)
+            frozen = copy.deepcopy(policy.transformer).requires_grad_(False).eval()
+            self._frozen_copy = frozen.to(dtype=getattr(policy, "dtype", None) or next(frozen.parameters()).dtype)
+
+    @contextmanager
+    def active(self) -> Iterator[FlowPolicy]:
+        """Within the block, `policy.velocity` evaluates the reference weights."""
+        if self._frozen_copy is None:
+            with reference_mode(self.policy.transformer):
+                yield self.policy
+            return
+        trained = self.policy.transformer
+        self.policy.transformer = self._frozen_copy
+        try:
+            yield self.policy
+        finally:
+            self.policy.transformer = trained
