@@ -27,7 +27,7 @@ from genalign.evaluation.config import EvalConfig
 from genalign.evaluation.contact_sheet import (make_contact_sheet, make_frame_strip_sheet, save_animated_preview,
                                                save_image)
 from genalign.models.base import FlowPolicy
-from genalign.rewards.composite import summary
+from genalign.rewards.scores import summary
 from genalign.rollout.batch import cat_batches
 from genalign.rollout.collector import SamplingSpec, generate_chunks
 

@@ -1,6 +1,6 @@
 """Every Ray actor pool of a run, counted before anything starts; Ray is sized for all of them.
 
-Where it fits: `config.validate` (through `training.resources.resource_problems`) refuses a
+Where it fits: preflight's `validate` (through `resource_problems` here) refuses a
 run whose actor pools can never be scheduled; `Trainer` and `genalign eval` call
 `start_ray_for_run` before they build any reward or rollout engine, so the private Ray
 instance is started once, sized for every pool. Kept apart from `resources.py` (which places
@@ -29,6 +29,9 @@ import logging
 import math
 import os
 from dataclasses import dataclass
+
+from genalign.placement import resources
+from genalign.placement.resources import EnvironmentFacts
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,15 @@ def ray_pool_problems(cfg, plan, visible_gpus: tuple[int, ...], environ=os.envir
     return problems
 
 
+def resource_problems(cfg, facts: EnvironmentFacts | None = None) -> list[str]:
+    """Every placement problem of a run, as text: the trainer and rollout workers on devices,
+    then every Ray actor pool (preflight's `validate` calls it)."""
+    facts = facts if facts is not None else resources.environment_facts()
+    plan, problems = resources.plan_resources(cfg.distributed, cfg.rollout.engine, cfg.rollout.num_workers,
+                                    cfg.distributed.training.strategy, facts)
+    return problems or ray_pool_problems(cfg, plan, facts.visible_gpus)  # every Ray actor pool, counted
+
+
 def ray_start_options(cfg, plan, visible_gpus: tuple[int, ...], cpu_count: int,
                       environ=os.environ) -> tuple[str | None, dict]:
     """(cluster address or None, ray.init options) for a run's pools: a private instance gets
@@ -111,9 +123,7 @@ def ray_start_options(cfg, plan, visible_gpus: tuple[int, ...], cpu_count: int,
 def start_ray_for_run(cfg) -> bool:
     """Start (or join) Ray once, sized for every pool of the run, unless it runs none or Ray
     is already up. True when this call started it (the caller then shuts it down)."""
-    from genalign.placement.resources import environment_facts, resolve_resources
-
-    plan = resolve_resources(cfg)
+    plan = resources.resolve_resources(cfg)
     pools = ray_actor_pools(cfg, plan)
     if not pools:
         return False
@@ -123,7 +133,7 @@ def start_ray_for_run(cfg) -> bool:
         return False
     from genalign.ray_session import init_ray
 
-    facts = environment_facts()
+    facts = resources.environment_facts()
     address, options = ray_start_options(cfg, plan, facts.visible_gpus, os.cpu_count() or 1)
     log.info("ray: %d actor pool(s) (%s) asking for %g CPU(s) / %g GPU(s) in all; %s", len(pools),
              ", ".join(f"{pool.role} x{pool.actors}" for pool in pools),

@@ -1,6 +1,6 @@
 """Role budgets -> concrete placement: which devices the trainer and each rollout worker get.
 
-Where it fits: before anything is built. `config.validate` calls `resource_problems` so an
+Where it fits: before anything is built. Preflight (`ray_pools.resource_problems`) plans it so an
 impossible request (more GPUs than visible, overlapping pinned devices, a cross-node preset
 without `$RAY_ADDRESS`) is a config error before any model loads or actor starts; the Ray
 rollout engine calls `resolve_resources` to learn how to start Ray and place its actors.
@@ -107,7 +107,7 @@ def parse_visible_devices(value: str | None, device_count: int) -> tuple[int, ..
 
 def environment_facts() -> EnvironmentFacts:
     """Read CUDA_VISIBLE_DEVICES / the CUDA device count and RAY_ADDRESS."""
-    from genalign.training.distributed import visible_cuda_device_count
+    from genalign.placement.devices import visible_cuda_device_count
 
     return EnvironmentFacts(parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), visible_cuda_device_count()),
                             os.environ.get("RAY_ADDRESS") or None)
@@ -283,16 +283,6 @@ def plan_resources(dist: DistributedConfig, engine: str, rollout_workers: int, s
         placement and placement.worker_devices) else 0.0
     return ResourcePlan(True, trainer_devices, local_index, cuda_indices, placement, colocated,
                         facts.ray_address if dist.cross_node else None, workers * num_cpus, ray_gpus), []
-
-
-def resource_problems(cfg, facts: EnvironmentFacts | None = None) -> list[str]:
-    """Config-time check called from `config.validate.validate` (every problem, as text)."""
-    from genalign.placement.ray_pools import ray_pool_problems
-
-    facts = facts if facts is not None else environment_facts()
-    plan, problems = plan_resources(cfg.distributed, cfg.rollout.engine, cfg.rollout.num_workers,
-                                    cfg.distributed.training.strategy, facts)
-    return problems or ray_pool_problems(cfg, plan, facts.visible_gpus)  # every Ray actor pool, counted
 
 
 def resolve_resources(cfg, facts: EnvironmentFacts | None = None) -> ResourcePlan:

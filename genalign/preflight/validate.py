@@ -49,7 +49,7 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     from genalign.algorithms.registry import ALGORITHMS
     from genalign.models.registry import MODEL_FAMILIES
     from genalign.rewards.registry import REWARDS
-    from genalign.placement.resources import resource_problems
+    from genalign.placement.ray_pools import resource_problems
 
     problems: list[str] = []
     for key, choices in CHOICES.items():

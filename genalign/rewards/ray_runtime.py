@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from genalign.rewards.base import RewardError
-from genalign.rewards.composite import RewardScores, batch_ranges, check_inputs, check_scores
+from genalign.rewards.scores import RewardScores, batch_ranges, check_inputs, check_scores
 from genalign.rewards.video import score_media
 from genalign.rewards.config import RewardConfig
 
@@ -58,7 +58,7 @@ class RewardWorker:
 
     def __init__(self, name: str, device: str, kwargs: dict[str, Any], allow_import: list[str],
                  video_reduction: str = "mean", frame_batch_size: int = 16):
-        from genalign.rewards.composite import build_scorer
+        from genalign.rewards.scores import build_scorer
 
         self.scorer = build_scorer(name, device, kwargs, allow_import)
         self.video_reduction = video_reduction

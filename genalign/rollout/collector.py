@@ -15,8 +15,9 @@ import torch
 
 from genalign.data.sampler import PromptGroupBatch
 from genalign.finite import NonFiniteError, kind, non_finite_rows
-from genalign.models.base import Condition, FlowPolicy, SharedCondition, TokenPolicy, encoding_prompts
+from genalign.models.base import Condition, FlowPolicy, TokenPolicy
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
+from genalign.rollout.chunks import encode_distinct, sample_fields, step_chunks
 from genalign.sampling.trajectory import initial_noise, sample_trajectory
 from genalign.sampling.windows import WindowSchedule, sde_step_mask
 
@@ -58,15 +59,6 @@ class SamplingSpec:
         return sde_step_mask(self.num_steps, self.noise_level, window, self.ode_final_step)
 
 
-def encode_distinct(policy: FlowPolicy | TokenPolicy, prompts: list[str], with_negative: bool):
-    """(each distinct prompt encoded once [U, ...], the row of each prompt [B]): groups repeat prompts."""
-    unique = list(dict.fromkeys(prompts))
-    position = {prompt: i for i, prompt in enumerate(unique)}
-    with encoding_prompts(policy):  # text encoders parked on the CPU come to the device for this
-        encoded = policy.encode_prompts(unique, with_negative=with_negative)
-    return encoded, torch.tensor([position[p] for p in prompts], device=encoded.device)  # [U, ...], [B]
-
-
 def encode_unique(policy: FlowPolicy, prompts: list[str], with_negative: bool) -> Condition:
     """Encode each distinct prompt once and expand to the batch [B, ...]."""
     encoded, rows = encode_distinct(policy, prompts, with_negative)
@@ -95,32 +87,6 @@ def generate_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, 
 
         return generate_token_chunks(policy, groups, spec, positions)
     return _flow_chunks(policy, groups, spec, positions)
-
-
-def step_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
-                positions: list[int] | None = None) -> Iterator[tuple[PromptGroupBatch, Condition]]:
-    """The step's samples (only `positions` when given) as (`spec.chunk_size` samples, their
-    encoded condition) pairs, for every kind of policy. The prompts are encoded once for the
-    whole step, with the CFG branch when `spec.guidance_scale` > 1 (see `generate`). A flow
-    family's condition is a `SharedCondition` on the CPU: every chunk of the step refers to one
-    table of the step's distinct prompts (and one negative), which trajectories store."""
-    encoded, rows = encode_distinct(policy, groups.prompts, with_negative=spec.guidance_scale > 1.0)
-    if isinstance(encoded, Condition):
-        condition = SharedCondition.of(encoded.to("cpu"), rows.cpu())
-    else:  # token prompts are small: per-sample rows
-        condition = encoded.index(rows)
-    if positions is not None:
-        condition = condition.index(torch.tensor(positions, device=condition.device))
-        groups = groups.index(positions)
-    for start in range(0, len(groups), spec.chunk_size):
-        rows = list(range(start, min(start + spec.chunk_size, len(groups))))
-        yield groups.index(rows), condition.index(torch.tensor(rows, device=condition.device))
-
-
-def sample_fields(chunk: PromptGroupBatch) -> dict:
-    """The per-sample identity every trajectory kind carries: prompts, ids, seeds, metadata."""
-    return dict(prompts=list(chunk.prompts), prompt_ids=chunk.prompt_ids.clone(), group_ids=chunk.group_ids.clone(),
-                seeds=chunk.seeds.clone(), metadata=[dict(m) for m in chunk.metadata])
 
 
 def _non_finite_samples(chunk: PromptGroupBatch, rows: list[int], what: str) -> NonFiniteError:

@@ -168,7 +168,7 @@ class RolloutWorker:
     def release_memory(self) -> None:
         """Colocated mode: every module to the CPU and the cached device memory back to the
         driver, so the trainer can load its copy for replay/backward (and evaluation)."""
-        from genalign.training.distributed import release_device_memory
+        from genalign.placement.devices import release_device_memory
 
         self._place(torch.device("cpu"), "cpu")
         release_device_memory()
@@ -231,7 +231,7 @@ class RayRolloutEngine:
         if not self.plan.colocated:
             yield
             return
-        from genalign.training.distributed import release_device_memory
+        from genalign.placement.devices import release_device_memory
 
         if self.trainer_policy is not None:
             self._place_trainer(torch.device("cpu"), "cpu")

@@ -19,6 +19,7 @@ import torch
 
 from genalign.data.sampler import PromptGroupBatch
 from genalign.models.base import TokenPolicy
+from genalign.rollout.chunks import sample_fields, step_chunks
 from genalign.rollout.token_batch import TokenTrajectoryBatch
 
 
@@ -27,8 +28,6 @@ def generate_token_chunks(policy: TokenPolicy, groups: PromptGroupBatch, spec,
     """`collector.generate_chunks` for a token policy: `spec.chunk_size` samples at a time,
     with `spec.guidance_scale` and `spec.temperature`; `positions` samples only those samples
     of the step (prompts are still encoded for the whole step, so every shard has one shape)."""
-    from genalign.rollout.collector import sample_fields, step_chunks
-
     policy.check_image_size(spec.height, spec.width)  # a token model has one image size
     scored_guidance = spec.guidance_scale if spec.guided_log_probs else 1.0
     for chunk, chunk_cond in step_chunks(policy, groups, spec, positions):

@@ -274,7 +274,7 @@ def _plan_auto(cfg, start: RunStart) -> RunStart:
     saved = _our_config(output_dir / "config.yaml")
     if saved is not None:
         from genalign.config.loader import config_to_dict
-        from genalign.training.setup import incompatible_keys
+        from genalign.runs.resume import incompatible_keys
 
         differing = incompatible_keys(saved, config_to_dict(cfg))
         if differing and not cfg.trainer.overwrite:

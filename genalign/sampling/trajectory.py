@@ -11,13 +11,15 @@ sample's trajectory does not depend on which other samples share its batch or wo
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from genalign.models.base import Condition, FlowPolicy
 from genalign.sampling.kernels import ode_step, transition_step
 from genalign.sampling.windows import sde_step_mask  # noqa: F401  (re-exported: callers build masks here)
+
+if TYPE_CHECKING:  # annotations only: sampling sits below the model families
+    from genalign.models.base import Condition, FlowPolicy
 
 
 SDE_STREAM = 0x5DEECE66D

@@ -1,4 +1,4 @@
-"""torch.distributed and device plumbing: the only module that touches those APIs.
+"""torch.distributed plumbing: the only module that touches process groups.
 
 Where it fits: around the loop when `distributed.training.strategy` is `ddp` or `fsdp2`
 (launched by `torchrun --nproc_per_node=N -m genalign.train ...`). The trainer calls:
@@ -13,6 +13,8 @@ Numerics: each rank holds `1/world_size` of the step's groups and runs
 average gradients over ranks (once per optimizer step: `gradient_sync`), which makes a k-rank
 step the same update as the 1-process step over the same global batch (to fp32 reduction
 order). A collective that waits longer than `distributed.training.timeout_s` fails the rank.
+The CUDA device helpers live in placement/devices.py, the copy into a shard in
+weights/sharded.py.
 """
 
 from __future__ import annotations
@@ -27,25 +29,9 @@ from typing import Iterator
 
 import torch
 
+from genalign.placement.devices import use_cuda_device
+
 log = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------- devices
-def visible_cuda_device_count() -> int:
-    """CUDA devices this process may use (0 without CUDA); does not initialise CUDA."""
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def release_device_memory() -> None:
-    """Return cached accelerator memory to the driver (colocated rollout before backward)."""
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def use_cuda_device(local_index: int | None) -> None:
-    """Make `cuda` mean this process's device (torchrun LOCAL_RANK or a pinned trainer device)."""
-    if local_index is not None and torch.cuda.is_available():
-        torch.cuda.set_device(local_index)
 
 
 # ---------------------------------------------------------------- process groups
@@ -147,17 +133,6 @@ def full_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     from torch.distributed.tensor import DTensor
 
     return {name: (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu() for name, t in state.items()}
-
-
-@torch.no_grad()
-def copy_full_into(target: torch.Tensor, full: torch.Tensor) -> None:
-    """Copy a whole tensor into `target`, which may be an FSDP2 shard (DTensor)."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    full = full.to(device=target.device, dtype=target.dtype)
-    if isinstance(target, DTensor):
-        full = distribute_tensor(full, target.device_mesh, target.placements)
-    target.copy_(full)
 
 
 def full_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:

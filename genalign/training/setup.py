@@ -26,13 +26,6 @@ from genalign.training.precision import compile_denoiser, configure_backends, ma
 
 log = logging.getLogger(__name__)
 
-# Config keys whose change makes a checkpoint's state meaningless for this run. Everything
-# else (output_dir, num_steps, eval cadence, logging) may change on resume.
-RESUME_KEYS = ["model", "rollout", "actor", "algorithm", "reward", "data.manifest", "data.shuffle", "trainer.seed"]
-RESUME_FREE_KEYS = ["reward.allow_import", "model.card"]
-"""Under RESUME_KEYS but free to change, with everything under them: a permission of this
-invocation, and what exported model cards say about the base model (not run state; absent
-from checkpoints written before it existed)."""
 
 
 def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
@@ -153,28 +146,3 @@ def build_evaluator(cfg: ExperimentConfig, device: torch.device, reward_runtime,
     return Evaluator(cfg.eval, load_manifest(cfg.data.eval_manifest, "data.eval_manifest"), eval_spec(cfg),
                      reward_runtime, gold, output_dir if writes else None, sink, quality,
                      progress_bar=cfg.trainer.progress_bar)
-
-
-def select(tree: dict, dotted: str):
-    node = tree
-    for part in dotted.split("."):
-        node = node.get(part, {}) if isinstance(node, dict) else {}
-    return node
-
-
-def incompatible_keys(saved: dict, current: dict) -> list[str]:
-    """Dotted keys under RESUME_KEYS whose values differ between two config dicts."""
-    differing: list[str] = []
-
-    def walk(a, b, prefix: str) -> None:
-        if any(prefix == free or prefix.startswith(free + ".") for free in RESUME_FREE_KEYS):
-            return
-        if isinstance(a, dict) and isinstance(b, dict):
-            for key in sorted(set(a) | set(b)):
-                walk(a.get(key), b.get(key), f"{prefix}.{key}")
-        elif a != b:
-            differing.append(f"{prefix}: checkpoint {a!r} vs now {b!r}")
-
-    for key in RESUME_KEYS:
-        walk(select(saved, key), select(current, key), key)
-    return differing

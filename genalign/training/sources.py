@@ -25,7 +25,7 @@ from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
 from genalign.finite import named_step
 from genalign.models.base import FlowPolicy
-from genalign.rewards.composite import RewardScores
+from genalign.rewards.scores import RewardScores
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.rollout.pairs import PreferencePairs
 from genalign.training import distributed

@@ -38,6 +38,7 @@ from genalign.tracking.sinks import NullSink
 from genalign.tracking.trackers import new_run_id
 from genalign.training import distributed, setup
 from genalign.runs import run_dir, stopping
+from genalign.runs.resume import incompatible_keys
 from genalign.runs.checkpoint import load_checkpoint, save_checkpoint
 from genalign.training.ema import EMA
 from genalign.export.folder import checkpoint_export
@@ -92,7 +93,7 @@ class Trainer:
             return
         checkpoint = load_checkpoint(self.start.checkpoint) if self.start.checkpoint else None
         if checkpoint is not None:
-            differing = setup.incompatible_keys(checkpoint.config, config_to_dict(cfg))
+            differing = incompatible_keys(checkpoint.config, config_to_dict(cfg))
             if differing:
                 raise ResumeError(f"trainer.resume_from={checkpoint.path}: the checkpoint was written with a "
                                   "different config:\n  " + "\n  ".join(differing))

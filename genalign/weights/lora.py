@@ -21,7 +21,7 @@ from typing import Iterator
 import torch
 
 from genalign.models.base import LoraConfig
-from genalign.training.distributed import copy_full_into
+from genalign.weights.sharded import copy_full_into
 
 LORA_INITS = {"gaussian": "gaussian", "default": True}
 """model.lora.init -> peft `init_lora_weights`; both start with B = 0 (LoRA output 0 at init)."""

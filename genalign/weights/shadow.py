@@ -14,7 +14,7 @@ from typing import Iterator
 
 import torch
 
-from genalign.training.distributed import copy_full_into
+from genalign.weights.sharded import copy_full_into
 
 
 class ShadowWeights:

@@ -60,14 +60,14 @@ def test_nan_weights_stop_the_first_step_naming_prompt_and_sample(tmp_path):
 
 
 def test_steps_that_train_nothing_stop_the_run_with_the_reason(tmp_path, monkeypatch):
-    from genalign.rewards import composite
+    from genalign.rewards import scores
 
-    original = composite.RewardScores.__init__
+    original = scores.RewardScores.__init__
 
     def equal_rewards(self, components, *args, **kwargs):  # every sample scores the same
         original(self, {name: torch.ones_like(value) for name, value in components.items()}, *args, **kwargs)
 
-    monkeypatch.setattr(composite.RewardScores, "__init__", equal_rewards)
+    monkeypatch.setattr(scores.RewardScores, "__init__", equal_rewards)
     with pytest.raises(TrainingStalled) as info:
         trainer(tmp_path / "run", "trainer.num_steps=10", "trainer.max_idle_steps=2",
                 "algorithm.drop_zero_advantage=true").train()

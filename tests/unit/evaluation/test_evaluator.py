@@ -5,7 +5,7 @@ import torch
 from genalign.data.prompts import PromptExample
 from genalign.evaluation.config import EvalConfig
 from genalign.evaluation.evaluator import Evaluator
-from genalign.rewards.composite import RewardScores
+from genalign.rewards.scores import RewardScores
 from genalign.rollout.collector import SamplingSpec
 from genalign.tracking.sinks import CSVSink
 

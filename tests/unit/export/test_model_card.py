@@ -123,7 +123,7 @@ def test_model_card_keys_are_checked():
 
 def test_model_card_keys_may_change_on_resume_and_may_be_absent_from_old_checkpoints():
     from genalign.config.loader import config_to_dict
-    from genalign.training.setup import incompatible_keys
+    from genalign.runs.resume import incompatible_keys
 
     now = config_to_dict(load_config(OCR))
     old = config_to_dict(load_config(OCR))

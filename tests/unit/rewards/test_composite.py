@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from genalign.rewards.base import RewardError
-from genalign.rewards.composite import (LocalRewardRuntime, RewardScores, batch_ranges, build_reward_runtime,
-                                        check_scores)
+from genalign.rewards.composite import LocalRewardRuntime, build_reward_runtime
 from genalign.rewards.config import RewardConfig
+from genalign.rewards.scores import RewardScores, batch_ranges, check_scores
 
 FAKES = [f"reward_fakes:{name}" for name in ("MeanPixelReward", "PromptLengthReward", "NanReward", "ShortReward",
                                               "RaisingReward", "ExplodingConstructor", "CrashReward",

@@ -1,0 +1,54 @@
+"""What both collectors share: the step's prompts encoded once, cut into chunks, and the
+per-sample fields every trajectory kind carries.
+
+Where it fits: step 2 of the loop. `collector.py` (flow families) and `token_collector.py`
+(token families) both walk a step with `step_chunks` and stamp each chunk's trajectories with
+`sample_fields`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+import torch
+
+from genalign.data.sampler import PromptGroupBatch
+from genalign.models.base import Condition, FlowPolicy, SharedCondition, TokenPolicy, encoding_prompts
+
+if TYPE_CHECKING:  # the spec's module imports this one
+    from genalign.rollout.collector import SamplingSpec
+
+
+def encode_distinct(policy: FlowPolicy | TokenPolicy, prompts: list[str], with_negative: bool):
+    """(each distinct prompt encoded once [U, ...], the row of each prompt [B]): groups repeat prompts."""
+    unique = list(dict.fromkeys(prompts))
+    position = {prompt: i for i, prompt in enumerate(unique)}
+    with encoding_prompts(policy):  # text encoders parked on the CPU come to the device for this
+        encoded = policy.encode_prompts(unique, with_negative=with_negative)
+    return encoded, torch.tensor([position[p] for p in prompts], device=encoded.device)  # [U, ...], [B]
+
+
+def step_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
+                positions: list[int] | None = None) -> Iterator[tuple[PromptGroupBatch, Condition]]:
+    """The step's samples (only `positions` when given) as (`spec.chunk_size` samples, their
+    encoded condition) pairs, for every kind of policy. The prompts are encoded once for the
+    whole step, with the CFG branch when `spec.guidance_scale` > 1 (see `collector.generate`). A flow
+    family's condition is a `SharedCondition` on the CPU: every chunk of the step refers to one
+    table of the step's distinct prompts (and one negative), which trajectories store."""
+    encoded, rows = encode_distinct(policy, groups.prompts, with_negative=spec.guidance_scale > 1.0)
+    if isinstance(encoded, Condition):
+        condition = SharedCondition.of(encoded.to("cpu"), rows.cpu())
+    else:  # token prompts are small: per-sample rows
+        condition = encoded.index(rows)
+    if positions is not None:
+        condition = condition.index(torch.tensor(positions, device=condition.device))
+        groups = groups.index(positions)
+    for start in range(0, len(groups), spec.chunk_size):
+        rows = list(range(start, min(start + spec.chunk_size, len(groups))))
+        yield groups.index(rows), condition.index(torch.tensor(rows, device=condition.device))
+
+
+def sample_fields(chunk: PromptGroupBatch) -> dict:
+    """The per-sample identity every trajectory kind carries: prompts, ids, seeds, metadata."""
+    return dict(prompts=list(chunk.prompts), prompt_ids=chunk.prompt_ids.clone(), group_ids=chunk.group_ids.clone(),
+                seeds=chunk.seeds.clone(), metadata=[dict(m) for m in chunk.metadata])
