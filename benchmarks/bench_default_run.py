@@ -37,7 +37,8 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from genalign.config.loader import DEFAULT_RECIPE, load_config
+    from genalign.config.loader import DEFAULT_RECIPE
+    from genalign.preflight.load import load_config
     from genalign.training.trainer import Trainer
 
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_default_run_"))

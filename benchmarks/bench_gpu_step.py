@@ -38,8 +38,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from genalign.config.loader import load_config  # noqa: E402
-from genalign.models.base import ModelConfig, resolve_device, resolve_dtype  # noqa: E402
+from genalign.preflight.load import load_config  # noqa: E402
+from genalign.models.base import resolve_device, resolve_dtype  # noqa: E402
+from genalign.models.config import ModelConfig
 from genalign.models.registry import MODEL_FAMILIES  # noqa: E402
 from genalign.models.sd3 import SD3Policy  # noqa: E402
 from genalign.models.tiny import build_sd3_pipeline  # noqa: E402

@@ -26,7 +26,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 import ray  # noqa: E402
 import torch  # noqa: E402
 
-from genalign.config.loader import load_config  # noqa: E402
+from genalign.preflight.load import load_config  # noqa: E402
 from genalign.data.prompts import load_manifest  # noqa: E402
 from genalign.data.sampler import PromptSampler  # noqa: E402
 from genalign.models.tiny import save_tiny_sd3  # noqa: E402
@@ -83,7 +83,7 @@ def main() -> None:
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         try:
             for workers in (1, 2):
-                engine = RayRolloutEngine(config(workers), state)
+                engine = RayRolloutEngine(config(workers), state, setup.build_policy)
                 rates[f"ray x{workers}"] = images_per_s(engine, sampler, spec, args.rounds)
                 sync_ms[f"ray x{workers}"] = statistics.mean(
                     1000 * engine.sync(state, version=v)["sync_s"] for v in range(1, args.rounds + 1))

@@ -54,7 +54,7 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
                              "distributed.training.strategy=ddp or fsdp2); a failed rank ends the job with a "
                              "message naming it and the command that resumes the run")
     args = parser.parse_args(argv)
-    from genalign.config.loader import load_config
+    from genalign.preflight.load import load_config
 
     cfg = load_config(args.config, args.overrides, check_files=True)  # every mistake before a model loads
     if args.nproc_per_node is not None:
@@ -94,7 +94,8 @@ def config_main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             raise UserError(str(err)) from err
         return 0
-    from genalign.config.loader import config_to_yaml, load_config
+    from genalign.config.loader import config_to_yaml
+    from genalign.preflight.load import load_config
 
     cfg = load_config(args.config, args.overrides, check_files=not args.no_check_files)
     print(config_to_yaml(cfg), end="")

@@ -368,7 +368,7 @@ def assert_lora_export_reproduces(policy, lora, out_dir: Path, pipe, loaded, vel
 def train_recipe_in_process(recipe: str, overrides: list[str]):
     """A Trainer for `recipe` with `overrides`, trained to the end; returns it with its
     transformer's state before training (to check what moved)."""
-    from genalign.config.loader import load_config
+    from genalign.preflight.load import load_config
     from genalign.training.trainer import Trainer
 
     trainer = Trainer(load_config(recipe, overrides))
@@ -391,7 +391,8 @@ def ray_rollout_setting(cfg, generate_timeout_s: float = 120.0):
     policy = setup.build_policy(cfg)
     sampler = PromptSampler(load_manifest(cfg.data.manifest), cfg.rollout.rollout_batch_size, cfg.rollout.n,
                             cfg.trainer.seed)
-    engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), generate_timeout_s=generate_timeout_s)
+    engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), setup.build_policy,
+                              generate_timeout_s=generate_timeout_s)
     return policy, sampler, engine
 
 

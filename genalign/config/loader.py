@@ -1,7 +1,9 @@
-"""Compose YAML layers + command-line overrides into a validated `ExperimentConfig`.
+"""Compose YAML layers + command-line overrides into a typed `ExperimentConfig`.
 
-Where it fits: the first thing `genalign train|config` does; nothing is built from an
-unvalidated config. Layers live under `genalign/configs/`. A layer holds keys at the root
+Where it fits: the first thing `genalign train|config` does, through preflight
+(`preflight/load.py:load_config` composes here, then runs every check; nothing is built from
+an unchecked config). This module only composes and type-checks: it imports nothing above
+config/. Layers live under `genalign/configs/`. A layer holds keys at the root
 of the experiment tree and may start with a `defaults:` list of `- /group/path: option`
 entries (e.g. `- /base/algorithm: grpo` -> `configs/base/algorithm/grpo.yaml`), applied in
 order, recursively, before the file's own keys. Then overrides apply left to right (last
@@ -9,7 +11,7 @@ wins): `a.b.c=value` (value parsed as YAML), `+a.b.c=value` (adds a key that is 
 under an open mapping, as in Hydra; `++` adds or changes) and group swaps `/group/path=option`,
 which replace the option of that group wherever it appears in the defaults tree. Then every
 `${...}` value (`${oc.env:VAR}`, `${oc.env:VAR,default}`, other keys) is resolved by OmegaConf
-(`interpolation.py`) before the typed validation.
+(`interpolation.py`) before the typed build.
 
 Every leaf remembers which layer file or override set it last, so an unknown key or a wrong
 type names the key, where it came from and a "did you mean". All problems are collected
@@ -34,6 +36,7 @@ from genalign.config.errors import ConfigError
 from genalign.config.interpolation import plus_override_problem, resolve_interpolations
 from genalign.config.safe_yaml import YAMLTooLarge, safe_load_unique, yaml_error_line
 from genalign.config.schema import ExperimentConfig
+from genalign.rewards.config import REWARD_PATH_OPTIONS
 
 DEFAULT_RECIPE = "experiment/toy/shapes_grpo"
 
@@ -321,14 +324,10 @@ def _allows_none(tp: Any) -> bool:
 
 
 # ------------------------------------------------------------------ public API
-def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = (),
-                check_files: bool = False) -> ExperimentConfig:
-    """Compose `recipe` (default: the CPU demo) with `overrides`; validate; raise every problem.
-
-    `check_files=True` (the CLI) also checks the files the config names (manifests, model
-    path, output_dir, trainer.resume_from) so those mistakes, too, surface before anything loads."""
-    from genalign.preflight.validate import validate
-
+def compose_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    """Compose `recipe` (default: the CPU demo) with `overrides` into a typed config; raise every
+    unknown key, wrong type and bad override together. Types and keys only: the checks across
+    keys, files and this machine are preflight's (`preflight/load.py:load_config`)."""
     path = find_recipe(recipe or DEFAULT_RECIPE)
     swaps, dotlist, problems = {}, [], []
     for item in overrides:
@@ -365,14 +364,7 @@ def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = (),
     config = _build(ExperimentConfig, composer.tree, "", composer.provenance, problems)
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))  # a group used twice fails the same way twice
-    problems = validate(expand_home(config))
-    if not problems and check_files:
-        from genalign.preflight.files import file_problems
-
-        problems = file_problems(config)
-    if problems:
-        raise ConfigError(problems)
-    return config
+    return expand_home(config)
 
 
 PATH_KEYS = ("model.path", "data.manifest", "data.eval_manifest", "data.preference_manifest", "trainer.output_dir",
@@ -384,8 +376,6 @@ was written while the report expanded it)."""
 
 def expand_home(config: ExperimentConfig) -> ExperimentConfig:
     """Expand a leading `~` / `~user` in PATH_KEYS and in the reward options that name files."""
-    from genalign.preflight.files import REWARD_PATH_OPTIONS
-
     def expanded(value: Any) -> Any:
         return os.path.expanduser(value) if isinstance(value, str) and value.startswith("~") else value
 
@@ -413,7 +403,7 @@ def config_to_yaml(cfg: Any) -> str:
 def config_from_dict(data: dict, source: str = "<dict>",
                      overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
     """Strictly rebuild a config from a plain dict (e.g. a checkpoint's config.yaml), then apply
-    `key=value` overrides exactly as `load_config` does. Types and keys only: cross-field
+    `key=value` overrides exactly as `compose_config` does. Types and keys only: cross-field
     validation (`validate`) is the caller's."""
     if not isinstance(data, dict):
         raise ConfigError([f"{source}: a config must be a mapping, got {type(data).__name__}"])
@@ -432,29 +422,6 @@ def config_from_dict(data: dict, source: str = "<dict>",
     if problems:
         raise ConfigError(problems)
     return expand_home(config)
-
-
-def config_from_checkpoint(data: Any, source: str, allow_import: list[str], overrides: list[str] | tuple[str, ...] = (),
-                           check_machine: bool = True) -> ExperimentConfig:
-    """A checkpoint's stored config, validated exactly like a user's, as data, never as code.
-
-    A config.yaml can be edited by anyone who hands you a checkpoint, so its own
-    `reward.allow_import` is ignored and replaced by `allow_import` (the list on the user's
-    command line or recipe): a dotted reward path in it imports nothing unless the user allowed
-    it. `check_machine=False` skips the resource planning against this machine (a resumed run
-    is planned from the user's config; the checkpoint's only has to be sound)."""
-    from genalign.preflight.validate import validate
-
-    if not isinstance(data, dict):
-        raise ConfigError([f"{source}: a config must be a mapping, got {type(data).__name__}"])
-    trusted = copy.deepcopy(data)
-    if isinstance(trusted.get("reward"), dict):
-        trusted["reward"]["allow_import"] = list(allow_import)
-    config = config_from_dict(trusted, source, overrides)
-    problems = validate(config, check_machine=check_machine)
-    if problems:
-        raise ConfigError([f"{source}: {problem}" for problem in problems])
-    return config
 
 
 def diff_configs(a: dict, b: dict, keys: list[str] | None = None) -> list[str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from genalign.algorithms.config import AlgorithmConfig
 from genalign.data.config import DataConfig
 from genalign.evaluation.config import EvalConfig
-from genalign.models.base import ModelConfig
+from genalign.models.config import ModelConfig
 from genalign.rewards.config import RewardConfig
 from genalign.rollout.config import RolloutConfig
 from genalign.training.config import ActorConfig, TrainerConfig

@@ -25,7 +25,7 @@ def _format(value: float) -> str:
 def base_model_id(cfg: ExperimentConfig) -> str | None:
     """The base model's Hub id: model.card.base_model (the presets set it), else model.path
     when that is a Hub id; None for a model known only by a local directory."""
-    from genalign.preflight.files import is_hub_id
+    from genalign.hub import is_hub_id
 
     if cfg.model.card.base_model:
         return cfg.model.card.base_model

@@ -40,7 +40,7 @@ def push_to_hub(folder: Path, repo_id: str, private: bool = False, commit_messag
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
-    from genalign.preflight.files import HUB_ID
+    from genalign.hub import HUB_ID
 
     if not HUB_ID.match(repo_id):
         raise UserError(f"--push-to-hub {repo_id!r} is not a Hub repository id; use <user or org>/<name>")

@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from pathlib import Path
 
 from genalign.config.errors import ConfigError
 from genalign.config.schema import ExperimentConfig
-
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-"""The hub's "org/name" form; anything else (or a path that starts with /, ./, ../, ~) is local."""
-
+from genalign.hub import HUB_ID, is_hub_id
+from genalign.rewards.config import REWARD_PATH_OPTIONS
 
 def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest", "eval_manifest"),
                   output_dir: bool = True, resume: bool = True) -> list[str]:
@@ -151,12 +148,6 @@ def _option_defaults(reward: str) -> dict[str, object]:
     return {f.name: f.default for f in dataclasses.fields(options) if f.default is not dataclasses.MISSING}
 
 
-def is_hub_id(path: str) -> bool:
-    """"org/name" that is not an existing local path (and does not start like one)."""
-    return (not Path(path).expanduser().exists() and not path.startswith(("/", "./", "../", "~"))
-            and bool(HUB_ID.match(path)))
-
-
 def hub_cached(repo: str, revision: str | None = None) -> bool:
     """A snapshot of `repo` at `revision` (None: the default branch) is in the cache: a
     pipeline's model_index.json or a model's config.json."""
@@ -199,11 +190,6 @@ def import_problems(cfg: ExperimentConfig) -> list[str]:
     return [problem for key, names in named for name in names
             if is_dotted_path(name) and name in cfg.reward.allow_import
             for problem in [import_problem(key, name)] if problem]
-
-
-REWARD_PATH_OPTIONS = {"toy_shape": "path", "toy_shape_judge": "path", "aesthetic": "head_path",
-                       "hpsv2": "weights_path", "hpsv21": "weights_path", "image_reward": "weights_path"}
-"""Scorer options that name a local file or directory (never a hub id), checked up front."""
 
 
 def local_scorers(cfg: ExperimentConfig) -> set[str]:
@@ -272,7 +258,8 @@ def run_dir_problems(cfg: ExperimentConfig) -> list[str]:
 def resume_problems(cfg: ExperimentConfig) -> list[str]:
     """The checkpoint at trainer.resume_from: complete, readable, and a config that validates
     with the user's `reward.allow_import` (never the checkpoint's own)."""
-    from genalign.config.loader import config_from_checkpoint, safe_load_unique
+    from genalign.config.safe_yaml import safe_load_unique
+    from genalign.preflight.stored_config import config_from_checkpoint
     from genalign.runs.checkpoint import checkpoint_problems
 
     key = "trainer.resume_from"

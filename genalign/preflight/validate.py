@@ -12,7 +12,7 @@ import difflib
 import math
 
 from genalign.preflight.algorithm_checks import algorithm_problems
-from genalign.preflight.files import HUB_ID
+from genalign.hub import HUB_ID
 from genalign.preflight.plan import num_train_timesteps_problem
 from genalign.config.schema import ExperimentConfig
 from genalign.preflight.values import non_finite_problems, reward_package_problems, value_problems

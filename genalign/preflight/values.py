@@ -10,14 +10,13 @@ multi-GB allocations, `reward.kwargs.random.sed=1` was a TypeError when the scor
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import math
 import re
-import typing
 from typing import Any
 
 from genalign.config.schema import ExperimentConfig
+from genalign.rewards.options import reward_option_problems
 
 MAX_IMAGE_SIDE = 4096
 """Largest rollout/eval side accepted: above it one image's latents and activations no longer
@@ -94,7 +93,7 @@ def value_problems(cfg: ExperimentConfig) -> list[str]:
                         f"encoders (only {', '.join(TEXT_ENCODER_FAMILIES)}); set it to false")
     problems += image_size_problems(cfg.model.family, cfg.rollout.height, cfg.rollout.width)
     problems += media_problems(cfg.model.family, cfg.model.num_frames, cfg.model.negative_prompt)
-    problems += reward_option_problems(cfg)
+    problems += reward_option_problems(cfg)  # rewards/options.py
     return problems
 
 
@@ -171,34 +170,4 @@ def media_problems(family: str, num_frames: int, negative_prompt: str) -> list[s
     if negative_prompt and family not in NEGATIVE_PROMPT_FAMILIES:
         problems.append(f"model.negative_prompt is set but model.family={family} uses a fixed negative prompt for CFG; "
                         f"remove it (families that read it: {', '.join(NEGATIVE_PROMPT_FAMILIES)})")
-    return problems
-
-
-def reward_option_problems(cfg: ExperimentConfig) -> list[str]:
-    """`reward.kwargs.<name>.<key>` against each registered scorer's options dataclass:
-    unknown keys (with a "did you mean") and values of the wrong type."""
-    from genalign.config.loader import _convert
-    from genalign.rewards.registry import REWARD_OPTIONS
-
-    problems: list[str] = []
-    for name, options in cfg.reward.kwargs.items():
-        target = REWARD_OPTIONS.get(name)
-        if target is None:  # a dotted-path reward, or a name validate already reports
-            continue
-        if not isinstance(options, dict):
-            problems.append(f"reward.kwargs.{name} must be a mapping of options, got {options!r}")
-            continue
-        module_name, attr = target.split(":")
-        options_cls = getattr(importlib.import_module(module_name), attr)  # scorer modules import no model
-        hints = typing.get_type_hints(options_cls)
-        valid = [f.name for f in dataclasses.fields(options_cls)]
-        for key, value in options.items():
-            dotted = f"reward.kwargs.{name}.{key}"
-            if key not in valid:
-                close = difflib.get_close_matches(str(key), valid, n=1)
-                hint = f"; did you mean reward.kwargs.{name}.{close[0]}?" if close else ""
-                problems.append(f"{dotted}: unknown option for reward {name!r}{hint} "
-                                f"Valid: {', '.join(valid) or '(none)'}")
-                continue
-            _convert(hints[key], value, dotted, f"reward.kwargs.{name}", problems, {})
     return problems

@@ -7,6 +7,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 
+REWARD_PATH_OPTIONS = {"toy_shape": "path", "toy_shape_judge": "path", "aesthetic": "head_path",
+                       "hpsv2": "weights_path", "hpsv21": "weights_path", "image_reward": "weights_path"}
+"""Scorer options that name a local file or directory (never a hub id), checked up front
+(preflight/files.py) and `~`-expanded when the config is built (config/loader.py)."""
+
+
 @dataclass
 class RewardConfig:
     components: dict[str, float] = field(default_factory=dict)

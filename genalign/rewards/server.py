@@ -292,8 +292,8 @@ def serve_config(components: list[str], overrides: list[str]) -> RewardConfig:
     `reward.video_reduction=...`, `reward.allow_import=[...]`, checked as a training config is."""
     from genalign.config.errors import ConfigError
     from genalign.config.loader import config_from_dict
-    from genalign.preflight.values import reward_option_problems
     from genalign.rewards.composite import active_components
+    from genalign.rewards.options import reward_option_problems
 
     outside = [item for item in overrides if not item.lstrip("+").startswith("reward.")]
     if outside:

@@ -10,13 +10,17 @@ go to the object store once and every worker loads them; each worker answers wit
 fingerprint of its own trainable tensors *after* loading, checked against the trainer's, so
 an adapter that bound to other modules or a stale worker is an error naming the worker.
 
+Each worker builds its policy with the `policy_factory` the engine is given (the trainer
+passes `training/setup.py:build_policy`, so a worker's copy is built exactly as the trainer's;
+the factory travels to the actor by reference, and rollout imports nothing of training).
+
 Failure semantics: a worker that dies (process killed, OOM) during `generate` is replaced
-once — a fresh actor built from the same config, loaded with the last synced weights and
+once — a fresh actor built from the same config and factory, loaded with the last synced weights and
 verified — and its shard is generated again; a second failure fails the step with the
 worker's error. Every `ray.get` is bounded by a timeout, so nothing hangs.
 
 Placement (which devices, how many CPUs, local instance or `$RAY_ADDRESS`) comes from
-`training.resources.resolve_resources`; this module only starts and talks to actors.
+`placement/resources.py:resolve_resources`; this module only starts and talks to actors.
 Colocated (one device shared by the trainer and its workers): the two sides' copies are never
 on the device together. The engine parks the trainer's modules on the CPU (`place_policy`)
 while workers build and sample, and has every worker park its own before the trainer's come
@@ -30,11 +34,14 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import Callable
 
 import torch
 
 from genalign.config.loader import config_from_dict, config_to_dict
+from genalign.config.schema import ExperimentConfig
 from genalign.data.sampler import PromptGroupBatch
+from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.rollout.collector import SamplingSpec
 
@@ -119,14 +126,12 @@ def user_error_inside(error: Exception) -> Exception | None:
 class RolloutWorker:
     """One Ray actor: a policy copy built exactly as the trainer builds its own."""
 
-    def __init__(self, config: dict, worker_index: int):
-        from genalign.training.setup import build_policy
-
+    def __init__(self, config: dict, worker_index: int, policy_factory: Callable[[ExperimentConfig], FlowPolicy]):
         cfg = config_from_dict(config, source=f"rollout worker {worker_index}")
         self.worker_index = worker_index
         torch.manual_seed(cfg.trainer.seed)  # the trainer's adapter initialisation; replaced by the first sync
         built = time.monotonic()
-        self.policy = build_policy(cfg)  # on the worker's device
+        self.policy = policy_factory(cfg)  # on the worker's device
         self.policy.transformer.eval()
         self.version: int | None = None
         self.released = False
@@ -186,7 +191,8 @@ class RayRolloutEngine:
 
     needs_sync = True
 
-    def __init__(self, cfg, initial_state: dict[str, torch.Tensor], *, trainer_policy=None,
+    def __init__(self, cfg, initial_state: dict[str, torch.Tensor],
+                 policy_factory: Callable[[ExperimentConfig], FlowPolicy], *, trainer_policy=None,
                  start_timeout_s: float = 600.0, sync_timeout_s: float = 300.0, generate_timeout_s: float = 1800.0):
         import ray
 
@@ -208,6 +214,8 @@ class RayRolloutEngine:
         log.info("ray rollout: %s", self.plan.describe())
         model = replace(cfg.model, device="cuda" if placement.num_gpus_per_worker > 0 else "cpu")
         self.worker_config = config_to_dict(replace(cfg, model=model))
+        self.policy_factory = policy_factory
+        """Builds each worker's policy from its config (module-level, so it pickles by reference)."""
         # colocated: the trainer's modules leave the shared device while a worker holds its
         # copy there, and the workers leave it before the trainer trains (verl's hybrid
         # engine offloads the idle side the same way); never both copies on one GPU
@@ -263,7 +271,7 @@ class RayRolloutEngine:
             options["runtime_env"] = {"env_vars": {
                 "CUDA_VISIBLE_DEVICES": ",".join(map(str, placement.worker_devices[index])),
                 "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
-        actor = ray.remote(RolloutWorker).options(**options).remote(self.worker_config, index)
+        actor = ray.remote(RolloutWorker).options(**options).remote(self.worker_config, index, self.policy_factory)
         try:
             ray.get(actor.pid.remote(), timeout=self.start_timeout_s)
         except Exception as error:

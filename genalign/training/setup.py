@@ -67,7 +67,7 @@ def build_rollout_engine(cfg: ExperimentConfig, policy: FlowPolicy) -> RolloutEn
         from genalign.weights.lora import trainable_state_dict
 
         # colocated: the engine parks this policy's modules on the CPU while workers hold theirs
-        return RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), trainer_policy=policy)
+        return RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), build_policy, trainer_policy=policy)
     raise ValueError(f"rollout.engine={cfg.rollout.engine!r}: choose local or ray")
 
 

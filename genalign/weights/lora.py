@@ -20,7 +20,7 @@ from typing import Iterator
 
 import torch
 
-from genalign.models.base import LoraConfig
+from genalign.models.config import LoraConfig
 from genalign.weights.sharded import copy_full_into
 
 LORA_INITS = {"gaussian": "gaussian", "default": True}

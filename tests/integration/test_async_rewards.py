@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.rewards.composite import LocalRewardRuntime
 from genalign.training.trainer import Trainer
 

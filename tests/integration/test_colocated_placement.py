@@ -15,7 +15,7 @@ import os
 import pytest
 import torch
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
 from genalign.rollout.engine import LocalRolloutEngine
@@ -67,7 +67,7 @@ def test_trainer_and_worker_never_both_on_the_device(tiny_sd3_dir, tmp_path):
     spec = setup.rollout_spec(cfg)
     init_ray(num_cpus=1, log_to_driver=False)
     try:
-        engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), trainer_policy=policy,
+        engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), setup.build_policy, trainer_policy=policy,
                                   generate_timeout_s=300)
         try:
             for step in (1, 2):

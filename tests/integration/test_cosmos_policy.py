@@ -13,7 +13,8 @@ import json
 import pytest
 import torch
 
-from genalign.models.base import LoraConfig, guided_velocity
+from genalign.models.base import guided_velocity
+from genalign.models.config import LoraConfig
 from genalign.models.cosmos import (COSMOS_LORA_TARGETS, COSMOS_NEGATIVE_PROMPT, CosmosPolicy, cosmos_guidance,
                                     karras_range)
 from genalign.models.tiny import QWEN_TEXT_HIDDEN, build_cosmos_pipeline, main

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from genalign.algorithms.registry import ALGORITHMS
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.rewards.composite import build_reward_runtime
 from genalign.training.trainer import Trainer
 from support import read_rows

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
 from support import read_rows, tiny_overrides, tiny_video_overrides
 

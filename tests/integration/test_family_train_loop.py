@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
 from support import assert_resumed_bitwise, read_rows, tiny_overrides, train_recipe_in_process
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from safetensors.torch import load_file
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
 from support import TIMING_COLUMNS, read_rows
 

@@ -123,7 +123,7 @@ def test_exported_adapter_loads_onto_janus_and_reproduces_the_policy(tiny_janus_
     from peft import PeftModel
     from transformers import JanusForConditionalGeneration
 
-    from genalign.models.base import LoraConfig
+    from genalign.models.config import LoraConfig
     from genalign.weights.lora import apply_lora, export_lora_for_peft, trainable_state_dict
 
     trained = JanusPolicy.from_pretrained(str(tiny_janus_dir), "float32", "cpu")

@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.rollout.engine import LocalRolloutEngine
 from genalign.rollout.token_batch import TokenTrajectoryBatch
 from genalign.training import setup

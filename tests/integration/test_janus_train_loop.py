@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from genalign.config.errors import ConfigError
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
 from support import assert_resumed_bitwise, read_rows
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from genalign.models.base import LoraConfig
+from genalign.models.config import LoraConfig
 from genalign.models.sd3 import SD3_LORA_TARGETS, SD3Policy
 from genalign.weights.lora import (apply_lora, export_lora_for_diffusers, load_trainable_state_dict,
                                     reference_mode, state_fingerprint, trainable_state_dict)

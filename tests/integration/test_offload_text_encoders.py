@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from genalign.config.errors import ConfigError
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
 from genalign.rollout.engine import LocalRolloutEngine

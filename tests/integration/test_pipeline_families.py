@@ -155,7 +155,7 @@ def test_latent_shape_and_size_errors(family):
 
 
 def test_split_cfg_equals_joint_and_detach_drops_the_unconditional_gradient(family):
-    from genalign.models.base import LoraConfig
+    from genalign.models.config import LoraConfig
     from genalign.weights.lora import apply_lora, has_adapter
 
     policy, _, _ = family
@@ -217,7 +217,7 @@ def test_module_cli_writes_a_loadable_pipeline(name, tmp_path):
 def test_exported_lora_loads_into_the_familys_pipeline_with_the_same_output(family, tmp_path):
     """Export with the shared exporter; `<Pipeline>.load_lora_weights` on a fresh pipeline gives
     a transformer whose velocity equals ours (alpha/r = 2 survives through the metadata)."""
-    from genalign.models.base import LoraConfig
+    from genalign.models.config import LoraConfig
     from genalign.weights.lora import apply_lora
 
     policy, _, directory = family

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.models.sd3 import SD3Policy
 from genalign.rollout.collector import SamplingSpec, encode_unique
 from genalign.training.precision import compile_denoiser

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import genalign.training.trainer as trainer_module
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.training.memory import COLUMN, GIB, PeakMemory
 from genalign.training.trainer import Trainer
 from support import read_rows

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
 from genalign.finite import NonFiniteError
@@ -198,7 +198,7 @@ def test_cross_node_preset_joins_the_cluster_at_ray_address(tiny_sd3_dir, prompt
         deadline = time.monotonic() + 300
         while True:  # the head takes a few seconds to accept drivers (longer on a loaded box)
             try:
-                engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), generate_timeout_s=120)
+                engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), setup.build_policy, generate_timeout_s=120)
                 break
             except ConnectionError:
                 if time.monotonic() > deadline:

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from genalign.cli import main as cli_main
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.rewards.base import RewardError
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rewards.config import RewardConfig

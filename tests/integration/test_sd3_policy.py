@@ -9,7 +9,8 @@ import json
 import pytest
 import torch
 
-from genalign.models.base import FlowPolicy, ModelConfig
+from genalign.models.base import FlowPolicy
+from genalign.models.config import ModelConfig
 from genalign.models.sd3 import SD3Policy
 from genalign.models.tiny import build_tiny_sd3_pipeline, main
 from genalign.sampling.schedules import flow_match_sigmas
@@ -190,7 +191,7 @@ def test_uncached_hub_id_offline_says_how_to_fix(monkeypatch, tmp_path):
 
 
 def _lora_policy(tiny_sd3_dir, cfg_batch: str) -> SD3Policy:
-    from genalign.models.base import LoraConfig
+    from genalign.models.config import LoraConfig
     from genalign.weights.lora import apply_lora
 
     torch.manual_seed(0)

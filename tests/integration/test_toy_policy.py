@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from genalign.data.sampler import PromptGroupBatch
-from genalign.models.base import FlowPolicy, LoraConfig, ModelConfig
+from genalign.models.base import FlowPolicy
+from genalign.models.config import LoraConfig, ModelConfig
 from genalign.models.registry import MODEL_FAMILIES
 from genalign.models.toy.network import TRANSFORMER_CONFIG, save_toy_model, velocity_from_x0
 from genalign.models.toy.policy import ToyPolicy

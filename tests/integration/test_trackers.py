@@ -12,7 +12,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
 from support import SD3_RECIPE as RECIPE
 from support import TIMING_COLUMNS, read_rows, tiny_overrides

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.reporting.provenance import read_provenance
 from genalign.training.trainer import ResumeError, Trainer
 from support import SD3_RECIPE as RECIPE

@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from genalign.models.base import LoraConfig
+from genalign.models.config import LoraConfig
 from genalign.models.tiny import WAN_SHAPES, build_wan_pipeline, main
 from genalign.models.wan import WAN_LORA_TARGETS, WanPolicy, scheduler_shift
 from genalign.sampling.schedules import flow_match_sigmas

@@ -31,7 +31,8 @@ import torch
 import yaml
 
 from genalign import cli
-from genalign.config.loader import config_to_dict, load_config
+from genalign.config.loader import config_to_dict
+from genalign.preflight.load import load_config
 from genalign.runs.checkpoint import save_checkpoint
 
 TIME_LIMIT_S = 60.0  # generous: the box is shared; failing before model loading takes well under a second

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.finite import NonFiniteError
 from genalign.runs.checkpoint import CheckpointError, load_checkpoint
 from genalign.runs.stopping import TrainingStalled

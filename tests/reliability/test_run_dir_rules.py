@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.training import setup
 from genalign.runs.run_dir import RunDirError
 from genalign.training.trainer import Trainer

@@ -106,7 +106,7 @@ def test_a_second_signal_stops_at_once_without_saving(tmp_path):
 def test_with_no_grace_left_the_step_is_not_saved_and_the_line_says_where_to_resume(tmp_path, caplog):
     """In-process: SIGTERM arrives while step 1's row is written; trainer.signal_grace_s=0
     leaves no time to save, so the run stops without a checkpoint and says so."""
-    from genalign.config.loader import load_config
+    from genalign.preflight.load import load_config
     from genalign.runs.stopping import RunInterrupted
     from genalign.training.trainer import Trainer
 

@@ -17,7 +17,7 @@ PACKAGE_ROOT = Path(genalign.__file__).resolve().parent
 
 LAYERS: list[tuple[tuple[str, ...], str]] = [
     # bottom first; a package may import its own layer's package and every layer below it
-    (("basement",), "config/ composes and type-checks; each package's config.py; atomic, finite, ray_session"),
+    (("basement",), "config/ composes and type-checks; each package's config.py; atomic, finite, hub, ray_session"),
     (("data",), "prompt manifests, the step sampler, preference pairs: plain files and seeds"),
     (("sampling",), "pure math: schedules, kernels, windows, the denoising loop (torch only)"),
     (("models",), "model families behind FlowPolicy / TokenPolicy; families import no trainer"),
@@ -38,7 +38,7 @@ LAYERS: list[tuple[tuple[str, ...], str]] = [
 ]
 """The layer order, bottom first, with why each layer sits where it does."""
 
-BASEMENT_TOP_LEVEL = ("genalign", "genalign.atomic", "genalign.finite", "genalign.ray_session")
+BASEMENT_TOP_LEVEL = ("genalign", "genalign.atomic", "genalign.finite", "genalign.hub", "genalign.ray_session")
 ENTRY_TOP_LEVEL = ("genalign.cli", "genalign.train", "genalign.__main__")
 CONFIG_MODULE_NAMES = ("config",)
 """A package's `config.py` holds the dataclasses that config/schema.py composes: it belongs to

@@ -6,7 +6,7 @@ import pytest
 
 from genalign.config.catalog import (CONFIG_ROOT, VALIDATION_LEVELS, describe, recipe_paths, recipe_validation,
                                      validation_table)
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "recipes.md"
 

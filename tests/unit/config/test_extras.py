@@ -6,7 +6,7 @@ import pytest
 
 from genalign.config.errors import ConfigError
 from genalign.config.extras import missing_package_problem
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from genalign.config.errors import ConfigError
-from genalign.config.loader import config_to_yaml, load_config
+from genalign.config.loader import config_to_yaml
+from genalign.preflight.load import load_config
 
 OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
 

@@ -1,6 +1,6 @@
 """The GenEval and VLM-judge recipes: Flow-GRPO's geneval_sd3 / pickscore_sd3 numbers as one global batch."""
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 
 GENEVAL = "experiment/diffusion/sd3_5/online_grpo_geneval"
 JUDGE = "experiment/diffusion/sd3_5/online_grpo_vlm_judge"

@@ -7,7 +7,8 @@ import os
 import pytest
 import yaml
 
-from genalign.config.loader import config_from_dict, config_to_dict, load_config
+from genalign.config.loader import config_from_dict, config_to_dict
+from genalign.preflight.load import load_config
 from genalign.config.safe_yaml import MAX_YAML_NODES, YAMLTooLarge, safe_load_unique
 
 

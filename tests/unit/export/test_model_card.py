@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.export.model_card import model_card
 
 OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
@@ -89,7 +89,7 @@ def test_the_families_declare_their_modality():
 
 
 def test_every_preset_names_a_hub_id_and_licence():
-    from genalign.preflight.files import HUB_ID
+    from genalign.hub import HUB_ID
 
     for recipe in (OCR, "experiment/diffusion/flux/online_grpo_ocr", "experiment/diffusion/qwen_image/online_grpo_ocr",
                    "experiment/diffusion/wan_2_1/online_grpo_pickscore",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from genalign.config.errors import ConfigError
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.placement.config import DistributedConfig, ResourcesConfig, RoleResources
 from genalign.placement.resources import EnvironmentFacts, parse_visible_devices, plan_resources
 

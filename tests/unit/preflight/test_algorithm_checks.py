@@ -3,7 +3,7 @@
 import pytest
 
 from genalign.config.errors import ConfigError
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 
 
 def problems(recipe, *overrides):

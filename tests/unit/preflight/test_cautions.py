@@ -1,7 +1,7 @@
 """`preflight/cautions.py`: valid settings worth a warning, each one line naming the key."""
 
 from genalign.preflight.cautions import config_cautions
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 
 
 def test_the_default_recipe_has_no_caution():

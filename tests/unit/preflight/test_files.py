@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from genalign.preflight.files import hub_cached, offline_hub_problems
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 
 REPO = "nvidia/Cosmos-Predict2.5-2B"
 BRANCH = "diffusers/base/post-trained"

@@ -3,7 +3,7 @@
 import pytest
 
 from genalign.config.errors import ConfigError
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.models.architecture import lora_parameters, load_architecture
 from genalign.preflight import memory_plan as mp
 

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from genalign.config.errors import ConfigError
-from genalign.config.loader import config_to_dict, load_config
+from genalign.config.loader import config_to_dict
+from genalign.preflight.load import load_config
 from genalign.preflight.plan import RunPlan
 
 OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from genalign.config.errors import ConfigError
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.config.schema import ExperimentConfig
 from genalign.preflight.validate import validate
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.preflight.validate import validate
 from genalign.rollout.config import SDEWindowConfig
 from genalign.training.setup import rollout_spec

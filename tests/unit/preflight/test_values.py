@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.preflight.validate import validate
 from genalign.preflight.values import image_size_problems, non_finite_problems
 

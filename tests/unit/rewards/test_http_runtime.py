@@ -259,7 +259,7 @@ def test_http_runtime_config_is_checked_before_anything_starts():
 def test_http_runtime_is_checked_by_the_config_loader(monkeypatch, tmp_path):
     from genalign.config.errors import ConfigError
     from genalign.preflight.files import file_problems
-    from genalign.config.loader import load_config
+    from genalign.preflight.load import load_config
 
     with pytest.raises(ConfigError, match=r"reward.url='': reward.runtime=http needs the reward server's URL"):
         load_config("experiment/toy/shapes_grpo", ["reward.runtime=http"])

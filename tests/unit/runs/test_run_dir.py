@@ -10,7 +10,8 @@ import torch
 import yaml
 
 from genalign.config.errors import ConfigError
-from genalign.config.loader import config_to_dict, load_config
+from genalign.config.loader import config_to_dict
+from genalign.preflight.load import load_config
 from genalign.runs.checkpoint import REQUIRED_FILES, TRAINER_STATE, checkpoint_step, save_checkpoint
 from genalign.runs.run_dir import RunDirError, plan_start, prune_checkpoints
 

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 
 from genalign.config.errors import ConfigError
-from genalign.config.loader import load_config
+from genalign.preflight.load import load_config
 from genalign.tracking.config import WandbConfig, logger_problems, resolve_wandb
 
 

@@ -24,7 +24,7 @@ def test_an_uneven_share_is_a_one_line_config_error(steps, world, fit):
 def test_the_trainer_checks_it_before_anything_loads(monkeypatch, tmp_path):
     """Under a bare torchrun launch (WORLD_SIZE=2 in the environment) Trainer(cfg) refuses
     before the process group or any model is set up."""
-    from genalign.config.loader import load_config
+    from genalign.preflight.load import load_config
     from genalign.training import distributed
     from genalign.training.trainer import Trainer
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genalign.models.base import LoraConfig
+from genalign.models.config import LoraConfig
 from genalign.weights.lora import (apply_lora, export_lora_for_diffusers, freeze_for_full_finetune,
                                     load_trainable_state_dict, reference_mode, state_fingerprint,
                                     trainable_parameters, trainable_state_dict)

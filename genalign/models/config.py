@@ -1,0 +1,115 @@
+"""`ModelConfig`: which model to load and what to train in it (the `model.*` keys).
+
+Where it fits: config/schema.py composes it into `ExperimentConfig`; the family registry
+(`registry.py`) builds the family it names. Plain dataclasses, importing nothing above
+config/, so composing a config never imports a model library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapter on the denoiser (peft). Presets live in `configs/model/...`."""
+
+    rank: int = 32
+    """LoRA rank r."""
+    alpha: float = 64.0
+    """LoRA alpha; the effective scale is alpha / rank (Flow-GRPO SD3.5: r=32, alpha=64)."""
+    init: str = "gaussian"
+    """peft `init_lora_weights`: "gaussian" (Flow-GRPO), "default" (Kaiming A, zero B)."""
+    dropout: float = 0.0
+    """LoRA dropout on the adapter input (peft `lora_dropout`; Flow-GRPO: 0)."""
+    target_modules: list[str] = field(default_factory=list)
+    """Module-name suffixes the adapter attaches to; empty = the family's default targets."""
+
+
+@dataclass
+class ModelCardConfig:
+    """What an exported model card says about the base model (Hugging Face's model-card
+    metadata). The model presets set these, so a run that loads a local copy of a preset's
+    model still publishes the Hub id and the licence its weights come under."""
+
+    base_model: str | None = None
+    """Hub id of the base model (`base_model` in the card), e.g. stabilityai/stable-diffusion-3.5-medium;
+    null: model.path when that is a Hub id, else none (a local directory is no Hub id)."""
+    license: str | None = None
+    """The base model's licence as the Hub names it (apache-2.0, mit, other, ...): weights
+    trained from it come under its terms. null: the card states no licence."""
+    license_name: str | None = None
+    """Short name of a licence the Hub does not list (with license: other), e.g. flux-1-dev-non-commercial-license."""
+    license_link: str | None = None
+    """Where that licence's text is (with license: other)."""
+
+
+@dataclass
+class ModelConfig:
+    """Which model to load and what to train in it."""
+
+    family: str = "sd3"
+    """Model family: "sd3" (Stable Diffusion 3 / 3.5), "flux" (FLUX.1), "qwen_image" (Qwen-Image),
+    "wan" (Wan 2.1 text-to-video), "cosmos" (Cosmos-Predict2.5 text-to-world: video, or an image
+    at num_frames=1), "janus" (Janus-Pro, token-autoregressive: `TokenPolicy`, trained by
+    ar_grpo) or "toy" (the shipped CPU demo)."""
+    path: str = "stabilityai/stable-diffusion-3.5-medium"
+    """Hugging Face hub id or a local directory written by `save_pretrained`."""
+    revision: str | None = None
+    """Hub revision (branch, tag or commit) of model.path; null: the default branch."""
+    dtype: str = "float32"
+    """Compute dtype of the denoiser and the frozen weights of the text encoders and base
+    model: float32 | float16 | bfloat16. Trained weights (LoRA or full) and optimizer state
+    stay float32 masters whatever this says; the denoiser runs under autocast to this dtype
+    (float16 adds loss scaling). The SDE math and the VAE always run in float32."""
+    device: str = "auto"
+    """"auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:1", ..."""
+    train_mode: str = "lora"
+    """"lora" (adapter only; the reference is the adapter-disabled model) or "full"."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    max_sequence_length: int = 128
+    """Text-token budget of a prompt: T5 tokens for SD3 and FLUX (Flow-GRPO's train_sd3.py
+    encodes with 128; StableDiffusion3Pipeline's default is 256, FluxPipeline's 512), Qwen2.5-VL
+    tokens after the chat template for Qwen-Image (QwenImagePipeline: 512), UMT5 tokens for Wan
+    (WanPipeline and the wan_2_1 presets: 512), Qwen2.5-VL tokens of the chat-templated prompt
+    with its system turn for Cosmos (Cosmos2_5_PredictBasePipeline and the cosmos preset: 512,
+    always padded to this length). For Qwen-Image it is a cap: a step's prompts are padded
+    with a mask to the step's longest (and the CFG negative to the same length), as
+    QwenImagePipeline pads a batch."""
+    embedded_guidance: float | None = None
+    """Distilled-guidance strength fed to a guidance-embedded transformer (FLUX.1-dev: 3.5, the
+    `guidance_scale` of FluxPipeline); null for models without that embedding (FLUX.1-schnell,
+    Qwen-Image, SD3, Wan). It is not CFG: rollout.guidance_scale stays the true-CFG scale
+    (FluxPipeline's `true_cfg_scale`, QwenImagePipeline's `true_cfg_scale`; 1 = off)."""
+    num_frames: int = 1
+    """Frames per generated sample: 1 for image families (and janus); video families (wan, cosmos) need their
+    VAE's 4k + 1 (the wan_2_1 and cosmos presets: 33; Cosmos2_5_PredictBasePipeline's default 93;
+    cosmos at 1 is its text-to-image mode). Rewards then see uint8 video [B, F, 3, H, W]."""
+    negative_prompt: str = ""
+    """CFG's negative prompt for families whose pipeline takes one as an option (wan: the
+    pipeline's default is the empty prompt, as here; cosmos: the cosmos presets set the
+    pipeline's default, its DEFAULT_NEGATIVE_PROMPT). SD3 and FLUX use the empty prompt and
+    Qwen-Image its pipeline's " " (see qwen_image.py); for them this must stay empty."""
+    offload_text_encoders: bool = False
+    """Keep the text encoders on the CPU except while a step's prompts are encoded (once per
+    step, the step's distinct prompts): their weights leave the device for sampling, replay and
+    backward. The memory lever for the largest encoders (Qwen2.5-VL-7B 15.5 GiB, T5-XXL 8.9 GiB
+    in bfloat16), at the cost of copying them to the device and back once per step."""
+    gradient_checkpointing: bool = False
+    """Recompute the denoiser's activations in backward: the memory lever for larger replay
+    micro-batches (about a third more train time)."""
+    cfg_batch: str = "joint"
+    """How CFG's two branches run: "joint" = one forward over [uncond, cond] (Flow-GRPO);
+    "split" = two forwards of half the batch, so that with algorithm.detach_uncond the
+    unconditional one runs without autograd in replay and backward covers only the
+    conditional half (about a quarter less train time, less activation memory). Rollout and
+    replay always use the same form, so the parity preflight stays exact either way."""
+    compile: bool = False
+    """torch.compile the denoiser (`compile_mode`); the first steps pay the compilation."""
+    compile_mode: str = "regional"
+    """"regional": compile each repeated transformer block once (diffusers' regional
+    compilation; minutes less to compile, the same speed); "full": the whole denoiser."""
+    allow_tf32: bool = True
+    """TF32 for float32 matmuls on CUDA (VAE decode, fp32 runs), as Flow-GRPO sets it."""
+    card: ModelCardConfig = field(default_factory=ModelCardConfig)
+    """Base-model metadata for exported model cards (Hub id, licence); the presets set it."""
