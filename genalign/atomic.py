@@ -1,7 +1,7 @@
 """Atomic writes of small text files in a run directory (config.yaml, provenance.json,
 report.html): a temporary `.<name>.tmp-<pid>` beside the file, renamed over it. A crash or a
 full disk leaves the old file or none, never half of one; a temporary left by a kill is
-removed by the next run's start (`training.run_dir.STALE_TEMP_NAME`)."""
+removed by the next run's start (`runs.run_dir.STALE_TEMP_NAME`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Finite numbers only: where a NaN or infinity would poison a run, it stops with one line.
 
-Where it fits: a loaded checkpoint's tensors (`training.checkpoint.load_checkpoint`), the base
+Where it fits: a loaded checkpoint's tensors (`runs.checkpoint.load_checkpoint`), the base
 model's weights (`training.setup.build_policy`), each rollout's latents and decoded images
 (`rollout.collector`) are checked here. A NaN in a LoRA tensor otherwise makes every image
 NaN, every reward equal, every group's advantage zero: nothing trains, the loss check never

@@ -51,7 +51,7 @@ def refuse_symlink(path: Path | str) -> None:
     inside its own directory, and a link planted there (`train.log`, a contact sheet in
     `eval_epoch_*`, a CSV) would send the write to a file elsewhere. Folders are not checked
     here (an output_dir reached through a link is the user's choice; the run's own folder
-    names are refused as links when the run starts, `training.run_dir`)."""
+    names are refused as links when the run starts, `runs.run_dir`)."""
     path = Path(path)
     if path.is_symlink():
         raise WriteError(f"refusing to write {path}: it is a symbolic link (to {os.readlink(path)}); a run writes "

@@ -56,7 +56,7 @@ class Registry:
         if name in self._entries:
             return None
         if is_dotted_path(name) and self.dotted_key:
-            if name in allow_import:  # never imported here: config.files.import_problems checks it
+            if name in allow_import:  # never imported here: preflight.files.import_problems checks it
                 return None
             return (f"{self.config_key}: {name!r} is a Python import path; importing it runs code, so it is "
                     f"accepted only when listed in {self.dotted_key} on your own command line or recipe (never "

@@ -9,6 +9,7 @@ dependencies, and are skipped. The layer list below is mirrored in docs/architec
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import genalign
@@ -205,3 +206,33 @@ def test_no_package_imports_one_above_it():
             if known.get(there, -1) >= known.get(here, -1):
                 upward.append(f"{name}:{line} imports {target} ({here} -> {there})")
     assert not upward, "imports that run up (or sideways) the layers:\n" + "\n".join(upward)
+
+
+PURE_MATH = ("genalign.sampling", "genalign.algorithms.advantages", "genalign.algorithms.losses",
+             "genalign.algorithms.forward_losses", "genalign.algorithms.forward_draws")
+"""Modules (or packages) of pure tensor math: they import torch and the standard library, and of
+genalign only other pure-math modules."""
+_STDLIB = frozenset(sys.stdlib_module_names)
+
+
+def _pure(name: str) -> bool:
+    return any(name == root or name.startswith(root + ".") for root in PURE_MATH)
+
+
+def test_the_math_imports_only_torch():
+    modules = all_modules()
+    allowed_roots = {"torch", "numpy", "__future__"}
+    problems = []
+    for name, path in modules.items():
+        if not _pure(name):
+            continue
+        problems += [f"{name}:{line} imports {target}" for target, line in imported_modules(name, path, modules)
+                     if not _pure(target)]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            roots = ([alias.name.split(".")[0] for alias in node.names] if isinstance(node, ast.Import) else
+                     [(node.module or "").split(".")[0]] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            problems += [f"{name}:{node.lineno} imports {root}" for root in roots
+                         if root not in allowed_roots and root != "genalign" and root not in _STDLIB]
+    assert not problems, "pure math importing more than torch:\n" + "\n".join(problems)
+
