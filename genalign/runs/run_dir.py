@@ -48,7 +48,11 @@ from pathlib import Path
 import yaml
 
 from genalign.config.errors import ConfigError
-from genalign.runs.checkpoint import checkpoint_step
+from genalign.config.loader import config_to_dict
+from genalign.config.safe_yaml import safe_load_unique
+from genalign.config.schema import ExperimentConfig
+from genalign.runs.checkpoint import checkpoint_problems, checkpoint_step
+from genalign.runs.resume import incompatible_keys
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +125,6 @@ def _our_config(path: Path) -> dict | None:
     with a `trainer` section), else None; never raises (read with the bounded YAML loader)."""
     if path.is_symlink() or not path.is_file():
         return None
-    from genalign.config.safe_yaml import safe_load_unique
-    from genalign.config.schema import ExperimentConfig
-
     try:
         data = safe_load_unique(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, ValueError, OSError):
@@ -156,8 +157,6 @@ def _linked_run_names(output_dir: Path) -> list[Path]:
 def _newest_usable(checkpoints: dict[Path, int | None]) -> tuple[Path, int] | None:
     """The newest checkpoint `auto` can resume from; every newer one it passes over (a file
     missing or corrupt: headers and JSON read, no tensor) is logged with the reason."""
-    from genalign.runs.checkpoint import checkpoint_problems
-
     def skip(path: Path, problems: list[str]) -> None:
         why = "; ".join(problems) or f"trainer.resume_from=auto: {path}/trainer_state.json has no usable step"
         log.warning("%s; skipping %s", why, path.name)
@@ -273,9 +272,6 @@ def _plan_auto(cfg, start: RunStart) -> RunStart:
         raise _foreign(output_dir, existing)
     saved = _our_config(output_dir / "config.yaml")
     if saved is not None:
-        from genalign.config.loader import config_to_dict
-        from genalign.runs.resume import incompatible_keys
-
         differing = incompatible_keys(saved, config_to_dict(cfg))
         if differing and not cfg.trainer.overwrite:
             raise RunDirError([f"trainer.resume_from=auto: {output_dir} has no complete checkpoint and holds a run "
@@ -300,8 +296,6 @@ def _plan_resume(cfg, start: RunStart, checkpoint: Path, step: int, auto: bool =
         return start
     newer = _newer_checkpoints(start.output_dir, step)
     if auto:
-        from genalign.runs.checkpoint import checkpoint_problems
-
         newer = [path for path in newer if not checkpoint_problems(path)]
     if newer and not cfg.trainer.overwrite:
         raise RunDirError([f"trainer.resume_from={checkpoint} (step {step}) would overwrite newer checkpoints in "
