@@ -38,12 +38,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from genalign.preflight.load import load_config  # noqa: E402
 from genalign.models.base import resolve_device, resolve_dtype  # noqa: E402
 from genalign.models.config import ModelConfig
 from genalign.models.registry import MODEL_FAMILIES  # noqa: E402
 from genalign.models.sd3 import SD3Policy  # noqa: E402
 from genalign.models.tiny import build_sd3_pipeline  # noqa: E402
+from genalign.preflight.load import load_config  # noqa: E402
 
 REFERENCE_IMAGES_PER_S = 0.90
 """Flow-GRPO's train_sd3.py at these settings on an H100 (fp32 weights under fp16 autocast)."""

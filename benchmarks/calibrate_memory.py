@@ -46,9 +46,9 @@ import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
-from genalign.preflight.load import load_config  # noqa: E402
 from genalign.models.architecture import ARCHITECTURES  # noqa: E402
 from genalign.models.tiny import JANUS_SHAPES, build_tiny_janus, save_tiny  # noqa: E402
+from genalign.preflight.load import load_config  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402
 
 FAMILIES = {"sd3": 64, "flux": 64, "qwen_image": 64, "wan": 64, "cosmos": 64}

@@ -13,10 +13,10 @@ from genalign.algorithms.config import AlgorithmConfig
 from genalign.data.config import DataConfig
 from genalign.evaluation.config import EvalConfig
 from genalign.models.config import ModelConfig
+from genalign.placement.config import DistributedConfig
 from genalign.rewards.config import RewardConfig
 from genalign.rollout.config import RolloutConfig
 from genalign.training.config import ActorConfig, TrainerConfig
-from genalign.placement.config import DistributedConfig
 
 
 @dataclass

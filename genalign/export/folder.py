@@ -26,8 +26,8 @@ from typing import Callable
 import torch
 
 from genalign.config.schema import ExperimentConfig
-from genalign.weights.lora import export_lora_for_diffusers, export_lora_for_peft
 from genalign.export.model_card import model_card
+from genalign.weights.lora import export_lora_for_diffusers, export_lora_for_peft
 
 CARD_NAME = "README.md"
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import difflib
 import math
 
-from genalign.preflight.algorithm_checks import algorithm_problems
-from genalign.hub import HUB_ID
-from genalign.preflight.plan import num_train_timesteps_problem
 from genalign.config.schema import ExperimentConfig
+from genalign.hub import HUB_ID
+from genalign.preflight.algorithm_checks import algorithm_problems
+from genalign.preflight.plan import num_train_timesteps_problem
 from genalign.preflight.values import non_finite_problems, reward_package_problems, value_problems
 from genalign.tracking.config import logger_problems
 

@@ -32,9 +32,9 @@ from typing import Any
 import torch
 
 from genalign.rewards.base import RewardError
+from genalign.rewards.config import RewardConfig
 from genalign.rewards.scores import RewardScores, batch_ranges, check_inputs, check_scores
 from genalign.rewards.video import score_media
-from genalign.rewards.config import RewardConfig
 
 log = logging.getLogger(__name__)
 

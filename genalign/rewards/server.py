@@ -40,8 +40,8 @@ import torch
 from genalign.config.errors import UserError
 from genalign.rewards.base import RewardError, RewardFunction
 from genalign.rewards.composite import LocalRewardRuntime
-from genalign.rewards.scores import build_scorer, check_inputs
 from genalign.rewards.config import RewardConfig
+from genalign.rewards.scores import build_scorer, check_inputs
 from genalign.rewards.wire import (HEALTH_PATH, INFO_PATH, SCORE_PATH, ScoreRequest, WireError, decode_request,
                                    encode_reply, require_aiohttp)
 

@@ -14,12 +14,12 @@ import torch
 import yaml
 
 from genalign.config.errors import ConfigError
-from genalign.preflight.files import file_problems, output_dir_problems
 from genalign.config.loader import config_from_dict, safe_load_unique
+from genalign.preflight.files import file_problems, output_dir_problems
 from genalign.preflight.stored_config import config_from_checkpoint
 from genalign.rewards.composite import build_reward_runtime
-from genalign.training import setup
 from genalign.runs.checkpoint import CheckpointError, checkpoint_problems, load_checkpoint
+from genalign.training import setup
 from genalign.weights.lora import load_trainable_state_dict
 
 log = logging.getLogger(__name__)

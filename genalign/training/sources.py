@@ -19,12 +19,12 @@ import torch
 
 from genalign.algorithms.advantages import advantage_stats, aggregate_advantages, zero_std_group_fraction
 from genalign.algorithms.base import Algorithm
-from genalign.preflight.plan import RunPlan
 from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
 from genalign.finite import named_step
 from genalign.models.base import FlowPolicy
+from genalign.preflight.plan import RunPlan
 from genalign.rewards.scores import RewardScores
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.rollout.pairs import PreferencePairs

@@ -15,9 +15,9 @@ import os
 import pytest
 import torch
 
-from genalign.preflight.load import load_config
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
+from genalign.preflight.load import load_config
 from genalign.rollout.engine import LocalRolloutEngine
 from genalign.rollout.ray_engine import RayRolloutEngine
 from genalign.training import setup

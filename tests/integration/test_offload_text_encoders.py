@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from genalign.config.errors import ConfigError
-from genalign.preflight.load import load_config
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
+from genalign.preflight.load import load_config
 from genalign.rollout.engine import LocalRolloutEngine
 from genalign.training import setup
 from support import tiny_overrides

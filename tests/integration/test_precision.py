@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genalign.preflight.load import load_config
 from genalign.models.sd3 import SD3Policy
+from genalign.preflight.load import load_config
 from genalign.rollout.collector import SamplingSpec, encode_unique
 from genalign.training.precision import compile_denoiser
 from genalign.training.trainer import Trainer

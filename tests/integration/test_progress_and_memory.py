@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-import genalign.training.trainer as trainer_module
 from genalign.preflight.load import load_config
 from genalign.training.memory import COLUMN, GIB, PeakMemory
 from genalign.training.trainer import Trainer
+import genalign.training.trainer as trainer_module
 from support import read_rows
 
 SMALL = ["trainer.num_steps=2", "trainer.save_every=0", "trainer.progress_bar=false", "rollout.n=2",

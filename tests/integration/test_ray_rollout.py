@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from genalign.preflight.load import load_config
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
 from genalign.finite import NonFiniteError
+from genalign.preflight.load import load_config
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.rollout.engine import LocalRolloutEngine
 from genalign.rollout.ray_engine import RayRolloutEngine, RolloutWorkerError, shard_positions

@@ -12,8 +12,8 @@ from genalign.models.toy.network import TRANSFORMER_CONFIG, save_toy_model, velo
 from genalign.models.toy.policy import ToyPolicy
 from genalign.rollout.collector import SamplingSpec, generate
 from genalign.sampling.schedules import flow_match_sigmas
-from genalign.weights.lora import apply_lora, trainable_parameters
 from genalign.training.parity import replay_parity
+from genalign.weights.lora import apply_lora, trainable_parameters
 from support import assert_close_reordered
 
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from genalign.preflight.load import load_config
 from genalign.finite import NonFiniteError
+from genalign.preflight.load import load_config
 from genalign.runs.checkpoint import CheckpointError, load_checkpoint
 from genalign.runs.stopping import TrainingStalled
 from genalign.training.trainer import Trainer

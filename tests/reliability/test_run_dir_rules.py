@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from genalign.preflight.load import load_config
-from genalign.training import setup
 from genalign.runs.run_dir import RunDirError
+from genalign.training import setup
 from genalign.training.trainer import Trainer
 
 SMALL = ["trainer.save_every=1", "trainer.keep_last=2", "trainer.progress_bar=false", "rollout.n=4",

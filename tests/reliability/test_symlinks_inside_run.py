@@ -13,9 +13,9 @@ from PIL import Image
 from genalign.atomic import write_text_atomically
 from genalign.config.errors import WriteError
 from genalign.evaluation.contact_sheet import save_animated_preview, save_contact_sheet, save_image
+from genalign.runs.checkpoint import save_checkpoint
 from genalign.tracking.logs import RunLog
 from genalign.tracking.sinks import CSVSink
-from genalign.runs.checkpoint import save_checkpoint
 
 OUTSIDE_TEXT = "not genalign's file\n"
 

@@ -15,8 +15,8 @@ import yaml
 from genalign.config import loader
 from genalign.config.errors import ConfigError
 from genalign.config.loader import config_from_dict, config_to_dict, config_to_yaml, diff_configs
-from genalign.preflight.load import load_config
 from genalign.config.schema import ExperimentConfig
+from genalign.preflight.load import load_config
 
 OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
 

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from genalign.config.loader import config_from_dict, config_to_dict
-from genalign.preflight.load import load_config
 from genalign.config.safe_yaml import MAX_YAML_NODES, YAMLTooLarge, safe_load_unique
+from genalign.preflight.load import load_config
 
 
 def test_a_few_aliases_load_and_what_safe_dump_writes_round_trips():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from genalign.preflight.load import load_config
 from genalign.export.model_card import model_card
+from genalign.preflight.load import load_config
 
 OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
 

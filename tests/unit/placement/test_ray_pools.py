@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from genalign.config.errors import ConfigError
-from genalign.preflight.load import load_config
 from genalign.placement.ray_pools import ray_actor_pools, ray_pool_problems, ray_start_options
 from genalign.placement.resources import EnvironmentFacts, plan_resources
+from genalign.preflight.load import load_config
 
 
 def ray_rewards(*overrides: str):

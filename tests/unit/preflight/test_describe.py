@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from genalign.cli import main
-from genalign.preflight.describe import KeyHelp, describe, describe_keys, field_docs
 from genalign.config.schema import ExperimentConfig
+from genalign.preflight.describe import KeyHelp, describe, describe_keys, field_docs
 
 
 def test_every_config_key_has_a_docstring():

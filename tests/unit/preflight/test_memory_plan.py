@@ -3,9 +3,9 @@
 import pytest
 
 from genalign.config.errors import ConfigError
-from genalign.preflight.load import load_config
 from genalign.models.architecture import lora_parameters, load_architecture
 from genalign.preflight import memory_plan as mp
+from genalign.preflight.load import load_config
 
 GIB = 2 ** 30
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from genalign.config.errors import ConfigError
-from genalign.preflight.load import load_config
 from genalign.config.schema import ExperimentConfig
+from genalign.preflight.load import load_config
 from genalign.preflight.validate import validate
 
 OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
