@@ -78,7 +78,7 @@ class LinearVelocityModel(torch.nn.Module):
 
 
 class LinearPolicy:
-    spec = FamilySpec(name="linear", policy="tests.support:LinearPolicy", text_encoders=False, export="none",
+    spec = FamilySpec(name="linear", policy="support:LinearPolicy", text_encoders=False, export="none",
                       hub_weights=False)
     family = spec.name
     lora_target_modules: list[str] = []

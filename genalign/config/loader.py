@@ -442,7 +442,8 @@ def config_from_checkpoint(data: Any, source: str, allow_import: list[str], over
     A config.yaml can be edited by anyone who hands you a checkpoint, so its own
     `reward.allow_import` is ignored and replaced by `allow_import` (the list on the user's
     command line or recipe): a dotted reward path in it imports nothing unless the user allowed
-    it; `model.allow_import` likewise by `model_allow_import` (a user's model family). `check_machine=False` skips the resource planning against this machine (a resumed run
+    it; its `model.allow_import` likewise by `model_allow_import` (a user's model family).
+    `check_machine=False` skips the resource planning against this machine (a resumed run
     is planned from the user's config; the checkpoint's only has to be sound)."""
     from genalign.config.validate import validate
 

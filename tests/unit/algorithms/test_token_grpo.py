@@ -56,7 +56,7 @@ class TableModule(torch.nn.Module):
 class TablePolicy:
     """A TokenPolicy whose log-probs of the stored tokens are a trainable [B, N] table."""
 
-    spec = FamilySpec(name="table", policy="tests.unit.algorithms.test_token_grpo:TablePolicy", sampler="token",
+    spec = FamilySpec(name="table", policy="test_token_grpo:TablePolicy", sampler="token",
                       text_encoders=False, export="none", hub_weights=False)
     family = spec.name
     lora_target_modules: list[str] = []
