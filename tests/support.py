@@ -82,6 +82,8 @@ class LinearPolicy:
                       hub_weights=False)
     family = spec.name
     lora_target_modules: list[str] = []
+    repeated_blocks = ()
+    dtype = torch.float32
 
     def __init__(self, channels=2, size=4, embed_dim=6, seed=0):
         torch.manual_seed(seed)

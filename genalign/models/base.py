@@ -1,8 +1,11 @@
-"""The `FlowPolicy` protocol: what every model family gives the rest of the loop.
+"""The policy protocols: what every model family gives the rest of the loop (`Policy`), and
+the sampling side of a flow-matching family (`FlowPolicy`) or a token one (`TokenPolicy`).
 
 Where it fits: the rollout collector samples with `velocity` + the pure SDE kernels, the
 algorithm replays stored latents through `velocity` again, rewards see `decode`d uint8
-images. A family (sd3, toy, ...) never imports the trainer, the rewards or an algorithm.
+images. What a family is (token or flow, image or video, export kind, ...) is its
+`FamilySpec` (spec.py), which a policy carries as `spec`. A family (sd3, toy, ...) never
+imports the trainer, the rewards or an algorithm.
 
 Conventions (docs/algorithms.md §1): sigma in [0, 1], 1 = pure noise; the network predicts the
 velocity `x1 - x0`; a family maps sigma to its own timestep input (`1000 * sigma` for SD3).

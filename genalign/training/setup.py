@@ -14,7 +14,7 @@ from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import load_manifest
 from genalign.evaluation.evaluator import Evaluator
 from genalign.finite import NonFiniteError, first_non_finite
-from genalign.models.base import FlowPolicy
+from genalign.models.base import Policy
 from genalign.models.spec import family_spec
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rollout.collector import SamplingSpec
@@ -35,7 +35,7 @@ invocation, and what exported model cards say about the base model (not run stat
 from checkpoints written before it existed)."""
 
 
-def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
+def build_policy(cfg: ExperimentConfig) -> Policy:
     """Load the family's policy, make only the trained weights require grad (as float32
     masters), then optionally enable gradient checkpointing and compile the denoiser."""
     configure_backends(cfg.model.allow_tf32)
@@ -66,7 +66,7 @@ def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
     return policy
 
 
-def build_rollout_engine(cfg: ExperimentConfig, policy: FlowPolicy) -> RolloutEngine:
+def build_rollout_engine(cfg: ExperimentConfig, policy: Policy) -> RolloutEngine:
     if cfg.rollout.engine == "local":
         return LocalRolloutEngine(policy)
     if cfg.rollout.engine == "ray":  # workers start from the trainer's weights (version 0)
@@ -78,7 +78,7 @@ def build_rollout_engine(cfg: ExperimentConfig, policy: FlowPolicy) -> RolloutEn
     raise ValueError(f"rollout.engine={cfg.rollout.engine!r}: choose local or ray")
 
 
-def build_batch_source(cfg: ExperimentConfig, plan, policy: FlowPolicy, engine: RolloutEngine, rewards,
+def build_batch_source(cfg: ExperimentConfig, plan, policy: Policy, engine: RolloutEngine, rewards,
                        algorithm, spec: SamplingSpec, ranks):
     """The step's training data: the online rollout, or (offline Flow-DPO) a preference dataset."""
     from genalign.training.sources import OfflinePreferences, OnlineRollout
