@@ -75,3 +75,20 @@ def test_a_dotted_family_resolves_only_when_allowed():
     assert family_spec("user_family:SPEC", ["user_family:SPEC"]).name == "pixel_sd3"
     with pytest.raises(RegistryError, match="not a FamilySpec"):
         family_spec("user_family:PixelSD3Policy", ["user_family:PixelSD3Policy"])
+
+
+def test_the_family_checks_read_the_spec():
+    from genalign.config.schema import ExperimentConfig
+    from genalign.models.family_checks import family_problems
+
+    cfg = ExperimentConfig()
+    cfg.model.family, cfg.model.gradient_checkpointing, cfg.model.negative_prompt = "janus", True, "blurry"
+    cfg.rollout.height = cfg.rollout.width = 384
+    assert family_problems(cfg) == [
+        "model.gradient_checkpointing=true: model.family=janus does not support it; set it to false",
+        "model.negative_prompt is set but model.family=janus uses a fixed negative prompt for CFG; remove it "
+        "(families that read it: cosmos, wan)"]
+    cfg.model.family, cfg.model.gradient_checkpointing, cfg.model.num_frames = "wan", False, 33
+    assert family_problems(cfg) == []
+    cfg.model.family = "no_such_family"
+    assert family_problems(cfg) == []  # the registry check names it
