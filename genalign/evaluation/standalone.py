@@ -55,11 +55,12 @@ def evaluate_checkpoint(checkpoint_dir: str, output_dir: str | None, overrides: 
 
 def checkpoint_eval_config(checkpoint_dir: str, output_dir: str | None, overrides: list[str]):
     """The checkpoint's config with `overrides`, validated like a user's (with the user's
-    reward.allow_import only), plus the files it names; raises `CheckpointError`/`ConfigError`."""
+    reward.allow_import and model.allow_import only), plus the files it names; raises
+    `CheckpointError`/`ConfigError`."""
     bad = [item for item in overrides if not item.startswith(EVAL_OVERRIDE_KEYS)]
     if bad:
-        raise ConfigError([f"genalign eval: override {item!r} must be eval.<key>=<value>, reward.allow_import=[...] or model.allow_import=[...]"
-                           for item in bad])
+        raise ConfigError([f"genalign eval: override {item!r} must be eval.<key>=<value>, reward.allow_import=[...] "
+                           "or model.allow_import=[...]" for item in bad])
     problems = checkpoint_problems(checkpoint_dir, "--checkpoint")
     if problems:
         raise CheckpointError(problems[0] if len(problems) == 1 else "; ".join(problems))

@@ -74,12 +74,14 @@ def size_problems(spec: FamilySpec, height: int, width: int) -> list[str]:
 def media_problems(spec: FamilySpec, num_frames: int, negative_prompt: str) -> list[str]:
     """model.num_frames and model.negative_prompt against what the family reads."""
     problems = []
+    video = ", ".join(families_with(lambda s: s.media == "video"))
+    negative = ", ".join(families_with(lambda s: s.negative_prompt))
     if num_frames < 1:
         problems.append(f"model.num_frames must be >= 1, got {num_frames}")
     elif num_frames > 1 and spec.media != "video":
         problems.append(f"model.num_frames={num_frames}: model.family={spec.name} generates images; set "
-                        f"model.num_frames=1 (video families: {', '.join(families_with(lambda s: s.media == 'video'))})")
+                        f"model.num_frames=1 (video families: {video})")
     if negative_prompt and not spec.negative_prompt:
         problems.append(f"model.negative_prompt is set but model.family={spec.name} uses a fixed negative prompt for "
-                        f"CFG; remove it (families that read it: {', '.join(families_with(lambda s: s.negative_prompt))})")
+                        f"CFG; remove it (families that read it: {negative})")
     return problems
