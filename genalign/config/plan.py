@@ -39,7 +39,8 @@ class RunPlan:
     uses_cfg: bool
     """rollout.guidance_scale > 1: rollout and replay run both CFG branches."""
     needs_reference: bool
-    """algorithm.kl_beta > 0 (a KL term) or algorithm.name=dpo: a reference (adapter-disabled) forward is needed."""
+    """The algorithm evaluates a reference policy (its `reference_kind` is not "none": a KL term
+    at algorithm.kl_beta > 0, or DPO's own reference)."""
 
     @classmethod
     def from_config(cls, cfg: ExperimentConfig) -> "RunPlan":
@@ -49,6 +50,7 @@ class RunPlan:
         denoising step would be trained; `validate()` reports those (and the divisibility
         problems this floor-divides past) with the fix, so `load_config` never gets here with them.
         """
+        from genalign.algorithms.registry import algorithm_class
         from genalign.config.values import TOKEN_FAMILIES
 
         rollout, actor = cfg.rollout, cfg.actor
@@ -79,7 +81,7 @@ class RunPlan:
                                       // actor.gradient_accumulation_steps),
             num_train_timesteps=1 if tokens else min(num_train_timesteps, _trainable_steps(cfg)),
             uses_cfg=rollout.guidance_scale > 1.0,
-            needs_reference=cfg.algorithm.needs_reference,
+            needs_reference=algorithm_class(cfg).reference_kind(cfg.algorithm) != "none",
         )
 
     def describe(self) -> str:

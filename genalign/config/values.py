@@ -31,7 +31,12 @@ decodes 16 pixels per image token (384 = 24 x 16); its exact size is the checkpo
 when it loads."""
 TOKEN_FAMILIES = ("janus",)
 """Token-autoregressive families: they sample image tokens (`TokenPolicy`), train with a token
-algorithm (config/algorithm_checks.py TOKEN_ALGORITHMS) and read rollout.temperature."""
+algorithm (`policy_kind = "token"`) and read rollout.temperature."""
+
+
+def family_kind(family: str) -> str:
+    """"token" or "flow": what the family samples, compared with an algorithm's `policy_kind`."""
+    return "token" if family in TOKEN_FAMILIES else "flow"
 GUIDANCE_EMBEDDING_FAMILIES = ("flux", "qwen_image")
 """Families whose transformer may carry a distilled-guidance embedding (model.embedded_guidance);
 whether the loaded one does is checked when it loads."""
