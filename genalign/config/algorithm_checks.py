@@ -65,7 +65,8 @@ def foreign_option_problems(cfg: ExperimentConfig, algorithm: type, others: dict
         for dotted, value, default in _leaves(key, getattr(cfg.algorithm, key), getattr(defaults, key)):
             if value != default:
                 shown = str(value).lower() if isinstance(value, bool) else value
-                problems.append(f"algorithm.{dotted}={shown} is a {cls.title} option, but algorithm.name="
+                article = "an" if cls.title[:1] in "AEIOU" else "a"
+                problems.append(f"algorithm.{dotted}={shown} is {article} {cls.title} option, but algorithm.name="
                                 f"{cfg.algorithm.name!r}; remove it or set algorithm.name={owner}")
     return problems
 
