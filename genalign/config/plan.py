@@ -51,10 +51,10 @@ class RunPlan:
         problems this floor-divides past) with the fix, so `load_config` never gets here with them.
         """
         from genalign.algorithms.registry import algorithm_class
-        from genalign.config.values import TOKEN_FAMILIES
+        from genalign.config.values import family_kind
 
         rollout, actor = cfg.rollout, cfg.actor
-        tokens = cfg.model.family in TOKEN_FAMILIES
+        tokens = family_kind(cfg.model.family) == "token"
         samples_per_step = rollout.rollout_batch_size * rollout.n
         train_micro_batch = rollout.sample_batch_size if actor.micro_batch_size is None else actor.micro_batch_size
         num_train_timesteps = int(rollout.num_steps * cfg.algorithm.timestep_fraction)
