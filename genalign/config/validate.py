@@ -61,7 +61,7 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     non_finite = non_finite_problems(cfg)
     if non_finite:  # every range check below would only repeat "nan is not in range"
         return problems + non_finite
-    message = MODEL_FAMILIES.check(cfg.model.family)
+    message = MODEL_FAMILIES.check(cfg.model.family, cfg.model.allow_import)
     if message:
         problems.append(message)
     if not cfg.reward.components:
