@@ -42,7 +42,7 @@ from genalign.models.base import resolve_device, resolve_dtype  # noqa: E402
 from genalign.models.config import ModelConfig
 from genalign.models.registry import MODEL_FAMILIES  # noqa: E402
 from genalign.models.sd3 import SD3Policy  # noqa: E402
-from genalign.models.tiny import build_sd3_pipeline  # noqa: E402
+from genalign.models.tiny_random import build_sd3_pipeline  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 
 REFERENCE_IMAGES_PER_S = 0.90

@@ -19,7 +19,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from genalign.models.tiny import save_tiny_sd3  # noqa: E402
+from genalign.models.tiny_random import save_tiny_sd3  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 from genalign.training.trainer import Trainer  # noqa: E402
 

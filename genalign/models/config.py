@@ -52,7 +52,12 @@ class ModelConfig:
     """Model family: "sd3" (Stable Diffusion 3 / 3.5), "flux" (FLUX.1), "qwen_image" (Qwen-Image),
     "wan" (Wan 2.1 text-to-video), "cosmos" (Cosmos-Predict2.5 text-to-world: video, or an image
     at num_frames=1), "janus" (Janus-Pro, token-autoregressive: `TokenPolicy`, trained by
-    ar_grpo) or "toy" (the shipped CPU demo)."""
+    ar_grpo) or "toy" (the shipped CPU demo); or a user's family, the dotted path
+    "package.module:SPEC" of its `FamilySpec`, listed in model.allow_import."""
+    allow_import: list[str] = field(default_factory=list)
+    """Dotted model.family paths ("package.module:SPEC") allowed to be imported: importing a
+    module runs its code, so only a list on your own command line or recipe counts (a
+    checkpoint's stored list is ignored), as with reward.allow_import."""
     path: str = "stabilityai/stable-diffusion-3.5-medium"
     """Hugging Face hub id or a local directory written by `save_pretrained`."""
     revision: str | None = None

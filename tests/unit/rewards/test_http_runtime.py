@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from genalign.rewards.base import RewardError
-from genalign.rewards.composite import build_reward_runtime, build_scorer
+from genalign.rewards.composite import build_reward_runtime
+from genalign.rewards.scores import build_scorer
 from genalign.rewards.config import RewardConfig
 from genalign.rewards.server import BackgroundServer, RewardService, ServeOptions
 from genalign.rewards.wire import ScoreRequest, decode_request, encode_request
