@@ -24,6 +24,7 @@ CHOICES = {
     "rollout.engine": ("local", "ray"),
     "rollout.kernel": ("flow_sde", "dance_sde", "cps", "cps_gaussian"),
     "rollout.sde_window.schedule": ("random", "progressive", "fixed"),
+    "rollout.sde_window.draw": ("per_batch", "per_step"),
     "algorithm.timestep_selection": ("first", "random"),
     "algorithm.rollout_correction.mode": ("off", "truncate", "mask"),
     "model.train_mode": ("lora", "full"),
@@ -215,6 +216,10 @@ def _variant_problems(cfg: ExperimentConfig) -> list[str]:
         if rollout.kernel not in GAUSSIAN_KERNELS:
             problems.append(f"algorithm.name=grpo_guard normalises a Gaussian log-ratio; rollout.kernel="
                             f"{rollout.kernel!r} has none. Use one of: {', '.join(GAUSSIAN_KERNELS)}")
+        if window.size > 0 and window.schedule == "random" and window.draw == "per_batch":
+            problems.append("algorithm.name=grpo_guard with a random rollout.sde_window drawn per sampling batch: "
+                            "RatioNorm normalises each micro-batch at one denoising step, but samples of different "
+                            "sampling batches train different steps; set rollout.sde_window.draw=per_step")
         if algorithm.rollout_correction.mode != "off":
             problems.append("algorithm.name=grpo_guard with algorithm.rollout_correction.mode="
                             f"{algorithm.rollout_correction.mode!r}: RatioNorm compares with the rollout's own "
