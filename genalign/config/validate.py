@@ -220,6 +220,10 @@ def _variant_problems(cfg: ExperimentConfig) -> list[str]:
             problems.append("algorithm.name=grpo_guard with a random rollout.sde_window drawn per sampling batch: "
                             "RatioNorm normalises each micro-batch at one denoising step, but samples of different "
                             "sampling batches train different steps; set rollout.sde_window.draw=per_step")
+        if algorithm.timestep_selection == "random":
+            problems.append("algorithm.name=grpo_guard with algorithm.timestep_selection=random: each sample draws "
+                            "its own steps, but RatioNorm normalises each micro-batch at one denoising step; use "
+                            "algorithm.timestep_selection=first")
         if algorithm.rollout_correction.mode != "off":
             problems.append("algorithm.name=grpo_guard with algorithm.rollout_correction.mode="
                             f"{algorithm.rollout_correction.mode!r}: RatioNorm compares with the rollout's own "

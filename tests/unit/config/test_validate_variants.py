@@ -47,6 +47,7 @@ def _cfg(overrides):
     (["rollout.sde_window.schedule=sliding"], "rollout.sde_window.schedule='sliding' is not supported"),
     (["rollout.sde_window.size=2", "rollout.sde_window.draw=per_sample"], "rollout.sde_window.draw='per_sample'"),
     (["algorithm.name=grpo_guard", "rollout.sde_window.size=2"], "set rollout.sde_window.draw=per_step"),
+    (["algorithm.name=grpo_guard", "algorithm.timestep_selection=random"], "use algorithm.timestep_selection=first"),
     (["algorithm.timestep_selection=last"], "algorithm.timestep_selection='last'"),
     (["algorithm.rollout_correction.threshold=1.0"], "threshold must be > 1"),
 ])
