@@ -17,7 +17,7 @@ from genalign.rollout.collector import SamplingSpec, generate
 from genalign.sampling.windows import WindowSchedule
 from genalign.training.config import ActorConfig
 from genalign.training.parity import replay_parity
-from genalign.training.update import run_update
+from genalign.training.update import UpdateContext, run_update
 from support import LinearPolicy, make_groups
 
 CHUNK = 3
@@ -81,8 +81,8 @@ def test_an_update_trains_each_sample_at_its_own_window_steps(policy):
     optimizer = torch.optim.SGD(parameters, lr=0.1)
     actor = ActorConfig(gradient_accumulation_steps=4, num_inner_epochs=1, shuffle_samples=True)
     advantages = torch.linspace(-1.0, 1.0, len(batch))  # [12]
-    result = run_update(policy, algorithm, optimizer, parameters, batch, advantages, actor, micro_batch_size=CHUNK,
-                        generator=torch.Generator().manual_seed(0))
+    context = UpdateContext(policy, algorithm, optimizer, parameters, actor)
+    result = run_update(context, batch, advantages, micro_batch_size=CHUNK, generator=torch.Generator().manual_seed(0))
     # one optimizer step after all replays (4 micro-batches, shuffled across sampling batches):
     # every replay scored the weights that sampled, at each sample's own window step, so the
     # ratio is exactly 1 and the log-prob drift exactly 0 (a step outside a sample's window
