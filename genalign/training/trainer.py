@@ -77,18 +77,37 @@ def console_summary(row: dict[str, float]) -> str:
     return "  ".join(parts)
 
 
+def _nothing_left(start: run_dir.RunStart) -> str:
+    return (f"{start.checkpoint} is at step {start.checkpoint_step} = trainer.num_steps: nothing left to train "
+            "(raise trainer.num_steps to continue)")
+
+
 class Trainer:
-    def __init__(self, cfg: ExperimentConfig):
+    """One run, whole once built: `Trainer.for_config(cfg)` is None when the run has nothing
+    left to train, so every Trainer that exists has its model, optimizer and sinks."""
+
+    @classmethod
+    def for_config(cls, cfg: ExperimentConfig) -> Trainer | None:
+        """The trainer of `cfg`'s run, or None (logged) when its checkpoint is already at
+        trainer.num_steps; refusals of the run directory come before any model loads."""
+        start = run_dir.plan_start(cfg)
+        if start.finished:
+            if distributed.rank_info_from_env().is_main:
+                start.apply()  # stale temp dirs only
+            log.info("%s", _nothing_left(start))
+            return None
+        return cls(cfg, start)
+
+    def __init__(self, cfg: ExperimentConfig, start: run_dir.RunStart | None = None):
+        """`start`: the run directory's plan (`run_dir.plan_start(cfg)` when not given). A run
+        with nothing left to train is refused here: `for_config` returns None for it instead."""
         self.cfg = cfg
         self.plan = RunPlan.from_config(cfg)
         self.output_dir = Path(cfg.trainer.output_dir)
-        self.start = run_dir.plan_start(cfg)  # may refuse the run: before any model loads
-        if self.start.finished:  # nothing to build: train() returns at once
-            if distributed.rank_info_from_env().is_main:
-                self.start.apply()  # stale temp dirs only
-            log.info("%s is at step %d = trainer.num_steps: nothing left to train (raise trainer.num_steps to "
-                     "continue)", self.start.checkpoint, self.start.checkpoint_step)
-            return
+        # the run directory's plan may refuse the run: before any model loads
+        self.start = run_dir.plan_start(cfg) if start is None else start
+        if self.start.finished:
+            raise ResumeError(_nothing_left(self.start))
         checkpoint = load_checkpoint(self.start.checkpoint) if self.start.checkpoint else None
         if checkpoint is not None:
             differing = setup.incompatible_keys(checkpoint.config, config_to_dict(cfg))
@@ -162,13 +181,11 @@ class Trainer:
 
     # ---------------------------------------------------------------- the loop
     def close_run_log(self) -> None:
-        if getattr(self, "run_log", None) is not None:
+        if self.run_log is not None:
             self.run_log.close()
             self.run_log = None
 
     def train(self) -> None:
-        if self.start.finished:
-            return
         try:
             if self.ranks.is_main:
                 self.output_dir.mkdir(parents=True, exist_ok=True)
