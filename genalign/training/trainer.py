@@ -36,7 +36,7 @@ from genalign.tracking.logs import RunLog, StepClock, timed_phase
 from genalign.tracking.samples import rollout_samples
 from genalign.tracking.sinks import NullSink
 from genalign.tracking.trackers import new_run_id
-from genalign.training import distributed, run_dir, setup, stopping
+from genalign.training import distributed, launch, run_dir, setup, stopping
 from genalign.training.checkpoint import load_checkpoint, save_checkpoint
 from genalign.training.ema import EMA
 from genalign.training.export import checkpoint_export
@@ -196,9 +196,9 @@ class Trainer:
                 try:
                     self.run_steps()
                 except stopping.RunInterrupted as interrupted:  # a second signal: the step was abandoned
-                    if not interrupted.logged:
+                    if not interrupted.logged and self.ranks.is_main:  # one line per job, not one per rank
                         log.warning("%s during step %d; %s", interrupted, self.current_step, self.resume_hint())
-                        interrupted.logged = True
+                    interrupted.logged = True
                     raise
         finally:  # a failed run too releases the Ray actors, reward threads, process group and log file
             self.close()
@@ -251,18 +251,19 @@ class Trainer:
             what = (f"no checkpoint of it (an estimated {estimate:.0f} s save does not fit in the {max(left, 0):.0f} s "
                     f"left of trainer.signal_grace_s={grace:g})")
         message = f"stopped by {name} after step {step} of {self.cfg.trainer.num_steps}: {what}; {self.resume_hint()}"
-        log.warning("%s", message)
+        if self.ranks.is_main:  # every rank stops after this step; one line per job says so
+            log.warning("%s", message)
         raise stopping.RunInterrupted(signum, message, logged=True)
 
     def resume_hint(self) -> str:
-        """Where and how to resume: the newest complete checkpoint in the run directory."""
+        """Where and how to resume: the newest complete checkpoint in the run directory, and
+        the command (under torchrun, the launch command rebuilt from this rank's arguments)."""
+        rerun = launch.rerun_instruction(self.ranks.world_size, sys.argv)
         newest = run_dir.newest_checkpoint(self.output_dir)
         if newest is None:
-            return ("no checkpoint yet: rerunning the same command with trainer.resume_from=auto starts the run "
-                    f"again in {self.output_dir}")
+            return f"no checkpoint yet: to start the run again in {self.output_dir}, {rerun}"
         path, step = newest
-        return (f"to resume, rerun the same command with trainer.resume_from=auto (it continues from {path} "
-                f"at step {step + 1})")
+        return f"to resume, {rerun} (it continues from {path} at step {step + 1})"
 
     def checkpoint_bytes(self) -> int:
         """Bytes a checkpoint writes, roughly: the trained tensors, Adam's two moments, the EMA."""
