@@ -3,9 +3,10 @@ resume ends where an uninterrupted 2-rank run ends (toy recipe, DDP on gloo, CPU
 
 The signal goes to rank 1 alone (not to torchrun, which would forward it to both): the ranks
 agree through the per-step all-reduce in `training/stopping.py`. Then a preemption as a
-scheduler sends it, to torchrun itself: one resume line, whose command finishes the run. Five
-torchrun launches, about 5 minutes on the shared 2-core box, hence `slow`; the agreement
-itself is also unit-tested with two gloo ranks in tests/unit/training/test_stopping.py.
+scheduler sends it, to torchrun itself (and to `genalign train --nproc-per-node`): one resume
+line, whose command finishes the run. Five torchrun launches and one genalign launch, about 6
+minutes on the shared 2-core box, hence `slow`; the agreement itself is also unit-tested with
+two gloo ranks in tests/unit/training/test_stopping.py.
 """
 
 from __future__ import annotations
@@ -32,18 +33,23 @@ ENV = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "HF_HUB
        "MASTER_ADDR": "127.0.0.1"}
 
 
-def launch(out: Path) -> subprocess.Popen:
+RUN_ARGS = ["--config", "experiment/toy/shapes_grpo", "/base/distributed=local", "distributed.training.strategy=ddp",
+            "distributed.training.backend=gloo", "model.device=cpu", "trainer.num_steps=6", "trainer.save_every=0",
+            "trainer.progress_bar=false", "trainer.resume_from=auto", "rollout.n=4", "rollout.rollout_batch_size=2",
+            "rollout.sample_batch_size=4", "rollout.num_steps=4", "eval.every=0", "eval.at_start=false",
+            "actor.gradient_accumulation_steps=2"]
+
+
+def launch(out: Path, launcher: str = "torchrun") -> subprocess.Popen:
+    """Two DDP ranks on gloo under a bare torchrun, or under `genalign train --nproc-per-node`."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
-               "--master_addr=127.0.0.1", "-m", "genalign.train", "--config", "experiment/toy/shapes_grpo",
-               "/base/distributed=local", "distributed.training.strategy=ddp", "distributed.training.backend=gloo",
-               "model.device=cpu", "trainer.num_steps=6", "trainer.save_every=0", "trainer.progress_bar=false",
-               "trainer.resume_from=auto", "rollout.n=4", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=4",
-               "rollout.num_steps=4", "eval.every=0", "eval.at_start=false", "actor.gradient_accumulation_steps=2",
-               f"trainer.output_dir={out}"]
-    return subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    start = ([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
+              "--master_addr=127.0.0.1", "-m", "genalign.train"] if launcher == "torchrun"
+             else [sys.executable, "-m", "genalign", "train", "--nproc-per-node=2"])
+    return subprocess.Popen([*start, *RUN_ARGS, f"trainer.output_dir={out}"], cwd=ROOT, env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def finish(out: Path) -> None:
@@ -103,3 +109,18 @@ def test_sigterm_to_torchrun_gives_one_resume_line_whose_command_finishes_the_ru
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert f"continuing from {out / f'checkpoint-{done}'}" in resumed.stderr
     assert len(rows_without_timing(out / "metrics.csv")) == 6 and (out / "checkpoint-final").is_dir()
+
+
+def test_sigterm_to_genalign_train_nproc_per_node_names_that_command_and_exits_143(tmp_path):
+    """The same preemption of `genalign train --nproc-per-node=2`: torchrun's agent runs in
+    the CLI process and passes the signal on; the ranks' one line names the genalign command,
+    and the CLI exits 143 without a launcher traceback."""
+    out = tmp_path / "run"
+    process = launch(out, launcher="genalign")
+    wait_for_rows(out, process, 2)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=WAIT_S)
+    assert process.returncode == 143 and "Traceback" not in stderr, stderr[-4000:]
+    stopped = [line for line in stderr.splitlines() if "stopped by SIGTERM" in line]
+    assert len(stopped) == 1, stderr[-4000:]
+    assert "to resume, run `genalign train --nproc-per-node=2 --config experiment/toy/shapes_grpo " in stopped[0]
