@@ -22,7 +22,7 @@ def test_a_full_fine_tunes_frozen_copy_moves_with_the_policys_modules(linear_pol
 
     moved = place_policy(linear_policy, torch.device("meta"))
     assert set(moved) == {"transformer", REFERENCE_ATTRIBUTE}
-    assert all(p.is_meta for p in frozen.parameters()) and all(p.is_meta for p in linear_policy.transformer.parameters())
+    assert all(p.is_meta for module in (frozen, linear_policy.transformer) for p in module.parameters())
     with reference.active() as policy:  # the same module object, wherever it was placed
         assert policy.transformer is frozen
 
