@@ -231,7 +231,7 @@ def _levers(cfg, uses_cfg: bool, ranks: int) -> list[str]:
 def plan_memory(cfg) -> MemoryPlan | None:
     """The plan of a validated config; None for a model no config describes (the toy family,
     a hub id without a shipped architecture file): nothing is checked then."""
-    from genalign.algorithms.registry import ALGORITHMS
+    from genalign.algorithms.registry import algorithm_class
     from genalign.config.plan import RunPlan
     from genalign.models.architecture import TRANSFORMER, load_architecture, lora_parameters
     m = cfg.model
@@ -263,10 +263,10 @@ def plan_memory(cfg) -> MemoryPlan | None:
             encoders += size
         else:
             weights.append((f"{c.name} (frozen, {'float32' if at == 4 else m.dtype})", size))
-    algorithm = ALGORITHMS.resolve(cfg.algorithm.name)
+    algorithm = algorithm_class(cfg)
     state = trainable_state_bytes(trained, cfg.actor.ema.enabled, algorithm.trainable_copies)
     state_lines = [(f"{k}{', FSDP2 shard' if fsdp else ''}", shard(v, ranks) if fsdp else v) for k, v in state.items()]
-    if m.train_mode == "full" and cfg.algorithm.needs_frozen_reference:  # a KL term's frozen copy
+    if m.train_mode == "full" and algorithm.reference_kind(cfg.algorithm) == "frozen":  # a KL term's frozen copy
         weights.append((f"reference transformer copy ({m.dtype})", weight_bytes(transformer.parameters, dtype_bytes)))
 
     text_tokens = m.max_sequence_length + arch.geometry.extra_text_tokens
