@@ -15,6 +15,7 @@ import os
 import pytest
 import torch
 
+from genalign.algorithms.registry import algorithm_class
 from genalign.config.loader import load_config
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
@@ -64,7 +65,7 @@ def test_trainer_and_worker_never_both_on_the_device(tiny_sd3_dir, tmp_path, tra
         "actor.gradient_accumulation_steps=1", "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0",
         "/base/distributed=ray_rollout_colocated_single_gpu", f"model.train_mode={train_mode}",
         "algorithm.kl_beta=0.04"])
-    assert cfg.distributed.colocated and cfg.algorithm.needs_frozen_reference
+    assert cfg.distributed.colocated and algorithm_class(cfg).reference_kind(cfg.algorithm) == "frozen"
     torch.manual_seed(cfg.trainer.seed)
     policy = setup.build_policy(cfg)
     ReferencePolicy(policy, cfg.model.train_mode)
