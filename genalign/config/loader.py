@@ -306,6 +306,10 @@ def _build(cls: type, data: dict, prefix: str, provenance: dict[str, str], probl
         if key not in names:
             source = provenance.get(dotted) or next((v for k, v in provenance.items() if k.startswith(dotted + ".")),
                                                      "unknown source")
+            retired = getattr(cls, "RETIRED_KEYS", {}).get(str(key))  # a key this config no longer has: why
+            if retired:
+                problems.append(f"{dotted}: not a config key (set in {source}): {retired}")
+                continue
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"; did you mean {(prefix + '.' if prefix else '') + close[0]!r}?" if close else ""
             env = ENVIRONMENT_FACTS.get(str(key).lower())
@@ -422,6 +426,15 @@ def config_from_dict(data: dict, source: str = "<dict>",
     if problems:
         raise ConfigError(problems)
     return expand_home(config)
+
+
+def without_retired_keys(cls: type, data: Any) -> Any:
+    """`data` less the keys a config dataclass retired (`RETIRED_KEYS`), at every depth: they
+    never did anything, so a checkpoint's config that still lists them loads as it was."""
+    if not isinstance(data, dict) or not dataclasses.is_dataclass(cls):
+        return data
+    hints, retired = typing.get_type_hints(cls), getattr(cls, "RETIRED_KEYS", {})
+    return {key: without_retired_keys(hints.get(key), value) for key, value in data.items() if key not in retired}
 
 
 def diff_configs(a: dict, b: dict, keys: list[str] | None = None) -> list[str]:

@@ -10,7 +10,7 @@ import copy
 from typing import Any
 
 from genalign.config.errors import ConfigError
-from genalign.config.loader import config_from_dict
+from genalign.config.loader import config_from_dict, without_retired_keys
 from genalign.config.schema import ExperimentConfig
 from genalign.preflight.validate import validate
 
@@ -28,7 +28,7 @@ def config_from_checkpoint(data: Any, source: str, allow_import: list[str], over
     is planned from the user's config; the checkpoint's only has to be sound)."""
     if not isinstance(data, dict):
         raise ConfigError([f"{source}: a config must be a mapping, got {type(data).__name__}"])
-    trusted = copy.deepcopy(data)
+    trusted = without_retired_keys(ExperimentConfig, copy.deepcopy(data))  # written before they were retired
     if isinstance(trusted.get("reward"), dict):
         trusted["reward"]["allow_import"] = list(allow_import)
     if isinstance(trusted.get("model"), dict):
