@@ -1,10 +1,12 @@
 """The memory plan: its pure math, the parameter counts from meta-device configs, and the check."""
 
+import json
+
 import pytest
 
 from genalign.config.errors import ConfigError
 from genalign.config.loader import load_config
-from genalign.models.architecture import lora_parameters, load_architecture
+from genalign.models.architecture import build_on_meta, load_architecture, lora_parameters, shipped_file
 from genalign.training import memory_plan as mp
 
 GIB = 2 ** 30
@@ -139,14 +141,34 @@ def test_qwen_image_recipe_shards_with_fsdp2_and_local_resets_the_strategy():
 
 
 def test_janus_pro_7b_counts_the_published_size_and_plans_the_kv_cache():
-    """JanusForConditionalGeneration built on the meta device from the shipped config: 7.4 B
-    parameters in all (the model card's 7.42 B), the DeepSeek-LLM-7B language model trained."""
+    """JanusForConditionalGeneration built on the meta device from the shipped config.
+
+    Published: 7.42 B parameters (deepseek-ai/Janus-Pro-7B, the original checkpoint). The
+    transformers conversion (convert_janus_weights_to_hf.py) drops one part of it, the SigLIP
+    tower's attention-pool head (`vision_tower.attn_pool.*` mapped to None: Janus reads the
+    last layer's tokens, never the pooled vector). That head is timm's AttentionPoolLatent at
+    width 1024, 16 heads, MLP ratio 4: latent 1024 + q 1024x1024+1024 + kv 1024x2048+2048 +
+    proj 1024x1024+1024 + norm 2x1024 + MLP 1024x4096+4096 + 4096x1024+1024 = 12,595,200.
+    The converted model plus that head must round to the published 7.42 B (+-0.005 B: the
+    figure's last digit); the count is exact arithmetic, no float error to allow for."""
     arch = load_architecture("janus", "deepseek-community/Janus-Pro-7B")
     total = sum(c.parameters for c in arch.components)
-    assert total == pytest.approx(7.42e9, rel=0.01)
+    attention_pool_head = 1024 + (1024 * 1024 + 1024) + (1024 * 2048 + 2048) + (1024 * 1024 + 1024) + 2 * 1024 \
+        + (1024 * 4096 + 4096) + (4096 * 1024 + 1024)
+    assert attention_pool_head == 12_595_200
+    assert abs(total + attention_pool_head - 7.42e9) <= 0.005e9
+    assert total == 7_407_773_323  # the converted checkpoint (transformers 5.23's JanusForConditionalGeneration)
     assert arch.component("transformer").parameters == pytest.approx(6.49e9, rel=0.01)  # 30 LLaMA blocks + embeddings
     assert arch.component("vision_model").parameters == pytest.approx(0.30e9, rel=0.02)  # SigLIP-L
     assert arch.component("vqmodel").parameters == pytest.approx(0.072e9, rel=0.02)
+    # the generation head reads the language model's hidden states: its input width is the LLM's
+    # (gen_head image_token_embed = 4096 for the 7B; 2048 is the 1B's value)
+    spec = json.loads(shipped_file("deepseek-community/Janus-Pro-7B").read_text())["components"]["heads_and_aligners"]
+    model = build_on_meta("transformers", spec["class"], dict(spec["config"]))
+    assert model.model.generation_head.proj_out.in_features == model.config.text_config.hidden_size == 4096
+    assert model.model.generation_aligner.fc1.out_features == 4096  # feeds image-token embeddings to the LLM
+    assert model.model.aligner.fc1.out_features == 4096
+    assert model.lm_head.weight is not model.model.language_model.embed_tokens.weight  # untied, as published
     assert (arch.hidden_size, arch.num_layers, arch.kv_heads, arch.head_dim) == (4096, 30, 32, 128)
     assert arch.geometry.image_tokens(384, 384, 1) == 576
     kv_small = mp.kv_cache_bytes(rows=2, tokens=10, layers=3, kv_heads=4, head_dim=8, dtype_bytes=2)
