@@ -76,17 +76,32 @@ def _sd3_bench(*extra: str):
         "algorithm.kl_beta=0.04", "actor.ema.enabled=true", *extra], check_files=False)
 
 
-def test_sd3_plan_is_near_the_h100_measurement():
-    """Measured on an H100 (bench_gpu_step.py): 39.0 GiB compiled and 52.2 eager (joint CFG),
-    27.4 compiled with cfg_batch=split and detach_uncond. The CPU-calibrated estimate tracks the compiled runs
-    within 10 % and is below the eager peak (eager keeps more intermediates than the CPU
-    kernels do); docs/memory_plan.md records the figures."""
-    joint = mp.plan_memory(_sd3_bench()).roles[0].peak_bytes / GIB
+def test_replay_coefficient_follows_the_execution_mode():
+    calibration = {"replay": 44.0, "replay_compiled": 28.0}
+    assert mp.replay_coefficient(calibration, compiled=False) == ("eager", 44.0)
+    assert mp.replay_coefficient(calibration, compiled=True) == ("compiled", 28.0)
+    eager, compiled = (mp.plan_memory(_sd3_bench(*extra)).roles[0].lines for extra in ([], ["model.compile=true"]))
+    [eager_line] = [line for line in eager if line[0].startswith("replay activations")]
+    [compiled_line] = [line for line in compiled if line[0].startswith("replay activations")]
+    assert "eager" in eager_line[0] and "compiled" in compiled_line[0] and "reference forward" in eager_line[0]
+    assert eager_line[1] > 1.3 * compiled_line[1]  # SD3: 44.2 vs 28.2 bytes per unit (calibration.json)
+
+
+def test_sd3_plan_is_within_15_percent_of_the_h100_measurements():
+    """Measured on one H100 80 GB with benchmarks/bench_gpu_step.py (docs/benchmarks.md, peak
+    = torch.cuda.max_memory_allocated): 52.2 GiB eager, 39.0 with model.compile=true (joint
+    CFG), 27.4 compiled with cfg_batch=split and detach_uncond. No coefficient is fitted to
+    them: each mode's is measured on CPU (benchmarks/calibrate_memory.py). Where a GPU run and
+    the plan disagree by more than 15 % the plan is to be fixed; docs/memory_plan.md records
+    the ratios (all three plans are 8-13 % under)."""
+    eager = mp.plan_memory(_sd3_bench()).roles[0].peak_bytes / GIB
+    compiled = mp.plan_memory(_sd3_bench("model.compile=true")).roles[0].peak_bytes / GIB
     # measured when algorithm.detach_uncond defaulted to true (the split form's saving needs it)
-    split = mp.plan_memory(_sd3_bench("model.cfg_batch=split", "algorithm.detach_uncond=true")).roles[0].peak_bytes / GIB
-    assert joint == pytest.approx(39.0, rel=0.10)
-    assert split == pytest.approx(27.4, rel=0.10)
-    assert joint < 52.2
+    split = mp.plan_memory(_sd3_bench("model.compile=true", "model.cfg_batch=split",
+                                      "algorithm.detach_uncond=true")).roles[0].peak_bytes / GIB
+    assert eager == pytest.approx(52.2, rel=0.15)
+    assert compiled == pytest.approx(39.0, rel=0.15)
+    assert split == pytest.approx(27.4, rel=0.15)
 
 
 def test_a_plan_over_the_gpu_is_a_config_error_naming_levers():
@@ -186,7 +201,7 @@ def test_janus_pro_7b_counts_the_published_size_and_plans_the_kv_cache():
     prefill = rows * prompt * 4096 * mp._calibration("janus")["rollout_peak"]
     roll = next(v for k, v in _rollout_lines(cfg) if k.startswith("rollout working set"))
     assert roll == pytest.approx(kv + prefill)
-    assert "tiny janus: 2 LLaMA blocks" in plan.describe()  # the calibration it scaled
+    assert "janus: 2 LLaMA blocks of the real width 4096" in plan.describe()  # the calibration it scaled
     over = mp.plan_memory(load_config("experiment/autoregressive/janus_pro/online_grpo_ocr",
                                       ["distributed.resources.gpu_memory_gib=24"], check_files=False))
     levers = " ".join(over.problems())
