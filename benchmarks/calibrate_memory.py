@@ -4,30 +4,30 @@
                                           [--families janus ...]   (re-measure only these)
 
 For every diffusion family it builds the tiny pipeline (`models/tiny.py`) with its transformer
-replaced by the real model's (the shipped architecture file: the same block options, head
-size, MLP ratio and norms) cut to 2 blocks of 2 heads, loads it through
-the real `build_policy` (LoRA, float32 masters, bfloat16 compute) and runs the policy's own
-`velocity` - the call rollout and replay make - while a dispatch-mode tracker counts the
-bytes of every live tensor storage created inside the call:
+replaced by the real model's (the shipped architecture file: the same block options, width,
+heads, MLP and norms) cut to 2 blocks, loads it through the real `build_policy` (LoRA,
+float32 masters, bfloat16 compute) and runs the policy's own `velocity` - the call rollout
+and replay make - at two image sizes, so the bytes split into a per-token slope and a fixed
+part; the slope divided by (blocks x width) is stored as bytes per token, per block, per
+hidden unit at bfloat16, the number the plan scales by the real sequence length and depth
+(`training/memory_plan.py`):
 
-- replay (grad on): bytes still alive after the forward (what autograd keeps for backward),
-  eager and with gradient checkpointing;
-- rollout (no grad): the peak of live bytes during the forward (the working set).
+- replay: bytes autograd saves for backward (saved-tensor hooks, weights excluded), eager,
+  with CUDA autocast's float32 list applied inside the autocast region (`CudaAutocastPolicy`:
+  CPU autocast would keep LayerNorm, softmax and the like in bfloat16, the GPU does not);
+- replay_compiled: the same with the repeated blocks compiled (`COMPILE_BACKEND`: inductor's
+  partitioner decides what the compiled graph saves and what it recomputes);
+- replay_checkpointed: live bytes after the forward with gradient checkpointing (eager);
+- rollout_peak: the peak of live bytes during a no-grad forward (eager), per token per unit.
 
-Each is measured at two image sizes, so the bytes split into a per-token slope and a fixed
-part; the slope is divided by (layers x hidden size) and stored as bytes per token, per block,
-per hidden unit at bfloat16: the width-independent number the plan scales by the real
-model's sequence length, depth and width (`training/memory_plan.py`). Per-head terms (softmax
-log-sum-exp) keep their share at 2 heads; per-token terms that do not grow with width (norm
-statistics) weigh a little more at 2 heads than at 24, so the coefficients err high; the
-plan's check against the GPU measurement (docs/memory_plan.md) says by how much.
+Per-token terms outside the blocks (patch embedding, final norm and projection) are divided
+by 2 blocks rather than the real depth, so the coefficients err a little high; the plan's
+check against the GPU measurement (docs/memory_plan.md) says by how much.
 
-Janus-Pro (the token family) the same way: the tiny Janus with its language model replaced by
-Janus-Pro-7B's LLaMA block (real head size and MLP ratio) cut to 2 blocks of 2 heads, through
-`build_policy`, measuring the policy's teacher-forced `token_log_probs` (the replay call) at
-two image-token counts; the no-grad peak of the same call stands for the rollout's prefill.
-Its language model has no gradient checkpointing, so `replay_checkpointed` is the block input
-alone (2 bytes per unit, derived, not measured).
+Janus-Pro (the token family) the same way on its replay call `token_log_probs`: the tiny
+Janus with its language model replaced by Janus-Pro-7B's LLaMA block at its real width, cut
+to 2 blocks, at two image-token counts. Its language model has no gradient checkpointing, so
+`replay_checkpointed` is the block input alone (2 bytes per unit, derived, not measured).
 """
 
 from __future__ import annotations
