@@ -186,9 +186,10 @@ def run_update(
     then averaged per `actor.loss_normalisation` (`unit_weight`): over each rank's own units
     and then over ranks (`rank_mean`, Flow-GRPO's), or over the step's units on all ranks
     (`global_unit_mean`). On one rank, or with equal micro-batches everywhere, both are
-    1 / (T · gradient_accumulation_steps) per micro-batch, Flow-GRPO's normalisation. `module` is the wrapped denoiser (gradients sync only on the
-    backward that ends an optimizer step); `filler` is one unit a rank with no units of its
-    own replays with weight 0 (online DPO without a pair)."""
+    1 / (T · gradient_accumulation_steps) per micro-batch, Flow-GRPO's normalisation.
+    `module` is the wrapped denoiser (gradients sync only on the backward that ends an
+    optimizer step); `filler` is one unit a rank with no units of its own replays with
+    weight 0 (online DPO without a pair)."""
     scaler = scaler or torch.amp.GradScaler("cpu", enabled=False)  # disabled: a pass-through anywhere
     result = UpdateResult(total_samples=len(batch))
     accumulation = actor.gradient_accumulation_steps
