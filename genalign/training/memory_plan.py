@@ -215,6 +215,8 @@ def _levers(cfg, uses_cfg: bool, ranks: int) -> list[str]:
         levers.append("model.train_mode=lora")
     if m.dtype == "float32":
         levers.append("model.dtype=bfloat16")
+    if not m.compile:
+        levers.append("model.compile=true (the compiled graph keeps a fifth to a third fewer replay activations)")
     if not m.gradient_checkpointing and _family_supports(m.family, "supports_gradient_checkpointing"):
         levers.append("model.gradient_checkpointing=true")
     micro = cfg.actor.micro_batch_size or cfg.rollout.sample_batch_size

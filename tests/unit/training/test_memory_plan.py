@@ -112,6 +112,7 @@ def test_a_plan_over_the_gpu_is_a_config_error_naming_levers():
     text = str(err.value)
     assert "40.0 GiB (distributed.resources.gpu_memory_gib)" in text
     assert "more FSDP2 ranks (now 1)" in text and "actor.micro_batch_size" in text
+    assert "model.compile=true" in text  # the recipe runs eager: compiling keeps fewer activations
     assert "model.gradient_checkpointing" not in text  # the recipe already checkpoints: not a lever
     plan = mp.plan_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
                                       ["/base/distributed=local", "distributed.resources.gpu_memory_gib=40"],
