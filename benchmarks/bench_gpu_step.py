@@ -42,7 +42,7 @@ from genalign.config.loader import load_config  # noqa: E402
 from genalign.models.base import ModelConfig, resolve_device, resolve_dtype  # noqa: E402
 from genalign.models.registry import MODEL_FAMILIES  # noqa: E402
 from genalign.models.sd3 import SD3Policy  # noqa: E402
-from genalign.models.tiny import build_sd3_pipeline  # noqa: E402
+from genalign.models.tiny_random import build_sd3_pipeline  # noqa: E402
 
 REFERENCE_IMAGES_PER_S = 0.90
 """Flow-GRPO's train_sd3.py at these settings on an H100 (fp32 weights under fp16 autocast)."""

@@ -29,7 +29,7 @@ import torch  # noqa: E402
 from genalign.config.loader import load_config  # noqa: E402
 from genalign.data.prompts import load_manifest  # noqa: E402
 from genalign.data.sampler import PromptSampler  # noqa: E402
-from genalign.models.tiny import save_tiny_sd3  # noqa: E402
+from genalign.models.tiny_random import save_tiny_sd3  # noqa: E402
 from genalign.rollout.engine import LocalRolloutEngine  # noqa: E402
 from genalign.rollout.ray_engine import RayRolloutEngine  # noqa: E402
 from genalign.training import setup  # noqa: E402

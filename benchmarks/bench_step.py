@@ -20,7 +20,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from genalign.config.loader import load_config  # noqa: E402
-from genalign.models.tiny import save_tiny_sd3  # noqa: E402
+from genalign.models.tiny_random import save_tiny_sd3  # noqa: E402
 from genalign.training.trainer import Trainer  # noqa: E402
 
 PHASES = ["time_rollout_s", "time_reward_s", "time_train_s", "time_eval_s", "images_per_s"]

@@ -3,7 +3,7 @@
     python benchmarks/calibrate_memory.py [--out genalign/models/architectures/calibration.json]
                                           [--families janus ...]   (re-measure only these)
 
-For every diffusion family it builds the tiny pipeline (`models/tiny.py`) with its transformer
+For every diffusion family it builds the tiny pipeline (`models/tiny_random.py`) with its transformer
 replaced by the real model's (the shipped architecture file: the same block options, width,
 heads, MLP and norms) cut to 2 blocks, loads it through the real `build_policy` (LoRA,
 float32 masters, bfloat16 compute) and runs the policy's own `velocity` - the call rollout
@@ -51,7 +51,7 @@ from torch.utils._pytree import tree_flatten  # noqa: E402
 
 from genalign.config.loader import load_config  # noqa: E402
 from genalign.models.architecture import ARCHITECTURES  # noqa: E402
-from genalign.models.tiny import JANUS_SHAPES, build_tiny_janus, save_tiny  # noqa: E402
+from genalign.models.tiny_random import JANUS_SHAPES, build_tiny_janus, save_tiny  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402
 
 FAMILIES = {"sd3": 64, "flux": 64, "qwen_image": 64, "wan": 64, "cosmos": 64}

@@ -118,7 +118,8 @@ def eval_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", default=None, help="where to write eval_metrics.csv and the contact sheet "
                                                           "(default: <checkpoint>/eval)")
     parser.add_argument("overrides", nargs="*", help="eval.* overrides, e.g. eval.max_prompts=4, and "
-                                                     "reward.allow_import=[...] (never read from the checkpoint)")
+                                                     "reward.allow_import=[...] / model.allow_import=[...] "
+                                                     "(never read from the checkpoint)")
     args = parser.parse_args(argv)
     _configure_logging()
     from genalign.evaluation.standalone import evaluate_checkpoint

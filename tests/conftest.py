@@ -23,17 +23,17 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="session")
 def tiny_sd3_dir(tmp_path_factory):
     """A tiny random StableDiffusion3Pipeline written by save_pretrained (seed 0); read-only."""
-    from genalign.models.tiny import save_tiny_sd3
+    from genalign.models.tiny_random import save_tiny_sd3
 
     return save_tiny_sd3(tmp_path_factory.mktemp("tiny_sd3") / "pipeline", seed=0)
 
 
 def tiny_model_dir(family: str, description: str, leaf: str = "pipeline"):
-    """A session fixture `tiny_<family>_dir`: the family's tiny random model (genalign.models.tiny,
+    """A session fixture `tiny_<family>_dir`: the family's tiny random model (genalign.models.tiny_random,
     seed 0) written by save_pretrained; read-only."""
 
     def fixture(tmp_path_factory):
-        from genalign.models.tiny import save_tiny
+        from genalign.models.tiny_random import save_tiny
 
         return save_tiny(family, tmp_path_factory.mktemp(f"tiny_{family}") / leaf, seed=0)
 

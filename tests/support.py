@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from genalign.models.base import Condition, guided_velocity
+from genalign.models.spec import FamilySpec
 from genalign.rollout.batch import TrajectoryBatch
 
 
@@ -44,7 +45,7 @@ def reorder_tolerance(scale: float, length: int, depth: int = 1, gain: float = 1
 
 
 TINY_REDUCTION = 512
-"""An upper bound on the longest reduction in the tiny test transformers (genalign.models.tiny:
+"""An upper bound on the longest reduction in the tiny test transformers (genalign.models.tiny_random:
 at most 256 image tokens plus the text tokens attended over; hidden and MLP widths <= 128;
 a weight gradient sums over 2 samples x 256 tokens)."""
 TINY_DEPTH = 4
@@ -77,8 +78,12 @@ class LinearVelocityModel(torch.nn.Module):
 
 
 class LinearPolicy:
-    family = "linear"
+    spec = FamilySpec(name="linear", policy="support:LinearPolicy", text_encoders=False, export="none",
+                      hub_weights=False)
+    family = spec.name
     lora_target_modules: list[str] = []
+    repeated_blocks = ()
+    dtype = torch.float32
 
     def __init__(self, channels=2, size=4, embed_dim=6, seed=0):
         torch.manual_seed(seed)

@@ -12,8 +12,6 @@ from genalign.config.schema import ExperimentConfig
 
 TEXT_REWARDS = ("ocr",)
 """Rewards that read text drawn in the image."""
-TEXTLESS_FAMILIES = ("toy",)
-"""Families that never draw text (the toy model draws 32x32 coloured shapes)."""
 
 
 def config_cautions(cfg: ExperimentConfig) -> list[str]:
@@ -25,7 +23,7 @@ def config_cautions(cfg: ExperimentConfig) -> list[str]:
                 cautions.append(f"{key}.{name}={weight:g} is negative: the run learns to lower {name}'s score "
                                 "(as a negated control does); use a positive weight to raise it")
     for name in TEXT_REWARDS:
-        if cfg.reward.components.get(name) and cfg.model.family in TEXTLESS_FAMILIES:
+        if cfg.reward.components.get(name) and not _draws_text(cfg):
             cautions.append(f"reward.components.{name} with model.family={cfg.model.family}: this model never draws "
                             f"text, so {name} scores every image about the same and the run learns nothing from it")
     prompts = _manifest_size(cfg.data.manifest) if cfg.data.preference_manifest is None else None
@@ -55,6 +53,13 @@ def _gpu_cautions(cfg: ExperimentConfig) -> list[str]:
                       for key, value in asked.items())
     return [f"{shown}, but no GPU is visible (CUDA_VISIBLE_DEVICES, the driver): the trainer and the Ray rollout "
             "workers run on CPU"]
+
+
+def _draws_text(cfg: ExperimentConfig) -> bool:
+    """The family spec's `draws_text` (the toy model draws 32x32 coloured shapes, never text)."""
+    from genalign.models.spec import family_spec
+
+    return family_spec(cfg.model.family, cfg.model.allow_import).draws_text
 
 
 def _manifest_size(path: str) -> int | None:

@@ -43,7 +43,7 @@ def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest
             read_preferences(cfg.data.preference_manifest, size=(cfg.rollout.height, cfg.rollout.width))
         except ManifestError as exc:
             problems.append(str(exc) + (f"; {exc.hint}" if exc.hint else ""))
-    problems += model_path_problems(cfg.model.family, cfg.model.path)
+    problems += model_path_problems(cfg.model.family, cfg.model.path, cfg.model.allow_import)
     problems += offline_hub_problems(cfg)
     problems += device_problems(cfg.model.device)
     problems += reward_path_problems(cfg)
@@ -56,36 +56,52 @@ def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest
     return problems
 
 
-def model_path_problems(family: str, path: str) -> list[str]:
+def model_path_problems(family: str, path: str, allow_import: list[str] | tuple[str, ...] = ()) -> list[str]:
     """model.path must be an existing directory when it is local; a hub id is left to the loader."""
-    if family == "toy" and path == "builtin":
+    spec = _spec(family, allow_import)
+    if spec is not None and path == spec.builtin_path:
         return []
     local = Path(path).expanduser()
     if local.exists():
         if not local.is_dir():
             return [f"model.path: {path} is a file; point it at a model directory"]
-        return pipeline_problems(family, local)
-    if path.startswith(("/", "./", "../", "~")) or not HUB_ID.match(path) or family == "toy":
-        hint = "use model.path=builtin or a directory from `genalign pretrain-demo`" if family == "toy" else \
-            "use a hub id 'org/name' or a directory written by save_pretrained"
+        return pipeline_problems(family, local, allow_import)
+    hub_weights = spec is None or spec.hub_weights
+    if path.startswith(("/", "./", "../", "~")) or not HUB_ID.match(path) or not hub_weights:
+        hint = "use a hub id 'org/name' or a directory written by save_pretrained" if hub_weights else \
+            local_only_hint(spec)
         return [f"model.path: local directory {path} does not exist; {hint}"]
     return []
 
 
-def _family_pipeline(family: str) -> str | None:
-    """The diffusers pipeline class a registered family loads (None: not a diffusers family)."""
-    from genalign.models.registry import MODEL_FAMILIES
+def local_only_hint(spec) -> str:
+    """What a family that takes no Hub id loads instead (its builtin path, or a directory)."""
+    builtin = f"model.path={spec.builtin_path} or " if spec.builtin_path else ""
+    return f"use {builtin}a local model directory (model.family={spec.name} loads no Hub id)"
 
-    if family not in MODEL_FAMILIES:
+
+def _spec(family: str, allow_import: list[str] | tuple[str, ...] = ()):
+    """The family's spec, or None for a name validation reports."""
+    from genalign.config.registry import RegistryError
+    from genalign.models.spec import family_spec
+
+    try:
+        return family_spec(family, allow_import)
+    except (RegistryError, ImportError):
         return None
-    return getattr(MODEL_FAMILIES.resolve(family), "diffusers_pipeline", None)
 
 
-def pipeline_problems(family: str, local: Path) -> list[str]:
+def _family_pipeline(family: str, allow_import: list[str] | tuple[str, ...] = ()) -> str | None:
+    """The diffusers pipeline class a family loads (None: not a diffusers family)."""
+    spec = _spec(family, allow_import)
+    return spec.pipeline_class if spec is not None and spec.export == "diffusers" else None
+
+
+def pipeline_problems(family: str, local: Path, allow_import: list[str] | tuple[str, ...] = ()) -> list[str]:
     """A local model.path of a diffusers family must hold that family's pipeline: its
     model_index.json names the class (from_pretrained would fail deep inside, or worse, load
     SD3 weights into the FLUX code and suggest the wrong fix)."""
-    expected = _family_pipeline(family)
+    expected = _family_pipeline(family, allow_import)
     if expected is None:
         return []
     index = local / "model_index.json"
@@ -125,7 +141,9 @@ def offline_hub_problems(cfg: ExperimentConfig) -> list[str]:
         return []
     # (key, hub id, revision): the model is wanted at model.revision (Cosmos' diffusers weights
     # live on a branch, so the default branch being cached would not do), scorers at their default
-    wanted = [] if cfg.model.family == "toy" else [("model.path", cfg.model.path, cfg.model.revision)]
+    spec = _spec(cfg.model.family, cfg.model.allow_import)
+    hub_model = spec is not None and spec.hub_weights and cfg.model.path != spec.builtin_path
+    wanted = [("model.path", cfg.model.path, cfg.model.revision)] if hub_model else []
     used = local_scorers(cfg)
     for name in sorted(used & set(REWARD_HUB_OPTIONS)):
         defaults = _option_defaults(name)
@@ -271,7 +289,7 @@ def run_dir_problems(cfg: ExperimentConfig) -> list[str]:
 
 def resume_problems(cfg: ExperimentConfig) -> list[str]:
     """The checkpoint at trainer.resume_from: complete, readable, and a config that validates
-    with the user's `reward.allow_import` (never the checkpoint's own)."""
+    with the user's `reward.allow_import` and `model.allow_import` (never the checkpoint's own)."""
     from genalign.config.loader import config_from_checkpoint, safe_load_unique
     from genalign.training.checkpoint import checkpoint_problems
 
@@ -282,7 +300,8 @@ def resume_problems(cfg: ExperimentConfig) -> list[str]:
     config_path = Path(cfg.trainer.resume_from).expanduser() / "config.yaml"
     try:
         config_from_checkpoint(safe_load_unique(config_path.read_text(encoding="utf-8")), f"{key}: {config_path}",
-                               cfg.reward.allow_import, check_machine=False)
+                               cfg.reward.allow_import, check_machine=False,
+                               model_allow_import=cfg.model.allow_import)
     except ConfigError as exc:
         return exc.problems
     return []

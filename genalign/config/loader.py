@@ -435,13 +435,15 @@ def config_from_dict(data: dict, source: str = "<dict>",
 
 
 def config_from_checkpoint(data: Any, source: str, allow_import: list[str], overrides: list[str] | tuple[str, ...] = (),
-                           check_machine: bool = True) -> ExperimentConfig:
+                           check_machine: bool = True, model_allow_import: list[str] | tuple[str, ...] = ()
+                           ) -> ExperimentConfig:
     """A checkpoint's stored config, validated exactly like a user's, as data, never as code.
 
     A config.yaml can be edited by anyone who hands you a checkpoint, so its own
     `reward.allow_import` is ignored and replaced by `allow_import` (the list on the user's
     command line or recipe): a dotted reward path in it imports nothing unless the user allowed
-    it. `check_machine=False` skips the resource planning against this machine (a resumed run
+    it; its `model.allow_import` likewise by `model_allow_import` (a user's model family).
+    `check_machine=False` skips the resource planning against this machine (a resumed run
     is planned from the user's config; the checkpoint's only has to be sound)."""
     from genalign.config.validate import validate
 
@@ -450,6 +452,8 @@ def config_from_checkpoint(data: Any, source: str, allow_import: list[str], over
     trusted = copy.deepcopy(data)
     if isinstance(trusted.get("reward"), dict):
         trusted["reward"]["allow_import"] = list(allow_import)
+    if isinstance(trusted.get("model"), dict):
+        trusted["model"]["allow_import"] = list(model_allow_import)
     config = config_from_dict(trusted, source, overrides)
     problems = validate(config, check_machine=check_machine)
     if problems:

@@ -79,9 +79,10 @@ class Registry:
             raise RegistryError(f"{self.kind} {name!r}: module {module_name!r} has no attribute {attr!r}") from exc
 
 
-def import_problem(config_key: str, name: str) -> str | None:
+def import_problem(config_key: str, name: str, expected: type | None = None) -> str | None:
     """Why the allowed dotted path `name` ("package.module:Class") cannot be used, or None:
-    its module must import, have the attribute, and the attribute must be a class."""
+    its module must import, have the attribute, and the attribute must be a class (or, with
+    `expected`, an instance of it: a model family's `FamilySpec`)."""
     module_name, attr = name.split(":", 1)
     try:
         module = importlib.import_module(module_name)
@@ -90,7 +91,10 @@ def import_problem(config_key: str, name: str) -> str | None:
     target = getattr(module, attr, None)
     if target is None:
         return f"{config_key}: {name!r}: module {module_name!r} has no attribute {attr!r}"
-    if not isinstance(target, type):
+    if expected is not None:
+        if not isinstance(target, expected):
+            return f"{config_key}: {name!r} is a {type(target).__name__}, not a {expected.__name__}"
+    elif not isinstance(target, type):
         return f"{config_key}: {name!r} is a {type(target).__name__}, not a class"
     return None
 

@@ -64,7 +64,8 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     non_finite = non_finite_problems(cfg)
     if non_finite:  # every range check below would only repeat "nan is not in range"
         return problems + non_finite
-    for message in (MODEL_FAMILIES.check(cfg.model.family), ALGORITHMS.check(cfg.algorithm.name)):
+    family = MODEL_FAMILIES.check(cfg.model.family, cfg.model.allow_import)
+    for message in (family, ALGORITHMS.check(cfg.algorithm.name)):
         if message:
             problems.append(message)
     if not cfg.reward.components:

@@ -18,32 +18,12 @@ import typing
 from typing import Any
 
 from genalign.config.schema import ExperimentConfig
+from genalign.models.family_checks import MAX_IMAGE_SIDE, family_problems
 
-MAX_IMAGE_SIDE = 4096
-"""Largest rollout/eval side accepted: above it one image's latents and activations no longer
-fit any accelerator we target; a typo like 100000 should fail here, not in an allocator."""
-
-IMAGE_MULTIPLE = {"sd3": 16, "flux": 16, "qwen_image": 16, "wan": 16, "cosmos": 16, "toy": 16, "janus": 16}
-"""Pixels per latent patch of each family: the VAE factor (8) x the transformer patch (2) for
-SD3/3.5, Wan and Cosmos, x the 2x2 latent packing for FLUX and Qwen-Image; the toy model samples in
-pixel space with patch 4 at exactly 32 x 32 (TOY_SIDE, = data.toy_shapes.IMAGE_SIZE). Janus-Pro
-decodes 16 pixels per image token (384 = 24 x 16); its exact size is the checkpoint's, checked
-when it loads."""
 TOKEN_FAMILIES = ("janus",)
-"""Token-autoregressive families: they sample image tokens (`TokenPolicy`), train with a token
-algorithm (config/algorithm_checks.py TOKEN_ALGORITHMS) and read rollout.temperature."""
-GUIDANCE_EMBEDDING_FAMILIES = ("flux", "qwen_image")
-"""Families whose transformer may carry a distilled-guidance embedding (model.embedded_guidance);
-whether the loaded one does is checked when it loads."""
-VIDEO_FAMILIES = ("wan", "cosmos")
-"""Families that generate video (model.num_frames > 1 allowed); the exact frame rule (Wan and
-Cosmos: 4k + 1) comes from the checkpoint's VAE and is checked when the model loads."""
-NEGATIVE_PROMPT_FAMILIES = ("wan", "cosmos")
-"""Families whose CFG branch reads model.negative_prompt (SD3, FLUX and the toy use the empty
-prompt, Qwen-Image its pipeline's fixed " ")."""
-TEXT_ENCODER_FAMILIES = ("sd3", "flux", "qwen_image", "wan", "cosmos")
-"""Families with separate frozen text encoders (model.offload_text_encoders can park them)."""
-TOY_SIDE = 32
+"""Compatibility shim for the algorithm checks and the run plan: the families whose
+`FamilySpec.sampler` is "token" (each family's spec is the source; this goes once those
+callers read `family_spec(name).sampler`)."""
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 """`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
 
@@ -83,17 +63,8 @@ def value_problems(cfg: ExperimentConfig) -> list[str]:
             problems.append(f"{key} is empty; set it to a path")
     if not DEVICE.match(cfg.model.device):
         problems.append(f"model.device={cfg.model.device!r} is not a device; use auto, cpu, cuda or cuda:<index>")
-    guidance = cfg.model.embedded_guidance
-    if guidance is not None and cfg.model.family not in GUIDANCE_EMBEDDING_FAMILIES:
-        problems.append(f"model.embedded_guidance={guidance}: model.family={cfg.model.family} has no guidance "
-                        f"embedding (only {list(GUIDANCE_EMBEDDING_FAMILIES)}); set it to null")
-    elif guidance is not None and guidance <= 0:
-        problems.append(f"model.embedded_guidance must be > 0 (FLUX.1-dev: 3.5) or null, got {guidance}")
-    if cfg.model.offload_text_encoders and cfg.model.family not in TEXT_ENCODER_FAMILIES:
-        problems.append(f"model.offload_text_encoders=true: model.family={cfg.model.family} has no separate text "
-                        f"encoders (only {', '.join(TEXT_ENCODER_FAMILIES)}); set it to false")
-    problems += image_size_problems(cfg.model.family, cfg.rollout.height, cfg.rollout.width)
-    problems += media_problems(cfg.model.family, cfg.model.num_frames, cfg.model.negative_prompt)
+    problems += image_size_problems(cfg.rollout.height, cfg.rollout.width)
+    problems += family_problems(cfg)  # sizes, frames, negative prompt, guidance, offload: the family's spec
     problems += reward_option_problems(cfg)
     return problems
 
@@ -141,37 +112,11 @@ def non_finite_problems(node: Any, key: str = "") -> list[str]:
     return []
 
 
-def image_size_problems(family: str, height: int, width: int) -> list[str]:
-    """rollout.height/width against the family's latent patch and the global size bound."""
-    problems = [f"rollout.{name}={side} is too large (max {MAX_IMAGE_SIDE} pixels a side)"
-                for name, side in (("height", height), ("width", width)) if side > MAX_IMAGE_SIDE]
-    if problems or height <= 0 or width <= 0:
-        return problems  # non-positive sizes are reported by validate
-    if family == "toy" and (height, width) != (TOY_SIDE, TOY_SIDE):
-        return [f"rollout.height/width: the toy model generates {TOY_SIDE}x{TOY_SIDE} images, got {height}x{width}; "
-                f"set rollout.height={TOY_SIDE} rollout.width={TOY_SIDE}"]
-    multiple = IMAGE_MULTIPLE.get(family)
-    if multiple:
-        for name, side in (("height", height), ("width", width)):
-            if side % multiple:
-                lower = max(multiple, side // multiple * multiple)
-                problems.append(f"rollout.{name}={side} must be a multiple of {multiple} for model.family={family} "
-                                f"(latent patch); e.g. {lower} or {lower + multiple}")
-    return problems
-
-
-def media_problems(family: str, num_frames: int, negative_prompt: str) -> list[str]:
-    """model.num_frames and model.negative_prompt against what the family reads."""
-    problems = []
-    if num_frames < 1:
-        problems.append(f"model.num_frames must be >= 1, got {num_frames}")
-    elif num_frames > 1 and family not in VIDEO_FAMILIES:
-        problems.append(f"model.num_frames={num_frames}: model.family={family} generates images; set "
-                        f"model.num_frames=1 (video families: {', '.join(VIDEO_FAMILIES)})")
-    if negative_prompt and family not in NEGATIVE_PROMPT_FAMILIES:
-        problems.append(f"model.negative_prompt is set but model.family={family} uses a fixed negative prompt for CFG; "
-                        f"remove it (families that read it: {', '.join(NEGATIVE_PROMPT_FAMILIES)})")
-    return problems
+def image_size_problems(height: int, width: int) -> list[str]:
+    """rollout.height/width against the global size bound (the family's own sizes:
+    `family_problems`)."""
+    return [f"rollout.{name}={side} is too large (max {MAX_IMAGE_SIDE} pixels a side)"
+            for name, side in (("height", height), ("width", width)) if side > MAX_IMAGE_SIDE]
 
 
 def reward_option_problems(cfg: ExperimentConfig) -> list[str]:

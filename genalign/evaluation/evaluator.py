@@ -26,7 +26,7 @@ from genalign.data.sampler import PromptGroupBatch, sample_seed
 from genalign.evaluation.config import EvalConfig
 from genalign.evaluation.contact_sheet import (make_contact_sheet, make_frame_strip_sheet, save_animated_preview,
                                                save_image)
-from genalign.models.base import FlowPolicy
+from genalign.models.base import Policy
 from genalign.rewards.composite import summary
 from genalign.rollout.batch import cat_batches
 from genalign.rollout.collector import SamplingSpec, generate_chunks
@@ -140,7 +140,7 @@ class Evaluator:
         return sheet
 
     @torch.no_grad()
-    def evaluate(self, policy: FlowPolicy, step: int) -> dict[str, float]:
+    def evaluate(self, policy: Policy, step: int) -> dict[str, float]:
         chunks = tqdm(generate_chunks(policy, self.groups, self.spec), desc=f"eval step {step}", leave=False,
                       total=math.ceil(len(self.groups.prompts) / self.spec.chunk_size),
                       disable=not (self.progress_bar and sys.stderr.isatty()))

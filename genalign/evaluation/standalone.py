@@ -23,9 +23,9 @@ from genalign.training.lora import load_trainable_state_dict
 
 log = logging.getLogger(__name__)
 
-EVAL_OVERRIDE_KEYS = ("eval.", "reward.allow_import=")
-"""What `genalign eval` may change: the evaluation protocol, and which dotted reward paths
-the user (never the checkpoint) allows to be imported."""
+EVAL_OVERRIDE_KEYS = ("eval.", "reward.allow_import=", "model.allow_import=")
+"""What `genalign eval` may change: the evaluation protocol, and which dotted reward and
+model-family paths the user (never the checkpoint) allows to be imported."""
 
 
 def evaluate_checkpoint(checkpoint_dir: str, output_dir: str | None, overrides: list[str]) -> dict[str, float]:
@@ -55,21 +55,23 @@ def evaluate_checkpoint(checkpoint_dir: str, output_dir: str | None, overrides: 
 
 def checkpoint_eval_config(checkpoint_dir: str, output_dir: str | None, overrides: list[str]):
     """The checkpoint's config with `overrides`, validated like a user's (with the user's
-    reward.allow_import only), plus the files it names; raises `CheckpointError`/`ConfigError`."""
+    reward.allow_import and model.allow_import only), plus the files it names; raises
+    `CheckpointError`/`ConfigError`."""
     bad = [item for item in overrides if not item.startswith(EVAL_OVERRIDE_KEYS)]
     if bad:
-        raise ConfigError([f"genalign eval: override {item!r} must be eval.<key>=<value> or reward.allow_import=[...]"
-                           for item in bad])
+        raise ConfigError([f"genalign eval: override {item!r} must be eval.<key>=<value>, reward.allow_import=[...] "
+                           "or model.allow_import=[...]" for item in bad])
     problems = checkpoint_problems(checkpoint_dir, "--checkpoint")
     if problems:
         raise CheckpointError(problems[0] if len(problems) == 1 else "; ".join(problems))
-    allowing = [item for item in overrides if item.startswith("reward.allow_import=")]
-    # the user's own list, typed exactly as the config key; the checkpoint's list is never read
-    allow_import = config_from_dict({}, "genalign eval", allowing).reward.allow_import if allowing else []
+    allowing = [item for item in overrides if item.startswith(("reward.allow_import=", "model.allow_import="))]
+    # the user's own lists, typed exactly as the config keys; the checkpoint's lists are never read
+    allowed = config_from_dict({}, "genalign eval", allowing)
     config_path = Path(checkpoint_dir).expanduser() / "config.yaml"
     # eval runs one process on model.device: the checkpoint's distributed.* plan is not this machine's
     cfg = config_from_checkpoint(safe_load_unique(config_path.read_text(encoding="utf-8")), str(config_path),
-                                 allow_import, [o for o in overrides if o not in allowing], check_machine=False)
+                                 allowed.reward.allow_import, [o for o in overrides if o not in allowing],
+                                 check_machine=False, model_allow_import=allowed.model.allow_import)
     out = Path(output_dir).expanduser() if output_dir else Path(checkpoint_dir).expanduser() / "eval"
     problems = file_problems(cfg, manifests=("eval_manifest",), output_dir=False, resume=False)
     problems += [p.replace("trainer.output_dir", "--output-dir") for p in output_dir_problems(str(out))]

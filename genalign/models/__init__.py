@@ -1,1 +1,2 @@
-"""Model families behind the `FlowPolicy` protocol (see `base.py`)."""
+"""Model families: each a policy behind the `FlowPolicy` or `TokenPolicy` protocol (see `base.py`)
+and the `FamilySpec` that says what it is (see `spec.py`)."""

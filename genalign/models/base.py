@@ -1,8 +1,11 @@
-"""The `FlowPolicy` protocol: what every model family gives the rest of the loop.
+"""The policy protocols: what every model family gives the rest of the loop (`Policy`), and
+the sampling side of a flow-matching family (`FlowPolicy`) or a token one (`TokenPolicy`).
 
 Where it fits: the rollout collector samples with `velocity` + the pure SDE kernels, the
 algorithm replays stored latents through `velocity` again, rewards see `decode`d uint8
-images. A family (sd3, toy, ...) never imports the trainer, the rewards or an algorithm.
+images. What a family is (token or flow, image or video, export kind, ...) is its
+`FamilySpec` (spec.py), which a policy carries as `spec`. A family (sd3, toy, ...) never
+imports the trainer, the rewards or an algorithm.
 
 Conventions (docs/algorithms.md §1): sigma in [0, 1], 1 = pure noise; the network predicts the
 velocity `x1 - x0`; a family maps sigma to its own timestep input (`1000 * sigma` for SD3).
@@ -15,9 +18,12 @@ from __future__ import annotations
 import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 import torch
+
+if TYPE_CHECKING:
+    from genalign.models.spec import FamilySpec
 
 
 @dataclass
@@ -62,7 +68,12 @@ class ModelConfig:
     """Model family: "sd3" (Stable Diffusion 3 / 3.5), "flux" (FLUX.1), "qwen_image" (Qwen-Image),
     "wan" (Wan 2.1 text-to-video), "cosmos" (Cosmos-Predict2.5 text-to-world: video, or an image
     at num_frames=1), "janus" (Janus-Pro, token-autoregressive: `TokenPolicy`, trained by
-    ar_grpo) or "toy" (the shipped CPU demo)."""
+    ar_grpo) or "toy" (the shipped CPU demo); or a user's family, the dotted path
+    "package.module:SPEC" of its `FamilySpec`, listed in model.allow_import."""
+    allow_import: list[str] = field(default_factory=list)
+    """Dotted model.family paths ("package.module:SPEC") allowed to be imported: importing a
+    module runs its code, so only a list on your own command line or recipe counts (a
+    checkpoint's stored list is ignored), as with reward.allow_import."""
     path: str = "stabilityai/stable-diffusion-3.5-medium"
     """Hugging Face hub id or a local directory written by `save_pretrained`."""
     revision: str | None = None
@@ -299,20 +310,35 @@ class TokenCondition(TensorRecord):
 
 
 @runtime_checkable
-class FlowPolicy(Protocol):
-    """What a flow-matching model family provides to rollout, replay and evaluation."""
+class Policy(Protocol):
+    """What every model family's policy provides, whatever it samples: how it is built, what
+    is trained, and where it runs. `FlowPolicy` and `TokenPolicy` add the sampling side."""
 
+    spec: "FamilySpec"
+    """The family's declaration (models/spec.py): sampler, media, export, config facts."""
     family: str
+    """`spec.name` (messages)."""
     transformer: torch.nn.Module
-    """The denoiser: the module LoRA attaches to and the optimizer trains."""
+    """The trained module: LoRA attaches to it, the optimizer trains it."""
     device: torch.device
+    dtype: torch.dtype
+    """Compute dtype (model.dtype) of the frozen weights and the autocast of the trained ones."""
     lora_target_modules: list[str]
     """Default LoRA targets of the family (used when `model.lora.target_modules` is empty)."""
     repeated_blocks: tuple[str, ...]
-    """Class names of the denoiser's repeated blocks (regional `model.compile`)."""
-    pipeline_tag: str
-    """The Hub task of what the family generates ("text-to-image", "text-to-video"): the
-    exported model card's `pipeline_tag`."""
+    """Class names of the trained module's repeated blocks (regional `model.compile`)."""
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> "Policy":
+        """Load the model `cfg` names (model.path, dtype, device and the family's own keys)."""
+        ...
+
+
+@runtime_checkable
+class FlowPolicy(Policy, Protocol):
+    """What a flow-matching model family (`spec.sampler == "flow"`) provides to rollout, replay
+    and evaluation. A family whose spec says `text_encoders` also has `text_encoders` (the
+    modules model.offload_text_encoders parks on the CPU)."""
 
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
         """Encode prompts (and, with `with_negative`, the empty prompt for CFG). No grad."""
@@ -356,21 +382,16 @@ class SampledTokens(NamedTuple):
 
 
 @runtime_checkable
-class TokenPolicy(Protocol):
-    """What a token-autoregressive family (Janus-Pro) provides to rollout, replay and evaluation.
+class TokenPolicy(Policy, Protocol):
+    """What a token-autoregressive family (`spec.sampler == "token"`, Janus-Pro) provides to
+    rollout, replay and evaluation.
 
     One trajectory is a prompt and N image tokens; its "positions" for the algorithm are the
     whole sequence at once (`TokenTrajectoryBatch`): `token_log_probs` scores every token with
-    one teacher-forced forward, so rollout, parity preflight and replay share one function."""
+    one teacher-forced forward, so rollout, parity preflight and replay share one function.
+    A family exported as a peft adapter (`spec.export == "peft"`) also names
+    `peft_module_prefix`, where `transformer` sits inside `spec.pipeline_class`."""
 
-    family: str
-    pipeline_tag: str
-    """The Hub task of what the family generates ("text-to-image"): the model card's `pipeline_tag`."""
-    transformer: torch.nn.Module
-    """The trained module (the language model): LoRA attaches to it, the optimizer trains it."""
-    device: torch.device
-    lora_target_modules: list[str]
-    repeated_blocks: tuple[str, ...]
     num_image_tokens: int
     """N, the image tokens per sample."""
 

@@ -42,10 +42,10 @@ Open Model License, whose terms on guardrails apply to what a user does with the
 from __future__ import annotations
 
 import torch
-from diffusers.pipelines.cosmos.pipeline_cosmos2_5_predict import DEFAULT_NEGATIVE_PROMPT
 
 from genalign.models.base import Condition, compute_precision
 from genalign.models.diffusers_common import PipelineLoading, WanVAEVideo, cfg_velocity, encode_prompt_pair
+from genalign.models.spec import FamilySpec
 from genalign.sampling.schedules import karras_flow_sigmas
 
 COSMOS_REPEATED_BLOCKS = ("CosmosTransformerBlock",)
@@ -56,8 +56,20 @@ alpha 32) under diffusers' names (convert_cosmos_to_diffusers.py: q_proj → to_
 to_out.0, mlp.layer1/2 → ff.net.0.proj / ff.net.2): the q/k/v/out projections of self- (attn1)
 and cross-attention (attn2) and both MLP layers of every block. The adaLN modulation, the
 embeddings and `crossattn_proj` stay frozen."""
-COSMOS_NEGATIVE_PROMPT = DEFAULT_NEGATIVE_PROMPT
-"""The pipeline's default negative prompt (used when `negative_prompt=None`)."""
+SPEC = FamilySpec(
+    name="cosmos", policy="genalign.models.cosmos:CosmosPolicy", pipeline_class="Cosmos2_5_PredictBasePipeline",
+    media="video", negative_prompt=True, tiny_builder="genalign.models.tiny_random:build_tiny_cosmos_pipeline")
+"""Cosmos-Predict2.5 text-to-world: video (or an image at num_frames=1), model.negative_prompt."""
+
+
+def __getattr__(name: str):
+    """`COSMOS_NEGATIVE_PROMPT`, the pipeline's default negative prompt, read from diffusers
+    only when asked for (importing this module for its `SPEC` must not import diffusers)."""
+    if name == "COSMOS_NEGATIVE_PROMPT":
+        from diffusers.pipelines.cosmos.pipeline_cosmos2_5_predict import DEFAULT_NEGATIVE_PROMPT
+
+        return DEFAULT_NEGATIVE_PROMPT
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class GuardrailNotLoaded:
@@ -107,10 +119,10 @@ class CosmosPolicy(WanVAEVideo, PipelineLoading):
     """Cosmos-Predict2.5 Text2World: CosmosTransformer3DModel denoises; Cosmos-Reason1
     (Qwen2.5-VL) encodes; AutoencoderKLWan decodes (`WanVAEVideo`)."""
 
-    family = "cosmos"
-    pipeline_tag = "text-to-video"
+    spec = SPEC
+    family = SPEC.name
     display_name = "Cosmos"
-    diffusers_pipeline = "Cosmos2_5_PredictBasePipeline"
+    diffusers_pipeline = SPEC.pipeline_class
     """Pipeline class whose `load_lora_weights` (CosmosLoraLoaderMixin) loads our exported LoRA."""
     config_options = ("num_frames", "negative_prompt")
     """`model.*` keys the constructor takes (PipelineLoading.from_config)."""
@@ -123,7 +135,7 @@ class CosmosPolicy(WanVAEVideo, PipelineLoading):
         return {"safety_checker": GuardrailNotLoaded()}
 
     def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 512,
-                 cfg_batch: str = "joint", num_frames: int = 93, negative_prompt: str = COSMOS_NEGATIVE_PROMPT):
+                 cfg_batch: str = "joint", num_frames: int = 93, negative_prompt: str | None = None):
         config = pipeline.transformer.config
         if config.get("concat_padding_mask", False):
             from diffusers.utils import is_torchvision_available
@@ -133,7 +145,7 @@ class CosmosPolicy(WanVAEVideo, PipelineLoading):
                                   "torchvision: install torchvision (pip install 'genalign[cosmos]')")
         self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, self.display_name)
         self._adopt_video(num_frames)
-        self.negative_prompt = negative_prompt
+        self.negative_prompt = __getattr__("COSMOS_NEGATIVE_PROMPT") if negative_prompt is None else negative_prompt
         self.sigma_min, self.sigma_max = karras_range(pipeline.scheduler.config)
 
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from genalign.models.base import Condition, compute_precision
+from genalign.models.spec import FamilySpec
 from genalign.models.diffusers_common import PackedLatents, PipelineLoading, vae_decode_uint8, vae_encode
 
 FLUX_REPEATED_BLOCKS = ("FluxTransformerBlock", "FluxSingleTransformerBlock")
@@ -47,13 +48,19 @@ def latent_image_ids(token_rows: int, token_cols: int, device: torch.device) -> 
     return torch.stack([torch.zeros_like(rows), rows, cols], dim=-1).reshape(-1, 3)  # [rows·cols, 3]
 
 
+SPEC = FamilySpec(
+    name="flux", policy="genalign.models.flux:FluxPolicy", pipeline_class="FluxPipeline", guidance_embedding=True,
+    tiny_builder="genalign.models.tiny_random:build_tiny_flux_pipeline")
+"""FLUX.1: 16 pixels per packed token (VAE 8 x 2x2 packing); FLUX.1-dev embeds distilled guidance."""
+
+
 class FluxPolicy(PackedLatents, PipelineLoading):
     """FLUX.1: the MMDiT transformer is the denoiser; CLIP-L (pooled) + T5 encode; the VAE decodes."""
 
-    family = "flux"
-    pipeline_tag = "text-to-image"
+    spec = SPEC
+    family = SPEC.name
     display_name = "FLUX"
-    diffusers_pipeline = "FluxPipeline"
+    diffusers_pipeline = SPEC.pipeline_class
     lora_target_modules = FLUX_LORA_TARGETS
     text_encoder_names = _TEXT_ENCODERS
     tokenizer_names = _TOKENIZERS

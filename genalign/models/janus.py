@@ -36,6 +36,7 @@ import torch
 from genalign.models.base import (ModelConfig, SampledTokens, TokenCondition, compute_precision, guided_velocity,
                                   resolve_device, resolve_dtype)
 from genalign.models.diffusers_common import check_model_path, missing_weights_error
+from genalign.models.spec import FamilySpec
 
 log = logging.getLogger(__name__)
 
@@ -85,22 +86,23 @@ def unconditional_ids(input_ids: torch.Tensor, bos_id: int, boi_id: int, pad_id:
     return torch.where(keep, input_ids, torch.full_like(input_ids, pad_id))
 
 
+SPEC = FamilySpec(
+    name="janus", policy="genalign.models.janus:JanusPolicy", sampler="token", text_encoders=False,
+    gradient_checkpointing=False, split_cfg=False, export="peft", pipeline_class="JanusForConditionalGeneration",
+    tiny_builder="genalign.models.tiny_random:build_tiny_janus")
+"""Janus-Pro: image tokens (16 pixels each; the exact size is the checkpoint's), a peft adapter
+onto the transformers class; no gradient checkpointing, CFG streams always joint."""
+
+
 class JanusPolicy:
     """Janus-Pro 1B / 7B: the language model is trained; generation head and VQ decode."""
 
-    family = "janus"
-    pipeline_tag = "text-to-image"
+    spec = SPEC
+    family = SPEC.name
     lora_target_modules = JANUS_LORA_TARGETS
     repeated_blocks = JANUS_REPEATED_BLOCKS
-    hub_class = "JanusForConditionalGeneration"
-    """The transformers class an exported adapter loads onto (`PeftModel.from_pretrained`)."""
     peft_module_prefix = "model.language_model"
-    """Where the trained module sits inside `hub_class` (the exported adapter's key prefix)."""
-    supports_gradient_checkpointing = False
-    """model.gradient_checkpointing is refused (the memory plan does not offer it as a lever)."""
-    supports_split_cfg = False
-    """Both CFG streams always run as one batch (model.cfg_batch is not read): the memory plan
-    counts them joint and does not offer the split form as a lever."""
+    """Where the trained module sits inside the spec's `pipeline_class` (the exported adapter's key prefix)."""
 
     def __init__(self, model, processor, device: torch.device, dtype: torch.dtype):
         self.model = model.eval().requires_grad_(False)

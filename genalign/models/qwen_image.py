@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from genalign.models.base import Condition, compute_precision, guided_velocity, rescale_to_norm
+from genalign.models.spec import FamilySpec
 from genalign.models.diffusers_common import (PackedLatents, PipelineLoading, wan_vae_decode_uint8,
                                               wan_vae_encode)
 
@@ -55,13 +56,19 @@ def norm_preserving_cfg(uncond: torch.Tensor, cond: torch.Tensor, guidance_scale
     return rescale_to_norm(guided_velocity(uncond, cond, guidance_scale, detach_uncond), cond)  # [B, N, D]
 
 
+SPEC = FamilySpec(
+    name="qwen_image", policy="genalign.models.qwen_image:QwenImagePolicy", pipeline_class="QwenImagePipeline",
+    guidance_embedding=True, tiny_builder="genalign.models.tiny_random:build_tiny_qwen_image_pipeline")
+"""Qwen-Image: 16 pixels per packed token; CFG's negative is the pipeline's fixed " "."""
+
+
 class QwenImagePolicy(PackedLatents, PipelineLoading):
     """Qwen-Image: the MMDiT transformer is the denoiser; Qwen2.5-VL encodes; a 3D-causal VAE decodes."""
 
-    family = "qwen_image"
-    pipeline_tag = "text-to-image"
+    spec = SPEC
+    family = SPEC.name
     display_name = "Qwen-Image"
-    diffusers_pipeline = "QwenImagePipeline"
+    diffusers_pipeline = SPEC.pipeline_class
     lora_target_modules = QWEN_IMAGE_LORA_TARGETS
     repeated_blocks = QWEN_IMAGE_REPEATED_BLOCKS
 

@@ -22,6 +22,7 @@ import torch
 from genalign.models.base import Condition, compute_precision
 from genalign.models.diffusers_common import (PipelineLoading, cfg_velocity, check_image_size,
                                               vae_decode_uint8, vae_encode)
+from genalign.models.spec import FamilySpec
 from genalign.sampling.schedules import flow_match_sigmas
 
 log = logging.getLogger(__name__)
@@ -60,13 +61,19 @@ def sd3_transformer_velocity(transformer: torch.nn.Module, latents: torch.Tensor
                         guidance_scale, detach_uncond, cfg_batch)
 
 
+SPEC = FamilySpec(
+    name="sd3", policy="genalign.models.sd3:SD3Policy", pipeline_class="StableDiffusion3Pipeline",
+    tiny_builder="genalign.models.tiny_random:build_tiny_sd3_pipeline")
+"""Stable Diffusion 3 / 3.5: 16 pixels per latent patch (VAE 8 x patch 2), empty-prompt CFG."""
+
+
 class SD3Policy(PipelineLoading):
     """SD3/SD3.5: the transformer is the denoiser; CLIP-L/G + T5 encode; the VAE decodes."""
 
-    family = "sd3"
-    pipeline_tag = "text-to-image"
+    spec = SPEC
+    family = SPEC.name
     display_name = "SD3"
-    diffusers_pipeline = "StableDiffusion3Pipeline"
+    diffusers_pipeline = SPEC.pipeline_class
     lora_target_modules = SD3_LORA_TARGETS
     text_encoder_names = _TEXT_ENCODERS
     tokenizer_names = _TOKENIZERS

@@ -27,6 +27,7 @@ import torch
 
 from genalign.models.base import Condition, compute_precision
 from genalign.models.diffusers_common import PipelineLoading, WanVAEVideo, cfg_velocity, encode_prompt_pair
+from genalign.models.spec import FamilySpec
 from genalign.sampling.schedules import flow_match_sigmas
 
 WAN_REPEATED_BLOCKS = ("WanTransformerBlock",)
@@ -45,14 +46,20 @@ def scheduler_shift(scheduler) -> float:
     return float(config.get("shift", 1.0))
 
 
+SPEC = FamilySpec(
+    name="wan", policy="genalign.models.wan:WanPolicy", pipeline_class="WanPipeline", media="video",
+    negative_prompt=True, tiny_builder="genalign.models.tiny_random:build_tiny_wan_pipeline")
+"""Wan 2.1 text-to-video: 16 pixels per latent patch, num_frames = 4k + 1, model.negative_prompt."""
+
+
 class WanPolicy(WanVAEVideo, PipelineLoading):
     """Wan 2.1 T2V: WanTransformer3DModel denoises; UMT5 encodes; AutoencoderKLWan decodes
     (`WanVAEVideo`: latent shape, decode, encode)."""
 
-    family = "wan"
-    pipeline_tag = "text-to-video"
+    spec = SPEC
+    family = SPEC.name
     display_name = "Wan"
-    diffusers_pipeline = "WanPipeline"
+    diffusers_pipeline = SPEC.pipeline_class
     config_options = ("num_frames", "negative_prompt")
     lora_target_modules = WAN_LORA_TARGETS
     repeated_blocks = WAN_REPEATED_BLOCKS

@@ -87,10 +87,10 @@ def generate(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
 def generate_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
                     positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
     """`generate`, one `spec.chunk_size` chunk at a time, so a caller can score finished
-    chunks (reward.async_scoring) while the next one is sampled. The policy's kind decides the
-    sampler: a `TokenPolicy` samples token trajectories (`token_collector`), a `FlowPolicy`
-    SDE trajectories (below). This is the one place rollout asks which kind it runs."""
-    if isinstance(policy, TokenPolicy):
+    chunks (reward.async_scoring) while the next one is sampled. The family's spec decides the
+    sampler: "token" samples token trajectories (`token_collector`), "flow" SDE trajectories
+    (below). This is the one place rollout asks which kind it runs."""
+    if policy.spec.sampler == "token":
         from genalign.rollout.token_collector import generate_token_chunks
 
         return generate_token_chunks(policy, groups, spec, positions)

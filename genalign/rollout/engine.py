@@ -13,7 +13,7 @@ from typing import Iterator, Protocol
 import torch
 
 from genalign.data.sampler import PromptGroupBatch
-from genalign.models.base import FlowPolicy
+from genalign.models.base import Policy
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.rollout.collector import SamplingSpec, generate, generate_chunks
 
@@ -36,7 +36,7 @@ class LocalRolloutEngine:
 
     needs_sync = False
 
-    def __init__(self, policy: FlowPolicy):
+    def __init__(self, policy: Policy):
         self.policy = policy
 
     def generate(self, groups: PromptGroupBatch, spec: SamplingSpec,

@@ -73,8 +73,10 @@ def shard_unit(groups: PromptGroupBatch, chunk_size: int) -> int:
 
 
 def _policy_modules(policy) -> dict[str, torch.nn.Module]:
-    """Every module the policy holds (directly or through its diffusers pipeline), by attribute name."""
-    holders = [policy] + ([policy.pipeline] if hasattr(policy, "pipeline") else [])
+    """Every module the policy holds (directly or through a diffusers pipeline it holds: an
+    attribute with a `components` mapping), by attribute name."""
+    holders = [policy] + [value for value in vars(policy).values()
+                          if isinstance(getattr(value, "components", None), dict)]
     found: dict[int, tuple[str, torch.nn.Module]] = {}
     for holder in holders:
         components = getattr(holder, "components", None)

@@ -6,8 +6,9 @@ calls it inside the checkpoint's temporary directory (so an export is as atomic 
   when eval.use_ema, as Flow-GRPO saves), `lora_live/` = the live weights beside it; both load
   with `pipe.load_lora_weights(dir)`; `lora/README.md` is the model card, with the first and
   the latest evaluation's contact sheets beside it (`samples_step_<N>.png`). On a transformers
-  family (Janus-Pro: the policy names its `hub_class` and `peft_module_prefix`) the same two
-  folders hold a peft adapter that `PeftModel.from_pretrained(<hub_class>, dir)` loads.
+  family (Janus-Pro: its spec's export is "peft" onto `pipeline_class`, the policy names its
+  `peft_module_prefix`) the same two folders hold a peft adapter that
+  `PeftModel.from_pretrained(<pipeline_class>, dir)` loads.
 - Full fine-tunes of a diffusers denoiser: `checkpoint-final/transformer/` in the layout
   `save_pretrained` writes (config.json + diffusion_pytorch_model.safetensors), so
   `SD3Transformer2DModel.from_pretrained(dir)` / `AutoModel.from_pretrained(dir)` load it and
@@ -87,13 +88,12 @@ def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.
             log.warning("step %d: the exported EMA weights are %.0f %% the starting weights after %d updates; "
                         "the live weights (lora_live/ for a LoRA) hold what was trained", step, 100 * share, updates)
     sheets = sample_sheets(Path(cfg.trainer.output_dir), eval_history, step)
-    card = dict(cfg=cfg, step=step, eval_history=eval_history, weights=described,
-                pipeline_tag=getattr(policy, "pipeline_tag", "text-to-image"))
+    spec = policy.spec
+    card = dict(cfg=cfg, step=step, eval_history=eval_history, weights=described, pipeline_tag=spec.pipeline_tag)
     if cfg.model.train_mode == "lora":
-        pipeline_cls = getattr(policy, "diffusers_pipeline", None)
-        hub_class = getattr(policy, "hub_class", None)
-        if not pipeline_cls and not hub_class:
+        if spec.export == "none":
             return None
+        pipeline_cls = spec.pipeline_class if spec.export == "diffusers" else None
         exports = {"lora": weights, **({"lora_live": trainable} if weights is ema else {})}
 
         def export(directory: Path) -> None:
@@ -104,7 +104,7 @@ def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.
                 else:
                     export_lora_for_peft(policy.transformer, directory / name, cfg.model.lora,
                                          policy.peft_module_prefix, cfg.model.path, trainable_state=state)
-            write_card(directory / "lora", {**card, "kind": "lora", "hub_class": None if pipeline_cls else hub_class},
+            write_card(directory / "lora", {**card, "kind": "lora", "hub_class": None if pipeline_cls else spec.pipeline_class},
                        sheets)
 
         return export

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genalign.config.errors import ConfigError
-from genalign.config.values import TEXT_ENCODER_FAMILIES
 
 GIB = 2 ** 30
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -201,11 +200,11 @@ def _trainer_ranks(cfg) -> int:
     return max(1, int(gpus)) if not isinstance(gpus, str) else 1
 
 
-def _family_supports(family: str, feature: str) -> bool:
-    """A policy class's `supports_*` flag (every diffusion family supports all of them)."""
-    from genalign.models.registry import MODEL_FAMILIES
+def _spec(cfg):
+    """The model family's `FamilySpec` (what it supports: split CFG, checkpointing, offload)."""
+    from genalign.models.spec import family_spec
 
-    return bool(getattr(MODEL_FAMILIES.resolve(family), feature, True))
+    return family_spec(cfg.model.family, cfg.model.allow_import)
 
 
 def _levers(cfg, uses_cfg: bool, ranks: int) -> list[str]:
@@ -217,18 +216,18 @@ def _levers(cfg, uses_cfg: bool, ranks: int) -> list[str]:
         levers.append("model.dtype=bfloat16")
     if not m.compile:
         levers.append("model.compile=true (the compiled graph keeps a fifth to a third fewer replay activations)")
-    if not m.gradient_checkpointing and _family_supports(m.family, "supports_gradient_checkpointing"):
+    if not m.gradient_checkpointing and _spec(cfg).gradient_checkpointing:
         levers.append("model.gradient_checkpointing=true")
     micro = cfg.actor.micro_batch_size or cfg.rollout.sample_batch_size
     if micro > 1:
         levers.append(f"actor.micro_batch_size={max(1, micro // 2)} (and rollout.sample_batch_size to match for "
                       "bitwise parity)")
-    if uses_cfg and _family_supports(m.family, "supports_split_cfg") and not (
+    if uses_cfg and _spec(cfg).split_cfg and not (
             m.cfg_batch == "split" and cfg.algorithm.detach_uncond):
         levers.append("model.cfg_batch=split with algorithm.detach_uncond=true")
     if cfg.actor.ema.enabled:
         levers.append("actor.ema.enabled=false")
-    if not m.offload_text_encoders and m.family in TEXT_ENCODER_FAMILIES:
+    if not m.offload_text_encoders and _spec(cfg).text_encoders:
         levers.append("model.offload_text_encoders=true (on the device only while prompts are encoded)")
     if cfg.distributed.colocated:
         levers.append("/base/distributed=ray_rollout (rollout worker on its own GPU)")
@@ -246,8 +245,6 @@ def plan_memory(cfg) -> MemoryPlan | None:
     from genalign.algorithms.registry import ALGORITHMS
     from genalign.config.plan import RunPlan
     from genalign.models.architecture import TRANSFORMER, load_architecture, lora_parameters
-    from genalign.models.registry import MODEL_FAMILIES
-
     m = cfg.model
     arch = load_architecture(m.family, m.path)
     calibration = _calibration(m.family)
@@ -260,7 +257,7 @@ def plan_memory(cfg) -> MemoryPlan | None:
     transformer = arch.component(TRANSFORMER)
     frozen = [c for c in arch.components if c.name != TRANSFORMER]
     if m.train_mode == "lora":
-        targets = m.lora.target_modules or MODEL_FAMILIES.resolve(m.family).lora_target_modules
+        targets = m.lora.target_modules or _spec(cfg).policy_class().lora_target_modules
         trained, base = lora_parameters(arch.linear_shapes, targets, m.lora.rank), transformer.parameters
     else:
         trained, base = transformer.parameters, 0
@@ -286,7 +283,7 @@ def plan_memory(cfg) -> MemoryPlan | None:
     text_tokens = m.max_sequence_length + arch.geometry.extra_text_tokens
     image_tokens = arch.geometry.image_tokens(cfg.rollout.height, cfg.rollout.width, m.num_frames)
     tokens = tokens_per_row(image_tokens, text_tokens, arch.geometry.text_in_sequence)
-    cfg_batch = m.cfg_batch if _family_supports(m.family, "supports_split_cfg") else "joint"
+    cfg_batch = m.cfg_batch if _spec(cfg).split_cfg else "joint"
     rows = replay_rows(run.train_micro_batch, run.uses_cfg, cfg_batch, cfg.algorithm.detach_uncond)
     mode, per_unit = replay_coefficient(calibration, m.compile)
     activations = replay_activation_bytes(rows, tokens, arch.num_layers, arch.hidden_size, dtype_bytes,

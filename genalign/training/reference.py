@@ -11,12 +11,12 @@ import copy
 from contextlib import contextmanager
 from typing import Iterator
 
-from genalign.models.base import FlowPolicy
+from genalign.models.base import Policy
 from genalign.training.lora import reference_mode
 
 
 class ReferencePolicy:
-    def __init__(self, policy: FlowPolicy, train_mode: str):
+    def __init__(self, policy: Policy, train_mode: str):
         self.policy = policy
         self.train_mode = train_mode
         self._frozen_copy = None
@@ -24,10 +24,10 @@ class ReferencePolicy:
             # the trained copy holds float32 masters; the frozen one only computes, so it keeps
             # the compute dtype (half the memory in bf16; the same autocast numerics)
             frozen = copy.deepcopy(policy.transformer).requires_grad_(False).eval()
-            self._frozen_copy = frozen.to(dtype=getattr(policy, "dtype", None) or next(frozen.parameters()).dtype)
+            self._frozen_copy = frozen.to(dtype=policy.dtype)
 
     @contextmanager
-    def active(self) -> Iterator[FlowPolicy]:
+    def active(self) -> Iterator[Policy]:
         """Within the block, `policy.velocity` evaluates the reference weights."""
         if self._frozen_copy is None:
             with reference_mode(self.policy.transformer):

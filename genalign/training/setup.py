@@ -14,8 +14,8 @@ from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import load_manifest
 from genalign.evaluation.evaluator import Evaluator
 from genalign.finite import NonFiniteError, first_non_finite
-from genalign.models.base import FlowPolicy
-from genalign.models.registry import MODEL_FAMILIES
+from genalign.models.base import Policy
+from genalign.models.spec import family_spec
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rollout.collector import SamplingSpec
 from genalign.rollout.engine import LocalRolloutEngine, RolloutEngine
@@ -29,18 +29,18 @@ log = logging.getLogger(__name__)
 # Config keys whose change makes a checkpoint's state meaningless for this run. Everything
 # else (output_dir, num_steps, eval cadence, logging) may change on resume.
 RESUME_KEYS = ["model", "rollout", "actor", "algorithm", "reward", "data.manifest", "data.shuffle", "trainer.seed"]
-RESUME_FREE_KEYS = ["reward.allow_import", "model.card"]
-"""Under RESUME_KEYS but free to change, with everything under them: a permission of this
+RESUME_FREE_KEYS = ["reward.allow_import", "model.allow_import", "model.card"]
+"""Under RESUME_KEYS but free to change, with everything under them: permissions of this
 invocation, and what exported model cards say about the base model (not run state; absent
 from checkpoints written before it existed)."""
 
 
-def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
+def build_policy(cfg: ExperimentConfig) -> Policy:
     """Load the family's policy, make only the trained weights require grad (as float32
     masters), then optionally enable gradient checkpointing and compile the denoiser."""
     configure_backends(cfg.model.allow_tf32)
-    policy_cls = MODEL_FAMILIES.resolve(cfg.model.family)
-    policy = policy_cls.from_config(cfg.model)
+    spec = family_spec(cfg.model.family, cfg.model.allow_import)
+    policy = spec.policy_class().from_config(cfg.model)
     bad = first_non_finite(dict(policy.transformer.named_parameters()))
     if bad is not None:  # one check per tensor at load; a NaN weight would otherwise train on silently
         raise NonFiniteError(f"model.path={cfg.model.path}: the denoiser's weight {bad!r} holds NaN or inf; "
@@ -56,7 +56,7 @@ def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
         log.info("trained weights: %d tensors kept as float32 masters; the denoiser computes in %s",
                  cast, cfg.model.dtype)
     if cfg.model.gradient_checkpointing:
-        if not hasattr(policy.transformer, "enable_gradient_checkpointing"):
+        if not spec.gradient_checkpointing:
             raise ValueError(f"model.gradient_checkpointing: family {cfg.model.family!r} does not support it")
         policy.transformer.enable_gradient_checkpointing()
     if cfg.model.compile:
@@ -66,7 +66,7 @@ def build_policy(cfg: ExperimentConfig) -> FlowPolicy:
     return policy
 
 
-def build_rollout_engine(cfg: ExperimentConfig, policy: FlowPolicy) -> RolloutEngine:
+def build_rollout_engine(cfg: ExperimentConfig, policy: Policy) -> RolloutEngine:
     if cfg.rollout.engine == "local":
         return LocalRolloutEngine(policy)
     if cfg.rollout.engine == "ray":  # workers start from the trainer's weights (version 0)
@@ -78,7 +78,7 @@ def build_rollout_engine(cfg: ExperimentConfig, policy: FlowPolicy) -> RolloutEn
     raise ValueError(f"rollout.engine={cfg.rollout.engine!r}: choose local or ray")
 
 
-def build_batch_source(cfg: ExperimentConfig, plan, policy: FlowPolicy, engine: RolloutEngine, rewards,
+def build_batch_source(cfg: ExperimentConfig, plan, policy: Policy, engine: RolloutEngine, rewards,
                        algorithm, spec: SamplingSpec, ranks):
     """The step's training data: the online rollout, or (offline Flow-DPO) a preference dataset."""
     from genalign.training.sources import OfflinePreferences, OnlineRollout

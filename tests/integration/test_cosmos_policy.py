@@ -16,7 +16,7 @@ import torch
 from genalign.models.base import LoraConfig, guided_velocity
 from genalign.models.cosmos import (COSMOS_LORA_TARGETS, COSMOS_NEGATIVE_PROMPT, CosmosPolicy, cosmos_guidance,
                                     karras_range)
-from genalign.models.tiny import QWEN_TEXT_HIDDEN, build_cosmos_pipeline, main
+from genalign.models.tiny_random import QWEN_TEXT_HIDDEN, build_cosmos_pipeline, main
 from genalign.sampling.trajectory import sample_trajectory, sde_step_mask
 from genalign.training.lora import apply_lora
 from support import (TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, assert_loaded_as_built,

@@ -18,7 +18,7 @@ from genalign.models.base import FlowPolicy
 from genalign.models.diffusers_common import pack_2x2, unpack_2x2
 from genalign.models.flux import FluxPolicy
 from genalign.models.qwen_image import QwenImagePolicy
-from genalign.models.tiny import QWEN_TEMPLATE, main
+from genalign.models.tiny_random import QWEN_TEMPLATE, main
 from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
 from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, assert_lora_export_reproduces
 
@@ -246,7 +246,7 @@ def test_flux_schnell_form_without_guidance_embedding_reproduces_its_pipeline(tm
     shift 1 (no dynamic shifting); our ODE sample is the pipeline's."""
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
 
-    from genalign.models.tiny import build_tiny_flux_pipeline
+    from genalign.models.tiny_random import build_tiny_flux_pipeline
 
     built = build_tiny_flux_pipeline(seed=1, guidance_embeds=False)
     built.scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=False)

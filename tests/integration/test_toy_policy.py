@@ -6,7 +6,7 @@ import torch
 
 from genalign.data.sampler import PromptGroupBatch
 from genalign.models.base import FlowPolicy, LoraConfig, ModelConfig
-from genalign.models.registry import MODEL_FAMILIES
+from genalign.models.spec import family_spec
 from genalign.models.toy.network import TRANSFORMER_CONFIG, save_toy_model, velocity_from_x0
 from genalign.models.toy.policy import ToyPolicy
 from genalign.rollout.collector import SamplingSpec, generate
@@ -22,7 +22,7 @@ def policy():
 
 
 def test_builtin_loads_through_the_registry_as_a_flow_policy():
-    policy = MODEL_FAMILIES.resolve("toy").from_config(ModelConfig(family="toy", path="builtin", device="cpu"))
+    policy = family_spec("toy").policy_class().from_config(ModelConfig(family="toy", path="builtin", device="cpu"))
     from diffusers import SD3Transformer2DModel
 
     assert isinstance(policy, FlowPolicy)

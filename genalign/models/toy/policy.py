@@ -18,6 +18,7 @@ from genalign.data.toy_shapes import IMAGE_SIZE, from_unit_range, to_unit_range
 from genalign.models.base import Condition, ModelConfig, resolve_device, resolve_dtype
 from genalign.models.sd3 import SD3_LORA_TARGETS, SD3_REPEATED_BLOCKS, sd3_transformer_velocity
 from genalign.models.toy.network import ToyTextEncoder, load_toy_model, velocity_from_x0
+from genalign.models.spec import FamilySpec
 from genalign.sampling.schedules import flow_match_sigmas
 
 PREDICTIONS = ("x0", "velocity")
@@ -34,15 +35,20 @@ def resolve_toy_path(path: str | Path) -> Path:
     return builtin_dir() if str(path) == BUILTIN else Path(path).expanduser()
 
 
+SPEC = FamilySpec(
+    name="toy", policy="genalign.models.toy.policy:ToyPolicy", size_multiple=16, fixed_size=IMAGE_SIZE,
+    text_encoders=False, draws_text=False, export="none", hub_weights=False, builtin_path=BUILTIN)
+"""The shipped CPU demo: pixel space at exactly 32 x 32, local weights only ("builtin" or a
+`genalign pretrain-demo` directory); no pipeline outside genalign loads it, so no LoRA export."""
+
+
 class ToyPolicy:
     """Tiny pixel-space SD3 transformer + lookup text encoder; see the module docstring."""
 
-    family = "toy"
-    pipeline_tag = "text-to-image"
+    spec = SPEC
+    family = SPEC.name
     lora_target_modules = SD3_LORA_TARGETS
     repeated_blocks = SD3_REPEATED_BLOCKS
-    diffusers_pipeline = None
-    """No diffusers pipeline loads a pixel-space model, so checkpoints export no diffusers LoRA."""
 
     def __init__(self, transformer: torch.nn.Module, text_encoder: ToyTextEncoder, device: torch.device,
                  dtype: torch.dtype = torch.float32, shift: float = 1.0, cfg_batch: str = "joint",

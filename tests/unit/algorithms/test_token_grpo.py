@@ -15,6 +15,7 @@ from genalign.algorithms.losses import token_kl
 from genalign.algorithms.token_grpo import TokenGRPO
 from genalign.models.base import SampledTokens, TokenCondition
 from genalign.models.janus import guided_token_logits, token_log_probs_from_logits, unconditional_ids
+from genalign.models.spec import FamilySpec
 from genalign.rollout.token_batch import TokenTrajectoryBatch
 from genalign.training.parity import replay_parity
 
@@ -55,7 +56,9 @@ class TableModule(torch.nn.Module):
 class TablePolicy:
     """A TokenPolicy whose log-probs of the stored tokens are a trainable [B, N] table."""
 
-    family = "table"
+    spec = FamilySpec(name="table", policy="test_token_grpo:TablePolicy", sampler="token",
+                      text_encoders=False, export="none", hub_weights=False)
+    family = spec.name
     lora_target_modules: list[str] = []
     repeated_blocks = ()
     num_image_tokens = 2

@@ -8,6 +8,8 @@ import torch
 from genalign.config.loader import load_config
 from genalign.config.validate import validate
 from genalign.config.values import image_size_problems, non_finite_problems
+from genalign.models.family_checks import size_problems
+from genalign.models.spec import family_spec
 
 OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
 
@@ -59,11 +61,12 @@ def test_non_finite_numbers_are_found_anywhere_in_the_tree():
 
 
 def test_image_sizes_follow_the_family_patch_and_a_global_bound():
-    assert image_size_problems("sd3", 512, 768) == []
-    assert "multiple of 16" in image_size_problems("sd3", 520, 512)[0] and "512 or 528" in \
-        image_size_problems("sd3", 520, 512)[0]
-    assert image_size_problems("toy", 32, 32) == [] and "32x32" in image_size_problems("toy", 16, 32)[0]
-    assert image_size_problems("sd3", 100_000, 512) == ["rollout.height=100000 is too large (max 4096 pixels a side)"]
+    sd3, toy = family_spec("sd3"), family_spec("toy")
+    assert size_problems(sd3, 512, 768) == []
+    assert "multiple of 16" in size_problems(sd3, 520, 512)[0] and "512 or 528" in size_problems(sd3, 520, 512)[0]
+    assert size_problems(toy, 32, 32) == [] and "32x32" in size_problems(toy, 16, 32)[0]
+    assert image_size_problems(100_000, 512) == ["rollout.height=100000 is too large (max 4096 pixels a side)"]
+    assert size_problems(sd3, 100_000, 512) == []  # the bound's message alone
 
 
 def test_the_wan_recipe_composes_and_validates():

@@ -81,8 +81,9 @@ def test_video_families_are_tagged_text_to_video_and_carry_their_licence():
 
 def test_the_families_declare_their_modality():
     from genalign.models.registry import MODEL_FAMILIES
+    from genalign.models.spec import family_spec
 
-    tags = {name: MODEL_FAMILIES.resolve(name).pipeline_tag for name in MODEL_FAMILIES.names()}
+    tags = {name: family_spec(name).pipeline_tag for name in MODEL_FAMILIES.names()}
     assert tags == {"sd3": "text-to-image", "flux": "text-to-image", "qwen_image": "text-to-image",
                     "wan": "text-to-video", "cosmos": "text-to-video", "janus": "text-to-image",
                     "toy": "text-to-image"}

@@ -1,5 +1,7 @@
-"""Tiny SD3, FLUX, Qwen-Image, Wan and Cosmos-Predict2.5 pipelines and a tiny Janus-Pro, built
-from configs, for tests, benchmarks and offline smoke runs.
+"""Tiny random models for tests, benchmarks and offline smoke runs: SD3, FLUX, Qwen-Image, Wan
+and Cosmos-Predict2.5 pipelines and a Janus-Pro, built from configs with random weights (each
+family's spec names its builder here as `tiny_builder`). Not the shipped demo: that is the
+trained `toy` family (models/toy/).
 
 Where it fits: nothing can be downloaded here, so the real loading path
 (`SD3Policy.from_pretrained`, `StableDiffusion3Pipeline.load_lora_weights`) is exercised on a
@@ -8,7 +10,7 @@ pipeline built the way diffusers' own tests build one (1-2 layers, head dim 8), 
 with no merges, a character-level T5 unigram, a byte-level Qwen2 BPE trained on the
 Qwen-Image prompt template or Cosmos' system turn), so no hub access is needed at any point.
 
-    python -m genalign.models.tiny {sd3,flux,qwen_image,wan,cosmos,janus} OUT_DIR
+    python -m genalign.models.tiny_random {sd3,flux,qwen_image,wan,cosmos,janus} OUT_DIR
 """
 
 from __future__ import annotations
@@ -489,18 +491,23 @@ def build_tiny_janus(seed: int = 0, shapes: str = "tiny") -> JanusBundle:
     return JanusBundle(model, processor)
 
 
-TINY_BUILDERS = {"sd3": build_tiny_sd3_pipeline, "flux": build_tiny_flux_pipeline,
-                 "qwen_image": build_tiny_qwen_image_pipeline, "wan": build_tiny_wan_pipeline,
-                 "cosmos": build_tiny_cosmos_pipeline, "janus": build_tiny_janus}
-"""model.family -> tiny builder (seed -> an object with `save_pretrained`: a pipeline, or Janus' model)."""
+def tiny_families() -> list[str]:
+    """The registered families whose spec names a tiny builder (`FamilySpec.tiny_builder`)."""
+    from genalign.models.registry import MODEL_FAMILIES
+    from genalign.models.spec import family_spec
+
+    return [name for name in MODEL_FAMILIES.names() if family_spec(name).tiny_builder]
 
 
 def save_tiny(family: str, path: str | Path, seed: int = 0) -> Path:
-    """Build and `save_pretrained` the tiny pipeline of `family` into `path` (safetensors)."""
-    if family not in TINY_BUILDERS:
-        raise ValueError(f"no tiny builder for family {family!r}: choose one of {sorted(TINY_BUILDERS)}")
+    """Build the tiny model of `family` (its spec's `tiny_builder`) and `save_pretrained` it into
+    `path` (safetensors)."""
+    from genalign.models.spec import family_spec
+
+    if family not in tiny_families():
+        raise ValueError(f"no tiny builder for family {family!r}: choose one of {tiny_families()}")
     path = Path(path)
-    TINY_BUILDERS[family](seed).save_pretrained(path)
+    family_spec(family).build_tiny(seed).save_pretrained(path)
     return path
 
 
@@ -509,8 +516,8 @@ def save_tiny_sd3(path: str | Path, seed: int = 0) -> Path:
     return save_tiny("sd3", path, seed)
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m genalign.models.tiny", description="Write a tiny random pipeline.")
-    parser.add_argument("family", choices=sorted(TINY_BUILDERS))
+    parser = argparse.ArgumentParser(prog="python -m genalign.models.tiny_random", description="Write a tiny random pipeline.")
+    parser.add_argument("family", choices=tiny_families())
     parser.add_argument("out_dir")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

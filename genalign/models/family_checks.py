@@ -1,0 +1,87 @@
+"""Config checks that depend on the model family, read from its `FamilySpec`.
+
+Where it fits: the config validation calls `family_problems(cfg)` once, beside its other value
+checks, so every family-dependent rule (sizes, video frames, negative prompt, guidance
+embedding, text-encoder offload, gradient checkpointing) comes from what the family declares, never from a table of
+family names. Checks that need the loaded checkpoint (a guidance embedding present, Wan's
+4k + 1 frames, Janus' exact size) run when the model loads.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from genalign.config.registry import RegistryError, import_problem, is_dotted_path
+from genalign.models.spec import FamilySpec, families_with, family_spec
+
+if TYPE_CHECKING:
+    from genalign.config.schema import ExperimentConfig
+
+MAX_IMAGE_SIDE = 4096
+"""Largest rollout/eval side accepted: above it one image's latents and activations no longer
+fit any accelerator we target; a typo like 100000 should fail here, not in an allocator."""
+
+
+def family_problems(cfg: "ExperimentConfig") -> list[str]:
+    """model.* and rollout.height/width against what `cfg.model.family` declares (empty when
+    they fit, or when the family itself is unknown: the registry check reports that)."""
+    model = cfg.model
+    if is_dotted_path(model.family) and model.family in model.allow_import:
+        problem = import_problem("model.family", model.family, FamilySpec)
+        if problem:
+            return [problem]
+    try:
+        spec = family_spec(model.family, model.allow_import)
+    except RegistryError:
+        return []
+    problems = []
+    guidance = model.embedded_guidance
+    if guidance is not None and not spec.guidance_embedding:
+        problems.append(f"model.embedded_guidance={guidance}: model.family={spec.name} has no guidance "
+                        f"embedding (only {families_with(lambda s: s.guidance_embedding)}); set it to null")
+    elif guidance is not None and guidance <= 0:
+        problems.append(f"model.embedded_guidance must be > 0 (FLUX.1-dev: 3.5) or null, got {guidance}")
+    if model.offload_text_encoders and not spec.text_encoders:
+        problems.append(f"model.offload_text_encoders=true: model.family={spec.name} has no separate text "
+                        f"encoders (only {', '.join(families_with(lambda s: s.text_encoders))}); set it to false")
+    if model.gradient_checkpointing and not spec.gradient_checkpointing:
+        problems.append(f"model.gradient_checkpointing=true: model.family={spec.name} does not support it; "
+                        "set it to false")
+    problems += size_problems(spec, cfg.rollout.height, cfg.rollout.width)
+    problems += media_problems(spec, model.num_frames, model.negative_prompt)
+    return problems
+
+
+def size_problems(spec: FamilySpec, height: int, width: int) -> list[str]:
+    """rollout.height/width against the family's size (sides already in (0, MAX_IMAGE_SIDE]
+    are checked; others are reported by the range checks)."""
+    if not all(0 < side <= MAX_IMAGE_SIDE for side in (height, width)):
+        return []
+    side = spec.fixed_size
+    if side is not None and (height, width) != (side, side):
+        return [f"rollout.height/width: model.family={spec.name} generates {side}x{side} images, got "
+                f"{height}x{width}; set rollout.height={side} rollout.width={side}"]
+    problems = []
+    multiple = spec.size_multiple
+    for name, value in (("height", height), ("width", width)):
+        if value % multiple:
+            lower = max(multiple, value // multiple * multiple)
+            problems.append(f"rollout.{name}={value} must be a multiple of {multiple} for model.family={spec.name} "
+                            f"(latent patch); e.g. {lower} or {lower + multiple}")
+    return problems
+
+
+def media_problems(spec: FamilySpec, num_frames: int, negative_prompt: str) -> list[str]:
+    """model.num_frames and model.negative_prompt against what the family reads."""
+    problems = []
+    video = ", ".join(families_with(lambda s: s.media == "video"))
+    negative = ", ".join(families_with(lambda s: s.negative_prompt))
+    if num_frames < 1:
+        problems.append(f"model.num_frames must be >= 1, got {num_frames}")
+    elif num_frames > 1 and spec.media != "video":
+        problems.append(f"model.num_frames={num_frames}: model.family={spec.name} generates images; set "
+                        f"model.num_frames=1 (video families: {video})")
+    if negative_prompt and not spec.negative_prompt:
+        problems.append(f"model.negative_prompt is set but model.family={spec.name} uses a fixed negative prompt for "
+                        f"CFG; remove it (families that read it: {negative})")
+    return problems

@@ -1,0 +1,123 @@
+"""`FamilySpec`: what a model family is, declared once beside its policy.
+
+Where it fits: config checks, the rollout collector, export and the model card need to know
+facts about a family before (or without) loading it: does it sample tokens or a flow, images or
+video, which sizes, which CFG options it reads, how a trained adapter is exported. Each family
+module declares one `SPEC = FamilySpec(...)` (a plain frozen dataclass: importing it loads no
+weights, and family modules keep their heavy imports inside functions), the registry maps
+`model.family` names to those specs, and every caller asks `family_spec(name)` instead of
+keeping its own table of family names. A user's family is one module holding a policy class
+and a `FamilySpec`, named in config by its dotted path and allowed in `model.allow_import`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+SAMPLERS = ("flow", "token")
+MEDIA = ("image", "video")
+EXPORTS = ("diffusers", "peft", "none")
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """The facts about a model family that callers outside the family read."""
+
+    name: str
+    """Short name (`model.family`, messages, the model card's tags); the policy's `family`."""
+    policy: str
+    """"package.module:Class" of the policy class (resolved by `policy_class()`, lazily): a
+    `FlowPolicy` when `sampler` is "flow", a `TokenPolicy` when it is "token"."""
+    sampler: str = "flow"
+    """"flow": an SDE over latents with per-step log-probs (the flow algorithms); "token":
+    image tokens drawn autoregressively (the token algorithms, rollout.temperature)."""
+    media: str = "image"
+    """"image" ([B, 3, H, W] to rewards) or "video" ([B, F, 3, H, W]; model.num_frames > 1
+    allowed: the exact frame rule is the checkpoint VAE's, checked when it loads)."""
+    size_multiple: int = 16
+    """rollout.height/width must be multiples of this: pixels per latent patch (VAE factor x
+    transformer patch x latent packing) or per image token."""
+    fixed_size: int | None = None
+    """The only side length the family generates (square), or None for any multiple of
+    `size_multiple` (a checkpoint's own limits are checked when it loads)."""
+    negative_prompt: bool = False
+    """Whether CFG's negative branch reads model.negative_prompt (else it must stay empty)."""
+    guidance_embedding: bool = False
+    """Whether the transformer may carry a distilled-guidance embedding (model.embedded_guidance);
+    whether the loaded one does is checked when it loads."""
+    text_encoders: bool = True
+    """Whether the policy has separate frozen text encoders (`text_encoders`) that
+    model.offload_text_encoders can park on the CPU."""
+    draws_text: bool = True
+    """Whether the model can draw legible text (a text reward on one that cannot is cautioned)."""
+    gradient_checkpointing: bool = True
+    """Whether model.gradient_checkpointing works (offered by the memory plan as a lever)."""
+    split_cfg: bool = True
+    """Whether model.cfg_batch=split is read (else both CFG branches always run as one batch)."""
+    export: str = "diffusers"
+    """How a trained LoRA is exported: "diffusers" (a `load_lora_weights` adapter for
+    `pipeline_class`), "peft" (a peft adapter onto the transformers class `pipeline_class`),
+    "none" (no loader outside genalign takes it; only checkpoints)."""
+    pipeline_class: str | None = None
+    """The class that loads the base model outside genalign: the diffusers pipeline ("diffusers":
+    also what a local model.path's model_index.json must name) or the transformers class ("peft")."""
+    hub_weights: bool = True
+    """Whether model.path may be a Hugging Face Hub id (else only local directories)."""
+    builtin_path: str | None = None
+    """A model.path value that names weights shipped inside genalign (toy: "builtin"): no
+    directory or Hub check applies to it."""
+    tiny_builder: str | None = None
+    """"package.module:function" (seed -> object with `save_pretrained`) of a tiny random model
+    with the family's architecture, built from configs for tests and offline smoke runs."""
+
+    def __post_init__(self) -> None:
+        for field_name, value, choices in (("sampler", self.sampler, SAMPLERS), ("media", self.media, MEDIA),
+                                           ("export", self.export, EXPORTS)):
+            if value not in choices:
+                raise ValueError(f"FamilySpec {self.name!r}: {field_name}={value!r}; choose one of {choices}")
+        if self.export != "none" and not self.pipeline_class:
+            raise ValueError(f"FamilySpec {self.name!r}: export={self.export!r} needs pipeline_class")
+        if self.size_multiple < 1 or (self.fixed_size is not None and self.fixed_size % self.size_multiple):
+            raise ValueError(f"FamilySpec {self.name!r}: fixed_size must be a multiple of size_multiple >= 1")
+
+    @property
+    def pipeline_tag(self) -> str:
+        """The Hub task of what the family generates: the exported model card's `pipeline_tag`."""
+        return "text-to-video" if self.media == "video" else "text-to-image"
+
+    def policy_class(self) -> Any:
+        """The policy class (imports its module)."""
+        return _import(self.policy)
+
+    def build_tiny(self, seed: int = 0) -> Any:
+        """The tiny random model (an object with `save_pretrained`); ValueError without a builder."""
+        if self.tiny_builder is None:
+            raise ValueError(f"model family {self.name!r} declares no tiny builder")
+        return _import(self.tiny_builder)(seed)
+
+
+def _import(target: str) -> Any:
+    module_name, attr = target.split(":", 1)
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def family_spec(name: str, allow_import: list[str] | tuple[str, ...] = ()) -> FamilySpec:
+    """The spec of `model.family=name`: a registered name, or a dotted "package.module:SPEC"
+    path listed in `allow_import` (model.allow_import). Raises `RegistryError` otherwise."""
+    from genalign.models.registry import MODEL_FAMILIES
+
+    spec = MODEL_FAMILIES.resolve(name, allow_import)
+    if not isinstance(spec, FamilySpec):
+        from genalign.config.registry import RegistryError
+
+        raise RegistryError(f"model.family: {name!r} is a {type(spec).__name__}, not a FamilySpec")
+    return spec
+
+
+def families_with(predicate) -> list[str]:
+    """The registered family names whose spec satisfies `predicate` (for messages)."""
+    from genalign.models.registry import MODEL_FAMILIES
+
+    return [name for name in MODEL_FAMILIES.names() if predicate(family_spec(name))]

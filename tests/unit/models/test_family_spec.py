@@ -1,0 +1,94 @@
+"""Each model family's `FamilySpec`: declared beside its policy, what the config checks,
+export and the rollout read, light to import, and the only place a family's facts live."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from genalign.config.registry import RegistryError
+from genalign.config.values import TOKEN_FAMILIES
+from genalign.models.base import Policy
+from genalign.models.registry import MODEL_FAMILIES
+from genalign.models.spec import FamilySpec, families_with, family_spec
+from genalign.models.tiny_random import tiny_families
+
+
+@pytest.mark.parametrize("name", MODEL_FAMILIES.names())
+def test_each_family_declares_its_spec_beside_its_policy(name):
+    spec = family_spec(name)
+    policy = spec.policy_class()
+    assert spec.name == name and policy.spec is spec and policy.family == name
+    # the class declares every member of the protocol callers use (instances add device, dtype, transformer)
+    declared = {"spec", "family", "lora_target_modules", "repeated_blocks", "from_config"}
+    assert declared <= set(dir(policy)) and declared <= set(Policy.__annotations__) | {"from_config"}
+    if spec.export == "diffusers":
+        assert policy.diffusers_pipeline == spec.pipeline_class
+
+
+def test_the_specs_say_what_the_old_family_tables_said():
+    assert families_with(lambda s: s.sampler == "token") == ["janus"] == list(TOKEN_FAMILIES)  # the shim agrees
+    assert families_with(lambda s: s.media == "video") == ["cosmos", "wan"]
+    assert families_with(lambda s: s.negative_prompt) == ["cosmos", "wan"]
+    assert families_with(lambda s: s.guidance_embedding) == ["flux", "qwen_image"]
+    assert families_with(lambda s: s.text_encoders) == ["cosmos", "flux", "qwen_image", "sd3", "wan"]
+    assert {name: family_spec(name).size_multiple for name in MODEL_FAMILIES.names()} == dict.fromkeys(
+        MODEL_FAMILIES.names(), 16)
+    assert families_with(lambda s: s.fixed_size is not None) == ["toy"] and family_spec("toy").fixed_size == 32
+    assert {name: family_spec(name).export for name in MODEL_FAMILIES.names()} == {
+        "cosmos": "diffusers", "flux": "diffusers", "janus": "peft", "qwen_image": "diffusers", "sd3": "diffusers",
+        "toy": "none", "wan": "diffusers"}
+    assert family_spec("janus").pipeline_class == "JanusForConditionalGeneration"
+    assert families_with(lambda s: not s.split_cfg) == families_with(lambda s: not s.gradient_checkpointing) == ["janus"]
+    assert family_spec("toy").builtin_path == "builtin" and not family_spec("toy").hub_weights
+
+
+def test_every_family_but_the_shipped_demo_names_its_tiny_builder():
+    assert tiny_families() == ["cosmos", "flux", "janus", "qwen_image", "sd3", "wan"]
+    with pytest.raises(ValueError, match="declares no tiny builder"):
+        family_spec("toy").build_tiny()
+
+
+def test_reading_the_specs_imports_no_model_library():
+    code = ("import sys\nfrom genalign.models.registry import MODEL_FAMILIES\nfrom genalign.models.spec import "
+            "family_spec\n[family_spec(n).policy_class() for n in MODEL_FAMILIES.names()]\n"
+            "print(sorted(m for m in ('diffusers', 'transformers', 'peft') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_spec_refuses_impossible_declarations():
+    with pytest.raises(ValueError, match="sampler='sde'"):
+        FamilySpec(name="x", policy="m:P", sampler="sde")
+    with pytest.raises(ValueError, match="export='diffusers' needs pipeline_class"):
+        FamilySpec(name="x", policy="m:P")
+    with pytest.raises(ValueError, match="fixed_size"):
+        FamilySpec(name="x", policy="m:P", export="none", fixed_size=20)
+    assert FamilySpec(name="v", policy="m:P", export="none", media="video").pipeline_tag == "text-to-video"
+
+
+def test_a_dotted_family_resolves_only_when_allowed():
+    with pytest.raises(RegistryError, match=r"listed in model.allow_import"):
+        family_spec("user_family:SPEC")
+    assert family_spec("user_family:SPEC", ["user_family:SPEC"]).name == "pixel_sd3"
+    with pytest.raises(RegistryError, match="not a FamilySpec"):
+        family_spec("user_family:PixelSD3Policy", ["user_family:PixelSD3Policy"])
+
+
+def test_the_family_checks_read_the_spec():
+    from genalign.config.schema import ExperimentConfig
+    from genalign.models.family_checks import family_problems
+
+    cfg = ExperimentConfig()
+    cfg.model.family, cfg.model.gradient_checkpointing, cfg.model.negative_prompt = "janus", True, "blurry"
+    cfg.rollout.height = cfg.rollout.width = 384
+    assert family_problems(cfg) == [
+        "model.gradient_checkpointing=true: model.family=janus does not support it; set it to false",
+        "model.negative_prompt is set but model.family=janus uses a fixed negative prompt for CFG; remove it "
+        "(families that read it: cosmos, wan)"]
+    cfg.model.family, cfg.model.gradient_checkpointing, cfg.model.num_frames = "wan", False, 33
+    assert family_problems(cfg) == []
+    cfg.model.family = "no_such_family"
+    assert family_problems(cfg) == []  # the registry check names it
