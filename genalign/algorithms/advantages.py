@@ -151,3 +151,30 @@ def advantage_stats(advantages: torch.Tensor) -> dict[str, float]:
     values = advantages.double()
     return {"mean": values.mean().item(), "std": values.std(unbiased=False).item(), "min": values.min().item(),
             "max": values.max().item(), "abs_mean": values.abs().mean().item()}
+
+
+def trained_sample_indices(advantages: torch.Tensor, num_micro_batches: int,
+                           generator: torch.Generator) -> torch.Tensor:
+    """Flow-GRPO's filter: the samples whose advantage is not exactly 0, plus randomly chosen
+    zero-advantage ones until the count divides by `num_micro_batches` (the number of replay
+    micro-batches stays, their size shrinks). Sorted positions [K]; empty when every
+    advantage is 0. `advantages` [B] (one per sample: the same at every denoising step)."""
+    keep = advantages.cpu() != 0  # [B] bool
+    kept = int(keep.sum())
+    if kept and kept % num_micro_batches:
+        dropped = torch.nonzero(~keep).flatten()  # [B - K]
+        missing = num_micro_batches - kept % num_micro_batches
+        if len(dropped) >= missing:
+            keep[dropped[torch.randperm(len(dropped), generator=generator)[:missing]]] = True
+    return torch.nonzero(keep).flatten()  # [K']
+
+
+def nonzero_advantage_units(advantages: torch.Tensor, micro_batch_size: int,
+                            generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    """`trained_sample_indices` over the micro-batches `micro_batch_size` cuts [U] into: the
+    kept positions [K] and the smaller micro-batch size that keeps their number (Flow-GRPO)."""
+    if not len(advantages):
+        return torch.arange(0), micro_batch_size
+    num_micro_batches = -(-len(advantages) // micro_batch_size)
+    kept = trained_sample_indices(advantages, num_micro_batches, generator)  # [K]
+    return kept, (len(kept) // num_micro_batches if len(kept) else micro_batch_size)

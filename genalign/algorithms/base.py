@@ -1,11 +1,24 @@
 """The `Algorithm` protocol: what the trainer asks of an RL objective.
 
-Where it fits: step 5 of the loop. The trainer never asks which algorithm it runs; it reads
-what the algorithm declares and calls its hooks:
-  * `needs_reference`, `needs_old_logprob` (the rollout must record SDE log-probs; the parity
-    preflight runs only then), `supports_multi_update`;
+Where it fits: step 5 of the loop. Nothing outside `algorithms/` asks which algorithm it
+runs; the config checks, the run plan, the trainer and the update loop read what the class
+declares and call its hooks. Declarations (class attributes and classmethods of the config,
+so they are known before any model loads):
+  * `policy_kind` — "flow" (flow-matching trajectories) or "token" (image tokens): it must
+    match the model family's;
+  * `reference_kind(cfg)` — "none", "frozen" (the trainer builds the adapter-disabled initial
+    policy for a KL term) or "own" (the algorithm keeps its own reference weights, DPO);
+  * `data_source(cfg)` — "online" (rollout + rewards each step) or "offline" (a preference
+    dataset; no rollout);
+  * `needs_old_logprob` (the rollout's log-probs are trained on; the parity preflight runs
+    only then), `needs_rollout_means`, `supports_multi_update`, `trainable_copies`;
+  * `owned_options` — the `algorithm.*` keys only this algorithm reads (another algorithm
+    refuses them when set), and `config_problems(cfg)`, its own config checks;
+  * `stat_extremes` — which logged statistics also get their min / max columns.
+Hooks:
   * `training_batch` turns the step's trajectories and advantages into the units the update
     loop trains on (the trajectories themselves, or DPO's preference pairs);
+  * `trained_units` — which of those units the round trains (Flow-GRPO's zero-advantage filter);
   * `train_step_indices` — the positions `compute_loss` is called at per micro-batch
     (denoising steps for Flow-GRPO, forward-process draws for NFT/DPO, the whole token
     sequence — one position — for AR-GRPO);
@@ -21,18 +34,25 @@ what the algorithm declares and calls its hooks:
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from genalign.algorithms.advantages import nonzero_advantage_units
 from genalign.algorithms.replay import replay_log_probs
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
 
+if TYPE_CHECKING:
+    from genalign.algorithms.config import AlgorithmConfig
+    from genalign.config.schema import ExperimentConfig
+
 
 class Algorithm(Protocol):
     needs_reference: bool
-    """True when compute_loss evaluates the reference policy (KL term)."""
+    """True when compute_loss evaluates a reference policy (a KL term, DPO's reference)."""
+    policy_kind: str
+    """"flow" or "token": the trajectories it trains (the model family must sample them)."""
     needs_old_logprob: bool
     """True when compute_loss uses the rollout log-probs stored in the batch."""
     supports_multi_update: bool
@@ -40,8 +60,32 @@ class Algorithm(Protocol):
     needs_rollout_means: bool
     """True when compute_loss reads the rollout kernel means (the rollout then records them)."""
 
+    stat_extremes: dict[str, tuple[str, ...]]
+    """Statistic name -> the extremes ("min", "max") logged beside its mean as <name>_<extreme>."""
+
+    @classmethod
+    def reference_kind(cls, cfg: AlgorithmConfig) -> str:
+        """"none", "frozen" (the trainer builds the frozen initial policy) or "own"."""
+        ...
+
+    @classmethod
+    def data_source(cls, cfg: AlgorithmConfig) -> str:
+        """"online" (rollout and rewards each step) or "offline" (data.preference_manifest)."""
+        ...
+
+    @classmethod
+    def config_problems(cls, cfg: ExperimentConfig) -> list[str]:
+        """This algorithm's own checks of the whole config (one message per problem)."""
+        ...
+
     def training_batch(self, batch: TrajectoryBatch, advantages: torch.Tensor):
         """(units, unit advantages [U]) the update trains on; units support len/index/to/prompts."""
+        ...
+
+    def trained_units(self, advantages: torch.Tensor, micro_batch_size: int,
+                      generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        """Positions [K] of this rank's units the round trains, and the micro-batch size to
+        train them with."""
         ...
 
     def prepare_update(self, policy: FlowPolicy, batch, step_indices: list[int],
@@ -85,12 +129,53 @@ class Algorithm(Protocol):
 
 
 class AlgorithmBase:
-    """Defaults: train on the trajectories, sample with the live weights, no extra state."""
+    """Defaults: a flow-matching algorithm trained online on the trajectories, with a frozen
+    reference only for a KL term, sampling with the live weights, no extra state."""
 
+    title = "this algorithm"
+    """The algorithm's name in messages ("GRPO-Guard")."""
+    policy_kind = "flow"
     needs_rollout_means = False
     trainable_copies = 0
     """Float32 copies of the trained weights the algorithm keeps (NFT: its old policy); the
     memory plan counts them."""
+    owned_options: tuple[str, ...] = ()
+    """`AlgorithmConfig` fields only this algorithm reads ("nft" names the whole block); set
+    to a non-default value under another algorithm they are a config error."""
+    stat_extremes: dict[str, tuple[str, ...]] = {}
+
+    @classmethod
+    def reference_kind(cls, cfg: AlgorithmConfig) -> str:
+        """A KL term (algorithm.kl_beta > 0) compares with the frozen initial policy."""
+        return "frozen" if cfg.kl_beta > 0 else "none"
+
+    @classmethod
+    def data_source(cls, cfg: AlgorithmConfig) -> str:
+        return "online"
+
+    @classmethod
+    def config_problems(cls, cfg: ExperimentConfig) -> list[str]:
+        """Only an offline algorithm reads a preference dataset."""
+        if cfg.data.preference_manifest is not None and cls.data_source(cfg.algorithm) != "offline":
+            return [f"data.preference_manifest is set but only algorithm.name=dpo with algorithm.dpo.source="
+                    f"offline reads it (algorithm.name={cfg.algorithm.name!r}); remove it or select offline DPO"]
+        return []
+
+    def _take_reference(self, cfg: AlgorithmConfig, reference) -> None:
+        """Keep the frozen reference the trainer built when `reference_kind` asks for one."""
+        self.needs_reference = self.reference_kind(cfg) == "frozen"
+        if self.needs_reference and reference is None:
+            raise ValueError("algorithm.kl_beta > 0 needs a reference policy")
+        self.reference = reference
+
+    def trained_units(self, advantages: torch.Tensor, micro_batch_size: int,
+                      generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        """Every unit, or with algorithm.drop_zero_advantage Flow-GRPO's filter: the units
+        whose advantage is exactly 0 carry no policy gradient and are dropped, as many
+        micro-batches kept (`advantages.nonzero_advantage_units`)."""
+        if self.cfg.drop_zero_advantage:
+            return nonzero_advantage_units(advantages, micro_batch_size, generator)
+        return torch.arange(len(advantages)), micro_batch_size
 
     def prepare_update(self, policy: FlowPolicy, batch, step_indices: list[int], micro_batch_size: int):
         return batch
@@ -130,10 +215,8 @@ class ClippedRatioBase(AlgorithmBase):
     supports_multi_update = True
     needs_rollout_means = False
     """True when the loss reads the rollout kernel means (`TrajectoryBatch.means`: GRPO-Guard)."""
+    stat_extremes = {"ratio": ("min", "max"), "log_prob_drift": ("max",)}
 
     def __init__(self, cfg, reference=None, parameters: dict[str, torch.nn.Parameter] | None = None):
         self.cfg = cfg
-        self.needs_reference = cfg.kl_beta > 0
-        if self.needs_reference and reference is None:
-            raise ValueError("algorithm.kl_beta > 0 needs a reference policy")
-        self.reference = reference
+        self._take_reference(cfg, reference)

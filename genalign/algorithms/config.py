@@ -101,7 +101,10 @@ class AlgorithmConfig:
     Flow-GRPO-Fast, CPS, MixGRPO and DanceGRPO recipes), "grpo_guard" (GRPO-Guard: RatioNorm on
     the same surrogate; needs a Gaussian kernel), "nft" (DiffusionNFT, forward process, any
     sampler), "dpo" (Flow-DPO on preference pairs, online or offline) or "ar_grpo" (the GRPO
-    clipped surrogate per image token, for token-autoregressive families: Janus-Pro)."""
+    clipped surrogate per image token, for token-autoregressive families: Janus-Pro), or your own
+    algorithm class as "package.module:Class" when listed in reward.allow_import. What a run
+    builds for it (a reference, the rollout or a preference dataset) is the class's declaration
+    (`algorithms/base.py`)."""
     clip_range: float = 1e-4
     """PPO clip range epsilon of the ratio (Flow-GRPO: 1e-4)."""
     adv_clip_max: float = 5.0
@@ -150,20 +153,3 @@ class AlgorithmConfig:
     """Options read when name=nft."""
     dpo: DPOConfig = field(default_factory=DPOConfig)
     """Options read when name=dpo."""
-
-    @property
-    def needs_reference(self) -> bool:
-        """Whether the run evaluates the reference policy: a KL term, or DPO's reference errors."""
-        return self.kl_beta > 0 or self.name == "dpo"
-
-    @property
-    def needs_frozen_reference(self) -> bool:
-        """Whether the trainer builds the frozen initial reference (`ReferencePolicy`) for a KL
-        term; DPO keeps its own refreshable reference weights (algorithms/dpo.py)."""
-        return self.kl_beta > 0
-
-    @property
-    def needs_log_probs(self) -> bool:
-        """Whether training replays stored SDE log-probs (Flow-GRPO); nft and dpo train on clean
-        samples with any sampler, the ODE included."""
-        return self.name in ("grpo", "grpo_guard")

@@ -43,6 +43,8 @@ from genalign.rollout.pairs import PreferencePairs
 from genalign.training.shadow import ShadowWeights, load_shadow_state, shadow_state
 
 REF_PREFIX = "dpo_reference/"
+DPO_SOURCES = ("online", "offline")
+DPO_SAMPLERS = ("reference", "policy")
 
 
 def best_worst_pairs(advantages: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,10 +63,57 @@ def best_worst_pairs(advantages: torch.Tensor, group_ids: torch.Tensor) -> tuple
 
 
 class FlowDPO(AlgorithmBase):
+    title = "Flow-DPO"
     needs_reference = True
     trainable_copies = 1  # the reference: a ShadowWeights copy of the trained tensors
     needs_old_logprob = False
     supports_multi_update = True
+    owned_options = ("dpo",)
+
+    @classmethod
+    def reference_kind(cls, cfg: AlgorithmConfig) -> str:
+        """Its own refreshable reference weights, whatever algorithm.kl_beta."""
+        return "own"
+
+    @classmethod
+    def data_source(cls, cfg: AlgorithmConfig) -> str:
+        """algorithm.dpo.source: online rollout pairs, or a preference dataset."""
+        return "offline" if cfg.dpo.source == "offline" else "online"
+
+    @classmethod
+    def config_problems(cls, cfg) -> list[str]:
+        """Pairs to train on (rollout groups of two or more, or a manifest), the ranges of
+        algorithm.dpo, and pair micro-batches that split into optimizer steps."""
+        problems = super().config_problems(cfg)
+        algorithm, rollout, actor, dpo = cfg.algorithm, cfg.rollout, cfg.actor, cfg.algorithm.dpo
+        if dpo.beta <= 0:
+            problems.append(f"algorithm.dpo.beta must be > 0, got {dpo.beta}")
+        if dpo.sample_with not in DPO_SAMPLERS:
+            problems.append(f"algorithm.dpo.sample_with={dpo.sample_with!r}: choose one of {', '.join(DPO_SAMPLERS)}")
+        if dpo.ref_update_step < 0:
+            problems.append(f"algorithm.dpo.ref_update_step must be >= 0 (0 never refreshes), got {dpo.ref_update_step}")
+        if algorithm.kl_beta > 0:
+            problems.append(f"algorithm.kl_beta={algorithm.kl_beta} is unused by algorithm.name=dpo (its reference "
+                            "enters through the DPO logit, algorithm.dpo.beta): set it to 0")
+        if dpo.source not in DPO_SOURCES:
+            problems.append(f"algorithm.dpo.source={dpo.source!r}: choose one of {', '.join(DPO_SOURCES)}")
+            return problems
+        if dpo.source == "offline" and cfg.data.preference_manifest is None:
+            problems.append("algorithm.dpo.source=offline needs data.preference_manifest (a .jsonl of prompt/chosen/"
+                            "rejected rows, docs/preference_data.md)")
+        elif dpo.source == "online" and rollout.n < 2:
+            problems.append(f"algorithm.name=dpo online pairs the best and worst sample of each prompt group: "
+                            f"rollout.n must be >= 2, got {rollout.n}")
+        if rollout.rollout_batch_size > 0 and actor.gradient_accumulation_steps > 0:
+            pairs = rollout.rollout_batch_size  # one pair per prompt (group) per step
+            micro = actor.micro_batch_size or rollout.sample_batch_size
+            micro_batches = -(-pairs // max(micro, 1)) * actor.num_inner_epochs
+            if micro_batches % actor.gradient_accumulation_steps:
+                problems.append(f"actor.gradient_accumulation_steps={actor.gradient_accumulation_steps} must "
+                                f"divide the {micro_batches} pair micro-batches per step (ceil(rollout."
+                                f"rollout_batch_size={pairs} pairs / train micro-batch {micro}) * "
+                                "actor.num_inner_epochs)")
+        return problems
 
     def __init__(self, cfg: AlgorithmConfig, reference=None,
                  parameters: dict[str, torch.nn.Parameter] | None = None):

@@ -29,9 +29,22 @@ from genalign.rollout.batch import TrajectoryBatch
 from genalign.training.reference import ReferencePolicy
 
 
+GUARD_BIASES = ("micro_batch", "per_sample")
+
+
 class FlowGRPO(ClippedRatioBase):
+    title = "Flow-GRPO"
     cfg: AlgorithmConfig
     reference: ReferencePolicy | None
+
+    @classmethod
+    def config_problems(cls, cfg) -> list[str]:
+        """Flow-GRPO trains on SDE log-probs: an all-ODE rollout has none."""
+        problems = super().config_problems(cfg)
+        if cfg.rollout.noise_level == 0:
+            problems.append("rollout.noise_level=0 makes every step deterministic: Flow-GRPO has no log-probs to "
+                            "train; use the Flow-GRPO value 0.7")
+        return problems
 
     def train_step_indices(self, batch: TrajectoryBatch) -> list[int]:
         """int(T * timestep_fraction) stochastic steps: the first ones in order (Flow-GRPO
@@ -123,8 +136,28 @@ class GRPOGuard(FlowGRPO):
     the clipped surrogate on RatioNorm's normalised log-ratio, each step's loss divided by
     mean(h)² = |Δσ_j| (algorithm.guard.reweight). Needs the rollout's kernel means μ_old and a
     Gaussian kernel (validated at config time)."""
+    title = "GRPO-Guard"
 
     needs_rollout_means = True
+    owned_options = ("guard",)
+
+    @classmethod
+    def config_problems(cls, cfg) -> list[str]:
+        """RatioNorm needs a Gaussian kernel and the rollout's own log-probs."""
+        from genalign.sampling.kernels import GAUSSIAN_KERNELS
+
+        problems = super().config_problems(cfg)
+        rollout, algorithm = cfg.rollout, cfg.algorithm
+        if algorithm.guard.bias not in GUARD_BIASES:
+            problems.append(f"algorithm.guard.bias={algorithm.guard.bias!r}: choose one of {', '.join(GUARD_BIASES)}")
+        if rollout.kernel not in GAUSSIAN_KERNELS:
+            problems.append(f"algorithm.name=grpo_guard normalises a Gaussian log-ratio; rollout.kernel="
+                            f"{rollout.kernel!r} has none. Use one of: {', '.join(GAUSSIAN_KERNELS)}")
+        if algorithm.rollout_correction.mode != "off":
+            problems.append("algorithm.name=grpo_guard with algorithm.rollout_correction.mode="
+                            f"{algorithm.rollout_correction.mode!r}: RatioNorm compares with the rollout's own "
+                            "kernel means, so it cannot be taken against recomputed log-probs; set mode=off")
+        return problems
 
     def log_ratio(self, log_probs: torch.Tensor, old_log_probs: torch.Tensor, replayed: ReplayedStep,
                   batch: TrajectoryBatch, j: int) -> torch.Tensor:

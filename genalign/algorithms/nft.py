@@ -29,7 +29,7 @@ import torch
 from genalign.algorithms.base import AlgorithmBase
 from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.forward_draws import num_train_positions, schedule_draws
-from genalign.algorithms.forward_losses import (nft_policy_loss, noised, old_policy_decay,
+from genalign.algorithms.forward_losses import (NFT_ADV_MODES, nft_policy_loss, noised, old_policy_decay,
                                                 optimality_probability)
 from genalign.algorithms.losses import velocity_kl
 from genalign.models.base import FlowPolicy
@@ -41,19 +41,43 @@ OLD_PREFIX = "old_policy/"
 
 
 class DiffusionNFT(AlgorithmBase):
+    title = "DiffusionNFT"
     needs_old_logprob = False
     trainable_copies = 1  # the old (sampling) policy's ShadowWeights
     supports_multi_update = True
+    owned_options = ("nft",)
+
+    @classmethod
+    def config_problems(cls, cfg) -> list[str]:
+        """CFG-free samples from the old policy, a velocity KL, and the ranges of algorithm.nft."""
+        problems = super().config_problems(cfg)
+        algorithm, nft = cfg.algorithm, cfg.algorithm.nft
+        if cfg.rollout.guidance_scale != 1.0:
+            problems.append(f"algorithm.name=nft trains CFG-free: its samples must come from the old policy's own "
+                            f"velocity, so set rollout.guidance_scale=1.0 (got {cfg.rollout.guidance_scale})")
+        if algorithm.kl_beta > 0 and algorithm.kl_type != "velocity":
+            problems.append("algorithm.name=nft has no SDE mean to compare: with algorithm.kl_beta > 0 set "
+                            "algorithm.kl_type=velocity (DiffusionNFT's KL is mean (v - v_ref)^2)")
+        if nft.beta <= 0:
+            problems.append(f"algorithm.nft.beta must be > 0, got {nft.beta}")
+        if nft.adv_mode not in NFT_ADV_MODES:
+            problems.append(f"algorithm.nft.adv_mode={nft.adv_mode!r}: choose one of {', '.join(NFT_ADV_MODES)}")
+        if nft.adaptive_weight_min <= 0:
+            problems.append(f"algorithm.nft.adaptive_weight_min must be > 0, got {nft.adaptive_weight_min}")
+        if nft.old_decay_flat < 0 or nft.old_decay_rate < 0:
+            problems.append("algorithm.nft.old_decay_flat and old_decay_rate must be >= 0, got "
+                            f"{nft.old_decay_flat} and {nft.old_decay_rate}")
+        if not 0 <= nft.old_decay_max < 1:
+            problems.append(f"algorithm.nft.old_decay_max must be in [0, 1) (1 would freeze the sampling policy), "
+                            f"got {nft.old_decay_max}")
+        return problems
 
     def __init__(self, cfg: AlgorithmConfig, reference: ReferencePolicy | None = None,
                  parameters: dict[str, torch.nn.Parameter] | None = None):
         if not parameters:
             raise ValueError("DiffusionNFT needs the trained parameters to keep its old (sampling) policy")
         self.cfg = cfg
-        self.needs_reference = cfg.kl_beta > 0
-        if self.needs_reference and reference is None:
-            raise ValueError("algorithm.kl_beta > 0 needs a reference policy")
-        self.reference = reference
+        self._take_reference(cfg, reference)
         self.old = ShadowWeights(parameters)  # θ_old = θ at the start, as the official code copies the adapter
         self.optimizer_steps = 0
 

@@ -1,10 +1,22 @@
-"""Algorithms by `algorithm.name`."""
+"""Algorithms by `algorithm.name`: a registered short name, or a dotted "package.module:Class"
+of your own listed in reward.allow_import (the same permission a user's reward needs)."""
 
 from genalign.config.registry import Registry
 
-ALGORITHMS = Registry("algorithm", "algorithm.name")
+ALGORITHMS = Registry("algorithm", "algorithm.name", dotted_key="reward.allow_import")
 ALGORITHMS.register("grpo", "genalign.algorithms.grpo:FlowGRPO")
 ALGORITHMS.register("grpo_guard", "genalign.algorithms.grpo:GRPOGuard")
 ALGORITHMS.register("nft", "genalign.algorithms.nft:DiffusionNFT")
 ALGORITHMS.register("dpo", "genalign.algorithms.dpo:FlowDPO")
 ALGORITHMS.register("ar_grpo", "genalign.algorithms.token_grpo:TokenGRPO")
+
+
+def algorithm_class(cfg) -> type:
+    """The class `cfg.algorithm.name` selects (an `ExperimentConfig`): its declarations decide
+    the reference, the data source and the rollout's records before anything is built."""
+    return ALGORITHMS.resolve(cfg.algorithm.name, cfg.reward.allow_import)
+
+
+def registered_algorithms() -> dict[str, type]:
+    """Every registered name and its class (imports the built-in algorithm modules)."""
+    return {name: ALGORITHMS.resolve(name) for name in ALGORITHMS.names()}

@@ -52,8 +52,11 @@ def replayed_token_log_probs(policy: TokenPolicy, batch: TokenTrajectoryBatch,
 
 
 class TokenGRPO(ClippedRatioBase):
+    title = "AR-GRPO"
     cfg: AlgorithmConfig
     reference: ReferencePolicy | None
+    policy_kind = "token"
+    owned_options = ("token_log_prob",)
 
     def train_step_indices(self, batch: TokenTrajectoryBatch) -> list[int]:
         """One position: the whole token sequence."""

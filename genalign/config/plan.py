@@ -39,7 +39,8 @@ class RunPlan:
     uses_cfg: bool
     """rollout.guidance_scale > 1: rollout and replay run both CFG branches."""
     needs_reference: bool
-    """algorithm.kl_beta > 0 (a KL term) or algorithm.name=dpo: a reference (adapter-disabled) forward is needed."""
+    """The algorithm evaluates a reference policy (its `reference_kind` is not "none": a KL term
+    at algorithm.kl_beta > 0, or DPO's own reference)."""
 
     @classmethod
     def from_config(cls, cfg: ExperimentConfig) -> "RunPlan":
@@ -49,10 +50,11 @@ class RunPlan:
         denoising step would be trained; `validate()` reports those (and the divisibility
         problems this floor-divides past) with the fix, so `load_config` never gets here with them.
         """
-        from genalign.config.values import TOKEN_FAMILIES
+        from genalign.algorithms.registry import algorithm_class
+        from genalign.config.values import family_kind
 
         rollout, actor = cfg.rollout, cfg.actor
-        tokens = cfg.model.family in TOKEN_FAMILIES
+        tokens = family_kind(cfg.model.family) == "token"
         samples_per_step = rollout.rollout_batch_size * rollout.n
         train_micro_batch = rollout.sample_batch_size if actor.micro_batch_size is None else actor.micro_batch_size
         num_train_timesteps = int(rollout.num_steps * cfg.algorithm.timestep_fraction)
@@ -79,7 +81,7 @@ class RunPlan:
                                       // actor.gradient_accumulation_steps),
             num_train_timesteps=1 if tokens else min(num_train_timesteps, _trainable_steps(cfg)),
             uses_cfg=rollout.guidance_scale > 1.0,
-            needs_reference=cfg.algorithm.needs_reference,
+            needs_reference=algorithm_class(cfg).reference_kind(cfg.algorithm) != "none",
         )
 
     def describe(self) -> str:

@@ -24,6 +24,15 @@ TOKEN_FAMILIES = ("janus",)
 """Compatibility shim for the algorithm checks and the run plan: the families whose
 `FamilySpec.sampler` is "token" (each family's spec is the source; this goes once those
 callers read `family_spec(name).sampler`)."""
+
+
+def family_kind(family: str) -> str:
+    """"token" or "flow": what the family samples, compared with an algorithm's `policy_kind`
+    (the one place the algorithm checks and the run plan read it; `FamilySpec.sampler` is the
+    source this shim mirrors)."""
+    return "token" if family in TOKEN_FAMILIES else "flow"
+
+
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 """`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
 

@@ -242,7 +242,7 @@ def _levers(cfg, uses_cfg: bool, ranks: int) -> list[str]:
 def plan_memory(cfg) -> MemoryPlan | None:
     """The plan of a validated config; None for a model no config describes (the toy family,
     a hub id without a shipped architecture file): nothing is checked then."""
-    from genalign.algorithms.registry import ALGORITHMS
+    from genalign.algorithms.registry import algorithm_class
     from genalign.config.plan import RunPlan
     from genalign.models.architecture import TRANSFORMER, load_architecture, lora_parameters
     m = cfg.model
@@ -274,10 +274,10 @@ def plan_memory(cfg) -> MemoryPlan | None:
             encoders += size
         else:
             weights.append((f"{c.name} (frozen, {'float32' if at == 4 else m.dtype})", size))
-    algorithm = ALGORITHMS.resolve(cfg.algorithm.name)
+    algorithm = algorithm_class(cfg)
     state = trainable_state_bytes(trained, cfg.actor.ema.enabled, algorithm.trainable_copies)
     state_lines = [(f"{k}{', FSDP2 shard' if fsdp else ''}", shard(v, ranks) if fsdp else v) for k, v in state.items()]
-    if m.train_mode == "full" and cfg.algorithm.needs_frozen_reference:  # a KL term's frozen copy
+    if m.train_mode == "full" and algorithm.reference_kind(cfg.algorithm) == "frozen":  # a KL term's frozen copy
         weights.append((f"reference transformer copy ({m.dtype})", weight_bytes(transformer.parameters, dtype_bytes)))
 
     text_tokens = m.max_sequence_length + arch.geometry.extra_text_tokens
@@ -288,7 +288,7 @@ def plan_memory(cfg) -> MemoryPlan | None:
     mode, per_unit = replay_coefficient(calibration, m.compile)
     activations = replay_activation_bytes(rows, tokens, arch.num_layers, arch.hidden_size, dtype_bytes,
                                           per_unit, calibration["replay_checkpointed"], m.gradient_checkpointing)
-    if cfg.algorithm.needs_reference:  # the reference's no-grad forward runs while the replay's activations live
+    if run.needs_reference:  # the reference's no-grad forward runs while the replay's activations live
         activations += rollout_working_bytes(rows, tokens, arch.hidden_size, dtype_bytes, calibration["rollout_peak"])
     rollout_rows = run.rollout_micro_batch * (2 if run.uses_cfg and cfg_batch == "joint" else 1)
     if arch.geometry.kv_cache:  # token sampling: the cache at its longest + the prompt's prefill forward
@@ -300,7 +300,7 @@ def plan_memory(cfg) -> MemoryPlan | None:
                                         calibration["rollout_peak"])
     act_line = (f"replay activations ({rows} rows x {tokens} tokens, {mode}"
                 f"{', checkpointed' if m.gradient_checkpointing else ''}"
-                f"{' + the reference forward' if cfg.algorithm.needs_reference else ''})", activations)
+                f"{' + the reference forward' if run.needs_reference else ''})", activations)
     roll_line = (f"rollout working set ({rollout_rows} rows x {tokens} tokens"
                  f"{', KV cache' if arch.geometry.kv_cache else ''})", working)
     micro_line = ("replayed micro-batch (latents, condition)",

@@ -80,10 +80,11 @@ def build_rollout_engine(cfg: ExperimentConfig, policy: Policy) -> RolloutEngine
 
 def build_batch_source(cfg: ExperimentConfig, plan, policy: Policy, engine: RolloutEngine, rewards,
                        algorithm, spec: SamplingSpec, ranks):
-    """The step's training data: the online rollout, or (offline Flow-DPO) a preference dataset."""
+    """The step's training data, as the algorithm's `data_source` declares: the online rollout,
+    or (offline Flow-DPO) a preference dataset."""
     from genalign.training.sources import OfflinePreferences, OnlineRollout
 
-    if cfg.data.preference_manifest is not None:
+    if algorithm.data_source(cfg.algorithm) == "offline":
         return OfflinePreferences(cfg, plan, policy, ranks)
     return OnlineRollout(cfg, plan, engine, rewards, algorithm, spec, ranks)
 
@@ -95,7 +96,7 @@ def named_trainable_parameters(module: torch.nn.Module) -> dict[str, torch.nn.Pa
 def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
     """The training sampler; `SamplingSpec.at_step(step)` places the step's SDE window. The
     rollout records kernel means only when the algorithm declares it reads them."""
-    from genalign.algorithms.registry import ALGORITHMS
+    from genalign.algorithms.registry import algorithm_class
 
     r = cfg.rollout
     window = None
@@ -107,7 +108,7 @@ def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
                         noise_level=r.noise_level, chunk_size=r.sample_batch_size, kernel=r.kernel, window=window,
                         ode_final_step=r.ode_final_step, temperature=r.temperature,
                         guided_log_probs=cfg.algorithm.token_log_prob == "guided",
-                        record_means=ALGORITHMS.resolve(cfg.algorithm.name).needs_rollout_means)
+                        record_means=algorithm_class(cfg).needs_rollout_means)
 
 
 def eval_spec(cfg: ExperimentConfig) -> SamplingSpec:

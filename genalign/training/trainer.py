@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from genalign.algorithms.registry import ALGORITHMS
+from genalign.algorithms.registry import algorithm_class
 from genalign.atomic import write_text_atomically
 from genalign.config.cautions import config_cautions
 from genalign.config.errors import UserError
@@ -51,7 +51,7 @@ from genalign.training.ray_pools import start_ray_for_run
 from genalign.training.reference import ReferencePolicy
 from genalign.training.resources import resolve_resources
 from genalign.training.sources import StepData
-from genalign.training.update import run_update
+from genalign.training.update import UpdateContext, run_update
 
 log = logging.getLogger(__name__)
 
@@ -125,9 +125,10 @@ class Trainer:
         torch.manual_seed(cfg.trainer.seed)  # adapter initialisation is the only global-RNG use
         with timed_phase(log, f"loading model {cfg.model.family} from {cfg.model.path}"):
             self.policy = setup.build_policy(cfg)
+        algorithm_cls = algorithm_class(cfg)
         # the reference is taken before wrapping, so a full-fine-tune copy stays a plain module
         reference = (ReferencePolicy(self.policy, cfg.model.train_mode)
-                     if cfg.algorithm.needs_frozen_reference else None)
+                     if algorithm_cls.reference_kind(cfg.algorithm) == "frozen" else None)
         distributed.wrap_for_training(self.policy.transformer, strategy.strategy, self.policy.repeated_blocks)
         self.parameters = setup.named_trainable_parameters(self.policy.transformer)
         self.optimizer = build_optimizer(list(self.parameters.values()), cfg.actor)
@@ -135,7 +136,7 @@ class Trainer:
         ema_cfg = cfg.actor.ema
         self.ema = (EMA(self.parameters, ema_cfg.decay, ema_cfg.update_every, ema_cfg.warmup, ema_cfg.cadence)
                     if ema_cfg.enabled else None)
-        self.algorithm = ALGORITHMS.resolve(cfg.algorithm.name)(cfg.algorithm, reference, parameters=self.parameters)
+        self.algorithm = algorithm_cls(cfg.algorithm, reference, parameters=self.parameters)
         self.owns_ray = start_ray_for_run(cfg)  # once, sized for every actor pool (rewards, gold, metrics, rollout)
         with timed_phase(log, f"loading rewards {', '.join(n for n, w in cfg.reward.components.items() if w)}"):
             self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
@@ -326,12 +327,10 @@ class Trainer:
         # each rank runs 1/world of the micro-batches of an optimizer step; gradients are averaged
         accumulation = distributed.per_rank_accumulation(self.cfg.actor.gradient_accumulation_steps, self.ranks)
         actor = dataclasses.replace(self.cfg.actor, gradient_accumulation_steps=accumulation)
-        result = run_update(self.policy, self.algorithm, self.optimizer, list(self.parameters.values()), data.units,
-                            data.advantages, actor, self.plan.train_micro_batch, generator, scaler=self.scaler,
-                            drop_zero_advantage=self.cfg.algorithm.drop_zero_advantage,
-                            on_optimizer_step=self.ema.on_optimizer_step if self.ema else (lambda: None),
-                            on_micro_batch=self.ema.on_micro_batch if self.ema else (lambda: None),
-                            ranks=self.ranks, module=self.policy.transformer, filler=data.filler)
+        context = UpdateContext(self.policy, self.algorithm, self.optimizer, list(self.parameters.values()), actor,
+                                self.scaler, self.ranks, self.policy.transformer, self.ema)
+        result = run_update(context, data.units, data.advantages, self.plan.train_micro_batch, generator,
+                            filler=data.filler)
         self.policy.transformer.eval()
         return {**result.metrics(), **self.algorithm.after_update(result.optimizer_steps)}
 

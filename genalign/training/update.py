@@ -11,6 +11,8 @@ Under torchrun every rank runs the same `RoundPlan` — agreed with one small al
 each rank's unit count — so every rank enters every collective whatever its data: a rank
 with no trainable sample, no DPO pair or fewer micro-batches replays a filler unit with
 weight 0. Gradients are reduced once per optimizer step (`distributed.gradient_sync`).
+The loop is the same for every algorithm: which units train (`Algorithm.trained_units`),
+at which positions, with which loss and which logged extremes is the algorithm's to say.
 
 Precision: trained weights are float32 masters; the loss is scaled by a `GradScaler` (a
 pass-through except for float16 compute; the sharded one under torchrun, so every rank agrees
@@ -24,7 +26,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -33,6 +34,27 @@ from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.training import distributed
 from genalign.training.config import LOSS_NORMALISATIONS, ActorConfig
+from genalign.training.ema import EMA
+
+
+@dataclass
+class UpdateContext:
+    """What every optimizer round of a run shares; `run_update` takes it with the round's data."""
+
+    policy: FlowPolicy
+    algorithm: Algorithm
+    optimizer: torch.optim.Optimizer
+    parameters: list[torch.nn.Parameter]
+    """The trained tensors (their gradient norm is clipped)."""
+    actor: ActorConfig
+    """With this rank's share of actor.gradient_accumulation_steps under torchrun."""
+    scaler: torch.amp.GradScaler | None = None
+    """The loss scaler (None: a disabled pass-through)."""
+    ranks: distributed.RankInfo = field(default_factory=distributed.RankInfo)
+    module: torch.nn.Module | None = None
+    """The wrapped denoiser: gradients sync only on the backward that ends an optimizer step."""
+    ema: EMA | None = None
+    """Told of every optimizer step and micro-batch (`on_optimizer_step`, `on_micro_batch`)."""
 
 
 @dataclass
@@ -46,6 +68,8 @@ class UpdateResult:
     grad_norms: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     stats: dict[str, list[torch.Tensor]] = field(default_factory=lambda: defaultdict(list))
+    stat_extremes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """The algorithm's `stat_extremes`: "ratio" -> ("min", "max") adds ratio_min and ratio_max."""
 
     def metrics(self) -> dict[str, float]:
         out = {"optimizer_steps": float(self.optimizer_steps),
@@ -61,10 +85,8 @@ class UpdateResult:
         for name, values in self.stats.items():
             flat = torch.cat([v.flatten().float().cpu() for v in values])
             out[name] = flat.mean().item()
-            if name == "ratio":
-                out["ratio_min"], out["ratio_max"] = flat.min().item(), flat.max().item()
-            if name == "log_prob_drift":
-                out["log_prob_drift_max"] = flat.max().item()
+            for extreme in self.stat_extremes.get(name, ()):
+                out[f"{name}_{extreme}"] = getattr(flat, extreme)().item()
         return out
 
 
@@ -72,22 +94,6 @@ def micro_batch_indices(num_samples: int, micro_batch_size: int, shuffle: bool,
                         generator: torch.Generator) -> list[torch.Tensor]:
     order = torch.randperm(num_samples, generator=generator) if shuffle else torch.arange(num_samples)  # [B]
     return [part for part in order.split(micro_batch_size) if len(part)]  # none for no samples
-
-
-def trained_sample_indices(advantages: torch.Tensor, num_micro_batches: int,
-                           generator: torch.Generator) -> torch.Tensor:
-    """Flow-GRPO's filter: the samples whose advantage is not exactly 0, plus randomly chosen
-    zero-advantage ones until the count divides by `num_micro_batches` (the number of replay
-    micro-batches stays, their size shrinks). Sorted positions [K]; empty when every
-    advantage is 0. `advantages` [B] (one per sample: the same at every denoising step)."""
-    keep = advantages.cpu() != 0  # [B] bool
-    kept = int(keep.sum())
-    if kept and kept % num_micro_batches:
-        dropped = torch.nonzero(~keep).flatten()  # [B - K]
-        missing = num_micro_batches - kept % num_micro_batches
-        if len(dropped) >= missing:
-            keep[dropped[torch.randperm(len(dropped), generator=generator)[:missing]]] = True
-    return torch.nonzero(keep).flatten()  # [K']
 
 
 @dataclass(frozen=True)
@@ -162,47 +168,27 @@ def agree_round(num_units: int, micro_batch_size: int, epochs: int, accumulation
     return round_plan([micro_batch_sizes(n, b) for n, b in everyone], epochs, accumulation)
 
 
-def run_update(
-    policy: FlowPolicy,
-    algorithm: Algorithm,
-    optimizer: torch.optim.Optimizer,
-    parameters: list[torch.nn.Parameter],
-    batch: TrajectoryBatch,
-    advantages: torch.Tensor,
-    actor: ActorConfig,
-    micro_batch_size: int,
-    generator: torch.Generator,
-    scaler: torch.amp.GradScaler | None = None,
-    drop_zero_advantage: bool = False,
-    on_optimizer_step: Callable[[], None] = lambda: None,
-    on_micro_batch: Callable[[], None] = lambda: None,
-    ranks: distributed.RankInfo = distributed.RankInfo(),
-    module: torch.nn.Module | None = None,
-    filler=None,
-) -> UpdateResult:
-    """Replay `batch` through the policy and take the optimizer steps of one training step.
+def run_update(ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_size: int,
+               generator: torch.Generator, filler=None) -> UpdateResult:
+    """Replay `batch` (this rank's training units, advantages [U]) through the policy and take
+    the optimizer steps of one training step.
 
     Gradient of one optimizer step: each unit's loss averaged over the trained positions,
     then averaged per `actor.loss_normalisation` (`unit_weight`): over each rank's own units
     and then over ranks (`rank_mean`, Flow-GRPO's), or over the step's units on all ranks
     (`global_unit_mean`). On one rank, or with equal micro-batches everywhere, both are
     1 / (T · gradient_accumulation_steps) per micro-batch, Flow-GRPO's normalisation.
-    `module` is the wrapped denoiser (gradients sync only on the backward that ends an
-    optimizer step); `filler` is one unit a rank with no units of its own replays with
-    weight 0 (online DPO without a pair)."""
-    scaler = scaler or torch.amp.GradScaler("cpu", enabled=False)  # disabled: a pass-through anywhere
-    result = UpdateResult(total_samples=len(batch))
+    `filler` is one unit a rank with no units of its own replays with weight 0 (online DPO
+    without a pair)."""
+    policy, algorithm, actor, ranks = ctx.policy, ctx.algorithm, ctx.actor, ctx.ranks
+    scaler = ctx.scaler or torch.amp.GradScaler("cpu", enabled=False)  # disabled: a pass-through anywhere
+    result = UpdateResult(total_samples=len(batch), stat_extremes=dict(algorithm.stat_extremes))
     accumulation = actor.gradient_accumulation_steps
     step_indices = algorithm.train_step_indices(batch)
     if not step_indices:
         raise ValueError("no trainable denoising steps: check rollout.noise_level and algorithm.timestep_fraction")
-    samples = torch.arange(len(batch))  # [B]
     replay_chunk = micro_batch_size  # the same on every rank: prepare_update's forwards must match
-    if drop_zero_advantage and len(batch):
-        num_micro_batches = math.ceil(len(batch) / micro_batch_size)
-        samples = trained_sample_indices(advantages, num_micro_batches, generator)  # [K]
-        if len(samples):  # Flow-GRPO keeps the micro-batch count and shrinks their size
-            micro_batch_size = len(samples) // num_micro_batches
+    samples, micro_batch_size = algorithm.trained_units(advantages, micro_batch_size, generator)  # [K]
     plan = agree_round(len(samples), micro_batch_size, actor.num_inner_epochs, accumulation, ranks)
     if plan.total_units == 0:  # no rank has a trainable unit (constant rewards, no DPO pair): no step
         return result
@@ -212,6 +198,7 @@ def run_update(
         filler = batch.index(torch.tensor([0]))
     elif filler is None:
         raise ValueError("a rank with no training unit needs a filler unit to take part in the step's collectives")
+    optimizer = ctx.optimizer
     optimizer.zero_grad(set_to_none=True)
     pending: list[tuple[torch.Tensor, int, list[str]]] = []  # (loss, step index, prompts) since the last check
     slot = 0
@@ -231,7 +218,7 @@ def run_update(
             closes = plan.closes_step(slot)
             for step_index in step_indices:
                 sync = closes and step_index == step_indices[-1]  # one gradient reduction per optimizer step
-                with distributed.gradient_sync(module, sync):
+                with distributed.gradient_sync(ctx.module, sync):
                     loss, stats = algorithm.compute_loss(policy, micro, micro_advantages, step_index)
                     scaler.scale(loss * weight).backward()
                 if real:
@@ -241,9 +228,11 @@ def run_update(
             if closes:
                 result.losses += _checked_losses(pending)
                 pending = []
-                _optimizer_step(optimizer, scaler, parameters, actor.max_grad_norm, result)
-                on_optimizer_step()
-            on_micro_batch()
+                _optimizer_step(optimizer, scaler, ctx.parameters, actor.max_grad_norm, result)
+                if ctx.ema is not None:
+                    ctx.ema.on_optimizer_step()
+            if ctx.ema is not None:
+                ctx.ema.on_micro_batch()
             slot += 1
     if scaler.is_enabled():
         result.grad_scale = float(scaler.get_scale())

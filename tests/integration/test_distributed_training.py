@@ -108,10 +108,12 @@ def test_two_ranks_match_one_rank_on_the_same_global_batch(tmp_path, strategy):
 # ---------------------------------------------------------------- the update loop under asymmetry
 UPDATE_SCRIPT = r"""
 import copy, json, sys, torch
+from types import SimpleNamespace
+from genalign.algorithms.base import AlgorithmBase
 from genalign.training import distributed as dist
 from genalign.training.config import ActorConfig
 from genalign.training.precision import build_grad_scaler
-from genalign.training.update import run_update
+from genalign.training.update import UpdateContext, run_update
 
 strategy, case, out, normalisation = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 info = dist.init_distributed(strategy, backend="gloo", timeout_s=60)
@@ -136,9 +138,10 @@ class InfGrad(torch.autograd.Function):  # identity whose gradient is inf: an fp
     def backward(ctx, g):
         return g * float("inf")
 
-class Regression:  # ℓ_unit,j = (Σ module(x + j) − adv)², the loss a micro-batch mean of it
-    def __init__(self, module, overflow=False):
+class Regression(AlgorithmBase):  # ℓ_unit,j = (Σ module(x + j) − adv)², the loss a micro-batch mean of it
+    def __init__(self, module, overflow=False, drop_zero_advantage=False):
         self.module, self.overflow, self.calls = module, overflow, 0
+        self.cfg = SimpleNamespace(drop_zero_advantage=drop_zero_advantage)
     def train_step_indices(self, batch):
         return POSITIONS
     def prepare_update(self, policy, batch, step_indices, micro_batch_size):
@@ -192,10 +195,9 @@ scaler = build_grad_scaler(torch.float16 if case == "overflow" else torch.float3
 actor = ActorConfig(gradient_accumulation_steps=accumulation, max_grad_norm=1e9, num_inner_epochs=1,
                     shuffle_samples=False, loss_normalisation=normalisation)
 policy = type("Policy", (), {"device": torch.device("cpu")})()
-result = run_update(policy, Regression(module, overflow=case == "overflow" and info.rank == 1),
-                    torch.optim.SGD(params, lr=LR), params, units, adv[mine], actor, 2,
-                    torch.Generator().manual_seed(0), scaler=scaler, drop_zero_advantage=drop, ranks=info,
-                    module=module, filler=filler)
+algorithm = Regression(module, overflow=case == "overflow" and info.rank == 1, drop_zero_advantage=drop)
+context = UpdateContext(policy, algorithm, torch.optim.SGD(params, lr=LR), params, actor, scaler, info, module)
+result = run_update(context, units, adv[mine], 2, torch.Generator().manual_seed(0), filler=filler)
 weight = dist.full_state(dict(module.named_parameters()))["weight"]
 
 # the documented gradient, on one process: per optimizer step, the mean of each unit's loss

@@ -1,5 +1,5 @@
-"""The worked examples of docs/extending.md run as printed: the user reward through
-`reward.allow_import`, and the example algorithm trained on the toy model.
+"""The worked examples of docs/extending.md run as printed: the user reward and the user
+algorithm, both through `reward.allow_import`, the algorithm trained on the toy model.
 
 The code blocks marked `<!-- example: NAME.py -->` are written to a temporary directory on
 `sys.path`, so an edit of the page or of the interfaces it uses that breaks them fails here.
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from genalign.algorithms.registry import ALGORITHMS
+from genalign.config.errors import ConfigError
 from genalign.config.loader import load_config
 from genalign.rewards.composite import build_reward_runtime
 from genalign.training.trainer import Trainer
@@ -62,14 +62,16 @@ def test_the_user_reward_loads_through_allow_import_and_scores_as_documented(exa
     torch.testing.assert_close(scores.components["my_rewards:Brightness"], torch.tensor([0.5, 0.5, 0.7]))
 
 
-def test_the_example_algorithm_trains_the_toy_model(examples, tmp_path, monkeypatch):
-    monkeypatch.setitem(ALGORITHMS._entries, "vanilla_pg", "vanilla_pg:VanillaPG")
+def test_the_example_algorithm_trains_the_toy_model(examples, tmp_path):
     out = tmp_path / "run"
     # trained on the page's reward too: the toy shape reward is 0 for the 4-step blobs of this tiny run
-    cfg = load_config("experiment/toy/shapes_grpo", tiny_toy(
-        out, "algorithm.name=vanilla_pg", "algorithm.kl_beta=0.0", "algorithm.timestep_fraction=0.5",
+    overrides = tiny_toy(
+        out, "algorithm.name=vanilla_pg:VanillaPG", "algorithm.timestep_fraction=0.5",
         "rollout.num_steps=4", "reward.components={my_rewards:Brightness: 1.0}", "reward.components.toy_shape=0.0",
-        "reward.allow_import=[my_rewards:Brightness]"))
+        "reward.allow_import=[my_rewards:Brightness, vanilla_pg:VanillaPG]")
+    with pytest.raises(ConfigError, match="VanillaPG has no KL term"):  # its own check, before anything loads
+        load_config("experiment/toy/shapes_grpo", overrides + ["algorithm.kl_beta=0.04"])
+    cfg = load_config("experiment/toy/shapes_grpo", overrides + ["algorithm.kl_beta=0.0"])
     trainer = Trainer(cfg)
     before = {k: v.clone() for k, v in trainer.parameters.items()}
     trainer.train()

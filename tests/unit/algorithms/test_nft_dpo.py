@@ -96,15 +96,16 @@ def test_dpo_online_pairs_and_loss_at_reference(linear_policy):
 
 def test_dpo_step_without_pairs_trains_nothing(linear_policy):
     from genalign.training.config import ActorConfig
-    from genalign.training.update import run_update
+    from genalign.training.update import UpdateContext, run_update
 
     batch = ode_rollout(linear_policy)
     algo = FlowDPO(AlgorithmConfig(name="dpo"), parameters=trainable(linear_policy))
     pairs, pair_advantages = algo.training_batch(batch, torch.zeros(len(batch)))  # every group constant
     assert len(pairs) == 0
     params = list(trainable(linear_policy).values())
-    result = run_update(linear_policy, algo, torch.optim.AdamW(params), params, pairs, pair_advantages,
-                        ActorConfig(gradient_accumulation_steps=1), 4, torch.Generator().manual_seed(0))
+    context = UpdateContext(linear_policy, algo, torch.optim.AdamW(params), params,
+                            ActorConfig(gradient_accumulation_steps=1))
+    result = run_update(context, pairs, pair_advantages, 4, torch.Generator().manual_seed(0))
     assert result.optimizer_steps == 0 and result.metrics()["trained_fraction"] == 0.0
 
 

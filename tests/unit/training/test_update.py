@@ -6,25 +6,29 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from genalign.algorithms.advantages import trained_sample_indices
+from genalign.algorithms.base import AlgorithmBase
 from genalign.training.config import ActorConfig
-from genalign.training.update import (micro_batch_indices, micro_batch_sizes, round_plan, run_update,
-                                      trained_sample_indices, unit_weight)
+from genalign.training.update import (UpdateContext, micro_batch_indices, micro_batch_sizes, round_plan, run_update,
+                                      unit_weight)
 from support import assert_close_reordered, make_batch
 
 CPU_POLICY = SimpleNamespace(device=torch.device("cpu"))
 
 
-class QuadraticAlgorithm:
+class QuadraticAlgorithm(AlgorithmBase):
     """loss = mean_b (w * x_b - adv_b)^2 at each step: gradients are easy to reason about."""
 
     needs_reference = False
     needs_old_logprob = False
     supports_multi_update = True
+    stat_extremes = {"ratio": ("min", "max")}
 
-    def __init__(self, weight, steps=(0, 1)):
+    def __init__(self, weight, steps=(0, 1), drop_zero_advantage=False):
         self.weight = weight
         self.steps = list(steps)
         self.calls = []
+        self.cfg = SimpleNamespace(drop_zero_advantage=drop_zero_advantage)
 
     def train_step_indices(self, batch):
         return self.steps
@@ -39,14 +43,16 @@ class QuadraticAlgorithm:
         return per_sample.mean(), {"ratio": torch.ones(len(batch))}
 
 
-def run(batch, advantages, accumulation, micro, lr=0.1, epochs=1, algo=None, **kwargs):
+def run(batch, advantages, accumulation, micro, lr=0.1, epochs=1, algo=None, drop_zero_advantage=False,
+        on_optimizer_step=lambda: None, **kwargs):
     weight = torch.nn.Parameter(torch.tensor(1.0)) if algo is None else algo.weight
-    algo = algo or QuadraticAlgorithm(weight)
+    algo = algo or QuadraticAlgorithm(weight, drop_zero_advantage=drop_zero_advantage)
     opt = torch.optim.SGD([weight], lr=lr)
     actor = ActorConfig(gradient_accumulation_steps=accumulation, max_grad_norm=1e9, num_inner_epochs=epochs,
                         shuffle_samples=False)
-    result = run_update(CPU_POLICY, algo, opt, [weight], batch, advantages, actor, micro,
-                        torch.Generator().manual_seed(0), **kwargs)
+    hooks = SimpleNamespace(on_optimizer_step=on_optimizer_step, on_micro_batch=lambda: None)
+    context = UpdateContext(CPU_POLICY, algo, opt, [weight], actor, ema=hooks, **kwargs)
+    result = run_update(context, batch, advantages, micro, torch.Generator().manual_seed(0))
     return weight, result, algo
 
 
@@ -55,7 +61,9 @@ def test_optimizer_steps_per_round_follow_accumulation():
     _, result, algo = run(batch, torch.randn(8), accumulation=2, micro=2)
     assert result.optimizer_steps == 2  # 4 micro-batches / 2
     assert len(algo.calls) == 4 * 2  # every micro-batch at every trained step
-    assert result.metrics()["ratio"] == 1.0
+    metrics = result.metrics()
+    assert metrics["ratio"] == 1.0
+    assert (metrics["ratio_min"], metrics["ratio_max"]) == (1.0, 1.0)  # the algorithm's declared extremes
 
 
 def test_full_accumulation_equals_one_big_batch():
