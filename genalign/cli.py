@@ -73,7 +73,9 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
     from genalign.training.trainer import Trainer
 
     with SignalWatch(defer=False):  # a signal while the run is built stops it at once; the steps defer it
-        Trainer(cfg).train()
+        trainer = Trainer.for_config(cfg)  # None: the run is already at trainer.num_steps
+        if trainer is not None:
+            trainer.train()
     return 0
 
 

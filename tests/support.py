@@ -137,7 +137,7 @@ def make_batch(size=6, steps=3, start=0):
         latents=torch.randn(size, steps + 1, 2, 2),
         log_probs=torch.randn(size, steps),
         sigmas=torch.linspace(1, 0, steps + 1),
-        sde_mask=torch.ones(steps, dtype=torch.bool),
+        sde_mask=torch.ones(size, steps, dtype=torch.bool),
         images=torch.zeros(size, 3, 4, 4, dtype=torch.uint8),
         metadata=[{"i": start + i} for i in range(size)],
     )

@@ -23,9 +23,10 @@ from genalign.algorithms.base import ClippedRatioBase
 from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.losses import (clipped_surrogate, latent_mean_kl, ratio_norm_log_ratio,
                                         rollout_correction_weights, velocity_kl)
-from genalign.algorithms.replay import ReplayedStep, replay_log_probs, replay_step, score_stored_step
+from genalign.algorithms.replay import ReplayedStep, at_steps, replay_log_probs, replay_step, score_stored_step
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
+from genalign.sampling.windows import trained_steps
 from genalign.training.reference import ReferencePolicy
 
 
@@ -46,18 +47,24 @@ class FlowGRPO(ClippedRatioBase):
                             "train; use the Flow-GRPO value 0.7")
         return problems
 
-    def train_step_indices(self, batch: TrajectoryBatch) -> list[int]:
-        """int(T * timestep_fraction) stochastic steps: the first ones in order (Flow-GRPO
-        §2.6), or with timestep_selection=random a random subset without the final step
-        (DanceGRPO §3.1), drawn from the batch's seeds so every caller gets the same list."""
-        stochastic = torch.nonzero(batch.sde_mask).flatten()  # [S]
+    def trained_steps(self, batch: TrajectoryBatch) -> torch.Tensor:
+        """[B, K] int64: the denoising steps each sample trains, from its own stochastic steps
+        (samples of one step may carry different SDE windows): int(T * timestep_fraction) of
+        them, the first ones in order (Flow-GRPO §2.6), or with timestep_selection=random a
+        random subset without the final step drawn from the sample's seed (DanceGRPO §3.1).
+        A function of each sample alone, so a micro-batch gets its rows of the whole batch's."""
         count = int(batch.num_steps * self.cfg.timestep_fraction)
-        if self.cfg.timestep_selection == "first":
-            return stochastic[:count].tolist()
-        candidates = stochastic[stochastic < batch.num_steps - 1]  # [S'] the final step never
-        generator = torch.Generator().manual_seed(int(batch.seeds.sum()) % 2**63)
-        chosen = candidates[torch.randperm(len(candidates), generator=generator)[:count]]  # [<=count]
-        return sorted(chosen.tolist())
+        return trained_steps(batch.sde_mask, count, self.cfg.timestep_selection, batch.seeds)
+
+    def train_step_indices(self, batch: TrajectoryBatch) -> list[int]:
+        """Training positions 0..K−1; at position p sample b trains step `trained_steps[b, p]`."""
+        return list(range(self.trained_steps(batch).shape[1]))
+
+    def replay_log_probs(self, policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
+                         chunk_size: int) -> torch.Tensor:
+        """`batch.log_probs` [B, T] with each sample's trained steps at positions `step_indices`
+        recomputed under `policy` (no grad, CPU)."""
+        return replay_log_probs(policy, batch, self.trained_steps(batch)[:, step_indices], chunk_size)
 
     def prepare_update(self, policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
                        micro_batch_size: int) -> TrajectoryBatch:
@@ -65,21 +72,21 @@ class FlowGRPO(ClippedRatioBase):
         policy's log-probs of the trained steps (the proximal policy); otherwise the batch as is."""
         if self.cfg.rollout_correction.mode == "off":
             return batch
-        proximal = replay_log_probs(policy, batch, step_indices, micro_batch_size)  # [B, T]
+        proximal = self.replay_log_probs(policy, batch, step_indices, micro_batch_size)  # [B, T]
         return dataclasses.replace(batch, proximal_log_probs=proximal)
 
     def compute_loss(self, policy: FlowPolicy, batch: TrajectoryBatch, advantages: torch.Tensor,
                      step_index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         device = policy.device
-        j = step_index
+        j = self.trained_steps(batch)[:, step_index]  # [b] each sample's denoising step at this position
         replayed = replay_step(policy, batch, j, detach_uncond=self.cfg.detach_uncond)
         step = replayed.step
-        behaviour_log_probs = batch.log_probs[:, j].to(device)  # [b] recorded by the rollout
+        behaviour_log_probs = at_steps(batch.log_probs, j).to(device)  # [b] recorded by the rollout
         correction = self.cfg.rollout_correction
         if correction.mode == "off":
             old_log_probs, weights = behaviour_log_probs, None
         else:
-            old_log_probs = batch.proximal_log_probs[:, j].to(device)  # [b]
+            old_log_probs = at_steps(batch.proximal_log_probs, j).to(device)  # [b]
             weights = rollout_correction_weights(old_log_probs, behaviour_log_probs, correction.mode,
                                                  correction.threshold)  # [b]
         clipped_adv = clip_advantages(advantages.to(device), self.cfg.adv_clip_max)  # [b]
@@ -111,18 +118,18 @@ class FlowGRPO(ClippedRatioBase):
         return loss, stats
 
     def log_ratio(self, log_probs: torch.Tensor, old_log_probs: torch.Tensor, replayed: ReplayedStep,
-                  batch: TrajectoryBatch, j: int) -> torch.Tensor:
+                  batch: TrajectoryBatch, j: torch.Tensor) -> torch.Tensor:
         """log r [b] with grad: ℓ_θ − ℓ_old (Flow-GRPO)."""
         return log_probs - old_log_probs.detach()
 
-    def step_weight(self, batch: TrajectoryBatch, j: int) -> float:
-        """Multiplier of step j's policy loss: 1 (Flow-GRPO)."""
+    def step_weight(self, batch: TrajectoryBatch, j: torch.Tensor) -> float:
+        """Multiplier of the policy loss at steps j [b]: 1 (Flow-GRPO)."""
         return 1.0
 
-    def reference_kl(self, batch: TrajectoryBatch, j: int, replayed: ReplayedStep) -> torch.Tensor:
-        """KL [b] to the reference (adapter-disabled) policy at step j (docs/algorithms.md §2.5)."""
+    def reference_kl(self, batch: TrajectoryBatch, j: torch.Tensor, replayed: ReplayedStep) -> torch.Tensor:
+        """KL [b] to the reference (adapter-disabled) policy at each sample's step j [b] (docs/algorithms.md §2.5)."""
         with torch.no_grad(), self.reference.active() as reference_policy:
-            ref_velocity = reference_policy.velocity(batch.latents[:, j].to(replayed.velocity.device),
+            ref_velocity = reference_policy.velocity(at_steps(batch.latents, j).to(replayed.velocity.device),
                                                      replayed.sigma_batch, batch.condition.to(replayed.velocity.device),
                                                      batch.guidance_scale).float()  # [b, ...]
         if self.cfg.kl_type == "latent_mean":
@@ -157,18 +164,32 @@ class GRPOGuard(FlowGRPO):
             problems.append("algorithm.name=grpo_guard with algorithm.rollout_correction.mode="
                             f"{algorithm.rollout_correction.mode!r}: RatioNorm compares with the rollout's own "
                             "kernel means, so it cannot be taken against recomputed log-probs; set mode=off")
+        window = rollout.sde_window
+        if window.size > 0 and window.schedule == "random" and window.draw == "per_batch":
+            problems.append("algorithm.name=grpo_guard with a random rollout.sde_window drawn per sampling batch: "
+                            "RatioNorm normalises each micro-batch at one denoising step, but samples of different "
+                            "sampling batches train different steps; set rollout.sde_window.draw=per_step")
+        if algorithm.timestep_selection == "random":
+            problems.append("algorithm.name=grpo_guard with algorithm.timestep_selection=random: each sample draws "
+                            "its own steps, but RatioNorm normalises each micro-batch at one denoising step; use "
+                            "algorithm.timestep_selection=first")
         return problems
 
     def log_ratio(self, log_probs: torch.Tensor, old_log_probs: torch.Tensor, replayed: ReplayedStep,
-                  batch: TrajectoryBatch, j: int) -> torch.Tensor:
+                  batch: TrajectoryBatch, j: torch.Tensor) -> torch.Tensor:
         if batch.means is None:
             raise ValueError("algorithm.name=grpo_guard needs the rollout kernel means; the trajectory has none "
                              "(the rollout spec must set record_means)")
-        old_mean = batch.means[:, j].to(replayed.step.mean.device)  # [b, ...]
+        if len(j) and not bool((j == j[0]).all()):  # RatioNorm pools one σ's std over the micro-batch
+            raise ValueError("algorithm.name=grpo_guard normalises a micro-batch at one denoising step, but its "
+                             f"samples train steps {sorted(set(j.tolist()))} (SDE windows drawn per sampling "
+                             "batch); set rollout.sde_window.draw=per_step")
+        old_mean = at_steps(batch.means, j).to(replayed.step.mean.device)  # [b, ...]
         return ratio_norm_log_ratio(log_probs, old_log_probs, replayed.step.mean, old_mean, replayed.step.std,
                                     per_sample_bias=self.cfg.guard.bias == "per_sample")
 
-    def step_weight(self, batch: TrajectoryBatch, j: int) -> float:
+    def step_weight(self, batch: TrajectoryBatch, j: torch.Tensor) -> float:
         if not self.cfg.guard.reweight:
             return 1.0
-        return 1.0 / float(batch.sigmas[j] - batch.sigmas[j + 1])  # 1 / mean(h)², h = sqrt(−Δσ)
+        step = int(j[0])  # one step per micro-batch (checked by log_ratio)
+        return 1.0 / float(batch.sigmas[step] - batch.sigmas[step + 1])  # 1 / mean(h)², h = sqrt(−Δσ)

@@ -24,33 +24,51 @@ class ReplayedStep(NamedTuple):
     sigma_batch: torch.Tensor  # [b] σ_j on the policy's device (the denoiser's σ input)
 
 
-def score_stored_step(batch: TrajectoryBatch, j: int, velocity: torch.Tensor) -> StepOutput:
-    """The rollout kernel's step j of `batch` scored at the stored x_{j+1}, for `velocity` [b, ...]."""
+def at_steps(stored: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """Row b of `stored` [b, T(+1), ...] at its own step `steps[b]` -> [b, ...]: the samples of
+    one micro-batch may train different denoising steps (per-batch SDE windows)."""
+    return stored[torch.arange(len(steps), device=stored.device), steps.to(stored.device)]
+
+
+def score_stored_step(batch: TrajectoryBatch, steps: torch.Tensor, velocity: torch.Tensor) -> StepOutput:
+    """The rollout kernel's step steps[b] of each sample of `batch` scored at its stored
+    x_{j+1}, for `velocity` [b, ...]; `steps` [b] int64 (CPU), σ_j and σ_{j+1} per sample."""
     device = velocity.device
-    return transition_step(batch.kernel, batch.latents[:, j].to(device), velocity, float(batch.sigmas[j]),
-                           float(batch.sigmas[j + 1]), batch.noise_level,
-                           prev_latents=batch.latents[:, j + 1].to(device), sigma_max_guard=float(batch.sigmas[1]))
+    return transition_step(batch.kernel, at_steps(batch.latents, steps).to(device), velocity, batch.sigmas[steps],
+                           batch.sigmas[steps + 1], batch.noise_level,
+                           prev_latents=at_steps(batch.latents, steps + 1).to(device),
+                           sigma_max_guard=float(batch.sigmas[1]))
 
 
-def replay_step(policy: FlowPolicy, batch: TrajectoryBatch, j: int, detach_uncond: bool = False) -> ReplayedStep:
-    """One stored step j of micro-batch `batch` through `policy` (grad follows the caller's mode)."""
+def replay_step(policy: FlowPolicy, batch: TrajectoryBatch, steps: torch.Tensor,
+                detach_uncond: bool = False) -> ReplayedStep:
+    """Stored step steps[b] of each sample of micro-batch `batch` through `policy` (grad follows
+    the caller's mode); `steps` [b] int64 on the CPU."""
     device = policy.device
-    latents = batch.latents[:, j].to(device)  # [b, ...]
-    sigma_batch = torch.full((len(batch),), float(batch.sigmas[j]), device=device)  # [b], filled on the device
+    latents = at_steps(batch.latents, steps).to(device)  # [b, ...]
+    sigma_batch = batch.sigmas[steps].to(device)  # [b]
     velocity = policy.velocity(latents, sigma_batch, batch.condition.to(device), batch.guidance_scale,
                                detach_uncond=detach_uncond).float()  # [b, ...]
-    return ReplayedStep(score_stored_step(batch, j, velocity), velocity, sigma_batch)
+    return ReplayedStep(score_stored_step(batch, steps, velocity), velocity, sigma_batch)
+
+
+def step_table(batch: TrajectoryBatch, steps: list[int] | torch.Tensor) -> torch.Tensor:
+    """[B, K] int64: the same steps for every sample (a list) or each sample's own ([B, K])."""
+    table = torch.as_tensor(steps, dtype=torch.long)
+    return table.expand(len(batch), -1) if table.dim() == 1 else table
 
 
 @torch.no_grad()
-def replay_log_probs(policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
+def replay_log_probs(policy: FlowPolicy, batch: TrajectoryBatch, steps: list[int] | torch.Tensor,
                      chunk_size: int) -> torch.Tensor:
-    """Log-probs [B, T] (CPU float32) of the stored steps `step_indices` under `policy`, replayed
-    in chunks of `chunk_size` samples; 0 at steps not listed."""
-    out = torch.zeros_like(batch.log_probs)  # [B, T]
-    start = 0
-    for chunk in batch.split(chunk_size):
-        for j in step_indices:
-            out[start:start + len(chunk), j] = replay_step(policy, chunk, j).step.log_prob.cpu()
-        start += len(chunk)
+    """`batch.log_probs` [B, T] (CPU float32) with the entries of `steps` recomputed under
+    `policy`, replayed in chunks of `chunk_size` samples; every other entry is the stored
+    value. `steps`: steps every sample trains (a list) or each sample's own [B, K]."""
+    table = step_table(batch, steps)  # [B, K]
+    out = batch.log_probs.clone()  # [B, T]
+    for start in range(0, len(batch), chunk_size):
+        chunk = batch.index(slice(start, start + chunk_size))
+        rows = torch.arange(start, start + len(chunk))  # [b]
+        for column in table[start:start + len(chunk)].T:  # [b]: one training position
+            out[rows, column] = replay_step(policy, chunk, column).step.log_prob.cpu()
     return out

@@ -303,6 +303,10 @@ def _build(cls: type, data: dict, prefix: str, provenance: dict[str, str], probl
         if key not in names:
             source = provenance.get(dotted) or next((v for k, v in provenance.items() if k.startswith(dotted + ".")),
                                                      "unknown source")
+            retired = getattr(cls, "RETIRED_KEYS", {}).get(str(key))  # a key this config no longer has: why
+            if retired:
+                problems.append(f"{dotted}: not a config key (set in {source}): {retired}")
+                continue
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"; did you mean {(prefix + '.' if prefix else '') + close[0]!r}?" if close else ""
             env = ENVIRONMENT_FACTS.get(str(key).lower())
@@ -434,6 +438,15 @@ def config_from_dict(data: dict, source: str = "<dict>",
     return expand_home(config)
 
 
+def _without_retired_keys(cls: type, data: Any) -> Any:
+    """`data` less the keys a config dataclass retired (`RETIRED_KEYS`), at every depth: they
+    never did anything, so a checkpoint's config that still lists them loads as it was."""
+    if not isinstance(data, dict) or not dataclasses.is_dataclass(cls):
+        return data
+    hints, retired = typing.get_type_hints(cls), getattr(cls, "RETIRED_KEYS", {})
+    return {key: _without_retired_keys(hints.get(key), value) for key, value in data.items() if key not in retired}
+
+
 def config_from_checkpoint(data: Any, source: str, allow_import: list[str], overrides: list[str] | tuple[str, ...] = (),
                            check_machine: bool = True, model_allow_import: list[str] | tuple[str, ...] = ()
                            ) -> ExperimentConfig:
@@ -449,7 +462,7 @@ def config_from_checkpoint(data: Any, source: str, allow_import: list[str], over
 
     if not isinstance(data, dict):
         raise ConfigError([f"{source}: a config must be a mapping, got {type(data).__name__}"])
-    trusted = copy.deepcopy(data)
+    trusted = _without_retired_keys(ExperimentConfig, copy.deepcopy(data))  # written before they were retired
     if isinstance(trusted.get("reward"), dict):
         trusted["reward"]["allow_import"] = list(allow_import)
     if isinstance(trusted.get("model"), dict):

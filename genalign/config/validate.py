@@ -25,6 +25,7 @@ CHOICES = {
     "rollout.engine": ("local", "ray"),
     "rollout.kernel": ("flow_sde", "dance_sde", "cps", "cps_gaussian"),
     "rollout.sde_window.schedule": ("random", "progressive", "fixed"),
+    "rollout.sde_window.draw": ("per_batch", "per_step"),
     "algorithm.timestep_selection": ("first", "random"),
     "algorithm.rollout_correction.mode": ("off", "truncate", "mask"),
     "model.train_mode": ("lora", "full"),

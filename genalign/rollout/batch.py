@@ -8,7 +8,8 @@ Shapes (B samples, T denoising steps, latent shape `...`):
     latents    [B, T+1, ...]  x_0 (noise) ... x_T (final), float32, as used by the kernel
     log_probs  [B, T]         rollout log-prob of x_{i+1} given x_i (0 where not stochastic)
     sigmas     [T+1]          the schedule used, float32, shared by the batch
-    sde_mask   [T]            bool: which steps were stochastic (trainable)
+    sde_mask   [B, T]         bool: which steps of each sample were stochastic (trainable); samples
+                              of one step differ when their sampling batches drew different SDE windows
     images     [B, 3, H, W]   uint8 decoded final images ([B, F, 3, H, W] for a video family)
     condition                 `SharedCondition` (each distinct prompt stored once) or `Condition` [B, ...]
     means      [B, T, ...]    optional: the rollout kernel's mean μ_i per step (GRPO-Guard)
@@ -38,7 +39,7 @@ class TrajectoryBatch:
     latents: torch.Tensor  # [B, T+1, ...]
     log_probs: torch.Tensor  # [B, T]
     sigmas: torch.Tensor  # [T+1]
-    sde_mask: torch.Tensor  # [T] bool
+    sde_mask: torch.Tensor  # [B, T] bool
     images: torch.Tensor  # [B, 3, H, W] uint8 (video: [B, F, 3, H, W])
     guidance_scale: float = 1.0
     noise_level: float = 0.0
@@ -65,7 +66,7 @@ class TrajectoryBatch:
             "condition": len(self.condition) == batch_size,
             "latents": self.latents.shape[:2] == (batch_size, steps + 1),
             "log_probs": self.log_probs.shape == (batch_size, steps),
-            "sde_mask": self.sde_mask.shape == (steps,) and self.sde_mask.dtype == torch.bool,
+            "sde_mask": self.sde_mask.shape == (batch_size, steps) and self.sde_mask.dtype == torch.bool,
             "images": self.images.shape[0] == batch_size and self.images.dtype == torch.uint8,
             "means": self.means is None or self.means.shape[:2] == (batch_size, steps),
             "proximal_log_probs": self.proximal_log_probs is None or self.proximal_log_probs.shape == (batch_size, steps),
@@ -77,7 +78,7 @@ class TrajectoryBatch:
             raise ValueError(f"TrajectoryBatch.metadata has {len(self.metadata)} rows for B={batch_size}")
 
     def index(self, idx: torch.Tensor | slice | list[int]) -> "TrajectoryBatch":
-        """Select samples (the schedule and mask are shared and kept whole)."""
+        """Select samples (the σ schedule is shared and kept whole)."""
         if isinstance(idx, slice):
             positions = list(range(len(self)))[idx]
         else:
@@ -92,7 +93,7 @@ class TrajectoryBatch:
             latents=self.latents[tensor_idx],
             log_probs=self.log_probs[tensor_idx],
             sigmas=self.sigmas,
-            sde_mask=self.sde_mask,
+            sde_mask=self.sde_mask[tensor_idx],
             images=self.images[tensor_idx],
             guidance_scale=self.guidance_scale,
             noise_level=self.noise_level,
@@ -116,8 +117,8 @@ class TrajectoryBatch:
     def cat(batches: list["TrajectoryBatch"]) -> "TrajectoryBatch":
         first = batches[0]
         for other in batches[1:]:
-            if not torch.equal(other.sigmas, first.sigmas) or not torch.equal(other.sde_mask, first.sde_mask):
-                raise ValueError("cannot concatenate trajectories sampled with different schedules or SDE masks")
+            if not torch.equal(other.sigmas, first.sigmas):
+                raise ValueError("cannot concatenate trajectories sampled with different σ schedules")
             if (other.guidance_scale, other.noise_level, other.kernel) != (first.guidance_scale, first.noise_level,
                                                                            first.kernel):
                 raise ValueError("cannot concatenate trajectories sampled with different guidance, noise level or kernel")
@@ -133,7 +134,7 @@ class TrajectoryBatch:
             latents=torch.cat([b.latents for b in batches]),
             log_probs=torch.cat([b.log_probs for b in batches]),
             sigmas=first.sigmas,
-            sde_mask=first.sde_mask,
+            sde_mask=torch.cat([b.sde_mask for b in batches]),
             images=torch.cat([b.images for b in batches]),
             guidance_scale=first.guidance_scale,
             noise_level=first.noise_level,

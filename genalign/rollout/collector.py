@@ -52,9 +52,10 @@ class SamplingSpec:
         """This spec for training step `step` (the window is a pure function of the step)."""
         return dataclasses.replace(self, step=step)
 
-    def sde_mask(self) -> torch.Tensor:
-        """[T] bool: the stochastic steps of this step's trajectories."""
-        window = self.window.bounds(self.step) if self.window is not None else None
+    def sde_mask(self, batch: int = 0) -> torch.Tensor:
+        """[T] bool: the stochastic steps of the sampling batch whose first sample is at
+        position `batch` of this step (its SDE window, `sampling/windows.py`)."""
+        window = self.window.bounds(self.step, batch) if self.window is not None else None
         return sde_step_mask(self.num_steps, self.noise_level, window, self.ode_final_step)
 
 
@@ -140,10 +141,12 @@ def _require_finite_samples(chunk: PromptGroupBatch, batch: torch.Tensor, what: 
 
 def _flow_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
                  positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
-    sde_mask = spec.sde_mask()  # [T]
     latent_shape = policy.latent_shape(spec.height, spec.width)
     sigmas = policy.sigmas(spec.num_steps, latent_shape).float().cpu()  # [T+1], stored with the trajectory
-    for chunk, chunk_cond in step_chunks(policy, groups, spec, positions):
+    shard = positions if positions is not None else list(range(len(groups)))
+    firsts = shard[::spec.chunk_size]  # each chunk's first position in the step: its sampling batch
+    for (chunk, chunk_cond), first in zip(step_chunks(policy, groups, spec, positions), firsts):
+        sde_mask = spec.sde_mask(first)  # [T]: one SDE window per sampling batch, as Flow-GRPO-Fast draws
         noise, generators = initial_noise(chunk.init_seeds.tolist(), chunk.seeds.tolist(), latent_shape)
         sampled = sample_trajectory(policy, chunk_cond.to(policy.device), noise, generators, sigmas,
                                     spec.guidance_scale, spec.noise_level, sde_mask, spec.kernel, spec.record_means)
@@ -158,7 +161,7 @@ def _flow_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpe
             latents=sampled.latents,
             log_probs=sampled.log_probs,
             sigmas=sigmas,
-            sde_mask=sde_mask,
+            sde_mask=sde_mask.expand(len(chunk), -1).clone(),  # [b, T]
             images=images,
             guidance_scale=spec.guidance_scale,
             noise_level=spec.noise_level,

@@ -25,6 +25,10 @@ class SDEWindowConfig:
     """MixGRPO τ (`iters_per_group`): training steps between window moves (progressive only)."""
     shift_by: int = 1
     """MixGRPO s (`prog_overlap_step`): steps the window moves each time (progressive only)."""
+    draw: str = "per_batch"
+    """When a random window is drawn: "per_batch" (Flow-GRPO-Fast: one per sampling batch, i.e.
+    per rollout chunk of `rollout.sample_batch_size` samples, so one step's samples train
+    different steps) or "per_step" (one window for all of a step's samples)."""
 
     def bounds_range(self, num_steps: int) -> tuple[int, int]:
         """[lo, hi) with hi resolved against the rollout's num_steps."""

@@ -5,13 +5,17 @@ trajectory's `sde_mask` with `sde_step_mask`; steps outside the window are Euler
 with log-prob 0, and the algorithm trains only stochastic steps. Two published schedules:
 
 * Flow-GRPO-Fast (docs/algorithms.md §2.6, flow_grpo `train_sd3_fast.py`): a fresh random start per
-  iteration, start ~ UniformInt[lo, hi − size] (inclusive both ends, Python `randint`).
+  sampling batch, start ~ UniformInt[lo, hi − size] (inclusive both ends, Python `randint`).
+  The reference draws it inside each pipeline call; genalign's sampling batch is one rollout
+  chunk (`rollout.sample_batch_size` consecutive samples of the step), named by the position
+  of its first sample in the step. `draw="per_step"` draws one window for the whole step.
 * MixGRPO "progressive" (§3.2, MixGRPO code `grpo_states.py`): start at lo, move by `shift_by` steps
   every `shift_every` iterations, roll back to lo when the window would leave the range.
 * "fixed": always [lo, lo + size) (FLUX-fast's window 3 in (0, 3); MixGRPO-Flash*).
 
-Every schedule is a pure function of (schedule, training step, run seed): the random start
-is drawn from a generator seeded by a hash of (seed, step), and the progressive position is
+Every schedule is a pure function of (schedule, training step, run seed, sampling batch): the
+random start is drawn from a generator seeded by a hash of (seed, step, batch) — of (seed,
+step) with draw="per_step" — and the progressive position is
 computed from the step, not advanced in place. So a resumed run re-derives the window
 exactly and a checkpoint needs nothing extra to save.
 
@@ -28,18 +32,21 @@ from dataclasses import dataclass
 import torch
 
 WINDOW_SCHEDULES = ("random", "progressive", "fixed")
+WINDOW_DRAWS = ("per_batch", "per_step")
 
 
-def _window_seed(seed: int, step: int) -> int:
-    digest = hashlib.blake2b(f"sde_window:{seed}:{step}".encode(), digest_size=8).digest()
+def _window_seed(seed: int, step: int, batch: int | None) -> int:
+    key = f"sde_window:{seed}:{step}" if batch is None else f"sde_window:{seed}:{step}:batch{batch}"
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") % 2**63
 
 
 def window_bounds(schedule: str, size: int, lo: int, hi: int, step: int, seed: int,
-                  shift_every: int = 1, shift_by: int = 1) -> tuple[int, int]:
+                  shift_every: int = 1, shift_by: int = 1, batch: int | None = None) -> tuple[int, int]:
     """[start, stop) of the SDE window at training step `step` (>= 1), inside [lo, hi).
 
-    random:      start ~ UniformInt[lo, hi − size], drawn from (seed, step)
+    random:      start ~ UniformInt[lo, hi − size], drawn from (seed, step, batch); `batch`
+                 None draws one start for the whole step, from (seed, step)
     progressive: k = (step − 1) // shift_every; positions lo, lo + s, … ≤ hi − size cycle:
                  start = lo + (k mod P)·s, P = (hi − size − lo) // s + 1
     fixed:       start = lo
@@ -54,7 +61,7 @@ def window_bounds(schedule: str, size: int, lo: int, hi: int, step: int, seed: i
     if schedule == "fixed":
         start = lo
     elif schedule == "random":
-        generator = torch.Generator().manual_seed(_window_seed(seed, step))
+        generator = torch.Generator().manual_seed(_window_seed(seed, step, batch))
         start = int(torch.randint(lo, last_start + 1, (1,), generator=generator))
     else:
         positions = (last_start - lo) // shift_by + 1
@@ -84,7 +91,8 @@ def sde_step_mask(num_steps: int, noise_level: float, window: tuple[int, int] | 
 
 @dataclass(frozen=True)
 class WindowSchedule:
-    """A resolved `rollout.sde_window` plus the run seed: `bounds(step)` is the step's window."""
+    """A resolved `rollout.sde_window` plus the run seed: `bounds(step, batch)` is the window of
+    the sampling batch whose first sample sits at position `batch` of training step `step`."""
 
     schedule: str
     size: int
@@ -93,7 +101,49 @@ class WindowSchedule:
     seed: int
     shift_every: int = 1
     shift_by: int = 1
+    draw: str = "per_batch"
+    """"per_batch": a random window per sampling batch (Flow-GRPO-Fast); "per_step": one per step."""
 
-    def bounds(self, step: int) -> tuple[int, int]:
-        return window_bounds(self.schedule, self.size, self.lo, self.hi, step, self.seed,
-                             self.shift_every, self.shift_by)
+    def __post_init__(self) -> None:
+        if self.draw not in WINDOW_DRAWS:
+            raise ValueError(f"rollout.sde_window.draw={self.draw!r}: choose one of {WINDOW_DRAWS}")
+
+    def bounds(self, step: int, batch: int = 0) -> tuple[int, int]:
+        return window_bounds(self.schedule, self.size, self.lo, self.hi, step, self.seed, self.shift_every,
+                             self.shift_by, batch if self.draw == "per_batch" else None)
+
+
+def _selection_seed(seed: int) -> int:
+    digest = hashlib.blake2b(f"trained_steps:{seed}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % 2**63
+
+
+def trained_steps(sde_mask: torch.Tensor, count: int, selection: str, seeds: torch.Tensor) -> torch.Tensor:
+    """[B, K] int64: the denoising steps each sample trains, ascending, from its own stochastic
+    steps `sde_mask` [B, T] (samples of one step may have different SDE windows).
+
+    first:  the first `count` stochastic steps of the row (Flow-GRPO, Flow-GRPO-Fast).
+    random: `count` of the row's stochastic steps before the final one, drawn from a generator
+            seeded by the sample's seed [B] (DanceGRPO draws a permutation per sample).
+    Every row trains the same number K = min(count, available) of steps (the update normalises
+    by K); rows with different numbers available are an error."""
+    if selection not in ("first", "random"):
+        raise ValueError(f"algorithm.timestep_selection={selection!r}: choose first or random")
+    num_steps = sde_mask.shape[1]
+    rows = []
+    for mask, seed in zip(sde_mask, seeds.tolist()):
+        stochastic = torch.nonzero(mask).flatten()  # [S]
+        if selection == "first":
+            rows.append(stochastic[:count])
+            continue
+        candidates = stochastic[stochastic < num_steps - 1]  # [S'] the final step never
+        order = torch.randperm(len(candidates), generator=torch.Generator().manual_seed(_selection_seed(seed)))
+        rows.append(candidates[order[:count]].sort().values)  # [<=count]
+    sizes = {len(row) for row in rows}
+    if len(sizes) > 1:
+        raise ValueError(f"samples of one step have different numbers of trainable steps {sorted(sizes)}: their SDE "
+                         "windows leave different numbers of stochastic steps (rollout.sde_window with "
+                         "rollout.ode_final_step and a range that reaches the final step)")
+    if not rows:
+        return torch.zeros(0, 0, dtype=torch.long)
+    return torch.stack(rows).long()  # [B, K]

@@ -3,27 +3,49 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 
 @dataclass
-class RoleResources:
+class TrainerResources:
+    """The trainer role: the launching process, or each torchrun rank; never a Ray actor."""
+
+    RETIRED_KEYS: ClassVar[dict[str, str]] = {
+        "num_cpus": "the trainer runs in the launching process (or each torchrun rank), not in a Ray actor, so Ray "
+                    "reserves no CPUs for it; distributed.resources.rollout.num_cpus sets each rollout worker's",
+        "num_workers": "the trainer's processes are torchrun's ranks: launch `genalign train --nproc-per-node=N` (or "
+                       "`torchrun --nproc-per-node=N -m genalign.train`) with distributed.training.strategy=ddp or "
+                       "fsdp2; distributed.resources.rollout.num_workers counts rollout workers",
+    }
+    """Keys this role no longer has, with why: the loader's error for a config that sets one
+    (a checkpoint's stored config drops them: they never did anything)."""
     num_gpus: float | str = 0
-    """GPUs for this role; "auto" = what is left after the other roles."""
-    num_cpus: float = 1
-    """CPUs Ray reserves for each rollout worker (the trainer role does not read it)."""
-    num_workers: int = 1
-    """Rollout workers: must equal rollout.num_workers (the trainer role does not read it:
-    torchrun sets its processes)."""
+    """GPUs for the trainer: whole devices (the memory plan counts FSDP2 ranks from it when
+    planning without torchrun's WORLD_SIZE); "auto" is the rollout role's alone."""
     devices: list[int] | None = None
-    """Advanced: pin this role to these physical device indices."""
+    """Advanced: pin the trainer to these physical device indices."""
+
+
+@dataclass
+class RolloutResources:
+    """The rollout role: `rollout.engine=ray` actors."""
+
+    num_gpus: float | str = 0
+    """GPUs for the rollout workers together; "auto" = what is left after the trainer."""
+    num_cpus: float = 1
+    """CPUs Ray reserves for each rollout worker."""
+    num_workers: int = 1
+    """Rollout workers (Ray actors): must equal rollout.num_workers."""
+    devices: list[int] | None = None
+    """Advanced: pin the rollout workers to these physical device indices."""
 
 
 @dataclass
 class ResourcesConfig:
     visible_devices: list[int] | None = None
     """Advanced: the physical device indices the roles may use; null: every visible GPU."""
-    trainer: RoleResources = field(default_factory=RoleResources)
-    rollout: RoleResources = field(default_factory=RoleResources)
+    trainer: TrainerResources = field(default_factory=TrainerResources)
+    rollout: RolloutResources = field(default_factory=RolloutResources)
     gpu_memory_gib: float | None = None
     """Memory of one GPU, in GiB, for the memory plan (`genalign config`, the check before the
     model loads); null = read it from the CUDA device, and skip the check without one. Set it

@@ -15,8 +15,11 @@ from genalign.rollout.batch import TrajectoryBatch
 
 def replay_parity(policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
                   chunk_size: int, replay=replay_log_probs) -> dict[int, float]:
-    """Max |log_prob_replay - log_prob_rollout| per trained position, over all samples (and, for
-    a token trajectory, all tokens of its one position). `replay(policy, batch, step_indices,
-    chunk_size)` recomputes `batch.log_probs`: the algorithm's own (`Algorithm.replay_log_probs`)."""
+    """Max |log_prob_replay - log_prob_rollout| per denoising step, over all samples (and, for a
+    token trajectory, all tokens of its one position). `replay(policy, batch, step_indices,
+    chunk_size)` is `batch.log_probs` with the trained entries recomputed (the algorithm's own
+    `Algorithm.replay_log_probs`; the samples of one step may train different steps, so a step
+    that no sample trains keeps its stored values and a gap of 0)."""
     replayed = replay(policy, batch, step_indices, chunk_size)  # [B, T, ...]
-    return {j: (replayed[:, j] - batch.log_probs[:, j]).abs().max().item() for j in step_indices}
+    gaps = (replayed - batch.log_probs).abs()  # [B, T, ...]
+    return {j: gaps[:, j].max().item() for j in range(gaps.shape[1])}

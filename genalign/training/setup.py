@@ -103,7 +103,7 @@ def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
     if r.sde_window.size > 0:
         lo, hi = r.sde_window.bounds_range(r.num_steps)
         window = WindowSchedule(r.sde_window.schedule, r.sde_window.size, lo, hi, cfg.trainer.seed,
-                                r.sde_window.shift_every, r.sde_window.shift_by)
+                                r.sde_window.shift_every, r.sde_window.shift_by, r.sde_window.draw)
     return SamplingSpec(height=r.height, width=r.width, num_steps=r.num_steps, guidance_scale=r.guidance_scale,
                         noise_level=r.noise_level, chunk_size=r.sample_batch_size, kernel=r.kernel, window=window,
                         ode_final_step=r.ode_final_step, temperature=r.temperature,

@@ -36,7 +36,7 @@ from genalign.tracking.logs import RunLog, StepClock, timed_phase
 from genalign.tracking.samples import rollout_samples
 from genalign.tracking.sinks import NullSink
 from genalign.tracking.trackers import new_run_id
-from genalign.training import distributed, run_dir, setup, stopping
+from genalign.training import distributed, launch, run_dir, setup, stopping
 from genalign.training.checkpoint import load_checkpoint, save_checkpoint
 from genalign.training.ema import EMA
 from genalign.training.export import checkpoint_export
@@ -77,18 +77,37 @@ def console_summary(row: dict[str, float]) -> str:
     return "  ".join(parts)
 
 
+def _nothing_left(start: run_dir.RunStart) -> str:
+    return (f"{start.checkpoint} is at step {start.checkpoint_step} = trainer.num_steps: nothing left to train "
+            "(raise trainer.num_steps to continue)")
+
+
 class Trainer:
-    def __init__(self, cfg: ExperimentConfig):
+    """One run, whole once built: `Trainer.for_config(cfg)` is None when the run has nothing
+    left to train, so every Trainer that exists has its model, optimizer and sinks."""
+
+    @classmethod
+    def for_config(cls, cfg: ExperimentConfig) -> Trainer | None:
+        """The trainer of `cfg`'s run, or None (logged) when its checkpoint is already at
+        trainer.num_steps; refusals of the run directory come before any model loads."""
+        start = run_dir.plan_start(cfg)
+        if start.finished:
+            if distributed.rank_info_from_env().is_main:
+                start.apply()  # stale temp dirs only
+            log.info("%s", _nothing_left(start))
+            return None
+        return cls(cfg, start)
+
+    def __init__(self, cfg: ExperimentConfig, start: run_dir.RunStart | None = None):
+        """`start`: the run directory's plan (`run_dir.plan_start(cfg)` when not given). A run
+        with nothing left to train is refused here: `for_config` returns None for it instead."""
         self.cfg = cfg
         self.plan = RunPlan.from_config(cfg)
         self.output_dir = Path(cfg.trainer.output_dir)
-        self.start = run_dir.plan_start(cfg)  # may refuse the run: before any model loads
-        if self.start.finished:  # nothing to build: train() returns at once
-            if distributed.rank_info_from_env().is_main:
-                self.start.apply()  # stale temp dirs only
-            log.info("%s is at step %d = trainer.num_steps: nothing left to train (raise trainer.num_steps to "
-                     "continue)", self.start.checkpoint, self.start.checkpoint_step)
-            return
+        # the run directory's plan may refuse the run: before any model loads
+        self.start = run_dir.plan_start(cfg) if start is None else start
+        if self.start.finished:
+            raise ResumeError(_nothing_left(self.start))
         checkpoint = load_checkpoint(self.start.checkpoint) if self.start.checkpoint else None
         if checkpoint is not None:
             differing = setup.incompatible_keys(checkpoint.config, config_to_dict(cfg))
@@ -163,13 +182,11 @@ class Trainer:
 
     # ---------------------------------------------------------------- the loop
     def close_run_log(self) -> None:
-        if getattr(self, "run_log", None) is not None:
+        if self.run_log is not None:
             self.run_log.close()
             self.run_log = None
 
     def train(self) -> None:
-        if self.start.finished:
-            return
         try:
             if self.ranks.is_main:
                 self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -180,9 +197,9 @@ class Trainer:
                 try:
                     self.run_steps()
                 except stopping.RunInterrupted as interrupted:  # a second signal: the step was abandoned
-                    if not interrupted.logged:
+                    if not interrupted.logged and self.ranks.is_main:  # one line per job, not one per rank
                         log.warning("%s during step %d; %s", interrupted, self.current_step, self.resume_hint())
-                        interrupted.logged = True
+                    interrupted.logged = True
                     raise
         finally:  # a failed run too releases the Ray actors, reward threads, process group and log file
             self.close()
@@ -235,18 +252,19 @@ class Trainer:
             what = (f"no checkpoint of it (an estimated {estimate:.0f} s save does not fit in the {max(left, 0):.0f} s "
                     f"left of trainer.signal_grace_s={grace:g})")
         message = f"stopped by {name} after step {step} of {self.cfg.trainer.num_steps}: {what}; {self.resume_hint()}"
-        log.warning("%s", message)
+        if self.ranks.is_main:  # every rank stops after this step; one line per job says so
+            log.warning("%s", message)
         raise stopping.RunInterrupted(signum, message, logged=True)
 
     def resume_hint(self) -> str:
-        """Where and how to resume: the newest complete checkpoint in the run directory."""
+        """Where and how to resume: the newest complete checkpoint in the run directory, and
+        the command (under torchrun, the launch command rebuilt from this rank's arguments)."""
+        rerun = launch.rerun_instruction(self.ranks.world_size, sys.argv)
         newest = run_dir.newest_checkpoint(self.output_dir)
         if newest is None:
-            return ("no checkpoint yet: rerunning the same command with trainer.resume_from=auto starts the run "
-                    f"again in {self.output_dir}")
+            return f"no checkpoint yet: to start the run again in {self.output_dir}, {rerun}"
         path, step = newest
-        return (f"to resume, rerun the same command with trainer.resume_from=auto (it continues from {path} "
-                f"at step {step + 1})")
+        return f"to resume, {rerun} (it continues from {path} at step {step + 1})"
 
     def checkpoint_bytes(self) -> int:
         """Bytes a checkpoint writes, roughly: the trained tensors, Adam's two moments, the EMA."""

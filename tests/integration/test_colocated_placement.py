@@ -15,6 +15,7 @@ import os
 import pytest
 import torch
 
+from genalign.algorithms.registry import algorithm_class
 from genalign.config.loader import load_config
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
@@ -22,6 +23,7 @@ from genalign.rollout.engine import LocalRolloutEngine
 from genalign.rollout.ray_engine import RayRolloutEngine
 from genalign.training import setup
 from genalign.training.lora import trainable_state_dict
+from genalign.training.reference import REFERENCE_ATTRIBUTE, ReferencePolicy
 
 pytestmark = pytest.mark.ray
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -46,7 +48,10 @@ def test_overlap_checker_sees_an_overlap():
     assert both_on_device([(0, "trainer", "device"), (1, "trainer", "cpu"), (2, "worker", "device")]) == []
 
 
-def test_trainer_and_worker_never_both_on_the_device(tiny_sd3_dir, tmp_path):
+@pytest.mark.parametrize("train_mode", ["lora", "full"])
+def test_trainer_and_worker_never_both_on_the_device(tiny_sd3_dir, tmp_path, train_mode):
+    """`full`: a full fine-tune with a KL term, whose frozen reference copy (built as the
+    trainer builds it) parks with the trainer's modules."""
     import ray
 
     from genalign.ray_session import init_ray
@@ -58,10 +63,13 @@ def test_trainer_and_worker_never_both_on_the_device(tiny_sd3_dir, tmp_path):
         "model.dtype=float32", "model.lora.rank=4", "model.lora.alpha=8", "rollout.height=64", "rollout.width=64",
         "rollout.num_steps=2", "rollout.n=2", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=2",
         "actor.gradient_accumulation_steps=1", "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0",
-        "/base/distributed=ray_rollout_colocated_single_gpu"])
-    assert cfg.distributed.colocated
+        "/base/distributed=ray_rollout_colocated_single_gpu", f"model.train_mode={train_mode}",
+        "algorithm.kl_beta=0.04"])
+    assert cfg.distributed.colocated and algorithm_class(cfg).reference_kind(cfg.algorithm) == "frozen"
     torch.manual_seed(cfg.trainer.seed)
     policy = setup.build_policy(cfg)
+    ReferencePolicy(policy, cfg.model.train_mode)
+    trainer_modules = FROZEN_AND_DENOISER | ({REFERENCE_ATTRIBUTE} if train_mode == "full" else set())
     trained = [p for p in policy.transformer.parameters() if p.requires_grad]
     sampler = PromptSampler(load_manifest(cfg.data.manifest), 2, 2, cfg.trainer.seed)
     spec = setup.rollout_spec(cfg)
@@ -83,7 +91,8 @@ def test_trainer_and_worker_never_both_on_the_device(tiny_sd3_dir, tmp_path):
         ray.shutdown()
 
     # every module of each side moves, in each phase
-    assert all(set(modules) == FROZEN_AND_DENOISER for _, _, modules in worker_moves + trainer_moves)
+    assert all(set(modules) == FROZEN_AND_DENOISER for _, _, modules in worker_moves)
+    assert all(set(modules) == trainer_modules for _, _, modules in trainer_moves)
     # start (worker built while the trainer is parked), then two rollouts: park / unpark each time
     assert [place for _, place, _ in trainer_moves] == ["cpu", "device"] * 3
     assert [place for _, place, _ in worker_moves] == ["device", "cpu"] * 3

@@ -105,6 +105,24 @@ def test_two_workers_equal_in_process_bitwise_and_after_sync(setting):
     assert_batches_equal(engine.generate(groups, spec), local)
 
 
+def test_per_batch_sde_windows_equal_in_process_bitwise(setting):
+    """Flow-GRPO-Fast windows are drawn per sampling batch from (seed, step, batch position):
+    each worker samples one of the step's two chunks, with the window the in-process engine draws."""
+    import dataclasses
+
+    from genalign.sampling.windows import WindowSchedule
+
+    cfg, policy, sampler, engine = setting
+    window = WindowSchedule("random", 1, 0, 2, seed=cfg.trainer.seed)  # one SDE step of the 2
+    step = next(s for s in range(1, 50) if window.bounds(s, 0) != window.bounds(s, 2))
+    spec = dataclasses.replace(setup.rollout_spec(cfg), window=window).at_step(step)
+    groups = sampler.sample(step)
+    batch = engine.generate(groups, spec)
+    assert_batches_equal(batch, LocalRolloutEngine(policy).generate(groups, spec))
+    assert not torch.equal(batch.sde_mask[0], batch.sde_mask[2])  # the two sampling batches' windows differ
+    assert torch.equal(batch.sde_mask[0], batch.sde_mask[1]) and torch.equal(batch.sde_mask[2], batch.sde_mask[3])
+
+
 def test_fingerprint_mismatch_names_the_worker(setting):
     _, policy, _, engine = setting
     state = trainable_state_dict(policy.transformer)

@@ -3,7 +3,8 @@
 Each recipe runs 3 steps with a checkpoint after every step; a second run resumes from
 checkpoint-2 and must log a bitwise-identical step 3 and end with identical weights. The
 MixGRPO window moves every step here (shift_every=1) and Flow-GRPO-Fast draws a new random
-window every step, so a window that were not a pure function of the step would differ.
+window for each of its two sampling batches every step, so a window that were not a pure
+function of (step, sampling batch) would differ.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ SMALL = ["rollout.n=2", "rollout.rollout_batch_size=2", "rollout.sample_batch_si
          "trainer.num_steps=3", "trainer.save_every=1", "trainer.progress_bar=false"]
 RECIPES = {
     "shapes_mix_grpo": ["rollout.sde_window.shift_every=1"],
-    "shapes_flow_grpo_fast": [],
+    # 2 sampling batches per step, each with its own window (the recipe pins one per step)
+    "shapes_flow_grpo_fast": ["rollout.sample_batch_size=2", "rollout.sde_window.draw=per_batch"],
     "shapes_cps": [],
     "shapes_dance_grpo": [],
     "shapes_grpo_guard": [],

@@ -387,7 +387,7 @@ def tripwire(monkeypatch):
     def trip(*args, **kwargs):
         raise ReachedModelLoading("the mistake was not caught before model loading")
 
-    monkeypatch.setattr("genalign.training.trainer.Trainer", trip)
+    monkeypatch.setattr("genalign.training.trainer.Trainer.for_config", trip)
     monkeypatch.setattr("genalign.training.setup.build_policy", trip)
     monkeypatch.setattr(cli, "_configure_logging", lambda: None)
 
@@ -490,8 +490,9 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_keeps_the_previous(tmp_pa
         raise OSError(errno.ENOSPC, "No space left on device", filename)
 
     class SavingTrainer:
-        def __init__(self, cfg):
-            pass
+        @classmethod
+        def for_config(cls, cfg):
+            return cls()
 
         def train(self):
             checkpoint_module.save_checkpoint(previous, step=2, config={}, trainable={"w": torch.ones(2)}, ema=None,

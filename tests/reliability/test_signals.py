@@ -127,6 +127,7 @@ def test_with_no_grace_left_the_step_is_not_saved_and_the_line_says_where_to_res
     assert info.value.exit_code == 143 and info.value.logged
     assert str(info.value).startswith("stopped by SIGTERM after step 1 of 6: no checkpoint of it (an estimated 0 s "
                                       "save does not fit in the 0 s left of trainer.signal_grace_s=0)")
-    assert "no checkpoint yet: rerunning the same command with trainer.resume_from=auto" in str(info.value)
+    assert str(info.value).endswith(f"no checkpoint yet: to start the run again in {tmp_path / 'run'}, rerun the "
+                                    "same command with trainer.resume_from=auto")
     assert not list((tmp_path / "run").glob("checkpoint-*"))
     assert signal.getsignal(signal.SIGTERM) is before  # the watch restored what was there

@@ -38,37 +38,44 @@ def test_parity_and_ratio_one_for_every_kernel_and_window(linear_policy, kernel,
         assert batch.kernel == kernel
         algo = FlowGRPO(AlgorithmConfig(clip_range=1e-4))
         steps = algo.train_step_indices(batch)
-        assert steps and all(bool(batch.sde_mask[j]) for j in steps)
-        assert max(replay_parity(linear_policy, batch, steps, chunk_size=3).values()) == 0.0
+        assert steps and batch.sde_mask.gather(1, algo.trained_steps(batch)).all()  # each sample's own steps
+        parity = replay_parity(linear_policy, batch, steps, chunk_size=3, replay=algo.replay_log_probs)
+        assert max(parity.values()) == 0.0
         _, stats = algo.compute_loss(linear_policy, batch.index(slice(0, 3)), torch.ones(3), steps[0])
         assert torch.equal(stats["ratio"], torch.ones(3))
 
 
 def test_window_steps_outside_are_euler_with_zero_log_prob(linear_policy):
     batch = rollout(linear_policy, window=WINDOWS["mix"], step=3)  # window [2, 4)
-    assert batch.sde_mask.tolist() == [False, False, True, True, False, False]
+    assert batch.sde_mask.tolist() == [[False, False, True, True, False, False]] * 6
     assert (batch.log_probs[:, [0, 1, 4, 5]] == 0).all() and (batch.log_probs[:, 2:4] != 0).all()
     cond = linear_policy.encode_prompts(batch.prompts, with_negative=False)
     sigma = torch.full((6,), float(batch.sigmas[0]))
     velocity = linear_policy.velocity(batch.latents[:, 0], sigma, cond, 1.0)
     torch.testing.assert_close(batch.latents[:, 1], ode_step(batch.latents[:, 0], velocity, batch.sigmas[0],
                                                              batch.sigmas[1]))
-    assert FlowGRPO(AlgorithmConfig()).train_step_indices(batch) == [2, 3]
+    assert FlowGRPO(AlgorithmConfig()).train_step_indices(batch) == [0, 1]  # positions
+    assert FlowGRPO(AlgorithmConfig()).trained_steps(batch).tolist() == [[2, 3]] * 6
 
 
 def test_dance_random_timestep_selection(linear_policy):
     batch = rollout(linear_policy, kernel="dance_sde", ode_final_step=True, num_steps=10)
-    assert batch.sde_mask.tolist() == [True] * 9 + [False]
+    assert batch.sde_mask.tolist() == [[True] * 9 + [False]] * 6
     algo = FlowGRPO(AlgorithmConfig(timestep_fraction=0.6, timestep_selection="random"))
-    chosen = algo.train_step_indices(batch)
-    assert len(chosen) == 6 and chosen == sorted(chosen) and 9 not in chosen
-    assert chosen == algo.train_step_indices(batch)  # every caller (parity, update) sees the same list
-    other = FlowGRPO(AlgorithmConfig(timestep_fraction=0.6)).train_step_indices(batch)
-    assert other == [0, 1, 2, 3, 4, 5]
+    chosen = algo.trained_steps(batch)  # [6 samples, 6 steps]
+    assert algo.train_step_indices(batch) == list(range(6))
+    for row in chosen.tolist():
+        assert len(set(row)) == 6 and row == sorted(row) and 9 not in row
+    assert len({tuple(row) for row in chosen.tolist()}) > 1  # DanceGRPO: a permutation per sample
+    assert torch.equal(chosen, algo.trained_steps(batch))  # every caller (parity, update) sees the same table
+    # a micro-batch's rows are the whole batch's rows: the draw is a function of each sample alone
+    assert torch.equal(algo.trained_steps(batch.index([4, 1])), chosen[[4, 1]])
+    other = FlowGRPO(AlgorithmConfig(timestep_fraction=0.6)).trained_steps(batch)
+    assert other.tolist() == [[0, 1, 2, 3, 4, 5]] * 6
     # a different step's samples draw a different subset (with overwhelming probability)
     later = rollout(linear_policy, kernel="dance_sde", ode_final_step=True, num_steps=10)
     later.seeds = later.seeds + 1
-    assert algo.train_step_indices(later) != chosen
+    assert not torch.equal(algo.trained_steps(later), chosen)
 
 
 def test_grpo_guard_on_policy_and_step_weight(linear_policy):
@@ -125,16 +132,19 @@ def test_rollout_correction_of_a_stale_rollout(linear_policy):
 @pytest.mark.parametrize("fraction", [0.6, 0.99])
 def test_dance_trained_step_count_is_its_reference_formula_at_every_step_count(fraction):
     """DanceGRPO (train_grpo_flux.py) trains int(len(timesteps) * timestep_fraction) steps of a
-    random permutation. With the recipe's Euler final step (rollout.ode_final_step) and the
-    final step excluded, the count still equals the formula for every T from 1 to 60."""
+    random permutation per sample. With the recipe's Euler final step (rollout.ode_final_step)
+    and the final step excluded, every sample's count still equals the formula for every T
+    from 1 to 60."""
     from types import SimpleNamespace
 
     from genalign.sampling.windows import sde_step_mask
 
     algorithm = FlowGRPO(AlgorithmConfig(timestep_fraction=fraction, timestep_selection="random"))
     for steps in range(1, 61):
-        batch = SimpleNamespace(sde_mask=sde_step_mask(steps, 0.3, None, ode_final_step=True), num_steps=steps,
-                                seeds=torch.arange(8))
-        chosen = algorithm.train_step_indices(batch)
-        assert len(chosen) == int(steps * fraction), steps
-        assert len(set(chosen)) == len(chosen) and all(0 <= j < steps - 1 for j in chosen)
+        mask = sde_step_mask(steps, 0.3, None, ode_final_step=True).expand(8, -1)  # [8, T]
+        batch = SimpleNamespace(sde_mask=mask, num_steps=steps, seeds=torch.arange(8))
+        table = algorithm.trained_steps(batch)  # [8, K]
+        assert algorithm.train_step_indices(batch) == list(range(int(steps * fraction))), steps
+        assert table.shape == (8, int(steps * fraction)), steps
+        for row in table.tolist():
+            assert len(set(row)) == len(row) and all(0 <= j < steps - 1 for j in row)

@@ -45,6 +45,9 @@ def _cfg(overrides):
     (["rollout.sde_window.size=2", "rollout.sde_window.shift_every=0"], "shift_every"),
     (["rollout.kernel=cps", "algorithm.timestep_fraction=1.0"], "final step (σ_next = 0) of CPS"),
     (["rollout.sde_window.schedule=sliding"], "rollout.sde_window.schedule='sliding' is not supported"),
+    (["rollout.sde_window.size=2", "rollout.sde_window.draw=per_sample"], "rollout.sde_window.draw='per_sample'"),
+    (["algorithm.name=grpo_guard", "rollout.sde_window.size=2"], "set rollout.sde_window.draw=per_step"),
+    (["algorithm.name=grpo_guard", "algorithm.timestep_selection=random"], "use algorithm.timestep_selection=first"),
     (["algorithm.timestep_selection=last"], "algorithm.timestep_selection='last'"),
     (["algorithm.rollout_correction.threshold=1.0"], "threshold must be > 1"),
 ])
@@ -87,3 +90,12 @@ def test_mix_grpo_layer_shares_the_initial_noise_within_a_group():
 def test_grpo_guard_layer_uses_the_reference_micro_batch_bias():
     assert load_config(BASE, ["/base/algorithm=grpo_guard"]).algorithm.guard.bias == "micro_batch"
     assert load_config("experiment/toy/shapes_grpo_guard").algorithm.guard.bias == "per_sample"  # as measured
+
+
+def test_fast_windows_are_drawn_per_sampling_batch_and_guard_may_draw_per_step():
+    assert load_config(BASE, ["/base/algorithm=flow_grpo_fast"]).rollout.sde_window.draw == "per_batch"
+    assert rollout_spec(load_config(BASE, ["/base/algorithm=flow_grpo_fast"])).window.draw == "per_batch"
+    assert rollout_spec(load_config("experiment/toy/shapes_flow_grpo_fast")).window.draw == "per_step"  # as measured
+    guard = load_config(BASE, ["algorithm.name=grpo_guard", "rollout.sde_window.size=2",
+                               "rollout.sde_window.draw=per_step"])
+    assert validate(guard, check_machine=False) == []

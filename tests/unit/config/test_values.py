@@ -127,5 +127,5 @@ def test_qwen_image_recipe_trains_flow_grpo_s_window():
         mask = rollout_spec(cfg).at_step(step).sde_mask()  # [10]
         stochastic = torch.nonzero(mask).flatten().tolist()
         assert len(stochastic) == 2 and stochastic[1] == stochastic[0] + 1 and stochastic[1] < 5, stochastic
-        trained = algorithm.train_step_indices(SimpleNamespace(sde_mask=mask, num_steps=10, seeds=torch.arange(4)))
-        assert trained == stochastic
+        batch = SimpleNamespace(sde_mask=mask.expand(4, -1), num_steps=10, seeds=torch.arange(4))
+        assert algorithm.trained_steps(batch).tolist() == [stochastic] * 4

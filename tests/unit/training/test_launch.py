@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from genalign.cli import main
-from genalign.training.launch import failure_report, resume_command
+from genalign.training.launch import LAUNCHER_ENV, failure_report, rerun_instruction, resume_command
 
 
 def test_resume_command_repeats_the_run_with_resume_auto_and_without_overwrite():
@@ -14,6 +14,22 @@ def test_resume_command_repeats_the_run_with_resume_auto_and_without_overwrite()
                               "trainer.resume_from=outputs/x/checkpoint-3", "trainer.output_dir=out dir"])
     assert command == ("genalign train --nproc-per-node=4 --config experiment/toy/shapes_grpo "
                        "distributed.training.strategy=fsdp2 'trainer.output_dir=out dir' trainer.resume_from=auto")
+
+
+def test_the_resume_line_names_the_launch_command_of_the_ranks():
+    """One process: the same command; ranks: the command that starts them again, rebuilt from
+    a rank's arguments (torchrun's LOCAL_WORLD_SIZE tells one node from several)."""
+    argv = ["/src/genalign/train.py", "--config", "experiment/toy/shapes_grpo", "distributed.training.strategy=ddp",
+            "trainer.overwrite=true", "trainer.output_dir=out dir"]
+    assert rerun_instruction(1, argv, {}) == "rerun the same command with trainer.resume_from=auto"
+    kept = ("--config experiment/toy/shapes_grpo distributed.training.strategy=ddp 'trainer.output_dir=out dir' "
+            "trainer.resume_from=auto")
+    assert rerun_instruction(2, argv, {"LOCAL_WORLD_SIZE": "2"}) == \
+        f"run `torchrun --standalone --nproc-per-node=2 -m genalign.train {kept}`"
+    assert rerun_instruction(8, argv, {"LOCAL_WORLD_SIZE": "4"}) == \
+        f"rerun the same torchrun command on each of the 2 nodes with `-m genalign.train {kept}`"
+    assert rerun_instruction(2, argv, {"LOCAL_WORLD_SIZE": "2", LAUNCHER_ENV: "2"}) == \
+        f"run `genalign train --nproc-per-node=2 {kept}`"
 
 
 def test_the_report_names_the_first_failed_rank_and_how_it_failed(tmp_path):

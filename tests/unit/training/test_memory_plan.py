@@ -220,3 +220,23 @@ def _rollout_lines(cfg):
                             ["/base/distributed=ray_rollout_colocated_single_gpu"], check_files=False)
     assert colocated.rollout.sample_batch_size == cfg.rollout.sample_batch_size
     return mp.plan_memory(colocated).roles[0].lines
+
+
+def test_colocated_full_fine_tune_counts_the_kl_reference_only_while_the_trainer_holds_the_device():
+    """The frozen reference copy parks with the trainer's modules (training/reference.py), so
+    the shared GPU's rollout phase has none of it and the train phase all of it: one
+    transformer at the compute dtype."""
+    def phases(kl_beta: str):
+        cfg = load_config("experiment/diffusion/sd3_5/online_grpo_ocr",
+                          ["/base/distributed=ray_rollout_colocated_single_gpu", "model.train_mode=full",
+                           f"algorithm.kl_beta={kl_beta}"], check_files=False)
+        rollout, train = mp.plan_memory(cfg).roles
+        assert rollout.name.startswith("shared GPU, rollout phase") and train.name.startswith("shared GPU, train phase")
+        return rollout, train
+
+    (rollout, train), (plain_rollout, plain_train) = phases("0.04"), phases("0.0")
+    reference = load_architecture("sd3", "stabilityai/stable-diffusion-3.5-medium").component("transformer").parameters
+    assert not any("reference" in what for what, _ in rollout.lines)
+    assert rollout.peak_bytes == plain_rollout.peak_bytes
+    assert dict(train.lines)["reference transformer copy (bfloat16)"] == reference * 2
+    assert train.peak_bytes == plain_train.peak_bytes + reference * 2

@@ -6,7 +6,8 @@ import pytest
 
 from genalign.config.errors import ConfigError
 from genalign.config.loader import load_config
-from genalign.training.distributed_config import DistributedConfig, ResourcesConfig, RoleResources
+from genalign.training.distributed_config import (DistributedConfig, ResourcesConfig, RolloutResources,
+                                                  TrainerResources)
 from genalign.training.resources import EnvironmentFacts, parse_visible_devices, plan_resources
 
 CPU = EnvironmentFacts(visible_gpus=(), ray_address=None)
@@ -17,9 +18,9 @@ def preset(name: str, trainer_gpus=1, rollout_gpus: float | str = "auto", worker
     colocated = name == "ray_rollout_colocated_single_gpu"
     return DistributedConfig(
         preset=name, colocated=colocated, cross_node=name == "ray_rollout_cross_node",
-        resources=ResourcesConfig(trainer=RoleResources(num_gpus=trainer_gpus, devices=resources.get("trainer")),
-                                  rollout=RoleResources(num_gpus=rollout_gpus, num_workers=workers,
-                                                        devices=resources.get("rollout")),
+        resources=ResourcesConfig(trainer=TrainerResources(num_gpus=trainer_gpus, devices=resources.get("trainer")),
+                                  rollout=RolloutResources(num_gpus=rollout_gpus, num_workers=workers,
+                                                            devices=resources.get("rollout")),
                                   visible_devices=resources.get("visible")))
 
 
@@ -137,3 +138,23 @@ def test_config_loading_reports_resource_problems(monkeypatch):
         load_config("experiment/diffusion/sd3_5/online_grpo_ocr", ["/base/distributed=ray_rollout_cross_node"])
     with pytest.raises(ConfigError, match="one size"):
         load_config("experiment/diffusion/sd3_5/online_grpo_ocr", ["distributed.resources.rollout.num_workers=2"])
+
+
+@pytest.mark.parametrize("key, why", [("num_cpus", "Ray reserves no CPUs for it"),
+                                      ("num_workers", "the trainer's processes are torchrun's ranks")])
+def test_the_trainer_role_has_no_cpu_or_worker_count_and_setting_one_says_why(key, why):
+    """The trainer is the launching process (or each torchrun rank), so a Ray CPU count or a
+    worker count for it would be a key that nothing reads: the error names the key and what
+    to set instead, and a checkpoint whose stored config still lists it loads."""
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [f"distributed.resources.trainer.{key}=2"], check_files=False)
+    (problem,) = info.value.problems
+    assert problem.startswith(f"distributed.resources.trainer.{key}: not a config key (set in command line")
+    assert why in problem and f"distributed.resources.rollout.{key}" in problem
+
+    from genalign.config.loader import config_from_checkpoint, config_to_dict
+
+    stored = config_to_dict(load_config(None, [], check_files=False))
+    stored["distributed"]["resources"]["trainer"].update(num_cpus=1, num_workers=1)  # as written before
+    cfg = config_from_checkpoint(stored, "checkpoint-3/config.yaml", [], check_machine=False)
+    assert cfg.distributed.resources.trainer == TrainerResources()
