@@ -4,35 +4,36 @@
                                           [--families janus ...]   (re-measure only these)
 
 For every diffusion family it builds the tiny pipeline (`models/tiny_random.py`) with its transformer
-replaced by the real model's (the shipped architecture file: the same block options, head
-size, MLP ratio and norms) cut to 2 blocks of 2 heads, loads it through
-the real `build_policy` (LoRA, float32 masters, bfloat16 compute) and runs the policy's own
-`velocity` - the call rollout and replay make - while a dispatch-mode tracker counts the
-bytes of every live tensor storage created inside the call:
+replaced by the real model's (the shipped architecture file: the same block options, width,
+heads, MLP and norms) cut to 2 blocks, loads it through the real `build_policy` (LoRA,
+float32 masters, bfloat16 compute) and runs the policy's own `velocity` - the call rollout
+and replay make - at two image sizes, so the bytes split into a per-token slope and a fixed
+part; the slope divided by (blocks x width) is stored as bytes per token, per block, per
+hidden unit at bfloat16, the number the plan scales by the real sequence length and depth
+(`preflight/memory_plan.py`):
 
-- replay (grad on): bytes still alive after the forward (what autograd keeps for backward),
-  eager and with gradient checkpointing;
-- rollout (no grad): the peak of live bytes during the forward (the working set).
+- replay: bytes autograd saves for backward (saved-tensor hooks, weights excluded), eager,
+  with CUDA autocast's float32 list applied inside the autocast region (`CudaAutocastPolicy`:
+  CPU autocast would keep LayerNorm, softmax and the like in bfloat16, the GPU does not);
+- replay_compiled: the same with the repeated blocks compiled (`COMPILE_BACKEND`: inductor's
+  partitioner decides what the compiled graph saves and what it recomputes);
+- replay_checkpointed: live bytes after the forward with gradient checkpointing (eager);
+- rollout_peak: the peak of live bytes during a no-grad forward (eager), per token per unit.
 
-Each is measured at two image sizes, so the bytes split into a per-token slope and a fixed
-part; the slope is divided by (layers x hidden size) and stored as bytes per token, per block,
-per hidden unit at bfloat16: the width-independent number the plan scales by the real
-model's sequence length, depth and width (`preflight/memory_plan.py`). Per-head terms (softmax
-log-sum-exp) keep their share at 2 heads; per-token terms that do not grow with width (norm
-statistics) weigh a little more at 2 heads than at 24, so the coefficients err high; the
-plan's check against the GPU measurement (docs/memory_plan.md) says by how much.
+Per-token terms outside the blocks (patch embedding, final norm and projection) are divided
+by 2 blocks rather than the real depth, so the coefficients err a little high; the plan's
+check against the GPU measurement (docs/memory_plan.md) says by how much.
 
-Janus-Pro (the token family) the same way: the tiny Janus with its language model replaced by
-Janus-Pro-7B's LLaMA block (real head size and MLP ratio) cut to 2 blocks of 2 heads, through
-`build_policy`, measuring the policy's teacher-forced `token_log_probs` (the replay call) at
-two image-token counts; the no-grad peak of the same call stands for the rollout's prefill.
-Its language model has no gradient checkpointing, so `replay_checkpointed` is the block input
-alone (2 bytes per unit, derived, not measured).
+Janus-Pro (the token family) the same way on its replay call `token_log_probs`: the tiny
+Janus with its language model replaced by Janus-Pro-7B's LLaMA block at its real width, cut
+to 2 blocks, at two image-token counts. Its language model has no gradient checkpointing, so
+`replay_checkpointed` is the block input alone (2 bytes per unit, derived, not measured).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import tempfile
@@ -43,6 +44,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.overrides import TorchFunctionMode  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
@@ -101,16 +104,18 @@ from the tiny transformer; every other key (block options, head size, MLP ratio,
 the real model's."""
 
 
-def calibration_transformer(family: str, tiny_config: dict):
+def calibration_transformer(family: str, tiny_config: dict, real_width: bool = False):
     """The real model's transformer (shipped architecture file) cut to 2 blocks (FLUX: 1 + 1)
-    of 2 heads of the real head size, its inputs bound to the tiny pipeline's shapes."""
+    of 2 heads of the real head size (`real_width`: all its heads), its inputs bound to the
+    tiny pipeline's shapes."""
     import diffusers
 
     spec = next(json.loads(p.read_text()) for p in ARCHITECTURES.glob("*.json")
                 if json.loads(p.read_text()).get("family") == family)["components"]["transformer"]
     config = {k: v for k, v in spec["config"].items()}
     config.update({k: tiny_config[k] for k in TINY_BOUND_KEYS if k in tiny_config and k in config})
-    config["num_attention_heads"] = 2
+    if not real_width:
+        config["num_attention_heads"] = 2
     config["num_layers"] = 1 if "num_single_layers" in config else 2
     if "num_single_layers" in config:
         config["num_single_layers"] = 1
@@ -121,12 +126,12 @@ def calibration_transformer(family: str, tiny_config: dict):
     return getattr(diffusers, spec["class"]).from_config(config)
 
 
-def _policy(family: str, root: Path, checkpointing: bool):
+def _policy(family: str, root: Path, checkpointing: bool, real_width: bool = False):
     path = save_tiny(family, root / family)
     transformer_dir = path / "transformer"
     tiny_config = json.loads((transformer_dir / "config.json").read_text())
     torch.manual_seed(0)
-    calibration_transformer(family, tiny_config).save_pretrained(transformer_dir)
+    calibration_transformer(family, tiny_config, real_width).save_pretrained(transformer_dir)
     extra = {"wan": ["model.num_frames=5"], "cosmos": ["model.num_frames=5"], "flux": ["model.embedded_guidance=3.5"]}
     frames = extra.get(family, [])
     cfg = load_config(None, [f"model.family={family}", f"model.path={path}", "model.dtype=bfloat16",
@@ -164,20 +169,101 @@ def measure(policy, side: int, grad: bool) -> tuple[int, int, int]:
     return _tokens(shape), kept, tracker.peak
 
 
+CUDA_AUTOCAST_FLOAT32 = frozenset({
+    F.layer_norm, F.group_norm, F.softmax, F.log_softmax, F.softplus, F.normalize, torch.layer_norm,
+    torch.group_norm, torch.softmax, torch.log_softmax, torch.exp, torch.pow, torch.rsqrt, torch.sum, torch.cumsum,
+    torch.Tensor.softmax, torch.Tensor.log_softmax, torch.Tensor.exp, torch.Tensor.pow, torch.Tensor.__pow__,
+    torch.Tensor.rsqrt, torch.Tensor.sum, torch.Tensor.cumsum})
+"""The ops of CUDA autocast's float32 list a denoiser's forward reaches (torch's autocast op
+reference: norms, softmax, pow, rsqrt, exp, sum, ...). CPU autocast leaves them at bfloat16."""
+
+
+class CudaAutocastPolicy(TorchFunctionMode):
+    """Inside CPU bfloat16 autocast, CUDA autocast's float32 list: those ops get float32 inputs
+    and give float32 outputs, as on the GPU. Above autograd, so the float32 copies and outputs are
+    what backward saves there (a LayerNorm's float32 output, its modulation in float32, the
+    cast back to bfloat16 for the next matmul)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in CUDA_AUTOCAST_FLOAT32 or not torch.is_autocast_enabled("cpu"):
+            return func(*args, **kwargs)  # as CUDA's: only inside an autocast region (the denoiser's call)
+
+        def up(value):
+            low = isinstance(value, torch.Tensor) and value.dtype in (torch.bfloat16, torch.float16)
+            return value.float() if low else value
+
+        with torch.autocast("cpu", enabled=False):
+            return func(*(up(a) for a in args), **{k: up(v) for k, v in kwargs.items()})
+
+
+COMPILE_BACKEND = "aot_eager_decomp_partition"
+"""torch.compile backend of the compiled measurement: AOTAutograd with inductor's
+decompositions and its min-cut partitioner (which decides what the compiled graph saves for
+backward and what it recomputes), without inductor's code generation."""
+
+
+def _saved(module: torch.nn.Module, run) -> tuple[int]:
+    """Bytes of the tensors autograd saves for backward over `run`, `module`'s weights
+    excluded, counted by saved-tensor hooks (compiled graphs save theirs through them too)."""
+    weights = {t.untyped_storage().data_ptr() for t in [*module.parameters(), *module.buffers()]}
+    storages: dict[int, int] = {}
+
+    def pack(tensor):
+        key = tensor.untyped_storage().data_ptr()
+        if key and key not in weights:
+            storages[key] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        out = run()
+    del out
+    return (sum(storages.values()),)
+
+
+def saved_bytes(policy, side: int, eager_cuda: bool) -> tuple[int, int]:
+    """(image tokens, bytes saved for backward) of one sample's `velocity`; `eager_cuda`: under
+    CUDA's autocast float32 list."""
+    cond = policy.encode_prompts(["a calibration prompt"], with_negative=False)
+    shape = policy.latent_shape(side, side)
+    latents, sigma = torch.randn(1, *shape), torch.full((1,), 0.5)
+    with CudaAutocastPolicy() if eager_cuda else contextlib.nullcontext():
+        return (_tokens(shape), *_saved(policy.transformer, lambda: policy.velocity(latents, sigma, cond,
+                                                                                    guidance_scale=1.0)))
+
+
+def _slope(points: list[tuple[int, int]], layers: int, hidden: int) -> float:
+    """Bytes per token per block per unit from two (tokens, bytes) measurements."""
+    (n1, b1), (n2, b2) = points
+    return (b2 - b1) / (n2 - n1) / (layers * hidden)
+
+
 def calibrate(family: str, root: Path, small: int) -> dict:
+    """The family's coefficients at the real width (all heads, 2 blocks), eager ones under
+    CUDA's autocast float32 list: replay (kept for backward), replay_compiled (regional
+    compile with `COMPILE_BACKEND`), replay_checkpointed (gradient checkpointing, eager),
+    rollout_peak (the no-grad forward's peak working set, eager)."""
     result = {}
-    for checkpointing in (False, True):
-        policy = _policy(family, root, checkpointing)
-        hidden, layers = _blocks(policy.transformer)
-        policy.transformer.train()
+    policy = _policy(family, root / "plain", checkpointing=False, real_width=True)
+    hidden, layers = _blocks(policy.transformer)
+    policy.transformer.eval()
+    with CudaAutocastPolicy():
+        (m1, _, peak1), (m2, _, peak2) = (measure(policy, s, grad=False) for s in (small, 2 * small))
+    result["rollout_peak"] = (peak2 - peak1) / (m2 - m1) / hidden
+    policy.transformer.train()
+    result["replay"] = _slope([saved_bytes(policy, s, eager_cuda=True) for s in (small, 2 * small)], layers, hidden)
+    for block in [m for m in policy.transformer.modules() if type(m).__name__ in policy.repeated_blocks]:
+        block.compile(backend=COMPILE_BACKEND, dynamic=False)
+    result["replay_compiled"] = _slope([saved_bytes(policy, s, eager_cuda=False) for s in (small, 2 * small)],
+                                       layers, hidden)
+    # checkpointing keeps each block's input outside autograd's saved tensors: count live bytes
+    policy = _policy(family, root / "checkpointed", checkpointing=True, real_width=True)
+    policy.transformer.train()
+    with CudaAutocastPolicy():
         (n1, kept1, _), (n2, kept2, _) = (measure(policy, s, grad=True) for s in (small, 2 * small))
-        key = "replay_checkpointed" if checkpointing else "replay"
-        result[key] = (kept2 - kept1) / (n2 - n1) / (layers * hidden)
-        if not checkpointing:
-            policy.transformer.eval()
-            (m1, _, peak1), (m2, _, peak2) = (measure(policy, s, grad=False) for s in (small, 2 * small))
-            result["rollout_peak"] = (peak2 - peak1) / (m2 - m1) / hidden
-    result["measured_on"] = f"tiny {family}: {layers} blocks of width {hidden}, bfloat16 autocast, CPU"
+    result["replay_checkpointed"] = (kept2 - kept1) / (n2 - n1) / (layers * hidden)
+    result["measured_on"] = (f"{family}: {layers} blocks of the real width {hidden}, bfloat16 autocast with CUDA's "
+                             f"float32 list (eager), {COMPILE_BACKEND} (compiled), CPU")
     return result
 
 
@@ -186,19 +272,40 @@ JANUS_TOKENS = 256
 
 
 def calibration_janus_shapes() -> str:
-    """Register the tiny Janus whose language model is Janus-Pro-7B's block (shipped file) cut to
-    2 layers of 2 heads of the real head size, at the real MLP ratio; returns its shapes key."""
+    """Register the tiny Janus whose language model is Janus-Pro-7B's block (shipped file) at
+    its real width, head size and MLP width, cut to 2 layers; returns its shapes key."""
     spec = json.loads((ARCHITECTURES / "deepseek-community--Janus-Pro-7B.json").read_text())
     text = spec["components"]["heads_and_aligners"]["config"]["text_config"]
-    head_dim = text["hidden_size"] // text["num_attention_heads"]
-    hidden = 2 * head_dim
     JANUS_SHAPES["calibration"] = dict(JANUS_SHAPES["tiny"], text=dict(
-        hidden_size=hidden, intermediate_size=hidden * text["intermediate_size"] // text["hidden_size"],
-        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4 * JANUS_TOKENS))
+        hidden_size=text["hidden_size"], intermediate_size=text["intermediate_size"], num_hidden_layers=2,
+        num_attention_heads=text["num_attention_heads"], num_key_value_heads=text["num_key_value_heads"],
+        max_position_embeddings=4 * JANUS_TOKENS))
     return "calibration"
 
 
+def _janus_points(policy, cond, small: int, measure_one) -> list:
+    """`measure_one(run)` at `small` and 2 x `small` image tokens; run() is one replay call."""
+    points = []
+    for count in (small, 2 * small):
+        tokens = torch.randint(0, int(policy.model.model.vqmodel.config.num_embeddings), (1, count))
+        points.append((count, *measure_one(lambda: policy.token_log_probs(cond, tokens, guidance_scale=1.0,
+                                                                          temperature=1.0))))
+    return points
+
+
+def _live(run, grad: bool) -> tuple[int, int]:
+    """(bytes kept after `run`, peak bytes during it), counted by `LiveBytes`."""
+    tracker = LiveBytes()
+    with torch.set_grad_enabled(grad), tracker:
+        out = run()
+        kept = tracker.live
+    del out
+    return kept, tracker.peak
+
+
 def calibrate_janus(root: Path, small: int = JANUS_TOKENS) -> dict:
+    """Janus the way `calibrate` measures a denoiser, on the replay call `token_log_probs`:
+    Janus-Pro-7B's LLaMA block at its real width, 2 layers, LoRA through `build_policy`."""
     build_tiny_janus(0, calibration_janus_shapes()).save_pretrained(root / "janus")
     cfg = load_config(None, ["model.family=janus", "algorithm.name=ar_grpo", f"model.path={root / 'janus'}",
                              "model.dtype=bfloat16", "model.device=cpu", "model.train_mode=lora"])
@@ -208,24 +315,20 @@ def calibrate_janus(root: Path, small: int = JANUS_TOKENS) -> dict:
     hidden, layers = int(config.hidden_size), int(config.num_hidden_layers)
     cond = policy.encode_prompts(["a calibration prompt"], with_negative=False)
     result = {}
-    for grad in (True, False):
-        policy.transformer.train(grad)
-        points = []
-        for count in (small, 2 * small):
-            tokens = torch.randint(0, int(policy.model.model.vqmodel.config.num_embeddings), (1, count))
-            tracker = LiveBytes()
-            with torch.set_grad_enabled(grad), tracker:
-                out = policy.token_log_probs(cond, tokens, guidance_scale=1.0, temperature=1.0)
-                kept = tracker.live
-            del out
-            points.append((count, kept, tracker.peak))
-        (n1, kept1, peak1), (n2, kept2, peak2) = points
-        if grad:
-            result["replay"] = (kept2 - kept1) / (n2 - n1) / (layers * hidden)
-        else:
-            result["rollout_peak"] = (peak2 - peak1) / (n2 - n1) / hidden
+    policy.transformer.eval()
+    with CudaAutocastPolicy():
+        (n1, _, peak1), (n2, _, peak2) = _janus_points(policy, cond, small, lambda run: _live(run, grad=False))
+    result["rollout_peak"] = (peak2 - peak1) / (n2 - n1) / hidden
+    policy.transformer.train()
+    with CudaAutocastPolicy():
+        result["replay"] = _slope(_janus_points(policy, cond, small, lambda run: _saved(policy.model, run)), layers, hidden)
+    for block in [m for m in policy.transformer.modules() if type(m).__name__ in policy.repeated_blocks]:
+        block.compile(backend=COMPILE_BACKEND, dynamic=False)
+    result["replay_compiled"] = _slope(_janus_points(policy, cond, small, lambda run: _saved(policy.model, run)),
+                                       layers, hidden)
     result["replay_checkpointed"] = 2.0  # the bfloat16 block input; Janus has no checkpointing to measure
-    result["measured_on"] = (f"tiny janus: {layers} LLaMA blocks of width {hidden}, bfloat16, CPU "
+    result["measured_on"] = (f"janus: {layers} LLaMA blocks of the real width {hidden}, bfloat16 autocast with "
+                             f"CUDA's float32 list (eager), {COMPILE_BACKEND} (compiled), CPU "
                              "(replay_checkpointed derived, not measured)")
     return result
 

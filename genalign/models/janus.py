@@ -49,6 +49,21 @@ JANUS_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 JANUS_REPEATED_BLOCKS = ("LlamaDecoderLayer",)
 
 
+def embed_prompt_ids(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """Forward pre-hook on the language model: a `prompt_ids` [S, L] keyword becomes its
+    embeddings, followed by `inputs_embeds` [S, N, D] when given (the image tokens), as
+    `inputs_embeds` [S, L+N, D]. The lookup runs inside the module's call, after a wrapper's
+    own pre-forward: under FSDP2 the embedding table is then gathered (looked up outside the
+    call it is still this rank's shard, and the first FSDP2 call must be the root's)."""
+    ids = kwargs.pop("prompt_ids", None)
+    if ids is None:
+        return None
+    embeds = module.get_input_embeddings()(ids)  # [S, L, D]
+    tail = kwargs.get("inputs_embeds")
+    kwargs["inputs_embeds"] = embeds if tail is None else torch.cat([embeds, tail.to(embeds.dtype)], dim=1)
+    return args, kwargs
+
+
 def guided_token_logits(cond_logits: torch.Tensor, uncond_logits: torch.Tensor | None, guidance_scale: float,
                         temperature: float, detach_uncond: bool = False) -> torch.Tensor:
     """The sampling logits (l_u + w (l_c − l_u)) / T [..., V] float32: Janus' CFG on raw head
@@ -98,6 +113,8 @@ class JanusPolicy:
         self.processor = processor
         self.device, self.dtype = device, dtype
         self.transformer = self.model.model.language_model
+        # registered before any wrapper, so FSDP2's pre-forward (prepended) runs first
+        self.transformer.register_forward_pre_hook(embed_prompt_ids, with_kwargs=True)
         self.num_image_tokens = int(self.model.model.vision_model.config.num_image_tokens)
         vq = self.model.model.vqmodel.config
         self.image_size = int(vq.num_patches) * 2 ** (len(vq.channel_multiplier) - 1)
@@ -175,13 +192,13 @@ class JanusPolicy:
             raise ValueError(f"temperature must be > 0 for sampled tokens with log-probs, got {temperature}")
         batch = len(cond)
         ids, mask = self._streams(cond.to(self.device), guidance_scale)  # [S, L], S = B or 2B
-        embeds = self.transformer.get_input_embeddings()(ids)  # [S, L, D]
+        step_input = {"prompt_ids": ids}  # the first call embeds the prompt (embed_prompt_ids)
         past = None
         tokens = torch.zeros(batch, self.num_image_tokens, dtype=torch.long, device=self.device)  # [B, N]
         log_probs = torch.zeros(batch, self.num_image_tokens, device=self.device)  # [B, N]
         for i in range(self.num_image_tokens):
             with compute_precision(self.device, self.dtype):
-                out = self.transformer(inputs_embeds=embeds, attention_mask=mask, past_key_values=past, use_cache=True)
+                out = self.transformer(**step_input, attention_mask=mask, past_key_values=past, use_cache=True)
                 logits = self._head_logits(out.last_hidden_state[:, -1])  # [S, V]
             past = out.past_key_values
             guided = self._split_guided(logits, batch, guidance_scale, temperature)  # [B, V]
@@ -191,7 +208,7 @@ class JanusPolicy:
             tokens[:, i] = chosen
             log_probs[:, i] = torch.log_softmax(guided, dim=-1).gather(-1, chosen[:, None])[:, 0]
             streams = torch.cat([chosen, chosen]) if guidance_scale > 1.0 else chosen  # [S]
-            embeds = self.model.prepare_embeddings_for_image_generation(streams[:, None])  # [S, 1, D]
+            step_input = {"inputs_embeds": self.model.prepare_embeddings_for_image_generation(streams[:, None])}
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)  # [S, L + i + 1]
         return SampledTokens(tokens, log_probs)
 
@@ -207,11 +224,11 @@ class JanusPolicy:
             streams = torch.cat([streams, streams])  # [S, N]
         prompt_len = ids.shape[1]
         with compute_precision(self.device, self.dtype):
-            prompt_embeds = self.transformer.get_input_embeddings()(ids)  # [S, L, D]
             image_embeds = self.model.prepare_embeddings_for_image_generation(streams[:, :-1])  # [S, N-1, D]
-            embeds = torch.cat([prompt_embeds, image_embeds.to(prompt_embeds.dtype)], dim=1)  # [S, L+N-1, D]
             full_mask = torch.cat([mask, mask.new_ones(mask.shape[0], count - 1)], dim=1)  # [S, L+N-1]
-            hidden = self.transformer(inputs_embeds=embeds, attention_mask=full_mask).last_hidden_state
+            # the prompt's embeddings are looked up inside the call, before the image tokens' (embed_prompt_ids)
+            hidden = self.transformer(prompt_ids=ids, inputs_embeds=image_embeds,
+                                      attention_mask=full_mask).last_hidden_state  # [S, L+N-1, D]
             logits = self._head_logits(hidden[:, prompt_len - 1:])  # [S, N, V]
         guided = self._split_guided(logits, batch, guidance_scale, temperature, detach_uncond)  # [B, N, V]
         return token_log_probs_from_logits(guided, tokens.to(self.device))  # [B, N]

@@ -7,13 +7,16 @@ for another machine) with the config keys that would make it fit.
 
 Inputs: parameter counts from the model's own configs built on the meta device
 (`models/architecture.py`); activation bytes per token from the CPU calibration
-`benchmarks/calibrate_memory.py` (`models/architectures/calibration.json`). The math is the
-small pure functions below; docs/memory_plan.md states the model and how close it came to the
-one GPU measurement.
+`benchmarks/calibrate_memory.py` (`models/architectures/calibration.json`), one coefficient
+per execution mode: eager (`replay`, CUDA's autocast policy) or `model.compile=true`
+(`replay_compiled`: the compiled graph recomputes cheap element-wise ops instead of saving
+them). The math is the small pure functions below; docs/memory_plan.md states the model and
+how close it came to the one GPU measurement.
 
 What is not counted: the CUDA context and allocator fragmentation (about 1 GiB and a few
-percent), the VAE decode's working set, reward models (their own runtime places them), and the
-text encoders' forward (they run once per step on a few prompts).
+percent), the VAE decode's working set, reward models (their own runtime places them), the
+text encoders' forward (they run once per step on a few prompts), and backward's transient
+gradients of one block.
 """
 
 from __future__ import annotations
@@ -69,6 +72,12 @@ def replay_rows(micro_batch: int, cfg: bool, cfg_batch: str, detach_uncond: bool
     if not cfg:
         return micro_batch
     return micro_batch if (cfg_batch == "split" and detach_uncond) else 2 * micro_batch
+
+
+def replay_coefficient(calibration: dict, compiled: bool) -> tuple[str, float]:
+    """(mode, bytes per token per block per unit kept for backward) of the run's execution mode:
+    `model.compile=true` keeps what the compiled graph saves, eager what eager kernels save."""
+    return ("compiled", calibration["replay_compiled"]) if compiled else ("eager", calibration["replay"])
 
 
 def replay_activation_bytes(rows: int, tokens: int, layers: int, hidden: int, dtype_bytes: int,
@@ -205,6 +214,8 @@ def _levers(cfg, uses_cfg: bool, ranks: int) -> list[str]:
         levers.append("model.train_mode=lora")
     if m.dtype == "float32":
         levers.append("model.dtype=bfloat16")
+    if not m.compile:
+        levers.append("model.compile=true (the compiled graph keeps a fifth to a third fewer replay activations)")
     if not m.gradient_checkpointing and _spec(cfg).gradient_checkpointing:
         levers.append("model.gradient_checkpointing=true")
     micro = cfg.actor.micro_batch_size or cfg.rollout.sample_batch_size
@@ -274,9 +285,11 @@ def plan_memory(cfg) -> MemoryPlan | None:
     tokens = tokens_per_row(image_tokens, text_tokens, arch.geometry.text_in_sequence)
     cfg_batch = m.cfg_batch if _spec(cfg).split_cfg else "joint"
     rows = replay_rows(run.train_micro_batch, run.uses_cfg, cfg_batch, cfg.algorithm.detach_uncond)
+    mode, per_unit = replay_coefficient(calibration, m.compile)
     activations = replay_activation_bytes(rows, tokens, arch.num_layers, arch.hidden_size, dtype_bytes,
-                                          calibration["replay"], calibration["replay_checkpointed"],
-                                          m.gradient_checkpointing)
+                                          per_unit, calibration["replay_checkpointed"], m.gradient_checkpointing)
+    if run.needs_reference:  # the reference's no-grad forward runs while the replay's activations live
+        activations += rollout_working_bytes(rows, tokens, arch.hidden_size, dtype_bytes, calibration["rollout_peak"])
     rollout_rows = run.rollout_micro_batch * (2 if run.uses_cfg and cfg_batch == "joint" else 1)
     if arch.geometry.kv_cache:  # token sampling: the cache at its longest + the prompt's prefill forward
         working = (kv_cache_bytes(rollout_rows, tokens, arch.num_layers, arch.kv_heads, arch.head_dim, dtype_bytes)
@@ -285,8 +298,9 @@ def plan_memory(cfg) -> MemoryPlan | None:
     else:
         working = rollout_working_bytes(rollout_rows, tokens, arch.hidden_size, dtype_bytes,
                                         calibration["rollout_peak"])
-    act_line = (f"replay activations ({rows} rows x {tokens} tokens"
-                f"{', checkpointed' if m.gradient_checkpointing else ''})", activations)
+    act_line = (f"replay activations ({rows} rows x {tokens} tokens, {mode}"
+                f"{', checkpointed' if m.gradient_checkpointing else ''}"
+                f"{' + the reference forward' if run.needs_reference else ''})", activations)
     roll_line = (f"rollout working set ({rollout_rows} rows x {tokens} tokens"
                  f"{', KV cache' if arch.geometry.kv_cache else ''})", working)
     micro_line = ("replayed micro-batch (latents, condition)",

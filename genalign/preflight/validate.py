@@ -17,6 +17,7 @@ from genalign.preflight.algorithm_checks import algorithm_problems
 from genalign.preflight.plan import num_train_timesteps_problem
 from genalign.preflight.values import non_finite_problems, reward_package_problems, value_problems
 from genalign.tracking.config import logger_problems
+from genalign.training.config import LOSS_NORMALISATIONS
 
 CHOICES = {
     "reward.aggregation": ("weighted_sum", "advantage_sum"),
@@ -34,6 +35,7 @@ CHOICES = {
     "algorithm.advantage.std": ("population", "unbiased"),
     "distributed.training.strategy": ("none", "ddp", "fsdp2"),
     "distributed.training.backend": ("auto", "gloo", "nccl"),
+    "actor.loss_normalisation": LOSS_NORMALISATIONS,
 }
 
 

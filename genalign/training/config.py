@@ -51,6 +51,10 @@ class TrainerConfig:
     step, or a non-finite loss. null never stops for that."""
 
 
+LOSS_NORMALISATIONS = ("rank_mean", "global_unit_mean")
+"""`ActorConfig.loss_normalisation`'s choices (training/update.py: unit_weight)."""
+
+
 @dataclass
 class EMAConfig:
     enabled: bool = True
@@ -91,4 +95,13 @@ class ActorConfig:
     """Passes over the step's samples per training step (PPO epochs; Flow-GRPO: 1)."""
     shuffle_samples: bool = True
     """Shuffle samples before splitting into micro-batches (seeded)."""
+    loss_normalisation: str = "rank_mean"
+    """How an optimizer step's gradient averages its trained units across training processes.
+    "rank_mean" (Flow-GRPO under accelerate DDP): each rank averages over its own units, then
+    DDP / FSDP2 average over ranks, so when ranks train unequal numbers of units (the
+    zero-advantage filter, online DPO's pairs) a unit on a lightly loaded rank weighs more.
+    "global_unit_mean": the mean over the step's units on all ranks (the unit counts are
+    exchanged first), every unit weighing the same: the gradient one process would take on
+    the union (verl's global token count, transformers' average_tokens_across_devices).
+    Identical on one process or with equal counts on every rank."""
     ema: EMAConfig = field(default_factory=EMAConfig)

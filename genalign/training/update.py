@@ -4,7 +4,8 @@ Where it fits: step 5 of the loop. Accumulation counts micro-batches x trained d
 steps (as Flow-GRPO's accelerate counter does, docs/algorithms.md §2.5): one optimizer step spans
 `gradient_accumulation_steps` micro-batches (this rank's share under torchrun), counted with
 one counter across inner epochs; a shorter remainder at the round's end is a step of its own.
-The loss of an optimizer step is the mean over its trained units on all ranks (`run_update`).
+The loss of an optimizer step is the mean over its trained units, per rank then over ranks
+or over all ranks at once (`actor.loss_normalisation`, `unit_weight`).
 
 Under torchrun every rank runs the same `RoundPlan` — agreed with one small all-gather of
 each rank's unit count — so every rank enters every collective whatever its data: a rank
@@ -32,7 +33,7 @@ from genalign.algorithms.base import Algorithm
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.training import distributed
-from genalign.training.config import ActorConfig
+from genalign.training.config import LOSS_NORMALISATIONS, ActorConfig
 from genalign.training.ema import EMA
 
 
@@ -107,7 +108,9 @@ class RoundPlan:
     epochs: int
     accumulation: int
     step_units: tuple[int, ...]
-    """Trained units in each optimizer step, summed over ranks (the loss normaliser)."""
+    """Trained units in each optimizer step, summed over ranks (`global_unit_mean`'s normaliser)."""
+    rank_step_units: tuple[tuple[int, ...], ...]
+    """Per rank, its own trained units in each optimizer step (`rank_mean`'s normaliser)."""
 
     def step_of(self, slot: int) -> int:
         return slot // self.accumulation
@@ -132,10 +135,29 @@ def round_plan(sizes_by_rank: list[list[int]], epochs: int, accumulation: int) -
     """The shared plan from every rank's real micro-batch sizes (per inner epoch)."""
     slots = max(len(sizes) for sizes in sizes_by_rank)
     num_slots = slots * epochs
-    step_units = [0] * math.ceil(num_slots / accumulation)
+    rank_units = [[0] * math.ceil(num_slots / accumulation) for _ in sizes_by_rank]
     for slot in range(num_slots):
-        step_units[slot // accumulation] += sum(s[slot % slots] for s in sizes_by_rank if slot % slots < len(s))
-    return RoundPlan(slots, epochs, accumulation, tuple(step_units))
+        for units, sizes in zip(rank_units, sizes_by_rank):
+            units[slot // accumulation] += sizes[slot % slots] if slot % slots < len(sizes) else 0
+    step_units = tuple(sum(column) for column in zip(*rank_units))
+    return RoundPlan(slots, epochs, accumulation, step_units, tuple(tuple(units) for units in rank_units))
+
+
+def unit_weight(units: int, positions: int, plan: RoundPlan, slot: int, ranks: distributed.RankInfo,
+                normalisation: str) -> float:
+    """The factor on a backward's micro-batch mean loss (`units` units, each averaged over
+    `positions` trained positions); DDP / FSDP2 then divide the summed gradients by the world.
+
+    `rank_mean` (Flow-GRPO under accelerate DDP): each rank's gradient is the mean over its
+    own units in the step, averaged over ranks: b / (K · n_rank). `global_unit_mean`: the mean
+    over the step's units on all ranks, b · world / (K · N) (N from the agreed plan). Both are
+    exact rationals, so equal micro-batches give 1 / (K · accumulation) bit for bit."""
+    step = plan.step_of(slot)
+    if normalisation == "global_unit_mean":
+        return units * ranks.world_size / (positions * plan.step_units[step])
+    if normalisation == "rank_mean":
+        return units / (positions * plan.rank_step_units[ranks.rank][step])
+    raise ValueError(f"actor.loss_normalisation={normalisation!r}: choose one of {', '.join(LOSS_NORMALISATIONS)}")
 
 
 def agree_round(num_units: int, micro_batch_size: int, epochs: int, accumulation: int,
@@ -151,13 +173,13 @@ def run_update(ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_
     """Replay `batch` (this rank's training units, advantages [U]) through the policy and take
     the optimizer steps of one training step.
 
-    Gradient of one optimizer step (every rank, every strategy): the mean over the step's
-    trained units — summed over all ranks — of each unit's loss averaged over the trained
-    positions, (1 / N_s) Σ_units (1 / T) Σ_j ∇ℓ_unit,j. Each backward carries its micro-batch
-    mean loss × b · world / (T · N_s); DDP / FSDP2 divide the summed gradients by `world`.
-    With equal micro-batches this is 1 / (T · gradient_accumulation_steps) per micro-batch,
-    Flow-GRPO's normalisation. `filler` is one unit a rank with no units of its own replays
-    with weight 0 (online DPO without a pair)."""
+    Gradient of one optimizer step: each unit's loss averaged over the trained positions,
+    then averaged per `actor.loss_normalisation` (`unit_weight`): over each rank's own units
+    and then over ranks (`rank_mean`, Flow-GRPO's), or over the step's units on all ranks
+    (`global_unit_mean`). On one rank, or with equal micro-batches everywhere, both are
+    1 / (T · gradient_accumulation_steps) per micro-batch, Flow-GRPO's normalisation.
+    `filler` is one unit a rank with no units of its own replays with weight 0 (online DPO
+    without a pair)."""
     policy, algorithm, actor, ranks = ctx.policy, ctx.algorithm, ctx.actor, ctx.ranks
     scaler = ctx.scaler or torch.amp.GradScaler("cpu", enabled=False)  # disabled: a pass-through anywhere
     result = UpdateResult(total_samples=len(batch), stat_extremes=dict(algorithm.stat_extremes))
@@ -188,8 +210,7 @@ def run_update(ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_
                 positions = samples[parts[index]]  # [b] positions in the batch
                 micro = batch.index(positions).to(policy.device)
                 micro_advantages = advantages[positions].to(policy.device)  # [b]
-                # exact rational b·world / (T·N_s): equal micro-batches give 1/(T·accumulation) bit for bit
-                weight = len(positions) * ranks.world_size / (len(step_indices) * plan.step_units[plan.step_of(slot)])
+                weight = unit_weight(len(positions), len(step_indices), plan, slot, ranks, actor.loss_normalisation)
             else:  # zero contribution: this rank has fewer micro-batches than another
                 micro = filler.to(policy.device)
                 micro_advantages = torch.zeros(len(filler), device=policy.device)  # [1]

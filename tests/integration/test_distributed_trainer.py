@@ -109,12 +109,13 @@ def test_two_rank_resume_continues_the_run(tiny_sd3_dir, tmp_path):
 JANUS_RECIPE = "experiment/autoregressive/janus_pro/online_grpo_ocr"
 
 
-def janus_overrides(model_dir: Path, out: Path, strategy: str) -> list[str]:
+def janus_overrides(model_dir: Path, out: Path, strategy: str, train_mode: str = "full") -> list[str]:
     """A full fine-tune of the tiny Janus language model: its input embeddings are looked up
-    outside the module's forward (Janus mixes text and image-token embeddings), so this checks
-    that DDP still averages every trained parameter's gradient, the embedding table included."""
+    apart from the decoder layers (Janus mixes text and image-token embeddings), so this checks
+    that DDP / FSDP2 still average every trained parameter's gradient, the embedding table
+    included."""
     return [
-        f"model.path={model_dir}", "model.device=cpu", "model.dtype=float32", "model.train_mode=full",
+        f"model.path={model_dir}", "model.device=cpu", "model.dtype=float32", f"model.train_mode={train_mode}",
         "/base/distributed=local", f"distributed.training.strategy={strategy}", "distributed.training.backend=gloo",
         "rollout.height=32", "rollout.width=32", "rollout.n=2", "rollout.rollout_batch_size=2",
         "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=2", "actor.lr=1e-3",
@@ -123,15 +124,38 @@ def janus_overrides(model_dir: Path, out: Path, strategy: str) -> list[str]:
     ]
 
 
-def test_janus_full_finetune_two_ranks_reach_the_one_process_weights(tiny_janus_dir, tmp_path):
-    launch(1, janus_overrides(tiny_janus_dir, tmp_path / "one", "ddp"), JANUS_RECIPE)
-    launch(2, janus_overrides(tiny_janus_dir, tmp_path / "two", "ddp"), JANUS_RECIPE)
-    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
+@pytest.fixture(scope="module")
+def janus_single_process(tiny_janus_dir, tmp_path_factory):
+    """The one-process Janus run of a train mode (launched once per mode, on first use)."""
+    runs: dict[str, Path] = {}
+
+    def run(train_mode: str) -> Path:
+        if train_mode not in runs:
+            runs[train_mode] = tmp_path_factory.mktemp(f"janus_single_{train_mode}")
+            launch(1, janus_overrides(tiny_janus_dir, runs[train_mode], "ddp", train_mode), JANUS_RECIPE)
+        return runs[train_mode]
+    return run
+
+
+@pytest.mark.parametrize("strategy,train_mode", [("ddp", "full"), ("fsdp2", "full"), ("fsdp2", "lora")])
+def test_janus_two_ranks_reach_the_one_process_weights(janus_single_process, tiny_janus_dir, tmp_path, strategy,
+                                                       train_mode):
+    """FSDP2 as the trainer applies it (`distributed.wrap_for_training`): one unit per LLaMA
+    decoder layer, the root for the rest, the embedding table included. Janus' prompt
+    embeddings are looked up inside the language model's call (`models/janus.py:
+    embed_prompt_ids`), after FSDP2 has gathered the table; looked up before it, the table was
+    a shard and the run failed. LoRA is the recipe's mode; full also trains the table."""
+    launch(2, janus_overrides(tiny_janus_dir, tmp_path / "two", strategy, train_mode), JANUS_RECIPE)
+    one, two = weights(janus_single_process(train_mode)), weights(tmp_path / "two")
     assert sorted(one) == sorted(two)
-    [embedding] = [k for k in one if k.endswith("embed_tokens.weight")]  # trained in a full fine-tune
-    base = load_file(str(tiny_janus_dir / "model.safetensors"))
-    [initial] = [v for k, v in base.items() if k.endswith("language_model.embed_tokens.weight")]
-    assert not torch.equal(one[embedding], initial), "the step did not move the embedding table"
+    if train_mode == "full":
+        [embedding] = [k for k in one if k.endswith("embed_tokens.weight")]  # trained in a full fine-tune
+        base = load_file(str(tiny_janus_dir / "model.safetensors"))
+        [initial] = [v for k, v in base.items() if k.endswith("language_model.embed_tokens.weight")]
+        assert not torch.equal(one[embedding], initial), "the step did not move the embedding table"
+    else:
+        assert all("lora" in k for k in one)
+        assert any(v.abs().max() > 0 for k, v in one.items() if "lora_B" in k), "the step did not move the adapter"
     for name in one:
         # 2 ranks only regroup the gradient sums (all-reduce of two halves): rounding through forward,
         # backward and the optimizer step, relative to the weights' magnitude

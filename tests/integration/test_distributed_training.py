@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 import torch
 
-from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, reorder_tolerance
 
 pytestmark = pytest.mark.distributed
 
@@ -115,7 +115,7 @@ from genalign.training.config import ActorConfig
 from genalign.training.precision import build_grad_scaler
 from genalign.training.update import UpdateContext, run_update
 
-strategy, case, out = sys.argv[1], sys.argv[2], sys.argv[3]
+strategy, case, out, normalisation = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 info = dist.init_distributed(strategy, backend="gloo", timeout_s=60)
 POSITIONS, LR = [0, 1], 0.1
 
@@ -159,6 +159,9 @@ if case == "drop_zero":  # rank 1's samples all have advantage 0 (a constant sco
     counts, accumulation, drop = [4, 4], 2, True
     xs = torch.randn(8, 4, generator=g)
     adv = torch.cat([torch.randn(4, generator=g), torch.zeros(4)])
+elif case == "unequal":  # rank 0 trains 4 units, rank 1 2, all in one optimizer step
+    counts, accumulation, drop = [4, 2], 2, False
+    xs, adv = torch.randn(6, 4, generator=g), torch.randn(6, generator=g)
 elif case == "uneven":  # online DPO: rank 0 has 5 pairs, rank 1 none (it replays the filler with weight 0)
     counts, accumulation, drop = [5, 0], 2, False
     xs, adv = torch.randn(5, 4, generator=g), torch.randn(5, generator=g)
@@ -190,24 +193,30 @@ else:
     torch.distributed.reduce_scatter_single = counting_reduce_scatter
 scaler = build_grad_scaler(torch.float16 if case == "overflow" else torch.float32, torch.device("cpu"), True)
 actor = ActorConfig(gradient_accumulation_steps=accumulation, max_grad_norm=1e9, num_inner_epochs=1,
-                    shuffle_samples=False)
+                    shuffle_samples=False, loss_normalisation=normalisation)
 policy = type("Policy", (), {"device": torch.device("cpu")})()
 algorithm = Regression(module, overflow=case == "overflow" and info.rank == 1, drop_zero_advantage=drop)
 context = UpdateContext(policy, algorithm, torch.optim.SGD(params, lr=LR), params, actor, scaler, info, module)
 result = run_update(context, units, adv[mine], 2, torch.Generator().manual_seed(0), filler=filler)
 weight = dist.full_state(dict(module.named_parameters()))["weight"]
 
-# the documented gradient, on one process: per optimizer step, the mean over the step's
-# trained units (all ranks) of the loss averaged over positions; SGD steps in the same order
+# the documented gradient, on one process: per optimizer step, the mean of each unit's loss
+# averaged over positions, over the step's trained units on all ranks (global_unit_mean) or
+# over each rank's own units and then over ranks (rank_mean); SGD steps in the same order
 trained = [k for k in range(len(xs)) if not drop or adv[k] != 0]
 per_rank = [[k for k in trained if sum(counts[:r]) <= k < sum(counts[:r + 1])] for r in range(len(counts))]
 slots = max((len(ks) + 1) // 2 for ks in per_rank)
-steps = [[k for ks in per_rank for k in ks[2 * first:2 * (first + accumulation)]] for first in range(0, slots, accumulation)]
+steps = [[ks[2 * first:2 * (first + accumulation)] for ks in per_rank] for first in range(0, slots, accumulation)]
 if case == "overflow":
     steps = steps[1:]  # the first step's gradient is inf on one rank: every rank skips it
 optimizer = torch.optim.SGD(reference.parameters(), lr=LR)
-for ks in steps:
-    loss = sum(((reference(xs[ks] + j).sum(1) - adv[ks]) ** 2).mean() for j in POSITIONS) / len(POSITIONS)
+def mean_loss(ks):
+    return sum(((reference(xs[ks] + j).sum(1) - adv[ks]) ** 2).mean() for j in POSITIONS) / len(POSITIONS)
+for parts in steps:
+    if normalisation == "global_unit_mean":
+        loss = mean_loss([k for ks in parts for k in ks])
+    else:  # a rank without units in the step adds zero and still counts in DDP's average
+        loss = sum(mean_loss(ks) for ks in parts if ks) / len(parts)
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
@@ -227,11 +236,12 @@ UPDATE_DEPTH = 4
 """Chained reductions: forward, loss, backward, and up to two SGD steps on the result."""
 
 
-def run_update_ranks(tmp_path: Path, strategy: str, case: str) -> list[dict]:
+def run_update_ranks(tmp_path: Path, strategy: str, case: str,
+                     normalisation: str = "global_unit_mean") -> list[dict]:
     import json
 
-    out = tmp_path / case
-    launch_script(tmp_path, UPDATE_SCRIPT, 2, strategy, case, str(out))
+    out = tmp_path / f"{case}_{normalisation}"
+    launch_script(tmp_path, UPDATE_SCRIPT, 2, strategy, case, str(out), normalisation)
     return [json.loads(Path(f"{out}.{rank}.json").read_text()) for rank in range(2)]
 
 
@@ -248,6 +258,25 @@ def test_a_rank_with_less_to_train_takes_part_and_the_step_is_the_global_sample_
                                                           ranks[0]["reference"]))
     assert torch.equal(first, second)
     assert_close_reordered(first, reference, length=UPDATE_REDUCTION, depth=UPDATE_DEPTH)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_unequal_ranks_rank_mean_is_the_reference_and_global_unit_mean_the_union(tmp_path, strategy):
+    """Rank 0 trains 4 units, rank 1 2, in one optimizer step. global_unit_mean: the weights
+    equal one process's SGD on the mean over the union of the 6 units; rank_mean (the default,
+    Flow-GRPO's per-process mean under DDP): on the average of the two ranks' own means, where
+    each of rank 1's units weighs twice one of rank 0's. The two references differ by far more
+    than the tolerance, so each comparison tells the modes apart."""
+    global_ranks = run_update_ranks(tmp_path, strategy, "unequal", "global_unit_mean")
+    rank_ranks = run_update_ranks(tmp_path, strategy, "unequal", "rank_mean")
+    for ranks in (global_ranks, rank_ranks):
+        assert [r["optimizer_steps"] for r in ranks] == [1, 1]
+        assert ranks[0]["weight"] == ranks[1]["weight"]
+        assert_close_reordered(torch.tensor(ranks[0]["weight"]), torch.tensor(ranks[0]["reference"]),
+                               length=UPDATE_REDUCTION, depth=UPDATE_DEPTH)
+    union, per_rank = torch.tensor(global_ranks[0]["reference"]), torch.tensor(rank_ranks[0]["reference"])
+    bound = reorder_tolerance(float(union.abs().max()), UPDATE_REDUCTION, UPDATE_DEPTH)
+    assert (union - per_rank).abs().max() > 100 * bound
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
