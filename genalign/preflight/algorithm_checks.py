@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from genalign.config.schema import ExperimentConfig
-from genalign.preflight.values import TOKEN_FAMILIES, family_kind
+from genalign.preflight.values import family_kind, token_family_names
 
 FAMILY_SAMPLES = {"token": "generates image tokens", "flow": "is a flow-matching family"}
 ALGORITHM_TRAINS = {"token": "trains image tokens", "flow": "trains flow-matching trajectories"}
@@ -26,7 +26,7 @@ def family_problems(cfg: ExperimentConfig) -> list[str]:
     """The rollout keys only one kind of family reads."""
     family, rollout = cfg.model.family, cfg.rollout
     problems: list[str] = []
-    token_family = family_kind(family) == "token"
+    token_family = family_kind(cfg) == "token"
     if token_family:
         flow_only = {"rollout.same_initial_noise": rollout.same_initial_noise,
                      "rollout.sde_window.size": rollout.sde_window.size, "rollout.ode_final_step": rollout.ode_final_step}
@@ -38,14 +38,14 @@ def family_problems(cfg: ExperimentConfig) -> list[str]:
         problems.append(f"rollout.temperature must be > 0 (the sampler's softmax temperature), got {rollout.temperature}")
     elif rollout.temperature != 1.0 and not token_family:
         problems.append(f"rollout.temperature={rollout.temperature} is read by token families only "
-                        f"({', '.join(TOKEN_FAMILIES)}); model.family={family} samples with an SDE: remove it")
+                        f"({', '.join(token_family_names())}); model.family={family} samples with an SDE: remove it")
     return problems
 
 
 def kind_problems(cfg: ExperimentConfig, algorithm: type, others: dict[str, type]) -> list[str]:
     """The family samples what the algorithm trains; else name the algorithms that fit."""
-    family_sampler = family_kind(cfg.model.family)
-    if algorithm.policy_kind == family_sampler:
+    family_sampler = family_kind(cfg)
+    if family_sampler is None or algorithm.policy_kind == family_sampler:
         return []
     fitting = [name for name, cls in others.items() if cls.policy_kind == family_sampler]
     return [f"model.family={cfg.model.family} {FAMILY_SAMPLES[family_sampler]}; algorithm.name="

@@ -54,7 +54,7 @@ class RunPlan:
         from genalign.preflight.values import family_kind
 
         rollout, actor = cfg.rollout, cfg.actor
-        tokens = family_kind(cfg.model.family) == "token"
+        tokens = family_kind(cfg) == "token"
         samples_per_step = rollout.rollout_batch_size * rollout.n
         train_micro_batch = rollout.sample_batch_size if actor.micro_batch_size is None else actor.micro_batch_size
         num_train_timesteps = int(rollout.num_steps * cfg.algorithm.timestep_fraction)

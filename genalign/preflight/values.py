@@ -19,17 +19,28 @@ from genalign.config.schema import ExperimentConfig
 from genalign.models.family_checks import MAX_IMAGE_SIDE, family_problems
 from genalign.rewards.options import reward_option_problems
 
-TOKEN_FAMILIES = ("janus",)
-"""Compatibility shim for the algorithm checks and the run plan: the families whose
-`FamilySpec.sampler` is "token" (each family's spec is the source; this goes once those
-callers read `family_spec(name).sampler`)."""
+def family_kind(cfg: ExperimentConfig) -> str | None:
+    """"token" or "flow": what `model.family` samples (its `FamilySpec.sampler`), compared with
+    an algorithm's `policy_kind`; None when the family does not resolve, which `validate`
+    reports once under model.family rather than again in every check that reads the kind."""
+    from genalign.config.registry import RegistryError, import_problem, is_dotted_path
+    from genalign.models.spec import FamilySpec, family_spec
+
+    model = cfg.model
+    if is_dotted_path(model.family) and model.family in model.allow_import \
+            and import_problem("model.family", model.family, FamilySpec):
+        return None  # family_problems reports why it does not import
+    try:
+        return family_spec(cfg.model.family, cfg.model.allow_import).sampler
+    except RegistryError:
+        return None
 
 
-def family_kind(family: str) -> str:
-    """"token" or "flow": what the family samples, compared with an algorithm's `policy_kind`
-    (the one place the algorithm checks and the run plan read it; `FamilySpec.sampler` is the
-    source this shim mirrors)."""
-    return "token" if family in TOKEN_FAMILIES else "flow"
+def token_family_names() -> list[str]:
+    """The registered families that sample image tokens (for messages)."""
+    from genalign.models.spec import families_with
+
+    return families_with(lambda spec: spec.sampler == "token")
 
 
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
