@@ -11,7 +11,7 @@ so they are known before any model loads):
   * `data_source(cfg)` — "online" (rollout + rewards each step) or "offline" (a preference
     dataset; no rollout);
   * `needs_old_logprob` (the rollout's log-probs are trained on; the parity preflight runs
-    only then), `needs_rollout_means`, `supports_multi_update`, `trainable_copies`;
+    only then), `needs_rollout_means`, `trainable_copies`;
   * `owned_options` — the `algorithm.*` keys only this algorithm reads (another algorithm
     refuses them when set), and `config_problems(cfg)`, its own config checks;
   * `stat_extremes` — which logged statistics also get their min / max columns.
@@ -55,8 +55,6 @@ class Algorithm(Protocol):
     """"flow" or "token": the trajectories it trains (the model family must sample them)."""
     needs_old_logprob: bool
     """True when compute_loss uses the rollout log-probs stored in the batch."""
-    supports_multi_update: bool
-    """True when several optimizer steps per rollout are valid (importance ratio / clipping)."""
     needs_rollout_means: bool
     """True when compute_loss reads the rollout kernel means (the rollout then records them)."""
 
@@ -212,7 +210,6 @@ class ClippedRatioBase(AlgorithmBase):
     (the trained tensors) is part of the common constructor; these algorithms keep no copy."""
 
     needs_old_logprob = True
-    supports_multi_update = True
     needs_rollout_means = False
     """True when the loss reads the rollout kernel means (`TrajectoryBatch.means`: GRPO-Guard)."""
     stat_extremes = {"ratio": ("min", "max"), "log_prob_drift": ("max",)}

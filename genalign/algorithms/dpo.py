@@ -67,7 +67,6 @@ class FlowDPO(AlgorithmBase):
     needs_reference = True
     trainable_copies = 1  # the reference: a ShadowWeights copy of the trained tensors
     needs_old_logprob = False
-    supports_multi_update = True
     owned_options = ("dpo",)
 
     @classmethod

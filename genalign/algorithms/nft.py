@@ -44,7 +44,6 @@ class DiffusionNFT(AlgorithmBase):
     title = "DiffusionNFT"
     needs_old_logprob = False
     trainable_copies = 1  # the old (sampling) policy's ShadowWeights
-    supports_multi_update = True
     owned_options = ("nft",)
 
     @classmethod

@@ -241,13 +241,14 @@ def run_update(ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_
 
 def _checked_losses(pending: list[tuple[torch.Tensor, int, list[str]]]) -> list[float]:
     """The pending losses as floats (one host sync); a non-finite one is an error naming its
-    denoising step and prompts."""
+    trained position (an entry of the algorithm's `train_step_indices`: a denoising step, or
+    under per-sample windows a position in each sample's window) and prompts."""
     if not pending:  # a step this rank only filled
         return []
     values = torch.stack([loss for loss, _, _ in pending]).float().cpu().tolist()
     for value, (_, step_index, prompts) in zip(values, pending):
         if not math.isfinite(value):
-            raise FloatingPointError(f"non-finite loss {value} at denoising step {step_index}; prompts: {prompts[:3]}")
+            raise FloatingPointError(f"non-finite loss {value} at trained position {step_index}; prompts: {prompts[:3]}")
     return values
 
 

@@ -21,7 +21,6 @@ class QuadraticAlgorithm(AlgorithmBase):
 
     needs_reference = False
     needs_old_logprob = False
-    supports_multi_update = True
     stat_extremes = {"ratio": ("min", "max")}
 
     def __init__(self, weight, steps=(0, 1), drop_zero_advantage=False):
@@ -118,7 +117,7 @@ def test_zero_advantage_samples_are_not_replayed():
 def test_non_finite_loss_is_an_error_naming_the_step():
     batch = make_batch(size=4)
     adv = torch.tensor([1.0, float("nan"), 0.0, 0.0])
-    with pytest.raises(FloatingPointError, match="non-finite loss nan at denoising step 0"):
+    with pytest.raises(FloatingPointError, match="non-finite loss nan at trained position 0"):
         run(batch, adv, accumulation=1, micro=4)
 
 
