@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from genalign.config.registry import RegistryError, import_problem, is_dotted_path
-from genalign.models.spec import FamilySpec, families_with, family_spec
+from genalign.config.registry import import_problem, is_dotted_path
+from genalign.models.spec import FamilySpec, families_with, spec_or_none
 
 if TYPE_CHECKING:
     from genalign.config.schema import ExperimentConfig
@@ -30,9 +30,8 @@ def family_problems(cfg: "ExperimentConfig") -> list[str]:
         problem = import_problem("model.family", model.family, FamilySpec)
         if problem:
             return [problem]
-    try:
-        spec = family_spec(model.family, model.allow_import)
-    except RegistryError:
+    spec = spec_or_none(model.family, model.allow_import)
+    if spec is None:
         return []
     problems = []
     guidance = model.embedded_guidance

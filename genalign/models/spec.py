@@ -116,6 +116,20 @@ def family_spec(name: str, allow_import: list[str] | tuple[str, ...] = ()) -> Fa
     return spec
 
 
+def spec_or_none(name: str, allow_import: list[str] | tuple[str, ...] = ()) -> FamilySpec | None:
+    """The spec of `model.family=name`, or None when the name does not resolve or its allowed
+    module does not import: validation reports those once, under model.family, so the checks
+    that only read the spec skip them instead of repeating the error."""
+    from genalign.config.registry import RegistryError, import_problem, is_dotted_path
+
+    if is_dotted_path(name) and name in allow_import and import_problem("model.family", name, FamilySpec):
+        return None
+    try:
+        return family_spec(name, allow_import)
+    except RegistryError:
+        return None
+
+
 def families_with(predicate) -> list[str]:
     """The registered family names whose spec satisfies `predicate` (for messages)."""
     from genalign.models.registry import MODEL_FAMILIES

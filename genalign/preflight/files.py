@@ -20,6 +20,7 @@ from genalign.config.errors import ConfigError
 from genalign.config.schema import ExperimentConfig
 from genalign.hub import HUB_ID, is_hub_id
 from genalign.rewards.config import REWARD_PATH_OPTIONS
+from genalign.models.spec import spec_or_none
 
 def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest", "eval_manifest"),
                   output_dir: bool = True, resume: bool = True) -> list[str]:
@@ -55,7 +56,7 @@ def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest
 
 def model_path_problems(family: str, path: str, allow_import: list[str] | tuple[str, ...] = ()) -> list[str]:
     """model.path must be an existing directory when it is local; a hub id is left to the loader."""
-    spec = _spec(family, allow_import)
+    spec = spec_or_none(family, allow_import)
     if spec is not None and path == spec.builtin_path:
         return []
     local = Path(path).expanduser()
@@ -77,20 +78,9 @@ def local_only_hint(spec) -> str:
     return f"use {builtin}a local model directory (model.family={spec.name} loads no Hub id)"
 
 
-def _spec(family: str, allow_import: list[str] | tuple[str, ...] = ()):
-    """The family's spec, or None for a name validation reports."""
-    from genalign.config.registry import RegistryError
-    from genalign.models.spec import family_spec
-
-    try:
-        return family_spec(family, allow_import)
-    except (RegistryError, ImportError):
-        return None
-
-
 def _family_pipeline(family: str, allow_import: list[str] | tuple[str, ...] = ()) -> str | None:
     """The diffusers pipeline class a family loads (None: not a diffusers family)."""
-    spec = _spec(family, allow_import)
+    spec = spec_or_none(family, allow_import)
     return spec.pipeline_class if spec is not None and spec.export == "diffusers" else None
 
 
@@ -138,7 +128,7 @@ def offline_hub_problems(cfg: ExperimentConfig) -> list[str]:
         return []
     # (key, hub id, revision): the model is wanted at model.revision (Cosmos' diffusers weights
     # live on a branch, so the default branch being cached would not do), scorers at their default
-    spec = _spec(cfg.model.family, cfg.model.allow_import)
+    spec = spec_or_none(cfg.model.family, cfg.model.allow_import)
     hub_model = spec is not None and spec.hub_weights and cfg.model.path != spec.builtin_path
     wanted = [("model.path", cfg.model.path, cfg.model.revision)] if hub_model else []
     used = local_scorers(cfg)

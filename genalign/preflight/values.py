@@ -23,17 +23,10 @@ def family_kind(cfg: ExperimentConfig) -> str | None:
     """"token" or "flow": what `model.family` samples (its `FamilySpec.sampler`), compared with
     an algorithm's `policy_kind`; None when the family does not resolve, which `validate`
     reports once under model.family rather than again in every check that reads the kind."""
-    from genalign.config.registry import RegistryError, import_problem, is_dotted_path
-    from genalign.models.spec import FamilySpec, family_spec
+    from genalign.models.spec import spec_or_none
 
-    model = cfg.model
-    if is_dotted_path(model.family) and model.family in model.allow_import \
-            and import_problem("model.family", model.family, FamilySpec):
-        return None  # family_problems reports why it does not import
-    try:
-        return family_spec(cfg.model.family, cfg.model.allow_import).sampler
-    except RegistryError:
-        return None
+    spec = spec_or_none(cfg.model.family, cfg.model.allow_import)
+    return None if spec is None else spec.sampler
 
 
 def token_family_names() -> list[str]:
