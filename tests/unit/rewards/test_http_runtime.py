@@ -255,6 +255,10 @@ def test_http_runtime_config_is_checked_before_anything_starts():
     assert RewardConfig(runtime="http").http_problems()[0].startswith("reward.url=''")
     assert RewardConfig(runtime="http", url="ftp://x").http_problems()
     assert RewardConfig(runtime="http", url="http://10.0.0.5:8700").http_problems() == []
+    assert RewardConfig(runtime="http", url="http://[::1]:8700").http_problems() == []
+    for url, reason in (("http://[::1", "Invalid IPv6 URL"), ("http://h:99999", "Port out of range")):
+        (problem,) = RewardConfig(runtime="http", url=url).http_problems()  # urlsplit's ValueError, as a message
+        assert problem.startswith(f"reward.url={url!r} is not a URL ({reason}")
 
 
 def test_http_runtime_is_checked_by_the_config_loader(monkeypatch, tmp_path):
@@ -272,3 +276,36 @@ def test_http_runtime_is_checked_by_the_config_loader(monkeypatch, tmp_path):
                                   "export the reward server's token"]
     monkeypatch.setenv("GENALIGN_REWARD_TOKEN", "t")
     assert file_problems(cfg) == []  # the scorers' files are the server's to have
+
+
+def test_a_throttled_client_retries_after_the_servers_retry_after(token, images):
+    """429 (this address sent wrong tokens) is "not now", like 503: waited out within reward.timeout_s."""
+    from aiohttp import web
+
+    answers = [429, 429]
+
+    async def health(request):
+        return web.json_response({"ok": True})
+
+    async def info(request):
+        return web.json_response({"components": [PIXEL], "max_request_bytes": 2**30})
+
+    async def score(request):
+        await request.read()
+        if answers:
+            return web.json_response({"error": "too many wrong tokens"}, status=answers.pop(),
+                                     headers={"Retry-After": "1"})
+        return web.json_response({"scores": {PIXEL: [0.5, 0.5]}})
+
+    app = web.Application()
+    app.router.add_get("/healthz", health)
+    app.router.add_get("/v1/info", info)
+    app.router.add_post("/v1/score", score)
+    server = BackgroundServer(app)
+    runtime = client(server.url, {PIXEL: 1.0})
+    try:
+        scores = runtime.score(images[:2], ["p", "q"], [])
+        assert answers == [] and scores.components[PIXEL].tolist() == [0.5, 0.5]
+    finally:
+        runtime.close()
+        server.stop()
