@@ -166,13 +166,16 @@ class Attack:
         context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
         self._stop = context.Event()
         self._results = context.Queue()
-        self._processes = [context.Process(target=attacker.run, args=(kind, self._stop, self._results), daemon=True,
-                                           name=f"attack-{kind}") for kind in kinds]
+        self._ready = context.Barrier(len(kinds) + 1)
+        self._processes = [context.Process(target=attacker.run, args=(kind, self._stop, self._results, self._ready),
+                                           daemon=True, name=f"attack-{kind}") for kind in kinds]
         self.counts: dict[str, Counter] = {}
 
     def start(self) -> "Attack":
+        """Start every attacker; return once each has prepared (imports, its giant body) and attacks."""
         for process in self._processes:
             process.start()
+        self._ready.wait(timeout=600)
         return self
 
     def stop(self) -> None:
@@ -197,11 +200,11 @@ class Attacker:
     slowloris: int
     size: int
 
-    def run(self, kind: str, stop, results) -> None:
+    def run(self, kind: str, stop, results, ready) -> None:
         # on one machine the attackers' own CPU would be taken from the server, which on their
         # own machines it is not: they run at the lowest priority, the server's work for them counts
         os.nice(19)
-        self._stop, self.counts = stop, {kind: Counter()}
+        self._stop, self._ready, self.counts = stop, ready, {kind: Counter()}
         try:
             getattr(self, f"_{kind}")()
         finally:
@@ -237,6 +240,7 @@ class Attacker:
         images = torch.randint(0, 256, (self.giant_images, 3, self.size, self.size), dtype=torch.uint8)
         body = encode_request(ScoreRequest(images, ["giant"] * self.giant_images, [{}] * self.giant_images,
                                            self.components))
+        self._ready.wait(timeout=600)
         abandon = False
         while not self._stop.is_set():
             abandon = not abandon
@@ -255,6 +259,7 @@ class Attacker:
                 self._stop.wait(0.5)
 
     def _slowloris(self) -> None:
+        self._ready.wait(timeout=600)
         sockets: list[socket.socket] = []
         while not self._stop.is_set():
             while len(sockets) < self.slowloris and not self._stop.is_set():
@@ -295,11 +300,13 @@ class Attacker:
                  self._head(11) + b"hello world",  # not safetensors
                  self._head(len(deep) + 8) + len(deep).to_bytes(8, "little") + deep,
                  self._head(None) + b"no length"]
+        self._ready.wait(timeout=600)
         while not self._stop.is_set():
             for index, data in enumerate(cases):
                 self._exchange("malformed", data, read=index != 1)
 
     def _tokens(self) -> None:
+        self._ready.wait(timeout=600)
         while not self._stop.is_set():
             guess = secrets.token_urlsafe(32)
             self._exchange("tokens", f"GET /v1/info HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {guess}\r\n"
@@ -314,7 +321,7 @@ def abuse_test(url: str, token: str, components: list[str], clients: int = 4, ra
     attackers' counts."""
     clean = steady_traffic(url, components, clients, rate_per_s, seconds, batch, size, timeout_s)
     attack = Attack(url, token, components, giant_images, slowloris, size, kinds).start()
-    time.sleep(2.0)  # the attack is under way before the first valid call
+    time.sleep(2.0)  # the attack is under way (slowloris connections open, a giant request in) before the first call
     try:
         attacked = steady_traffic(url, components, clients, rate_per_s, seconds, batch, size, timeout_s)
     finally:

@@ -24,7 +24,8 @@ from genalign.rewards.base import RewardFunction
 from genalign.rewards.config import RewardConfig
 from genalign.rewards.scores import build_scorer
 from genalign.rewards.server import RewardService, ServeOptions, bind_socket, start_site
-from genalign.rewards.server_limits import descriptor_problem, token_problems
+from genalign.rewards.server_connections import descriptor_problem
+from genalign.rewards.server_limits import token_problems
 from genalign.rewards.wire import require_aiohttp
 
 log = logging.getLogger(__name__)
@@ -103,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     args.overrides = [item for item in args.components if "=" in item] + args.overrides
     args.components = [item for item in args.components if "=" not in item]
     options = ServeOptions(args.host, args.port, args.token_env, args.max_queue, args.max_request_mb,
-                           args.max_inflight_mb, args.max_connections, args.header_timeout_s, args.body_timeout_s,
-                           args.insecure_token)
+                           args.max_inflight_mb, args.max_connections, args.max_connections_per_address,
+                           args.header_timeout_s, args.body_timeout_s, args.insecure_token)
     cfg, token = check_setup(args.components, args.overrides, options)
     sock = bind_socket(options.host, options.port)  # a taken port fails before minutes of model loading
     try:
@@ -142,6 +143,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="request bodies being read, waiting or scored at once (MiB); past it 503")
     parser.add_argument("--max-connections", type=int, default=defaults.max_connections,
                         help="open connections; past it the oldest idle one is closed")
+    parser.add_argument("--max-connections-per-address", type=int, default=None,
+                        help="open connections one client address may hold (default: a quarter of --max-connections; "
+                             "behind a reverse proxy set it to --max-connections)")
     parser.add_argument("--header-timeout-s", type=float, default=defaults.header_timeout_s,
                         help="seconds a connection may take to send a request's headers (and may idle between "
                              "requests)")

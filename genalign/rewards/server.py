@@ -50,8 +50,8 @@ from genalign.rewards.base import RewardFunction
 from genalign.rewards.composite import LocalRewardRuntime
 from genalign.rewards.config import RewardConfig
 from genalign.rewards.scores import check_inputs
-from genalign.rewards.server_limits import (LIMITED_LOGGERS, AuthThrottle, ByteBudget, ConnectionGuard,
-                                            RateLimitFilter)
+from genalign.rewards.server_connections import ConnectionGuard, refusal
+from genalign.rewards.server_limits import LIMITED_LOGGERS, ByteBudget, ClientThrottle, RateLimitFilter
 from genalign.rewards.server_scheduler import FairScheduler, JobError, QueueFull
 from genalign.rewards.wire import (HEALTH_PATH, INFO_PATH, SCORE_PATH, ScoreRequest, WireError, decode_request,
                                    encode_reply)
@@ -59,9 +59,11 @@ from genalign.rewards.wire import (HEALTH_PATH, INFO_PATH, SCORE_PATH, ScoreRequ
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8700
-LISTEN_BACKLOG = 1024
-"""Connections the kernel queues before accept (uvicorn: 2048, aiohttp: 128, capped by net.core.somaxconn):
-room for a burst of attackers, so a valid client's connection is not dropped and retried a second later."""
+LISTEN_BACKLOG = 128
+"""Connections the kernel queues before accept (aiohttp's default). Also how many asyncio accepts
+in one go, without running anything else: under a flood of connections a larger backlog
+(uvicorn's 2048) blocks the event loop for each burst (1024 took 0.3-0.6 s on the development
+box), which valid clients see as latency."""
 SHUTDOWN_GRACE_S = 30.0
 """How long a stopping server waits for handlers to send their answers."""
 
@@ -87,6 +89,10 @@ class ServeOptions:
     max_connections: int = 512
     """Open connections; past it the oldest one that has sent no request (else the longest
     idle) is closed, or the new one answered 503 when all are inside a request."""
+    max_connections_per_address: int | None = None
+    """Open connections one client address may hold (None: a quarter of max_connections); past
+    it a new one from that address is answered 503. Behind a reverse proxy, set it to
+    max_connections: every client then has the proxy's address."""
     header_timeout_s: float = 15.0
     """A connection must send a complete request's headers within this many seconds of opening
     or of its previous answer, else it is closed (the keep-alive idle limit too)."""
@@ -99,7 +105,8 @@ class ServeOptions:
         out = []
         if not 0 <= self.port <= 65535:
             out.append(f"--port {self.port} is not a TCP port")
-        for flag, value in (("--max-queue", self.max_queue), ("--max-connections", self.max_connections)):
+        for flag, value in (("--max-queue", self.max_queue), ("--max-connections", self.max_connections),
+                            ("--max-connections-per-address", self.per_address_limit)):
             if value < 1:
                 out.append(f"{flag} {value} must be >= 1")
         for flag, value in (("--max-request-mb", self.max_request_mb), ("--max-inflight-mb", self.max_inflight_mb),
@@ -110,6 +117,12 @@ class ServeOptions:
             out.append(f"--max-inflight-mb {self.max_inflight_mb:g} must be >= --max-request-mb "
                        f"{self.max_request_mb:g}: no request that large could ever be read")
         return out
+
+    @property
+    def per_address_limit(self) -> int:
+        if self.max_connections_per_address is not None:
+            return self.max_connections_per_address
+        return max(1, self.max_connections // 4)
 
     @property
     def max_request_bytes(self) -> int:
@@ -131,9 +144,10 @@ class RewardService:
         self.cfg = cfg
         self.options = options
         self._token = token.encode()
-        self.guard = ConnectionGuard(options.max_connections, options.header_timeout_s)
+        self._throttle = ClientThrottle()
+        self.guard = ConnectionGuard(options.max_connections, options.per_address_limit, options.header_timeout_s,
+                                     screen=self._screen)
         self._budget = ByteBudget(int(options.max_inflight_mb * 2**20))
-        self._throttle = AuthThrottle()
         # one thread: the scorers see one call at a time, in order, as with the local runtime
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="genalign-serve",
                                             initializer=torch.set_num_threads, initargs=(torch.get_num_threads(),))
@@ -218,11 +232,17 @@ class RewardService:
                                   "video_reduction": self.cfg.video_reduction, "genalign": __version__})
 
     async def _score(self, request):
+        response = await self._score_request(request)
+        if response.status in CLIENT_FAILURES:  # a valid trainer never sends these: counted like wrong tokens
+            self._throttle.failed(request.remote or "unknown")
+        return response
+
+    async def _score_request(self, request):
         from aiohttp import web
 
-        refusal = self._refuse_token(request) or self._refuse_length(request.content_length)
-        if refusal is not None:
-            return refusal
+        refused = self._refuse_token(request) or self._refuse_length(request.content_length)
+        if refused is not None:
+            return refused
         length = request.content_length
         if not self._budget.try_reserve(length):
             return _error(503, f"busy: {self._budget.used / 2**20:.0f} MiB of requests are in flight and this one "
@@ -248,14 +268,20 @@ class RewardService:
 
     # -- the checks, in order -----------------------------------------------------------------------
 
+    def _screen(self, address: str) -> bytes | None:
+        """At accept: a throttled address is answered 429 before aiohttp builds anything for it."""
+        wait_s = self._throttle.wait_s(address)
+        if not wait_s:
+            return None
+        return refusal("429 Too Many Requests", _throttled(address, wait_s), f"Retry-After: {math.ceil(wait_s)}\r\n")
+
     def _refuse_token(self, request):
-        """429 for a client address past its failed attempts (the token is then not compared),
-        401 for a wrong or missing token; None when the request may go on."""
+        """429 for a client address past its failures (the token is then not compared), 401 for
+        a wrong or missing token; None when the request may go on."""
         client = request.remote or "unknown"
         wait_s = self._throttle.wait_s(client)
         if wait_s:
-            return _error(429, f"too many wrong tokens from {client}; retry in {math.ceil(wait_s)} s",
-                          {"Retry-After": str(math.ceil(wait_s))})
+            return _error(429, _throttled(client, wait_s), {"Retry-After": str(math.ceil(wait_s))})
         # surrogateescape: raw non-UTF-8 header bytes compare (unequal) instead of raising
         sent = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
         if hmac.compare_digest(sent, b"Bearer " + self._token):
@@ -303,6 +329,14 @@ class RewardService:
                                      video_reduction=self.cfg.video_reduction)
         with torch.no_grad():
             return runtime.score(request.images, request.prompts, request.metadata).components
+
+
+CLIENT_FAILURES = (400, 408, 411, 413)
+"""Answers to a malformed, slow or oversized request: each counts against the client's throttle."""
+
+
+def _throttled(client: str, wait_s: float) -> str:
+    return f"too many wrong tokens or malformed requests from {client}; retry in {math.ceil(wait_s)} s"
 
 
 def _error(status: int, message: str, headers=None, close: bool = False):

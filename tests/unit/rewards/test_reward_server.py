@@ -191,20 +191,45 @@ def test_bytes_in_flight_are_bounded_before_a_body_is_read(serve):
     assert status == 200
 
 
-def test_idle_connections_are_closed_and_capped_while_valid_requests_are_served(serve):
-    server = serve(max_connections=8, header_timeout_s=1.0)
-    idle = []
-    for _ in range(20):  # slowloris: half a request each, never finished
-        sock = socket.create_connection(address(server), timeout=WAIT_S)
-        sock.sendall(b"POST /v1/score HTTP/1.1\r\nHost: x\r\n")
-        idle.append(sock)
+def slow_connection(server, source: str) -> socket.socket:
+    """A slowloris connection from `source`: half a request, never finished."""
+    sock = socket.create_connection(address(server), timeout=WAIT_S, source_address=(source, 0))
+    sock.sendall(b"POST /v1/score HTTP/1.1\r\nHost: x\r\n")
+    return sock
+
+
+def test_connections_past_the_cap_close_the_oldest_that_sent_no_request(serve):
+    """Twelve addresses hold one slow connection each against a cap of 8: each one past the cap
+    closes the oldest of them; a valid client is still served, and the newest 7 are left."""
+    server = serve(max_connections=8, header_timeout_s=WAIT_S)
+    slow = [slow_connection(server, f"127.0.0.{10 + i}") for i in range(12)]
     try:
+        time.sleep(0.5)
         status, _, reply = call(server, "POST", "/v1/score", body_of(2, "valid"))
         assert status == 200 and len(reply["scores"][PROBE]) == 2
-        for sock in idle:  # every one is closed by the server (cap or header deadline)
+        assert all(closed_by_server(sock) for sock in slow[:5])  # the valid client's connection closed a 5th
+        for sock in slow[5:]:
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):  # open, nothing to read
+                sock.recv(1)
+    finally:
+        for sock in slow:
+            sock.close()
+
+
+def test_one_address_holds_at_most_its_share_and_slow_headers_are_closed(serve):
+    server = serve(max_connections=8, max_connections_per_address=3, header_timeout_s=1.0)
+    slow = [slow_connection(server, "127.0.0.3") for _ in range(6)]
+    try:
+        for sock in slow[3:]:  # past the address's quota: a 503 at once
+            answer = sock.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 503") and b"--max-connections-per-address" in answer
+        status, _, _ = call(server, "POST", "/v1/score", body_of(2, "valid"))  # another address: served
+        assert status == 200
+        for sock in slow[:3]:  # the header deadline closes the admitted ones
             assert closed_by_server(sock)
     finally:
-        for sock in idle:
+        for sock in slow:
             sock.close()
 
 
