@@ -388,7 +388,7 @@ CASES = [
     Case("device-typo", TOY + ["model.device=gpu"], ["model.device='gpu'", "cuda"]),
     Case("model-path-missing", TOY + ["model.path={tmp}/no_model"], ["model.path", "no_model", "does not exist"]),
     Case("model-path-is-file", TOY + ["model.path={file}"], ["model.path", "is a file"], manifest("weights.bin", b"x")),
-    # round three: the reward service's command line and the last config tracebacks (issue 34, items 7-8)
+    # the reward service's command line, and the last values that passed `config` and failed later
     Case("serve-max-request-nan", SERVE + ["--max-request-mb", "nan"], ["--max-request-mb nan", "finite number > 0"]),
     Case("serve-max-request-inf", SERVE + ["--max-request-mb", "inf"], ["--max-request-mb inf", "finite number > 0"]),
     Case("serve-port-in-use", SERVE + ["--port", "{file}"], ["--port", "is already in use", "--port"], busy_port),

@@ -31,21 +31,13 @@ def token(monkeypatch):
 
 
 @pytest.fixture
-def serve(fakes_on_path, token):
+def serve(start_reward_server, token):
     """serve(components, batch_size=..., kwargs=..., **ServeOptions fields) -> a running server."""
-    servers = []
-
     def start(components, batch_size=4, kwargs=None, **options):
-        cfg = RewardConfig(components=dict.fromkeys(components, 1.0), kwargs=kwargs or {}, allow_import=FAKES,
-                           batch_size=batch_size)
-        scorers = {name: build_scorer(name, "cpu", dict(cfg.kwargs.get(name, {})), FAKES) for name in components}
-        server = BackgroundServer(RewardService(scorers, cfg, TOKEN, ServeOptions(**options)).app())
-        servers.append(server)
-        return server
+        return start_reward_server({name: (kwargs or {}).get(name, {}) for name in components}, TOKEN, batch_size,
+                                   **options)
 
-    yield start
-    for server in servers:
-        server.stop()
+    return start
 
 
 def client(url, components, **fields):
@@ -186,6 +178,18 @@ def malformed_server(score_body: bytes, content_type="application/json"):
     """A server that follows the protocol until /v1/score, which answers `score_body`."""
     from aiohttp import web
 
+    async def score(request):
+        await request.read()
+        return web.Response(body=score_body, content_type=content_type)
+
+    return stub_server(score)
+
+
+def stub_server(score):
+    """A server answering /healthz and /v1/info as genalign's does (serving PIXEL), and
+    /v1/score with the handler `score`."""
+    from aiohttp import web
+
     app = web.Application()
 
     async def health(request):
@@ -193,10 +197,6 @@ def malformed_server(score_body: bytes, content_type="application/json"):
 
     async def info(request):
         return web.json_response({"components": [PIXEL], "max_request_bytes": 2**30})
-
-    async def score(request):
-        await request.read()
-        return web.Response(body=score_body, content_type=content_type)
 
     app.router.add_get("/healthz", health)
     app.router.add_get("/v1/info", info)
@@ -284,12 +284,6 @@ def test_a_throttled_client_retries_after_the_servers_retry_after(token, images)
 
     answers = [429, 429]
 
-    async def health(request):
-        return web.json_response({"ok": True})
-
-    async def info(request):
-        return web.json_response({"components": [PIXEL], "max_request_bytes": 2**30})
-
     async def score(request):
         await request.read()
         if answers:
@@ -297,11 +291,7 @@ def test_a_throttled_client_retries_after_the_servers_retry_after(token, images)
                                      headers={"Retry-After": "1"})
         return web.json_response({"scores": {PIXEL: [0.5, 0.5]}})
 
-    app = web.Application()
-    app.router.add_get("/healthz", health)
-    app.router.add_get("/v1/info", info)
-    app.router.add_post("/v1/score", score)
-    server = BackgroundServer(app)
+    server = stub_server(score)
     runtime = client(server.url, {PIXEL: 1.0})
     try:
         scores = runtime.score(images[:2], ["p", "q"], [])

@@ -16,9 +16,6 @@ import time
 import pytest
 import torch
 
-from genalign.rewards.config import RewardConfig
-from genalign.rewards.scores import build_scorer
-from genalign.rewards.server import BackgroundServer, RewardService, ServeOptions
 from genalign.rewards.wire import ScoreRequest, encode_request
 
 TOKEN = "server-test-token-0123456789abcdefghij"
@@ -27,24 +24,16 @@ WAIT_S = 120.0  # generous: the box is shared
 
 
 @pytest.fixture
-def serve(fakes_on_path):
+def serve(start_reward_server):
     """serve(batch_size=..., delay_s=..., **ServeOptions fields) -> a running server of the probe scorer."""
-    servers = []
-
     def start(batch_size=2, delay_s=0.0, **options):
         import reward_fakes
 
         reward_fakes.CALL_SIZES.clear()
         reward_fakes.CALL_PROMPTS.clear()
-        cfg = RewardConfig(components={PROBE: 1.0}, allow_import=[PROBE], batch_size=batch_size)
-        scorers = {PROBE: build_scorer(PROBE, "cpu", {"delay_s": delay_s}, [PROBE])}
-        server = BackgroundServer(RewardService(scorers, cfg, TOKEN, ServeOptions(**options)).app())
-        servers.append(server)
-        return server
+        return start_reward_server({PROBE: {"delay_s": delay_s}}, TOKEN, batch_size, **options)
 
-    yield start
-    for server in servers:
-        server.stop()
+    return start
 
 
 def address(server) -> tuple[str, int]:
