@@ -6,8 +6,9 @@ machine and scores for any number of training jobs, which set `reward.runtime=ht
 Ray dependency already installs (Ray's dashboard runs on it), so the service adds no new
 framework and one library serves both ends.
 
-How a request flows: a connection is admitted by the connection guard (`server_limits.py`:
-the cap and the header deadline). The handler refuses a throttled client address (429), then
+How a request flows: a connection is admitted by the connection guard
+(`server_connections.py`: the cap, the per-address quota, the header deadline; a throttled
+address is refused there already). The handler refuses a throttled client address (429), then
 checks the shared-secret token (401), then the declared `Content-Length` (411 without one, 413
 past `--max-request-mb`, both before a byte of the body is read), then reserves those bytes
 in the global in-flight budget (503 when `--max-inflight-mb` is full), reads the body within
@@ -19,12 +20,14 @@ client that disconnects has its handler cancelled and its unscored samples dropp
 answer is JSON, errors as `{"error": "..."}`.
 
 The command around it (checks, bind, load the scorers, serve until a signal) is
-`serve_command.py`; the limits are `server_limits.py`, the scheduling `server_scheduler.py`.
+`serve_command.py`; the other limits (bytes in flight, the throttle, the token's strength,
+rate-limited logs) are `server_limits.py`, the scheduling `server_scheduler.py`.
 
 Safety: binds 127.0.0.1 unless `--host` says otherwise; every route but /healthz needs
 `Authorization: Bearer <token>` where the token is read from an environment variable (never a
 flag, which `ps` would show), and a bind reachable from other machines needs a token of at
-least 32 characters (or `--insecure-token`); /healthz answers `{"ok": true}` and nothing more.
+least 32 characters with 8 distinct ones (or `--insecure-token`); /healthz answers
+`{"ok": true}` and nothing more.
 Bodies are raw tensors in safetensors, never pickle. The token is not encryption: across
 machines use an SSH tunnel or a TLS reverse proxy.
 """
