@@ -8,8 +8,9 @@ there). The geneval reward (genalign/rewards/geneval.py) reads these fields as t
 metadata; the `.jsonl` manifest reader passes every field but `prompt` through.
 
 The six tasks are generated as GenEval defines them (djghosh13/geneval, prompts/
-create_prompts.py): GenEval's 80 COCO object classes (its object_names.txt), its ten colours, counts 2-4,
-"a"/"an" and plurals as it writes them, no coloured "person". The test set draws the six
+create_prompts.py): GenEval's 80 COCO object classes (its object_names.txt, shipped as
+genalign/assets/geneval/object_names.txt), its ten colours, counts 2-4, "a"/"an" and plurals
+as it writes them, no coloured "person". The test set draws the six
 tags in equal shares (2212 prompts, Flow-GRPO's test-set size; single_object and counting
 repeat prompts, their tasks being small); the training set uses Flow-GRPO's GenEval training
 mix (position 0.7, counting 0.5, color_attr 0.3, colors 0.1, two_object 0.1, normalised; no

@@ -8,7 +8,7 @@ What it does, as GenEval (djghosh13/geneval `evaluation/evaluate_images.py`, com
 and Flow-GRPO's GenEval reward server (yifan123/reward-server `reward_server/gen_eval.py`,
 commit 92ac29f) score:
 0. Flow-GRPO's client JPEG-encodes every image (Pillow's default quality, 75) before its reward
-   server scores it (yifan123/flow_grpo `flow_grpo/rewards.py` `geneval_score`, commit ac4c86e);
+   server scores it (yifan123/flow_grpo `flow_grpo/rewards.py` `geneval_score`, commit 94e23ee);
    `jpeg_quality` (75) does the same round trip, None scores the raw pixels.
 1. Detect instances with Mask2Former (Swin-S, COCO instance segmentation: the detector GenEval
    runs, here through transformers' `Mask2FormerForUniversalSegmentation` instead of mmdet, so
@@ -40,7 +40,8 @@ Which number is the score (`score`):
 - "reward" (default, Flow-GRPO's training reward): partial credit, the mean over clauses of
   1 - |expected - found| / expected for counts and colours, 0/1 for position. Reproduced as
   the reference computes it, including that a failed position clause also appends a 1.0
-  (a failed position prompt scores 0.75, not 0.67).
+  (a failed position prompt scores 0.75, not 0.67) and that a count term goes below 0 when
+  more than twice the expected objects are found.
 - "strict": 1 when every include clause matches exactly (count ==, every object the colour,
   position holds), else 0 (Flow-GRPO's strict accuracy).
 - "accuracy": GenEval's benchmark correctness: at least `count` objects (the most confident
@@ -125,7 +126,7 @@ class GenEvalOptions:
     """Fraction of the summed box sizes removed from the centre offset before judging a relation."""
     jpeg_quality: int | None = PIL_DEFAULT_JPEG_QUALITY
     """Score each image after a JPEG round trip at this Pillow quality, as Flow-GRPO's client sends
-    images to its GenEval server (flow_grpo/rewards.py `geneval_score`, commit ac4c86e: Pillow's
+    images to its GenEval server (flow_grpo/rewards.py `geneval_score`, commit 94e23ee: Pillow's
     default, 75); null scores the raw pixels (GenEval's own benchmark reads lossless PNG files)."""
     dtype: str = "float32"
 

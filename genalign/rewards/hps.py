@@ -11,7 +11,7 @@ HPSv2's evaluation transform (`create_model_and_transforms(..., light_augmentati
 with torchvision's antialiased bicubic on [0, 1] floats, the short side `round()`ed, padded
 to 224 x 224 with black, the odd pixel at the bottom/right), then OpenAI mean/std. Not the
 `laion/CLIP-ViT-H-14-laion2B-s32B-b79K` processor's shortest-side crop: the two agree on a
-square image only (at 480 x 832 they differ by up to 3.4 normalised units per pixel).
+square image only (at 480 x 832 they differ by up to 3.8 normalised units per pixel).
 
 Architecture and weights: HPSv2 fine-tunes open_clip's ViT-H-14 (laion2B-s32B-b79K). That
 model's transformers port is `laion/CLIP-ViT-H-14-laion2B-s32B-b79K`, so the scorer builds a

@@ -32,7 +32,8 @@ def models(tmp_path_factory):
     config = Mask2FormerConfig(backbone_config=backbone, feature_size=32, mask_feature_size=32, hidden_dim=32,
                                encoder_feedforward_dim=64, dim_feedforward=64, encoder_layers=1, decoder_layers=2,
                                num_attention_heads=2, num_queries=12, num_labels=len(COCO_LABELS),
-                               id2label=dict(enumerate(COCO_LABELS)), label2id={c: i for i, c in enumerate(COCO_LABELS)})
+                               id2label=dict(enumerate(COCO_LABELS)),
+                               label2id={c: i for i, c in enumerate(COCO_LABELS)})
     torch.manual_seed(0)
     Mask2FormerForUniversalSegmentation(config).save_pretrained(root / "detector")
     mouse = Mask2FormerForUniversalSegmentation(config)  # the same detector, biased to say "mouse"

@@ -83,7 +83,8 @@ def test_preflight_refuses_a_manifest_the_geneval_reward_cannot_score(tmp_path):
     cfg = load_config(recipe, [f"data.eval_manifest={bad}"], check_files=False)
     problems = reward_manifest_problems(cfg, ("manifest", "eval_manifest"))
     # the training reward and the gold reward both score the eval manifest; data.manifest is fine
-    assert [p.split(" cannot")[0] for p in problems] == ["reward.components.geneval", "eval.gold_rewards.geneval_accuracy"]
+    assert [p.split(" cannot")[0] for p in problems] == ["reward.components.geneval",
+                                                         "eval.gold_rewards.geneval_accuracy"]
     assert all(f"data.eval_manifest: {bad}:1: " in p and "unicorn" in p for p in problems)
 
 
