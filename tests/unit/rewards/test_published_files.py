@@ -17,6 +17,8 @@ FOUND = {
         "910e70b3956ac9879ebc90b22fb3bc8a75b6a0677814500101a4c072bd7857bd",
     "hub/laion--CLIP-ViT-H-14-laion2B-s32B-b79K/tokenizer_config.json":
         "cbcdcf14cede6b5c3a6841f37961364357d82bef3079beb115e95f27252526a0",
+    "hub/stabilityai--stable-diffusion-3.5-medium/transformer/config.json":
+        "b6ea8128277df286573ce1937c36ce42a5a84e976331091ffccb1d05893dc299",
     "upstream/mlfoundations--open_clip/ViT-L-14.json":
         "171cfafd089dfcdcec7df80b6628582e6e78937932799bf748b32503d6a5fa8b",
     "upstream/open-mmlab--mmdetection/coco_classes.txt":
