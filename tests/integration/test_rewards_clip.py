@@ -23,7 +23,7 @@ PROMPTS = ["a red cat", "a blue dog", "a tree"]
 
 @pytest.fixture(scope="module")
 def clip_dir(tmp_path_factory):
-    from support import save_tiny_clip
+    from published import save_tiny_clip
 
     return save_tiny_clip(tmp_path_factory.mktemp("tiny_clip"))
 
@@ -35,7 +35,7 @@ def laion_processor_dir(tmp_path_factory, clip_dir):
     repository also has and AutoTokenizer reads the tokenizer class from)."""
     import shutil
 
-    from support import FIXTURES, tiny_clip_tokenizer_files
+    from published import FIXTURES, tiny_clip_tokenizer_files
 
     path = tmp_path_factory.mktemp("laion_processor")
     shutil.copy(clip_dir / "config.json", path / "config.json")

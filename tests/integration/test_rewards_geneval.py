@@ -24,7 +24,7 @@ def models(tmp_path_factory):
     from transformers import (Mask2FormerConfig, Mask2FormerForUniversalSegmentation, Mask2FormerImageProcessorPil,
                               SwinConfig)
 
-    from support import save_tiny_clip
+    from published import save_tiny_clip
 
     root = tmp_path_factory.mktemp("geneval")
     backbone = SwinConfig(image_size=64, patch_size=4, embed_dim=16, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2],
