@@ -146,3 +146,62 @@ def save_tiny_clip(path: Path, architecture: Path = OPEN_CLIP_VIT_L_14, processo
     shutil.copy(processor_repo / "preprocessor_config.json", path / "preprocessor_config.json")
     return path
 
+
+# ------------------------------------------------------------------ mmdet configs (GenEval's detector)
+
+CONFIG_BUILTINS = {"dict": dict, "list": list, "tuple": tuple, "range": range, "enumerate": enumerate, "len": len}
+"""All an mmdet config file may call: they are plain Python building dicts and lists."""
+
+
+def mmdet_config(path: Path) -> dict:
+    """An mmdet 2.x (mmcv 1.x) config file's settings with its `_base_` files merged in as mmcv's
+    `Config.fromfile` merges them: a dict updates its base's dict key by key, recursively, unless
+    it sets `_delete_=True`; anything else replaces the base's value."""
+    namespace: dict = {"__builtins__": CONFIG_BUILTINS}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 (a published config of dicts)
+    own = {key: value for key, value in namespace.items() if not key.startswith("__")}
+    bases = own.pop("_base_", [])
+    merged: dict = {}
+    for base in [bases] if isinstance(bases, str) else bases:
+        merged.update(mmdet_config((path.parent / base).resolve()))
+    return _merge_config(merged, own)
+
+
+def _merge_config(base: dict, child: dict) -> dict:
+    out = dict(base)
+    for key, value in child.items():
+        if isinstance(value, dict):
+            delete = value.get("_delete_", False)
+            value = {k: v for k, v in value.items() if k != "_delete_"}
+            if isinstance(out.get(key), dict) and not delete:
+                value = _merge_config(out[key], value)
+        out[key] = value
+    return out
+
+
+def tiny_geneval_detector(seed: int = 0):
+    """A random Mask2FormerForUniversalSegmentation of GenEval's detector config (mmdet's Swin-S
+    Mask2Former, COCO instances) shrunk in width and depth only: one Swin block per stage with
+    the real window, patch (mmdet's SwinTransformer default 4), MLP ratio and head width (so
+    heads 1, 2, 4, 8 of 32 for Swin-S's 3, 6, 12, 24), one pixel-decoder layer and two decoder
+    layers of one 32-wide head; the real 100 queries and the 80 COCO classes, named by the
+    checkpoints' label set (COCO_CLASSES)."""
+    from transformers import Mask2FormerConfig, Mask2FormerForUniversalSegmentation, SwinConfig
+
+    model = mmdet_config(GENEVAL_DETECTOR)["model"]
+    swin, head = model["backbone"], model["panoptic_head"]
+    head_width = swin["embed_dims"] // swin["num_heads"][0]
+    backbone = SwinConfig(patch_size=4, embed_dim=head_width, depths=[1] * len(swin["depths"]),
+                          num_heads=[heads // swin["num_heads"][0] for heads in swin["num_heads"]],
+                          window_size=swin["window_size"], mlp_ratio=float(swin["mlp_ratio"]),
+                          qkv_bias=swin["qkv_bias"], out_features=["stage1", "stage2", "stage3", "stage4"])
+    labels = COCO_CLASSES.read_text().splitlines()
+    assert len(labels) == head["num_things_classes"] + head["num_stuff_classes"]
+    width = 32
+    config = Mask2FormerConfig(backbone_config=backbone, feature_size=width, mask_feature_size=width, hidden_dim=width,
+                               encoder_feedforward_dim=2 * width, dim_feedforward=2 * width, encoder_layers=1,
+                               decoder_layers=2, num_attention_heads=1, num_queries=head["num_queries"],
+                               num_labels=len(labels), id2label=dict(enumerate(labels)),
+                               label2id={label: i for i, label in enumerate(labels)})
+    torch.manual_seed(seed)
+    return Mask2FormerForUniversalSegmentation(config).eval()
