@@ -205,3 +205,26 @@ def tiny_geneval_detector(seed: int = 0):
                                label2id={label: i for i, label in enumerate(labels)})
     torch.manual_seed(seed)
     return Mask2FormerForUniversalSegmentation(config).eval()
+
+
+# ------------------------------------------------------------------ BLIP (ImageReward)
+
+def blip_text_config(encoder_width: int | None = None, tiny: bool = True):
+    """transformers' BlipTextConfig of BLIP's published MED config for a ViT-L (ImageReward's text
+    tower): its vocabulary (30524 = BERT's 30522 + [DEC] + [ENC]), positions, layer-norm eps,
+    activation and head width (64), cross-attending to `encoder_width` (default the file's 1024).
+    `tiny` shrinks it in width and depth only: TINY_HEADS heads of the real width, the real MLP
+    ratio, 2 layers (so that a layer count read back from tensor names is checked)."""
+    from transformers import BlipTextConfig
+
+    spec = read_json(BLIP_MED_LARGE)
+    head_width = spec["hidden_size"] // spec["num_attention_heads"]
+    heads = TINY_HEADS if tiny else spec["num_attention_heads"]
+    hidden = heads * head_width
+    return BlipTextConfig(vocab_size=spec["vocab_size"], hidden_size=hidden,
+                          intermediate_size=hidden * spec["intermediate_size"] // spec["hidden_size"],
+                          num_hidden_layers=2 if tiny else spec["num_hidden_layers"], num_attention_heads=heads,
+                          encoder_hidden_size=encoder_width or spec["encoder_width"],
+                          max_position_embeddings=spec["max_position_embeddings"],
+                          layer_norm_eps=spec["layer_norm_eps"], hidden_act=spec["hidden_act"],
+                          pad_token_id=spec["pad_token_id"])
