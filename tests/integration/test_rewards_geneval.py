@@ -1,5 +1,5 @@
 """The geneval reward on a tiny random Mask2Former of GenEval's published detector config (mmdet's
-Swin-S Mask2Former shrunk in width and depth, the real 100 queries) with the real COCO label set
+Swin-S Mask2Former shrunk in width and depth) with the real COCO label set
 (the checkpoints' id2label: "mouse", "remote", "keyboard", ...) and a tiny random CLIP built from
 the published ViT-L/14 architecture with CLIP's real tokenizer, saved with save_pretrained and
 loaded back through the scorer's real loading code."""
@@ -14,6 +14,7 @@ import torch
 from genalign.rewards.geneval import (COLOR_TEMPLATES, COLORS, Detection, GenEvalAccuracyReward, GenEvalReward,
                                       geneval_classes)
 from genalign.rewards.jpeg import jpeg_round_trip
+from published import TINY_DETECTOR_QUERIES
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +100,9 @@ def test_the_detectors_mouse_is_genevals_computer_mouse(models, images):
         assert best == "computer mouse"
     row = {"tag": "single_object", "include": [{"class": "computer mouse", "count": 1}]}
     score = reward.score(images[:1], ["a photo of a computer mouse"], [row])
-    detected = len(reward.detect(jpeg_round_trip(images[:1]))[0]["computer mouse"])  # all 100 queries say mouse
+    detected = len(reward.detect(jpeg_round_trip(images[:1]))[0]["computer mouse"])  # every query says mouse
     found = min(detected, reward.options.max_objects)  # every one above threshold 0, at most 16 per class
-    assert detected == 100 and found == 16
+    assert detected == TINY_DETECTOR_QUERIES and found == 16
     assert score.shape == (1,) and score.item() == 1 - abs(1 - found)  # the reference's count credit
 
 
