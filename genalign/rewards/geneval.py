@@ -46,6 +46,7 @@ import torch.nn.functional as F
 
 from genalign.rewards.clip_encoder import ClipEncoder
 from genalign.rewards.image_transform import ImageTransform
+from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import load_pretrained, read_json_file, resolve_dtype
 
@@ -80,6 +81,11 @@ class GenEvalOptions:
     def __post_init__(self) -> None:
         if self.score not in SCORES:
             raise ValueError(f"reward.kwargs.geneval.score={self.score!r}: choose one of {', '.join(SCORES)}")
+
+    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
+        """Models on the scorer's device (the memory plan counts them): the detector and the CLIPModel."""
+        return (DeviceModel("detector_name", self.detector_name, self.dtype, "Mask2FormerForUniversalSegmentation"),
+                DeviceModel("clip_name", self.clip_name, self.dtype, "CLIPModel"))
 
 
 @dataclass

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from genalign.rewards.clip_encoder import ClipEncoder
+from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import load_pretrained, load_weights_file, resolve_dtype
 
@@ -93,6 +94,11 @@ class HPSOptions:
     """Hub id or local directory with the CLIPModel config, tokenizer and preprocessor of the
     architecture HPS fine-tuned (only its config is used for the model; its weights are not loaded)."""
     dtype: str = "float32"
+
+    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
+        """Models on the scorer's device (the memory plan counts them): a CLIPModel of base_model's
+        architecture, which the HPS weights fill."""
+        return (DeviceModel("base_model", self.base_model, self.dtype, "CLIPModel"),)
 
 
 class HPSv2Reward:
