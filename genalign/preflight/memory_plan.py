@@ -74,8 +74,9 @@ class Role:
 
     def describe(self) -> list[str]:
         peak = self.peak_phase
+        at = f" at its {peak.name} phase" if self.phases else ""
         lines = [f"  {self.name}: peak ~{self.peak_bytes / GIB:.1f} GiB per GPU "
-                 f"({self.allocated_bytes / GIB:.1f} GiB of tensors at its {peak.name} phase)"]
+                 f"({self.allocated_bytes / GIB:.1f} GiB of tensors{at})"]
         lines += [f"    {what}: {value / GIB:.2f} GiB" for what, value in self.resident]
         if self.phases:
             others = ", ".join(f"{p.name} {p.bytes / GIB:.2f}" for p in self.phases)
