@@ -58,13 +58,13 @@ def plan_terms(cfg) -> Terms:
     arch, calibration = _described(cfg)
     run = RunPlan.from_config(cfg)
     ranks, fsdp = trainer_ranks(cfg), cfg.distributed.training.strategy == "fsdp2"
+    split = ranks if fsdp else 1  # FSDP2 shards the transformer and its trained state; DDP replicates
     trained, base = _trained_parameters(cfg, arch)
-    frozen, encoders = _frozen_lines(cfg, arch, base, ranks if fsdp else 1)
+    frozen, encoders = _frozen_lines(cfg, arch, base, split)
     replay = [_activation_line(cfg, arch, calibration, run)]
-    if fsdp and cfg.model.train_mode == "full" and ranks > 1:  # one unit's float32 parameters and gradients
+    if cfg.model.train_mode == "full" and split > 1:  # one unit's float32 parameters and gradients
         block = weight_bytes(arch.component(TRANSFORMER).parameters, 2 * MASTER_BYTES) / max(arch.num_layers, 1)
         replay.append(("FSDP2 gathered block (fp32 parameters + gradients of one block)", block))
-    split = ranks if fsdp else 1
     return Terms(
         arch, calibration, ranks, fsdp, trained, tuple(frozen), encoders,
         tuple(_state_lines(cfg, trained, split, fsdp)), _micro_line(cfg, arch, run), tuple(replay),
