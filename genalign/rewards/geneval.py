@@ -61,8 +61,13 @@ import torch
 import torch.nn.functional as F
 
 from genalign.rewards.clip_encoder import ClipEncoder
+<<<<<<< HEAD
 from genalign.rewards.image_transform import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform
 from genalign.rewards.jpeg import PIL_DEFAULT_JPEG_QUALITY, jpeg_round_trip
+=======
+from genalign.rewards.image_transform import ImageTransform
+from genalign.rewards.model_sizes import DeviceModel
+>>>>>>> memplan
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import load_pretrained, read_json_file, resolve_dtype
 
@@ -149,6 +154,11 @@ class GenEvalOptions:
             except ValueError as exc:
                 problems.append(f"{example.source}: {exc}")
         return problems
+
+    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
+        """Models on the scorer's device (the memory plan counts them): the detector and the CLIPModel."""
+        return (DeviceModel("detector_name", self.detector_name, self.dtype, "Mask2FormerForUniversalSegmentation"),
+                DeviceModel("clip_name", self.clip_name, self.dtype, "CLIPModel"))
 
 
 @dataclass

@@ -46,7 +46,7 @@ from genalign.export.folder import checkpoint_export
 from genalign.weights.lora import load_trainable_state_dict
 from genalign.training.memory import COLUMN as MEMORY_COLUMN
 from genalign.training.memory import PeakMemory
-from genalign.preflight.memory_plan import plan_memory
+from genalign.preflight.memory_plan import check_memory
 from genalign.training.optim import build_optimizer
 from genalign.training.parity import replay_parity
 from genalign.training.precision import build_grad_scaler
@@ -117,11 +117,9 @@ class Trainer:
             if differing:
                 raise ResumeError(f"trainer.resume_from={checkpoint.path}: the checkpoint was written with a "
                                   "different config:\n  " + "\n  ".join(differing))
-        self.memory_plan = plan_memory(cfg)  # before any model loads: a plan over the GPU is a config error
-        if self.memory_plan is not None:
-            if distributed.rank_info_from_env().is_main:
-                log.info("%s", self.memory_plan.describe())
-            self.memory_plan.check()
+        # before any model loads: a plan over the GPU, or a model it cannot describe, is a config error
+        main = distributed.rank_info_from_env().is_main
+        self.memory_plan = check_memory(cfg, lambda text: log.info("%s", text) if main else None)
         # the ranks' share of an optimizer step's micro-batches: a config error before any model loads
         ranks = distributed.RankInfo() if cfg.distributed.training.strategy == "none" else distributed.rank_info_from_env()
         distributed.per_rank_accumulation(cfg.actor.gradient_accumulation_steps, ranks)
