@@ -61,13 +61,9 @@ import torch
 import torch.nn.functional as F
 
 from genalign.rewards.clip_encoder import ClipEncoder
-<<<<<<< HEAD
 from genalign.rewards.image_transform import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform
 from genalign.rewards.jpeg import PIL_DEFAULT_JPEG_QUALITY, jpeg_round_trip
-=======
-from genalign.rewards.image_transform import ImageTransform
 from genalign.rewards.model_sizes import DeviceModel
->>>>>>> memplan
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import load_pretrained, read_json_file, resolve_dtype
 

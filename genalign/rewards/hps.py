@@ -33,11 +33,8 @@ from typing import Any
 import torch
 
 from genalign.rewards.clip_encoder import ClipEncoder
-<<<<<<< HEAD
 from genalign.rewards.image_transform import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform
-=======
 from genalign.rewards.model_sizes import DeviceModel
->>>>>>> memplan
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import load_pretrained, load_weights_file, resolve_dtype
 
