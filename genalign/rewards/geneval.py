@@ -2,7 +2,7 @@
 
 Where it fits: a model-backed reward scored by the reward runtime on decoded uint8 images; it
 reads each sample's GenEval metadata (`tag`, `include`, `exclude`), which a `.jsonl` prompt
-manifest carries beside the prompt (`data.manifest`; `datasets/geneval/`).
+manifest carries beside the prompt (`data.manifest`; `genalign/datasets/geneval/`).
 
 What it does, as GenEval (djghosh13/geneval `evaluation/evaluate_images.py`, commit af4902f)
 and Flow-GRPO's GenEval reward server (yifan123/reward-server `reward_server/gen_eval.py`,
