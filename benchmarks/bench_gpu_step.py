@@ -41,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: 
 
 import torch  # noqa: E402
 
+from benchmarks.flow_grpo_reference import Settings, genalign_overrides  # noqa: E402
+from benchmarks.gpu_suite import train_steps  # noqa: E402
 from benchmarks.random_weights import random_family_overrides  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 
@@ -49,18 +51,18 @@ REFERENCE_IMAGES_PER_S = 0.90
 RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
 
 
+SETTINGS = Settings(prompts=2)
+"""The reference settings with 2 prompt groups of 8: the earlier H100 figures' step."""
+CPU_SETTINGS = Settings(resolution=64, num_steps=4, prompts=2)
+
+
 def overrides(args, out: Path, compiled: bool, gpu: bool) -> list[str]:
-    size, steps = (512, 10) if gpu else (64, 4)
     return [
         *random_family_overrides("sd3", "real" if gpu else "tiny"), f"model.dtype={args.dtype if gpu else 'float32'}",
         f"model.device={'cuda' if gpu else 'cpu'}", f"model.compile={str(compiled).lower()}",
-        "/base/distributed=local", f"rollout.height={size}", f"rollout.width={size}", f"rollout.num_steps={steps}",
-        "rollout.guidance_scale=4.5", "rollout.n=8", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8",
-        "actor.gradient_accumulation_steps=2", "algorithm.kl_beta=0.04", "actor.ema.enabled=true",
-        "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0", "reward.async_scoring=true",
-        "eval.every=0", "eval.at_start=false", "eval.max_prompts=2", "eval.samples_per_prompt=1",
-        f"eval.num_steps={steps}", "eval.batch_size=2", f"trainer.num_steps={args.steps}", "trainer.save_every=0",
-        "trainer.progress_bar=false", f"trainer.output_dir={out}", *args.overrides,
+        *genalign_overrides(SETTINGS if gpu else CPU_SETTINGS), "eval.every=0", "eval.at_start=false",
+        f"trainer.num_steps={args.steps}", "trainer.save_every=0", "trainer.progress_bar=false",
+        f"trainer.output_dir={out}", *args.overrides,
     ]
 
 
@@ -114,7 +116,7 @@ def run_mode(args, compiled: bool, gpu: bool) -> dict[str, float]:
         start = time.perf_counter()
         trainer = Trainer(cfg)
         load_s = time.perf_counter() - start
-        trainer.train()
+        train_steps(trainer, args.steps)  # the trainer's steps, without the final checkpoint and report
         rows = list(csv.DictReader(open(out / "metrics.csv")))
         peak_gib = torch.cuda.max_memory_allocated() / 2**30 if gpu else float("nan")
         for row in rows:  # printed before the FLOP count, which allocates again

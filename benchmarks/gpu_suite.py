@@ -193,7 +193,8 @@ def estimate_s(cfg, family: str, tiny: bool, steps: int) -> float:
 def shrink_candidates(recipe: str, base: list[str]):
     """(overrides, what was shrunk) from the least shrunk: the fewest prompt groups whose samples
     fill whole sampling chunks and replay micro-batches; then a group no smaller than those
-    (they set the memory); then half the denoising steps, down to 2 (and the SDE window)."""
+    (they set the memory); then half the denoising steps, down to 2 (and the SDE window, and
+    one trained step)."""
     cfg = compose_config(recipe, base)
     r, actor = cfg.rollout, cfg.actor
     micro = actor.micro_batch_size or r.sample_batch_size
@@ -209,7 +210,8 @@ def shrink_candidates(recipe: str, base: list[str]):
                       (("prompts/step", r.rollout_batch_size, prompts), ("group", r.n, group),
                        ("denoising steps", r.num_steps, steps)) if before != after]
             yield overrides, shrunk
-            if steps <= 2 or steps // 2 < 2 * r.sde_window.size:
+            halved = steps // 2  # still at least 2, the SDE window twice over, and one trained step
+            if halved < max(2, 2 * r.sde_window.size) or int(halved * cfg.algorithm.timestep_fraction) < 1:
                 break
             steps //= 2
 

@@ -6,7 +6,7 @@
 #
 # 1. .whl/: the wheels to install there with pip --no-index --no-deps --target (pure Python,
 #    or built for CPython 3.12 on manylinux x86_64): diffusers and what it and genalign import
-#    beyond an image of torch + transformers + peft + accelerate (WHEELS below; EXTRA_WHEELS
+#    beyond an image of torch 2.11 + transformers + peft + accelerate (WHEELS below; EXTRA_WHEELS
 #    adds more, e.g. EXTRA_WHEELS="huggingface_hub==1.40.0" if the image's hub is older than
 #    diffusers needs), and what Flow-GRPO's loop imports beyond those (absl-py, ml_collections).
 # 2. .flow_grpo/: Flow-GRPO's own files the reference loop runs (scripts/train_sd3.py,
@@ -16,14 +16,16 @@
 #    one the script stops (NO_REFERENCE=1 prepares the wheels alone; the suite then marks the
 #    reference comparison skipped).
 # 3. .gpu_prepared.json: what was prepared (wheels, reference commit, genalign commit).
+# 4. A check that the set is complete (benchmarks/check_carried.py), when .venv exists.
 #
 # Both folders are ignored by git (.gitignore) and travel as carried paths: docs/benchmarks.md
 # ("GPU suite") gives the one command the GPU machine runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-WHEELS=(diffusers==0.42.1 pillow==13.0.0 requests==2.34.2 urllib3==2.8.0 charset-normalizer==3.5.3
-        omegaconf==2.4.0 imageio==2.38.1 absl-py==2.5.1 ml_collections==1.1.0)
+WHEELS=(diffusers==0.42.1 pillow==13.0.0 requests==2.34.2 urllib3==2.8.0 charset-normalizer==3.5.3 certifi==2026.10.19.post1 idna==3.20
+        omegaconf==2.4.0 imageio==2.38.1 torchvision==0.26.0 absl-py==2.5.1 ml_collections==1.1.0)
+# torchvision 0.26.0 is the build for torch 2.11 (the image's): Cosmos-Predict2.5's real transformer needs it
 FLOW_GRPO_COMMIT=${FLOW_GRPO_COMMIT:-ac4c86e8cae021841f1fde853d340e0db67690dd}
 FLOW_GRPO_FILES=(LICENSE scripts/train_sd3.py config/base.py flow_grpo/diffusers_patch flow_grpo/ema.py
                  flow_grpo/prompts.py flow_grpo/rewards.py flow_grpo/stat_tracking.py)
@@ -60,3 +62,8 @@ commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 printf '{"wheels": [%s], "flow_grpo_commit": %s, "genalign_commit": "%s"}\n' \
   "$(ls .whl | sed 's/.*/"&"/' | paste -sd, -)" "$reference" "$commit" > .gpu_prepared.json
 echo "prepared: .whl .flow_grpo .gpu_prepared.json ($(du -csh .whl .flow_grpo 2>/dev/null | tail -1 | cut -f1) to carry)"
+# 4. Prove the set complete: the tiny suite in a Python that imports only the image's packages
+#    and these wheels (benchmarks/check_carried.py; CHECK=0 skips it).
+if [ "${CHECK:-1}" = 1 ] && [ -x .venv/bin/python ]; then
+  .venv/bin/python benchmarks/check_carried.py | tail -3
+fi
