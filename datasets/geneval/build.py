@@ -8,8 +8,9 @@ there). The geneval reward (genalign/rewards/geneval.py) reads these fields as t
 metadata; the `.jsonl` manifest reader passes every field but `prompt` through.
 
 The six tasks are generated as GenEval defines them (djghosh13/geneval, prompts/
-create_prompts.py): the 80 COCO object classes below, GenEval's ten colours, counts 2-4,
-"a"/"an" and plurals as it writes them, no coloured "person". The test set draws the six
+create_prompts.py): GenEval's 80 COCO object classes (its object_names.txt, shipped as
+genalign/assets/geneval/object_names.txt), its ten colours, counts 2-4, "a"/"an" and plurals
+as it writes them, no coloured "person". The test set draws the six
 tags in equal shares (2212 prompts, Flow-GRPO's test-set size; single_object and counting
 repeat prompts, their tasks being small); the training set uses Flow-GRPO's GenEval training
 mix (position 0.7, counting 0.5, color_attr 0.3, colors 0.1, two_object 0.1, normalised; no
@@ -41,14 +42,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # datasets/build_common.py
 from build_common import write_or_check  # noqa: E402
 
-CLASSES = """person|bicycle|car|motorcycle|airplane|bus|train|truck|boat|traffic light|fire hydrant|
-stop sign|parking meter|bench|bird|cat|dog|horse|sheep|cow|elephant|bear|zebra|giraffe|backpack|umbrella|handbag|
-tie|suitcase|frisbee|skis|snowboard|sports ball|kite|baseball bat|baseball glove|skateboard|surfboard|
-tennis racket|bottle|wine glass|cup|fork|knife|spoon|bowl|banana|apple|sandwich|orange|broccoli|carrot|hot dog|
-pizza|donut|cake|chair|couch|potted plant|bed|dining table|toilet|tv|laptop|computer mouse|tv remote|
-computer keyboard|cell phone|microwave|oven|toaster|sink|refrigerator|book|clock|vase|scissors|teddy bear|
-hair drier|toothbrush""".replace("\n", "").split("|")
-"""COCO's 80 instance classes in GenEval's spelling (the detector's label names)."""
+OBJECT_NAMES = HERE.parents[1] / "genalign" / "assets" / "geneval" / "object_names.txt"
+CLASSES = OBJECT_NAMES.read_text().splitlines()
+"""COCO's 80 instance classes in GenEval's spelling: GenEval's own object_names.txt (shipped
+with the geneval reward; "computer mouse", "tv remote", "computer keyboard" where the detector's
+COCO labels say "mouse", "remote", "keyboard": the reward maps them)."""
 COLORS = ["red", "orange", "yellow", "green", "blue", "purple", "pink", "brown", "black", "white"]
 POSITIONS = ["left of", "right of", "above", "below"]
 NUMBERS = ["zero", "one", "two", "three", "four"]

@@ -81,18 +81,17 @@ def value_problems(cfg: ExperimentConfig) -> list[str]:
     return problems
 
 
-def reward_package_problems(cfg: ExperimentConfig) -> list[str]:
-    """Every selected scorer (reward.components, eval.gold_rewards, eval.quality_metrics) whose
-    options need a package that is not installed: a config error naming the extra."""
-    from genalign.config.extras import missing_package_problem
+def selected_reward_options(cfg: ExperimentConfig) -> list[tuple[str, str, Any]]:
+    """(config key, scorer name, parsed options) of every selected registered scorer
+    (reward.components and eval.gold_rewards with a non-zero weight, eval.quality_metrics); a
+    zero weight is never built, and options that do not parse are left to reward_option_problems."""
     from genalign.rewards.options import parse_options
     from genalign.rewards.registry import REWARD_OPTIONS
 
-    problems: list[str] = []
-    # a zero weight is never built (the runtime skips it), so it needs no package
     selected = {"reward.components": [name for name, weight in cfg.reward.components.items() if weight],
                 "eval.gold_rewards": [name for name, weight in cfg.eval.gold_rewards.items() if weight],
                 "eval.quality_metrics": list(cfg.eval.quality_metrics)}
+    found = []
     for key, names in selected.items():
         for name in names:
             if name not in REWARD_OPTIONS:
@@ -100,13 +99,23 @@ def reward_package_problems(cfg: ExperimentConfig) -> list[str]:
             module_name, attr = REWARD_OPTIONS[name].split(":")
             options_cls = getattr(importlib.import_module(module_name), attr)  # scorer modules import no model
             try:
-                options = parse_options(name, options_cls, dict(cfg.reward.kwargs.get(name) or {}))
+                found.append((key, name, parse_options(name, options_cls, dict(cfg.reward.kwargs.get(name) or {}))))
             except (TypeError, ValueError):
-                continue  # reward_option_problems reports bad options
-            needed = options.required_package() if hasattr(options, "required_package") else None
-            missing = needed and missing_package_problem(f"{key}.{name}", *needed)
-            if missing:
-                problems.append(missing)
+                continue
+    return found
+
+
+def reward_package_problems(cfg: ExperimentConfig) -> list[str]:
+    """Every selected scorer (reward.components, eval.gold_rewards, eval.quality_metrics) whose
+    options need a package that is not installed: a config error naming the extra."""
+    from genalign.config.extras import missing_package_problem
+
+    problems: list[str] = []
+    for key, name, options in selected_reward_options(cfg):
+        needed = options.required_package() if hasattr(options, "required_package") else None
+        missing = needed and missing_package_problem(f"{key}.{name}", *needed)
+        if missing:
+            problems.append(missing)
     return problems
 
 

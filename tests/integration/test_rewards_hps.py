@@ -140,6 +140,10 @@ def test_score_is_the_cosine_of_the_hps_embeddings(hps_files):
     expected = (reward.encoder.image_embeds(images) * reward.encoder.text_embeds(prompts)).sum(-1)
     assert scores.shape == (2,) and torch.equal(scores, expected) and scores.abs().max() <= 1
     assert HPSv21Reward(**hps_files).name == "hpsv21"
+    # HPSv2's letterbox at the model's image size, not the base model's processor crop
+    # (the transform itself: tests/unit/rewards/test_image_transform.py)
+    transform = reward.encoder.transform
+    assert (transform.longest_edge, transform.shortest_edge, transform.resampler) == (SIZE, None, "tensor")
 
 
 def test_missing_or_mismatched_weights_name_the_key(hps_files, tmp_path):
