@@ -322,9 +322,16 @@ def versions() -> dict:
 
 
 def prepared() -> dict:
+    """What `prepare_gpu.sh` prepared (wheels, commits); genalign's commit from git where the
+    repository is one (the GPU machine gets the working tree without .git: the prepared one)."""
+    import subprocess
+
     marker = REPO / ".gpu_prepared.json"
     found = json.loads(marker.read_text()) if marker.is_file() else {}
     found["flow_grpo_commit"] = reference.prepared_commit()
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        found["genalign_commit"] = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                                                  text=True, check=True).stdout.strip()
     return found
 
 

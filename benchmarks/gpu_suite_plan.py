@@ -49,19 +49,29 @@ FINISH_S = 5.0
 
 @dataclasses.dataclass
 class Item:
+    """One thing the suite runs (a forked child), as planned; the JSON records its fields."""
+
     key: str
+    """Its name in the time plan, the JSON and `--only`."""
     section: int
     title: str
-    kind: str  # "train", "reference" or "profile"
+    kind: str
+    """"train" (the trainer's steps), "profile" (the same with the rollout timed by module) or
+    "reference" (Flow-GRPO's loop)."""
     recipe: str = ""
     overrides: list[str] = dataclasses.field(default_factory=list)
     family: str = ""
     steps: int = 2
+    """Training steps (the reference: epochs, the first one warm-up)."""
     shrunk: list[str] = dataclasses.field(default_factory=list)
+    """What was shrunk from the recipe ("group 8 -> 2")."""
     settings: dict = dataclasses.field(default_factory=dict)
     plan_gib: float | None = None
+    """The memory plan's peak per GPU of its config."""
     estimate_s: float = 0.0
+    """Its planned seconds (the time plan)."""
     skip: str | None = None
+    """Why it does not run, or None."""
     compiles: bool = False
     same_as: str | None = None
     """An earlier item whose run is this item's (the same config and at least as many steps)."""
