@@ -173,20 +173,27 @@ def _cached_snapshot(path: str) -> Path | None:
     return None
 
 
+def build_component(library: str, class_name: str, config: dict):
+    """The component's real diffusers / transformers class instantiated from its config, with
+    freshly initialised weights on the current default device and dtype (`torch.device(...)`
+    and `torch.set_default_dtype` around the call choose them)."""
+    config = {k: v for k, v in config.items() if not k.startswith("_")}
+    if library == "diffusers":
+        import diffusers
+
+        return getattr(diffusers, class_name).from_config(config)
+    import transformers
+
+    model_type = config.pop("model_type")
+    return getattr(transformers, class_name)(transformers.AutoConfig.for_model(model_type, **config))
+
+
 def build_on_meta(library: str, class_name: str, config: dict):
     """The component's real class instantiated on the meta device (no memory, no weights)."""
     import torch
 
-    config = {k: v for k, v in config.items() if not k.startswith("_")}
     with torch.device("meta"):
-        if library == "diffusers":
-            import diffusers
-
-            return getattr(diffusers, class_name).from_config(config)
-        import transformers
-
-        model_type = config.pop("model_type")
-        return getattr(transformers, class_name)(transformers.AutoConfig.for_model(model_type, **config))
+        return build_component(library, class_name, config)
 
 
 def _transformer_shape(module) -> tuple[int, int, int, int]:
