@@ -10,7 +10,9 @@ or over all ranks at once (`actor.loss_normalisation`, `unit_weight`).
 Under torchrun every rank runs the same `RoundPlan` — agreed with one small all-gather of
 each rank's unit count — so every rank enters every collective whatever its data: a rank
 with no trainable sample, no DPO pair or fewer micro-batches replays a filler unit with
-weight 0. Gradients are reduced once per optimizer step (`distributed.gradient_sync`).
+weight 0. Gradients are reduced once per optimizer
+step (`distributed.gradient_sync`); the round's logged columns are reduced over ranks after
+it (`job_metrics`).
 The loop is the same for every algorithm: which units train (`Algorithm.trained_units`),
 at which positions, with which loss and which logged extremes is the algorithm's to say.
 
@@ -32,7 +34,7 @@ import torch
 from genalign.algorithms.base import Algorithm
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.training import distributed
+from genalign.training import distributed, job_metrics
 from genalign.training.config import LOSS_NORMALISATIONS, ActorConfig
 from genalign.training.ema import EMA
 
@@ -59,6 +61,9 @@ class UpdateContext:
 
 @dataclass
 class UpdateResult:
+    """This rank's record of one optimizer round; `job_metrics.step_columns` makes the job's
+    metrics columns of it (`metrics()`: this rank's alone, the columns of a one-process run)."""
+
     optimizer_steps: int = 0
     skipped_steps: int = 0
     """Optimizer steps the fp16 loss scaler skipped (inf/nan gradients; it then lowers the scale)."""
@@ -67,27 +72,17 @@ class UpdateResult:
     grad_scale: float | None = None
     grad_norms: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
+    """Each real micro-batch's mean loss at each trained position."""
+    loss_units: list[int] = field(default_factory=list)
+    """The units each entry of `losses` averages (its weight in the logged loss)."""
     stats: dict[str, list[torch.Tensor]] = field(default_factory=lambda: defaultdict(list))
+    stat_names: dict[str, None] = field(default_factory=dict)
+    """Every statistic `compute_loss` returned, filler replays included, in first-seen order."""
     stat_extremes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """The algorithm's `stat_extremes`: "ratio" -> ("min", "max") adds ratio_min and ratio_max."""
 
     def metrics(self) -> dict[str, float]:
-        out = {"optimizer_steps": float(self.optimizer_steps),
-               "trained_fraction": self.trained_samples / max(self.total_samples, 1)}
-        if self.grad_scale is not None:
-            out["grad_scale"] = self.grad_scale
-            out["skipped_steps"] = float(self.skipped_steps)
-        if self.losses:
-            out["loss"] = sum(self.losses) / len(self.losses)
-        if self.grad_norms:
-            out["grad_norm"] = sum(self.grad_norms) / len(self.grad_norms)
-            out["grad_norm_max"] = max(self.grad_norms)
-        for name, values in self.stats.items():
-            flat = torch.cat([v.flatten().float().cpu() for v in values])
-            out[name] = flat.mean().item()
-            for extreme in self.stat_extremes.get(name, ()):
-                out[f"{name}_{extreme}"] = getattr(flat, extreme)().item()
-        return out
+        return job_metrics.update_columns(job_metrics.update_totals(self), self)
 
 
 def micro_batch_indices(num_samples: int, micro_batch_size: int, shuffle: bool,
@@ -221,12 +216,14 @@ def run_update(ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_
                 with distributed.gradient_sync(ctx.module, sync):
                     loss, stats = algorithm.compute_loss(policy, micro, micro_advantages, step_index)
                     scaler.scale(loss * weight).backward()
+                result.stat_names.update(dict.fromkeys(stats))  # a filler's too: every rank names them
                 if real:
                     pending.append((loss.detach(), step_index, micro.prompts))
                     for name, value in stats.items():
                         result.stats[name].append(value)
             if closes:
                 result.losses += _checked_losses(pending)
+                result.loss_units += [len(prompts) for _, _, prompts in pending]
                 pending = []
                 _optimizer_step(optimizer, scaler, ctx.parameters, actor.max_grad_norm, result)
                 if ctx.ema is not None:
