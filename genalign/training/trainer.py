@@ -55,7 +55,7 @@ from genalign.weights.reference import ReferencePolicy
 from genalign.placement.resources import resolve_resources
 from genalign.training.sources import StepData
 from genalign.training.job_metrics import step_columns
-from genalign.training.update import UpdateContext, UpdateResult, run_update
+from genalign.training.update import UpdateContext, UpdateResult, agreed_positions, run_update
 
 log = logging.getLogger(__name__)
 
@@ -336,8 +336,8 @@ class Trainer:
 
     def parity(self, batch: TrajectoryBatch) -> dict[str, float]:
         """Replay with unchanged weights: log-probs must equal the rollout's (docs/algorithms.md §2.10)."""
-        gaps = replay_parity(self.policy, batch, self.algorithm.train_step_indices(batch), self.spec.chunk_size,
-                             replay=self.algorithm.replay_log_probs, ranks=self.ranks)
+        gaps = replay_parity(self.policy, batch, agreed_positions(self.algorithm, batch, self.ranks),
+                             self.spec.chunk_size, replay=self.algorithm.replay_log_probs, ranks=self.ranks)
         per_step = " ".join(f"{j}:{gap:.2e}" for j, gap in gaps.items())
         log.info("parity preflight: max |log_prob_replay - log_prob_rollout| per step: %s", per_step)
         return {"parity_max_abs_log_prob_diff": max(gaps.values())}

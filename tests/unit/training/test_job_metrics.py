@@ -1,5 +1,7 @@
 """A step's metrics row is the job's: each rank's totals combine into the union's columns
-(training/job_metrics.py, distributed.combine_totals)."""
+(training/job_metrics.py, distributed.combine_totals); ranks agree on positions per unit
+(training/update.py: check_positions). The 2-rank runs are in
+tests/integration/test_distributed_metrics.py."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import torch
 from genalign.training import distributed
 from genalign.training.distributed import RankTotals, combine_totals
 from genalign.training.job_metrics import step_columns, update_columns, update_totals
-from genalign.training.update import UpdateResult
+from genalign.training.update import PositionMismatch, UpdateResult, check_positions
 
 EXTREMES = {"ratio": ("min", "max"), "log_prob_drift": ("max",)}
 
@@ -97,3 +99,19 @@ def test_minima_are_taken_over_ranks():
     totals = [RankTotals(minima={"ratio_min": value}) for value in (0.5, -2.0, float("inf"))]
     job = combine_totals(totals[0], torch.stack([t.packed() for t in totals]))
     assert job.minima == {"ratio_min": -2.0}
+
+
+class ShortPositions:
+    """An algorithm class as a user's module would name it (the error names it)."""
+
+
+def test_ranks_training_other_numbers_of_positions_are_a_one_line_error_naming_the_algorithm():
+    check_positions([3, 3], ShortPositions())
+    with pytest.raises(PositionMismatch) as error:
+        check_positions([3, 2], ShortPositions())
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(f"algorithm {__name__}:ShortPositions: train_step_indices gives 2 positions per unit "
+                              "on rank 1 but 3 on rank 0")
+    with pytest.raises(ValueError, match="no trainable denoising steps"):
+        check_positions([0, 0], ShortPositions())
