@@ -15,7 +15,6 @@ import csv
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -30,17 +29,12 @@ HANG_BOUND_S = 420
 this): the subprocess timeout turns a hang into a failure, with room for a loaded machine."""
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def torchrun(*args: str) -> subprocess.CompletedProcess:
+    """2 ranks on loopback. `--standalone`: the agent binds a free port itself, so a port picked
+    here cannot be taken by another job on a shared machine before torchrun binds it."""
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "MASTER_ADDR": "127.0.0.1", "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-               "--master_addr=127.0.0.1", *args]
+           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=HANG_BOUND_S)
 
 
