@@ -535,6 +535,7 @@ class RankOneConstantReward:
     rank 1's prompt groups then have constant rewards (advantage 0, no DPO pair)."""
 
     name = "support:RankOneConstantReward"
+    constant_rank = "1"
 
     def __init__(self, device: str = "cpu", **kwargs):
         self.device = device
@@ -542,7 +543,7 @@ class RankOneConstantReward:
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
         import os
 
-        if os.environ.get("RANK") == "1":
+        if os.environ.get("RANK") == self.constant_rank:
             return torch.zeros(len(prompts))
         return images.float().flatten(1).mean(1)  # [B]
 
@@ -551,3 +552,11 @@ class RankOneConstantReward:
 
     def onload(self) -> None:
         """Nothing to move."""
+
+
+class RankZeroConstantReward(RankOneConstantReward):
+    """The same with rank 0's groups constant: rank 0, which writes the run's metrics, trains
+    nothing while rank 1 trains (`reward.allow_import=[support:RankZeroConstantReward]`)."""
+
+    name = "support:RankZeroConstantReward"
+    constant_rank = "0"
