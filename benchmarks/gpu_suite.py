@@ -9,9 +9,9 @@
    peak GPU memory beside the memory plan's estimate. Shrunk only in counts, never in shapes:
    one prompt group a step, and, where the time plan needs it, a smaller group (never below the
    sampling chunk and replay micro-batch, which set the memory) and fewer denoising steps;
-   each item says what it shrank. SD3.5 Large beside SD3.5 Medium. An item whose plan is over
-   85 % of the card's memory (what the plan leaves out: the CUDA context, fragmentation) is
-   skipped, naming the plan: SD3.5 Large and Qwen-Image run on a 141 GB card.
+   each item says what it shrank. SD3.5 Large beside SD3.5 Medium. An item whose plan (allocator headroom
+   and CUDA context included) is over `distributed.resources.gpu_memory_fraction` of the card
+   (0.9), the trainer's own check, is skipped, naming the plan: SD3.5 Large and Qwen-Image run on a 141 GB card.
 2. SD3.5 Medium against Flow-GRPO's own training loop at the same settings
    (`benchmarks/flow_grpo_reference.py`), the ratio in one run.
 3. What remains of the budget: the rollout profile (where a step's rollout seconds go:

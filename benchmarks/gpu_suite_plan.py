@@ -33,9 +33,6 @@ LEVERS = [("compiled", "model.compile=true", ["model.compile=true"]),
           ("compiled_split_cfg", "compiled, split CFG",
            ["model.compile=true", "model.cfg_batch=split", "algorithm.detach_uncond=true"])]
 """Section 3: SD3.5 Medium at the comparison settings with each lever (key, title, overrides)."""
-PLAN_HEADROOM = 0.85
-"""An item runs when its memory plan is at most this share of the card (the plan leaves out
-the CUDA context, allocator fragmentation and what a benchmark adds: docs/memory_plan.md)."""
 EAGER_FLOP_S, COMPILED_FLOP_S = 180e12, 360e12
 """Transformer FLOP/s the time plan assumes: SD3.5 Medium's measured step on an H100 (docs/benchmarks.md)."""
 START_S, STEP_EXTRA_S, COMPILE_S, TOKEN_S = 25.0, 2.0, 110.0, 0.03
@@ -125,16 +122,15 @@ def settings_of(cfg) -> dict:
             "chunk": plan.rollout_micro_batch, "micro_batch": plan.train_micro_batch}
 
 
-def plan_gib(cfg, family: str) -> float | None:
-    """The memory plan's peak per GPU (`preflight/memory_plan.plan_memory`) of `cfg` read as
-    the registered family it runs (the benchmark's dotted family has no calibration entry)."""
+def plan_gib(cfg) -> float:
+    """The memory plan's peak per GPU (`preflight/memory_plan.plan_memory`) of `cfg` (the
+    benchmark's dotted family plans as the registered family its spec names)."""
     from genalign.preflight.memory_plan import plan_memory
 
     # a stated card size: the plan then never reads the device (the parent leaves CUDA to its children)
     resources = dataclasses.replace(cfg.distributed.resources, gpu_memory_gib=1e6)
-    planned = plan_memory(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, family=family),
-                                              distributed=dataclasses.replace(cfg.distributed, resources=resources)))
-    return None if planned is None else max(role.peak_bytes for role in planned.roles) / GIB
+    planned = plan_memory(dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, resources=resources)))
+    return max(role.peak_bytes for role in planned.roles) / GIB
 
 
 def estimate_s(cfg, family: str, tiny: bool, steps: int) -> float:
@@ -273,9 +269,12 @@ def _fitted(item: Item, candidates, tiny: bool, card_gib: float | None) -> Item:
     item.skip, item.settings = None, settings_of(cfg)
     item.config = config_to_dict(dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, output_dir="",
                                                                                          num_steps=0)))
-    item.plan_gib = None if tiny else plan_gib(cfg, item.family)  # at tiny shapes no real model runs to compare
+    item.plan_gib = None if tiny else plan_gib(cfg)  # at tiny shapes no real model runs to compare
     item.estimate_s = estimate_s(cfg, item.family, tiny, item.steps)
-    if not tiny and card_gib and item.plan_gib and item.plan_gib > PLAN_HEADROOM * card_gib:
-        item.skip = (f"the memory plan needs {item.plan_gib:.1f} GiB, over {PLAN_HEADROOM:.0%} of this card's "
+    # the run's own rule: the plan's peak (allocator headroom and CUDA context included) within
+    # distributed.resources.gpu_memory_fraction of the card, as the trainer would check it
+    fraction = cfg.distributed.resources.gpu_memory_fraction or 1.0
+    if not tiny and card_gib and item.plan_gib and item.plan_gib > fraction * card_gib:
+        item.skip = (f"the memory plan needs {item.plan_gib:.1f} GiB, over {fraction:.0%} of this card's "
                      f"{card_gib:.0f} GiB: run it on a larger card")
     return item
