@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -29,12 +28,6 @@ from support import TINY_DEPTH, TINY_REDUCTION, assert_same_first_adamw_step, tr
 pytestmark = pytest.mark.distributed
 
 RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def overrides(model_dir: Path, out: Path, strategy: str, *extra: str) -> list[str]:
@@ -56,8 +49,8 @@ TESTS = Path(__file__).resolve().parents[1]  # `support` (the test scorers) is i
 def launch(nproc: int, args: list[str], recipe: str = RECIPE) -> None:
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "MASTER_ADDR": "127.0.0.1", "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               f"--master_port={free_port()}", "--master_addr=127.0.0.1", "-m", "genalign.train", "--config", recipe,
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", "genalign.train", "--config", recipe,
                *args]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]

@@ -12,7 +12,6 @@ a frozen base layer with a trainable low-rank adapter — the structure LoRA tra
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -71,19 +70,13 @@ dist.shutdown()
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def launch_script(tmp_path: Path, source: str, nproc: int, *args: str) -> None:
     """Run `source` as a script on `nproc` torchrun ranks; a hang fails at the timeout."""
     script = tmp_path / "train_ranks.py"
     script.write_text(source)
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               f"--master_port={_free_port()}", "--master_addr=127.0.0.1", str(script), *args]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               str(script), *args]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
 
