@@ -73,6 +73,13 @@ def value_problems(cfg: ExperimentConfig) -> list[str]:
                        "model.path": cfg.model.path, "trainer.output_dir": cfg.trainer.output_dir}.items():
         if not value.strip():  # "" is the working directory to pathlib: never what was meant
             problems.append(f"{key} is empty; set it to a path")
+    fraction = cfg.distributed.resources.gpu_memory_fraction
+    if fraction is not None and not 0 < fraction <= 1:
+        problems.append(f"distributed.resources.gpu_memory_fraction must be in (0, 1] (the share of a GPU a planned "
+                        f"peak may fill) or null (no memory check), got {fraction}")
+    gib = cfg.distributed.resources.gpu_memory_gib
+    if gib is not None and gib <= 0:
+        problems.append(f"distributed.resources.gpu_memory_gib must be > 0 (one GPU's memory) or null, got {gib}")
     if not DEVICE.match(cfg.model.device):
         problems.append(f"model.device={cfg.model.device!r} is not a device; use auto, cpu, cuda or cuda:<index>")
     problems += image_size_problems(cfg.rollout.height, cfg.rollout.width)

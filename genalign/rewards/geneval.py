@@ -2,7 +2,7 @@
 
 Where it fits: a model-backed reward scored by the reward runtime on decoded uint8 images; it
 reads each sample's GenEval metadata (`tag`, `include`, `exclude`), which a `.jsonl` prompt
-manifest carries beside the prompt (`data.manifest`; `datasets/geneval/`).
+manifest carries beside the prompt (`data.manifest`; `genalign/datasets/geneval/`).
 
 What it does, as GenEval (djghosh13/geneval `evaluation/evaluate_images.py`, commit af4902f)
 and Flow-GRPO's GenEval reward server (yifan123/reward-server `reward_server/gen_eval.py`,
@@ -64,6 +64,7 @@ import torch.nn.functional as F
 from genalign.rewards.clip_encoder import ClipEncoder
 from genalign.rewards.image_transform import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform
 from genalign.rewards.jpeg import PIL_DEFAULT_JPEG_QUALITY, jpeg_round_trip
+from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import load_pretrained, read_json_file, resolve_dtype
 
@@ -153,6 +154,11 @@ class GenEvalOptions:
             except ValueError as exc:
                 problems.append(f"{example.source}: {exc}")
         return problems
+
+    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
+        """Models on the scorer's device (the memory plan counts them): the detector and the CLIPModel."""
+        return (DeviceModel("detector_name", self.detector_name, self.dtype, "Mask2FormerForUniversalSegmentation"),
+                DeviceModel("clip_name", self.clip_name, self.dtype, "CLIPModel"))
 
 
 @dataclass

@@ -34,6 +34,7 @@ import torch
 
 from genalign.rewards.clip_encoder import ClipEncoder
 from genalign.rewards.image_transform import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform
+from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import load_pretrained, load_weights_file, resolve_dtype
 
@@ -106,6 +107,11 @@ class HPSOptions:
     fine-tuned (its weights are not loaded; images are preprocessed as HPSv2 does, not by its
     preprocessor_config.json)."""
     dtype: str = "float32"
+
+    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
+        """Models on the scorer's device (the memory plan counts them): a CLIPModel of base_model's
+        architecture, which the HPS weights fill."""
+        return (DeviceModel("base_model", self.base_model, self.dtype, "CLIPModel"),)
 
 
 class HPSv2Reward:

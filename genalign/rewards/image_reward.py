@@ -31,6 +31,7 @@ import torch
 
 from genalign.rewards.aesthetic import AestheticMLP
 from genalign.rewards.image_transform import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform
+from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import load_pretrained, load_weights_file, resolve_dtype
 
@@ -113,6 +114,10 @@ class ImageRewardOptions:
     tokenizer_name: str = "bert-base-uncased"
     """Hub id or local directory of BERT's tokenizer ([DEC] and [ENC] are added as ImageReward does)."""
     dtype: str = "float32"
+
+    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
+        """Models on the scorer's device (the memory plan counts them): ImageReward v1.0's BLIP towers and head."""
+        return (DeviceModel("weights_path", "THUDM/ImageReward", self.dtype),)
 
 
 class ImageRewardReward:

@@ -33,6 +33,10 @@ KB_SCALE = 500.0
 class JpegOptions:
     """The JPEG rewards take no options (quality and scale are fixed to match Flow-GRPO)."""
 
+    def device_models(self, reward: str) -> tuple[()]:
+        """Models on the scorer's device (the memory plan counts them): none, a rule on the CPU."""
+        return ()
+
 
 def jpeg_sizes_kb(images: torch.Tensor, quality: int = JPEG_QUALITY) -> torch.Tensor:
     """uint8 [B, 3, H, W] -> float32 [B]: PIL JPEG file size in kB (1 kB = 1000 bytes)."""

@@ -61,6 +61,10 @@ class OCROptions:
         """(module, genalign extra) these options import: rapidocr's wheel; tesseract is a binary."""
         return ("rapidocr_onnxruntime", "ocr") if self.engine == "rapidocr" else None
 
+    def device_models(self, reward: str) -> tuple[()]:
+        """Models on the scorer's device (the memory plan counts them): none, OCR runs on the CPU."""
+        return ()
+
 
 def levenshtein(a: str, b: str) -> int:
     """Edit distance (insertions, deletions, substitutions, each cost 1) between two strings."""

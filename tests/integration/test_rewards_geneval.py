@@ -142,11 +142,9 @@ def test_accuracy_variant_and_missing_metadata_and_weights(models, images, tmp_p
 
 
 def test_shipped_prompt_set_loads_with_its_metadata():
-    from pathlib import Path
+    from genalign.data.prompts import PACKAGED_DATASETS, load_manifest
 
-    from genalign.data.prompts import load_manifest
-
-    root = Path(__file__).resolve().parents[2] / "datasets" / "geneval"
+    root = PACKAGED_DATASETS / "geneval"
     for split in ("train.jsonl", "test.jsonl"):
         rows = [json.loads(line) for line in (root / split).read_text().splitlines()]
         examples = load_manifest(str(root / split))

@@ -97,8 +97,10 @@ def test_mask2former_instance_scores_and_boxes():
     order = sorted(range(2), key=lambda i: -[probs[0, 0], probs[1, 1]][i])
     got = dict(zip(labels.tolist(), scores.tolist()))
     assert set(got) == {0, 1} and order == [1, 0]  # the two best (query, class) pairs: q1/class1, q0/class0
-    assert got[0] == pytest.approx((probs[0, 0] * torch.sigmoid(torch.tensor(2.0))).item())
-    assert got[1] == pytest.approx((probs[1, 1] * torch.sigmoid(torch.tensor(1.0))).item())
+    # class prob x the mean sigmoid over the mask's n pixels, whose mean divides by n + 1e-6: a
+    # relative 1e-6 / n that the default rel=1e-6 of pytest.approx would leave no room for rounding
+    assert got[0] == pytest.approx((probs[0, 0] * torch.sigmoid(torch.tensor(2.0))).item() * 4 / (4 + 1e-6))
+    assert got[1] == pytest.approx((probs[1, 1] * torch.sigmoid(torch.tensor(1.0))).item() * 1 / (1 + 1e-6))
     boxes = mask_boxes(masks)
     assert {tuple(b) for b in boxes.tolist()} == {(0.0, 1.0, 2.0, 3.0), (3.0, 0.0, 4.0, 1.0)}
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from genalign.data.prompts import load_manifest
+from genalign.data.prompts import PACKAGED_DATASETS, load_manifest
 from genalign.rewards.geneval import (DETECTOR_SYNONYMS, MAX_PER_IMAGE, MMDET_TEST_SCALE, OBJECT_NAMES_FILE, PAD_LEVEL,
                                       SIZE_DIVISOR, GenEvalOptions, detector_input, detector_input_size,
                                       detector_names, geneval_classes)
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]
 COCO_LABELS = (ROOT / "tests" / "fixtures" / "upstream" / "open-mmlab--mmdetection" / "coco_classes.txt"
                ).read_text().splitlines()
 """The Mask2Former COCO instance checkpoints' label set, in class order (tests/fixtures/README.md)."""
-SHIPPED_MANIFESTS = [ROOT / "datasets" / "geneval" / name for name in ("train.jsonl", "test.jsonl")]
+SHIPPED_MANIFESTS = [PACKAGED_DATASETS / "geneval" / name for name in ("train.jsonl", "test.jsonl")]
 
 
 def test_object_names_is_genevals_file():

@@ -12,8 +12,8 @@ plate-like codes). Each split draws targets kind by kind with fixed weights, and
 texts are disjoint: the test set measures whether the policy learned to *render text*,
 not whether it memorised the training strings.
 
-    python datasets/ocr/build.py           # rewrite train.txt and test.txt
-    python datasets/ocr/build.py --check   # exit 1 if the committed files differ from a fresh build
+    python genalign/datasets/ocr/build.py           # rewrite train.txt and test.txt
+    python genalign/datasets/ocr/build.py --check   # exit 1 if the committed files differ from a fresh build
 
 The output is a pure function of SEED and the lists below (Python's `random.Random`
 algorithms for `shuffle`/`choice`/`random` are stable across versions), so re-running the
@@ -32,7 +32,7 @@ SEED = 20240521
 TRAIN_SIZE = 2000
 TEST_SIZE = 200
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # datasets/build_common.py
+sys.path.insert(0, str(HERE.parent))  # genalign/datasets/build_common.py
 from build_common import write_or_check  # noqa: E402
 
 # ----------------------------------------------------------------------------- targets

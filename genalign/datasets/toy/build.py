@@ -6,8 +6,8 @@ the held-out colours orange and purple with every shape (8 prompts). The pretrai
 seen all 24 combinations, but RL never samples a held-out colour, so a test-set gain means the
 policy learned *shapes* in general rather than the trained prompts.
 
-    python datasets/toy/build.py           # rewrite train.txt and test.txt
-    python datasets/toy/build.py --check   # exit 1 if the committed files differ from a fresh build
+    python genalign/datasets/toy/build.py           # rewrite train.txt and test.txt
+    python genalign/datasets/toy/build.py --check   # exit 1 if the committed files differ from a fresh build
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE.parents[2]))  # the checkout root: genalign/datasets/toy -> ../../..
 
 from genalign.data.toy_shapes import COLOR_NAMES, SHAPES, prompt_text  # noqa: E402
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             path.write_text(content)
     if stale:
-        print(f"stale: {stale}; run python datasets/toy/build.py", file=sys.stderr)
+        print(f"stale: {stale}; run python genalign/datasets/toy/build.py", file=sys.stderr)
         return 1
     return 0
 

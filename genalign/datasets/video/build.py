@@ -1,10 +1,10 @@
-"""Write datasets/video/{train,test}.txt: short text-to-video prompts, subject x motion x place.
+"""Write genalign/datasets/video/{train,test}.txt: short text-to-video prompts, subject x motion x place.
 
 Deterministic (no randomness, no download): every combination of the lists below, in order.
 Test subjects never appear in training, so an eval gain is not memorised prompts.
 
-    python datasets/video/build.py          # rewrite both files
-    python datasets/video/build.py --check  # exit 1 if they are stale
+    python genalign/datasets/video/build.py          # rewrite both files
+    python genalign/datasets/video/build.py --check  # exit 1 if they are stale
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
         stale = [str(path) for path, lines in files.items()
                  if not path.exists() or path.read_text() != "\n".join(lines) + "\n"]
         if stale:
-            print("stale: " + ", ".join(stale) + "; run python datasets/video/build.py")
+            print("stale: " + ", ".join(stale) + "; run python genalign/datasets/video/build.py")
             return 1
         return 0
     for path, lines in files.items():

@@ -1,14 +1,14 @@
 """Build the toy offline preference dataset `pairs.jsonl` + `images/` (deterministic, offline).
 
-For every training prompt of datasets/toy/train.txt, the shipped pretrained toy model draws
+For every training prompt of genalign/datasets/toy/train.txt, the shipped pretrained toy model draws
 GROUPS_PER_PROMPT groups of GROUP_SIZE images with the Euler ODE sampler (10 steps, CFG off,
 fixed seeds); the `toy_shape` reward scores them, and each group gives one pair: its
 highest-scoring image (chosen) and its lowest (rejected). A group whose images all score the
 same gives none. This is what `experiment/toy/offline_dpo` trains on (docs/preference_data.md).
 fp32 on the CPU is bit-reproducible, and PNG encoding of equal pixels is byte-identical.
 
-    python datasets/toy/preferences/build.py           # rewrite pairs.jsonl and images/
-    python datasets/toy/preferences/build.py --check   # exit 1 if the committed files differ
+    python genalign/datasets/toy/preferences/build.py           # rewrite pairs.jsonl and images/
+    python genalign/datasets/toy/preferences/build.py --check   # exit 1 if the committed files differ
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[2]))
+sys.path.insert(0, str(HERE.parents[3]))  # the checkout root
 
 import torch  # noqa: E402
 
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         extra = sorted(str(p.relative_to(HERE)) for p in (HERE / "images").glob("*.png")
                        if str(p.relative_to(HERE)) not in files)
         if stale or extra:
-            print(f"stale: {stale[:5]} extra: {extra[:5]}; run python datasets/toy/preferences/build.py")
+            print(f"stale: {stale[:5]} extra: {extra[:5]}; run python genalign/datasets/toy/preferences/build.py")
             return 1
         return 0
     (HERE / "images").mkdir(exist_ok=True)

@@ -17,8 +17,8 @@ mix (position 0.7, counting 0.5, color_attr 0.3, colors 0.1, two_object 0.1, nor
 single_object) with repeats, and never contains a test prompt: counting, with only 240
 possible prompts, is split in halves between the sets.
 
-    python datasets/geneval/build.py           # rewrite train.jsonl and test.jsonl
-    python datasets/geneval/build.py --check   # exit 1 if the committed files differ from a fresh build
+    python genalign/datasets/geneval/build.py           # rewrite train.jsonl and test.jsonl
+    python genalign/datasets/geneval/build.py --check   # exit 1 if the committed files differ from a fresh build
 
 The output is a pure function of SEED, the sizes and the lists below (Python's
 `random.Random` is stable across versions), so a re-run reproduces the committed files byte
@@ -39,10 +39,10 @@ TRAIN_SIZE = 10000
 TEST_SIZE = 2212
 """Flow-GRPO's GenEval test set size; its training set has 50000 lines (--train-size 50000)."""
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # datasets/build_common.py
+sys.path.insert(0, str(HERE.parent))  # genalign/datasets/build_common.py
 from build_common import write_or_check  # noqa: E402
 
-OBJECT_NAMES = HERE.parents[1] / "genalign" / "assets" / "geneval" / "object_names.txt"
+OBJECT_NAMES = HERE.parents[1] / "assets" / "geneval" / "object_names.txt"  # genalign/assets/geneval/
 CLASSES = OBJECT_NAMES.read_text().splitlines()
 """COCO's 80 instance classes in GenEval's spelling: GenEval's own object_names.txt (shipped
 with the geneval reward; "computer mouse", "tv remote", "computer keyboard" where the detector's
