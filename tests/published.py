@@ -118,15 +118,17 @@ def open_clip_config(architecture: Path, quick_gelu: bool | None = None, tiny: b
                     num_hidden_layers=TINY_LAYERS if tiny else layers, hidden_act="quick_gelu" if quick_gelu else "gelu")
 
     end = vocab["<|endoftext|>"]
+    projection = TINY_PROJECTION if tiny else spec["embed_dim"]  # the towers state it too, as the Hub's configs do
     return CLIPConfig(
         text_config=dict(vocab_size=text["vocab_size"], max_position_embeddings=text["context_length"],
                          bos_token_id=vocab["<|startoftext|>"], eos_token_id=end, pad_token_id=end,
+                         projection_dim=projection,
                          **tower(text["width"], text["layers"], text["width"] // text["heads"],
                                  text.get("mlp_ratio", 4.0))),
-        vision_config=dict(image_size=vision["image_size"], patch_size=vision["patch_size"],
+        vision_config=dict(image_size=vision["image_size"], patch_size=vision["patch_size"], projection_dim=projection,
                            **tower(vision["width"], vision["layers"], vision.get("head_width", 64),
                                    vision.get("mlp_ratio", 4.0))),
-        projection_dim=TINY_PROJECTION if tiny else spec["embed_dim"], logit_scale_init_value=3.0)
+        projection_dim=projection, logit_scale_init_value=3.0)
 
 
 def save_tiny_clip(path: Path, architecture: Path = OPEN_CLIP_VIT_L_14, processor_repo: Path = OPENAI_CLIP_L,
@@ -189,8 +191,9 @@ def tiny_geneval_detector(seed: int = 0):
     """A random Mask2FormerForUniversalSegmentation of GenEval's detector config (mmdet's Swin-S
     Mask2Former, COCO instances) shrunk in width and depth only: one Swin block per stage with
     the real window, patch (mmdet's SwinTransformer default 4), MLP ratio and head width (so
-    heads 1, 2, 4, 8 of 32 for Swin-S's 3, 6, 12, 24), one pixel-decoder layer and two decoder
-    layers of one 32-wide head, TINY_DETECTOR_QUERIES object queries; the 80 COCO classes,
+    heads 1, 2, 4, 8 of 32 for Swin-S's 3, 6, 12, 24), one pixel-decoder layer and one
+    masked-attention decoder layer (transformers' decoder_layers=2) of one 32-wide head,
+    TINY_DETECTOR_QUERIES object queries; the 80 COCO classes,
     named by the checkpoints' label set (COCO_CLASSES)."""
     from transformers import Mask2FormerConfig, Mask2FormerForUniversalSegmentation, SwinConfig
 
