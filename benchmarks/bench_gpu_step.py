@@ -1,15 +1,16 @@
 """The SD3.5 OCR recipe's training step on a GPU: images/s, phases, TFLOP/s, peak memory.
 
     python benchmarks/bench_gpu_step.py [--steps 5] [--warmup 2] [--modes eager,compiled]
-        [--dtype bfloat16] [--shapes sd3.5-medium] [key=value ...]
+        [--dtype bfloat16] [key=value ...]
 
 Builds a pipeline of Stable Diffusion 3.5 Medium's exact shapes (2.2 B transformer, CLIP-L,
 CLIP-G, T5-XXL encoder, SD3 VAE) from the published configs with random weights, on the
-device, offline (the tokenizers are built in memory and pad/truncate to the real lengths),
-and runs `experiment/diffusion/sd3_5/online_grpo_ocr` through the real Trainer at the
-reference settings: 512², 10 denoising steps, CFG 4.5, 9 trained steps, KL 0.04, EMA, 16
-images per step (2 prompts x 8), T5 length 128, the jpeg reward scored on a worker thread
-while the next chunk samples (reward.async_scoring), in-process rollout.
+device, offline (`benchmarks/random_weights.py`: the shipped architecture file of
+`model.path`; the tokenizers are built in memory and pad/truncate to the real lengths), and
+runs `experiment/diffusion/sd3_5/online_grpo_ocr` through the real Trainer at the reference
+settings: 512², 10 denoising steps, CFG 4.5, 9 trained steps, KL 0.04, EMA, 16 images per step
+(2 prompts x 8), T5 length 128, the jpeg reward scored on a worker thread while the next chunk
+samples (reward.async_scoring), in-process rollout.
 
 For each mode (eager, compiled = `model.compile=true`, regional) it prints the mean over the
 steps after `--warmup`: whole-step images/s, seconds per phase, the transformer's achieved
@@ -18,8 +19,9 @@ forward+backward, times the calls a step makes, over the rollout + train seconds
 GPU memory; then the ratios to the reference Flow-GRPO figure (0.90 images/s, measured on an
 H100 at these settings, docs/benchmarks.md) and compiled/eager.
 
-Without CUDA it runs the tiny SD3 shapes on the CPU in float32 (64², 4 steps) so CI and
-developers can smoke-test the script; those numbers mean nothing for speed.
+Without CUDA it runs the tiny SD3 shapes on the CPU in float32 (64², 4 steps) through the same
+code, so CI (tests/integration/test_gpu_suite.py) and developers smoke-test the script; those
+numbers mean nothing for speed. `benchmarks/gpu_suite.py` is the one-command GPU suite around it.
 """
 
 from __future__ import annotations
@@ -35,44 +37,32 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: genalign, benchmarks.*
 
 import torch  # noqa: E402
 
-from genalign.models.base import resolve_device, resolve_dtype  # noqa: E402
-from genalign.models.config import ModelConfig
-from genalign.models.registry import MODEL_FAMILIES  # noqa: E402
-from genalign.models.sd3 import SD3Policy  # noqa: E402
-from genalign.models.tiny_random import build_sd3_pipeline  # noqa: E402
+from benchmarks.flow_grpo_reference import Settings, genalign_overrides  # noqa: E402
+from benchmarks.gpu_suite import train_steps  # noqa: E402
+from benchmarks.random_weights import random_family_overrides  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 
 REFERENCE_IMAGES_PER_S = 0.90
 """Flow-GRPO's train_sd3.py at these settings on an H100 (fp32 weights under fp16 autocast)."""
 RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
-SHAPES = {"value": "sd3.5-medium"}
 
 
-class RandomSD3Policy(SD3Policy):
-    """SD3Policy over `build_sd3_pipeline(SHAPES)`: random weights, built on the device."""
-
-    @classmethod
-    def from_config(cls, cfg: ModelConfig) -> "RandomSD3Policy":
-        device, dtype = resolve_device(cfg.device), resolve_dtype(cfg.dtype)
-        pipeline = build_sd3_pipeline(SHAPES["value"], seed=0, device=device, dtype=dtype)
-        return cls(pipeline, device, dtype, cfg.max_sequence_length, cfg.cfg_batch)
+SETTINGS = Settings(prompts=2)
+"""The reference settings with 2 prompt groups of 8: the earlier H100 figures' step."""
+CPU_SETTINGS = Settings(resolution=64, num_steps=4, prompts=2)
 
 
 def overrides(args, out: Path, compiled: bool, gpu: bool) -> list[str]:
-    size, steps = (512, 10) if gpu else (64, 4)
     return [
-        "model.family=sd3_random", f"model.dtype={args.dtype if gpu else 'float32'}",
+        *random_family_overrides("sd3", "real" if gpu else "tiny"), f"model.dtype={args.dtype if gpu else 'float32'}",
         f"model.device={'cuda' if gpu else 'cpu'}", f"model.compile={str(compiled).lower()}",
-        "/base/distributed=local", f"rollout.height={size}", f"rollout.width={size}", f"rollout.num_steps={steps}",
-        "rollout.guidance_scale=4.5", "rollout.n=8", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8",
-        "actor.gradient_accumulation_steps=2", "algorithm.kl_beta=0.04", "actor.ema.enabled=true",
-        "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0", "reward.async_scoring=true",
-        "eval.every=0", "eval.at_start=false", "eval.max_prompts=2", "eval.samples_per_prompt=1",
-        f"eval.num_steps={steps}", "eval.batch_size=2", f"trainer.num_steps={args.steps}", "trainer.save_every=0",
-        "trainer.progress_bar=false", f"trainer.output_dir={out}", *args.overrides,
+        *genalign_overrides(SETTINGS if gpu else CPU_SETTINGS), "eval.every=0", "eval.at_start=false",
+        f"trainer.num_steps={args.steps}", "trainer.save_every=0", "trainer.progress_bar=false",
+        f"trainer.output_dir={out}", *args.overrides,
     ]
 
 
@@ -126,7 +116,7 @@ def run_mode(args, compiled: bool, gpu: bool) -> dict[str, float]:
         start = time.perf_counter()
         trainer = Trainer(cfg)
         load_s = time.perf_counter() - start
-        trainer.train()
+        train_steps(trainer, args.steps)  # the trainer's steps, without the final checkpoint and report
         rows = list(csv.DictReader(open(out / "metrics.csv")))
         peak_gib = torch.cuda.max_memory_allocated() / 2**30 if gpu else float("nan")
         for row in rows:  # printed before the FLOP count, which allocates again
@@ -161,15 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="leading steps left out of the means")
     parser.add_argument("--modes", default="eager,compiled")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--shapes", default="sd3.5-medium")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides")
     args = parser.parse_args(argv)
     gpu = torch.cuda.is_available()
-    SHAPES["value"] = args.shapes if gpu else "tiny"
-    MODEL_FAMILIES.register("sd3_random", "__main__:RandomSD3Policy") if __name__ == "__main__" else \
-        MODEL_FAMILIES.register("sd3_random", f"{__name__}:RandomSD3Policy")
     device = torch.cuda.get_device_name() if gpu else "CPU (tiny shapes, float32: a smoke test, not a speed figure)"
-    print(f"device: {device}; shapes {SHAPES['value']}; torch {torch.__version__}", flush=True)
+    print(f"device: {device}; {'real' if gpu else 'tiny'} shapes; torch {torch.__version__}", flush=True)
     results = {}
     for mode in args.modes.split(","):
         results[mode] = run_mode(args, compiled=(mode == "compiled"), gpu=gpu)
@@ -179,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     for mode, r in results.items():
         print(f"{mode:<10}{r['images_per_s']:>8.3f}{r['rollout_s']:>11.2f}{r['reward_wait_s']:>15.3f}"
               f"{r['train_s']:>9.2f}{r['tflops']:>9.1f}{r['peak_gib']:>10.1f}{r['first_step_s']:>10.1f}"
-              f"{r['images_per_s'] / REFERENCE_IMAGES_PER_S:>7.2f}x")
+              f"{r['images_per_s'] / REFERENCE_IMAGES_PER_S if gpu else float('nan'):>7.2f}x")
     if {"eager", "compiled"} <= set(results):
         print(f"compiled / eager: {results['compiled']['images_per_s'] / results['eager']['images_per_s']:.2f}x")
     print(f"reference Flow-GRPO: {REFERENCE_IMAGES_PER_S} images/s (H100, docs/benchmarks.md)")

@@ -24,6 +24,8 @@ Per-token terms outside the blocks (patch embedding, final norm and projection) 
 by 2 blocks rather than the real depth, so the coefficients err a little high; the plan's
 check against the GPU measurement (docs/memory_plan.md) says by how much.
 
+The toy demo at its real size, whole: its image size is fixed, so its slope runs over rows.
+
 Janus-Pro (the token family) the same way on its replay call `token_log_probs`: the tiny
 Janus with its language model replaced by Janus-Pro-7B's LLaMA block at its real width, cut
 to 2 blocks, at two image-token counts. Its language model has no gradient checkpointing, so
@@ -333,8 +335,60 @@ def calibrate_janus(root: Path, small: int = JANUS_TOKENS) -> dict:
     return result
 
 
+TOY_ROWS = 4
+"""The smaller batch of the toy calibration (the larger is twice it): the toy draws only 32 x 32."""
+
+
+def _toy_points(policy, measure_one) -> list:
+    """`measure_one(run)` over TOY_ROWS and twice as many rows; tokens per row are the 64 image
+    and 2 text tokens its joint attention runs over."""
+    shape = policy.latent_shape(policy.image_size, policy.image_size)
+    patch = int(policy.transformer.config.patch_size)  # 4 in pixel space: 8 x 8 image tokens
+    tokens = (policy.image_size // patch) ** 2 + 2  # + the colour and shape tokens
+    points = []
+    for rows in (TOY_ROWS, 2 * TOY_ROWS):
+        cond = policy.encode_prompts(["a red circle"] * rows, with_negative=False)
+        latents, sigma = torch.randn(rows, *shape), torch.full((rows,), 0.5)
+        points.append((rows * tokens, *measure_one(lambda: policy.velocity(latents, sigma, cond, guidance_scale=1.0))))
+    return points
+
+
+def _toy_policy(checkpointing: bool):
+    cfg = load_config(None, ["model.family=toy", "model.path=builtin", "model.dtype=bfloat16", "model.device=cpu",
+                             f"model.gradient_checkpointing={str(checkpointing).lower()}"])
+    torch.manual_seed(0)
+    return build_policy(cfg)
+
+
+def calibrate_toy(root: Path) -> dict:
+    """The toy family (the CPU demo) measured whole, at its real size: its image size is fixed
+    (32 x 32), so the per-token slope is taken over rows (4 and 8 samples) instead of sizes."""
+    policy = _toy_policy(checkpointing=False)
+    hidden, layers = _blocks(policy.transformer)
+    result = {}
+    policy.transformer.eval()
+    with CudaAutocastPolicy():
+        (n1, _, peak1), (n2, _, peak2) = _toy_points(policy, lambda run: _live(run, grad=False))
+    result["rollout_peak"] = (peak2 - peak1) / (n2 - n1) / hidden
+    policy.transformer.train()
+    with CudaAutocastPolicy():
+        result["replay"] = _slope(_toy_points(policy, lambda run: _saved(policy.transformer, run)), layers, hidden)
+    for block in [m for m in policy.transformer.modules() if type(m).__name__ in policy.repeated_blocks]:
+        block.compile(backend=COMPILE_BACKEND, dynamic=False)
+    result["replay_compiled"] = _slope(_toy_points(policy, lambda run: _saved(policy.transformer, run)), layers,
+                                       hidden)
+    policy = _toy_policy(checkpointing=True)
+    policy.transformer.train()
+    with CudaAutocastPolicy():
+        (n1, kept1, _), (n2, kept2, _) = _toy_points(policy, lambda run: _live(run, grad=True))
+    result["replay_checkpointed"] = (kept2 - kept1) / (n2 - n1) / (layers * hidden)
+    result["measured_on"] = (f"toy: the whole demo transformer ({layers} blocks of width {hidden}) over 4 and 8 rows, "
+                             f"bfloat16 autocast with CUDA's float32 list (eager), {COMPILE_BACKEND} (compiled), CPU")
+    return result
+
+
 CALIBRATORS = {**{family: (lambda root, side=side, family=family: calibrate(family, root, side))
-                  for family, side in FAMILIES.items()}, "janus": calibrate_janus}
+                  for family, side in FAMILIES.items()}, "janus": calibrate_janus, "toy": calibrate_toy}
 """family -> its measurement (the token family has its own replay call)."""
 
 
@@ -350,9 +404,11 @@ def main(argv: list[str] | None = None) -> int:
         for family in args.families:
             families[family] = CALIBRATORS[family](Path(tmp))
             print(family, json.dumps(families[family]))
-    body = {"units": "bytes per transformer token per block per hidden unit at bfloat16 compute "
-                     "(replay: kept for backward; replay_checkpointed: with gradient checkpointing); "
-                     "rollout_peak: peak working bytes per token per hidden unit of a no-grad forward",
+    body = {"units": "bytes per transformer token per block per hidden unit at bfloat16 compute, measured at the "
+                     "real width (2 blocks; the toy whole): replay, kept for backward by eager kernels under CUDA's "
+                     "autocast policy; replay_compiled, by the regionally compiled graph; replay_checkpointed, with "
+                     "gradient checkpointing (eager); rollout_peak: peak working bytes per token per hidden unit of "
+                     "a no-grad forward (eager)",
             "script": "benchmarks/calibrate_memory.py", "torch": torch.__version__, "families": families}
     args.out.write_text(json.dumps(body, indent=1) + "\n")
     print(f"wrote {args.out}")

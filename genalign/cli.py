@@ -105,13 +105,10 @@ def config_main(argv: list[str] | None = None) -> int:
 
     for caution in config_cautions(cfg):
         print(f"genalign: warning: {caution}", file=sys.stderr)
-    from genalign.preflight.memory_plan import plan_memory
+    from genalign.preflight.memory_plan import check_memory
 
-    plan = plan_memory(cfg)  # printed as YAML comments, so the output stays a loadable config
-    text = plan.describe() if plan else "memory plan: no architecture config describes this model; not estimated"
-    print("\n".join("# " + line for line in text.splitlines()))
-    if plan:
-        plan.check()
+    # printed as YAML comments, so the output stays a loadable config
+    check_memory(cfg, lambda text: print("\n".join("# " + line for line in text.splitlines())))
     return 0
 
 

@@ -62,6 +62,80 @@ def assert_close_reordered(actual: torch.Tensor, expected: torch.Tensor, *, leng
     torch.testing.assert_close(actual, expected, atol=atol, rtol=0)
 
 
+# ------------------------------------------------- comparing runs across an AdamW step
+# The reorder bound holds for values computed by the same math: a forward, a gradient. It does
+# not carry through an Adam step. AdamW's first step moves a weight by lr·u(g) with
+#     u(g) = m̂ / (sqrt(v̂) + ε) = g / (|g| + ε)      (step 1: m̂ = g, v̂ = g² after bias correction),
+# whose slope u'(g) = ε / (|g| + ε)² is 1/ε = 1e8 at g = 0: a weight whose gradient cancels to
+# near zero (a LoRA B entry, a GRPO gradient Σ A_i ∇log p_i with Σ A_i = 0 per group) turns a
+# gradient rounding of 1e-12 into a weight difference of lr·1e-4. Relative to the weights that
+# is no rounding bound at all: one CPU family passes, another fails. So runs that differ only in
+# how their reductions are grouped (ranks, batch splits) are compared where a bound holds:
+#   1. the gradients, read back from the first moments (after one step exp_avg = (1 − β1)·g, one
+#      rounding of g), with the reorder bound τ relative to the largest |g| of the tensor;
+#   2. the weights, with the bound that follows the update: by the mean value theorem, with
+#      |g_a − g_e| ≤ τ,  |u(g_a) − u(g_e)| ≤ τ·ε / (max(|g_e| − τ, 0) + ε)²,  and never more than 2
+#      (|u| < 1); plus each run's own rounding of the step — about 8 float32 operations on the
+#      moments (≤ 4u relative to the update, u = FLOAT32_EPS) and the final addition (≤ u/2 of the
+#      weight) — once per run:
+#          |w_a − w_e| ≤ lr·min(2, τ·ε / (max(|g_e| − τ, 0) + ε)²) + u·(8·lr + 2·max(|w_a|, |w_e|)).
+# Where |g| ≫ τ, ε the bound is a few ulps; where the gradient is within τ of zero it is up to 2·lr,
+# which is what AdamW makes of a gradient that is rounding noise. Weight decay multiplies both
+# runs' identical initial weights by the same factor and drops out.
+
+
+def adamw_first_step(checkpoint: Path, names: list[str]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor],
+                                                                     dict]:
+    """(trained weights, the gradients of the run's one AdamW step, the optimizer's param group)
+    from a checkpoint written after exactly one optimizer step. `names`: the trained tensors'
+    names in the optimizer's order (`trained_parameter_names`), since optimizer.safetensors keys
+    its moments by parameter index."""
+    import json
+
+    from safetensors.torch import load_file
+
+    meta = json.loads((checkpoint / "optimizer.json").read_text())
+    [group] = meta["param_groups"]
+    moments = load_file(str(checkpoint / "optimizer.safetensors"))
+    beta1 = group["betas"][0]
+    gradients = {}
+    for index, name in enumerate(names):
+        assert float(moments[f"state/{index}/step"]) == 1, f"{checkpoint}: {name} took more than one optimizer step"
+        gradients[name] = moments[f"state/{index}/exp_avg"] / (1 - beta1)
+    return load_file(str(checkpoint / "trainable.safetensors")), gradients, group
+
+
+def assert_same_first_adamw_step(actual: Path, expected: Path, names: list[str], *, length: int,
+                                 depth: int = 1) -> None:
+    """Two checkpoints after one AdamW step of the same math whose reductions were grouped
+    differently (`length`, `depth` as for `reorder_tolerance`): their gradients agree to the
+    reorder bound τ, and their weights to the bound that follows the update (derivation above)."""
+    weights_a, gradients_a, group = adamw_first_step(actual, names)
+    weights_e, gradients_e, _ = adamw_first_step(expected, names)
+    assert sorted(weights_a) == sorted(weights_e) == sorted(names)
+    lr, eps = group["lr"], group["eps"]
+    for name in names:
+        g_a, g_e = gradients_a[name], gradients_e[name]
+        tau = reorder_tolerance(max(float(g_a.abs().max()), float(g_e.abs().max())), length, depth)
+        torch.testing.assert_close(g_a, g_e, atol=tau, rtol=0, msg=lambda m: f"gradient of {name}: {m}")
+        w_a, w_e = weights_a[name], weights_e[name]
+        slope = tau * eps / ((g_e.abs() - tau).clamp(min=0) + eps) ** 2  # bound on |Δu| from |Δg| ≤ τ
+        bound = lr * slope.clamp(max=2.0) + FLOAT32_EPS * (8 * lr + 2 * torch.maximum(w_a.abs(), w_e.abs()))
+        excess = (w_a - w_e).abs() - bound
+        assert excess.max() <= 0, (f"{name}: weights differ by {float((w_a - w_e).abs().max()):.3g}, beyond the "
+                                   f"bound that follows the AdamW step at element {int(excess.argmax())}")
+
+
+def trained_parameter_names(recipe: str, overrides: list[str]) -> list[str]:
+    """The trained tensors' names in the order the trainer hands them to the optimizer
+    (`setup.named_trainable_parameters` of the policy the config builds)."""
+    from genalign.config.loader import compose_config
+    from genalign.training import setup
+
+    policy = setup.build_policy(compose_config(recipe, overrides))
+    return list(setup.named_trainable_parameters(policy.transformer))
+
+
 class LinearVelocityModel(torch.nn.Module):
     """v = W x + U c + b*sigma, on flattened latents; cheap and fully differentiable."""
 
@@ -401,40 +475,13 @@ def ray_rollout_setting(cfg, generate_timeout_s: float = 120.0):
     return policy, sampler, engine
 
 
-def save_tiny_clip(path: Path) -> Path:
-    """A tiny random CLIPModel (seed 0) with a character-level CLIP tokenizer and a 32-pixel
-    CLIPImageProcessorPil, written by save_pretrained into `path`."""
-    import json
-
-    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTokenizer
-
-    path.mkdir(parents=True, exist_ok=True)
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for suffix in ("", "</w>"):
-        for char in "abcdefghijklmnopqrstuvwxyz":
-            vocab[char + suffix] = len(vocab)
-    (path / "vocab.json").write_text(json.dumps(vocab))
-    (path / "merges.txt").write_text("#version: 0.2\n")
-    CLIPTokenizer(str(path / "vocab.json"), str(path / "merges.txt")).save_pretrained(path)
-    config = CLIPConfig(
-        text_config=dict(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
-                         pad_token_id=1),
-        vision_config=dict(image_size=32, patch_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                           num_attention_heads=2),
-        projection_dim=8, logit_scale_init_value=3.0)
-    torch.manual_seed(0)
-    CLIPModel(config).save_pretrained(path)
-    CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(path)
-    return path
-
-
 class RankOneConstantReward:
     """A scorer for multi-rank tests (`reward.allow_import=[support:RankOneConstantReward]`):
     each image's mean pixel value, except on torchrun rank 1, where every sample scores 0 —
     rank 1's prompt groups then have constant rewards (advantage 0, no DPO pair)."""
 
     name = "support:RankOneConstantReward"
+    constant_rank = "1"
 
     def __init__(self, device: str = "cpu", **kwargs):
         self.device = device
@@ -442,7 +489,7 @@ class RankOneConstantReward:
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
         import os
 
-        if os.environ.get("RANK") == "1":
+        if os.environ.get("RANK") == self.constant_rank:
             return torch.zeros(len(prompts))
         return images.float().flatten(1).mean(1)  # [B]
 
@@ -451,3 +498,11 @@ class RankOneConstantReward:
 
     def onload(self) -> None:
         """Nothing to move."""
+
+
+class RankZeroConstantReward(RankOneConstantReward):
+    """The same with rank 0's groups constant: rank 0, which writes the run's metrics, trains
+    nothing while rank 1 trains (`reward.allow_import=[support:RankZeroConstantReward]`)."""
+
+    name = "support:RankZeroConstantReward"
+    constant_rank = "0"

@@ -3,6 +3,8 @@ by its dotted path `user_algorithms:SignGRPO` (listed in reward.allow_import), n
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from genalign.algorithms.grpo import FlowGRPO
@@ -26,3 +28,16 @@ class SignGRPO(FlowGRPO):
         signs = advantages.sign()  # [b]
         loss, stats = super().compute_loss(policy, batch, signs, step_index)
         return loss, {**stats, "advantage_sign": signs.detach()}
+
+
+class OnePositionFewerOnRankOne(FlowGRPO):
+    """A faulty algorithm for the multi-rank check (tests/integration/test_distributed_metrics.py):
+    on torchrun rank 1 it trains one position fewer per unit than on the other ranks, as an
+    algorithm whose positions depend on a rank's own data would. Each position is a forward and
+    a backward the ranks take together, so the ranks must refuse it before the first one."""
+
+    title = "Flow-GRPO with one position fewer on rank 1"
+
+    def train_step_indices(self, batch):
+        positions = super().train_step_indices(batch)
+        return positions[:-1] if os.environ.get("RANK") == "1" else positions

@@ -88,6 +88,10 @@ class DPOConfig:
     `train_sd3_dpo.py`, which samples with its "ref" adapter): the DPO reference, so the pairs
     come from the policy the loss compares against. "policy": the live (learner) weights, the
     fully on-policy variant (samples follow every update; the reference can fall far behind)."""
+    tied_groups: str = "pair"
+    """Online: a prompt group whose samples all score the same. "pair" (Flow-GRPO's
+    `PerPromptStatTracker`, type "dpo"): its second sample is chosen over its first, so every
+    group gives a pair; "drop": it gives no pair (only groups with a reward gap train)."""
     ref_update_step: int = 40
     """Copy the learner into the DPO reference every this many optimizer steps (Flow-GRPO's
     `train.ref_update_step`; its config comment names 40 for online DPO, its default 10⁷ never

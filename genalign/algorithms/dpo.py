@@ -3,7 +3,9 @@
 Where it fits: trains on `PreferencePairs`. Online (`algorithm.dpo.source=online`),
 `training_batch` cuts one pair from each prompt group of the step's rollout — the sample with
 the highest advantage (chosen) against the lowest (rejected), the online variant of verl-omni and
-Flow-GRPO App. C.1; a group whose samples all score the same gives no pair. Offline, the pairs
+Flow-GRPO App. C.1; a group whose samples all score the same pairs its second sample over its
+first, as Flow-GRPO's `PerPromptStatTracker` does for DPO (`algorithm.dpo.tied_groups=pair`),
+or gives no pair (`drop`). Offline, the pairs
 come from a preference dataset (`training/sources.py`) and no rollout runs. `compute_loss`
 noises chosen and rejected with the same σ and ε, and compares the policy's velocity error
 with the reference's on both.
@@ -45,19 +47,29 @@ from genalign.weights.shadow import ShadowWeights, load_shadow_state, shadow_sta
 REF_PREFIX = "dpo_reference/"
 DPO_SOURCES = ("online", "offline")
 DPO_SAMPLERS = ("reference", "policy")
+DPO_TIED_GROUPS = ("pair", "drop")
 
 
-def best_worst_pairs(advantages: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per group, the position of the highest and of the lowest advantage (first on ties);
-    groups whose advantages are all equal are left out. [B], [B] -> chosen [P], rejected [P]."""
+def best_worst_pairs(advantages: torch.Tensor, group_ids: torch.Tensor,
+                     tied_groups: str = "pair") -> tuple[torch.Tensor, torch.Tensor]:
+    """Per group, the position of the highest and of the lowest advantage (the first of each
+    on ties, as torch.argmax / argmin). A group whose advantages all tie: "pair" makes its
+    second member (in batch order) chosen and its first rejected, as Flow-GRPO's
+    `PerPromptStatTracker.update(type="dpo")` does when argmax == argmin; "drop" leaves it out.
+    [B], [B] -> chosen [P], rejected [P]."""
+    if tied_groups not in DPO_TIED_GROUPS:
+        raise ValueError(f"algorithm.dpo.tied_groups={tied_groups!r}: choose one of {', '.join(DPO_TIED_GROUPS)}")
     dense, num_groups = _dense_group_index(group_ids)  # [B], G
     chosen, rejected = [], []
     for group in range(num_groups):
-        members = torch.nonzero(dense == group).flatten()  # [n]
+        members = torch.nonzero(dense == group).flatten()  # [n] in batch order
         values = advantages[members]  # [n]
         if values.max() > values.min():
             chosen.append(members[int(values.argmax())])
             rejected.append(members[int(values.argmin())])
+        elif tied_groups == "pair" and len(members) > 1:
+            chosen.append(members[1])
+            rejected.append(members[0])
     empty = torch.zeros(0, dtype=torch.long)
     return (torch.stack(chosen), torch.stack(rejected)) if chosen else (empty, empty)
 
@@ -89,6 +101,8 @@ class FlowDPO(AlgorithmBase):
             problems.append(f"algorithm.dpo.beta must be > 0, got {dpo.beta}")
         if dpo.sample_with not in DPO_SAMPLERS:
             problems.append(f"algorithm.dpo.sample_with={dpo.sample_with!r}: choose one of {', '.join(DPO_SAMPLERS)}")
+        if dpo.tied_groups not in DPO_TIED_GROUPS:
+            problems.append(f"algorithm.dpo.tied_groups={dpo.tied_groups!r}: choose one of {', '.join(DPO_TIED_GROUPS)}")
         if dpo.ref_update_step < 0:
             problems.append(f"algorithm.dpo.ref_update_step must be >= 0 (0 never refreshes), got {dpo.ref_update_step}")
         if algorithm.kl_beta > 0:
@@ -144,8 +158,9 @@ class FlowDPO(AlgorithmBase):
         self.optimizer_steps = load_shadow_state(self.reference, REF_PREFIX, state, "Flow-DPO reference", "dpo")
 
     def training_batch(self, batch: TrajectoryBatch, advantages: torch.Tensor) -> tuple[PreferencePairs, torch.Tensor]:
-        """One (best, worst) pair per prompt group; the unit advantage is the pair's gap (> 0)."""
-        chosen, rejected = best_worst_pairs(advantages, batch.group_ids)  # [P], [P]
+        """One (best, worst) pair per prompt group; the unit advantage is the pair's gap (> 0, or
+        0 for a tied group's pair: the loss does not read it)."""
+        chosen, rejected = best_worst_pairs(advantages, batch.group_ids, self.cfg.dpo.tied_groups)  # [P], [P]
         pairs = PreferencePairs(prompts=[batch.prompts[int(i)] for i in chosen], seeds=batch.seeds[chosen],
                                 condition=batch.condition.index(chosen.to(batch.condition.device)),
                                 chosen=batch.latents[chosen, -1], rejected=batch.latents[rejected, -1],

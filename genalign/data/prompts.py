@@ -33,8 +33,14 @@ MAX_LINE_CHARS = 16_384
 family is 512 tokens, a few thousand characters, so a line four times that is a wrong file (a
 binary, a minified dump, prompts joined without newlines), refused before it is parsed or
 echoed back in a message."""
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-"""The checkout root (parent of the `genalign` package), last place relative paths are tried."""
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+"""The `genalign` package directory, installed or checked out: the shipped prompt sets are its
+package data under `datasets/` (so a recipe's `datasets/ocr/train.txt` is
+`<package>/datasets/ocr/train.txt`), the last place a relative path is tried. Never the
+package's parent: installed, that is `site-packages`, whose `datasets/` is Hugging Face's
+`datasets` library."""
+PACKAGED_DATASETS = PACKAGE_ROOT / "datasets"
+"""The shipped prompt sets, their READMEs and (in a checkout) the scripts that build them."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +66,9 @@ def resolve_data_path(path: str, config_key: str | None = None) -> Path:
     """The file a manifest path names.
 
     Absolute paths are used as given. A relative path is tried against the working
-    directory, then `$GENALIGN_DATA_ROOT`, then the project root, so the packaged default
-    `datasets/ocr/train.txt` works from any directory of a checkout. Raises
+    directory (a user's own manifest), then `$GENALIGN_DATA_ROOT` (a shared data folder),
+    then the genalign package, so the recipes' `datasets/ocr/train.txt` (package data) works
+    from any directory, installed or checked out. Raises
     `ManifestNotFoundError` (a `FileNotFoundError`) naming `config_key` and listing every
     place it looked, in one line.
     """
@@ -73,8 +80,8 @@ def resolve_data_path(path: str, config_key: str | None = None) -> Path:
         roots = [Path.cwd()]
         if os.environ.get("GENALIGN_DATA_ROOT"):
             roots.append(Path(os.environ["GENALIGN_DATA_ROOT"]).expanduser())
-        roots.append(PROJECT_ROOT)
-        tried = list(dict.fromkeys(root / candidate for root in roots))  # cwd may be the project root
+        roots.append(PACKAGE_ROOT)
+        tried = list(dict.fromkeys(root / candidate for root in roots))  # cwd may be the package
     for option in tried:
         if option.is_file():
             return option

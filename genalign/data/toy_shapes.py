@@ -3,7 +3,7 @@
 Where it fits: the shipped CPU demo (`model.family=toy`, recipe `experiment/toy/shapes_grpo`).
 The toy policy parses prompts with `parse_prompt`, its pretraining (`demo/pretrain.py`)
 draws training images with `render_batch`, the toy rewards (`rewards/toy.py`) look up the
-prompted shape and colour, and `datasets/toy/build.py` writes the prompt manifests from
+prompted shape and colour, and `genalign/datasets/toy/build.py` writes the prompt manifests from
 `all_prompts`. Nothing here depends on torch modules beyond tensors.
 
 A prompt is "a <colour> <shape>" ("a red circle"); articles are optional, word order is free,

@@ -51,6 +51,15 @@ class Geometry:
     kv_cache: bool = False
     """Token-autoregressive sampling: the rollout keeps a key-value cache over prompt + image
     tokens (Janus-Pro); False = a denoiser's forward over the whole sequence each step."""
+    fixed_text_tokens: int | None = None
+    """The prompt's length whatever model.max_sequence_length says (the toy's two lookup
+    tokens, colour and shape); None: model.max_sequence_length + extra_text_tokens."""
+
+    def text_tokens(self, max_sequence_length: int) -> int:
+        """Text tokens of one prompt."""
+        if self.fixed_text_tokens is not None:
+            return self.fixed_text_tokens
+        return max_sequence_length + self.extra_text_tokens
 
     def image_tokens(self, height: int, width: int, frames: int) -> int:
         """Transformer image tokens of one sample."""
@@ -109,44 +118,82 @@ def _family_file(family: str) -> Path | None:
     return None
 
 
-def architecture_source(family: str, path: str) -> tuple[dict, dict, str] | None:
+def architecture_source(family: str, path: str, builtin: bool = False) -> tuple[dict, dict, str] | None:
     """(components {name: {library, class, config}}, geometry, source) for a model, or None
-    when neither a local directory nor a shipped file describes it."""
-    local = Path(path)
+    when nothing describes it. Looked for in turn: the family's shipped file when `path` names
+    the weights shipped inside genalign (`builtin`: the toy's), a local directory, the file
+    shipped for a hub id, the hub id's configs in the Hugging Face cache (no network)."""
+    family_file = _family_file(family)
+    family_body = json.loads(family_file.read_text()) if family_file is not None else None
+    if builtin:
+        return (family_body["components"], family_body["geometry"],
+                f"{family_file.name} ({family_body['source']})") if family_body else None
+    shipped = shipped_file(path)
+    if not Path(path).exists() and shipped.is_file():
+        body = json.loads(shipped.read_text())
+        return (body["components"], body["geometry"], f"{shipped.name} ({body['source']})") \
+            if body["family"] == family else None
+    directory = Path(path) if Path(path).is_dir() else _cached_snapshot(path)
+    if directory is None or family_body is None:
+        return None
+    components = _directory_components(directory, family_body["components"])
+    if not any(name == TRANSFORMER or TRANSFORMER in spec.get("parts", {}) for name, spec in components.items()):
+        return None
+    return components, family_body["geometry"], str(directory)
+
+
+def _directory_components(local: Path, family_components: dict) -> dict:
+    """The components a directory's configs describe: every `model_index.json` entry with a
+    `<name>/config.json`; without an index (a transformers model, the toy), the family file's
+    components whose config is in the directory (a composite's at `config.json`)."""
     if (local / "model_index.json").is_file():
         index = json.loads((local / "model_index.json").read_text())
-        components = {}
-        for name, entry in index.items():
-            config_file = local / name / "config.json"
-            if name.startswith("_") or not isinstance(entry, list) or not config_file.is_file():
-                continue
-            components[name] = {"library": entry[0], "class": entry[1], "config": json.loads(config_file.read_text())}
-        family_file = _family_file(family)
-        if family_file is None or TRANSFORMER not in components:
-            return None
-        return components, json.loads(family_file.read_text())["geometry"], str(local)
-    shipped = shipped_file(path)
-    if shipped.is_file():
-        body = json.loads(shipped.read_text())
-        if body["family"] == family:
-            return body["components"], body["geometry"], f"{shipped.name} ({body['source']})"
+        return {name: {"library": entry[0], "class": entry[1], "config": json.loads(config.read_text())}
+                for name, entry in index.items()
+                if not name.startswith("_") and isinstance(entry, list)
+                and (config := local / name / "config.json").is_file()}
+    found = {}
+    for name, spec in family_components.items():
+        config = local / ("config.json" if "parts" in spec else f"{name}/config.json")
+        if config.is_file():
+            found[name] = {**spec, "config": json.loads(config.read_text())}
+    return found
+
+
+def _cached_snapshot(path: str) -> Path | None:
+    """The Hugging Face cache's snapshot of hub id `path`, when its index or config is there."""
+    if path.count("/") != 1:
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    for name in ("model_index.json", "config.json"):
+        cached = try_to_load_from_cache(path, name)
+        if isinstance(cached, str):
+            return Path(cached).parent
     return None
+
+
+def build_component(library: str, class_name: str, config: dict):
+    """The component's real diffusers / transformers class instantiated from its config, with
+    freshly initialised weights on the current default device and dtype (`torch.device(...)`
+    and `torch.set_default_dtype` around the call choose them)."""
+    config = {k: v for k, v in config.items() if not k.startswith("_")}
+    if library == "diffusers":
+        import diffusers
+
+        return getattr(diffusers, class_name).from_config(config)
+    import transformers
+
+    model_type = config.pop("model_type")
+    return getattr(transformers, class_name)(transformers.AutoConfig.for_model(model_type, **config))
 
 
 def build_on_meta(library: str, class_name: str, config: dict):
     """The component's real class instantiated on the meta device (no memory, no weights)."""
     import torch
 
-    config = {k: v for k, v in config.items() if not k.startswith("_")}
     with torch.device("meta"):
-        if library == "diffusers":
-            import diffusers
-
-            return getattr(diffusers, class_name).from_config(config)
-        import transformers
-
-        model_type = config.pop("model_type")
-        return getattr(transformers, class_name)(transformers.AutoConfig.for_model(model_type, **config))
+        return build_component(library, class_name, config)
 
 
 def _transformer_shape(module) -> tuple[int, int, int, int]:
@@ -185,12 +232,13 @@ def _size(name: str, module, whole=None, parts=()) -> "ComponentSize":
 
 
 @lru_cache(maxsize=16)
-def load_architecture(family: str, path: str) -> Architecture | None:
-    """The sizes of `family`'s model at `path` (None: no config describes it); cached, so a
-    plan built twice builds the meta modules once."""
+def load_architecture(family: str, path: str, builtin: bool = False) -> Architecture | None:
+    """The sizes of `family`'s model at `path` (None: no config describes it; `builtin`: the
+    path names weights shipped inside genalign); cached, so a plan built twice builds the
+    meta modules once."""
     import torch
 
-    found = architecture_source(family, path)
+    found = architecture_source(family, path, builtin)
     if found is None:
         return None
     specs, geometry, source = found
@@ -201,7 +249,7 @@ def load_architecture(family: str, path: str) -> Architecture | None:
         raise ValueError(f"{source}: the vae config gives neither latent_channels nor z_dim")
     geometry = Geometry(geometry["spatial_factor"], geometry["temporal_factor"], tuple(geometry["patch"]),
                         geometry["text_in_sequence"], geometry["extra_text_tokens"], geometry["text_width_key"],
-                        bool(geometry.get("kv_cache", False)))
+                        bool(geometry.get("kv_cache", False)), geometry.get("fixed_text_tokens"))
     sizes, linears, shape, text_width = [], (), (0, 0, 0, 0), 0
     for name, spec in specs.items():
         if spec["library"] not in ("diffusers", "transformers"):

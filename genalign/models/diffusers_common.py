@@ -385,9 +385,18 @@ class PipelineLoading:
 
     @classmethod
     def from_config(cls, cfg: ModelConfig):
-        return cls.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device),
-                                   revision=cfg.revision, max_sequence_length=cfg.max_sequence_length,
-                                   cfg_batch=cfg.cfg_batch, **{name: getattr(cfg, name) for name in cls.config_options})
+        pipeline = load_pipeline(cls.diffusers_pipeline, cfg.path, resolve_dtype(cfg.dtype), cfg.revision,
+                                 cls.pipeline_components())
+        return cls.from_loaded(pipeline, cfg)
+
+    @classmethod
+    def from_loaded(cls, pipeline, cfg: ModelConfig):
+        """The policy over a pipeline already built, with `cfg`'s device, dtype and options: what
+        `from_config` does after loading (a benchmark's random-weight pipeline at a model's real
+        shapes comes in here, `models/real_shapes.py`)."""
+        return cls(pipeline, resolve_device(cfg.device), resolve_dtype(cfg.dtype),
+                   max_sequence_length=cfg.max_sequence_length, cfg_batch=cfg.cfg_batch,
+                   **{name: getattr(cfg, name) for name in cls.config_options})
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,

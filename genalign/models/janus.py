@@ -132,6 +132,12 @@ class JanusPolicy:
         return cls.from_pretrained(cfg.path, cfg.dtype, cfg.device, cfg.revision)
 
     @classmethod
+    def from_loaded(cls, bundle, cfg: ModelConfig) -> "JanusPolicy":
+        """The policy over a model and processor already built (`bundle.model`,
+        `bundle.processor`: what `from_pretrained` loads), with `cfg`'s device and dtype."""
+        return cls(bundle.model, bundle.processor, resolve_device(cfg.device), resolve_dtype(cfg.dtype))
+
+    @classmethod
     def from_pretrained(cls, path: str, dtype: str = "float32", device: str = "auto",
                         revision: str | None = None) -> "JanusPolicy":
         from transformers import AutoProcessor, JanusForConditionalGeneration

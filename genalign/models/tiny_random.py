@@ -101,25 +101,9 @@ SD3_SHAPES = {
         vae=dict(sample_size=32, block_out_channels=(4, 8, 8, 8), layers_per_block=1, latent_channels=4,
                  norm_num_groups=1, shift_factor=0.0609, scaling_factor=1.5035),
     ),
-    # the published configs of stabilityai/stable-diffusion-3.5-medium (MMDiT-X: 24 blocks of
-    # 24 x 64 heads, dual attention in the first 13, RMS qk-norm), CLIP-L, CLIP-G, T5-XXL's
-    # encoder and the 16-channel SD3 VAE: the shapes GPU benchmarks run, with random weights
-    "sd3.5-medium": dict(
-        transformer=dict(sample_size=128, patch_size=2, in_channels=16, num_layers=24, attention_head_dim=64,
-                         num_attention_heads=24, joint_attention_dim=4096, caption_projection_dim=1536,
-                         pooled_projection_dim=2048, out_channels=16, pos_embed_max_size=384,
-                         dual_attention_layers=tuple(range(13)), qk_norm="rms_norm"),
-        clip_l=dict(hidden_size=768, intermediate_size=3072, num_attention_heads=12, num_hidden_layers=12,
-                    hidden_act="quick_gelu", projection_dim=768),
-        clip_g=dict(hidden_size=1280, intermediate_size=5120, num_attention_heads=20, num_hidden_layers=32,
-                    hidden_act="gelu", projection_dim=1280),
-        t5=dict(d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64, relative_attention_num_buckets=32,
-                feed_forward_proj="gated-gelu"),
-        vae=dict(sample_size=1024, block_out_channels=(128, 256, 512, 512), layers_per_block=2, latent_channels=16,
-                 norm_num_groups=32, shift_factor=0.0609, scaling_factor=1.5305),
-    ),
 }
-"""Architectures `build_sd3_pipeline` knows: the tiny test pipeline and SD3.5 Medium's."""
+"""Architectures `build_sd3_pipeline` knows. A real model's shapes come from its shipped
+architecture file instead (`models/real_shapes.py`, what the GPU benchmarks build)."""
 
 
 def build_tiny_sd3_pipeline(seed: int = 0):
@@ -133,10 +117,8 @@ def build_tiny_sd3_pipeline(seed: int = 0):
 def build_sd3_pipeline(shapes: str = "tiny", seed: int = 0, device: str | torch.device = "cpu",
                        dtype: torch.dtype = torch.float32):
     """A StableDiffusion3Pipeline of the named `SD3_SHAPES` with random weights, built directly
-    on `device` in `dtype` (the VAE always float32): SD3.5 Medium's 2.2 B-parameter
-    transformer and 4.7 B-parameter T5 build in seconds on a GPU. The in-memory tokenizers
-    pad and truncate to the real lengths (77 CLIP + max_sequence_length T5 tokens), so the
-    transformer sees the real sequence length."""
+    on `device` in `dtype` (the VAE always float32). The in-memory tokenizers pad and truncate
+    to the real lengths (77 CLIP + max_sequence_length T5 tokens)."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 

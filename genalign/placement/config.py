@@ -50,6 +50,11 @@ class ResourcesConfig:
     """Memory of one GPU, in GiB, for the memory plan (`genalign config`, the check before the
     model loads); null = read it from the CUDA device, and skip the check without one. Set it
     to plan a run for another machine (e.g. 80 on a laptop composing an H100 run)."""
+    gpu_memory_fraction: float | None = 0.9
+    """The share of a GPU's memory a role's planned peak (tensors, allocator headroom, CUDA
+    context) may fill; a plan above it is refused before the model loads. The rest is the
+    margin for what the plan does not model (docs/memory_plan.md gives that share per
+    family). null: no memory check, and a model the plan cannot describe runs unplanned."""
 
 
 @dataclass

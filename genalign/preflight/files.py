@@ -41,6 +41,7 @@ def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest
             read_preferences(cfg.data.preference_manifest, size=(cfg.rollout.height, cfg.rollout.width))
         except ManifestError as exc:
             problems.append(str(exc) + (f"; {exc.hint}" if exc.hint else ""))
+    problems += reward_manifest_problems(cfg, manifests)
     problems += model_path_problems(cfg.model.family, cfg.model.path, cfg.model.allow_import)
     problems += offline_hub_problems(cfg)
     problems += device_problems(cfg.model.device)
@@ -51,6 +52,36 @@ def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest
         problems += directory_problems or run_dir_problems(cfg)
     if resume and cfg.trainer.resume_from and cfg.trainer.resume_from != "auto":  # auto: chosen by run_dir
         problems += resume_problems(cfg)
+    return problems
+
+
+MAX_ROW_PROBLEMS = 5
+"""Bad rows reported per scorer and manifest (the count of the rest follows)."""
+
+
+def reward_manifest_problems(cfg: ExperimentConfig, manifests: tuple[str, ...]) -> list[str]:
+    """Rows a selected scorer would be handed but cannot score, from its options'
+    `manifest_problems(examples)` (GenEval: rows without GenEval metadata, classes GenEval does
+    not have): the training reward scores data.manifest and data.eval_manifest, gold rewards and
+    quality metrics data.eval_manifest. Found here, not mid-step."""
+    from genalign.data.prompts import ManifestError, load_manifest
+    from genalign.preflight.values import selected_reward_options
+
+    problems: list[str] = []
+    for key, name, options in selected_reward_options(cfg):
+        if not hasattr(options, "manifest_problems"):
+            continue
+        scored = manifests if key == "reward.components" else [m for m in manifests if m == "eval_manifest"]
+        for manifest in scored:
+            try:
+                examples = load_manifest(getattr(cfg.data, manifest), f"data.{manifest}")
+            except ManifestError:
+                continue  # file_problems reports the manifest itself
+            rows = options.manifest_problems(examples)
+            more = f" (and {len(rows) - MAX_ROW_PROBLEMS} more rows)" if len(rows) > MAX_ROW_PROBLEMS else ""
+            problems += [f"{key}.{name} cannot score data.{manifest}: {row}" for row in rows[:MAX_ROW_PROBLEMS]]
+            if more:
+                problems[-1] += more
     return problems
 
 

@@ -76,6 +76,13 @@ def value_problems(cfg: ExperimentConfig) -> list[str]:
                        "model.path": cfg.model.path, "trainer.output_dir": cfg.trainer.output_dir}.items():
         if not value.strip():  # "" is the working directory to pathlib: never what was meant
             problems.append(f"{key} is empty; set it to a path")
+    fraction = cfg.distributed.resources.gpu_memory_fraction
+    if fraction is not None and not 0 < fraction <= 1:
+        problems.append(f"distributed.resources.gpu_memory_fraction must be in (0, 1] (the share of a GPU a planned "
+                        f"peak may fill) or null (no memory check), got {fraction}")
+    gib = cfg.distributed.resources.gpu_memory_gib
+    if gib is not None and gib <= 0:
+        problems.append(f"distributed.resources.gpu_memory_gib must be > 0 (one GPU's memory) or null, got {gib}")
     if not DEVICE.match(cfg.model.device):
         problems.append(f"model.device={cfg.model.device!r} is not a device; use auto, cpu, cuda or cuda:<index>")
     problems += image_size_problems(cfg.rollout.height, cfg.rollout.width)
@@ -84,18 +91,17 @@ def value_problems(cfg: ExperimentConfig) -> list[str]:
     return problems
 
 
-def reward_package_problems(cfg: ExperimentConfig) -> list[str]:
-    """Every selected scorer (reward.components, eval.gold_rewards, eval.quality_metrics) whose
-    options need a package that is not installed: a config error naming the extra."""
-    from genalign.config.extras import missing_package_problem
+def selected_reward_options(cfg: ExperimentConfig) -> list[tuple[str, str, Any]]:
+    """(config key, scorer name, parsed options) of every selected registered scorer
+    (reward.components and eval.gold_rewards with a non-zero weight, eval.quality_metrics); a
+    zero weight is never built, and options that do not parse are left to reward_option_problems."""
     from genalign.rewards.options import parse_options
     from genalign.rewards.registry import REWARD_OPTIONS
 
-    problems: list[str] = []
-    # a zero weight is never built (the runtime skips it), so it needs no package
     selected = {"reward.components": [name for name, weight in cfg.reward.components.items() if weight],
                 "eval.gold_rewards": [name for name, weight in cfg.eval.gold_rewards.items() if weight],
                 "eval.quality_metrics": list(cfg.eval.quality_metrics)}
+    found = []
     for key, names in selected.items():
         for name in names:
             if name not in REWARD_OPTIONS:
@@ -103,13 +109,23 @@ def reward_package_problems(cfg: ExperimentConfig) -> list[str]:
             module_name, attr = REWARD_OPTIONS[name].split(":")
             options_cls = getattr(importlib.import_module(module_name), attr)  # scorer modules import no model
             try:
-                options = parse_options(name, options_cls, dict(cfg.reward.kwargs.get(name) or {}))
+                found.append((key, name, parse_options(name, options_cls, dict(cfg.reward.kwargs.get(name) or {}))))
             except (TypeError, ValueError):
-                continue  # reward_option_problems reports bad options
-            needed = options.required_package() if hasattr(options, "required_package") else None
-            missing = needed and missing_package_problem(f"{key}.{name}", *needed)
-            if missing:
-                problems.append(missing)
+                continue
+    return found
+
+
+def reward_package_problems(cfg: ExperimentConfig) -> list[str]:
+    """Every selected scorer (reward.components, eval.gold_rewards, eval.quality_metrics) whose
+    options need a package that is not installed: a config error naming the extra."""
+    from genalign.config.extras import missing_package_problem
+
+    problems: list[str] = []
+    for key, name, options in selected_reward_options(cfg):
+        needed = options.required_package() if hasattr(options, "required_package") else None
+        missing = needed and missing_package_problem(f"{key}.{name}", *needed)
+        if missing:
+            problems.append(missing)
     return problems
 
 

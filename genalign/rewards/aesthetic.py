@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from genalign.rewards.clip_encoder import ClipEncoder
+from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import resolve_dtype
 
@@ -40,6 +41,12 @@ class AestheticOptions:
     processor_name: str | None = None
     """Where preprocessor_config.json lives; None: same as model_name."""
     dtype: str = "float32"
+
+    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
+        """Models on the scorer's device (the memory plan counts them): the whole CLIPModel (its
+        text tower too) and the float32 head."""
+        return (DeviceModel("model_name", self.model_name, self.dtype, "CLIPModel"),
+                DeviceModel("head_path", "christophschuhmann/improved-aesthetic-predictor", "float32"))
 
 
 class AestheticMLP(nn.Module):

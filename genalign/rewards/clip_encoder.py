@@ -3,7 +3,8 @@
 Where it fits: the shared part of the CLIP-backed scorers (clip_score, pickscore, aesthetic).
 Each scorer owns one `ClipEncoder` and turns its L2-normalised embeddings into a score; the
 encoder owns loading (hub id or local path, clear error when missing), preprocessing (torch,
-from the processor config) and device moves (offload/onload).
+from the processor config unless the scorer's reference preprocesses otherwise) and device
+moves (offload/onload).
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ class ClipEncoder:
     default and then fail to load; the text tower costs memory, not time."""
 
     def __init__(self, model_name: str, processor_name: str, device: str, dtype: torch.dtype, *,
-                 reward: str, text: bool = True, model=None):
+                 reward: str, text: bool = True, model=None, transform: ImageTransform | None = None):
         """`model`: an already built `CLIPModel` to use instead of loading `model_name` (a
-        checkpoint in another layout, converted by the scorer, e.g. HPS)."""
+        checkpoint in another layout, converted by the scorer, e.g. HPS). `transform`: the
+        scorer's reference preprocessing when it is not transformers' `CLIPImageProcessor` of
+        `processor_name` (HPSv2's letterbox, open_clip's crop rounding)."""
         from transformers import AutoTokenizer, CLIPModel
 
         self.device = torch.device(device)
@@ -34,7 +37,8 @@ class ClipEncoder:
                                     what="CLIPModel", dtype=dtype).eval().requires_grad_(False)
         self.model = model
         self.model.to(self.device)
-        self.transform = ImageTransform.from_pretrained(processor_name, reward=reward, key="processor_name")
+        self.transform = transform or ImageTransform.from_pretrained(processor_name, reward=reward,
+                                                                     key="processor_name")
         self.tokenizer = None
         if text:
             self.tokenizer = load_pretrained(AutoTokenizer.from_pretrained, processor_name, reward=reward,

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from genalign.rewards.clip_encoder import ClipEncoder
+from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import resolve_dtype
 
@@ -29,6 +30,10 @@ class ClipScoreOptions:
     processor_name: str | None = None
     """Where the tokenizer and preprocessor_config.json live; None: same as model_name."""
     dtype: str = "float32"
+
+    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
+        """Models on the scorer's device (the memory plan counts them): the whole CLIPModel."""
+        return (DeviceModel("model_name", self.model_name, self.dtype, "CLIPModel"),)
 
 
 def clip_score(image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:

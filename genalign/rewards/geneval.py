@@ -2,23 +2,37 @@
 
 Where it fits: a model-backed reward scored by the reward runtime on decoded uint8 images; it
 reads each sample's GenEval metadata (`tag`, `include`, `exclude`), which a `.jsonl` prompt
-manifest carries beside the prompt (`data.manifest`; `datasets/geneval/`).
+manifest carries beside the prompt (`data.manifest`; `genalign/datasets/geneval/`).
 
 What it does, as GenEval (djghosh13/geneval `evaluation/evaluate_images.py`, commit af4902f)
 and Flow-GRPO's GenEval reward server (yifan123/reward-server `reward_server/gen_eval.py`,
 commit 92ac29f) score:
+0. Flow-GRPO's client JPEG-encodes every image (Pillow's default quality, 75) before its reward
+   server scores it (yifan123/flow_grpo `flow_grpo/rewards.py` `geneval_score`, commit 94e23ee);
+   `jpeg_quality` (75) does the same round trip, None scores the raw pixels.
 1. Detect instances with Mask2Former (Swin-S, COCO instance segmentation: the detector GenEval
    runs, here through transformers' `Mask2FormerForUniversalSegmentation` instead of mmdet, so
    no second deep-learning framework is needed and the checkpoint loads by hub id or local
-   directory like every other reward). Instance score = class probability x mean mask
-   probability inside the mask, boxes from the masks (mmdet's Mask2Former post-processing).
+   directory like every other reward). The input is prepared as GenEval's mmdet test pipeline
+   prepares it (mask2former_r50_lsj_8x2_50e_coco, which its Swin-S config inherits): resized
+   keeping the ratio into 1333 x 800 (mmcv's `rescale_size`, OpenCV's bilinear on uint8),
+   padded bottom/right to a multiple of 32 with pixel level 128, then normalised with the
+   checkpoint's mean/std (the pipeline pads before it normalises). Instance
+   score = class probability x mean mask probability inside the mask over the 100 best
+   (query, class) pairs, boxes from the masks (mmdet's Mask2Former post-processing).
+   Detections are named by GenEval's class names (`genalign/assets/geneval/object_names.txt`,
+   GenEval's `object_names.txt`, which it indexes by the detector's class index): the COCO
+   label set of the checkpoint's `id2label` says "mouse", "remote" and "keyboard" where GenEval
+   says "computer mouse", "tv remote" and "computer keyboard" (`DETECTOR_SYNONYMS`); a GenEval
+   class the checkpoint has no label for is an error when the reward is built.
 2. Keep, per class, detections above `threshold` (0.3; `counting_threshold` 0.9 for counting
    prompts), most confident first, at most `max_objects` (16), optional NMS (`nms_threshold`
    1.0: off).
 3. Colour: each object is pasted on a grey (#999) background through its mask, cropped to its
    box and classified zero-shot by CLIP ViT-L/14 among GenEval's ten colours with its three
    templates ("a photo of a {c} {object}", "a photo of a {c}-colored {object}", "a photo of a
-   {c} object"; template embeddings averaged).
+   {c} object"; template embeddings averaged), the crop preprocessed as open_clip's `openai`
+   transform does (torchvision's bicubic `Resize` and `CenterCrop` on the PIL crop).
 4. Position: A is "left of" B when the centre offset, shrunk by `position_threshold` (0.1) x
    the summed box sizes per axis, points mostly left (|dx| / |offset| > 0.5), likewise right,
    above, below.
@@ -27,7 +41,8 @@ Which number is the score (`score`):
 - "reward" (default, Flow-GRPO's training reward): partial credit, the mean over clauses of
   1 - |expected - found| / expected for counts and colours, 0/1 for position. Reproduced as
   the reference computes it, including that a failed position clause also appends a 1.0
-  (a failed position prompt scores 0.75, not 0.67).
+  (a failed position prompt scores 0.75, not 0.67) and that a count term goes below 0 when
+  more than twice the expected objects are found.
 - "strict": 1 when every include clause matches exactly (count ==, every object the colour,
   position holds), else 0 (Flow-GRPO's strict accuracy).
 - "accuracy": GenEval's benchmark correctness: at least `count` objects (the most confident
@@ -39,13 +54,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.nn.functional as F
 
 from genalign.rewards.clip_encoder import ClipEncoder
-from genalign.rewards.image_transform import ImageTransform
+from genalign.rewards.image_transform import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform
+from genalign.rewards.jpeg import PIL_DEFAULT_JPEG_QUALITY, jpeg_round_trip
+from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import load_pretrained, read_json_file, resolve_dtype
 
@@ -54,6 +73,41 @@ TAGS = ("single_object", "two_object", "counting", "colors", "position", "color_
 POSITIONS = ("left of", "right of", "above", "below")
 COLOR_TEMPLATES = ("a photo of a {c} {object}", "a photo of a {c}-colored {object}", "a photo of a {c} object")
 SCORES = ("reward", "strict", "accuracy")
+OBJECT_NAMES_FILE = Path(__file__).resolve().parents[1] / "assets" / "geneval" / "object_names.txt"
+"""GenEval's 80 class names, in the detector's class order (djghosh13/geneval
+`evaluation/object_names.txt`, commit af4902f; the same file as reward-server's)."""
+DETECTOR_SYNONYMS = {"computer mouse": "mouse", "tv remote": "remote", "computer keyboard": "keyboard"}
+"""GenEval class name -> the detector's COCO label, where the two differ. GenEval reads the
+detector's class i as line i of its object_names.txt; the COCO label set of the Mask2Former
+checkpoints (mmdetection's `CocoDataset.CLASSES`, which transformers' converter turned into
+their id2label; also Detectron2's) names these three classes differently."""
+MMDET_TEST_SCALE = (1333, 800)
+"""GenEval's mmdet test pipeline: `Resize(img_scale=(1333, 800), keep_ratio=True)`."""
+SIZE_DIVISOR = 32
+PAD_LEVEL = 128
+"""... `Pad(size_divisor=32, pad_val=dict(img=(128, 128, 128)))`, before `Normalize`: the padding
+is mid-grey in pixel levels, (128 - mean) / std once normalised (mmdet 2.28.2's
+mask2former_r50_lsj_8x2_50e_coco.py; tests/fixtures/pypi/mmdet-2.28.2)."""
+MAX_PER_IMAGE = 100
+"""mmdet's Mask2Former `test_cfg.max_per_image`: instances kept per image before thresholds."""
+
+
+@lru_cache(maxsize=1)
+def geneval_classes() -> tuple[str, ...]:
+    """GenEval's 80 class names, in the detector's class order."""
+    return tuple(OBJECT_NAMES_FILE.read_text().splitlines())
+
+
+def detector_names(id2label: dict[int, str], where: str) -> dict[str, str]:
+    """Detector label -> GenEval class name, for every GenEval class; a class whose label (its
+    `DETECTOR_SYNONYMS` entry or its own name) the detector does not have is a ValueError."""
+    labels = set(id2label.values())
+    missing = [name for name in geneval_classes() if DETECTOR_SYNONYMS.get(name, name) not in labels]
+    if missing:
+        raise ValueError(f"{where}: the detector's id2label has no label for the GenEval class(es) "
+                         f"{missing} (looked up as {[DETECTOR_SYNONYMS.get(n, n) for n in missing]}); GenEval needs "
+                         f"a COCO instance-segmentation detector (genalign/rewards/geneval.py DETECTOR_SYNONYMS)")
+    return {DETECTOR_SYNONYMS.get(name, name): name for name in geneval_classes()}
 
 
 @dataclass
@@ -75,11 +129,36 @@ class GenEvalOptions:
     """Drop a detection whose box IoU with a kept one of its class reaches this; 1.0 keeps all."""
     position_threshold: float = 0.1
     """Fraction of the summed box sizes removed from the centre offset before judging a relation."""
+    jpeg_quality: int | None = PIL_DEFAULT_JPEG_QUALITY
+    """Score each image after a JPEG round trip at this Pillow quality, as Flow-GRPO's client sends
+    images to its GenEval server (flow_grpo/rewards.py `geneval_score`, commit 94e23ee: Pillow's
+    default, 75); null scores the raw pixels (GenEval's own benchmark reads lossless PNG files)."""
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
         if self.score not in SCORES:
             raise ValueError(f"reward.kwargs.geneval.score={self.score!r}: choose one of {', '.join(SCORES)}")
+        if self.jpeg_quality is not None and not 1 <= self.jpeg_quality <= 100:
+            raise ValueError(f"reward.kwargs.geneval.jpeg_quality={self.jpeg_quality}: a Pillow JPEG quality "
+                             f"in [1, 100] (75 is Flow-GRPO's), or null for the raw pixels")
+
+    def manifest_problems(self, examples: Iterable) -> list[str]:
+        """Rows of a prompt manifest this reward would score that it cannot (no GenEval metadata,
+        a class GenEval does not have, a bad count or colour), each naming its file and line:
+        preflight runs this on data.manifest and data.eval_manifest before anything loads."""
+        names = set(geneval_classes())
+        problems = []
+        for index, example in enumerate(examples):
+            try:
+                check_metadata(example.metadata, index, example.prompt, names)
+            except ValueError as exc:
+                problems.append(f"{example.source}: {exc}")
+        return problems
+
+    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
+        """Models on the scorer's device (the memory plan counts them): the detector and the CLIPModel."""
+        return (DeviceModel("detector_name", self.detector_name, self.dtype, "Mask2FormerForUniversalSegmentation"),
+                DeviceModel("clip_name", self.clip_name, self.dtype, "CLIPModel"))
 
 
 @dataclass
@@ -97,19 +176,20 @@ ColorsOf = Callable[[str, list[Detection]], list[str]]
 
 # ------------------------------------------------------------------ detector post-processing
 
-def mask2former_instances(class_logits: torch.Tensor, mask_logits: torch.Tensor
+def mask2former_instances(class_logits: torch.Tensor, mask_logits: torch.Tensor, max_per_image: int = MAX_PER_IMAGE
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One image: class logits [Q, C+1] (last: no object), mask logits [Q, H, W] at image size
-    -> labels [Q], scores [Q], masks bool [Q, H, W]: the top Q (query, class) pairs by class
-    probability, each scored class prob x mean sigmoid inside its mask (mmdet/transformers)."""
-    num_queries, num_classes = class_logits.shape[0], class_logits.shape[1] - 1
+    -> labels [K], scores [K], masks bool [K, H, W]: the top K = max_per_image (query, class)
+    pairs by class probability, each scored class prob x mean sigmoid inside its mask (mmdet's
+    `MaskFormerFusionHead.instance_postprocess`)."""
+    num_classes = class_logits.shape[1] - 1
     probs = class_logits.float().softmax(-1)[:, :-1]  # [Q, C]
-    top, index = probs.flatten().topk(num_queries, sorted=False)  # [Q]
-    labels = index % num_classes  # [Q]
-    chosen = mask_logits[index // num_classes].float()  # [Q, H, W]
-    masks = chosen > 0  # [Q, H, W]
-    inside = masks.flatten(1).float()  # [Q, H*W]
-    mask_scores = (chosen.sigmoid().flatten(1) * inside).sum(1) / (inside.sum(1) + 1e-6)  # [Q]
+    top, index = probs.flatten().topk(min(max_per_image, probs.numel()), sorted=False)  # [K]
+    labels = index % num_classes  # [K]
+    chosen = mask_logits[index // num_classes].float()  # [K, H, W]
+    masks = chosen > 0  # [K, H, W]
+    inside = masks.flatten(1).float()  # [K, H*W]
+    mask_scores = (chosen.sigmoid().flatten(1) * inside).sum(1) / (inside.sum(1) + 1e-6)  # [K]
     return labels, top * mask_scores, masks
 
 
@@ -123,17 +203,29 @@ def mask_boxes(masks: torch.Tensor) -> torch.Tensor:
     return boxes
 
 
-def detector_input_size(height: int, width: int, shortest: int, longest: int | None) -> tuple[int, int]:
-    """The short side to `shortest`, unless that makes the long side exceed `longest` (as the
-    Mask2Former image processor and mmdet's keep-ratio resize compute it)."""
-    short, long = min(height, width), max(height, width)
-    if longest is not None and long / short * shortest > longest:
-        shortest = int(round(longest * short / long))
-    if short == shortest:
-        return height, width
-    if width < height:
-        return int(shortest * height / width), shortest
-    return shortest, int(shortest * width / height)
+def detector_input_size(height: int, width: int, scale: tuple[int, int] = MMDET_TEST_SCALE) -> tuple[int, int]:
+    """The resized (height, width) of a keep-ratio resize into `scale`: mmcv's `rescale_size`
+    (factor = min(long edge / long side, short edge / short side), each side int(x * f + 0.5))."""
+    factor = min(max(scale) / max(height, width), min(scale) / min(height, width))
+    return int(height * factor + 0.5), int(width * factor + 0.5)
+
+
+def detector_input(images: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]
+                   ) -> tuple[torch.Tensor, tuple[int, int]]:
+    """uint8 [B, 3, H, W] -> (float32 [B, 3, h', w'] padded to multiples of 32, (h, w) before
+    padding), as GenEval's mmdet test pipeline: OpenCV's bilinear resize of the uint8 image
+    (half-pixel centres, edge pixels repeated, rounded to uint8: torch's non-antialiased bilinear,
+    within one level of OpenCV's fixed-point weights), padded bottom/right with PAD_LEVEL,
+    normalised."""
+    resized = detector_input_size(*images.shape[-2:])
+    pixels = images.float()  # [B, 3, H, W] in [0, 255]
+    if tuple(pixels.shape[-2:]) != resized:
+        pixels = torch.floor(F.interpolate(pixels, size=resized, mode="bilinear", align_corners=False) + 0.5)
+    pad = [(-side) % SIZE_DIVISOR for side in resized]
+    pixels = F.pad(pixels, (0, pad[1], 0, pad[0]), value=PAD_LEVEL)  # [B, 3, h', w']
+    mean_255 = pixels.new_tensor(mean).view(1, 3, 1, 1) * 255
+    std_255 = pixels.new_tensor(std).view(1, 3, 1, 1) * 255
+    return (pixels - mean_255) / std_255, resized
 
 
 def box_iou(a, b) -> float:
@@ -245,15 +337,15 @@ def flow_grpo_reward(objects: dict[str, list[Detection]], metadata: dict[str, An
 
 
 def check_metadata(metadata: dict[str, Any], index: int, prompt: str, class_names: set[str]) -> None:
-    """A GenEval row (tag, include[, exclude]) naming only detector classes, else ValueError."""
+    """A GenEval row (tag, include[, exclude]) naming only GenEval's classes, else ValueError."""
     where = f"geneval: sample {index} (prompt {prompt!r})"
     if metadata.get("tag") not in TAGS or not isinstance(metadata.get("include"), list):
         raise ValueError(f"{where} has no GenEval metadata (a 'tag' in {TAGS} and an 'include' list); score it with "
                          f"a .jsonl manifest whose rows carry them, e.g. datasets/geneval/train.jsonl")
     for clause in metadata["include"] + metadata.get("exclude", []):
         if clause.get("class") not in class_names or not isinstance(clause.get("count"), int) or clause["count"] < 1:
-            raise ValueError(f"{where}: clause {clause} needs a detector class and a count >= 1 "
-                             f"(the detector knows {len(class_names)} classes)")
+            raise ValueError(f"{where}: clause {clause} needs one of GenEval's {len(class_names)} classes "
+                             f"(genalign/assets/geneval/object_names.txt) and a count >= 1")
         if "color" in clause and clause["color"] not in COLORS:
             raise ValueError(f"{where}: colour {clause['color']!r} is not one of {COLORS}")
 
@@ -282,26 +374,26 @@ class GenEvalReward:
         self.dtype = dtype
         processor = read_json_file(opts.detector_name, "preprocessor_config.json", reward=self.name,
                                    key="detector_name")
-        size = processor.get("size", {"shortest_edge": 800, "longest_edge": 1333})
-        self.shortest_edge = size if isinstance(size, int) else int(size["shortest_edge"])
-        self.longest_edge = None if isinstance(size, int) else size.get("longest_edge")
         self.mean, self.std = tuple(processor["image_mean"]), tuple(processor["image_std"])
-        self.size_divisor = int(processor.get("size_divisor", 32))
         self.class_names = {int(k): v for k, v in self.detector.config.id2label.items()}
+        self.geneval_names = detector_names(self.class_names, f"reward.kwargs.{self.name}.detector_name="
+                                                              f"{opts.detector_name!r}")
         self.clip = ClipEncoder(opts.clip_name, opts.clip_name, device, dtype, reward=self.name)
+        image_size = self.clip.model.config.vision_config.image_size
+        # open_clip's `openai` preprocessing of GenEval's colour crops: torchvision's Resize and
+        # CenterCrop on the PIL crop (Pillow's bicubic, the crop offset rounded)
+        self.clip.transform = ImageTransform(mean=OPENAI_CLIP_MEAN, std=OPENAI_CLIP_STD, shortest_edge=image_size,
+                                             crop_hw=(image_size, image_size), crop_rounding="round",
+                                             mode="bicubic", resampler="pil")
         self._color_classifiers: dict[str, torch.Tensor] = {}
 
     # -- detection
     @torch.no_grad()
     def detect(self, images: torch.Tensor) -> list[dict[str, list[Detection]]]:
-        """uint8 [B, 3, H, W] -> per image {class name: every detection, any score}."""
+        """uint8 [B, 3, H, W] (after the JPEG round trip, when one is made) -> per image {GenEval
+        class name: every detection, any score}."""
         height, width = images.shape[-2:]
-        resize = detector_input_size(height, width, self.shortest_edge, self.longest_edge)
-        transform = ImageTransform(None, resize, None, self.mean, self.std, mode="bilinear")
-        pixels = transform(images.to(self.device))  # [B, 3, h, w]
-        resized = pixels.shape[-2:]
-        pad = [(-s) % self.size_divisor for s in resized]
-        pixels = F.pad(pixels, (0, pad[1], 0, pad[0]))  # bottom/right zeros, as the processor pads
+        pixels, resized = detector_input(images.to(self.device), self.mean, self.std)  # [B, 3, h', w']
         out = self.detector(pixel_values=pixels.to(self.dtype))
         results = []
         for class_logits, mask_logits in zip(out.class_queries_logits, out.masks_queries_logits):
@@ -312,8 +404,9 @@ class GenEvalReward:
             boxes = mask_boxes(masks.cpu())
             found: dict[str, list[Detection]] = {}
             for label, score, mask, box in zip(labels.tolist(), scores.tolist(), masks.cpu(), boxes.tolist()):
-                if mask.any():
-                    found.setdefault(self.class_names[label], []).append(Detection(tuple(box), score, mask))
+                name = self.geneval_names.get(self.class_names[label])  # None: a label GenEval has no class for
+                if name is not None and mask.any():
+                    found.setdefault(name, []).append(Detection(tuple(box), score, mask))
             results.append(found)
         return results
 
@@ -342,9 +435,11 @@ class GenEvalReward:
     # -- contract
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
         opts = self.options
-        names = set(self.class_names.values())
+        names = set(geneval_classes())
         for index, (row, prompt) in enumerate(zip(metadata, prompts)):
             check_metadata(row, index, prompt, names)
+        if opts.jpeg_quality is not None:  # the detector and the colour crops both see the decoded JPEG
+            images = jpeg_round_trip(images, opts.jpeg_quality)
         scores = []
         for image, raw, row in zip(images, self.detect(images), metadata):
             threshold = opts.counting_threshold if row["tag"] == "counting" else opts.threshold

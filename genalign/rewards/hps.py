@@ -5,8 +5,13 @@ Where it fits: a model-backed reward scored by the reward runtime on decoded uin
 score = cos(image_embed, text_embed) of the HPS model, the diagonal of HPSv2's
 `image_features @ text_features.T` (tgxs002/HPSv2 `hpsv2/img_score.py`, commit 866735e;
 DanceGRPO trains on the same number): about 0.2-0.35 for generated images. Preprocessing is
-HPSv2's evaluation transform: shortest side to 224 (bicubic), centre crop 224, OpenAI mean/std,
-which is the `laion/CLIP-ViT-H-14-laion2B-s32B-b79K` processor's.
+HPSv2's evaluation transform (`create_model_and_transforms(..., light_augmentation=True)` ->
+`image_transform(224, is_train=False, resize_longest_max=True)` in its vendored open_clip
+`transform.py`): `ToTensor`, then `ResizeMaxSize(224)` on the tensor (the long side to 224
+with torchvision's antialiased bicubic on [0, 1] floats, the short side `round()`ed, padded
+to 224 x 224 with black, the odd pixel at the bottom/right), then OpenAI mean/std. Not the
+`laion/CLIP-ViT-H-14-laion2B-s32B-b79K` processor's shortest-side crop: the two agree on a
+square image only (at 480 x 832 they differ by up to 3.8 normalised units per pixel).
 
 Architecture and weights: HPSv2 fine-tunes open_clip's ViT-H-14 (laion2B-s32B-b79K). That
 model's transformers port is `laion/CLIP-ViT-H-14-laion2B-s32B-b79K`, so the scorer builds a
@@ -28,6 +33,8 @@ from typing import Any
 import torch
 
 from genalign.rewards.clip_encoder import ClipEncoder
+from genalign.rewards.image_transform import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform
+from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import load_pretrained, load_weights_file, resolve_dtype
 
@@ -85,14 +92,26 @@ def open_clip_to_transformers(state: dict[str, torch.Tensor]) -> dict[str, torch
     return out
 
 
+def hps_transform(image_size: int) -> ImageTransform:
+    """HPSv2's evaluation transform at the model's image size (see the module docstring)."""
+    return ImageTransform(mean=OPENAI_CLIP_MEAN, std=OPENAI_CLIP_STD, longest_edge=image_size, mode="bicubic",
+                          resampler="tensor", pad_fill=0.0)
+
+
 @dataclass
 class HPSOptions:
     weights_path: str | None = None
     """Safetensors file of the HPS checkpoint's state_dict (required; see the module docstring)."""
     base_model: str = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K"
-    """Hub id or local directory with the CLIPModel config, tokenizer and preprocessor of the
-    architecture HPS fine-tuned (only its config is used for the model; its weights are not loaded)."""
+    """Hub id or local directory with the CLIPModel config and tokenizer of the architecture HPS
+    fine-tuned (its weights are not loaded; images are preprocessed as HPSv2 does, not by its
+    preprocessor_config.json)."""
     dtype: str = "float32"
+
+    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
+        """Models on the scorer's device (the memory plan counts them): a CLIPModel of base_model's
+        architecture, which the HPS weights fill."""
+        return (DeviceModel("base_model", self.base_model, self.dtype, "CLIPModel"),)
 
 
 class HPSv2Reward:
@@ -116,7 +135,8 @@ class HPSv2Reward:
             raise ValueError(f"reward.kwargs.{self.name}.weights_path={opts.weights_path!r} does not fit "
                              f"reward.kwargs.{self.name}.base_model={opts.base_model!r}: {detail}") from exc
         self.encoder = ClipEncoder(opts.base_model, opts.base_model, device, dtype, reward=self.name,
-                                   model=model.to(dtype).eval().requires_grad_(False))
+                                   model=model.to(dtype).eval().requires_grad_(False),
+                                   transform=hps_transform(config.vision_config.image_size))
 
     @torch.no_grad()
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:

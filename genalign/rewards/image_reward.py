@@ -30,15 +30,14 @@ from typing import Any
 import torch
 
 from genalign.rewards.aesthetic import AestheticMLP
-from genalign.rewards.image_transform import ImageTransform
+from genalign.rewards.image_transform import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform
+from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import load_pretrained, load_weights_file, resolve_dtype
 
 MEAN, STD = 0.16717362830052426, 1.0333394966054072
 """ImageReward's normalisation of the head's output."""
 MAX_TEXT_TOKENS = 35
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 HEAD_DIM = 64
 VISION_KEYS = {"cls_token": "embeddings.class_embedding", "pos_embed": "embeddings.position_embedding",
                "patch_embed.proj.weight": "embeddings.patch_embedding.weight",
@@ -101,6 +100,13 @@ def configs_from_shapes(vision: dict[str, torch.Tensor], text: dict[str, torch.T
     return vision_config, text_config
 
 
+def image_reward_transform(size: int) -> ImageTransform:
+    """ImageReward's `_transform(n_px)`: torchvision `Resize(n_px, BICUBIC)` and `CenterCrop(n_px)`
+    on the PIL image (Pillow's resampling; torchvision's rounded crop offset), CLIP mean/std."""
+    return ImageTransform(mean=OPENAI_CLIP_MEAN, std=OPENAI_CLIP_STD, shortest_edge=size, crop_hw=(size, size),
+                          crop_rounding="round", mode="bicubic", resampler="pil")
+
+
 @dataclass
 class ImageRewardOptions:
     weights_path: str | None = None
@@ -108,6 +114,10 @@ class ImageRewardOptions:
     tokenizer_name: str = "bert-base-uncased"
     """Hub id or local directory of BERT's tokenizer ([DEC] and [ENC] are added as ImageReward does)."""
     dtype: str = "float32"
+
+    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
+        """Models on the scorer's device (the memory plan counts them): ImageReward v1.0's BLIP towers and head."""
+        return (DeviceModel("weights_path", "THUDM/ImageReward", self.dtype),)
 
 
 class ImageRewardReward:
@@ -141,8 +151,7 @@ class ImageRewardReward:
         self.tokenizer = load_pretrained(AutoTokenizer.from_pretrained, opts.tokenizer_name, reward=self.name,
                                          key="tokenizer_name", what="BERT tokenizer")
         self.tokenizer.add_special_tokens({"bos_token": "[DEC]", "additional_special_tokens": ["[ENC]"]})
-        size = vision_config.image_size
-        self.transform = ImageTransform(size, None, (size, size), CLIP_MEAN, CLIP_STD, mode="bicubic")
+        self.transform = image_reward_transform(vision_config.image_size)
 
     @torch.no_grad()
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:

@@ -5,16 +5,23 @@ Where it fits: a rule reward scored by the reward runtime on decoded uint8 rollo
 The rule (Flow-GRPO `flow_grpo/ocr.py`, docs/algorithms.md §7.2):
   target     = the text between the first pair of double quotes in the prompt,
                lower-cased, spaces removed (`A sign that says "Hello World"` -> "helloworld");
-  recognised = the concatenation of every detected line with confidence > 0, same normalisation;
+  recognised = the concatenation of every detected line the engine returns (PaddleOCR's `ocr()`
+               drops lines scored below its `drop_score`, 0.5) with confidence > 0, same
+               normalisation;
   reward     = 1 if target is a substring of recognised, else max(0, 1 - Levenshtein/len(target)).
 Range [0, 1]. A prompt without a quoted target scores 0 and is counted in a logged warning:
 a data problem, not a crash (Flow-GRPO scores OCR failures 0 as well).
 
 Engines: "rapidocr" (default) runs the PP-OCRv4 detector/recogniser shipped inside the
 `rapidocr-onnxruntime` wheel on onnxruntime's CPU provider — the same PP-OCR family Flow-GRPO
-calls through PaddleOCR, with no download. The angle classifier is off, like Flow-GRPO's
-`use_angle_cls=False`. "tesseract" shells out to a `tesseract` binary when one is installed.
-OCR always runs on the CPU: `device` only places torch models, and this reward has none.
+calls through PaddleOCR (2.9.1, its README), with no download. The angle classifier is off,
+like Flow-GRPO's `use_angle_cls=False`, and lines scored below `min_line_score` (0.5, the
+`drop_score` PaddleOCR's `ocr()` applies before Flow-GRPO sees a line) are dropped. What
+still differs from Flow-GRPO's engine: rapidocr's Chinese+English PP-OCRv4 recogniser and its
+detector settings (PaddleOCR's English models with its own), and the channel order (Flow-GRPO
+hands PaddleOCR the RGB array where it expects OpenCV's BGR; genalign hands rapidocr BGR).
+"tesseract" shells out to a `tesseract` binary when one is installed. OCR always runs on the
+CPU: `device` only places torch models, and this reward has none.
 """
 
 from __future__ import annotations
@@ -40,6 +47,9 @@ ENGINES = ("rapidocr", "tesseract")
 class OCROptions:
     engine: str = "rapidocr"
     """"rapidocr" (PP-OCR models from the wheel) or "tesseract" (needs the binary on PATH)."""
+    min_line_score: float = 0.5
+    """rapidocr: recognised lines scored below this are dropped before the rule reads them, as
+    PaddleOCR's `ocr()` drops lines below its drop_score (0.5) in Flow-GRPO's scorer."""
     num_threads: int = 1
     """onnxruntime intra-op threads for rapidocr (reward workers are usually one CPU each)."""
     tesseract_cmd: str = "tesseract"
@@ -50,6 +60,10 @@ class OCROptions:
     def required_package(self) -> tuple[str, str] | None:
         """(module, genalign extra) these options import: rapidocr's wheel; tesseract is a binary."""
         return ("rapidocr_onnxruntime", "ocr") if self.engine == "rapidocr" else None
+
+    def device_models(self, reward: str) -> tuple[()]:
+        """Models on the scorer's device (the memory plan counts them): none, OCR runs on the CPU."""
+        return ()
 
 
 def levenshtein(a: str, b: str) -> int:
@@ -112,8 +126,9 @@ class OCRReward:
         from rapidocr_onnxruntime import RapidOCR
 
         threads = self.options.num_threads
-        # text_score=0 keeps every line; the rule's "confidence > 0" filter is applied below.
-        engine = RapidOCR(text_score=0.0, use_cls=False, print_verbose=False,
+        # text_score drops low-confidence lines as PaddleOCR's drop_score does; the rule's own
+        # "confidence > 0" filter is applied below
+        engine = RapidOCR(text_score=self.options.min_line_score, use_cls=False, print_verbose=False,
                           intra_op_num_threads=threads, inter_op_num_threads=1)
 
         def read(image_hwc: np.ndarray) -> str:

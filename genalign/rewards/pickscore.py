@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from genalign.rewards.clip_encoder import ClipEncoder
+from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import resolve_dtype
 
@@ -30,6 +31,10 @@ class PickScoreOptions:
     processor_name: str = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K"
     """Hub id or local directory with the tokenizer and preprocessor_config.json."""
     dtype: str = "float32"
+
+    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
+        """Models on the scorer's device (the memory plan counts them): the whole CLIPModel."""
+        return (DeviceModel("model_name", self.model_name, self.dtype, "CLIPModel"),)
 
 
 def pickscore(image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor) -> torch.Tensor:

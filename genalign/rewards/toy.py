@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from genalign.data.toy_shapes import IMAGE_SIZE, canvas_quality, color_distance, parse_prompt
+from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.toy_classifier import builtin_classifier_dir, load_classifier
 
@@ -43,6 +44,11 @@ class ToyShapeOptions:
     score: str = "probability"
     """"probability": P(prompted shape); "accuracy": 1.0 when the argmax is the prompted shape."""
 
+    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
+        """Models on the scorer's device (the memory plan counts them): the classifier named after the reward."""
+        directory = builtin_classifier_dir() if self.path == "builtin" else Path(self.path)
+        return (DeviceModel("path", str(directory / f"{reward}.safetensors"), "float32"),)
+
 
 @dataclass
 class ToyColorAreaOptions:
@@ -50,10 +56,18 @@ class ToyColorAreaOptions:
     """A pixel counts when its RGB distance to the prompted colour is below this (the palette's
     closest pair is ~87 apart, the grey background >= 100 from every colour)."""
 
+    def device_models(self, reward: str) -> tuple[()]:
+        """Models on the scorer's device (the memory plan counts them): none, a rule."""
+        return ()
+
 
 @dataclass
 class NoOptions:
     """The image-quality measures take no options."""
+
+    def device_models(self, reward: str) -> tuple[()]:
+        """Models on the scorer's device (the memory plan counts them): none, rules."""
+        return ()
 
 
 def prompt_labels(prompts: list[str], reward: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -59,6 +59,10 @@ def score_media(scorer, images: torch.Tensor, prompts: list[str], metadata: list
 class TemporalConsistencyOptions:
     """Options of the `temporal_consistency` reward."""
 
+    def device_models(self, reward: str) -> tuple[()]:
+        """Models on the scorer's device (the memory plan counts them): none, a rule."""
+        return ()
+
 
 def temporal_consistency(videos: torch.Tensor) -> torch.Tensor:
     """uint8 video [B, F, 3, H, W] -> float32 [B] = 1 − mean |x_{f+1} − x_f| / 255.

@@ -98,6 +98,10 @@ class VlmJudgeOptions:
         if problems:
             raise ValueError("reward.kwargs.vlm_judge: " + "; ".join(problems))
 
+    def device_models(self, reward: str) -> tuple[()]:
+        """Models on the scorer's device (the memory plan counts them): none: the judge is served at base_url."""
+        return ()
+
 
 def parse_score(text: str, pattern: str, scale: float) -> float | None:
     """The first `pattern` match's group 1 as a number / scale, or None when there is none."""

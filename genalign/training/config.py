@@ -94,7 +94,10 @@ class ActorConfig:
     num_inner_epochs: int = 1
     """Passes over the step's samples per training step (PPO epochs; Flow-GRPO: 1)."""
     shuffle_samples: bool = True
-    """Shuffle samples before splitting into micro-batches (seeded)."""
+    """Shuffle the round's training units before splitting them into micro-batches (seeded, a
+    new order each inner epoch), as Flow-GRPO's train_sd3.py; false keeps the order they were
+    sampled in, as its train_sd3_fast.py, train_qwenimage.py and train_sd3_dpo.py
+    (base/algorithm/flow_grpo_fast, the Qwen-Image recipe, base/algorithm/dpo)."""
     loss_normalisation: str = "rank_mean"
     """How an optimizer step's gradient averages its trained units across training processes.
     "rank_mean" (Flow-GRPO under accelerate DDP): each rank averages over its own units, then

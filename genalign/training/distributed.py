@@ -5,8 +5,10 @@ Where it fits: around the loop when `distributed.training.strategy` is `ddp` or 
 `init_distributed` once (rank facts from torchrun's RANK / WORLD_SIZE / LOCAL_RANK
 environment, never from YAML), `wrap_for_training` on the denoiser, `shard_groups` to take
 this rank's prompt groups, `gather_scores` so advantages see whole groups, and
-`full_trainable_state` / `barrier` around rank-0-only checkpoints. With strategy `none`
-every helper is the identity, so the loop has one code path.
+`full_trainable_state` / `barrier` around rank-0-only checkpoints, and `reduce_totals` so a
+step's metrics row is the whole job's. With strategy `none` every helper is the identity, so
+the loop has one code path. Rank 0 alone prints the job's INFO lines (step, evaluation,
+phases); the other ranks print warnings and errors only.
 
 Numerics: each rank holds `1/world_size` of the step's groups and runs
 `gradient_accumulation_steps / world_size` micro-batches per optimizer step; DDP and FSDP2
@@ -23,8 +25,9 @@ import datetime
 import gc
 import logging
 import os
+import zlib
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
@@ -82,6 +85,10 @@ def init_distributed(strategy: str, backend: str = "auto", cuda_indices: tuple[i
         torch.distributed.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
     log.info("rank %d/%d (local %d), backend %s, strategy %s", info.rank, info.world_size, info.local_rank,
              backend, strategy)
+    if not info.is_main:
+        # one console for the job: rank 0 prints the step and evaluation lines, whose figures are
+        # the job's (`reduce_totals`); a rank's warnings and errors still reach the console
+        logging.getLogger("genalign").setLevel(logging.WARNING)
     return info
 
 
@@ -188,13 +195,71 @@ def rank_positions(num_samples: int, group_size: int, info: RankInfo) -> list[in
     return list(range(info.rank * per_rank, (info.rank + 1) * per_rank))
 
 
+def collective_device() -> torch.device:
+    """Where a collective's tensors must live: this rank's GPU under NCCL, else the CPU."""
+    if torch.distributed.is_initialized() and torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def all_gather_cat(tensor: torch.Tensor, info: RankInfo) -> torch.Tensor:
-    """Concatenate equally shaped per-rank tensors in rank order ([n, ...] -> [world*n, ...])."""
+    """Concatenate equally shaped per-rank tensors in rank order ([n, ...] -> [world*n, ...]),
+    on `tensor`'s device (the exchange itself goes through `collective_device`)."""
     if info.world_size == 1:
         return tensor
-    parts = [torch.empty_like(tensor) for _ in range(info.world_size)]
-    torch.distributed.all_gather(parts, tensor.contiguous())
-    return torch.cat(parts)
+    mine = tensor.to(collective_device()).contiguous()
+    parts = [torch.empty_like(mine) for _ in range(info.world_size)]
+    torch.distributed.all_gather(parts, mine)
+    return torch.cat(parts).to(tensor.device)
+
+
+@dataclass
+class RankTotals:
+    """Named per-rank figures of a step in a form that combines over ranks: `sums` are added,
+    `maxima` and `minima` taken over ranks. A mean is a sum over a count, both summed."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    maxima: dict[str, float] = field(default_factory=dict)
+    minima: dict[str, float] = field(default_factory=dict)
+
+    def names(self) -> tuple[tuple[str, ...], ...]:
+        return tuple(sorted(self.sums)), tuple(sorted(self.maxima)), tuple(sorted(self.minima))
+
+    def packed(self) -> torch.Tensor:
+        """[3 + S + X + N] float64: a fingerprint of the names (their count per kind and a
+        CRC-32), then the sums, the maxima and the negated minima, each in name order."""
+        names = self.names()
+        fingerprint = zlib.crc32("\n\n".join("\n".join(kind) for kind in names).encode())
+        values = ([float(len(names[0])), float(len(names[1])), float(fingerprint)]
+                  + [self.sums[n] for n in names[0]] + [self.maxima[n] for n in names[1]]
+                  + [-self.minima[n] for n in names[2]])
+        return torch.tensor(values, dtype=torch.float64)
+
+
+def combine_totals(totals: RankTotals, packed_by_rank: torch.Tensor) -> RankTotals:
+    """The job's totals from every rank's `packed()` row ([world, L], rank order), named as
+    `totals` (this rank's). Ranks that named different figures are an error: a rank's figures
+    would be added to another's."""
+    header = packed_by_rank[:, :3]  # [world, 3]
+    differing = [rank for rank in range(len(header)) if not torch.equal(header[rank], header[0])]
+    if differing:
+        raise RuntimeError(f"rank {differing[0]} reports other metric names than rank 0 for this step (count or "
+                           "CRC-32 of the names differ): what a step logs must be named alike on every rank, e.g. "
+                           "the statistics an algorithm's compute_loss returns must not depend on the rank's data")
+    sums, maxima, minima = totals.names()
+    body = packed_by_rank[:, 3:]  # [world, S + X + N]
+    added = body[:, :len(sums)].sum(0).tolist()
+    largest = body[:, len(sums):].max(0).values.tolist()  # maxima, then the negated minima
+    return RankTotals(dict(zip(sums, added)), dict(zip(maxima, largest[:len(maxima)])),
+                      {name: -value for name, value in zip(minima, largest[len(maxima):])})
+
+
+def reduce_totals(totals: RankTotals, info: RankInfo) -> RankTotals:
+    """The job's totals: every rank's sums added, maxima and minima taken over ranks, in one
+    all-gather. A collective: every rank calls it once per step, whatever it trained."""
+    if info.world_size == 1:
+        return totals
+    return combine_totals(totals, all_gather_cat(totals.packed()[None], info))
 
 
 def barrier(info: RankInfo) -> None:

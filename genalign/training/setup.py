@@ -146,4 +146,4 @@ def build_evaluator(cfg: ExperimentConfig, device: torch.device, reward_runtime,
     sink = build_metrics_sink(output_dir / "eval_metrics.csv", resume, list(trackers), "eval") if writes else NullSink()
     return Evaluator(cfg.eval, load_manifest(cfg.data.eval_manifest, "data.eval_manifest"), eval_spec(cfg),
                      reward_runtime, gold, output_dir if writes else None, sink, quality,
-                     progress_bar=cfg.trainer.progress_bar)
+                     progress_bar=cfg.trainer.progress_bar and writes)  # one bar per job

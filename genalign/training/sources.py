@@ -42,7 +42,8 @@ class StepData:
     generated: int = 0
     """Samples generated this step by this rank (0 offline)."""
     row: dict[str, float] = field(default_factory=dict)
-    """Reward and advantage columns of the metrics row."""
+    """Reward and advantage columns of the metrics row: the whole step's on every rank (the
+    rewards are gathered before group normalisation; offline, the step's pair count)."""
     times: dict[str, float] = field(default_factory=dict)
     """time_rollout_s and time_reward_s (seconds of this step's collection)."""
     filler: Any = None
@@ -160,5 +161,5 @@ class OfflinePreferences:
                                 condition=self.condition.index(torch.tensor(rows)),
                                 chosen=self.chosen[rows], rejected=self.rejected[rows], sigmas=self.sigmas)
         pairs.validate()
-        return StepData(pairs, torch.ones(len(pairs)), None, 0, {"pairs": float(len(pairs))},
+        return StepData(pairs, torch.ones(len(pairs)), None, 0, {"pairs": float(len(drawn))},  # every rank's
                         {"time_rollout_s": time.perf_counter() - start, "time_reward_s": 0.0})

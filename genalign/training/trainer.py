@@ -46,7 +46,7 @@ from genalign.export.folder import checkpoint_export
 from genalign.weights.lora import load_trainable_state_dict
 from genalign.training.memory import COLUMN as MEMORY_COLUMN
 from genalign.training.memory import PeakMemory
-from genalign.preflight.memory_plan import plan_memory
+from genalign.preflight.memory_plan import check_memory
 from genalign.training.optim import build_optimizer
 from genalign.training.parity import replay_parity
 from genalign.training.precision import build_grad_scaler
@@ -54,7 +54,8 @@ from genalign.placement.ray_pools import start_ray_for_run
 from genalign.weights.reference import ReferencePolicy
 from genalign.placement.resources import resolve_resources
 from genalign.training.sources import StepData
-from genalign.training.update import UpdateContext, run_update
+from genalign.training.job_metrics import step_columns
+from genalign.training.update import UpdateContext, UpdateResult, agreed_positions, run_update
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +118,9 @@ class Trainer:
             if differing:
                 raise ResumeError(f"trainer.resume_from={checkpoint.path}: the checkpoint was written with a "
                                   "different config:\n  " + "\n  ".join(differing))
-        self.memory_plan = plan_memory(cfg)  # before any model loads: a plan over the GPU is a config error
-        if self.memory_plan is not None:
-            if distributed.rank_info_from_env().is_main:
-                log.info("%s", self.memory_plan.describe())
-            self.memory_plan.check()
+        # before any model loads: a plan over the GPU, or a model it cannot describe, is a config error
+        main = distributed.rank_info_from_env().is_main
+        self.memory_plan = check_memory(cfg, lambda text: log.info("%s", text) if main else None)
         # the ranks' share of an optimizer step's micro-batches: a config error before any model loads
         ranks = distributed.RankInfo() if cfg.distributed.training.strategy == "none" else distributed.rank_info_from_env()
         distributed.per_rank_accumulation(cfg.actor.gradient_accumulation_steps, ranks)
@@ -212,7 +211,7 @@ class Trainer:
         if self.start_step == 1 and self.evaluator.due(0, last):
             self.evaluate(0)
             self.report()
-        quiet = not (self.cfg.trainer.progress_bar and sys.stderr.isatty())
+        quiet = not (self.cfg.trainer.progress_bar and sys.stderr.isatty() and self.ranks.is_main)
         clock = StepClock(self.start_step, last)
         # with a bar on the terminal, log lines are printed above it (tqdm.write) instead of
         # through it; without one the console handler is left as it is
@@ -296,24 +295,23 @@ class Trainer:
         times = dict(data.times)
         start = time.perf_counter()
         parity = self.parity(data.trajectories) if step == 1 and self.runs_parity else {}
-        update = self.update(data, step)
+        update, algorithm_row = self.update(data, step)
         times["time_train_s"] = time.perf_counter() - start
-        update.update(self.sync(step))
+        synced = self.sync(step)
         times["time_cpu_s"] = time.process_time() - cpu_start
-
-        step_seconds = times["time_rollout_s"] + times["time_reward_s"] + times["time_train_s"]
-        generated = data.generated * self.ranks.world_size
         if self.sample_table_due(step) and data.scores is not None:
             self.log_samples(step, data)
-        memory = self.memory.metrics()
-        row = {**data.row, **update, **parity, **times, **memory,
-               "lr": self.optimizer.param_groups[0]["lr"],
-               "images_per_s": generated / max(times["time_rollout_s"], 1e-9),
+        # the job's update and phase columns, not this rank's: one all-gather (training/job_metrics.py)
+        job = step_columns(update, {**times, **self.memory.metrics()}, self.ranks)
+        step_seconds = job["time_rollout_s"] + job["time_reward_s"] + job["time_train_s"]
+        generated = data.generated * self.ranks.world_size
+        row = {**data.row, **job, **algorithm_row, **synced, **parity, "lr": self.optimizer.param_groups[0]["lr"],
+               "images_per_s": generated / max(job["time_rollout_s"], 1e-9),
                "step_images_per_s": generated / max(step_seconds, 1e-9)}
         progress = clock.describe(step) if clock else f"step {step}/{self.cfg.trainer.num_steps}"
-        peak = f", peak GPU memory {memory[MEMORY_COLUMN]:.2f} GiB" if memory else ""
+        peak = f", peak GPU memory {job[MEMORY_COLUMN]:.2f} GiB" if MEMORY_COLUMN in job else ""
         log.info("%s: %s  (rollout %.1fs, reward %.1fs, train %.1fs%s)", progress, console_summary(row),
-                 times["time_rollout_s"], times["time_reward_s"], times["time_train_s"], peak)
+                 job["time_rollout_s"], job["time_reward_s"], job["time_train_s"], peak)
         return row
 
     # ---------------------------------------------------------------- phases
@@ -336,13 +334,13 @@ class Trainer:
 
     def parity(self, batch: TrajectoryBatch) -> dict[str, float]:
         """Replay with unchanged weights: log-probs must equal the rollout's (docs/algorithms.md §2.10)."""
-        gaps = replay_parity(self.policy, batch, self.algorithm.train_step_indices(batch), self.spec.chunk_size,
-                             replay=self.algorithm.replay_log_probs)
+        gaps = replay_parity(self.policy, batch, agreed_positions(self.algorithm, batch, self.ranks),
+                             self.spec.chunk_size, replay=self.algorithm.replay_log_probs, ranks=self.ranks)
         per_step = " ".join(f"{j}:{gap:.2e}" for j, gap in gaps.items())
         log.info("parity preflight: max |log_prob_replay - log_prob_rollout| per step: %s", per_step)
         return {"parity_max_abs_log_prob_diff": max(gaps.values())}
 
-    def update(self, data: StepData, step: int) -> dict[str, float]:
+    def update(self, data: StepData, step: int) -> tuple[UpdateResult, dict[str, float]]:
         self.policy.transformer.train()
         generator = torch.Generator().manual_seed(self.cfg.trainer.seed * 1_000_003 + step)
         # each rank runs 1/world of the micro-batches of an optimizer step; gradients are averaged
@@ -353,7 +351,7 @@ class Trainer:
         result = run_update(context, data.units, data.advantages, self.plan.train_micro_batch, generator,
                             filler=data.filler)
         self.policy.transformer.eval()
-        return {**result.metrics(), **self.algorithm.after_update(result.optimizer_steps)}
+        return result, self.algorithm.after_update(result.optimizer_steps)
 
     def sync(self, step: int) -> dict[str, float]:
         """Hand the fresh trainable weights to the rollout engine (no-op in-process)."""

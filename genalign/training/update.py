@@ -8,9 +8,12 @@ The loss of an optimizer step is the mean over its trained units, per rank then 
 or over all ranks at once (`actor.loss_normalisation`, `unit_weight`).
 
 Under torchrun every rank runs the same `RoundPlan` — agreed with one small all-gather of
-each rank's unit count — so every rank enters every collective whatever its data: a rank
-with no trainable sample, no DPO pair or fewer micro-batches replays a filler unit with
-weight 0. Gradients are reduced once per optimizer step (`distributed.gradient_sync`).
+each rank's unit count, micro-batch size and positions per unit (which must be equal: a
+mismatch is a one-line error naming the algorithm, before any forward) — so every rank enters
+every collective whatever its data: a rank with no trainable sample, no DPO pair or fewer
+micro-batches replays a filler unit with weight 0. Gradients are reduced once per optimizer
+step (`distributed.gradient_sync`); the round's logged columns are reduced over ranks after
+it (`job_metrics`).
 The loop is the same for every algorithm: which units train (`Algorithm.trained_units`),
 at which positions, with which loss and which logged extremes is the algorithm's to say.
 
@@ -30,9 +33,10 @@ from dataclasses import dataclass, field
 import torch
 
 from genalign.algorithms.base import Algorithm
+from genalign.config.errors import UserError
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.training import distributed
+from genalign.training import distributed, job_metrics
 from genalign.training.config import LOSS_NORMALISATIONS, ActorConfig
 from genalign.training.ema import EMA
 
@@ -59,6 +63,9 @@ class UpdateContext:
 
 @dataclass
 class UpdateResult:
+    """This rank's record of one optimizer round; `job_metrics.step_columns` makes the job's
+    metrics columns of it (`metrics()`: this rank's alone, the columns of a one-process run)."""
+
     optimizer_steps: int = 0
     skipped_steps: int = 0
     """Optimizer steps the fp16 loss scaler skipped (inf/nan gradients; it then lowers the scale)."""
@@ -67,27 +74,17 @@ class UpdateResult:
     grad_scale: float | None = None
     grad_norms: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
+    """Each real micro-batch's mean loss at each trained position."""
+    loss_units: list[int] = field(default_factory=list)
+    """The units each entry of `losses` averages (its weight in the logged loss)."""
     stats: dict[str, list[torch.Tensor]] = field(default_factory=lambda: defaultdict(list))
+    stat_names: dict[str, None] = field(default_factory=dict)
+    """Every statistic `compute_loss` returned, filler replays included, in first-seen order."""
     stat_extremes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """The algorithm's `stat_extremes`: "ratio" -> ("min", "max") adds ratio_min and ratio_max."""
 
     def metrics(self) -> dict[str, float]:
-        out = {"optimizer_steps": float(self.optimizer_steps),
-               "trained_fraction": self.trained_samples / max(self.total_samples, 1)}
-        if self.grad_scale is not None:
-            out["grad_scale"] = self.grad_scale
-            out["skipped_steps"] = float(self.skipped_steps)
-        if self.losses:
-            out["loss"] = sum(self.losses) / len(self.losses)
-        if self.grad_norms:
-            out["grad_norm"] = sum(self.grad_norms) / len(self.grad_norms)
-            out["grad_norm_max"] = max(self.grad_norms)
-        for name, values in self.stats.items():
-            flat = torch.cat([v.flatten().float().cpu() for v in values])
-            out[name] = flat.mean().item()
-            for extreme in self.stat_extremes.get(name, ()):
-                out[f"{name}_{extreme}"] = getattr(flat, extreme)().item()
-        return out
+        return job_metrics.update_columns(job_metrics.update_totals(self), self)
 
 
 def micro_batch_indices(num_samples: int, micro_batch_size: int, shuffle: bool,
@@ -160,12 +157,41 @@ def unit_weight(units: int, positions: int, plan: RoundPlan, slot: int, ranks: d
     raise ValueError(f"actor.loss_normalisation={normalisation!r}: choose one of {', '.join(LOSS_NORMALISATIONS)}")
 
 
-def agree_round(num_units: int, micro_batch_size: int, epochs: int, accumulation: int,
-                ranks: distributed.RankInfo) -> RoundPlan:
-    """Every rank's (units, micro-batch size) in one small all-gather, then the shared plan."""
-    mine = torch.tensor([num_units, micro_batch_size], dtype=torch.int64)  # [2]
-    everyone = distributed.all_gather_cat(mine[None], ranks).tolist()  # [world, 2]
-    return round_plan([micro_batch_sizes(n, b) for n, b in everyone], epochs, accumulation)
+class PositionMismatch(UserError, RuntimeError):
+    """Ranks train different numbers of positions per unit: their forwards and backwards, which
+    the ranks take together, would not pair up (a hang until the timeout, or a size mismatch)."""
+
+
+def check_positions(counts_by_rank: list[int], algorithm: Algorithm) -> None:
+    """Every rank's number of positions per unit (`train_step_indices`) must be the same."""
+    cls = type(algorithm)
+    for rank, count in enumerate(counts_by_rank):
+        if count != counts_by_rank[0]:
+            raise PositionMismatch(
+                f"algorithm {cls.__module__}:{cls.__qualname__}: train_step_indices gives {count} positions per unit "
+                f"on rank {rank} but {counts_by_rank[0]} on rank 0; every rank must train as many positions per unit "
+                "(each is a forward and a backward the ranks take together): derive them from the config, not from a "
+                "rank's data")
+    if not counts_by_rank[0]:
+        raise ValueError("no trainable denoising steps: check rollout.noise_level and algorithm.timestep_fraction")
+
+
+def agreed_positions(algorithm: Algorithm, batch, ranks: distributed.RankInfo) -> list[int]:
+    """`algorithm.train_step_indices(batch)` once every rank is known to train as many (one
+    small all-gather): for the parity preflight, which replays them before the round agrees."""
+    positions = algorithm.train_step_indices(batch)
+    check_positions(distributed.all_gather_cat(torch.tensor([len(positions)]), ranks).tolist(), algorithm)
+    return positions
+
+
+def agree_round(num_units: int, micro_batch_size: int, num_positions: int, epochs: int, accumulation: int,
+                ranks: distributed.RankInfo, algorithm: Algorithm) -> RoundPlan:
+    """Every rank's (units, micro-batch size, positions per unit) in one small all-gather, then
+    the shared plan; ranks that disagree on positions per unit stop here, before any forward."""
+    mine = torch.tensor([num_units, micro_batch_size, num_positions], dtype=torch.int64)  # [3]
+    everyone = distributed.all_gather_cat(mine[None], ranks).tolist()  # [world, 3]
+    check_positions([positions for _, _, positions in everyone], algorithm)
+    return round_plan([micro_batch_sizes(n, b) for n, b, _ in everyone], epochs, accumulation)
 
 
 def run_update(ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_size: int,
@@ -185,11 +211,10 @@ def run_update(ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_
     result = UpdateResult(total_samples=len(batch), stat_extremes=dict(algorithm.stat_extremes))
     accumulation = actor.gradient_accumulation_steps
     step_indices = algorithm.train_step_indices(batch)
-    if not step_indices:
-        raise ValueError("no trainable denoising steps: check rollout.noise_level and algorithm.timestep_fraction")
     replay_chunk = micro_batch_size  # the same on every rank: prepare_update's forwards must match
     samples, micro_batch_size = algorithm.trained_units(advantages, micro_batch_size, generator)  # [K]
-    plan = agree_round(len(samples), micro_batch_size, actor.num_inner_epochs, accumulation, ranks)
+    plan = agree_round(len(samples), micro_batch_size, len(step_indices), actor.num_inner_epochs, accumulation,
+                       ranks, algorithm)
     if plan.total_units == 0:  # no rank has a trainable unit (constant rewards, no DPO pair): no step
         return result
     result.trained_samples = len(samples)
@@ -221,12 +246,14 @@ def run_update(ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_
                 with distributed.gradient_sync(ctx.module, sync):
                     loss, stats = algorithm.compute_loss(policy, micro, micro_advantages, step_index)
                     scaler.scale(loss * weight).backward()
+                result.stat_names.update(dict.fromkeys(stats))  # a filler's too: every rank names them
                 if real:
                     pending.append((loss.detach(), step_index, micro.prompts))
                     for name, value in stats.items():
                         result.stats[name].append(value)
             if closes:
                 result.losses += _checked_losses(pending)
+                result.loss_units += [len(prompts) for _, _, prompts in pending]
                 pending = []
                 _optimizer_step(optimizer, scaler, ctx.parameters, actor.max_grad_norm, result)
                 if ctx.ema is not None:

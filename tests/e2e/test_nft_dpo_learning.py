@@ -9,7 +9,7 @@ make the shape reward fall.
 
 Measured on the current demo base (seed 42, one thread as the suite runs, step 0 -> 50; step 0
 is 0.453 reward / 0.470 judge; the offline pairs rebuilt from this base by
-datasets/toy/preferences/build.py):
+genalign/datasets/toy/preferences/build.py):
   nft         held-out reward 0.827 (+0.374), judge 0.828 (+0.358)
   dpo online  held-out reward 0.537 (+0.084), judge 0.558 (+0.088)
   dpo offline held-out reward 0.509 (+0.056), judge 0.552 (+0.082)
@@ -25,11 +25,11 @@ which shape is drawn, than NFT does.)
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-
 from support import train_recipe as run
+
+from genalign.data.prompts import PACKAGED_DATASETS
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,7 @@ def test_offline_dpo_raises_held_out_reward_and_judge(tmp_path):
 
 def test_offline_dpo_on_swapped_pairs_lowers_reward(tmp_path):
     """The offline control: the same pairs with chosen and rejected exchanged."""
-    source = Path(__file__).resolve().parents[2] / "datasets" / "toy" / "preferences"
+    source = PACKAGED_DATASETS / "toy" / "preferences"
     swapped = tmp_path / "swapped.jsonl"
     with (source / "pairs.jsonl").open() as rows, swapped.open("w") as out:
         for line in rows:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,11 +41,10 @@ RUN_ARGS = ["--config", "experiment/toy/shapes_grpo", "/base/distributed=local",
 
 def launch(out: Path, launcher: str = "torchrun") -> subprocess.Popen:
     """Two DDP ranks on gloo under a bare torchrun, or under `genalign train --nproc-per-node`."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    start = ([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
-              "--master_addr=127.0.0.1", "-m", "genalign.train"] if launcher == "torchrun"
+    # --standalone: torchrun's agent binds a free port itself (a port picked here could be taken
+    # by another job before torchrun binds it)
+    start = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+              "-m", "genalign.train"] if launcher == "torchrun"
              else [sys.executable, "-m", "genalign", "train", "--nproc-per-node=2"])
     return subprocess.Popen([*start, *RUN_ARGS, f"trainer.output_dir={out}"], cwd=ROOT, env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

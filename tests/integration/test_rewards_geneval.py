@@ -1,5 +1,8 @@
-"""The geneval reward on a tiny random Mask2Former and a tiny random CLIP, built from configs,
-saved with save_pretrained and loaded back through the scorer's real loading code."""
+"""The geneval reward on a tiny random Mask2Former of GenEval's published detector config (mmdet's
+Swin-S Mask2Former shrunk in width and depth) with the real COCO label set
+(the checkpoints' id2label: "mouse", "remote", "keyboard", ...) and a tiny random CLIP built from
+the published ViT-L/14 architecture with CLIP's real tokenizer, saved with save_pretrained and
+loaded back through the scorer's real loading code."""
 
 from __future__ import annotations
 
@@ -8,29 +11,33 @@ import json
 import pytest
 import torch
 
-from genalign.rewards.geneval import COLOR_TEMPLATES, COLORS, Detection, GenEvalAccuracyReward, GenEvalReward
-
-CLASSES = ["person", "dog", "cup", "stop sign"]
+from genalign.rewards.geneval import (COLOR_TEMPLATES, COLORS, Detection, GenEvalAccuracyReward, GenEvalReward,
+                                      geneval_classes)
+from genalign.rewards.jpeg import jpeg_round_trip
+from published import TINY_DETECTOR_QUERIES
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from transformers import (Mask2FormerConfig, Mask2FormerForUniversalSegmentation, Mask2FormerImageProcessorPil,
-                              SwinConfig)
+    from transformers import Mask2FormerImageProcessorPil
 
-    from support import save_tiny_clip
+    from published import save_tiny_clip, tiny_geneval_detector
 
     root = tmp_path_factory.mktemp("geneval")
-    backbone = SwinConfig(image_size=64, patch_size=4, embed_dim=16, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2],
-                          window_size=4, out_features=["stage1", "stage2", "stage3", "stage4"])
-    config = Mask2FormerConfig(backbone_config=backbone, feature_size=32, mask_feature_size=32, hidden_dim=32,
-                               encoder_feedforward_dim=64, dim_feedforward=64, encoder_layers=1, decoder_layers=2,
-                               num_attention_heads=2, num_queries=12, num_labels=len(CLASSES),
-                               id2label=dict(enumerate(CLASSES)), label2id={c: i for i, c in enumerate(CLASSES)})
-    torch.manual_seed(0)
-    Mask2FormerForUniversalSegmentation(config).save_pretrained(root / "detector")
+    detector = tiny_geneval_detector(seed=0)
+    detector.save_pretrained(root / "detector")
+    mouse = tiny_geneval_detector(seed=0)  # the same detector, biased to say "mouse"
+    with torch.no_grad():
+        mouse.class_predictor.bias[mouse.config.label2id["mouse"]] += 30.0
+    mouse.save_pretrained(root / "mouse_detector")
+    Mask2FormerImageProcessorPil().save_pretrained(root / "mouse_detector")  # mean/std: the scorer reads only those
     Mask2FormerImageProcessorPil(size={"shortest_edge": 64, "longest_edge": 128}).save_pretrained(root / "detector")
-    return {"detector_name": str(root / "detector"), "clip_name": str(save_tiny_clip(root / "clip"))}
+    clip = str(save_tiny_clip(root / "clip"))
+    return {"detector_name": str(root / "detector"), "clip_name": clip, "mouse": str(root / "mouse_detector")}
+
+
+def scorer(models, **options):
+    return GenEvalReward(detector_name=models["detector_name"], clip_name=models["clip_name"], **options)
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +55,10 @@ META = [
 
 
 def test_detections_come_from_the_detector_and_scores_follow_them(models, images):
-    reward = GenEvalReward(threshold=0.0, counting_threshold=0.0, **models)
+    # the raw pixels (no JPEG round trip), so the detections below are the ones the score reads
+    reward = scorer(models, threshold=0.0, counting_threshold=0.0, jpeg_quality=None)
     raw = reward.detect(images)
-    assert len(raw) == 3 and all(set(found) <= set(CLASSES) for found in raw)
+    assert len(raw) == 3 and all(set(found) <= set(geneval_classes()) for found in raw)
     for found in raw:
         for dets in found.values():
             for d in dets:
@@ -63,12 +71,47 @@ def test_detections_come_from_the_detector_and_scores_follow_them(models, images
     # single object with every detection kept: the partial credit is 1 - |1 - n_dogs| / 1
     dogs = len(raw[0].get("dog", []))
     assert scores[0].item() == pytest.approx(1 - abs(1 - dogs))
-    strict = GenEvalReward(score="strict", threshold=0.0, counting_threshold=0.0, **models)
+    strict = scorer(models, score="strict", threshold=0.0, counting_threshold=0.0, jpeg_quality=None)
     assert strict.score(images[:1], ["a photo of a dog"], META[:1]).item() == float(dogs == 1)
 
 
+def test_scores_are_of_the_jpeg_round_trip_by_default(models, images, monkeypatch):
+    """Flow-GRPO's client JPEG-encodes at Pillow's default quality (75) before its server scores;
+    jpeg_quality=None hands the detector the raw pixels."""
+    seen = []
+    for options, expected in (({}, jpeg_round_trip(images, 75)), ({"jpeg_quality": None}, images)):
+        reward = scorer(models, **options)
+        detect = reward.detect
+        monkeypatch.setattr(reward, "detect", lambda batch, detect=detect: seen.append(batch) or detect(batch))
+        reward.score(images, ["a photo of a dog"] * 3, [META[0]] * 3)
+        assert torch.equal(seen[-1], expected)
+    assert scorer(models).options.jpeg_quality == 75
+    with pytest.raises(ValueError, match="reward.kwargs.geneval.jpeg_quality=0"):
+        scorer(models, jpeg_quality=0)
+
+
+def test_the_detectors_mouse_is_genevals_computer_mouse(models, images):
+    """The checkpoints' label "mouse" is GenEval's "computer mouse": a prompt naming it is scored
+    (it used to stop the step), its detections found under GenEval's name."""
+    reward = GenEvalReward(detector_name=models["mouse"], clip_name=models["clip_name"], threshold=0.0)
+    for found in reward.detect(images):
+        assert "mouse" not in found and set(found) <= set(geneval_classes())
+        best = max(found, key=lambda name: max(d.score for d in found[name]))
+        assert best == "computer mouse"
+    row = {"tag": "single_object", "include": [{"class": "computer mouse", "count": 1}]}
+    score = reward.score(images[:1], ["a photo of a computer mouse"], [row])
+    detected = len(reward.detect(jpeg_round_trip(images[:1]))[0]["computer mouse"])  # every query says mouse
+    found = min(detected, reward.options.max_objects)  # every one above threshold 0, at most 16 per class
+    assert detected == TINY_DETECTOR_QUERIES and found == 16
+    assert score.shape == (1,) and score.item() == 1 - abs(1 - found)  # the reference's count credit
+
+
 def test_colour_is_zero_shot_clip_over_the_masked_crop(models, images):
-    reward = GenEvalReward(**models)
+    reward = scorer(models)
+    # open_clip's `openai` preprocessing: Pillow's bicubic, the crop offset rounded as torchvision does
+    transform = reward.clip.transform
+    assert (transform.shortest_edge, transform.crop_hw, transform.crop_rounding, transform.resampler) == \
+        (224, (224, 224), "round", "pil")
     mask = torch.zeros(48, 40, dtype=torch.bool)
     mask[10:30, 5:25] = True
     detection = Detection((5.0, 10.0, 25.0, 30.0), 0.9, mask)
@@ -87,10 +130,10 @@ def test_colour_is_zero_shot_clip_over_the_masked_crop(models, images):
 
 
 def test_accuracy_variant_and_missing_metadata_and_weights(models, images, tmp_path):
-    accuracy = GenEvalAccuracyReward(**models)
+    accuracy = GenEvalAccuracyReward(detector_name=models["detector_name"], clip_name=models["clip_name"])
     assert accuracy.options.score == "accuracy" and accuracy.name == "geneval_accuracy"
     with pytest.raises(ValueError, match="always scores 'accuracy'"):
-        GenEvalAccuracyReward(score="reward", **models)
+        GenEvalAccuracyReward(score="reward", detector_name=models["detector_name"], clip_name=models["clip_name"])
     with pytest.raises(ValueError, match=r"sample 0 \(prompt 'a dog'\) has no GenEval metadata"):
         accuracy.score(images[:1], ["a dog"], [{}])
     missing = str(tmp_path / "nowhere")
@@ -99,11 +142,9 @@ def test_accuracy_variant_and_missing_metadata_and_weights(models, images, tmp_p
 
 
 def test_shipped_prompt_set_loads_with_its_metadata():
-    from pathlib import Path
+    from genalign.data.prompts import PACKAGED_DATASETS, load_manifest
 
-    from genalign.data.prompts import load_manifest
-
-    root = Path(__file__).resolve().parents[2] / "datasets" / "geneval"
+    root = PACKAGED_DATASETS / "geneval"
     for split in ("train.jsonl", "test.jsonl"):
         rows = [json.loads(line) for line in (root / split).read_text().splitlines()]
         examples = load_manifest(str(root / split))

@@ -1,6 +1,6 @@
 """The import graph: no cycle between files, and packages in a layer order.
 
-Every genalign module is parsed with `ast` (nothing is imported). An import counts wherever it
+Every genalign module (not the build scripts shipped as package data) is parsed with `ast` (nothing is imported). An import counts wherever it
 is written, at the top of the file or inside a function: a function-local import is still a
 dependency, it only hides it. Imports under `if TYPE_CHECKING:` are annotations, not
 dependencies, and are skipped. The layer list below is mirrored in docs/architecture.md §6.
@@ -53,8 +53,16 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def importable(path: Path) -> bool:
+    """A module of the package: every folder from the package root down to it is a package
+    (has an `__init__.py`). The prompt-set build scripts under genalign/datasets/ are package
+    data beside their data, run as scripts, never imported."""
+    return all((folder / "__init__.py").is_file() for folder in [path.parent, *path.parent.parents]
+               if folder.is_relative_to(PACKAGE_ROOT))
+
+
 def all_modules() -> dict[str, Path]:
-    return {module_name(path): path for path in sorted(PACKAGE_ROOT.rglob("*.py"))}
+    return {module_name(path): path for path in sorted(PACKAGE_ROOT.rglob("*.py")) if importable(path)}
 
 
 def _is_type_checking(node: ast.If) -> bool:

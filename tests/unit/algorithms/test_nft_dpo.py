@@ -72,11 +72,53 @@ def test_nft_state_round_trips(linear_policy):
         fresh.load_state_dict({})
 
 
-def test_best_worst_pairs_skip_constant_groups():
+def test_best_worst_pairs_pair_or_drop_tied_groups():
     advantages = torch.tensor([0.1, 0.5, -0.2, 0.0, 0.0, 0.0, 1.0, 1.0, -1.0])
     groups = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    # group 1 ties: "pair" (the default) takes its second sample over its first; ties inside
+    # group 2's maximum go to the first of them
     chosen, rejected = best_worst_pairs(advantages, groups)
+    assert chosen.tolist() == [1, 4, 6] and rejected.tolist() == [2, 3, 8]
+    chosen, rejected = best_worst_pairs(advantages, groups, "drop")
     assert chosen.tolist() == [1, 6] and rejected.tolist() == [2, 8]
+    with pytest.raises(ValueError, match="tied_groups='skip'"):
+        best_worst_pairs(advantages, groups, "skip")
+
+
+def stat_tracker_dpo_pairs(rewards: list[float], prompts: list[str]) -> set[tuple[int, int]]:
+    """Flow-GRPO's online DPO pairs (`PerPromptStatTracker.update(type="dpo")`, read at
+    yifan123/flow_grpo 94e23ee5), restated: per prompt, its samples in batch order; the first
+    maximum is chosen and the first minimum rejected, and when those are the same sample (every
+    reward equal) the prompt's second sample is chosen over its first."""
+    pairs = set()
+    for prompt in sorted(set(prompts)):
+        members = [i for i, p in enumerate(prompts) if p == prompt]
+        values = [rewards[i] for i in members]
+        best, worst = values.index(max(values)), values.index(min(values))
+        if best == worst:
+            best, worst = 1, 0
+        pairs.add((members[best], members[worst]))
+    return pairs
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_online_pairs_are_flow_grpo_s_on_a_binary_reward(seed):
+    """A 0/1 reward (many ties) with each prompt's samples interleaved as the reference's
+    shuffled sampler leaves them: the pairs cut from the group-normalised advantages are the
+    reference's pairs from the rewards, one per group; `drop` keeps only the groups with a gap."""
+    from genalign.algorithms.advantages import group_advantages
+
+    g = torch.Generator().manual_seed(seed)
+    num_groups, n = 16, 4
+    groups = torch.arange(num_groups).repeat_interleave(n)[torch.randperm(num_groups * n, generator=g)]  # [B]
+    rewards = torch.randint(0, 2, (num_groups * n,), generator=g).float()  # [B]
+    advantages = group_advantages(rewards, groups)
+    chosen, rejected = best_worst_pairs(advantages, groups)
+    reference = stat_tracker_dpo_pairs(rewards.tolist(), [f"prompt {int(k)}" for k in groups])
+    assert set(zip(chosen.tolist(), rejected.tolist())) == reference and len(reference) == num_groups
+    kept, _ = best_worst_pairs(advantages, groups, "drop")
+    gapped = sum(int(rewards[groups == k].max() > rewards[groups == k].min()) for k in range(num_groups))
+    assert len(kept) == gapped < num_groups
 
 
 def test_dpo_online_pairs_and_loss_at_reference(linear_policy):
@@ -99,7 +141,7 @@ def test_dpo_step_without_pairs_trains_nothing(linear_policy):
     from genalign.training.update import UpdateContext, run_update
 
     batch = ode_rollout(linear_policy)
-    algo = FlowDPO(AlgorithmConfig(name="dpo"), parameters=trainable(linear_policy))
+    algo = FlowDPO(AlgorithmConfig(name="dpo", dpo=DPOConfig(tied_groups="drop")), parameters=trainable(linear_policy))
     pairs, pair_advantages = algo.training_batch(batch, torch.zeros(len(batch)))  # every group constant
     assert len(pairs) == 0
     params = list(trainable(linear_policy).values())

@@ -1,14 +1,13 @@
-"""The committed GenEval prompt sets equal a fresh build of datasets/geneval/build.py and are valid rows."""
+"""The committed GenEval prompt sets equal a fresh build of genalign/datasets/geneval/build.py and are valid rows."""
 
 import collections
 import importlib.util
 import sys
-from pathlib import Path
 
-from genalign.data.prompts import load_manifest
+from genalign.data.prompts import PACKAGED_DATASETS, load_manifest
 from genalign.rewards.geneval import COLORS, POSITIONS, TAGS, check_metadata
 
-GENEVAL_DIR = Path(__file__).resolve().parents[3] / "datasets" / "geneval"
+GENEVAL_DIR = PACKAGED_DATASETS / "geneval"
 
 
 def load_builder():

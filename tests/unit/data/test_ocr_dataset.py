@@ -1,13 +1,12 @@
-"""The committed OCR prompt lists equal a fresh build of datasets/ocr/build.py."""
+"""The committed OCR prompt lists equal a fresh build of genalign/datasets/ocr/build.py."""
 
 import importlib.util
 import sys
-from pathlib import Path
 
-from genalign.data.prompts import load_manifest
+from genalign.data.prompts import PACKAGED_DATASETS, load_manifest
 from genalign.rewards.ocr import quoted_target
 
-OCR_DIR = Path(__file__).resolve().parents[3] / "datasets" / "ocr"
+OCR_DIR = PACKAGED_DATASETS / "ocr"
 
 
 def load_builder():
@@ -22,7 +21,7 @@ def test_committed_files_equal_a_fresh_build(tmp_path):
     builder = load_builder()
     assert builder.main(["--out", str(tmp_path)]) == 0
     for name in ("train.txt", "test.txt"):
-        assert (tmp_path / name).read_bytes() == (OCR_DIR / name).read_bytes(), "stale: run python datasets/ocr/build.py"
+        assert (tmp_path / name).read_bytes() == (OCR_DIR / name).read_bytes(), "stale: run python genalign/datasets/ocr/build.py"
     assert builder.main(["--check"]) == 0
 
 

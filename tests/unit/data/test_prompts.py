@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from genalign.data.prompts import MAX_REPORTED_ERRORS, ManifestError, PromptExample, load_manifest, resolve_data_path
+import genalign
+from genalign.data.prompts import (MAX_REPORTED_ERRORS, PACKAGED_DATASETS, ManifestError, PromptExample, load_manifest,
+                                   resolve_data_path)
 
 
 def write(path: Path, text: str) -> str:
@@ -130,7 +132,7 @@ def test_bom_is_not_part_of_the_first_prompt(tmp_path):
     assert load_manifest(str(path))[0].prompt == "hello"
 
 
-def test_resolution_order_cwd_then_data_root_then_project_root(tmp_path, monkeypatch):
+def test_resolution_order_cwd_then_data_root_then_the_package(tmp_path, monkeypatch):
     cwd, data_root = tmp_path / "cwd", tmp_path / "root"
     (cwd / "sets").mkdir(parents=True)
     (data_root / "sets").mkdir(parents=True)
@@ -140,7 +142,10 @@ def test_resolution_order_cwd_then_data_root_then_project_root(tmp_path, monkeyp
     assert resolve_data_path("sets/p.txt") == data_root / "sets" / "p.txt"
     write(cwd / "sets" / "p.txt", "from cwd\n")
     assert load_manifest("sets/p.txt")[0].prompt == "from cwd"
-    assert resolve_data_path("datasets/ocr/train.txt").read_text().startswith("A")  # the project root
+    # the recipes' prompt sets: package data, found from any directory (installed: never the
+    # package's parent, site-packages, whose datasets/ is Hugging Face's library)
+    assert resolve_data_path("datasets/ocr/train.txt") == PACKAGED_DATASETS / "ocr" / "train.txt"
+    assert PACKAGED_DATASETS.parent == Path(genalign.__file__).resolve().parent
 
 
 def test_missing_file_lists_where_it_looked(tmp_path, monkeypatch):

@@ -55,6 +55,7 @@ def test_dpo_needs_pairs():
     assert "needs data.preference_manifest" in problems("experiment/toy/shapes_dpo", "algorithm.dpo.source=offline")
     assert "algorithm.dpo.source" in problems("experiment/toy/shapes_dpo", "algorithm.dpo.source=disk")
     assert "algorithm.dpo.sample_with='old'" in problems("experiment/toy/shapes_dpo", "algorithm.dpo.sample_with=old")
+    assert "algorithm.dpo.tied_groups='skip'" in problems("experiment/toy/shapes_dpo", "algorithm.dpo.tied_groups=skip")
     assert "ref_update_step must be >= 0" in problems("experiment/toy/shapes_dpo", "algorithm.dpo.ref_update_step=-1")
     assert "unused by algorithm.name=dpo" in problems("experiment/toy/shapes_dpo", "algorithm.kl_beta=0.1")
     message = problems("experiment/toy/shapes_grpo", "data.preference_manifest=datasets/toy/preferences/pairs.jsonl")

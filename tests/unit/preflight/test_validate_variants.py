@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from genalign.config.loader import compose_config
 from genalign.preflight.load import load_config
 from genalign.preflight.validate import validate
 from genalign.rollout.config import SDEWindowConfig
@@ -18,7 +19,7 @@ def test_variant_recipes_are_valid(recipe):
     assert validate(load_config(f"experiment/toy/{recipe}"), check_machine=False) == []
 
 
-@pytest.mark.parametrize("option", ["flow_grpo_fast", "mix_grpo", "dance_grpo", "grpo_guard"])
+@pytest.mark.parametrize("option", ["flow_grpo_fast", "flow_grpo_fast_nocfg", "mix_grpo", "dance_grpo", "grpo_guard"])
 def test_reference_algorithm_layers_are_valid(option):
     overrides = [f"/base/algorithm={option}"] + (["/base/rollout=dance_sde"] if option == "dance_grpo" else [])
     assert validate(load_config(BASE, overrides), check_machine=False) == []
@@ -90,6 +91,37 @@ def test_mix_grpo_layer_shares_the_initial_noise_within_a_group():
 def test_grpo_guard_layer_uses_the_reference_micro_batch_bias():
     assert load_config(BASE, ["/base/algorithm=grpo_guard"]).algorithm.guard.bias == "micro_batch"
     assert load_config("experiment/toy/shapes_grpo_guard").algorithm.guard.bias == "per_sample"  # as measured
+
+
+SD3_OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
+
+
+def test_fast_layers_are_flow_grpo_s_cfg_and_no_cfg_configs():
+    """config/grpo.py at 54809b5f: pickscore_sd3_fast (CFG 4.5) leaves the window to config/
+    base.py, 2 steps placed in [0, 10); geneval_sd3_fast_nocfg / pickscore_sd3_fast_nocfg train
+    without CFG, 3 steps in [0, num_steps // 2), the CPS kernel. Both at noise level 0.8."""
+    cfg = load_config(SD3_OCR, ["/base/algorithm=flow_grpo_fast"])
+    window = cfg.rollout.sde_window
+    assert (window.size, window.bounds_range(cfg.rollout.num_steps)) == (2, (0, 10))
+    assert (cfg.rollout.kernel, cfg.rollout.noise_level, cfg.rollout.guidance_scale) == ("flow_sde", 0.8, 4.5)
+    assert validate(cfg, check_machine=False) == []
+    cfg = load_config(SD3_OCR, ["/base/algorithm=flow_grpo_fast_nocfg"])
+    window = cfg.rollout.sde_window
+    assert (window.size, window.bounds_range(cfg.rollout.num_steps)) == (3, (0, 5))
+    assert (cfg.rollout.kernel, cfg.rollout.noise_level, cfg.rollout.guidance_scale) == ("cps", 0.8, 1.0)
+    assert cfg.eval.guidance_scale == 1.0 and validate(cfg, check_machine=False) == []
+
+
+def test_micro_batch_order_follows_each_reference_script():
+    """train_sd3.py shuffles a round's samples before the micro-batch split; train_sd3_fast.py,
+    train_qwenimage.py and train_sd3_dpo.py split them in sampling order. The demo recipes keep
+    the shuffle they were measured with."""
+    assert load_config(SD3_OCR).actor.shuffle_samples is True
+    for option in ("flow_grpo_fast", "flow_grpo_fast_nocfg", "dpo"):  # the layers as composed, unchecked
+        assert compose_config(BASE, [f"/base/algorithm={option}"]).actor.shuffle_samples is False, option
+    assert load_config("experiment/diffusion/qwen_image/online_grpo_ocr").actor.shuffle_samples is False
+    for recipe in ("shapes_grpo", "shapes_flow_grpo_fast", "shapes_dpo", "offline_dpo"):
+        assert load_config(f"experiment/toy/{recipe}").actor.shuffle_samples is True, recipe
 
 
 def test_fast_windows_are_drawn_per_sampling_batch_and_guard_may_draw_per_step():

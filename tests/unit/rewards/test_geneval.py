@@ -92,22 +92,26 @@ def test_mask2former_instance_scores_and_boxes():
     mask_logits = torch.full((2, 4, 4), -5.0)
     mask_logits[0, 1:3, 0:2] = 2.0  # query 0: a 2x2 block
     mask_logits[1, 0, 3] = 1.0  # query 1: one pixel
-    labels, scores, masks = mask2former_instances(class_logits, mask_logits)
+    labels, scores, masks = mask2former_instances(class_logits, mask_logits, max_per_image=2)
     probs = class_logits.softmax(-1)[:, :2]
     order = sorted(range(2), key=lambda i: -[probs[0, 0], probs[1, 1]][i])
     got = dict(zip(labels.tolist(), scores.tolist()))
     assert set(got) == {0, 1} and order == [1, 0]  # the two best (query, class) pairs: q1/class1, q0/class0
-    assert got[0] == pytest.approx((probs[0, 0] * torch.sigmoid(torch.tensor(2.0))).item())
-    assert got[1] == pytest.approx((probs[1, 1] * torch.sigmoid(torch.tensor(1.0))).item())
+    # class prob x the mean sigmoid over the mask's n pixels, whose mean divides by n + 1e-6: a
+    # relative 1e-6 / n that the default rel=1e-6 of pytest.approx would leave no room for rounding
+    assert got[0] == pytest.approx((probs[0, 0] * torch.sigmoid(torch.tensor(2.0))).item() * 4 / (4 + 1e-6))
+    assert got[1] == pytest.approx((probs[1, 1] * torch.sigmoid(torch.tensor(1.0))).item() * 1 / (1 + 1e-6))
     boxes = mask_boxes(masks)
     assert {tuple(b) for b in boxes.tolist()} == {(0.0, 1.0, 2.0, 3.0), (3.0, 0.0, 4.0, 1.0)}
 
 
-def test_detector_input_size_follows_the_processor():
-    assert detector_input_size(512, 512, 800, 1333) == (800, 800)
-    # long side capped: short round(1333 * 512 / 1024) = 666 (half to even), long 666 * 2
-    assert detector_input_size(512, 1024, 800, 1333) == (666, 1332)
-    assert detector_input_size(1024, 512, 800, None) == (1600, 800)
+def test_detector_input_size_is_mmcv_keep_ratio_rescale():
+    # mmcv rescale_size into (1333, 800): f = min(1333 / long, 800 / short), sides int(x * f + 0.5)
+    assert detector_input_size(512, 512) == (800, 800)
+    assert detector_input_size(480, 832) == (769, 1333)  # f = 1333 / 832: 480 f = 769.04
+    assert detector_input_size(832, 480) == (1333, 769)
+    assert detector_input_size(512, 1024) == (667, 1333)  # 512 * 1333 / 1024 = 666.5 -> 667 (half up)
+    assert detector_input_size(1000, 1200) == (800, 960)  # near square: the short edge binds (f = 0.8)
 
 
 def test_metadata_errors_name_the_sample():
@@ -115,7 +119,7 @@ def test_metadata_errors_name_the_sample():
     check_metadata({"tag": "single_object", "include": [{"class": "cup", "count": 1}]}, 0, "a cup", names)
     with pytest.raises(ValueError, match=r"sample 3 \(prompt 'a cat'\) has no GenEval metadata"):
         check_metadata({}, 3, "a cat", names)
-    with pytest.raises(ValueError, match=r"needs a detector class"):
+    with pytest.raises(ValueError, match=r"needs one of GenEval's 2 classes"):
         check_metadata({"tag": "single_object", "include": [{"class": "cat", "count": 1}]}, 0, "a cat", names)
     with pytest.raises(ValueError, match=r"colour 'teal'"):
         check_metadata({"tag": "colors", "include": [{"class": "cup", "count": 1, "color": "teal"}]}, 0, "p", names)

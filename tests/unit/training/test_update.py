@@ -43,12 +43,12 @@ class QuadraticAlgorithm(AlgorithmBase):
 
 
 def run(batch, advantages, accumulation, micro, lr=0.1, epochs=1, algo=None, drop_zero_advantage=False,
-        on_optimizer_step=lambda: None, **kwargs):
+        on_optimizer_step=lambda: None, shuffle=False, **kwargs):
     weight = torch.nn.Parameter(torch.tensor(1.0)) if algo is None else algo.weight
     algo = algo or QuadraticAlgorithm(weight, drop_zero_advantage=drop_zero_advantage)
     opt = torch.optim.SGD([weight], lr=lr)
     actor = ActorConfig(gradient_accumulation_steps=accumulation, max_grad_norm=1e9, num_inner_epochs=epochs,
-                        shuffle_samples=False)
+                        shuffle_samples=shuffle)
     hooks = SimpleNamespace(on_optimizer_step=on_optimizer_step, on_micro_batch=lambda: None)
     context = UpdateContext(CPU_POLICY, algo, opt, [weight], actor, ema=hooks, **kwargs)
     result = run_update(context, batch, advantages, micro, torch.Generator().manual_seed(0))
@@ -78,6 +78,25 @@ def test_micro_batch_indices_cover_every_sample_once():
     parts = micro_batch_indices(10, 4, shuffle=True, generator=torch.Generator().manual_seed(3))
     assert sorted(torch.cat(parts).tolist()) == list(range(10))
     assert [len(p) for p in parts] == [4, 4, 2]
+
+
+def test_micro_batches_in_sampling_order_or_a_seeded_shuffle_per_inner_epoch():
+    """actor.shuffle_samples=false replays the units in the order they were sampled
+    (train_sd3_fast.py, train_qwenimage.py); true, a seeded permutation drawn anew each inner
+    epoch (train_sd3.py's randperm before each epoch's split)."""
+    batch = make_batch(size=8)
+
+    def order(shuffle: bool) -> list[tuple[str, ...]]:
+        _, _, algo = run(batch, torch.randn(8), accumulation=1, micro=2, epochs=2, shuffle=shuffle)
+        return [prompts for prompts, step in algo.calls if step == 0]  # one entry per micro-batch
+
+    in_order = order(False)
+    assert in_order == [tuple(batch.prompts[i:i + 2]) for i in range(0, 8, 2)] * 2
+    shuffled = order(True)
+    assert shuffled == order(True)  # seeded
+    first, second = shuffled[:4], shuffled[4:]
+    assert sorted(p for part in first for p in part) == sorted(batch.prompts) and first != in_order[:4]
+    assert second != first  # a new permutation in the second inner epoch
 
 
 def test_accumulation_counts_micro_batches_across_inner_epochs():

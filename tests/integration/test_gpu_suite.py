@@ -1,0 +1,99 @@
+"""The GPU benchmarks cannot rot: the default suite runs them at tiny shapes on the CPU, the way
+the GPU machine runs them (the scripts as subprocesses), and reads what they write.
+
+`benchmarks/gpu_suite.py --tiny`: every registered model family's recipe (a family added later
+is in it without an edit), the comparison with Flow-GRPO's loop (when its files are prepared,
+else skipped with the reason), the rollout profile; the JSON and the markdown table, and the
+docs section generated from the JSON. `benchmarks/bench_gpu_step.py`: its CPU fallback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from genalign.models.registry import MODEL_FAMILIES
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import flow_grpo_reference as reference  # noqa: E402
+from benchmarks.gpu_suite_report import BEGIN, END, update_docs  # noqa: E402
+
+TIMEOUT_S = 3000
+"""Generous: the suite takes under a minute on an idle 2-core box; never a timing assertion."""
+
+
+@pytest.fixture(scope="module")
+def tiny_suite(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_suite")
+    run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_suite.py"), "--tiny", "--out", str(out),
+                          "--budget-s", str(TIMEOUT_S)], capture_output=True, text=True, timeout=TIMEOUT_S + 60)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    return out, json.loads((out / "gpu_suite.json").read_text()), run.stdout
+
+
+def test_every_registered_family_trains_two_finite_on_policy_steps(tiny_suite):
+    _, report, _ = tiny_suite
+    items = {item["key"]: item for item in report["items"]}
+    assert report["mode"] == "tiny" and report["card"]["name"].startswith("CPU")
+    for family in MODEL_FAMILIES.names():
+        item = items[family]
+        assert item["status"] == "ok", item
+        assert [step["step"] for step in item["steps"]] == [1, 2]
+        assert item["parity"] == 0.0 and item["finite"] is True and item["images_per_s"] > 0
+        assert item["settings"]["dtype"] == "float32" and item["shrunk"] == ["tiny shapes"]
+
+
+def test_the_time_plan_comes_first_and_every_item_is_accounted_for(tiny_suite):
+    out, report, stdout = tiny_suite
+    lines = stdout.splitlines()
+    assert lines[0].startswith("GPU suite on CPU") and lines[0].endswith("time plan:")
+    planned = [line.split()[1] for line in lines[1:] if line.startswith("  [")]
+    assert planned == [item["key"] for item in report["items"]]
+    for item in report["items"]:  # ran, or says why not
+        assert item["status"] == "ok" or (item["status"] == "skipped" and item["reason"]), item
+    table = (out / "gpu_suite.md").read_text()
+    assert table.startswith(f"#### GPU suite on {report['card']['name']}")
+    assert all(f"| {item['title']} |" in table for item in report["items"])
+
+
+def test_comparison_with_flow_grpo_and_rollout_profile(tiny_suite):
+    _, report, _ = tiny_suite
+    items = {item["key"]: item for item in report["items"]}
+    assert items["genalign"]["status"] == "ok" and items["genalign"]["settings"]["group"] == reference.TINY.group
+    flow_grpo, missing = items["flow_grpo"], reference.missing()
+    if missing is None:  # prepared (benchmarks/prepare_gpu.sh): the reference's own loop ran
+        assert flow_grpo["status"] == "ok" and flow_grpo["commit"] == reference.prepared_commit()
+        assert len(flow_grpo["epoch_s"]) == flow_grpo["steps"] and flow_grpo["images_per_s"] > 0
+        assert report["ratios"]["genalign, same settings / Flow-GRPO"] > 0
+    else:
+        assert flow_grpo["status"] == "skipped" and flow_grpo["reason"] == missing
+    profile = items["rollout_profile"]["profile"]
+    assert 0 < profile["transformer_s"] < profile["rollout_s"] and profile["vae_decode_s"] > 0
+    assert profile["other_s"] == pytest.approx(profile["rollout_s"] - profile["transformer_s"] - profile["vae_decode_s"]
+                                               - profile["text_encoders_s"])
+
+
+def test_docs_section_is_generated_from_the_json(tiny_suite, tmp_path):
+    _, report, _ = tiny_suite
+    docs = (REPO / "docs" / "benchmarks.md").read_text()
+    page = tmp_path / "benchmarks.md"
+    page.write_text(docs)
+    update_docs(page, report)
+    head, rest = page.read_text().split(BEGIN)
+    generated, tail = rest.split(END)
+    assert head == docs.split(BEGIN)[0] and tail == docs.split(END)[1]
+    assert f"GPU suite on {report['card']['name']}" in generated
+
+
+def test_bench_gpu_step_runs_at_tiny_shapes_on_the_cpu():
+    run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu_step.py"), "--steps", "1", "--warmup",
+                          "0", "--modes", "eager", "rollout.n=2", "rollout.sample_batch_size=2"],
+                         capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    assert "tiny shapes" in run.stdout and "parity=0 " in run.stdout
+    assert any(line.startswith("eager ") for line in run.stdout.splitlines())
