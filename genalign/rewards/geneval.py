@@ -10,6 +10,14 @@ commit 92ac29f) score:
 0. Flow-GRPO's client JPEG-encodes every image (Pillow's default quality, 75) before its reward
    server scores it (yifan123/flow_grpo `flow_grpo/rewards.py` `geneval_score`, commit 94e23ee);
    `jpeg_quality` (75) does the same round trip, None scores the raw pixels.
+0b. Flow-GRPO's reward server hands mmdet's `inference_detector` RGB arrays; mmdet takes an
+   array for OpenCV's BGR and its test pipeline (`Normalize(to_rgb=True)`) swaps the channels, so
+   the detector sees the image with red and blue exchanged. GenEval itself passes PNG file paths,
+   which mmdet reads as BGR and swaps to RGB: its detector sees the true colours.
+   `detector_channels` chooses: "flow_grpo_swap" (default, the training reward as Flow-GRPO
+   computes it) hands the detector the swapped image, "rgb" the true one (GenEval's benchmark,
+   which `genalign eval --benchmark geneval` sets). The colour classifier sees the true colours
+   in both (both codes crop the PIL image for CLIP).
 1. Detect instances with Mask2Former (Swin-S, COCO instance segmentation: the detector GenEval
    runs, here through transformers' `Mask2FormerForUniversalSegmentation` instead of mmdet, so
    no second deep-learning framework is needed and the checkpoint loads by hub id or local
@@ -73,6 +81,7 @@ TAGS = ("single_object", "two_object", "counting", "colors", "position", "color_
 POSITIONS = ("left of", "right of", "above", "below")
 COLOR_TEMPLATES = ("a photo of a {c} {object}", "a photo of a {c}-colored {object}", "a photo of a {c} object")
 SCORES = ("reward", "strict", "accuracy")
+DETECTOR_CHANNELS = ("flow_grpo_swap", "rgb")
 OBJECT_NAMES_FILE = Path(__file__).resolve().parents[1] / "assets" / "geneval" / "object_names.txt"
 """GenEval's 80 class names, in the detector's class order (djghosh13/geneval
 `evaluation/object_names.txt`, commit af4902f; the same file as reward-server's)."""
@@ -133,9 +142,16 @@ class GenEvalOptions:
     """Score each image after a JPEG round trip at this Pillow quality, as Flow-GRPO's client sends
     images to its GenEval server (flow_grpo/rewards.py `geneval_score`, commit 94e23ee: Pillow's
     default, 75); null scores the raw pixels (GenEval's own benchmark reads lossless PNG files)."""
+    detector_channels: str = "flow_grpo_swap"
+    """Channel order the detector sees: "flow_grpo_swap" (Flow-GRPO's reward server hands mmdet
+    RGB arrays, which mmdet reads as BGR and swaps: red and blue exchanged) or "rgb" (GenEval's own
+    evaluation, which mmdet reads from PNG files: true colours). Colour naming always sees RGB."""
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
+        if self.detector_channels not in DETECTOR_CHANNELS:
+            raise ValueError(f"reward.kwargs.geneval.detector_channels={self.detector_channels!r}: choose one of "
+                             f"{', '.join(DETECTOR_CHANNELS)}")
         if self.score not in SCORES:
             raise ValueError(f"reward.kwargs.geneval.score={self.score!r}: choose one of {', '.join(SCORES)}")
         if self.jpeg_quality is not None and not 1 <= self.jpeg_quality <= 100:
@@ -390,9 +406,11 @@ class GenEvalReward:
     # -- detection
     @torch.no_grad()
     def detect(self, images: torch.Tensor) -> list[dict[str, list[Detection]]]:
-        """uint8 [B, 3, H, W] (after the JPEG round trip, when one is made) -> per image {GenEval
-        class name: every detection, any score}."""
+        """uint8 [B, 3, H, W] RGB (after the JPEG round trip, when one is made) -> per image {GenEval
+        class name: every detection, any score}; the detector sees the channels `detector_channels` says."""
         height, width = images.shape[-2:]
+        if self.options.detector_channels == "flow_grpo_swap":  # red and blue exchanged, as mmdet sees an RGB array
+            images = images.flip(1)  # [B, 3, H, W]
         pixels, resized = detector_input(images.to(self.device), self.mean, self.std)  # [B, 3, h', w']
         out = self.detector(pixel_values=pixels.to(self.dtype))
         results = []

@@ -90,6 +90,20 @@ def test_scores_are_of_the_jpeg_round_trip_by_default(models, images, monkeypatc
         scorer(models, jpeg_quality=0)
 
 
+def test_detector_channels_flow_grpo_swap_by_default_rgb_for_genevals_benchmark(models, images):
+    """Flow-GRPO's reward server hands mmdet RGB arrays, which mmdet reads as BGR and swaps: its
+    detector sees red and blue exchanged (the default, "flow_grpo_swap"); GenEval reads PNG files
+    and its detector sees the true colours ("rgb"). Only the detector's input differs."""
+    assert scorer(models).options.detector_channels == "flow_grpo_swap"
+    swapped = scorer(models, threshold=0.0, jpeg_quality=None)
+    rgb = scorer(models, threshold=0.0, jpeg_quality=None, detector_channels="rgb")
+    boxes = lambda found: {name: [(d.box, d.score) for d in dets] for name, dets in found.items()}  # noqa: E731
+    assert [boxes(f) for f in swapped.detect(images)] == [boxes(f) for f in rgb.detect(images.flip(1))]
+    assert [boxes(f) for f in swapped.detect(images)] != [boxes(f) for f in rgb.detect(images)]
+    with pytest.raises(ValueError, match="detector_channels='bgr'"):
+        scorer(models, detector_channels="bgr")
+
+
 def test_the_detectors_mouse_is_genevals_computer_mouse(models, images):
     """The checkpoints' label "mouse" is GenEval's "computer mouse": a prompt naming it is scored
     (it used to stop the step), its detections found under GenEval's name."""
