@@ -25,6 +25,14 @@ class EvalConfig:
     """Evaluate with the EMA weights when EMA is enabled."""
     batch_size: int = 8
     """Samples per denoiser forward during evaluation."""
+    height: int | None = None
+    """Evaluation image height in pixels; null = rollout.height (a benchmark protocol may set it)."""
+    width: int | None = None
+    """Evaluation image width in pixels; null = rollout.width."""
+    noise_seeds: str = "per_sample"
+    """How evaluation samples get their noise seeds: "per_sample" (sample i of the list: its own
+    seed from eval.seed) or "per_image_index" (image k of every prompt shares one seed, as GenEval's
+    generation script reseeds before each prompt)."""
     gold_rewards: dict[str, float] = field(default_factory=dict)
     """Eval-only rewards {name: weight} scored next to the training reward (reward-hacking monitor)."""
     quality_metrics: list[str] = field(default_factory=list)

@@ -26,9 +26,10 @@ from genalign.data.sampler import PromptGroupBatch, sample_seed
 from genalign.evaluation.config import EvalConfig
 from genalign.evaluation.contact_sheet import (make_contact_sheet, make_frame_strip_sheet, save_animated_preview,
                                                save_image)
+from genalign.evaluation.sharded import Shard, evaluate_samples
 from genalign.models.base import Policy
 from genalign.rewards.scores import summary
-from genalign.rollout.batch import cat_batches
+from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.rollout.collector import SamplingSpec, generate_chunks
 
 if TYPE_CHECKING:
@@ -91,15 +92,39 @@ def gold_divergence(reward: list[float], gold: list[float], window: int, reward_
     return reward_gain > reward_tolerance and gold_gain <= gold_tolerance
 
 
+NOISE_SEEDS = ("per_sample", "per_image_index")
+
+
+def evaluation_samples(examples: list[PromptExample], cfg: EvalConfig) -> PromptGroupBatch:
+    """The evaluation's samples, prompt-major: the first `cfg.max_prompts` prompts, each
+    `cfg.samples_per_prompt` times. Sample i's seed is a pure function of eval.seed and i
+    ("per_sample"), or of eval.seed and its image index within its prompt ("per_image_index":
+    image k of every prompt starts from the same noise, as GenEval's generation script)."""
+    if not examples:
+        raise ValueError("eval: data.eval_manifest has no prompts")
+    if cfg.noise_seeds not in NOISE_SEEDS:
+        raise ValueError(f"eval.noise_seeds={cfg.noise_seeds!r}: choose one of {', '.join(NOISE_SEEDS)}")
+    chosen = examples[: cfg.max_prompts]
+    repeats = cfg.samples_per_prompt
+    prompts = [ex.prompt for ex in chosen for _ in range(repeats)]
+    keys = range(len(prompts)) if cfg.noise_seeds == "per_sample" else [k for _ in chosen for k in range(repeats)]
+    return PromptGroupBatch(
+        prompts=prompts,
+        prompt_ids=torch.tensor([ex.prompt_id for ex in chosen for _ in range(repeats)]),
+        group_ids=torch.arange(len(chosen)).repeat_interleave(repeats),
+        seeds=torch.tensor([sample_seed(cfg.seed, 0, i) for i in keys]),
+        metadata=[dict(ex.metadata) for ex in chosen for _ in range(repeats)],
+    )
+
+
 class Evaluator:
     def __init__(self, cfg: EvalConfig, examples: list[PromptExample], spec: SamplingSpec,
                  reward_runtime, gold_runtime, output_dir: Path | None, sink, quality_runtime=None,
-                 progress_bar: bool = False):
-        """`output_dir=None` writes no contact sheets (non-zero ranks evaluate in lockstep with
-        rank 0, which alone writes). `quality_runtime` scores `eval.quality_metrics` (None: none).
-        `progress_bar`: tqdm over sampling chunks when stderr is a TTY."""
-        if not examples:
-            raise ValueError("eval: data.eval_manifest has no prompts")
+                 progress_bar: bool = False, shard: Shard = Shard()):
+        """`output_dir=None` writes no contact sheets (ranks other than 0 evaluate their shard
+        and send it to rank 0, which alone writes). `quality_runtime` scores
+        `eval.quality_metrics` (None: none). `progress_bar`: tqdm over sampling chunks when
+        stderr is a TTY. `shard`: this rank's place (evaluation/sharded.py)."""
         self.cfg = cfg
         self.spec = spec
         self.reward_runtime = reward_runtime
@@ -108,17 +133,9 @@ class Evaluator:
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.sink = sink
         self.progress_bar = progress_bar
+        self.shard = shard
         self.history = EvalHistory()
-        chosen = examples[: cfg.max_prompts]
-        repeats = cfg.samples_per_prompt
-        prompts = [ex.prompt for ex in chosen for _ in range(repeats)]
-        self.groups = PromptGroupBatch(
-            prompts=prompts,
-            prompt_ids=torch.tensor([ex.prompt_id for ex in chosen for _ in range(repeats)]),
-            group_ids=torch.arange(len(chosen)).repeat_interleave(repeats),
-            seeds=torch.tensor([sample_seed(cfg.seed, 0, i) for i in range(len(prompts))]),
-            metadata=[dict(ex.metadata) for ex in chosen for _ in range(repeats)],
-        )
+        self.groups = evaluation_samples(examples, cfg)
 
     def close(self) -> None:
         """Release what the evaluator built: its sink and the gold and quality runtimes (their
@@ -147,35 +164,55 @@ class Evaluator:
         save_image(directory / "contact_sheet.png", sheet)
         return sheet
 
+    def runtimes(self) -> dict:
+        """The scorer runtimes of this evaluation by group: the training reward, gold, quality."""
+        named = {"eval_reward": self.reward_runtime, "gold": self.gold_runtime, "quality": self.quality_runtime}
+        return {name: runtime for name, runtime in named.items() if runtime is not None}
+
+    def sampler(self, policy: Policy, step: int):
+        """The in-process sampler of a shard: its chunks of eval.batch_size, one tqdm bar a job."""
+        def sample(shard: PromptGroupBatch) -> TrajectoryBatch:
+            chunks = tqdm(generate_chunks(policy, shard, self.spec), desc=f"eval step {step}", leave=False,
+                          total=math.ceil(len(shard) / self.spec.chunk_size),
+                          disable=not (self.progress_bar and sys.stderr.isatty()))
+            return cat_batches(list(chunks))
+
+        return sample
+
     @torch.no_grad()
     def evaluate(self, policy: Policy, step: int) -> dict[str, float]:
-        chunks = tqdm(generate_chunks(policy, self.groups, self.spec), desc=f"eval step {step}", leave=False,
-                      total=math.ceil(len(self.groups.prompts) / self.spec.chunk_size),
-                      disable=not (self.progress_bar and sys.stderr.isatty()))
-        batch = cat_batches(list(chunks))
-        scores = self.reward_runtime.score(batch.images, batch.prompts, batch.metadata)
+        """Sample and score the fixed samples (sharded over ranks); rank 0 returns the metrics
+        row and writes it, the others return {}."""
+        outcome = evaluate_samples(self.sampler(policy, step), self.groups, self.runtimes(), self.shard)
+        if outcome.scores is None:
+            return {}
+        return self.record(step, outcome.samples, outcome.images, outcome.scores)
+
+    def record(self, step: int, samples: PromptGroupBatch, images: torch.Tensor, all_scores: dict) -> dict[str, float]:
+        """The metrics row of an evaluation's gathered scores; the monitor, the sheets, the sink."""
+        scores = all_scores["eval_reward"]
         metrics = scores.stats(prefix="eval_reward")
         reward_mean = scores.total.mean().item()
         metrics["eval_reward_se"] = standard_error(scores.total)
         gold_mean = float("nan")
-        if self.gold_runtime is not None:
-            gold = self.gold_runtime.score(batch.images, batch.prompts, batch.metadata)
+        if "gold" in all_scores:
+            gold = all_scores["gold"]
             metrics.update(gold.stats(prefix="gold"))
             gold_mean = gold.total.mean().item()
             metrics["gold_se"] = standard_error(gold.total)
             self.history.gold.append(gold_mean)
             self.history.gold_se.append(metrics["gold_se"])
-        if self.quality_runtime is not None:
-            quality = self.quality_runtime.score(batch.images, batch.prompts, batch.metadata)
+        if "quality" in all_scores:
+            quality = all_scores["quality"]
             for name, values in quality.components.items():  # each measure alone: their sum means nothing
                 metrics.update(summary(values, f"quality_{name}"))
         self.history.steps.append(step)
         self.history.reward.append(reward_mean)
         self.history.reward_se.append(metrics["eval_reward_se"])
         h = self.history
-        diverged = self.gold_runtime is not None and gold_divergence(
+        diverged = "gold" in all_scores and gold_divergence(
             h.reward, h.gold, self.cfg.divergence_window, h.reward_se, h.gold_se)
-        if self.gold_runtime is not None:
+        if "gold" in all_scores:
             metrics["gold_divergence"] = float(diverged)
         if diverged:
             log.warning("reward-hacking monitor: eval reward rose %.3f -> %.3f over the last %d evaluations "
@@ -183,7 +220,7 @@ class Evaluator:
                         self.history.reward[-self.cfg.divergence_window], reward_mean, self.cfg.divergence_window,
                         self.history.gold[-self.cfg.divergence_window], gold_mean)
         if self.output_dir is not None:
-            sheet = self.write_sheets(self.output_dir / f"eval_epoch_{step}", batch.images, batch.prompts,
+            sheet = self.write_sheets(self.output_dir / f"eval_epoch_{step}", images, samples.prompts,
                                       scores.total)
             self.sink.log_image(step, "contact_sheet", sheet)  # trackers show it; the CSV ignores it
         self.sink.log(step, metrics)

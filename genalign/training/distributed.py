@@ -213,6 +213,18 @@ def all_gather_cat(tensor: torch.Tensor, info: RankInfo) -> torch.Tensor:
     return torch.cat(parts).to(tensor.device)
 
 
+def gather_to_main(tensor: torch.Tensor, info: RankInfo) -> list[torch.Tensor] | None:
+    """Every rank's `tensor` (one shape on every rank), in rank order, on rank 0's CPU; None
+    on the other ranks. A collective: every rank calls it (evaluation/sharded.py pads shards so
+    the shapes agree)."""
+    if info.world_size == 1:
+        return [tensor]
+    mine = tensor.to(collective_device()).contiguous()
+    parts = [torch.empty_like(mine) for _ in range(info.world_size)] if info.is_main else None
+    torch.distributed.gather(mine, parts, dst=0)
+    return [part.cpu() for part in parts] if parts is not None else None
+
+
 @dataclass
 class RankTotals:
     """Named per-rank figures of a step in a form that combines over ranks: `sums` are added,

@@ -13,6 +13,7 @@ import torch
 from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import load_manifest
 from genalign.evaluation.evaluator import Evaluator
+from genalign.evaluation.sharded import Shard
 from genalign.finite import NonFiniteError, first_non_finite
 from genalign.models.base import Policy
 from genalign.models.spec import family_spec
@@ -108,7 +109,9 @@ def eval_spec(cfg: ExperimentConfig) -> SamplingSpec:
     """The evaluation sampler: deterministic ODE (noise 0), eval.num_steps, fixed guidance; a
     token family samples at rollout.temperature with the fixed eval seeds (so it repeats)."""
     guidance = cfg.eval.guidance_scale if cfg.eval.guidance_scale is not None else cfg.rollout.guidance_scale
-    return SamplingSpec(height=cfg.rollout.height, width=cfg.rollout.width, num_steps=cfg.eval.num_steps,
+    height = cfg.eval.height if cfg.eval.height is not None else cfg.rollout.height
+    width = cfg.eval.width if cfg.eval.width is not None else cfg.rollout.width
+    return SamplingSpec(height=height, width=width, num_steps=cfg.eval.num_steps,
                         guidance_scale=guidance, noise_level=0.0, chunk_size=cfg.eval.batch_size,
                         temperature=cfg.rollout.temperature)
 
@@ -137,8 +140,9 @@ def build_metrics_sink(path: Path, resume: bool, trackers: list[MetricsSink], pr
 
 
 def build_evaluator(cfg: ExperimentConfig, device: torch.device, reward_runtime, output_dir: Path,
-                    resume: bool, writes: bool = True, trackers: list[MetricsSink] = ()) -> Evaluator:
-    """`writes=False` (ranks other than 0) evaluates without writing metrics or sheets."""
+                    resume: bool, writes: bool = True, trackers: list[MetricsSink] = (), ranks=None) -> Evaluator:
+    """`writes=False` (ranks other than 0) evaluates without writing metrics or sheets; `ranks`
+    (a `distributed.RankInfo`; None: one process) shards the samples over the ranks."""
     gold = (build_reward_runtime(cfg.reward, device, components=cfg.eval.gold_rewards)
             if any(cfg.eval.gold_rewards.values()) else None)  # every weight 0: gold monitoring is off
     quality = (build_reward_runtime(cfg.reward, device, components=dict.fromkeys(cfg.eval.quality_metrics, 1.0))
@@ -146,4 +150,14 @@ def build_evaluator(cfg: ExperimentConfig, device: torch.device, reward_runtime,
     sink = build_metrics_sink(output_dir / "eval_metrics.csv", resume, list(trackers), "eval") if writes else NullSink()
     return Evaluator(cfg.eval, load_manifest(cfg.data.eval_manifest, "data.eval_manifest"), eval_spec(cfg),
                      reward_runtime, gold, output_dir if writes else None, sink, quality,
-                     progress_bar=cfg.trainer.progress_bar and writes)  # one bar per job
+                     progress_bar=cfg.trainer.progress_bar and writes,  # one bar per job
+                     shard=evaluation_shard(ranks))
+
+
+def evaluation_shard(ranks) -> Shard:
+    """This rank's place in a sharded evaluation, with the gather collective (one process: none)."""
+    if ranks is None or ranks.world_size == 1:
+        return Shard()
+    from genalign.training.distributed import gather_to_main
+
+    return Shard(ranks.rank, ranks.world_size, lambda tensor: gather_to_main(tensor, ranks))

@@ -175,7 +175,7 @@ class Trainer:
         self.metrics = (setup.build_metrics_sink(self.output_dir / "metrics.csv", resuming, trackers, "train")
                         if main else NullSink())
         self.evaluator = setup.build_evaluator(cfg, self.policy.device, self.rewards, self.output_dir, resuming,
-                                               writes=main, trackers=trackers)
+                                               writes=main, trackers=trackers, ranks=self.ranks)
         self.start_step = self.current_step = 1
         self.last_save_s: float | None = None
         """Seconds the last save took on rank 0 in this launch (the estimate for a save on a signal)."""
