@@ -1,4 +1,4 @@
-"""Command line: `genalign train | config | eval | report | export | pretrain-demo | serve-reward` (+ `--help`,
+"""Command line: `genalign train | config | eval | compare | report | export | pretrain-demo | serve-reward` (+ `--help`,
 `--version`).
 
 Parse -> config -> call; no logic lives here. `python -m genalign.train ARGS` is the same
@@ -113,18 +113,59 @@ def config_main(argv: list[str] | None = None) -> int:
 
 
 def eval_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="genalign eval", description="Evaluate a checkpoint on the fixed eval prompts.")
-    parser.add_argument("--checkpoint", required=True, help="a checkpoint-<step> or checkpoint-final directory")
-    parser.add_argument("--output-dir", default=None, help="where to write eval_metrics.csv and the contact sheet "
-                                                          "(default: <checkpoint>/eval)")
-    parser.add_argument("overrides", nargs="*", help="eval.* overrides, e.g. eval.max_prompts=4, and "
-                                                     "reward.allow_import=[...] / model.allow_import=[...] "
-                                                     "(never read from the checkpoint)")
+    parser = argparse.ArgumentParser(
+        prog="genalign eval",
+        description="Evaluate a model on a benchmark as its paper does (docs/evaluation.md), or a checkpoint on its "
+                    "run's own fixed evaluation (--checkpoint alone).")
+    parser.add_argument("--model", default=None,
+                        help="a checkpoint directory, an exported LoRA or fine-tuned transformer folder, 'base' (the "
+                             "config's model.path), a Hub id or a diffusers pipeline directory")
+    parser.add_argument("--checkpoint", default=None,
+                        help="a checkpoint-<step> or checkpoint-final directory (alone: its run's fixed evaluation, "
+                             "written like the run's eval_metrics.csv; with --benchmark: as --model)")
+    parser.add_argument("--benchmark", default=None,
+                        help="geneval | ocr | drawbench | toy | run (the config's own evaluation) | a benchmark .yaml "
+                             "(manifest + scorers) | a prompt manifest (.txt/.jsonl/.json)")
+    parser.add_argument("--config", default=None,
+                        help="the recipe the model belongs to (needed for 'base', a Hub id, or an export folder "
+                             "outside a checkpoint)")
+    parser.add_argument("--scorers", nargs="+", default=None,
+                        help="score with these reward components instead of the benchmark's (each alone)")
+    parser.add_argument("--output-dir", default=None, help="where to write the results (default: "
+                                                          "<checkpoint>/eval[/<benchmark>] or outputs/eval/<benchmark>)")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. eval.samples_per_prompt=1 "
+                                                     "eval.max_prompts=8, reward.kwargs.<name>.<key>=..., and "
+                                                     "reward.allow_import=[...] / model.allow_import=[...] (never "
+                                                     "read from a checkpoint)")
     args = parser.parse_args(argv)
     _configure_logging()
-    from genalign.training.checkpoint_eval import evaluate_checkpoint
+    if args.model is None and args.checkpoint is None:
+        raise UserError("genalign eval: give --model (or --checkpoint)")
+    if args.model is None and args.benchmark is None:
+        from genalign.training.checkpoint_eval import evaluate_checkpoint
 
-    evaluate_checkpoint(args.checkpoint, args.output_dir, args.overrides)
+        evaluate_checkpoint(args.checkpoint, args.output_dir, args.overrides)
+        return 0
+    if args.model is not None and args.checkpoint is not None:
+        raise UserError("genalign eval: give --model or --checkpoint, not both")
+    from genalign.training.model_eval import evaluate_model
+
+    evaluate_model(args.model or args.checkpoint, args.benchmark or "run", args.config, args.output_dir,
+                   args.overrides, args.scorers)
+    return 0
+
+
+def compare_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="genalign compare",
+        description="Put runs and `genalign eval` results side by side: one table, overlaid curves, the same "
+                    "prompts' images in columns, in one offline page.")
+    parser.add_argument("inputs", nargs="+", help="run directories and/or results folders (two or more)")
+    parser.add_argument("--output", default="compare.html", help="where to write the page (default: compare.html)")
+    args = parser.parse_args(argv)
+    from genalign.reporting.compare import write_compare
+
+    print(write_compare(args.inputs, args.output))
     return 0
 
 
@@ -182,12 +223,14 @@ def serve_reward_main(argv: list[str] | None = None) -> int:
     return main(argv)
 
 
-COMMANDS = {"train": train_main, "config": config_main, "eval": eval_main, "report": report_main,
+COMMANDS = {"train": train_main, "config": config_main, "eval": eval_main, "compare": compare_main,
+            "report": report_main,
             "export": export_main, "pretrain-demo": pretrain_demo_main, "serve-reward": serve_reward_main}
 SUMMARIES = {
     "train": "run RL post-training from a recipe (no arguments: the CPU demo, minutes)",
     "config": "print the resolved, validated config of a recipe; loads no model",
-    "eval": "evaluate a checkpoint on the fixed eval prompts",
+    "eval": "evaluate a model (checkpoint, export, base, Hub id) on a benchmark (geneval, ocr, drawbench, ...)",
+    "compare": "put runs and evaluations side by side: one table, overlaid curves, the same prompts' images",
     "report": "write RUN_DIR/report.html: curves, before/after sheets, parity, config, provenance",
     "export": "show a checkpoint's model folder (LoRA or transformer + model card); --push-to-hub uploads it",
     "pretrain-demo": "regenerate the shipped toy demo model (about 50 min on one CPU core)",
@@ -212,6 +255,8 @@ def top_level_help() -> str:
         "  genalign config --config experiment/toy/shapes_grpo rollout.n=4",
         "  genalign config --describe trainer.wandb                # the keys under trainer.wandb",
         "  genalign eval --checkpoint outputs/run1/checkpoint-final",
+        "  genalign eval --model outputs/run1/checkpoint-final --benchmark geneval",
+        "  genalign compare outputs/run1 outputs/run2",
         "  genalign export outputs/run1/checkpoint-final --push-to-hub my-user/sd35-ocr-lora"])
 
 

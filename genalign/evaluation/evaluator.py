@@ -171,9 +171,9 @@ class Evaluator:
 
     def sampler(self, policy: Policy, step: int):
         """The in-process sampler of a shard: its chunks of eval.batch_size, one tqdm bar a job."""
-        def sample(shard: PromptGroupBatch) -> TrajectoryBatch:
-            chunks = tqdm(generate_chunks(policy, shard, self.spec), desc=f"eval step {step}", leave=False,
-                          total=math.ceil(len(shard) / self.spec.chunk_size),
+        def sample(samples: PromptGroupBatch, positions: list[int]) -> TrajectoryBatch:
+            chunks = tqdm(generate_chunks(policy, samples, self.spec, positions), desc=f"eval step {step}",
+                          leave=False, total=math.ceil(len(positions) / self.spec.chunk_size),
                           disable=not (self.progress_bar and sys.stderr.isatty()))
             return cat_batches(list(chunks))
 

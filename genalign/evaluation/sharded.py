@@ -78,11 +78,17 @@ class EvalOutcome:
     """Runtime name -> every sample's scores, in order: rank 0 only."""
 
 
-def evaluate_samples(sample: Callable[[PromptGroupBatch], TrajectoryBatch], samples: PromptGroupBatch,
-                     runtimes: dict[str, ScoringRuntime], shard: Shard = Shard()) -> EvalOutcome:
+Sampler = Callable[[PromptGroupBatch, "list[int]"], TrajectoryBatch]
+"""(every sample, this rank's positions) -> the trajectories of those positions, in order (the
+rollout engines' `generate(groups, spec, positions)`: prompts are encoded for the whole list,
+so a shard is bitwise the same samples as in one process)."""
+
+
+def evaluate_samples(sample: Sampler, samples: PromptGroupBatch, runtimes: dict[str, ScoringRuntime],
+                     shard: Shard = Shard()) -> EvalOutcome:
     """Sample and score this rank's shard; rank 0 gets every sample's images and scores once."""
     positions, real = padded_positions(len(samples), shard)
-    batch = sample(samples.index(positions))
+    batch = sample(samples, positions)
     scores = {name: runtime.score(batch.images, batch.prompts, batch.metadata) for name, runtime in runtimes.items()}
     if shard.world_size == 1:
         return EvalOutcome(samples, batch.images, scores)
