@@ -129,15 +129,16 @@ def eval_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None,
                         help="the recipe the model belongs to (needed for 'base', a Hub id, or an export folder "
                              "outside a checkpoint)")
-    parser.add_argument("--scorers", nargs="+", default=None,
-                        help="score with these reward components instead of the benchmark's (each alone)")
+    parser.add_argument("--scorers", default=None, type=lambda text: [name for name in text.split(",") if name],
+                        help="comma-separated reward components to score with instead of the benchmark's (each "
+                             "alone), e.g. --scorers pickscore,vlm_judge")
     parser.add_argument("--output-dir", default=None, help="where to write the results (default: "
                                                           "<checkpoint>/eval[/<benchmark>] or outputs/eval/<benchmark>)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. eval.samples_per_prompt=1 "
                                                      "eval.max_prompts=8, reward.kwargs.<name>.<key>=..., and "
                                                      "reward.allow_import=[...] / model.allow_import=[...] (never "
                                                      "read from a checkpoint)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # overrides may stand before and after the options
     _configure_logging()
     if args.model is None and args.checkpoint is None:
         raise UserError("genalign eval: give --model (or --checkpoint)")

@@ -21,8 +21,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from genalign.config.errors import UserError
+
 SUMMARIES = ("geneval", "ocr", "mean")
 """How a benchmark's per-sample scores become its table (evaluation/summaries.py)."""
+
+
+class BenchmarkError(UserError, ValueError):
+    """A benchmark that cannot be used; the message names the benchmark or its file."""
 
 
 @dataclass(frozen=True)
@@ -46,13 +52,13 @@ class Benchmark:
 
     def __post_init__(self) -> None:
         if self.summary not in SUMMARIES:
-            raise ValueError(f"benchmark {self.name!r}: summary={self.summary!r}; choose one of {', '.join(SUMMARIES)}")
+            raise BenchmarkError(f"benchmark {self.name!r}: summary={self.summary!r}; choose one of {', '.join(SUMMARIES)}")
         if self.summary != "mean" and self.score_group not in self.groups:
-            raise ValueError(f"benchmark {self.name!r}: the {self.summary} summary reads group {self.score_group!r}, "
+            raise BenchmarkError(f"benchmark {self.name!r}: the {self.summary} summary reads group {self.score_group!r}, "
                              f"which is not one of {sorted(self.groups)}")
         empty = [name for name, components in self.groups.items() if not components]
         if not self.groups or empty:
-            raise ValueError(f"benchmark {self.name!r} needs at least one scorer in every group (empty: {empty})")
+            raise BenchmarkError(f"benchmark {self.name!r} needs at least one scorer in every group (empty: {empty})")
 
 
 FLOW_GRPO_SD35 = "Flow-GRPO config/grpo.py geneval_sd3 / general_ocr_sd3 (yifan123/flow_grpo ac4c86e): " \
@@ -112,7 +118,7 @@ DRAWBENCH = Benchmark(
         "eval.num_steps / eval.guidance_scale / resolution": NFT_EVAL,
         "eval.batch_size": "DiffusionNFT evaluation.py eval_batch_size=5 for drawbench",
         "scorers": "DiffusionNFT evaluation.py drawbench: imagereward, pickscore, aesthetic, clipscore, hpsv2 (its "
-                   "HPS_v2.1 weights), unifiedreward (a served VLM judge: add it with --scorers ... vlm_judge and its "
+                   "HPS_v2.1 weights), unifiedreward (a served VLM judge: add it with --scorers pickscore,...,vlm_judge and its "
                    "reward.kwargs.vlm_judge.*, docs/evaluation.md)",
         "summary": "mean per scorer over every image (DiffusionNFT average_scores.json), with the standard error over "
                    "prompts and the mean per category",
@@ -156,17 +162,17 @@ def user_benchmark(path: str) -> Benchmark:
     text = Path(path).expanduser().read_text(encoding="utf-8")
     data = safe_load_unique(text)
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: a benchmark file is a mapping with manifest and scorers (or groups)")
+        raise BenchmarkError(f"{path}: a benchmark file is a mapping with manifest and scorers (or groups)")
     unknown = sorted(set(data) - {"name", "manifest", "scorers", "groups", "protocol", "reward_kwargs", "description"})
     if unknown or "manifest" not in data or not (data.get("scorers") or data.get("groups")):
-        raise ValueError(f"{path}: needs manifest and scorers (or groups); unknown keys: {unknown}")
+        raise BenchmarkError(f"{path}: needs manifest and scorers (or groups); unknown keys: {unknown}")
     groups = data.get("groups") or {name: {name: 1.0} for name in data["scorers"]}
     if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):
-        raise ValueError(f"{path}: groups must map a group name to {{component: weight}}")
+        raise BenchmarkError(f"{path}: groups must map a group name to {{component: weight}}")
     protocol = dict(data.get("protocol") or {})
     bad = [key for key in protocol if not str(key).startswith("eval.")]
     if bad:
-        raise ValueError(f"{path}: protocol keys must be eval.* settings, got {bad}")
+        raise BenchmarkError(f"{path}: protocol keys must be eval.* settings, got {bad}")
     return Benchmark(name=str(data.get("name") or Path(path).stem), manifest=str(data["manifest"]),
                      groups={str(g): {str(n): float(w) for n, w in c.items()} for g, c in groups.items()},
                      reward_kwargs=dict(data.get("reward_kwargs") or {}), protocol=protocol,
@@ -186,5 +192,5 @@ def resolve_benchmark(name: str, cfg) -> Benchmark:
     if suffix in (".txt", ".jsonl", ".json"):
         return replace(run_benchmark(cfg), name=Path(name).stem, manifest=name,
                        sources={"all": f"prompt manifest {name}; the config's reward, gold rewards and eval.*"})
-    raise ValueError(f"--benchmark {name!r}: choose one of {', '.join([*BENCHMARKS, 'run'])}, a benchmark .yaml "
+    raise BenchmarkError(f"--benchmark {name!r}: choose one of {', '.join([*BENCHMARKS, 'run'])}, a benchmark .yaml "
                      f"file (manifest + scorers) or a prompt manifest (.txt/.jsonl/.json)")

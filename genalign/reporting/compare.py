@@ -120,24 +120,29 @@ def image_uri(path: Path) -> str:
 def images_html(entries: list[Entry]) -> str:
     results = [e for e in entries if e.samples]
     parts = []
-    if len(results) >= 1:
-        keyed = [{(s["prompt"], s["image_index"]): s for s in e.samples} for e in results]
-        shared = [key for key in keyed[0] if all(key in k for k in keyed[1:])][:MAX_IMAGE_ROWS]
-        head = "".join(f"<th>{escape(e.label)}</th>" for e in results)
+    if results:
+        first = {(s["prompt"], s["image_index"]): s for s in results[0].samples}
+        # the columns: the first results folder and every one that evaluated some of its samples
+        columns = [(e, {(s["prompt"], s["image_index"]): s for s in e.samples}) for e in results]
+        columns = [(e, keyed) for e, keyed in columns if first.keys() & keyed.keys()]
+        shared = [key for key in first if all(key in keyed for _, keyed in columns)][:MAX_IMAGE_ROWS]
+        head = "".join(f"<th>{escape(e.label)}</th>" for e, _ in columns)
         rows = []
         for key in shared:
             cells = []
-            for entry, samples in zip(results, keyed):
-                sample = samples[key]
+            for entry, keyed in columns:
+                sample = keyed[key]
                 path = entry.path / sample["image"]
                 scores = " ".join(f"{k}={v:.3g}" for k, v in sample["scores"].items() if "/" not in k)
                 image = f'<img src="{image_uri(path)}" style="width:160px;image-rendering:pixelated">' \
                     if path.is_file() else "(image missing)"
                 cells.append(f"<td>{image}<br><span class='muted'>{escape(scores)}</span></td>")
             rows.append(f"<tr><td>{escape(key[0])} #{key[1]}</td>{''.join(cells)}</tr>")
+        others = [e.label for e in results if all(e is not c for c, _ in columns)]
+        note = (f'<p class="muted">No prompt in common with the first results folder: {escape(", ".join(others))}</p>'
+                if others else "")
         parts.append(f'<h2>The same prompts, side by side</h2><table id="images"><tr><th>prompt</th>{head}</tr>'
-                     f'{"".join(rows)}</table>' if shared else
-                     '<p class="muted">The results folders share no prompt.</p>')
+                     f'{"".join(rows)}</table>{note}')
     runs = [e for e in entries if e.run is not None and e.run.sheets]
     if runs:
         cells = []

@@ -107,10 +107,11 @@ def lora_metadata(folder: Path) -> dict[str, Any]:
     with safe_open(str(folder / LORA_FILE), framework="pt") as handle:
         metadata = handle.metadata() or {}
     raw = metadata.get("lora_adapter_metadata")
-    if raw is None:
-        raise ModelSourceError(f"--model {folder}: {LORA_FILE} carries no lora_adapter_metadata (rank, alpha, "
-                               "targets); export it with genalign or diffusers' save_lora_weights")
-    return json.loads(raw)
+    config = {key.removeprefix("transformer."): item for key, item in json.loads(raw or "{}").items()}
+    if "r" not in config:  # diffusers prefixes each key with the component ("transformer.r")
+        raise ModelSourceError(f"--model {folder}: {LORA_FILE} carries no lora_adapter_metadata with the rank, alpha "
+                               "and targets; export it with genalign or diffusers' save_lora_weights")
+    return config
 
 
 def value(item: Any) -> str:
@@ -138,14 +139,40 @@ def benchmark_overrides(benchmark: Benchmark) -> list[str]:
         [f"data.eval_manifest={value(benchmark.manifest)}"]
 
 
+def split_scorer_options(overrides: list[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """(the config's overrides, {scorer: {option: value}} from every `reward.kwargs.<scorer>.<option>=value`).
+    A benchmark's scorers need not be the config's rewards, so their options are not config keys
+    (the config would refuse options of a reward it does not use); they are checked when the
+    scorer parses them, before any model loads."""
+    import yaml
+
+    rest, options = [], {}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        parts = key.split(".")
+        if sep and len(parts) == 4 and parts[:2] == ["reward", "kwargs"]:
+            try:
+                options.setdefault(parts[2], {})[parts[3]] = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise ConfigError([f"{item}: the value is not YAML ({exc})"]) from None
+        else:
+            rest.append(item)
+    return rest, options
+
+
 def eval_config(source: ModelSource, benchmark_name: str, recipe: str | None,
                 overrides: list[str]) -> tuple[ExperimentConfig, Benchmark]:
     """The evaluation's config and benchmark: the model's config (checkpoint or recipe), the
-    model's own changes, the benchmark's protocol, then the user's overrides (last wins)."""
+    model's own changes, the benchmark's protocol, then the user's overrides (last wins);
+    `reward.kwargs.*` overrides become the benchmark's scorer options (`split_scorer_options`)."""
+    overrides, options = split_scorer_options(overrides)
     first = load_or_stored(source, recipe, model_overrides(source) + overrides)
     benchmark = resolve_benchmark(benchmark_name, first)
     cfg = load_or_stored(source, recipe, model_overrides(source) + benchmark_overrides(benchmark) + overrides)
-    return cfg, benchmark
+    kwargs = {name: dict(value) for name, value in benchmark.reward_kwargs.items()}
+    for name, value in options.items():
+        kwargs.setdefault(name, {}).update(value)
+    return cfg, dataclasses.replace(benchmark, reward_kwargs=kwargs)
 
 
 def load_or_stored(source: ModelSource, recipe: str | None, overrides: list[str]) -> ExperimentConfig:
