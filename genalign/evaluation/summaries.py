@@ -41,8 +41,11 @@ class SampleRecord:
 
 def mean_se(values: list[float], clusters: list[int]) -> tuple[float, float]:
     """(mean over all values, standard error over clusters: sd(ddof 1) of the cluster means /
-    sqrt(#clusters); 0 for fewer than 2 clusters)."""
-    mean = sum(values) / len(values)
+    sqrt(#clusters); 0 for fewer than 2 clusters). The mean is torch's float64 mean, the reduction
+    the trainer's eval_metrics.csv uses (rewards/scores.py `summary`), so the two print the same bits."""
+    import torch
+
+    mean = torch.tensor(values, dtype=torch.float64).mean().item()
     by_cluster: dict[int, list[float]] = defaultdict(list)
     for value, cluster in zip(values, clusters):
         by_cluster[cluster].append(value)
