@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -294,8 +295,7 @@ def evaluate_model(model: str, benchmark_name: str, recipe: str | None, output_d
         try:
             spec = setup.eval_spec(cfg)
             with torch.no_grad():
-                outcome = evaluate_samples(lambda every, positions: engine.generate(every, spec, whole_or(positions, every)), samples, runtimes,
-                                           setup.evaluation_shard(ranks))
+                outcome = evaluate_samples(engine_sampler(engine, spec), samples, runtimes, setup.evaluation_shard(ranks))
         finally:
             engine.close()
             for runtime in runtimes.values():
@@ -316,9 +316,32 @@ def evaluate_model(model: str, benchmark_name: str, recipe: str | None, output_d
             shutdown()
 
 
-def whole_or(positions: list[int], samples) -> list[int] | None:
-    """None when `positions` are every sample in order (a Ray engine shards the whole list itself)."""
-    return None if positions == list(range(len(samples))) else positions
+def engine_sampler(engine, spec):
+    """The rollout engine as evaluate_samples' sampler. The in-process engine samples a rank's
+    positions; the Ray engine shards a whole list over its workers in units of whole prompt groups
+    and sampling chunks, so the list is completed with filler groups (copies of the last prompt
+    group) to a whole number of units, and the fillers' trajectories dropped."""
+    from genalign.rollout.engine import LocalRolloutEngine
+
+    if isinstance(engine, LocalRolloutEngine):
+        return lambda every, positions: engine.generate(every, spec, positions)
+
+    def sample(every, positions):
+        chosen = every.index(positions)
+        group_ids = chosen.group_ids.tolist()
+        size = group_ids.count(group_ids[-1])  # samples per prompt group (the last group is whole)
+        unit = math.lcm(size, spec.chunk_size)
+        fillers = 0
+        while (len(positions) + fillers * size) % unit:
+            fillers += 1
+        last = list(range(len(positions) - size, len(positions)))
+        padded = chosen.index(list(range(len(positions))) + last * fillers)
+        padded.group_ids = torch.cat([chosen.group_ids, torch.arange(1, fillers + 1).repeat_interleave(size)
+                                      + int(chosen.group_ids.max())])
+        batch = engine.generate(padded, spec)
+        return batch.index(list(range(len(positions)))) if fillers else batch
+
+    return sample
 
 
 def default_output(source: ModelSource, benchmark: Benchmark) -> Path:
