@@ -275,6 +275,11 @@ def evaluate_model(model: str, benchmark_name: str, recipe: str | None, output_d
     if scorers:
         benchmark = dataclasses.replace(benchmark, groups={name: {name: 1.0} for name in scorers}, summary="mean")
     out = Path(output_dir).expanduser() if output_dir else default_output(source, benchmark)
+    from genalign.preflight.files import output_dir_problems
+
+    problems = [p.replace("trainer.output_dir", "--output-dir") for p in output_dir_problems(str(out))]
+    if problems:
+        raise ConfigError(problems)
     examples = load_manifest(cfg.data.eval_manifest, "data.eval_manifest")  # before any model loads
     samples = evaluation_samples(examples, cfg.eval)
     ranks = rank_info_from_env()

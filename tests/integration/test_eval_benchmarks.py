@@ -112,3 +112,6 @@ def test_bad_model_and_benchmark_are_one_line_errors(tmp_path, capsys):
     assert "no checkpoint" in capsys.readouterr().err
     assert main(["eval", "--model", "base", "--benchmark", "nope"]) == 2
     assert "--benchmark 'nope'" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["eval", "--model", "base", "--benchmark", "toy", "--output-dir", str(tmp_path / "file")]) == 2
+    assert "--output-dir: " in capsys.readouterr().err
