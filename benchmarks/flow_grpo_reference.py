@@ -163,6 +163,7 @@ def run_reference(settings: Settings, device: str, epochs: int = 3, prepared: Pa
     seconds of every measured epoch, images/s over them, peak GPU memory."""
     import torch
 
+    from genalign.data.prompts import resolve_data_path
     from genalign.models.real_shapes import build_with_components, own_components, real_components
     from genalign.models.spec import family_spec
 
@@ -199,7 +200,7 @@ def run_reference(settings: Settings, device: str, epochs: int = 3, prepared: Pa
         dataset = Path(tmp) / "ocr"
         dataset.mkdir()
         for split in ("train", "test"):
-            (dataset / f"{split}.txt").write_text((REPO / "datasets" / "ocr" / f"{split}.txt").read_text())
+            (dataset / f"{split}.txt").write_text(resolve_data_path(f"datasets/ocr/{split}.txt").read_text())
         train_sd3.FLAGS([sys.argv[0], f"--config={prepared / 'config' / 'base.py'}"])
         _reference_config(train_sd3.FLAGS.config, settings, dataset, Path(tmp), "fp16" if cuda else "no")
         start = time.perf_counter()
