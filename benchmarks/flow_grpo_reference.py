@@ -19,8 +19,9 @@ the GPU machine). Its loop is its `main()`, run unchanged. Around it this harnes
 - `eval`: the epoch clock. The loop calls it at the start of every epoch (eval_freq 1); it
   notes the time and ends the run after the epochs asked for (save_freq is past the run);
 - the environment of `accelerate launch` with one process (LOCAL_RANK=0, WORLD_SIZE=1; `--cpu`
-  on a CPU), so accelerate wraps the transformer in DDP as the reference's launch scripts do
-  (the loop reads `transformer.module` for the KL reference).
+  on a CPU), with the transformer wrapped in DDP as in the reference's multi-GPU launches (the
+  loop reads `transformer.module` for the KL reference; accelerate wraps a single GPU process
+  only when told to, `OneOfSeveralProcesses`).
 
 Mixed precision is the reference's default: fp16 autocast over the float32 transformer and
 LoRA (bf16 compute over float32 LoRA masters on genalign's side, each at its own default).
@@ -162,6 +163,7 @@ def run_reference(settings: Settings, device: str, epochs: int = 3, prepared: Pa
     """Run the reference loop for `epochs` epochs (the first is warm-up) and return its figures:
     seconds of every measured epoch, images/s over them, peak GPU memory."""
     import torch
+    from accelerate.utils import DistributedType
 
     from genalign.data.prompts import resolve_data_path
     from genalign.models.real_shapes import build_with_components, own_components, real_components
@@ -177,6 +179,18 @@ def run_reference(settings: Settings, device: str, epochs: int = 3, prepared: Pa
     sys.modules.setdefault("wandb", _wandb_stub())
     sys.path[:0] = [str(prepared), str(prepared / "scripts")]
     import train_sd3  # the reference's script, unchanged
+
+    class OneOfSeveralProcesses(train_sd3.Accelerator):
+        """accelerate wraps the trained model in DDP only when there is more than one process, but
+        the reference's loop reaches through that wrapper (`transformer.module.disable_adapter()`
+        for its KL term), as in its multi-GPU runs: the one process here is wrapped as one of
+        those (on the CPU accelerate's one-process gloo group is wrapped already)."""
+
+        @property
+        def multi_device(self) -> bool:
+            return self.distributed_type == DistributedType.MULTI_GPU or super().multi_device
+
+    train_sd3.Accelerator = OneOfSeveralProcesses
 
     class RandomWeights:
         """`StableDiffusion3Pipeline.from_pretrained` at SD3.5 Medium's shapes, random weights."""

@@ -306,8 +306,12 @@ def run_item(item: Item, item_dir: Path, tiny: bool, limit_s: float) -> dict:
         process.join()
     result = result_of(item, item_dir, time.perf_counter() - begin, killed)
     if result["status"] == "failed":
-        tail = (item_dir / "log.txt").read_text(errors="replace").splitlines()[-12:] if (item_dir / "log.txt").is_file() else []
-        print("\n".join(f"    | {line}" for line in tail), flush=True)
+        # the whole last traceback, in the log and the JSON: the item's own log stays on the GPU
+        # machine, and an asynchronous CUDA error's last lines name only the call that noticed it
+        lines = (item_dir / "log.txt").read_text(errors="replace").splitlines() if (item_dir / "log.txt").is_file() else []
+        starts = [n for n, line in enumerate(lines) if line.startswith("Traceback")]
+        result["traceback"] = lines[starts[-1] if starts else -12:][-120:]
+        print("\n".join(f"    | {line}" for line in result["traceback"]), flush=True)
     return result
 
 

@@ -2,6 +2,12 @@
 
     python benchmarks/gpu_suite_report.py gpu_suite.json                        # print the tables
     python benchmarks/gpu_suite_report.py gpu_suite.json --docs docs/benchmarks.md
+    python benchmarks/gpu_suite_report.py first.json rerun.json --docs docs/benchmarks.md
+
+Several JSONs of one card (a full run, then `--only KEY ...` reruns of what failed or was left
+out) make one report: each item is taken from the last run that ran it (a skip does not replace
+a result), each ratio from the last run that measured both sides in one process, and each row
+says which run it came from.
 
 `--docs` replaces what stands between the `<!-- gpu-suite:begin -->` and `<!-- gpu-suite:end -->`
 lines of the page with the tables of that run, headed by the card's name, so the docs' GPU
@@ -30,7 +36,8 @@ def _number(value, digits: int = 3) -> str:
 
 def _status(item: dict) -> str:
     status = item.get("status", "?")
-    return status if not item.get("reason") else f"{status}: {item['reason']}"
+    status = status if not item.get("reason") else f"{status}: {item['reason']}"
+    return status if "run" not in item else f"{status} (run {item['run']})"
 
 
 def _settings(item: dict) -> str:
@@ -53,6 +60,9 @@ def render(report: dict) -> str:
              f"Mode {report['mode']}; {', '.join(f'{k} {v}' for k, v in versions.items())}; genalign "
              f"{prepared.get('genalign_commit', 'unknown')}; Flow-GRPO {prepared.get('flow_grpo_commit') or 'not prepared'}; "
              f"budget {report['budget_s']:.0f} s, ran {report['elapsed_s']:.0f} s.", ""]
+    if report.get("runs"):
+        lines += ["Runs: " + "; ".join(f"{n} ({', '.join(run['only']) or 'nothing'}; {run['elapsed_s']:.0f} s)"
+                                       for n, run in enumerate(report["runs"], 1)) + ".", ""]
     items = report["items"]
     for section, title in SECTIONS.items():
         rows = [i for i in items if i["section"] == section]
@@ -85,6 +95,30 @@ def render(report: dict) -> str:
     return "\n".join(lines)
 
 
+def merge(reports: list[dict]) -> dict:
+    """One report from several runs of the suite on one card (see the module's docstring)."""
+    cards = {report["card"]["name"] for report in reports}
+    if len(cards) != 1:
+        raise ValueError(f"the runs are of different cards ({', '.join(sorted(cards))}): their figures do not mix")
+    if len(reports) == 1:
+        return reports[0]
+    items: dict[str, dict] = {}
+    ratios: dict[str, float] = {}
+    for number, report in enumerate(reports, 1):
+        for item in report["items"]:
+            if item["key"] not in items or item["status"] != "skipped":
+                items[item["key"]] = {**item, "run": number}
+        ratios.update(report.get("ratios", {}))
+    order = list(dict.fromkeys(item["key"] for report in reports for item in report["items"]))
+    return {**reports[-1], "items": [items[key] for key in order], "ratios": ratios,
+            "budget_s": sum(report["budget_s"] for report in reports),
+            "elapsed_s": sum(report["elapsed_s"] for report in reports),
+            "runs": [{"genalign_commit": (report.get("prepared") or {}).get("genalign_commit"),
+                      "elapsed_s": report["elapsed_s"], "only": [item["key"] for item in report["items"]
+                                                                 if item["status"] != "skipped"]}
+                     for report in reports]}
+
+
 def write_outputs(out: Path, report: dict) -> None:
     """`gpu_suite.json` and `gpu_suite.md` under `out` (rewritten whole each time)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -104,13 +138,13 @@ def update_docs(page: Path, report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json", type=Path, help="gpu_suite.json of a run")
+    parser.add_argument("json", type=Path, nargs="+", help="gpu_suite.json of a run (several: one card's runs, in order)")
     parser.add_argument("--docs", type=Path, help="a page with the generated section to replace (docs/benchmarks.md)")
     args = parser.parse_args(argv)
-    report = json.loads(args.json.read_text())
+    report = merge([json.loads(path.read_text()) for path in args.json])
     if args.docs:
         update_docs(args.docs, report)
-        print(f"updated {args.docs} from {args.json} ({report['card']['name']})")
+        print(f"updated {args.docs} from {', '.join(map(str, args.json))} ({report['card']['name']})")
     else:
         print(render(report))
     return 0

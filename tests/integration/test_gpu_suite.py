@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import flow_grpo_reference as reference  # noqa: E402
-from benchmarks.gpu_suite_report import BEGIN, END, update_docs  # noqa: E402
+from benchmarks.gpu_suite_report import BEGIN, END, merge, render, update_docs  # noqa: E402
 
 TIMEOUT_S = 3000
 """Generous: the suite takes under a minute on an idle 2-core box; never a timing assertion."""
@@ -88,6 +88,29 @@ def test_docs_section_is_generated_from_the_json(tiny_suite, tmp_path):
     generated, tail = rest.split(END)
     assert head == docs.split(BEGIN)[0] and tail == docs.split(END)[1]
     assert f"GPU suite on {report['card']['name']}" in generated
+
+
+def test_reruns_of_one_card_merge_into_one_report():
+    """A full run, then `--only` reruns of what failed or was left out: each item from the last
+    run that ran it, each ratio from the run that measured both sides, the run named per row."""
+    def run(items, ratios=None, card="H100"):
+        return {"mode": "real", "card": {"name": card}, "budget_s": 100.0, "elapsed_s": 50.0,
+                "items": [{"key": k, "section": 1, "title": k, "status": st} for k, st in items],
+                "ratios": ratios or {}}
+
+    first = run([("sd3", "failed"), ("wan", "ok"), ("janus", "skipped")])
+    second = run([("sd3", "ok"), ("wan", "skipped")], {"genalign, same settings / Flow-GRPO": 1.1})
+    merged = merge([first, second])
+    by_key = {item["key"]: item for item in merged["items"]}
+    assert [item["key"] for item in merged["items"]] == ["sd3", "wan", "janus"]
+    assert (by_key["sd3"]["status"], by_key["sd3"]["run"]) == ("ok", 2)
+    assert (by_key["wan"]["status"], by_key["wan"]["run"]) == ("ok", 1)  # a skip never replaces a result
+    assert by_key["janus"]["run"] == 1 and merged["ratios"] == second["ratios"]
+    assert merged["elapsed_s"] == 100.0 and [r["only"] for r in merged["runs"]] == [["sd3", "wan"], ["sd3"]]
+    assert "| sd3 | ok (run 2) |" in render(merged)
+    assert merge([first]) is first
+    with pytest.raises(ValueError, match="different cards"):
+        merge([first, run([("sd3", "ok")], card="H200")])
 
 
 def test_bench_gpu_step_runs_at_tiny_shapes_on_the_cpu():

@@ -22,3 +22,22 @@ def test_sd3_5_medium_transformer_is_the_published_config():
     shipped = json.loads(shipped_file("stabilityai/stable-diffusion-3.5-medium").read_text())
     # what the memory plan builds on meta, and what the GPU benchmarks build (models/real_shapes.py)
     assert shipped["components"]["transformer"]["config"] == real
+
+
+def test_every_shipped_autoencoder_kl_states_its_latent_scaling():
+    """The decode maps latents back with `latents / scaling_factor + shift_factor` (SD3, FLUX), so
+    an architecture file without them builds a VAE with AutoencoderKL's defaults (SD 1's 0.18215
+    and no shift): a random-weight GPU run stopped on the missing shift, and a wrong scale would
+    have passed silently. The published values, as the VAE config.json of each repository states
+    them (SD3.5's on the stabilityai repositories, FLUX.1's on black-forest-labs'; seen in stored
+    copies of those files and of diffusers' own conversion code)."""
+    published_scaling = {"stabilityai/stable-diffusion-3.5-medium": (1.5305, 0.0609),
+                         "stabilityai/stable-diffusion-3.5-large": (1.5305, 0.0609),
+                         "black-forest-labs/FLUX.1-dev": (0.3611, 0.1159)}
+    found = {}
+    for path in sorted((Path(shipped_file("stabilityai/stable-diffusion-3.5-medium")).parent).glob("*.json")):
+        for component in json.loads(path.read_text()).get("components", {}).values():
+            if component.get("class") == "AutoencoderKL":
+                config = component["config"]
+                found[path.stem.replace("--", "/")] = (config.get("scaling_factor"), config.get("shift_factor"))
+    assert found == published_scaling
