@@ -318,6 +318,9 @@ def _build(cls: type, data: dict, prefix: str, provenance: dict[str, str], probl
             problems.append(f"{dotted}: unknown key (set in {source}){hint}")
             continue
         source = provenance.get(dotted, "unknown source")
+        written_form = getattr(cls, "INPUT_FORMS", {}).get(key)  # a shorthand the config accepts (a scalar list)
+        if written_form is not None:
+            value = written_form(value)
         kwargs[key] = _convert(hints[key], value, dotted, source, problems, provenance)
     # A None here means the problem was already recorded; the dataclass default stands in.
     return cls(**{k: v for k, v in kwargs.items() if v is not None or _allows_none(hints[k])})

@@ -114,7 +114,8 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     if card.base_model is not None and not HUB_ID.match(card.base_model):
         problems.append(f"model.card.base_model={card.base_model!r} is not a Hub id (org/name); set the id the base "
                         "model has on the Hub, or null")
-    problems += logger_problems(cfg.trainer.loggers, cfg.trainer.wandb, check_installed=check_machine)
+    problems += logger_problems(cfg.trainer.loggers, cfg.trainer.wandb, check_installed=check_machine,
+                                mlflow=cfg.trainer.mlflow)
     if check_machine:
         problems += reward_package_problems(cfg)
     if cfg.trainer.sample_table.every < 0:

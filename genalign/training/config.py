@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from genalign.tracking.config import SampleTableConfig, WandbConfig
+from genalign.tracking.config import MlflowConfig, SampleTableConfig, WandbConfig, with_csv
 
 
 @dataclass
 class TrainerConfig:
+    INPUT_FORMS = {"loggers": with_csv}
+    """Keys whose written form the loader rewrites before the type check (`config/loader.py`)."""
+
     output_dir: str = "outputs/run"
     """The run directory: config.yaml, metrics.csv, train.log, checkpoints, evaluations, report.html."""
     seed: int = 42
@@ -32,11 +35,15 @@ class TrainerConfig:
     progress_bar: bool = True
     """tqdm over steps and evaluation batches (quiet when stderr is not a TTY)."""
     loggers: list[str] = field(default_factory=lambda: ["csv"])
-    """Where metric rows go: `csv` (metrics.csv, eval_metrics.csv; required) plus optionally
-    `tensorboard` (<output_dir>/tensorboard) and `wandb` (see trainer.wandb); trackers get the
-    train row under train/, the eval row and contact sheet under eval/, from rank 0 only."""
+    """Where metric rows go: `csv` (metrics.csv, eval_metrics.csv; always, added when not
+    named) plus optionally `tensorboard` (<output_dir>/tensorboard), `wandb` (see
+    trainer.wandb) and `mlflow` (see trainer.mlflow); `trainer.loggers=wandb` means [csv, wandb],
+    as `--report_to wandb` does. Trackers get the train row under train/, the eval row and
+    contact sheet under eval/, from rank 0 only."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
     """W&B run settings (project, entity, name, group, tags, mode), each else its WANDB_* variable."""
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    """MLflow run settings (tracking URI, experiment, run name, tags), each else its MLFLOW_* variable."""
     sample_table: SampleTableConfig = field(default_factory=SampleTableConfig)
     """Every few steps, a table of rollout samples with their prompts and rewards to the trackers."""
     signal_grace_s: float = 25.0

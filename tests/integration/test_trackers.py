@@ -1,5 +1,5 @@
-"""Trackers, train.log and exports on the tiny SD3 pipeline: TensorBoard and W&B (offline) get
-the rows and the contact sheet, metrics.csv stays byte-identical to a csv-only run's (and on a
+"""Trackers, train.log and exports on the tiny SD3 pipeline: TensorBoard, W&B (offline) and
+MLflow (a local file store) get the rows and the contact sheet, metrics.csv stays byte-identical to a csv-only run's (and on a
 resume after a crash), train.log holds the story, exports carry a model card."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from genalign.training.trainer import Trainer
 from support import SD3_RECIPE as RECIPE
 from support import TIMING_COLUMNS, read_rows, tiny_overrides
 
-TRACKERS = "trainer.loggers=[csv,tensorboard,wandb]"
+TRACKERS = "trainer.loggers=[csv,tensorboard,wandb,mlflow]"
 
 
 def exact(rows):
@@ -39,11 +39,18 @@ def runs(tiny_sd3_dir, tmp_path_factory):
         env.setenv("WANDB_PROJECT", "envproj")
         env.setenv("WANDB_RUN_GROUP", "seed-sweep")
         env.setenv("WANDB_TAGS", "tiny,sd3")
+        # MLflow: a file store per run (MLflow 3 asks for the opt-in); the crashed run's store is
+        # the tracked run's, copied with it, so its resume finds its MLflow run there
+        env.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+        env.setenv("MLFLOW_EXPERIMENT_NAME", "tiny-sd3")
         Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "plain"))).train()
+        env.setenv("MLFLOW_TRACKING_URI", f"file:{root / 'mlruns-tracked'}")
         Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "tracked", TRACKERS))).train()
         shutil.copytree(root / "tracked", root / "crashed")
+        shutil.copytree(root / "mlruns-tracked", root / "mlruns-crashed")
         for name in ("checkpoint-2", "checkpoint-final"):
             shutil.rmtree(root / "crashed" / name)
+        env.setenv("MLFLOW_TRACKING_URI", f"file:{root / 'mlruns-crashed'}")
         Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "crashed", TRACKERS,
                                                    "trainer.resume_from=auto"))).train()
     return root
@@ -102,6 +109,26 @@ def test_wandb_offline_run_has_history_and_images_and_one_id_across_resume(runs)
     assert state["tracker_run_id"] == run_id
     resumed = sorted((runs / "crashed" / "wandb").glob("offline-run-*"))
     assert len(resumed) == 2 and all(path.name.endswith(run_id) for path in resumed)  # the same W&B run
+
+
+def test_mlflow_file_store_has_every_step_the_sheets_and_one_run_across_resume(runs):
+    from mlflow.tracking import MlflowClient
+
+    plain = read_rows(runs / "plain" / "metrics.csv")
+    for name in ("tracked", "crashed"):
+        client = MlflowClient(tracking_uri=f"file:{runs / f'mlruns-{name}'}")
+        experiment = client.get_experiment_by_name("tiny-sd3")  # from $MLFLOW_EXPERIMENT_NAME
+        [run] = client.search_runs([experiment.experiment_id])  # the resume reopened the run, no second one
+        assert run.info.run_name == name and run.info.status == "FINISHED"
+        history = client.get_metric_history(run.info.run_id, "train/reward_mean")
+        by_step = {metric.step: metric.value for metric in history}  # a redone step is logged again
+        assert sorted(by_step) == [1, 2, 3], name
+        assert [by_step[s] for s in (1, 2, 3)] == pytest.approx([float(r["reward_mean"]) for r in plain], rel=1e-6)
+        assert "eval/eval_reward_mean" in run.data.metrics and run.data.params["model.family"] == "sd3"
+        artifacts = {entry.path for entry in client.list_artifacts(run.info.run_id)}
+        assert {"config.yaml", "images", "train"} <= artifacts, artifacts
+        images = [entry.path for entry in client.list_artifacts(run.info.run_id, "images")]
+        assert any(path.startswith("images/eval~contact_sheet") for path in images), images
 
 
 def test_train_log_has_the_console_lines_and_is_appended_on_resume(runs):
