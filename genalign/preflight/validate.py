@@ -15,6 +15,7 @@ from genalign.config.schema import ExperimentConfig
 from genalign.hub import HUB_ID
 from genalign.preflight.algorithm_checks import algorithm_problems
 from genalign.preflight.plan import num_train_timesteps_problem
+from genalign.preflight.reward_contract import registered_reward_problems
 from genalign.preflight.values import int64_problems, non_finite_problems, reward_package_problems, value_problems
 from genalign.tracking.config import logger_problems
 from genalign.training.config import LOSS_NORMALISATIONS
@@ -116,6 +117,7 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
                         "model has on the Hub, or null")
     problems += logger_problems(cfg.trainer.loggers, cfg.trainer.wandb, check_installed=check_machine,
                                 mlflow=cfg.trainer.mlflow)
+    problems += registered_reward_problems(cfg)  # a reward that cannot score these frames (preflight/reward_contract.py)
     if check_machine:
         problems += reward_package_problems(cfg)
     if cfg.trainer.sample_table.every < 0:
