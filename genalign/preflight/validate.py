@@ -112,9 +112,11 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     if card.license == "other" and not card.license_name:
         problems.append("model.card.license=other needs model.card.license_name (and license_link): the Hub shows "
                         "that name for a licence it does not list")
-    if card.base_model is not None and not HUB_ID.match(card.base_model):
-        problems.append(f"model.card.base_model={card.base_model!r} is not a Hub id (org/name); set the id the base "
-                        "model has on the Hub, or null")
+    for key in ("base_model", "describes"):
+        value = getattr(card, key)
+        if value is not None and not HUB_ID.match(value):
+            problems.append(f"model.card.{key}={value!r} is not a Hub id (org/name); set the id the base model has on "
+                            "the Hub, or null")
     problems += logger_problems(cfg.trainer.loggers, cfg.trainer.wandb, check_installed=check_machine,
                                 mlflow=cfg.trainer.mlflow)
     problems += registered_reward_problems(cfg)  # a reward that cannot score these frames (preflight/reward_contract.py)

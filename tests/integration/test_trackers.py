@@ -119,7 +119,7 @@ def test_mlflow_file_store_has_every_step_the_sheets_and_one_run_across_resume(r
         client = MlflowClient(tracking_uri=f"file:{runs / f'mlruns-{name}'}")
         experiment = client.get_experiment_by_name("tiny-sd3")  # from $MLFLOW_EXPERIMENT_NAME
         [run] = client.search_runs([experiment.experiment_id])  # the resume reopened the run, no second one
-        assert run.info.run_name == name and run.info.status == "FINISHED"
+        assert run.info.run_name == "tracked" and run.info.status == "FINISHED"  # the crashed run resumed it
         history = client.get_metric_history(run.info.run_id, "train/reward_mean")
         by_step = {metric.step: metric.value for metric in history}  # a redone step is logged again
         assert sorted(by_step) == [1, 2, 3], name
@@ -141,13 +141,16 @@ def test_train_log_has_the_console_lines_and_is_appended_on_resume(runs):
     assert crashed.startswith(tracked) and "resumed from" in crashed[len(tracked):]
 
 
-def test_exported_lora_has_a_model_card(runs, tiny_sd3_dir):
+def test_exported_lora_has_a_model_card_whose_snippet_runs_as_printed(runs, tiny_sd3_dir):
+    import re
+
     card = (runs / "tracked" / "checkpoint-final" / "lora" / "README.md").read_text()
     front = yaml.safe_load(card.split("---")[1])
-    # the run loaded a local copy; the card names the preset's Hub id and licence
-    assert front["base_model"] == "stabilityai/stable-diffusion-3.5-medium" and front["library_name"] == "diffusers"
-    assert front["license"] == "other" and front["pipeline_tag"] == "text-to-image"
+    # the run loaded a local tiny pipeline through the SD3.5 recipe: no Hub id, no SD3.5 licence (never guessed)
+    assert "base_model" not in front and "license" not in front and "stabilityai" not in card
+    assert front["library_name"] == "diffusers" and front["pipeline_tag"] == "text-to-image"
     assert {"lora", "genalign", "grpo"} <= set(front["tags"])
+    assert front["widget"] == [{"text": front["widget"][0]["text"], "output": {"url": "samples_step_3.png"}}]
     # the first and the last evaluation's sheets (steps 0 and 3) beside the card, shown by it
     lora = runs / "tracked" / "checkpoint-final" / "lora"
     for step in (0, 3):
@@ -160,6 +163,18 @@ def test_exported_lora_has_a_model_card(runs, tiny_sd3_dir):
                  f"| eval reward (mean) | {float(last_eval['eval_reward_mean']):.4f} |", "load_lora_weights"):
         assert text in card, text
     assert "`ocr`" not in card  # zero-weight rewards are not listed
+    # every weight folder has its card: lora_live/ (the trained weights beside the EMA)
+    live = (runs / "tracked" / "checkpoint-final" / "lora_live" / "README.md").read_text()
+    assert "- weights: live (the trained weights; lora/ holds the EMA)" in live
+    # the usage snippet, run exactly as printed: it loads this folder onto the base and samples
+    [snippet] = re.findall(r"```python\n(.*?)```", card, re.S)
+    assert f"load_lora_weights({str(lora.resolve())!r})" in snippet and "dtype=torch.float32" in snippet
+    namespace: dict = {}
+    exec(snippet, namespace)  # noqa: S102 - the card's own code, on the test's tiny local pipeline
+    image = namespace["image"]
+    assert image.size == (64, 64)
+    pipe = namespace["pipe"]
+    assert any("lora" in name for name, _ in pipe.transformer.named_parameters())
 
 
 def test_full_finetune_exports_a_transformer_diffusers_loads(tiny_sd3_dir, tmp_path):
@@ -192,10 +207,10 @@ def test_export_pushes_a_real_checkpoints_lora_folder(runs, monkeypatch):
 
     uploaded = []
     monkeypatch.setattr(HfApi, "create_repo", lambda self, repo_id, **kwargs: None)
-    monkeypatch.setattr(HfApi, "upload_folder", lambda self, **kwargs: uploaded.append(kwargs) or "done")
+    monkeypatch.setattr(HfApi, "create_commit", lambda self, repo_id, operations, **kwargs:
+                        uploaded.append({op.path_in_repo: op.path_or_fileobj for op in operations}) or "done")
     assert main(["export", str(runs / "tracked" / "checkpoint-2"), "--push-to-hub", "me/tiny-sd3-lora"]) == 0
-    folder = uploaded[0]["folder_path"]
-    assert folder == str(runs / "tracked" / "checkpoint-2" / "lora")
-    from pathlib import Path
-
-    assert {"README.md", "pytorch_lora_weights.safetensors"} <= {p.name for p in Path(folder).iterdir()}
+    files = uploaded[0]
+    folder = runs / "tracked" / "checkpoint-2" / "lora"
+    assert files["pytorch_lora_weights.safetensors"] == str(folder / "pytorch_lora_weights.safetensors")
+    assert "pipe.load_lora_weights('me/tiny-sd3-lora')" in files["README.md"].decode()
