@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         print(top_level_help())
         return 0
     if argv[0] == "--version":
-        from genalign import __version__
+        from genalign.version import __version__
 
         print(f"genalign {__version__}")
         return 0

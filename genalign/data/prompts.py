@@ -10,6 +10,8 @@ Formats:
   .txt    one prompt a line (surrounding whitespace stripped; a blank line is an error).
   .jsonl  one JSON object a line with a "prompt" string; every other field -> `metadata`.
   .json   a JSON list of such objects, or of plain prompt strings.
+  hf://datasets/<owner>/<name>[@revision][:split]  a Hub dataset's rows, read through the
+          `datasets` library (`hub_prompts.py`): a "prompt" column; the others -> `metadata`.
 Every bad row of a file is reported in one `ManifestError` (a `ValueError`), so a broken
 manifest is fixed in one pass rather than one error per run.
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from genalign.config.errors import UserError
+from genalign.data.hub_prompts import HubDatasetError, is_hub_manifest, parse_reference, read_rows
 
 SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".json")
 LEGACY_EMBEDDING_FIELDS = ("prompt_embeds", "pooled_prompt_embeds", "negative_prompt_embeds",
@@ -194,6 +197,28 @@ def _summary(errors: list[str], shown: str) -> str:
     return f"{shown} has {len(errors)} bad row(s); nothing was loaded:\n  " + "\n  ".join(listed + more)
 
 
+def _hub_examples(path: str, prefix: str) -> list[PromptExample]:
+    """A Hub dataset's rows as examples, every bad row listed as for a file (`hub_prompts.py`)."""
+    try:
+        rows = read_rows(path, prefix)
+    except HubDatasetError as exc:
+        raise ManifestError(str(exc), exc.hint) from exc
+    shown = str(parse_reference(path))
+    errors: list[str] = []
+    examples: list[PromptExample] = []
+    for index, record in enumerate(rows):
+        problem = _record_error(record)
+        if problem:
+            errors.append(f"row [{index}] of {shown} {problem}")
+            continue
+        examples.append(_example(record, len(examples), f"{shown}[{index}]"))
+    if errors:
+        raise ManifestError(prefix + (errors[0] if len(errors) == 1 else _summary(errors, shown)))
+    if not examples:
+        raise ManifestError(f"{prefix}{shown} holds no prompts; add at least one")
+    return examples
+
+
 def load_manifest(path: str, config_key: str | None = None) -> list[PromptExample]:
     """Every prompt of a manifest, `prompt_id` = row index, in file order.
 
@@ -203,6 +228,8 @@ def load_manifest(path: str, config_key: str | None = None) -> list[PromptExampl
     them listed, up to `MAX_REPORTED_ERRORS`).
     """
     prefix = f"{config_key}: " if config_key else "manifest "
+    if is_hub_manifest(path):
+        return _hub_examples(path, prefix)
     resolved = resolve_data_path(path, config_key)
     shown = str(path)  # as the user wrote it in the config
     suffix = resolved.suffix.lower()

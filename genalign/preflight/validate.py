@@ -14,6 +14,7 @@ import math
 from genalign.config.schema import ExperimentConfig
 from genalign.hub import HUB_ID
 from genalign.preflight.algorithm_checks import algorithm_problems
+from genalign.preflight.hub_checks import hub_problems
 from genalign.preflight.plan import num_train_timesteps_problem
 from genalign.preflight.reward_contract import registered_reward_problems
 from genalign.preflight.values import int64_problems, non_finite_problems, reward_package_problems, value_problems
@@ -120,6 +121,7 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     problems += logger_problems(cfg.trainer.loggers, cfg.trainer.wandb, check_installed=check_machine,
                                 mlflow=cfg.trainer.mlflow)
     problems += registered_reward_problems(cfg)  # a reward that cannot score these frames (preflight/reward_contract.py)
+    problems += hub_problems(cfg, check_machine)  # push_to_hub, hub_strategy, hf:// references (preflight/hub_checks.py)
     if check_machine:
         problems += reward_package_problems(cfg)
     if cfg.trainer.sample_table.every < 0:

@@ -22,11 +22,26 @@ class TrainerConfig:
     """Write checkpoint-<step> every this many steps (0: only checkpoint-final)."""
     resume_from: str | None = None
     """A checkpoint directory to continue from (must match this config's training keys), or
-    "auto": the newest complete checkpoint in output_dir (a fresh start when there is none).
-    Unset: a fresh run, which refuses an output_dir that already holds a run."""
+    "auto": the newest complete checkpoint in output_dir (a fresh start when there is none), or
+    a checkpoint in a Hub model repository, hf://<owner>/<name>/<checkpoint folder>[@revision]
+    (e.g. hf://me/sd35-ocr/last-checkpoint, as trainer.hub_strategy=checkpoint uploads it),
+    downloaded into the Hugging Face cache first. Unset: a fresh run, which refuses an
+    output_dir that already holds a run."""
     overwrite: bool = False
     """Let a fresh run replace the run already in output_dir (its metrics, checkpoints and
     eval_epoch_* are removed first), or a resume discard the newer checkpoints it would redo."""
+    push_to_hub: str | None = None
+    """A Hub model repository (<owner>/<name>, created when missing) that each saved checkpoint
+    is uploaded to from a background thread, as trainer.hub_strategy says; a failed upload is
+    a warning, never the end of the run. Your huggingface_hub login or $HF_TOKEN. null: no upload."""
+    hub_strategy: str = "every_save"
+    """What trainer.push_to_hub uploads (transformers' hub_strategy): "every_save" the export
+    folder (lora/ or transformer/, with its card) at the repository's root after each save;
+    "checkpoint" that and the latest whole checkpoint in last-checkpoint/ (resumable with
+    trainer.resume_from=hf://<repo>/last-checkpoint); "all_checkpoints" that with each
+    checkpoint in its own checkpoint-<step>/; "end" the final export only."""
+    hub_private: bool = False
+    """Create the trainer.push_to_hub repository private (when it does not exist yet)."""
     keep_last: int | None = None
     """Keep only the newest this many checkpoint-<step> dirs (checkpoint-final is never
     removed); null keeps all. Same meaning as diffusers' checkpoints_total_limit."""
@@ -58,6 +73,8 @@ class TrainerConfig:
     step, or a non-finite loss. null never stops for that."""
 
 
+HUB_STRATEGIES = ("every_save", "checkpoint", "all_checkpoints", "end")
+"""`TrainerConfig.hub_strategy`'s choices (export/hub_push.py)."""
 LOSS_NORMALISATIONS = ("rank_mean", "global_unit_mean")
 """`ActorConfig.loss_normalisation`'s choices (training/update.py: unit_weight)."""
 
