@@ -19,6 +19,7 @@ from typing import Any, Iterable
 
 from genalign.config.schema import ExperimentConfig
 from genalign.preflight import load as _preflight
+from genalign.tracking.console import interactive_display
 from genalign.training.callbacks import TrainerCallback
 from genalign.training.trainer import Trainer
 
@@ -86,9 +87,7 @@ class NotebookProgress(TrainerCallback):
 
 def in_notebook() -> bool:
     """Whether this runs in a Jupyter kernel (where stderr is no terminal, yet a widget shows)."""
-    shell = sys.modules.get("IPython")
-    kernel = getattr(shell, "get_ipython", lambda: None)() if shell else None
-    return kernel is not None and "IPKernelApp" in getattr(kernel, "config", {})
+    return interactive_display() and not (sys.stderr is not None and sys.stderr.isatty())
 
 
 def train(config: ExperimentConfig | str | Path | None = None, overrides: Iterable[str] = (),

@@ -97,10 +97,11 @@ def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.
         updates = ema_tracker.updates if ema_tracker is not None else -1
         share = ema_tracker.initial_share if ema_tracker is not None else float("nan")
         described = ema_description(cfg.actor.ema.decay, updates, share)
-        log.info("step %d export: %s", step, described)
-        if share > EMA_BARELY_MOVED:
+        if share > EMA_BARELY_MOVED:  # the warning says it in fewer words than the description
             log.warning("step %d: the exported EMA weights are %.0f %% the starting weights after %d updates; "
                         "the live weights (lora_live/ for a LoRA) hold what was trained", step, 100 * share, updates)
+        else:
+            log.info("step %d export: %s", step, described)
     sheets = sample_sheets(Path(cfg.trainer.output_dir), eval_history, step)
     spec = policy.spec
     card = dict(cfg=cfg, step=step, eval_history=eval_history, weights=described, pipeline_tag=spec.pipeline_tag,

@@ -28,6 +28,7 @@ from genalign.config.errors import UserError
 from genalign.config.loader import config_to_dict, config_to_yaml
 from genalign.preflight.plan import RunPlan
 from genalign.config.schema import ExperimentConfig
+from genalign.evaluation.console import eval_line
 from genalign.finite import named_step
 from genalign.reporting.provenance import record_launch
 from genalign.reporting.report import refresh_report
@@ -381,7 +382,7 @@ class Trainer:
                 timed_phase(log, f"eval step {step} ({len(self.evaluator.groups.prompts)} samples)"):
             metrics = self.evaluator.evaluate(self.policy, step)
         self.callbacks.on_eval(step, metrics)
-        log.info("eval step %d: %s", step, "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.endswith("mean")))
+        log.info("%s", eval_line(step, metrics))  # the headline figures; eval_metrics.csv has them all
         return time.perf_counter() - start
 
     def report(self) -> None:
