@@ -213,7 +213,7 @@ SUMMARIES = {
     "eval": "evaluate a checkpoint on the fixed eval prompts",
     "report": "write RUN_DIR/report.html: curves, before/after sheets, parity, config, provenance",
     "export": "show a checkpoint's model folder (LoRA or transformer + model card); --push-to-hub uploads it",
-    "pretrain-demo": "regenerate the shipped toy demo model (about 50 min on one CPU core)",
+    "pretrain-demo": "pretrain the toy demo model and its classifiers into ./toy_demo (about 50 min on one CPU core)",
     "serve-reward": "serve reward scorers over HTTP for trainers with reward.runtime=http",
 }
 """One line per command for `genalign --help` (every command has one: a test checks)."""
