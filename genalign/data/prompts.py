@@ -181,11 +181,17 @@ def _read_json(text: str, shown: str, errors: list[str]) -> list[PromptExample]:
     if not isinstance(records, list):
         raise ManifestError(f"{shown} must hold a JSON list of prompt strings or {{\"prompt\": ...}} objects, "
                             f"not a {type(records).__name__}")
+    return _records(records, shown, "item", errors)
+
+
+def _records(records: list[Any], shown: str, unit: str, errors: list[str]) -> list[PromptExample]:
+    """Parsed rows (a .json list, a Hub dataset) as examples; each bad one appended to `errors`
+    as "<unit> [i] of <shown> <problem>"."""
     examples: list[PromptExample] = []
     for index, record in enumerate(records):
         problem = _record_error(record)
         if problem:
-            errors.append(f"item [{index}] of {shown} {problem}")
+            errors.append(f"{unit} [{index}] of {shown} {problem}")
             continue
         examples.append(_example(record, len(examples), f"{shown}[{index}]"))
     return examples
@@ -205,13 +211,7 @@ def _hub_examples(path: str, prefix: str) -> list[PromptExample]:
         raise ManifestError(str(exc), exc.hint) from exc
     shown = str(parse_reference(path))
     errors: list[str] = []
-    examples: list[PromptExample] = []
-    for index, record in enumerate(rows):
-        problem = _record_error(record)
-        if problem:
-            errors.append(f"row [{index}] of {shown} {problem}")
-            continue
-        examples.append(_example(record, len(examples), f"{shown}[{index}]"))
+    examples = _records(rows, shown, "row", errors)
     if errors:
         raise ManifestError(prefix + (errors[0] if len(errors) == 1 else _summary(errors, shown)))
     if not examples:

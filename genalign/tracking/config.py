@@ -14,7 +14,7 @@ import netrc
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
 from genalign.config.extras import is_installed, missing_package_problem
@@ -80,14 +80,22 @@ def resolve_wandb(cfg: WandbConfig, environ: Mapping[str, str]) -> dict[str, Any
     `WANDB_*` variable in `environ` (an empty variable counts as unset), else WANDB_DEFAULTS
     (None where W&B decides: entity, name, group; the mode: `wandb_mode`). Tags from the
     environment are split on commas."""
+    return resolve_settings(cfg, WANDB_ENV, WANDB_DEFAULTS, environ,
+                            {"tags": lambda text: [tag.strip() for tag in text.split(",") if tag.strip()]})
+
+
+def resolve_settings(cfg: Any, variables: Mapping[str, str], defaults: Mapping[str, Any], environ: Mapping[str, str],
+                     parsers: Mapping[str, Callable[[str], Any]]) -> dict[str, Any]:
+    """A tracker's settings by its own precedence: each key of `cfg` when set, else its
+    environment variable (`variables`; empty counts as unset; `parsers` turn the text into the
+    key's type), else `defaults` (None where the tracker decides)."""
     settings: dict[str, Any] = {}
-    for key, variable in WANDB_ENV.items():
+    for key, variable in variables.items():
         value = getattr(cfg, key)
         if value is None and environ.get(variable, "").strip():
             value = environ[variable].strip()
-            if key == "tags":
-                value = [tag.strip() for tag in value.split(",") if tag.strip()]
-        settings[key] = value if value is not None else WANDB_DEFAULTS.get(key)
+            value = parsers[key](value) if key in parsers else value
+        settings[key] = value if value is not None else defaults.get(key)
     return settings
 
 
@@ -148,15 +156,7 @@ MLFLOW_DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 
 def resolve_mlflow(cfg: MlflowConfig, environ: Mapping[str, str]) -> dict[str, Any]:
     """The settings an MLflow run starts with (None where MLflow decides: tracking_uri, run_name)."""
-    settings: dict[str, Any] = {}
-    for key, variable in MLFLOW_ENV.items():
-        value = getattr(cfg, key)
-        if value is None and environ.get(variable, "").strip():
-            value = environ[variable].strip()
-            if key == "tags":
-                value = json.loads(value)
-        settings[key] = value if value is not None else MLFLOW_DEFAULTS.get(key)
-    return settings
+    return resolve_settings(cfg, MLFLOW_ENV, MLFLOW_DEFAULTS, environ, {"tags": json.loads})
 
 
 def mlflow_problems(cfg: MlflowConfig, environ: Mapping[str, str]) -> list[str]:
