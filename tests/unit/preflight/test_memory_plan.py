@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import yaml
 
 from genalign.config.errors import ConfigError
 from genalign.preflight.load import load_config
@@ -445,3 +446,14 @@ def test_the_plan_is_shown_only_when_a_gpu_is_planned_or_asked_for():
     shown.clear()
     mp.check_memory(planned, shown.append)
     assert len(shown) == 1 and "GiB" in shown[0]
+
+
+def test_genalign_config_prints_the_plan_as_comments_only_when_asked_on_a_cpu(capsys):
+    from genalign.cli import main
+
+    args = ["config", "model.device=cpu", "trainer.output_dir=/tmp/unused-genalign-memory"]
+    assert main(args) == 0
+    assert "# memory plan" not in capsys.readouterr().out
+    assert main([*args[:1], "--memory", *args[1:]]) == 0
+    out = capsys.readouterr().out
+    assert "# memory plan" in out and yaml.safe_load(out)["model"]["device"] == "cpu"  # still a loadable config
