@@ -1,7 +1,32 @@
 """genalign: reinforcement-learning post-training for visual generative models.
 
-Where it fits: this package is the whole framework; `genalign.cli` is the entry point
-(`genalign train | config | eval | report`). Read docs/architecture.md for the map of the parts.
+Where it fits: this package is the whole framework; `genalign.cli` is the command line
+(`genalign train | config | eval | report | ...`) and these names are the Python API
+(`genalign/api.py`, docs/running.md#python-api):
+
+    from genalign import load_config, train, Trainer, TrainerCallback
+
+They are imported on first use, so `import genalign` (and `import genalign.config`) stays
+light. Read docs/architecture.md for the map of the parts.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from genalign.version import __version__
+
+if TYPE_CHECKING:
+    from genalign.api import Trainer, TrainerCallback, TrainResult, load_config, train
+
+API = ("load_config", "train", "Trainer", "TrainerCallback", "TrainResult")
+__all__ = ["__version__", *API]
+
+
+def __getattr__(name: str) -> Any:
+    """The API names, imported when first asked for (PEP 562)."""
+    if name in API:
+        from genalign import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'genalign' has no attribute {name!r}")

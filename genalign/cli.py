@@ -16,29 +16,48 @@ import textwrap
 from genalign.config.errors import DISK_FULL_ERRNOS, DISK_FULL_HINT, ConfigError, UserError
 
 
-class _CatalogHelp(argparse.RawDescriptionHelpFormatter):
-    """Keeps the recipe/group listing's line breaks; reads the catalog only when help is shown."""
+class _RecipeParser(argparse.ArgumentParser):
+    """`--help` ends with the shipped recipes and config groups (read only then); a usage error
+    prints the usage line and the error alone, not the catalog (dozens of lines)."""
 
     def format_help(self) -> str:
         from genalign.config.catalog import describe
 
         return super().format_help() + "\n" + describe() + "\n"
 
+    def error(self, message: str):  # argparse's own exit status (2), with a way forward
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\nhint: overrides are key=value (e.g. trainer.num_steps=10); "
+                     f"`{self.prog} --help` lists the options and recipes, `genalign config --describe` the keys\n")
+
 
 def _recipe_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=_CatalogHelp,
+    parser = _RecipeParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=textwrap.fill(
             "overrides: key=value sets a key (the value is YAML; ${oc.env:VAR} and ${oc.env:VAR,default} read the "
             "environment, here and in YAML files); +key=value adds a key to an open mapping (reward.components, "
             "reward.kwargs, reward.kwargs.<name>); /group=option swaps a config group. "
-            "`genalign config --describe [PREFIX]` lists every key with its type, default and meaning.", width=100))
+            "`genalign config --describe [PREFIX]` lists every key with its type, default and meaning. "
+            "--report_to TRACKER (tensorboard, wandb, mlflow, all, none) is trainer.loggers=[csv,TRACKER]; other "
+            "flags of diffusers' and TRL's scripts are answered with the override that does the same.", width=100))
     parser.add_argument("--config", default=None,
                         help="recipe name under genalign/configs (e.g. experiment/diffusion/sd3_5/online_grpo_ocr) "
                              "or a path to a YAML file; default: the CPU demo recipe")
     parser.add_argument("overrides", nargs="*",
                         help="dotlist overrides key=value (last wins) and group swaps /group=option")
     return parser
+
+
+def _parse_recipe_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """argparse on `argv` after the habit flags: `--report_to X` becomes a leading override (so
+    an explicit trainer.loggers=... after it wins); the others raise their equivalent."""
+    from genalign.config.habit_flags import split_habit_flags
+
+    rest, flag_overrides = split_habit_flags(list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(rest)
+    args.overrides = [*flag_overrides, *args.overrides]
+    return args
 
 
 def _configure_logging() -> None:
@@ -53,7 +72,7 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
                         help="start this many ranks on this machine under torchrun (needs "
                              "distributed.training.strategy=ddp or fsdp2); a failed rank ends the job with a "
                              "message naming it and the command that resumes the run")
-    args = parser.parse_args(argv)
+    args = _parse_recipe_args(parser, argv)
     from genalign.preflight.load import load_config
 
     cfg = load_config(args.config, args.overrides, check_files=True)  # every mistake before a model loads
@@ -87,7 +106,10 @@ def config_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--describe", nargs="?", const="", default=None, metavar="PREFIX",
                         help="list every config key (or those under PREFIX, e.g. trainer.wandb) with its type, "
                              "default, allowed values and meaning, instead of printing a config")
-    args = parser.parse_args(argv)
+    parser.add_argument("--memory", action="store_true",
+                        help="also print the memory plan (each role's per-GPU peak; printed anyway when the config "
+                             "plans a GPU)")
+    args = _parse_recipe_args(parser, argv)
     if args.describe is not None:
         from genalign.preflight.describe import describe
 
@@ -108,7 +130,8 @@ def config_main(argv: list[str] | None = None) -> int:
     from genalign.preflight.memory_plan import check_memory
 
     # printed as YAML comments, so the output stays a loadable config
-    check_memory(cfg, lambda text: print("\n".join("# " + line for line in text.splitlines())))
+    check_memory(cfg, lambda text: print("\n".join("# " + line for line in text.splitlines())),
+                 always=args.memory)
     return 0
 
 
@@ -234,7 +257,7 @@ SUMMARIES = {
     "compare": "put runs and evaluations side by side: one table, overlaid curves, the same prompts' images",
     "report": "write RUN_DIR/report.html: curves, before/after sheets, parity, config, provenance",
     "export": "show a checkpoint's model folder (LoRA or transformer + model card); --push-to-hub uploads it",
-    "pretrain-demo": "regenerate the shipped toy demo model (about 50 min on one CPU core)",
+    "pretrain-demo": "pretrain the toy demo model and its classifiers into ./toy_demo (about 50 min on one CPU core)",
     "serve-reward": "serve reward scorers over HTTP for trainers with reward.runtime=http",
 }
 """One line per command for `genalign --help` (every command has one: a test checks)."""
@@ -267,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         print(top_level_help())
         return 0
     if argv[0] == "--version":
-        from genalign import __version__
+        from genalign.version import __version__
 
         print(f"genalign {__version__}")
         return 0

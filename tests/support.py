@@ -366,6 +366,33 @@ def make_run_dir(path: Path, num_steps: int = 12, eval_every: int = 4, component
     return path
 
 
+def make_demo_like_run(path: Path, num_steps: int = 60) -> Path:
+    """A run directory (metrics only) with the CPU demo's magnitudes: a KL to the reference of
+    1e-4, importance ratios 1 ± 1e-5, losses of 1e-6. The report's plots once cut the KL label,
+    drew the ratio's "1e-5+1" over its title and put legends over curves at these magnitudes."""
+    import math
+
+    from genalign.tracking.sinks import CSVSink
+
+    path.mkdir(parents=True, exist_ok=True)
+    metrics, evals = CSVSink(path / "metrics.csv"), CSVSink(path / "eval_metrics.csv")
+    evals.log(0, {"eval_reward_mean": 0.45, "gold_mean": 0.47})
+    for step in range(1, num_steps + 1):
+        wave = math.sin(step)
+        metrics.log(step, {
+            "reward_mean": 0.45 + 0.006 * step, "kl": 2e-6 * step, "approx_kl": 3e-7 * (1.5 + wave),
+            "clip_frac": 0.05 + 0.01 * wave, "clip_frac_low": 0.02, "clip_frac_high": 0.03 + 0.01 * wave,
+            "adv_mean": 0.0, "adv_std": 0.99, "adv_abs_mean": 0.8, "adv_min": -2.4, "adv_max": 2.2,
+            "zero_std_ratio": 0.05 * (1 + wave), "loss": 2e-6 * wave, "policy_loss": 1.5e-6 * math.cos(step),
+            "ratio": 1 + 1e-6 * wave, "ratio_min": 1 - 1e-5 * (1.2 + wave), "ratio_max": 1 + 1e-5 * (1.2 + wave),
+            "grad_norm": 0.06 + 0.01 * wave, "grad_norm_max": 0.1, "time_rollout_s": 1.5, "time_reward_s": 0.1,
+            "time_train_s": 1.6, "images_per_s": 55 + wave, "step_images_per_s": 27 + wave,
+            **({"time_eval_s": 12.0} if step % 20 == 0 else {})})
+        if step % 20 == 0:
+            evals.log(step, {"eval_reward_mean": 0.45 + 0.007 * step, "gold_mean": 0.46 + 0.007 * step})
+    return path
+
+
 def train_recipe(recipe: str, out: Path, *overrides: str) -> tuple[list[dict], list[dict]]:
     """Train `recipe` into `out` through the CLI; returns (metrics.csv rows, eval_metrics.csv
     rows) with every value a float (None where empty)."""

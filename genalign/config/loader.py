@@ -4,9 +4,14 @@ Where it fits: the first thing `genalign train|config` does, through preflight
 (`preflight/load.py:load_config` composes here, then runs every check; nothing is built from
 an unchecked config). This module only composes and type-checks: it imports nothing above
 config/. Layers live under `genalign/configs/`. A layer holds keys at the root
-of the experiment tree and may start with a `defaults:` list of `- /group/path: option`
-entries (e.g. `- /base/algorithm: grpo` -> `configs/base/algorithm/grpo.yaml`), applied in
-order, recursively, before the file's own keys. Then overrides apply left to right (last
+of the experiment tree and may start with a `defaults:` list, written as Hydra users write it:
+`- /group/path: option` (e.g. `- /base/algorithm: grpo` -> `configs/base/algorithm/grpo.yaml`;
+the leading `/` is optional), `- /group/path/option` (the same entry as one path),
+`- override /group/path: option` (swap the option of a group that an included layer chooses,
+e.g. a recipe built on a shipped one; the command line's `/group=option` still wins),
+`- optional /group/path: option` (skipped when that file does not exist) and `- _self_` (where
+the file's own keys merge; default: after every entry, as in Hydra 1.1). Entries apply in
+order, recursively. Then overrides apply left to right (last
 wins): `a.b.c=value` (value parsed as YAML), `+a.b.c=value` (adds a key that is not set yet
 under an open mapping, as in Hydra; `++` adds or changes) and group swaps `/group/path=option`,
 which replace the option of that group wherever it appears in the defaults tree. Then every
@@ -23,6 +28,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+from dataclasses import dataclass
 import os
 import types
 import typing
@@ -42,10 +48,41 @@ DEFAULT_RECIPE = "experiment/toy/shapes_grpo"
 
 
 # ------------------------------------------------------------------ composition
+@dataclass(frozen=True)
+class DefaultsEntry:
+    kind: str
+    """"group" (`- /group: option`), "optional", "override" or "self" (`- _self_`)."""
+    group: str = ""
+    option: str = ""
+
+
+def _defaults_entry(item: Any, where: str, problems: list[str]) -> DefaultsEntry | None:
+    """One `defaults:` item as Hydra writes it, or None (a problem recorded) when it is not one."""
+    if item == "_self_":
+        return DefaultsEntry("self")
+    if isinstance(item, str):  # `- /group/path/option`: the last part is the option
+        group, _, option = item.strip().strip("/").rpartition("/")
+        if group and option and " " not in item.strip():
+            return DefaultsEntry("group", "/" + group, option)
+    elif isinstance(item, dict) and len(item) == 1:
+        key, option = next(iter(item.items()))
+        words = str(key).split()
+        kind = words[0] if len(words) == 2 and words[0] in ("override", "optional") else "group"
+        group = words[-1] if kind != "group" else str(key)
+        if option is not None and (kind != "group" or len(words) == 1):
+            return DefaultsEntry(kind, "/" + group.strip("/"), str(option))
+    problems.append(f"{where}: defaults entry {item!r} must look like `- /group/path: option`, `- /group/path/option`, "
+                    "`- override /group/path: option`, `- optional /group/path: option` or `- _self_`")
+    return None
+
+
 class _Composer:
     def __init__(self, swaps: dict[str, str]):
         self.swaps = swaps
         self.used_swaps: set[str] = set()
+        self.file_swaps: dict[str, tuple[str, str]] = {}
+        """`override /group: option` entries of the files composed so far: group -> (option, file)."""
+        self.used_file_swaps: set[str] = set()
         self.seen_groups: set[str] = set()
         self.tree: dict[str, Any] = {}
         self.provenance: dict[str, str] = {}
@@ -63,22 +100,38 @@ class _Composer:
         if not isinstance(defaults, list):
             self.problems.append(f"{_rel(path)}: `defaults` must be a list of `- /group: option` entries")
             defaults = []
-        for entry in defaults:
-            if not (isinstance(entry, dict) and len(entry) == 1):
-                self.problems.append(f"{_rel(path)}: defaults entry {entry!r} must look like `- /group/path: option`")
-                continue
-            group, option = next(iter(entry.items()))
-            group = "/" + str(group).strip("/")
-            self.seen_groups.add(group)
-            where = _rel(path)
-            if group in self.swaps:
-                option = self.swaps[group]
-                self.used_swaps.add(group)
-                where = f"command line `{group}={option}`"
-            layer = _group_option_path(group, str(option), self.problems, where=where)
-            if layer is not None:
-                self.compose(layer, stack + (path,))
-        _merge(self.tree, data, _rel(path), "", self.provenance)
+        where = _rel(path)
+        entries = [entry for entry in (_defaults_entry(item, where, self.problems) for item in defaults) if entry]
+        if sum(entry.kind == "self" for entry in entries) > 1:
+            self.problems.append(f"{where}: `_self_` is listed more than once in its defaults")
+        for entry in entries:  # a file's `override` entries hold for everything it includes
+            if entry.kind == "override":
+                self.file_swaps.setdefault(entry.group, (entry.option, where))
+        if not any(entry.kind == "self" for entry in entries):
+            entries.append(DefaultsEntry("self"))  # Hydra 1.1's default: the file's own keys last
+        for entry in entries:
+            if entry.kind == "self":
+                _merge(self.tree, data, where, "", self.provenance)
+            elif entry.kind != "override":
+                self.include(entry, path, stack)
+
+    def include(self, entry: "DefaultsEntry", path: Path, stack: tuple[Path, ...]) -> None:
+        """Compose the layer a group entry names, with the command line's (else a file's) swap."""
+        group, option, where = entry.group, entry.option, _rel(path)
+        self.seen_groups.add(group)
+        if group in self.swaps:
+            option = self.swaps[group]
+            self.used_swaps.add(group)
+            where = f"command line `{group}={option}`"
+        elif group in self.file_swaps:
+            option, source = self.file_swaps[group]
+            self.used_file_swaps.add(group)
+            where = f"{source} `override {group}: {option}`"
+        if entry.kind == "optional" and not (CONFIG_ROOT / group.strip("/") / f"{option}.yaml").is_file():
+            return
+        layer = _group_option_path(group, str(option), self.problems, where=where)
+        if layer is not None:
+            self.compose(layer, stack + (path,))
 
     def override(self, key: str, raw_value: str) -> None:
         try:
@@ -318,6 +371,9 @@ def _build(cls: type, data: dict, prefix: str, provenance: dict[str, str], probl
             problems.append(f"{dotted}: unknown key (set in {source}){hint}")
             continue
         source = provenance.get(dotted, "unknown source")
+        written_form = getattr(cls, "INPUT_FORMS", {}).get(key)  # a shorthand the config accepts (a scalar list)
+        if written_form is not None:
+            value = written_form(value)
         kwargs[key] = _convert(hints[key], value, dotted, source, problems, provenance)
     # A None here means the problem was already recorded; the dataclass default stands in.
     return cls(**{k: v for k, v in kwargs.items() if v is not None or _allows_none(hints[k])})
@@ -347,6 +403,11 @@ def compose_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = 
                             key.startswith("+") and not key.startswith("++")))
     composer = _Composer(swaps)
     composer.compose(path)
+    for group in sorted(set(composer.file_swaps) - composer.used_file_swaps - set(swaps)):
+        option, source = composer.file_swaps[group]
+        problems.append(f"{source}: `override {group}: {option}` overrides nothing: no included layer chooses an "
+                        f"option of {group} (Groups: {', '.join(sorted(composer.seen_groups))}); include it with "
+                        f"`- {group}: {option}` instead")
     for group in sorted(set(swaps) - composer.used_swaps):
         close = difflib.get_close_matches(group, sorted(composer.seen_groups), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""

@@ -8,10 +8,13 @@ from dataclasses import dataclass
 @dataclass
 class DataConfig:
     manifest: str = "datasets/ocr/train.txt"
-    """Training prompts: .txt (one prompt a line) or .jsonl/.json rows with a "prompt" field.
-    Relative paths resolve against the working directory, then the project root."""
+    """Training prompts: .txt (one prompt a line) or .jsonl/.json rows with a "prompt" field
+    (other fields are metadata the rewards see), or a Hub dataset
+    hf://datasets/<owner>/<name>[@revision][:split] (split default train; a "prompt" column,
+    the others metadata; needs `pip install 'genalign[hub]'`). Relative paths resolve against
+    the working directory, then $GENALIGN_DATA_ROOT, then the package's prompt sets."""
     eval_manifest: str = "datasets/ocr/test.txt"
-    """Fixed evaluation prompts (same formats)."""
+    """Fixed evaluation prompts (same formats; a Hub dataset's eval split: hf://datasets/<owner>/<name>:test)."""
     preference_manifest: str | None = None
     """Offline Flow-DPO pairs (algorithm.dpo.source=offline): a .jsonl of {"prompt", "chosen",
     "rejected"} rows, image paths relative to the file (docs/preference_data.md). Each training

@@ -10,6 +10,8 @@ Formats:
   .txt    one prompt a line (surrounding whitespace stripped; a blank line is an error).
   .jsonl  one JSON object a line with a "prompt" string; every other field -> `metadata`.
   .json   a JSON list of such objects, or of plain prompt strings.
+  hf://datasets/<owner>/<name>[@revision][:split]  a Hub dataset's rows, read through the
+          `datasets` library (`hub_prompts.py`): a "prompt" column; the others -> `metadata`.
 Every bad row of a file is reported in one `ManifestError` (a `ValueError`), so a broken
 manifest is fixed in one pass rather than one error per run.
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from genalign.config.errors import UserError
+from genalign.data.hub_prompts import HubDatasetError, is_hub_manifest, parse_reference, read_rows
 
 SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".json")
 LEGACY_EMBEDDING_FIELDS = ("prompt_embeds", "pooled_prompt_embeds", "negative_prompt_embeds",
@@ -178,11 +181,17 @@ def _read_json(text: str, shown: str, errors: list[str]) -> list[PromptExample]:
     if not isinstance(records, list):
         raise ManifestError(f"{shown} must hold a JSON list of prompt strings or {{\"prompt\": ...}} objects, "
                             f"not a {type(records).__name__}")
+    return _records(records, shown, "item", errors)
+
+
+def _records(records: list[Any], shown: str, unit: str, errors: list[str]) -> list[PromptExample]:
+    """Parsed rows (a .json list, a Hub dataset) as examples; each bad one appended to `errors`
+    as "<unit> [i] of <shown> <problem>"."""
     examples: list[PromptExample] = []
     for index, record in enumerate(records):
         problem = _record_error(record)
         if problem:
-            errors.append(f"item [{index}] of {shown} {problem}")
+            errors.append(f"{unit} [{index}] of {shown} {problem}")
             continue
         examples.append(_example(record, len(examples), f"{shown}[{index}]"))
     return examples
@@ -194,6 +203,22 @@ def _summary(errors: list[str], shown: str) -> str:
     return f"{shown} has {len(errors)} bad row(s); nothing was loaded:\n  " + "\n  ".join(listed + more)
 
 
+def _hub_examples(path: str, prefix: str) -> list[PromptExample]:
+    """A Hub dataset's rows as examples, every bad row listed as for a file (`hub_prompts.py`)."""
+    try:
+        rows = read_rows(path, prefix)
+    except HubDatasetError as exc:
+        raise ManifestError(str(exc), exc.hint) from exc
+    shown = str(parse_reference(path))
+    errors: list[str] = []
+    examples = _records(rows, shown, "row", errors)
+    if errors:
+        raise ManifestError(prefix + (errors[0] if len(errors) == 1 else _summary(errors, shown)))
+    if not examples:
+        raise ManifestError(f"{prefix}{shown} holds no prompts; add at least one")
+    return examples
+
+
 def load_manifest(path: str, config_key: str | None = None) -> list[PromptExample]:
     """Every prompt of a manifest, `prompt_id` = row index, in file order.
 
@@ -203,6 +228,8 @@ def load_manifest(path: str, config_key: str | None = None) -> list[PromptExampl
     them listed, up to `MAX_REPORTED_ERRORS`).
     """
     prefix = f"{config_key}: " if config_key else "manifest "
+    if is_hub_manifest(path):
+        return _hub_examples(path, prefix)
     resolved = resolve_data_path(path, config_key)
     shown = str(path)  # as the user wrote it in the config
     suffix = resolved.suffix.lower()

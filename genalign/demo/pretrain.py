@@ -1,7 +1,10 @@
 """`genalign pretrain-demo`: regenerate the shipped toy model and its two shape classifiers.
 
-Where it fits: outside the RL loop. It writes what `model.path=builtin` and the `toy_shape` /
-`toy_shape_judge` rewards load (`genalign/assets/toy/` by default, or `--out DIR`).
+Where it fits: outside the RL loop. It writes a toy model and the `toy_shape` /
+`toy_shape_judge` classifiers into `--out` (default `toy_demo/` under the working directory,
+never the installed package: `--out builtin` replaces the shipped `genalign/assets/toy/`,
+which `model.path=builtin` loads, and is for regenerating them in a checkout). A run uses
+another folder with `model.path=DIR reward.kwargs.toy_shape.path=DIR` (the last lines it logs).
 
 The model is pretrained with rectified flow on freshly rendered 32x32 shapes (all 4 shapes x 6
 colours): x_σ = (1 − σ) x0 + σ ε, the network predicts x̂0 and the loss is on
@@ -245,6 +248,11 @@ def run_model(out: Path, seed: int, steps: int, minutes: float | None,
     log.info("wrote %s", out)
 
 
+DEFAULT_OUT = "toy_demo"
+"""`--out`'s default, under the working directory: a run of the command never overwrites the
+installed package's assets unless asked (`--out builtin`)."""
+
+
 def _centre_jitter(text: str) -> float | None:
     """--centre-jitter's value: a number, or "none" for shapes anywhere in the canvas."""
     return None if text == "none" else float(text)
@@ -253,7 +261,9 @@ def _centre_jitter(text: str) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="genalign pretrain-demo",
                                      description="Regenerate the toy demo model and/or its shape classifiers.")
-    parser.add_argument("--out", default=None, help="output directory (default: the shipped genalign/assets/toy)")
+    parser.add_argument("--out", default=DEFAULT_OUT,
+                        help=f"output directory (default: ./{DEFAULT_OUT}); 'builtin' overwrites the shipped "
+                             "genalign/assets/toy (what model.path=builtin loads), for regenerating it in a checkout")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="model pretraining steps (batch 128)")
     parser.add_argument("--minutes", type=float, default=None,
@@ -280,12 +290,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    out = Path(args.out) if args.out else builtin_dir()
+    out = builtin_dir() if args.out == "builtin" else Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.what in ("classifiers", "all"):
         run_classifiers(out, args.seed, args.classifier_steps)
     if args.what in ("model", "all"):
         run_model(out, args.seed, args.steps, args.minutes, options)
+    if args.out != "builtin":
+        log.info("to train with it: genalign train model.path=%s reward.kwargs.toy_shape.path=%s "
+                 "reward.kwargs.toy_shape_judge.path=%s", out, out, out)
     return 0
 
 

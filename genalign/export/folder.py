@@ -4,8 +4,8 @@ Where it fits: `Trainer.save` asks `checkpoint_export` for a writer and `save_ch
 calls it inside the checkpoint's temporary directory (so an export is as atomic as the rest).
 - LoRA runs on a diffusers family: `lora/` = the weights the eval numbers came from (the EMA
   when eval.use_ema, as Flow-GRPO saves), `lora_live/` = the live weights beside it; both load
-  with `pipe.load_lora_weights(dir)`; `lora/README.md` is the model card, with the first and
-  the latest evaluation's contact sheets beside it (`samples_step_<N>.png`). On a transformers
+  with `pipe.load_lora_weights(dir)`; each holds its model card (`README.md`), with the first
+  and the latest evaluation's contact sheets beside it (`samples_step_<N>.png`). On a transformers
   family (Janus-Pro: its spec's export is "peft" onto `pipeline_class`, the policy names its
   `peft_module_prefix`) the same two folders hold a peft adapter that
   `PeftModel.from_pretrained(<pipeline_class>, dir)` loads.
@@ -62,12 +62,26 @@ def sample_sheets(run_dir: Path, eval_history: dict, step: int) -> dict[str, Pat
     return {name: path for name, path in sheets.items() if path.is_file()}
 
 
-def write_card(directory: Path, card_args: dict, sheets: dict[str, Path]) -> None:
-    """The model card in `directory`, with the evaluation sheets copied beside it."""
+def write_card(directory: Path, card_args: dict, sheets: dict[str, Path], location: Path) -> None:
+    """The model card in `directory` (which will be at `location` once the checkpoint is
+    renamed into place: the card's usage snippet names it), with the evaluation sheets
+    copied beside it."""
     for name, path in sheets.items():
         shutil.copyfile(path, directory / name)
     shown = {name: int(name.removeprefix("samples_step_").removesuffix(".png")) for name in sheets}
-    (directory / CARD_NAME).write_text(model_card(**card_args, sample_sheets=shown), encoding="utf-8")
+    (directory / CARD_NAME).write_text(model_card(**card_args, sample_sheets=shown, location=str(location)),
+                                       encoding="utf-8")
+
+
+def eval_prompts(cfg: ExperimentConfig) -> list[str]:
+    """The evaluation's prompts (the card's widget caption and snippet prompt); [] when the
+    manifest cannot be read here (the card then says less, the export still happens)."""
+    from genalign.data.prompts import ManifestError, load_manifest
+
+    try:
+        return [example.prompt for example in load_manifest(cfg.data.eval_manifest)[:cfg.eval.max_prompts]]
+    except ManifestError:
+        return []
 
 
 def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.Tensor],
@@ -83,13 +97,17 @@ def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.
         updates = ema_tracker.updates if ema_tracker is not None else -1
         share = ema_tracker.initial_share if ema_tracker is not None else float("nan")
         described = ema_description(cfg.actor.ema.decay, updates, share)
-        log.info("step %d export: %s", step, described)
-        if share > EMA_BARELY_MOVED:
+        if share > EMA_BARELY_MOVED:  # the warning says it in fewer words than the description
             log.warning("step %d: the exported EMA weights are %.0f %% the starting weights after %d updates; "
                         "the live weights (lora_live/ for a LoRA) hold what was trained", step, 100 * share, updates)
+        else:
+            log.info("step %d export: %s", step, described)
     sheets = sample_sheets(Path(cfg.trainer.output_dir), eval_history, step)
     spec = policy.spec
-    card = dict(cfg=cfg, step=step, eval_history=eval_history, weights=described, pipeline_tag=spec.pipeline_tag)
+    card = dict(cfg=cfg, step=step, eval_history=eval_history, weights=described, pipeline_tag=spec.pipeline_tag,
+                eval_prompts=eval_prompts(cfg))
+    # where the export will be once the checkpoint's temporary directory is renamed into place
+    final_dir = Path(cfg.trainer.output_dir).resolve() / ("checkpoint-final" if final else f"checkpoint-{step}")
     if cfg.model.train_mode == "lora":
         if spec.export == "none":
             return None
@@ -104,14 +122,17 @@ def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.
                 else:
                     export_lora_for_peft(policy.transformer, directory / name, cfg.model.lora,
                                          policy.peft_module_prefix, cfg.model.path, trainable_state=state)
-            write_card(directory / "lora", {**card, "kind": "lora", "hub_class": None if pipeline_cls else spec.pipeline_class},
-                       sheets)
+                # every weight folder carries its card; lora_live/ says which weights it holds
+                weights_named = described if name == "lora" else "live (the trained weights; lora/ holds the EMA)"
+                write_card(directory / name, {**card, "weights": weights_named, "kind": "lora",
+                                              "hub_class": None if pipeline_cls else spec.pipeline_class},
+                           sheets, final_dir / name)
 
         return export
     if final and hasattr(policy.transformer, "save_config"):
         def export(directory: Path) -> None:
             out = save_transformer(policy.transformer, directory / "transformer", weights)
-            write_card(out, {**card, "kind": "transformer"}, sheets)
+            write_card(out, {**card, "kind": "transformer"}, sheets, final_dir / "transformer")
 
         return export
     return None

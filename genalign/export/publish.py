@@ -5,13 +5,16 @@ Where it fits: every checkpoint of a LoRA run on a diffusers or transformers fam
 `lora/` (the adapter, its model card and the before/after evaluation sheets; see
 `export/folder.py`), and the final checkpoint of a full fine-tune holds `transformer/`.
 Publishing is that folder as it is, uploaded with huggingface_hub (`create_repo` with
-exist_ok, then `upload_folder`), the way diffusers' training scripts end with
-`--push_to_hub`. The token is huggingface_hub's own (`hf auth login` or $HF_TOKEN).
+exist_ok, then one `create_commit` of its files), the way diffusers' training scripts end with
+`--push_to_hub`; the card's usage snippet, which names the folder's local path, names the
+repository instead in the uploaded copy. The token is huggingface_hub's own (`hf auth login`
+or $HF_TOKEN). `trainer.push_to_hub` uploads the same way during training (`export/hub_push.py`).
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
 from genalign.config.errors import UserError
@@ -49,7 +52,8 @@ def push_to_hub(folder: Path, repo_id: str, private: bool = False, commit_messag
     message = commit_message or f"Upload {folder.parent.name}/{folder.name} (genalign)"
     try:
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-        info = api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="model", commit_message=message)
+        info = api.create_commit(repo_id, folder_operations(folder, repo_id), commit_message=message,
+                                 repo_type="model")
     except HfHubHTTPError as err:  # no token, no write access, a name taken by another type of repo, ...
         raise UserError(f"--push-to-hub {repo_id}: the Hub refused the upload: {err}",
                         hint="log in with `hf auth login` (or set HF_TOKEN) with a token that may write there") from err
@@ -60,6 +64,35 @@ def push_to_hub(folder: Path, repo_id: str, private: bool = False, commit_messag
         raise UserError(f"--push-to-hub {repo_id}: cannot reach the Hub ({type(err).__name__}: {err}); nothing was "
                         f"uploaded: rerun where the network reaches it (the folder is {folder})") from None
     return str(getattr(info, "commit_url", info))
+
+
+LOCAL_EXPORT = re.compile(r"'[^'\n]*/checkpoint-[^/'\n]+/(?:lora|lora_live|transformer)'")
+"""How a card's usage snippet names the export folder it was written in (its absolute path)."""
+
+
+def card_for_repo(card: str, repo_id: str, subfolder: str = "") -> str:
+    """The card as uploaded: its snippet loads from `repo_id` (and `subfolder` in it) instead
+    of the local folder it was written in."""
+    where = repr(repo_id) + (f", subfolder={subfolder!r}" if subfolder else "")
+    return LOCAL_EXPORT.sub(lambda _: where, card)
+
+
+def folder_operations(folder: Path, repo_id: str, path_in_repo: str = "") -> list:
+    """One `CommitOperationAdd` per file under `folder`, at `path_in_repo/<relative path>`;
+    each model card (`README.md`) rewritten by `card_for_repo` for where it lands."""
+    from huggingface_hub import CommitOperationAdd
+
+    operations = []
+    for file in sorted(path for path in Path(folder).rglob("*") if path.is_file()):
+        relative = file.relative_to(folder).as_posix()
+        target = f"{path_in_repo}/{relative}" if path_in_repo else relative
+        if file.name == "README.md":
+            subfolder = target.rsplit("/", 1)[0] if "/" in target else ""
+            content = card_for_repo(file.read_text(encoding="utf-8"), repo_id, subfolder).encode("utf-8")
+            operations.append(CommitOperationAdd(path_in_repo=target, path_or_fileobj=content))
+        else:
+            operations.append(CommitOperationAdd(path_in_repo=target, path_or_fileobj=str(file)))
+    return operations
 
 
 def _network_errors() -> tuple[type[BaseException], ...]:

@@ -29,12 +29,18 @@ class LoraConfig:
 @dataclass
 class ModelCardConfig:
     """What an exported model card says about the base model (Hugging Face's model-card
-    metadata). The model presets set these, so a run that loads a local copy of a preset's
-    model still publishes the Hub id and the licence its weights come under."""
+    metadata). Never guessed: the card names a base model only when model.path is a Hub id or
+    `base_model` names one, and the licence keys only for the model they describe."""
 
     base_model: str | None = None
-    """Hub id of the base model (`base_model` in the card), e.g. stabilityai/stable-diffusion-3.5-medium;
-    null: model.path when that is a Hub id, else none (a local directory is no Hub id)."""
+    """Hub id of the base model when model.path is a local copy of it (e.g.
+    stabilityai/stable-diffusion-3.5-medium); ignored when model.path is itself a Hub id (the
+    card names that). null with a local model.path: the card names no base model."""
+    describes: str | None = None
+    """The Hub id the licence keys below are about (the presets set their model's id): they
+    are used only when the run trains from that model (model.path, or base_model above), so a
+    run that loads another model is never carded with this one's licence. null: the licence
+    keys describe whatever model this run trains."""
     license: str | None = None
     """The base model's licence as the Hub names it (apache-2.0, mit, other, ...): weights
     trained from it come under its terms. null: the card states no licence."""
@@ -117,4 +123,5 @@ class ModelConfig:
     allow_tf32: bool = True
     """TF32 for float32 matmuls on CUDA (VAE decode, fp32 runs), as Flow-GRPO sets it."""
     card: ModelCardConfig = field(default_factory=ModelCardConfig)
-    """Base-model metadata for exported model cards (Hub id, licence); the presets set it."""
+    """Base-model metadata for exported model cards (the Hub id of a local copy, the licence);
+    the presets set their model's licence."""

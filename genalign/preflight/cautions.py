@@ -92,10 +92,10 @@ def _transformer_width(cfg: ExperimentConfig) -> int | None:
 
 def _output_dir_cautions(output_dir: str) -> list[str]:
     """A run directory at the filesystem root or inside the installed genalign package."""
-    import genalign
+    import genalign.version
 
     folder = Path(output_dir).expanduser().resolve()
-    package = Path(genalign.__file__).resolve().parent
+    package = Path(genalign.version.__file__).resolve().parent
     if folder == Path(folder.anchor):
         return [f"trainer.output_dir={output_dir} is the filesystem root: the run's checkpoints, logs and report "
                 "would lie among the system's folders; give the run a folder of its own"]

@@ -18,9 +18,10 @@ from pathlib import Path
 
 from genalign.config.errors import ConfigError
 from genalign.config.schema import ExperimentConfig
-from genalign.hub import HUB_ID, is_hub_id
+from genalign.hub import HUB_ID, is_hub_id, is_hub_reference
 from genalign.rewards.config import REWARD_PATH_OPTIONS
 from genalign.models.spec import spec_or_none
+from genalign.preflight.reward_contract import user_reward_problems
 
 def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest", "eval_manifest"),
                   output_dir: bool = True, resume: bool = True) -> list[str]:
@@ -46,11 +47,14 @@ def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest
     problems += offline_hub_problems(cfg)
     problems += device_problems(cfg.model.device)
     problems += reward_path_problems(cfg)
-    problems += import_problems(cfg)
+    imports = import_problems(cfg)
+    problems += imports or user_reward_problems(cfg)  # the user's scorer classes against the reward contract
     if output_dir:
         directory_problems = output_dir_problems(cfg.trainer.output_dir)
         problems += directory_problems or run_dir_problems(cfg)
-    if resume and cfg.trainer.resume_from and cfg.trainer.resume_from != "auto":  # auto: chosen by run_dir
+    # auto: chosen by run_dir; hf://: downloaded by run_dir when the run starts (its form is validate's)
+    if resume and cfg.trainer.resume_from and cfg.trainer.resume_from != "auto" \
+            and not is_hub_reference(cfg.trainer.resume_from):
         problems += resume_problems(cfg)
     return problems
 

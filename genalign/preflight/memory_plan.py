@@ -146,20 +146,37 @@ class MemoryPlan:
             raise ConfigError(problems, hint="genalign config prints the whole plan; docs/memory_plan.md explains it")
 
 
-def check_memory(cfg, report: Callable[[str], None]) -> MemoryPlan | None:
-    """The plan, handed to `report` and checked. A model the plan cannot describe is reported
-    and, when there is a GPU to check against (a CUDA device or gpu_memory_gib) and
-    gpu_memory_fraction is set, refused: the `NoMemoryPlan` says what to add."""
+def check_memory(cfg, report: Callable[[str], None], always: bool = False) -> MemoryPlan | None:
+    """The plan, checked, and handed to `report` when the run plans a GPU (`plans_gpu`) or
+    `always` (`genalign config --memory`): on a CPU run it would be a screenful of zeros. A model
+    the plan cannot describe is reported likewise and, when there is a GPU to check against (a
+    CUDA device or gpu_memory_gib) and gpu_memory_fraction is set, refused: the `NoMemoryPlan`
+    says what to add."""
+    shown = always or plans_gpu(cfg)
     try:
         plan = plan_memory(cfg)
     except NoMemoryPlan as refusal:
-        report(refusal.problems[0])
+        if shown:
+            report(refusal.problems[0])
         if cfg.distributed.resources.gpu_memory_fraction is not None and _gpu_memory(cfg)[0]:
             raise
         return None
-    report(plan.describe())
+    if shown:
+        report(plan.describe())
     plan.check()
     return plan
+
+
+def plans_gpu(cfg) -> bool:
+    """Whether this run puts anything on a GPU: a CUDA model.device (or "auto" with one
+    present), or a GPU size given to plan against (distributed.resources.gpu_memory_gib)."""
+    if cfg.distributed.resources.gpu_memory_gib is not None or cfg.model.device.startswith("cuda"):
+        return True
+    if cfg.model.device != "auto":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def plan_memory(cfg) -> MemoryPlan:

@@ -14,7 +14,9 @@ import math
 from genalign.config.schema import ExperimentConfig
 from genalign.hub import HUB_ID
 from genalign.preflight.algorithm_checks import algorithm_problems
+from genalign.preflight.hub_checks import hub_problems
 from genalign.preflight.plan import num_train_timesteps_problem
+from genalign.preflight.reward_contract import registered_reward_problems
 from genalign.preflight.values import int64_problems, non_finite_problems, reward_package_problems, value_problems
 from genalign.tracking.config import logger_problems
 from genalign.training.config import LOSS_NORMALISATIONS
@@ -111,10 +113,15 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     if card.license == "other" and not card.license_name:
         problems.append("model.card.license=other needs model.card.license_name (and license_link): the Hub shows "
                         "that name for a licence it does not list")
-    if card.base_model is not None and not HUB_ID.match(card.base_model):
-        problems.append(f"model.card.base_model={card.base_model!r} is not a Hub id (org/name); set the id the base "
-                        "model has on the Hub, or null")
-    problems += logger_problems(cfg.trainer.loggers, cfg.trainer.wandb, check_installed=check_machine)
+    for key in ("base_model", "describes"):
+        value = getattr(card, key)
+        if value is not None and not HUB_ID.match(value):
+            problems.append(f"model.card.{key}={value!r} is not a Hub id (org/name); set the id the base model has on "
+                            "the Hub, or null")
+    problems += logger_problems(cfg.trainer.loggers, cfg.trainer.wandb, check_installed=check_machine,
+                                mlflow=cfg.trainer.mlflow)
+    problems += registered_reward_problems(cfg)  # a reward that cannot score these frames (preflight/reward_contract.py)
+    problems += hub_problems(cfg, check_machine)  # push_to_hub, hub_strategy, hf:// references (preflight/hub_checks.py)
     if check_machine:
         problems += reward_package_problems(cfg)
     if cfg.trainer.sample_table.every < 0:

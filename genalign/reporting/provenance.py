@@ -67,7 +67,7 @@ def launch_record(start_step: int, argv: list[str] | None = None) -> dict[str, o
     """One launch: when, how (command line, cwd), with what (versions, commit, devices)."""
     import torch
 
-    import genalign
+    import genalign.version
 
     argv = list(sys.argv if argv is None else argv)
     devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
@@ -84,7 +84,7 @@ def launch_record(start_step: int, argv: list[str] | None = None) -> dict[str, o
         "cuda": torch.version.cuda,
         "devices": devices,
         "packages": package_versions(),
-        "git": git_state(Path(genalign.__file__).resolve().parent),
+        "git": git_state(Path(genalign.version.__file__).resolve().parent),
     }
 
 

@@ -1,14 +1,20 @@
-"""`RewardFunction`: the contract every scorer implements.
+"""`RewardFunction`: the contract every scorer implements, shipped or your own.
 
-Where it fits: the reward runtime calls `score` on decoded rollout images (uint8
-[B, 3, H, W], identical at train and eval time; video [B, F, 3, H, W] is scored per frame
-by `rewards/video.py` unless the scorer sets `video_native`) with the prompts and metadata;
-the composite weights the components. A reward never imports a model family.
+Where it fits: the reward runtimes (`composite.py`, `ray_runtime.py`, the reward server) build
+a scorer as `cls(device=..., **reward.kwargs.<name>)` and call `score` on decoded rollout
+images (uint8 [B, 3, H, W], identical at train and eval time; video [B, F, 3, H, W] is scored
+per frame by `rewards/video.py` unless the scorer sets `video_native`) with the prompts and
+metadata; the composite weights the components. Only `score` is required: every other member
+is optional, and genalign reads it through the functions below, which supply the default a
+scorer leaves out (so a plain class with a `score` method is a complete scorer). The config
+checks (`preflight/reward_contract.py`) hold a scorer to this before anything loads. A reward
+never imports a model family.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+import inspect
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -17,19 +23,117 @@ class RewardError(RuntimeError):
     """A scorer produced an unusable score; the message names the reward, prompt and sample."""
 
 
-@runtime_checkable
 class RewardFunction(Protocol):
-    name: str
-    """Short registry name, e.g. "ocr"."""
+    """A scorer. Only `score` is required. The other members are optional: each has its
+    default here, which a scorer inherits by subclassing `RewardFunction` (optional) and which
+    genalign supplies for a plain class that leaves it out (`offload`, `onload`,
+    `is_video_native`, `min_frames` below). The constructor takes `device=` (a torch device
+    string) plus the scorer's `reward.kwargs.<name>` options as keywords."""
+
+    name: ClassVar[str] = ""
+    """Optional: a short name for messages; genalign names a scorer by its component key."""
+    video_native: ClassVar[bool] = False
+    """Optional: True when `score` takes whole videos [B, F, 3, H, W]; False (default): each
+    frame is scored as an image and the frames' scores reduced by `reward.video_reduction`."""
+    min_frames: ClassVar[int] = 1
+    """Optional: frames per sample the scorer needs (a frame-difference reward: 2); `genalign
+    config` refuses a run whose `model.num_frames` is fewer, before anything loads."""
 
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
-        """uint8 images [B, 3, H, W] + prompts -> float32 scores [B] on the CPU."""
+        """Required. uint8 images [B, 3, H, W] (video [B, F, 3, H, W] when `video_native`), the
+        prompts and one metadata dict per sample (a .jsonl manifest's other fields) -> finite
+        float32 scores [B] (on any device; the runtime moves them to the CPU)."""
         ...
 
     def offload(self) -> None:
-        """Move weights off the accelerator (called before training); no-op for rule rewards."""
-        ...
+        """Optional: move weights off the accelerator while the policy trains (default: nothing)."""
 
     def onload(self) -> None:
-        """Bring weights back before scoring."""
-        ...
+        """Optional: bring weights back before scoring (default: nothing)."""
+
+
+OPTIONAL_METHODS = ("offload", "onload")
+"""Methods a scorer may leave out (no-ops then)."""
+
+
+def offload(scorer: Any) -> None:
+    """`scorer.offload()` when it has one (a rule reward need not)."""
+    method = getattr(scorer, "offload", None)
+    if method is not None:
+        method()
+
+
+def onload(scorer: Any) -> None:
+    """`scorer.onload()` when it has one."""
+    method = getattr(scorer, "onload", None)
+    if method is not None:
+        method()
+
+
+def is_video_native(scorer: Any) -> bool:
+    """Whether `scorer` (an instance or its class) takes whole videos."""
+    return bool(getattr(scorer, "video_native", RewardFunction.video_native))
+
+
+def min_frames(scorer: Any) -> int:
+    """Frames per sample `scorer` (an instance or its class) needs."""
+    return int(getattr(scorer, "min_frames", RewardFunction.min_frames))
+
+
+def contract_problems(cls: Any, where: str) -> list[str]:
+    """Why the class `cls` (named `where`, e.g. "reward.components.my_pkg:MyReward") is not a
+    scorer genalign can build and call, one line each; [] when it is. Read from the class
+    alone: nothing is constructed."""
+    if not inspect.isclass(cls):
+        return [f"{where}: {cls!r} is not a class; a scorer is a class with a score(images, prompts, metadata) method"]
+    problems = []
+    score = getattr(cls, "score", None)
+    if not callable(score):
+        problems.append(f"{where}: {cls.__name__} has no score(images, prompts, metadata) method, the one member a "
+                        "scorer must have (docs/rewards.md#your-own-scorer)")
+    elif not _accepts(score, 4):  # self, images, prompts, metadata
+        problems.append(f"{where}: {cls.__name__}.score must take (images, prompts, metadata), got "
+                        f"{cls.__name__}.score{_signature(score)}")
+    if not _takes_keyword(cls, "device"):
+        problems.append(f"{where}: {cls.__name__}(...) must accept device= (and its reward.kwargs options as "
+                        f"keywords); its constructor is {cls.__name__}{_signature(cls)}")
+    for name in OPTIONAL_METHODS:
+        method = getattr(cls, name, None)
+        if method is not None and (not callable(method) or not _accepts(method, 1)):
+            problems.append(f"{where}: {cls.__name__}.{name} must be a method taking no arguments (or be left out: "
+                            "it is optional)")
+    if not isinstance(getattr(cls, "video_native", False), bool):
+        problems.append(f"{where}: {cls.__name__}.video_native must be True or False")
+    frames = getattr(cls, "min_frames", 1)
+    if not isinstance(frames, int) or isinstance(frames, bool) or frames < 1:
+        problems.append(f"{where}: {cls.__name__}.min_frames must be an int >= 1, got {frames!r}")
+    return problems
+
+
+def _signature(obj: Any) -> str:
+    try:
+        return str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def _accepts(function: Any, positional: int) -> bool:
+    """Whether `function` (unbound: self counts) can be called with `positional` arguments."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return True  # a builtin or C method: nothing to read, nothing to refuse
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return True
+    usable = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in usable if p.default is p.empty]
+    return len(required) <= positional <= len(usable)
+
+
+def _takes_keyword(cls: type, name: str) -> bool:
+    """Whether `cls(name=...)` is accepted by its constructor's signature."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind is p.VAR_KEYWORD or (p.name == name and p.kind is not p.POSITIONAL_ONLY) for p in parameters)

@@ -26,6 +26,7 @@ from typing import Any, Callable, Protocol
 
 import torch
 
+from genalign.rewards import base
 from genalign.rewards.base import RewardError, RewardFunction
 from genalign.rewards.config import RewardConfig
 from genalign.rewards.registry import REWARDS
@@ -172,13 +173,13 @@ class LocalRewardRuntime:
     def offload(self) -> None:
         self.wait_idle()
         for scorer in self.scorers.values():
-            scorer.offload()
+            base.offload(scorer)  # optional on a scorer (rewards/base.py)
         self.offloaded = True
 
     def onload(self) -> None:
         self.wait_idle()
         for scorer in self.scorers.values():
-            scorer.onload()
+            base.onload(scorer)
         self.offloaded = False
 
     def close(self) -> None:

@@ -80,12 +80,6 @@ class JpegCompressibility:
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
         return self.sign * jpeg_sizes_kb(images) / KB_SCALE  # [B]
 
-    def offload(self) -> None:
-        """Rule reward: nothing to move."""
-
-    def onload(self) -> None:
-        """Rule reward: nothing to move."""
-
 
 class JpegIncompressibility(JpegCompressibility):
     """+kB/500 of the quality-95 JPEG: rewards images that compress badly (detail, noise)."""

@@ -180,8 +180,3 @@ class OCRReward:
                         "they score 0 (%d so far)", len(missing), missing[0], self.missing_target_count)
         return torch.tensor(rewards, dtype=torch.float32)
 
-    def offload(self) -> None:
-        """Nothing to move: the OCR engine lives on the CPU."""
-
-    def onload(self) -> None:
-        """Nothing to move: the OCR engine lives on the CPU."""

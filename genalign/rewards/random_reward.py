@@ -50,8 +50,3 @@ class RandomReward:
         self.calls += 1
         return scores
 
-    def offload(self) -> None:
-        """Nothing to move."""
-
-    def onload(self) -> None:
-        """Nothing to move."""

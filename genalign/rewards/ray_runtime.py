@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from genalign.rewards import base
 from genalign.rewards.base import RewardError
 from genalign.rewards.config import RewardConfig
 from genalign.rewards.scores import RewardScores, batch_ranges, check_inputs, check_scores
@@ -69,10 +70,10 @@ class RewardWorker:
         return score_media(self.scorer, images, prompts, metadata, self.video_reduction, self.frame_batch_size)
 
     def offload(self) -> None:
-        self.scorer.offload()
+        base.offload(self.scorer)  # optional on a scorer (rewards/base.py)
 
     def onload(self) -> None:
-        self.scorer.onload()
+        base.onload(self.scorer)
 
     def ready(self) -> bool:
         return True

@@ -227,7 +227,7 @@ class RewardService:
         refusal = self._refuse_token(request)
         if refusal is not None:
             return refusal
-        from genalign import __version__
+        from genalign.version import __version__
 
         return web.json_response({"components": list(self.scorers), "batch_size": self.cfg.batch_size,
                                   "max_request_bytes": self.options.max_request_bytes,

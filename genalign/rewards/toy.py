@@ -126,12 +126,6 @@ class ToyShapeJudgeReward(ToyShapeReward):
 class RuleScorer:
     """A rule (no model): nothing to move between devices."""
 
-    def offload(self) -> None:
-        """Nothing to move."""
-
-    def onload(self) -> None:
-        """Nothing to move."""
-
 
 class ToyColorAreaReward(RuleScorer):
     """Fraction of pixels painted in the prompted colour (a deliberately hackable rule)."""

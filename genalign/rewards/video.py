@@ -6,8 +6,10 @@ on video unchanged: the frames are flattened to `[B·F, 3, H, W]`, scored in chu
 most `frame_batch_size` frames (reward.batch_size: the memory bound of one scorer call), and
 reduced per video with `reward.video_reduction` ("mean" over frames, or "min": the worst
 frame, a stricter signal that a single broken frame cannot hide behind). A scorer that sets
-`video_native = True` (`TemporalConsistencyReward`) receives the video itself. Images
-`[B, 3, H, W]` pass straight through, so image families see no difference.
+`video_native = True` (`TemporalConsistencyReward`) receives the video itself; one that sets
+`min_frames` (2 for a frame difference) is refused by `genalign config` when
+`model.num_frames` is fewer. Images `[B, 3, H, W]` pass straight through, so image families
+see no difference.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import torch
 
+from genalign.rewards.base import is_video_native
 from genalign.rewards.options import parse_options
 
 VIDEO_REDUCTIONS = ("mean", "min")
@@ -38,7 +41,7 @@ def score_media(scorer, images: torch.Tensor, prompts: list[str], metadata: list
     Images, and any media for a scorer with `video_native = True`, go to the scorer as they
     are. Video for an image scorer is scored per frame, `frame_batch_size` frames per call,
     and reduced over frames with `reduction`."""
-    if images.ndim == 4 or getattr(scorer, "video_native", False):
+    if images.ndim == 4 or is_video_native(scorer):
         return scorer.score(images, prompts, metadata)
     batch, num_frames = images.shape[:2]
     frames = images.flatten(0, 1)  # [B·F, 3, H, W]
@@ -85,6 +88,7 @@ class TemporalConsistencyReward:
 
     name = "temporal_consistency"
     video_native = True
+    min_frames = 2  # a change between frames: `genalign config` refuses model.num_frames=1
 
     def __init__(self, device: str = "cpu", **kwargs: Any):
         self.options = parse_options(self.name, TemporalConsistencyOptions, kwargs)
@@ -92,9 +96,3 @@ class TemporalConsistencyReward:
 
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
         return temporal_consistency(images)  # [B]
-
-    def offload(self) -> None:
-        """Rule reward: nothing to move."""
-
-    def onload(self) -> None:
-        """Rule reward: nothing to move."""

@@ -51,7 +51,9 @@ from genalign.config.errors import ConfigError
 from genalign.config.loader import config_to_dict
 from genalign.config.safe_yaml import safe_load_unique
 from genalign.config.schema import ExperimentConfig
+from genalign.hub import is_hub_reference
 from genalign.runs.checkpoint import checkpoint_problems, checkpoint_step
+from genalign.runs.hub_checkpoint import fetch_hub_checkpoint
 from genalign.runs.resume import incompatible_keys
 
 log = logging.getLogger(__name__)
@@ -64,10 +66,11 @@ CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+|final)")
 EVAL_DIR_NAME = re.compile(r"eval_epoch_(\d+)")
 ATOMIC_FILES = ("config.yaml", "provenance.json", "report.html")
 """The run files written by `atomic.write_text_atomically` (temporary `.<name>.tmp-<pid>`)."""
-STALE_TEMP_NAME = re.compile(r"\.(checkpoint-(\d+|final)\.(tmp|old|del)|(%s)\.tmp)-\d+"
+STALE_TEMP_NAME = re.compile(r"\.(checkpoint-(\d+|final)\.(tmp|old|del)|(%s)\.tmp)-\d+|\.hub-upload-\d+-checkpoint-(\d+|final)"
                              % "|".join(re.escape(name) for name in ATOMIC_FILES))
 """What `save_checkpoint` / `prune_checkpoints` leave beside a checkpoint while writing or
-deleting it, and `atomic.write_text_atomically` beside a run file; present at start only after a crash
+deleting it, `atomic.write_text_atomically` beside a run file, and `trainer.push_to_hub`'s
+staging folder while it uploads (`export/hub_push.py`); present at start only after a crash
 (resume already ignores them)."""
 
 
@@ -253,7 +256,7 @@ def plan_start(cfg) -> RunStart:
         return start
     if resume_from == "auto":
         return _plan_auto(cfg, start)
-    checkpoint = Path(resume_from)
+    checkpoint = fetch_hub_checkpoint(resume_from) if is_hub_reference(resume_from) else Path(resume_from)
     step = checkpoint_step(checkpoint)
     if step is None:
         return start  # not a complete checkpoint: load_checkpoint reports what is wrong with it

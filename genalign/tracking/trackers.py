@@ -1,4 +1,4 @@
-"""Experiment trackers: TensorBoard and Weights & Biases, beside the CSV files.
+"""Experiment trackers: TensorBoard, Weights & Biases and MLflow, beside the CSV files.
 
 Where it fits: `trainer.loggers` names them; rank 0 builds them (`training/setup.build_trackers`)
 and the trainer's and evaluator's sinks forward every row to them under `train/` and `eval/`
@@ -10,23 +10,31 @@ in checkpoints except the W&B run id, so a resumed run continues the same W&B ru
 Resume: TensorBoard is opened with `purge_step` = the first step being redone, so the events a
 crashed run wrote past its checkpoint are hidden, as CSVSink cuts those rows. W&B is resumed
 with `resume="allow"` on the same run id; W&B ignores rows for steps it has already seen (a
-redone step keeps its first values there; metrics.csv has the exact ones).
+redone step keeps its first values there; metrics.csv has the exact ones). MLflow's run is
+found again by the tag `genalign.run_id` (MLflow chooses its own run ids); a redone step's
+metrics are logged again at the same step (MLflow keeps both; metrics.csv has the exact ones).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from genalign.tracking.config import WandbConfig, resolve_wandb
+from genalign.tracking.config import MlflowConfig, WandbConfig, resolve_mlflow, resolve_wandb, wandb_mode
 from genalign.tracking.sinks import Sample, format_value
 
 if TYPE_CHECKING:
     from PIL.Image import Image
 
 EXTRA_HINT = "pip install 'genalign[trackers]'"
+RUN_ID_TAG = "genalign.run_id"
+"""The MLflow tag holding genalign's tracker run id (kept in checkpoints): how a resume finds its run."""
+
+log = logging.getLogger(__name__)
 
 
 def new_run_id() -> str:
@@ -94,9 +102,11 @@ class WandbSink:
     sample tables as `wandb.Table`.
 
     Settings follow W&B's precedence (`resolve_wandb`: a config key, else its WANDB_* variable,
-    else genalign's default). The run's files go to `<run_dir>/wandb/` unless $WANDB_DIR names
-    another folder; the resolved config is the W&B run config. Mode "offline" needs no network
-    and no login. The run id is genalign's (kept in checkpoints, so a resume continues the run)."""
+    else genalign's default; the mode, when neither names it, is `online` when logged in and
+    `offline` otherwise: `wandb_mode`). The run's files go to `<run_dir>/wandb/` unless
+    $WANDB_DIR names another folder; the resolved config is the W&B run config. Mode "offline"
+    needs no network and no login. The run id is genalign's (kept in checkpoints, so a resume
+    continues the run)."""
 
     def __init__(self, cfg: WandbConfig, run_dir: Path, run_id: str, config: dict[str, Any]):
         try:
@@ -108,6 +118,9 @@ class WandbSink:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         settings = resolve_wandb(cfg, os.environ)
+        settings["mode"], chosen = wandb_mode(settings, os.environ)
+        if chosen:
+            log.info("%s", chosen)
         self.settings = settings
         self.run = wandb.init(project=settings["project"], entity=settings["entity"],
                               name=settings["name"] or run_dir.resolve().name, group=settings["group"],
@@ -134,3 +147,72 @@ class WandbSink:
         if not self.closed:
             self.closed = True
             self.run.finish()
+
+
+class MlflowSink:
+    """One MLflow run: every row with `log_metrics(..., step=step)` (MLflow's metric names
+    allow `/`), the contact sheet and sample images with `log_image(key=..., step=...)`, each
+    sample table as a JSON artifact; the resolved config as the run's `config.yaml` artifact
+    and its top-level scalars as params would be hundreds of keys, so only the recipe, the
+    algorithm and the model are params.
+
+    Settings: `resolve_mlflow` (a config key, else MLflow's environment variable, else
+    MLflow's default). The client is MLflow's module-level API on an explicit run object, so
+    an MLflow run the caller has open is left alone."""
+
+    def __init__(self, cfg: MlflowConfig, run_dir: Path, run_id: str, config: dict[str, Any]):
+        try:
+            import mlflow
+            from mlflow.tracking import MlflowClient
+        except ImportError as exc:  # mlflow is an optional dependency
+            raise ImportError("trainer.loggers=mlflow needs MLflow's client: pip install 'genalign[mlflow]' "
+                              "(or pip install mlflow)") from exc
+        import yaml
+
+        settings = resolve_mlflow(cfg, os.environ)
+        self.settings = settings
+        self.client = MlflowClient(tracking_uri=settings["tracking_uri"])
+        experiment = self.client.get_experiment_by_name(settings["experiment_name"])
+        experiment_id = (experiment.experiment_id if experiment is not None
+                         else self.client.create_experiment(settings["experiment_name"]))
+        found = self.client.search_runs([experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'",
+                                        max_results=1)
+        if found:  # a resume: the same MLflow run, reopened
+            self.run_id = found[0].info.run_id
+            self.client.update_run(self.run_id, status="RUNNING")
+        else:
+            tags = {**(settings["tags"] or {}), RUN_ID_TAG: run_id}
+            name = settings["run_name"] or Path(run_dir).resolve().name
+            self.run_id = self.client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+            self.client.log_text(self.run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml")
+            self.client.log_batch(self.run_id, params=[mlflow.entities.Param(key, str(value)) for key, value in (
+                ("recipe", config.get("recipe")), ("algorithm", config.get("algorithm", {}).get("name")),
+                ("model.family", config.get("model", {}).get("family")),
+                ("model.path", config.get("model", {}).get("path")))])
+        self.mlflow = mlflow
+        self.closed = False
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        import time
+
+        now = int(time.time() * 1000)
+        rows = [self.mlflow.entities.Metric(key, value, now, step) for key, value in _scalars(metrics).items()]
+        for start in range(0, len(rows), 1000):  # MLflow's batch limit: 1000 metrics a call
+            self.client.log_batch(self.run_id, metrics=rows[start:start + 1000])
+
+    def log_image(self, step: int, name: str, image: "Image") -> None:
+        self.client.log_image(self.run_id, image, key=name, step=step)
+
+    def log_samples(self, step: int, name: str, samples: list[Sample]) -> None:
+        """Each image under `name` at `step`, and the table (prompt, rewards) as
+        `<name>/step_<step>.json`."""
+        rows = []
+        for index, sample in enumerate(samples):
+            self.client.log_image(self.run_id, sample.image, key=f"{name}/{index}", step=step)
+            rows.append({"index": index, "prompt": sample.prompt, **sample.rewards})
+        self.client.log_text(self.run_id, json.dumps(rows, indent=1), f"{name}/step_{step}.json")
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.client.set_terminated(self.run_id)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from genalign.tracking.config import SampleTableConfig, WandbConfig
+from genalign.tracking.config import MlflowConfig, SampleTableConfig, WandbConfig, with_csv
 
 
 @dataclass
 class TrainerConfig:
+    INPUT_FORMS = {"loggers": with_csv}
+    """Keys whose written form the loader rewrites before the type check (`config/loader.py`)."""
+
     output_dir: str = "outputs/run"
     """The run directory: config.yaml, metrics.csv, train.log, checkpoints, evaluations, report.html."""
     seed: int = 42
@@ -19,11 +22,26 @@ class TrainerConfig:
     """Write checkpoint-<step> every this many steps (0: only checkpoint-final)."""
     resume_from: str | None = None
     """A checkpoint directory to continue from (must match this config's training keys), or
-    "auto": the newest complete checkpoint in output_dir (a fresh start when there is none).
-    Unset: a fresh run, which refuses an output_dir that already holds a run."""
+    "auto": the newest complete checkpoint in output_dir (a fresh start when there is none), or
+    a checkpoint in a Hub model repository, hf://<owner>/<name>/<checkpoint folder>[@revision]
+    (e.g. hf://me/sd35-ocr/last-checkpoint, as trainer.hub_strategy=checkpoint uploads it),
+    downloaded into the Hugging Face cache first. Unset: a fresh run, which refuses an
+    output_dir that already holds a run."""
     overwrite: bool = False
     """Let a fresh run replace the run already in output_dir (its metrics, checkpoints and
     eval_epoch_* are removed first), or a resume discard the newer checkpoints it would redo."""
+    push_to_hub: str | None = None
+    """A Hub model repository (<owner>/<name>, created when missing) that each saved checkpoint
+    is uploaded to from a background thread, as trainer.hub_strategy says; a failed upload is
+    a warning, never the end of the run. Your huggingface_hub login or $HF_TOKEN. null: no upload."""
+    hub_strategy: str = "every_save"
+    """What trainer.push_to_hub uploads (transformers' hub_strategy): "every_save" the export
+    folder (lora/ or transformer/, with its card) at the repository's root after each save;
+    "checkpoint" that and the latest whole checkpoint in last-checkpoint/ (resumable with
+    trainer.resume_from=hf://<repo>/last-checkpoint); "all_checkpoints" that with each
+    checkpoint in its own checkpoint-<step>/; "end" the final export only."""
+    hub_private: bool = False
+    """Create the trainer.push_to_hub repository private (when it does not exist yet)."""
     keep_last: int | None = None
     """Keep only the newest this many checkpoint-<step> dirs (checkpoint-final is never
     removed); null keeps all. Same meaning as diffusers' checkpoints_total_limit."""
@@ -32,11 +50,15 @@ class TrainerConfig:
     progress_bar: bool = True
     """tqdm over steps and evaluation batches (quiet when stderr is not a TTY)."""
     loggers: list[str] = field(default_factory=lambda: ["csv"])
-    """Where metric rows go: `csv` (metrics.csv, eval_metrics.csv; required) plus optionally
-    `tensorboard` (<output_dir>/tensorboard) and `wandb` (see trainer.wandb); trackers get the
-    train row under train/, the eval row and contact sheet under eval/, from rank 0 only."""
+    """Where metric rows go: `csv` (metrics.csv, eval_metrics.csv; always, added when not
+    named) plus optionally `tensorboard` (<output_dir>/tensorboard), `wandb` (see
+    trainer.wandb) and `mlflow` (see trainer.mlflow); `trainer.loggers=wandb` means [csv, wandb],
+    as `--report_to wandb` does. Trackers get the train row under train/, the eval row and
+    contact sheet under eval/, from rank 0 only."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
     """W&B run settings (project, entity, name, group, tags, mode), each else its WANDB_* variable."""
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    """MLflow run settings (tracking URI, experiment, run name, tags), each else its MLFLOW_* variable."""
     sample_table: SampleTableConfig = field(default_factory=SampleTableConfig)
     """Every few steps, a table of rollout samples with their prompts and rewards to the trackers."""
     signal_grace_s: float = 25.0
@@ -51,6 +73,8 @@ class TrainerConfig:
     step, or a non-finite loss. null never stops for that."""
 
 
+HUB_STRATEGIES = ("every_save", "checkpoint", "all_checkpoints", "end")
+"""`TrainerConfig.hub_strategy`'s choices (export/hub_push.py)."""
 LOSS_NORMALISATIONS = ("rank_mean", "global_unit_mean")
 """`ActorConfig.loss_normalisation`'s choices (training/update.py: unit_weight)."""
 

@@ -121,13 +121,15 @@ def build_trackers(cfg: ExperimentConfig, output_dir: Path, first_step: int, run
     step this start writes (TensorBoard hides older events at or after it: a resume redoes
     them); `run_id` names the W&B run, the same one across resumes."""
     from genalign.config.loader import config_to_dict
-    from genalign.tracking.trackers import TensorBoardSink, WandbSink
+    from genalign.tracking.trackers import MlflowSink, TensorBoardSink, WandbSink
 
     trackers: list[MetricsSink] = []
     if "tensorboard" in cfg.trainer.loggers:
         trackers.append(TensorBoardSink(output_dir / "tensorboard", purge_step=first_step if first_step > 0 else None))
     if "wandb" in cfg.trainer.loggers:
         trackers.append(WandbSink(cfg.trainer.wandb, output_dir, run_id, config_to_dict(cfg)))
+    if "mlflow" in cfg.trainer.loggers:
+        trackers.append(MlflowSink(cfg.trainer.mlflow, output_dir, run_id, config_to_dict(cfg)))
     if trackers:
         log.info("trackers: %s (metrics.csv stays the record)",
                  ", ".join(name for name in cfg.trainer.loggers if name != "csv"))

@@ -15,6 +15,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any, Iterable
 
 import torch
 from tqdm import tqdm
@@ -27,6 +28,7 @@ from genalign.config.errors import UserError
 from genalign.config.loader import config_to_dict, config_to_yaml
 from genalign.preflight.plan import RunPlan
 from genalign.config.schema import ExperimentConfig
+from genalign.evaluation.console import eval_line
 from genalign.finite import named_step
 from genalign.reporting.provenance import record_launch
 from genalign.reporting.report import refresh_report
@@ -37,6 +39,7 @@ from genalign.tracking.samples import rollout_samples
 from genalign.tracking.sinks import NullSink
 from genalign.tracking.trackers import new_run_id
 from genalign.training import distributed, setup
+from genalign.training.callbacks import run_callbacks
 from genalign.placement import launch
 from genalign.runs import run_dir, stopping
 from genalign.runs.resume import incompatible_keys
@@ -91,7 +94,7 @@ class Trainer:
     left to train, so every Trainer that exists has its model, optimizer and sinks."""
 
     @classmethod
-    def for_config(cls, cfg: ExperimentConfig) -> Trainer | None:
+    def for_config(cls, cfg: ExperimentConfig, callbacks: Iterable[Any] = ()) -> Trainer | None:
         """The trainer of `cfg`'s run, or None (logged) when its checkpoint is already at
         trainer.num_steps; refusals of the run directory come before any model loads."""
         start = run_dir.plan_start(cfg)
@@ -100,11 +103,12 @@ class Trainer:
                 start.apply()  # stale temp dirs only
             log.info("%s", _nothing_left(start))
             return None
-        return cls(cfg, start)
+        return cls(cfg, start, callbacks)
 
-    def __init__(self, cfg: ExperimentConfig, start: run_dir.RunStart | None = None):
+    def __init__(self, cfg: ExperimentConfig, start: run_dir.RunStart | None = None, callbacks: Iterable[Any] = ()):
         """`start`: the run directory's plan (`run_dir.plan_start(cfg)` when not given). A run
-        with nothing left to train is refused here: `for_config` returns None for it instead."""
+        with nothing left to train is refused here: `for_config` returns None for it instead.
+        `callbacks`: objects with any of `training/callbacks.py`'s hooks, called on rank 0."""
         self.cfg = cfg
         self.plan = RunPlan.from_config(cfg)
         self.output_dir = Path(cfg.trainer.output_dir)
@@ -133,6 +137,7 @@ class Trainer:
             self.run_log = RunLog(self.output_dir)  # after apply: an overwritten run's train.log is gone
         try:
             self._build(cfg, checkpoint)
+            self.callbacks = run_callbacks(cfg, callbacks, self.ranks.is_main)
         except BaseException:
             self.close_run_log()
             raise
@@ -194,6 +199,7 @@ class Trainer:
                 self.output_dir.mkdir(parents=True, exist_ok=True)
                 write_text_atomically(self.output_dir / "config.yaml", config_to_yaml(self.cfg))
                 record_launch(self.output_dir, self.start_step)
+            self.callbacks.on_train_begin(self)
             with stopping.SignalWatch() as watch:
                 self.stop_check = stopping.StopCheck(watch, self.cfg.trainer.max_idle_steps, self.ranks.world_size)
                 try:
@@ -204,7 +210,10 @@ class Trainer:
                     interrupted.logged = True
                     raise
         finally:  # a failed run too releases the Ray actors, reward threads, process group and log file
-            self.close()
+            try:
+                self.callbacks.on_train_end()  # e.g. waits for the last Hub upload
+            finally:
+                self.close()
 
     def run_steps(self) -> None:
         last = self.cfg.trainer.num_steps
@@ -224,6 +233,7 @@ class Trainer:
                 if evaluated:
                     row["time_eval_s"] = self.evaluate(step)
                 self.metrics.log(step, row)
+                self.callbacks.on_step_end(step, row)
                 if evaluated and step != last:  # the page shows this row; the last is reported after saving
                     self.report()
                 saved = bool(self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last)
@@ -371,7 +381,8 @@ class Trainer:
         with weights, named_step(f"eval step {step}"), \
                 timed_phase(log, f"eval step {step} ({len(self.evaluator.groups.prompts)} samples)"):
             metrics = self.evaluator.evaluate(self.policy, step)
-        log.info("eval step %d: %s", step, "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.endswith("mean")))
+        self.callbacks.on_eval(step, metrics)
+        log.info("%s", eval_line(step, metrics))  # the headline figures; eval_metrics.csv has them all
         return time.perf_counter() - start
 
     def report(self) -> None:
@@ -413,6 +424,7 @@ class Trainer:
             if name != "checkpoint-final":
                 run_dir.prune_checkpoints(self.output_dir, self.cfg.trainer.keep_last)
         distributed.barrier(self.ranks)
+        self.callbacks.on_save(step, path)  # rank 0's list; the other ranks have none
         return path
 
     def restore(self, checkpoint) -> None:

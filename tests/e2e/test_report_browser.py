@@ -94,3 +94,36 @@ def test_report_renders_in_chromium(tmp_path):
         # the made-up images of step s saturate channel s % 3 (0 and 12: red), so red dominates
         channel_means = crop.reshape(-1, 3).mean(0)
         assert channel_means[0] > channel_means[1] + 20 and channel_means[0] > channel_means[2] + 20
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install -y chromium); "
+                                             "the browser test of report.html needs it")
+def test_plots_at_the_demos_magnitudes_show_every_label_whole(tmp_path):
+    """KL of 1e-4, ratios 1 ± 1e-5, losses of 1e-6 (tests/support.py:make_demo_like_run): in the
+    screenshot no plot has ink at its left or top edge (a label cut off there: the KL axis's
+    was) and each plot's legend rows lie below its x axis (none over a curve)."""
+    from support import make_demo_like_run
+
+    run_dir = make_demo_like_run(tmp_path / "run")
+    report = write_report(run_dir)
+    probe = run_dir / "probe.html"
+    probe.write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", report.read_text())
+                     .replace("</body>", PROBE + "</body>"))
+    dumped = chromium(tmp_path, f"--window-size={WIDTH},1000", "--dump-dom", probe.as_uri())
+    title = re.search(r"<title>(.*?)</title>", dumped.stdout, re.S).group(1)
+    layout = json.loads(title.replace("&quot;", '"').replace("&amp;", "&"))
+    height = int(layout["height"]) + 10
+    shot = tmp_path / "report.png"
+    shown = chromium(tmp_path, f"--window-size={WIDTH},{height}", f"--screenshot={shot}", report.as_uri())
+    assert shown.returncode == 0 and console_lines(shown.stderr) == [], shown.stderr[-2000:]
+    pixels = np.asarray(Image.open(shot).convert("RGB")).astype(np.int32)  # [H, W, 3]
+    assert {plot["id"] for plot in layout["plots"]} >= {"plot-kl", "plot-ratio", "plot-loss"}
+    for plot in layout["plots"]:
+        x, y, w, h = (round(plot[k]) for k in ("x", "y", "w", "h"))
+        crop = pixels[y + 1:y + h - 1, x + 1:x + w - 1]  # inside the image's own border pixels
+        ink = crop.sum(-1) < 300  # text and axis lines (dark); curves are coloured, the page white
+        assert not ink[:, :3].any(), f"{plot['id']}: ink at the left edge: a label is cut"
+        assert not ink[:3, :].any(), f"{plot['id']}: ink at the top edge: the title is cut"
+        rows = np.flatnonzero(ink.any(axis=1))
+        assert rows.size and rows[-1] < h - 4, f"{plot['id']}: the legend runs off the bottom"

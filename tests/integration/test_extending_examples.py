@@ -1,5 +1,6 @@
-"""The worked examples of docs/extending.md run as printed: the user reward and the user
-algorithm, both through `reward.allow_import`, the algorithm trained on the toy model.
+"""The worked examples of docs/rewards.md and docs/extending.md run as printed: the user reward
+and the user algorithm, both through `reward.allow_import`, the algorithm trained on the toy
+model; a scorer that breaks the reward contract is refused by the config checks.
 
 The code blocks marked `<!-- example: NAME.py -->` are written to a temporary directory on
 `sys.path`, so an edit of the page or of the interfaces it uses that breaks them fails here.
@@ -21,15 +22,18 @@ from genalign.rewards.composite import build_reward_runtime
 from genalign.training.trainer import Trainer
 from support import read_rows
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+PAGES = {"my_rewards.py": DOCS / "rewards.md", "vanilla_pg.py": DOCS / "extending.md"}
 EXAMPLE = re.compile(r"<!-- example: (\S+) -->\n```python\n(.*?)```", re.S)
 
 
 @pytest.fixture
 def examples(tmp_path, monkeypatch):
-    """The page's example modules, importable by their file names."""
-    found = dict(EXAMPLE.findall(PAGE.read_text(encoding="utf-8")))
-    assert set(found) == {"my_rewards.py", "vanilla_pg.py"}, sorted(found)
+    """The pages' example modules, importable by their file names."""
+    found = {name: code for page in sorted(set(PAGES.values()))
+             for name, code in EXAMPLE.findall(page.read_text(encoding="utf-8"))}
+    assert set(found) == set(PAGES), sorted(found)
+    assert all(name in dict(EXAMPLE.findall(page.read_text(encoding="utf-8"))) for name, page in PAGES.items())
     for name, code in found.items():
         (tmp_path / name).write_text(code, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -60,6 +64,29 @@ def test_the_user_reward_loads_through_allow_import_and_scores_as_documented(exa
         runtime.close()
     # target 0.5: 1 − |b − 0.5| = 0.5, 0.5, 0.7
     torch.testing.assert_close(scores.components["my_rewards:Brightness"], torch.tensor([0.5, 0.5, 0.7]))
+
+
+def test_the_user_reward_passes_the_config_checks_and_a_broken_one_is_refused_before_loading(examples, tmp_path):
+    """`genalign config` (check_files) imports the allowed class and holds it to the contract
+    in rewards/base.py: no `offload`/`onload` is fine (optional), a missing `score` or a
+    constructor without device= is one line naming the key."""
+    (examples / "broken_rewards.py").write_text(
+        "class NoScore:\n    def __init__(self, device='cpu'):\n        pass\n\n"
+        "class NoDevice:\n    def __init__(self):\n        pass\n\n    def score(self, images, prompts, metadata):\n"
+        "        return images.float().mean((1, 2, 3))\n", encoding="utf-8")
+    user = ["reward.components.toy_shape=0.0", f"trainer.output_dir={tmp_path / 'run'}"]
+    load_config(None, ["reward.components={my_rewards:Brightness: 1.0}", "reward.allow_import=[my_rewards:Brightness]",
+                       *user], check_files=True)
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["reward.components={broken_rewards:NoScore: 1.0, broken_rewards:NoDevice: 1.0}",
+                           "reward.allow_import=[broken_rewards:NoScore, broken_rewards:NoDevice]", *user],
+                    check_files=True)
+    assert err.value.problems == [
+        "reward.components.broken_rewards:NoScore: NoScore has no score(images, prompts, metadata) method, the one "
+        "member a scorer must have (docs/rewards.md#your-own-scorer)",
+        "reward.components.broken_rewards:NoDevice: NoDevice(...) must accept device= (and its reward.kwargs options "
+        "as keywords); its constructor is NoDevice()"]
+    sys.modules.pop("broken_rewards", None)
 
 
 def test_the_example_algorithm_trains_the_toy_model(examples, tmp_path):

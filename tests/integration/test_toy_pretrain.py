@@ -33,10 +33,17 @@ def test_classifier_training_is_deterministic_and_judge_has_a_none_class():
     assert all(torch.equal(x, y) for x, y in zip(first.state_dict().values(), second.state_dict().values()))
 
 
-def test_classifiers_command_writes_loadable_files(tmp_path):
-    assert main(["--what", "classifiers", "--out", str(tmp_path), "--classifier-steps", "2"]) == 0
-    assert load_classifier(tmp_path, "toy_shape").num_classes == 5  # both have the "none" class
-    assert load_classifier(tmp_path, "toy_shape_judge").num_classes == 5
+def test_classifiers_command_writes_loadable_files_under_the_working_directory(tmp_path, monkeypatch, caplog):
+    """No --out: ./toy_demo, never the installed package's assets (that takes --out builtin)."""
+    shipped = {path.name: path.stat().st_mtime_ns for path in builtin_dir().iterdir()}
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level("INFO", logger="genalign"):
+        assert main(["--what", "classifiers", "--classifier-steps", "2"]) == 0
+    out = tmp_path / "toy_demo"
+    assert load_classifier(out, "toy_shape").num_classes == 5  # both have the "none" class
+    assert load_classifier(out, "toy_shape_judge").num_classes == 5
+    assert {path.name: path.stat().st_mtime_ns for path in builtin_dir().iterdir()} == shipped
+    assert "genalign train model.path=toy_demo reward.kwargs.toy_shape.path=toy_demo" in caplog.text
 
 
 def test_lr_schedule_warms_up_then_decays_to_a_tenth():

@@ -1,5 +1,5 @@
-"""Trackers, train.log and exports on the tiny SD3 pipeline: TensorBoard and W&B (offline) get
-the rows and the contact sheet, metrics.csv stays byte-identical to a csv-only run's (and on a
+"""Trackers, train.log and exports on the tiny SD3 pipeline: TensorBoard, W&B (offline) and
+MLflow (a local file store) get the rows and the contact sheet, metrics.csv stays byte-identical to a csv-only run's (and on a
 resume after a crash), train.log holds the story, exports carry a model card."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from genalign.training.trainer import Trainer
 from support import SD3_RECIPE as RECIPE
 from support import TIMING_COLUMNS, read_rows, tiny_overrides
 
-TRACKERS = "trainer.loggers=[csv,tensorboard,wandb]"
+TRACKERS = "trainer.loggers=[csv,tensorboard,wandb,mlflow]"
 
 
 def exact(rows):
@@ -39,11 +39,18 @@ def runs(tiny_sd3_dir, tmp_path_factory):
         env.setenv("WANDB_PROJECT", "envproj")
         env.setenv("WANDB_RUN_GROUP", "seed-sweep")
         env.setenv("WANDB_TAGS", "tiny,sd3")
+        # MLflow: a file store per run (MLflow 3 asks for the opt-in); the crashed run's store is
+        # the tracked run's, copied with it, so its resume finds its MLflow run there
+        env.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+        env.setenv("MLFLOW_EXPERIMENT_NAME", "tiny-sd3")
         Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "plain"))).train()
+        env.setenv("MLFLOW_TRACKING_URI", f"file:{root / 'mlruns-tracked'}")
         Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "tracked", TRACKERS))).train()
         shutil.copytree(root / "tracked", root / "crashed")
+        shutil.copytree(root / "mlruns-tracked", root / "mlruns-crashed")
         for name in ("checkpoint-2", "checkpoint-final"):
             shutil.rmtree(root / "crashed" / name)
+        env.setenv("MLFLOW_TRACKING_URI", f"file:{root / 'mlruns-crashed'}")
         Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "crashed", TRACKERS,
                                                    "trainer.resume_from=auto"))).train()
     return root
@@ -104,6 +111,26 @@ def test_wandb_offline_run_has_history_and_images_and_one_id_across_resume(runs)
     assert len(resumed) == 2 and all(path.name.endswith(run_id) for path in resumed)  # the same W&B run
 
 
+def test_mlflow_file_store_has_every_step_the_sheets_and_one_run_across_resume(runs):
+    from mlflow.tracking import MlflowClient
+
+    plain = read_rows(runs / "plain" / "metrics.csv")
+    for name in ("tracked", "crashed"):
+        client = MlflowClient(tracking_uri=f"file:{runs / f'mlruns-{name}'}")
+        experiment = client.get_experiment_by_name("tiny-sd3")  # from $MLFLOW_EXPERIMENT_NAME
+        [run] = client.search_runs([experiment.experiment_id])  # the resume reopened the run, no second one
+        assert run.info.run_name == "tracked" and run.info.status == "FINISHED"  # the crashed run resumed it
+        history = client.get_metric_history(run.info.run_id, "train/reward_mean")
+        by_step = {metric.step: metric.value for metric in history}  # a redone step is logged again
+        assert sorted(by_step) == [1, 2, 3], name
+        assert [by_step[s] for s in (1, 2, 3)] == pytest.approx([float(r["reward_mean"]) for r in plain], rel=1e-6)
+        assert "eval/eval_reward_mean" in run.data.metrics and run.data.params["model.family"] == "sd3"
+        artifacts = {entry.path for entry in client.list_artifacts(run.info.run_id)}
+        assert {"config.yaml", "images", "train"} <= artifacts, artifacts
+        images = [entry.path for entry in client.list_artifacts(run.info.run_id, "images")]
+        assert any(path.startswith("images/eval~contact_sheet") for path in images), images
+
+
 def test_train_log_has_the_console_lines_and_is_appended_on_resume(runs):
     tracked = (runs / "tracked" / "train.log").read_text()
     for text in ("run plan:", "loading model sd3", "loading model sd3 from", ": done in", "parity preflight",
@@ -114,13 +141,16 @@ def test_train_log_has_the_console_lines_and_is_appended_on_resume(runs):
     assert crashed.startswith(tracked) and "resumed from" in crashed[len(tracked):]
 
 
-def test_exported_lora_has_a_model_card(runs, tiny_sd3_dir):
+def test_exported_lora_has_a_model_card_whose_snippet_runs_as_printed(runs, tiny_sd3_dir):
+    import re
+
     card = (runs / "tracked" / "checkpoint-final" / "lora" / "README.md").read_text()
     front = yaml.safe_load(card.split("---")[1])
-    # the run loaded a local copy; the card names the preset's Hub id and licence
-    assert front["base_model"] == "stabilityai/stable-diffusion-3.5-medium" and front["library_name"] == "diffusers"
-    assert front["license"] == "other" and front["pipeline_tag"] == "text-to-image"
+    # the run loaded a local tiny pipeline through the SD3.5 recipe: no Hub id, no SD3.5 licence (never guessed)
+    assert "base_model" not in front and "license" not in front and "stabilityai" not in card
+    assert front["library_name"] == "diffusers" and front["pipeline_tag"] == "text-to-image"
     assert {"lora", "genalign", "grpo"} <= set(front["tags"])
+    assert front["widget"] == [{"text": front["widget"][0]["text"], "output": {"url": "samples_step_3.png"}}]
     # the first and the last evaluation's sheets (steps 0 and 3) beside the card, shown by it
     lora = runs / "tracked" / "checkpoint-final" / "lora"
     for step in (0, 3):
@@ -133,6 +163,18 @@ def test_exported_lora_has_a_model_card(runs, tiny_sd3_dir):
                  f"| eval reward (mean) | {float(last_eval['eval_reward_mean']):.4f} |", "load_lora_weights"):
         assert text in card, text
     assert "`ocr`" not in card  # zero-weight rewards are not listed
+    # every weight folder has its card: lora_live/ (the trained weights beside the EMA)
+    live = (runs / "tracked" / "checkpoint-final" / "lora_live" / "README.md").read_text()
+    assert "- weights: live (the trained weights; lora/ holds the EMA)" in live
+    # the usage snippet, run exactly as printed: it loads this folder onto the base and samples
+    [snippet] = re.findall(r"```python\n(.*?)```", card, re.S)
+    assert f"load_lora_weights({str(lora.resolve())!r})" in snippet and "dtype=torch.float32" in snippet
+    namespace: dict = {}
+    exec(snippet, namespace)  # noqa: S102 - the card's own code, on the test's tiny local pipeline
+    image = namespace["image"]
+    assert image.size == (64, 64)
+    pipe = namespace["pipe"]
+    assert any("lora" in name for name, _ in pipe.transformer.named_parameters())
 
 
 def test_full_finetune_exports_a_transformer_diffusers_loads(tiny_sd3_dir, tmp_path):
@@ -165,10 +207,10 @@ def test_export_pushes_a_real_checkpoints_lora_folder(runs, monkeypatch):
 
     uploaded = []
     monkeypatch.setattr(HfApi, "create_repo", lambda self, repo_id, **kwargs: None)
-    monkeypatch.setattr(HfApi, "upload_folder", lambda self, **kwargs: uploaded.append(kwargs) or "done")
+    monkeypatch.setattr(HfApi, "create_commit", lambda self, repo_id, operations, **kwargs:
+                        uploaded.append({op.path_in_repo: op.path_or_fileobj for op in operations}) or "done")
     assert main(["export", str(runs / "tracked" / "checkpoint-2"), "--push-to-hub", "me/tiny-sd3-lora"]) == 0
-    folder = uploaded[0]["folder_path"]
-    assert folder == str(runs / "tracked" / "checkpoint-2" / "lora")
-    from pathlib import Path
-
-    assert {"README.md", "pytorch_lora_weights.safetensors"} <= {p.name for p in Path(folder).iterdir()}
+    files = uploaded[0]
+    folder = runs / "tracked" / "checkpoint-2" / "lora"
+    assert files["pytorch_lora_weights.safetensors"] == str(folder / "pytorch_lora_weights.safetensors")
+    assert "pipe.load_lora_weights('me/tiny-sd3-lora')" in files["README.md"].decode()

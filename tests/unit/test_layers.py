@@ -35,12 +35,12 @@ LAYERS: list[tuple[tuple[str, ...], str]] = [
     (("export",), "export folders, model cards, publishing to the hub"),
     (("demo",), "regenerating the shipped CPU-demo model and its judge classifiers"),
     (("training",), "the thin loop: building the parts, one optimizer round, distribution"),
-    (("entry",), "cli.py, train.py, __main__.py: commands"),
+    (("entry",), "cli.py, train.py, __main__.py: commands; api.py and the package's __init__: the Python API"),
 ]
 """The layer order, bottom first, with why each layer sits where it does."""
 
-BASEMENT_TOP_LEVEL = ("genalign", "genalign.atomic", "genalign.finite", "genalign.hub", "genalign.ray_session")
-ENTRY_TOP_LEVEL = ("genalign.cli", "genalign.train", "genalign.__main__")
+BASEMENT_TOP_LEVEL = ("genalign.version", "genalign.atomic", "genalign.finite", "genalign.hub", "genalign.ray_session")
+ENTRY_TOP_LEVEL = ("genalign", "genalign.cli", "genalign.train", "genalign.__main__", "genalign.api")
 CONFIG_MODULE_NAMES = ("config",)
 """A package's `config.py` holds the dataclasses that config/schema.py composes: it belongs to
 the basement, so it may import only the basement (config/, other config modules)."""

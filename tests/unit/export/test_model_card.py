@@ -45,21 +45,47 @@ def test_transformer_card_without_evaluation():
 def test_the_card_loads_the_base_model_at_its_revision():
     cfg = load_config("experiment/diffusion/cosmos/online_grpo_pickscore")
     card = model_card(cfg, 10, {"steps": [], "reward": [], "gold": []}, "lora", "live (no EMA)")
-    assert ("DiffusionPipeline.from_pretrained('nvidia/Cosmos-Predict2.5-2B', revision='diffusers/base/post-trained')"
-            in card)
-    assert "from_pretrained('stabilityai/stable-diffusion-3.5-medium')" in model_card(
+    assert ("DiffusionPipeline.from_pretrained('nvidia/Cosmos-Predict2.5-2B', revision='diffusers/base/post-trained', "
+            "dtype=torch.bfloat16)" in card)
+    assert "from_pretrained('stabilityai/stable-diffusion-3.5-medium', dtype=torch.bfloat16)" in model_card(
         load_config(OCR), 10, {"steps": [], "reward": [], "gold": []}, "lora", "live (no EMA)")
 
 
 NO_EVAL = {"steps": [], "reward": [], "gold": []}
 
 
-def test_a_local_copy_of_a_preset_model_is_published_under_the_presets_hub_id(tmp_path):
-    local = tmp_path / "sd35"  # e.g. a snapshot copied to a cluster's shared disk
+def test_a_local_model_is_never_carded_as_the_presets_model(tmp_path):
+    """A local tiny SD3 run through the SD3.5 recipe: no base_model, no SD3.5 licence; the
+    snippet loads the directory the run loaded."""
+    local = tmp_path / "tiny-sd3"
     local.mkdir()
     card = model_card(load_config(OCR, [f"model.path={local}"], check_files=False), 10, NO_EVAL, "lora", "live")
-    assert front_matter(card)["base_model"] == "stabilityai/stable-diffusion-3.5-medium"
-    assert "from_pretrained('stabilityai/stable-diffusion-3.5-medium')" in card and str(local) not in card
+    front = front_matter(card)
+    assert "base_model" not in front and "license" not in front and "## License" not in card
+    assert "stabilityai" not in card
+    assert f"DiffusionPipeline.from_pretrained({str(local)!r}, dtype=torch.bfloat16)" in card
+    assert "set model.card.base_model to the Hub id of a local copy" in card
+
+
+def test_a_local_copy_named_by_model_card_base_model_keeps_the_presets_licence(tmp_path):
+    local = tmp_path / "sd35"  # e.g. a snapshot copied to a cluster's shared disk
+    local.mkdir()
+    cfg = load_config(OCR, [f"model.path={local}", "model.card.base_model=stabilityai/stable-diffusion-3.5-medium"],
+                      check_files=False)
+    card = model_card(cfg, 10, NO_EVAL, "lora", "live")
+    front = front_matter(card)
+    assert front["base_model"] == "stabilityai/stable-diffusion-3.5-medium" and front["license"] == "other"
+    assert "from_pretrained('stabilityai/stable-diffusion-3.5-medium', dtype" in card and str(local) not in card
+
+
+def test_another_hub_model_is_carded_under_its_own_id_without_the_presets_licence():
+    cfg = load_config(OCR, ["model.path=someone/sd35-finetune", "model.card.base_model=stabilityai/other"],
+                      check_files=False)
+    front = front_matter(model_card(cfg, 10, NO_EVAL, "lora", "live"))
+    assert front["base_model"] == "someone/sd35-finetune" and "license" not in front  # the path wins; no guess
+    mit = load_config(OCR, ["model.path=someone/sd35-finetune", "model.card.describes=null", "model.card.license=mit",
+                            "model.card.license_name=null", "model.card.license_link=null"], check_files=False)
+    assert front_matter(model_card(mit, 10, NO_EVAL, "lora", "live"))["license"] == "mit"  # the user's own licence
 
 
 def test_a_local_model_without_a_hub_id_has_no_base_model(tmp_path):
@@ -89,23 +115,30 @@ def test_the_families_declare_their_modality():
                     "toy": "text-to-image"}
 
 
-def test_every_preset_names_a_hub_id_and_licence():
+def test_every_preset_names_its_models_licence():
     from genalign.hub import HUB_ID
 
     for recipe in (OCR, "experiment/diffusion/flux/online_grpo_ocr", "experiment/diffusion/qwen_image/online_grpo_ocr",
                    "experiment/diffusion/wan_2_1/online_grpo_pickscore",
                    "experiment/diffusion/cosmos/online_grpo_pickscore",
                    "experiment/autoregressive/janus_pro/online_grpo_ocr"):
-        card = load_config(recipe).model.card
-        assert HUB_ID.match(card.base_model) and card.license, recipe
+        cfg = load_config(recipe)
+        card = cfg.model.card
+        assert HUB_ID.match(card.describes) and card.describes == cfg.model.path and card.license, recipe
+        assert card.base_model is None, recipe  # model.path is the Hub id
         assert card.license != "other" or (card.license_name and card.license_link), recipe
 
 
-def test_sample_sheets_are_shown_beside_the_card():
+def test_sample_sheets_are_shown_beside_the_card_and_the_latest_is_the_widget():
     card = model_card(load_config(OCR), 60, NO_EVAL, "lora", "live",
-                      sample_sheets={"samples_step_0.png": 0, "samples_step_60.png": 60})
+                      sample_sheets={"samples_step_0.png": 0, "samples_step_60.png": 60},
+                      eval_prompts=["a sign that says 'open'", "a cup", "a cup"])
     assert "![evaluation samples at step 0](samples_step_0.png)" in card
-    assert card.index("samples_step_0.png") < card.index("samples_step_60.png")
+    assert card.index("![evaluation samples at step 0]") < card.index("![evaluation samples at step 60]")
+    assert front_matter(card)["widget"] == [{"text": "a sign that says 'open'; a cup",
+                                             "output": {"url": "samples_step_60.png"}}]
+    assert "image = pipe(\"a sign that says 'open'\", height=512, width=512, num_inference_steps=40)" in card
+    assert "widget" not in front_matter(model_card(load_config(OCR), 60, NO_EVAL, "lora", "live"))
 
 
 def test_model_card_keys_are_checked():

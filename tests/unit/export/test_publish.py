@@ -16,7 +16,8 @@ from genalign.export.publish import export_folder, push_to_hub
 def checkpoint(tmp_path):
     lora = tmp_path / "run" / "checkpoint-final" / "lora"
     lora.mkdir(parents=True)
-    (lora / "README.md").write_text("---\nbase_model: org/base\n---\n")
+    (lora / "README.md").write_text("---\nbase_model: org/base\n---\n\n"
+                                    f"pipe.load_lora_weights({str(lora)!r})\n")
     (lora / "pytorch_lora_weights.safetensors").write_bytes(b"weights")
     (lora / "samples_step_0.png").write_bytes(b"png")
     return lora.parent
@@ -24,18 +25,18 @@ def checkpoint(tmp_path):
 
 @pytest.fixture
 def hub(monkeypatch):
-    """HfApi with create_repo/upload_folder recorded instead of sent."""
+    """HfApi with create_repo/create_commit recorded instead of sent."""
     calls = []
 
     def create_repo(self, repo_id, **kwargs):
         calls.append(("create_repo", repo_id, kwargs))
 
-    def upload_folder(self, **kwargs):
-        calls.append(("upload_folder", kwargs["repo_id"], kwargs))
-        return type("CommitInfo", (), {"commit_url": f"https://huggingface.co/{kwargs['repo_id']}/commit/abc"})()
+    def create_commit(self, repo_id, operations, **kwargs):
+        calls.append(("create_commit", repo_id, {**kwargs, "operations": list(operations)}))
+        return type("CommitInfo", (), {"commit_url": f"https://huggingface.co/{repo_id}/commit/abc"})()
 
     monkeypatch.setattr(HfApi, "create_repo", create_repo)
-    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    monkeypatch.setattr(HfApi, "create_commit", create_commit)
     return calls
 
 
@@ -51,9 +52,13 @@ def test_push_to_hub_creates_the_repo_and_uploads_the_lora_folder(checkpoint, hu
     assert main(["export", str(checkpoint), "--push-to-hub", "me/my-lora", "--private"]) == 0
     assert hub[0] == ("create_repo", "me/my-lora", {"repo_type": "model", "private": True, "exist_ok": True})
     name, repo, kwargs = hub[1]
-    assert (name, repo) == ("upload_folder", "me/my-lora")
-    assert kwargs["folder_path"] == str(checkpoint / "lora") and kwargs["repo_type"] == "model"
+    assert (name, repo) == ("create_commit", "me/my-lora") and kwargs["repo_type"] == "model"
     assert kwargs["commit_message"] == "Upload checkpoint-final/lora (genalign)"
+    files = {op.path_in_repo: op.path_or_fileobj for op in kwargs["operations"]}
+    assert sorted(files) == ["README.md", "pytorch_lora_weights.safetensors", "samples_step_0.png"]
+    assert files["pytorch_lora_weights.safetensors"] == str(checkpoint / "lora" / "pytorch_lora_weights.safetensors")
+    # the uploaded card's snippet loads from the repository, not from this machine's folder
+    assert files["README.md"].decode().endswith("pipe.load_lora_weights('me/my-lora')\n")
     assert capsys.readouterr().out.splitlines()[-1] == "https://huggingface.co/me/my-lora/commit/abc"
 
 

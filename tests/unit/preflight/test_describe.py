@@ -34,7 +34,8 @@ def test_type_default_choices_and_summary():
     keys = {k.key: k for k in describe_keys()}
     mode = keys["trainer.wandb.mode"]
     assert (mode.type, mode.default, mode.choices) == ("str | None", None, ("offline", "online", "disabled"))
-    assert mode.summary == "null: $WANDB_MODE, else `offline`."
+    assert mode.summary == "null: $WANDB_MODE, else `online` when you are logged in to W&B (WANDB_API_KEY, or the " \
+                           "netrc entry `wandb login` writes), else `offline` (said once in the log)."
     assert {"sd3", "flux", "wan", "cosmos", "toy"} <= set(keys["model.family"].choices)
     assert "grpo" in keys["algorithm.name"].choices
     assert keys["actor.betas"].default == [0.9, 0.999] and keys["actor.betas"].type == "list[float]"

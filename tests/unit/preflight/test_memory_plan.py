@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import yaml
 
 from genalign.config.errors import ConfigError
 from genalign.preflight.load import load_config
@@ -283,7 +284,8 @@ def test_a_family_without_a_calibration_is_refused_in_one_line_naming_it(tmp_pat
                            "calibration.json")
     assert "benchmarks/calibrate_memory.py" in line and "gpu_memory_fraction=null" in line and "\n" not in line
     reported = []
-    assert mp.check_memory(cfg, reported.append) is None and reported == [line]  # no GPU: reported, not refused
+    assert mp.check_memory(cfg, reported.append) is None and reported == []  # a CPU run: neither shown nor refused
+    assert mp.check_memory(cfg, reported.append, always=True) is None and reported == [line]  # config --memory
     with pytest.raises(mp.NoMemoryPlan):
         mp.check_memory(load_config("experiment/toy/shapes_grpo", [*user, "distributed.resources.gpu_memory_gib=80"],
                                     check_files=False), reported.append)
@@ -429,3 +431,29 @@ def test_evaluation_samples_its_own_batch_with_the_ema_swapped_in():
     assert phase["live weights kept while the EMA is swapped in (fp32)"] == adapters * 4
     assert "live weights kept while the EMA is swapped in (fp32)" not in dict(evaluation("eval.use_ema=false").lines)
     assert evaluation("eval.every=0", "eval.at_start=false") is None
+
+
+def test_the_plan_is_shown_only_when_a_gpu_is_planned_or_asked_for():
+    """A CPU run's plan is a screenful of zeros: not printed unless asked (`genalign config
+    --memory`); a planned GPU (a CUDA device, or gpu_memory_gib to plan against) prints it."""
+    cpu = load_config("experiment/toy/shapes_grpo", ["model.device=cpu"], check_files=False)
+    shown: list[str] = []
+    assert mp.check_memory(cpu, shown.append) is not None and shown == []
+    assert mp.check_memory(cpu, shown.append, always=True) is not None and shown[0].startswith("memory plan")
+    planned = load_config("experiment/toy/shapes_grpo", ["model.device=cpu", "distributed.resources.gpu_memory_gib=24"],
+                          check_files=False)
+    assert mp.plans_gpu(planned) and not mp.plans_gpu(cpu)
+    shown.clear()
+    mp.check_memory(planned, shown.append)
+    assert len(shown) == 1 and "GiB" in shown[0]
+
+
+def test_genalign_config_prints_the_plan_as_comments_only_when_asked_on_a_cpu(capsys):
+    from genalign.cli import main
+
+    args = ["config", "model.device=cpu", "trainer.output_dir=/tmp/unused-genalign-memory"]
+    assert main(args) == 0
+    assert "# memory plan" not in capsys.readouterr().out
+    assert main([*args[:1], "--memory", *args[1:]]) == 0
+    out = capsys.readouterr().out
+    assert "# memory plan" in out and yaml.safe_load(out)["model"]["device"] == "cpu"  # still a loadable config

@@ -8,19 +8,68 @@ import pytest
 
 from genalign.config.errors import ConfigError
 from genalign.preflight.load import load_config
-from genalign.tracking.config import WandbConfig, logger_problems, resolve_wandb
+from genalign.tracking.config import (MlflowConfig, WandbConfig, logger_problems, mlflow_problems, resolve_mlflow,
+                                      resolve_wandb, wandb_logged_in, wandb_mode)
 
 
 def test_default_is_csv_only_and_valid():
     cfg = load_config(None, ["trainer.output_dir=/tmp/unused-genalign-run"])
-    assert cfg.trainer.loggers == ["csv"] and cfg.trainer.wandb.mode is None  # null: $WANDB_MODE, else offline
+    assert cfg.trainer.loggers == ["csv"] and cfg.trainer.wandb.mode is None  # null: $WANDB_MODE, else by login
     assert logger_problems(["csv", "tensorboard", "wandb"], WandbConfig()) == []
+
+
+@pytest.mark.parametrize("written, used", [
+    ("trainer.loggers=wandb", ["csv", "wandb"]), ("trainer.loggers=[tensorboard]", ["csv", "tensorboard"]),
+    ("trainer.loggers=tensorboard,wandb", ["csv", "tensorboard", "wandb"]),
+    ("trainer.loggers=[wandb,csv]", ["wandb", "csv"]), ("trainer.loggers=csv", ["csv"])])
+def test_a_scalar_or_csv_less_logger_list_means_csv_plus_those(written, used):
+    """As `--report_to wandb` names it: the CSV record is always written, never asked for."""
+    assert load_config(None, [written, "trainer.wandb.mode=offline"]).trainer.loggers == used
+
+
+def test_wandb_mode_follows_the_login_unless_the_config_or_environment_names_one(tmp_path):
+    """W&B's own rule for a script: online when logged in; genalign writes offline (and says
+    so) where W&B would stop at its login prompt."""
+    home = tmp_path / "home"
+    home.mkdir()
+    assert not wandb_logged_in({"HOME": str(home)})
+    assert wandb_mode({"mode": None}, {"HOME": str(home)})[0] == "offline"
+    assert "not logged in" in wandb_mode({"mode": None}, {"HOME": str(home)})[1]
+    assert wandb_mode({"mode": None}, {"HOME": str(home), "WANDB_API_KEY": "k" * 40}) == ("online", None)
+    (home / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password " + "x" * 40 + "\n")
+    assert wandb_logged_in({"HOME": str(home)}) and wandb_mode({"mode": None}, {"HOME": str(home)})[0] == "online"
+    # another server's login is not this one's
+    assert not wandb_logged_in({"HOME": str(home), "WANDB_BASE_URL": "https://wandb.example.com"})
+    assert wandb_mode({"mode": "disabled"}, {"HOME": str(home)}) == ("disabled", None)  # a named mode wins
+    settings = resolve_wandb(WandbConfig(), {"WANDB_MODE": "offline"})
+    assert wandb_mode(settings, {"WANDB_API_KEY": "k" * 40}) == ("offline", None)
+
+
+def test_mlflow_settings_follow_config_then_environment_then_default():
+    assert resolve_mlflow(MlflowConfig(), {}) == {"tracking_uri": None, "experiment_name": "genalign",
+                                                  "run_name": None, "tags": None}
+    environ = {"MLFLOW_TRACKING_URI": "http://mlflow:5000", "MLFLOW_EXPERIMENT_NAME": "sd3",
+               "MLFLOW_RUN_NAME": "r1", "MLFLOW_TAGS": '{"team": "vision"}'}
+    assert resolve_mlflow(MlflowConfig(), environ) == {"tracking_uri": "http://mlflow:5000", "experiment_name": "sd3",
+                                                       "run_name": "r1", "tags": {"team": "vision"}}
+    assert resolve_mlflow(MlflowConfig(experiment_name="x"), environ)["experiment_name"] == "x"
+
+
+def test_an_mlflow_store_that_cannot_start_is_a_config_error(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sqlalchemy" else real(name, *a))
+    [problem] = mlflow_problems(MlflowConfig(), {})  # MLflow's default store is sqlite: SQLAlchemy
+    assert "MLflow's default tracking store (sqlite:///mlflow.db) is a database" in problem
+    assert "pip install mlflow" in problem and "file:<dir>" in problem
+    assert mlflow_problems(MlflowConfig(tracking_uri="http://mlflow:5000"), {}) == []
+    assert mlflow_problems(MlflowConfig(), {"MLFLOW_TRACKING_URI": "file:/tmp/mlruns"}) == []
+    assert "JSON object" in mlflow_problems(MlflowConfig(), {"MLFLOW_TAGS": "team=vision"})[0]
 
 
 def test_unknown_repeated_and_csv_less_loggers_are_named():
     problems = logger_problems(["tensorbord", "wandb", "wandb"], WandbConfig(mode="cloud"))
     assert problems == [
-        "trainer.loggers: unknown logger 'tensorbord'; did you mean 'tensorboard'? Choose from: csv, tensorboard, wandb",
+        "trainer.loggers: unknown logger 'tensorbord'; did you mean 'tensorboard'? Choose from: csv, tensorboard, wandb, mlflow",
         "trainer.loggers lists wandb more than once",
         "trainer.loggers must include csv: metrics.csv is the run's record (resume continues it); add trackers "
         "beside it: trainer.loggers=[csv,wandb]",
@@ -41,7 +90,7 @@ def test_a_selected_tracker_that_is_not_installed_names_the_extra(monkeypatch):
 
 def test_wandb_settings_follow_wandb_precedence_config_then_environment_then_default():
     assert resolve_wandb(WandbConfig(), {}) == {"project": "genalign", "entity": None, "name": None, "group": None,
-                                                "tags": None, "mode": "offline"}
+                                                "tags": None, "mode": None}  # the mode: by the login
     environ = {"WANDB_MODE": "disabled", "WANDB_PROJECT": "envproj", "WANDB_ENTITY": "team", "WANDB_NAME": "run-7",
                "WANDB_RUN_GROUP": "sweep-3", "WANDB_TAGS": "sd3, ocr ,,lora"}
     assert resolve_wandb(WandbConfig(), environ) == {"project": "envproj", "entity": "team", "name": "run-7",

@@ -1,0 +1,68 @@
+"""Every selected scorer against the reward contract and the media the run makes.
+
+Where it fits: `validate` runs `registered_reward_problems` (the shipped scorers: their
+classes import no model, so reading `min_frames` costs nothing), and `file_problems` runs
+`user_reward_problems` after `import_problems` has imported the scorers the user allowed by
+path (`reward.allow_import`): a class without `score`, a constructor without `device=`, or a
+reward that cannot score the configured frames (`temporal_consistency` on single images) is
+then a config error before any model loads, not a traceback in the first step. The contract
+itself is `rewards/base.py`.
+"""
+
+from __future__ import annotations
+
+from genalign.config.registry import is_dotted_path
+from genalign.config.schema import ExperimentConfig
+from genalign.rewards.base import contract_problems, min_frames
+
+
+def selected_scorers(cfg: ExperimentConfig) -> list[tuple[str, str]]:
+    """(config key, scorer name) of every scorer the run builds: reward.components and
+    eval.gold_rewards with a non-zero weight, and eval.quality_metrics."""
+    return ([("reward.components", name) for name, weight in cfg.reward.components.items() if weight]
+            + [("eval.gold_rewards", name) for name, weight in cfg.eval.gold_rewards.items() if weight]
+            + [("eval.quality_metrics", name) for name in cfg.eval.quality_metrics])
+
+
+def frames_problem(key: str, name: str, scorer_cls: type, num_frames: int) -> str | None:
+    """Why `scorer_cls` cannot score samples of `num_frames` frames, or None."""
+    needed = min_frames(scorer_cls)
+    if num_frames < 1 or num_frames >= needed:  # below 1 is model.num_frames' own problem (preflight/values.py)
+        return None
+    made = "single images" if num_frames == 1 else f"{num_frames} frames per sample"
+    return (f"{key}.{name} needs at least {needed} frames per sample, but model.num_frames={num_frames} makes {made}: "
+            "set model.num_frames to a video length the family takes (wan, cosmos: 4k + 1, e.g. 33), or remove "
+            f"{name}")
+
+
+def registered_reward_problems(cfg: ExperimentConfig) -> list[str]:
+    """Shipped scorers that cannot score what this run generates (a name that is not
+    registered is `validate`'s to report)."""
+    from genalign.rewards.registry import REWARDS
+
+    problems = []
+    for key, name in selected_scorers(cfg):
+        if name not in REWARDS:
+            continue
+        problem = frames_problem(key, name, REWARDS.resolve(name), cfg.model.num_frames)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def user_reward_problems(cfg: ExperimentConfig) -> list[str]:
+    """The allowed dotted-path scorers (already importable: `import_problems` ran) against the
+    contract and the run's frames."""
+    from genalign.rewards.registry import REWARDS
+
+    problems = []
+    for key, name in selected_scorers(cfg):
+        if not (is_dotted_path(name) and name in cfg.reward.allow_import):
+            continue
+        scorer_cls = REWARDS.resolve(name, cfg.reward.allow_import)
+        broken = contract_problems(scorer_cls, f"{key}.{name}")
+        problems += broken
+        problem = None if broken else frames_problem(key, name, scorer_cls, cfg.model.num_frames)
+        if problem:
+            problems.append(problem)
+    return problems

@@ -1,0 +1,67 @@
+"""A quiet console (tracking/console.py): a known library message is said once by genalign and
+its repeats dropped; anything else passes; loading bars are off where they would not render."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import pytest
+
+from genalign.tracking import console
+
+
+@pytest.fixture
+def library(monkeypatch):
+    """transformers' and diffusers' loggers writing into a buffer through their own handlers,
+    as they do on stderr, with the filter installed by `quiet_libraries`."""
+    import diffusers.utils.logging
+    import transformers.utils.logging
+
+    stream = io.StringIO()
+    monkeypatch.setattr(console, "FILTER", console.KnownMessages())
+    for module in (transformers.utils.logging, diffusers.utils.logging):
+        for handler in module.get_logger().handlers:
+            monkeypatch.setattr(handler, "stream", stream)
+    console.quiet_libraries()
+    yield stream
+    for name in console.LIBRARIES:
+        for handler in logging.getLogger(name).handlers:
+            handler.removeFilter(console.FILTER)
+
+
+def test_known_library_messages_are_said_once_and_others_pass(library, caplog):
+    clip = logging.getLogger("diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3")
+    with caplog.at_level(logging.INFO, logger="genalign"):
+        for tokens in (["a"], ["b"], ["c"]):  # once per batch of long prompts, in the library
+            clip.warning("The following part of your input was truncated because CLIP can only handle sequences up "
+                         f"to 77 tokens: {tokens}")
+        logging.getLogger("transformers.models.auto").warning("something new the library says")
+    assert library.getvalue().splitlines() == ["[transformers] something new the library says"]  # untouched
+    with caplog.at_level(logging.INFO, logger="genalign"):
+        logging.getLogger("transformers.tokenization_utils_base").warning(
+            "Token indices sequence length is longer than the specified maximum sequence length for this model "
+            "(78 > 77). Running this sequence through the model will result in indexing errors")
+    assert said_lines(caplog) == [console.KNOWN[1].said]  # the tokenizer's own warning is the same news
+    assert console.FILTER.counts == {"prompt cut to a tokenizer's window": 4}
+
+
+def said_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "genalign.libraries"]
+
+
+def test_loading_bars_are_off_off_a_terminal(monkeypatch):
+    import diffusers.utils.logging
+    import huggingface_hub.utils
+    import transformers.utils.logging
+
+    monkeypatch.setattr(console, "interactive_display", lambda: False)
+    try:
+        console.quiet_libraries()
+        assert not transformers.utils.logging.is_progress_bar_enabled()
+        assert not diffusers.utils.logging.is_progress_bar_enabled()
+        assert huggingface_hub.utils.are_progress_bars_disabled()
+    finally:
+        transformers.utils.logging.enable_progress_bar()
+        diffusers.utils.logging.enable_progress_bar()
+        huggingface_hub.utils.enable_progress_bars()
