@@ -244,8 +244,8 @@ def reward_config(cfg: ExperimentConfig, benchmark: Benchmark):
 def settings_of(cfg: ExperimentConfig, source: ModelSource, benchmark: Benchmark, weights: str, world_size: int,
                 reward_cfg) -> dict[str, Any]:
     """Every setting the numbers depend on, printed and stored beside them."""
-    from genalign import __version__
     from genalign.config.loader import config_to_dict
+    from genalign.version import __version__
 
     spec = setup.eval_spec(cfg)
     return {"genalign": __version__, "command": sys.argv, "model": source.describe(), "weights": weights,

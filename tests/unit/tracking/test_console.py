@@ -22,7 +22,8 @@ def library(monkeypatch):
     monkeypatch.setattr(console, "FILTER", console.KnownMessages())
     for module in (transformers.utils.logging, diffusers.utils.logging):
         for handler in module.get_logger().handlers:
-            monkeypatch.setattr(handler, "stream", stream)
+            if isinstance(handler, logging.StreamHandler):  # not a handler another test's capture left there
+                monkeypatch.setattr(handler, "stream", stream)
     console.quiet_libraries()
     yield stream
     for name in console.LIBRARIES:
