@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+StdConvention = Literal["population", "unbiased"]
+RolloutCorrectionMode = Literal["off", "truncate", "mask"]
+GuardBias = Literal["micro_batch", "per_sample"]
+NFTAdvantageMode = Literal["all", "positive_only", "negative_only", "one_only", "binary"]
+DPOSource = Literal["online", "offline"]
+DPOSampler = Literal["reference", "policy"]
+DPOTiedGroups = Literal["pair", "drop"]
+KLType = Literal["latent_mean", "velocity"]
+TimestepSelection = Literal["first", "random"]
+TokenLogProb = Literal["guided", "conditional"]
 
 
 @dataclass
@@ -13,7 +25,7 @@ class AdvantageConfig:
     """Normalise within each prompt group; false = over the whole batch."""
     global_std: bool = True
     """Divide by the std of the whole batch instead of the group's (Flow-GRPO SD3 default)."""
-    std: str = "population"
+    std: StdConvention = "population"
     """"population" (numpy, ddof=0: Flow-GRPO) or "unbiased" (torch, ddof=1: DanceGRPO/verl)."""
     eps: float = 1e-4
     """Added to the std before dividing (Flow-GRPO: 1e-4)."""
@@ -27,7 +39,7 @@ class RolloutCorrectionConfig:
     rollout worker, another numeric path), like verl's rollout_is / TIS. Off by default: the
     in-process rollout samples with the trained weights, and the parity preflight checks it."""
 
-    mode: str = "off"
+    mode: RolloutCorrectionMode = "off"
     """"off", "truncate" (TIS: w = min(ρ, threshold)) or "mask" (w = ρ inside [1/threshold,
     threshold], else 0), ρ = exp(ℓ_proximal − ℓ_rollout). On, the update first recomputes
     every trained step's log-prob under the current weights (one extra no-grad forward per
@@ -43,7 +55,7 @@ class GuardConfig:
     reweight: bool = True
     """Divide each step's loss by mean(h)² = |Δσ| as the reference does (regulates the step's
     gradient scale); false keeps RatioNorm only (an ablation)."""
-    bias: str = "micro_batch"
+    bias: GuardBias = "micro_batch"
     """RatioNorm's mean-shift bias mean((μ_θ − μ_old)²)/(2S²): "micro_batch" (the reference
     code's, one scalar averaged over the micro-batch's samples and dimensions) or "per_sample"
     (each sample's own drift: every sample's normalised log-ratio is then exactly
@@ -58,7 +70,7 @@ class NFTConfig:
     beta: float = 1.0
     """Mixing strength β of the implicit policies v± = (1 ∓ β)·v_old ± β·v_θ; 1/β acts as a
     guidance strength (official: 1.0 for GenEval/PickScore/HPS, 0.1 for OCR and multi-reward)."""
-    adv_mode: str = "all"
+    adv_mode: NFTAdvantageMode = "all"
     """How the clamped advantage maps to the optimality probability r: all | positive_only |
     negative_only | one_only | binary (§4.2)."""
     adaptive_weight_min: float = 1e-5
@@ -79,16 +91,16 @@ class DPOConfig:
     beta: float = 100.0
     """β of the DPO logit −½·β·(Δ_w − Δ_l) (Flow-GRPO `config/dpo.py`: `train.beta = 100`;
     Diffusion-DPO's `beta_dpo` is 5000 for SD ε errors)."""
-    source: str = "online"
+    source: DPOSource = "online"
     """"online": each step's rollout groups give (best, worst)-by-reward pairs (rollout.n >= 2);
     "offline": pairs are read from data.preference_manifest, no rollout and no reward scoring
     during training (docs/preference_data.md)."""
-    sample_with: str = "reference"
+    sample_with: DPOSampler = "reference"
     """Online: which weights the rollout samples the pairs with. "reference" (as
     `train_sd3_dpo.py`, which samples with its "ref" adapter): the DPO reference, so the pairs
     come from the policy the loss compares against. "policy": the live (learner) weights, the
     fully on-policy variant (samples follow every update; the reference can fall far behind)."""
-    tied_groups: str = "pair"
+    tied_groups: DPOTiedGroups = "pair"
     """Online: a prompt group whose samples all score the same. "pair" (Flow-GRPO's
     `PerPromptStatTracker`, type "dpo"): its second sample is chosen over its first, so every
     group gives a pair; "drop": it gives no pair (only groups with a reward gap train)."""
@@ -117,14 +129,14 @@ class AlgorithmConfig:
     """Weight of the KL to the reference (adapter-disabled) policy; 0 skips the reference pass.
     DiffusionNFT: the official `train.beta` (1e-4) on the velocity KL. Unused by dpo, which
     always evaluates the reference."""
-    kl_type: str = "latent_mean"
+    kl_type: KLType = "latent_mean"
     """"latent_mean": mean((mu - mu_ref)^2) / (2 s^2) as in Flow-GRPO code (docs/algorithms.md §2.5);
     "velocity": mean((v - v_ref)^2)."""
     timestep_fraction: float = 0.99
     """Train int(num_steps * fraction) stochastic steps of each trajectory (grpo: which ones is
     timestep_selection); nft and dpo train that many of the rollout schedule's σ's per sample,
     in a random order."""
-    timestep_selection: str = "first"
+    timestep_selection: TimestepSelection = "first"
     """"first": the first stochastic steps, in order (Flow-GRPO). "random": a random subset of
     the stochastic steps, the final denoising step never included (DanceGRPO's timestep
     dropout, §3.1); drawn per training step from the step's sample seeds (so resumable),
@@ -144,7 +156,7 @@ class AlgorithmConfig:
     Flow-GRPO does: they carry no policy gradient but would still dilute the policy loss while
     the KL term applies in full. Random dropped samples are put back until the kept count
     divides into the step's micro-batches, whose number stays fixed (they get smaller)."""
-    token_log_prob: str = "guided"
+    token_log_prob: TokenLogProb = "guided"
     """ar_grpo: which log-prob of an image token the ratio and KL use. "guided": the distribution
     that sampled it, softmax((l_u + w (l_c − l_u)) / T) over both CFG streams (the ratio is of
     the sampling policy, exactly 1 before the update). "conditional": the conditional stream

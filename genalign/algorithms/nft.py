@@ -29,7 +29,7 @@ import torch
 from genalign.algorithms.base import AlgorithmBase
 from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.forward_draws import num_train_positions, schedule_draws
-from genalign.algorithms.forward_losses import (NFT_ADV_MODES, nft_policy_loss, noised, old_policy_decay,
+from genalign.algorithms.forward_losses import (nft_policy_loss, noised, old_policy_decay,
                                                 optimality_probability)
 from genalign.algorithms.losses import velocity_kl
 from genalign.models.base import FlowPolicy
@@ -59,8 +59,6 @@ class DiffusionNFT(AlgorithmBase):
                             "algorithm.kl_type=velocity (DiffusionNFT's KL is mean (v - v_ref)^2)")
         if nft.beta <= 0:
             problems.append(f"algorithm.nft.beta must be > 0, got {nft.beta}")
-        if nft.adv_mode not in NFT_ADV_MODES:
-            problems.append(f"algorithm.nft.adv_mode={nft.adv_mode!r}: choose one of {', '.join(NFT_ADV_MODES)}")
         if nft.adaptive_weight_min <= 0:
             problems.append(f"algorithm.nft.adaptive_weight_min must be > 0, got {nft.adaptive_weight_min}")
         if nft.old_decay_flat < 0 or nft.old_decay_rate < 0:

@@ -8,6 +8,14 @@ config/, so composing a config never imports a model library.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+LoraInit = Literal["gaussian", "default"]
+"""`model.lora.init`'s choices (what each passes to peft: weights/lora.py:LORA_INITS)."""
+ComputeDtype = Literal["float32", "float16", "bfloat16"]
+TrainMode = Literal["lora", "full"]
+CfgBatch = Literal["joint", "split"]
+CompileMode = Literal["regional", "full"]
 
 
 @dataclass
@@ -18,7 +26,7 @@ class LoraConfig:
     """LoRA rank r."""
     alpha: float = 64.0
     """LoRA alpha; the effective scale is alpha / rank (Flow-GRPO SD3.5: r=32, alpha=64)."""
-    init: str = "gaussian"
+    init: LoraInit = "gaussian"
     """peft `init_lora_weights`: "gaussian" (Flow-GRPO), "default" (Kaiming A, zero B)."""
     dropout: float = 0.0
     """LoRA dropout on the adapter input (peft `lora_dropout`; Flow-GRPO: 0)."""
@@ -62,14 +70,14 @@ class ModelConfig:
     """Hugging Face hub id or a local directory written by `save_pretrained`."""
     revision: str | None = None
     """Hub revision (branch, tag or commit) of model.path; null: the default branch."""
-    dtype: str = "float32"
+    dtype: ComputeDtype = "float32"
     """Compute dtype of the denoiser and the frozen weights of the text encoders and base
     model: float32 | float16 | bfloat16. Trained weights (LoRA or full) and optimizer state
     stay float32 masters whatever this says; the denoiser runs under autocast to this dtype
     (float16 adds loss scaling). The SDE math and the VAE always run in float32."""
     device: str = "auto"
     """"auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:1", ..."""
-    train_mode: str = "lora"
+    train_mode: TrainMode = "lora"
     """"lora" (adapter only; the reference is the adapter-disabled model) or "full"."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     max_sequence_length: int = 128
@@ -103,7 +111,7 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     """Recompute the denoiser's activations in backward: the memory lever for larger replay
     micro-batches (about a third more train time)."""
-    cfg_batch: str = "joint"
+    cfg_batch: CfgBatch = "joint"
     """How CFG's two branches run: "joint" = one forward over [uncond, cond] (Flow-GRPO);
     "split" = two forwards of half the batch, so that with algorithm.detach_uncond the
     unconditional one runs without autograd in replay and backward covers only the
@@ -111,7 +119,7 @@ class ModelConfig:
     replay always use the same form, so the parity preflight stays exact either way."""
     compile: bool = False
     """torch.compile the denoiser (`compile_mode`); the first steps pay the compilation."""
-    compile_mode: str = "regional"
+    compile_mode: CompileMode = "regional"
     """"regional": compile each repeated transformer block once (diffusers' regional
     compilation; minutes less to compile, the same speed); "full": the whole denoiser."""
     allow_tf32: bool = True

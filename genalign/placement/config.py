@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
+
+TrainingStrategy = Literal["none", "ddp", "fsdp2"]
+DistributedBackend = Literal["auto", "gloo", "nccl"]
 
 
 @dataclass
@@ -19,7 +22,7 @@ class TrainerResources:
     }
     """Keys this role no longer has, with why: the loader's error for a config that sets one
     (a checkpoint's stored config drops them: they never did anything)."""
-    num_gpus: float | str = 0
+    num_gpus: float = 0
     """GPUs for the trainer: whole devices (the memory plan counts FSDP2 ranks from it when
     planning without torchrun's WORLD_SIZE); "auto" is the rollout role's alone."""
     devices: list[int] | None = None
@@ -30,7 +33,7 @@ class TrainerResources:
 class RolloutResources:
     """The rollout role: `rollout.engine=ray` actors."""
 
-    num_gpus: float | str = 0
+    num_gpus: float | Literal["auto"] = 0
     """GPUs for the rollout workers together; "auto" = what is left after the trainer."""
     num_cpus: float = 1
     """CPUs Ray reserves for each rollout worker."""
@@ -59,9 +62,9 @@ class ResourcesConfig:
 
 @dataclass
 class TrainingStrategyConfig:
-    strategy: str = "none"
+    strategy: TrainingStrategy = "none"
     """"none" (one process), "ddp" or "fsdp2" (launched by torchrun)."""
-    backend: str = "auto"
+    backend: DistributedBackend = "auto"
     """torch.distributed backend: "auto" (nccl on CUDA, gloo on CPU), "gloo", "nccl"."""
     timeout_s: float = 600.0
     """Seconds a rank waits in one collective before the job fails (torch.distributed's

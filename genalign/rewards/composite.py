@@ -22,17 +22,17 @@ from __future__ import annotations
 import contextlib
 import math
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, get_args
 
 import torch
 
 from genalign.rewards.base import RewardError, RewardFunction
-from genalign.rewards.config import RewardConfig
+from genalign.rewards.config import RewardConfig, RewardRuntimeName
 from genalign.rewards.registry import REWARDS
 from genalign.rewards.scores import RewardScores, batch_ranges, build_scorer, check_inputs, check_scores
 from genalign.rewards.video import VIDEO_REDUCTIONS, score_media
 
-RUNTIMES = ("local", "ray", "http")
+RUNTIMES = get_args(RewardRuntimeName)
 
 
 def active_components(cfg: RewardConfig, components: dict[str, float] | None) -> dict[str, float]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
+Aggregation = Literal["weighted_sum", "advantage_sum"]
+RewardRuntimeName = Literal["local", "ray", "http"]
+VideoReduction = Literal["mean", "min"]
 
 REWARD_PATH_OPTIONS = {"toy_shape": "path", "toy_shape_judge": "path", "aesthetic": "head_path",
                        "hpsv2": "weights_path", "hpsv21": "weights_path", "image_reward": "weights_path"}
@@ -24,10 +27,10 @@ class RewardConfig:
     eval.gold_rewards may name. Importing runs code, so only names listed here are imported,
     and only from your own command line or recipe: a checkpoint's stored list is ignored
     (`genalign eval` and `trainer.resume_from` use the list you pass)."""
-    aggregation: str = "weighted_sum"
+    aggregation: Aggregation = "weighted_sum"
     """"weighted_sum": R = sum_k w_k r_k, then one group normalisation (Flow-GRPO);
     "advantage_sum": normalise each component in its group, then sum w_k A_k (DanceGRPO)."""
-    runtime: str = "local"
+    runtime: RewardRuntimeName = "local"
     """"local" (in-process), "ray" (a pool of reward actors) or "http" (a `genalign serve-reward`
     server at reward.url)."""
     url: str = ""
@@ -37,7 +40,7 @@ class RewardConfig:
     token itself never goes into a config, a checkpoint or a log)."""
     batch_size: int = 16
     """Images per scorer call (for video, frames per call of a per-frame scorer)."""
-    video_reduction: str = "mean"
+    video_reduction: VideoReduction = "mean"
     """How an image scorer's per-frame scores become one score per video [B, F, 3, H, W]:
     "mean" over frames or "min" (the worst frame). Images are unaffected."""
     num_workers: int = 1

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+Kernel = Literal["flow_sde", "dance_sde", "cps", "cps_gaussian"]
+"""`rollout.kernel`'s choices (each one's step: sampling/kernels.py:KERNELS)."""
+WindowSchedule = Literal["random", "progressive", "fixed"]
+WindowDraw = Literal["per_batch", "per_step"]
+RolloutEngine = Literal["local", "ray"]
 
 
 @dataclass
@@ -18,14 +25,14 @@ class SDEWindowConfig:
     """End (exclusive) of the steps the window may cover. None: rollout.num_steps // 2, the
     high-noise half (Flow-GRPO-Fast's `sde_window_range = (0, num_steps // 2)`); negative:
     counted from the end (-1 = every step but the final one, as MixGRPO's max_timesteps)."""
-    schedule: str = "random"
+    schedule: WindowSchedule = "random"
     """"random" (Flow-GRPO-Fast: new start each step), "progressive" (MixGRPO: slides by
     `shift_by` every `shift_every` steps, rolling back at the end) or "fixed" (always at lo)."""
     shift_every: int = 25
     """MixGRPO τ (`iters_per_group`): training steps between window moves (progressive only)."""
     shift_by: int = 1
     """MixGRPO s (`prog_overlap_step`): steps the window moves each time (progressive only)."""
-    draw: str = "per_batch"
+    draw: WindowDraw = "per_batch"
     """When a random window is drawn: "per_batch" (Flow-GRPO-Fast: one per sampling batch, i.e.
     per rollout chunk of `rollout.sample_batch_size` samples, so one step's samples train
     different steps) or "per_step" (one window for all of a step's samples)."""
@@ -59,7 +66,7 @@ class RolloutConfig:
     Cosmos' v_c + w(v_c − v_u) for model.family=cosmos (its w = 7 is w + 1 = 8 in the first form)."""
     noise_level: float = 0.7
     """SDE noise level a (Flow-GRPO); 0 reproduces the Euler ODE sampler."""
-    kernel: str = "flow_sde"
+    kernel: Kernel = "flow_sde"
     """Transition kernel of rollout and replay (sampling/kernels.py): "flow_sde" (Flow-GRPO,
     docs/algorithms.md §2.2), "dance_sde" (DanceGRPO, constant noise scale η = noise_level, §3.1),
     "cps" (Coefficients-Preserving Sampling with the reference code's constant-free log-prob
@@ -78,7 +85,7 @@ class RolloutConfig:
     it and must leave it at 1.0."""
     same_initial_noise: bool = False
     """Share x_T within a group (DanceGRPO) instead of distinct noise (Flow-GRPO default)."""
-    engine: str = "local"
+    engine: RolloutEngine = "local"
     """"local" (in-process) or "ray" (rollout actors)."""
     num_workers: int = 1
     """Ray rollout actors when engine=ray."""

@@ -1,25 +1,27 @@
 """`trainer.loggers` and `trainer.wandb`: where metrics go besides the CSV files.
 
-Where it fits: `TrainerConfig` holds these keys; `validate` calls `logger_problems` so a
-typo, a missing `csv` or a tracker whose package is not installed is a config error before
-any model loads; `training/setup.build_trackers` reads them on rank 0.
+Where it fits: `TrainerConfig` holds these keys; the loader refuses a logger or W&B mode
+that is not one of the `Logger` / `WandbMode` choices, and `validate` calls `logger_problems`
+so a missing `csv` or a tracker whose package is not installed is a config error before any
+model loads; `training/setup.build_trackers` reads them on rank 0.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, get_args
 
 from genalign.config.extras import missing_package_problem
 
-LOGGERS = ("csv", "tensorboard", "wandb")
+Logger = Literal["csv", "tensorboard", "wandb"]
+LOGGERS = get_args(Logger)
 """`csv` writes metrics.csv / eval_metrics.csv (always required: the run's record, read by
 resume and by the tests); the others are views of the same rows."""
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 """Logger name -> the package it imports (both come with `pip install 'genalign[trackers]'`)."""
-WANDB_MODES = ("offline", "online", "disabled")
+WandbMode = Literal["offline", "online", "disabled"]
+WANDB_MODES = get_args(WandbMode)
 
 
 @dataclass
@@ -40,7 +42,7 @@ class WandbConfig:
     """Run group (runs of one sweep or seed set shown together); null: $WANDB_RUN_GROUP, else none."""
     tags: list[str] | None = None
     """Run tags; null: $WANDB_TAGS (comma-separated), else none."""
-    mode: str | None = None
+    mode: WandbMode | None = None
     """null: $WANDB_MODE, else `offline`. `offline`: write the run under <output_dir>/wandb (or
     $WANDB_DIR) with no network and no login; upload it later with `wandb sync
     <output_dir>/wandb/offline-run-*`. `online`: stream to the W&B server (needs `wandb login`
@@ -88,12 +90,8 @@ def logger_problems(loggers: list[str], wandb: WandbConfig, check_installed: boo
     `check_installed=False` skips the installed-package check (a checkpoint's config evaluated
     by `genalign eval`, which logs to no tracker)."""
     problems = []
-    for name in loggers:
-        if name not in LOGGERS:
-            close = difflib.get_close_matches(name, LOGGERS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            problems.append(f"trainer.loggers: unknown logger {name!r}{hint} Choose from: {', '.join(LOGGERS)}")
-        elif check_installed and name in TRACKER_PACKAGES:
+    for name in loggers:  # each one of LOGGERS: the loader checks the `Logger` choice
+        if check_installed and name in TRACKER_PACKAGES:
             missing = missing_package_problem(f"trainer.loggers: {name}", TRACKER_PACKAGES[name], "trackers",
                                               f"or remove {name} from trainer.loggers")
             if missing:
@@ -105,9 +103,7 @@ def logger_problems(loggers: list[str], wandb: WandbConfig, check_installed: boo
         example = ",".join(["csv", *(name for name in dict.fromkeys(loggers) if name in TRACKER_PACKAGES)])
         problems.append("trainer.loggers must include csv: metrics.csv is the run's record (resume continues it); "
                         f"add trackers beside it: trainer.loggers=[{example}]")
-    if wandb.mode is not None and wandb.mode not in WANDB_MODES:
-        problems.append(f"trainer.wandb.mode={wandb.mode!r} is not supported; choose one of: {', '.join(WANDB_MODES)}")
-    elif check_installed and "wandb" in loggers:  # the environment is this machine's, like the packages
+    if check_installed and "wandb" in loggers:  # the environment is this machine's, like the packages
         mode = resolve_wandb(wandb, os.environ)["mode"]
         if mode not in WANDB_MODES:
             problems.append(f"trainer.loggers=wandb: the environment sets WANDB_MODE={mode!r}, which genalign does "

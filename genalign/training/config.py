@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
-from genalign.tracking.config import SampleTableConfig, WandbConfig
+from genalign.tracking.config import Logger, SampleTableConfig, WandbConfig
 
 
 @dataclass
@@ -31,7 +32,7 @@ class TrainerConfig:
     """On the first step, replay the rollout with unchanged weights and log the log-prob gap."""
     progress_bar: bool = True
     """tqdm over steps and evaluation batches (quiet when stderr is not a TTY)."""
-    loggers: list[str] = field(default_factory=lambda: ["csv"])
+    loggers: list[Logger] = field(default_factory=lambda: ["csv"])
     """Where metric rows go: `csv` (metrics.csv, eval_metrics.csv; required) plus optionally
     `tensorboard` (<output_dir>/tensorboard) and `wandb` (see trainer.wandb); trackers get the
     train row under train/, the eval row and contact sheet under eval/, from rank 0 only."""
@@ -51,8 +52,10 @@ class TrainerConfig:
     step, or a non-finite loss. null never stops for that."""
 
 
-LOSS_NORMALISATIONS = ("rank_mean", "global_unit_mean")
+LossNormalisation = Literal["rank_mean", "global_unit_mean"]
+LOSS_NORMALISATIONS = get_args(LossNormalisation)
 """`ActorConfig.loss_normalisation`'s choices (training/update.py: unit_weight)."""
+EMACadence = Literal["micro_batch", "optimizer_step"]
 
 
 @dataclass
@@ -66,7 +69,7 @@ class EMAConfig:
     (cadence micro_batch) or g % update_every == 0 (cadence optimizer_step). Flow-GRPO: 8."""
     warmup: bool = True
     """Use min((1 + g)/(10 + g), decay) instead of a constant decay (Flow-GRPO's EMA)."""
-    cadence: str = "micro_batch"
+    cadence: EMACadence = "micro_batch"
     """"micro_batch": Flow-GRPO's call after every replay micro-batch (an update at count g
     runs once per micro-batch while g holds); "optimizer_step": once per optimizer step."""
 
@@ -98,7 +101,7 @@ class ActorConfig:
     new order each inner epoch), as Flow-GRPO's train_sd3.py; false keeps the order they were
     sampled in, as its train_sd3_fast.py, train_qwenimage.py and train_sd3_dpo.py
     (base/algorithm/flow_grpo_fast, the Qwen-Image recipe, base/algorithm/dpo)."""
-    loss_normalisation: str = "rank_mean"
+    loss_normalisation: LossNormalisation = "rank_mean"
     """How an optimizer step's gradient averages its trained units across training processes.
     "rank_mean" (Flow-GRPO under accelerate DDP): each rank averages over its own units, then
     DDP / FSDP2 average over ranks, so when ranks train unequal numbers of units (the

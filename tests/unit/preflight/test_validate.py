@@ -74,23 +74,36 @@ def test_a_fraction_that_trains_no_step(cfg):
     only(validate(cfg), "algorithm.timestep_fraction=0.05", "0 denoising steps")
 
 
+def load_problems(*overrides: str) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(OCR, list(overrides))
+    return info.value.problems
+
+
 @pytest.mark.parametrize("key, bad", [
     ("reward.aggregation", "sum"), ("reward.runtime", "remote"), ("rollout.engine", "vllm"),
     ("rollout.kernel", "ddim"), ("model.train_mode", "qlora"), ("model.dtype", "fp16"), ("algorithm.kl_type", "k3"),
     ("algorithm.advantage.std", "sample"), ("distributed.training.strategy", "fsdp"),
+    ("actor.loss_normalisation", "mean"), ("model.lora.init", "kaiming"), ("reward.video_reduction", "max"),
+    ("algorithm.nft.adv_mode", "some"), ("algorithm.dpo.source", "web"),
 ])
-def test_closed_choices(cfg, key, bad):
-    *path, field = key.split(".")
-    node = cfg
-    for part in path:
-        node = getattr(node, part)
-    setattr(node, field, bad)
-    only(validate(cfg), f"{key}={bad!r} is not supported", "Choose one of:")
+def test_closed_choices_are_refused_by_the_loader_naming_key_source_and_choices(key, bad):
+    only(load_problems(f"{key}={bad}"), f"{key}={bad!r} is not supported (set in command line `{key}={bad}`)",
+         "Choose one of:")
 
 
-def test_close_choice_gets_a_suggestion(cfg):
-    cfg.distributed.training.strategy = "fsdp"
-    only(validate(cfg), "did you mean 'fsdp2'")
+def test_close_choice_gets_a_suggestion():
+    only(load_problems("distributed.training.strategy=fsdp"), "did you mean 'fsdp2'?",
+         "Choose one of: none, ddp, fsdp2")
+
+
+def test_a_choice_set_in_a_layer_file_names_the_file(tmp_path):
+    recipe = tmp_path / "bad_kernel.yaml"
+    recipe.write_text("defaults:\n  - /reward: ocr\nrollout:\n  kernel: flow_sd\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(recipe))
+    only(info.value.problems, f"rollout.kernel='flow_sd' is not supported (set in {recipe})",
+         "did you mean 'flow_sde'?", "Choose one of: flow_sde, dance_sde, cps, cps_gaussian")
 
 
 def test_registry_names_are_checked_with_suggestions(cfg):
@@ -131,12 +144,10 @@ def test_empty_or_all_zero_reward(cfg):
     only(validate(cfg), "every weight is 0")
 
 
-def test_named_choices_are_checked(cfg):
-    cfg.actor.ema.cadence = "epoch"
-    only(validate(cfg), "actor.ema.cadence='epoch'", "micro_batch")
-    cfg.actor.ema.cadence = "optimizer_step"
-    cfg.model.compile_mode = "blocks"
-    only(validate(cfg), "model.compile_mode='blocks'", "regional")
+def test_named_choices_are_checked():
+    only(load_problems("actor.ema.cadence=epoch"), "actor.ema.cadence='epoch'", "micro_batch, optimizer_step")
+    only(load_problems("model.compile_mode=blocks"), "model.compile_mode='blocks'", "regional, full")
+    only(load_problems("model.cfg_batch=both"), "model.cfg_batch='both'", "joint, split")
 
 
 def test_ray_pool_size_is_stated_once(cfg):
@@ -147,13 +158,22 @@ def test_ray_pool_size_is_stated_once(cfg):
 def test_several_problems_are_reported_together(cfg):
     cfg.rollout.sample_batch_size = 5
     cfg.algorithm.clip_range = -1.0
-    cfg.model.dtype = "half"
+    cfg.eval.every = -1
     cfg.reward.components = {"ocrr": 1.0}
     assert len(validate(cfg)) == 4
 
 
 def test_load_config_raises_every_validation_problem():
     with pytest.raises(ConfigError) as info:
-        load_config(OCR, ["rollout.sample_batch_size=5", "algorithm.clip_range=0", "model.dtype=half"])
+        load_config(OCR, ["rollout.sample_batch_size=5", "algorithm.clip_range=0", "eval.every=-1"])
     assert len(info.value.problems) == 3
     assert str(info.value).count("\n- ") == 2
+
+
+def test_keys_types_and_choices_come_first_all_together():
+    # the loader's problems (unknown keys, wrong types, values outside a Literal) are raised
+    # together, before the checks across keys (which read typed values)
+    with pytest.raises(ConfigError) as info:
+        load_config(OCR, ["rollout.sample_batch_size=5", "model.dtype=half", "rollout.n=eight", "actor.lrr=1"])
+    assert [problem.split(":")[0].split("=")[0] for problem in info.value.problems] == \
+        ["model.dtype", "rollout.n", "actor.lrr"]  # in schema order

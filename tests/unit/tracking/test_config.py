@@ -17,14 +17,23 @@ def test_default_is_csv_only_and_valid():
     assert logger_problems(["csv", "tensorboard", "wandb"], WandbConfig()) == []
 
 
-def test_unknown_repeated_and_csv_less_loggers_are_named():
-    problems = logger_problems(["tensorbord", "wandb", "wandb"], WandbConfig(mode="cloud"))
+def test_repeated_and_csv_less_loggers_are_named():
+    problems = logger_problems(["wandb", "wandb"], WandbConfig())
     assert problems == [
-        "trainer.loggers: unknown logger 'tensorbord'; did you mean 'tensorboard'? Choose from: csv, tensorboard, wandb",
         "trainer.loggers lists wandb more than once",
         "trainer.loggers must include csv: metrics.csv is the run's record (resume continues it); add trackers "
         "beside it: trainer.loggers=[csv,wandb]",
-        "trainer.wandb.mode='cloud' is not supported; choose one of: offline, online, disabled",
+    ]
+
+
+def test_an_unknown_logger_or_wandb_mode_is_refused_by_the_loader_with_its_choices():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["trainer.loggers=[csv,tensorbord]", "trainer.wandb.mode=cloud"])
+    assert err.value.problems == [
+        "trainer.loggers[1]='tensorbord' is not supported (set in command line `trainer.loggers=[csv,tensorbord]`); "
+        "did you mean 'tensorboard'? Choose one of: csv, tensorboard, wandb",
+        "trainer.wandb.mode='cloud' is not supported (set in command line `trainer.wandb.mode=cloud`) "
+        "Choose one of: offline, online, disabled",
     ]
 
 
