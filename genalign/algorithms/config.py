@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from genalign.config.checks import non_negative_problems
+
 StdConvention = Literal["population", "unbiased"]
 RolloutCorrectionMode = Literal["off", "truncate", "mask"]
 GuardBias = Literal["micro_batch", "per_sample"]
@@ -32,6 +34,9 @@ class AdvantageConfig:
     normalize_by_std: bool = True
     """False: mean-centering only (Dr.GRPO style)."""
 
+    def problems(self) -> list[str]:
+        return non_negative_problems({"algorithm.advantage.eps": self.eps})
+
 
 @dataclass
 class RolloutCorrectionConfig:
@@ -46,6 +51,11 @@ class RolloutCorrectionConfig:
     trained step) and takes the PPO ratio against those (losses.rollout_correction_weights)."""
     threshold: float = 2.0
     """C, the truncation / mask bound (verl rollout_is_threshold default); must be > 1."""
+
+    def problems(self) -> list[str]:
+        if self.threshold <= 1:
+            return [f"algorithm.rollout_correction.threshold must be > 1, got {self.threshold}"]
+        return []
 
 
 @dataclass
@@ -82,6 +92,22 @@ class NFTConfig:
     old_decay_max: float = 0.5
     """η is capped here (decay_type 1: 0.5; decay_type 2, OCR: flat 75, rate 0.0075, max 0.999)."""
 
+    def problems(self) -> list[str]:
+        """The ranges of algorithm.nft (DiffusionNFT's `config_problems` reports them: the block
+        is read only when algorithm.name=nft)."""
+        problems = []
+        if self.beta <= 0:
+            problems.append(f"algorithm.nft.beta must be > 0, got {self.beta}")
+        if self.adaptive_weight_min <= 0:
+            problems.append(f"algorithm.nft.adaptive_weight_min must be > 0, got {self.adaptive_weight_min}")
+        if self.old_decay_flat < 0 or self.old_decay_rate < 0:
+            problems.append("algorithm.nft.old_decay_flat and old_decay_rate must be >= 0, got "
+                            f"{self.old_decay_flat} and {self.old_decay_rate}")
+        if not 0 <= self.old_decay_max < 1:
+            problems.append(f"algorithm.nft.old_decay_max must be in [0, 1) (1 would freeze the sampling policy), "
+                            f"got {self.old_decay_max}")
+        return problems
+
 
 @dataclass
 class DPOConfig:
@@ -108,6 +134,17 @@ class DPOConfig:
     """Copy the learner into the DPO reference every this many optimizer steps (Flow-GRPO's
     `train.ref_update_step`; its config comment names 40 for online DPO, its default 10⁷ never
     refreshes). 0 never refreshes: the reference stays the weights training started from."""
+
+    def problems(self) -> list[str]:
+        """The ranges of algorithm.dpo (Flow-DPO's `config_problems` reports them: the block is
+        read only when algorithm.name=dpo)."""
+        problems = []
+        if self.beta <= 0:
+            problems.append(f"algorithm.dpo.beta must be > 0, got {self.beta}")
+        if self.ref_update_step < 0:
+            problems.append(f"algorithm.dpo.ref_update_step must be >= 0 (0 never refreshes), got "
+                            f"{self.ref_update_step}")
+        return problems
 
 
 @dataclass
@@ -169,3 +206,17 @@ class AlgorithmConfig:
     """Options read when name=nft."""
     dpo: DPOConfig = field(default_factory=DPOConfig)
     """Options read when name=dpo."""
+
+    def problems(self) -> list[str]:
+        """The ranges every algorithm reads (the options one algorithm owns, algorithm.nft,
+        .dpo, .guard, are its `config_problems`' to check: algorithms/base.py)."""
+        problems = []
+        if self.clip_range <= 0:
+            problems.append(f"algorithm.clip_range must be > 0, got {self.clip_range}")
+        if self.adv_clip_max <= 0:  # clamp(A, -0, 0) zeroes every advantage: nothing would train
+            problems.append(f"algorithm.adv_clip_max must be > 0 (advantages are clamped to ±it), got "
+                            f"{self.adv_clip_max}")
+        problems += non_negative_problems({"algorithm.kl_beta": self.kl_beta})
+        if not 0 < self.timestep_fraction <= 1:
+            problems.append(f"algorithm.timestep_fraction must be in (0, 1], got {self.timestep_fraction}")
+        return problems + self.advantage.problems() + self.rollout_correction.problems()

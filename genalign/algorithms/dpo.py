@@ -96,10 +96,7 @@ class FlowDPO(AlgorithmBase):
         algorithm.dpo, and pair micro-batches that split into optimizer steps."""
         problems = super().config_problems(cfg)
         algorithm, rollout, actor, dpo = cfg.algorithm, cfg.rollout, cfg.actor, cfg.algorithm.dpo
-        if dpo.beta <= 0:
-            problems.append(f"algorithm.dpo.beta must be > 0, got {dpo.beta}")
-        if dpo.ref_update_step < 0:
-            problems.append(f"algorithm.dpo.ref_update_step must be >= 0 (0 never refreshes), got {dpo.ref_update_step}")
+        problems += dpo.problems()
         if algorithm.kl_beta > 0:
             problems.append(f"algorithm.kl_beta={algorithm.kl_beta} is unused by algorithm.name=dpo (its reference "
                             "enters through the DPO logit, algorithm.dpo.beta): set it to 0")

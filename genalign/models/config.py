@@ -7,8 +7,12 @@ config/, so composing a config never imports a model library.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
+
+from genalign.config.checks import empty_path_problems, positive_problems
+from genalign.hub import HUB_ID
 
 LoraInit = Literal["gaussian", "default"]
 """`model.lora.init`'s choices (what each passes to peft: weights/lora.py:LORA_INITS)."""
@@ -16,6 +20,9 @@ ComputeDtype = Literal["float32", "float16", "bfloat16"]
 TrainMode = Literal["lora", "full"]
 CfgBatch = Literal["joint", "split"]
 CompileMode = Literal["regional", "full"]
+
+DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+"""`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
 
 
 @dataclass
@@ -32,6 +39,12 @@ class LoraConfig:
     """LoRA dropout on the adapter input (peft `lora_dropout`; Flow-GRPO: 0)."""
     target_modules: list[str] = field(default_factory=list)
     """Module-name suffixes the adapter attaches to; empty = the family's default targets."""
+
+    def problems(self) -> list[str]:
+        problems = positive_problems({"model.lora.rank": self.rank})
+        if not 0 <= self.dropout < 1:
+            problems.append(f"model.lora.dropout must be in [0, 1), got {self.dropout}")
+        return problems
 
 
 @dataclass
@@ -50,6 +63,16 @@ class ModelCardConfig:
     """Short name of a licence the Hub does not list (with license: other), e.g. flux-1-dev-non-commercial-license."""
     license_link: str | None = None
     """Where that licence's text is (with license: other)."""
+
+    def problems(self) -> list[str]:
+        problems = []
+        if self.license == "other" and not self.license_name:
+            problems.append("model.card.license=other needs model.card.license_name (and license_link): the Hub "
+                            "shows that name for a licence it does not list")
+        if self.base_model is not None and not HUB_ID.match(self.base_model):
+            problems.append(f"model.card.base_model={self.base_model!r} is not a Hub id (org/name); set the id the "
+                            "base model has on the Hub, or null")
+        return problems
 
 
 @dataclass
@@ -126,3 +149,16 @@ class ModelConfig:
     """TF32 for float32 matmuls on CUDA (VAE decode, fp32 runs), as Flow-GRPO sets it."""
     card: ModelCardConfig = field(default_factory=ModelCardConfig)
     """Base-model metadata for exported model cards (Hub id, licence); the presets set it."""
+
+    def problems(self) -> list[str]:
+        """The model.* values no family could run. What the family declares (sizes, frames, a
+        guidance embedding, a negative prompt) is checked in `family_checks.py`, from its spec."""
+        problems = empty_path_problems({"model.path": self.path})
+        if not DEVICE.match(self.device):
+            problems.append(f"model.device={self.device!r} is not a device; use auto, cpu, cuda or cuda:<index>")
+        if self.embedded_guidance is not None and self.embedded_guidance <= 0:
+            problems.append(f"model.embedded_guidance must be > 0 (FLUX.1-dev: 3.5) or null, got "
+                            f"{self.embedded_guidance}")
+        if self.num_frames < 1:
+            problems.append(f"model.num_frames must be >= 1, got {self.num_frames}")
+        return problems + self.lora.problems() + self.card.problems()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from genalign.config.checks import positive_problems
+
 TrainingStrategy = Literal["none", "ddp", "fsdp2"]
 DistributedBackend = Literal["auto", "gloo", "nccl"]
 
@@ -59,6 +61,18 @@ class ResourcesConfig:
     margin for what the plan does not model (docs/memory_plan.md gives that share per
     family). null: no memory check, and a model the plan cannot describe runs unplanned."""
 
+    def problems(self) -> list[str]:
+        """The memory check's inputs (the devices and GPU counts against this machine are
+        placement/resources.py's plan)."""
+        problems = []
+        fraction, gib = self.gpu_memory_fraction, self.gpu_memory_gib
+        if fraction is not None and not 0 < fraction <= 1:
+            problems.append(f"distributed.resources.gpu_memory_fraction must be in (0, 1] (the share of a GPU a "
+                            f"planned peak may fill) or null (no memory check), got {fraction}")
+        if gib is not None and gib <= 0:
+            problems.append(f"distributed.resources.gpu_memory_gib must be > 0 (one GPU's memory) or null, got {gib}")
+        return problems
+
 
 @dataclass
 class TrainingStrategyConfig:
@@ -72,6 +86,9 @@ class TrainingStrategyConfig:
     at once by torchrun; this bounds a rank that hangs or a lost node. Raise it when rank 0's
     checkpoint writes or evaluations take longer while the other ranks wait."""
 
+    def problems(self) -> list[str]:
+        return positive_problems({"distributed.training.timeout_s": self.timeout_s})
+
 
 @dataclass
 class DistributedConfig:
@@ -83,3 +100,6 @@ class DistributedConfig:
     """Join an existing Ray cluster at $RAY_ADDRESS (never started or managed by genalign)."""
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     training: TrainingStrategyConfig = field(default_factory=TrainingStrategyConfig)
+
+    def problems(self) -> list[str]:
+        return self.resources.problems() + self.training.problems()

@@ -36,7 +36,9 @@ RUNTIMES = get_args(RewardRuntimeName)
 
 
 def active_components(cfg: RewardConfig, components: dict[str, float] | None) -> dict[str, float]:
-    """Non-zero weights of `components` (default cfg.components); a config error lists every problem."""
+    """Non-zero weights of `components` (default cfg.components); a config error lists every
+    problem: the names, the weights and the block's own (`RewardConfig.problems`). The choices
+    are checked again for a config built in code (the loader checks them in a YAML one)."""
     weights = dict(cfg.components if components is None else components)
     problems = [REWARDS.check(name, cfg.allow_import) for name in weights]
     problems = [problem for problem in problems if problem]
@@ -47,10 +49,7 @@ def active_components(cfg: RewardConfig, components: dict[str, float] | None) ->
         problems.append(f"reward.runtime={cfg.runtime!r} is not supported; choose one of {', '.join(RUNTIMES)}")
     if cfg.video_reduction not in VIDEO_REDUCTIONS:
         problems.append(f"reward.video_reduction={cfg.video_reduction!r}: choose one of {', '.join(VIDEO_REDUCTIONS)}")
-    if cfg.batch_size < 1:
-        problems.append(f"reward.batch_size={cfg.batch_size} must be >= 1")
-    if cfg.num_threads < 1:
-        problems.append(f"reward.num_threads={cfg.num_threads} must be >= 1")
+    problems += cfg.problems()
     if problems:
         raise ValueError("invalid reward config:\n  " + "\n  ".join(problems))
     active = {name: float(weight) for name, weight in weights.items() if weight != 0}

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from genalign.config.checks import positive_problems
 Aggregation = Literal["weighted_sum", "advantage_sum"]
 RewardRuntimeName = Literal["local", "ray", "http"]
 VideoReduction = Literal["mean", "min"]
@@ -65,6 +66,21 @@ class RewardConfig:
     """Worker threads for async scoring with runtime=local. 1 calls the scorers in order, one
     chunk at a time, as serial scoring does (safe for a reward model on the GPU and for stateful
     scorers); more only for thread-safe, order-free scorers (rule rewards, remote services)."""
+
+    def problems(self) -> list[str]:
+        """Something to score, sizes and limits, and the reward server's address (the names
+        against the reward registry, and reward.kwargs against each scorer's options, are
+        preflight's: preflight/validate.py)."""
+        problems = []
+        if not self.components:
+            problems.append("reward.components is empty: name at least one reward, e.g. reward.components.ocr=1.0")
+        elif all(weight == 0 for weight in self.components.values()):
+            problems.append("reward.components: every weight is 0, so nothing would be scored")
+        problems += positive_problems({"reward.batch_size": self.batch_size, "reward.num_workers": self.num_workers,
+                                       "reward.num_threads": self.num_threads})
+        if self.timeout_s <= 0:
+            problems.append(f"reward.timeout_s must be > 0, got {self.timeout_s}")
+        return problems + self.http_problems()
 
     def http_problems(self) -> list[str]:
         """runtime=http needs an http(s) reward.url with a host, and a token variable name."""

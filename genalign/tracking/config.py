@@ -1,9 +1,10 @@
 """`trainer.loggers` and `trainer.wandb`: where metrics go besides the CSV files.
 
 Where it fits: `TrainerConfig` holds these keys; the loader refuses a logger or W&B mode
-that is not one of the `Logger` / `WandbMode` choices, and `validate` calls `logger_problems`
-so a missing `csv` or a tracker whose package is not installed is a config error before any
-model loads; `training/setup.build_trackers` reads them on rank 0.
+that is not one of the `Logger` / `WandbMode` choices, `TrainerConfig.problems` a logger list
+without `csv` (`logger_problems`), and `validate` a tracker whose package is not installed on
+this machine (`tracker_problems`), all before any model loads; `training/setup.build_trackers`
+reads them on rank 0.
 """
 
 from __future__ import annotations
@@ -84,18 +85,19 @@ class SampleTableConfig:
     """Rollout samples per table: the first ones of the step's batch (rank 0's), spread over
     its prompt groups, at most the batch size."""
 
+    def problems(self) -> list[str]:
+        problems = []
+        if self.every < 0:
+            problems.append(f"trainer.sample_table.every must be >= 0 (0 disables it), got {self.every}")
+        if self.count < 1:
+            problems.append(f"trainer.sample_table.count must be >= 1, got {self.count}")
+        return problems
 
-def logger_problems(loggers: list[str], wandb: WandbConfig, check_installed: bool = True) -> list[str]:
-    """Every problem with trainer.loggers / trainer.wandb (empty when usable on this machine).
-    `check_installed=False` skips the installed-package check (a checkpoint's config evaluated
-    by `genalign eval`, which logs to no tracker)."""
+
+def logger_problems(loggers: list[str]) -> list[str]:
+    """trainer.loggers as a list (each name is one of LOGGERS: the loader checks the `Logger`
+    choice): csv present, no name twice. TrainerConfig.problems calls it."""
     problems = []
-    for name in loggers:  # each one of LOGGERS: the loader checks the `Logger` choice
-        if check_installed and name in TRACKER_PACKAGES:
-            missing = missing_package_problem(f"trainer.loggers: {name}", TRACKER_PACKAGES[name], "trackers",
-                                              f"or remove {name} from trainer.loggers")
-            if missing:
-                problems.append(missing)
     repeated = sorted({name for name in loggers if loggers.count(name) > 1})
     if repeated:
         problems.append(f"trainer.loggers lists {', '.join(repeated)} more than once")
@@ -103,7 +105,21 @@ def logger_problems(loggers: list[str], wandb: WandbConfig, check_installed: boo
         example = ",".join(["csv", *(name for name in dict.fromkeys(loggers) if name in TRACKER_PACKAGES)])
         problems.append("trainer.loggers must include csv: metrics.csv is the run's record (resume continues it); "
                         f"add trackers beside it: trainer.loggers=[{example}]")
-    if check_installed and "wandb" in loggers:  # the environment is this machine's, like the packages
+    return problems
+
+
+def tracker_problems(loggers: list[str], wandb: WandbConfig) -> list[str]:
+    """Whether this machine can run the selected trackers: each one's package is installed,
+    and a W&B run's mode from the environment ($WANDB_MODE) is one genalign supports. A
+    checkpoint's config evaluated by `genalign eval` logs to no tracker and skips this."""
+    problems = []
+    for name in loggers:
+        if name in TRACKER_PACKAGES:
+            missing = missing_package_problem(f"trainer.loggers: {name}", TRACKER_PACKAGES[name], "trackers",
+                                              f"or remove {name} from trainer.loggers")
+            if missing:
+                problems.append(missing)
+    if "wandb" in loggers:
         mode = resolve_wandb(wandb, os.environ)["mode"]
         if mode not in WANDB_MODES:
             problems.append(f"trainer.loggers=wandb: the environment sets WANDB_MODE={mode!r}, which genalign does "

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from genalign.tracking.config import Logger, SampleTableConfig, WandbConfig
+from genalign.config.checks import empty_path_problems, non_negative_problems, positive_problems
+from genalign.tracking.config import Logger, SampleTableConfig, WandbConfig, logger_problems
 
 
 @dataclass
@@ -51,6 +53,22 @@ class TrainerConfig:
     nothing: every sample's advantage zero (all rewards of each group equal), no optimizer
     step, or a non-finite loss. null never stops for that."""
 
+    def problems(self) -> list[str]:
+        """The run's length, cadences, limits and logger list (whether a tracker's package is
+        installed is this machine's question: tracking/config.py:tracker_problems)."""
+        problems = positive_problems({"trainer.num_steps": self.num_steps})
+        problems += non_negative_problems({"trainer.save_every": self.save_every}, " (0 disables it)")
+        problems += empty_path_problems({"trainer.output_dir": self.output_dir})
+        problems += logger_problems(self.loggers) + self.sample_table.problems()
+        if self.max_idle_steps is not None and self.max_idle_steps < 1:
+            problems.append(f"trainer.max_idle_steps={self.max_idle_steps} must be >= 1 (null never stops a run "
+                            "for steps that train nothing)")
+        if not (self.signal_grace_s >= 0 and math.isfinite(self.signal_grace_s)):
+            problems.append(f"trainer.signal_grace_s={self.signal_grace_s} must be a finite number >= 0")
+        if self.keep_last is not None and self.keep_last < 1:
+            problems.append(f"trainer.keep_last={self.keep_last} must be >= 1 (null keeps every checkpoint)")
+        return problems
+
 
 LossNormalisation = Literal["rank_mean", "global_unit_mean"]
 LOSS_NORMALISATIONS = get_args(LossNormalisation)
@@ -72,6 +90,12 @@ class EMAConfig:
     cadence: EMACadence = "micro_batch"
     """"micro_batch": Flow-GRPO's call after every replay micro-batch (an update at count g
     runs once per micro-batch while g holds); "optimizer_step": once per optimizer step."""
+
+    def problems(self) -> list[str]:
+        problems = positive_problems({"actor.ema.update_every": self.update_every})
+        if not 0 <= self.decay < 1:
+            problems.append(f"actor.ema.decay must be in [0, 1) (1 would never move the average), got {self.decay}")
+        return problems
 
 
 @dataclass
@@ -111,3 +135,23 @@ class ActorConfig:
     the union (verl's global token count, transformers' average_tokens_across_devices).
     Identical on one process or with equal counts on every rank."""
     ema: EMAConfig = field(default_factory=EMAConfig)
+
+    def problems(self) -> list[str]:
+        """AdamW's ranges and the update rhythm's sizes (how they divide a step's samples is
+        a check across rollout.* and actor.*: preflight/validate.py)."""
+        sizes = {"actor.gradient_accumulation_steps": self.gradient_accumulation_steps,
+                 "actor.num_inner_epochs": self.num_inner_epochs}
+        if self.micro_batch_size is not None:
+            sizes["actor.micro_batch_size"] = self.micro_batch_size
+        problems = positive_problems(sizes)
+        if self.lr <= 0:
+            problems.append(f"actor.lr must be > 0, got {self.lr}")
+        if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
+            problems.append(f"actor.betas must be two numbers in [0, 1) (AdamW's beta1, beta2), got {self.betas}; "
+                            "e.g. actor.betas=[0.9,0.999]")
+        if self.eps <= 0:
+            problems.append(f"actor.eps must be > 0, got {self.eps}")
+        problems += non_negative_problems({"actor.weight_decay": self.weight_decay})
+        if self.max_grad_norm <= 0:
+            problems.append(f"actor.max_grad_norm must be > 0 (gradients are clipped to it), got {self.max_grad_norm}")
+        return problems + self.ema.problems()

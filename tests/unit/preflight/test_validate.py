@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from genalign.config.errors import ConfigError
@@ -177,3 +179,32 @@ def test_keys_types_and_choices_come_first_all_together():
         load_config(OCR, ["rollout.sample_batch_size=5", "model.dtype=half", "rollout.n=eight", "actor.lrr=1"])
     assert [problem.split(":")[0].split("=")[0] for problem in info.value.problems] == \
         ["model.dtype", "rollout.n", "actor.lrr"]  # in schema order
+
+
+def test_every_block_owns_its_problems_beside_its_fields():
+    defaults = ExperimentConfig()
+    for field in dataclasses.fields(defaults):
+        block = getattr(defaults, field.name)
+        if dataclasses.is_dataclass(block):  # recipe is a string
+            assert callable(getattr(block, "problems", None)), f"{type(block).__name__} has no problems()"
+    assert defaults.reward.problems() == ["reward.components is empty: name at least one reward, e.g. "
+                                          "reward.components.ocr=1.0"]
+    assert [block.problems() for block in (defaults.model, defaults.rollout, defaults.actor, defaults.algorithm,
+                                           defaults.data, defaults.eval, defaults.trainer, defaults.distributed)] \
+        == [[]] * 8
+
+
+def test_block_problems_come_in_schema_order_and_bad_sizes_hide_only_what_divides_by_them(cfg):
+    cfg.trainer.keep_last = 0
+    cfg.rollout.n = 0
+    cfg.rollout.sde_window.size = -1
+    cfg.algorithm.advantage.eps = -1e-4  # was only found by group_advantages, after the model loaded
+    cfg.model.lora.rank = 0
+    cfg.actor.gradient_accumulation_steps = 3  # would not divide 8 micro-batches; rollout.n = 0 hides that
+    assert validate(cfg) == [
+        "model.lora.rank must be positive, got 0",
+        "rollout.n must be positive, got 0",
+        "rollout.sde_window.size must be >= 0 (0 = no window), got -1",
+        "algorithm.advantage.eps must be >= 0, got -0.0001",
+        "trainer.keep_last=0 must be >= 1 (null keeps every checkpoint)",
+    ]

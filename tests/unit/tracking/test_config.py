@@ -7,18 +7,21 @@ import importlib.util
 import pytest
 
 from genalign.config.errors import ConfigError
+from genalign.config.loader import compose_config
 from genalign.preflight.load import load_config
-from genalign.tracking.config import WandbConfig, logger_problems, resolve_wandb
+from genalign.preflight.validate import validate
+from genalign.tracking.config import WandbConfig, logger_problems, resolve_wandb, tracker_problems
 
 
 def test_default_is_csv_only_and_valid():
     cfg = load_config(None, ["trainer.output_dir=/tmp/unused-genalign-run"])
     assert cfg.trainer.loggers == ["csv"] and cfg.trainer.wandb.mode is None  # null: $WANDB_MODE, else offline
-    assert logger_problems(["csv", "tensorboard", "wandb"], WandbConfig()) == []
+    assert logger_problems(["csv", "tensorboard", "wandb"]) == []
+    assert tracker_problems(["csv", "tensorboard", "wandb"], WandbConfig()) == []  # installed with [dev]
 
 
 def test_repeated_and_csv_less_loggers_are_named():
-    problems = logger_problems(["wandb", "wandb"], WandbConfig())
+    problems = logger_problems(["wandb", "wandb"])
     assert problems == [
         "trainer.loggers lists wandb more than once",
         "trainer.loggers must include csv: metrics.csv is the run's record (resume continues it); add trackers "
@@ -45,7 +48,8 @@ def test_a_selected_tracker_that_is_not_installed_names_the_extra(monkeypatch):
     assert err.value.problems == ["trainer.loggers: wandb needs the wandb package, which is not installed; "
                                   "pip install 'genalign[trackers]' or remove wandb from trainer.loggers"]
     # a checkpoint's config (genalign eval, resume checks) logs nowhere: not this machine's concern
-    assert logger_problems(["csv", "wandb"], WandbConfig(), check_installed=False) == []
+    assert logger_problems(["csv", "wandb"]) == []
+    assert validate(compose_config(None, ["trainer.loggers=[csv,wandb]"]), check_machine=False) == []
 
 
 def test_wandb_settings_follow_wandb_precedence_config_then_environment_then_default():
