@@ -34,7 +34,8 @@ def noised(clean: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor) -> tup
     return (1 - s) * clean + s * noise, noise - clean
 
 
-def optimality_probability(advantages: torch.Tensor, adv_clip_max: float, adv_mode: NFTAdvantageMode = "all") -> torch.Tensor:
+def optimality_probability(advantages: torch.Tensor, adv_clip_max: float,
+                           adv_mode: NFTAdvantageMode = "all") -> torch.Tensor:
     """DiffusionNFT's reward -> r ∈ [0, 1] (§4.2, official `train_nft_sd3.py`):
     A ← clamp(A, ±adv_clip_max), then `adv_mode` (all | positive_only: max(A, 0) |
     negative_only: min(A, 0) | one_only: 1 if A > 0 else 0 | binary: sign(A)), then

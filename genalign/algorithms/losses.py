@@ -93,8 +93,8 @@ def ratio_norm_log_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor, m
 ROLLOUT_CORRECTION_MODES = get_args(RolloutCorrectionMode)
 
 
-def rollout_correction_weights(proximal_log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor, mode: RolloutCorrectionMode,
-                               threshold: float) -> torch.Tensor:
+def rollout_correction_weights(proximal_log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor,
+                               mode: RolloutCorrectionMode, threshold: float) -> torch.Tensor:
     """Importance weights [B] for samples drawn by a behaviour policy other than the one trained
     (a stale rollout worker, a different numeric path), detached:
 
