@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from genalign.config.checks import non_negative_problems, positive_problems
+from genalign.rewards.config import active_weights
 
 
 @dataclass
@@ -35,6 +36,11 @@ class EvalConfig:
     divergence_window: int = 3
     """Flag divergence when over the last k evaluations the training reward rose by more than 2
     standard errors of the difference while gold did not (evaluation/evaluator.gold_divergence)."""
+
+    def active_gold_rewards(self) -> dict[str, float]:
+        """eval.gold_rewards without the ones weighted 0 (`rewards/config.py:active_weights`):
+        none left, and gold monitoring is off."""
+        return active_weights(self.gold_rewards)
 
     def problems(self) -> list[str]:
         """Sizes, cadence and CFG scale of the evaluation (the gold rewards' and quality

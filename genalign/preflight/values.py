@@ -43,8 +43,8 @@ def selected_reward_options(cfg: ExperimentConfig) -> list[tuple[str, str, Any]]
     from genalign.rewards.options import parse_options
     from genalign.rewards.registry import REWARD_OPTIONS
 
-    selected = {"reward.components": [name for name, weight in cfg.reward.components.items() if weight],
-                "eval.gold_rewards": [name for name, weight in cfg.eval.gold_rewards.items() if weight],
+    selected = {"reward.components": list(cfg.reward.active_components()),
+                "eval.gold_rewards": list(cfg.eval.active_gold_rewards()),
                 "eval.quality_metrics": list(cfg.eval.quality_metrics)}
     found = []
     for key, names in selected.items():

@@ -11,6 +11,14 @@ Aggregation = Literal["weighted_sum", "advantage_sum"]
 RewardRuntimeName = Literal["local", "ray", "http"]
 VideoReduction = Literal["mean", "min"]
 
+def active_weights(weights: dict[str, float]) -> dict[str, float]:
+    """The scorers of a {name: weight} mapping (reward.components, eval.gold_rewards) that are
+    on. A weight of 0 turns a scorer off: it is never built, loaded, planned, placed or scored,
+    so a recipe's scorer can be switched off from the command line (reward.components.ocr=0).
+    The one place that rule is written."""
+    return {name: weight for name, weight in weights.items() if weight != 0}
+
+
 REWARD_PATH_OPTIONS = {"toy_shape": "path", "toy_shape_judge": "path", "aesthetic": "head_path",
                        "hpsv2": "weights_path", "hpsv21": "weights_path", "image_reward": "weights_path"}
 """Scorer options that name a local file or directory (never a hub id), checked up front
@@ -67,6 +75,10 @@ class RewardConfig:
     chunk at a time, as serial scoring does (safe for a reward model on the GPU and for stateful
     scorers); more only for thread-safe, order-free scorers (rule rewards, remote services)."""
 
+    def active_components(self) -> dict[str, float]:
+        """reward.components without the ones weighted 0 (`active_weights`)."""
+        return active_weights(self.components)
+
     def problems(self) -> list[str]:
         """Something to score, sizes and limits, and the reward server's address (the names
         against the reward registry, and reward.kwargs against each scorer's options, are
@@ -74,7 +86,7 @@ class RewardConfig:
         problems = []
         if not self.components:
             problems.append("reward.components is empty: name at least one reward, e.g. reward.components.ocr=1.0")
-        elif all(weight == 0 for weight in self.components.values()):
+        elif not self.active_components():
             problems.append("reward.components: every weight is 0, so nothing would be scored")
         problems += positive_problems({"reward.batch_size": self.batch_size, "reward.num_workers": self.num_workers,
                                        "reward.num_threads": self.num_threads})
