@@ -26,6 +26,8 @@ OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
     ("model.embedded_guidance", 3.5, "model.family=sd3 has no guidance embedding"),
     ("reward.kwargs", {"ocr": {"engin": "x"}}, "did you mean reward.kwargs.ocr.engine"),
     ("reward.kwargs", {"ocr": {"num_threads": "four"}}, "reward.kwargs.ocr.num_threads: expected int"),
+    # a scorer's closed option is a Literal too: refused here, not when the scorer is built
+    ("reward.kwargs", {"ocr": {"engine": "paddle"}}, "reward.kwargs.ocr.engine='paddle' is not supported"),
     ("model.num_frames", 33, "model.num_frames=33: model.family=sd3 generates images"),
     ("model.num_frames", 0, "model.num_frames must be >= 1"),
     ("model.negative_prompt", "blurry", "model.negative_prompt is set but model.family=sd3"),
