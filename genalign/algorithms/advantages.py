@@ -12,10 +12,15 @@ detected exactly (min == max) rather than through a rounded std.
 
 from __future__ import annotations
 
+from typing import get_args
+
 import torch
 
-STD_CONVENTIONS = ("population", "unbiased")
-AGGREGATION_MODES = ("weighted_sum", "advantage_sum")
+from genalign.algorithms.config import StdConvention
+from genalign.rewards.config import Aggregation
+
+STD_CONVENTIONS = get_args(StdConvention)
+AGGREGATION_MODES = get_args(Aggregation)
 
 
 def _check_rewards(rewards: torch.Tensor, group_ids: torch.Tensor) -> None:
@@ -64,7 +69,7 @@ def _group_mean_std(rewards: torch.Tensor, dense: torch.Tensor, num_groups: int,
 
 
 def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, *, per_prompt: bool = True,
-                     global_std: bool = True, std: str = "population", eps: float = 1e-4,
+                     global_std: bool = True, std: StdConvention = "population", eps: float = 1e-4,
                      normalize_by_std: bool = True) -> torch.Tensor:
     """A_k = (R_k − mean_group(R)) / (std + eps), float32 [B] (docs/algorithms.md §2.4).
 
@@ -113,7 +118,7 @@ def zero_std_group_fraction(rewards: torch.Tensor, group_ids: torch.Tensor) -> f
 
 
 def aggregate_advantages(component_rewards: dict[str, torch.Tensor], weights: dict[str, float],
-                         group_ids: torch.Tensor, mode: str, **group_kwargs) -> torch.Tensor:
+                         group_ids: torch.Tensor, mode: Aggregation, **group_kwargs) -> torch.Tensor:
     """Combine reward components into one advantage, float32 [B] (docs/algorithms.md §2.4, §7.1).
 
     * "weighted_sum": R = Σ_k w_k r_k, then one `group_advantages(R)` (Flow-GRPO, NFT).

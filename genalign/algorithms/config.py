@@ -3,6 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+from genalign.config.checks import non_negative_problems
+
+StdConvention = Literal["population", "unbiased"]
+RolloutCorrectionMode = Literal["off", "truncate", "mask"]
+GuardBias = Literal["micro_batch", "per_sample"]
+NFTAdvantageMode = Literal["all", "positive_only", "negative_only", "one_only", "binary"]
+DPOSource = Literal["online", "offline"]
+DPOSampler = Literal["reference", "policy"]
+DPOTiedGroups = Literal["pair", "drop"]
+KLType = Literal["latent_mean", "velocity"]
+TimestepSelection = Literal["first", "random"]
+TokenLogProb = Literal["guided", "conditional"]
 
 
 @dataclass
@@ -13,12 +27,15 @@ class AdvantageConfig:
     """Normalise within each prompt group; false = over the whole batch."""
     global_std: bool = True
     """Divide by the std of the whole batch instead of the group's (Flow-GRPO SD3 default)."""
-    std: str = "population"
+    std: StdConvention = "population"
     """"population" (numpy, ddof=0: Flow-GRPO) or "unbiased" (torch, ddof=1: DanceGRPO/verl)."""
     eps: float = 1e-4
     """Added to the std before dividing (Flow-GRPO: 1e-4)."""
     normalize_by_std: bool = True
     """False: mean-centering only (Dr.GRPO style)."""
+
+    def problems(self) -> list[str]:
+        return non_negative_problems({"algorithm.advantage.eps": self.eps})
 
 
 @dataclass
@@ -27,13 +44,18 @@ class RolloutCorrectionConfig:
     rollout worker, another numeric path), like verl's rollout_is / TIS. Off by default: the
     in-process rollout samples with the trained weights, and the parity preflight checks it."""
 
-    mode: str = "off"
+    mode: RolloutCorrectionMode = "off"
     """"off", "truncate" (TIS: w = min(ρ, threshold)) or "mask" (w = ρ inside [1/threshold,
     threshold], else 0), ρ = exp(ℓ_proximal − ℓ_rollout). On, the update first recomputes
     every trained step's log-prob under the current weights (one extra no-grad forward per
     trained step) and takes the PPO ratio against those (losses.rollout_correction_weights)."""
     threshold: float = 2.0
     """C, the truncation / mask bound (verl rollout_is_threshold default); must be > 1."""
+
+    def problems(self) -> list[str]:
+        if self.threshold <= 1:
+            return [f"algorithm.rollout_correction.threshold must be > 1, got {self.threshold}"]
+        return []
 
 
 @dataclass
@@ -43,7 +65,7 @@ class GuardConfig:
     reweight: bool = True
     """Divide each step's loss by mean(h)² = |Δσ| as the reference does (regulates the step's
     gradient scale); false keeps RatioNorm only (an ablation)."""
-    bias: str = "micro_batch"
+    bias: GuardBias = "micro_batch"
     """RatioNorm's mean-shift bias mean((μ_θ − μ_old)²)/(2S²): "micro_batch" (the reference
     code's, one scalar averaged over the micro-batch's samples and dimensions) or "per_sample"
     (each sample's own drift: every sample's normalised log-ratio is then exactly
@@ -58,7 +80,7 @@ class NFTConfig:
     beta: float = 1.0
     """Mixing strength β of the implicit policies v± = (1 ∓ β)·v_old ± β·v_θ; 1/β acts as a
     guidance strength (official: 1.0 for GenEval/PickScore/HPS, 0.1 for OCR and multi-reward)."""
-    adv_mode: str = "all"
+    adv_mode: NFTAdvantageMode = "all"
     """How the clamped advantage maps to the optimality probability r: all | positive_only |
     negative_only | one_only | binary (§4.2)."""
     adaptive_weight_min: float = 1e-5
@@ -70,6 +92,22 @@ class NFTConfig:
     old_decay_max: float = 0.5
     """η is capped here (decay_type 1: 0.5; decay_type 2, OCR: flat 75, rate 0.0075, max 0.999)."""
 
+    def problems(self) -> list[str]:
+        """The ranges of algorithm.nft (DiffusionNFT's `config_problems` reports them: the block
+        is read only when algorithm.name=nft)."""
+        problems = []
+        if self.beta <= 0:
+            problems.append(f"algorithm.nft.beta must be > 0, got {self.beta}")
+        if self.adaptive_weight_min <= 0:
+            problems.append(f"algorithm.nft.adaptive_weight_min must be > 0, got {self.adaptive_weight_min}")
+        if self.old_decay_flat < 0 or self.old_decay_rate < 0:
+            problems.append("algorithm.nft.old_decay_flat and old_decay_rate must be >= 0, got "
+                            f"{self.old_decay_flat} and {self.old_decay_rate}")
+        if not 0 <= self.old_decay_max < 1:
+            problems.append(f"algorithm.nft.old_decay_max must be in [0, 1) (1 would freeze the sampling policy), "
+                            f"got {self.old_decay_max}")
+        return problems
+
 
 @dataclass
 class DPOConfig:
@@ -79,16 +117,16 @@ class DPOConfig:
     beta: float = 100.0
     """β of the DPO logit −½·β·(Δ_w − Δ_l) (Flow-GRPO `config/dpo.py`: `train.beta = 100`;
     Diffusion-DPO's `beta_dpo` is 5000 for SD ε errors)."""
-    source: str = "online"
+    source: DPOSource = "online"
     """"online": each step's rollout groups give (best, worst)-by-reward pairs (rollout.n >= 2);
     "offline": pairs are read from data.preference_manifest, no rollout and no reward scoring
     during training (docs/preference_data.md)."""
-    sample_with: str = "reference"
+    sample_with: DPOSampler = "reference"
     """Online: which weights the rollout samples the pairs with. "reference" (as
     `train_sd3_dpo.py`, which samples with its "ref" adapter): the DPO reference, so the pairs
     come from the policy the loss compares against. "policy": the live (learner) weights, the
     fully on-policy variant (samples follow every update; the reference can fall far behind)."""
-    tied_groups: str = "pair"
+    tied_groups: DPOTiedGroups = "pair"
     """Online: a prompt group whose samples all score the same. "pair" (Flow-GRPO's
     `PerPromptStatTracker`, type "dpo"): its second sample is chosen over its first, so every
     group gives a pair; "drop": it gives no pair (only groups with a reward gap train)."""
@@ -96,6 +134,17 @@ class DPOConfig:
     """Copy the learner into the DPO reference every this many optimizer steps (Flow-GRPO's
     `train.ref_update_step`; its config comment names 40 for online DPO, its default 10⁷ never
     refreshes). 0 never refreshes: the reference stays the weights training started from."""
+
+    def problems(self) -> list[str]:
+        """The ranges of algorithm.dpo (Flow-DPO's `config_problems` reports them: the block is
+        read only when algorithm.name=dpo)."""
+        problems = []
+        if self.beta <= 0:
+            problems.append(f"algorithm.dpo.beta must be > 0, got {self.beta}")
+        if self.ref_update_step < 0:
+            problems.append(f"algorithm.dpo.ref_update_step must be >= 0 (0 never refreshes), got "
+                            f"{self.ref_update_step}")
+        return problems
 
 
 @dataclass
@@ -117,14 +166,14 @@ class AlgorithmConfig:
     """Weight of the KL to the reference (adapter-disabled) policy; 0 skips the reference pass.
     DiffusionNFT: the official `train.beta` (1e-4) on the velocity KL. Unused by dpo, which
     always evaluates the reference."""
-    kl_type: str = "latent_mean"
+    kl_type: KLType = "latent_mean"
     """"latent_mean": mean((mu - mu_ref)^2) / (2 s^2) as in Flow-GRPO code (docs/algorithms.md §2.5);
     "velocity": mean((v - v_ref)^2)."""
     timestep_fraction: float = 0.99
     """Train int(num_steps * fraction) stochastic steps of each trajectory (grpo: which ones is
     timestep_selection); nft and dpo train that many of the rollout schedule's σ's per sample,
     in a random order."""
-    timestep_selection: str = "first"
+    timestep_selection: TimestepSelection = "first"
     """"first": the first stochastic steps, in order (Flow-GRPO). "random": a random subset of
     the stochastic steps, the final denoising step never included (DanceGRPO's timestep
     dropout, §3.1); drawn per training step from the step's sample seeds (so resumable),
@@ -144,7 +193,7 @@ class AlgorithmConfig:
     Flow-GRPO does: they carry no policy gradient but would still dilute the policy loss while
     the KL term applies in full. Random dropped samples are put back until the kept count
     divides into the step's micro-batches, whose number stays fixed (they get smaller)."""
-    token_log_prob: str = "guided"
+    token_log_prob: TokenLogProb = "guided"
     """ar_grpo: which log-prob of an image token the ratio and KL use. "guided": the distribution
     that sampled it, softmax((l_u + w (l_c − l_u)) / T) over both CFG streams (the ratio is of
     the sampling policy, exactly 1 before the update). "conditional": the conditional stream
@@ -157,3 +206,17 @@ class AlgorithmConfig:
     """Options read when name=nft."""
     dpo: DPOConfig = field(default_factory=DPOConfig)
     """Options read when name=dpo."""
+
+    def problems(self) -> list[str]:
+        """The ranges every algorithm reads (the options one algorithm owns, algorithm.nft,
+        .dpo, .guard, are its `config_problems`' to check: algorithms/base.py)."""
+        problems = []
+        if self.clip_range <= 0:
+            problems.append(f"algorithm.clip_range must be > 0, got {self.clip_range}")
+        if self.adv_clip_max <= 0:  # clamp(A, -0, 0) zeroes every advantage: nothing would train
+            problems.append(f"algorithm.adv_clip_max must be > 0 (advantages are clamped to ±it), got "
+                            f"{self.adv_clip_max}")
+        problems += non_negative_problems({"algorithm.kl_beta": self.kl_beta})
+        if not 0 < self.timestep_fraction <= 1:
+            problems.append(f"algorithm.timestep_fraction must be in (0, 1], got {self.timestep_fraction}")
+        return problems + self.advantage.problems() + self.rollout_correction.problems()

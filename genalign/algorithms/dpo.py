@@ -31,11 +31,12 @@ Training is CFG-free (guidance 1), like Diffusion-DPO (no conditioning dropout).
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
+from typing import get_args
 
 import torch
 
 from genalign.algorithms.base import AlgorithmBase
-from genalign.algorithms.config import AlgorithmConfig
+from genalign.algorithms.config import AlgorithmConfig, DPOTiedGroups
 from genalign.algorithms.forward_draws import num_train_positions, schedule_draws
 from genalign.algorithms.forward_losses import flow_dpo_loss, noised, velocity_error
 from genalign.algorithms.advantages import _dense_group_index
@@ -45,13 +46,11 @@ from genalign.rollout.pairs import PreferencePairs
 from genalign.weights.shadow import ShadowWeights, load_shadow_state, shadow_state
 
 REF_PREFIX = "dpo_reference/"
-DPO_SOURCES = ("online", "offline")
-DPO_SAMPLERS = ("reference", "policy")
-DPO_TIED_GROUPS = ("pair", "drop")
+DPO_TIED_GROUPS = get_args(DPOTiedGroups)
 
 
 def best_worst_pairs(advantages: torch.Tensor, group_ids: torch.Tensor,
-                     tied_groups: str = "pair") -> tuple[torch.Tensor, torch.Tensor]:
+                     tied_groups: DPOTiedGroups = "pair") -> tuple[torch.Tensor, torch.Tensor]:
     """Per group, the position of the highest and of the lowest advantage (the first of each
     on ties, as torch.argmax / argmin). A group whose advantages all tie: "pair" makes its
     second member (in batch order) chosen and its first rejected, as Flow-GRPO's
@@ -97,20 +96,10 @@ class FlowDPO(AlgorithmBase):
         algorithm.dpo, and pair micro-batches that split into optimizer steps."""
         problems = super().config_problems(cfg)
         algorithm, rollout, actor, dpo = cfg.algorithm, cfg.rollout, cfg.actor, cfg.algorithm.dpo
-        if dpo.beta <= 0:
-            problems.append(f"algorithm.dpo.beta must be > 0, got {dpo.beta}")
-        if dpo.sample_with not in DPO_SAMPLERS:
-            problems.append(f"algorithm.dpo.sample_with={dpo.sample_with!r}: choose one of {', '.join(DPO_SAMPLERS)}")
-        if dpo.tied_groups not in DPO_TIED_GROUPS:
-            problems.append(f"algorithm.dpo.tied_groups={dpo.tied_groups!r}: choose one of {', '.join(DPO_TIED_GROUPS)}")
-        if dpo.ref_update_step < 0:
-            problems.append(f"algorithm.dpo.ref_update_step must be >= 0 (0 never refreshes), got {dpo.ref_update_step}")
+        problems += dpo.problems()
         if algorithm.kl_beta > 0:
             problems.append(f"algorithm.kl_beta={algorithm.kl_beta} is unused by algorithm.name=dpo (its reference "
                             "enters through the DPO logit, algorithm.dpo.beta): set it to 0")
-        if dpo.source not in DPO_SOURCES:
-            problems.append(f"algorithm.dpo.source={dpo.source!r}: choose one of {', '.join(DPO_SOURCES)}")
-            return problems
         if dpo.source == "offline" and cfg.data.preference_manifest is None:
             problems.append("algorithm.dpo.source=offline needs data.preference_manifest (a .jsonl of prompt/chosen/"
                             "rejected rows, docs/preference_data.md)")

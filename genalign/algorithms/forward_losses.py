@@ -7,12 +7,14 @@ Nothing here touches a model or a log-prob; every input is a tensor, every outpu
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, get_args
 
 import torch
 import torch.nn.functional as F
 
-NFT_ADV_MODES = ("all", "positive_only", "negative_only", "one_only", "binary")
+from genalign.algorithms.config import NFTAdvantageMode
+
+NFT_ADV_MODES = get_args(NFTAdvantageMode)
 
 
 def _broadcast(per_sample: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -32,7 +34,8 @@ def noised(clean: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor) -> tup
     return (1 - s) * clean + s * noise, noise - clean
 
 
-def optimality_probability(advantages: torch.Tensor, adv_clip_max: float, adv_mode: str = "all") -> torch.Tensor:
+def optimality_probability(advantages: torch.Tensor, adv_clip_max: float,
+                           adv_mode: NFTAdvantageMode = "all") -> torch.Tensor:
     """DiffusionNFT's reward -> r ∈ [0, 1] (§4.2, official `train_nft_sd3.py`):
     A ← clamp(A, ±adv_clip_max), then `adv_mode` (all | positive_only: max(A, 0) |
     negative_only: min(A, 0) | one_only: 1 if A > 0 else 0 | binary: sign(A)), then

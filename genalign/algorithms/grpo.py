@@ -30,8 +30,6 @@ from genalign.sampling.windows import trained_steps
 from genalign.weights.reference import ReferencePolicy
 
 
-GUARD_BIASES = ("micro_batch", "per_sample")
-
 
 class FlowGRPO(ClippedRatioBase):
     title = "Flow-GRPO"
@@ -155,8 +153,6 @@ class GRPOGuard(FlowGRPO):
 
         problems = super().config_problems(cfg)
         rollout, algorithm = cfg.rollout, cfg.algorithm
-        if algorithm.guard.bias not in GUARD_BIASES:
-            problems.append(f"algorithm.guard.bias={algorithm.guard.bias!r}: choose one of {', '.join(GUARD_BIASES)}")
         if rollout.kernel not in GAUSSIAN_KERNELS:
             problems.append(f"algorithm.name=grpo_guard normalises a Gaussian log-ratio; rollout.kernel="
                             f"{rollout.kernel!r} has none. Use one of: {', '.join(GAUSSIAN_KERNELS)}")

@@ -9,9 +9,11 @@ uses `token_kl` for its KL.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, get_args
 
 import torch
+
+from genalign.algorithms.config import RolloutCorrectionMode
 
 
 class PolicyLossOutput(NamedTuple):
@@ -88,11 +90,11 @@ def ratio_norm_log_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor, m
     return (log_probs - old_log_probs.detach() + bias) * scale  # [B]
 
 
-ROLLOUT_CORRECTION_MODES = ("off", "truncate", "mask")
+ROLLOUT_CORRECTION_MODES = get_args(RolloutCorrectionMode)
 
 
-def rollout_correction_weights(proximal_log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor, mode: str,
-                               threshold: float) -> torch.Tensor:
+def rollout_correction_weights(proximal_log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor,
+                               mode: RolloutCorrectionMode, threshold: float) -> torch.Tensor:
     """Importance weights [B] for samples drawn by a behaviour policy other than the one trained
     (a stale rollout worker, a different numeric path), detached:
 

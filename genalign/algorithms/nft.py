@@ -29,7 +29,7 @@ import torch
 from genalign.algorithms.base import AlgorithmBase
 from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.forward_draws import num_train_positions, schedule_draws
-from genalign.algorithms.forward_losses import (NFT_ADV_MODES, nft_policy_loss, noised, old_policy_decay,
+from genalign.algorithms.forward_losses import (nft_policy_loss, noised, old_policy_decay,
                                                 optimality_probability)
 from genalign.algorithms.losses import velocity_kl
 from genalign.models.base import FlowPolicy
@@ -57,19 +57,7 @@ class DiffusionNFT(AlgorithmBase):
         if algorithm.kl_beta > 0 and algorithm.kl_type != "velocity":
             problems.append("algorithm.name=nft has no SDE mean to compare: with algorithm.kl_beta > 0 set "
                             "algorithm.kl_type=velocity (DiffusionNFT's KL is mean (v - v_ref)^2)")
-        if nft.beta <= 0:
-            problems.append(f"algorithm.nft.beta must be > 0, got {nft.beta}")
-        if nft.adv_mode not in NFT_ADV_MODES:
-            problems.append(f"algorithm.nft.adv_mode={nft.adv_mode!r}: choose one of {', '.join(NFT_ADV_MODES)}")
-        if nft.adaptive_weight_min <= 0:
-            problems.append(f"algorithm.nft.adaptive_weight_min must be > 0, got {nft.adaptive_weight_min}")
-        if nft.old_decay_flat < 0 or nft.old_decay_rate < 0:
-            problems.append("algorithm.nft.old_decay_flat and old_decay_rate must be >= 0, got "
-                            f"{nft.old_decay_flat} and {nft.old_decay_rate}")
-        if not 0 <= nft.old_decay_max < 1:
-            problems.append(f"algorithm.nft.old_decay_max must be in [0, 1) (1 would freeze the sampling policy), "
-                            f"got {nft.old_decay_max}")
-        return problems
+        return problems + nft.problems()
 
     def __init__(self, cfg: AlgorithmConfig, reference: ReferencePolicy | None = None,
                  parameters: dict[str, torch.nn.Parameter] | None = None):

@@ -287,10 +287,14 @@ ENVIRONMENT_FACTS = {
 
 
 def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is typing.Literal:
+        return " | ".join(repr(choice) for choice in typing.get_args(tp))
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
 def _convert(tp: Any, value: Any, key: str, source: str, problems: list[str], provenance: dict[str, str]) -> Any:
+    """`value` as schema type `tp`; a value that is not one is a problem naming `key` and its
+    `source` (the returned None then lets the dataclass default stand in)."""
     origin = typing.get_origin(tp)
     if tp is Any:
         return value
@@ -299,20 +303,10 @@ def _convert(tp: Any, value: Any, key: str, source: str, problems: list[str], pr
             problems.append(f"{key}: expected a mapping of {tp.__name__} fields, got {value!r} (set in {source})")
             return tp()
         return _build(tp, value, key, provenance, problems)
+    if origin is typing.Literal:
+        return _choice(tp, value, key, source, problems)
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None:
-            if type(None) in args:
-                return None
-            problems.append(f"{key}: must not be null (set in {source})")
-            return None
-        for arg in (a for a in args if a is not type(None)):
-            attempt: list[str] = []
-            converted = _convert(arg, value, key, source, attempt, provenance)
-            if not attempt:
-                return converted
-        problems.append(f"{key}: expected {' | '.join(_type_name(a) for a in args)}, got {value!r} (set in {source})")
-        return None
+        return _convert_union(tp, value, key, source, problems, provenance)
     if origin is list:
         (item_type,) = typing.get_args(tp)
         if not isinstance(value, list):
@@ -326,6 +320,46 @@ def _convert(tp: Any, value: Any, key: str, source: str, problems: list[str], pr
             return {}
         return {str(k): _convert(value_type, v, f"{key}.{k}", provenance.get(f"{key}.{k}", source), problems,
                                  provenance) for k, v in value.items()}
+    return _convert_scalar(tp, value, key, source, problems)
+
+
+def _choice(tp: Any, value: Any, key: str, source: str, problems: list[str]) -> Any:
+    """A `Literal[...]` field: the value must be one of its choices (the annotation is the one
+    place a closed set of options is written; `--describe` lists it from there too)."""
+    choices = typing.get_args(tp)
+    if any(value == choice and type(value) is type(choice) for choice in choices):  # True is not 1
+        return value
+    close = difflib.get_close_matches(str(value), [str(choice) for choice in choices], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    problems.append(f"{key}={value!r} is not supported (set in {source}){hint} "
+                    f"Choose one of: {', '.join(map(str, choices))}")
+    return None
+
+
+def _convert_union(tp: Any, value: Any, key: str, source: str, problems: list[str],
+                   provenance: dict[str, str]) -> Any:
+    """`X | Y | None`: the first member type the value converts to. A string that no member
+    takes, where a member is a `Literal`, gets that Literal's message (its choices)."""
+    args = typing.get_args(tp)
+    if value is None:
+        if type(None) in args:
+            return None
+        problems.append(f"{key}: must not be null (set in {source})")
+        return None
+    for arg in (a for a in args if a is not type(None)):
+        attempt: list[str] = []
+        converted = _convert(arg, value, key, source, attempt, provenance)
+        if not attempt:
+            return converted
+    literal = next((a for a in args if typing.get_origin(a) is typing.Literal), None)
+    if literal is not None and isinstance(value, str):
+        return _choice(literal, value, key, source, problems)
+    problems.append(f"{key}: expected {' | '.join(_type_name(a) for a in args)}, got {value!r} (set in {source})")
+    return None
+
+
+def _convert_scalar(tp: Any, value: Any, key: str, source: str, problems: list[str]) -> Any:
+    """bool, int, float (an int or a numeric string is taken) or str, exactly."""
     if tp is bool:
         if isinstance(value, bool):
             return value

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from genalign.config.checks import empty_path_problems
+
 
 @dataclass
 class DataConfig:
@@ -21,3 +23,7 @@ class DataConfig:
     step draws rollout.rollout_batch_size pairs in a seeded epoch order (data.shuffle)."""
     shuffle: bool = True
     """Draw training prompts in a seeded random order (epoch-wise permutation)."""
+
+    def problems(self) -> list[str]:
+        """Whether each manifest exists is preflight/files.py's (a check of this machine's files)."""
+        return empty_path_problems({"data.manifest": self.manifest, "data.eval_manifest": self.eval_manifest})

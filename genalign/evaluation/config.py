@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from genalign.config.checks import non_negative_problems, positive_problems
+from genalign.rewards.config import active_weights
+
 
 @dataclass
 class EvalConfig:
@@ -41,3 +44,20 @@ class EvalConfig:
     divergence_window: int = 3
     """Flag divergence when over the last k evaluations the training reward rose by more than 2
     standard errors of the difference while gold did not (evaluation/evaluator.gold_divergence)."""
+
+    def active_gold_rewards(self) -> dict[str, float]:
+        """eval.gold_rewards without the ones weighted 0 (`rewards/config.py:active_weights`):
+        none left, and gold monitoring is off."""
+        return active_weights(self.gold_rewards)
+
+    def problems(self) -> list[str]:
+        """Sizes, cadence and CFG scale of the evaluation (the gold rewards' and quality
+        metrics' names against the reward registry are preflight's)."""
+        problems = positive_problems({"eval.num_steps": self.num_steps, "eval.max_prompts": self.max_prompts,
+                                      "eval.batch_size": self.batch_size,
+                                      "eval.samples_per_prompt": self.samples_per_prompt})
+        problems += non_negative_problems({"eval.every": self.every}, " (0 disables it)")
+        if self.guidance_scale is not None and self.guidance_scale < 1:
+            problems.append(f"eval.guidance_scale must be >= 1 (1.0 turns CFG off) or null (the rollout's), "
+                            f"got {self.guidance_scale}")
+        return problems

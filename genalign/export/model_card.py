@@ -128,7 +128,7 @@ def model_card(cfg: ExperimentConfig, step: int, eval_history: dict, kind: str, 
     library = "peft" if hub_class else "diffusers"
     front = front_matter(cfg, kind, pipeline_tag, library, widget_gallery(sample_sheets, eval_prompts))
     base_id = front.get("base_model")
-    used = {name: weight for name, weight in cfg.reward.components.items() if weight}
+    used = cfg.reward.active_components()
     lines = ["---", yaml.safe_dump(front, sort_keys=False, allow_unicode=True).rstrip(), "---", "",
              f"# {cfg.trainer.output_dir.rstrip('/').split('/')[-1]} ({kind})", "",
              f"{'LoRA adapter' if kind == 'lora' else 'Fine-tuned transformer'} for `{base_id or cfg.model.path}` "
@@ -155,7 +155,7 @@ def model_card(cfg: ExperimentConfig, step: int, eval_history: dict, kind: str, 
                   "| metric | value |", "|---|---|",
                   f"| eval reward (mean) | {_format(eval_history['reward'][index])} |"]
         if index < len(gold):
-            lines.append(f"| gold reward {', '.join(cfg.eval.gold_rewards)} (mean) | {_format(gold[index])} |")
+            lines.append(f"| gold reward {', '.join(cfg.eval.active_gold_rewards())} (mean) | {_format(gold[index])} |")
         if len(steps) > 1:
             lines.append(f"| eval reward at step {steps[0]} (mean) | {_format(eval_history['reward'][0])} |")
     else:

@@ -18,10 +18,11 @@ from __future__ import annotations
 import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, get_args, runtime_checkable
 
 import torch
 
+from genalign.models.config import ComputeDtype
 from genalign.models.config import LoraConfig, ModelCardConfig, ModelConfig  # noqa: F401  (their home is models/config.py)
 
 if TYPE_CHECKING:
@@ -362,7 +363,7 @@ def compute_precision(device: torch.device, dtype: torch.dtype):
 
 
 def resolve_dtype(name: str) -> torch.dtype:
-    table = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-    if name not in table:
-        raise ValueError(f"model.dtype={name!r}: choose one of {sorted(table)}")
-    return table[name]
+    """A `model.dtype` choice (`ComputeDtype`) -> the torch dtype of that name."""
+    if name not in get_args(ComputeDtype):
+        raise ValueError(f"model.dtype={name!r}: choose one of {sorted(get_args(ComputeDtype))}")
+    return getattr(torch, name)

@@ -7,7 +7,22 @@ config/, so composing a config never imports a model library.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from typing import Literal
+
+from genalign.config.checks import empty_path_problems, positive_problems
+from genalign.hub import HUB_ID
+
+LoraInit = Literal["gaussian", "default"]
+"""`model.lora.init`'s choices (what each passes to peft: weights/lora.py:LORA_INITS)."""
+ComputeDtype = Literal["float32", "float16", "bfloat16"]
+TrainMode = Literal["lora", "full"]
+CfgBatch = Literal["joint", "split"]
+CompileMode = Literal["regional", "full"]
+
+DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+"""`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
 
 
 @dataclass
@@ -18,12 +33,18 @@ class LoraConfig:
     """LoRA rank r."""
     alpha: float = 64.0
     """LoRA alpha; the effective scale is alpha / rank (Flow-GRPO SD3.5: r=32, alpha=64)."""
-    init: str = "gaussian"
+    init: LoraInit = "gaussian"
     """peft `init_lora_weights`: "gaussian" (Flow-GRPO), "default" (Kaiming A, zero B)."""
     dropout: float = 0.0
     """LoRA dropout on the adapter input (peft `lora_dropout`; Flow-GRPO: 0)."""
     target_modules: list[str] = field(default_factory=list)
     """Module-name suffixes the adapter attaches to; empty = the family's default targets."""
+
+    def problems(self) -> list[str]:
+        problems = positive_problems({"model.lora.rank": self.rank})
+        if not 0 <= self.dropout < 1:
+            problems.append(f"model.lora.dropout must be in [0, 1), got {self.dropout}")
+        return problems
 
 
 @dataclass
@@ -49,6 +70,18 @@ class ModelCardConfig:
     license_link: str | None = None
     """Where that licence's text is (with license: other)."""
 
+    def problems(self) -> list[str]:
+        problems = []
+        if self.license == "other" and not self.license_name:
+            problems.append("model.card.license=other needs model.card.license_name (and license_link): the Hub "
+                            "shows that name for a licence it does not list")
+        for key in ("base_model", "describes"):
+            value = getattr(self, key)
+            if value is not None and not HUB_ID.match(value):
+                problems.append(f"model.card.{key}={value!r} is not a Hub id (org/name); set the id the base model "
+                                "has on the Hub, or null")
+        return problems
+
 
 @dataclass
 class ModelConfig:
@@ -68,14 +101,14 @@ class ModelConfig:
     """Hugging Face hub id or a local directory written by `save_pretrained`."""
     revision: str | None = None
     """Hub revision (branch, tag or commit) of model.path; null: the default branch."""
-    dtype: str = "float32"
+    dtype: ComputeDtype = "float32"
     """Compute dtype of the denoiser and the frozen weights of the text encoders and base
     model: float32 | float16 | bfloat16. Trained weights (LoRA or full) and optimizer state
     stay float32 masters whatever this says; the denoiser runs under autocast to this dtype
     (float16 adds loss scaling). The SDE math and the VAE always run in float32."""
     device: str = "auto"
     """"auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:1", ..."""
-    train_mode: str = "lora"
+    train_mode: TrainMode = "lora"
     """"lora" (adapter only; the reference is the adapter-disabled model) or "full"."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     max_sequence_length: int = 128
@@ -109,7 +142,7 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     """Recompute the denoiser's activations in backward: the memory lever for larger replay
     micro-batches (about a third more train time)."""
-    cfg_batch: str = "joint"
+    cfg_batch: CfgBatch = "joint"
     """How CFG's two branches run: "joint" = one forward over [uncond, cond] (Flow-GRPO);
     "split" = two forwards of half the batch, so that with algorithm.detach_uncond the
     unconditional one runs without autograd in replay and backward covers only the
@@ -117,7 +150,7 @@ class ModelConfig:
     replay always use the same form, so the parity preflight stays exact either way."""
     compile: bool = False
     """torch.compile the denoiser (`compile_mode`); the first steps pay the compilation."""
-    compile_mode: str = "regional"
+    compile_mode: CompileMode = "regional"
     """"regional": compile each repeated transformer block once (diffusers' regional
     compilation; minutes less to compile, the same speed); "full": the whole denoiser."""
     allow_tf32: bool = True
@@ -125,3 +158,16 @@ class ModelConfig:
     card: ModelCardConfig = field(default_factory=ModelCardConfig)
     """Base-model metadata for exported model cards (the Hub id of a local copy, the licence);
     the presets set their model's licence."""
+
+    def problems(self) -> list[str]:
+        """The model.* values no family could run. What the family declares (sizes, frames, a
+        guidance embedding, a negative prompt) is checked in `family_checks.py`, from its spec."""
+        problems = empty_path_problems({"model.path": self.path})
+        if not DEVICE.match(self.device):
+            problems.append(f"model.device={self.device!r} is not a device; use auto, cpu, cuda or cuda:<index>")
+        if self.embedded_guidance is not None and self.embedded_guidance <= 0:
+            problems.append(f"model.embedded_guidance must be > 0 (FLUX.1-dev: 3.5) or null, got "
+                            f"{self.embedded_guidance}")
+        if self.num_frames < 1:
+            problems.append(f"model.num_frames must be >= 1, got {self.num_frames}")
+        return problems + self.lora.problems() + self.card.problems()

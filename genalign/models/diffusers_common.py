@@ -13,15 +13,16 @@ import os
 import re
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable
+from typing import Callable, get_args
 
 import torch
 
 from genalign.finite import require_finite_rows
 from genalign.models.base import Condition, ModelConfig, guided_velocity, resolve_device, resolve_dtype
+from genalign.models.config import CfgBatch
 from genalign.sampling.schedules import dynamic_shift_mu, pipeline_sigmas
 
-CFG_BATCHES = ("joint", "split")
+CFG_BATCHES = get_args(CfgBatch)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 

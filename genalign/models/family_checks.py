@@ -13,13 +13,10 @@ from typing import TYPE_CHECKING
 
 from genalign.config.registry import import_problem, is_dotted_path
 from genalign.models.spec import FamilySpec, families_with, spec_or_none
+from genalign.rollout.config import MAX_IMAGE_SIDE
 
 if TYPE_CHECKING:
     from genalign.config.schema import ExperimentConfig
-
-MAX_IMAGE_SIDE = 4096
-"""Largest rollout/eval side accepted: above it one image's latents and activations no longer
-fit any accelerator we target; a typo like 100000 should fail here, not in an allocator."""
 
 
 def family_problems(cfg: "ExperimentConfig") -> list[str]:
@@ -34,12 +31,10 @@ def family_problems(cfg: "ExperimentConfig") -> list[str]:
     if spec is None:
         return []
     problems = []
-    guidance = model.embedded_guidance
+    guidance = model.embedded_guidance  # its range (> 0) is ModelConfig.problems'
     if guidance is not None and not spec.guidance_embedding:
         problems.append(f"model.embedded_guidance={guidance}: model.family={spec.name} has no guidance "
                         f"embedding (only {families_with(lambda s: s.guidance_embedding)}); set it to null")
-    elif guidance is not None and guidance <= 0:
-        problems.append(f"model.embedded_guidance must be > 0 (FLUX.1-dev: 3.5) or null, got {guidance}")
     if model.offload_text_encoders and not spec.text_encoders:
         problems.append(f"model.offload_text_encoders=true: model.family={spec.name} has no separate text "
                         f"encoders (only {', '.join(families_with(lambda s: s.text_encoders))}); set it to false")
@@ -71,13 +66,12 @@ def size_problems(spec: FamilySpec, height: int, width: int) -> list[str]:
 
 
 def media_problems(spec: FamilySpec, num_frames: int, negative_prompt: str) -> list[str]:
-    """model.num_frames and model.negative_prompt against what the family reads."""
+    """model.num_frames and model.negative_prompt against what the family reads (num_frames >= 1
+    is ModelConfig.problems')."""
     problems = []
     video = ", ".join(families_with(lambda s: s.media == "video"))
     negative = ", ".join(families_with(lambda s: s.negative_prompt))
-    if num_frames < 1:
-        problems.append(f"model.num_frames must be >= 1, got {num_frames}")
-    elif num_frames > 1 and spec.media != "video":
+    if num_frames > 1 and spec.media != "video":
         problems.append(f"model.num_frames={num_frames}: model.family={spec.name} generates images; set "
                         f"model.num_frames=1 (video families: {video})")
     if negative_prompt and not spec.negative_prompt:

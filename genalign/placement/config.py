@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
+
+from genalign.config.checks import positive_problems
+
+TrainingStrategy = Literal["none", "ddp", "fsdp2"]
+DistributedBackend = Literal["auto", "gloo", "nccl"]
 
 
 @dataclass
@@ -19,7 +24,7 @@ class TrainerResources:
     }
     """Keys this role no longer has, with why: the loader's error for a config that sets one
     (a checkpoint's stored config drops them: they never did anything)."""
-    num_gpus: float | str = 0
+    num_gpus: float = 0
     """GPUs for the trainer: whole devices (the memory plan counts FSDP2 ranks from it when
     planning without torchrun's WORLD_SIZE); "auto" is the rollout role's alone."""
     devices: list[int] | None = None
@@ -30,7 +35,7 @@ class TrainerResources:
 class RolloutResources:
     """The rollout role: `rollout.engine=ray` actors."""
 
-    num_gpus: float | str = 0
+    num_gpus: float | Literal["auto"] = 0
     """GPUs for the rollout workers together; "auto" = what is left after the trainer."""
     num_cpus: float = 1
     """CPUs Ray reserves for each rollout worker."""
@@ -56,18 +61,33 @@ class ResourcesConfig:
     margin for what the plan does not model (docs/memory_plan.md gives that share per
     family). null: no memory check, and a model the plan cannot describe runs unplanned."""
 
+    def problems(self) -> list[str]:
+        """The memory check's inputs (the devices and GPU counts against this machine are
+        placement/resources.py's plan)."""
+        problems = []
+        fraction, gib = self.gpu_memory_fraction, self.gpu_memory_gib
+        if fraction is not None and not 0 < fraction <= 1:
+            problems.append(f"distributed.resources.gpu_memory_fraction must be in (0, 1] (the share of a GPU a "
+                            f"planned peak may fill) or null (no memory check), got {fraction}")
+        if gib is not None and gib <= 0:
+            problems.append(f"distributed.resources.gpu_memory_gib must be > 0 (one GPU's memory) or null, got {gib}")
+        return problems
+
 
 @dataclass
 class TrainingStrategyConfig:
-    strategy: str = "none"
+    strategy: TrainingStrategy = "none"
     """"none" (one process), "ddp" or "fsdp2" (launched by torchrun)."""
-    backend: str = "auto"
+    backend: DistributedBackend = "auto"
     """torch.distributed backend: "auto" (nccl on CUDA, gloo on CPU), "gloo", "nccl"."""
     timeout_s: float = 600.0
     """Seconds a rank waits in one collective before the job fails (torch.distributed's
     process-group timeout; NCCL's default, verl's nccl_timeout). A rank that died is noticed
     at once by torchrun; this bounds a rank that hangs or a lost node. Raise it when rank 0's
     checkpoint writes or evaluations take longer while the other ranks wait."""
+
+    def problems(self) -> list[str]:
+        return positive_problems({"distributed.training.timeout_s": self.timeout_s})
 
 
 @dataclass
@@ -80,3 +100,6 @@ class DistributedConfig:
     """Join an existing Ray cluster at $RAY_ADDRESS (never started or managed by genalign)."""
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     training: TrainingStrategyConfig = field(default_factory=TrainingStrategyConfig)
+
+    def problems(self) -> list[str]:
+        return self.resources.problems() + self.training.problems()

@@ -52,8 +52,8 @@ def ray_actor_pools(cfg, plan=None) -> list[ActorPool]:
     pools: list[ActorPool] = []
     reward = cfg.reward
     if reward.runtime == "ray":
-        groups = (("reward", [n for n, w in reward.components.items() if w]),
-                  ("gold reward", [n for n, w in cfg.eval.gold_rewards.items() if w]),
+        groups = (("reward", list(reward.active_components())),
+                  ("gold reward", list(cfg.eval.active_gold_rewards())),
                   ("quality metric", list(cfg.eval.quality_metrics)))
         pools += [ActorPool(f"{label} {name!r}", "reward.num_gpus_per_worker", reward.num_workers,
                             reward.num_cpus_per_worker, reward.num_gpus_per_worker)

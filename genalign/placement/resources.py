@@ -149,15 +149,34 @@ def _split_among_workers(devices: tuple[int, ...], num_workers: int,
 def plan_resources(dist: DistributedConfig, engine: str, rollout_workers: int, strategy: str,
                    facts: EnvironmentFacts) -> tuple[ResourcePlan | None, list[str]]:
     """Pure planning: (plan, problems). The plan is None when there are problems."""
+    res, ray = dist.resources, engine == "ray"
+    problems = _pin_problems(res)
+    trainer_gpus = _gpu_count(res.trainer.num_gpus, "distributed.resources.trainer.num_gpus", problems, False)
+    rollout_gpus = _gpu_count(res.rollout.num_gpus, "distributed.resources.rollout.num_gpus", problems, True)
+    if trainer_gpus is not None and trainer_gpus != int(trainer_gpus):
+        problems.append(f"distributed.resources.trainer.num_gpus={trainer_gpus:g}: the trainer process uses whole "
+                        "devices")
+    problems += _engine_problems(dist, ray, rollout_workers, strategy)
+    problems += _cross_node_problems(dist, ray, facts, rollout_gpus)
+    if problems:
+        return None, problems
+    workers = rollout_workers if ray else 0
+    if not facts.visible_gpus:  # CPU machine: the same presets, CPU resources
+        return _cpu_plan(dist, ray, workers, facts), []
+    return _gpu_plan(dist, ray, workers, strategy, facts, trainer_gpus, rollout_gpus)
+
+
+def _pin_problems(res) -> list[str]:
+    """Pinned device lists: distinct non-negative indices, inside visible_devices, and the
+    trainer's and the rollout's apart."""
     problems: list[str] = []
-    res = dist.resources
     pinned = {"distributed.resources.visible_devices": res.visible_devices,
               "distributed.resources.trainer.devices": res.trainer.devices,
               "distributed.resources.rollout.devices": res.rollout.devices}
     for key, devices in pinned.items():
         if devices is not None and (len(set(devices)) != len(devices) or any(d < 0 for d in devices)):
             problems.append(f"{key}={devices}: device indices must be distinct and >= 0")
-    pool_pin = tuple(res.visible_devices) if res.visible_devices is not None else None
+    pool_pin = res.visible_devices
     for key in ("distributed.resources.trainer.devices", "distributed.resources.rollout.devices"):
         if pool_pin is not None and pinned[key] is not None and not set(pinned[key]) <= set(pool_pin):
             problems.append(f"{key}={pinned[key]} is not within distributed.resources.visible_devices={list(pool_pin)}")
@@ -167,114 +186,81 @@ def plan_resources(dist: DistributedConfig, engine: str, rollout_workers: int, s
             problems.append(f"distributed.resources.trainer.devices={res.trainer.devices} and "
                             f"distributed.resources.rollout.devices={res.rollout.devices} overlap on {overlap}; "
                             "pinned roles must use different devices (use the colocated preset to share one)")
-    trainer_gpus = _gpu_count(res.trainer.num_gpus, "distributed.resources.trainer.num_gpus", problems, False)
-    rollout_gpus = _gpu_count(res.rollout.num_gpus, "distributed.resources.rollout.num_gpus", problems, True)
-    if trainer_gpus is not None and trainer_gpus != int(trainer_gpus):
-        problems.append(f"distributed.resources.trainer.num_gpus={trainer_gpus:g}: the trainer process uses whole "
-                        "devices")
+    return problems
 
-    ray = engine == "ray"
-    if ray:
-        if rollout_workers < 1:
-            problems.append(f"rollout.num_workers={rollout_workers} must be >= 1 with rollout.engine=ray")
-        if res.rollout.num_workers != rollout_workers:
-            problems.append(f"rollout.num_workers={rollout_workers} and distributed.resources.rollout.num_workers="
-                            f"{res.rollout.num_workers} disagree; set both to the number of rollout actors")
-        if res.rollout.num_cpus <= 0:
-            problems.append(f"distributed.resources.rollout.num_cpus={res.rollout.num_cpus} must be > 0")
-        if strategy != "none":
-            problems.append(f"rollout.engine=ray with distributed.training.strategy={strategy} is not supported: "
-                            "use rollout.engine=local (each rank samples its own groups) or strategy=none")
-    elif dist.preset.startswith("ray"):
-        problems.append(f"distributed.preset={dist.preset} with rollout.engine=local: the Ray presets need "
-                        "rollout.engine=ray")
-    if dist.cross_node:
-        if not ray:
-            problems.append("distributed.cross_node=true needs rollout.engine=ray")
-        if facts.ray_address is None:
-            problems.append("distributed.cross_node=true (preset ray_rollout_cross_node) joins an existing Ray cluster: "
-                            "set RAY_ADDRESS=<head-ip>:6379 in the environment (genalign never starts or manages "
-                            "clusters; start one with `ray start --head`)")
-        if res.rollout.devices is not None or res.visible_devices is not None:
-            problems.append("distributed.resources.rollout.devices / visible_devices cannot pin devices on other "
-                            "nodes with distributed.cross_node=true; remove them and let Ray place the workers")
-        if rollout_gpus is None:
-            problems.append("distributed.resources.rollout.num_gpus=auto cannot be resolved across nodes; give the "
-                            "number of GPUs for all rollout workers together")
-    if problems:
-        return None, problems
 
-    workers = rollout_workers if ray else 0
+def _engine_problems(dist: DistributedConfig, ray: bool, rollout_workers: int, strategy: str) -> list[str]:
+    """The Ray rollout pool's size and CPUs, and what it cannot be combined with."""
+    if not ray:
+        if dist.preset.startswith("ray"):
+            return [f"distributed.preset={dist.preset} with rollout.engine=local: the Ray presets need "
+                    "rollout.engine=ray"]
+        return []
+    problems = []
+    res = dist.resources
+    if rollout_workers < 1:
+        problems.append(f"rollout.num_workers={rollout_workers} must be >= 1 with rollout.engine=ray")
+    if res.rollout.num_workers != rollout_workers:
+        problems.append(f"rollout.num_workers={rollout_workers} and distributed.resources.rollout.num_workers="
+                        f"{res.rollout.num_workers} disagree; set both to the number of rollout actors")
+    if res.rollout.num_cpus <= 0:
+        problems.append(f"distributed.resources.rollout.num_cpus={res.rollout.num_cpus} must be > 0")
+    if strategy != "none":
+        problems.append(f"rollout.engine=ray with distributed.training.strategy={strategy} is not supported: "
+                        "use rollout.engine=local (each rank samples its own groups) or strategy=none")
+    return problems
+
+
+def _cross_node_problems(dist: DistributedConfig, ray: bool, facts: EnvironmentFacts,
+                         rollout_gpus: float | None) -> list[str]:
+    """distributed.cross_node joins a cluster that Ray places the workers in: no pins, no "auto"."""
+    if not dist.cross_node:
+        return []
+    problems = []
+    if not ray:
+        problems.append("distributed.cross_node=true needs rollout.engine=ray")
+    if facts.ray_address is None:
+        problems.append("distributed.cross_node=true (preset ray_rollout_cross_node) joins an existing Ray cluster: "
+                        "set RAY_ADDRESS=<head-ip>:6379 in the environment (genalign never starts or manages "
+                        "clusters; start one with `ray start --head`)")
+    if dist.resources.rollout.devices is not None or dist.resources.visible_devices is not None:
+        problems.append("distributed.resources.rollout.devices / visible_devices cannot pin devices on other "
+                        "nodes with distributed.cross_node=true; remove them and let Ray place the workers")
+    if rollout_gpus is None:
+        problems.append("distributed.resources.rollout.num_gpus=auto cannot be resolved across nodes; give the "
+                        "number of GPUs for all rollout workers together")
+    return problems
+
+
+def _cpu_plan(dist: DistributedConfig, ray: bool, workers: int, facts: EnvironmentFacts) -> ResourcePlan:
+    """No visible GPU: every role on CPU, whatever the preset asked for."""
+    res = dist.resources
+    if any(devices is not None for devices in (res.visible_devices, res.trainer.devices, res.rollout.devices)):
+        log.warning("no GPU is visible: distributed.resources device pins are not used; every role runs on CPU")
     num_cpus = float(res.rollout.num_cpus)
-    if not facts.visible_gpus:  # CPU machine: the same presets, CPU resources
-        if any(d is not None for d in pinned.values()):
-            log.warning("no GPU is visible: distributed.resources device pins are not used; every role runs on CPU")
-        rollout = RolloutPlacement(workers, num_cpus, 0.0, None) if ray else None
-        return ResourcePlan(False, (), None, (), rollout, dist.colocated,
-                            facts.ray_address if dist.cross_node else None, workers * num_cpus, 0.0), []
+    rollout = RolloutPlacement(workers, num_cpus, 0.0, None) if ray else None
+    return ResourcePlan(False, (), None, (), rollout, dist.colocated, facts.ray_address if dist.cross_node else None,
+                        workers * num_cpus, 0.0)
 
-    visible = facts.visible_gpus
-    pool = pool_pin if pool_pin is not None else visible
-    named = set(pool) | set(res.trainer.devices or ()) | set(res.rollout.devices or ())
-    missing = sorted(named - set(visible))
+
+def _gpu_plan(dist: DistributedConfig, ray: bool, workers: int, strategy: str, facts: EnvironmentFacts,
+              trainer_gpus: float | None, rollout_gpus: float | None) -> tuple[ResourcePlan | None, list[str]]:
+    """The trainer's devices, then the rollout workers' among the pool (visible_devices, else
+    every visible GPU); every device named must be visible."""
+    res, visible = dist.resources, facts.visible_gpus
+    pool = tuple(res.visible_devices) if res.visible_devices is not None else visible
+    missing = sorted((set(pool) | set(res.trainer.devices or ()) | set(res.rollout.devices or ())) - set(visible))
     if missing:
         return None, [f"distributed.resources pins device(s) {missing} but only {list(visible)} are visible "
                       "(CUDA_VISIBLE_DEVICES); pin visible devices or widen CUDA_VISIBLE_DEVICES"]
-
-    if res.trainer.devices is not None:
-        trainer_devices = tuple(res.trainer.devices)
-    else:
-        count = int(trainer_gpus or 0)
-        if count > len(pool):
-            problems.append(f"distributed.resources.trainer.num_gpus={count} but only {len(pool)} GPU(s) are visible "
-                            f"({list(pool)})")
-        trainer_devices = tuple(pool[:count])
-    if strategy == "none" and len(trainer_devices) > 1:
-        key = ("distributed.resources.trainer.devices" if res.trainer.devices is not None
-               else "distributed.resources.trainer.num_gpus")
-        problems.append(f"{key} gives the trainer GPUs {list(trainer_devices)}, but distributed.training.strategy=none "
-                        "trains in one process on one GPU; give the trainer one GPU, or launch torchrun "
-                        f"--nproc_per_node={len(trainer_devices)} with distributed.training.strategy=ddp or fsdp2")
-    rest = tuple(d for d in pool if d not in trainer_devices)
-
-    placement = None
+    problems: list[str] = []
+    trainer_devices = _trainer_devices(res, pool, trainer_gpus, strategy, problems)
     colocated = dist.colocated and res.rollout.devices is None
     if dist.colocated and not colocated:
         log.warning("distributed.colocated=true but distributed.resources.rollout.devices pins the rollout to "
                     "%s: the pins win, rollout and trainer use different devices", res.rollout.devices)
-    if ray and dist.cross_node:
-        per_worker = (rollout_gpus or 0.0) / workers
-        if per_worker > 1:
-            problems.append(_one_device_per_worker(int(rollout_gpus), "", workers))
-        placement = RolloutPlacement(workers, num_cpus, per_worker, None)
-    elif ray:
-        if res.rollout.devices is not None:
-            rollout_devices = tuple(res.rollout.devices)
-        elif colocated:
-            if not trainer_devices:
-                problems.append("distributed.colocated=true shares the trainer's GPU, but "
-                                "distributed.resources.trainer.num_gpus=0")
-            wanted = len(trainer_devices) if rollout_gpus is None else rollout_gpus
-            if wanted > len(trainer_devices):
-                problems.append(f"distributed.resources.rollout.num_gpus={wanted:g} but the colocated rollout shares "
-                                f"only the trainer's {len(trainer_devices)} GPU(s)")
-            rollout_devices = trainer_devices[:max(1, int(wanted))] if trainer_devices else ()
-        elif rollout_gpus is None:
-            if not rest:
-                problems.append(f"distributed.resources.rollout.num_gpus=auto: no GPU is left for rollout after the "
-                                f"trainer's {list(trainer_devices)} (visible: {list(pool)}); use the colocated preset "
-                                "/base/distributed=ray_rollout_colocated_single_gpu or free a device")
-            rollout_devices = rest
-        else:
-            need = max(1, int(-(-rollout_gpus // 1)))  # whole devices that hold the request
-            if need > len(rest):
-                problems.append(f"distributed.resources.rollout.num_gpus={rollout_gpus:g} with trainer.num_gpus="
-                                f"{len(trainer_devices)} needs {len(trainer_devices) + need} GPUs but only {len(pool)} "
-                                f"are visible ({list(pool)})")
-            rollout_devices = rest[:need]
-        if not problems:
-            per_worker, worker_devices = _split_among_workers(rollout_devices, workers, problems)
-            placement = RolloutPlacement(workers, num_cpus, per_worker, worker_devices)
+    placement = (_rollout_placement(dist, workers, trainer_devices, pool, rollout_gpus, colocated, problems)
+                 if ray else None)
     if problems:
         return None, problems
     cuda_indices = tuple(visible.index(d) for d in trainer_devices)
@@ -282,7 +268,77 @@ def plan_resources(dist: DistributedConfig, engine: str, rollout_workers: int, s
     ray_gpus = float(len(set(d for ds in placement.worker_devices for d in ds))) if (
         placement and placement.worker_devices) else 0.0
     return ResourcePlan(True, trainer_devices, local_index, cuda_indices, placement, colocated,
-                        facts.ray_address if dist.cross_node else None, workers * num_cpus, ray_gpus), []
+                        facts.ray_address if dist.cross_node else None, workers * float(res.rollout.num_cpus),
+                        ray_gpus), []
+
+
+def _trainer_devices(res, pool: tuple[int, ...], trainer_gpus: float | None, strategy: str,
+                     problems: list[str]) -> tuple[int, ...]:
+    """The pinned trainer devices, else the first trainer.num_gpus of the pool; one process
+    (strategy=none) trains on one device."""
+    if res.trainer.devices is not None:
+        devices = tuple(res.trainer.devices)
+    else:
+        count = int(trainer_gpus or 0)
+        if count > len(pool):
+            problems.append(f"distributed.resources.trainer.num_gpus={count} but only {len(pool)} GPU(s) are visible "
+                            f"({list(pool)})")
+        devices = tuple(pool[:count])
+    if strategy == "none" and len(devices) > 1:
+        key = ("distributed.resources.trainer.devices" if res.trainer.devices is not None
+               else "distributed.resources.trainer.num_gpus")
+        problems.append(f"{key} gives the trainer GPUs {list(devices)}, but distributed.training.strategy=none "
+                        "trains in one process on one GPU; give the trainer one GPU, or launch torchrun "
+                        f"--nproc_per_node={len(devices)} with distributed.training.strategy=ddp or fsdp2")
+    return devices
+
+
+def _rollout_placement(dist: DistributedConfig, workers: int, trainer_devices: tuple[int, ...],
+                       pool: tuple[int, ...], rollout_gpus: float | None, colocated: bool,
+                       problems: list[str]) -> RolloutPlacement | None:
+    """What each Ray rollout actor asks for: a share of rollout.num_gpus across nodes (Ray
+    places them), else its own devices of this node (None when `problems` has any)."""
+    num_cpus = float(dist.resources.rollout.num_cpus)
+    if dist.cross_node:
+        per_worker = (rollout_gpus or 0.0) / workers
+        if per_worker > 1:
+            problems.append(_one_device_per_worker(int(rollout_gpus), "", workers))
+        return RolloutPlacement(workers, num_cpus, per_worker, None)
+    rollout_devices = _rollout_devices(dist.resources, colocated, trainer_devices, pool, rollout_gpus, problems)
+    if problems:
+        return None
+    per_worker, worker_devices = _split_among_workers(rollout_devices, workers, problems)
+    return RolloutPlacement(workers, num_cpus, per_worker, worker_devices)
+
+
+def _rollout_devices(res, colocated: bool, trainer_devices: tuple[int, ...], pool: tuple[int, ...],
+                     rollout_gpus: float | None, problems: list[str]) -> tuple[int, ...]:
+    """The devices the rollout workers share: pinned; the trainer's (colocated); every device
+    the trainer leaves ("auto"); or as many of those as rollout.num_gpus needs."""
+    if res.rollout.devices is not None:
+        return tuple(res.rollout.devices)
+    if colocated:
+        if not trainer_devices:
+            problems.append("distributed.colocated=true shares the trainer's GPU, but "
+                            "distributed.resources.trainer.num_gpus=0")
+        wanted = len(trainer_devices) if rollout_gpus is None else rollout_gpus
+        if wanted > len(trainer_devices):
+            problems.append(f"distributed.resources.rollout.num_gpus={wanted:g} but the colocated rollout shares "
+                            f"only the trainer's {len(trainer_devices)} GPU(s)")
+        return trainer_devices[:max(1, int(wanted))] if trainer_devices else ()
+    rest = tuple(d for d in pool if d not in trainer_devices)
+    if rollout_gpus is None:
+        if not rest:
+            problems.append(f"distributed.resources.rollout.num_gpus=auto: no GPU is left for rollout after the "
+                            f"trainer's {list(trainer_devices)} (visible: {list(pool)}); use the colocated preset "
+                            "/base/distributed=ray_rollout_colocated_single_gpu or free a device")
+        return rest
+    need = max(1, int(-(-rollout_gpus // 1)))  # whole devices that hold the request
+    if need > len(rest):
+        problems.append(f"distributed.resources.rollout.num_gpus={rollout_gpus:g} with trainer.num_gpus="
+                        f"{len(trainer_devices)} needs {len(trainer_devices) + need} GPUs but only {len(pool)} "
+                        f"are visible ({list(pool)})")
+    return rest[:need]
 
 
 def resolve_resources(cfg, facts: EnvironmentFacts | None = None) -> ResourcePlan:

@@ -34,9 +34,7 @@ def family_problems(cfg: ExperimentConfig) -> list[str]:
             if value:
                 problems.append(f"{key}={value} shapes an SDE rollout; model.family={family} samples image tokens "
                                 "(seeded per sample) and has none: remove it")
-    if rollout.temperature <= 0:
-        problems.append(f"rollout.temperature must be > 0 (the sampler's softmax temperature), got {rollout.temperature}")
-    elif rollout.temperature != 1.0 and not token_family:
+    if 0 < rollout.temperature != 1.0 and not token_family:  # <= 0: RolloutConfig.problems reports it
         problems.append(f"rollout.temperature={rollout.temperature} is read by token families only "
                         f"({', '.join(token_family_names())}); model.family={family} samples with an SDE: remove it")
     return problems

@@ -4,8 +4,10 @@ values and the first line of its docstring.
 Where it fits: the keys are the fields of `ExperimentConfig` and the dataclasses under it,
 each documented by the string literal under the field (the convention of every config
 dataclass here; `field_docs` reads it from the source with `ast`, the way Sphinx reads
-attribute docstrings). Allowed values come from the same tables `validate` checks against, so
-the help cannot drift from what a run accepts. A test requires a docstring for every key.
+attribute docstrings). Allowed values are read from the field's type: a closed set of options
+is a `Literal[...]` annotation, which the loader checks a value against, so the help cannot
+drift from what a run accepts; a name resolved by a registry (model.family, algorithm.name)
+lists the registered names. A test requires a docstring for every key.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import ast
 import dataclasses
 import inspect
 import textwrap
+import types
 import typing
 from dataclasses import dataclass
 from functools import cache
@@ -60,20 +63,44 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def allowed_values() -> dict[str, tuple[str, ...]]:
-    """Dotted key -> the closed set of values `validate` accepts for it."""
+def registered_names() -> dict[str, tuple[str, ...]]:
+    """Keys whose value a registry resolves: its registered names (your own dotted path,
+    listed in allow_import, is accepted too, so these are the shipped choices, not all)."""
     from genalign.algorithms.registry import ALGORITHMS
-    from genalign.preflight.validate import CHOICES
     from genalign.models.registry import MODEL_FAMILIES
-    from genalign.tracking.config import LOGGERS, WANDB_MODES
 
-    return {**CHOICES, "model.family": tuple(MODEL_FAMILIES.names()), "algorithm.name": tuple(ALGORITHMS.names()),
-            "trainer.loggers": LOGGERS, "trainer.wandb.mode": WANDB_MODES}
+    return {"model.family": tuple(MODEL_FAMILIES.names()), "algorithm.name": tuple(ALGORITHMS.names())}
 
 
-def _type_name(hint: Any) -> str:
-    text = hint if isinstance(hint, str) else getattr(hint, "__name__", None) or repr(hint)
-    return str(text).replace("typing.", "")
+def choices_of(hint: Any) -> tuple[Any, ...]:
+    """The closed set of values a field's type allows: a `Literal`'s (also inside `X | None` and
+    `list[X]`); empty when the set is open (str, float, `float | Literal["auto"]`)."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return typing.get_args(hint)
+    if origin is list:
+        return choices_of(typing.get_args(hint)[0])
+    if origin in (typing.Union, types.UnionType):
+        members = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        return choices_of(members[0]) if len(members) == 1 else ()
+    return ()
+
+
+def type_text(hint: Any) -> str:
+    """A field's type as a user reads it: a `Literal` of strings is `str` (its choices are
+    listed beside it), except in a union with another type, where its values are shown
+    (`float | 'auto'`)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return " | ".join(dict.fromkeys(type(arg).__name__ for arg in args))
+    if origin in (typing.Union, types.UnionType):
+        members = [arg for arg in args if arg is not type(None)]
+        shown = [" | ".join(map(repr, typing.get_args(arg))) if typing.get_origin(arg) is typing.Literal
+                 and len(members) > 1 else type_text(arg) for arg in members]
+        return " | ".join(shown + (["None"] if len(members) < len(args) else []))
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(type_text(arg) for arg in args)}]"
+    return "Any" if hint is Any else getattr(hint, "__name__", str(hint))
 
 
 def _default(field: dataclasses.Field) -> Any:
@@ -92,7 +119,7 @@ def describe_keys(root: type | None = None, prefix: str = "") -> list[KeyHelp]:
         root = ExperimentConfig
     hints = typing.get_type_hints(root)
     docs = field_docs(root)
-    choices = allowed_values()
+    registered = registered_names()
     keys: list[KeyHelp] = []
     for field in dataclasses.fields(root):
         key = f"{prefix}{field.name}"
@@ -100,8 +127,8 @@ def describe_keys(root: type | None = None, prefix: str = "") -> list[KeyHelp]:
         if dataclasses.is_dataclass(hint):
             keys += describe_keys(hint, f"{key}.")
             continue
-        keys.append(KeyHelp(key, _type_name(field.type), _default(field), tuple(choices.get(key, ())),
-                            docs.get(field.name, "")))
+        choices = choices_of(hint) or registered.get(key, ())
+        keys.append(KeyHelp(key, type_text(hint), _default(field), tuple(choices), docs.get(field.name, "")))
     return keys
 
 

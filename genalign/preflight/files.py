@@ -239,7 +239,7 @@ def local_scorers(cfg: ExperimentConfig) -> set[str]:
     """Scorers this process will build: the weighted components and gold rewards, none with runtime=http."""
     if cfg.reward.runtime == "http":
         return set()
-    return {name for name, weight in cfg.reward.components.items() if weight} | set(cfg.eval.gold_rewards)
+    return set(cfg.reward.active_components()) | set(cfg.eval.active_gold_rewards())
 
 
 def reward_path_problems(cfg: ExperimentConfig) -> list[str]:

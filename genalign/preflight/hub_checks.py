@@ -14,7 +14,6 @@ import os
 from genalign.config.extras import install_hint, is_installed
 from genalign.config.schema import ExperimentConfig
 from genalign.hub import HUB_ID, hub_offline, is_hub_reference, parse_hub_checkpoint
-from genalign.training.config import HUB_STRATEGIES
 
 
 def hub_problems(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
@@ -24,9 +23,6 @@ def hub_problems(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]
     from genalign.models.spec import spec_or_none
 
     trainer, problems = cfg.trainer, []
-    if trainer.hub_strategy not in HUB_STRATEGIES:
-        problems.append(f"trainer.hub_strategy={trainer.hub_strategy!r} is not supported; choose one of: "
-                        f"{', '.join(HUB_STRATEGIES)}")
     if trainer.push_to_hub is not None:
         if not HUB_ID.match(trainer.push_to_hub):
             problems.append(f"trainer.push_to_hub={trainer.push_to_hub!r} is not a Hub repository id; use "

@@ -50,8 +50,8 @@ class RewardMemory:
 
 def reward_memory(cfg) -> RewardMemory:
     """Which reward models sit where, for the config's reward runtime."""
-    pools = {"training reward": _active(cfg.reward.components),
-             "gold rewards": _active(cfg.eval.gold_rewards),
+    pools = {"training reward": cfg.reward.active_components(),
+             "gold rewards": cfg.eval.active_gold_rewards(),
              "quality metrics": dict.fromkeys(cfg.eval.quality_metrics, 1.0)}
     runtime = cfg.reward.runtime
     if runtime == "http":
@@ -75,10 +75,6 @@ def _ray_memory(cfg, pools: dict[str, dict], notes: list[str]) -> RewardMemory:
                     f"{gpus:g} GPU each)", lines)
                    for pool, names in pools.items() for name in names if (lines := tuple(scorer_lines(cfg, name))))
     return RewardMemory((), (), False, actors, tuple(notes))
-
-
-def _active(weights: dict[str, float]) -> dict[str, float]:
-    return {name: weight for name, weight in weights.items() if weight}
 
 
 def _options_class(name: str):

@@ -1,175 +1,116 @@
-"""Whole-config checks across blocks: every problem listed, before any model loads.
+"""Whole-config checks: every problem listed, before any model loads.
 
 Where it fits: `load_config` runs it after the typed build (so every value already has its
-schema type) and raises all problems as one `ConfigError`. Names chosen in config (model
+schema type, and every closed choice is one of its `Literal`'s values: the loader checked
+both) and raises all problems as one `ConfigError`. A block's own rules live beside its fields
+(`RolloutConfig.problems()`, `ActorConfig.problems()`, ...: each package's `config.py`); what
+is here needs more than one block, a registry or this machine. Names chosen in config (model
 family, algorithm, rewards) are checked against the lazy registries with `Registry.check`,
 which never imports the implementations. Each message names the keys and how to fix them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-import math
 
 from genalign.config.schema import ExperimentConfig
-from genalign.hub import HUB_ID
+from genalign.models.family_checks import family_problems
 from genalign.preflight.algorithm_checks import algorithm_problems
 from genalign.preflight.hub_checks import hub_problems
 from genalign.preflight.plan import num_train_timesteps_problem
 from genalign.preflight.reward_contract import registered_reward_problems
-from genalign.preflight.values import int64_problems, non_finite_problems, reward_package_problems, value_problems
-from genalign.tracking.config import logger_problems
-from genalign.training.config import LOSS_NORMALISATIONS
-
-CHOICES = {
-    "reward.aggregation": ("weighted_sum", "advantage_sum"),
-    "reward.runtime": ("local", "ray", "http"),
-    "rollout.engine": ("local", "ray"),
-    "rollout.kernel": ("flow_sde", "dance_sde", "cps", "cps_gaussian"),
-    "rollout.sde_window.schedule": ("random", "progressive", "fixed"),
-    "rollout.sde_window.draw": ("per_batch", "per_step"),
-    "algorithm.timestep_selection": ("first", "random"),
-    "algorithm.rollout_correction.mode": ("off", "truncate", "mask"),
-    "model.train_mode": ("lora", "full"),
-    "model.dtype": ("float32", "float16", "bfloat16"),
-    "algorithm.kl_type": ("latent_mean", "velocity"),
-    "algorithm.token_log_prob": ("guided", "conditional"),
-    "algorithm.advantage.std": ("population", "unbiased"),
-    "distributed.training.strategy": ("none", "ddp", "fsdp2"),
-    "distributed.training.backend": ("auto", "gloo", "nccl"),
-    "actor.loss_normalisation": LOSS_NORMALISATIONS,
-}
-
-
-def _get(cfg: ExperimentConfig, dotted: str):
-    node = cfg
-    for part in dotted.split("."):
-        node = getattr(node, part)
-    return node
+from genalign.preflight.values import int64_problems, non_finite_problems, reward_package_problems
+from genalign.rewards.options import reward_option_problems
+from genalign.tracking.config import tracker_problems
 
 
 def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
-    """Every cross-field problem of `cfg` (empty when it can run); `check_machine=False` skips
-    planning `distributed.*` against this machine's devices."""
-    from genalign.models.registry import MODEL_FAMILIES
-    from genalign.rewards.registry import REWARDS
+    """Every problem of `cfg` (empty when it can run): numbers no library takes (alone: every
+    range check would echo them), then the names registries resolve, each block's own
+    problems in schema order and the checks across blocks; this machine's devices last, when
+    nothing else is wrong. `check_machine=False` skips what depends on this machine (installed
+    packages, devices)."""
     from genalign.placement.ray_pools import resource_problems
 
-    problems: list[str] = []
-    for key, choices in CHOICES.items():
-        value = _get(cfg, key)
-        if value not in choices:
-            close = difflib.get_close_matches(str(value), choices, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            problems.append(f"{key}={value!r} is not supported{hint} Choose one of: {', '.join(choices)}")
-
     unrepresentable = non_finite_problems(cfg) + int64_problems(cfg)
-    if unrepresentable:  # every range check below would only repeat "nan is not in range"
-        return problems + unrepresentable
-    message = MODEL_FAMILIES.check(cfg.model.family, cfg.model.allow_import)
-    if message:
-        problems.append(message)
-    if not cfg.reward.components:
-        problems.append("reward.components is empty: name at least one reward, e.g. reward.components.ocr=1.0")
+    if unrepresentable:
+        return unrepresentable
+    problems = name_problems(cfg) + block_problems(cfg) + cross_block_problems(cfg)
+    problems += hub_problems(cfg, check_machine)  # push_to_hub, hf:// references (preflight/hub_checks.py)
+    if check_machine:
+        problems += tracker_problems(cfg.trainer.loggers, cfg.trainer.wandb, cfg.trainer.mlflow)
+        problems += reward_package_problems(cfg)
+    if problems or not check_machine:  # resource planning reads the keys checked above: it would echo them
+        return problems
+    return resource_problems(cfg)  # distributed.* against this machine's devices
+
+
+def block_problems(cfg: ExperimentConfig) -> list[str]:
+    """Each config block's own problems (its `problems()`, beside its fields), in schema order."""
+    problems: list[str] = []
+    for field in dataclasses.fields(cfg):
+        block = getattr(cfg, field.name)
+        if dataclasses.is_dataclass(block):  # every block has one (tests/unit/preflight/test_validate.py)
+            problems += block.problems()
+    return problems
+
+
+def name_problems(cfg: ExperimentConfig) -> list[str]:
+    """model.family, the rewards of reward.components, eval.gold_rewards and eval.quality_metrics
+    against their registries (or an allowed import path), and reward.kwargs against those names."""
+    from genalign.models.registry import MODEL_FAMILIES
+    from genalign.rewards.registry import REWARDS
+
     allow_import = cfg.reward.allow_import
-    for name in cfg.reward.components:
-        message = REWARDS.check(name, allow_import)
-        if message:
-            problems.append(message)
-    if cfg.reward.components and all(w == 0 for w in cfg.reward.components.values()):
-        problems.append("reward.components: every weight is 0, so nothing would be scored")
-    for key, names in (("eval.gold_rewards", cfg.eval.gold_rewards), ("eval.quality_metrics", cfg.eval.quality_metrics)):
-        for name in names:
-            message = REWARDS.check(name, allow_import)
-            if message:
-                problems.append(message.replace("reward.components", key))
-    scorers = list(cfg.reward.components) + list(cfg.eval.gold_rewards) + list(cfg.eval.quality_metrics)
+    named = (("reward.components", cfg.reward.components), ("eval.gold_rewards", cfg.eval.gold_rewards),
+             ("eval.quality_metrics", cfg.eval.quality_metrics))
+    problems = [MODEL_FAMILIES.check(cfg.model.family, cfg.model.allow_import)]
+    problems += [(REWARDS.check(name, allow_import) or "").replace("reward.components", key)
+                 for key, names in named for name in names]
+    scorers = [name for _, names in named for name in names]
     for name in cfg.reward.kwargs:
         if name not in scorers:
             close = difflib.get_close_matches(name, scorers, n=1)
             hint = f"; did you mean reward.kwargs.{close[0]}?" if close else ""
             problems.append(f"reward.kwargs.{name}: no reward named {name!r} in reward.components, "
                             f"eval.gold_rewards or eval.quality_metrics{hint}")
+    return [problem for problem in problems if problem]
 
-    positive = {"rollout.n": cfg.rollout.n, "rollout.rollout_batch_size": cfg.rollout.rollout_batch_size,
-                "rollout.sample_batch_size": cfg.rollout.sample_batch_size, "rollout.num_steps": cfg.rollout.num_steps,
-                "rollout.height": cfg.rollout.height, "rollout.width": cfg.rollout.width,
-                "actor.gradient_accumulation_steps": cfg.actor.gradient_accumulation_steps,
-                "actor.num_inner_epochs": cfg.actor.num_inner_epochs, "trainer.num_steps": cfg.trainer.num_steps,
-                "eval.num_steps": cfg.eval.num_steps, "eval.max_prompts": cfg.eval.max_prompts,
-                "eval.batch_size": cfg.eval.batch_size, "reward.batch_size": cfg.reward.batch_size,
-                "model.lora.rank": cfg.model.lora.rank, "actor.ema.update_every": cfg.actor.ema.update_every,
-                "rollout.num_workers": cfg.rollout.num_workers, "reward.num_workers": cfg.reward.num_workers,
-                "distributed.training.timeout_s": cfg.distributed.training.timeout_s}
-    if cfg.actor.micro_batch_size is not None:
-        positive["actor.micro_batch_size"] = cfg.actor.micro_batch_size
-    bad_sizes = [key for key, value in positive.items() if value <= 0]
-    problems += [f"{key} must be positive, got {positive[key]}" for key in bad_sizes]
-    problems += value_problems(cfg)
-    for key, value in {"eval.every": cfg.eval.every, "trainer.save_every": cfg.trainer.save_every}.items():
-        if value < 0:
-            problems.append(f"{key} must be >= 0 (0 disables it), got {value}")
-    card = cfg.model.card
-    if card.license == "other" and not card.license_name:
-        problems.append("model.card.license=other needs model.card.license_name (and license_link): the Hub shows "
-                        "that name for a licence it does not list")
-    for key in ("base_model", "describes"):
-        value = getattr(card, key)
-        if value is not None and not HUB_ID.match(value):
-            problems.append(f"model.card.{key}={value!r} is not a Hub id (org/name); set the id the base model has on "
-                            "the Hub, or null")
-    problems += logger_problems(cfg.trainer.loggers, cfg.trainer.wandb, check_installed=check_machine,
-                                mlflow=cfg.trainer.mlflow)
+
+def cross_block_problems(cfg: ExperimentConfig) -> list[str]:
+    """The rules that read more than one block: the family's spec against model.* and the
+    rollout's sizes, each scorer's options, the algorithm against everything it reads, the
+    Ray pool's size, and how a step's samples split into micro-batches and optimizer steps."""
+    problems = family_problems(cfg)  # sizes, frames, negative prompt, guidance, offload: the family's spec
+    problems += reward_option_problems(cfg)  # rewards/options.py
     problems += registered_reward_problems(cfg)  # a reward that cannot score these frames (preflight/reward_contract.py)
-    problems += hub_problems(cfg, check_machine)  # push_to_hub, hub_strategy, hf:// references (preflight/hub_checks.py)
-    if check_machine:
-        problems += reward_package_problems(cfg)
-    if cfg.trainer.sample_table.every < 0:
-        problems.append(f"trainer.sample_table.every must be >= 0 (0 disables it), got {cfg.trainer.sample_table.every}")
-    if cfg.trainer.sample_table.count < 1:
-        problems.append(f"trainer.sample_table.count must be >= 1, got {cfg.trainer.sample_table.count}")
-    if cfg.trainer.max_idle_steps is not None and cfg.trainer.max_idle_steps < 1:
-        problems.append(f"trainer.max_idle_steps={cfg.trainer.max_idle_steps} must be >= 1 (null never stops a run "
-                        "for steps that train nothing)")
-    if not (cfg.trainer.signal_grace_s >= 0 and math.isfinite(cfg.trainer.signal_grace_s)):
-        problems.append(f"trainer.signal_grace_s={cfg.trainer.signal_grace_s} must be a finite number >= 0")
-    if cfg.trainer.keep_last is not None and cfg.trainer.keep_last < 1:
-        problems.append(f"trainer.keep_last={cfg.trainer.keep_last} must be >= 1 (null keeps every checkpoint)")
-    if cfg.rollout.noise_level < 0:
-        problems.append(f"rollout.noise_level must be >= 0, got {cfg.rollout.noise_level}")
-    if cfg.algorithm.clip_range <= 0:
-        problems.append(f"algorithm.clip_range must be > 0, got {cfg.algorithm.clip_range}")
-    if cfg.algorithm.kl_beta < 0:
-        problems.append(f"algorithm.kl_beta must be >= 0, got {cfg.algorithm.kl_beta}")
-    fraction_in_range = 0 < cfg.algorithm.timestep_fraction <= 1
-    if not fraction_in_range:
-        problems.append(f"algorithm.timestep_fraction must be in (0, 1], got {cfg.algorithm.timestep_fraction}")
-    if cfg.reward.num_threads < 1:
-        problems.append(f"reward.num_threads must be positive, got {cfg.reward.num_threads}")
-    problems += cfg.reward.http_problems()
     if cfg.reward.async_scoring and cfg.rollout.engine != "local":
         problems.append("reward.async_scoring=true scores in-process rollout chunks as they finish; with "
                         "rollout.engine=ray use reward.async_scoring=false")
-    if cfg.actor.ema.cadence not in ("micro_batch", "optimizer_step"):
-        problems.append(f"actor.ema.cadence={cfg.actor.ema.cadence!r}: choose micro_batch (Flow-GRPO) or optimizer_step")
-    if cfg.model.cfg_batch not in ("joint", "split"):
-        problems.append(f"model.cfg_batch={cfg.model.cfg_batch!r}: choose joint (one forward) or split (two)")
-    if cfg.model.compile_mode not in ("regional", "full"):
-        problems.append(f"model.compile_mode={cfg.model.compile_mode!r}: choose regional (repeated blocks) or full")
     problems += algorithm_problems(cfg)  # the name, its kind, its options and its own checks
     rollout_workers = cfg.distributed.resources.rollout.num_workers
     if cfg.rollout.engine == "ray" and cfg.rollout.num_workers != rollout_workers:
         problems.append(f"rollout.num_workers={cfg.rollout.num_workers} but distributed.resources.rollout.num_workers="
                         f"{rollout_workers}: the Ray rollout pool has one size; set both to the same value")
-    if bad_sizes:
-        return problems  # the divisibility checks below divide by these
-    if fraction_in_range and int(cfg.rollout.num_steps * cfg.algorithm.timestep_fraction) < 1:
+    if not _step_sizes_positive(cfg):
+        return problems  # the checks below divide by them; their own block reports each one
+    if 0 < cfg.algorithm.timestep_fraction <= 1 and int(cfg.rollout.num_steps * cfg.algorithm.timestep_fraction) < 1:
         problems.append(num_train_timesteps_problem(cfg.rollout.num_steps, cfg.algorithm.timestep_fraction))
     problems += _batch_geometry_problems(cfg)
-    problems += _variant_problems(cfg)
-    if problems:  # resource planning reads the keys checked above; it would only echo their errors
-        return problems
-    return resource_problems(cfg) if check_machine else []  # distributed.* vs this machine
+    if cfg.rollout.kernel.startswith("cps") and _trains_final_step(cfg):
+        problems.append(f"rollout.kernel={cfg.rollout.kernel}: the final step (σ_next = 0) of CPS is deterministic "
+                        "and has no log-prob to train; keep it out of training (algorithm.timestep_fraction < 1, or "
+                        "an rollout.sde_window that ends before the final step)")
+    return problems
+
+
+def _step_sizes_positive(cfg: ExperimentConfig) -> bool:
+    """Whether the sizes a training step's geometry divides by are all positive."""
+    rollout, actor = cfg.rollout, cfg.actor
+    sizes = (rollout.n, rollout.rollout_batch_size, rollout.sample_batch_size, rollout.num_steps,
+             actor.gradient_accumulation_steps, actor.num_inner_epochs, actor.micro_batch_size or 1)
+    return all(size > 0 for size in sizes)
 
 
 def _batch_geometry_problems(cfg: ExperimentConfig) -> list[str]:
@@ -192,33 +133,6 @@ def _batch_geometry_problems(cfg: ExperimentConfig) -> list[str]:
         problems.append(f"actor.gradient_accumulation_steps={cfg.actor.gradient_accumulation_steps} must divide the "
                         f"{micro_batches} micro-batches per step ((rollout.rollout_batch_size * rollout.n / train "
                         "micro-batch) * actor.num_inner_epochs), or the last gradients of a step would be dropped")
-    return problems
-
-
-def _variant_problems(cfg: ExperimentConfig) -> list[str]:
-    """The GRPO variants' rollout options: SDE window range, kernel/step combinations."""
-    problems: list[str] = []
-    rollout, algorithm = cfg.rollout, cfg.algorithm
-    window = rollout.sde_window
-    num_steps = rollout.num_steps
-    if window.size < 0:
-        problems.append(f"rollout.sde_window.size must be >= 0 (0 = no window), got {window.size}")
-    if window.size > 0:
-        lo, hi = window.bounds_range(num_steps)
-        if not (0 <= lo and lo + window.size <= hi <= num_steps):
-            problems.append(f"rollout.sde_window: a window of {window.size} steps must fit in [lo, hi) = [{lo}, {hi}) "
-                            f"inside the {num_steps} rollout steps (0 <= lo, lo + size <= hi <= rollout.num_steps; "
-                            "hi null = rollout.num_steps // 2, negative = counted from the end)")
-        if window.shift_every < 1 or window.shift_by < 1:
-            problems.append(f"rollout.sde_window.shift_every ({window.shift_every}) and shift_by ({window.shift_by}) "
-                            "must be >= 1")
-    if algorithm.rollout_correction.threshold <= 1:
-        problems.append(f"algorithm.rollout_correction.threshold must be > 1, got "
-                        f"{algorithm.rollout_correction.threshold}")
-    if rollout.kernel.startswith("cps") and _trains_final_step(cfg):
-        problems.append(f"rollout.kernel={rollout.kernel}: the final step (σ_next = 0) of CPS is deterministic and "
-                        "has no log-prob to train; keep it out of training (algorithm.timestep_fraction < 1, or an "
-                        "rollout.sde_window that ends before the final step)")
     return problems
 
 

@@ -1,10 +1,12 @@
-"""Value checks: numbers that type-check but would fail (or silently misbehave) later.
+"""Value checks over the whole tree, and what the selected scorers and the family need.
 
 Where it fits: `validate` runs these after the typed build, beside its cross-field checks, so
-`genalign config` reports them and a run never starts with them. Each check exists because
-the value got through before and broke something after the model had loaded: a NaN learning
-rate trains NaNs, `actor.betas=[0.5]` fails inside AdamW, `rollout.height=100000` tries
-multi-GB allocations, `reward.kwargs.random.sed=1` was a TypeError when the scorer was built.
+`genalign config` reports them and a run never starts with them: a NaN or an integer past 64
+bits anywhere in the tree (`non_finite_problems`, `int64_problems`; a NaN learning rate trains
+NaNs, a seed of 10^20 overflows torch), a selected scorer's package that is not installed
+(`reward_package_problems`), and the family's kind the algorithm checks read (`family_kind`).
+The range of each value is its block's (`problems()` beside its fields: `actor.betas=[0.5]`
+fails inside AdamW, `rollout.height=100000` tries multi-GB allocations).
 """
 
 from __future__ import annotations
@@ -12,12 +14,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
-import re
 from typing import Any
 
 from genalign.config.schema import ExperimentConfig
-from genalign.models.family_checks import MAX_IMAGE_SIDE, family_problems
-from genalign.rewards.options import reward_option_problems
+
 
 def family_kind(cfg: ExperimentConfig) -> str | None:
     """"token" or "flow": what `model.family` samples (its `FamilySpec.sampler`), compared with
@@ -36,61 +36,6 @@ def token_family_names() -> list[str]:
     return families_with(lambda spec: spec.sampler == "token")
 
 
-DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
-"""`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
-
-
-def value_problems(cfg: ExperimentConfig) -> list[str]:
-    """Optimizer and EMA ranges, CFG scales, image sizes and reward options (empty when every
-    value can run). Call on a config without non-finite numbers (`non_finite_problems`)."""
-    problems: list[str] = []
-    actor = cfg.actor
-    if actor.lr <= 0:
-        problems.append(f"actor.lr must be > 0, got {actor.lr}")
-    if len(actor.betas) != 2 or not all(0 <= beta < 1 for beta in actor.betas):
-        problems.append(f"actor.betas must be two numbers in [0, 1) (AdamW's beta1, beta2), got {actor.betas}; "
-                        "e.g. actor.betas=[0.9,0.999]")
-    if actor.eps <= 0:
-        problems.append(f"actor.eps must be > 0, got {actor.eps}")
-    if actor.weight_decay < 0:
-        problems.append(f"actor.weight_decay must be >= 0, got {actor.weight_decay}")
-    if cfg.algorithm.adv_clip_max <= 0:  # clamp(A, -0, 0) zeroes every advantage: nothing would train
-        problems.append(f"algorithm.adv_clip_max must be > 0 (advantages are clamped to ±it), got "
-                        f"{cfg.algorithm.adv_clip_max}")
-    if actor.max_grad_norm <= 0:
-        problems.append(f"actor.max_grad_norm must be > 0 (gradients are clipped to it), got {actor.max_grad_norm}")
-    if not 0 <= actor.ema.decay < 1:
-        problems.append(f"actor.ema.decay must be in [0, 1) (1 would never move the average), got {actor.ema.decay}")
-    if cfg.rollout.guidance_scale < 1:
-        problems.append(f"rollout.guidance_scale must be >= 1 (1.0 turns CFG off), got {cfg.rollout.guidance_scale}")
-    if cfg.eval.guidance_scale is not None and cfg.eval.guidance_scale < 1:
-        problems.append(f"eval.guidance_scale must be >= 1 (1.0 turns CFG off) or null (the rollout's), "
-                        f"got {cfg.eval.guidance_scale}")
-    if cfg.eval.samples_per_prompt <= 0:
-        problems.append(f"eval.samples_per_prompt must be positive, got {cfg.eval.samples_per_prompt}")
-    if cfg.reward.timeout_s <= 0:
-        problems.append(f"reward.timeout_s must be > 0, got {cfg.reward.timeout_s}")
-    if not 0 <= cfg.model.lora.dropout < 1:
-        problems.append(f"model.lora.dropout must be in [0, 1), got {cfg.model.lora.dropout}")
-    for key, value in {"data.manifest": cfg.data.manifest, "data.eval_manifest": cfg.data.eval_manifest,
-                       "model.path": cfg.model.path, "trainer.output_dir": cfg.trainer.output_dir}.items():
-        if not value.strip():  # "" is the working directory to pathlib: never what was meant
-            problems.append(f"{key} is empty; set it to a path")
-    fraction = cfg.distributed.resources.gpu_memory_fraction
-    if fraction is not None and not 0 < fraction <= 1:
-        problems.append(f"distributed.resources.gpu_memory_fraction must be in (0, 1] (the share of a GPU a planned "
-                        f"peak may fill) or null (no memory check), got {fraction}")
-    gib = cfg.distributed.resources.gpu_memory_gib
-    if gib is not None and gib <= 0:
-        problems.append(f"distributed.resources.gpu_memory_gib must be > 0 (one GPU's memory) or null, got {gib}")
-    if not DEVICE.match(cfg.model.device):
-        problems.append(f"model.device={cfg.model.device!r} is not a device; use auto, cpu, cuda or cuda:<index>")
-    problems += image_size_problems(cfg.rollout.height, cfg.rollout.width)
-    problems += family_problems(cfg)  # sizes, frames, negative prompt, guidance, offload: the family's spec
-    problems += reward_option_problems(cfg)  # rewards/options.py
-    return problems
-
-
 def selected_reward_options(cfg: ExperimentConfig) -> list[tuple[str, str, Any]]:
     """(config key, scorer name, parsed options) of every selected registered scorer
     (reward.components and eval.gold_rewards with a non-zero weight, eval.quality_metrics); a
@@ -98,8 +43,8 @@ def selected_reward_options(cfg: ExperimentConfig) -> list[tuple[str, str, Any]]
     from genalign.rewards.options import parse_options
     from genalign.rewards.registry import REWARD_OPTIONS
 
-    selected = {"reward.components": [name for name, weight in cfg.reward.components.items() if weight],
-                "eval.gold_rewards": [name for name, weight in cfg.eval.gold_rewards.items() if weight],
+    selected = {"reward.components": list(cfg.reward.active_components()),
+                "eval.gold_rewards": list(cfg.eval.active_gold_rewards()),
                 "eval.quality_metrics": list(cfg.eval.quality_metrics)}
     found = []
     for key, names in selected.items():
@@ -162,10 +107,3 @@ def int64_problems(node: Any) -> list[str]:
     return [f"{key}={value} does not fit in a 64-bit integer (|value| < 2**63); use a smaller number"
             for key, value in config_leaves(node)
             if isinstance(value, int) and not isinstance(value, bool) and not INT64_RANGE[0] <= value <= INT64_RANGE[1]]
-
-
-def image_size_problems(height: int, width: int) -> list[str]:
-    """rollout.height/width against the global size bound (the family's own sizes:
-    `family_problems`)."""
-    return [f"rollout.{name}={side} is too large (max {MAX_IMAGE_SIDE} pixels a side)"
-            for name, side in (("height", height), ("width", width)) if side > MAX_IMAGE_SIDE]

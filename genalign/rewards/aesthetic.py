@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from genalign.models.config import ComputeDtype
 from genalign.rewards.clip_encoder import ClipEncoder
 from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
@@ -40,7 +41,7 @@ class AestheticOptions:
     """Hub id or local directory of the CLIP model whose image embedding the head was trained on."""
     processor_name: str | None = None
     """Where preprocessor_config.json lives; None: same as model_name."""
-    dtype: str = "float32"
+    dtype: ComputeDtype = "float32"
 
     def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
         """Models on the scorer's device (the memory plan counts them): the whole CLIPModel (its

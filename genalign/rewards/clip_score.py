@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from genalign.models.config import ComputeDtype
 from genalign.rewards.clip_encoder import ClipEncoder
 from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
@@ -29,7 +30,7 @@ class ClipScoreOptions:
     """Hub id or local directory of a transformers `CLIPModel`."""
     processor_name: str | None = None
     """Where the tokenizer and preprocessor_config.json live; None: same as model_name."""
-    dtype: str = "float32"
+    dtype: ComputeDtype = "float32"
 
     def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
         """Models on the scorer's device (the memory plan counts them): the whole CLIPModel."""

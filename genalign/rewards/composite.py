@@ -22,22 +22,24 @@ from __future__ import annotations
 import contextlib
 import math
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, get_args
 
 import torch
 
 from genalign.rewards import base
 from genalign.rewards.base import RewardError, RewardFunction
-from genalign.rewards.config import RewardConfig
+from genalign.rewards.config import RewardConfig, RewardRuntimeName, active_weights
 from genalign.rewards.registry import REWARDS
 from genalign.rewards.scores import RewardScores, batch_ranges, build_scorer, check_inputs, check_scores
 from genalign.rewards.video import VIDEO_REDUCTIONS, score_media
 
-RUNTIMES = ("local", "ray", "http")
+RUNTIMES = get_args(RewardRuntimeName)
 
 
-def active_components(cfg: RewardConfig, components: dict[str, float] | None) -> dict[str, float]:
-    """Non-zero weights of `components` (default cfg.components); a config error lists every problem."""
+def weights_to_build(cfg: RewardConfig, components: dict[str, float] | None) -> dict[str, float]:
+    """The active weights of `components` (default cfg.components); a config error lists every
+    problem: the names, the weights and the block's own (`RewardConfig.problems`). The choices
+    are checked again for a config built in code (the loader checks them in a YAML one)."""
     weights = dict(cfg.components if components is None else components)
     problems = [REWARDS.check(name, cfg.allow_import) for name in weights]
     problems = [problem for problem in problems if problem]
@@ -48,13 +50,10 @@ def active_components(cfg: RewardConfig, components: dict[str, float] | None) ->
         problems.append(f"reward.runtime={cfg.runtime!r} is not supported; choose one of {', '.join(RUNTIMES)}")
     if cfg.video_reduction not in VIDEO_REDUCTIONS:
         problems.append(f"reward.video_reduction={cfg.video_reduction!r}: choose one of {', '.join(VIDEO_REDUCTIONS)}")
-    if cfg.batch_size < 1:
-        problems.append(f"reward.batch_size={cfg.batch_size} must be >= 1")
-    if cfg.num_threads < 1:
-        problems.append(f"reward.num_threads={cfg.num_threads} must be >= 1")
+    problems += cfg.problems()
     if problems:
         raise ValueError("invalid reward config:\n  " + "\n  ".join(problems))
-    active = {name: float(weight) for name, weight in weights.items() if weight != 0}
+    active = {name: float(weight) for name, weight in active_weights(weights).items()}
     if not active:
         raise ValueError(f"reward.components: no component has a non-zero weight ({weights}); "
                          f"set at least one, e.g. reward.components.ocr=1.0")
@@ -196,7 +195,7 @@ def build_reward_runtime(cfg: RewardConfig, device: torch.device | str,
     """The runtime for `components` (default cfg.components; eval gold rewards pass their own).
 
     Constructor kwargs always come from cfg.kwargs[name]; zero-weight components are skipped."""
-    weights = active_components(cfg, components)
+    weights = weights_to_build(cfg, components)
     if cfg.runtime == "ray":
         from genalign.rewards.ray_runtime import RayRewardRuntime
 

@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
+
+from genalign.config.checks import positive_problems
+Aggregation = Literal["weighted_sum", "advantage_sum"]
+RewardRuntimeName = Literal["local", "ray", "http"]
+VideoReduction = Literal["mean", "min"]
+
+def active_weights(weights: dict[str, float]) -> dict[str, float]:
+    """The scorers of a {name: weight} mapping (reward.components, eval.gold_rewards) that are
+    on. A weight of 0 turns a scorer off: it is never built, loaded, planned, placed or scored,
+    so a recipe's scorer can be switched off from the command line (reward.components.ocr=0).
+    The one place that rule is written."""
+    return {name: weight for name, weight in weights.items() if weight != 0}
 
 
 REWARD_PATH_OPTIONS = {"toy_shape": "path", "toy_shape_judge": "path", "aesthetic": "head_path",
@@ -24,10 +36,10 @@ class RewardConfig:
     eval.gold_rewards may name. Importing runs code, so only names listed here are imported,
     and only from your own command line or recipe: a checkpoint's stored list is ignored
     (`genalign eval` and `trainer.resume_from` use the list you pass)."""
-    aggregation: str = "weighted_sum"
+    aggregation: Aggregation = "weighted_sum"
     """"weighted_sum": R = sum_k w_k r_k, then one group normalisation (Flow-GRPO);
     "advantage_sum": normalise each component in its group, then sum w_k A_k (DanceGRPO)."""
-    runtime: str = "local"
+    runtime: RewardRuntimeName = "local"
     """"local" (in-process), "ray" (a pool of reward actors) or "http" (a `genalign serve-reward`
     server at reward.url)."""
     url: str = ""
@@ -37,7 +49,7 @@ class RewardConfig:
     token itself never goes into a config, a checkpoint or a log)."""
     batch_size: int = 16
     """Images per scorer call (for video, frames per call of a per-frame scorer)."""
-    video_reduction: str = "mean"
+    video_reduction: VideoReduction = "mean"
     """How an image scorer's per-frame scores become one score per video [B, F, 3, H, W]:
     "mean" over frames or "min" (the worst frame). Images are unaffected."""
     num_workers: int = 1
@@ -62,6 +74,25 @@ class RewardConfig:
     """Worker threads for async scoring with runtime=local. 1 calls the scorers in order, one
     chunk at a time, as serial scoring does (safe for a reward model on the GPU and for stateful
     scorers); more only for thread-safe, order-free scorers (rule rewards, remote services)."""
+
+    def active_components(self) -> dict[str, float]:
+        """reward.components without the ones weighted 0 (`active_weights`)."""
+        return active_weights(self.components)
+
+    def problems(self) -> list[str]:
+        """Something to score, sizes and limits, and the reward server's address (the names
+        against the reward registry, and reward.kwargs against each scorer's options, are
+        preflight's: preflight/validate.py)."""
+        problems = []
+        if not self.components:
+            problems.append("reward.components is empty: name at least one reward, e.g. reward.components.ocr=1.0")
+        elif not self.active_components():
+            problems.append("reward.components: every weight is 0, so nothing would be scored")
+        problems += positive_problems({"reward.batch_size": self.batch_size, "reward.num_workers": self.num_workers,
+                                       "reward.num_threads": self.num_threads})
+        if self.timeout_s <= 0:
+            problems.append(f"reward.timeout_s must be > 0, got {self.timeout_s}")
+        return problems + self.http_problems()
 
     def http_problems(self) -> list[str]:
         """runtime=http needs an http(s) reward.url with a host, and a token variable name."""

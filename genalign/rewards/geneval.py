@@ -64,11 +64,12 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 
+from genalign.models.config import ComputeDtype
 from genalign.rewards.clip_encoder import ClipEncoder
 from genalign.rewards.image_transform import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform
 from genalign.rewards.jpeg import PIL_DEFAULT_JPEG_QUALITY, jpeg_round_trip
@@ -80,8 +81,10 @@ COLORS = ("red", "orange", "yellow", "green", "blue", "purple", "pink", "brown",
 TAGS = ("single_object", "two_object", "counting", "colors", "position", "color_attr")
 POSITIONS = ("left of", "right of", "above", "below")
 COLOR_TEMPLATES = ("a photo of a {c} {object}", "a photo of a {c}-colored {object}", "a photo of a {c} object")
-SCORES = ("reward", "strict", "accuracy")
-DETECTOR_CHANNELS = ("flow_grpo_swap", "rgb")
+GenEvalScore = Literal["reward", "strict", "accuracy"]
+SCORES = get_args(GenEvalScore)
+DetectorChannels = Literal["flow_grpo_swap", "rgb"]
+DETECTOR_CHANNELS = get_args(DetectorChannels)
 OBJECT_NAMES_FILE = Path(__file__).resolve().parents[1] / "assets" / "geneval" / "object_names.txt"
 """GenEval's 80 class names, in the detector's class order (djghosh13/geneval
 `evaluation/object_names.txt`, commit af4902f; the same file as reward-server's)."""
@@ -126,7 +129,7 @@ class GenEvalOptions:
     instance segmentation) with its preprocessor_config.json; class names come from its id2label."""
     clip_name: str = "openai/clip-vit-large-patch14"
     """Hub id or local directory of the `CLIPModel` (with tokenizer and preprocessor) that names colours."""
-    score: str = "reward"
+    score: GenEvalScore = "reward"
     """"reward" (Flow-GRPO's partial credit), "strict" or "accuracy" (GenEval's 0/1); see the module doc."""
     threshold: float = 0.3
     """Detection confidence kept for every tag but counting."""
@@ -142,11 +145,11 @@ class GenEvalOptions:
     """Score each image after a JPEG round trip at this Pillow quality, as Flow-GRPO's client sends
     images to its GenEval server (flow_grpo/rewards.py `geneval_score`, commit 94e23ee: Pillow's
     default, 75); null scores the raw pixels (GenEval's own benchmark reads lossless PNG files)."""
-    detector_channels: str = "flow_grpo_swap"
+    detector_channels: DetectorChannels = "flow_grpo_swap"
     """Channel order the detector sees: "flow_grpo_swap" (Flow-GRPO's reward server hands mmdet
     RGB arrays, which mmdet reads as BGR and swaps: red and blue exchanged) or "rgb" (GenEval's own
     evaluation, which mmdet reads from PNG files: true colours). Colour naming always sees RGB."""
-    dtype: str = "float32"
+    dtype: ComputeDtype = "float32"
 
     def __post_init__(self) -> None:
         if self.detector_channels not in DETECTOR_CHANNELS:

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from genalign.models.config import ComputeDtype
 from genalign.rewards.clip_encoder import ClipEncoder
 from genalign.rewards.image_transform import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform
 from genalign.rewards.model_sizes import DeviceModel
@@ -106,7 +107,7 @@ class HPSOptions:
     """Hub id or local directory with the CLIPModel config and tokenizer of the architecture HPS
     fine-tuned (its weights are not loaded; images are preprocessed as HPSv2 does, not by its
     preprocessor_config.json)."""
-    dtype: str = "float32"
+    dtype: ComputeDtype = "float32"
 
     def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
         """Models on the scorer's device (the memory plan counts them): a CLIPModel of base_model's

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from genalign.models.config import ComputeDtype
 from genalign.rewards.aesthetic import AestheticMLP
 from genalign.rewards.image_transform import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform
 from genalign.rewards.model_sizes import DeviceModel
@@ -113,7 +114,7 @@ class ImageRewardOptions:
     """Safetensors file of ImageReward.pt's state dict (required; see the module docstring)."""
     tokenizer_name: str = "bert-base-uncased"
     """Hub id or local directory of BERT's tokenizer ([DEC] and [ENC] are added as ImageReward does)."""
-    dtype: str = "float32"
+    dtype: ComputeDtype = "float32"
 
     def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
         """Models on the scorer's device (the memory plan counts them): ImageReward v1.0's BLIP towers and head."""

@@ -31,7 +31,7 @@ import logging
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -40,12 +40,13 @@ from genalign.rewards.options import parse_options
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("rapidocr", "tesseract")
+OCREngine = Literal["rapidocr", "tesseract"]
+ENGINES = get_args(OCREngine)
 
 
 @dataclass
 class OCROptions:
-    engine: str = "rapidocr"
+    engine: OCREngine = "rapidocr"
     """"rapidocr" (PP-OCR models from the wheel) or "tesseract" (needs the binary on PATH)."""
     min_line_score: float = 0.5
     """rapidocr: recognised lines scored below this are dropped before the rule reads them, as

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from genalign.models.config import ComputeDtype
 from genalign.rewards.clip_encoder import ClipEncoder
 from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
@@ -30,7 +31,7 @@ class PickScoreOptions:
     """Hub id or local directory of the PickScore `CLIPModel`."""
     processor_name: str = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K"
     """Hub id or local directory with the tokenizer and preprocessor_config.json."""
-    dtype: str = "float32"
+    dtype: ComputeDtype = "float32"
 
     def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
         """Models on the scorer's device (the memory plan counts them): the whole CLIPModel."""

@@ -11,17 +11,20 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, get_args
 
 import torch
 
+from genalign.models.config import ComputeDtype
+
 ModelT = TypeVar("ModelT")
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {name: getattr(torch, name) for name in get_args(ComputeDtype)}
+"""A `reward.kwargs.<name>.dtype` choice -> the torch dtype of that name."""
 
 
 def resolve_dtype(reward: str, name: str) -> torch.dtype:
-    """"float32" | "float16" | "bfloat16" -> torch dtype; anything else names reward.kwargs.<reward>.dtype."""
+    """A `ComputeDtype` name -> torch dtype; anything else names reward.kwargs.<reward>.dtype."""
     if name not in DTYPES:
         raise ValueError(f"reward.kwargs.{reward}.dtype={name!r} is not supported; choose one of {', '.join(DTYPES)}")
     return DTYPES[name]

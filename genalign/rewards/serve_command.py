@@ -74,7 +74,7 @@ def serve_config(components: list[str], overrides: list[str]) -> RewardConfig:
     (a dotted component must also import: its module's code runs before any scorer is built)."""
     from genalign.config.loader import config_from_dict
     from genalign.config.registry import import_problem, is_dotted_path
-    from genalign.rewards.composite import active_components
+    from genalign.rewards.composite import weights_to_build
     from genalign.rewards.options import reward_option_problems
 
     outside = [item for item in overrides if not item.lstrip("+").startswith("reward.")]
@@ -87,7 +87,7 @@ def serve_config(components: list[str], overrides: list[str]) -> RewardConfig:
                            "serve-reward --components", [item.lstrip("+") for item in overrides])
     cfg.reward.components = dict.fromkeys(components, 1.0)  # served as named; weights are the trainer's
     try:
-        active_components(cfg.reward, None)
+        weights_to_build(cfg.reward, None)
     except ValueError as exc:
         raise ConfigError([str(exc)]) from exc
     problems = reward_option_problems(cfg)

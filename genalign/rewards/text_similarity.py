@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from genalign.models.config import ComputeDtype
 from genalign.rewards.base import RewardError
 from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
@@ -35,7 +36,7 @@ class TextSimilarityOptions:
     """The metadata field compared with the prompt."""
     max_tokens: int = 256
     """Truncation length (all-MiniLM-L6-v2 was trained with 256)."""
-    dtype: str = "float32"
+    dtype: ComputeDtype = "float32"
     """Compute dtype of the embedding model: float32 | float16 | bfloat16."""
 
     def required_package(self) -> tuple[str, str] | None:

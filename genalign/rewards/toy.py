@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 
@@ -34,14 +34,15 @@ from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.toy_classifier import builtin_classifier_dir, load_classifier
 
-SCORE_KINDS = ("probability", "accuracy")
+ToyScore = Literal["probability", "accuracy"]
+SCORE_KINDS = get_args(ToyScore)
 
 
 @dataclass
 class ToyShapeOptions:
     path: str = "builtin"
     """Directory holding <name>.safetensors + <name>.json; "builtin" = the shipped classifiers."""
-    score: str = "probability"
+    score: ToyScore = "probability"
     """"probability": P(prompted shape); "accuracy": 1.0 when the argmax is the prompted shape."""
 
     def device_models(self, reward: str) -> tuple[DeviceModel, ...]:

@@ -15,17 +15,18 @@ see no difference.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import torch
 
 from genalign.rewards.base import is_video_native
+from genalign.rewards.config import VideoReduction
 from genalign.rewards.options import parse_options
 
-VIDEO_REDUCTIONS = ("mean", "min")
+VIDEO_REDUCTIONS = get_args(VideoReduction)
 
 
-def reduce_frames(frame_scores: torch.Tensor, reduction: str) -> torch.Tensor:
+def reduce_frames(frame_scores: torch.Tensor, reduction: VideoReduction) -> torch.Tensor:
     """Per-frame scores [B, F] -> one score per video [B]: mean or min over frames."""
     if reduction == "mean":
         return frame_scores.mean(dim=1)  # [B]
@@ -35,7 +36,7 @@ def reduce_frames(frame_scores: torch.Tensor, reduction: str) -> torch.Tensor:
 
 
 def score_media(scorer, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]],
-                reduction: str = "mean", frame_batch_size: int = 16) -> torch.Tensor:
+                reduction: VideoReduction = "mean", frame_batch_size: int = 16) -> torch.Tensor:
     """`scorer.score` on images [B, 3, H, W] or video [B, F, 3, H, W] -> scores [B].
 
     Images, and any media for a scorer with `video_native = True`, go to the scorer as they

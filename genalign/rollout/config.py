@@ -3,6 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+from genalign.config.checks import non_negative_problems, positive_problems
+
+Kernel = Literal["flow_sde", "dance_sde", "cps", "cps_gaussian"]
+"""`rollout.kernel`'s choices (each one's step: sampling/kernels.py:KERNELS)."""
+WindowSchedule = Literal["random", "progressive", "fixed"]
+WindowDraw = Literal["per_batch", "per_step"]
+RolloutEngine = Literal["local", "ray"]
+
+MAX_IMAGE_SIDE = 4096
+"""Largest rollout/eval side accepted: above it one image's latents and activations no longer
+fit any accelerator we target; a typo like 100000 should fail here, not in an allocator."""
 
 
 @dataclass
@@ -18,14 +31,14 @@ class SDEWindowConfig:
     """End (exclusive) of the steps the window may cover. None: rollout.num_steps // 2, the
     high-noise half (Flow-GRPO-Fast's `sde_window_range = (0, num_steps // 2)`); negative:
     counted from the end (-1 = every step but the final one, as MixGRPO's max_timesteps)."""
-    schedule: str = "random"
+    schedule: WindowSchedule = "random"
     """"random" (Flow-GRPO-Fast: new start each step), "progressive" (MixGRPO: slides by
     `shift_by` every `shift_every` steps, rolling back at the end) or "fixed" (always at lo)."""
     shift_every: int = 25
     """MixGRPO τ (`iters_per_group`): training steps between window moves (progressive only)."""
     shift_by: int = 1
     """MixGRPO s (`prog_overlap_step`): steps the window moves each time (progressive only)."""
-    draw: str = "per_batch"
+    draw: WindowDraw = "per_batch"
     """When a random window is drawn: "per_batch" (Flow-GRPO-Fast: one per sampling batch, i.e.
     per rollout chunk of `rollout.sample_batch_size` samples, so one step's samples train
     different steps) or "per_step" (one window for all of a step's samples)."""
@@ -35,6 +48,22 @@ class SDEWindowConfig:
         if self.hi is None:
             return self.lo, num_steps // 2
         return self.lo, (self.hi if self.hi >= 0 else num_steps + self.hi)
+
+    def problems(self, num_steps: int) -> list[str]:
+        """The window's size and range against the rollout's `num_steps` (the range only when
+        num_steps is positive: rollout.num_steps reports itself otherwise)."""
+        problems = non_negative_problems({"rollout.sde_window.size": self.size}, " (0 = no window)")
+        if self.size <= 0:
+            return problems
+        lo, hi = self.bounds_range(num_steps)
+        if num_steps > 0 and not (0 <= lo and lo + self.size <= hi <= num_steps):
+            problems.append(f"rollout.sde_window: a window of {self.size} steps must fit in [lo, hi) = [{lo}, {hi}) "
+                            f"inside the {num_steps} rollout steps (0 <= lo, lo + size <= hi <= rollout.num_steps; "
+                            "hi null = rollout.num_steps // 2, negative = counted from the end)")
+        if self.shift_every < 1 or self.shift_by < 1:
+            problems.append(f"rollout.sde_window.shift_every ({self.shift_every}) and shift_by ({self.shift_by}) "
+                            "must be >= 1")
+        return problems
 
 
 @dataclass
@@ -59,7 +88,7 @@ class RolloutConfig:
     Cosmos' v_c + w(v_c − v_u) for model.family=cosmos (its w = 7 is w + 1 = 8 in the first form)."""
     noise_level: float = 0.7
     """SDE noise level a (Flow-GRPO); 0 reproduces the Euler ODE sampler."""
-    kernel: str = "flow_sde"
+    kernel: Kernel = "flow_sde"
     """Transition kernel of rollout and replay (sampling/kernels.py): "flow_sde" (Flow-GRPO,
     docs/algorithms.md §2.2), "dance_sde" (DanceGRPO, constant noise scale η = noise_level, §3.1),
     "cps" (Coefficients-Preserving Sampling with the reference code's constant-free log-prob
@@ -78,7 +107,24 @@ class RolloutConfig:
     it and must leave it at 1.0."""
     same_initial_noise: bool = False
     """Share x_T within a group (DanceGRPO) instead of distinct noise (Flow-GRPO default)."""
-    engine: str = "local"
+    engine: RolloutEngine = "local"
     """"local" (in-process) or "ray" (rollout actors)."""
     num_workers: int = 1
     """Ray rollout actors when engine=ray."""
+
+    def problems(self) -> list[str]:
+        """Sizes, scales and the SDE window no rollout could run (the family's sizes:
+        models/family_checks.py)."""
+        problems = positive_problems({
+            "rollout.n": self.n, "rollout.rollout_batch_size": self.rollout_batch_size,
+            "rollout.sample_batch_size": self.sample_batch_size, "rollout.num_steps": self.num_steps,
+            "rollout.height": self.height, "rollout.width": self.width, "rollout.num_workers": self.num_workers})
+        problems += [f"rollout.{name}={side} is too large (max {MAX_IMAGE_SIDE} pixels a side)"
+                     for name, side in (("height", self.height), ("width", self.width)) if side > MAX_IMAGE_SIDE]
+        problems += non_negative_problems({"rollout.noise_level": self.noise_level})
+        if self.guidance_scale < 1:
+            problems.append(f"rollout.guidance_scale must be >= 1 (1.0 turns CFG off), got {self.guidance_scale}")
+        if self.temperature <= 0:
+            problems.append(f"rollout.temperature must be > 0 (the sampler's softmax temperature), got "
+                            f"{self.temperature}")
+        return problems + self.sde_window.problems(self.num_steps)

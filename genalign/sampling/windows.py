@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import get_args
 
 import torch
 
-WINDOW_SCHEDULES = ("random", "progressive", "fixed")
-WINDOW_DRAWS = ("per_batch", "per_step")
+from genalign.rollout.config import WindowDraw, WindowSchedule
+
+WINDOW_SCHEDULES = get_args(WindowSchedule)
+WINDOW_DRAWS = get_args(WindowDraw)
 
 
 def _window_seed(seed: int, step: int, batch: int | None) -> int:
@@ -41,7 +44,7 @@ def _window_seed(seed: int, step: int, batch: int | None) -> int:
     return int.from_bytes(digest, "little") % 2**63
 
 
-def window_bounds(schedule: str, size: int, lo: int, hi: int, step: int, seed: int,
+def window_bounds(schedule: WindowSchedule, size: int, lo: int, hi: int, step: int, seed: int,
                   shift_every: int = 1, shift_by: int = 1, batch: int | None = None) -> tuple[int, int]:
     """[start, stop) of the SDE window at training step `step` (>= 1), inside [lo, hi).
 
@@ -94,14 +97,14 @@ class WindowSchedule:
     """A resolved `rollout.sde_window` plus the run seed: `bounds(step, batch)` is the window of
     the sampling batch whose first sample sits at position `batch` of training step `step`."""
 
-    schedule: str
+    schedule: WindowSchedule
     size: int
     lo: int
     hi: int
     seed: int
     shift_every: int = 1
     shift_by: int = 1
-    draw: str = "per_batch"
+    draw: WindowDraw = "per_batch"
     """"per_batch": a random window per sampling batch (Flow-GRPO-Fast); "per_step": one per step."""
 
     def __post_init__(self) -> None:

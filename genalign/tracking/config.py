@@ -1,25 +1,27 @@
 """`trainer.loggers`, `trainer.wandb` and `trainer.mlflow`: where metrics go besides the CSV files.
 
-Where it fits: `TrainerConfig` holds these keys; `validate` calls `logger_problems` so a
-typo or a tracker whose package is not installed is a config error before any model loads;
-`training/setup.build_trackers` reads them on rank 0. `trainer.loggers=wandb` (a scalar) and
-`[wandb]` both mean `[csv, wandb]` (`with_csv`): the CSV files are always written.
+Where it fits: `TrainerConfig` holds these keys; the loader refuses a logger or W&B mode
+that is not one of the `Logger` / `WandbMode` choices, `TrainerConfig.problems` a logger
+named twice (`logger_problems`), and `validate` a tracker whose package is not installed on
+this machine or whose environment would stop it (`tracker_problems`), all before any model
+loads; `training/setup.build_trackers` reads them on rank 0. `trainer.loggers=wandb` (a
+scalar) and `[wandb]` both mean `[csv, wandb]` (`with_csv`): the CSV files are always written.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import netrc
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Literal, Mapping, get_args
 from urllib.parse import urlparse
 
 from genalign.config.extras import is_installed, missing_package_problem
 
-LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
+Logger = Literal["csv", "tensorboard", "wandb", "mlflow"]
+LOGGERS = get_args(Logger)
 """`csv` writes metrics.csv / eval_metrics.csv (always: the run's record, read by resume and
 by the tests); the others are views of the same rows."""
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
@@ -37,7 +39,8 @@ def with_csv(loggers: Any) -> Any:
     if isinstance(loggers, list) and "csv" not in loggers:
         loggers = ["csv", *loggers]
     return loggers
-WANDB_MODES = ("offline", "online", "disabled")
+WandbMode = Literal["offline", "online", "disabled"]
+WANDB_MODES = get_args(WandbMode)
 
 
 @dataclass
@@ -58,7 +61,7 @@ class WandbConfig:
     """Run group (runs of one sweep or seed set shown together); null: $WANDB_RUN_GROUP, else none."""
     tags: list[str] | None = None
     """Run tags; null: $WANDB_TAGS (comma-separated), else none."""
-    mode: str | None = None
+    mode: WandbMode | None = None
     """null: $WANDB_MODE, else `online` when you are logged in to W&B (WANDB_API_KEY, or the
     netrc entry `wandb login` writes), else `offline` (said once in the log). `offline`: write
     the run under <output_dir>/wandb (or $WANDB_DIR) with no network and no login; upload it
@@ -192,23 +195,19 @@ class SampleTableConfig:
     """Rollout samples per table: the first ones of the step's batch (rank 0's), spread over
     its prompt groups, at most the batch size."""
 
+    def problems(self) -> list[str]:
+        problems = []
+        if self.every < 0:
+            problems.append(f"trainer.sample_table.every must be >= 0 (0 disables it), got {self.every}")
+        if self.count < 1:
+            problems.append(f"trainer.sample_table.count must be >= 1, got {self.count}")
+        return problems
 
-def logger_problems(loggers: list[str], wandb: WandbConfig, check_installed: bool = True,
-                    mlflow: MlflowConfig | None = None) -> list[str]:
-    """Every problem with trainer.loggers / trainer.wandb / trainer.mlflow (empty when usable on
-    this machine). `check_installed=False` skips the checks of this machine's packages and
-    environment (a checkpoint's config evaluated by `genalign eval`, which logs to no tracker)."""
+
+def logger_problems(loggers: list[str]) -> list[str]:
+    """trainer.loggers as a list (each name is one of LOGGERS: the loader checks the `Logger`
+    choice; `with_csv` put csv first): csv present, no name twice. TrainerConfig.problems calls it."""
     problems = []
-    for name in loggers:
-        if name not in LOGGERS:
-            close = difflib.get_close_matches(name, LOGGERS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            problems.append(f"trainer.loggers: unknown logger {name!r}{hint} Choose from: {', '.join(LOGGERS)}")
-        elif check_installed and name in TRACKER_PACKAGES:
-            missing = missing_package_problem(f"trainer.loggers: {name}", TRACKER_PACKAGES[name],
-                                              TRACKER_EXTRAS[name], f"or remove {name} from trainer.loggers")
-            if missing:
-                problems.append(missing)
     repeated = sorted({name for name in loggers if loggers.count(name) > 1})
     if repeated:
         problems.append(f"trainer.loggers lists {', '.join(repeated)} more than once")
@@ -216,13 +215,26 @@ def logger_problems(loggers: list[str], wandb: WandbConfig, check_installed: boo
         example = ",".join(["csv", *(name for name in dict.fromkeys(loggers) if name in TRACKER_PACKAGES)])
         problems.append("trainer.loggers must include csv: metrics.csv is the run's record (resume continues it); "
                         f"add trackers beside it: trainer.loggers=[{example}]")
-    if wandb.mode is not None and wandb.mode not in WANDB_MODES:
-        problems.append(f"trainer.wandb.mode={wandb.mode!r} is not supported; choose one of: {', '.join(WANDB_MODES)}")
-    elif check_installed and "wandb" in loggers:  # the environment is this machine's, like the packages
+    return problems
+
+
+def tracker_problems(loggers: list[str], wandb: WandbConfig, mlflow: MlflowConfig | None = None) -> list[str]:
+    """Whether this machine can run the selected trackers: each one's package is installed, a
+    W&B run's mode from the environment ($WANDB_MODE) is one genalign supports, and MLflow's
+    settings would start a run. A checkpoint's config evaluated by `genalign eval` logs to no
+    tracker and skips this."""
+    problems = []
+    for name in loggers:
+        if name in TRACKER_PACKAGES:
+            missing = missing_package_problem(f"trainer.loggers: {name}", TRACKER_PACKAGES[name],
+                                              TRACKER_EXTRAS[name], f"or remove {name} from trainer.loggers")
+            if missing:
+                problems.append(missing)
+    if "wandb" in loggers:  # the environment is this machine's, like the packages
         mode = resolve_wandb(wandb, os.environ)["mode"]
         if mode is not None and mode not in WANDB_MODES:
             problems.append(f"trainer.loggers=wandb: the environment sets WANDB_MODE={mode!r}, which genalign does "
                             f"not support; choose one of: {', '.join(WANDB_MODES)} (or set trainer.wandb.mode)")
-    if check_installed and "mlflow" in loggers and is_installed("mlflow"):
+    if "mlflow" in loggers and is_installed("mlflow"):
         problems += mlflow_problems(mlflow or MlflowConfig(), os.environ)
     return problems

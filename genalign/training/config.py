@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
-from genalign.tracking.config import MlflowConfig, SampleTableConfig, WandbConfig, with_csv
+from genalign.config.checks import empty_path_problems, non_negative_problems, positive_problems
+from genalign.tracking.config import Logger, MlflowConfig, SampleTableConfig, WandbConfig, logger_problems, with_csv
+
+HubStrategy = Literal["every_save", "checkpoint", "all_checkpoints", "end"]
+"""`TrainerConfig.hub_strategy`'s choices (export/hub_push.py)."""
+HUB_STRATEGIES = get_args(HubStrategy)
 
 
 @dataclass
@@ -34,7 +41,7 @@ class TrainerConfig:
     """A Hub model repository (<owner>/<name>, created when missing) that each saved checkpoint
     is uploaded to from a background thread, as trainer.hub_strategy says; a failed upload is
     a warning, never the end of the run. Your huggingface_hub login or $HF_TOKEN. null: no upload."""
-    hub_strategy: str = "every_save"
+    hub_strategy: HubStrategy = "every_save"
     """What trainer.push_to_hub uploads (transformers' hub_strategy): "every_save" the export
     folder (lora/ or transformer/, with its card) at the repository's root after each save;
     "checkpoint" that and the latest whole checkpoint in last-checkpoint/ (resumable with
@@ -49,7 +56,7 @@ class TrainerConfig:
     """On the first step, replay the rollout with unchanged weights and log the log-prob gap."""
     progress_bar: bool = True
     """tqdm over steps and evaluation batches (quiet when stderr is not a TTY)."""
-    loggers: list[str] = field(default_factory=lambda: ["csv"])
+    loggers: list[Logger] = field(default_factory=lambda: ["csv"])
     """Where metric rows go: `csv` (metrics.csv, eval_metrics.csv; always, added when not
     named) plus optionally `tensorboard` (<output_dir>/tensorboard), `wandb` (see
     trainer.wandb) and `mlflow` (see trainer.mlflow); `trainer.loggers=wandb` means [csv, wandb],
@@ -72,11 +79,26 @@ class TrainerConfig:
     nothing: every sample's advantage zero (all rewards of each group equal), no optimizer
     step, or a non-finite loss. null never stops for that."""
 
+    def problems(self) -> list[str]:
+        """The run's length, cadences, limits and logger list (whether a tracker's package is
+        installed is this machine's question: tracking/config.py:tracker_problems)."""
+        problems = positive_problems({"trainer.num_steps": self.num_steps})
+        problems += non_negative_problems({"trainer.save_every": self.save_every}, " (0 disables it)")
+        problems += empty_path_problems({"trainer.output_dir": self.output_dir})
+        problems += logger_problems(self.loggers) + self.sample_table.problems()
+        if self.max_idle_steps is not None and self.max_idle_steps < 1:
+            problems.append(f"trainer.max_idle_steps={self.max_idle_steps} must be >= 1 (null never stops a run "
+                            "for steps that train nothing)")
+        if not (self.signal_grace_s >= 0 and math.isfinite(self.signal_grace_s)):
+            problems.append(f"trainer.signal_grace_s={self.signal_grace_s} must be a finite number >= 0")
+        if self.keep_last is not None and self.keep_last < 1:
+            problems.append(f"trainer.keep_last={self.keep_last} must be >= 1 (null keeps every checkpoint)")
+        return problems
 
-HUB_STRATEGIES = ("every_save", "checkpoint", "all_checkpoints", "end")
-"""`TrainerConfig.hub_strategy`'s choices (export/hub_push.py)."""
-LOSS_NORMALISATIONS = ("rank_mean", "global_unit_mean")
+LossNormalisation = Literal["rank_mean", "global_unit_mean"]
+LOSS_NORMALISATIONS = get_args(LossNormalisation)
 """`ActorConfig.loss_normalisation`'s choices (training/update.py: unit_weight)."""
+EMACadence = Literal["micro_batch", "optimizer_step"]
 
 
 @dataclass
@@ -90,9 +112,15 @@ class EMAConfig:
     (cadence micro_batch) or g % update_every == 0 (cadence optimizer_step). Flow-GRPO: 8."""
     warmup: bool = True
     """Use min((1 + g)/(10 + g), decay) instead of a constant decay (Flow-GRPO's EMA)."""
-    cadence: str = "micro_batch"
+    cadence: EMACadence = "micro_batch"
     """"micro_batch": Flow-GRPO's call after every replay micro-batch (an update at count g
     runs once per micro-batch while g holds); "optimizer_step": once per optimizer step."""
+
+    def problems(self) -> list[str]:
+        problems = positive_problems({"actor.ema.update_every": self.update_every})
+        if not 0 <= self.decay < 1:
+            problems.append(f"actor.ema.decay must be in [0, 1) (1 would never move the average), got {self.decay}")
+        return problems
 
 
 @dataclass
@@ -122,7 +150,7 @@ class ActorConfig:
     new order each inner epoch), as Flow-GRPO's train_sd3.py; false keeps the order they were
     sampled in, as its train_sd3_fast.py, train_qwenimage.py and train_sd3_dpo.py
     (base/algorithm/flow_grpo_fast, the Qwen-Image recipe, base/algorithm/dpo)."""
-    loss_normalisation: str = "rank_mean"
+    loss_normalisation: LossNormalisation = "rank_mean"
     """How an optimizer step's gradient averages its trained units across training processes.
     "rank_mean" (Flow-GRPO under accelerate DDP): each rank averages over its own units, then
     DDP / FSDP2 average over ranks, so when ranks train unequal numbers of units (the
@@ -132,3 +160,23 @@ class ActorConfig:
     the union (verl's global token count, transformers' average_tokens_across_devices).
     Identical on one process or with equal counts on every rank."""
     ema: EMAConfig = field(default_factory=EMAConfig)
+
+    def problems(self) -> list[str]:
+        """AdamW's ranges and the update rhythm's sizes (how they divide a step's samples is
+        a check across rollout.* and actor.*: preflight/validate.py)."""
+        sizes = {"actor.gradient_accumulation_steps": self.gradient_accumulation_steps,
+                 "actor.num_inner_epochs": self.num_inner_epochs}
+        if self.micro_batch_size is not None:
+            sizes["actor.micro_batch_size"] = self.micro_batch_size
+        problems = positive_problems(sizes)
+        if self.lr <= 0:
+            problems.append(f"actor.lr must be > 0, got {self.lr}")
+        if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
+            problems.append(f"actor.betas must be two numbers in [0, 1) (AdamW's beta1, beta2), got {self.betas}; "
+                            "e.g. actor.betas=[0.9,0.999]")
+        if self.eps <= 0:
+            problems.append(f"actor.eps must be > 0, got {self.eps}")
+        problems += non_negative_problems({"actor.weight_decay": self.weight_decay})
+        if self.max_grad_norm <= 0:
+            problems.append(f"actor.max_grad_norm must be > 0 (gradients are clipped to it), got {self.max_grad_norm}")
+        return problems + self.ema.problems()

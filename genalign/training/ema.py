@@ -12,9 +12,12 @@ The EMA lives in float32 next to the parameters.
 
 from __future__ import annotations
 
+from typing import get_args
+
+from genalign.training.config import EMACadence
 from genalign.weights.shadow import ShadowWeights
 
-CADENCES = ("micro_batch", "optimizer_step")
+CADENCES = get_args(EMACadence)
 
 
 def ema_decay(optimizer_steps: int, decay: float, warmup: bool) -> float:
@@ -24,7 +27,7 @@ def ema_decay(optimizer_steps: int, decay: float, warmup: bool) -> float:
 
 class EMA(ShadowWeights):
     def __init__(self, named_parameters: dict, decay: float, update_every: int,
-                 warmup: bool = True, cadence: str = "micro_batch"):
+                 warmup: bool = True, cadence: EMACadence = "micro_batch"):
         if cadence not in CADENCES:
             raise ValueError(f"actor.ema.cadence={cadence!r}: choose one of {list(CADENCES)}")
         super().__init__(named_parameters)

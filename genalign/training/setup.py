@@ -146,7 +146,7 @@ def build_evaluator(cfg: ExperimentConfig, device: torch.device, reward_runtime,
     """`writes=False` (ranks other than 0) evaluates without writing metrics or sheets; `ranks`
     (a `distributed.RankInfo`; None: one process) shards the samples over the ranks."""
     gold = (build_reward_runtime(cfg.reward, device, components=cfg.eval.gold_rewards)
-            if any(cfg.eval.gold_rewards.values()) else None)  # every weight 0: gold monitoring is off
+            if cfg.eval.active_gold_rewards() else None)  # every weight 0: gold monitoring is off
     quality = (build_reward_runtime(cfg.reward, device, components=dict.fromkeys(cfg.eval.quality_metrics, 1.0))
                if cfg.eval.quality_metrics else None)
     sink = build_metrics_sink(output_dir / "eval_metrics.csv", resume, list(trackers), "eval") if writes else NullSink()

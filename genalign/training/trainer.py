@@ -164,7 +164,7 @@ class Trainer:
                     if ema_cfg.enabled else None)
         self.algorithm = algorithm_cls(cfg.algorithm, reference, parameters=self.parameters)
         self.owns_ray = start_ray_for_run(cfg)  # once, sized for every actor pool (rewards, gold, metrics, rollout)
-        with timed_phase(log, f"loading rewards {', '.join(n for n, w in cfg.reward.components.items() if w)}"):
+        with timed_phase(log, f"loading rewards {', '.join(cfg.reward.active_components())}"):
             self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
         self.spec = setup.rollout_spec(cfg)
         self.memory = PeakMemory(self.policy.device)

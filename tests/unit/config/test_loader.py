@@ -106,7 +106,7 @@ def test_override_adds_dict_keys_and_free_form_kwargs():
 def test_group_swap_replaces_the_option_wherever_it_appears():
     cfg = load_config(OCR, ["/base/distributed=ray_rollout", "distributed.resources.rollout.num_gpus=auto"])
     assert (cfg.distributed.preset, cfg.distributed.colocated) == ("ray_rollout", False)
-    assert cfg.distributed.resources.rollout.num_gpus == "auto"  # float | str keeps the string
+    assert cfg.distributed.resources.rollout.num_gpus == "auto"  # float | Literal["auto"] keeps the string
     assert load_config(OCR, ["/base/distributed=local"]).rollout.engine == "local"
 
 
@@ -163,6 +163,30 @@ def test_wrong_types_are_all_reported_with_key_source_expected_and_value(tmp_pat
     assert "command line `rollout.guidance_scale=true`" in by_key["rollout.guidance_scale"]
     assert "expected int, got 1.5" in by_key["eval.seed"]
     assert "expected int, got True" in by_key["rollout.num_steps"]  # YAML 1.1 `yes` is a bool, not 1
+
+
+def test_a_literal_choice_is_checked_alone_in_a_union_and_in_a_list():
+    # Literal alone: the key, where it was set, the nearest choice and every choice
+    (problem,) = problems_of(OCR, ["rollout.kernel=flow"])
+    assert problem == ("rollout.kernel='flow' is not supported (set in command line `rollout.kernel=flow`); "
+                       "did you mean 'flow_sde'? Choose one of: flow_sde, dance_sde, cps, cps_gaussian")
+    # in `float | Literal["auto"]`: a number or the choice; a near-miss string gets the choice's message
+    cfg = load_config(OCR, ["distributed.resources.rollout.num_gpus=2", "distributed.resources.trainer.num_gpus=1"])
+    assert (cfg.distributed.resources.rollout.num_gpus, cfg.distributed.resources.trainer.num_gpus) == (2.0, 1.0)
+    (problem,) = problems_of(OCR, ["distributed.resources.rollout.num_gpus=autp"])
+    assert problem.startswith("distributed.resources.rollout.num_gpus='autp' is not supported") and \
+        "did you mean 'auto'?" in problem
+    (problem,) = problems_of(OCR, ["distributed.resources.rollout.num_gpus=[1]"])
+    assert "distributed.resources.rollout.num_gpus: expected float | 'auto', got [1]" in problem
+    (problem,) = problems_of(OCR, ["distributed.resources.trainer.num_gpus=auto"])  # "auto" is the rollout's
+    assert problem.startswith("distributed.resources.trainer.num_gpus: expected float, got 'auto'")
+    # in `Literal | None` and in `list[Literal]`: null stays null, each item is checked
+    assert load_config(OCR, ["trainer.wandb.mode=null"]).trainer.wandb.mode is None
+    (problem,) = problems_of(OCR, ["trainer.loggers=[csv,tensorbord]"])
+    assert problem.startswith("trainer.loggers[1]='tensorbord' is not supported")
+    # a bool is not a string choice, and a number that prints like one is not it either
+    (problem,) = problems_of(OCR, ["model.dtype=true"])
+    assert problem.startswith("model.dtype=True is not supported")
 
 
 def test_scalar_turned_into_mapping_blames_the_override():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from genalign.config.errors import ConfigError
@@ -74,23 +76,36 @@ def test_a_fraction_that_trains_no_step(cfg):
     only(validate(cfg), "algorithm.timestep_fraction=0.05", "0 denoising steps")
 
 
+def load_problems(*overrides: str) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(OCR, list(overrides))
+    return info.value.problems
+
+
 @pytest.mark.parametrize("key, bad", [
     ("reward.aggregation", "sum"), ("reward.runtime", "remote"), ("rollout.engine", "vllm"),
     ("rollout.kernel", "ddim"), ("model.train_mode", "qlora"), ("model.dtype", "fp16"), ("algorithm.kl_type", "k3"),
     ("algorithm.advantage.std", "sample"), ("distributed.training.strategy", "fsdp"),
+    ("actor.loss_normalisation", "mean"), ("model.lora.init", "kaiming"), ("reward.video_reduction", "max"),
+    ("algorithm.nft.adv_mode", "some"), ("algorithm.dpo.source", "web"),
 ])
-def test_closed_choices(cfg, key, bad):
-    *path, field = key.split(".")
-    node = cfg
-    for part in path:
-        node = getattr(node, part)
-    setattr(node, field, bad)
-    only(validate(cfg), f"{key}={bad!r} is not supported", "Choose one of:")
+def test_closed_choices_are_refused_by_the_loader_naming_key_source_and_choices(key, bad):
+    only(load_problems(f"{key}={bad}"), f"{key}={bad!r} is not supported (set in command line `{key}={bad}`)",
+         "Choose one of:")
 
 
-def test_close_choice_gets_a_suggestion(cfg):
-    cfg.distributed.training.strategy = "fsdp"
-    only(validate(cfg), "did you mean 'fsdp2'")
+def test_close_choice_gets_a_suggestion():
+    only(load_problems("distributed.training.strategy=fsdp"), "did you mean 'fsdp2'?",
+         "Choose one of: none, ddp, fsdp2")
+
+
+def test_a_choice_set_in_a_layer_file_names_the_file(tmp_path):
+    recipe = tmp_path / "bad_kernel.yaml"
+    recipe.write_text("defaults:\n  - /reward: ocr\nrollout:\n  kernel: flow_sd\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(recipe))
+    only(info.value.problems, f"rollout.kernel='flow_sd' is not supported (set in {recipe})",
+         "did you mean 'flow_sde'?", "Choose one of: flow_sde, dance_sde, cps, cps_gaussian")
 
 
 def test_registry_names_are_checked_with_suggestions(cfg):
@@ -131,12 +146,10 @@ def test_empty_or_all_zero_reward(cfg):
     only(validate(cfg), "every weight is 0")
 
 
-def test_named_choices_are_checked(cfg):
-    cfg.actor.ema.cadence = "epoch"
-    only(validate(cfg), "actor.ema.cadence='epoch'", "micro_batch")
-    cfg.actor.ema.cadence = "optimizer_step"
-    cfg.model.compile_mode = "blocks"
-    only(validate(cfg), "model.compile_mode='blocks'", "regional")
+def test_named_choices_are_checked():
+    only(load_problems("actor.ema.cadence=epoch"), "actor.ema.cadence='epoch'", "micro_batch, optimizer_step")
+    only(load_problems("model.compile_mode=blocks"), "model.compile_mode='blocks'", "regional, full")
+    only(load_problems("model.cfg_batch=both"), "model.cfg_batch='both'", "joint, split")
 
 
 def test_ray_pool_size_is_stated_once(cfg):
@@ -147,13 +160,51 @@ def test_ray_pool_size_is_stated_once(cfg):
 def test_several_problems_are_reported_together(cfg):
     cfg.rollout.sample_batch_size = 5
     cfg.algorithm.clip_range = -1.0
-    cfg.model.dtype = "half"
+    cfg.eval.every = -1
     cfg.reward.components = {"ocrr": 1.0}
     assert len(validate(cfg)) == 4
 
 
 def test_load_config_raises_every_validation_problem():
     with pytest.raises(ConfigError) as info:
-        load_config(OCR, ["rollout.sample_batch_size=5", "algorithm.clip_range=0", "model.dtype=half"])
+        load_config(OCR, ["rollout.sample_batch_size=5", "algorithm.clip_range=0", "eval.every=-1"])
     assert len(info.value.problems) == 3
     assert str(info.value).count("\n- ") == 2
+
+
+def test_keys_types_and_choices_come_first_all_together():
+    # the loader's problems (unknown keys, wrong types, values outside a Literal) are raised
+    # together, before the checks across keys (which read typed values)
+    with pytest.raises(ConfigError) as info:
+        load_config(OCR, ["rollout.sample_batch_size=5", "model.dtype=half", "rollout.n=eight", "actor.lrr=1"])
+    assert [problem.split(":")[0].split("=")[0] for problem in info.value.problems] == \
+        ["model.dtype", "rollout.n", "actor.lrr"]  # in schema order
+
+
+def test_every_block_owns_its_problems_beside_its_fields():
+    defaults = ExperimentConfig()
+    for field in dataclasses.fields(defaults):
+        block = getattr(defaults, field.name)
+        if dataclasses.is_dataclass(block):  # recipe is a string
+            assert callable(getattr(block, "problems", None)), f"{type(block).__name__} has no problems()"
+    assert defaults.reward.problems() == ["reward.components is empty: name at least one reward, e.g. "
+                                          "reward.components.ocr=1.0"]
+    assert [block.problems() for block in (defaults.model, defaults.rollout, defaults.actor, defaults.algorithm,
+                                           defaults.data, defaults.eval, defaults.trainer, defaults.distributed)] \
+        == [[]] * 8
+
+
+def test_block_problems_come_in_schema_order_and_bad_sizes_hide_only_what_divides_by_them(cfg):
+    cfg.trainer.keep_last = 0
+    cfg.rollout.n = 0
+    cfg.rollout.sde_window.size = -1
+    cfg.algorithm.advantage.eps = -1e-4  # was only found by group_advantages, after the model loaded
+    cfg.model.lora.rank = 0
+    cfg.actor.gradient_accumulation_steps = 3  # would not divide 8 micro-batches; rollout.n = 0 hides that
+    assert validate(cfg) == [
+        "model.lora.rank must be positive, got 0",
+        "rollout.n must be positive, got 0",
+        "rollout.sde_window.size must be >= 0 (0 = no window), got -1",
+        "algorithm.advantage.eps must be >= 0, got -0.0001",
+        "trainer.keep_last=0 must be >= 1 (null keeps every checkpoint)",
+    ]

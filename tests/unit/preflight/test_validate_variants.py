@@ -40,7 +40,7 @@ def _cfg(overrides):
     (["algorithm.name=grpo_guard", "algorithm.rollout_correction.mode=truncate"], "cannot be taken against"),
     (["algorithm.guard.reweight=false"], "GRPO-Guard option"),
     (["algorithm.guard.bias=per_sample"], "GRPO-Guard option"),
-    (["algorithm.name=grpo_guard", "algorithm.guard.bias=sample"], "algorithm.guard.bias='sample': choose one of"),
+    (["algorithm.name=grpo_guard", "algorithm.guard.bias=sample"], "algorithm.guard.bias='sample' is not supported"),
     (["rollout.sde_window.size=6"], "must fit in [lo, hi) = [0, 5)"),
     (["rollout.sde_window.size=2", "rollout.sde_window.hi=11"], "must fit"),
     (["rollout.sde_window.size=2", "rollout.sde_window.shift_every=0"], "shift_every"),

@@ -9,7 +9,8 @@ from genalign.models.family_checks import size_problems
 from genalign.models.spec import family_spec
 from genalign.preflight.load import load_config
 from genalign.preflight.validate import validate
-from genalign.preflight.values import image_size_problems, non_finite_problems
+from genalign.preflight.values import non_finite_problems
+from genalign.rollout.config import RolloutConfig
 
 OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
 
@@ -25,6 +26,8 @@ OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
     ("model.embedded_guidance", 3.5, "model.family=sd3 has no guidance embedding"),
     ("reward.kwargs", {"ocr": {"engin": "x"}}, "did you mean reward.kwargs.ocr.engine"),
     ("reward.kwargs", {"ocr": {"num_threads": "four"}}, "reward.kwargs.ocr.num_threads: expected int"),
+    # a scorer's closed option is a Literal too: refused here, not when the scorer is built
+    ("reward.kwargs", {"ocr": {"engine": "paddle"}}, "reward.kwargs.ocr.engine='paddle' is not supported"),
     ("model.num_frames", 33, "model.num_frames=33: model.family=sd3 generates images"),
     ("model.num_frames", 0, "model.num_frames must be >= 1"),
     ("model.negative_prompt", "blurry", "model.negative_prompt is set but model.family=sd3"),
@@ -65,7 +68,7 @@ def test_image_sizes_follow_the_family_patch_and_a_global_bound():
     assert size_problems(sd3, 512, 768) == []
     assert "multiple of 16" in size_problems(sd3, 520, 512)[0] and "512 or 528" in size_problems(sd3, 520, 512)[0]
     assert size_problems(toy, 32, 32) == [] and "32x32" in size_problems(toy, 16, 32)[0]
-    assert image_size_problems(100_000, 512) == ["rollout.height=100000 is too large (max 4096 pixels a side)"]
+    assert RolloutConfig(height=100_000).problems() == ["rollout.height=100000 is too large (max 4096 pixels a side)"]
     assert size_problems(sd3, 100_000, 512) == []  # the bound's message alone
 
 

@@ -143,10 +143,12 @@ def test_config_errors_are_listed_together():
     message = str(info.value)
     assert "unknown reward 'ocrr'; did you mean 'ocr'?" in message
     assert "reward.components.jpeg_compressibility=nan" in message
-    assert "reward.runtime='spark'" in message and "reward.batch_size=0" in message
-    assert "reward.num_threads=0" in message
-    with pytest.raises(ValueError, match="no component has a non-zero weight"):
+    assert "reward.runtime='spark'" in message and "reward.batch_size must be positive, got 0" in message
+    assert "reward.num_threads must be positive, got 0" in message  # RewardConfig.problems, as preflight says it
+    with pytest.raises(ValueError, match="every weight is 0"):
         build_reward_runtime(fake_config(components={"ocr": 0.0}), "cpu")
+    with pytest.raises(ValueError, match="no component has a non-zero weight"):  # eval.gold_rewards all 0
+        build_reward_runtime(fake_config(components={"ocr": 1.0}), "cpu", components={"ocr": 0.0})
 
 
 def test_unknown_scorer_kwarg_is_a_type_error_naming_the_key():

@@ -1,11 +1,14 @@
 """DanceGRPO and CPS kernels (docs/algorithms.md §2.3, §3.1) and the shared `transition_step`."""
 
 import math
+from typing import get_args
 
 import pytest
 import torch
 
-from genalign.sampling.kernels import KERNELS, cps_step, dance_sde_step, flow_sde_step, ode_step, transition_step
+from genalign.rollout.config import Kernel
+from genalign.sampling.kernels import (GAUSSIAN_KERNELS, KERNELS, cps_step, dance_sde_step, flow_sde_step, ode_step,
+                                      transition_step)
 from support import assert_close_reordered
 
 SHAPE = (3, 4, 2, 2)  # [B, C, H, W]
@@ -14,6 +17,12 @@ SHAPE = (3, 4, 2, 2)  # [B, C, H, W]
 def _inputs(seed=0, shape=SHAPE):
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
+
+
+def test_every_kernel_choice_has_a_step_and_nothing_else_does():
+    # rollout.kernel's `Kernel` Literal is the one list of names: the loader accepts exactly these
+    assert list(KERNELS) == list(get_args(Kernel))
+    assert set(GAUSSIAN_KERNELS) < set(KERNELS)
 
 
 def test_dance_mean_is_the_flow_mean_with_constant_scale():

@@ -7,15 +7,18 @@ import importlib.util
 import pytest
 
 from genalign.config.errors import ConfigError
+from genalign.config.loader import compose_config
 from genalign.preflight.load import load_config
+from genalign.preflight.validate import validate
 from genalign.tracking.config import (MlflowConfig, WandbConfig, logger_problems, mlflow_problems, resolve_mlflow,
-                                      resolve_wandb, wandb_logged_in, wandb_mode)
+                                      resolve_wandb, tracker_problems, wandb_logged_in, wandb_mode)
 
 
 def test_default_is_csv_only_and_valid():
     cfg = load_config(None, ["trainer.output_dir=/tmp/unused-genalign-run"])
     assert cfg.trainer.loggers == ["csv"] and cfg.trainer.wandb.mode is None  # null: $WANDB_MODE, else by login
-    assert logger_problems(["csv", "tensorboard", "wandb"], WandbConfig()) == []
+    assert logger_problems(["csv", "tensorboard", "wandb"]) == []
+    assert tracker_problems(["csv", "tensorboard", "wandb"], WandbConfig()) == []  # installed with [dev]
 
 
 @pytest.mark.parametrize("written, used", [
@@ -66,14 +69,23 @@ def test_an_mlflow_store_that_cannot_start_is_a_config_error(monkeypatch):
     assert "JSON object" in mlflow_problems(MlflowConfig(), {"MLFLOW_TAGS": "team=vision"})[0]
 
 
-def test_unknown_repeated_and_csv_less_loggers_are_named():
-    problems = logger_problems(["tensorbord", "wandb", "wandb"], WandbConfig(mode="cloud"))
+def test_repeated_and_csv_less_loggers_are_named():
+    problems = logger_problems(["wandb", "wandb"])
     assert problems == [
-        "trainer.loggers: unknown logger 'tensorbord'; did you mean 'tensorboard'? Choose from: csv, tensorboard, wandb, mlflow",
         "trainer.loggers lists wandb more than once",
         "trainer.loggers must include csv: metrics.csv is the run's record (resume continues it); add trackers "
         "beside it: trainer.loggers=[csv,wandb]",
-        "trainer.wandb.mode='cloud' is not supported; choose one of: offline, online, disabled",
+    ]
+
+
+def test_an_unknown_logger_or_wandb_mode_is_refused_by_the_loader_with_its_choices():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["trainer.loggers=[csv,tensorbord]", "trainer.wandb.mode=cloud"])
+    assert err.value.problems == [
+        "trainer.loggers[1]='tensorbord' is not supported (set in command line `trainer.loggers=[csv,tensorbord]`); "
+        "did you mean 'tensorboard'? Choose one of: csv, tensorboard, wandb, mlflow",
+        "trainer.wandb.mode='cloud' is not supported (set in command line `trainer.wandb.mode=cloud`) "
+        "Choose one of: offline, online, disabled",
     ]
 
 
@@ -85,7 +97,8 @@ def test_a_selected_tracker_that_is_not_installed_names_the_extra(monkeypatch):
     assert err.value.problems == ["trainer.loggers: wandb needs the wandb package, which is not installed; "
                                   "pip install 'genalign[trackers]' or remove wandb from trainer.loggers"]
     # a checkpoint's config (genalign eval, resume checks) logs nowhere: not this machine's concern
-    assert logger_problems(["csv", "wandb"], WandbConfig(), check_installed=False) == []
+    assert logger_problems(["csv", "wandb"]) == []
+    assert validate(compose_config(None, ["trainer.loggers=[csv,wandb]"]), check_machine=False) == []
 
 
 def test_wandb_settings_follow_wandb_precedence_config_then_environment_then_default():

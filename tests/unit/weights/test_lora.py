@@ -3,11 +3,13 @@ reference mode, strict trainable-state loading and fingerprints."""
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 import torch
 
-from genalign.models.config import LoraConfig
-from genalign.weights.lora import (apply_lora, export_lora_for_diffusers, freeze_for_full_finetune,
+from genalign.models.config import LoraConfig, LoraInit
+from genalign.weights.lora import (LORA_INITS, apply_lora, export_lora_for_diffusers, freeze_for_full_finetune,
                                     load_trainable_state_dict, reference_mode, state_fingerprint,
                                     trainable_parameters, trainable_state_dict)
 
@@ -158,3 +160,8 @@ def test_strict_load_lists_missing_unexpected_and_mis_shaped_names():
 def test_export_without_adapter_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="model.train_mode=lora"):
         export_lora_for_diffusers(Net(), tmp_path, LoraConfig())
+
+
+def test_every_lora_init_choice_maps_to_a_peft_value():
+    # model.lora.init's `LoraInit` Literal is what the loader accepts; each needs peft's value
+    assert list(LORA_INITS) == list(get_args(LoraInit))
