@@ -21,9 +21,12 @@ def library(monkeypatch):
     stream = io.StringIO()
     monkeypatch.setattr(console, "FILTER", console.KnownMessages())
     for module in (transformers.utils.logging, diffusers.utils.logging):
-        for handler in module.get_logger().handlers:
-            if isinstance(handler, logging.StreamHandler):  # not a handler another test's capture left there
-                monkeypatch.setattr(handler, "stream", stream)
+        library = module.get_logger()
+        # a handler of the test's own in place of the library's stderr one (which other tests'
+        # imports may have replaced), formatted as transformers 5's is
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logging.Formatter(f"[{library.name}] %(message)s"))
+        monkeypatch.setattr(library, "handlers", [handler])
     console.quiet_libraries()
     yield stream
     for name in console.LIBRARIES:
