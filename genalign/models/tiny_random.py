@@ -369,7 +369,7 @@ def build_cosmos_pipeline(shapes: str = "tiny", seed: int = 0, device: str | tor
     from diffusers import AutoencoderKLWan, Cosmos2_5_PredictBasePipeline, CosmosTransformer3DModel
     from diffusers import UniPCMultistepScheduler
 
-    from genalign.models.cosmos import GuardrailNotLoaded
+    from genalign.models.cosmos.policy import GuardrailNotLoaded
 
     spec = shape_spec(COSMOS_SHAPES, shapes, "Cosmos")
     tokenizer = tiny_qwen2_tokenizer(f"system\n{COSMOS_SYSTEM_PROMPT}\nuser\nassistant\n")

@@ -15,7 +15,7 @@ import torch
 
 from genalign.models.base import guided_velocity
 from genalign.models.config import LoraConfig
-from genalign.models.cosmos import (COSMOS_LORA_TARGETS, COSMOS_NEGATIVE_PROMPT, CosmosPolicy, cosmos_guidance,
+from genalign.models.cosmos.policy import (COSMOS_LORA_TARGETS, COSMOS_NEGATIVE_PROMPT, CosmosPolicy, cosmos_guidance,
                                     karras_range)
 from genalign.models.tiny_random import QWEN_TEXT_HIDDEN, build_cosmos_pipeline, main
 from genalign.sampling.trajectory import sample_trajectory, sde_step_mask
