@@ -6,9 +6,9 @@
 Each family's result is its `calibration.json`, in its folder (`genalign/models/<family>/`),
 where the memory plan reads it through the family's spec.
 
-For every diffusion family it builds the tiny pipeline (`models/tiny_random.py`) with its transformer
-replaced by the real model's (the family's first shipped architecture file: the same block options, width,
-heads, MLP and norms) cut to 2 blocks, loads it through the real `build_policy` (LoRA,
+For every diffusion family it builds the tiny pipeline (`models/<family>/tiny.py`) with its
+transformer replaced by the real model's (the family's first shipped architecture file: the same
+block options, width, heads, MLP and norms) cut to 2 blocks, loads it through the real `build_policy` (LoRA,
 float32 masters, bfloat16 compute) and runs the policy's own `velocity` - the call rollout
 and replay make - at two image sizes, so the bytes split into a per-token slope and a fixed
 part; the slope divided by (blocks x width) is stored as bytes per token, per block, per
@@ -56,7 +56,8 @@ from torch.utils._pytree import tree_flatten  # noqa: E402
 
 from genalign.models.architecture import shipped_file  # noqa: E402
 from genalign.models.spec import CALIBRATION, family_spec  # noqa: E402
-from genalign.models.tiny_random import JANUS_SHAPES, build_tiny_janus, save_tiny  # noqa: E402
+from genalign.models.janus.tiny import JANUS_SHAPES, build_tiny_janus  # noqa: E402
+from genalign.models.tiny_random import save_tiny  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402
 

@@ -33,12 +33,14 @@ def test_each_family_declares_its_spec_beside_its_policy(name):
 
 @pytest.mark.parametrize("name", MODEL_FAMILIES.names())
 def test_each_family_is_a_folder_holding_its_files(name):
-    """models/<family>/ holds the policy and its SPEC (which the registry line names), the
-    architecture files and the calibration the memory plan reads (docs/extending.md §3)."""
+    """models/<family>/ holds the policy and its SPEC (which the registry line names), its tiny
+    builder, the architecture files and the calibration the memory plan reads
+    (docs/extending.md §3)."""
     spec = family_spec(name)
     folder = Path(importlib.import_module("genalign.models").__file__).parent / name
     assert spec.package == f"genalign.models.{name}" and spec.folder == folder
     assert importlib.import_module(spec.package).SPEC is spec and spec.policy.startswith(f"{spec.package}.")
+    assert spec.tiny_builder is None or spec.tiny_builder.startswith(f"{spec.package}.tiny:")
     assert spec.architecture_files() and {file.parent for file in spec.architecture_files()} == {
         folder / "architectures"}
     assert spec.calibration()["measured_on"].startswith(f"{name}: ")  # the folder's own, not another family's
