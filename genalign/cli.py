@@ -177,7 +177,7 @@ def pretrain_demo_main(argv: list[str] | None = None) -> int:
 
 def serve_reward_main(argv: list[str] | None = None) -> int:
     _configure_logging()
-    from genalign.rewards.server import main
+    from genalign.rewards.serve_command import main
 
     return main(argv)
 

@@ -8,11 +8,22 @@ diffusers path exactly as `model.path=<dir>` would.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 for _name, _value in {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
                       "GLOO_SOCKET_IFNAME": "lo"}.items():
     os.environ.setdefault(_name, _value)
+
+# torch.compile's on-disk cache, one per test session (and the processes it starts): inductor's
+# default /tmp/torchinductor_<user> is shared by every process of the user, and another test run
+# on the same box compiling the same graph was seen handing this one a half-written .so
+# ("file too short")
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="genalign-inductor-")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

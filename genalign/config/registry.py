@@ -88,6 +88,8 @@ def import_problem(config_key: str, name: str, expected: type | None = None) -> 
         module = importlib.import_module(module_name)
     except ImportError as exc:
         return f"{config_key}: {name!r}: module {module_name!r} cannot be imported ({exc})"
+    except Exception as exc:  # noqa: BLE001 - the user's module ran and failed: its error, in one line
+        return f"{config_key}: {name!r}: importing module {module_name!r} raised {type(exc).__name__}: {exc}"
     target = getattr(module, attr, None)
     if target is None:
         return f"{config_key}: {name!r}: module {module_name!r} has no attribute {attr!r}"

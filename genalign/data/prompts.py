@@ -90,6 +90,10 @@ def resolve_data_path(path: str, config_key: str | None = None) -> Path:
     if directories:
         raise ManifestNotFoundError(f"{prefix}{directories[0]} is a directory, not a prompt file; "
                                     f"name a .txt, .jsonl or .json file inside it")
+    special = [option for option in tried if option.exists()]  # a device, a FIFO, a socket: reading may never end
+    if special:
+        raise ManifestNotFoundError(f"{prefix}{special[0]} is not a regular file (a device, a FIFO or a socket); "
+                                    f"name a .txt, .jsonl or .json file")
     looked = ", ".join(str(option) for option in tried)
     hint = None if candidate.is_absolute() else "set $GENALIGN_DATA_ROOT to the folder that holds it"
     raise ManifestNotFoundError(f"{prefix}manifest {path!r} not found (looked in: {looked})", hint)

@@ -120,6 +120,14 @@ class Evaluator:
             metadata=[dict(ex.metadata) for ex in chosen for _ in range(repeats)],
         )
 
+    def close(self) -> None:
+        """Release what the evaluator built: its sink and the gold and quality runtimes (their
+        Ray actors, threads or HTTP sessions). The training reward runtime is the caller's."""
+        self.sink.close()
+        for runtime in (self.gold_runtime, self.quality_runtime):
+            if runtime is not None:
+                runtime.close()
+
     def due(self, step: int, last_step: int) -> bool:
         if step == 0:
             return self.cfg.at_start

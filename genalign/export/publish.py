@@ -11,6 +11,7 @@ exist_ok, then `upload_folder`), the way diffusers' training scripts end with
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 from genalign.config.errors import UserError
@@ -38,7 +39,7 @@ def push_to_hub(folder: Path, repo_id: str, private: bool = False, commit_messag
     """Upload `folder` to the model repository `repo_id` (created when missing); returns the
     commit URL. `api` is an `huggingface_hub.HfApi` (injectable for tests)."""
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
     from genalign.hub import HUB_ID
 
@@ -52,4 +53,22 @@ def push_to_hub(folder: Path, repo_id: str, private: bool = False, commit_messag
     except HfHubHTTPError as err:  # no token, no write access, a name taken by another type of repo, ...
         raise UserError(f"--push-to-hub {repo_id}: the Hub refused the upload: {err}",
                         hint="log in with `hf auth login` (or set HF_TOKEN) with a token that may write there") from err
+    except OfflineModeIsEnabled:
+        raise UserError(f"--push-to-hub {repo_id}: HF_HUB_OFFLINE is set, and uploading needs the network; unset it "
+                        f"on a machine that can reach the Hub (the folder is {folder})") from None
+    except _network_errors() as err:  # no route, DNS, a proxy, a timeout: the folder stays as it is
+        raise UserError(f"--push-to-hub {repo_id}: cannot reach the Hub ({type(err).__name__}: {err}); nothing was "
+                        f"uploaded: rerun where the network reaches it (the folder is {folder})") from None
     return str(getattr(info, "commit_url", info))
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    """A failed connection, as raised by whichever HTTP library this huggingface_hub uses (httpx2
+    from 2.x, httpx before; both subclass their TransportError), or an OSError."""
+    errors: list[type[BaseException]] = [OSError]
+    for module in ("httpx2", "httpx"):
+        try:
+            errors.append(importlib.import_module(module).TransportError)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(errors)

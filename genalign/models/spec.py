@@ -97,6 +97,9 @@ class FamilySpec:
     builtin_path: str | None = None
     """A model.path value that names weights shipped inside genalign (toy: "builtin"): no
     directory or Hub check applies to it."""
+    builtin_dir: str | None = None
+    """"package.module:function" (no arguments -> Path) of the folder `builtin_path` names,
+    for checks that read the builtin model's configs (`weights_dir`)."""
     tiny_builder: str | None = None
     """"package.module:function" (seed -> object with `save_pretrained`) of a tiny random model
     with the family's architecture, built from configs for tests and offline smoke runs."""
@@ -126,6 +129,13 @@ class FamilySpec:
     def policy_class(self) -> Any:
         """The policy class (imports its module)."""
         return _import(self.policy)
+
+    def weights_dir(self, path: str) -> Path:
+        """The folder model.path=`path` loads from: the builtin folder for `builtin_path`, else
+        `path` itself (a Hub id is no folder here: it does not exist on disk)."""
+        if path == self.builtin_path and self.builtin_dir:
+            return Path(_import(self.builtin_dir)())
+        return Path(path).expanduser()
 
     @property
     def folder(self) -> Path | None:

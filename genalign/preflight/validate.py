@@ -15,7 +15,7 @@ from genalign.config.schema import ExperimentConfig
 from genalign.hub import HUB_ID
 from genalign.preflight.algorithm_checks import algorithm_problems
 from genalign.preflight.plan import num_train_timesteps_problem
-from genalign.preflight.values import non_finite_problems, reward_package_problems, value_problems
+from genalign.preflight.values import int64_problems, non_finite_problems, reward_package_problems, value_problems
 from genalign.tracking.config import logger_problems
 from genalign.training.config import LOSS_NORMALISATIONS
 
@@ -61,9 +61,9 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(f"{key}={value!r} is not supported{hint} Choose one of: {', '.join(choices)}")
 
-    non_finite = non_finite_problems(cfg)
-    if non_finite:  # every range check below would only repeat "nan is not in range"
-        return problems + non_finite
+    unrepresentable = non_finite_problems(cfg) + int64_problems(cfg)
+    if unrepresentable:  # every range check below would only repeat "nan is not in range"
+        return problems + unrepresentable
     message = MODEL_FAMILIES.check(cfg.model.family, cfg.model.allow_import)
     if message:
         problems.append(message)

@@ -54,6 +54,9 @@ def value_problems(cfg: ExperimentConfig) -> list[str]:
         problems.append(f"actor.eps must be > 0, got {actor.eps}")
     if actor.weight_decay < 0:
         problems.append(f"actor.weight_decay must be >= 0, got {actor.weight_decay}")
+    if cfg.algorithm.adv_clip_max <= 0:  # clamp(A, -0, 0) zeroes every advantage: nothing would train
+        problems.append(f"algorithm.adv_clip_max must be > 0 (advantages are clamped to ±it), got "
+                        f"{cfg.algorithm.adv_clip_max}")
     if actor.max_grad_norm <= 0:
         problems.append(f"actor.max_grad_norm must be > 0 (gradients are clipped to it), got {actor.max_grad_norm}")
     if not 0 <= actor.ema.decay < 1:
@@ -126,18 +129,39 @@ def reward_package_problems(cfg: ExperimentConfig) -> list[str]:
     return problems
 
 
-def non_finite_problems(node: Any, key: str = "") -> list[str]:
-    """`key: must be a finite number` for every NaN/inf float in the config tree."""
+def config_leaves(node: Any, key: str = ""):
+    """(dotted key, value) of every leaf of a config tree: dataclass fields, mapping entries
+    (`key.name`), list items (`key[i]`)."""
     if dataclasses.is_dataclass(node):
-        return [p for f in dataclasses.fields(node) for p in non_finite_problems(getattr(node, f.name),
-                                                                          f"{key}.{f.name}" if key else f.name)]
-    if isinstance(node, dict):
-        return [p for name, value in node.items() for p in non_finite_problems(value, f"{key}.{name}")]
-    if isinstance(node, list):
-        return [p for i, value in enumerate(node) for p in non_finite_problems(value, f"{key}[{i}]")]
-    if isinstance(node, float) and not math.isfinite(node):
-        return [f"{key} must be a finite number, got {node}"]
-    return []
+        for f in dataclasses.fields(node):
+            yield from config_leaves(getattr(node, f.name), f"{key}.{f.name}" if key else f.name)
+    elif isinstance(node, dict):
+        for name, value in node.items():
+            yield from config_leaves(value, f"{key}.{name}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from config_leaves(value, f"{key}[{i}]")
+    else:
+        yield key, node
+
+
+def non_finite_problems(node: Any) -> list[str]:
+    """`key: must be a finite number` for every NaN/inf float in the config tree."""
+    return [f"{key} must be a finite number, got {value}" for key, value in config_leaves(node)
+            if isinstance(value, float) and not math.isfinite(value)]
+
+
+INT64_RANGE = (-2**63, 2**63 - 1)
+"""What torch, numpy and the seeds' hash take as an integer."""
+
+
+def int64_problems(node: Any) -> list[str]:
+    """`key: does not fit in 64 bits` for every integer YAML read as arbitrarily large
+    (trainer.seed=99999999999999999999 overflows torch.manual_seed; a LoRA rank of 10^20 could
+    never be allocated): Python's ints are unbounded, the libraries that take them are not."""
+    return [f"{key}={value} does not fit in a 64-bit integer (|value| < 2**63); use a smaller number"
+            for key, value in config_leaves(node)
+            if isinstance(value, int) and not isinstance(value, bool) and not INT64_RANGE[0] <= value <= INT64_RANGE[1]]
 
 
 def image_size_problems(height: int, width: int) -> list[str]:

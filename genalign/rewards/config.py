@@ -67,7 +67,12 @@ class RewardConfig:
         """runtime=http needs an http(s) reward.url with a host, and a token variable name."""
         if self.runtime != "http":
             return []
-        parts = urlsplit(self.url)
+        try:
+            parts = urlsplit(self.url)
+            parts.port  # noqa: B018 - parsed lazily: raises for a port that is not a number in range
+        except ValueError as exc:  # an unclosed IPv6 bracket, a port out of range
+            return [f"reward.url={self.url!r} is not a URL ({exc}); e.g. reward.url=http://127.0.0.1:8700 or "
+                    f"http://[::1]:8700"]
         if parts.scheme not in ("http", "https") or not parts.hostname:
             return [f"reward.url={self.url!r}: reward.runtime=http needs the reward server's URL, e.g. "
                     f"reward.url=http://127.0.0.1:8700 (start the server with `genalign serve-reward`)"]

@@ -16,7 +16,8 @@ commit 92ac29f) score:
    directory like every other reward). The input is prepared as GenEval's mmdet test pipeline
    prepares it (mask2former_r50_lsj_8x2_50e_coco, which its Swin-S config inherits): resized
    keeping the ratio into 1333 x 800 (mmcv's `rescale_size`, OpenCV's bilinear on uint8),
-   normalised with the checkpoint's mean/std, padded bottom/right to a multiple of 32. Instance
+   padded bottom/right to a multiple of 32 with pixel level 128, then normalised with the
+   checkpoint's mean/std (the pipeline pads before it normalises). Instance
    score = class probability x mean mask probability inside the mask over the 100 best
    (query, class) pairs, boxes from the masks (mmdet's Mask2Former post-processing).
    Detections are named by GenEval's class names (`genalign/assets/geneval/object_names.txt`,
@@ -83,7 +84,10 @@ their id2label; also Detectron2's) names these three classes differently."""
 MMDET_TEST_SCALE = (1333, 800)
 """GenEval's mmdet test pipeline: `Resize(img_scale=(1333, 800), keep_ratio=True)`."""
 SIZE_DIVISOR = 32
-"""... `Pad(size_divisor=32)`."""
+PAD_LEVEL = 128
+"""... `Pad(size_divisor=32, pad_val=dict(img=(128, 128, 128)))`, before `Normalize`: the padding
+is mid-grey in pixel levels, (128 - mean) / std once normalised (mmdet 2.28.2's
+mask2former_r50_lsj_8x2_50e_coco.py; tests/fixtures/pypi/mmdet-2.28.2)."""
 MAX_PER_IMAGE = 100
 """mmdet's Mask2Former `test_cfg.max_per_image`: instances kept per image before thresholds."""
 
@@ -211,16 +215,17 @@ def detector_input(images: torch.Tensor, mean: tuple[float, ...], std: tuple[flo
     """uint8 [B, 3, H, W] -> (float32 [B, 3, h', w'] padded to multiples of 32, (h, w) before
     padding), as GenEval's mmdet test pipeline: OpenCV's bilinear resize of the uint8 image
     (half-pixel centres, edge pixels repeated, rounded to uint8: torch's non-antialiased bilinear,
-    within one level of OpenCV's fixed-point weights), normalised, zero-padded bottom/right."""
+    within one level of OpenCV's fixed-point weights), padded bottom/right with PAD_LEVEL,
+    normalised."""
     resized = detector_input_size(*images.shape[-2:])
     pixels = images.float()  # [B, 3, H, W] in [0, 255]
     if tuple(pixels.shape[-2:]) != resized:
         pixels = torch.floor(F.interpolate(pixels, size=resized, mode="bilinear", align_corners=False) + 0.5)
+    pad = [(-side) % SIZE_DIVISOR for side in resized]
+    pixels = F.pad(pixels, (0, pad[1], 0, pad[0]), value=PAD_LEVEL)  # [B, 3, h', w']
     mean_255 = pixels.new_tensor(mean).view(1, 3, 1, 1) * 255
     std_255 = pixels.new_tensor(std).view(1, 3, 1, 1) * 255
-    pixels = (pixels - mean_255) / std_255
-    pad = [(-side) % SIZE_DIVISOR for side in resized]
-    return F.pad(pixels, (0, pad[1], 0, pad[0])), resized
+    return (pixels - mean_255) / std_255, resized
 
 
 def box_iou(a, b) -> float:

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import threading
+import weakref
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from typing import Any
 
 import torch
 
+from genalign.config.errors import UserError
 from genalign.rewards.base import RewardError
 from genalign.rewards.config import RewardConfig
 from genalign.rewards.scores import RewardScores, batch_ranges, check_inputs, check_scores
@@ -47,6 +49,20 @@ BUSY_BACKOFF_S = (0.05, 2.0)
 """First and longest wait between retries of a 503 (busy) answer; doubles in between."""
 HEALTH_POLL_S = 0.5
 """How often a dropped connection's health check is repeated while the server is away."""
+KEEPALIVE_S = 5.0
+"""Longest a pooled connection idles before the client closes it (at most half the server's idle limit)."""
+RESUME_HINT = ("once the reward server answers again, rerun the same command with trainer.resume_from=auto: "
+               "it continues from the last checkpoint")
+RETRIED_STATUSES = (429, 503)
+"""Answers that mean "not now": retried with back-off within reward.timeout_s."""
+
+
+class RewardServiceError(RewardError, UserError):
+    """The reward server is unreachable, refuses, times out or fails a request: one line naming
+    the server and the rewards (the CLI prints it without a traceback)."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        UserError.__init__(self, message, hint)  # RuntimeError's own __init__ would skip the hint
 
 
 @dataclass
@@ -76,12 +92,48 @@ class HttpScoresFuture:
                 scores = chunk.future.result(timeout=self.runtime.worst_case_s)
             except FutureTimeout as exc:
                 chunk.future.cancel()
-                raise RewardError(f"{self.runtime.describe()}: no answer for samples [{chunk.start}, {chunk.end}) "
-                                  f"within {self.runtime.worst_case_s:.0f}s") from exc
+                raise RewardServiceError(f"{self.runtime.describe()}: no answer for samples [{chunk.start}, "
+                                         f"{chunk.end}) within {self.runtime.worst_case_s:.0f}s") from exc
             for name in parts:
                 parts[name].append(check_scores(name, scores[name], self.prompts[chunk.start:chunk.end], chunk.start))
         return RewardScores({name: torch.cat(chunks) for name, chunks in parts.items()},  # [B] each
                             dict(self.runtime.weights))
+
+
+class _ClientThread:
+    """The runtime's event loop, on a daemon thread, and its aiohttp session. Closed by the
+    runtime's `close()`, or by a `weakref.finalize` when the runtime is garbage-collected or the
+    interpreter exits: a trainer that fails while building its other parts leaves no unclosed
+    session (aiohttp's "Unclosed client session" error) behind."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="genalign-reward-http", daemon=True)
+        self.thread.start()
+        self.session = None
+
+    async def drop_session(self) -> None:
+        if self.session is not None:
+            session, self.session = self.session, None
+            await session.close()
+
+    async def shutdown(self) -> None:
+        """Cancel the requests still running (a caller that gave up on them), then close the session."""
+        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        await self.drop_session()
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        if self.thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self.shutdown(), self.loop).result(timeout=30)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=30)
+        if not self.thread.is_alive():
+            self.loop.close()
 
 
 class HttpRewardRuntime:
@@ -89,8 +141,6 @@ class HttpRewardRuntime:
 
     def __init__(self, cfg: RewardConfig, weights: dict[str, float]):
         require_aiohttp()
-        import aiohttp
-
         problems = cfg.http_problems()
         for key in ("timeout_s", "startup_timeout_s"):
             if getattr(cfg, key) <= 0:
@@ -102,15 +152,14 @@ class HttpRewardRuntime:
         self.url = cfg.url.rstrip("/")
         token = os.environ.get(cfg.token_env, "")
         if not token:
-            raise RewardError(f"reward.runtime=http: ${cfg.token_env} is not set; export the reward server's "
-                              f"token in the trainer's environment (reward.token_env names the variable)")
+            raise RewardServiceError(f"reward.runtime=http: ${cfg.token_env} is not set; export the reward server's "
+                                     f"token in the trainer's environment (reward.token_env names the variable)")
         self._headers = {"Authorization": f"Bearer {token}"}
         # a request may be tried twice, with a wait for the server in between
         self.worst_case_s = 2 * cfg.timeout_s + cfg.startup_timeout_s + 30.0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="genalign-reward-http", daemon=True)
-        self._thread.start()
-        self._session: aiohttp.ClientSession | None = None
+        self._io = _ClientThread()
+        self._finalizer = weakref.finalize(self, self._io.close)  # also when an owner fails before close()
+        self._keepalive_s = KEEPALIVE_S
         try:
             info = self._run(self._fetch_info(), cfg.startup_timeout_s + 5.0)
         except BaseException:
@@ -119,10 +168,14 @@ class HttpRewardRuntime:
         missing = [name for name in weights if name not in info.get("components", [])]
         if missing:
             self.close()
-            raise RewardError(f"reward server {self.url} does not serve reward(s) {missing} (it serves "
-                              f"{info.get('components')}); start it with `genalign serve-reward --components "
-                              f"{' '.join(weights)}`")
+            raise RewardServiceError(f"reward server {self.url} does not serve reward(s) {missing} (it serves "
+                                     f"{info.get('components')}); start it with `genalign serve-reward --components "
+                                     f"{' '.join(weights)}`")
         self.max_request_bytes = int(info.get("max_request_bytes", 0)) or None
+        idle_s = info.get("idle_timeout_s")
+        if isinstance(idle_s, (int, float)) and idle_s > 0 and idle_s / 2 < self._keepalive_s:
+            self._keepalive_s = idle_s / 2
+            self._run(self._io.drop_session(), 30.0)  # the next request opens a pool with the shorter keep-alive
 
     # -- public contract ------------------------------------------------------------------------------
 
@@ -137,7 +190,7 @@ class HttpRewardRuntime:
         for start, end in batch_ranges(len(prompts), self.cfg.batch_size):
             request = ScoreRequest(images[start:end], prompts[start:end], metadata[start:end], list(self.weights))
             where = f"samples [{start}, {end}) of {len(prompts)}"
-            future = asyncio.run_coroutine_threadsafe(self._score_chunk(request, where), self._loop)
+            future = asyncio.run_coroutine_threadsafe(self._score_chunk(request, where), self._io.loop)
             chunks.append(HttpChunk(start, end, future))
         return HttpScoresFuture(self, prompts, chunks)
 
@@ -151,36 +204,31 @@ class HttpRewardRuntime:
         """The server owns its models; nothing moves here."""
 
     def close(self) -> None:
-        if self._loop.is_closed():
-            return
-        if self._session is not None:
-            asyncio.run_coroutine_threadsafe(self._session.close(), self._loop).result(timeout=30)
-            self._session = None
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=30)
-        self._loop.close()
+        """Close the connections and stop the event loop thread (idempotent)."""
+        self._finalizer()
 
     # -- on the event loop --------------------------------------------------------------------------
 
     def _run(self, coroutine, timeout: float) -> Any:
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._io.loop)
         try:
             return future.result(timeout=timeout)
         except FutureTimeout as exc:
             future.cancel()
-            raise RewardError(f"{self.describe()}: no answer within {timeout:.0f}s") from exc
+            raise RewardServiceError(f"{self.describe()}: no answer within {timeout:.0f}s") from exc
 
     def _ensure_session(self):
         import aiohttp
 
-        if self._session is None:
-            self._session = aiohttp.ClientSession(headers=self._headers)
-        return self._session
+        if self._io.session is None:
+            connector = aiohttp.TCPConnector(keepalive_timeout=self._keepalive_s)
+            self._io.session = aiohttp.ClientSession(headers=self._headers, connector=connector)
+        return self._io.session
 
     async def _fetch_info(self) -> dict[str, Any]:
         """GET /v1/info once the server is up (waited for at most reward.startup_timeout_s)."""
         await self._wait_for_server(self.cfg.startup_timeout_s, "reach")
-        status, body = await self._request("GET", INFO_PATH, None, self.cfg.timeout_s)
+        status, body, _ = await self._request("GET", INFO_PATH, None, self.cfg.timeout_s)
         return self._parse(status, body, list(self.weights), "start-up")
 
     async def _wait_for_server(self, budget_s: float, what: str) -> None:
@@ -192,7 +240,7 @@ class HttpRewardRuntime:
         last: Exception | str = "no answer"
         while True:
             try:
-                status, _ = await self._request("GET", HEALTH_PATH, None, min(5.0, budget_s))
+                status, _, _ = await self._request("GET", HEALTH_PATH, None, min(5.0, budget_s))
                 if status == 200:
                     return
                 last = f"HTTP {status}"
@@ -200,19 +248,23 @@ class HttpRewardRuntime:
                 last = exc
             if loop.time() >= deadline:
                 seen = f"{type(last).__name__}: {last}" if isinstance(last, Exception) else last
-                raise RewardError(f"{self.describe()}: cannot {what} the server within reward.startup_timeout_s="
-                                  f"{self.cfg.startup_timeout_s} (last: {seen}); is `genalign serve-reward` "
-                                  f"running at that address?")
+                raise RewardServiceError(f"{self.describe()}: cannot {what} the server within reward.startup_timeout_s="
+                                         f"{self.cfg.startup_timeout_s} (last: {seen}); is `genalign serve-reward` "
+                                         f"running at that address?", hint=RESUME_HINT)
             await asyncio.sleep(min(HEALTH_POLL_S, max(deadline - loop.time(), 0.0)))
 
-    async def _request(self, method: str, path: str, body: bytes | None, timeout_s: float) -> tuple[int, bytes]:
+    async def _request(self, method: str, path: str, body: bytes | None,
+                       timeout_s: float) -> tuple[int, bytes, float | None]:
+        """(status, body, the Retry-After seconds when the server sent a number)."""
         import aiohttp
 
         session = self._ensure_session()
         headers = {"Content-Type": CONTENT_TYPE} if body is not None else None
         async with session.request(method, self.url + path, data=body, headers=headers,
                                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-            return response.status, await response.read()
+            retry_after = response.headers.get("Retry-After", "")
+            return (response.status, await response.read(),
+                    float(retry_after) if retry_after.isdigit() else None)
 
     async def _score_chunk(self, request: ScoreRequest, where: str) -> dict[str, torch.Tensor]:
         """One chunk: encode, send (retry once on a dropped connection), decode."""
@@ -222,29 +274,32 @@ class HttpRewardRuntime:
         try:
             body = encode_request(request)
         except WireError as exc:
-            raise RewardError(f"{self.describe(names)}: cannot send {where}: {exc}") from exc
+            raise RewardServiceError(f"{self.describe(names)}: cannot send {where}: {exc}") from exc
         if self.max_request_bytes is not None and len(body) > self.max_request_bytes:
-            raise RewardError(f"{self.describe(names)}: {where} is a {len(body) / 2**20:.1f} MiB request; the "
-                              f"server accepts at most {self.max_request_bytes / 2**20:.1f} MiB (its "
-                              f"--max-request-mb). Lower reward.batch_size or raise the server's limit")
+            raise RewardServiceError(f"{self.describe(names)}: {where} is a {len(body) / 2**20:.1f} MiB request; the "
+                                     f"server accepts at most {self.max_request_bytes / 2**20:.1f} MiB (its "
+                                     f"--max-request-mb). Lower reward.batch_size or raise the server's limit")
         for attempt in (1, 2):
             try:
                 status, reply = await self._send_until_accepted(body, where, names)
                 return self._parse(status, reply, names, where, count=len(request.prompts))
             except asyncio.TimeoutError as exc:  # before ClientError: aiohttp's timeouts are both
-                raise RewardError(f"{self.describe(names)}: no answer for {where} within reward.timeout_s="
-                                  f"{self.cfg.timeout_s}; raise reward.timeout_s or check the server's load") from exc
+                raise RewardServiceError(f"{self.describe(names)}: no answer for {where} within reward.timeout_s="
+                                         f"{self.cfg.timeout_s}; raise reward.timeout_s or check the server's "
+                                         "load") from exc
             except aiohttp.ClientConnectionError as exc:
                 if attempt == 2:
-                    raise RewardError(f"{self.describe(names)}: the connection dropped again while scoring {where} "
-                                      f"after one retry; giving up: {type(exc).__name__}: {exc}") from exc
+                    raise RewardServiceError(f"{self.describe(names)}: the connection dropped again while scoring "
+                                             f"{where} after one retry; giving up: {type(exc).__name__}: "
+                                             f"{exc}") from exc
                 log.warning("%s: connection dropped while scoring %s (%s: %s); retrying once when the server "
                             "answers again", self.describe(names), where, type(exc).__name__, exc)
                 await self._wait_for_server(self.cfg.startup_timeout_s, "reconnect to")
         raise AssertionError("unreachable")
 
     async def _send_until_accepted(self, body: bytes, where: str, names: list[str]) -> tuple[int, bytes]:
-        """POST within reward.timeout_s; a 503 (busy) is retried with back-off inside that bound."""
+        """POST within reward.timeout_s; a 503 (busy) or 429 (throttled) is retried with back-off
+        inside that bound (a 429's Retry-After, when it fits, is waited for instead)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.timeout_s
         backoff = BUSY_BACKOFF_S[0]
@@ -252,10 +307,11 @@ class HttpRewardRuntime:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise asyncio.TimeoutError(f"server busy (503) throughout {where}")
-            status, reply = await self._request("POST", SCORE_PATH, body, remaining)
-            if status != 503:
+            status, reply, retry_after = await self._request("POST", SCORE_PATH, body, remaining)
+            if status not in RETRIED_STATUSES:
                 return status, reply
-            await asyncio.sleep(min(backoff, max(deadline - loop.time(), 0.0)))
+            wait_s = retry_after if retry_after is not None else backoff
+            await asyncio.sleep(min(wait_s, max(deadline - loop.time(), 0.0)))
             backoff = min(2 * backoff, BUSY_BACKOFF_S[1])
 
     def _parse(self, status: int, body: bytes, names: list[str], where: str, count: int | None = None) -> Any:
@@ -267,16 +323,19 @@ class HttpRewardRuntime:
         message = reply.get("error") if isinstance(reply, dict) else None
         if status != 200:
             hint = {401: f"; the token in ${self.cfg.token_env} does not match the server's",
+                    408: "; the network is slower than the server's --body-timeout-s allows: lower "
+                         "reward.batch_size or raise it",
                     413: "; lower reward.batch_size or raise the server's --max-request-mb"}.get(status, "")
             detail = message or body[:200].decode(errors="replace")
-            raise RewardError(f"{self.describe(names)}: HTTP {status} for {where}: {detail}{hint}")
+            raise RewardServiceError(f"{self.describe(names)}: HTTP {status} for {where}: {detail}{hint}")
         if reply is None:
-            raise RewardError(f"{self.describe(names)}: the reply for {where} is not JSON: {body[:200]!r}")
+            raise RewardServiceError(f"{self.describe(names)}: the reply for {where} is not JSON: {body[:200]!r}")
         if count is None:
             if not isinstance(reply, dict):
-                raise RewardError(f"{self.describe(names)}: the {where} reply is not a JSON object: {body[:200]!r}")
+                raise RewardServiceError(f"{self.describe(names)}: the {where} reply is not a JSON object: "
+                                         f"{body[:200]!r}")
             return reply
         try:
             return decode_reply(reply, names, count)
         except WireError as exc:
-            raise RewardError(f"{self.describe(names)}: malformed reply for {where}: {exc}") from exc
+            raise RewardServiceError(f"{self.describe(names)}: malformed reply for {where}: {exc}") from exc

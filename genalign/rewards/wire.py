@@ -73,13 +73,21 @@ def _header_metadata(body: bytes) -> dict[str, str]:
     (length,) = struct.unpack("<Q", body[:8])
     if length > len(body) - 8:
         raise WireError(f"safetensors header claims {length} bytes; the body has {len(body) - 8}")
-    try:
-        header = json.loads(body[8:8 + length])
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise WireError(f"safetensors header is not JSON: {exc}") from exc
+    header = _json(body[8:8 + length], "the safetensors header")
     if not isinstance(header, dict) or not isinstance(header.get("__metadata__"), dict):
         raise WireError("safetensors header has no __metadata__ mapping with the request")
     return header["__metadata__"]
+
+
+def _json(text: bytes | str, what: str) -> Any:
+    """Parsed JSON, or a WireError: malformed text, bytes that are not UTF-8, or nesting deeper
+    than Python's recursion limit (a hostile header of 100 000 brackets)."""
+    try:
+        return json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WireError(f"{what} is not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise WireError(f"{what} nests JSON too deeply to parse") from exc
 
 
 def decode_request(body: bytes) -> ScoreRequest:
@@ -88,9 +96,9 @@ def decode_request(body: bytes) -> ScoreRequest:
 
     meta = _header_metadata(body)
     try:
-        fields = json.loads(meta["request"])
+        fields = _json(meta["request"], "the request's __metadata__.request")
         prompts, metadata, components = fields["prompts"], fields["metadata"], fields["components"]
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+    except (KeyError, TypeError) as exc:
         raise WireError(f"the request's __metadata__.request must be JSON with prompts, metadata and "
                         f"components: {type(exc).__name__}: {exc}") from exc
     try:
@@ -99,6 +107,8 @@ def decode_request(body: bytes) -> ScoreRequest:
         raise WireError(f"request body is not a valid safetensors file: {exc}") from exc
     if set(tensors) != {"images"}:
         raise WireError(f"request must hold exactly one tensor 'images', got {sorted(tensors)}")
+    if tensors["images"].ndim == 0 or tensors["images"].shape[0] == 0:
+        raise WireError("request holds no images; send at least one")
     if not (isinstance(prompts, list) and all(isinstance(p, str) for p in prompts)):
         raise WireError("request prompts must be a list of strings")
     if not (isinstance(metadata, list) and all(isinstance(m, dict) for m in metadata)):

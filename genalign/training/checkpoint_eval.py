@@ -45,9 +45,14 @@ def evaluate_checkpoint(checkpoint_dir: str, output_dir: str | None, overrides: 
 
     start_ray_for_run(cfg)  # sized for the reward, gold and metric pools together
     rewards = build_reward_runtime(cfg.reward, policy.device)
-    evaluator = setup.build_evaluator(cfg, policy.device, rewards, out, resume=False)
-    metrics = evaluator.evaluate(policy, checkpoint.step)
-    evaluator.sink.close()
+    try:
+        evaluator = setup.build_evaluator(cfg, policy.device, rewards, out, resume=False)
+        try:
+            metrics = evaluator.evaluate(policy, checkpoint.step)
+        finally:
+            evaluator.close()
+    finally:  # its threads, actors or HTTP sessions, on success and on failure
+        rewards.close()
     log.info("evaluated %s (%s weights) -> %s", checkpoint.path, "EMA" if use_ema else "trained", out)
     for key, value in sorted(metrics.items()):
         print(f"{key}\t{value:.6g}")

@@ -277,7 +277,7 @@ class Trainer:
         self.engine.close()
         self.rewards.close()
         self.metrics.close()
-        self.evaluator.sink.close()
+        self.evaluator.close()
         if self.owns_ray:
             import ray
 

@@ -73,12 +73,18 @@ def run_toy(out, *extra):
 
 
 def test_async_local_scoring_is_the_same_run_as_serial_scoring(tmp_path, monkeypatch):
-    pools_at_close = []  # the trainer closes its reward runtime: record whether a worker pool ran
+    pools_at_close = {}  # runtime -> its worker pool when the trainer closed it (the gold runtime is closed too)
     close = LocalRewardRuntime.close
-    monkeypatch.setattr(LocalRewardRuntime, "close", lambda self: pools_at_close.append(self._pool) or close(self))
+
+    def recording_close(self):
+        pools_at_close.setdefault(id(self), self._pool)
+        close(self)
+
+    monkeypatch.setattr(LocalRewardRuntime, "close", recording_close)
     serial_rows, serial_weights, serial_rewards = run_toy(tmp_path / "serial")
     async_rows, async_weights, async_rewards = run_toy(tmp_path / "async", "reward.async_scoring=true")
-    assert pools_at_close[0] is None and pools_at_close[-1] is not None  # async: scored on the worker thread
+    assert pools_at_close[id(serial_rewards)] is None  # serial: no worker thread
+    assert pools_at_close[id(async_rewards)] is not None  # async: scored on the worker thread
     assert async_rewards._pool is None  # and the trainer shut that thread down
     assert len(serial_rows) == len(async_rows) == 3
     def untimed(row):

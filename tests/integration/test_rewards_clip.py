@@ -1,6 +1,7 @@
-"""CLIP-backed rewards (clip_score, pickscore, aesthetic) on a tiny random CLIP built from the
-published ViT-L/14 architecture shrunk in width and depth (224-pixel input, 77-token context),
-with the published preprocessor configs (tests/fixtures/README.md).
+"""CLIP-backed rewards (clip_score, pickscore, aesthetic) on tiny random CLIPs built from the
+published open_clip architectures shrunk in width and depth (224-pixel input, 14-pixel patches,
+77-token context): ViT-L/14 for clip_score and aesthetic, ViT-H/14 for PickScore, with CLIP's
+real tokenizer and the published preprocessor and tokenizer configs (tests/fixtures/README.md).
 
 The model is saved with save_pretrained and loaded back through the scorers' real loading
 code; the scores are checked against values computed here independently with transformers'
@@ -23,25 +24,32 @@ PROMPTS = ["a red cat", "a blue dog", "a tree"]
 
 @pytest.fixture(scope="module")
 def clip_dir(tmp_path_factory):
-    from support import save_tiny_clip
+    from published import save_tiny_clip
 
     return save_tiny_clip(tmp_path_factory.mktemp("tiny_clip"))
 
 
 @pytest.fixture(scope="module")
-def laion_processor_dir(tmp_path_factory, clip_dir):
+def pickscore_dir(tmp_path_factory):
+    """A tiny PickScore: open_clip's ViT-H-14 (laion's CLIP-H, which PickScore fine-tunes)."""
+    from published import LAION_CLIP_H, OPEN_CLIP_VIT_H_14, save_tiny_clip
+
+    return save_tiny_clip(tmp_path_factory.mktemp("tiny_pickscore"), OPEN_CLIP_VIT_H_14, LAION_CLIP_H, quick_gelu=None)
+
+
+@pytest.fixture(scope="module")
+def laion_processor_dir(tmp_path_factory, pickscore_dir):
     """PickScore's processor repository: laion CLIP-ViT-H-14's published preprocessor and
-    tokenizer configs (with the character-level vocabulary, and a CLIP config.json, which the
-    repository also has and AutoTokenizer reads the tokenizer class from)."""
+    tokenizer configs with CLIP's vocabulary, and a CLIP config.json (which the repository also
+    has and AutoTokenizer reads the tokenizer class from)."""
     import shutil
 
-    from support import FIXTURES, tiny_clip_tokenizer_files
+    from published import LAION_CLIP_H, clip_tokenizer_files
 
     path = tmp_path_factory.mktemp("laion_processor")
-    shutil.copy(clip_dir / "config.json", path / "config.json")
-    laion = FIXTURES / "hub" / "laion--CLIP-ViT-H-14-laion2B-s32B-b79K"
-    tiny_clip_tokenizer_files(path, laion / "tokenizer_config.json")
-    shutil.copy(laion / "preprocessor_config.json", path / "preprocessor_config.json")
+    shutil.copy(pickscore_dir / "config.json", path / "config.json")
+    clip_tokenizer_files(path, LAION_CLIP_H / "tokenizer_config.json")
+    shutil.copy(LAION_CLIP_H / "preprocessor_config.json", path / "preprocessor_config.json")
     return path
 
 
@@ -82,7 +90,9 @@ def test_torch_transform_is_the_pil_processor_on_the_published_config(clip_dir, 
 def test_text_is_truncated_at_the_real_77_token_context(clip_dir):
     reward = ClipScoreReward(model_name=str(clip_dir))
     assert reward.encoder.max_text_tokens == 77
-    long_prompt = " ".join(["a b c d e f g h"] * 20)  # 160 words: past the context
+    long_prompt = " ".join(["a b c d e f g h"] * 20)  # 160 words, 160 CLIP tokens: past the context
+    tokens = reward.encoder.tokenizer([long_prompt], truncation=True, max_length=77)["input_ids"][0]
+    assert len(tokens) == 77 and tokens[-1] == reward.encoder.tokenizer.eos_token_id  # the text tower pools there
     assert reward.score(torch.zeros(1, 3, 48, 40, dtype=torch.uint8), [long_prompt], [{}]).isfinite().all()
 
 
@@ -94,9 +104,9 @@ def test_clip_score_is_100_cos_over_30(clip_dir, images):
     np.testing.assert_allclose(scores.numpy(), (100 * (image * text).sum(-1) / 30).numpy(), atol=1e-4)
 
 
-def test_pickscore_uses_the_learned_logit_scale_over_26(clip_dir, laion_processor_dir, images):
-    image, text, model = reference_embeddings(clip_dir, images, PROMPTS, laion_processor_dir)
-    reward = PickScoreReward(model_name=str(clip_dir), processor_name=str(laion_processor_dir))
+def test_pickscore_uses_the_learned_logit_scale_over_26(pickscore_dir, laion_processor_dir, images):
+    image, text, model = reference_embeddings(pickscore_dir, images, PROMPTS, laion_processor_dir)
+    reward = PickScoreReward(model_name=str(pickscore_dir), processor_name=str(laion_processor_dir))
     assert reward.encoder.tokenizer.pad_token == "<|endoftext|>"  # laion's published tokenizer config
     scores = reward.score(images, PROMPTS, [{}] * 3)
     expected = model.logit_scale.exp() * (image * text).sum(-1) / 26  # exp(3.0) = 20.09
@@ -107,8 +117,10 @@ def test_pickscore_uses_the_learned_logit_scale_over_26(clip_dir, laion_processo
 
 
 def test_aesthetic_is_the_mlp_on_the_normalised_image_embedding(clip_dir, images, tmp_path):
+    from transformers import CLIPConfig
+
     torch.manual_seed(2)
-    head = AestheticMLP(input_size=8).eval()
+    head = AestheticMLP(input_size=CLIPConfig.from_pretrained(clip_dir).projection_dim).eval()  # 768 for CLIP-L
     save_file(head.state_dict(), tmp_path / "head.safetensors")
     image, _, _ = reference_embeddings(clip_dir, images, PROMPTS)
     scores = AestheticReward(model_name=str(clip_dir), head_path=str(tmp_path / "head.safetensors")).score(

@@ -1,12 +1,12 @@
-"""The geneval reward on a tiny random Mask2Former with the real COCO label set (the
-checkpoints' id2label: "mouse", "remote", "keyboard", ...) and a tiny random CLIP built from the
-published ViT-L/14 architecture, saved with save_pretrained and loaded back through the
-scorer's real loading code."""
+"""The geneval reward on a tiny random Mask2Former of GenEval's published detector config (mmdet's
+Swin-S Mask2Former shrunk in width and depth) with the real COCO label set
+(the checkpoints' id2label: "mouse", "remote", "keyboard", ...) and a tiny random CLIP built from
+the published ViT-L/14 architecture with CLIP's real tokenizer, saved with save_pretrained and
+loaded back through the scorer's real loading code."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,31 +14,21 @@ import torch
 from genalign.rewards.geneval import (COLOR_TEMPLATES, COLORS, Detection, GenEvalAccuracyReward, GenEvalReward,
                                       geneval_classes)
 from genalign.rewards.jpeg import jpeg_round_trip
-
-COCO_LABELS = (Path(__file__).resolve().parents[1] / "fixtures" / "upstream" / "open-mmlab--mmdetection" /
-               "coco_classes.txt").read_text().splitlines()
+from published import TINY_DETECTOR_QUERIES
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from transformers import (Mask2FormerConfig, Mask2FormerForUniversalSegmentation, Mask2FormerImageProcessorPil,
-                              SwinConfig)
+    from transformers import Mask2FormerImageProcessorPil
 
-    from support import save_tiny_clip
+    from published import save_tiny_clip, tiny_geneval_detector
 
     root = tmp_path_factory.mktemp("geneval")
-    backbone = SwinConfig(image_size=64, patch_size=4, embed_dim=16, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2],
-                          window_size=4, out_features=["stage1", "stage2", "stage3", "stage4"])
-    config = Mask2FormerConfig(backbone_config=backbone, feature_size=32, mask_feature_size=32, hidden_dim=32,
-                               encoder_feedforward_dim=64, dim_feedforward=64, encoder_layers=1, decoder_layers=2,
-                               num_attention_heads=2, num_queries=12, num_labels=len(COCO_LABELS),
-                               id2label=dict(enumerate(COCO_LABELS)),
-                               label2id={c: i for i, c in enumerate(COCO_LABELS)})
-    torch.manual_seed(0)
-    Mask2FormerForUniversalSegmentation(config).save_pretrained(root / "detector")
-    mouse = Mask2FormerForUniversalSegmentation(config)  # the same detector, biased to say "mouse"
+    detector = tiny_geneval_detector(seed=0)
+    detector.save_pretrained(root / "detector")
+    mouse = tiny_geneval_detector(seed=0)  # the same detector, biased to say "mouse"
     with torch.no_grad():
-        mouse.class_predictor.bias[COCO_LABELS.index("mouse")] += 30.0
+        mouse.class_predictor.bias[mouse.config.label2id["mouse"]] += 30.0
     mouse.save_pretrained(root / "mouse_detector")
     Mask2FormerImageProcessorPil().save_pretrained(root / "mouse_detector")  # mean/std: the scorer reads only those
     Mask2FormerImageProcessorPil(size={"shortest_edge": 64, "longest_edge": 128}).save_pretrained(root / "detector")
@@ -65,7 +55,8 @@ META = [
 
 
 def test_detections_come_from_the_detector_and_scores_follow_them(models, images):
-    reward = scorer(models, threshold=0.0, counting_threshold=0.0)
+    # the raw pixels (no JPEG round trip), so the detections below are the ones the score reads
+    reward = scorer(models, threshold=0.0, counting_threshold=0.0, jpeg_quality=None)
     raw = reward.detect(images)
     assert len(raw) == 3 and all(set(found) <= set(geneval_classes()) for found in raw)
     for found in raw:
@@ -109,7 +100,9 @@ def test_the_detectors_mouse_is_genevals_computer_mouse(models, images):
         assert best == "computer mouse"
     row = {"tag": "single_object", "include": [{"class": "computer mouse", "count": 1}]}
     score = reward.score(images[:1], ["a photo of a computer mouse"], [row])
-    found = len(reward.detect(jpeg_round_trip(images[:1]))[0]["computer mouse"])  # every one kept at threshold 0
+    detected = len(reward.detect(jpeg_round_trip(images[:1]))[0]["computer mouse"])  # every query says mouse
+    found = min(detected, reward.options.max_objects)  # every one above threshold 0, at most 16 per class
+    assert detected == TINY_DETECTOR_QUERIES and found == 16
     assert score.shape == (1,) and score.item() == 1 - abs(1 - found)  # the reference's count credit
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -134,6 +135,37 @@ def foreign_dir(tmp: Path) -> Path:
     return tmp / "theirs"
 
 
+BUSY_PORTS: list[socket.socket] = []
+"""Listening sockets the port-in-use cases hold until the module's tests end."""
+
+
+def busy_port(tmp: Path) -> Path:
+    """A loopback port something else listens on; "{file}" becomes its number."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    BUSY_PORTS.append(sock)
+    return Path(str(sock.getsockname()[1]))
+
+
+def raising_plugin(module: str) -> Callable[[Path], Path]:
+    """An allow-listed plugin module (on sys.path: the case's tmp dir) whose import raises."""
+    return lambda tmp: write_bytes(tmp / f"{module}.py", b"raise RuntimeError('boom at import')\n").parent
+
+
+def fifo(tmp: Path) -> Path:
+    path = tmp / "prompts.txt"
+    os.mkfifo(path)  # a reader would block until a writer comes: never opened by the checks
+    return path
+
+
+def exported_checkpoint(tmp: Path) -> Path:
+    """A checkpoint holding an exported LoRA folder (what `genalign export` uploads)."""
+    write_bytes(tmp / "checkpoint-2" / "lora" / "README.md", b"---\nlibrary_name: diffusers\n---\n")
+    write_bytes(tmp / "checkpoint-2" / "lora" / "pytorch_lora_weights.safetensors", b"{}")
+    return tmp / "checkpoint-2"
+
+
 def linked_log_dir(tmp: Path) -> Path:
     """A run directory whose train.log is a symlink to a file outside it."""
     run = tmp / "linked"
@@ -170,6 +202,7 @@ TOY = ["train", "trainer.resume_from=auto"]
 """The toy recipe, continuing the earlier run in its default output_dir (a bare `train` there
 is itself a mistake: case output-dir-holds-a-run)."""
 SD3 = ["train", "--config", "experiment/diffusion/sd3_5/online_grpo_ocr"]
+SERVE = ["serve-reward", "--components", "jpeg_compressibility"]
 FLUX = ["train", "--config", "experiment/diffusion/flux/online_grpo_ocr"]
 ROW = b'{"prompt": "a red circle"}\n'
 CASES = [
@@ -355,6 +388,35 @@ CASES = [
     Case("device-typo", TOY + ["model.device=gpu"], ["model.device='gpu'", "cuda"]),
     Case("model-path-missing", TOY + ["model.path={tmp}/no_model"], ["model.path", "no_model", "does not exist"]),
     Case("model-path-is-file", TOY + ["model.path={file}"], ["model.path", "is a file"], manifest("weights.bin", b"x")),
+    # the reward service's command line, and the last values that passed `config` and failed later
+    Case("serve-max-request-nan", SERVE + ["--max-request-mb", "nan"], ["--max-request-mb nan", "finite number > 0"]),
+    Case("serve-max-request-inf", SERVE + ["--max-request-mb", "inf"], ["--max-request-mb inf", "finite number > 0"]),
+    Case("serve-port-in-use", SERVE + ["--port", "{file}"], ["--port", "is already in use", "--port"], busy_port),
+    Case("serve-host-unresolvable", SERVE + ["--host", "no-such-host.invalid"],
+         ["--host 'no-such-host.invalid'", "does not resolve"]),
+    Case("serve-host-not-here", SERVE + ["--host", "192.0.2.1"], ["--host 192.0.2.1", "not an address of this machine"]),
+    Case("serve-weak-token-public", SERVE + ["--host", "0.0.0.0", "--token-env", "GENALIGN_TEST_WEAK_TOKEN"],
+         ["$GENALIGN_TEST_WEAK_TOKEN is too weak", "at least 32 characters", "--insecure-token"]),
+    Case("serve-plugin-raises-on-import", ["serve-reward", "--components", "boom_served:Scorer",
+                                           "reward.allow_import=[boom_served:Scorer]"],
+         ["boom_served:Scorer", "raised RuntimeError: boom at import"], raising_plugin("boom_served")),
+    Case("reward-plugin-raises-on-import", TOY + ["reward.components={'boom_reward:Scorer': 1.0}",
+                                                  "reward.allow_import=['boom_reward:Scorer']"],
+         ["reward.components", "boom_reward:Scorer", "raised RuntimeError: boom at import"],
+         raising_plugin("boom_reward")),
+    Case("family-plugin-raises-on-import", TOY + ["model.family=boom_family:SPEC", "model.allow_import=[boom_family:SPEC]"],
+         ["model.family", "boom_family:SPEC", "raised RuntimeError: boom at import"], raising_plugin("boom_family")),
+    Case("adv-clip-max-zero", TOY + ["algorithm.adv_clip_max=0"], ["algorithm.adv_clip_max", "must be > 0"]),
+    Case("lora-rank-past-int64", TOY + ["model.lora.rank=100000000000000000000"],
+         ["model.lora.rank=100000000000000000000", "64-bit integer"]),
+    Case("seed-past-int64", TOY + ["trainer.seed=99999999999999999999"],
+         ["trainer.seed=99999999999999999999", "64-bit integer"]),
+    Case("reward-url-unclosed-bracket", TOY + ["reward.runtime=http", "reward.url=http://[::1"],
+         ["reward.url='http://[::1'", "is not a URL"]),
+    Case("export-push-offline", ["export", "{file}", "--push-to-hub", "me/my-lora"],
+         ["--push-to-hub me/my-lora", "HF_HUB_OFFLINE is set"], exported_checkpoint),
+    Case("manifest-dev-zero", TOY + ["data.manifest=/dev/zero"], ["data.manifest", "/dev/zero", "not a regular file"]),
+    Case("manifest-fifo", TOY + ["data.manifest={file}"], ["data.manifest", "prompts.txt", "not a regular file"], fifo),
 ]
 
 
@@ -390,7 +452,10 @@ def tripwire(monkeypatch):
 
     monkeypatch.setattr("genalign.training.trainer.Trainer.for_config", trip)
     monkeypatch.setattr("genalign.training.setup.build_policy", trip)
+    monkeypatch.setattr("genalign.rewards.serve_command.build_scorers", trip)  # serve-reward loads its scorers
     monkeypatch.setattr(cli, "_configure_logging", lambda: None)
+    monkeypatch.setenv("GENALIGN_REWARD_TOKEN", "tripwire-token-" + "0123456789abcdefghijklmnopqrstuv")
+    monkeypatch.setenv("GENALIGN_TEST_WEAK_TOKEN", "password")
 
 
 def run_in_process(argv: list[str]) -> tuple[int, str, float]:
@@ -431,6 +496,7 @@ def materialise(case: Case, tmp: Path) -> list[str]:
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_bad_input_is_one_line_before_anything_loads(case, tmp_path, workdir, tripwire, monkeypatch):
     monkeypatch.chdir(workdir)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the plugin modules a case writes
     before = snapshot(workdir)
     argv = materialise(case, tmp_path)
     code, stderr, seconds = run_in_process(argv)
@@ -547,21 +613,32 @@ def test_hubconf_runs_when_called_directly(tmp_path):
     assert (tmp_path / "PWNED").exists()
 
 
+PACKAGE = Path(cli.__file__).resolve().parent
 WARNED = [
     (["reward.components.toy_shape=-1"], "reward.components.toy_shape=-1 is negative"),
     (["reward.components.ocr=1.0"], "reward.components.ocr with model.family=toy: this model never draws text"),
     (["data.manifest={tmp}/one.txt"], "data.manifest holds 1 prompt(s) but rollout.rollout_batch_size=8"),
+    (["rollout.n=1", "rollout.sample_batch_size=8", "trainer.output_dir={tmp}/fresh"],
+     "rollout.n=1 with algorithm.advantage.per_prompt=true: each group holds one sample, whose advantage"),
+    (["model.lora.rank=100000"], "model.lora.rank=100000 is above the transformer's width 64"),
+    (["--no-check-files", "trainer.output_dir=/"], "trainer.output_dir=/ is the filesystem root"),
+    ([f"trainer.output_dir={PACKAGE}/runs/demo"], f"trainer.output_dir={PACKAGE}/runs/demo is inside the installed "
+                                                   "genalign package"),
 ]
 
 
-@pytest.mark.parametrize("overrides, warning", WARNED, ids=["negative-weight", "ocr-on-toy", "one-prompt"])
+@pytest.mark.parametrize("overrides, warning", WARNED, ids=["negative-weight", "ocr-on-toy", "one-prompt", "group-of-one",
+                                                            "lora-rank-past-width", "output-dir-root",
+                                                            "output-dir-in-package"])
 def test_accepted_but_surprising_settings_are_one_warning_line(overrides, warning, tmp_path, workdir, tripwire,
                                                                monkeypatch):
     """Valid settings a user would want to hear about: `genalign config` exits 0 and says so
     in one `genalign: warning:` line (the trainer logs the same line before building)."""
     monkeypatch.chdir(workdir)
     write_bytes(tmp_path / "one.txt", b"a red circle\n")
-    argv = ["config", "trainer.resume_from=auto", *(o.replace("{tmp}", str(tmp_path)) for o in overrides)]
+    flags = [o for o in overrides if o.startswith("--")]  # before the positional overrides
+    argv = ["config", *flags, "trainer.resume_from=auto",
+            *(o.replace("{tmp}", str(tmp_path)) for o in overrides if o not in flags)]
     code, stderr, _ = run_in_process(argv)
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert code == 0 and len(lines) == 1 and lines[0].startswith(f"genalign: warning: {warning}"), stderr

@@ -20,7 +20,8 @@ def test_percentile_is_nearest_rank():
 
 
 def test_concurrent_clients_are_all_served_and_measured(monkeypatch):
-    from genalign.rewards.server import BackgroundServer, ServeOptions, build_service
+    from genalign.rewards.serve_command import build_service
+    from genalign.rewards.server import BackgroundServer, ServeOptions
 
     monkeypatch.setenv("GENALIGN_REWARD_TOKEN", "load-test")
     server = BackgroundServer(build_service(["jpeg_compressibility"], ["reward.batch_size=8"],

@@ -87,3 +87,18 @@ def test_a_refused_upload_is_a_user_error_with_a_hint(checkpoint, monkeypatch, c
     err = capsys.readouterr().err
     assert "--push-to-hub me/my-lora: the Hub refused the upload: 401 Client Error" in err
     assert "hint: log in with `hf auth login`" in err
+
+
+def test_no_network_is_one_line_and_uploads_nothing(checkpoint, tmp_path):
+    """A real HfApi against an endpoint where nothing listens (no route to the Hub), in a process
+    of its own: huggingface_hub reads HF_ENDPOINT and HF_HUB_OFFLINE when it is imported."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "hf_test"}
+    result = subprocess.run([sys.executable, "-m", "genalign", "export", str(checkpoint), "--push-to-hub",
+                             "me/my-lora"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("genalign: error:")]
+    assert "--push-to-hub me/my-lora: cannot reach the Hub" in line and "nothing was uploaded" in line

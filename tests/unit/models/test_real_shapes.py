@@ -12,9 +12,10 @@ from genalign.models.spec import family_spec
 
 SHIPPED = sorted((name, file.stem.replace("--", "/")) for name in MODEL_FAMILIES.names()
                  for spec in [family_spec(name)] if spec.tiny_builder for file in spec.architecture_files())
-"""(family, hub id) of every architecture file in the folder of a family built from configs: a
-file or family added later is tested too. (The toy ships its weights instead of a tiny builder;
-its file is checked against them in tests/unit/preflight/test_memory_plan.py.)"""
+"""(family, hub id) of every architecture file in the folder of a family built at random: a file
+or family added later is tested too. The toy demo's file describes the shipped model itself (its
+real weights are loaded, never rebuilt at random; tests/unit/preflight/test_memory_plan.py checks
+the file against them), so its family declares no tiny builder."""
 
 
 def _numel(module: torch.nn.Module) -> int:

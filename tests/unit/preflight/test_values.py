@@ -129,3 +129,20 @@ def test_qwen_image_recipe_trains_flow_grpo_s_window():
         assert len(stochastic) == 2 and stochastic[1] == stochastic[0] + 1 and stochastic[1] < 5, stochastic
         batch = SimpleNamespace(sde_mask=mask.expand(4, -1), num_steps=10, seeds=torch.arange(4))
         assert algorithm.trained_steps(batch).tolist() == [stochastic] * 4
+
+
+def test_integers_past_64_bits_are_named_with_their_key():
+    from genalign.preflight.values import int64_problems
+
+    cfg = load_config(None)
+    assert int64_problems(cfg) == []
+    cfg.trainer.seed = 2**63
+    cfg.model.lora.rank = -(2**63) - 1
+    cfg.reward.kwargs = {"random": {"seed": 10**20}}
+    assert int64_problems(cfg) == [
+        "model.lora.rank=-9223372036854775809 does not fit in a 64-bit integer (|value| < 2**63); use a smaller number",
+        "reward.kwargs.random.seed=100000000000000000000 does not fit in a 64-bit integer (|value| < 2**63); use a "
+        "smaller number",
+        "trainer.seed=9223372036854775808 does not fit in a 64-bit integer (|value| < 2**63); use a smaller number"]
+    cfg.trainer.seed = 2**63 - 1  # the largest that fits is accepted
+    assert not any(p.startswith("trainer.seed") for p in int64_problems(cfg))

@@ -95,14 +95,17 @@ class CrashReward(_Base):
 
 
 class CallSizeProbe(MeanPixelReward):
-    """MeanPixelReward that records the batch size of every call (in `CALL_SIZES`)."""
+    """MeanPixelReward that records the batch size (`CALL_SIZES`) and the prompts
+    (`CALL_PROMPTS`) of every call."""
 
     def score(self, images, prompts, metadata):
         CALL_SIZES.append(len(prompts))
+        CALL_PROMPTS.append(list(prompts))
         return super().score(images, prompts, metadata)
 
 
 CALL_SIZES: list[int] = []
+CALL_PROMPTS: list[list[str]] = []
 
 
 class MetadataReward(_Base):

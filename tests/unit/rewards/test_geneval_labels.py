@@ -1,5 +1,6 @@
 """GenEval's class names against the detector's real COCO label set, the prompt manifests the
-recipes ship, the checks before a run starts, and the detector's input against OpenCV."""
+recipes ship, the checks before a run starts, and the detector's input and post-processing
+against GenEval's published mmdet config and OpenCV."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 import torch
 
 from genalign.data.prompts import PACKAGED_DATASETS, load_manifest
-from genalign.rewards.geneval import (DETECTOR_SYNONYMS, OBJECT_NAMES_FILE, GenEvalOptions, detector_input,
-                                      detector_input_size, detector_names, geneval_classes)
+from genalign.rewards.geneval import (DETECTOR_SYNONYMS, MAX_PER_IMAGE, MMDET_TEST_SCALE, OBJECT_NAMES_FILE, PAD_LEVEL,
+                                      SIZE_DIVISOR, GenEvalOptions, detector_input, detector_input_size,
+                                      detector_names, geneval_classes)
 
 ROOT = Path(__file__).resolve().parents[3]
 COCO_LABELS = (ROOT / "tests" / "fixtures" / "upstream" / "open-mmlab--mmdetection" / "coco_classes.txt"
@@ -88,25 +90,70 @@ def test_preflight_refuses_a_manifest_the_geneval_reward_cannot_score(tmp_path):
     assert all(f"data.eval_manifest: {bad}:1: " in p and "unicorn" in p for p in problems)
 
 
+def detector_test_pipeline() -> dict[str, dict]:
+    """The transforms of GenEval's detector config (mmdet 2.28.2, tests/fixtures/README.md) that
+    `inference_detector` runs, by type, in order."""
+    from published import GENEVAL_DETECTOR, mmdet_config
+
+    load, multiscale = mmdet_config(GENEVAL_DETECTOR)["data"]["test"]["pipeline"]
+    assert load["type"] == "LoadImageFromFile" and multiscale["type"] == "MultiScaleFlipAug"
+    assert tuple(multiscale["img_scale"]) == MMDET_TEST_SCALE and multiscale["flip"] is False
+    return {step["type"]: step for step in multiscale["transforms"]}
+
+
+def test_the_detector_is_genevals_published_config():
+    """What geneval.py implements of GenEval's mmdet config: the test pipeline (keep-ratio resize
+    into 1333 x 800, pad to 32 with 128 before normalising with ImageNet's mean/std), the 100
+    instances kept per image, the 80 COCO thing classes in the label set's order."""
+    from transformers import Mask2FormerImageProcessor
+
+    from published import GENEVAL_DETECTOR, mmdet_config
+
+    steps = detector_test_pipeline()
+    assert list(steps) == ["Resize", "RandomFlip", "Pad", "Normalize", "ImageToTensor", "Collect"]
+    assert steps["Resize"]["keep_ratio"] is True
+    assert steps["Pad"]["size_divisor"] == SIZE_DIVISOR and steps["Pad"]["pad_val"]["img"] == (PAD_LEVEL,) * 3
+    # genalign reads mean/std from the checkpoint's preprocessor_config.json, which transformers'
+    # converter writes with its Mask2Former processor's (ImageNet's) values: mmdet's x 255
+    processor = Mask2FormerImageProcessor()
+    normalize = steps["Normalize"]
+    np.testing.assert_allclose(normalize["mean"], np.array(processor.image_mean) * 255, rtol=1e-12)
+    np.testing.assert_allclose(normalize["std"], np.array(processor.image_std) * 255, rtol=1e-12)
+    assert normalize["to_rgb"] is True  # mmcv reads files as BGR: the network sees RGB, as genalign feeds it
+    model = mmdet_config(GENEVAL_DETECTOR)["model"]
+    assert model["test_cfg"]["instance_on"] and not model["test_cfg"]["panoptic_on"]
+    assert model["test_cfg"]["max_per_image"] == MAX_PER_IMAGE
+    head = model["panoptic_head"]
+    assert head["num_things_classes"] == len(COCO_LABELS) == len(geneval_classes()) and head["num_stuff_classes"] == 0
+    assert head["num_queries"] == 100
+    assert model["backbone"]["type"] == "SwinTransformer" and model["backbone"]["depths"] == [2, 2, 18, 2]  # Swin-S
+
+
 @pytest.mark.parametrize("height, width", [(48, 48), (30, 52), (52, 30)])
 def test_detector_input_is_the_mmdet_pipeline_within_opencv_rounding(height, width):
-    """mmdet's test pipeline: mmcv.imrescale into (1333, 800) (cv2.INTER_LINEAR on uint8), Normalize,
-    Pad to a multiple of 32 with zeros. OpenCV's bilinear weights are 11-bit fixed point: its
-    uint8 result is within one level of the exact bilinear value rounded."""
+    """The config's test pipeline: mmcv.imrescale into (1333, 800) (cv2.INTER_LINEAR on uint8),
+    Pad to a multiple of 32 with its pad level, Normalize. OpenCV's bilinear weights are 11-bit
+    fixed point: its uint8 result is within one level of the exact bilinear value rounded."""
     import cv2
 
+    steps = detector_test_pipeline()
+    mean_255 = torch.tensor(steps["Normalize"]["mean"]).view(3, 1, 1)
+    std_255 = torch.tensor(steps["Normalize"]["std"]).view(3, 1, 1)
     images = torch.randint(0, 256, (1, 3, height, width), generator=torch.Generator().manual_seed(0),
                            dtype=torch.uint8)
-    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-    pixels, resized = detector_input(images, mean, std)
+    pixels, resized = detector_input(images, tuple(mean_255.flatten() / 255), tuple(std_255.flatten() / 255))
     assert resized == detector_input_size(height, width)
-    assert pixels.shape[-2] % 32 == 0 and pixels.shape[-1] % 32 == 0
-    assert pixels.shape[-2] - resized[0] < 32 and pixels.shape[-1] - resized[1] < 32
+    divisor = steps["Pad"]["size_divisor"]
+    assert pixels.shape[-2] % divisor == 0 and pixels.shape[-1] % divisor == 0
+    assert pixels.shape[-2] - resized[0] < divisor and pixels.shape[-1] - resized[1] < divisor
     expected = cv2.resize(images[0].permute(1, 2, 0).numpy(), (resized[1], resized[0]), interpolation=cv2.INTER_LINEAR)
-    levels = pixels[0, :, :resized[0], :resized[1]] * torch.tensor(std).view(3, 1, 1) * 255 + \
-        torch.tensor(mean).view(3, 1, 1) * 255  # back to pixel levels
-    difference = (levels - torch.from_numpy(expected).permute(2, 0, 1).float()).abs()
+    levels = pixels[0] * std_255 + mean_255  # back to pixel levels
+    difference = (levels[:, :resized[0], :resized[1]] - torch.from_numpy(expected).permute(2, 0, 1).float()).abs()
     assert difference.max() <= 1.0 + 1e-3  # one level plus float32 normalisation round-off
-    assert torch.equal(pixels[..., resized[0]:, :], torch.zeros_like(pixels[..., resized[0]:, :]))
-    assert torch.equal(pixels[..., resized[1]:], torch.zeros_like(pixels[..., resized[1]:]))
+    pad_level = torch.tensor(steps["Pad"]["pad_val"]["img"], dtype=torch.float32).view(3, 1, 1)
+    # padded in pixel levels before normalising: (pad - mean) / std, to float32 round-off
+    torch.testing.assert_close(levels[:, resized[0]:, :], pad_level.expand_as(levels[:, resized[0]:, :]),
+                               atol=1e-3, rtol=0)
+    torch.testing.assert_close(levels[:, :, resized[1]:], pad_level.expand_as(levels[:, :, resized[1]:]),
+                               atol=1e-3, rtol=0)
     assert np.isfinite(pixels.numpy()).all()

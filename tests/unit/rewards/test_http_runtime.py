@@ -31,21 +31,13 @@ def token(monkeypatch):
 
 
 @pytest.fixture
-def serve(fakes_on_path, token):
+def serve(start_reward_server, token):
     """serve(components, batch_size=..., kwargs=..., **ServeOptions fields) -> a running server."""
-    servers = []
-
     def start(components, batch_size=4, kwargs=None, **options):
-        cfg = RewardConfig(components=dict.fromkeys(components, 1.0), kwargs=kwargs or {}, allow_import=FAKES,
-                           batch_size=batch_size)
-        scorers = {name: build_scorer(name, "cpu", dict(cfg.kwargs.get(name, {})), FAKES) for name in components}
-        server = BackgroundServer(RewardService(scorers, cfg, TOKEN, ServeOptions(**options)).app())
-        servers.append(server)
-        return server
+        return start_reward_server({name: (kwargs or {}).get(name, {}) for name in components}, TOKEN, batch_size,
+                                   **options)
 
-    yield start
-    for server in servers:
-        server.stop()
+    return start
 
 
 def client(url, components, **fields):
@@ -186,6 +178,18 @@ def malformed_server(score_body: bytes, content_type="application/json"):
     """A server that follows the protocol until /v1/score, which answers `score_body`."""
     from aiohttp import web
 
+    async def score(request):
+        await request.read()
+        return web.Response(body=score_body, content_type=content_type)
+
+    return stub_server(score)
+
+
+def stub_server(score):
+    """A server answering /healthz and /v1/info as genalign's does (serving PIXEL), and
+    /v1/score with the handler `score`."""
+    from aiohttp import web
+
     app = web.Application()
 
     async def health(request):
@@ -193,10 +197,6 @@ def malformed_server(score_body: bytes, content_type="application/json"):
 
     async def info(request):
         return web.json_response({"components": [PIXEL], "max_request_bytes": 2**30})
-
-    async def score(request):
-        await request.read()
-        return web.Response(body=score_body, content_type=content_type)
 
     app.router.add_get("/healthz", health)
     app.router.add_get("/v1/info", info)
@@ -255,6 +255,10 @@ def test_http_runtime_config_is_checked_before_anything_starts():
     assert RewardConfig(runtime="http").http_problems()[0].startswith("reward.url=''")
     assert RewardConfig(runtime="http", url="ftp://x").http_problems()
     assert RewardConfig(runtime="http", url="http://10.0.0.5:8700").http_problems() == []
+    assert RewardConfig(runtime="http", url="http://[::1]:8700").http_problems() == []
+    for url, reason in (("http://[::1", "Invalid IPv6 URL"), ("http://h:99999", "Port out of range")):
+        (problem,) = RewardConfig(runtime="http", url=url).http_problems()  # urlsplit's ValueError, as a message
+        assert problem.startswith(f"reward.url={url!r} is not a URL ({reason}")
 
 
 def test_http_runtime_is_checked_by_the_config_loader(monkeypatch, tmp_path):
@@ -272,3 +276,26 @@ def test_http_runtime_is_checked_by_the_config_loader(monkeypatch, tmp_path):
                                   "export the reward server's token"]
     monkeypatch.setenv("GENALIGN_REWARD_TOKEN", "t")
     assert file_problems(cfg) == []  # the scorers' files are the server's to have
+
+
+def test_a_throttled_client_retries_after_the_servers_retry_after(token, images):
+    """429 (this address sent wrong tokens) is "not now", like 503: waited out within reward.timeout_s."""
+    from aiohttp import web
+
+    answers = [429, 429]
+
+    async def score(request):
+        await request.read()
+        if answers:
+            return web.json_response({"error": "too many wrong tokens"}, status=answers.pop(),
+                                     headers={"Retry-After": "1"})
+        return web.json_response({"scores": {PIXEL: [0.5, 0.5]}})
+
+    server = stub_server(score)
+    runtime = client(server.url, {PIXEL: 1.0})
+    try:
+        scores = runtime.score(images[:2], ["p", "q"], [])
+        assert answers == [] and scores.components[PIXEL].tolist() == [0.5, 0.5]
+    finally:
+        runtime.close()
+        server.stop()

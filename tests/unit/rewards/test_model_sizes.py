@@ -94,7 +94,7 @@ def test_toy_classifier_is_counted_from_its_safetensors_header():
 
 
 def test_a_local_directory_is_counted_from_its_config(tmp_path):
-    from support import save_tiny_clip
+    from published import save_tiny_clip
     from transformers import CLIPModel
 
     path = save_tiny_clip(tmp_path / "clip")

@@ -106,3 +106,32 @@ def test_lines_below_paddleocrs_drop_score_are_dropped_by_the_engine(monkeypatch
     assert OCRReward(min_line_score=0.0) and built["text_score"] == 0.0
     # what the engine returns is then filtered by the rule's own "confidence > 0"
     assert reward.score(render("", 32)[None], ['"hel"'], [{}]).tolist() == [1.0]
+
+
+def test_the_engine_settings_are_keys_of_rapidocrs_published_config(monkeypatch):
+    """Every setting OCRReward hands rapidocr is a `Global` key of the published config.yaml of
+    rapidocr-onnxruntime 1.4.4 (the pinned version; rapidocr files an unknown key away unread):
+    its line score is PaddleOCR's drop_score (0.5) already, and its angle classifier, on in the
+    file, is turned off as Flow-GRPO's `use_angle_cls=False`."""
+    from pathlib import Path
+
+    import rapidocr_onnxruntime
+    import yaml
+
+    from published import RAPIDOCR_CONFIG
+
+    config = yaml.safe_load(RAPIDOCR_CONFIG.read_text())
+    built = {}
+
+    class Engine:
+        def __init__(self, **kwargs):
+            built.update(kwargs)
+
+    monkeypatch.setattr(rapidocr_onnxruntime, "RapidOCR", Engine)
+    reward = OCRReward()
+    assert built and set(built) <= set(config["Global"])
+    assert config["Global"]["text_score"] == reward.options.min_line_score == built["text_score"]
+    assert config["Global"]["use_cls"] is True and built["use_cls"] is False
+    # the engine the tests run is the version whose file this is
+    installed = Path(rapidocr_onnxruntime.__file__).parent / "config.yaml"
+    assert installed.read_bytes() == RAPIDOCR_CONFIG.read_bytes()
