@@ -3,7 +3,7 @@
 Where it fits: config checks, the rollout collector, export and the model card need to know
 facts about a family before (or without) loading it: does it sample tokens or a flow, images or
 video, which sizes, which CFG options it reads, how a trained adapter is exported. Each family
-family declares one `SPEC = FamilySpec(...)` (a plain frozen dataclass: importing it loads no
+declares one `SPEC = FamilySpec(...)` (a plain frozen dataclass: importing it loads no
 weights, and family modules keep their heavy imports inside functions), the registry maps
 `model.family` names to those specs, and every caller asks `family_spec(name)` instead of
 keeping its own table of family names. A user's family is a module (or a folder) holding a

@@ -10,8 +10,8 @@ Inputs: parameter counts from the model's own configs built on the meta device
 (`models/architecture.py`) and the reward models' (`rewards/model_sizes.py`, placed by
 `reward_memory.py`); activation bytes per token from the CPU calibration
 (`benchmarks/calibrate_memory.py`, the family's `calibration.json` in its folder
-`models/<family>/`), one coefficient per execution mode: eager (`replay`, CUDA's autocast policy) or `model.compile=true`
-(`replay_compiled`). A model no architecture config or calibration entry describes is a
+`models/<family>/`), one coefficient per execution mode: eager (`replay`, CUDA's autocast
+policy) or `model.compile=true` (`replay_compiled`). A model no architecture config or calibration entry describes is a
 `NoMemoryPlan` naming it and how to describe it, never a silent "nothing to check".
 
 A role's peak is what stays on its GPU (frozen weights, trained state, the evaluator's reward
