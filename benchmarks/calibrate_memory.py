@@ -1,11 +1,14 @@
 """Activation-memory calibration for the memory plan, measured on CPU.
 
-    python benchmarks/calibrate_memory.py [--out genalign/models/architectures/calibration.json]
-                                          [--families janus ...]   (re-measure only these)
+    python benchmarks/calibrate_memory.py [--families janus ...]   (re-measure only these)
+                                          [--out DIR]   (DIR/<family>.json, not the shipped files)
 
-For every diffusion family it builds the tiny pipeline (`models/tiny_random.py`) with its transformer
-replaced by the real model's (the shipped architecture file: the same block options, width,
-heads, MLP and norms) cut to 2 blocks, loads it through the real `build_policy` (LoRA,
+Each family's result is its `calibration.json`, in its folder (`genalign/models/<family>/`),
+where the memory plan reads it through the family's spec.
+
+For every diffusion family it builds the tiny pipeline (`models/<family>/tiny.py`) with its
+transformer replaced by the real model's (the family's first shipped architecture file: the same
+block options, width, heads, MLP and norms) cut to 2 blocks, loads it through the real `build_policy` (LoRA,
 float32 masters, bfloat16 compute) and runs the policy's own `velocity` - the call rollout
 and replay make - at two image sizes, so the bytes split into a per-token slope and a fixed
 part; the slope divided by (blocks x width) is stored as bytes per token, per block, per
@@ -51,14 +54,15 @@ from torch.overrides import TorchFunctionMode  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
-from genalign.models.architecture import ARCHITECTURES  # noqa: E402
-from genalign.models.tiny_random import JANUS_SHAPES, build_tiny_janus, save_tiny  # noqa: E402
+from genalign.models.architecture import shipped_file  # noqa: E402
+from genalign.models.spec import CALIBRATION, family_spec  # noqa: E402
+from genalign.models.janus.tiny import JANUS_SHAPES, build_tiny_janus  # noqa: E402
+from genalign.models.tiny_random import save_tiny  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402
 
 FAMILIES = {"sd3": 64, "flux": 64, "qwen_image": 64, "wan": 64, "cosmos": 64}
 """family -> the smaller calibration image side (the larger is twice it)."""
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "genalign" / "models" / "architectures" / "calibration.json"
 
 
 class LiveBytes(TorchDispatchMode):
@@ -112,8 +116,7 @@ def calibration_transformer(family: str, tiny_config: dict, real_width: bool = F
     tiny pipeline's shapes."""
     import diffusers
 
-    spec = next(json.loads(p.read_text()) for p in ARCHITECTURES.glob("*.json")
-                if json.loads(p.read_text()).get("family") == family)["components"]["transformer"]
+    spec = json.loads(family_spec(family).architecture_files()[0].read_text())["components"]["transformer"]
     config = {k: v for k, v in spec["config"].items()}
     config.update({k: tiny_config[k] for k in TINY_BOUND_KEYS if k in tiny_config and k in config})
     if not real_width:
@@ -276,7 +279,7 @@ JANUS_TOKENS = 256
 def calibration_janus_shapes() -> str:
     """Register the tiny Janus whose language model is Janus-Pro-7B's block (shipped file) at
     its real width, head size and MLP width, cut to 2 layers; returns its shapes key."""
-    spec = json.loads((ARCHITECTURES / "deepseek-community--Janus-Pro-7B.json").read_text())
+    spec = json.loads(shipped_file(family_spec("janus"), "deepseek-community/Janus-Pro-7B").read_text())
     text = spec["components"]["heads_and_aligners"]["config"]["text_config"]
     JANUS_SHAPES["calibration"] = dict(JANUS_SHAPES["tiny"], text=dict(
         hidden_size=text["hidden_size"], intermediate_size=text["intermediate_size"], num_hidden_layers=2,
@@ -394,24 +397,21 @@ CALIBRATORS = {**{family: (lambda root, side=side, family=family: calibrate(fami
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write DIR/<family>.json instead of each family's calibration.json in its folder")
     parser.add_argument("--families", nargs="+", choices=sorted(CALIBRATORS), default=sorted(CALIBRATORS),
-                        help="measure only these; the others keep their entries in --out")
+                        help="measure only these; the others keep their calibration.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    families = json.loads(args.out.read_text())["families"] if args.out.is_file() else {}
     with tempfile.TemporaryDirectory() as tmp:
         for family in args.families:
-            families[family] = CALIBRATORS[family](Path(tmp))
-            print(family, json.dumps(families[family]))
-    body = {"units": "bytes per transformer token per block per hidden unit at bfloat16 compute, measured at the "
-                     "real width (2 blocks; the toy whole): replay, kept for backward by eager kernels under CUDA's "
-                     "autocast policy; replay_compiled, by the regionally compiled graph; replay_checkpointed, with "
-                     "gradient checkpointing (eager); rollout_peak: peak working bytes per token per hidden unit of "
-                     "a no-grad forward (eager)",
-            "script": "benchmarks/calibrate_memory.py", "torch": torch.__version__, "families": families}
-    args.out.write_text(json.dumps(body, indent=1) + "\n")
-    print(f"wrote {args.out}")
+            # what FamilySpec.calibration reads (its CALIBRATION_KEYS), and what measured it
+            body = {**CALIBRATORS[family](Path(tmp)), "script": "benchmarks/calibrate_memory.py",
+                    "torch": torch.__version__}
+            out = args.out / f"{family}.json" if args.out else family_spec(family).folder / CALIBRATION
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(body, indent=1) + "\n")
+            print(f"{family}: wrote {out}", json.dumps(body))
     return 0
 
 

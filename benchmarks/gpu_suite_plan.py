@@ -149,7 +149,8 @@ def estimate_s(cfg, family: str, tiny: bool, steps: int) -> float:
     from genalign.models.architecture import load_architecture
     from genalign.preflight.plan import RunPlan
 
-    arch, plan, m, r = load_architecture(family, cfg.model.path), RunPlan.from_config(cfg), cfg.model, cfg.rollout
+    arch = load_architecture(family_spec(family), cfg.model.path)
+    plan, m, r = RunPlan.from_config(cfg), cfg.model, cfg.rollout
     if arch is None:
         return START_S + steps * 10.0
     image = arch.geometry.image_tokens(r.height, r.width, m.num_frames)

@@ -40,7 +40,7 @@ def tiny_sd3_dir(tmp_path_factory):
 
 
 def tiny_model_dir(family: str, description: str, leaf: str = "pipeline"):
-    """A session fixture `tiny_<family>_dir`: the family's tiny random model (genalign.models.tiny_random,
+    """A session fixture `tiny_<family>_dir`: the family's tiny random model (its spec's tiny_builder,
     seed 0) written by save_pretrained; read-only."""
 
     def fixture(tmp_path_factory):

@@ -1,10 +1,13 @@
 """The toy shapes world: 4 shapes x 6 colours on a grey 32x32 canvas.
 
 Where it fits: the shipped CPU demo (`model.family=toy`, recipe `experiment/toy/shapes_grpo`).
-The toy policy parses prompts with `parse_prompt`, its pretraining (`demo/pretrain.py`)
-draws training images with `render_batch`, the toy rewards (`rewards/toy.py`) look up the
+The toy policy parses prompts with `parse_prompt`, its pretraining (`models/toy/pretrain.py`)
+draws training images with `random_batch`, the toy rewards (`rewards/toy.py`) look up the
 prompted shape and colour, and `genalign/datasets/toy/build.py` writes the prompt manifests from
-`all_prompts`. Nothing here depends on torch modules beyond tensors.
+`all_prompts`. Nothing here depends on torch modules beyond tensors. It is the one part of the
+demo outside the toy family's folder (`models/toy/`) besides its rewards and their command:
+the family and the rewards both read it and a reward never imports a model family, so the
+world they share sits in `data/`, below both (docs/architecture.md §6).
 
 A prompt is "a <colour> <shape>" ("a red circle"); articles are optional, word order is free,
 and an unknown word is a `ValueError` that names it. The empty prompt is the unconditional

@@ -1,2 +1,3 @@
-"""Model families: each a policy behind the `FlowPolicy` or `TokenPolicy` protocol (see `base.py`)
-and the `FamilySpec` that says what it is (see `spec.py`)."""
+"""Model families: each a folder `models/<family>/` holding a policy behind the `FlowPolicy` or
+`TokenPolicy` protocol (see `base.py`), the `FamilySpec` that says what it is (see `spec.py`),
+its tiny builder and the files the memory plan reads; what they share sits here beside them."""

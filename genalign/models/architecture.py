@@ -3,10 +3,11 @@
 Where it fits: the memory plan (`preflight/memory_plan.py`) needs parameter counts before any
 model loads. They come from the model's own configs: `model.path` when it is a local
 `save_pretrained` directory (`model_index.json` names each component's library and class,
-`<component>/config.json` its architecture), else the architecture file shipped for the hub
-id under `models/architectures/` (the published config.json of each component, one small
-JSON per preset). Either way the real diffusers / transformers class is instantiated on the
-`meta` device, so a count is the model's own `numel`, not a formula we keep in sync by hand.
+`<component>/config.json` its architecture), else the architecture file the family ships for
+the hub id in its folder, `models/<family>/architectures/` (the published config.json of each
+component, one small JSON per preset; the family's `FamilySpec` finds them). Either way the
+real diffusers / transformers class is instantiated on the `meta` device, so a count is the
+model's own `numel`, not a formula we keep in sync by hand.
 
 A composite model (Janus-Pro's `JanusForConditionalGeneration`) is built once and split by
 the file's `parts` (plan component -> submodule path): its language model is the plan's
@@ -14,8 +15,8 @@ the file's `parts` (plan component -> submodule path): its language model is the
 
 An architecture file also carries the family's token `geometry` (VAE factors, patch, whether
 text tokens run through the joint-attention blocks), which turns an image size into the
-transformer's sequence length; a local directory takes the geometry of its family's shipped
-file.
+transformer's sequence length; a local directory takes the geometry of its family's first
+shipped file.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-ARCHITECTURES = Path(__file__).parent / "architectures"
+from genalign.models.spec import FamilySpec
+
 TRANSFORMER = "transformer"
 
 
@@ -106,38 +108,33 @@ class Architecture:
         return next(c for c in self.components if c.name == name)
 
 
-def shipped_file(path: str) -> Path:
-    """The architecture file shipped for hub id `path` (owner/name -> owner--name.json)."""
-    return ARCHITECTURES / (path.replace("/", "--") + ".json")
+def shipped_file(spec: FamilySpec, path: str) -> Path | None:
+    """The architecture file `spec`'s family ships for hub id `path` (owner/name ->
+    `architectures/owner--name.json` in the family's folder), or None."""
+    name = path.replace("/", "--") + ".json"
+    return next((file for file in spec.architecture_files() if file.name == name), None)
 
 
-def _family_file(family: str) -> Path | None:
-    for candidate in sorted(ARCHITECTURES.glob("*.json")):
-        if json.loads(candidate.read_text()).get("family") == family:
-            return candidate
-    return None
-
-
-def architecture_source(family: str, path: str, builtin: bool = False) -> tuple[dict, dict, str] | None:
-    """(components {name: {library, class, config}}, geometry, source) for a model, or None
-    when nothing describes it. Looked for in turn: the family's shipped file when `path` names
-    the weights shipped inside genalign (`builtin`: the toy's), a local directory, the file
-    shipped for a hub id, the hub id's configs in the Hugging Face cache (no network)."""
-    family_file = _family_file(family)
+def architecture_source(spec: FamilySpec, path: str, builtin: bool = False) -> tuple[dict, dict, str] | None:
+    """(components {name: {library, class, config}}, geometry, source) for a model of `spec`'s
+    family, or None when nothing describes it. Looked for in turn: the family's first shipped
+    file when `path` names the weights shipped inside genalign (`builtin`: the toy's), a local
+    directory, the file the family ships for a hub id, the hub id's configs in the Hugging Face
+    cache (no network)."""
+    family_file = next(iter(spec.architecture_files()), None)
     family_body = json.loads(family_file.read_text()) if family_file is not None else None
     if builtin:
         return (family_body["components"], family_body["geometry"],
                 f"{family_file.name} ({family_body['source']})") if family_body else None
-    shipped = shipped_file(path)
-    if not Path(path).exists() and shipped.is_file():
+    shipped = shipped_file(spec, path)
+    if not Path(path).exists() and shipped is not None:
         body = json.loads(shipped.read_text())
-        return (body["components"], body["geometry"], f"{shipped.name} ({body['source']})") \
-            if body["family"] == family else None
+        return body["components"], body["geometry"], f"{shipped.name} ({body['source']})"
     directory = Path(path) if Path(path).is_dir() else _cached_snapshot(path)
     if directory is None or family_body is None:
         return None
     components = _directory_components(directory, family_body["components"])
-    if not any(name == TRANSFORMER or TRANSFORMER in spec.get("parts", {}) for name, spec in components.items()):
+    if not any(name == TRANSFORMER or TRANSFORMER in entry.get("parts", {}) for name, entry in components.items()):
         return None
     return components, family_body["geometry"], str(directory)
 
@@ -232,17 +229,17 @@ def _size(name: str, module, whole=None, parts=()) -> "ComponentSize":
 
 
 @lru_cache(maxsize=16)
-def load_architecture(family: str, path: str, builtin: bool = False) -> Architecture | None:
-    """The sizes of `family`'s model at `path` (None: no config describes it; `builtin`: the
-    path names weights shipped inside genalign); cached, so a plan built twice builds the
+def load_architecture(spec: FamilySpec, path: str, builtin: bool = False) -> Architecture | None:
+    """The sizes of `spec`'s family's model at `path` (None: no config describes it; `builtin`:
+    the path names weights shipped inside genalign); cached, so a plan built twice builds the
     meta modules once."""
     import torch
 
-    found = architecture_source(family, path, builtin)
+    found = architecture_source(spec, path, builtin)
     if found is None:
         return None
-    specs, geometry, source = found
-    vae = specs.get("vae", {}).get("config", {})
+    components, geometry, source = found
+    vae = components.get("vae", {}).get("config", {})
     # a token family has no VAE latent: its file says latent_channels 0 (trajectories keep token ids)
     latent_channels = vae.get("latent_channels", vae.get("z_dim", geometry.get("latent_channels")))
     if latent_channels is None:
@@ -251,11 +248,11 @@ def load_architecture(family: str, path: str, builtin: bool = False) -> Architec
                         geometry["text_in_sequence"], geometry["extra_text_tokens"], geometry["text_width_key"],
                         bool(geometry.get("kv_cache", False)), geometry.get("fixed_text_tokens"))
     sizes, linears, shape, text_width = [], (), (0, 0, 0, 0), 0
-    for name, spec in specs.items():
-        if spec["library"] not in ("diffusers", "transformers"):
+    for name, entry in components.items():
+        if entry["library"] not in ("diffusers", "transformers"):
             continue  # tokenizers, schedulers: no weights
-        built = build_on_meta(spec["library"], spec["class"], dict(spec["config"]))
-        split = _parts(built, name, spec["parts"]) if "parts" in spec else [(name, built)]
+        built = build_on_meta(entry["library"], entry["class"], dict(entry["config"]))
+        split = _parts(built, name, entry["parts"]) if "parts" in entry else [(name, built)]
         own = []
         for part, module in split:
             own.append(_size(part, module) if module is not None else _size(part, None, built, own))
@@ -267,7 +264,7 @@ def load_architecture(family: str, path: str, builtin: bool = False) -> Architec
                                 if isinstance(m, torch.nn.Linear))
         sizes += own
     hidden, layers, kv_heads, head_dim = shape
-    return Architecture(family, source, tuple(sizes), geometry, hidden, layers, text_width, int(latent_channels),
+    return Architecture(spec.name, source, tuple(sizes), geometry, hidden, layers, text_width, int(latent_channels),
                         linears, kv_heads, head_dim)
 
 

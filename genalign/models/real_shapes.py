@@ -7,11 +7,11 @@ How: the family's tiny model (`FamilySpec.build_tiny`) gives everything that hol
 pipeline class); every weight-bearing component is then rebuilt from a config with fresh
 random weights, directly on `device` in `dtype` (the VAE in float32), so a 20 B-parameter
 transformer builds in seconds on a GPU. The configs are the published ones of the model
-(`real_components`: the file under `models/architectures/` that the memory plan reads for
-the same hub id), or, for a smoke test on the CPU, the tiny model's own (`own_components`):
-the same code path at tiny shapes. The tiny tokenizers pad and truncate to the lengths the
-recipe asks for, so the text encoders and the transformer see the real sequence lengths;
-their ids are a subset of every real vocabulary.
+(`real_components`: the file in the family's `architectures/` folder that the memory plan
+reads for the same hub id), or, for a smoke test on the CPU, the tiny model's own
+(`own_components`): the same code path at tiny shapes. The tiny tokenizers pad and truncate to
+the lengths the recipe asks for, so the text encoders and the transformer see the real
+sequence lengths; their ids are a subset of every real vocabulary.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ WEIGHT_LIBRARIES = ("diffusers", "transformers")
 def real_components(family: str, path: str) -> dict[str, dict]:
     """{component: {library, class, config}} of the model `path` names (a hub id with a shipped
     architecture file, or a local `save_pretrained` directory), as the memory plan reads it."""
-    found = architecture_source(family, path)
+    spec = family_spec(family)
+    found = architecture_source(spec, path)
     if found is None:
-        raise ValueError(f"model.path={path!r}: no architecture file under genalign/models/architectures/ describes "
-                         f"it for model.family={family} (and it is not a local save_pretrained directory)")
+        raise ValueError(f"model.path={path!r}: no architecture file in {spec.folder}/architectures/ describes it "
+                         f"for model.family={family} (and it is not a local save_pretrained directory)")
     return found[0]
 
 

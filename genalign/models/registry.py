@@ -1,12 +1,13 @@
-"""Model families by `model.family` name: each entry is the family's `FamilySpec`
-(models/spec.py), declared beside its policy; a dotted "package.module:SPEC" path is a
-user's family, accepted only when listed in model.allow_import."""
+"""Model families by `model.family` name: each entry is the `SPEC` (a `FamilySpec`,
+models/spec.py) that the family's folder `models/<family>/` exports, one line per family; a
+dotted "package.module:SPEC" path is a user's family, accepted only when listed in
+model.allow_import."""
 
 from genalign.config.registry import Registry
 
 MODEL_FAMILIES = Registry("model family", "model.family", dotted_key="model.allow_import")
 MODEL_FAMILIES.register("sd3", "genalign.models.sd3:SPEC")
-MODEL_FAMILIES.register("toy", "genalign.models.toy.policy:SPEC")
+MODEL_FAMILIES.register("toy", "genalign.models.toy:SPEC")
 MODEL_FAMILIES.register("flux", "genalign.models.flux:SPEC")
 MODEL_FAMILIES.register("qwen_image", "genalign.models.qwen_image:SPEC")
 MODEL_FAMILIES.register("wan", "genalign.models.wan:SPEC")

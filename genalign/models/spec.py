@@ -3,16 +3,30 @@
 Where it fits: config checks, the rollout collector, export and the model card need to know
 facts about a family before (or without) loading it: does it sample tokens or a flow, images or
 video, which sizes, which CFG options it reads, how a trained adapter is exported. Each family
-module declares one `SPEC = FamilySpec(...)` (a plain frozen dataclass: importing it loads no
+declares one `SPEC = FamilySpec(...)` (a plain frozen dataclass: importing it loads no
 weights, and family modules keep their heavy imports inside functions), the registry maps
 `model.family` names to those specs, and every caller asks `family_spec(name)` instead of
-keeping its own table of family names. A user's family is one module holding a policy class
-and a `FamilySpec`, named in config by its dotted path and allowed in `model.allow_import`.
+keeping its own table of family names. A user's family is a module (or a folder) holding a
+policy class and a `FamilySpec`, named in config by its dotted path and allowed in
+`model.allow_import`.
+
+A family is a folder (`models/<family>/`, the spec's `package`): its policy and `SPEC`, its
+tiny builder, and the files the memory plan and the GPU suite read, which the spec finds for
+them (`architecture_files`, `calibration`):
+
+    models/<family>/
+        __init__.py         SPEC and the policy class (what the registry line names)
+        policy.py           the policy and its SPEC
+        tiny.py             the tiny random model (SPEC.tiny_builder)
+        architectures/      <owner>--<name>.json: the published configs of each checkpoint
+        calibration.json    activation bytes per token (benchmarks/calibrate_memory.py)
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +34,20 @@ from typing import Any
 SAMPLERS = ("flow", "token")
 MEDIA = ("image", "video")
 EXPORTS = ("diffusers", "peft", "none")
+ARCHITECTURES = "architectures"
+"""The folder of a family's published architecture files (`<owner>--<name>.json` per hub id)."""
+CALIBRATION = "calibration.json"
+CALIBRATION_KEYS = ("rollout_peak", "replay", "replay_compiled", "replay_checkpointed", "measured_on")
+"""What a calibration.json holds (docs/memory_plan.md, "Calibrating a family"): bytes per
+transformer token per block per hidden unit at bfloat16 compute, measured at the real width (2
+blocks; the toy whole) — `replay` kept for backward by eager kernels under CUDA's autocast
+policy, `replay_compiled` by the regionally compiled graph, `replay_checkpointed` with gradient
+checkpointing (eager), `rollout_peak` the peak working bytes of a no-grad forward (eager) — and
+`measured_on`, what was measured (the plan prints it)."""
+
+
+class MissingCalibration(ValueError):
+    """A family without a usable calibration.json: the one-line reason, naming the file."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +103,13 @@ class FamilySpec:
     tiny_builder: str | None = None
     """"package.module:function" (seed -> object with `save_pretrained`) of a tiny random model
     with the family's architecture, built from configs for tests and offline smoke runs."""
+    package: str | None = None
+    """The family's folder, named as the importable package it is ("genalign.models.sd3"): beside
+    the policy it holds `architectures/` (the published configs of the checkpoints the family
+    loads, `<owner>--<name>.json` per hub id; the memory plan counts parameters from them, the
+    GPU suite builds the real shapes) and `calibration.json` (`CALIBRATION_KEYS`: the memory
+    plan's activation bytes). None: a family without such files (a user's one-module family);
+    the memory plan then refuses to plan it, saying which file is missing."""
 
     def __post_init__(self) -> None:
         for field_name, value, choices in (("sampler", self.sampler, SAMPLERS), ("media", self.media, MEDIA),
@@ -101,6 +136,45 @@ class FamilySpec:
         if path == self.builtin_path and self.builtin_dir:
             return Path(_import(self.builtin_dir)())
         return Path(path).expanduser()
+
+    @property
+    def folder(self) -> Path | None:
+        """The directory of `package` (None without one); found without importing the package."""
+        if self.package is None:
+            return None
+        try:
+            found = importlib.util.find_spec(self.package)
+        except ModuleNotFoundError:  # a parent package is missing
+            found = None
+        if found is None or found.origin is None or not found.submodule_search_locations:
+            raise ValueError(f"FamilySpec {self.name!r}: package={self.package!r} is not an importable package")
+        return Path(found.origin).parent
+
+    def architecture_files(self) -> tuple[Path, ...]:
+        """The family's architecture files, sorted by name (empty without a folder): one per hub id
+        (`<owner>--<name>.json`); the first also gives the family's geometry and components for a
+        local directory and for weights shipped inside genalign (`builtin_path`)."""
+        folder = self.folder
+        return tuple(sorted((folder / ARCHITECTURES).glob("*.json"))) if folder is not None else ()
+
+    def calibration(self) -> dict:
+        """The family's `calibration.json` (`CALIBRATION_KEYS`); `MissingCalibration` naming the
+        file, or the missing folder, when there is none or a key is missing."""
+        folder = self.folder
+        if folder is None:
+            raise MissingCalibration(f"model family {self.name!r} has no calibration: its FamilySpec names no "
+                                     f"package (the family's folder) holding {CALIBRATION}")
+        path = folder / CALIBRATION
+        if not path.is_file():
+            raise MissingCalibration(f"model family {self.name!r} has no calibration: {path} does not exist")
+        try:
+            body = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            raise MissingCalibration(f"{path}: not valid JSON ({error})") from None
+        missing = [key for key in CALIBRATION_KEYS if key not in body]
+        if missing:
+            raise MissingCalibration(f"{path}: missing {', '.join(missing)} (a calibration holds {CALIBRATION_KEYS})")
+        return body
 
     def build_tiny(self, seed: int = 0) -> Any:
         """The tiny random model (an object with `save_pretrained`); ValueError without a builder."""

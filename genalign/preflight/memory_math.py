@@ -6,8 +6,6 @@ Where it fits: `memory_terms.py` turns a config into these functions' arguments 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 Line = tuple[str, float]
 """(what, bytes) of one plan line."""
 GIB = 2 ** 30
@@ -31,7 +29,6 @@ stated 1 GiB, not measured here."""
 MASTERS = "trainable masters + grads (fp32)"
 TEXT_ENCODER = "text_encoder"
 """Pipeline components named text_encoder, text_encoder_2, ... (model.offload_text_encoders parks them)."""
-CALIBRATION = Path(__file__).resolve().parents[1] / "models" / "architectures" / "calibration.json"
 CALIBRATION_BYTES = 2
 """The calibration's coefficients are at bfloat16 compute; other dtypes scale by bytes."""
 FLOAT32_COMPONENTS = ("vae", "vqmodel")

@@ -9,9 +9,9 @@ keys that would lower it (`check_memory`).
 Inputs: parameter counts from the model's own configs built on the meta device
 (`models/architecture.py`) and the reward models' (`rewards/model_sizes.py`, placed by
 `reward_memory.py`); activation bytes per token from the CPU calibration
-(`benchmarks/calibrate_memory.py`, `models/architectures/calibration.json`), one coefficient
-per execution mode: eager (`replay`, CUDA's autocast policy) or `model.compile=true`
-(`replay_compiled`). A model no architecture config or calibration entry describes is a
+(`benchmarks/calibrate_memory.py`, the family's `calibration.json` in its folder
+`models/<family>/`), one coefficient per execution mode: eager (`replay`, CUDA's autocast
+policy) or `model.compile=true` (`replay_compiled`). A model no architecture config or calibration entry describes is a
 `NoMemoryPlan` naming it and how to describe it, never a silent "nothing to check".
 
 A role's peak is what stays on its GPU (frozen weights, trained state, the evaluator's reward
@@ -28,8 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from genalign.models.spec import CALIBRATION
 from genalign.preflight.memory_math import (
-    CALIBRATION, DTYPE_BYTES, GIB, MASTER_BYTES, MASTERS, Line, device_overhead, prompt_embedding_bytes, trajectory_bytes)
+    DTYPE_BYTES, GIB, MASTER_BYTES, MASTERS, Line, device_overhead, prompt_embedding_bytes, trajectory_bytes)
 from genalign.preflight.memory_terms import Terms, family_spec_of, latent_elements, plan_terms
 from genalign.preflight.reward_memory import NoMemoryPlan, RewardMemory, reward_memory
 
@@ -97,7 +98,7 @@ class MemoryPlan:
     """Where the parameter counts came from."""
     levers: tuple[str, ...]
     """Config changes that lower the peak, for the error."""
-    activations: str = CALIBRATION.name
+    activations: str = CALIBRATION
     """Where the activation coefficients came from (the calibration's `measured_on`)."""
     gpu_memory_fraction: float | None = 0.9
     """The share of the GPU a role's peak may fill (distributed.resources.gpu_memory_fraction)."""
@@ -191,7 +192,7 @@ def plan_memory(cfg) -> MemoryPlan:
                      "torchrun, whose WORLD_SIZE counts) to plan N")
     return MemoryPlan(_roles(cfg, terms, rewards), _host(cfg, terms), memory, memory_source, terms.arch.source,
                       tuple(_levers(cfg, terms, rewards)),
-                      f"{CALIBRATION.name}, {terms.calibration['measured_on']}",
+                      f"{CALIBRATION}, {terms.calibration['measured_on']}",
                       cfg.distributed.resources.gpu_memory_fraction, tuple(notes))
 
 

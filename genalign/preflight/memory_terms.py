@@ -2,18 +2,17 @@
 
 Where it fits: `memory_plan.py` places these lines in roles and phases by the run's placement.
 Sizes come from the model's architecture (`models/architecture.py`) and the activation
-calibration (`models/architectures/calibration.json`); a model neither describes is a
-`NoMemoryPlan` naming what to add.
+calibration (the family's `calibration.json`, read through its `FamilySpec`); a model
+neither describes is a `NoMemoryPlan` naming what to add.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
 from genalign.preflight.memory_math import (
-    CALIBRATION, DTYPE_BYTES, FLOAT32_COMPONENTS, MASTER_BYTES, TEXT_ENCODER, Line, adamw_temporary_bytes,
+    DTYPE_BYTES, FLOAT32_COMPONENTS, MASTER_BYTES, TEXT_ENCODER, Line, adamw_temporary_bytes,
     autocast_cache_bytes, kv_cache_bytes, replay_activation_bytes, replay_coefficient, replay_rows,
     rollout_working_bytes, shard, tokens_per_row, trainable_state_bytes, weight_bytes)
 from genalign.preflight.reward_memory import SKIP_CHECK, NoMemoryPlan
@@ -79,21 +78,22 @@ def _described(cfg):
     """(architecture, calibration) of the model, both keyed by the family's name (a user's
     family: its spec's); `NoMemoryPlan` naming what is missing."""
     from genalign.models.architecture import load_architecture
+    from genalign.models.spec import MissingCalibration
 
     m, spec = cfg.model, family_spec_of(cfg)
     family = m.family if m.family == spec.name else f"{m.family} ({spec.name})"
-    calibration = calibration_entry(spec.name)
-    if calibration is None:
-        raise NoMemoryPlan(f"memory plan: model.family={family} has no entry in genalign/models/architectures/"
-                           "calibration.json (its activation bytes per token): add one measured as "
-                           "benchmarks/calibrate_memory.py measures the shipped families (docs/memory_plan.md, "
-                           f"'Calibrating a family'), {SKIP_CHECK}")
-    arch = load_architecture(spec.name, m.path, m.path == spec.builtin_path)
+    try:
+        calibration = spec.calibration()
+    except MissingCalibration as missing:
+        raise NoMemoryPlan(f"memory plan: model.family={family}: {missing} (its activation bytes per token): add one "
+                           "measured as benchmarks/calibrate_memory.py measures the shipped families "
+                           f"(docs/memory_plan.md, 'Calibrating a family'), {SKIP_CHECK}") from None
+    arch = load_architecture(spec, m.path, m.path == spec.builtin_path)
     if arch is None:
         raise NoMemoryPlan(f"memory plan: model.path={m.path} (model.family={family}): no architecture config "
                            "describes it (not a local save_pretrained directory, not in the Hugging Face cache, no "
-                           "file in genalign/models/architectures/); download it and set model.path to the "
-                           f"directory, {SKIP_CHECK}")
+                           f"file in the family's {spec.folder or 'folder'}/architectures/); download it and set "
+                           f"model.path to the directory, {SKIP_CHECK}")
     return arch, calibration
 
 
@@ -208,10 +208,6 @@ def _tokens(cfg, arch) -> int:
     image_tokens = arch.geometry.image_tokens(cfg.rollout.height, cfg.rollout.width, m.num_frames)
     return tokens_per_row(image_tokens, arch.geometry.text_tokens(m.max_sequence_length),
                           arch.geometry.text_in_sequence)
-
-
-def calibration_entry(family: str) -> dict | None:
-    return json.loads(CALIBRATION.read_text())["families"].get(family)
 
 
 def trainer_ranks(cfg) -> int:

@@ -28,7 +28,7 @@ def test_an_uncached_hub_id_offline_says_how_to_fix_it(monkeypatch):
 
 
 def test_loads_the_saved_model_and_processor(policy, tiny_janus_dir):
-    from genalign.models.tiny_random import build_tiny_janus
+    from genalign.models.janus.tiny import build_tiny_janus
 
     built = build_tiny_janus(seed=0).model.state_dict()
     loaded = policy.model.state_dict()

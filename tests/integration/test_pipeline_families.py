@@ -246,7 +246,7 @@ def test_flux_schnell_form_without_guidance_embedding_reproduces_its_pipeline(tm
     shift 1 (no dynamic shifting); our ODE sample is the pipeline's."""
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
 
-    from genalign.models.tiny_random import build_tiny_flux_pipeline
+    from genalign.models.flux.tiny import build_tiny_flux_pipeline
 
     built = build_tiny_flux_pipeline(seed=1, guidance_embeds=False)
     built.scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=False)

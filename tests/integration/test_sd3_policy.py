@@ -12,7 +12,8 @@ import torch
 from genalign.models.base import FlowPolicy
 from genalign.models.config import ModelConfig
 from genalign.models.sd3 import SD3Policy
-from genalign.models.tiny_random import build_tiny_sd3_pipeline, main
+from genalign.models.sd3.tiny import build_tiny_sd3_pipeline
+from genalign.models.tiny_random import main
 from genalign.sampling.schedules import flow_match_sigmas
 from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from genalign.demo.pretrain import color_accuracy, main
 from genalign.models.toy.network import save_toy_model
 from genalign.models.toy.policy import ToyPolicy, builtin_dir
-from genalign.demo.pretrain import (PretrainOptions, caption_shapes, color_accuracy, draw_sigmas, lr_factor, main,
-                                          pretrain_model)
+from genalign.models.toy.pretrain import PretrainOptions, caption_shapes, draw_sigmas, lr_factor, pretrain_model
 from genalign.rewards.toy_classifier import JUDGE_SPEC, load_classifier, train_classifier
 
 
@@ -85,7 +85,7 @@ def test_default_options_are_the_recipe_of_the_shipped_weights():
     import json
 
     from genalign.models.toy.network import MODEL_RECORD
-    from genalign.demo.pretrain import DEFAULT_STEPS
+    from genalign.models.toy.pretrain import DEFAULT_STEPS
 
     shipped = json.loads((builtin_dir() / MODEL_RECORD).read_text())
     defaults = PretrainOptions()

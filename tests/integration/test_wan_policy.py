@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from genalign.models.config import LoraConfig
-from genalign.models.tiny_random import WAN_SHAPES, build_wan_pipeline, main
-from genalign.models.wan import WAN_LORA_TARGETS, WanPolicy, scheduler_shift
+from genalign.models.tiny_random import main
+from genalign.models.wan.tiny import WAN_SHAPES, build_wan_pipeline
+from genalign.models.wan.policy import WAN_LORA_TARGETS, WanPolicy, scheduler_shift
 from genalign.sampling.schedules import flow_match_sigmas
 from genalign.sampling.trajectory import sample_trajectory, sde_step_mask
 from genalign.weights.lora import apply_lora, export_lora_for_diffusers

@@ -1,7 +1,8 @@
 """The toy family's networks: a learned prompt embedding and a tiny pixel-space SD3 transformer.
 
 Where it fits: `ToyPolicy` (policy.py) loads both from a directory (the shipped
-`genalign/assets/toy/` or one written by `demo/pretrain.py`); `demo/pretrain.py` builds them fresh.
+`genalign/assets/toy/` or one written by `genalign pretrain-demo`); the pretraining recipe
+(pretrain.py) builds them fresh.
 
 Why a real `diffusers.SD3Transformer2DModel` rather than a hand-written DiT: the demo then runs
 the very code path real SD3 runs (joint attention, adaLN-zero, `from_pretrained`, LoRA targets

@@ -36,9 +36,9 @@ def resolve_toy_path(path: str | Path) -> Path:
 
 
 SPEC = FamilySpec(
-    name="toy", policy="genalign.models.toy.policy:ToyPolicy", size_multiple=16, fixed_size=IMAGE_SIZE,
-    text_encoders=False, draws_text=False, export="none", hub_weights=False, builtin_path=BUILTIN,
-    builtin_dir="genalign.models.toy.policy:builtin_dir")
+    name="toy", policy="genalign.models.toy.policy:ToyPolicy", package="genalign.models.toy", size_multiple=16,
+    fixed_size=IMAGE_SIZE, text_encoders=False, draws_text=False, export="none", hub_weights=False,
+    builtin_path=BUILTIN, builtin_dir="genalign.models.toy.policy:builtin_dir")
 """The shipped CPU demo: pixel space at exactly 32 x 32, local weights only ("builtin" or a
 `genalign pretrain-demo` directory); no pipeline outside genalign loads it, so no LoRA export."""
 

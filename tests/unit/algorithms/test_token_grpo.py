@@ -14,7 +14,7 @@ from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.losses import token_kl
 from genalign.algorithms.token_grpo import TokenGRPO
 from genalign.models.base import SampledTokens, TokenCondition
-from genalign.models.janus import guided_token_logits, token_log_probs_from_logits, unconditional_ids
+from genalign.models.janus.policy import guided_token_logits, token_log_probs_from_logits, unconditional_ids
 from genalign.models.spec import FamilySpec
 from genalign.rollout.token_batch import TokenTrajectoryBatch
 from genalign.training.parity import replay_parity

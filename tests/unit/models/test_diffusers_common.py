@@ -55,7 +55,7 @@ def test_cfg_velocity_forms_agree_and_need_the_negative():
 def test_guidance_forms_by_hand():
     # docs/algorithms.md §2.7: v_u + w (v_c − v_u), and Cosmos' v_c + w (v_c − v_u)
     from genalign.models.base import guided_velocity
-    from genalign.models.cosmos import cosmos_guidance
+    from genalign.models.cosmos.policy import cosmos_guidance
 
     uncond, cond = torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, 1.0]])
     torch.testing.assert_close(guided_velocity(uncond, cond, 4.5), torch.tensor([[10.0, -2.5]]))  # 1 + 4.5·2, 2 − 4.5

@@ -1,10 +1,13 @@
-"""Each model family's `FamilySpec`: declared beside its policy, what the config checks,
-export and the rollout read, light to import, and the only place a family's facts live."""
+"""Each model family's `FamilySpec`: declared beside its policy in the family's folder, what the
+config checks, export, the rollout and the memory plan read, light to import, and the only place
+a family's facts live."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +15,7 @@ from genalign.config.registry import RegistryError
 from genalign.preflight.values import token_family_names
 from genalign.models.base import Policy
 from genalign.models.registry import MODEL_FAMILIES
-from genalign.models.spec import FamilySpec, families_with, family_spec
+from genalign.models.spec import FamilySpec, MissingCalibration, families_with, family_spec
 from genalign.models.tiny_random import tiny_families
 
 
@@ -26,6 +29,43 @@ def test_each_family_declares_its_spec_beside_its_policy(name):
     assert declared <= set(dir(policy)) and declared <= set(Policy.__annotations__) | {"from_config"}
     if spec.export == "diffusers":
         assert policy.diffusers_pipeline == spec.pipeline_class
+
+
+@pytest.mark.parametrize("name", MODEL_FAMILIES.names())
+def test_each_family_is_a_folder_holding_its_files(name):
+    """models/<family>/ holds the policy and its SPEC (which the registry line names), its tiny
+    builder, the architecture files and the calibration the memory plan reads
+    (docs/extending.md §3)."""
+    spec = family_spec(name)
+    folder = Path(importlib.import_module("genalign.models").__file__).parent / name
+    assert spec.package == f"genalign.models.{name}" and spec.folder == folder
+    assert importlib.import_module(spec.package).SPEC is spec and spec.policy.startswith(f"{spec.package}.")
+    assert spec.tiny_builder is None or spec.tiny_builder.startswith(f"{spec.package}.tiny:")
+    assert spec.architecture_files() and {file.parent for file in spec.architecture_files()} == {
+        folder / "architectures"}
+    assert spec.calibration()["measured_on"].startswith(f"{name}: ")  # the folder's own, not another family's
+
+
+def test_a_missing_calibration_is_a_refusal_naming_what_is_missing(tmp_path, monkeypatch):
+    one_module = FamilySpec(name="x", policy="m:P", export="none")
+    assert one_module.folder is None and one_module.architecture_files() == ()
+    with pytest.raises(MissingCalibration, match="names no package"):
+        one_module.calibration()
+    (tmp_path / "probe_family").mkdir()
+    (tmp_path / "probe_family" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    folder = FamilySpec(name="x", policy="m:P", export="none", package="probe_family")
+    assert folder.folder == tmp_path / "probe_family" and folder.architecture_files() == ()
+    with pytest.raises(MissingCalibration, match=r"probe_family/calibration\.json does not exist"):
+        folder.calibration()
+    (tmp_path / "probe_family" / "calibration.json").write_text('{"replay": 1.0')
+    with pytest.raises(MissingCalibration, match=r"probe_family/calibration\.json: not valid JSON"):
+        folder.calibration()
+    (tmp_path / "probe_family" / "calibration.json").write_text('{"replay": 1.0}')
+    with pytest.raises(MissingCalibration, match=r"calibration\.json: missing rollout_peak, replay_compiled, "):
+        folder.calibration()
+    with pytest.raises(ValueError, match="package='no_such_package.family' is not an importable package"):
+        FamilySpec(name="x", policy="m:P", export="none", package="no_such_package.family").folder
 
 
 def test_the_specs_say_what_the_old_family_tables_said():

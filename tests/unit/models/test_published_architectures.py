@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from genalign.models.architecture import shipped_file
+from genalign.models.spec import family_spec
 
 HUB = Path(__file__).resolve().parents[2] / "fixtures" / "hub"
 
@@ -19,7 +20,7 @@ def published(repo: str, path: str) -> dict:
 
 def test_sd3_5_medium_transformer_is_the_published_config():
     real = published("stabilityai--stable-diffusion-3.5-medium", "transformer/config.json")
-    shipped = json.loads(shipped_file("stabilityai/stable-diffusion-3.5-medium").read_text())
+    shipped = json.loads(shipped_file(family_spec("sd3"), "stabilityai/stable-diffusion-3.5-medium").read_text())
     # what the memory plan builds on meta, and what the GPU benchmarks build (models/real_shapes.py)
     assert shipped["components"]["transformer"]["config"] == real
 
@@ -35,7 +36,9 @@ def test_every_shipped_autoencoder_kl_states_its_latent_scaling():
                          "stabilityai/stable-diffusion-3.5-large": (1.5305, 0.0609),
                          "black-forest-labs/FLUX.1-dev": (0.3611, 0.1159)}
     found = {}
-    for path in sorted((Path(shipped_file("stabilityai/stable-diffusion-3.5-medium")).parent).glob("*.json")):
+    import genalign.models
+
+    for path in sorted(Path(genalign.models.__file__).parent.glob("*/architectures/*.json")):
         for component in json.loads(path.read_text()).get("components", {}).values():
             if component.get("class") == "AutoencoderKL":
                 config = component["config"]

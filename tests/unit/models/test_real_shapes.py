@@ -2,20 +2,20 @@
 shapes (on the meta device: no memory), each part counted as the memory plan counts it, and the
 tiny model rebuilt from its own configs through the same path is the tiny model's shape."""
 
-import json
-
 import pytest
 import torch
 
-from genalign.models.architecture import ARCHITECTURES, TRANSFORMER, load_architecture
+from genalign.models.architecture import TRANSFORMER, load_architecture
 from genalign.models.real_shapes import build_real_shapes, build_with_components, own_components, real_components
+from genalign.models.registry import MODEL_FAMILIES
 from genalign.models.spec import family_spec
 
-SHIPPED = sorted((body["family"], path.stem.replace("--", "/")) for path in ARCHITECTURES.glob("*--*.json")
-                 for body in [json.loads(path.read_text())] if family_spec(body["family"]).tiny_builder)
-"""(family, hub id) of every shipped architecture file of a model built at random: a file added
-later is tested too. The toy demo's file describes the shipped model itself (its real weights
-are loaded, never rebuilt at random), so its family declares no tiny builder."""
+SHIPPED = sorted((name, file.stem.replace("--", "/")) for name in MODEL_FAMILIES.names()
+                 for spec in [family_spec(name)] if spec.tiny_builder for file in spec.architecture_files())
+"""(family, hub id) of every architecture file in the folder of a family built at random: a file
+or family added later is tested too. The toy demo's file describes the shipped model itself (its
+real weights are loaded, never rebuilt at random; tests/unit/preflight/test_memory_plan.py checks
+the file against them), so its family declares no tiny builder."""
 
 
 def _numel(module: torch.nn.Module) -> int:
@@ -32,7 +32,7 @@ def test_real_shapes_match_the_architecture_file(family, path):
     loaded = build_real_shapes(family, path, "meta", torch.bfloat16)
     tiny = family_spec(family).build_tiny(0)
     assert type(loaded) is type(tiny)
-    arch = load_architecture(family, path)
+    arch = load_architecture(family_spec(family), path)
     assert _numel(_trained(loaded)) == arch.component(TRANSFORMER).parameters
     assert next(_trained(loaded).parameters()).dtype == torch.bfloat16
     if hasattr(loaded, "components"):  # every pipeline part has the file's size; the VAE is float32
@@ -63,8 +63,8 @@ def test_a_path_without_an_architecture_file_is_a_clear_error():
 
 def test_sd3_5_large_file_counts_its_published_size():
     """SD3.5 Large: an 8.1 B-parameter MMDiT (38 blocks of width 2432) over SD3.5 Medium's encoders and VAE."""
-    large = load_architecture("sd3", "stabilityai/stable-diffusion-3.5-large")
-    medium = load_architecture("sd3", "stabilityai/stable-diffusion-3.5-medium")
+    large = load_architecture(family_spec("sd3"), "stabilityai/stable-diffusion-3.5-large")
+    medium = load_architecture(family_spec("sd3"), "stabilityai/stable-diffusion-3.5-medium")
     assert large.component(TRANSFORMER).parameters == pytest.approx(8.06e9, rel=0.01)
     assert (large.hidden_size, large.num_layers) == (2432, 38)
     assert [c for c in large.components if c.name != TRANSFORMER] == \

@@ -8,9 +8,9 @@ import yaml
 from genalign.config.errors import ConfigError
 from genalign.preflight.load import load_config
 from genalign.models.architecture import build_on_meta, load_architecture, lora_parameters, shipped_file
+from genalign.models.spec import family_spec
 from genalign.preflight import memory_math as mm
 from genalign.preflight import memory_plan as mp
-from genalign.preflight.memory_terms import calibration_entry
 
 GIB = 2 ** 30
 
@@ -53,20 +53,20 @@ def test_tokens_host_bytes_and_lora_count():
 
 def test_shipped_architectures_count_the_published_sizes():
     """Meta-device builds of the published configs: the sizes the model cards state."""
-    sd3 = load_architecture("sd3", "stabilityai/stable-diffusion-3.5-medium")
+    sd3 = load_architecture(family_spec("sd3"), "stabilityai/stable-diffusion-3.5-medium")
     assert sd3.component("transformer").parameters == pytest.approx(2.24e9, rel=0.01)
     assert sd3.component("text_encoder_3").parameters == pytest.approx(4.76e9, rel=0.01)  # T5-XXL encoder
     assert (sd3.hidden_size, sd3.num_layers) == (1536, 24)
-    qwen = load_architecture("qwen_image", "Qwen/Qwen-Image")
+    qwen = load_architecture(family_spec("qwen_image"), "Qwen/Qwen-Image")
     assert qwen.component("transformer").parameters == pytest.approx(20.43e9, rel=0.01)
     assert qwen.component("text_encoder").parameters == pytest.approx(8.29e9, rel=0.01)  # Qwen2.5-VL-7B
-    flux = load_architecture("flux", "black-forest-labs/FLUX.1-dev")
+    flux = load_architecture(family_spec("flux"), "black-forest-labs/FLUX.1-dev")
     assert flux.component("transformer").parameters == pytest.approx(11.9e9, rel=0.01)
-    assert load_architecture("sd3", "someone/unknown-model") is None
+    assert load_architecture(family_spec("sd3"), "someone/unknown-model") is None
 
 
 def test_local_directory_configs_are_read(tiny_sd3_dir):
-    arch = load_architecture("sd3", str(tiny_sd3_dir))
+    arch = load_architecture(family_spec("sd3"), str(tiny_sd3_dir))
     assert arch.source == str(tiny_sd3_dir)
     assert arch.num_layers == 2 and arch.hidden_size == 32  # the tiny transformer's own config
 
@@ -196,7 +196,7 @@ def test_qwen_image_recipe_plans_its_own_four_fsdp2_ranks():
     assert "each of 4 rank(s)" in four.roles[0].name
     assert four.roles[0].peak_bytes < 0.6 * one.roles[0].peak_bytes  # the transformer and its state sharded
     four_lines, one_lines = dict(four.roles[0].lines), dict(one.roles[0].lines)
-    transformer = load_architecture("qwen_image", "Qwen/Qwen-Image")
+    transformer = load_architecture(family_spec("qwen_image"), "Qwen/Qwen-Image")
     base = (transformer.component("transformer").parameters + transformer.component("transformer").buffer_elements) * 2
     assert four_lines["transformer base weights (bfloat16, FSDP2 shard + 1 block)"] == pytest.approx(
         base / 4 + base / transformer.num_layers)
@@ -218,7 +218,7 @@ def test_ddp_replicates_and_a_full_fine_tune_under_fsdp2_gathers_one_fp32_block(
     assert none == ddp  # every DDP rank holds the whole model and its state
     full = plan("fsdp2", "model.train_mode=full", "distributed.resources.gpu_memory_gib=80")
     replay = {p.name: dict(p.lines) for p in full.roles[0].phases}["replay"]
-    sd3 = load_architecture("sd3", "stabilityai/stable-diffusion-3.5-medium")
+    sd3 = load_architecture(family_spec("sd3"), "stabilityai/stable-diffusion-3.5-medium")
     params = sd3.component("transformer").parameters
     assert replay["FSDP2 gathered block (fp32 parameters + gradients of one block)"] == pytest.approx(
         params * 8 / sd3.num_layers)
@@ -229,13 +229,12 @@ def test_ddp_replicates_and_a_full_fine_tune_under_fsdp2_gathers_one_fp32_block(
 
 def test_every_registered_family_has_a_calibration_and_an_architecture():
     from genalign.models.registry import MODEL_FAMILIES
-    from genalign.models.spec import family_spec
 
     for family in MODEL_FAMILIES.names():
-        assert calibration_entry(family) is not None, family
         spec = family_spec(family)
+        assert spec.calibration()["measured_on"].startswith(f"{family}: "), family  # its own folder's, no other's
         preset = family_preset_path(family)
-        assert load_architecture(family, preset, preset == spec.builtin_path) is not None, family
+        assert load_architecture(spec, preset, preset == spec.builtin_path) is not None, family
 
 
 def family_preset_path(family: str) -> str:
@@ -254,8 +253,8 @@ def test_toy_family_is_planned_from_its_shipped_transformer():
 
     from genalign.models.toy.policy import ToyPolicy
 
-    arch = load_architecture("toy", "builtin", True)
-    shipped = json.loads(shipped_file("genalign/toy-demo").read_text())
+    arch = load_architecture(family_spec("toy"), "builtin", True)
+    shipped = json.loads(shipped_file(family_spec("toy"), "genalign/toy-demo").read_text())
     from genalign.models.toy.policy import builtin_dir
 
     assert shipped["components"]["transformer"]["config"] == json.loads(
@@ -270,9 +269,9 @@ def test_toy_family_is_planned_from_its_shipped_transformer():
 
 
 def test_a_family_without_a_calibration_is_refused_in_one_line_naming_it(tmp_path):
-    """A user's family (tests/user_family.py) has no calibration entry: the plan says so and
-    how to add one, instead of planning nothing; the refusal stops a run only where there is
-    a GPU to check against, and gpu_memory_fraction=null runs it unchecked."""
+    """A user's family (tests/user_family.py, one module: no folder) has no calibration: the plan
+    says so and how to add one, instead of planning nothing; the refusal stops a run only where
+    there is a GPU to check against, and gpu_memory_fraction=null runs it unchecked."""
     user = ["model.family=user_family:SPEC", "model.allow_import=[user_family:SPEC]", "model.path=random",
             "reward.components={jpeg_compressibility: 1.0}", "reward.components.toy_shape=0.0",
             "eval.gold_rewards.toy_shape_judge=0.0", "eval.quality_metrics=[]"]
@@ -280,8 +279,8 @@ def test_a_family_without_a_calibration_is_refused_in_one_line_naming_it(tmp_pat
     with pytest.raises(mp.NoMemoryPlan) as refusal:
         mp.plan_memory(cfg)
     [line] = refusal.value.problems
-    assert line.startswith("memory plan: model.family=user_family:SPEC (pixel_sd3) has no entry in genalign/models/architectures/"
-                           "calibration.json")
+    assert line.startswith("memory plan: model.family=user_family:SPEC (pixel_sd3): model family 'pixel_sd3' has no "
+                           "calibration: its FamilySpec names no package (the family's folder) holding calibration.json")
     assert "benchmarks/calibrate_memory.py" in line and "gpu_memory_fraction=null" in line and "\n" not in line
     reported = []
     assert mp.check_memory(cfg, reported.append) is None and reported == []  # a CPU run: neither shown nor refused
@@ -294,6 +293,62 @@ def test_a_family_without_a_calibration_is_refused_in_one_line_naming_it(tmp_pat
         check_files=False), reported.append) is None
 
 
+PIXEL_TRANSFORMER = dict(sample_size=32, patch_size=2, in_channels=3, out_channels=3, num_layers=1, attention_head_dim=8,
+                         num_attention_heads=2, joint_attention_dim=8, caption_projection_dim=16,
+                         pooled_projection_dim=8, pos_embed_max_size=16)
+"""tests/user_family.py's transformer (PixelSD3Policy.from_config)."""
+
+
+def test_a_user_family_in_a_folder_is_planned_from_its_own_files(tmp_path, monkeypatch):
+    """A user's family that is a folder, as the shipped ones are: its spec's `package` names the
+    folder, and the plan counts parameters from that folder's architecture file and scales
+    activations by its calibration.json, as for a shipped family."""
+    import sys
+
+    import torch
+
+    folder = tmp_path / "pixel_family"
+    (folder / "architectures").mkdir(parents=True)
+    (folder / "__init__.py").write_text("import dataclasses\n\nimport user_family\n\n"
+                                        "SPEC = dataclasses.replace(user_family.SPEC, package='pixel_family')\n")
+    (folder / "architectures" / "me--pixel-sd3.json").write_text(json.dumps({
+        "source": "tests/user_family.py", "components": {"transformer": {
+            "library": "diffusers", "class": "SD3Transformer2DModel", "config": PIXEL_TRANSFORMER}},
+        "geometry": {"spatial_factor": 1, "temporal_factor": 1, "patch": [1, 2, 2], "text_in_sequence": True,
+                     "extra_text_tokens": 0, "fixed_text_tokens": 2, "text_width_key": "joint_attention_dim",
+                     "latent_channels": 3}}))
+    calibration = {"rollout_peak": 20.0, "replay": 30.0, "replay_compiled": 25.0, "replay_checkpointed": 4.0,
+                   "measured_on": "pixel_sd3: this test's numbers"}
+    (folder / "calibration.json").write_text(json.dumps(calibration))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    user = ["model.family=pixel_family:SPEC", "model.allow_import=[pixel_family:SPEC]", "model.path=random",
+            "reward.components={jpeg_compressibility: 1.0}", "reward.components.toy_shape=0.0",
+            "eval.gold_rewards.toy_shape_judge=0.0", "eval.quality_metrics=[]"]
+    try:
+        cfg = load_config("experiment/toy/shapes_grpo", user, check_files=False)
+        plan = mp.plan_memory(cfg)
+        assert plan.source == "me--pixel-sd3.json (tests/user_family.py)"
+        assert plan.activations == "calibration.json, pixel_sd3: this test's numbers"
+        with torch.random.fork_rng():
+            import user_family
+
+            transformer = user_family.PixelSD3Policy.from_config(cfg.model).transformer
+        arch = load_architecture(family_spec("pixel_family:SPEC", ["pixel_family:SPEC"]), "random", True)
+        assert arch.component("transformer").parameters == sum(p.numel() for p in transformer.parameters())
+
+        def replay_bytes(plan) -> float:
+            return next(v for k, v in plan.roles[0].lines if k.startswith("replay activations"))
+
+        # eager replay + the KL reference's forward: linear in `replay` and `rollout_peak`, both read from the file
+        (folder / "calibration.json").write_text(json.dumps({**calibration, "replay": 60.0, "rollout_peak": 40.0}))
+        assert replay_bytes(mp.plan_memory(cfg)) == pytest.approx(2 * replay_bytes(plan), rel=1e-12)
+        (folder / "calibration.json").write_text(json.dumps({k: v for k, v in calibration.items() if k != "replay"}))
+        with pytest.raises(mp.NoMemoryPlan, match=r"pixel_family.calibration\.json: missing replay"):
+            mp.plan_memory(cfg)
+    finally:
+        sys.modules.pop("pixel_family", None)
+
+
 def test_a_model_without_an_architecture_config_is_refused_naming_the_path():
     cfg = load_config("experiment/diffusion/sd3_5/online_grpo_ocr", ["model.path=someone/sd3-finetune"],
                       check_files=False)
@@ -302,7 +357,7 @@ def test_a_model_without_an_architecture_config_is_refused_naming_the_path():
 
 
 def test_directories_without_a_model_index_are_read_through_the_family_file(tiny_janus_dir):
-    janus = load_architecture("janus", str(tiny_janus_dir))
+    janus = load_architecture(family_spec("janus"), str(tiny_janus_dir))
     assert janus is not None and janus.source == str(tiny_janus_dir)
     assert janus.component("transformer").parameters < 10_000_000  # the tiny model's own config, not the 7B
 
@@ -318,7 +373,7 @@ def test_janus_pro_7b_counts_the_published_size_and_plans_the_kv_cache():
     proj 1024x1024+1024 + norm 2x1024 + MLP 1024x4096+4096 + 4096x1024+1024 = 12,595,200.
     The converted model plus that head must round to the published 7.42 B (+-0.005 B: the
     figure's last digit); the count is exact arithmetic, no float error to allow for."""
-    arch = load_architecture("janus", "deepseek-community/Janus-Pro-7B")
+    arch = load_architecture(family_spec("janus"), "deepseek-community/Janus-Pro-7B")
     total = sum(c.parameters for c in arch.components)
     attention_pool_head = 1024 + (1024 * 1024 + 1024) + (1024 * 2048 + 2048) + (1024 * 1024 + 1024) + 2 * 1024 \
         + (1024 * 4096 + 4096) + (4096 * 1024 + 1024)
@@ -330,7 +385,8 @@ def test_janus_pro_7b_counts_the_published_size_and_plans_the_kv_cache():
     assert arch.component("vqmodel").parameters == pytest.approx(0.072e9, rel=0.02)
     # the generation head reads the language model's hidden states: its input width is the LLM's
     # (gen_head image_token_embed = 4096 for the 7B; 2048 is the 1B's value)
-    spec = json.loads(shipped_file("deepseek-community/Janus-Pro-7B").read_text())["components"]["heads_and_aligners"]
+    janus_file = shipped_file(family_spec("janus"), "deepseek-community/Janus-Pro-7B")
+    spec = json.loads(janus_file.read_text())["components"]["heads_and_aligners"]
     model = build_on_meta("transformers", spec["class"], dict(spec["config"]))
     assert model.model.generation_head.proj_out.in_features == model.config.text_config.hidden_size == 4096
     assert model.model.generation_aligner.fc1.out_features == 4096  # feeds image-token embeddings to the LLM
@@ -350,7 +406,7 @@ def test_janus_pro_7b_counts_the_published_size_and_plans_the_kv_cache():
     tokens = 576 + prompt
     rows = 2 * cfg.rollout.sample_batch_size  # CFG: both streams cached
     kv = 2 * 30 * 32 * 128 * tokens * rows * 2  # bfloat16
-    prefill = rows * prompt * 4096 * calibration_entry("janus")["rollout_peak"]
+    prefill = rows * prompt * 4096 * family_spec("janus").calibration()["rollout_peak"]
     roll = next(v for k, v in _rollout_lines(cfg) if k.startswith("rollout working set"))
     assert roll == pytest.approx(kv + prefill)
     assert "janus: 2 LLaMA blocks of the real width 4096" in plan.describe()  # the calibration it scaled
@@ -386,12 +442,13 @@ def test_colocated_full_fine_tune_counts_the_kl_reference_only_while_the_trainer
         return rollout, train
 
     (rollout, train), (plain_rollout, plain_train) = phases("0.04"), phases("0.0")
-    reference = load_architecture("sd3", "stabilityai/stable-diffusion-3.5-medium").component("transformer").parameters
+    sd3 = load_architecture(family_spec("sd3"), "stabilityai/stable-diffusion-3.5-medium")
+    reference = sd3.component("transformer").parameters
     assert not any("reference" in what for what, _ in rollout.lines)
     assert rollout.allocated_bytes == plain_rollout.allocated_bytes
     assert dict(train.lines)["reference transformer copy (bfloat16)"] == reference * 2
     # and, while replay's activations live, the reference's no-grad forward over the same rows
-    forward = mm.rollout_working_bytes(16, 1229, 1536, 2, calibration_entry("sd3")["rollout_peak"])
+    forward = mm.rollout_working_bytes(16, 1229, 1536, 2, family_spec("sd3").calibration()["rollout_peak"])
     assert train.allocated_bytes == pytest.approx(plain_train.allocated_bytes + reference * 2 + forward, rel=1e-12)
 
 
@@ -400,7 +457,7 @@ def test_a_full_fine_tune_counts_autocast_casts_and_the_adamw_temporary():
     every forward (rollout, replay, evaluation), and the optimizer step a float32 temporary of
     each (torch's foreach AdamW, tests/unit/preflight/test_memory_math.py); float32 compute
     casts nothing."""
-    wan = load_architecture("wan", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers").component("transformer").parameters
+    wan = load_architecture(family_spec("wan"), "Wan-AI/Wan2.1-T2V-1.3B-Diffusers").component("transformer").parameters
     [trainer] = mp.plan_memory(load_config("experiment/diffusion/wan_2_1/online_grpo_pickscore", [],
                                            check_files=False)).roles
     phases = {p.name: dict(p.lines) for p in trainer.phases}

@@ -57,8 +57,9 @@ to_out.0, mlp.layer1/2 → ff.net.0.proj / ff.net.2): the q/k/v/out projections 
 and cross-attention (attn2) and both MLP layers of every block. The adaLN modulation, the
 embeddings and `crossattn_proj` stay frozen."""
 SPEC = FamilySpec(
-    name="cosmos", policy="genalign.models.cosmos:CosmosPolicy", pipeline_class="Cosmos2_5_PredictBasePipeline",
-    media="video", negative_prompt=True, tiny_builder="genalign.models.tiny_random:build_tiny_cosmos_pipeline")
+    name="cosmos", policy="genalign.models.cosmos.policy:CosmosPolicy", package="genalign.models.cosmos",
+    pipeline_class="Cosmos2_5_PredictBasePipeline", media="video", negative_prompt=True,
+    tiny_builder="genalign.models.cosmos.tiny:build_tiny_cosmos_pipeline")
 """Cosmos-Predict2.5 text-to-world: video (or an image at num_frames=1), model.negative_prompt."""
 
 

@@ -62,8 +62,8 @@ def sd3_transformer_velocity(transformer: torch.nn.Module, latents: torch.Tensor
 
 
 SPEC = FamilySpec(
-    name="sd3", policy="genalign.models.sd3:SD3Policy", pipeline_class="StableDiffusion3Pipeline",
-    tiny_builder="genalign.models.tiny_random:build_tiny_sd3_pipeline")
+    name="sd3", policy="genalign.models.sd3.policy:SD3Policy", package="genalign.models.sd3",
+    pipeline_class="StableDiffusion3Pipeline", tiny_builder="genalign.models.sd3.tiny:build_tiny_sd3_pipeline")
 """Stable Diffusion 3 / 3.5: 16 pixels per latent patch (VAE 8 x patch 2), empty-prompt CFG."""
 
 

@@ -87,9 +87,9 @@ def unconditional_ids(input_ids: torch.Tensor, bos_id: int, boi_id: int, pad_id:
 
 
 SPEC = FamilySpec(
-    name="janus", policy="genalign.models.janus:JanusPolicy", sampler="token", text_encoders=False,
-    gradient_checkpointing=False, split_cfg=False, export="peft", pipeline_class="JanusForConditionalGeneration",
-    tiny_builder="genalign.models.tiny_random:build_tiny_janus")
+    name="janus", policy="genalign.models.janus.policy:JanusPolicy", package="genalign.models.janus", sampler="token",
+    text_encoders=False, gradient_checkpointing=False, split_cfg=False, export="peft",
+    pipeline_class="JanusForConditionalGeneration", tiny_builder="genalign.models.janus.tiny:build_tiny_janus")
 """Janus-Pro: image tokens (16 pixels each; the exact size is the checkpoint's), a peft adapter
 onto the transformers class; no gradient checkpointing, CFG streams always joint."""
 

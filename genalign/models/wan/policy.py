@@ -47,8 +47,9 @@ def scheduler_shift(scheduler) -> float:
 
 
 SPEC = FamilySpec(
-    name="wan", policy="genalign.models.wan:WanPolicy", pipeline_class="WanPipeline", media="video",
-    negative_prompt=True, tiny_builder="genalign.models.tiny_random:build_tiny_wan_pipeline")
+    name="wan", policy="genalign.models.wan.policy:WanPolicy", package="genalign.models.wan",
+    pipeline_class="WanPipeline", media="video", negative_prompt=True,
+    tiny_builder="genalign.models.wan.tiny:build_tiny_wan_pipeline")
 """Wan 2.1 text-to-video: 16 pixels per latent patch, num_frames = 4k + 1, model.negative_prompt."""
 
 

@@ -57,8 +57,9 @@ def norm_preserving_cfg(uncond: torch.Tensor, cond: torch.Tensor, guidance_scale
 
 
 SPEC = FamilySpec(
-    name="qwen_image", policy="genalign.models.qwen_image:QwenImagePolicy", pipeline_class="QwenImagePipeline",
-    guidance_embedding=True, tiny_builder="genalign.models.tiny_random:build_tiny_qwen_image_pipeline")
+    name="qwen_image", policy="genalign.models.qwen_image.policy:QwenImagePolicy", package="genalign.models.qwen_image",
+    pipeline_class="QwenImagePipeline", guidance_embedding=True,
+    tiny_builder="genalign.models.qwen_image.tiny:build_tiny_qwen_image_pipeline")
 """Qwen-Image: 16 pixels per packed token; CFG's negative is the pipeline's fixed " "."""
 
 

@@ -49,8 +49,9 @@ def latent_image_ids(token_rows: int, token_cols: int, device: torch.device) -> 
 
 
 SPEC = FamilySpec(
-    name="flux", policy="genalign.models.flux:FluxPolicy", pipeline_class="FluxPipeline", guidance_embedding=True,
-    tiny_builder="genalign.models.tiny_random:build_tiny_flux_pipeline")
+    name="flux", policy="genalign.models.flux.policy:FluxPolicy", package="genalign.models.flux",
+    pipeline_class="FluxPipeline", guidance_embedding=True,
+    tiny_builder="genalign.models.flux.tiny:build_tiny_flux_pipeline")
 """FLUX.1: 16 pixels per packed token (VAE 8 x 2x2 packing); FLUX.1-dev embeds distilled guidance."""
 
 

@@ -1,0 +1,11 @@
+"""Janus-Pro (token-autoregressive): the family's folder (docs/extending.md §3).
+
+`policy.py` holds `JanusPolicy` and its `SPEC` (what `models/registry.py` names), `tiny.py` the tiny
+random model the default suite builds from configs, `architectures/` the published configs of
+the checkpoints it loads and `calibration.json` its activation bytes per token (both read by
+the memory plan through `SPEC`).
+"""
+
+from genalign.models.janus.policy import JanusPolicy, SPEC
+
+__all__ = ["JanusPolicy", "SPEC"]

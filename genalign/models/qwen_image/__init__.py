@@ -1,0 +1,11 @@
+"""Qwen-Image: the family's folder (docs/extending.md §3).
+
+`policy.py` holds `QwenImagePolicy` and its `SPEC` (what `models/registry.py` names), `tiny.py` the tiny
+random model the default suite builds from configs, `architectures/` the published configs of
+the checkpoints it loads and `calibration.json` its activation bytes per token (both read by
+the memory plan through `SPEC`).
+"""
+
+from genalign.models.qwen_image.policy import QwenImagePolicy, SPEC
+
+__all__ = ["QwenImagePolicy", "SPEC"]

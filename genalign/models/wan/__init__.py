@@ -1,0 +1,11 @@
+"""Wan 2.1 text-to-video: the family's folder (docs/extending.md §3).
+
+`policy.py` holds `WanPolicy` and its `SPEC` (what `models/registry.py` names), `tiny.py` the tiny
+random model the default suite builds from configs, `architectures/` the published configs of
+the checkpoints it loads and `calibration.json` its activation bytes per token (both read by
+the memory plan through `SPEC`).
+"""
+
+from genalign.models.wan.policy import SPEC, WanPolicy
+
+__all__ = ["SPEC", "WanPolicy"]
