@@ -81,7 +81,7 @@ def _transformer_width(cfg: ExperimentConfig) -> int | None:
         except (OSError, ValueError):  # the loader reports an unreadable config; a caution stays quiet
             return None
     else:
-        found = architecture_source(cfg.model.family, cfg.model.path)
+        found = architecture_source(spec, cfg.model.path) if spec else None
         config = found[0].get("transformer", {}).get("config", {}) if found else {}
     if not isinstance(config, dict):
         return None
