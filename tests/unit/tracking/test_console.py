@@ -27,6 +27,10 @@ def library(monkeypatch):
         handler = logging.StreamHandler(stream)
         handler.setFormatter(logging.Formatter(f"[{library.name}] %(message)s"))
         monkeypatch.setattr(library, "handlers", [handler])
+        monkeypatch.setattr(library, "propagate", False)  # as the libraries set it: the root's handlers never see it
+    for handler in logging.getLogger().handlers:  # pytest's capture handlers outlive a test: a filter an
+        # earlier test's `genalign` command installed on them would say the line a second time
+        monkeypatch.setattr(handler, "filters", [f for f in handler.filters if not isinstance(f, console.KnownMessages)])
     console.quiet_libraries()
     yield stream
     for name in console.LIBRARIES:
