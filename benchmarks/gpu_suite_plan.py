@@ -113,9 +113,9 @@ def tiny_overrides(recipe: str, family: str) -> list[str]:
 
 
 def settings_of(cfg) -> dict:
-    from genalign.preflight.plan import RunPlan
+    from genalign.preflight.step_sizes import StepSizes
 
-    plan, m, r = RunPlan.from_config(cfg), cfg.model, cfg.rollout
+    plan, m, r = StepSizes.from_config(cfg), cfg.model, cfg.rollout
     return {"size": f"{r.width}x{r.height}" + (f"x{m.num_frames}" if m.num_frames > 1 else ""), "dtype": m.dtype,
             "train_mode": m.train_mode, "denoising_steps": r.num_steps, "trained_steps": plan.num_train_timesteps,
             "cfg": r.guidance_scale, "prompts": plan.prompts_per_step, "group": plan.samples_per_prompt,
@@ -141,9 +141,9 @@ def estimate_s(cfg, family: str, tiny: bool, steps: int) -> float:
     if tiny:
         return 4.0 + 2.0 * steps
     from genalign.models.architecture import load_architecture
-    from genalign.preflight.plan import RunPlan
+    from genalign.preflight.step_sizes import StepSizes
 
-    arch, plan, m, r = load_architecture(family, cfg.model.path), RunPlan.from_config(cfg), cfg.model, cfg.rollout
+    arch, plan, m, r = load_architecture(family, cfg.model.path), StepSizes.from_config(cfg), cfg.model, cfg.rollout
     if arch is None:
         return START_S + steps * 10.0
     image = arch.geometry.image_tokens(r.height, r.width, m.num_frames)

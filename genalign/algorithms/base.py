@@ -1,7 +1,7 @@
 """The `Algorithm` protocol: what the trainer asks of an RL objective.
 
 Where it fits: step 5 of the loop. Nothing outside `algorithms/` asks which algorithm it
-runs; the config checks, the run plan, the trainer and the update loop read what the class
+runs; the config checks, the step sizes, the trainer and the update loop read what the class
 declares and call its hooks. Declarations (class attributes and classmethods of the config,
 so they are known before any model loads):
   * `policy_kind` — "flow" (flow-matching trajectories) or "token" (image tokens): it must

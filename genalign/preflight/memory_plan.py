@@ -1,6 +1,6 @@
 """`MemoryPlan`: each role's per-GPU peak, estimated before anything loads.
 
-Where it fits: beside `RunPlan` (sizes) and `ResourcePlan` (devices). `genalign config` prints
+Where it fits: beside `StepSizes` (sizes) and `ResourcePlan` (devices). `genalign config` prints
 it; the trainer builds it once before the model loads, logs it and refuses a plan above
 `distributed.resources.gpu_memory_fraction` of the GPU's memory (read from the device, or
 `distributed.resources.gpu_memory_gib` when planning for another machine) with the config
@@ -236,9 +236,9 @@ def _worker_lines(t: Terms) -> tuple[Line, ...]:
 
 
 def _host(cfg, t: Terms) -> tuple[Line, ...]:
-    from genalign.preflight.plan import RunPlan
+    from genalign.preflight.step_sizes import StepSizes
 
-    run, m, arch = RunPlan.from_config(cfg), cfg.model, t.arch
+    run, m, arch = StepSizes.from_config(cfg), cfg.model, t.arch
     pixels = cfg.rollout.height * cfg.rollout.width * m.num_frames
     embedding_rows = run.prompts_per_step + (1 if run.uses_cfg else 0)  # SharedCondition: prompts + 1 negative
     text_tokens = arch.geometry.text_tokens(m.max_sequence_length)

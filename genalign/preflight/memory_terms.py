@@ -53,10 +53,10 @@ class Terms:
 def plan_terms(cfg) -> Terms:
     """The lines of `cfg`'s plan; `NoMemoryPlan` when the model is not described."""
     from genalign.models.architecture import TRANSFORMER
-    from genalign.preflight.plan import RunPlan
+    from genalign.preflight.step_sizes import StepSizes
 
     arch, calibration = _described(cfg)
-    run = RunPlan.from_config(cfg)
+    run = StepSizes.from_config(cfg)
     ranks, fsdp = trainer_ranks(cfg), cfg.distributed.training.strategy == "fsdp2"
     split = ranks if fsdp else 1  # FSDP2 shards the transformer and its trained state; DDP replicates
     trained, base = _trained_parameters(cfg, arch)

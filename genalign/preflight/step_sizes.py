@@ -1,4 +1,6 @@
-"""`RunPlan`: quantities derived from the config, computed once, logged, never written back.
+"""`StepSizes`: the sizes of one training step derived from the config (prompts, samples,
+micro-batches, optimizer steps, trained positions; whether CFG and a reference forward run),
+computed once, logged, never written back.
 
 Where it fits: the trainer builds it right after `load_config` and logs `describe()`; the
 collector, update round and reference pass read their sizes from it instead of re-deriving
@@ -15,7 +17,7 @@ from genalign.config.schema import ExperimentConfig
 
 
 @dataclass(frozen=True)
-class RunPlan:
+class StepSizes:
     prompts_per_step: int
     """Prompt groups per training step (rollout.rollout_batch_size)."""
     samples_per_prompt: int
@@ -43,10 +45,10 @@ class RunPlan:
     at algorithm.kl_beta > 0, or DPO's own reference)."""
 
     @classmethod
-    def from_config(cls, cfg: ExperimentConfig) -> "RunPlan":
-        """Derive the plan of a validated config.
+    def from_config(cls, cfg: ExperimentConfig) -> "StepSizes":
+        """The sizes of a validated config.
 
-        Raises `ConfigError` when a number the plan divides by is not positive or when no
+        Raises `ConfigError` when a number the sizes divide by is not positive or when no
         denoising step would be trained; `validate()` reports those (and the divisibility
         problems this floor-divides past) with the fix, so `load_config` never gets here with them.
         """

@@ -14,7 +14,7 @@ import math
 from genalign.config.schema import ExperimentConfig
 from genalign.hub import HUB_ID
 from genalign.preflight.algorithm_checks import algorithm_problems
-from genalign.preflight.plan import num_train_timesteps_problem
+from genalign.preflight.step_sizes import num_train_timesteps_problem
 from genalign.preflight.values import non_finite_problems, reward_package_problems, value_problems
 from genalign.tracking.config import logger_problems
 from genalign.training.config import LOSS_NORMALISATIONS
@@ -167,7 +167,7 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
 
 def _batch_geometry_problems(cfg: ExperimentConfig) -> list[str]:
     """Samples per step must split evenly into rollout and replay micro-batches, and replay
-    micro-batches evenly into optimizer steps (RunPlan's numbers; sizes already positive)."""
+    micro-batches evenly into optimizer steps (the `StepSizes` numbers; sizes already positive)."""
     problems: list[str] = []
     samples_per_step = cfg.rollout.rollout_batch_size * cfg.rollout.n
     rollout_micro_batch = cfg.rollout.sample_batch_size

@@ -16,6 +16,7 @@ from genalign.evaluation.evaluator import Evaluator
 from genalign.finite import NonFiniteError, first_non_finite
 from genalign.models.base import Policy
 from genalign.models.spec import family_spec
+from genalign.preflight.step_sizes import StepSizes
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rollout.collector import SamplingSpec
 from genalign.rollout.engine import LocalRolloutEngine, RolloutEngine
@@ -71,15 +72,15 @@ def build_rollout_engine(cfg: ExperimentConfig, policy: Policy) -> RolloutEngine
     raise ValueError(f"rollout.engine={cfg.rollout.engine!r}: choose local or ray")
 
 
-def build_batch_source(cfg: ExperimentConfig, plan, policy: Policy, engine: RolloutEngine, rewards,
+def build_batch_source(cfg: ExperimentConfig, sizes: StepSizes, policy: Policy, engine: RolloutEngine, rewards,
                        algorithm, spec: SamplingSpec, ranks):
     """The step's training data, as the algorithm's `data_source` declares: the online rollout,
     or (offline Flow-DPO) a preference dataset."""
     from genalign.training.sources import OfflinePreferences, OnlineRollout
 
     if algorithm.data_source(cfg.algorithm) == "offline":
-        return OfflinePreferences(cfg, plan, policy, ranks)
-    return OnlineRollout(cfg, plan, engine, rewards, algorithm, spec, ranks)
+        return OfflinePreferences(cfg, sizes, policy, ranks)
+    return OnlineRollout(cfg, sizes, engine, rewards, algorithm, spec, ranks)
 
 
 def named_trainable_parameters(module: torch.nn.Module) -> dict[str, torch.nn.Parameter]:

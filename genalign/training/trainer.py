@@ -25,7 +25,7 @@ from genalign.atomic import write_text_atomically
 from genalign.preflight.cautions import config_cautions
 from genalign.config.errors import UserError
 from genalign.config.loader import config_to_dict, config_to_yaml
-from genalign.preflight.plan import RunPlan
+from genalign.preflight.step_sizes import StepSizes
 from genalign.config.schema import ExperimentConfig
 from genalign.finite import named_step
 from genalign.reporting.provenance import record_launch
@@ -106,7 +106,7 @@ class Trainer:
         """`start`: the run directory's plan (`run_dir.plan_start(cfg)` when not given). A run
         with nothing left to train is refused here: `for_config` returns None for it instead."""
         self.cfg = cfg
-        self.plan = RunPlan.from_config(cfg)
+        self.sizes = StepSizes.from_config(cfg)
         self.output_dir = Path(cfg.trainer.output_dir)
         # the run directory's plan may refuse the run: before any model loads
         self.start = run_dir.plan_start(cfg) if start is None else start
@@ -140,7 +140,7 @@ class Trainer:
     def _build(self, cfg: ExperimentConfig, checkpoint) -> None:
         strategy = cfg.distributed.training
         distributed.barrier(self.ranks)
-        log.info("run plan: %s", self.plan.describe())
+        log.info("step sizes: %s", self.sizes.describe())
         for caution in config_cautions(cfg):
             log.warning("%s", caution)
         torch.manual_seed(cfg.trainer.seed)  # adapter initialisation is the only global-RNG use
@@ -164,7 +164,7 @@ class Trainer:
         self.spec = setup.rollout_spec(cfg)
         self.memory = PeakMemory(self.policy.device)
         self.engine = setup.build_rollout_engine(cfg, self.policy)
-        self.source = setup.build_batch_source(cfg, self.plan, self.policy, self.engine, self.rewards,
+        self.source = setup.build_batch_source(cfg, self.sizes, self.policy, self.engine, self.rewards,
                                                self.algorithm, self.spec, self.ranks)
         resuming = checkpoint is not None
         main = self.ranks.is_main  # rank 0 alone writes metrics, evaluation artefacts and checkpoints
@@ -348,7 +348,7 @@ class Trainer:
         actor = dataclasses.replace(self.cfg.actor, gradient_accumulation_steps=accumulation)
         context = UpdateContext(self.policy, self.algorithm, self.optimizer, list(self.parameters.values()), actor,
                                 self.scaler, self.ranks, self.policy.transformer, self.ema)
-        result = run_update(context, data.units, data.advantages, self.plan.train_micro_batch, generator,
+        result = run_update(context, data.units, data.advantages, self.sizes.train_micro_batch, generator,
                             filler=data.filler)
         self.policy.transformer.eval()
         return result, self.algorithm.after_update(result.optimizer_steps)

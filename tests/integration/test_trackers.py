@@ -106,7 +106,7 @@ def test_wandb_offline_run_has_history_and_images_and_one_id_across_resume(runs)
 
 def test_train_log_has_the_console_lines_and_is_appended_on_resume(runs):
     tracked = (runs / "tracked" / "train.log").read_text()
-    for text in ("run plan:", "loading model sd3", "loading model sd3 from", ": done in", "parity preflight",
+    for text in ("step sizes:", "loading model sd3", "loading model sd3 from", ": done in", "parity preflight",
                  "step 3/3, ", "eval step 2", "saving ", "checkpoint-final"):
         assert text in tracked, text
     assert " INFO genalign.training.trainer: " in tracked  # the console's format
