@@ -1,9 +1,9 @@
 """The run directory (`trainer.output_dir`): what a start may do with it, so no run is lost.
 
 Where it fits: the first thing `Trainer.__init__` does, before any model or reward loads.
-`plan_start` only reads the directory and decides (or raises `RunDirError` naming the
-directory and the key to set); `RunStart.apply` (rank 0 only) then removes what the plan
-says must go, logging each path. `prune_checkpoints` runs after each `checkpoint-<step>`.
+`decide_start` only reads the directory and decides (or raises `RunDirError` naming the
+directory and the key to set); `StartDecision.apply` (rank 0 only) then removes what the
+decision says must go, logging each path. `prune_checkpoints` runs after each `checkpoint-<step>`.
 
 Rules:
 - a fresh run (`trainer.resume_from` unset) needs a directory without run files
@@ -76,7 +76,7 @@ class RunDirError(ConfigError):
 
 
 @dataclass
-class RunStart:
+class StartDecision:
     """The decision for this start: from which checkpoint (None = fresh) and what to remove."""
 
     output_dir: Path
@@ -87,7 +87,7 @@ class RunStart:
     remove: list[Path] = field(default_factory=list)
 
     def apply(self) -> None:
-        """Remove what the plan listed (rank 0 only; other ranks wait at a barrier)."""
+        """Remove what the decision listed (rank 0 only; other ranks wait at a barrier)."""
         for path in self.remove:
             log.info("run directory: removing %s", path)
             if path.is_dir() and not path.is_symlink():
@@ -224,7 +224,7 @@ def _names(paths: list[Path]) -> str:
     return shown + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
 
 
-def plan_start(cfg) -> RunStart:
+def decide_start(cfg) -> StartDecision:
     """Decide how this run starts in `cfg.trainer.output_dir` (reads only; raises RunDirError)."""
     trainer = cfg.trainer
     output_dir = Path(trainer.output_dir)
@@ -235,7 +235,7 @@ def plan_start(cfg) -> RunStart:
     if linked:
         raise RunDirError([f"trainer.output_dir={output_dir}: {_names(linked)} is a symbolic link; a run writes "
                            "only inside its own directory: remove the link or choose another trainer.output_dir"])
-    start = RunStart(output_dir, remove=stale_temp_dirs(output_dir))
+    start = StartDecision(output_dir, remove=stale_temp_dirs(output_dir))
     resume_from = trainer.resume_from
     if resume_from is not None and not str(resume_from).strip():
         raise RunDirError(["trainer.resume_from is empty: leave it unset (null) for a fresh run, set "
@@ -252,21 +252,21 @@ def plan_start(cfg) -> RunStart:
         start.remove += with_run_logs(output_dir, existing)
         return start
     if resume_from == "auto":
-        return _plan_auto(cfg, start)
+        return _decide_auto(cfg, start)
     checkpoint = Path(resume_from)
     step = checkpoint_step(checkpoint)
     if step is None:
         return start  # not a complete checkpoint: load_checkpoint reports what is wrong with it
-    return _plan_resume(cfg, start, checkpoint, step)
+    return _decide_resume(cfg, start, checkpoint, step)
 
 
-def _plan_auto(cfg, start: RunStart) -> RunStart:
+def _decide_auto(cfg, start: StartDecision) -> StartDecision:
     output_dir = start.output_dir
     usable = _newest_usable(_checkpoints(output_dir) if output_dir.is_dir() else {})
     if usable is not None:
         newest, step = usable
         log.info("trainer.resume_from=auto: continuing from %s (step %d)", newest, step)
-        return _plan_resume(cfg, start, newest, step, auto=True)
+        return _decide_resume(cfg, start, newest, step, auto=True)
     existing = run_files(output_dir)
     if existing and not cfg.trainer.overwrite and not is_genalign_run(output_dir):
         raise _foreign(output_dir, existing)
@@ -283,7 +283,7 @@ def _plan_auto(cfg, start: RunStart) -> RunStart:
     return start
 
 
-def _plan_resume(cfg, start: RunStart, checkpoint: Path, step: int, auto: bool = False) -> RunStart:
+def _decide_resume(cfg, start: StartDecision, checkpoint: Path, step: int, auto: bool = False) -> StartDecision:
     """`auto`: newer checkpoints that auto passed over as unusable (logged) do not block the
     resume; the run replaces each when it saves that step again."""
     num_steps = cfg.trainer.num_steps

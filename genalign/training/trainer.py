@@ -81,7 +81,7 @@ def console_summary(row: dict[str, float]) -> str:
     return "  ".join(parts)
 
 
-def _nothing_left(start: run_dir.RunStart) -> str:
+def _nothing_left(start: run_dir.StartDecision) -> str:
     return (f"{start.checkpoint} is at step {start.checkpoint_step} = trainer.num_steps: nothing left to train "
             "(raise trainer.num_steps to continue)")
 
@@ -94,7 +94,7 @@ class Trainer:
     def for_config(cls, cfg: ExperimentConfig) -> Trainer | None:
         """The trainer of `cfg`'s run, or None (logged) when its checkpoint is already at
         trainer.num_steps; refusals of the run directory come before any model loads."""
-        start = run_dir.plan_start(cfg)
+        start = run_dir.decide_start(cfg)
         if start.finished:
             if distributed.rank_info_from_env().is_main:
                 start.apply()  # stale temp dirs only
@@ -102,14 +102,14 @@ class Trainer:
             return None
         return cls(cfg, start)
 
-    def __init__(self, cfg: ExperimentConfig, start: run_dir.RunStart | None = None):
-        """`start`: the run directory's plan (`run_dir.plan_start(cfg)` when not given). A run
+    def __init__(self, cfg: ExperimentConfig, start: run_dir.StartDecision | None = None):
+        """`start`: the run directory's decision (`run_dir.decide_start(cfg)` when not given). A run
         with nothing left to train is refused here: `for_config` returns None for it instead."""
         self.cfg = cfg
         self.sizes = StepSizes.from_config(cfg)
         self.output_dir = Path(cfg.trainer.output_dir)
-        # the run directory's plan may refuse the run: before any model loads
-        self.start = run_dir.plan_start(cfg) if start is None else start
+        # the run directory's decision may refuse the run: before any model loads
+        self.start = run_dir.decide_start(cfg) if start is None else start
         if self.start.finished:
             raise ResumeError(_nothing_left(self.start))
         checkpoint = load_checkpoint(self.start.checkpoint) if self.start.checkpoint else None
