@@ -23,7 +23,7 @@ Rules (the shipped presets, docs/distributed.md):
 - every granted GPU is used or the plan is refused: a rollout worker samples on one device,
   so a worker is never given several whole GPUs (add workers instead), and a one-process
   trainer (`distributed.training.strategy=none`) trains on one device; the trainer's first
-  device (`ResourcePlan.trainer_cuda_indices`) becomes its `cuda` device.
+  device (`Placement.trainer_cuda_indices`) becomes its `cuda` device.
 """
 
 from __future__ import annotations
@@ -59,7 +59,10 @@ class RolloutPlacement:
 
 
 @dataclass(frozen=True)
-class ResourcePlan:
+class Placement:
+    """Where each role of the run runs: the trainer's devices, the rollout workers' actors,
+    and the Ray instance to start or join."""
+
     uses_gpu: bool
     trainer_devices: tuple[int, ...]
     """Physical devices of the trainer process (empty on CPU)."""
@@ -147,8 +150,8 @@ def _split_among_workers(devices: tuple[int, ...], num_workers: int,
 
 
 def plan_resources(dist: DistributedConfig, engine: str, rollout_workers: int, strategy: str,
-                   facts: EnvironmentFacts) -> tuple[ResourcePlan | None, list[str]]:
-    """Pure planning: (plan, problems). The plan is None when there are problems."""
+                   facts: EnvironmentFacts) -> tuple[Placement | None, list[str]]:
+    """Pure planning: (placement, problems). The placement is None when there are problems."""
     problems: list[str] = []
     res = dist.resources
     pinned = {"distributed.resources.visible_devices": res.visible_devices,
@@ -210,7 +213,7 @@ def plan_resources(dist: DistributedConfig, engine: str, rollout_workers: int, s
         if any(d is not None for d in pinned.values()):
             log.warning("no GPU is visible: distributed.resources device pins are not used; every role runs on CPU")
         rollout = RolloutPlacement(workers, num_cpus, 0.0, None) if ray else None
-        return ResourcePlan(False, (), None, (), rollout, dist.colocated,
+        return Placement(False, (), None, (), rollout, dist.colocated,
                             facts.ray_address if dist.cross_node else None, workers * num_cpus, 0.0), []
 
     visible = facts.visible_gpus
@@ -281,17 +284,17 @@ def plan_resources(dist: DistributedConfig, engine: str, rollout_workers: int, s
     local_index = cuda_indices[0] if cuda_indices else None
     ray_gpus = float(len(set(d for ds in placement.worker_devices for d in ds))) if (
         placement and placement.worker_devices) else 0.0
-    return ResourcePlan(True, trainer_devices, local_index, cuda_indices, placement, colocated,
+    return Placement(True, trainer_devices, local_index, cuda_indices, placement, colocated,
                         facts.ray_address if dist.cross_node else None, workers * num_cpus, ray_gpus), []
 
 
-def resolve_resources(cfg, facts: EnvironmentFacts | None = None) -> ResourcePlan:
+def resolve_resources(cfg, facts: EnvironmentFacts | None = None) -> Placement:
     """The placement of this run; raises `ConfigError` listing every problem."""
     from genalign.config.errors import ConfigError
 
     facts = facts if facts is not None else environment_facts()
-    plan, problems = plan_resources(cfg.distributed, cfg.rollout.engine, cfg.rollout.num_workers,
-                                    cfg.distributed.training.strategy, facts)
+    placement, problems = plan_resources(cfg.distributed, cfg.rollout.engine, cfg.rollout.num_workers,
+                                         cfg.distributed.training.strategy, facts)
     if problems:
         raise ConfigError(problems)
-    return plan
+    return placement

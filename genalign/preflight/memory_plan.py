@@ -1,6 +1,6 @@
 """`MemoryPlan`: each role's per-GPU peak, estimated before anything loads.
 
-Where it fits: beside `StepSizes` (sizes) and `ResourcePlan` (devices). `genalign config` prints
+Where it fits: beside `StepSizes` (sizes) and `Placement` (devices). `genalign config` prints
 it; the trainer builds it once before the model loads, logs it and refuses a plan above
 `distributed.resources.gpu_memory_fraction` of the GPU's memory (read from the device, or
 `distributed.resources.gpu_memory_gib` when planning for another machine) with the config

@@ -201,31 +201,32 @@ class RayRolloutEngine:
         from genalign.ray_session import init_ray
         from genalign.placement.resources import resolve_resources
 
-        self.plan = resolve_resources(cfg)
-        placement = self.plan.rollout
-        if placement is None:
+        self.placement = resolve_resources(cfg)
+        rollout = self.placement.rollout
+        if rollout is None:
             raise ValueError("RayRolloutEngine needs rollout.engine=ray")
         self.start_timeout_s, self.sync_timeout_s, self.generate_timeout_s = (start_timeout_s, sync_timeout_s,
                                                                               generate_timeout_s)
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
-            if self.plan.ray_address:
-                init_ray(self.plan.ray_address, log_to_driver=False)
+            placement = self.placement
+            if placement.ray_address:
+                init_ray(placement.ray_address, log_to_driver=False)
             else:  # a private local instance (loopback) even if $RAY_ADDRESS happens to be set
-                init_ray(None, num_cpus=self.plan.ray_num_cpus, num_gpus=self.plan.ray_num_gpus, log_to_driver=False)
-        log.info("ray rollout: %s", self.plan.describe())
-        model = replace(cfg.model, device="cuda" if placement.num_gpus_per_worker > 0 else "cpu")
+                init_ray(None, num_cpus=placement.ray_num_cpus, num_gpus=placement.ray_num_gpus, log_to_driver=False)
+        log.info("ray rollout: %s", self.placement.describe())
+        model = replace(cfg.model, device="cuda" if rollout.num_gpus_per_worker > 0 else "cpu")
         self.worker_config = config_to_dict(replace(cfg, model=model))
         self.policy_factory = policy_factory
         """Builds each worker's policy from its config (module-level, so it pickles by reference)."""
         # colocated: the trainer's modules leave the shared device while a worker holds its
         # copy there, and the workers leave it before the trainer trains (verl's hybrid
         # engine offloads the idle side the same way); never both copies on one GPU
-        self.trainer_policy = trainer_policy if self.plan.colocated else None
+        self.trainer_policy = trainer_policy if self.placement.colocated else None
         self.trainer_placements: list[tuple[float, str, tuple[str, ...]]] = []
         """(time.monotonic(), "device" | "cpu", modules moved) of the trainer's moves."""
         with self._trainer_parked():
-            self.workers = [self._start_worker(i) for i in range(placement.num_workers)]
+            self.workers = [self._start_worker(i) for i in range(rollout.num_workers)]
         self.version: int | None = None
         self.state_ref = None
         self.fingerprint: str | None = None
@@ -238,7 +239,7 @@ class RayRolloutEngine:
         (on the CPU) at its end, then the trainer's back on its device. A no-op otherwise."""
         import ray
 
-        if not self.plan.colocated:
+        if not self.placement.colocated:
             yield
             return
         from genalign.placement.devices import release_device_memory
@@ -266,12 +267,12 @@ class RayRolloutEngine:
     def _start_worker(self, index: int):
         import ray
 
-        placement = self.plan.rollout
-        options = {"num_cpus": placement.num_cpus_per_worker, "num_gpus": placement.num_gpus_per_worker,
+        rollout = self.placement.rollout
+        options = {"num_cpus": rollout.num_cpus_per_worker, "num_gpus": rollout.num_gpus_per_worker,
                    "max_restarts": 0, "max_concurrency": 1}
-        if placement.worker_devices is not None:  # pinned: the worker sees exactly its physical devices
+        if rollout.worker_devices is not None:  # pinned: the worker sees exactly its physical devices
             options["runtime_env"] = {"env_vars": {
-                "CUDA_VISIBLE_DEVICES": ",".join(map(str, placement.worker_devices[index])),
+                "CUDA_VISIBLE_DEVICES": ",".join(map(str, rollout.worker_devices[index])),
                 "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
         actor = ray.remote(RolloutWorker).options(**options).remote(self.worker_config, index, self.policy_factory)
         try:

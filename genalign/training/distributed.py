@@ -61,7 +61,7 @@ def init_distributed(strategy: str, backend: str = "auto", cuda_indices: tuple[i
                      timeout_s: float = 600.0) -> RankInfo:
     """Join the torchrun job for `distributed.training.strategy` (identity for "none") and make
     `cuda` this process's device: entry LOCAL_RANK of `cuda_indices` (the trainer's planned
-    devices, `ResourcePlan.trainer_cuda_indices`), else cuda:LOCAL_RANK under NCCL."""
+    devices, `Placement.trainer_cuda_indices`), else cuda:LOCAL_RANK under NCCL."""
     if strategy == "none":
         use_cuda_device(cuda_indices[0] if cuda_indices else None)
         return RankInfo()
