@@ -2,7 +2,7 @@
 
 `benchmarks/gpu_suite.py` runs them. Here: every registered family's recipe at its real shapes
 (or the tiny ones), shrunk in counts until its planned seconds fit, its memory plan (through
-`preflight/memory_plan.plan_memory`) against the card, the comparison with Flow-GRPO's loop, the
+`preflight/memory_plan.estimate_memory`) against the card, the comparison with Flow-GRPO's loop, the
 rollout profile and the levers, and which items are one run. Nothing here touches CUDA: the
 parent process plans, forked children run.
 """
@@ -123,13 +123,14 @@ def settings_of(cfg) -> dict:
 
 
 def plan_gib(cfg) -> float:
-    """The memory plan's peak per GPU (`preflight/memory_plan.plan_memory`) of `cfg` (the
+    """The memory plan's peak per GPU (`preflight/memory_plan.estimate_memory`) of `cfg` (the
     benchmark's dotted family plans as the registered family its spec names)."""
-    from genalign.preflight.memory_plan import plan_memory
+    from genalign.preflight.memory_plan import estimate_memory
 
     # a stated card size: the plan then never reads the device (the parent leaves CUDA to its children)
     resources = dataclasses.replace(cfg.distributed.resources, gpu_memory_gib=1e6)
-    planned = plan_memory(dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, resources=resources)))
+    distributed = dataclasses.replace(cfg.distributed, resources=resources)
+    planned = estimate_memory(dataclasses.replace(cfg, distributed=distributed))
     return max(role.peak_bytes for role in planned.roles) / GIB
 
 

@@ -1,4 +1,4 @@
-"""`MemoryPlan`: each role's per-GPU peak, estimated before anything loads.
+"""The memory plan: `MemoryEstimate`, each role's per-GPU peak, estimated before anything loads.
 
 Where it fits: beside `StepSizes` (sizes) and `Placement` (devices). `genalign config` prints
 it; the trainer builds it once before the model loads, logs it and refuses a plan above
@@ -12,7 +12,7 @@ Inputs: parameter counts from the model's own configs built on the meta device
 (`benchmarks/calibrate_memory.py`, `models/architectures/calibration.json`), one coefficient
 per execution mode: eager (`replay`, CUDA's autocast policy) or `model.compile=true`
 (`replay_compiled`). A model no architecture config or calibration entry describes is a
-`NoMemoryPlan` naming it and how to describe it, never a silent "nothing to check".
+`NoMemoryEstimate` naming it and how to describe it, never a silent "nothing to check".
 
 A role's peak is what stays on its GPU (frozen weights, trained state, the evaluator's reward
 models) plus the largest of its phases, which never overlap: sampling, prompt encoding with
@@ -31,7 +31,7 @@ from typing import Callable
 from genalign.preflight.memory_math import (
     CALIBRATION, DTYPE_BYTES, GIB, MASTER_BYTES, MASTERS, Line, device_overhead, prompt_embedding_bytes, trajectory_bytes)
 from genalign.preflight.memory_terms import Terms, family_spec_of, latent_elements, plan_terms
-from genalign.preflight.reward_memory import NoMemoryPlan, RewardMemory, reward_memory
+from genalign.preflight.reward_memory import NoMemoryEstimate, RewardMemory, reward_memory
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,10 @@ class Role:
 
 
 @dataclass(frozen=True)
-class MemoryPlan:
+class MemoryEstimate:
+    """Each role's estimated per-GPU peak, the host memory per step and the GPU budget they
+    are checked against (`describe()` is the printed memory plan)."""
+
     roles: tuple[Role, ...]
     host: tuple[Line, ...]
     """(what, bytes) the trainer process keeps in host memory per step."""
@@ -146,13 +149,13 @@ class MemoryPlan:
             raise ConfigError(problems, hint="genalign config prints the whole plan; docs/memory_plan.md explains it")
 
 
-def check_memory(cfg, report: Callable[[str], None]) -> MemoryPlan | None:
+def check_memory(cfg, report: Callable[[str], None]) -> MemoryEstimate | None:
     """The plan, handed to `report` and checked. A model the plan cannot describe is reported
     and, when there is a GPU to check against (a CUDA device or gpu_memory_gib) and
-    gpu_memory_fraction is set, refused: the `NoMemoryPlan` says what to add."""
+    gpu_memory_fraction is set, refused: the `NoMemoryEstimate` says what to add."""
     try:
-        plan = plan_memory(cfg)
-    except NoMemoryPlan as refusal:
+        plan = estimate_memory(cfg)
+    except NoMemoryEstimate as refusal:
         report(refusal.problems[0])
         if cfg.distributed.resources.gpu_memory_fraction is not None and _gpu_memory(cfg)[0]:
             raise
@@ -162,8 +165,8 @@ def check_memory(cfg, report: Callable[[str], None]) -> MemoryPlan | None:
     return plan
 
 
-def plan_memory(cfg) -> MemoryPlan:
-    """The plan of a validated config. `NoMemoryPlan` when no architecture config or
+def estimate_memory(cfg) -> MemoryEstimate:
+    """The estimate of a validated config. `NoMemoryEstimate` when no architecture config or
     calibration entry describes the model, or no config a reward model on these GPUs."""
     terms = plan_terms(cfg)
     rewards = reward_memory(cfg)
@@ -172,10 +175,10 @@ def plan_memory(cfg) -> MemoryPlan:
     if terms.fsdp and terms.ranks == 1:
         notes.append("FSDP2 planned for 1 rank: set distributed.resources.trainer.num_gpus=N (or run under "
                      "torchrun, whose WORLD_SIZE counts) to plan N")
-    return MemoryPlan(_roles(cfg, terms, rewards), _host(cfg, terms), memory, memory_source, terms.arch.source,
-                      tuple(_levers(cfg, terms, rewards)),
-                      f"{CALIBRATION.name}, {terms.calibration['measured_on']}",
-                      cfg.distributed.resources.gpu_memory_fraction, tuple(notes))
+    return MemoryEstimate(_roles(cfg, terms, rewards), _host(cfg, terms), memory, memory_source, terms.arch.source,
+                          tuple(_levers(cfg, terms, rewards)),
+                          f"{CALIBRATION.name}, {terms.calibration['measured_on']}",
+                          cfg.distributed.resources.gpu_memory_fraction, tuple(notes))
 
 
 # ---------------------------------------------------------------- roles by placement

@@ -3,7 +3,7 @@
 Where it fits: `memory_plan.py` places these lines in roles and phases by the run's placement.
 Sizes come from the model's architecture (`models/architecture.py`) and the activation
 calibration (`models/architectures/calibration.json`); a model neither describes is a
-`NoMemoryPlan` naming what to add.
+`NoMemoryEstimate` naming what to add.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from genalign.preflight.memory_math import (
     CALIBRATION, DTYPE_BYTES, FLOAT32_COMPONENTS, MASTER_BYTES, TEXT_ENCODER, Line, adamw_temporary_bytes,
     autocast_cache_bytes, kv_cache_bytes, replay_activation_bytes, replay_coefficient, replay_rows,
     rollout_working_bytes, shard, tokens_per_row, trainable_state_bytes, weight_bytes)
-from genalign.preflight.reward_memory import SKIP_CHECK, NoMemoryPlan
+from genalign.preflight.reward_memory import SKIP_CHECK, NoMemoryEstimate
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Terms:
 
 
 def plan_terms(cfg) -> Terms:
-    """The lines of `cfg`'s plan; `NoMemoryPlan` when the model is not described."""
+    """The lines of `cfg`'s plan; `NoMemoryEstimate` when the model is not described."""
     from genalign.models.architecture import TRANSFORMER
     from genalign.preflight.step_sizes import StepSizes
 
@@ -77,20 +77,20 @@ def plan_terms(cfg) -> Terms:
 
 def _described(cfg):
     """(architecture, calibration) of the model, both keyed by the family's name (a user's
-    family: its spec's); `NoMemoryPlan` naming what is missing."""
+    family: its spec's); `NoMemoryEstimate` naming what is missing."""
     from genalign.models.architecture import load_architecture
 
     m, spec = cfg.model, family_spec_of(cfg)
     family = m.family if m.family == spec.name else f"{m.family} ({spec.name})"
     calibration = calibration_entry(spec.name)
     if calibration is None:
-        raise NoMemoryPlan(f"memory plan: model.family={family} has no entry in genalign/models/architectures/"
+        raise NoMemoryEstimate(f"memory plan: model.family={family} has no entry in genalign/models/architectures/"
                            "calibration.json (its activation bytes per token): add one measured as "
                            "benchmarks/calibrate_memory.py measures the shipped families (docs/memory_plan.md, "
                            f"'Calibrating a family'), {SKIP_CHECK}")
     arch = load_architecture(spec.name, m.path, m.path == spec.builtin_path)
     if arch is None:
-        raise NoMemoryPlan(f"memory plan: model.path={m.path} (model.family={family}): no architecture config "
+        raise NoMemoryEstimate(f"memory plan: model.path={m.path} (model.family={family}): no architecture config "
                            "describes it (not a local save_pretrained directory, not in the Hugging Face cache, no "
                            "file in genalign/models/architectures/); download it and set model.path to the "
                            f"directory, {SKIP_CHECK}")
