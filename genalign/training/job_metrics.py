@@ -18,7 +18,7 @@ run logs"):
   the wall-clock phases (`time_*_s`: the job waits for its slowest rank) and peak GPU memory;
 * sums: `time_cpu_s` (the CPU seconds of every rank's process);
 * the same on every rank, taken as is: `optimizer_steps`, `skipped_steps`, `grad_scale` (the
-  ranks share one round plan and the sharded loss scaler's decision) and `grad_norm` /
+  ranks share one micro-batch schedule and the sharded loss scaler's decision) and `grad_norm` /
   `grad_norm_max` (the norm of the reduced gradient).
 """
 
@@ -59,8 +59,8 @@ def update_totals(result: UpdateResult) -> RankTotals:
 
 
 def shared_columns(result: UpdateResult) -> dict[str, float]:
-    """The columns every rank computes alike: the shared round plan's optimizer steps, the
-    sharded loss scaler's decisions, and the norm of the gradient reduced over ranks."""
+    """The columns every rank computes alike: the shared micro-batch schedule's optimizer steps,
+    the sharded loss scaler's decisions, and the norm of the gradient reduced over ranks."""
     out = {"optimizer_steps": float(result.optimizer_steps)}
     if result.grad_scale is not None:
         out["grad_scale"] = result.grad_scale
