@@ -5,8 +5,9 @@ Where it fits: around the loop when `distributed.training.strategy` is `ddp` or 
 `init_distributed` once (rank facts from torchrun's RANK / WORLD_SIZE / LOCAL_RANK
 environment, never from YAML), `wrap_for_training` on the denoiser, `shard_groups` to take
 this rank's prompt groups, `gather_scores` so advantages see whole groups, and
-`full_trainable_state` / `barrier` around rank-0-only checkpoints, and `reduce_totals` so a
-step's metrics row is the whole job's. With strategy `none` every helper is the identity, so
+`full_state` / `barrier` around rank-0-only checkpoints, `reduce_totals` so a
+step's metrics row is the whole job's, and `max_over_ranks` so every rank stops after the same
+step (`runs/stopping.py`). With strategy `none` every helper is the identity, so
 the loop has one code path. Rank 0 alone prints the job's INFO lines (step, evaluation,
 phases); the other ranks print warnings and errors only.
 
@@ -200,6 +201,16 @@ def collective_device() -> torch.device:
     if torch.distributed.is_initialized() and torch.distributed.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def max_over_ranks(values: list[float], info: RankInfo) -> list[float]:
+    """The element-wise maximum of every rank's `values` (one all-reduce; `values` itself on
+    one process): how the ranks agree to stop (`runs/stopping.py:MaxOverRanks`)."""
+    if info.world_size == 1:
+        return values
+    flags = torch.tensor(values, dtype=torch.float64, device=collective_device())  # [n]
+    torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
+    return flags.cpu().tolist()
 
 
 def all_gather_cat(tensor: torch.Tensor, info: RankInfo) -> torch.Tensor:

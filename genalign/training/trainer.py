@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -195,7 +196,8 @@ class Trainer:
                 write_text_atomically(self.output_dir / "config.yaml", config_to_yaml(self.cfg))
                 record_launch(self.output_dir, self.start_step)
             with stopping.SignalWatch() as watch:
-                self.stop_check = stopping.StopCheck(watch, self.cfg.trainer.max_idle_steps, self.ranks.world_size)
+                self.stop_check = stopping.StopCheck(watch, self.cfg.trainer.max_idle_steps,
+                                                     partial(distributed.max_over_ranks, info=self.ranks))
                 try:
                     self.run_steps()
                 except stopping.RunInterrupted as interrupted:  # a second signal: the step was abandoned
@@ -243,7 +245,7 @@ class Trainer:
         grace, watch = self.cfg.trainer.signal_grace_s, self.stop_check.watch
         estimate = stopping.estimated_save_s(self.last_save_s, self.checkpoint_bytes())
         left = grace - watch.seconds_since_signal()
-        fits = stopping.every_rank(estimate <= left, self.ranks.world_size)
+        fits = self.stop_check.every_rank(estimate <= left)
         name = signal.Signals(signum).name
         if saved:
             what = f"checkpoint-{step} is written"
