@@ -74,7 +74,7 @@ def test_window_range_resolution_and_rollout_spec():
     assert not rollout_spec(load_config(BASE)).record_means
 
 
-def test_run_plan_counts_the_trained_steps_of_each_variant():
+def test_step_sizes_count_the_trained_steps_of_each_variant():
     from genalign.preflight.step_sizes import StepSizes
 
     counts = {recipe: StepSizes.from_config(load_config(f"experiment/toy/{recipe}")).num_train_timesteps
