@@ -12,6 +12,8 @@ so they are known before any model loads):
     dataset; no rollout);
   * `needs_old_logprob` (the rollout's log-probs are trained on; the parity preflight runs
     only then), `needs_rollout_means`, `trainable_copies`;
+  * `guided_log_probs(cfg)` — which log-prob of a sampled image token the rollout records:
+    under CFG (True) or of the conditional stream alone;
   * `owned_options` — the `algorithm.*` keys only this algorithm reads (another algorithm
     refuses them when set), and `config_problems(cfg)`, its own config checks;
   * `stat_extremes` — which logged statistics also get their min / max columns.
@@ -69,6 +71,12 @@ class Algorithm(Protocol):
     @classmethod
     def data_source(cls, cfg: AlgorithmConfig) -> str:
         """"online" (rollout and rewards each step) or "offline" (data.preference_manifest)."""
+        ...
+
+    @classmethod
+    def guided_log_probs(cls, cfg: AlgorithmConfig) -> bool:
+        """Token rollouts: record each token's log-prob under CFG, the distribution that
+        sampled it (True), or of the conditional stream alone (False)."""
         ...
 
     @classmethod
@@ -150,6 +158,11 @@ class AlgorithmBase:
     @classmethod
     def data_source(cls, cfg: AlgorithmConfig) -> str:
         return "online"
+
+    @classmethod
+    def guided_log_probs(cls, cfg: AlgorithmConfig) -> bool:
+        """The log-prob of the distribution that sampled (a flow algorithm samples no tokens)."""
+        return True
 
     @classmethod
     def config_problems(cls, cfg: ExperimentConfig) -> list[str]:

@@ -88,11 +88,12 @@ def named_trainable_parameters(module: torch.nn.Module) -> dict[str, torch.nn.Pa
 
 
 def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
-    """The training sampler; `SamplingSpec.at_step(step)` places the step's SDE window. The
-    rollout records kernel means only when the algorithm declares it reads them."""
+    """The training sampler; `SamplingSpec.at_step(step)` places the step's SDE window. What
+    the rollout records beyond the trajectory (kernel means, which token log-prob) is what the
+    algorithm declares it reads."""
     from genalign.algorithms.registry import algorithm_class
 
-    r = cfg.rollout
+    algorithm, r = algorithm_class(cfg), cfg.rollout
     window = None
     if r.sde_window.size > 0:
         lo, hi = r.sde_window.bounds_range(r.num_steps)
@@ -101,8 +102,8 @@ def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
     return SamplingSpec(height=r.height, width=r.width, num_steps=r.num_steps, guidance_scale=r.guidance_scale,
                         noise_level=r.noise_level, chunk_size=r.sample_batch_size, kernel=r.kernel, window=window,
                         ode_final_step=r.ode_final_step, temperature=r.temperature,
-                        guided_log_probs=cfg.algorithm.token_log_prob == "guided",
-                        record_means=algorithm_class(cfg).needs_rollout_means)
+                        guided_log_probs=algorithm.guided_log_probs(cfg.algorithm),
+                        record_means=algorithm.needs_rollout_means)
 
 
 def eval_spec(cfg: ExperimentConfig) -> SamplingSpec:
