@@ -1,9 +1,10 @@
 """Ray rollout: `rollout.num_workers` actors, each holding a policy copy, sample the step's groups.
 
-Where it fits: steps 2 and 6 of the loop (docs/architecture.md §2) when `rollout.engine=ray`. The trainer
-calls `generate(groups, spec)`; the engine cuts the step's samples into contiguous shards
-on group *and* sampling-chunk boundaries, so every denoiser batch a worker runs is exactly
-a batch the in-process engine would run, and `TrajectoryBatch.cat` of the shards equals
+Where it fits: steps 2 and 6 of the loop (docs/architecture.md §2) when `rollout.engine=ray`.
+The trainer calls `generate(groups, spec)` (or `generate_chunks`: the same shards one at a
+time); the engine cuts the step's samples into contiguous shards on group *and*
+sampling-chunk boundaries, so every denoiser batch a worker runs is exactly a batch the
+in-process engine would run, and `TrajectoryBatch.cat` of the shards equals
 (bitwise on CPU) the in-process result for the same seeds. After each optimizer round the
 trainer calls `sync(trainable_state, version)`: only the trainable tensors (LoRA when LoRA)
 go to the object store once and every worker loads them; each worker answers with a
@@ -34,7 +35,7 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -316,6 +317,12 @@ class RayRolloutEngine:
 
     def generate(self, groups: PromptGroupBatch, spec: SamplingSpec,
                  positions: list[int] | None = None) -> TrajectoryBatch:
+        return cat_batches(list(self.generate_chunks(groups, spec, positions)))
+
+    def generate_chunks(self, groups: PromptGroupBatch, spec: SamplingSpec,
+                        positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
+        """The step's trajectories one worker's shard at a time, in shard order; every worker
+        samples its shard at once, and each is handed on when it has arrived."""
         import ray
 
         if positions is not None:  # config validation forbids Ray rollout under torchrun
@@ -325,23 +332,22 @@ class RayRolloutEngine:
         work = [(index, positions) for index, positions in enumerate(shards) if positions]
         groups_ref = ray.put(groups)
         with self._trainer_parked():
-            results = self._generate_shards(work, groups_ref, spec)
-        return cat_batches(results)
+            yield from self._generate_shards(work, groups_ref, spec)
 
-    def _generate_shards(self, work: list[tuple[int, list[int]]], groups_ref, spec: SamplingSpec) -> list:
+    def _generate_shards(self, work: list[tuple[int, list[int]]], groups_ref,
+                         spec: SamplingSpec) -> Iterator[TrajectoryBatch]:
         import ray
 
         pending = {index: self.workers[index].generate.remote(groups_ref, shard, spec, self.version)
                    for index, shard in work}
         deadline = time.monotonic() + self.generate_timeout_s
-        results = []
         for index, shard in work:
             try:
-                results.append(self._get(pending[index], deadline))
+                result = self._get(pending[index], deadline)
             except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:
                 log.warning("rollout worker %d died during rollout (%s); restarting it and re-generating its shard",
                             index, type(error).__name__)
-                results.append(self._regenerate(index, groups_ref, shard, spec, error))
+                result = self._regenerate(index, groups_ref, shard, spec, error)
             except ray.exceptions.GetTimeoutError as error:
                 raise RolloutWorkerError(f"rollout worker {index} did not finish its shard within "
                                          f"{self.generate_timeout_s:.0f}s") from error
@@ -349,7 +355,7 @@ class RayRolloutEngine:
                 if (cause := user_error_inside(error)) is not None:
                     raise cause from None
                 raise RolloutWorkerError(f"rollout worker {index} failed: {_reason(error)}") from error
-        return results
+            yield result
 
     def _get(self, ref, deadline: float):
         import ray
