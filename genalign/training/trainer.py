@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import signal
 import sys
 import time
@@ -33,7 +32,7 @@ from genalign.reporting.provenance import record_launch
 from genalign.reporting.report import refresh_report
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.tracking.logs import RunLog, StepClock, timed_phase
+from genalign.tracking.logs import RunLog, StepClock, console_summary, timed_phase
 from genalign.tracking.samples import rollout_samples
 from genalign.tracking.sinks import NullSink
 from genalign.tracking.trackers import new_run_id
@@ -63,23 +62,6 @@ log = logging.getLogger(__name__)
 
 class ResumeError(UserError, ValueError):
     pass
-
-
-CONSOLE_COLUMNS = (("reward", "reward_mean", "%.4f"), ("loss", "loss", "%.3g"), ("clip", "clip_frac", "%.3f"),
-                   ("kl", "kl", "%.3g"))
-"""The step line's fields: (label, metrics.csv column, format)."""
-
-
-def console_summary(row: dict[str, float]) -> str:
-    """The step's headline numbers, only those this algorithm produced: NFT and DPO have no
-    clip fraction, offline DPO no reward, a run without a KL term no KL (a column the step did
-    not write, or a NaN placeholder, is left out rather than printed as nan)."""
-    parts = []
-    for label, column, form in CONSOLE_COLUMNS:
-        value = row.get(column)
-        if value is not None and not math.isnan(float(value)):
-            parts.append(f"{label} {form % value}")
-    return "  ".join(parts)
 
 
 def _nothing_left(start: run_dir.StartDecision) -> str:
