@@ -86,6 +86,11 @@ class StartDecision:
     """The checkpoint is already at trainer.num_steps: nothing is left to train."""
     remove: list[Path] = field(default_factory=list)
 
+    def nothing_left(self) -> str:
+        """What a `finished` start says: the checkpoint is at the last step."""
+        return (f"{self.checkpoint} is at step {self.checkpoint_step} = trainer.num_steps: nothing left to train "
+                "(raise trainer.num_steps to continue)")
+
     def apply(self) -> None:
         """Remove what the decision listed (rank 0 only; other ranks wait at a barrier)."""
         for path in self.remove:

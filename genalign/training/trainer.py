@@ -23,7 +23,6 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from genalign.algorithms.registry import algorithm_class
 from genalign.atomic import write_text_atomically
 from genalign.preflight.cautions import config_cautions
-from genalign.config.errors import UserError
 from genalign.config.loader import config_to_dict, config_to_yaml
 from genalign.preflight.step_sizes import StepSizes
 from genalign.config.schema import ExperimentConfig
@@ -39,7 +38,7 @@ from genalign.tracking.trackers import new_run_id
 from genalign.training import distributed, setup
 from genalign.placement import launch
 from genalign.runs import run_dir, stopping
-from genalign.runs.resume import incompatible_keys
+from genalign.runs.resume import ResumeError, incompatible_keys
 from genalign.runs.checkpoint import load_checkpoint, save_checkpoint
 from genalign.training.ema import EMA
 from genalign.export.folder import checkpoint_export
@@ -60,15 +59,6 @@ from genalign.training.update import UpdateContext, UpdateResult, agreed_positio
 log = logging.getLogger(__name__)
 
 
-class ResumeError(UserError, ValueError):
-    pass
-
-
-def _nothing_left(start: run_dir.StartDecision) -> str:
-    return (f"{start.checkpoint} is at step {start.checkpoint_step} = trainer.num_steps: nothing left to train "
-            "(raise trainer.num_steps to continue)")
-
-
 class Trainer:
     """One run, whole once built: `Trainer.for_config(cfg)` is None when the run has nothing
     left to train, so every Trainer that exists has its model, optimizer and sinks."""
@@ -81,7 +71,7 @@ class Trainer:
         if start.finished:
             if distributed.rank_info_from_env().is_main:
                 start.apply()  # stale temp dirs only
-            log.info("%s", _nothing_left(start))
+            log.info("%s", start.nothing_left())
             return None
         return cls(cfg, start)
 
@@ -94,7 +84,7 @@ class Trainer:
         # the run directory's decision may refuse the run: before any model loads
         self.start = run_dir.decide_start(cfg) if start is None else start
         if self.start.finished:
-            raise ResumeError(_nothing_left(self.start))
+            raise ResumeError(self.start.nothing_left())
         checkpoint = load_checkpoint(self.start.checkpoint) if self.start.checkpoint else None
         if checkpoint is not None:
             differing = incompatible_keys(checkpoint.config, config_to_dict(cfg))
