@@ -96,6 +96,18 @@ class StepSizes:
                 f"{'on' if self.needs_reference else 'off'}")
 
 
+def per_rank_accumulation(gradient_accumulation_steps: int, world_size: int) -> int:
+    """Micro-batches per optimizer step on each of `world_size` ranks: together the ranks
+    cover the 1-process run's `gradient_accumulation_steps` micro-batches."""
+    if gradient_accumulation_steps % world_size:
+        fit = -(-gradient_accumulation_steps // world_size) * world_size
+        raise ConfigError([f"actor.gradient_accumulation_steps={gradient_accumulation_steps} must be a multiple of "
+                           f"the {world_size} ranks (WORLD_SIZE, --nproc-per-node): the ranks share each "
+                           f"optimizer step's micro-batches, so it sees the 1-process global batch; set it to {fit} "
+                           "(or another multiple)"])
+    return gradient_accumulation_steps // world_size
+
+
 def _trainable_steps(cfg: ExperimentConfig) -> int:
     """How many steps can be trained: the SDE window's size, else every step less the final one
     when the rollout makes it an ODE step or the selection never picks it."""

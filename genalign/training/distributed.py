@@ -172,20 +172,6 @@ def load_full_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Op
     optimizer.load_state_dict({"state": entries_by_index, "param_groups": state["param_groups"]})
 
 
-def per_rank_accumulation(gradient_accumulation_steps: int, info: RankInfo) -> int:
-    """Micro-batches per optimizer step on each rank: together the ranks cover the
-    1-process run's `gradient_accumulation_steps` micro-batches."""
-    if gradient_accumulation_steps % info.world_size:
-        from genalign.config.errors import ConfigError
-
-        fit = -(-gradient_accumulation_steps // info.world_size) * info.world_size
-        raise ConfigError([f"actor.gradient_accumulation_steps={gradient_accumulation_steps} must be a multiple of "
-                           f"the {info.world_size} ranks (WORLD_SIZE, --nproc-per-node): the ranks share each "
-                           f"optimizer step's micro-batches, so it sees the 1-process global batch; set it to {fit} "
-                           "(or another multiple)"])
-    return gradient_accumulation_steps // info.world_size
-
-
 def rank_positions(num_samples: int, group_size: int, info: RankInfo) -> list[int]:
     """This rank's contiguous sample positions: an equal number of whole groups per rank."""
     num_groups = num_samples // group_size

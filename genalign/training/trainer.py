@@ -24,7 +24,8 @@ from genalign.algorithms.registry import algorithm_class
 from genalign.atomic import write_text_atomically
 from genalign.preflight.cautions import config_cautions
 from genalign.config.loader import config_to_dict, config_to_yaml
-from genalign.preflight.step_sizes import StepSizes
+from genalign.preflight.start import check_start
+from genalign.preflight.step_sizes import StepSizes, per_rank_accumulation
 from genalign.config.schema import ExperimentConfig
 from genalign.finite import named_step
 from genalign.reporting.provenance import record_launch
@@ -38,14 +39,13 @@ from genalign.tracking.trackers import new_run_id
 from genalign.training import distributed, setup
 from genalign.placement import launch
 from genalign.runs import run_dir, stopping
-from genalign.runs.resume import ResumeError, incompatible_keys
-from genalign.runs.checkpoint import load_checkpoint, save_checkpoint
+from genalign.runs.resume import ResumeError
+from genalign.runs.checkpoint import save_checkpoint
 from genalign.training.ema import EMA
 from genalign.export.folder import checkpoint_export
 from genalign.weights.lora import load_trainable_state_dict
 from genalign.training.memory import COLUMN as MEMORY_COLUMN
 from genalign.training.memory import PeakMemory
-from genalign.preflight.memory_plan import check_memory
 from genalign.training.optim import build_optimizer
 from genalign.training.parity import replay_parity
 from genalign.training.precision import build_grad_scaler
@@ -83,20 +83,9 @@ class Trainer:
         self.output_dir = Path(cfg.trainer.output_dir)
         # the run directory's decision may refuse the run: before any model loads
         self.start = run_dir.decide_start(cfg) if start is None else start
-        if self.start.finished:
-            raise ResumeError(self.start.nothing_left())
-        checkpoint = load_checkpoint(self.start.checkpoint) if self.start.checkpoint else None
-        if checkpoint is not None:
-            differing = incompatible_keys(checkpoint.config, config_to_dict(cfg))
-            if differing:
-                raise ResumeError(f"trainer.resume_from={checkpoint.path}: the checkpoint was written with a "
-                                  "different config:\n  " + "\n  ".join(differing))
-        # before any model loads: a plan over the GPU, or a model it cannot describe, is a config error
-        main = distributed.rank_info_from_env().is_main
-        self.memory_plan = check_memory(cfg, lambda text: log.info("%s", text) if main else None)
-        # the ranks' share of an optimizer step's micro-batches: a config error before any model loads
-        ranks = distributed.RankInfo() if cfg.distributed.training.strategy == "none" else distributed.rank_info_from_env()
-        distributed.per_rank_accumulation(cfg.actor.gradient_accumulation_steps, ranks)
+        job = distributed.rank_info_from_env()
+        checkpoint = check_start(cfg, self.start, job.world_size,  # the checks that need no model
+                                 lambda text: log.info("%s", text) if job.is_main else None)
         strategy = cfg.distributed.training
         devices = resolve_resources(cfg).trainer_cuda_indices  # the planned (or pinned) trainer GPUs
         self.ranks = distributed.init_distributed(strategy.strategy, strategy.backend, devices, strategy.timeout_s)
@@ -318,7 +307,7 @@ class Trainer:
         self.policy.transformer.train()
         generator = torch.Generator().manual_seed(self.cfg.trainer.seed * 1_000_003 + step)
         # each rank runs 1/world of the micro-batches of an optimizer step; gradients are averaged
-        accumulation = distributed.per_rank_accumulation(self.cfg.actor.gradient_accumulation_steps, self.ranks)
+        accumulation = per_rank_accumulation(self.cfg.actor.gradient_accumulation_steps, self.ranks.world_size)
         actor = dataclasses.replace(self.cfg.actor, gradient_accumulation_steps=accumulation)
         context = UpdateContext(self.policy, self.algorithm, self.optimizer, list(self.parameters.values()), actor,
                                 self.scaler, self.ranks, self.policy.transformer, self.ema)
