@@ -23,7 +23,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from genalign.algorithms.registry import algorithm_class
 from genalign.atomic import write_text_atomically
 from genalign.preflight.cautions import config_cautions
-from genalign.config.loader import config_to_dict, config_to_yaml
+from genalign.config.loader import config_to_yaml
 from genalign.preflight.start import check_start
 from genalign.preflight.step_sizes import StepSizes, per_rank_accumulation
 from genalign.config.schema import ExperimentConfig
@@ -39,11 +39,8 @@ from genalign.tracking.trackers import new_run_id
 from genalign.training import distributed, setup
 from genalign.placement import launch
 from genalign.runs import run_dir, stopping
-from genalign.runs.resume import ResumeError
-from genalign.runs.checkpoint import save_checkpoint
+from genalign.training.checkpointing import Checkpointer, resumed_run_id
 from genalign.training.ema import EMA
-from genalign.export.folder import checkpoint_export
-from genalign.weights.lora import load_trainable_state_dict
 from genalign.training.memory import COLUMN as MEMORY_COLUMN
 from genalign.training.memory import PeakMemory
 from genalign.training.optim import build_optimizer
@@ -130,19 +127,21 @@ class Trainer:
                                                self.algorithm, self.spec, self.ranks)
         resuming = checkpoint is not None
         main = self.ranks.is_main  # rank 0 alone writes metrics, evaluation artefacts and checkpoints
-        # one tracker run across resumes: its id travels in the checkpoint's trainer_state
-        self.tracker_run_id = (checkpoint.trainer_state.get("tracker_run_id") if resuming else None) or new_run_id()
-        self.trackers = trackers = setup.build_trackers(cfg, self.output_dir, self.start.checkpoint_step + 1 if resuming else 0,
-                                        self.tracker_run_id) if main else []
+        run_id = resumed_run_id(checkpoint) or new_run_id()  # one tracker run across resumes
+        self.trackers = trackers = (setup.build_trackers(cfg, self.output_dir, self.start.checkpoint_step + 1
+                                                         if resuming else 0, run_id) if main else [])
         self.metrics = (setup.build_metrics_sink(self.output_dir / "metrics.csv", resuming, trackers, "train")
                         if main else NullSink())
         self.evaluator = setup.build_evaluator(cfg, self.policy.device, self.rewards, self.output_dir, resuming,
                                                writes=main, trackers=trackers)
+        self.checkpointer = Checkpointer(cfg, self.ranks, self.policy, self.parameters, self.optimizer, self.scaler,
+                                         self.ema, self.algorithm, self.evaluator, run_id)
         self.start_step = self.current_step = 1
-        self.last_save_s: float | None = None
-        """Seconds the last save took on rank 0 in this launch (the estimate for a save on a signal)."""
         if checkpoint is not None:
-            self.restore(checkpoint)
+            self.checkpointer.restore(checkpoint)
+            self.sync(checkpoint.step)  # rollout workers start from the restored weights, not the fresh adapter
+            self.start_step = checkpoint.step + 1
+            log.info("resumed from %s at step %d", checkpoint.path, self.start_step)
 
     # ---------------------------------------------------------------- the loop
     def close_run_log(self) -> None:
@@ -191,27 +190,27 @@ class Trainer:
                     self.report()
                 saved = bool(self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last)
                 if saved:
-                    self.save(f"checkpoint-{step}", step)
+                    self.checkpointer.save(f"checkpoint-{step}", step)
                 verdict = self.stop_check.after_step(step, row)  # every rank, every step (one all-reduce)
                 if verdict.stalled:
                     raise stopping.TrainingStalled(verdict.stalled)
                 if verdict.signum and step != last:  # on the last step the run simply finishes
                     self.stop_on_signal(step, verdict.signum, saved)
-            self.save("checkpoint-final", last)
+            self.checkpointer.save("checkpoint-final", last)
         self.report()
 
     def stop_on_signal(self, step: int, signum: int, saved: bool) -> None:
         """After a SIGTERM/SIGINT: checkpoint this step when the save fits in the grace left
         (every rank agrees first: the save is collective), say how to resume, raise."""
         grace, watch = self.cfg.trainer.signal_grace_s, self.stop_check.watch
-        estimate = stopping.estimated_save_s(self.last_save_s, self.checkpoint_bytes())
+        estimate = self.checkpointer.estimated_save_s()
         left = grace - watch.seconds_since_signal()
         fits = self.stop_check.every_rank(estimate <= left)
         name = signal.Signals(signum).name
         if saved:
             what = f"checkpoint-{step} is written"
         elif fits:
-            self.save(f"checkpoint-{step}", step)
+            self.checkpointer.save(f"checkpoint-{step}", step)
             what = f"checkpoint-{step} written"
         else:
             what = (f"no checkpoint of it (an estimated {estimate:.0f} s save does not fit in the {max(left, 0):.0f} s "
@@ -230,11 +229,6 @@ class Trainer:
             return f"no checkpoint yet: to start the run again in {self.output_dir}, {rerun}"
         path, step = newest
         return f"to resume, {rerun} (it continues from {path} at step {step + 1})"
-
-    def checkpoint_bytes(self) -> int:
-        """Bytes a checkpoint writes, roughly: the trained tensors, Adam's two moments, the EMA."""
-        trained = sum(p.numel() * p.element_size() for p in self.parameters.values())
-        return trained * (3 + (1 if self.ema is not None else 0))
 
     def close(self) -> None:
         self.engine.close()
@@ -321,7 +315,7 @@ class Trainer:
         if not self.engine.needs_sync:
             return {}
         with self.algorithm.rollout_weights():  # the weights the rollout samples with (NFT: the old policy)
-            state = self.trainable_state()
+            state = distributed.full_state(self.parameters)  # whole tensors: every rank gathers its shards
         return self.engine.sync(state, version=step)
 
     @property
@@ -342,63 +336,3 @@ class Trainer:
         warning, never an exception: the report is a view of the run, not part of it."""
         if self.ranks.is_main:
             refresh_report(self.output_dir)
-
-    # ---------------------------------------------------------------- state
-    def trainable_state(self) -> dict[str, torch.Tensor]:
-        """Whole trained tensors on the CPU (gathers FSDP2 shards; every rank must call it)."""
-        return distributed.full_state(self.parameters)
-
-    def save(self, name: str, step: int) -> Path:
-        """Gather on every rank, write on rank 0 (atomically), then wait for it."""
-        trainable = self.trainable_state()
-        ema = distributed.full_state(self.ema.state_dict()) if self.ema else None
-        optimizer = distributed.full_optimizer_state(self.policy.transformer, self.optimizer)
-        algorithm_state = distributed.full_state(self.algorithm.state_dict())  # NFT's old policy: FSDP2 shards
-        path = self.output_dir / name
-        if self.ranks.is_main:
-            history = self.evaluator.history.to_dict()
-            export = checkpoint_export(self.cfg, self.policy, trainable, ema, self.evaluates_ema, step, history,
-                                       final=name == "checkpoint-final", ema_tracker=self.ema)
-            started = time.perf_counter()
-            with timed_phase(log, f"saving {path}"):
-                save_checkpoint(
-                    path, step=step, config=config_to_dict(self.cfg), trainable=trainable, ema=ema,
-                    optimizer=optimizer,
-                    trainer_state={"ema_optimizer_steps": self.ema.optimizer_steps if self.ema else 0,
-                                   "ema_updates": self.ema.updates if self.ema else 0,
-                                   "ema_initial_share": self.ema.initial_share if self.ema else 1.0,
-                                   "eval_history": history,
-                                   "grad_scaler": self.scaler.state_dict(),
-                                   "world_size": self.ranks.world_size,
-                                   "tracker_run_id": self.tracker_run_id},
-                    algorithm=algorithm_state or None, export=export)
-            self.last_save_s = time.perf_counter() - started
-            if name != "checkpoint-final":
-                run_dir.prune_checkpoints(self.output_dir, self.cfg.trainer.keep_last)
-        distributed.barrier(self.ranks)
-        return path
-
-    def restore(self, checkpoint) -> None:
-        try:
-            load_trainable_state_dict(self.policy.transformer, checkpoint.trainable)
-        except ValueError as exc:  # names and shapes are known only now, with the model built
-            raise ResumeError(f"trainer.resume_from: {checkpoint.path}/trainable.safetensors: {exc}") from None
-        try:
-            self.algorithm.load_state_dict(checkpoint.algorithm or {})
-        except ValueError as exc:
-            raise ResumeError(f"{checkpoint.path}/algorithm.safetensors: {exc}") from exc
-        self.sync(checkpoint.step)  # rollout workers start from the restored weights, not the fresh adapter
-        distributed.load_full_optimizer_state(self.policy.transformer, self.optimizer, checkpoint.optimizer)
-        if self.ema is not None:
-            if checkpoint.ema is None:
-                raise ResumeError(f"{checkpoint.path} has no EMA state but actor.ema.enabled=true")
-            state = checkpoint.trainer_state
-            # checkpoints from before the EMA counted its updates: unknown (NaN), said so on the card
-            self.ema.load_state_dict(checkpoint.ema, state["ema_optimizer_steps"], state.get("ema_updates", -1),
-                                     state.get("ema_initial_share", float("nan")))
-        if checkpoint.trainer_state.get("grad_scaler"):
-            self.scaler.load_state_dict(checkpoint.trainer_state["grad_scaler"])
-        from genalign.evaluation.evaluator import EvalHistory
-        self.evaluator.history = EvalHistory.from_dict(checkpoint.trainer_state["eval_history"])
-        self.start_step = checkpoint.step + 1
-        log.info("resumed from %s at step %d", checkpoint.path, self.start_step)
