@@ -14,6 +14,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -55,28 +56,24 @@ class Checkpointer:
     def save(self, name: str, step: int) -> Path:
         """Gather on every rank, write on rank 0 (atomically), then wait for it."""
         trainable = distributed.full_state(self.parameters)
-        ema = distributed.full_state(self.ema.state_dict()) if self.ema else None
+        ema = self.ema.state_dict() if self.ema else None
+        ema_weights = distributed.full_state(ema.pop("weights")) if ema else None  # FSDP2 shards: whole tensors
         optimizer = distributed.full_optimizer_state(self.policy.transformer, self.optimizer)
         algorithm_state = distributed.full_state(self.algorithm.state_dict())  # NFT's old policy: FSDP2 shards
         output_dir = Path(self.cfg.trainer.output_dir)
         path = output_dir / name
         if self.ranks.is_main:
             history = self.evaluator.history.to_dict()
-            export = checkpoint_export(self.cfg, self.policy, trainable, ema, self.cfg.eval.use_ema, step, history,
-                                       final=name == "checkpoint-final", ema_tracker=self.ema)
+            export = checkpoint_export(self.cfg, self.policy, trainable, ema_weights, self.cfg.eval.use_ema, step,
+                                       history, final=name == "checkpoint-final", ema_tracker=self.ema)
             started = time.perf_counter()
             with timed_phase(log, f"saving {path}"):
-                save_checkpoint(
-                    path, step=step, config=config_to_dict(self.cfg), trainable=trainable, ema=ema,
-                    optimizer=optimizer,
-                    trainer_state={"ema_optimizer_steps": self.ema.optimizer_steps if self.ema else 0,
-                                   "ema_updates": self.ema.updates if self.ema else 0,
-                                   "ema_initial_share": self.ema.initial_share if self.ema else 1.0,
-                                   "eval_history": history,
-                                   "grad_scaler": self.scaler.state_dict(),
-                                   "world_size": self.ranks.world_size,
-                                   "tracker_run_id": self.tracker_run_id},
-                    algorithm=algorithm_state or None, export=export)
+                trainer_state = {"eval_history": history, "grad_scaler": self.scaler.state_dict(),
+                                 "world_size": self.ranks.world_size, "tracker_run_id": self.tracker_run_id,
+                                 **({"ema": ema} if ema else {})}  # the EMA's counters beside ema.safetensors
+                save_checkpoint(path, step=step, config=config_to_dict(self.cfg), trainable=trainable, ema=ema_weights,
+                                optimizer=optimizer, trainer_state=trainer_state, algorithm=algorithm_state or None,
+                                export=export)
             self.last_save_s = time.perf_counter() - started
             if name != "checkpoint-final":
                 run_dir.prune_checkpoints(output_dir, self.cfg.trainer.keep_last)
@@ -97,10 +94,7 @@ class Checkpointer:
         if self.ema is not None:
             if checkpoint.ema is None:
                 raise ResumeError(f"{checkpoint.path} has no EMA state but actor.ema.enabled=true")
-            state = checkpoint.trainer_state
-            # checkpoints from before the EMA counted its updates: unknown (NaN), said so on the card
-            self.ema.load_state_dict(checkpoint.ema, state["ema_optimizer_steps"], state.get("ema_updates", -1),
-                                     state.get("ema_initial_share", float("nan")))
+            self.ema.load_state_dict({"weights": checkpoint.ema, **ema_counters(checkpoint.trainer_state)})
         if checkpoint.trainer_state.get("grad_scaler"):
             self.scaler.load_state_dict(checkpoint.trainer_state["grad_scaler"])
         self.evaluator.history = EvalHistory.from_dict(checkpoint.trainer_state["eval_history"])
@@ -110,6 +104,17 @@ class Checkpointer:
         writes, roughly (the trained tensors, Adam's two moments, the EMA), at a slow disk's pace."""
         trained = sum(p.numel() * p.element_size() for p in self.parameters.values())
         return stopping.estimated_save_s(self.last_save_s, trained * (3 + (1 if self.ema is not None else 0)))
+
+
+def ema_counters(trainer_state: dict[str, Any]) -> dict[str, Any]:
+    """The EMA's counters a checkpoint's trainer_state.json holds: its "ema" entry, or in a
+    checkpoint written before the EMA saved its own state the flat ema_* keys. One written
+    before the EMA counted its updates has only ema_optimizer_steps: the updates and the
+    starting weights' share are unknown (-1, NaN), which the model card says."""
+    if "ema" in trainer_state:
+        return trainer_state["ema"]
+    return {"optimizer_steps": trainer_state["ema_optimizer_steps"], "updates": trainer_state.get("ema_updates", -1),
+            "initial_share": trainer_state.get("ema_initial_share", float("nan"))}
 
 
 def resumed_run_id(checkpoint: CheckpointState | None) -> str | None:
