@@ -51,6 +51,7 @@ from genalign.config.errors import ConfigError
 from genalign.config.loader import config_to_dict
 from genalign.config.safe_yaml import safe_load_unique
 from genalign.config.schema import ExperimentConfig
+from genalign.placement.launch import rerun_instruction
 from genalign.runs.checkpoint import checkpoint_problems, checkpoint_step
 from genalign.runs.resume import incompatible_keys
 
@@ -114,6 +115,17 @@ def newest_checkpoint(output_dir: Path) -> tuple[Path, int] | None:
         return None
     complete = [(step, path) for path, step in _checkpoints(output_dir).items() if step is not None]
     return (max(complete)[1], max(complete)[0]) if complete else None
+
+
+def resume_hint(output_dir: Path, world_size: int, argv: list[str]) -> str:
+    """Where and how to resume: the newest complete checkpoint in the run directory, and
+    the command (under torchrun, the launch command rebuilt from this rank's arguments)."""
+    rerun = rerun_instruction(world_size, argv)
+    newest = newest_checkpoint(output_dir)
+    if newest is None:
+        return f"no checkpoint yet: to start the run again in {output_dir}, {rerun}"
+    path, step = newest
+    return f"to resume, {rerun} (it continues from {path} at step {step + 1})"
 
 
 def is_genalign_run(output_dir: Path) -> bool:

@@ -37,7 +37,6 @@ from genalign.tracking.samples import rollout_samples
 from genalign.tracking.sinks import NullSink
 from genalign.tracking.trackers import new_run_id
 from genalign.training import distributed, setup
-from genalign.placement import launch
 from genalign.runs import run_dir, stopping
 from genalign.training.checkpointing import Checkpointer, resumed_run_id
 from genalign.training.ema import EMA
@@ -162,7 +161,8 @@ class Trainer:
                     self.run_steps()
                 except stopping.RunInterrupted as interrupted:  # a second signal: the step was abandoned
                     if not interrupted.logged and self.ranks.is_main:  # one line per job, not one per rank
-                        log.warning("%s during step %d; %s", interrupted, self.current_step, self.resume_hint())
+                        log.warning("%s during step %d; %s", interrupted, self.current_step,
+                                    run_dir.resume_hint(self.output_dir, self.ranks.world_size, sys.argv))
                     interrupted.logged = True
                     raise
         finally:  # a failed run too releases the Ray actors, reward threads, process group and log file
@@ -215,20 +215,11 @@ class Trainer:
         else:
             what = (f"no checkpoint of it (an estimated {estimate:.0f} s save does not fit in the {max(left, 0):.0f} s "
                     f"left of trainer.signal_grace_s={grace:g})")
-        message = f"stopped by {name} after step {step} of {self.cfg.trainer.num_steps}: {what}; {self.resume_hint()}"
+        hint = run_dir.resume_hint(self.output_dir, self.ranks.world_size, sys.argv)
+        message = f"stopped by {name} after step {step} of {self.cfg.trainer.num_steps}: {what}; {hint}"
         if self.ranks.is_main:  # every rank stops after this step; one line per job says so
             log.warning("%s", message)
         raise stopping.RunInterrupted(signum, message, logged=True)
-
-    def resume_hint(self) -> str:
-        """Where and how to resume: the newest complete checkpoint in the run directory, and
-        the command (under torchrun, the launch command rebuilt from this rank's arguments)."""
-        rerun = launch.rerun_instruction(self.ranks.world_size, sys.argv)
-        newest = run_dir.newest_checkpoint(self.output_dir)
-        if newest is None:
-            return f"no checkpoint yet: to start the run again in {self.output_dir}, {rerun}"
-        path, step = newest
-        return f"to resume, {rerun} (it continues from {path} at step {step + 1})"
 
     def close(self) -> None:
         self.engine.close()
