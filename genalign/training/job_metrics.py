@@ -93,6 +93,14 @@ def update_columns(totals: RankTotals, result: UpdateResult) -> dict[str, float]
     return out
 
 
+def throughput_columns(generated: int, job: dict[str, float]) -> dict[str, float]:
+    """The job's `generated` samples per second of rollout, and per second of the step's
+    rollout, reward and train phases (the job's phase seconds, `step_columns`)."""
+    step_seconds = job["time_rollout_s"] + job["time_reward_s"] + job["time_train_s"]
+    return {"images_per_s": generated / max(job["time_rollout_s"], 1e-9),
+            "step_images_per_s": generated / max(step_seconds, 1e-9)}
+
+
 def step_columns(result: UpdateResult, phases: dict[str, float],
                  ranks: distributed.RankInfo = distributed.RankInfo()) -> dict[str, float]:
     """The job's update columns and phase columns (`phases`: this rank's seconds and peak
