@@ -74,7 +74,7 @@ def transformer_flops(trainer) -> tuple[float, float, float, int, int, int]:
 
     from genalign.rollout.collector import encode_unique
 
-    policy, cfg, plan = trainer.policy, trainer.cfg, trainer.plan
+    policy, cfg, plan = trainer.policy, trainer.cfg, trainer.sizes
     chunk, micro = cfg.rollout.sample_batch_size, plan.train_micro_batch
 
     def inputs(batch: int):

@@ -2,7 +2,7 @@
 
 `benchmarks/gpu_suite.py` runs them. Here: every registered family's recipe at its real shapes
 (or the tiny ones), shrunk in counts until its planned seconds fit, its memory plan (through
-`preflight/memory_plan.plan_memory`) against the card, the comparison with Flow-GRPO's loop, the
+`preflight/memory_plan.estimate_memory`) against the card, the comparison with Flow-GRPO's loop, the
 rollout profile and the levers, and which items are one run. Nothing here touches CUDA: the
 parent process plans, forked children run.
 """
@@ -118,9 +118,9 @@ def tiny_overrides(recipe: str, family: str) -> list[str]:
 
 
 def settings_of(cfg) -> dict:
-    from genalign.preflight.plan import RunPlan
+    from genalign.preflight.step_sizes import StepSizes
 
-    plan, m, r = RunPlan.from_config(cfg), cfg.model, cfg.rollout
+    plan, m, r = StepSizes.from_config(cfg), cfg.model, cfg.rollout
     return {"size": f"{r.width}x{r.height}" + (f"x{m.num_frames}" if m.num_frames > 1 else ""), "dtype": m.dtype,
             "train_mode": m.train_mode, "denoising_steps": r.num_steps, "trained_steps": plan.num_train_timesteps,
             "cfg": r.guidance_scale, "prompts": plan.prompts_per_step, "group": plan.samples_per_prompt,
@@ -128,13 +128,14 @@ def settings_of(cfg) -> dict:
 
 
 def plan_gib(cfg) -> float:
-    """The memory plan's peak per GPU (`preflight/memory_plan.plan_memory`) of `cfg` (the
+    """The memory plan's peak per GPU (`preflight/memory_plan.estimate_memory`) of `cfg` (the
     benchmark's dotted family plans as the registered family its spec names)."""
-    from genalign.preflight.memory_plan import plan_memory
+    from genalign.preflight.memory_plan import estimate_memory
 
     # a stated card size: the plan then never reads the device (the parent leaves CUDA to its children)
     resources = dataclasses.replace(cfg.distributed.resources, gpu_memory_gib=1e6)
-    planned = plan_memory(dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, resources=resources)))
+    distributed = dataclasses.replace(cfg.distributed, resources=resources)
+    planned = estimate_memory(dataclasses.replace(cfg, distributed=distributed))
     return max(role.peak_bytes for role in planned.roles) / GIB
 
 
@@ -147,10 +148,10 @@ def estimate_s(cfg, family: str, tiny: bool, steps: int) -> float:
     if tiny:
         return 4.0 + 2.0 * steps
     from genalign.models.architecture import load_architecture
-    from genalign.preflight.plan import RunPlan
+    from genalign.preflight.step_sizes import StepSizes
 
     arch = load_architecture(family_spec(family), cfg.model.path)
-    plan, m, r = RunPlan.from_config(cfg), cfg.model, cfg.rollout
+    plan, m, r = StepSizes.from_config(cfg), cfg.model, cfg.rollout
     if arch is None:
         return START_S + steps * 10.0
     image = arch.geometry.image_tokens(r.height, r.width, m.num_frames)

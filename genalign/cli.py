@@ -83,9 +83,9 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
             raise UserError(f"--nproc-per-node={args.nproc_per_node} needs a positive count and "
                             "distributed.training.strategy=ddp or fsdp2 (now "
                             f"{cfg.distributed.training.strategy!r})")
-        from genalign.training.distributed import RankInfo, per_rank_accumulation
+        from genalign.preflight.step_sizes import per_rank_accumulation
 
-        per_rank_accumulation(cfg.actor.gradient_accumulation_steps, RankInfo(0, args.nproc_per_node, 0))
+        per_rank_accumulation(cfg.actor.gradient_accumulation_steps, args.nproc_per_node)
         return launch_ranks(args.nproc_per_node, args.config, args.overrides)
     _configure_logging()
     from genalign.runs.stopping import SignalWatch

@@ -1,7 +1,7 @@
 """The `Algorithm` protocol: what the trainer asks of an RL objective.
 
 Where it fits: step 5 of the loop. Nothing outside `algorithms/` asks which algorithm it
-runs; the config checks, the run plan, the trainer and the update loop read what the class
+runs; the config checks, the step sizes, the trainer and the update loop read what the class
 declares and call its hooks. Declarations (class attributes and classmethods of the config,
 so they are known before any model loads):
   * `policy_kind` — "flow" (flow-matching trajectories) or "token" (image tokens): it must
@@ -12,6 +12,8 @@ so they are known before any model loads):
     dataset; no rollout);
   * `needs_old_logprob` (the rollout's log-probs are trained on; the parity preflight runs
     only then), `needs_rollout_means`, `trainable_copies`;
+  * `guided_log_probs(cfg)` — which log-prob of a sampled image token the rollout records:
+    under CFG (True) or of the conditional stream alone;
   * `owned_options` — the `algorithm.*` keys only this algorithm reads (another algorithm
     refuses them when set), and `config_problems(cfg)`, its own config checks;
   * `stat_extremes` — which logged statistics also get their min / max columns.
@@ -69,6 +71,12 @@ class Algorithm(Protocol):
     @classmethod
     def data_source(cls, cfg: AlgorithmConfig) -> str:
         """"online" (rollout and rewards each step) or "offline" (data.preference_manifest)."""
+        ...
+
+    @classmethod
+    def guided_log_probs(cls, cfg: AlgorithmConfig) -> bool:
+        """Token rollouts: record each token's log-prob under CFG, the distribution that
+        sampled it (True), or of the conditional stream alone (False)."""
         ...
 
     @classmethod
@@ -150,6 +158,11 @@ class AlgorithmBase:
     @classmethod
     def data_source(cls, cfg: AlgorithmConfig) -> str:
         return "online"
+
+    @classmethod
+    def guided_log_probs(cls, cfg: AlgorithmConfig) -> bool:
+        """The log-prob of the distribution that sampled (a flow algorithm samples no tokens)."""
+        return True
 
     @classmethod
     def config_problems(cls, cfg: ExperimentConfig) -> list[str]:

@@ -58,6 +58,11 @@ class TokenGRPO(ClippedRatioBase):
     policy_kind = "token"
     owned_options = ("token_log_prob",)
 
+    @classmethod
+    def guided_log_probs(cls, cfg: AlgorithmConfig) -> bool:
+        """algorithm.token_log_prob: the rollout records the log-prob the ratio and KL use."""
+        return cfg.token_log_prob == "guided"
+
     def train_step_indices(self, batch: TokenTrajectoryBatch) -> list[int]:
         """One position: the whole token sequence."""
         return [0]

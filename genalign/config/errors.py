@@ -1,6 +1,6 @@
 """User errors: mistakes in a config, a file or a command line, as opposed to bugs.
 
-Where it fits: `load_config` / `config_from_dict` / `RunPlan.from_config` raise `ConfigError`;
+Where it fits: `load_config` / `config_from_dict` / `StepSizes.from_config` raise `ConfigError`;
 manifests (`ManifestError`), checkpoints (`CheckpointError`) and resume (`ResumeError`)
 derive from the same `UserError`. The CLI's one top-level handler prints a `UserError` as one
 readable line (plus an optional `hint:` line) and exits 2; any other exception is a bug and

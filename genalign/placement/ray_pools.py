@@ -12,7 +12,7 @@ The pools of a run (each its own actors, all alive together):
 - gold rewards: one pool per non-zero `eval.gold_rewards` entry (built by the evaluator with
   the same runtime);
 - quality metrics: one pool per `eval.quality_metrics` name;
-- rollout workers: `rollout.num_workers` actors (rollout.engine=ray), sized by the plan.
+- rollout workers: `rollout.num_workers` actors (rollout.engine=ray), sized by the placement.
 The first Ray start used to be sized for the training rewards alone, so the gold reward's and
 each quality metric's pools waited, unschedulable, for reward.startup_timeout_s (15 minutes
 on a 2-CPU machine) before failing with advice to raise that timeout.
@@ -47,8 +47,8 @@ class ActorPool:
     gpus_each: float
 
 
-def ray_actor_pools(cfg, plan=None) -> list[ActorPool]:
-    """The pools `cfg` starts; `plan` is the `ResourcePlan` (for the rollout workers' placement)."""
+def ray_actor_pools(cfg, placement=None) -> list[ActorPool]:
+    """The pools `cfg` starts; `placement` is the run's `Placement` (its rollout workers' actors)."""
     pools: list[ActorPool] = []
     reward = cfg.reward
     if reward.runtime == "ray":
@@ -58,24 +58,25 @@ def ray_actor_pools(cfg, plan=None) -> list[ActorPool]:
         pools += [ActorPool(f"{label} {name!r}", "reward.num_gpus_per_worker", reward.num_workers,
                             reward.num_cpus_per_worker, reward.num_gpus_per_worker)
                   for label, names in groups for name in names]
-    if plan is not None and plan.rollout is not None:
-        pools.append(ActorPool("rollout workers", "distributed.resources.rollout.num_gpus", plan.rollout.num_workers,
-                               plan.rollout.num_cpus_per_worker, plan.rollout.num_gpus_per_worker))
+    if placement is not None and placement.rollout is not None:
+        rollout = placement.rollout
+        pools.append(ActorPool("rollout workers", "distributed.resources.rollout.num_gpus", rollout.num_workers,
+                               rollout.num_cpus_per_worker, rollout.num_gpus_per_worker))
     return pools
 
 
-def _cluster_address(cfg, plan, environ) -> str | None:
+def _cluster_address(cfg, placement, environ) -> str | None:
     """The Ray cluster the run joins (None: a private local instance). The rollout engine
     joins one only for the cross-node preset; rewards alone follow `$RAY_ADDRESS`."""
-    if plan is not None and plan.rollout is not None:
-        return plan.ray_address
+    if placement is not None and placement.rollout is not None:
+        return placement.ray_address
     return environ.get("RAY_ADDRESS") or None
 
 
-def ray_pool_problems(cfg, plan, visible_gpus: tuple[int, ...], environ=os.environ) -> list[str]:
+def ray_pool_problems(cfg, placement, visible_gpus: tuple[int, ...], environ=os.environ) -> list[str]:
     """Why the pools could never all be scheduled (empty when they can), before anything starts."""
-    pools = ray_actor_pools(cfg, plan)
-    if not pools or _cluster_address(cfg, plan, environ) is not None:
+    pools = ray_actor_pools(cfg, placement)
+    if not pools or _cluster_address(cfg, placement, environ) is not None:
         return []  # a cluster's capacity is the cluster's to know
     problems = []
     reward_gpu = [pool for pool in pools if pool.gpus_each > 0 and pool.role != "rollout workers"]
@@ -85,7 +86,7 @@ def ray_pool_problems(cfg, plan, visible_gpus: tuple[int, ...], environ=os.envir
                         f"and no Ray cluster ($RAY_ADDRESS): the actors of {roles} could never start; set "
                         "reward.num_gpus_per_worker=0")
     elif reward_gpu:
-        rollout_gpus = plan.ray_num_gpus if plan is not None and plan.rollout is not None else 0.0
+        rollout_gpus = placement.ray_num_gpus if placement is not None and placement.rollout is not None else 0.0
         wanted = sum(pool.actors * pool.gpus_each for pool in reward_gpu) + rollout_gpus
         if wanted > len(visible_gpus) + 1e-9:
             detail = "; ".join(f"{pool.role}: {pool.actors} x {pool.gpus_each:g}" for pool in reward_gpu)
@@ -100,22 +101,22 @@ def resource_problems(cfg, facts: EnvironmentFacts | None = None) -> list[str]:
     """Every placement problem of a run, as text: the trainer and rollout workers on devices,
     then every Ray actor pool (preflight's `validate` calls it)."""
     facts = facts if facts is not None else resources.environment_facts()
-    plan, problems = resources.plan_resources(cfg.distributed, cfg.rollout.engine, cfg.rollout.num_workers,
-                                    cfg.distributed.training.strategy, facts)
-    return problems or ray_pool_problems(cfg, plan, facts.visible_gpus)  # every Ray actor pool, counted
+    placement, problems = resources.plan_resources(cfg.distributed, cfg.rollout.engine, cfg.rollout.num_workers,
+                                                   cfg.distributed.training.strategy, facts)
+    return problems or ray_pool_problems(cfg, placement, facts.visible_gpus)  # every Ray actor pool, counted
 
 
-def ray_start_options(cfg, plan, visible_gpus: tuple[int, ...], cpu_count: int,
+def ray_start_options(cfg, placement, visible_gpus: tuple[int, ...], cpu_count: int,
                       environ=os.environ) -> tuple[str | None, dict]:
     """(cluster address or None, ray.init options) for a run's pools: a private instance gets
     enough logical CPUs for every pool and the GPUs they ask for."""
-    address = _cluster_address(cfg, plan, environ)
+    address = _cluster_address(cfg, placement, environ)
     if address is not None:
         return address, {}
-    pools = ray_actor_pools(cfg, plan)
+    pools = ray_actor_pools(cfg, placement)
     cpus = sum(pool.actors * pool.cpus_each for pool in pools)
     reward_gpus = any(pool.gpus_each > 0 for pool in pools if pool.role != "rollout workers")
-    rollout_gpus = plan.ray_num_gpus if plan is not None and plan.rollout is not None else 0.0
+    rollout_gpus = placement.ray_num_gpus if placement is not None and placement.rollout is not None else 0.0
     gpus = float(len(visible_gpus)) if reward_gpus else rollout_gpus
     return None, {"num_cpus": max(cpu_count, math.ceil(cpus)), "num_gpus": gpus}
 
@@ -123,8 +124,8 @@ def ray_start_options(cfg, plan, visible_gpus: tuple[int, ...], cpu_count: int,
 def start_ray_for_run(cfg) -> bool:
     """Start (or join) Ray once, sized for every pool of the run, unless it runs none or Ray
     is already up. True when this call started it (the caller then shuts it down)."""
-    plan = resources.resolve_resources(cfg)
-    pools = ray_actor_pools(cfg, plan)
+    placement = resources.resolve_resources(cfg)
+    pools = ray_actor_pools(cfg, placement)
     if not pools:
         return False
     import ray
@@ -134,7 +135,7 @@ def start_ray_for_run(cfg) -> bool:
     from genalign.ray_session import init_ray
 
     facts = resources.environment_facts()
-    address, options = ray_start_options(cfg, plan, facts.visible_gpus, os.cpu_count() or 1)
+    address, options = ray_start_options(cfg, placement, facts.visible_gpus, os.cpu_count() or 1)
     log.info("ray: %d actor pool(s) (%s) asking for %g CPU(s) / %g GPU(s) in all; %s", len(pools),
              ", ".join(f"{pool.role} x{pool.actors}" for pool in pools),
              sum(p.actors * p.cpus_each for p in pools), sum(p.actors * p.gpus_each for p in pools),

@@ -23,7 +23,7 @@ Rules (the shipped presets, docs/distributed.md):
 - every granted GPU is used or the plan is refused: a rollout worker samples on one device,
   so a worker is never given several whole GPUs (add workers instead), and a one-process
   trainer (`distributed.training.strategy=none`) trains on one device; the trainer's first
-  device (`ResourcePlan.trainer_cuda_indices`) becomes its `cuda` device.
+  device (`Placement.trainer_cuda_indices`) becomes its `cuda` device.
 """
 
 from __future__ import annotations
@@ -59,7 +59,10 @@ class RolloutPlacement:
 
 
 @dataclass(frozen=True)
-class ResourcePlan:
+class Placement:
+    """Where each role of the run runs: the trainer's devices, the rollout workers' actors,
+    and the Ray instance to start or join."""
+
     uses_gpu: bool
     trainer_devices: tuple[int, ...]
     """Physical devices of the trainer process (empty on CPU)."""
@@ -147,7 +150,7 @@ def _split_among_workers(devices: tuple[int, ...], num_workers: int,
 
 
 def plan_resources(dist: DistributedConfig, engine: str, rollout_workers: int, strategy: str,
-                   facts: EnvironmentFacts) -> tuple[ResourcePlan | None, list[str]]:
+                   facts: EnvironmentFacts) -> tuple[Placement | None, list[str]]:
     """Pure planning: (plan, problems). The plan is None when there are problems."""
     res, ray = dist.resources, engine == "ray"
     problems = _pin_problems(res)
@@ -232,19 +235,19 @@ def _cross_node_problems(dist: DistributedConfig, ray: bool, facts: EnvironmentF
     return problems
 
 
-def _cpu_plan(dist: DistributedConfig, ray: bool, workers: int, facts: EnvironmentFacts) -> ResourcePlan:
+def _cpu_plan(dist: DistributedConfig, ray: bool, workers: int, facts: EnvironmentFacts) -> Placement:
     """No visible GPU: every role on CPU, whatever the preset asked for."""
     res = dist.resources
     if any(devices is not None for devices in (res.visible_devices, res.trainer.devices, res.rollout.devices)):
         log.warning("no GPU is visible: distributed.resources device pins are not used; every role runs on CPU")
     num_cpus = float(res.rollout.num_cpus)
     rollout = RolloutPlacement(workers, num_cpus, 0.0, None) if ray else None
-    return ResourcePlan(False, (), None, (), rollout, dist.colocated, facts.ray_address if dist.cross_node else None,
+    return Placement(False, (), None, (), rollout, dist.colocated, facts.ray_address if dist.cross_node else None,
                         workers * num_cpus, 0.0)
 
 
 def _gpu_plan(dist: DistributedConfig, ray: bool, workers: int, strategy: str, facts: EnvironmentFacts,
-              trainer_gpus: float | None, rollout_gpus: float | None) -> tuple[ResourcePlan | None, list[str]]:
+              trainer_gpus: float | None, rollout_gpus: float | None) -> tuple[Placement | None, list[str]]:
     """The trainer's devices, then the rollout workers' among the pool (visible_devices, else
     every visible GPU); every device named must be visible."""
     res, visible = dist.resources, facts.visible_gpus
@@ -267,7 +270,7 @@ def _gpu_plan(dist: DistributedConfig, ray: bool, workers: int, strategy: str, f
     local_index = cuda_indices[0] if cuda_indices else None
     ray_gpus = float(len(set(d for ds in placement.worker_devices for d in ds))) if (
         placement and placement.worker_devices) else 0.0
-    return ResourcePlan(True, trainer_devices, local_index, cuda_indices, placement, colocated,
+    return Placement(True, trainer_devices, local_index, cuda_indices, placement, colocated,
                         facts.ray_address if dist.cross_node else None, workers * float(res.rollout.num_cpus),
                         ray_gpus), []
 
@@ -341,13 +344,13 @@ def _rollout_devices(res, colocated: bool, trainer_devices: tuple[int, ...], poo
     return rest[:need]
 
 
-def resolve_resources(cfg, facts: EnvironmentFacts | None = None) -> ResourcePlan:
+def resolve_resources(cfg, facts: EnvironmentFacts | None = None) -> Placement:
     """The placement of this run; raises `ConfigError` listing every problem."""
     from genalign.config.errors import ConfigError
 
     facts = facts if facts is not None else environment_facts()
-    plan, problems = plan_resources(cfg.distributed, cfg.rollout.engine, cfg.rollout.num_workers,
-                                    cfg.distributed.training.strategy, facts)
+    placement, problems = plan_resources(cfg.distributed, cfg.rollout.engine, cfg.rollout.num_workers,
+                                         cfg.distributed.training.strategy, facts)
     if problems:
         raise ConfigError(problems)
-    return plan
+    return placement

@@ -289,10 +289,10 @@ def _can_create_in(directory: Path) -> bool:
 def run_dir_problems(cfg: ExperimentConfig) -> list[str]:
     """What the run-directory rules (runs/run_dir.py) refuse: an existing run without
     trainer.overwrite, a resume that moves backwards or passes over newer checkpoints."""
-    from genalign.runs.run_dir import RunDirError, plan_start
+    from genalign.runs.run_dir import RunDirError, decide_start
 
     try:
-        plan_start(cfg)
+        decide_start(cfg)
     except RunDirError as exc:
         return exc.problems
     return []

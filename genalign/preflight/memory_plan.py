@@ -1,6 +1,6 @@
-"""`MemoryPlan`: each role's per-GPU peak, estimated before anything loads.
+"""The memory plan: `MemoryEstimate`, each role's per-GPU peak, estimated before anything loads.
 
-Where it fits: beside `RunPlan` (sizes) and `ResourcePlan` (devices). `genalign config` prints
+Where it fits: beside `StepSizes` (sizes) and `Placement` (devices). `genalign config` prints
 it; the trainer builds it once before the model loads, logs it and refuses a plan above
 `distributed.resources.gpu_memory_fraction` of the GPU's memory (read from the device, or
 `distributed.resources.gpu_memory_gib` when planning for another machine) with the config
@@ -12,7 +12,7 @@ Inputs: parameter counts from the model's own configs built on the meta device
 (`benchmarks/calibrate_memory.py`, the family's `calibration.json` in its folder
 `models/<family>/`), one coefficient per execution mode: eager (`replay`, CUDA's autocast
 policy) or `model.compile=true` (`replay_compiled`). A model no architecture config or calibration entry describes is a
-`NoMemoryPlan` naming it and how to describe it, never a silent "nothing to check".
+`NoMemoryEstimate` naming it and how to describe it, never a silent "nothing to check".
 
 A role's peak is what stays on its GPU (frozen weights, trained state, the evaluator's reward
 models) plus the largest of its phases, which never overlap: sampling, prompt encoding with
@@ -32,7 +32,7 @@ from genalign.models.spec import CALIBRATION
 from genalign.preflight.memory_math import (
     DTYPE_BYTES, GIB, MASTER_BYTES, MASTERS, Line, device_overhead, prompt_embedding_bytes, trajectory_bytes)
 from genalign.preflight.memory_terms import Terms, family_spec_of, latent_elements, plan_terms
-from genalign.preflight.reward_memory import NoMemoryPlan, RewardMemory, reward_memory
+from genalign.preflight.reward_memory import NoMemoryEstimate, RewardMemory, reward_memory
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,10 @@ class Role:
 
 
 @dataclass(frozen=True)
-class MemoryPlan:
+class MemoryEstimate:
+    """Each role's estimated per-GPU peak, the host memory per step and the GPU budget they
+    are checked against (`describe()` is the printed memory plan)."""
+
     roles: tuple[Role, ...]
     host: tuple[Line, ...]
     """(what, bytes) the trainer process keeps in host memory per step."""
@@ -147,16 +150,16 @@ class MemoryPlan:
             raise ConfigError(problems, hint="genalign config prints the whole plan; docs/memory_plan.md explains it")
 
 
-def check_memory(cfg, report: Callable[[str], None], always: bool = False) -> MemoryPlan | None:
+def check_memory(cfg, report: Callable[[str], None], always: bool = False) -> MemoryEstimate | None:
     """The plan, checked, and handed to `report` when the run plans a GPU (`plans_gpu`) or
     `always` (`genalign config --memory`): on a CPU run it would be a screenful of zeros. A model
     the plan cannot describe is reported likewise and, when there is a GPU to check against (a
-    CUDA device or gpu_memory_gib) and gpu_memory_fraction is set, refused: the `NoMemoryPlan`
+    CUDA device or gpu_memory_gib) and gpu_memory_fraction is set, refused: the `NoMemoryEstimate`
     says what to add."""
     shown = always or plans_gpu(cfg)
     try:
-        plan = plan_memory(cfg)
-    except NoMemoryPlan as refusal:
+        plan = estimate_memory(cfg)
+    except NoMemoryEstimate as refusal:
         if shown:
             report(refusal.problems[0])
         if cfg.distributed.resources.gpu_memory_fraction is not None and _gpu_memory(cfg)[0]:
@@ -180,8 +183,8 @@ def plans_gpu(cfg) -> bool:
     return torch.cuda.is_available()
 
 
-def plan_memory(cfg) -> MemoryPlan:
-    """The plan of a validated config. `NoMemoryPlan` when no architecture config or
+def estimate_memory(cfg) -> MemoryEstimate:
+    """The plan of a validated config. `NoMemoryEstimate` when no architecture config or
     calibration entry describes the model, or no config a reward model on these GPUs."""
     terms = plan_terms(cfg)
     rewards = reward_memory(cfg)
@@ -190,7 +193,7 @@ def plan_memory(cfg) -> MemoryPlan:
     if terms.fsdp and terms.ranks == 1:
         notes.append("FSDP2 planned for 1 rank: set distributed.resources.trainer.num_gpus=N (or run under "
                      "torchrun, whose WORLD_SIZE counts) to plan N")
-    return MemoryPlan(_roles(cfg, terms, rewards), _host(cfg, terms), memory, memory_source, terms.arch.source,
+    return MemoryEstimate(_roles(cfg, terms, rewards), _host(cfg, terms), memory, memory_source, terms.arch.source,
                       tuple(_levers(cfg, terms, rewards)),
                       f"{CALIBRATION}, {terms.calibration['measured_on']}",
                       cfg.distributed.resources.gpu_memory_fraction, tuple(notes))
@@ -254,9 +257,9 @@ def _worker_lines(t: Terms) -> tuple[Line, ...]:
 
 
 def _host(cfg, t: Terms) -> tuple[Line, ...]:
-    from genalign.preflight.plan import RunPlan
+    from genalign.preflight.step_sizes import StepSizes
 
-    run, m, arch = RunPlan.from_config(cfg), cfg.model, t.arch
+    run, m, arch = StepSizes.from_config(cfg), cfg.model, t.arch
     pixels = cfg.rollout.height * cfg.rollout.width * m.num_frames
     embedding_rows = run.prompts_per_step + (1 if run.uses_cfg else 0)  # SharedCondition: prompts + 1 negative
     text_tokens = arch.geometry.text_tokens(m.max_sequence_length)

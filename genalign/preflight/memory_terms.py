@@ -3,7 +3,7 @@
 Where it fits: `memory_plan.py` places these lines in roles and phases by the run's placement.
 Sizes come from the model's architecture (`models/architecture.py`) and the activation
 calibration (the family's `calibration.json`, read through its `FamilySpec`); a model
-neither describes is a `NoMemoryPlan` naming what to add.
+neither describes is a `NoMemoryEstimate` naming what to add.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from genalign.preflight.memory_math import (
     DTYPE_BYTES, FLOAT32_COMPONENTS, MASTER_BYTES, TEXT_ENCODER, Line, adamw_temporary_bytes,
     autocast_cache_bytes, kv_cache_bytes, replay_activation_bytes, replay_coefficient, replay_rows,
     rollout_working_bytes, shard, tokens_per_row, trainable_state_bytes, weight_bytes)
-from genalign.preflight.reward_memory import SKIP_CHECK, NoMemoryPlan
+from genalign.preflight.reward_memory import SKIP_CHECK, NoMemoryEstimate
 
 
 @dataclass(frozen=True)
@@ -50,12 +50,12 @@ class Terms:
 
 
 def plan_terms(cfg) -> Terms:
-    """The lines of `cfg`'s plan; `NoMemoryPlan` when the model is not described."""
+    """The lines of `cfg`'s plan; `NoMemoryEstimate` when the model is not described."""
     from genalign.models.architecture import TRANSFORMER
-    from genalign.preflight.plan import RunPlan
+    from genalign.preflight.step_sizes import StepSizes
 
     arch, calibration = _described(cfg)
-    run = RunPlan.from_config(cfg)
+    run = StepSizes.from_config(cfg)
     ranks, fsdp = trainer_ranks(cfg), cfg.distributed.training.strategy == "fsdp2"
     split = ranks if fsdp else 1  # FSDP2 shards the transformer and its trained state; DDP replicates
     trained, base = _trained_parameters(cfg, arch)
@@ -76,7 +76,7 @@ def plan_terms(cfg) -> Terms:
 
 def _described(cfg):
     """(architecture, calibration) of the model, both keyed by the family's name (a user's
-    family: its spec's); `NoMemoryPlan` naming what is missing."""
+    family: its spec's); `NoMemoryEstimate` naming what is missing."""
     from genalign.models.architecture import load_architecture
     from genalign.models.spec import MissingCalibration
 
@@ -85,12 +85,12 @@ def _described(cfg):
     try:
         calibration = spec.calibration()
     except MissingCalibration as missing:
-        raise NoMemoryPlan(f"memory plan: model.family={family}: {missing} (its activation bytes per token): add one "
+        raise NoMemoryEstimate(f"memory plan: model.family={family}: {missing} (its activation bytes per token): add one "
                            "measured as benchmarks/calibrate_memory.py measures the shipped families "
                            f"(docs/memory_plan.md, 'Calibrating a family'), {SKIP_CHECK}") from None
     arch = load_architecture(spec, m.path, m.path == spec.builtin_path)
     if arch is None:
-        raise NoMemoryPlan(f"memory plan: model.path={m.path} (model.family={family}): no architecture config "
+        raise NoMemoryEstimate(f"memory plan: model.path={m.path} (model.family={family}): no architecture config "
                            "describes it (not a local save_pretrained directory, not in the Hugging Face cache, no "
                            f"file in the family's {spec.folder or 'folder'}/architectures/); download it and set "
                            f"model.path to the directory, {SKIP_CHECK}")

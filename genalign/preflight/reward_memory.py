@@ -24,8 +24,8 @@ from genalign.config.errors import ConfigError
 from genalign.preflight.memory_math import Line
 
 
-class NoMemoryPlan(ConfigError):
-    """The plan cannot be made: one line naming what is not described and how to describe it."""
+class NoMemoryEstimate(ConfigError):
+    """No estimate can be made: one line naming what is not described and how to describe it."""
 
     def __init__(self, problem: str):
         super().__init__([problem], hint="docs/memory_plan.md says what the plan needs")
@@ -96,7 +96,7 @@ def _unknown_scorer(name: str) -> list[str]:
 
 def scorer_lines(cfg, name: str, pool: str = "training reward") -> list[Line]:
     """(what, bytes) of each model scorer `name` holds on its device, from its options'
-    `device_models`; a model no config describes is a `NoMemoryPlan`."""
+    `device_models`; a model no config describes is a `NoMemoryEstimate`."""
     from genalign.rewards.model_sizes import RewardModelUnknown, model_sizes
     from genalign.rewards.options import parse_options
 
@@ -107,6 +107,6 @@ def scorer_lines(cfg, name: str, pool: str = "training reward") -> list[Line]:
     try:
         sizes = [size for model in options.device_models(name) for size in model_sizes(name, model)]
     except RewardModelUnknown as exc:
-        raise NoMemoryPlan(f"memory plan: {exc}; point it at a local directory with the model's config.json, "
+        raise NoMemoryEstimate(f"memory plan: {exc}; point it at a local directory with the model's config.json, "
                            f"{SKIP_CHECK}") from exc
     return [(f"{pool} {name} ({size.what}, {size.dtype})", size.bytes) for size in sizes]

@@ -18,7 +18,7 @@ from genalign.config.schema import ExperimentConfig
 from genalign.models.family_checks import family_problems
 from genalign.preflight.algorithm_checks import algorithm_problems
 from genalign.preflight.hub_checks import hub_problems
-from genalign.preflight.plan import num_train_timesteps_problem
+from genalign.preflight.step_sizes import num_train_timesteps_problem
 from genalign.preflight.reward_contract import registered_reward_problems
 from genalign.preflight.values import int64_problems, non_finite_problems, reward_package_problems
 from genalign.rewards.options import reward_option_problems
@@ -115,7 +115,7 @@ def _step_sizes_positive(cfg: ExperimentConfig) -> bool:
 
 def _batch_geometry_problems(cfg: ExperimentConfig) -> list[str]:
     """Samples per step must split evenly into rollout and replay micro-batches, and replay
-    micro-batches evenly into optimizer steps (RunPlan's numbers; sizes already positive)."""
+    micro-batches evenly into optimizer steps (the `StepSizes` numbers; sizes already positive)."""
     problems: list[str] = []
     samples_per_step = cfg.rollout.rollout_batch_size * cfg.rollout.n
     rollout_micro_batch = cfg.rollout.sample_batch_size

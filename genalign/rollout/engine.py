@@ -1,9 +1,10 @@
 """Rollout engines: where trajectories are generated.
 
 Where it fits: steps 2 and 6 of the loop. The trainer asks its engine to `generate` the
-step's prompt groups and, after the optimizer round, to `sync` fresh trainable weights.
-`LocalRolloutEngine` samples with the trained module itself (sync is a no-op); the Ray
-engine (`ray_engine.py`) runs the same `generate` inside rollout actors.
+step's prompt groups (or `generate_chunks`, to score each part as it arrives) and, after the
+optimizer round, to `sync` fresh trainable weights. `LocalRolloutEngine` samples with the
+trained module itself (sync is a no-op); the Ray engine (`ray_engine.py`) runs the same
+collector inside rollout actors.
 """
 
 from __future__ import annotations
@@ -19,9 +20,19 @@ from genalign.rollout.collector import SamplingSpec, generate, generate_chunks
 
 
 class RolloutEngine(Protocol):
+    needs_sync: bool
+    """True when the rollout samples with its own copy of the weights (`sync` pushes them)."""
+
     def generate(self, groups: PromptGroupBatch, spec: SamplingSpec,
                  positions: list[int] | None = None) -> TrajectoryBatch:
         """The step's trajectories (only `positions` of them when given: a rank's shard)."""
+        ...
+
+    def generate_chunks(self, groups: PromptGroupBatch, spec: SamplingSpec,
+                        positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
+        """The same trajectories in parts, in order, each as soon as it is sampled (their
+        `cat_batches` is `generate`'s result): `reward.async_scoring` scores one while the
+        next is sampled."""
         ...
 
     def sync(self, trainable_state: dict[str, torch.Tensor], version: int) -> dict[str, float]:

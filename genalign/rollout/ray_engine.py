@@ -1,9 +1,10 @@
 """Ray rollout: `rollout.num_workers` actors, each holding a policy copy, sample the step's groups.
 
-Where it fits: steps 2 and 6 of the loop (docs/architecture.md §2) when `rollout.engine=ray`. The trainer
-calls `generate(groups, spec)`; the engine cuts the step's samples into contiguous shards
-on group *and* sampling-chunk boundaries, so every denoiser batch a worker runs is exactly
-a batch the in-process engine would run, and `TrajectoryBatch.cat` of the shards equals
+Where it fits: steps 2 and 6 of the loop (docs/architecture.md §2) when `rollout.engine=ray`.
+The trainer calls `generate(groups, spec)` (or `generate_chunks`: the same shards one at a
+time); the engine cuts the step's samples into contiguous shards on group *and*
+sampling-chunk boundaries, so every denoiser batch a worker runs is exactly a batch the
+in-process engine would run, and `TrajectoryBatch.cat` of the shards equals
 (bitwise on CPU) the in-process result for the same seeds. After each optimizer round the
 trainer calls `sync(trainable_state, version)`: only the trainable tensors (LoRA when LoRA)
 go to the object store once and every worker loads them; each worker answers with a
@@ -34,7 +35,7 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -201,31 +202,32 @@ class RayRolloutEngine:
         from genalign.ray_session import init_ray
         from genalign.placement.resources import resolve_resources
 
-        self.plan = resolve_resources(cfg)
-        placement = self.plan.rollout
-        if placement is None:
+        self.placement = resolve_resources(cfg)
+        rollout = self.placement.rollout
+        if rollout is None:
             raise ValueError("RayRolloutEngine needs rollout.engine=ray")
         self.start_timeout_s, self.sync_timeout_s, self.generate_timeout_s = (start_timeout_s, sync_timeout_s,
                                                                               generate_timeout_s)
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
-            if self.plan.ray_address:
-                init_ray(self.plan.ray_address, log_to_driver=False)
+            placement = self.placement
+            if placement.ray_address:
+                init_ray(placement.ray_address, log_to_driver=False)
             else:  # a private local instance (loopback) even if $RAY_ADDRESS happens to be set
-                init_ray(None, num_cpus=self.plan.ray_num_cpus, num_gpus=self.plan.ray_num_gpus, log_to_driver=False)
-        log.info("ray rollout: %s", self.plan.describe())
-        model = replace(cfg.model, device="cuda" if placement.num_gpus_per_worker > 0 else "cpu")
+                init_ray(None, num_cpus=placement.ray_num_cpus, num_gpus=placement.ray_num_gpus, log_to_driver=False)
+        log.info("ray rollout: %s", self.placement.describe())
+        model = replace(cfg.model, device="cuda" if rollout.num_gpus_per_worker > 0 else "cpu")
         self.worker_config = config_to_dict(replace(cfg, model=model))
         self.policy_factory = policy_factory
         """Builds each worker's policy from its config (module-level, so it pickles by reference)."""
         # colocated: the trainer's modules leave the shared device while a worker holds its
         # copy there, and the workers leave it before the trainer trains (verl's hybrid
         # engine offloads the idle side the same way); never both copies on one GPU
-        self.trainer_policy = trainer_policy if self.plan.colocated else None
+        self.trainer_policy = trainer_policy if self.placement.colocated else None
         self.trainer_placements: list[tuple[float, str, tuple[str, ...]]] = []
         """(time.monotonic(), "device" | "cpu", modules moved) of the trainer's moves."""
         with self._trainer_parked():
-            self.workers = [self._start_worker(i) for i in range(placement.num_workers)]
+            self.workers = [self._start_worker(i) for i in range(rollout.num_workers)]
         self.version: int | None = None
         self.state_ref = None
         self.fingerprint: str | None = None
@@ -238,7 +240,7 @@ class RayRolloutEngine:
         (on the CPU) at its end, then the trainer's back on its device. A no-op otherwise."""
         import ray
 
-        if not self.plan.colocated:
+        if not self.placement.colocated:
             yield
             return
         from genalign.placement.devices import release_device_memory
@@ -266,12 +268,12 @@ class RayRolloutEngine:
     def _start_worker(self, index: int):
         import ray
 
-        placement = self.plan.rollout
-        options = {"num_cpus": placement.num_cpus_per_worker, "num_gpus": placement.num_gpus_per_worker,
+        rollout = self.placement.rollout
+        options = {"num_cpus": rollout.num_cpus_per_worker, "num_gpus": rollout.num_gpus_per_worker,
                    "max_restarts": 0, "max_concurrency": 1}
-        if placement.worker_devices is not None:  # pinned: the worker sees exactly its physical devices
+        if rollout.worker_devices is not None:  # pinned: the worker sees exactly its physical devices
             options["runtime_env"] = {"env_vars": {
-                "CUDA_VISIBLE_DEVICES": ",".join(map(str, placement.worker_devices[index])),
+                "CUDA_VISIBLE_DEVICES": ",".join(map(str, rollout.worker_devices[index])),
                 "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
         actor = ray.remote(RolloutWorker).options(**options).remote(self.worker_config, index, self.policy_factory)
         try:
@@ -315,6 +317,12 @@ class RayRolloutEngine:
 
     def generate(self, groups: PromptGroupBatch, spec: SamplingSpec,
                  positions: list[int] | None = None) -> TrajectoryBatch:
+        return cat_batches(list(self.generate_chunks(groups, spec, positions)))
+
+    def generate_chunks(self, groups: PromptGroupBatch, spec: SamplingSpec,
+                        positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
+        """The step's trajectories one worker's shard at a time, in shard order; every worker
+        samples its shard at once, and each is handed on when it has arrived."""
         import ray
 
         if positions is not None:  # config validation forbids Ray rollout under torchrun
@@ -324,23 +332,22 @@ class RayRolloutEngine:
         work = [(index, positions) for index, positions in enumerate(shards) if positions]
         groups_ref = ray.put(groups)
         with self._trainer_parked():
-            results = self._generate_shards(work, groups_ref, spec)
-        return cat_batches(results)
+            yield from self._generate_shards(work, groups_ref, spec)
 
-    def _generate_shards(self, work: list[tuple[int, list[int]]], groups_ref, spec: SamplingSpec) -> list:
+    def _generate_shards(self, work: list[tuple[int, list[int]]], groups_ref,
+                         spec: SamplingSpec) -> Iterator[TrajectoryBatch]:
         import ray
 
         pending = {index: self.workers[index].generate.remote(groups_ref, shard, spec, self.version)
                    for index, shard in work}
         deadline = time.monotonic() + self.generate_timeout_s
-        results = []
         for index, shard in work:
             try:
-                results.append(self._get(pending[index], deadline))
+                result = self._get(pending[index], deadline)
             except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:
                 log.warning("rollout worker %d died during rollout (%s); restarting it and re-generating its shard",
                             index, type(error).__name__)
-                results.append(self._regenerate(index, groups_ref, shard, spec, error))
+                result = self._regenerate(index, groups_ref, shard, spec, error)
             except ray.exceptions.GetTimeoutError as error:
                 raise RolloutWorkerError(f"rollout worker {index} did not finish its shard within "
                                          f"{self.generate_timeout_s:.0f}s") from error
@@ -348,7 +355,7 @@ class RayRolloutEngine:
                 if (cause := user_error_inside(error)) is not None:
                     raise cause from None
                 raise RolloutWorkerError(f"rollout worker {index} failed: {_reason(error)}") from error
-        return results
+            yield result
 
     def _get(self, ref, deadline: float):
         import ray

@@ -5,7 +5,7 @@ Layout of `checkpoint-<step>/`:
     ema.safetensors         EMA of the trained weights (when EMA is on)
     algorithm.safetensors   algorithm state (DiffusionNFT's old policy and step count), when any
     optimizer.safetensors   AdamW moment tensors; optimizer.json its scalars and groups
-    trainer_state.json      step, optimizer steps, EMA counter, evaluation history
+    trainer_state.json      step, the EMA's counters, the loss scaler, evaluation history, tracker run id
     config.yaml             the resolved config of the run that wrote it
     lora/                   exported LoRA for `pipe.load_lora_weights(dir)` (LoRA runs): the
                             weights evaluation used (the EMA when eval.use_ema)

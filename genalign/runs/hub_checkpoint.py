@@ -1,6 +1,6 @@
 """`trainer.resume_from=hf://<owner>/<name>/<checkpoint>[@revision]`: a checkpoint from the Hub.
 
-Where it fits: `run_dir.plan_start` asks `fetch_hub_checkpoint` for the local copy before it
+Where it fits: `run_dir.decide_start` asks `fetch_hub_checkpoint` for the local copy before it
 plans the resume, so everything after it (the checkpoint checks, the config comparison,
 loading) sees an ordinary checkpoint directory. The files come with huggingface_hub's
 `snapshot_download` limited to that folder, into the Hugging Face cache (`HF_HOME`; offline,

@@ -1,4 +1,4 @@
-"""Which config keys a resumed run may change.
+"""Which config keys a resumed run may change, and `ResumeError`, a resume refused.
 
 Where it fits: resuming (`Trainer.__init__`) refuses a checkpoint whose config differs under
 RESUME_KEYS, and the run-directory rules (`run_dir.py`) refuse to replace a run with a
@@ -7,6 +7,8 @@ different config; both compare config dicts with `incompatible_keys`.
 
 from __future__ import annotations
 
+from genalign.config.errors import UserError
+
 # Config keys whose change makes a checkpoint's state meaningless for this run. Everything
 # else (output_dir, num_steps, eval cadence, logging) may change on resume.
 RESUME_KEYS = ["model", "rollout", "actor", "algorithm", "reward", "data.manifest", "data.shuffle", "trainer.seed"]
@@ -14,6 +16,10 @@ RESUME_FREE_KEYS = ["reward.allow_import", "model.allow_import", "model.card"]
 """Under RESUME_KEYS but free to change, with everything under them: permissions of this
 invocation, and what exported model cards say about the base model (not run state; absent
 from checkpoints written before it existed)."""
+
+
+class ResumeError(UserError, ValueError):
+    """A checkpoint this run cannot continue from: the message names the checkpoint and why."""
 
 
 def select(tree: dict, dotted: str):

@@ -1,9 +1,9 @@
 """The run directory (`trainer.output_dir`): what a start may do with it, so no run is lost.
 
 Where it fits: the first thing `Trainer.__init__` does, before any model or reward loads.
-`plan_start` only reads the directory and decides (or raises `RunDirError` naming the
-directory and the key to set); `RunStart.apply` (rank 0 only) then removes what the plan
-says must go, logging each path. `prune_checkpoints` runs after each `checkpoint-<step>`.
+`decide_start` only reads the directory and decides (or raises `RunDirError` naming the
+directory and the key to set); `StartDecision.apply` (rank 0 only) then removes what the
+decision says must go, logging each path. `prune_checkpoints` runs after each `checkpoint-<step>`.
 
 Rules:
 - a fresh run (`trainer.resume_from` unset) needs a directory without run files
@@ -52,6 +52,7 @@ from genalign.config.loader import config_to_dict
 from genalign.config.safe_yaml import safe_load_unique
 from genalign.config.schema import ExperimentConfig
 from genalign.hub import is_hub_reference
+from genalign.placement.launch import rerun_instruction
 from genalign.runs.checkpoint import checkpoint_problems, checkpoint_step
 from genalign.runs.hub_checkpoint import fetch_hub_checkpoint
 from genalign.runs.resume import incompatible_keys
@@ -79,7 +80,7 @@ class RunDirError(ConfigError):
 
 
 @dataclass
-class RunStart:
+class StartDecision:
     """The decision for this start: from which checkpoint (None = fresh) and what to remove."""
 
     output_dir: Path
@@ -89,8 +90,13 @@ class RunStart:
     """The checkpoint is already at trainer.num_steps: nothing is left to train."""
     remove: list[Path] = field(default_factory=list)
 
+    def nothing_left(self) -> str:
+        """What a `finished` start says: the checkpoint is at the last step."""
+        return (f"{self.checkpoint} is at step {self.checkpoint_step} = trainer.num_steps: nothing left to train "
+                "(raise trainer.num_steps to continue)")
+
     def apply(self) -> None:
-        """Remove what the plan listed (rank 0 only; other ranks wait at a barrier)."""
+        """Remove what the decision listed (rank 0 only; other ranks wait at a barrier)."""
         for path in self.remove:
             log.info("run directory: removing %s", path)
             if path.is_dir() and not path.is_symlink():
@@ -112,6 +118,17 @@ def newest_checkpoint(output_dir: Path) -> tuple[Path, int] | None:
         return None
     complete = [(step, path) for path, step in _checkpoints(output_dir).items() if step is not None]
     return (max(complete)[1], max(complete)[0]) if complete else None
+
+
+def resume_hint(output_dir: Path, world_size: int, argv: list[str]) -> str:
+    """Where and how to resume: the newest complete checkpoint in the run directory, and
+    the command (under torchrun, the launch command rebuilt from this rank's arguments)."""
+    rerun = rerun_instruction(world_size, argv)
+    newest = newest_checkpoint(output_dir)
+    if newest is None:
+        return f"no checkpoint yet: to start the run again in {output_dir}, {rerun}"
+    path, step = newest
+    return f"to resume, {rerun} (it continues from {path} at step {step + 1})"
 
 
 def is_genalign_run(output_dir: Path) -> bool:
@@ -227,7 +244,7 @@ def _names(paths: list[Path]) -> str:
     return shown + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
 
 
-def plan_start(cfg) -> RunStart:
+def decide_start(cfg) -> StartDecision:
     """Decide how this run starts in `cfg.trainer.output_dir` (reads only; raises RunDirError)."""
     trainer = cfg.trainer
     output_dir = Path(trainer.output_dir)
@@ -238,7 +255,7 @@ def plan_start(cfg) -> RunStart:
     if linked:
         raise RunDirError([f"trainer.output_dir={output_dir}: {_names(linked)} is a symbolic link; a run writes "
                            "only inside its own directory: remove the link or choose another trainer.output_dir"])
-    start = RunStart(output_dir, remove=stale_temp_dirs(output_dir))
+    start = StartDecision(output_dir, remove=stale_temp_dirs(output_dir))
     resume_from = trainer.resume_from
     if resume_from is not None and not str(resume_from).strip():
         raise RunDirError(["trainer.resume_from is empty: leave it unset (null) for a fresh run, set "
@@ -255,21 +272,21 @@ def plan_start(cfg) -> RunStart:
         start.remove += with_run_logs(output_dir, existing)
         return start
     if resume_from == "auto":
-        return _plan_auto(cfg, start)
+        return _decide_auto(cfg, start)
     checkpoint = fetch_hub_checkpoint(resume_from) if is_hub_reference(resume_from) else Path(resume_from)
     step = checkpoint_step(checkpoint)
     if step is None:
         return start  # not a complete checkpoint: load_checkpoint reports what is wrong with it
-    return _plan_resume(cfg, start, checkpoint, step)
+    return _decide_resume(cfg, start, checkpoint, step)
 
 
-def _plan_auto(cfg, start: RunStart) -> RunStart:
+def _decide_auto(cfg, start: StartDecision) -> StartDecision:
     output_dir = start.output_dir
     usable = _newest_usable(_checkpoints(output_dir) if output_dir.is_dir() else {})
     if usable is not None:
         newest, step = usable
         log.info("trainer.resume_from=auto: continuing from %s (step %d)", newest, step)
-        return _plan_resume(cfg, start, newest, step, auto=True)
+        return _decide_resume(cfg, start, newest, step, auto=True)
     existing = run_files(output_dir)
     if existing and not cfg.trainer.overwrite and not is_genalign_run(output_dir):
         raise _foreign(output_dir, existing)
@@ -286,7 +303,7 @@ def _plan_auto(cfg, start: RunStart) -> RunStart:
     return start
 
 
-def _plan_resume(cfg, start: RunStart, checkpoint: Path, step: int, auto: bool = False) -> RunStart:
+def _decide_resume(cfg, start: StartDecision, checkpoint: Path, step: int, auto: bool = False) -> StartDecision:
     """`auto`: newer checkpoints that auto passed over as unusable (logged) do not block the
     resume; the run replaces each when it saves that step again."""
     num_steps = cfg.trainer.num_steps

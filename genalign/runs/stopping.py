@@ -13,7 +13,8 @@ signal handling is one small module.
   the newest checkpoint on disk is intact (checkpoints are written atomically).
 - Under torchrun every rank calls `after_step` every step, whatever it received: one
   all-reduce makes a signal seen by any rank a stop for all, so no rank is left waiting in a
-  collective for a rank that left.
+  collective for a rank that left. The all-reduce is handed in (`MaxOverRanks`, the trainer
+  passes `training/distributed.py:max_over_ranks`): this module touches no process group.
 - `trainer.max_idle_steps` steps in a row that train nothing (every sample's advantage zero,
   no optimizer step, or a non-finite loss; decided over all ranks) stop the run with the
   reason: NaN weights give NaN images, equal rewards and zero advantages, so the loss
@@ -28,6 +29,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from genalign.config.errors import UserError
 
@@ -36,6 +38,15 @@ log = logging.getLogger(__name__)
 WATCHED = (signal.SIGTERM, signal.SIGINT)
 SAVE_BYTES_PER_S = 100e6
 """A conservative write speed for estimating a first save's duration (measured saves replace it)."""
+
+MaxOverRanks = Callable[[list[float]], list[float]]
+"""The element-wise maximum of each rank's values over every rank: a collective under torchrun
+(`training/distributed.py:max_over_ranks`), the values themselves on one process (`one_process`)."""
+
+
+def one_process(values: list[float]) -> list[float]:
+    """`MaxOverRanks` of a job of one process."""
+    return values
 
 
 class RunInterrupted(BaseException):
@@ -114,15 +125,15 @@ class Verdict:
 class StopCheck:
     """The per-step decision to go on, shared by every rank."""
 
-    def __init__(self, watch: SignalWatch, max_idle_steps: int | None, world_size: int):
-        self.watch, self.max_idle_steps, self.world_size = watch, max_idle_steps, world_size
+    def __init__(self, watch: SignalWatch, max_idle_steps: int | None, max_over_ranks: MaxOverRanks = one_process):
+        self.watch, self.max_idle_steps, self.max_over_ranks = watch, max_idle_steps, max_over_ranks
         self.idle_since: int | None = None
         self.idle_reason = ""
 
     def after_step(self, step: int, row: dict[str, float]) -> Verdict:
         """Collective under torchrun: every rank calls it once per step."""
         reason = trained_nothing(row)
-        signum, idle = agree(self.watch.received or 0, reason is not None, self.world_size)
+        signum, idle = agree(self.watch.received or 0, reason is not None, self.max_over_ranks)
         if signum:
             self.watch.received = self.watch.received or signum  # a rank that saw nothing stops too
             self.watch.received_at = self.watch.received_at or time.monotonic()
@@ -137,30 +148,21 @@ class StopCheck:
                        "(do they vary within a prompt's group?) and the weights (a NaN gives equal rewards)")
         return Verdict(signum or None, stalled)
 
-
-def _max_over_ranks(values: list[float], world_size: int) -> list[float]:
-    """Element-wise maximum over ranks: one all-reduce under torchrun, `values` on one process."""
-    import torch  # here, so the CLI can import this module without torch
-
-    if world_size == 1 or not torch.distributed.is_initialized():
-        return values
-    nccl = torch.distributed.get_backend() == "nccl"
-    device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
-    flags = torch.tensor(values, dtype=torch.float64, device=device)  # [n]
-    torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
-    return flags.cpu().tolist()
+    def every_rank(self, flag: bool) -> bool:
+        """`every_rank` over this job's ranks (collective under torchrun)."""
+        return every_rank(flag, self.max_over_ranks)
 
 
-def agree(signum: int, idle: bool, world_size: int) -> tuple[int, bool]:
+def agree(signum: int, idle: bool, max_over_ranks: MaxOverRanks) -> tuple[int, bool]:
     """(the largest signal number any rank received, whether every rank was idle)."""
-    most_signal, any_busy = _max_over_ranks([float(signum), 0.0 if idle else 1.0], world_size)
+    most_signal, any_busy = max_over_ranks([float(signum), 0.0 if idle else 1.0])
     return int(most_signal), any_busy == 0.0
 
 
-def every_rank(flag: bool, world_size: int) -> bool:
+def every_rank(flag: bool, max_over_ranks: MaxOverRanks) -> bool:
     """True when `flag` holds on every rank (collective), so a collective that follows is
     entered by all ranks or by none."""
-    return _max_over_ranks([0.0 if flag else 1.0], world_size)[0] == 0.0
+    return max_over_ranks([0.0 if flag else 1.0])[0] == 0.0
 
 
 def estimated_save_s(measured: float | None, tensors_bytes: int) -> float:

@@ -2,14 +2,15 @@
 
 Where it fits: the CLI configures the console (`configure_console_logging`); the trainer on
 rank 0 adds `RunLog(output_dir)` so the same lines land in the run directory (appended on
-resume, so one file tells the whole story of the run) and wraps the long phases (model
+resume, so one file tells the whole story of the run), wraps the long phases (model
 load, evaluation, checkpoint save) in `timed_phase`, which logs their start and their
-elapsed seconds.
+elapsed seconds, and prints each step's headline numbers (`console_summary`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from contextlib import contextmanager
@@ -99,3 +100,20 @@ class StepClock:
         rate = self.rate(step)
         remaining = (self.last_step - step) / rate if rate > 0 else float("nan")
         return f"step {step}/{self.last_step}, {rate:.3g} steps/s, ETA {format_duration(remaining)}"
+
+
+CONSOLE_COLUMNS = (("reward", "reward_mean", "%.4f"), ("loss", "loss", "%.3g"), ("clip", "clip_frac", "%.3f"),
+                   ("kl", "kl", "%.3g"))
+"""The step line's fields: (label, metrics.csv column, format)."""
+
+
+def console_summary(row: dict[str, float]) -> str:
+    """The step's headline numbers, only those this algorithm produced: NFT and DPO have no
+    clip fraction, offline DPO no reward, a run without a KL term no KL (a column the step did
+    not write, or a NaN placeholder, is left out rather than printed as nan)."""
+    parts = []
+    for label, column, form in CONSOLE_COLUMNS:
+        value = row.get(column)
+        if value is not None and not math.isnan(float(value)):
+            parts.append(f"{label} {form % value}")
+    return "  ".join(parts)

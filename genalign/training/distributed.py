@@ -5,8 +5,9 @@ Where it fits: around the loop when `distributed.training.strategy` is `ddp` or 
 `init_distributed` once (rank facts from torchrun's RANK / WORLD_SIZE / LOCAL_RANK
 environment, never from YAML), `wrap_for_training` on the denoiser, `shard_groups` to take
 this rank's prompt groups, `gather_scores` so advantages see whole groups, and
-`full_trainable_state` / `barrier` around rank-0-only checkpoints, and `reduce_totals` so a
-step's metrics row is the whole job's. With strategy `none` every helper is the identity, so
+`full_state` / `barrier` around rank-0-only checkpoints, `reduce_totals` so a
+step's metrics row is the whole job's, and `max_over_ranks` so every rank stops after the same
+step (`runs/stopping.py`). With strategy `none` every helper is the identity, so
 the loop has one code path. Rank 0 alone prints the job's INFO lines (step, evaluation,
 phases); the other ranks print warnings and errors only.
 
@@ -61,7 +62,7 @@ def init_distributed(strategy: str, backend: str = "auto", cuda_indices: tuple[i
                      timeout_s: float = 600.0) -> RankInfo:
     """Join the torchrun job for `distributed.training.strategy` (identity for "none") and make
     `cuda` this process's device: entry LOCAL_RANK of `cuda_indices` (the trainer's planned
-    devices, `ResourcePlan.trainer_cuda_indices`), else cuda:LOCAL_RANK under NCCL."""
+    devices, `Placement.trainer_cuda_indices`), else cuda:LOCAL_RANK under NCCL."""
     if strategy == "none":
         use_cuda_device(cuda_indices[0] if cuda_indices else None)
         return RankInfo()
@@ -171,20 +172,6 @@ def load_full_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Op
     optimizer.load_state_dict({"state": entries_by_index, "param_groups": state["param_groups"]})
 
 
-def per_rank_accumulation(gradient_accumulation_steps: int, info: RankInfo) -> int:
-    """Micro-batches per optimizer step on each rank: together the ranks cover the
-    1-process run's `gradient_accumulation_steps` micro-batches."""
-    if gradient_accumulation_steps % info.world_size:
-        from genalign.config.errors import ConfigError
-
-        fit = -(-gradient_accumulation_steps // info.world_size) * info.world_size
-        raise ConfigError([f"actor.gradient_accumulation_steps={gradient_accumulation_steps} must be a multiple of "
-                           f"the {info.world_size} ranks (WORLD_SIZE, --nproc-per-node): the ranks share each "
-                           f"optimizer step's micro-batches, so it sees the 1-process global batch; set it to {fit} "
-                           "(or another multiple)"])
-    return gradient_accumulation_steps // info.world_size
-
-
 def rank_positions(num_samples: int, group_size: int, info: RankInfo) -> list[int]:
     """This rank's contiguous sample positions: an equal number of whole groups per rank."""
     num_groups = num_samples // group_size
@@ -200,6 +187,16 @@ def collective_device() -> torch.device:
     if torch.distributed.is_initialized() and torch.distributed.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def max_over_ranks(values: list[float], info: RankInfo) -> list[float]:
+    """The element-wise maximum of every rank's `values` (one all-reduce; `values` itself on
+    one process): how the ranks agree to stop (`runs/stopping.py:MaxOverRanks`)."""
+    if info.world_size == 1:
+        return values
+    flags = torch.tensor(values, dtype=torch.float64, device=collective_device())  # [n]
+    torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
+    return flags.cpu().tolist()
 
 
 def all_gather_cat(tensor: torch.Tensor, info: RankInfo) -> torch.Tensor:

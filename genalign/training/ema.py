@@ -7,12 +7,14 @@ after every replay micro-batch with the current optimizer-step count g, updating
 `(g + 1) % 8 == 0`. With 4 micro-batches per optimizer step the update at a given g therefore
 runs 4 times. `cadence="micro_batch"` (default) reproduces that exactly; `"optimizer_step"`
 updates once per optimizer step, when the count reaches a multiple of `update_every`.
-The EMA lives in float32 next to the parameters.
+The EMA lives in float32 next to the parameters. Its `state_dict` holds its weights and its
+counters, as diffusers' `EMAModel.state_dict` keeps its own step count: the checkpoint writes
+the weights to ema.safetensors and the counters to trainer_state.json (`training/checkpointing.py`).
 """
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import Any, get_args
 
 from genalign.training.config import EMACadence
 from genalign.weights.shadow import ShadowWeights
@@ -57,8 +59,14 @@ class EMA(ShadowWeights):
         self.updates += 1
         self.initial_share *= decay
 
-    def load_state_dict(self, state: dict, optimizer_steps: int, updates: int, initial_share: float) -> None:
-        self.load_tensors(state, "EMA")
-        self.optimizer_steps = optimizer_steps
-        self.updates = updates
-        self.initial_share = initial_share
+    def state_dict(self) -> dict[str, Any]:
+        """`weights`: the float32 shadow tensors (what evaluation and the export use); the
+        counters: optimizer steps seen, updates made, the starting weights' share."""
+        return {"weights": super().state_dict(), "optimizer_steps": self.optimizer_steps, "updates": self.updates,
+                "initial_share": self.initial_share}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_tensors(state["weights"], "EMA")
+        self.optimizer_steps = int(state["optimizer_steps"])
+        self.updates = int(state["updates"])
+        self.initial_share = float(state["initial_share"])

@@ -18,7 +18,7 @@ run logs"):
   the wall-clock phases (`time_*_s`: the job waits for its slowest rank) and peak GPU memory;
 * sums: `time_cpu_s` (the CPU seconds of every rank's process);
 * the same on every rank, taken as is: `optimizer_steps`, `skipped_steps`, `grad_scale` (the
-  ranks share one round plan and the sharded loss scaler's decision) and `grad_norm` /
+  ranks share one micro-batch schedule and the sharded loss scaler's decision) and `grad_norm` /
   `grad_norm_max` (the norm of the reduced gradient).
 """
 
@@ -59,8 +59,8 @@ def update_totals(result: UpdateResult) -> RankTotals:
 
 
 def shared_columns(result: UpdateResult) -> dict[str, float]:
-    """The columns every rank computes alike: the shared round plan's optimizer steps, the
-    sharded loss scaler's decisions, and the norm of the gradient reduced over ranks."""
+    """The columns every rank computes alike: the shared micro-batch schedule's optimizer steps,
+    the sharded loss scaler's decisions, and the norm of the gradient reduced over ranks."""
     out = {"optimizer_steps": float(result.optimizer_steps)}
     if result.grad_scale is not None:
         out["grad_scale"] = result.grad_scale
@@ -91,6 +91,14 @@ def update_columns(totals: RankTotals, result: UpdateResult) -> dict[str, float]
             column = f"{name}_{extreme}"
             out[column] = (maxima if extreme == "max" else totals.minima)[column]
     return out
+
+
+def throughput_columns(generated: int, job: dict[str, float]) -> dict[str, float]:
+    """The job's `generated` samples per second of rollout, and per second of the step's
+    rollout, reward and train phases (the job's phase seconds, `step_columns`)."""
+    step_seconds = job["time_rollout_s"] + job["time_reward_s"] + job["time_train_s"]
+    return {"images_per_s": generated / max(job["time_rollout_s"], 1e-9),
+            "step_images_per_s": generated / max(step_seconds, 1e-9)}
 
 
 def step_columns(result: UpdateResult, phases: dict[str, float],

@@ -8,10 +8,16 @@ is not scoring the policy that sampled: a different code path, dtype, batch shap
 
 from __future__ import annotations
 
+import logging
+
+from genalign.algorithms.base import Algorithm
 from genalign.algorithms.replay import replay_log_probs
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.training import distributed
+from genalign.training.update import agreed_positions
+
+log = logging.getLogger(__name__)
 
 
 def replay_parity(policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
@@ -30,3 +36,14 @@ def replay_parity(policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list
     per_step = gaps.transpose(0, 1).flatten(1).amax(1).double().cpu()  # [T] this rank's
     per_step = distributed.all_gather_cat(per_step[None], ranks).amax(0)  # [T] every rank's
     return dict(enumerate(per_step.tolist()))
+
+
+def parity_preflight(policy: FlowPolicy, batch: TrajectoryBatch, algorithm: Algorithm, chunk_size: int,
+                     ranks: distributed.RankInfo) -> dict[str, float]:
+    """The first step's check: the algorithm's trained positions replayed with unchanged
+    weights; each position's gap logged, the largest the step's column (exactly 0 expected)."""
+    gaps = replay_parity(policy, batch, agreed_positions(algorithm, batch, ranks), chunk_size,
+                         replay=algorithm.replay_log_probs, ranks=ranks)
+    per_step = " ".join(f"{j}:{gap:.2e}" for j, gap in gaps.items())
+    log.info("parity preflight: max |log_prob_replay - log_prob_rollout| per step: %s", per_step)
+    return {"parity_max_abs_log_prob_diff": max(gaps.values())}

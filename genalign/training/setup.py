@@ -1,10 +1,11 @@
-"""Building the parts of a run from a validated config (policy, rewards, data, evaluator).
+"""Building the parts of a run from a validated config (policy, EMA, rewards, data, sinks, evaluator).
 
 Kept apart from `trainer.py` so the loop stays a loop. Nothing here runs a training step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -17,13 +18,18 @@ from genalign.evaluation.sharded import Shard
 from genalign.finite import NonFiniteError, first_non_finite
 from genalign.models.base import Policy
 from genalign.models.spec import family_spec
+from genalign.preflight.step_sizes import StepSizes, per_rank_accumulation
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rollout.collector import SamplingSpec
 from genalign.rollout.engine import LocalRolloutEngine, RolloutEngine
 from genalign.sampling.windows import WindowSchedule
 from genalign.tracking.sinks import CSVSink, MetricsSink, MultiSink, NullSink, PrefixedSink
-from genalign.weights.lora import apply_lora, freeze_for_full_finetune
+from genalign.training.config import EMAConfig
+from genalign.training.ema import EMA
 from genalign.training.precision import compile_denoiser, configure_backends, make_master_weights
+from genalign.training.update import UpdateContext
+from genalign.weights.lora import apply_lora, freeze_for_full_finetune
+from genalign.weights.reference import ReferencePolicy
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +66,15 @@ def build_policy(cfg: ExperimentConfig) -> Policy:
     return policy
 
 
+def build_reference(cfg: ExperimentConfig, policy: Policy) -> ReferencePolicy | None:
+    """The frozen initial policy, when the algorithm's `reference_kind` asks for it (a KL term);
+    taken before the denoiser is wrapped for training."""
+    from genalign.algorithms.registry import algorithm_class
+
+    frozen = algorithm_class(cfg).reference_kind(cfg.algorithm) == "frozen"
+    return ReferencePolicy(policy, cfg.model.train_mode) if frozen else None
+
+
 def build_rollout_engine(cfg: ExperimentConfig, policy: Policy) -> RolloutEngine:
     if cfg.rollout.engine == "local":
         return LocalRolloutEngine(policy)
@@ -72,27 +87,33 @@ def build_rollout_engine(cfg: ExperimentConfig, policy: Policy) -> RolloutEngine
     raise ValueError(f"rollout.engine={cfg.rollout.engine!r}: choose local or ray")
 
 
-def build_batch_source(cfg: ExperimentConfig, plan, policy: Policy, engine: RolloutEngine, rewards,
+def build_batch_source(cfg: ExperimentConfig, sizes: StepSizes, policy: Policy, engine: RolloutEngine, rewards,
                        algorithm, spec: SamplingSpec, ranks):
     """The step's training data, as the algorithm's `data_source` declares: the online rollout,
     or (offline Flow-DPO) a preference dataset."""
     from genalign.training.sources import OfflinePreferences, OnlineRollout
 
     if algorithm.data_source(cfg.algorithm) == "offline":
-        return OfflinePreferences(cfg, plan, policy, ranks)
-    return OnlineRollout(cfg, plan, engine, rewards, algorithm, spec, ranks)
+        return OfflinePreferences(cfg, sizes, policy, ranks)
+    return OnlineRollout(cfg, sizes, engine, rewards, algorithm, spec, ranks)
 
 
 def named_trainable_parameters(module: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
     return {name: p for name, p in module.named_parameters() if p.requires_grad}
 
 
+def build_ema(cfg: EMAConfig, parameters: dict[str, torch.nn.Parameter]) -> EMA | None:
+    """The EMA of the trained weights (None when actor.ema.enabled is false)."""
+    return EMA(parameters, cfg.decay, cfg.update_every, cfg.warmup, cfg.cadence) if cfg.enabled else None
+
+
 def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
-    """The training sampler; `SamplingSpec.at_step(step)` places the step's SDE window. The
-    rollout records kernel means only when the algorithm declares it reads them."""
+    """The training sampler; `SamplingSpec.at_step(step)` places the step's SDE window. What
+    the rollout records beyond the trajectory (kernel means, which token log-prob) is what the
+    algorithm declares it reads."""
     from genalign.algorithms.registry import algorithm_class
 
-    r = cfg.rollout
+    algorithm, r = algorithm_class(cfg), cfg.rollout
     window = None
     if r.sde_window.size > 0:
         lo, hi = r.sde_window.bounds_range(r.num_steps)
@@ -101,8 +122,8 @@ def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
     return SamplingSpec(height=r.height, width=r.width, num_steps=r.num_steps, guidance_scale=r.guidance_scale,
                         noise_level=r.noise_level, chunk_size=r.sample_batch_size, kernel=r.kernel, window=window,
                         ode_final_step=r.ode_final_step, temperature=r.temperature,
-                        guided_log_probs=cfg.algorithm.token_log_prob == "guided",
-                        record_means=algorithm_class(cfg).needs_rollout_means)
+                        guided_log_probs=algorithm.guided_log_probs(cfg.algorithm),
+                        record_means=algorithm.needs_rollout_means)
 
 
 def eval_spec(cfg: ExperimentConfig) -> SamplingSpec:
@@ -139,6 +160,31 @@ def build_trackers(cfg: ExperimentConfig, output_dir: Path, first_step: int, run
 def build_metrics_sink(path: Path, resume: bool, trackers: list[MetricsSink], prefix: str) -> MetricsSink:
     """The CSV file at `path` (the record) plus every tracker under `prefix/`."""
     return MultiSink([CSVSink(path, resume=resume), *(PrefixedSink(tracker, prefix) for tracker in trackers)])
+
+
+def update_context(cfg: ExperimentConfig, policy: Policy, algorithm, optimizer: torch.optim.Optimizer,
+                   parameters: dict[str, torch.nn.Parameter], scaler: torch.amp.GradScaler, ema: EMA | None,
+                   ranks) -> UpdateContext:
+    """What every optimizer round shares: each rank runs its 1/world of an optimizer step's
+    micro-batches (gradients are averaged over ranks)."""
+    accumulation = per_rank_accumulation(cfg.actor.gradient_accumulation_steps, ranks.world_size)
+    actor = dataclasses.replace(cfg.actor, gradient_accumulation_steps=accumulation)
+    return UpdateContext(policy, algorithm, optimizer, list(parameters.values()), actor, scaler, ranks,
+                         policy.transformer, ema)
+
+
+def build_sinks(cfg: ExperimentConfig, reward_runtime, device: torch.device, resumed_at: int | None, run_id: str,
+                ranks) -> tuple[list[MetricsSink], MetricsSink, Evaluator]:
+    """The trackers, the training metrics sink and the evaluator of this start. `resumed_at`:
+    the first step a resumed start writes (None: a fresh run); ranks other than 0 get no
+    trackers and sinks that write nothing; the evaluation is sharded over `ranks`."""
+    writes = ranks.is_main
+    output_dir, resume = Path(cfg.trainer.output_dir), resumed_at is not None
+    trackers = build_trackers(cfg, output_dir, resumed_at or 0, run_id) if writes else []
+    metrics = build_metrics_sink(output_dir / "metrics.csv", resume, trackers, "train") if writes else NullSink()
+    evaluator = build_evaluator(cfg, device, reward_runtime, output_dir, resume, writes=writes, trackers=trackers,
+                                ranks=ranks)
+    return trackers, metrics, evaluator
 
 
 def build_evaluator(cfg: ExperimentConfig, device: torch.device, reward_runtime, output_dir: Path,

@@ -24,7 +24,7 @@ from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
 from genalign.finite import named_step
 from genalign.models.base import FlowPolicy
-from genalign.preflight.plan import RunPlan
+from genalign.preflight.step_sizes import StepSizes
 from genalign.rewards.scores import RewardScores
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.rollout.pairs import PreferencePairs
@@ -54,11 +54,11 @@ class StepData:
 
 
 class OnlineRollout:
-    def __init__(self, cfg: ExperimentConfig, plan: RunPlan, engine, rewards, algorithm: Algorithm, spec, ranks):
-        self.cfg, self.plan, self.engine, self.rewards = cfg, plan, engine, rewards
+    def __init__(self, cfg: ExperimentConfig, sizes: StepSizes, engine, rewards, algorithm: Algorithm, spec, ranks):
+        self.cfg, self.sizes, self.engine, self.rewards = cfg, sizes, engine, rewards
         self.algorithm, self.spec, self.ranks = algorithm, spec, ranks
-        self.sampler = PromptSampler(load_manifest(cfg.data.manifest, "data.manifest"), plan.prompts_per_step,
-                                     plan.samples_per_prompt, cfg.trainer.seed, shuffle=cfg.data.shuffle,
+        self.sampler = PromptSampler(load_manifest(cfg.data.manifest, "data.manifest"), sizes.prompts_per_step,
+                                     sizes.samples_per_prompt, cfg.trainer.seed, shuffle=cfg.data.shuffle,
                                      same_initial_noise=cfg.rollout.same_initial_noise)
 
     def collect(self, step: int) -> StepData:
@@ -89,7 +89,7 @@ class OnlineRollout:
         spec = self.spec.at_step(step)  # the step's SDE window (a pure function of the step)
         positions = None
         if self.ranks.world_size > 1:  # this rank's whole prompt groups
-            positions = distributed.rank_positions(len(groups), self.plan.samples_per_prompt, self.ranks)
+            positions = distributed.rank_positions(len(groups), self.sizes.samples_per_prompt, self.ranks)
         if self.cfg.reward.async_scoring:
             # no offload around sampling here: the reward models score while the policy samples,
             # so they stay resident (the local runtime refuses score_async while offloaded)
@@ -131,7 +131,7 @@ class OfflinePreferences:
     `rollout.rollout_batch_size` pairs — this rank's share of them under torchrun — in the
     `PromptSampler` order (seeded epoch permutations), so resume draws the same pairs."""
 
-    def __init__(self, cfg: ExperimentConfig, plan: RunPlan, policy: FlowPolicy, ranks):
+    def __init__(self, cfg: ExperimentConfig, sizes: StepSizes, policy: FlowPolicy, ranks):
         from genalign.data.preferences import load_preference_images, read_preferences
         from genalign.data.prompts import PromptExample
         from genalign.rollout.collector import encode_unique
@@ -148,7 +148,7 @@ class OfflinePreferences:
         self.condition = encode_unique(policy, self.prompts, with_negative=False).to("cpu")
         self.sigmas = policy.sigmas(cfg.rollout.num_steps, tuple(self.chosen.shape[1:])).float().cpu()  # [T+1]
         examples = [PromptExample(row.prompt, index, row.source) for index, row in enumerate(rows)]
-        self.sampler = PromptSampler(examples, plan.prompts_per_step, 1, cfg.trainer.seed, shuffle=cfg.data.shuffle)
+        self.sampler = PromptSampler(examples, sizes.prompts_per_step, 1, cfg.trainer.seed, shuffle=cfg.data.shuffle)
 
     def collect(self, step: int) -> StepData:
         start = time.perf_counter()

@@ -1,19 +1,19 @@
 """The training loop: rollout -> reward -> advantage -> update -> log -> eval -> checkpoint.
 
 Where it fits: the top of the stack below the CLI. `Trainer.train` reads like docs/architecture.md §2;
-each phase is a named method, building the parts lives in `setup.py`, the math in
+each phase is a named method. The checks before anything loads live in `preflight/start.py`,
+building the parts in `setup.py`, saving and restoring them in `checkpointing.py`, the math in
 `algorithms/` and `sampling/`. The loop never asks which model or algorithm it runs.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
 import signal
 import sys
 import time
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -23,70 +23,36 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from genalign.algorithms.registry import algorithm_class
 from genalign.atomic import write_text_atomically
-from genalign.preflight.cautions import config_cautions
-from genalign.config.errors import UserError
-from genalign.config.loader import config_to_dict, config_to_yaml
-from genalign.preflight.plan import RunPlan
+from genalign.config.loader import config_to_yaml
 from genalign.config.schema import ExperimentConfig
 from genalign.evaluation.console import eval_line
 from genalign.finite import named_step
+from genalign.placement.ray_pools import start_ray_for_run
+from genalign.placement.resources import resolve_resources
+from genalign.preflight.cautions import config_cautions
+from genalign.preflight.start import check_start
+from genalign.preflight.step_sizes import StepSizes
 from genalign.reporting.provenance import record_launch
 from genalign.reporting.report import refresh_report
 from genalign.rewards.composite import build_reward_runtime
-from genalign.rollout.batch import TrajectoryBatch
-from genalign.tracking.logs import RunLog, StepClock, timed_phase
+from genalign.runs import run_dir, stopping
+from genalign.runs.checkpoint import CheckpointState
+from genalign.tracking.logs import RunLog, StepClock, console_summary, timed_phase
 from genalign.tracking.samples import rollout_samples
-from genalign.tracking.sinks import NullSink
 from genalign.tracking.trackers import new_run_id
 from genalign.training import distributed, setup
 from genalign.training.callbacks import run_callbacks
-from genalign.placement import launch
-from genalign.runs import run_dir, stopping
-from genalign.runs.resume import incompatible_keys
-from genalign.runs.checkpoint import load_checkpoint, save_checkpoint
-from genalign.training.ema import EMA
-from genalign.export.folder import checkpoint_export
-from genalign.weights.lora import load_trainable_state_dict
+from genalign.training.checkpointing import Checkpointer, resumed_run_id
+from genalign.training.job_metrics import step_columns, throughput_columns
 from genalign.training.memory import COLUMN as MEMORY_COLUMN
 from genalign.training.memory import PeakMemory
-from genalign.preflight.memory_plan import check_memory
 from genalign.training.optim import build_optimizer
-from genalign.training.parity import replay_parity
+from genalign.training.parity import parity_preflight
 from genalign.training.precision import build_grad_scaler
-from genalign.placement.ray_pools import start_ray_for_run
-from genalign.weights.reference import ReferencePolicy
-from genalign.placement.resources import resolve_resources
 from genalign.training.sources import StepData
-from genalign.training.job_metrics import step_columns
-from genalign.training.update import UpdateContext, UpdateResult, agreed_positions, run_update
+from genalign.training.update import UpdateResult, run_update
 
 log = logging.getLogger(__name__)
-
-
-class ResumeError(UserError, ValueError):
-    pass
-
-
-CONSOLE_COLUMNS = (("reward", "reward_mean", "%.4f"), ("loss", "loss", "%.3g"), ("clip", "clip_frac", "%.3f"),
-                   ("kl", "kl", "%.3g"))
-"""The step line's fields: (label, metrics.csv column, format)."""
-
-
-def console_summary(row: dict[str, float]) -> str:
-    """The step's headline numbers, only those this algorithm produced: NFT and DPO have no
-    clip fraction, offline DPO no reward, a run without a KL term no KL (a column the step did
-    not write, or a NaN placeholder, is left out rather than printed as nan)."""
-    parts = []
-    for label, column, form in CONSOLE_COLUMNS:
-        value = row.get(column)
-        if value is not None and not math.isnan(float(value)):
-            parts.append(f"{label} {form % value}")
-    return "  ".join(parts)
-
-
-def _nothing_left(start: run_dir.RunStart) -> str:
-    return (f"{start.checkpoint} is at step {start.checkpoint_step} = trainer.num_steps: nothing left to train "
-            "(raise trainer.num_steps to continue)")
 
 
 class Trainer:
@@ -97,37 +63,26 @@ class Trainer:
     def for_config(cls, cfg: ExperimentConfig, callbacks: Iterable[Any] = ()) -> Trainer | None:
         """The trainer of `cfg`'s run, or None (logged) when its checkpoint is already at
         trainer.num_steps; refusals of the run directory come before any model loads."""
-        start = run_dir.plan_start(cfg)
+        start = run_dir.decide_start(cfg)
         if start.finished:
             if distributed.rank_info_from_env().is_main:
                 start.apply()  # stale temp dirs only
-            log.info("%s", _nothing_left(start))
+            log.info("%s", start.nothing_left())
             return None
         return cls(cfg, start, callbacks)
 
-    def __init__(self, cfg: ExperimentConfig, start: run_dir.RunStart | None = None, callbacks: Iterable[Any] = ()):
-        """`start`: the run directory's plan (`run_dir.plan_start(cfg)` when not given). A run
-        with nothing left to train is refused here: `for_config` returns None for it instead.
+    def __init__(self, cfg: ExperimentConfig, start: run_dir.StartDecision | None = None,
+                 callbacks: Iterable[Any] = ()):
+        """`start`: the run directory's decision (`run_dir.decide_start(cfg)` when not given);
+        it and the checks that need no model may refuse the run before any model loads.
         `callbacks`: objects with any of `training/callbacks.py`'s hooks, called on rank 0."""
         self.cfg = cfg
-        self.plan = RunPlan.from_config(cfg)
+        self.sizes = StepSizes.from_config(cfg)
         self.output_dir = Path(cfg.trainer.output_dir)
-        # the run directory's plan may refuse the run: before any model loads
-        self.start = run_dir.plan_start(cfg) if start is None else start
-        if self.start.finished:
-            raise ResumeError(_nothing_left(self.start))
-        checkpoint = load_checkpoint(self.start.checkpoint) if self.start.checkpoint else None
-        if checkpoint is not None:
-            differing = incompatible_keys(checkpoint.config, config_to_dict(cfg))
-            if differing:
-                raise ResumeError(f"trainer.resume_from={checkpoint.path}: the checkpoint was written with a "
-                                  "different config:\n  " + "\n  ".join(differing))
-        # before any model loads: a plan over the GPU, or a model it cannot describe, is a config error
-        main = distributed.rank_info_from_env().is_main
-        self.memory_plan = check_memory(cfg, lambda text: log.info("%s", text) if main else None)
-        # the ranks' share of an optimizer step's micro-batches: a config error before any model loads
-        ranks = distributed.RankInfo() if cfg.distributed.training.strategy == "none" else distributed.rank_info_from_env()
-        distributed.per_rank_accumulation(cfg.actor.gradient_accumulation_steps, ranks)
+        self.start = run_dir.decide_start(cfg) if start is None else start
+        job = distributed.rank_info_from_env()
+        checkpoint = check_start(cfg, self.start, job.world_size, lambda text: log.info("%s", text) if job.is_main
+                                 else None)
         strategy = cfg.distributed.training
         devices = resolve_resources(cfg).trainer_cuda_indices  # the planned (or pinned) trainer GPUs
         self.ranks = distributed.init_distributed(strategy.strategy, strategy.backend, devices, strategy.timeout_s)
@@ -142,57 +97,46 @@ class Trainer:
             self.close_run_log()
             raise
 
-    def _build(self, cfg: ExperimentConfig, checkpoint) -> None:
-        strategy = cfg.distributed.training
+    def _build(self, cfg: ExperimentConfig, checkpoint: CheckpointState | None) -> None:
         distributed.barrier(self.ranks)
-        log.info("run plan: %s", self.plan.describe())
+        log.info("step sizes: %s", self.sizes.describe())
         for caution in config_cautions(cfg):
             log.warning("%s", caution)
         torch.manual_seed(cfg.trainer.seed)  # adapter initialisation is the only global-RNG use
         with timed_phase(log, f"loading model {cfg.model.family} from {cfg.model.path}"):
             self.policy = setup.build_policy(cfg)
-        algorithm_cls = algorithm_class(cfg)
-        # the reference is taken before wrapping, so a full-fine-tune copy stays a plain module
-        reference = (ReferencePolicy(self.policy, cfg.model.train_mode)
-                     if algorithm_cls.reference_kind(cfg.algorithm) == "frozen" else None)
-        distributed.wrap_for_training(self.policy.transformer, strategy.strategy, self.policy.repeated_blocks)
+        reference = setup.build_reference(cfg, self.policy)  # before wrapping: a full copy stays a plain module
+        distributed.wrap_for_training(self.policy.transformer, cfg.distributed.training.strategy,
+                                      self.policy.repeated_blocks)
         self.parameters = setup.named_trainable_parameters(self.policy.transformer)
         self.optimizer = build_optimizer(list(self.parameters.values()), cfg.actor)
-        self.scaler = build_grad_scaler(self.policy.dtype, self.policy.device, self.ranks.world_size > 1)
-        ema_cfg = cfg.actor.ema
-        self.ema = (EMA(self.parameters, ema_cfg.decay, ema_cfg.update_every, ema_cfg.warmup, ema_cfg.cadence)
-                    if ema_cfg.enabled else None)
-        self.algorithm = algorithm_cls(cfg.algorithm, reference, parameters=self.parameters)
+        scaler = build_grad_scaler(self.policy.dtype, self.policy.device, self.ranks.world_size > 1)
+        self.ema = setup.build_ema(cfg.actor.ema, self.parameters)
+        self.algorithm = algorithm_class(cfg)(cfg.algorithm, reference, parameters=self.parameters)
+        self.update_context = setup.update_context(cfg, self.policy, self.algorithm, self.optimizer,
+                                                   self.parameters, scaler, self.ema, self.ranks)
         self.owns_ray = start_ray_for_run(cfg)  # once, sized for every actor pool (rewards, gold, metrics, rollout)
         with timed_phase(log, f"loading rewards {', '.join(cfg.reward.active_components())}"):
             self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
         self.spec = setup.rollout_spec(cfg)
         self.memory = PeakMemory(self.policy.device)
         self.engine = setup.build_rollout_engine(cfg, self.policy)
-        self.source = setup.build_batch_source(cfg, self.plan, self.policy, self.engine, self.rewards,
+        self.source = setup.build_batch_source(cfg, self.sizes, self.policy, self.engine, self.rewards,
                                                self.algorithm, self.spec, self.ranks)
-        resuming = checkpoint is not None
-        main = self.ranks.is_main  # rank 0 alone writes metrics, evaluation artefacts and checkpoints
-        # one tracker run across resumes: its id travels in the checkpoint's trainer_state
-        self.tracker_run_id = (checkpoint.trainer_state.get("tracker_run_id") if resuming else None) or new_run_id()
-        self.trackers = trackers = setup.build_trackers(cfg, self.output_dir, self.start.checkpoint_step + 1 if resuming else 0,
-                                        self.tracker_run_id) if main else []
-        self.metrics = (setup.build_metrics_sink(self.output_dir / "metrics.csv", resuming, trackers, "train")
-                        if main else NullSink())
-        self.evaluator = setup.build_evaluator(cfg, self.policy.device, self.rewards, self.output_dir, resuming,
-                                               writes=main, trackers=trackers, ranks=self.ranks)
+        run_id = resumed_run_id(checkpoint) or new_run_id()  # one tracker run across resumes
+        # rank 0 alone writes metrics, evaluation artefacts and checkpoints
+        self.trackers, self.metrics, self.evaluator = setup.build_sinks(
+            cfg, self.rewards, self.policy.device, self.start.checkpoint_step + 1 if checkpoint else None, run_id, self.ranks)
+        self.checkpointer = Checkpointer(cfg, self.ranks, self.policy, self.parameters, self.optimizer, scaler,
+                                         self.ema, self.algorithm, self.evaluator, run_id)
         self.start_step = self.current_step = 1
-        self.last_save_s: float | None = None
-        """Seconds the last save took on rank 0 in this launch (the estimate for a save on a signal)."""
         if checkpoint is not None:
-            self.restore(checkpoint)
+            self.checkpointer.restore(checkpoint)
+            self.sync(checkpoint.step)  # rollout workers start from the restored weights, not the fresh adapter
+            self.start_step = checkpoint.step + 1
+            log.info("resumed from %s at step %d", checkpoint.path, self.start_step)
 
     # ---------------------------------------------------------------- the loop
-    def close_run_log(self) -> None:
-        if self.run_log is not None:
-            self.run_log.close()
-            self.run_log = None
-
     def train(self) -> None:
         try:
             if self.ranks.is_main:
@@ -201,7 +145,8 @@ class Trainer:
                 record_launch(self.output_dir, self.start_step)
             self.callbacks.on_train_begin(self)
             with stopping.SignalWatch() as watch:
-                self.stop_check = stopping.StopCheck(watch, self.cfg.trainer.max_idle_steps, self.ranks.world_size)
+                self.stop_check = stopping.StopCheck(watch, self.cfg.trainer.max_idle_steps,
+                                                     partial(distributed.max_over_ranks, info=self.ranks))
                 try:
                     self.run_steps()
                 except stopping.RunInterrupted as interrupted:  # a second signal: the step was abandoned
@@ -247,14 +192,94 @@ class Trainer:
             self.save("checkpoint-final", last)
         self.report()
 
+    def train_step(self, step: int, clock: StepClock | None = None) -> dict[str, float]:
+        """One step (docs/architecture.md §2): the step's data, the parity preflight on step 1,
+        one optimizer round, the weights to the rollout; the job's metrics row."""
+        # CPU seconds of this process beside the wall-clock phases: on a shared machine they do
+        # not grow with other processes' load, so benchmarks can compare runs made side by side
+        # (with OMP_NUM_THREADS=1 and no workers they equal the wall-clock on an idle box).
+        cpu_start = time.process_time()
+        self.memory.start()
+        data: StepData = self.source.collect(step)  # rollout + rewards + advantages, or offline pairs
+        times = dict(data.times)
+        start = time.perf_counter()
+        # the parity preflight replays the stored log-probs: only for an algorithm that trains on them
+        checks_parity = step == 1 and self.cfg.trainer.parity_check and self.algorithm.needs_old_logprob
+        parity = parity_preflight(self.policy, data.trajectories, self.algorithm, self.spec.chunk_size,
+                                  self.ranks) if checks_parity else {}
+        update, algorithm_row = self.update(data, step)
+        times["time_train_s"] = time.perf_counter() - start
+        synced = self.sync(step)
+        times["time_cpu_s"] = time.process_time() - cpu_start
+        self.log_samples(step, data)
+        # the job's update and phase columns, not this rank's: one all-gather (training/job_metrics.py)
+        job = step_columns(update, {**times, **self.memory.metrics()}, self.ranks)
+        row = {**data.row, **job, **algorithm_row, **synced, **parity, "lr": self.optimizer.param_groups[0]["lr"],
+               **throughput_columns(data.generated * self.ranks.world_size, job)}
+        progress = clock.describe(step) if clock else f"step {step}/{self.cfg.trainer.num_steps}"
+        peak = f", peak GPU memory {job[MEMORY_COLUMN]:.2f} GiB" if MEMORY_COLUMN in job else ""
+        log.info("%s: %s  (rollout %.1fs, reward %.1fs, train %.1fs%s)", progress, console_summary(row),
+                 job["time_rollout_s"], job["time_reward_s"], job["time_train_s"], peak)
+        return row
+
+    # ---------------------------------------------------------------- phases
+    def update(self, data: StepData, step: int) -> tuple[UpdateResult, dict[str, float]]:
+        """One optimizer round over the step's units, then the algorithm's after-update hook."""
+        self.policy.transformer.train()
+        generator = torch.Generator().manual_seed(self.cfg.trainer.seed * 1_000_003 + step)
+        result = run_update(self.update_context, data.units, data.advantages, self.sizes.train_micro_batch,
+                            generator, filler=data.filler)
+        self.policy.transformer.eval()
+        return result, self.algorithm.after_update(result.optimizer_steps)
+
+    def sync(self, step: int) -> dict[str, float]:
+        """Hand the fresh trainable weights to the rollout engine (no-op in-process)."""
+        if not self.engine.needs_sync:
+            return {}
+        with self.algorithm.rollout_weights():  # the weights the rollout samples with (NFT: the old policy)
+            state = distributed.full_state(self.parameters)  # whole tensors: every rank gathers its shards
+        return self.engine.sync(state, version=step)
+
+    def log_samples(self, step: int, data: StepData) -> None:
+        """At step 1 and every trainer.sample_table.every steps, when a tracker can show them: a
+        few of the step's rollout samples with their prompts and rewards."""
+        every = self.cfg.trainer.sample_table.every
+        if self.trackers and every > 0 and (step == 1 or step % every == 0) and data.scores is not None:
+            batch, scores = data.trajectories, data.scores
+            self.metrics.log_samples(step, "rollout_samples", rollout_samples(
+                batch.images, list(batch.prompts), [int(g) for g in batch.group_ids], scores.components, scores.total,
+                self.cfg.trainer.sample_table.count))
+
+    def evaluate(self, step: int) -> float:
+        start = time.perf_counter()
+        weights = self.ema.applied() if self.ema is not None and self.cfg.eval.use_ema else nullcontext()
+        with weights, named_step(f"eval step {step}"), \
+                timed_phase(log, f"eval step {step} ({len(self.evaluator.groups.prompts)} samples)"):
+            metrics = self.evaluator.evaluate(self.policy, step)
+        self.callbacks.on_eval(step, metrics)
+        log.info("%s", eval_line(step, metrics))  # the headline figures; eval_metrics.csv has them all
+        return time.perf_counter() - start
+
+    def save(self, name: str, step: int) -> Path:
+        """A checkpoint (collective: every rank gathers, rank 0 writes), then the callbacks."""
+        path = self.checkpointer.save(name, step)
+        self.callbacks.on_save(step, path)  # rank 0's list; the other ranks have none
+        return path
+
+    def report(self) -> None:
+        """Rewrite report.html from the run directory (rank 0). A failure is a logged
+        warning, never an exception: the report is a view of the run, not part of it."""
+        if self.ranks.is_main:
+            refresh_report(self.output_dir)
+
+    # ---------------------------------------------------------------- stopping
     def stop_on_signal(self, step: int, signum: int, saved: bool) -> None:
         """After a SIGTERM/SIGINT: checkpoint this step when the save fits in the grace left
         (every rank agrees first: the save is collective), say how to resume, raise."""
         grace, watch = self.cfg.trainer.signal_grace_s, self.stop_check.watch
-        estimate = stopping.estimated_save_s(self.last_save_s, self.checkpoint_bytes())
+        estimate = self.checkpointer.estimated_save_s()
         left = grace - watch.seconds_since_signal()
-        fits = stopping.every_rank(estimate <= left, self.ranks.world_size)
-        name = signal.Signals(signum).name
+        fits = self.stop_check.every_rank(estimate <= left)
         if saved:
             what = f"checkpoint-{step} is written"
         elif fits:
@@ -263,25 +288,14 @@ class Trainer:
         else:
             what = (f"no checkpoint of it (an estimated {estimate:.0f} s save does not fit in the {max(left, 0):.0f} s "
                     f"left of trainer.signal_grace_s={grace:g})")
-        message = f"stopped by {name} after step {step} of {self.cfg.trainer.num_steps}: {what}; {self.resume_hint()}"
+        message = (f"stopped by {signal.Signals(signum).name} after step {step} of {self.cfg.trainer.num_steps}: "
+                   f"{what}; {self.resume_hint()}")
         if self.ranks.is_main:  # every rank stops after this step; one line per job says so
             log.warning("%s", message)
         raise stopping.RunInterrupted(signum, message, logged=True)
 
     def resume_hint(self) -> str:
-        """Where and how to resume: the newest complete checkpoint in the run directory, and
-        the command (under torchrun, the launch command rebuilt from this rank's arguments)."""
-        rerun = launch.rerun_instruction(self.ranks.world_size, sys.argv)
-        newest = run_dir.newest_checkpoint(self.output_dir)
-        if newest is None:
-            return f"no checkpoint yet: to start the run again in {self.output_dir}, {rerun}"
-        path, step = newest
-        return f"to resume, {rerun} (it continues from {path} at step {step + 1})"
-
-    def checkpoint_bytes(self) -> int:
-        """Bytes a checkpoint writes, roughly: the trained tensors, Adam's two moments, the EMA."""
-        trained = sum(p.numel() * p.element_size() for p in self.parameters.values())
-        return trained * (3 + (1 if self.ema is not None else 0))
+        return run_dir.resume_hint(self.output_dir, self.ranks.world_size, sys.argv)
 
     def close(self) -> None:
         self.engine.close()
@@ -295,159 +309,7 @@ class Trainer:
         distributed.shutdown()
         self.close_run_log()
 
-    def train_step(self, step: int, clock: StepClock | None = None) -> dict[str, float]:
-        # CPU seconds of this process beside the wall-clock phases: on a shared machine they do
-        # not grow with other processes' load, so benchmarks can compare runs made side by side
-        # (with OMP_NUM_THREADS=1 and no workers they equal the wall-clock on an idle box).
-        cpu_start = time.process_time()
-        self.memory.start()
-        data: StepData = self.source.collect(step)  # rollout + rewards + advantages, or offline pairs
-        times = dict(data.times)
-        start = time.perf_counter()
-        parity = self.parity(data.trajectories) if step == 1 and self.runs_parity else {}
-        update, algorithm_row = self.update(data, step)
-        times["time_train_s"] = time.perf_counter() - start
-        synced = self.sync(step)
-        times["time_cpu_s"] = time.process_time() - cpu_start
-        if self.sample_table_due(step) and data.scores is not None:
-            self.log_samples(step, data)
-        # the job's update and phase columns, not this rank's: one all-gather (training/job_metrics.py)
-        job = step_columns(update, {**times, **self.memory.metrics()}, self.ranks)
-        step_seconds = job["time_rollout_s"] + job["time_reward_s"] + job["time_train_s"]
-        generated = data.generated * self.ranks.world_size
-        row = {**data.row, **job, **algorithm_row, **synced, **parity, "lr": self.optimizer.param_groups[0]["lr"],
-               "images_per_s": generated / max(job["time_rollout_s"], 1e-9),
-               "step_images_per_s": generated / max(step_seconds, 1e-9)}
-        progress = clock.describe(step) if clock else f"step {step}/{self.cfg.trainer.num_steps}"
-        peak = f", peak GPU memory {job[MEMORY_COLUMN]:.2f} GiB" if MEMORY_COLUMN in job else ""
-        log.info("%s: %s  (rollout %.1fs, reward %.1fs, train %.1fs%s)", progress, console_summary(row),
-                 job["time_rollout_s"], job["time_reward_s"], job["time_train_s"], peak)
-        return row
-
-    # ---------------------------------------------------------------- phases
-    def sample_table_due(self, step: int) -> bool:
-        """At step 1 and every trainer.sample_table.every steps, when a tracker can show it."""
-        every = self.cfg.trainer.sample_table.every
-        return bool(self.trackers) and every > 0 and (step == 1 or step % every == 0)
-
-    def log_samples(self, step: int, data: StepData) -> None:
-        """A few of the step's rollout samples with their prompts and rewards, to the trackers."""
-        batch, scores = data.trajectories, data.scores
-        samples = rollout_samples(batch.images, list(batch.prompts), [int(g) for g in batch.group_ids],
-                                  scores.components, scores.total, self.cfg.trainer.sample_table.count)
-        self.metrics.log_samples(step, "rollout_samples", samples)
-
-    @property
-    def runs_parity(self) -> bool:
-        """The preflight replays stored SDE log-probs: only for an algorithm that trains on them."""
-        return self.cfg.trainer.parity_check and self.algorithm.needs_old_logprob
-
-    def parity(self, batch: TrajectoryBatch) -> dict[str, float]:
-        """Replay with unchanged weights: log-probs must equal the rollout's (docs/algorithms.md §2.10)."""
-        gaps = replay_parity(self.policy, batch, agreed_positions(self.algorithm, batch, self.ranks),
-                             self.spec.chunk_size, replay=self.algorithm.replay_log_probs, ranks=self.ranks)
-        per_step = " ".join(f"{j}:{gap:.2e}" for j, gap in gaps.items())
-        log.info("parity preflight: max |log_prob_replay - log_prob_rollout| per step: %s", per_step)
-        return {"parity_max_abs_log_prob_diff": max(gaps.values())}
-
-    def update(self, data: StepData, step: int) -> tuple[UpdateResult, dict[str, float]]:
-        self.policy.transformer.train()
-        generator = torch.Generator().manual_seed(self.cfg.trainer.seed * 1_000_003 + step)
-        # each rank runs 1/world of the micro-batches of an optimizer step; gradients are averaged
-        accumulation = distributed.per_rank_accumulation(self.cfg.actor.gradient_accumulation_steps, self.ranks)
-        actor = dataclasses.replace(self.cfg.actor, gradient_accumulation_steps=accumulation)
-        context = UpdateContext(self.policy, self.algorithm, self.optimizer, list(self.parameters.values()), actor,
-                                self.scaler, self.ranks, self.policy.transformer, self.ema)
-        result = run_update(context, data.units, data.advantages, self.plan.train_micro_batch, generator,
-                            filler=data.filler)
-        self.policy.transformer.eval()
-        return result, self.algorithm.after_update(result.optimizer_steps)
-
-    def sync(self, step: int) -> dict[str, float]:
-        """Hand the fresh trainable weights to the rollout engine (no-op in-process)."""
-        if not self.engine.needs_sync:
-            return {}
-        with self.algorithm.rollout_weights():  # the weights the rollout samples with (NFT: the old policy)
-            state = self.trainable_state()
-        return self.engine.sync(state, version=step)
-
-    @property
-    def evaluates_ema(self) -> bool:
-        return self.ema is not None and self.cfg.eval.use_ema
-
-    def evaluate(self, step: int) -> float:
-        start = time.perf_counter()
-        weights = self.ema.applied() if self.evaluates_ema else nullcontext()
-        with weights, named_step(f"eval step {step}"), \
-                timed_phase(log, f"eval step {step} ({len(self.evaluator.groups.prompts)} samples)"):
-            metrics = self.evaluator.evaluate(self.policy, step)
-        self.callbacks.on_eval(step, metrics)
-        log.info("%s", eval_line(step, metrics))  # the headline figures; eval_metrics.csv has them all
-        return time.perf_counter() - start
-
-    def report(self) -> None:
-        """Rewrite report.html from the run directory (rank 0). A failure is a logged
-        warning, never an exception: the report is a view of the run, not part of it."""
-        if self.ranks.is_main:
-            refresh_report(self.output_dir)
-
-    # ---------------------------------------------------------------- state
-    def trainable_state(self) -> dict[str, torch.Tensor]:
-        """Whole trained tensors on the CPU (gathers FSDP2 shards; every rank must call it)."""
-        return distributed.full_state(self.parameters)
-
-    def save(self, name: str, step: int) -> Path:
-        """Gather on every rank, write on rank 0 (atomically), then wait for it."""
-        trainable = self.trainable_state()
-        ema = distributed.full_state(self.ema.state_dict()) if self.ema else None
-        optimizer = distributed.full_optimizer_state(self.policy.transformer, self.optimizer)
-        algorithm_state = distributed.full_state(self.algorithm.state_dict())  # NFT's old policy: FSDP2 shards
-        path = self.output_dir / name
-        if self.ranks.is_main:
-            history = self.evaluator.history.to_dict()
-            export = checkpoint_export(self.cfg, self.policy, trainable, ema, self.evaluates_ema, step, history,
-                                       final=name == "checkpoint-final", ema_tracker=self.ema)
-            started = time.perf_counter()
-            with timed_phase(log, f"saving {path}"):
-                save_checkpoint(
-                    path, step=step, config=config_to_dict(self.cfg), trainable=trainable, ema=ema,
-                    optimizer=optimizer,
-                    trainer_state={"ema_optimizer_steps": self.ema.optimizer_steps if self.ema else 0,
-                                   "ema_updates": self.ema.updates if self.ema else 0,
-                                   "ema_initial_share": self.ema.initial_share if self.ema else 1.0,
-                                   "eval_history": history,
-                                   "grad_scaler": self.scaler.state_dict(),
-                                   "world_size": self.ranks.world_size,
-                                   "tracker_run_id": self.tracker_run_id},
-                    algorithm=algorithm_state or None, export=export)
-            self.last_save_s = time.perf_counter() - started
-            if name != "checkpoint-final":
-                run_dir.prune_checkpoints(self.output_dir, self.cfg.trainer.keep_last)
-        distributed.barrier(self.ranks)
-        self.callbacks.on_save(step, path)  # rank 0's list; the other ranks have none
-        return path
-
-    def restore(self, checkpoint) -> None:
-        try:
-            load_trainable_state_dict(self.policy.transformer, checkpoint.trainable)
-        except ValueError as exc:  # names and shapes are known only now, with the model built
-            raise ResumeError(f"trainer.resume_from: {checkpoint.path}/trainable.safetensors: {exc}") from None
-        try:
-            self.algorithm.load_state_dict(checkpoint.algorithm or {})
-        except ValueError as exc:
-            raise ResumeError(f"{checkpoint.path}/algorithm.safetensors: {exc}") from exc
-        self.sync(checkpoint.step)  # rollout workers start from the restored weights, not the fresh adapter
-        distributed.load_full_optimizer_state(self.policy.transformer, self.optimizer, checkpoint.optimizer)
-        if self.ema is not None:
-            if checkpoint.ema is None:
-                raise ResumeError(f"{checkpoint.path} has no EMA state but actor.ema.enabled=true")
-            state = checkpoint.trainer_state
-            # checkpoints from before the EMA counted its updates: unknown (NaN), said so on the card
-            self.ema.load_state_dict(checkpoint.ema, state["ema_optimizer_steps"], state.get("ema_updates", -1),
-                                     state.get("ema_initial_share", float("nan")))
-        if checkpoint.trainer_state.get("grad_scaler"):
-            self.scaler.load_state_dict(checkpoint.trainer_state["grad_scaler"])
-        from genalign.evaluation.evaluator import EvalHistory
-        self.evaluator.history = EvalHistory.from_dict(checkpoint.trainer_state["eval_history"])
-        self.start_step = checkpoint.step + 1
-        log.info("resumed from %s at step %d", checkpoint.path, self.start_step)
+    def close_run_log(self) -> None:
+        if self.run_log is not None:
+            self.run_log.close()
+            self.run_log = None

@@ -7,8 +7,8 @@ one counter across inner epochs; a shorter remainder at the round's end is a ste
 The loss of an optimizer step is the mean over its trained units, per rank then over ranks
 or over all ranks at once (`actor.loss_normalisation`, `unit_weight`).
 
-Under torchrun every rank runs the same `RoundPlan` — agreed with one small all-gather of
-each rank's unit count, micro-batch size and positions per unit (which must be equal: a
+Under torchrun every rank runs the same `MicroBatchSchedule` — agreed with one small all-gather
+of each rank's unit count, micro-batch size and positions per unit (which must be equal: a
 mismatch is a one-line error naming the algorithm, before any forward) — so every rank enters
 every collective whatever its data: a rank with no trainable sample, no DPO pair or fewer
 micro-batches replays a filler unit with weight 0. Gradients are reduced once per optimizer
@@ -94,7 +94,7 @@ def micro_batch_indices(num_samples: int, micro_batch_size: int, shuffle: bool,
 
 
 @dataclass(frozen=True)
-class RoundPlan:
+class MicroBatchSchedule:
     """One optimizer round as every rank runs it: the same number of micro-batch slots per
     inner epoch and the same optimizer-step boundaries everywhere, so every rank enters every
     collective (gradient reduction, FSDP2's gathers) whatever its data. A rank with fewer real
@@ -128,8 +128,9 @@ def micro_batch_sizes(num_units: int, micro_batch_size: int) -> list[int]:
     return [micro_batch_size] * full + ([rest] if rest else [])
 
 
-def round_plan(sizes_by_rank: list[list[int]], epochs: int, accumulation: int) -> RoundPlan:
-    """The shared plan from every rank's real micro-batch sizes (per inner epoch)."""
+def micro_batch_schedule(sizes_by_rank: list[list[int]], epochs: int, accumulation: int
+                         ) -> MicroBatchSchedule:
+    """The shared schedule from every rank's real micro-batch sizes (per inner epoch)."""
     slots = max(len(sizes) for sizes in sizes_by_rank)
     num_slots = slots * epochs
     rank_units = [[0] * math.ceil(num_slots / accumulation) for _ in sizes_by_rank]
@@ -137,23 +138,23 @@ def round_plan(sizes_by_rank: list[list[int]], epochs: int, accumulation: int) -
         for units, sizes in zip(rank_units, sizes_by_rank):
             units[slot // accumulation] += sizes[slot % slots] if slot % slots < len(sizes) else 0
     step_units = tuple(sum(column) for column in zip(*rank_units))
-    return RoundPlan(slots, epochs, accumulation, step_units, tuple(tuple(units) for units in rank_units))
+    return MicroBatchSchedule(slots, epochs, accumulation, step_units, tuple(tuple(units) for units in rank_units))
 
 
-def unit_weight(units: int, positions: int, plan: RoundPlan, slot: int, ranks: distributed.RankInfo,
-                normalisation: str) -> float:
+def unit_weight(units: int, positions: int, schedule: MicroBatchSchedule, slot: int,
+                ranks: distributed.RankInfo, normalisation: str) -> float:
     """The factor on a backward's micro-batch mean loss (`units` units, each averaged over
     `positions` trained positions); DDP / FSDP2 then divide the summed gradients by the world.
 
     `rank_mean` (Flow-GRPO under accelerate DDP): each rank's gradient is the mean over its
     own units in the step, averaged over ranks: b / (K · n_rank). `global_unit_mean`: the mean
-    over the step's units on all ranks, b · world / (K · N) (N from the agreed plan). Both are
-    exact rationals, so equal micro-batches give 1 / (K · accumulation) bit for bit."""
-    step = plan.step_of(slot)
+    over the step's units on all ranks, b · world / (K · N) (N from the agreed schedule). Both
+    are exact rationals, so equal micro-batches give 1 / (K · accumulation) bit for bit."""
+    step = schedule.step_of(slot)
     if normalisation == "global_unit_mean":
-        return units * ranks.world_size / (positions * plan.step_units[step])
+        return units * ranks.world_size / (positions * schedule.step_units[step])
     if normalisation == "rank_mean":
-        return units / (positions * plan.rank_step_units[ranks.rank][step])
+        return units / (positions * schedule.rank_step_units[ranks.rank][step])
     raise ValueError(f"actor.loss_normalisation={normalisation!r}: choose one of {', '.join(LOSS_NORMALISATIONS)}")
 
 
@@ -185,13 +186,13 @@ def agreed_positions(algorithm: Algorithm, batch, ranks: distributed.RankInfo) -
 
 
 def agree_round(num_units: int, micro_batch_size: int, num_positions: int, epochs: int, accumulation: int,
-                ranks: distributed.RankInfo, algorithm: Algorithm) -> RoundPlan:
+                ranks: distributed.RankInfo, algorithm: Algorithm) -> MicroBatchSchedule:
     """Every rank's (units, micro-batch size, positions per unit) in one small all-gather, then
-    the shared plan; ranks that disagree on positions per unit stop here, before any forward."""
+    the shared schedule; ranks that disagree on positions per unit stop here, before any forward."""
     mine = torch.tensor([num_units, micro_batch_size, num_positions], dtype=torch.int64)  # [3]
     everyone = distributed.all_gather_cat(mine[None], ranks).tolist()  # [world, 3]
     check_positions([positions for _, _, positions in everyone], algorithm)
-    return round_plan([micro_batch_sizes(n, b) for n, b, _ in everyone], epochs, accumulation)
+    return micro_batch_schedule([micro_batch_sizes(n, b) for n, b, _ in everyone], epochs, accumulation)
 
 
 def run_update(ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_size: int,
@@ -213,9 +214,9 @@ def run_update(ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_
     step_indices = algorithm.train_step_indices(batch)
     replay_chunk = micro_batch_size  # the same on every rank: prepare_update's forwards must match
     samples, micro_batch_size = algorithm.trained_units(advantages, micro_batch_size, generator)  # [K]
-    plan = agree_round(len(samples), micro_batch_size, len(step_indices), actor.num_inner_epochs, accumulation,
-                       ranks, algorithm)
-    if plan.total_units == 0:  # no rank has a trainable unit (constant rewards, no DPO pair): no step
+    schedule = agree_round(len(samples), micro_batch_size, len(step_indices), actor.num_inner_epochs,
+                           accumulation, ranks, algorithm)
+    if schedule.total_units == 0:  # no rank has a trainable unit (constant rewards, no DPO pair): no step
         return result
     result.trained_samples = len(samples)
     batch = algorithm.prepare_update(policy, batch, step_indices, replay_chunk)
@@ -229,18 +230,19 @@ def run_update(ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_
     slot = 0
     for _ in range(actor.num_inner_epochs):
         parts = micro_batch_indices(len(samples), micro_batch_size, actor.shuffle_samples, generator)
-        for index in range(plan.slots):
+        for index in range(schedule.slots):
             real = index < len(parts)
             if real:
                 positions = samples[parts[index]]  # [b] positions in the batch
                 micro = batch.index(positions).to(policy.device)
                 micro_advantages = advantages[positions].to(policy.device)  # [b]
-                weight = unit_weight(len(positions), len(step_indices), plan, slot, ranks, actor.loss_normalisation)
+                weight = unit_weight(len(positions), len(step_indices), schedule, slot, ranks,
+                                     actor.loss_normalisation)
             else:  # zero contribution: this rank has fewer micro-batches than another
                 micro = filler.to(policy.device)
                 micro_advantages = torch.zeros(len(filler), device=policy.device)  # [1]
                 weight = 0.0
-            closes = plan.closes_step(slot)
+            closes = schedule.closes_step(slot)
             for step_index in step_indices:
                 sync = closes and step_index == step_indices[-1]  # one gradient reduction per optimizer step
                 with distributed.gradient_sync(ctx.module, sync):

@@ -2,9 +2,10 @@
 resume ends where an uninterrupted 2-rank run ends (toy recipe, DDP on gloo, CPU).
 
 The signal goes to rank 1 alone (not to torchrun, which would forward it to both): the ranks
-agree through the per-step all-reduce in `runs/stopping.py`. Then a preemption as a
-scheduler sends it, to torchrun itself (and to `genalign train --nproc-per-node`): one resume
-line, whose command finishes the run. Five torchrun launches and one genalign launch, about 6
+agree through the per-step all-reduce `runs/stopping.py` is handed
+(`training/distributed.py:max_over_ranks`). Then a preemption as a scheduler sends it, to
+torchrun itself (and to `genalign train --nproc-per-node`): one resume line, whose command
+finishes the run. Five torchrun launches and one genalign launch, about 6
 minutes on the shared 2-core box, hence `slow`; the agreement itself is also unit-tested with
 two gloo ranks in tests/unit/runs/test_stopping.py.
 """

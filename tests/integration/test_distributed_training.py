@@ -29,6 +29,7 @@ SCRIPT = r'''
 import sys, torch
 from safetensors.torch import save_file
 from genalign.training import distributed as dist
+from genalign.preflight.step_sizes import per_rank_accumulation
 
 strategy, out = sys.argv[1], sys.argv[2]
 info = dist.init_distributed(strategy if strategy != "single" else "ddp", backend="gloo")
@@ -48,7 +49,7 @@ params = [p for p in module.parameters() if p.requires_grad]
 # eps = 1e-8 a gradient near zero would turn it into up to 2·lr (tests/support.py)
 optimizer = torch.optim.AdamW(params, lr=1e-2, eps=1.0)
 group_size, accumulation, micro = 2, 4, 2  # 8 samples/step = 4 micro-batches = 1 optimizer step
-accumulation_here = dist.per_rank_accumulation(accumulation, info)
+accumulation_here = per_rank_accumulation(accumulation, info.world_size)
 for step in range(3):
     g = torch.Generator().manual_seed(step)
     inputs, targets = torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)  # the step's global batch

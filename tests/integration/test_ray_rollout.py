@@ -1,5 +1,6 @@
-"""Ray rollout on a tiny SD3 pipeline: equivalence with the in-process engine, verified weight
-sync, a killed worker survived, a twice-dead worker failing the step, cross-node via RAY_ADDRESS.
+"""Ray rollout on a tiny SD3 pipeline: equivalence with the in-process engine (whole, and shard
+by shard through `generate_chunks`), verified weight sync, a killed worker survived, a
+twice-dead worker failing the step, cross-node via RAY_ADDRESS.
 
 One module-scoped local Ray (2 CPUs, loopback) and one 2-worker engine serve most tests; the
 cross-node test runs last, after that session is shut down, against a loopback head it
@@ -23,7 +24,7 @@ from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
 from genalign.finite import NonFiniteError
 from genalign.preflight.load import load_config
-from genalign.rollout.batch import TrajectoryBatch
+from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.rollout.engine import LocalRolloutEngine
 from genalign.rollout.ray_engine import RayRolloutEngine, RolloutWorkerError, shard_positions
 from genalign.training import setup
@@ -90,7 +91,11 @@ def test_two_workers_equal_in_process_bitwise_and_after_sync(setting):
     cfg, policy, sampler, engine = setting
     spec = setup.rollout_spec(cfg)
     groups = sampler.sample(1)
-    assert_batches_equal(engine.generate(groups, spec), LocalRolloutEngine(policy).generate(groups, spec))
+    local = LocalRolloutEngine(policy).generate(groups, spec)
+    assert_batches_equal(engine.generate(groups, spec), local)
+    chunks = list(engine.generate_chunks(groups, spec))  # each worker's shard as it arrives, in order
+    assert [len(chunk) for chunk in chunks] == [2, 2]
+    assert_batches_equal(cat_batches(chunks), local)
 
     with torch.no_grad():  # an "optimizer round": new LoRA weights, pushed as version 1
         for name, param in policy.transformer.named_parameters():

@@ -133,7 +133,7 @@ def test_mlflow_file_store_has_every_step_the_sheets_and_one_run_across_resume(r
 
 def test_train_log_has_the_console_lines_and_is_appended_on_resume(runs):
     tracked = (runs / "tracked" / "train.log").read_text()
-    for text in ("run plan:", "loading model sd3", "loading model sd3 from", ": done in", "parity preflight",
+    for text in ("step sizes:", "loading model sd3", "loading model sd3 from", ": done in", "parity preflight",
                  "step 3/3, ", "eval step 2", "saving ", "checkpoint-final"):
         assert text in tracked, text
     assert " INFO genalign.training.trainer: " in tracked  # the console's format

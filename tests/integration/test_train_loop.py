@@ -15,7 +15,8 @@ import torch
 
 from genalign.preflight.load import load_config
 from genalign.reporting.provenance import read_provenance
-from genalign.training.trainer import ResumeError, Trainer
+from genalign.runs.resume import ResumeError
+from genalign.training.trainer import Trainer
 from support import SD3_RECIPE as RECIPE
 from support import TIMING_COLUMNS, assert_resumed_bitwise, read_rows, tiny_overrides
 

@@ -593,7 +593,7 @@ def test_the_process_exits_2_with_one_line(case_id, tmp_path, workdir):
     before = snapshot(workdir)
     result, seconds = run_cli(*materialise(case, tmp_path), cwd=workdir)
     line = assert_one_line_error(result.returncode, result.stderr, seconds, case)
-    assert "run plan" not in result.stderr and "loading" not in result.stderr.lower(), line  # nothing was built
+    assert "step sizes" not in result.stderr and "loading" not in result.stderr.lower(), line  # nothing was built
     assert snapshot(workdir) == before
     assert not (tmp_path / "PWNED").exists(), "the checkpoint's config ran code"
 

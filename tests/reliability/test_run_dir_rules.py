@@ -15,7 +15,8 @@ from genalign.preflight.load import load_config
 from genalign.runs.run_dir import RunDirError
 from genalign.training import setup
 from genalign.runs.run_dir import RunDirError
-from genalign.training.trainer import ResumeError, Trainer
+from genalign.runs.resume import ResumeError
+from genalign.training.trainer import Trainer
 
 SMALL = ["trainer.save_every=1", "trainer.keep_last=2", "trainer.progress_bar=false", "rollout.n=4",
          "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8", "rollout.num_steps=4", "eval.every=0",

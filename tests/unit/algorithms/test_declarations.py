@@ -35,6 +35,17 @@ def test_a_kl_term_asks_for_the_frozen_reference(cls):
     assert cls.data_source(KL) == "online"
 
 
+def test_only_ar_grpo_reads_which_token_log_prob_the_rollout_records():
+    from genalign.training.setup import rollout_spec
+
+    conditional = AlgorithmConfig(name="ar_grpo", token_log_prob="conditional")
+    assert TokenGRPO.guided_log_probs(AlgorithmConfig(name="ar_grpo")) and not TokenGRPO.guided_log_probs(conditional)
+    assert all(cls.guided_log_probs(conditional) for cls in (FlowGRPO, GRPOGuard, DiffusionNFT, FlowDPO))
+    janus = "experiment/autoregressive/janus_pro/online_grpo_ocr"
+    assert rollout_spec(load_config(janus)).guided_log_probs
+    assert not rollout_spec(load_config(janus, ["algorithm.token_log_prob=conditional"])).guided_log_probs
+
+
 def test_dpo_keeps_its_own_reference_and_reads_its_source():
     assert FlowDPO.reference_kind(NO_KL) == "own"
     assert FlowDPO.data_source(AlgorithmConfig(name="dpo")) == "online"

@@ -22,7 +22,7 @@ from benchmarks.random_weights import random_family_overrides  # noqa: E402
 
 from genalign.config.loader import compose_config  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
-from genalign.preflight.memory_plan import plan_memory  # noqa: E402
+from genalign.preflight.memory_plan import estimate_memory  # noqa: E402
 
 
 @pytest.mark.parametrize("family", ["toy", "cosmos", "qwen_image", "janus"])
@@ -48,7 +48,7 @@ def test_the_plan_adapter_plans_the_registered_family(tmp_path):
     recipe = plan.RECIPES["sd3"]
     common = [*plan.common_overrides(recipe, tmp_path, "sd3", 2), "/base/distributed=local", "model.device=cpu"]
     random = load_config(recipe, [*random_family_overrides("sd3", "real"), *common])
-    plain = plan_memory(load_config(recipe, common))
+    plain = estimate_memory(load_config(recipe, common))
     # the dotted family plans as the registered family its spec names, at the card size the suite states
     assert plan.plan_gib(random) == pytest.approx(max(r.peak_bytes for r in plain.roles) / 2**30)
 

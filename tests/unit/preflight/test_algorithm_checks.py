@@ -21,21 +21,21 @@ def test_recipes_validate_and_forward_algorithms_accept_the_ode():
 
 
 def test_time_to_target_recipes_train_what_their_comments_say():
-    from genalign.preflight.plan import RunPlan
+    from genalign.preflight.step_sizes import StepSizes
 
-    fast = RunPlan.from_config(load_config("experiment/toy/shapes_nft_fast"))
+    fast = StepSizes.from_config(load_config("experiment/toy/shapes_nft_fast"))
     # 3 of the 10 σ's per sample, no base-model forward (no KL), the old policy still kept
     assert (fast.num_train_timesteps, fast.needs_reference) == (3, False)
-    nft = RunPlan.from_config(load_config("experiment/toy/shapes_nft"))
+    nft = StepSizes.from_config(load_config("experiment/toy/shapes_nft"))
     assert (nft.num_train_timesteps, nft.needs_reference) == (9, True)
-    assert RunPlan.from_config(load_config("experiment/toy/shapes_grpo_all_steps")).num_train_timesteps == 9
-    assert RunPlan.from_config(load_config("experiment/toy/shapes_grpo")).num_train_timesteps == 3
+    assert StepSizes.from_config(load_config("experiment/toy/shapes_grpo_all_steps")).num_train_timesteps == 9
+    assert StepSizes.from_config(load_config("experiment/toy/shapes_grpo")).num_train_timesteps == 3
     # Flow-GRPO with CFG as on SD3.5: both branches in the rollout and the replay, CFG in the eval
     cfg = load_config("experiment/toy/shapes_grpo_cfg")
-    plan = RunPlan.from_config(cfg)
+    plan = StepSizes.from_config(cfg)
     assert (plan.uses_cfg, plan.num_train_timesteps, cfg.rollout.guidance_scale, cfg.eval.guidance_scale) == (
         True, 3, 3.0, 3.0)
-    assert not RunPlan.from_config(load_config("experiment/toy/shapes_grpo")).uses_cfg
+    assert not StepSizes.from_config(load_config("experiment/toy/shapes_grpo")).uses_cfg
 
 
 def test_grpo_still_needs_sde_log_probs():

@@ -83,7 +83,7 @@ def test_replay_coefficient_follows_the_execution_mode():
     calibration = {"replay": 44.0, "replay_compiled": 28.0}
     assert mm.replay_coefficient(calibration, compiled=False) == ("eager", 44.0)
     assert mm.replay_coefficient(calibration, compiled=True) == ("compiled", 28.0)
-    eager, compiled = (mp.plan_memory(_sd3_bench(*extra)).roles[0].lines for extra in ([], ["model.compile=true"]))
+    eager, compiled = (mp.estimate_memory(_sd3_bench(*extra)).roles[0].lines for extra in ([], ["model.compile=true"]))
     [eager_line] = [line for line in eager if line[0].startswith("replay activations")]
     [compiled_line] = [line for line in compiled if line[0].startswith("replay activations")]
     assert "eager" in eager_line[0] and "compiled" in compiled_line[0] and "reference forward" in eager_line[0]
@@ -103,13 +103,13 @@ def test_sd3_plan_is_within_15_percent_of_the_h100_measurements():
     that max_memory_allocated leaves out. That run trained a LoRA (autocast's casts and AdamW's
     temporary of its 18 M adapter parameters: 0.03 and 0.07 GiB) and scored the jpeg reward
     on the CPU (no reward model on the GPU), as the plan of these settings has it."""
-    eager_plan = mp.plan_memory(_sd3_bench())
+    eager_plan = mp.estimate_memory(_sd3_bench())
     train = eager_plan.roles[0]
     assert not any(what.startswith("training reward") for what, _ in train.lines)  # jpeg: a rule on the CPU
     eager = train.allocated_bytes / GIB
-    compiled = mp.plan_memory(_sd3_bench("model.compile=true")).roles[0].allocated_bytes / GIB
+    compiled = mp.estimate_memory(_sd3_bench("model.compile=true")).roles[0].allocated_bytes / GIB
     # measured when algorithm.detach_uncond defaulted to true (the split form's saving needs it)
-    split = mp.plan_memory(_sd3_bench("model.compile=true", "model.cfg_batch=split",
+    split = mp.estimate_memory(_sd3_bench("model.compile=true", "model.cfg_batch=split",
                                       "algorithm.detach_uncond=true")).roles[0].allocated_bytes / GIB
     assert eager == pytest.approx(52.2, rel=0.15)
     assert compiled == pytest.approx(39.0, rel=0.15)
@@ -130,7 +130,7 @@ def test_a_plan_above_the_stated_fraction_of_the_gpu_is_refused():
     accept; with the headroom, the context and the 0.9 margin it is refused at 80 and fits the
     141 GB the docs name for it."""
     def local(*extra):
-        return mp.plan_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
+        return mp.estimate_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
                                           ["/base/distributed=local", *extra], check_files=False))
 
     at_80 = local("distributed.resources.gpu_memory_gib=80")
@@ -148,7 +148,7 @@ def test_a_plan_above_the_stated_fraction_of_the_gpu_is_refused():
 
 
 def test_a_plan_over_the_gpu_is_a_config_error_naming_levers():
-    plan = mp.plan_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
+    plan = mp.estimate_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
                                       ["distributed.resources.gpu_memory_gib=40"], check_files=False))
     with pytest.raises(ConfigError) as err:
         plan.check()
@@ -157,11 +157,11 @@ def test_a_plan_over_the_gpu_is_a_config_error_naming_levers():
     assert "more FSDP2 ranks (now 4" in text and "actor.micro_batch_size" in text
     assert "model.compile=true" in text  # the recipe runs eager: compiling keeps fewer activations
     assert "model.gradient_checkpointing" not in text  # the recipe already checkpoints: not a lever
-    plan = mp.plan_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
+    plan = mp.estimate_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
                                       ["/base/distributed=local", "distributed.resources.gpu_memory_gib=40"],
                                       check_files=False))
     assert "distributed.training.strategy=fsdp2" in " ".join(plan.problems())
-    roomy = mp.plan_memory(load_config("experiment/diffusion/sd3_5/online_grpo_ocr",
+    roomy = mp.estimate_memory(load_config("experiment/diffusion/sd3_5/online_grpo_ocr",
                                        ["distributed.resources.gpu_memory_gib=80"], check_files=False))
     roomy.check()  # fits: no error
 
@@ -192,7 +192,7 @@ def test_qwen_image_recipe_plans_its_own_four_fsdp2_ranks():
     local = load_config("experiment/diffusion/qwen_image/online_grpo_ocr", ["/base/distributed=local"],
                         check_files=False)
     assert local.distributed.training.strategy == "none"
-    four, one = mp.plan_memory(qwen), mp.plan_memory(local)
+    four, one = mp.estimate_memory(qwen), mp.estimate_memory(local)
     assert "each of 4 rank(s)" in four.roles[0].name
     assert four.roles[0].peak_bytes < 0.6 * one.roles[0].peak_bytes  # the transformer and its state sharded
     four_lines, one_lines = dict(four.roles[0].lines), dict(one.roles[0].lines)
@@ -203,14 +203,14 @@ def test_qwen_image_recipe_plans_its_own_four_fsdp2_ranks():
     assert four_lines["AdamW state (fp32), FSDP2 shard"] == pytest.approx(one_lines["AdamW state (fp32)"] / 4)
     assert four_lines["text_encoder (frozen, bfloat16)"] == one_lines["text_encoder (frozen, bfloat16)"]  # replicated
     assert four.roles[0].peak_bytes <= 0.9 * 80 * GIB < one.roles[0].peak_bytes <= 0.9 * 141 * GIB
-    eight = mp.plan_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
+    eight = mp.estimate_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
                                        ["distributed.resources.trainer.num_gpus=8"], check_files=False))
     assert eight.roles[0].peak_bytes < four.roles[0].peak_bytes
 
 
 def test_ddp_replicates_and_a_full_fine_tune_under_fsdp2_gathers_one_fp32_block():
     def plan(strategy, *extra):
-        return mp.plan_memory(load_config("experiment/diffusion/sd3_5/online_grpo_ocr", [
+        return mp.estimate_memory(load_config("experiment/diffusion/sd3_5/online_grpo_ocr", [
             "/base/distributed=local", f"distributed.training.strategy={strategy}",
             "distributed.resources.trainer.num_gpus=4", *extra], check_files=False))
 
@@ -262,7 +262,7 @@ def test_toy_family_is_planned_from_its_shipped_transformer():
     policy = ToyPolicy.from_pretrained("builtin", torch.float32)
     assert arch.component("transformer").parameters == sum(p.numel() for p in policy.transformer.parameters())
     cfg = load_config("experiment/toy/shapes_grpo", [], check_files=False)
-    plan = mp.plan_memory(cfg)
+    plan = mp.estimate_memory(cfg)
     activations = next(v for k, v in plan.roles[0].lines if k.startswith("replay activations"))
     assert "(32 rows x 66 tokens" in next(k for k, _ in plan.roles[0].lines if k.startswith("replay activations"))
     assert activations > 0
@@ -276,8 +276,8 @@ def test_a_family_without_a_calibration_is_refused_in_one_line_naming_it(tmp_pat
             "reward.components={jpeg_compressibility: 1.0}", "reward.components.toy_shape=0.0",
             "eval.gold_rewards.toy_shape_judge=0.0", "eval.quality_metrics=[]"]
     cfg = load_config("experiment/toy/shapes_grpo", user, check_files=False)
-    with pytest.raises(mp.NoMemoryPlan) as refusal:
-        mp.plan_memory(cfg)
+    with pytest.raises(mp.NoMemoryEstimate) as refusal:
+        mp.estimate_memory(cfg)
     [line] = refusal.value.problems
     assert line.startswith("memory plan: model.family=user_family:SPEC (pixel_sd3): model family 'pixel_sd3' has no "
                            "calibration: its FamilySpec names no package (the family's folder) holding calibration.json")
@@ -285,7 +285,7 @@ def test_a_family_without_a_calibration_is_refused_in_one_line_naming_it(tmp_pat
     reported = []
     assert mp.check_memory(cfg, reported.append) is None and reported == []  # a CPU run: neither shown nor refused
     assert mp.check_memory(cfg, reported.append, always=True) is None and reported == [line]  # config --memory
-    with pytest.raises(mp.NoMemoryPlan):
+    with pytest.raises(mp.NoMemoryEstimate):
         mp.check_memory(load_config("experiment/toy/shapes_grpo", [*user, "distributed.resources.gpu_memory_gib=80"],
                                     check_files=False), reported.append)
     assert mp.check_memory(load_config("experiment/toy/shapes_grpo", [
@@ -326,7 +326,7 @@ def test_a_user_family_in_a_folder_is_planned_from_its_own_files(tmp_path, monke
             "eval.gold_rewards.toy_shape_judge=0.0", "eval.quality_metrics=[]"]
     try:
         cfg = load_config("experiment/toy/shapes_grpo", user, check_files=False)
-        plan = mp.plan_memory(cfg)
+        plan = mp.estimate_memory(cfg)
         assert plan.source == "me--pixel-sd3.json (tests/user_family.py)"
         assert plan.activations == "calibration.json, pixel_sd3: this test's numbers"
         with torch.random.fork_rng():
@@ -341,10 +341,10 @@ def test_a_user_family_in_a_folder_is_planned_from_its_own_files(tmp_path, monke
 
         # eager replay + the KL reference's forward: linear in `replay` and `rollout_peak`, both read from the file
         (folder / "calibration.json").write_text(json.dumps({**calibration, "replay": 60.0, "rollout_peak": 40.0}))
-        assert replay_bytes(mp.plan_memory(cfg)) == pytest.approx(2 * replay_bytes(plan), rel=1e-12)
+        assert replay_bytes(mp.estimate_memory(cfg)) == pytest.approx(2 * replay_bytes(plan), rel=1e-12)
         (folder / "calibration.json").write_text(json.dumps({k: v for k, v in calibration.items() if k != "replay"}))
-        with pytest.raises(mp.NoMemoryPlan, match=r"pixel_family.calibration\.json: missing replay"):
-            mp.plan_memory(cfg)
+        with pytest.raises(mp.NoMemoryEstimate, match=r"pixel_family.calibration\.json: missing replay"):
+            mp.estimate_memory(cfg)
     finally:
         sys.modules.pop("pixel_family", None)
 
@@ -352,8 +352,9 @@ def test_a_user_family_in_a_folder_is_planned_from_its_own_files(tmp_path, monke
 def test_a_model_without_an_architecture_config_is_refused_naming_the_path():
     cfg = load_config("experiment/diffusion/sd3_5/online_grpo_ocr", ["model.path=someone/sd3-finetune"],
                       check_files=False)
-    with pytest.raises(mp.NoMemoryPlan, match=r"model.path=someone/sd3-finetune \(model.family=sd3\): no architecture"):
-        mp.plan_memory(cfg)
+    with pytest.raises(mp.NoMemoryEstimate,
+                       match=r"model.path=someone/sd3-finetune \(model.family=sd3\): no architecture"):
+        mp.estimate_memory(cfg)
 
 
 def test_directories_without_a_model_index_are_read_through_the_family_file(tiny_janus_dir):
@@ -398,7 +399,7 @@ def test_janus_pro_7b_counts_the_published_size_and_plans_the_kv_cache():
     assert kv_small == 2 * 3 * 4 * 8 * 10 * 2 * 2  # keys+values x layers x heads x dim x tokens x rows x bytes
 
     cfg = load_config("experiment/autoregressive/janus_pro/online_grpo_ocr", [], check_files=False)
-    plan = mp.plan_memory(cfg)
+    plan = mp.estimate_memory(cfg)
     assert plan is not None
     lines = dict(plan.roles[0].lines)
     assert lines["vqmodel (frozen, float32)"] == arch.component("vqmodel").parameters * 4
@@ -410,13 +411,13 @@ def test_janus_pro_7b_counts_the_published_size_and_plans_the_kv_cache():
     roll = next(v for k, v in _rollout_lines(cfg) if k.startswith("rollout working set"))
     assert roll == pytest.approx(kv + prefill)
     assert "janus: 2 LLaMA blocks of the real width 4096" in plan.describe()  # the calibration it scaled
-    over = mp.plan_memory(load_config("experiment/autoregressive/janus_pro/online_grpo_ocr",
+    over = mp.estimate_memory(load_config("experiment/autoregressive/janus_pro/online_grpo_ocr",
                                       ["distributed.resources.gpu_memory_gib=24"], check_files=False))
     levers = " ".join(over.problems())
     assert "actor.micro_batch_size=4" in levers
     assert "gradient_checkpointing" not in levers  # Janus refuses it: not offered
     assert "cfg_batch" not in levers  # both streams always run as one batch
-    split = mp.plan_memory(load_config("experiment/autoregressive/janus_pro/online_grpo_ocr",
+    split = mp.estimate_memory(load_config("experiment/autoregressive/janus_pro/online_grpo_ocr",
                                        ["model.cfg_batch=split", "algorithm.detach_uncond=true"], check_files=False))
     assert split.roles[0].peak_bytes == plan.roles[0].peak_bytes  # not read by Janus: still 2 streams
 
@@ -426,7 +427,7 @@ def _rollout_lines(cfg):
     colocated = load_config("experiment/autoregressive/janus_pro/online_grpo_ocr",
                             ["/base/distributed=ray_rollout_colocated_single_gpu"], check_files=False)
     assert colocated.rollout.sample_batch_size == cfg.rollout.sample_batch_size
-    return mp.plan_memory(colocated).roles[0].lines
+    return mp.estimate_memory(colocated).roles[0].lines
 
 
 def test_colocated_full_fine_tune_counts_the_kl_reference_only_while_the_trainer_holds_the_device():
@@ -437,7 +438,7 @@ def test_colocated_full_fine_tune_counts_the_kl_reference_only_while_the_trainer
         cfg = load_config("experiment/diffusion/sd3_5/online_grpo_ocr",
                           ["/base/distributed=ray_rollout_colocated_single_gpu", "model.train_mode=full",
                            f"algorithm.kl_beta={kl_beta}"], check_files=False)
-        rollout, train = mp.plan_memory(cfg).roles
+        rollout, train = mp.estimate_memory(cfg).roles
         assert rollout.name.startswith("shared GPU, rollout phase") and train.name.startswith("shared GPU, train phase")
         return rollout, train
 
@@ -458,14 +459,14 @@ def test_a_full_fine_tune_counts_autocast_casts_and_the_adamw_temporary():
     each (torch's foreach AdamW, tests/unit/preflight/test_memory_math.py); float32 compute
     casts nothing."""
     wan = load_architecture(family_spec("wan"), "Wan-AI/Wan2.1-T2V-1.3B-Diffusers").component("transformer").parameters
-    [trainer] = mp.plan_memory(load_config("experiment/diffusion/wan_2_1/online_grpo_pickscore", [],
+    [trainer] = mp.estimate_memory(load_config("experiment/diffusion/wan_2_1/online_grpo_pickscore", [],
                                            check_files=False)).roles
     phases = {p.name: dict(p.lines) for p in trainer.phases}
     casts = "autocast's bfloat16 casts of the fp32 trained weights"
     assert all(phases[name][casts] == wan * 2 for name in ("rollout", "replay", "evaluation"))
     assert phases["optimizer step"]["AdamW step temporary (fp32 sqrt of exp_avg_sq)"] == wan * 4
     assert casts not in phases["optimizer step"]
-    fp32 = mp.plan_memory(load_config("experiment/diffusion/wan_2_1/online_grpo_pickscore", ["model.dtype=float32"],
+    fp32 = mp.estimate_memory(load_config("experiment/diffusion/wan_2_1/online_grpo_pickscore", ["model.dtype=float32"],
                                       check_files=False)).roles[0]
     assert not any("casts" in what for phase in fp32.phases for what, _ in phase.lines)
 
@@ -474,7 +475,7 @@ def test_evaluation_samples_its_own_batch_with_the_ema_swapped_in():
     """Evaluation runs the sampler at eval.batch_size (x2 for CFG) and, evaluating the EMA,
     keeps a float32 copy of the live weights while the EMA is swapped in (weights/shadow.py)."""
     def evaluation(*extra):
-        [trainer] = mp.plan_memory(load_config("experiment/diffusion/cosmos/online_grpo_pickscore", list(extra),
+        [trainer] = mp.estimate_memory(load_config("experiment/diffusion/cosmos/online_grpo_pickscore", list(extra),
                                                check_files=False)).roles
         return {p.name: p for p in trainer.phases}.get("evaluation")
 
@@ -482,7 +483,7 @@ def test_evaluation_samples_its_own_batch_with_the_ema_swapped_in():
     assert any(what.startswith("evaluation working set (3 rows x") for what in phase)  # the preset's split CFG
     joint = dict(evaluation("eval.batch_size=3", "model.cfg_batch=joint").lines)
     assert any(what.startswith("evaluation working set (6 rows x") for what in joint)
-    trained = mp.plan_memory(load_config("experiment/diffusion/cosmos/online_grpo_pickscore", [],
+    trained = mp.estimate_memory(load_config("experiment/diffusion/cosmos/online_grpo_pickscore", [],
                                          check_files=False)).roles[0]
     adapters = dict(trained.resident)["EMA (fp32)"] / 4
     assert phase["live weights kept while the EMA is swapped in (fp32)"] == adapters * 4

@@ -11,7 +11,7 @@ PICKSCORE = "training reward pickscore (yuvalkirstain/PickScore_v1, float32)"
 
 
 def _plan(recipe: str, *overrides: str):
-    return mp.plan_memory(load_config(recipe, list(overrides), check_files=False))
+    return mp.estimate_memory(load_config(recipe, list(overrides), check_files=False))
 
 
 def _phases(role) -> dict[str, dict[str, float]]:
@@ -68,7 +68,7 @@ def test_ray_and_http_runtimes_place_reward_models_off_the_trainers_gpu(monkeypa
 
 
 def test_a_reward_model_no_config_describes_refuses_the_plan_naming_the_option():
-    with pytest.raises(mp.NoMemoryPlan, match=r"reward.kwargs.pickscore.model_name='someone/clip': no config "
+    with pytest.raises(mp.NoMemoryEstimate, match=r"reward.kwargs.pickscore.model_name='someone/clip': no config "
                                               r"describes this model.*gpu_memory_fraction=null"):
         _plan(COSMOS, "reward.kwargs.pickscore.model_name=someone/clip")
 

@@ -74,10 +74,10 @@ def test_window_range_resolution_and_rollout_spec():
     assert not rollout_spec(load_config(BASE)).record_means
 
 
-def test_run_plan_counts_the_trained_steps_of_each_variant():
-    from genalign.preflight.plan import RunPlan
+def test_step_sizes_count_the_trained_steps_of_each_variant():
+    from genalign.preflight.step_sizes import StepSizes
 
-    counts = {recipe: RunPlan.from_config(load_config(f"experiment/toy/{recipe}")).num_train_timesteps
+    counts = {recipe: StepSizes.from_config(load_config(f"experiment/toy/{recipe}")).num_train_timesteps
               for recipe in VARIANT_RECIPES}
     assert counts == {"shapes_flow_grpo_fast": 2, "shapes_mix_grpo": 4, "shapes_cps": 3, "shapes_dance_grpo": 6,
                       "shapes_grpo_guard": 3}  # the demo trains the first 3 of its 10 steps; windows their size

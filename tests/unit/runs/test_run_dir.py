@@ -13,7 +13,7 @@ from genalign.config.errors import ConfigError
 from genalign.config.loader import config_to_dict
 from genalign.preflight.load import load_config
 from genalign.runs.checkpoint import REQUIRED_FILES, TRAINER_STATE, checkpoint_step, save_checkpoint
-from genalign.runs.run_dir import RunDirError, plan_start, prune_checkpoints
+from genalign.runs.run_dir import RunDirError, decide_start, prune_checkpoints
 
 RECIPE = "experiment/toy/shapes_grpo"
 
@@ -39,18 +39,18 @@ def old_run(out: Path, steps=(2, 4), final: int | None = None) -> None:
 
 
 def test_fresh_run_into_an_empty_or_missing_dir_is_fine(tmp_path):
-    start = plan_start(config(tmp_path / "missing"))
+    start = decide_start(config(tmp_path / "missing"))
     assert start.checkpoint is None and start.remove == []
     (tmp_path / "notes.txt").write_text("mine")  # not a run file: neither refused nor removed
-    assert plan_start(config(tmp_path)).remove == []
+    assert decide_start(config(tmp_path)).remove == []
 
 
 def test_fresh_run_into_an_existing_run_is_refused_unless_overwrite(tmp_path):
     old_run(tmp_path)
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(RunDirError, match=rf"trainer.output_dir={tmp_path} already holds a run .*trainer.overwrite"):
-        plan_start(config(tmp_path))
-    start = plan_start(config(tmp_path, "trainer.overwrite=true"))
+        decide_start(config(tmp_path))
+    start = decide_start(config(tmp_path, "trainer.overwrite=true"))
     start.apply()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
@@ -60,14 +60,14 @@ def test_the_report_and_provenance_belong_to_the_run(tmp_path):
     (tmp_path / "report.html").write_text("<html>")
     (tmp_path / "provenance.json").write_text('{"launches": []}')
     with pytest.raises(RunDirError, match="already holds a run \\(provenance.json, report.html\\)"):
-        plan_start(config(tmp_path))
-    plan_start(config(tmp_path, "trainer.overwrite=true")).apply()
+        decide_start(config(tmp_path))
+    decide_start(config(tmp_path, "trainer.overwrite=true")).apply()
     assert list(tmp_path.iterdir()) == []
 
 
 def test_empty_resume_from_is_an_error_not_a_fresh_run(tmp_path):
     with pytest.raises(RunDirError, match="trainer.resume_from is empty"):
-        plan_start(config(tmp_path, "trainer.resume_from="))
+        decide_start(config(tmp_path, "trainer.resume_from="))
 
 
 def test_auto_takes_the_newest_complete_checkpoint(tmp_path):
@@ -76,7 +76,7 @@ def test_auto_takes_the_newest_complete_checkpoint(tmp_path):
     partial = tmp_path / "checkpoint-6"
     partial.mkdir()  # incomplete: ignored
     (tmp_path / ".checkpoint-6.tmp-12345").mkdir()  # a crash mid-save: removed
-    start = plan_start(config(tmp_path, "trainer.resume_from=auto"))
+    start = decide_start(config(tmp_path, "trainer.resume_from=auto"))
     assert start.checkpoint == tmp_path / "checkpoint-4" and start.checkpoint_step == 4
     assert start.remove == [tmp_path / ".checkpoint-6.tmp-12345", tmp_path / "eval_epoch_5"]
     start.apply()
@@ -85,11 +85,11 @@ def test_auto_takes_the_newest_complete_checkpoint(tmp_path):
 
 
 def test_auto_without_checkpoint_starts_fresh_and_replaces_the_partial_run(tmp_path, caplog):
-    assert plan_start(config(tmp_path / "new", "trainer.resume_from=auto")).checkpoint is None
+    assert decide_start(config(tmp_path / "new", "trainer.resume_from=auto")).checkpoint is None
     old_run(tmp_path, steps=())
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config(tmp_path))))  # ours
     caplog.set_level("INFO")
-    start = plan_start(config(tmp_path, "trainer.resume_from=auto"))
+    start = decide_start(config(tmp_path, "trainer.resume_from=auto"))
     assert start.checkpoint is None and "no complete checkpoint" in caplog.text
     assert set(start.remove) == {tmp_path / "metrics.csv", tmp_path / "eval_epoch_0", tmp_path / "config.yaml"}
 
@@ -111,7 +111,7 @@ def plant_foreign_files(directory: Path) -> dict[str, bytes]:
 def test_a_directory_that_is_not_a_genalign_run_loses_nothing(tmp_path, overrides):
     files = plant_foreign_files(tmp_path)
     with pytest.raises(RunDirError, match="is not a genalign run .*trainer.overwrite=true"):
-        plan_start(config(tmp_path, *overrides))
+        decide_start(config(tmp_path, *overrides))
     assert {name: (tmp_path / name).read_bytes() for name in files} == files
     # without the run-named files, only the tool's logs, tracker folders and dotfiles are left:
     # a fresh start that removes none of them
@@ -119,7 +119,7 @@ def test_a_directory_that_is_not_a_genalign_run_loses_nothing(tmp_path, override
         (tmp_path / name).unlink()
         del files[name]
     (tmp_path / "eval_epoch_3").rmdir()
-    start = plan_start(config(tmp_path, *overrides))
+    start = decide_start(config(tmp_path, *overrides))
     assert start.remove == []
     start.apply()
     assert {name: (tmp_path / name).read_bytes() for name in files} == files
@@ -127,7 +127,7 @@ def test_a_directory_that_is_not_a_genalign_run_loses_nothing(tmp_path, override
 
 def test_overwrite_does_remove_run_named_files_of_another_tool(tmp_path):
     plant_foreign_files(tmp_path)
-    start = plan_start(config(tmp_path, "trainer.overwrite=true"))
+    start = decide_start(config(tmp_path, "trainer.overwrite=true"))
     assert {p.name for p in start.remove} == {"metrics.csv", "report.html", "eval_metrics.csv", "eval_epoch_3",
                                               "config.yaml", "train.log", "wandb", "tensorboard"}
 
@@ -136,7 +136,7 @@ def test_stale_temporaries_are_removed_in_a_genalign_run_only(tmp_path):
     old_run(tmp_path, steps=(2,))
     for name in (".checkpoint-3.tmp-11", ".report.html.tmp-12", ".notes.txt.tmp-13"):
         (tmp_path / name).mkdir()
-    start = plan_start(config(tmp_path, "trainer.resume_from=auto"))
+    start = decide_start(config(tmp_path, "trainer.resume_from=auto"))
     assert {p.name for p in start.remove} == {".checkpoint-3.tmp-11", ".report.html.tmp-12"}
 
 
@@ -146,7 +146,7 @@ def test_a_run_name_that_is_a_symlink_is_refused(tmp_path):
     elsewhere.write_text("precious\n")
     (tmp_path / "train.log").symlink_to(elsewhere)
     with pytest.raises(RunDirError, match="train.log is a symbolic link"):
-        plan_start(config(tmp_path, "trainer.resume_from=auto"))
+        decide_start(config(tmp_path, "trainer.resume_from=auto"))
     assert elsewhere.read_text() == "precious\n"
 
 
@@ -156,7 +156,7 @@ def test_auto_names_the_checkpoints_it_skips_and_why(tmp_path, caplog):
     optimizer = tmp_path / "checkpoint-6" / "optimizer.safetensors"
     optimizer.write_bytes(optimizer.read_bytes()[:-1])
     caplog.set_level("INFO")
-    start = plan_start(config(tmp_path, "trainer.resume_from=auto"))
+    start = decide_start(config(tmp_path, "trainer.resume_from=auto"))
     assert start.checkpoint == tmp_path / "checkpoint-2"
     skipped = sorted(r.getMessage() for r in caplog.records if "skipping" in r.getMessage())
     assert len(skipped) == 2, skipped
@@ -169,14 +169,14 @@ def test_auto_without_checkpoint_refuses_a_different_runs_files(tmp_path):
     saved = config_to_dict(config(tmp_path, "actor.lr=0.5"))
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
     with pytest.raises(RunDirError, match="different config .*actor.lr"):
-        plan_start(config(tmp_path, "trainer.resume_from=auto"))
+        decide_start(config(tmp_path, "trainer.resume_from=auto"))
 
 
 def test_resume_never_moves_backwards(tmp_path):
     fake_checkpoint(tmp_path / "checkpoint-7", 7)
     with pytest.raises(RunDirError, match=r"step 7, past trainer.num_steps=4; .*set trainer.num_steps above 7"):
-        plan_start(config(tmp_path, f"trainer.resume_from={tmp_path / 'checkpoint-7'}", "trainer.num_steps=4"))
-    start = plan_start(config(tmp_path, f"trainer.resume_from={tmp_path / 'checkpoint-7'}", "trainer.num_steps=7"))
+        decide_start(config(tmp_path, f"trainer.resume_from={tmp_path / 'checkpoint-7'}", "trainer.num_steps=4"))
+    start = decide_start(config(tmp_path, f"trainer.resume_from={tmp_path / 'checkpoint-7'}", "trainer.num_steps=7"))
     assert start.finished
 
 
@@ -185,13 +185,13 @@ def test_resume_that_would_overwrite_newer_checkpoints_is_refused_unless_overwri
     (tmp_path / "eval_epoch_5").mkdir()
     older = f"trainer.resume_from={tmp_path / 'checkpoint-2'}"
     with pytest.raises(RunDirError, match=r"would overwrite newer checkpoints .*checkpoint-4, checkpoint-final\)"):
-        plan_start(config(tmp_path, older))
-    start = plan_start(config(tmp_path, older, "trainer.overwrite=true"))
+        decide_start(config(tmp_path, older))
+    start = decide_start(config(tmp_path, older, "trainer.overwrite=true"))
     assert set(start.remove) == {tmp_path / n for n in ("checkpoint-4", "checkpoint-final", "eval_epoch_5")}
     # resuming from another directory's checkpoint into this one is judged the same way
     other = fake_checkpoint(tmp_path / "elsewhere" / "checkpoint-3", 3)
     with pytest.raises(RunDirError, match="would overwrite newer checkpoints"):
-        plan_start(config(tmp_path, f"trainer.resume_from={other}"))
+        decide_start(config(tmp_path, f"trainer.resume_from={other}"))
 
 
 def test_keep_last_keeps_the_newest_numbered_checkpoints_and_never_final(tmp_path):
@@ -232,12 +232,12 @@ def test_save_refuses_to_replace_a_later_step(tmp_path):
 
 def test_logs_and_tracker_dirs_go_with_their_run_but_alone_are_not_a_run(tmp_path):
     (tmp_path / "train.log").write_text("a start that failed while loading the model\n")
-    assert plan_start(config(tmp_path)).remove == []  # not a run: the next start appends to the log
+    assert decide_start(config(tmp_path)).remove == []  # not a run: the next start appends to the log
     old_run(tmp_path)
     (tmp_path / "tensorboard").mkdir()
     (tmp_path / "wandb").mkdir()
     (tmp_path / "notes.txt").write_text("mine")
-    start = plan_start(config(tmp_path, "trainer.overwrite=true"))
+    start = decide_start(config(tmp_path, "trainer.overwrite=true"))
     assert {"train.log", "tensorboard", "wandb"} <= {p.name for p in start.remove}
     start.apply()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import socket
+from functools import partial
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
 from genalign.runs.stopping import RunInterrupted, SignalWatch, StopCheck, agree, every_rank, trained_nothing
+from genalign.training.distributed import RankInfo, max_over_ranks
 
 TRAINED = {"loss": 0.1, "trained_fraction": 0.5, "optimizer_steps": 2.0}
 
@@ -23,7 +25,7 @@ def test_trained_nothing_names_why():
 
 
 def test_idle_steps_in_a_row_stop_the_run_and_a_trained_step_resets_the_count():
-    check = StopCheck(SignalWatch(), max_idle_steps=3, world_size=1)
+    check = StopCheck(SignalWatch(), max_idle_steps=3)
     idle = {**TRAINED, "trained_fraction": 0.0}
     assert check.after_step(1, idle).stalled is None
     assert check.after_step(2, idle).stalled is None
@@ -32,7 +34,7 @@ def test_idle_steps_in_a_row_stop_the_run_and_a_trained_step_resets_the_count():
     stalled = check.after_step(6, idle).stalled
     assert stalled.startswith("steps 4-6 trained nothing (every sample's advantage was zero")
     assert "trainer.max_idle_steps=3" in stalled
-    never = StopCheck(SignalWatch(), max_idle_steps=None, world_size=1)
+    never = StopCheck(SignalWatch(), max_idle_steps=None)
     assert all(never.after_step(step, idle).stalled is None for step in range(1, 50))
 
 
@@ -41,7 +43,7 @@ def test_the_first_signal_is_recorded_the_second_interrupts_and_handlers_are_res
     with SignalWatch() as watch:
         os.kill(os.getpid(), signal.SIGTERM)
         assert watch.received == signal.SIGTERM and watch.seconds_since_signal() >= 0
-        assert StopCheck(watch, None, 1).after_step(1, TRAINED).signum == signal.SIGTERM
+        assert StopCheck(watch, None).after_step(1, TRAINED).signum == signal.SIGTERM
         with pytest.raises(RunInterrupted) as info:
             os.kill(os.getpid(), signal.SIGINT)
         assert info.value.exit_code == 130 and "abandoned" in str(info.value)
@@ -56,8 +58,9 @@ def _rank(rank: int, port: int, results) -> None:
     torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
     try:
         # only rank 1 received SIGTERM; only rank 0 trained nothing; both may save only if both can
-        results[rank] = (agree(signal.SIGTERM if rank == 1 else 0, rank == 0, 2), agree(0, True, 2),
-                         every_rank(rank == 0, 2), every_rank(True, 2))
+        ranks = partial(max_over_ranks, info=RankInfo(rank, 2, rank))
+        results[rank] = (agree(signal.SIGTERM if rank == 1 else 0, rank == 0, ranks), agree(0, True, ranks),
+                         every_rank(rank == 0, ranks), every_rank(True, ranks))
     finally:
         torch.distributed.destroy_process_group()
 

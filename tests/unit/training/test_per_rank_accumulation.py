@@ -4,18 +4,18 @@ does not split evenly among them is a one-line config error (raised before any m
 import pytest
 
 from genalign.config.errors import ConfigError
-from genalign.training.distributed import RankInfo, per_rank_accumulation
+from genalign.preflight.step_sizes import per_rank_accumulation
 
 
 def test_each_rank_takes_its_share():
-    assert per_rank_accumulation(4, RankInfo(0, 2, 0)) == 2
-    assert per_rank_accumulation(3, RankInfo()) == 3
+    assert per_rank_accumulation(4, 2) == 2
+    assert per_rank_accumulation(3, 1) == 3
 
 
 @pytest.mark.parametrize("steps, world, fit", [(1, 2, 2), (3, 2, 4), (4, 3, 6)])
 def test_an_uneven_share_is_a_one_line_config_error(steps, world, fit):
     with pytest.raises(ConfigError) as excinfo:
-        per_rank_accumulation(steps, RankInfo(1, world, 1))
+        per_rank_accumulation(steps, world)
     message = str(excinfo.value)
     assert "\\n" not in message and f"actor.gradient_accumulation_steps={steps}" in message
     assert f"multiple of the {world} ranks" in message and f"set it to {fit}" in message

@@ -9,8 +9,8 @@ import torch
 from genalign.algorithms.advantages import trained_sample_indices
 from genalign.algorithms.base import AlgorithmBase
 from genalign.training.config import ActorConfig
-from genalign.training.update import (UpdateContext, micro_batch_indices, micro_batch_sizes, round_plan, run_update,
-                                      unit_weight)
+from genalign.training.update import (UpdateContext, micro_batch_indices, micro_batch_schedule, micro_batch_sizes,
+                                      run_update, unit_weight)
 from support import assert_close_reordered, make_batch
 
 CPU_POLICY = SimpleNamespace(device=torch.device("cpu"))
@@ -153,20 +153,20 @@ def test_fp16_loss_scaling_skips_an_overflowing_step_and_lowers_the_scale():
     assert result.skipped_steps == 0 and weight.item() != 1.0
 
 
-def test_round_plan_fills_short_ranks_and_counts_each_steps_units_over_ranks():
+def test_micro_batch_schedule_fills_short_ranks_and_counts_each_steps_units_over_ranks():
     """Rank 0 has micro-batches (2, 2, 1), rank 1 one of 2, rank 2 none: every rank runs 3
     slots per epoch, holding 4, 2 and 1 units over all ranks. With 2 epochs and accumulation
     2 (counted across epochs) the steps are slot pairs, normalised by the units all ranks
     train in them; with 1 epoch the odd last slot is a step of its own, not dropped gradients."""
     sizes = [micro_batch_sizes(5, 2), micro_batch_sizes(2, 2), micro_batch_sizes(0, 2)]
-    plan = round_plan(sizes, epochs=2, accumulation=2)
-    assert plan.slots == 3 and plan.step_units == (4 + 2, 1 + 4, 2 + 1)
-    assert [plan.closes_step(s) for s in range(6)] == [False, True, False, True, False, True]
-    assert plan.total_units == 14
-    plan = round_plan(sizes, epochs=1, accumulation=2)
-    assert plan.step_units == (6, 1) and [plan.closes_step(s) for s in range(3)] == [False, True, True]
+    schedule = micro_batch_schedule(sizes, epochs=2, accumulation=2)
+    assert schedule.slots == 3 and schedule.step_units == (4 + 2, 1 + 4, 2 + 1)
+    assert [schedule.closes_step(s) for s in range(6)] == [False, True, False, True, False, True]
+    assert schedule.total_units == 14
+    schedule = micro_batch_schedule(sizes, epochs=1, accumulation=2)
+    assert schedule.step_units == (6, 1) and [schedule.closes_step(s) for s in range(3)] == [False, True, True]
     assert micro_batch_sizes(0, 4) == [] and micro_batch_indices(0, 4, True, torch.Generator()) == []
-    assert plan.rank_step_units == ((4, 1), (2, 0), (0, 0))  # each rank's own units per step
+    assert schedule.rank_step_units == ((4, 1), (2, 0), (0, 0))  # each rank's own units per step
 
 
 def test_unit_weight_rank_mean_and_global_unit_mean():
@@ -176,18 +176,18 @@ def test_unit_weight_rank_mean_and_global_unit_mean():
     rank r its share n_r·W/N. Equal counts: both are 1/(K·accumulation) exactly."""
     from genalign.training.distributed import RankInfo
 
-    plan = round_plan([micro_batch_sizes(5, 2), micro_batch_sizes(2, 2)], epochs=1, accumulation=3)
+    schedule = micro_batch_schedule([micro_batch_sizes(5, 2), micro_batch_sizes(2, 2)], epochs=1, accumulation=3)
     zero, one = RankInfo(rank=0, world_size=2), RankInfo(rank=1, world_size=2)
-    assert unit_weight(2, 2, plan, 0, zero, "global_unit_mean") == 2 * 2 / (2 * 7)
-    assert unit_weight(1, 2, plan, 2, zero, "global_unit_mean") == 1 * 2 / (2 * 7)
-    assert unit_weight(2, 2, plan, 0, one, "global_unit_mean") == 2 * 2 / (2 * 7)
-    assert unit_weight(2, 2, plan, 0, zero, "rank_mean") == 2 / (2 * 5)
-    assert unit_weight(2, 2, plan, 0, one, "rank_mean") == 2 / (2 * 2)
-    equal = round_plan([micro_batch_sizes(4, 2)] * 2, epochs=1, accumulation=2)
+    assert unit_weight(2, 2, schedule, 0, zero, "global_unit_mean") == 2 * 2 / (2 * 7)
+    assert unit_weight(1, 2, schedule, 2, zero, "global_unit_mean") == 1 * 2 / (2 * 7)
+    assert unit_weight(2, 2, schedule, 0, one, "global_unit_mean") == 2 * 2 / (2 * 7)
+    assert unit_weight(2, 2, schedule, 0, zero, "rank_mean") == 2 / (2 * 5)
+    assert unit_weight(2, 2, schedule, 0, one, "rank_mean") == 2 / (2 * 2)
+    equal = micro_batch_schedule([micro_batch_sizes(4, 2)] * 2, epochs=1, accumulation=2)
     for mode in ("rank_mean", "global_unit_mean"):
         assert unit_weight(2, 3, equal, 1, one, mode) == 1 / (3 * 2)
     with pytest.raises(ValueError, match="actor.loss_normalisation='per_token'"):
-        unit_weight(2, 2, plan, 0, zero, "per_token")
+        unit_weight(2, 2, schedule, 0, zero, "per_token")
 
 
 def test_an_optimizer_step_is_the_mean_over_its_units_when_micro_batches_differ():

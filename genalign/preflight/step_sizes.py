@@ -1,4 +1,6 @@
-"""`RunPlan`: quantities derived from the config, computed once, logged, never written back.
+"""`StepSizes`: the sizes of one training step derived from the config (prompts, samples,
+micro-batches, optimizer steps, trained positions; whether CFG and a reference forward run),
+computed once, logged, never written back.
 
 Where it fits: the trainer builds it right after `load_config` and logs `describe()`; the
 collector, update round and reference pass read their sizes from it instead of re-deriving
@@ -15,7 +17,7 @@ from genalign.config.schema import ExperimentConfig
 
 
 @dataclass(frozen=True)
-class RunPlan:
+class StepSizes:
     prompts_per_step: int
     """Prompt groups per training step (rollout.rollout_batch_size)."""
     samples_per_prompt: int
@@ -43,10 +45,10 @@ class RunPlan:
     at algorithm.kl_beta > 0, or DPO's own reference)."""
 
     @classmethod
-    def from_config(cls, cfg: ExperimentConfig) -> "RunPlan":
-        """Derive the plan of a validated config.
+    def from_config(cls, cfg: ExperimentConfig) -> "StepSizes":
+        """The sizes of a validated config.
 
-        Raises `ConfigError` when a number the plan divides by is not positive or when no
+        Raises `ConfigError` when a number the sizes divide by is not positive or when no
         denoising step would be trained; `validate()` reports those (and the divisibility
         problems this floor-divides past) with the fix, so `load_config` never gets here with them.
         """
@@ -92,6 +94,18 @@ class RunPlan:
                 f"{self.optimizer_steps_per_step} optimizer step(s)/step; {self.num_train_timesteps} trained "
                 f"position(s) per trajectory; CFG {'on' if self.uses_cfg else 'off'}; reference "
                 f"{'on' if self.needs_reference else 'off'}")
+
+
+def per_rank_accumulation(gradient_accumulation_steps: int, world_size: int) -> int:
+    """Micro-batches per optimizer step on each of `world_size` ranks: together the ranks
+    cover the 1-process run's `gradient_accumulation_steps` micro-batches."""
+    if gradient_accumulation_steps % world_size:
+        fit = -(-gradient_accumulation_steps // world_size) * world_size
+        raise ConfigError([f"actor.gradient_accumulation_steps={gradient_accumulation_steps} must be a multiple of "
+                           f"the {world_size} ranks (WORLD_SIZE, --nproc-per-node): the ranks share each "
+                           f"optimizer step's micro-batches, so it sees the 1-process global batch; set it to {fit} "
+                           "(or another multiple)"])
+    return gradient_accumulation_steps // world_size
 
 
 def _trainable_steps(cfg: ExperimentConfig) -> int:

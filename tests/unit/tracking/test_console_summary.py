@@ -1,6 +1,6 @@
 """The per-step console line prints only what the step's algorithm produced."""
 
-from genalign.training.trainer import console_summary
+from genalign.tracking.logs import console_summary
 
 
 def test_grpo_step_prints_reward_loss_clip_and_kl():

@@ -1,4 +1,4 @@
-"""RunPlan numbers, worked out by hand from the recipe values."""
+"""StepSizes numbers, worked out by hand from the recipe values."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import pytest
 from genalign.config.errors import ConfigError
 from genalign.config.loader import config_to_dict
 from genalign.preflight.load import load_config
-from genalign.preflight.plan import RunPlan
+from genalign.preflight.step_sizes import StepSizes
 
 OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
 
 
-def test_ocr_recipe_plan():
-    plan = RunPlan.from_config(load_config(OCR))
-    assert plan == RunPlan(
+def test_ocr_recipe_sizes():
+    plan = StepSizes.from_config(load_config(OCR))
+    assert plan == StepSizes(
         prompts_per_step=8, samples_per_prompt=8,
         samples_per_step=64,  # 8 groups x G=8
         rollout_micro_batch=8, train_micro_batch=8,  # micro_batch_size null -> the rollout's
@@ -35,25 +35,25 @@ def test_ocr_recipe_plan():
 def test_explicit_train_micro_batch_and_inner_epochs():
     cfg = load_config(OCR, ["actor.micro_batch_size=4", "actor.num_inner_epochs=2", "rollout.guidance_scale=1.0",
                             "algorithm.kl_beta=0.0"])
-    plan = RunPlan.from_config(cfg)
+    plan = StepSizes.from_config(cfg)
     assert (plan.rollout_micro_batch, plan.train_micro_batch, plan.micro_batches_per_step) == (8, 4, 16)
     assert plan.optimizer_steps_per_step == 8  # 16 x 2 / 4
     assert (plan.uses_cfg, plan.needs_reference) == (False, False)
 
 
-def test_plan_is_derived_never_written_back():
+def test_sizes_are_derived_never_written_back():
     cfg = load_config(OCR)
     before = config_to_dict(cfg)
-    plan = RunPlan.from_config(cfg)
+    plan = StepSizes.from_config(cfg)
     assert config_to_dict(cfg) == before
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.samples_per_step = 1
 
 
-def test_from_config_refuses_a_plan_that_trains_nothing():
+def test_from_config_refuses_sizes_that_train_nothing():
     cfg = load_config(OCR)
     cfg.algorithm.timestep_fraction = 0.05
     cfg.actor.gradient_accumulation_steps = 0
     with pytest.raises(ConfigError) as info:
-        RunPlan.from_config(cfg)
+        StepSizes.from_config(cfg)
     assert len(info.value.problems) == 2
