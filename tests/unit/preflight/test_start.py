@@ -27,6 +27,9 @@ def test_a_fresh_start_passes_and_has_no_checkpoint(tmp_path):
     cfg = config(tmp_path)
     reported = []
     assert check_start(cfg, decide_start(cfg), 1, reported.append) is None
+    assert reported == []  # a CPU run: the memory plan is neither shown nor refused
+    cfg = config(tmp_path, "distributed.resources.gpu_memory_gib=80")  # a GPU to plan against
+    assert check_start(cfg, decide_start(cfg), 1, reported.append) is None
     assert reported and reported[0].startswith("memory plan")  # rank 0 logs the plan
 
 
