@@ -523,14 +523,12 @@ def test_the_users_own_allow_list_is_honoured(tmp_path, workdir, tripwire, monke
     """The guard is an allow-list, not a ban: with the import listed on the user's command line
     the same checkpoint passes validation and reaches model loading (the tripwire)."""
     monkeypatch.chdir(workdir)
+    scorer = "genalign.rewards.random_reward:RandomReward"  # any importable class with a score method
     checkpoint = make_checkpoint(tmp_path / "checkpoint-1",
-                                 lambda c: c["reward"].update(components={"collections:OrderedDict": 1.0},
-                                                              allow_import=[]))
-    code, stderr, _ = run_in_process(["eval", "--checkpoint", str(checkpoint),
-                                      "reward.allow_import=[collections:OrderedDict]"])
+                                 lambda c: c["reward"].update(components={scorer: 1.0}, allow_import=[]))
+    code, stderr, _ = run_in_process(["eval", "--checkpoint", str(checkpoint), f"reward.allow_import=[{scorer}]"])
     assert code == 1 and "ReachedModelLoading" in stderr, stderr
-    code, stderr, _ = run_in_process([*TOY, "reward.components={collections:OrderedDict: 1.0}",
-                                      "reward.allow_import=[collections:OrderedDict]"])
+    code, stderr, _ = run_in_process([*TOY, f"reward.components={{{scorer}: 1.0}}", f"reward.allow_import=[{scorer}]"])
     assert code == 1 and "ReachedModelLoading" in stderr, stderr
 
 
