@@ -1,15 +1,17 @@
 """Rows of the rollout sample table: which samples of a step, as images with their rewards.
 
 Where it fits: every `trainer.sample_table.every` steps the trainer hands the step's decoded
-images, prompts and reward scores to `rollout_samples` and logs the result through its sinks
-(`log_samples`: a `wandb.Table`, TensorBoard images plus a text table). Pure: no tracker here.
+images, prompts and reward scores to `log_rollout_samples`, which picks them (`rollout_samples`)
+and logs them through the run's sink (its `log_samples`: a `wandb.Table`, TensorBoard images
+plus a text table). No tracker is imported here.
 """
 
 from __future__ import annotations
 
 import torch
 
-from genalign.tracking.sinks import Sample
+from genalign.tracking.config import SampleTableConfig
+from genalign.tracking.sinks import MetricsSink, Sample
 
 
 def spread_over_groups(group_ids: list[int], count: int) -> list[int]:
@@ -38,3 +40,14 @@ def rollout_samples(images: torch.Tensor, prompts: list[str], group_ids: list[in
         rewards["total"] = float(total[index])
         rows.append(Sample(Image.fromarray(pixels), prompts[index], rewards))
     return rows
+
+
+def log_rollout_samples(sink: MetricsSink, step: int, table: SampleTableConfig, has_trackers: bool, batch,
+                        scores) -> None:
+    """At step 1 and every `table.every` steps, when a tracker can show them: a few of the
+    step's rollout samples (`batch`: its images, prompts, group ids) with their rewards
+    (`scores`: components and total; None for offline pairs, which have none)."""
+    if has_trackers and table.every > 0 and (step == 1 or step % table.every == 0) and scores is not None:
+        sink.log_samples(step, "rollout_samples", rollout_samples(
+            batch.images, list(batch.prompts), [int(g) for g in batch.group_ids], scores.components, scores.total,
+            table.count))

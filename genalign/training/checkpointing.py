@@ -14,7 +14,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -50,6 +50,8 @@ class Checkpointer:
     evaluator: Evaluator
     tracker_run_id: str
     """One tracker run across resumes: the id travels in the checkpoint's trainer_state."""
+    on_save: Callable[[int, Path], None] = lambda step, path: None
+    """Called after every save with (step, path): the run's callbacks (rank 0's; the others have none)."""
     last_save_s: float | None = None
     """Seconds the last save took on rank 0 in this launch (the estimate for a save on a signal)."""
 
@@ -78,6 +80,7 @@ class Checkpointer:
             if name != "checkpoint-final":
                 run_dir.prune_checkpoints(output_dir, self.cfg.trainer.keep_last)
         distributed.barrier(self.ranks)
+        self.on_save(step, path)
         return path
 
     def restore(self, checkpoint: CheckpointState) -> None:

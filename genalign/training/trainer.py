@@ -38,7 +38,7 @@ from genalign.rewards.composite import build_reward_runtime
 from genalign.runs import run_dir, stopping
 from genalign.runs.checkpoint import CheckpointState
 from genalign.tracking.logs import RunLog, StepClock, console_summary, timed_phase
-from genalign.tracking.samples import rollout_samples
+from genalign.tracking.samples import log_rollout_samples
 from genalign.tracking.trackers import new_run_id
 from genalign.training import distributed, setup
 from genalign.training.callbacks import run_callbacks
@@ -91,8 +91,8 @@ class Trainer:
             self.start.apply()  # stale temp dirs; the old run's files when overwriting
             self.run_log = RunLog(self.output_dir)  # after apply: an overwritten run's train.log is gone
         try:
-            self._build(cfg, checkpoint)
             self.callbacks = run_callbacks(cfg, callbacks, self.ranks.is_main)
+            self._build(cfg, checkpoint)
         except BaseException:
             self.close_run_log()
             raise
@@ -126,9 +126,10 @@ class Trainer:
         run_id = resumed_run_id(checkpoint) or new_run_id()  # one tracker run across resumes
         # rank 0 alone writes metrics, evaluation artefacts and checkpoints
         self.trackers, self.metrics, self.evaluator = setup.build_sinks(
-            cfg, self.rewards, self.policy.device, self.start.checkpoint_step + 1 if checkpoint else None, run_id, self.ranks)
+            cfg, self.rewards, self.policy.device, self.start.checkpoint_step + 1 if checkpoint else None, run_id,
+            self.ranks)
         self.checkpointer = Checkpointer(cfg, self.ranks, self.policy, self.parameters, self.optimizer, scaler,
-                                         self.ema, self.algorithm, self.evaluator, run_id)
+                                         self.ema, self.algorithm, self.evaluator, run_id, self.callbacks.on_save)
         self.start_step = self.current_step = 1
         if checkpoint is not None:
             self.checkpointer.restore(checkpoint)
@@ -151,7 +152,8 @@ class Trainer:
                     self.run_steps()
                 except stopping.RunInterrupted as interrupted:  # a second signal: the step was abandoned
                     if not interrupted.logged and self.ranks.is_main:  # one line per job, not one per rank
-                        log.warning("%s during step %d; %s", interrupted, self.current_step, self.resume_hint())
+                        log.warning("%s during step %d; %s", interrupted, self.current_step,
+                                    run_dir.resume_hint(self.output_dir, self.ranks.world_size, sys.argv))
                     interrupted.logged = True
                     raise
         finally:  # a failed run too releases the Ray actors, reward threads, process group and log file
@@ -183,13 +185,13 @@ class Trainer:
                     self.report()
                 saved = bool(self.cfg.trainer.save_every and step % self.cfg.trainer.save_every == 0 and step != last)
                 if saved:
-                    self.save(f"checkpoint-{step}", step)
+                    self.checkpointer.save(f"checkpoint-{step}", step)
                 verdict = self.stop_check.after_step(step, row)  # every rank, every step (one all-reduce)
                 if verdict.stalled:
                     raise stopping.TrainingStalled(verdict.stalled)
                 if verdict.signum and step != last:  # on the last step the run simply finishes
                     self.stop_on_signal(step, verdict.signum, saved)
-            self.save("checkpoint-final", last)
+            self.checkpointer.save("checkpoint-final", last)
         self.report()
 
     def train_step(self, step: int, clock: StepClock | None = None) -> dict[str, float]:
@@ -211,7 +213,8 @@ class Trainer:
         times["time_train_s"] = time.perf_counter() - start
         synced = self.sync(step)
         times["time_cpu_s"] = time.process_time() - cpu_start
-        self.log_samples(step, data)
+        log_rollout_samples(self.metrics, step, self.cfg.trainer.sample_table, bool(self.trackers), data.trajectories,
+                            data.scores)
         # the job's update and phase columns, not this rank's: one all-gather (training/job_metrics.py)
         job = step_columns(update, {**times, **self.memory.metrics()}, self.ranks)
         row = {**data.row, **job, **algorithm_row, **synced, **parity, "lr": self.optimizer.param_groups[0]["lr"],
@@ -240,16 +243,6 @@ class Trainer:
             state = distributed.full_state(self.parameters)  # whole tensors: every rank gathers its shards
         return self.engine.sync(state, version=step)
 
-    def log_samples(self, step: int, data: StepData) -> None:
-        """At step 1 and every trainer.sample_table.every steps, when a tracker can show them: a
-        few of the step's rollout samples with their prompts and rewards."""
-        every = self.cfg.trainer.sample_table.every
-        if self.trackers and every > 0 and (step == 1 or step % every == 0) and data.scores is not None:
-            batch, scores = data.trajectories, data.scores
-            self.metrics.log_samples(step, "rollout_samples", rollout_samples(
-                batch.images, list(batch.prompts), [int(g) for g in batch.group_ids], scores.components, scores.total,
-                self.cfg.trainer.sample_table.count))
-
     def evaluate(self, step: int) -> float:
         start = time.perf_counter()
         weights = self.ema.applied() if self.ema is not None and self.cfg.eval.use_ema else nullcontext()
@@ -259,12 +252,6 @@ class Trainer:
         self.callbacks.on_eval(step, metrics)
         log.info("%s", eval_line(step, metrics))  # the headline figures; eval_metrics.csv has them all
         return time.perf_counter() - start
-
-    def save(self, name: str, step: int) -> Path:
-        """A checkpoint (collective: every rank gathers, rank 0 writes), then the callbacks."""
-        path = self.checkpointer.save(name, step)
-        self.callbacks.on_save(step, path)  # rank 0's list; the other ranks have none
-        return path
 
     def report(self) -> None:
         """Rewrite report.html from the run directory (rank 0). A failure is a logged
@@ -283,19 +270,16 @@ class Trainer:
         if saved:
             what = f"checkpoint-{step} is written"
         elif fits:
-            self.save(f"checkpoint-{step}", step)
+            self.checkpointer.save(f"checkpoint-{step}", step)
             what = f"checkpoint-{step} written"
         else:
             what = (f"no checkpoint of it (an estimated {estimate:.0f} s save does not fit in the {max(left, 0):.0f} s "
                     f"left of trainer.signal_grace_s={grace:g})")
         message = (f"stopped by {signal.Signals(signum).name} after step {step} of {self.cfg.trainer.num_steps}: "
-                   f"{what}; {self.resume_hint()}")
+                   f"{what}; {run_dir.resume_hint(self.output_dir, self.ranks.world_size, sys.argv)}")
         if self.ranks.is_main:  # every rank stops after this step; one line per job says so
             log.warning("%s", message)
         raise stopping.RunInterrupted(signum, message, logged=True)
-
-    def resume_hint(self) -> str:
-        return run_dir.resume_hint(self.output_dir, self.ranks.world_size, sys.argv)
 
     def close(self) -> None:
         self.engine.close()
