@@ -137,8 +137,8 @@ def with_demo_table(text: str, evals: list[dict[str, str]], threads: int) -> str
     where = (f"{MEASURED} (the command above: seed 42, {threads} threads) on an {cpu_name()} CPU, "
              f"{datetime.date.today().isoformat()}. The figures from step 20 on depend on the CPU and the thread "
              "count: float32 sums grouped another way round differently in their last bits, and sixty steps of RL "
-             "carry that into a different run of the same quality (runs recorded in docs/demo.md: 0.750 to 0.794 at "
-             "step 40, 0.847 to 0.872 at step 60). Rerun on one machine, a run is bitwise the same.")
+             "carry that into a different run of the same quality (runs recorded in docs/demo.md: 0.740 to 0.794 at "
+             "step 40, 0.841 to 0.872 at step 60). Rerun on one machine, a run is bitwise the same.")
     after = lines[end:]
     if len(after) > 1 and after[0] == "" and after[1].startswith(MEASURED):  # the previous run's paragraph
         paragraph_end = after.index("", 1) if "" in after[1:] else len(after)
