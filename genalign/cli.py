@@ -159,8 +159,8 @@ def eval_main(argv: list[str] | None = None) -> int:
                                                           "<checkpoint>/eval[/<benchmark>] or outputs/eval/<benchmark>)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. eval.samples_per_prompt=1 "
                                                      "eval.max_prompts=8, reward.kwargs.<name>.<key>=..., and "
-                                                     "reward.allow_import=[...] / model.allow_import=[...] (never "
-                                                     "read from a checkpoint)")
+                                                     "reward.allow_import=[...] / model.allow_import=[...] / "
+                                                     "algorithm.allow_import=[...] (never read from a checkpoint)")
     args = parser.parse_intermixed_args(argv)  # overrides may stand before and after the options
     _configure_logging()
     if args.model is None and args.checkpoint is None:

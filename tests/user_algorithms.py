@@ -1,5 +1,5 @@
 """An algorithm defined outside the package, as a user's own module would: the tests name it
-by its dotted path `user_algorithms:SignGRPO` (listed in reward.allow_import), never register it."""
+by its dotted path `user_algorithms:SignGRPO` (listed in algorithm.allow_import), never register it."""
 
 from __future__ import annotations
 

@@ -36,21 +36,43 @@ Hooks:
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, Self, TypeVar
 
 import torch
 
 from genalign.algorithms.advantages import nonzero_advantage_units
 from genalign.algorithms.replay import replay_log_probs
-from genalign.models.base import FlowPolicy
+from genalign.models.base import FlowPolicy, Policy
 from genalign.rollout.batch import TrajectoryBatch
+from genalign.rollout.token_batch import Trajectories
 
 if TYPE_CHECKING:
     from genalign.algorithms.config import AlgorithmConfig
     from genalign.config.schema import ExperimentConfig
 
+PolicyT = TypeVar("PolicyT", bound=Policy, contravariant=True)
+"""The policy an algorithm trains: `FlowPolicy` for the flow algorithms, `TokenPolicy` for
+AR-GRPO; generic code (the update loop, the parity preflight) holds `Algorithm[Policy]`-like
+pairs of a policy and the algorithm that trains it."""
 
-class Algorithm(Protocol):
+
+class TrainingUnits(Protocol):
+    """What the update loop does with an algorithm's training units (the trajectories
+    themselves, or DPO's preference pairs): count them, select some, move them, read their
+    prompts."""
+
+    prompts: list[str]
+
+    def __len__(self) -> int: ...
+
+    def index(self, idx: torch.Tensor | list[int]) -> Self: ...
+
+    def to(self, device: torch.device | str) -> Self: ...
+
+
+class Algorithm(Protocol[PolicyT]):
+    title: str
+    """The algorithm's name in messages ("GRPO-Guard")."""
     needs_reference: bool
     """True when compute_loss evaluates a reference policy (a KL term, DPO's reference)."""
     policy_kind: str
@@ -62,6 +84,10 @@ class Algorithm(Protocol):
 
     stat_extremes: dict[str, tuple[str, ...]]
     """Statistic name -> the extremes ("min", "max") logged beside its mean as <name>_<extreme>."""
+    trainable_copies: int
+    """Float32 copies of the trained weights the algorithm keeps (the memory plan counts them)."""
+    owned_options: tuple[str, ...]
+    """`AlgorithmConfig` fields only this algorithm reads (refused under another algorithm)."""
 
     @classmethod
     def reference_kind(cls, cfg: AlgorithmConfig) -> str:
@@ -84,8 +110,8 @@ class Algorithm(Protocol):
         """This algorithm's own checks of the whole config (one message per problem)."""
         ...
 
-    def training_batch(self, batch: TrajectoryBatch, advantages: torch.Tensor):
-        """(units, unit advantages [U]) the update trains on; units support len/index/to/prompts."""
+    def training_batch(self, batch: Trajectories, advantages: torch.Tensor) -> tuple[TrainingUnits, torch.Tensor]:
+        """(units, unit advantages [U]) the update trains on."""
         ...
 
     def trained_units(self, advantages: torch.Tensor, micro_batch_size: int,
@@ -94,32 +120,33 @@ class Algorithm(Protocol):
         train them with."""
         ...
 
-    def prepare_update(self, policy: FlowPolicy, batch, step_indices: list[int],
-                       micro_batch_size: int):
+    def prepare_update(self, policy: PolicyT, batch: TrainingUnits, step_indices: list[int],
+                       micro_batch_size: int) -> TrainingUnits:
         """Called once per optimizer round before any update (e.g. to record the current
         policy's log-probs for rollout correction); returns the batch to train on."""
         ...
 
-    def train_step_indices(self, batch) -> list[int]:
+    def train_step_indices(self, batch: TrainingUnits) -> list[int]:
         """Positions of this batch that are trained, in training order."""
         ...
 
-    def replay_log_probs(self, policy, batch, step_indices: list[int], chunk_size: int) -> torch.Tensor:
+    def replay_log_probs(self, policy: PolicyT, batch: Trajectories, step_indices: list[int],
+                         chunk_size: int) -> torch.Tensor:
         """`batch.log_probs` recomputed under `policy` at `step_indices` (no grad, CPU)."""
         ...
 
-    def compute_loss(self, policy: FlowPolicy, batch, advantages: torch.Tensor,
+    def compute_loss(self, policy: PolicyT, batch: TrainingUnits, advantages: torch.Tensor,
                      step_index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Loss (scalar, with grad) of micro-batch `batch` at position `step_index`, and
         detached per-unit statistics ([b] tensors) for logging."""
         ...
 
-    def filler_unit(self, batch: TrajectoryBatch):
+    def filler_unit(self, batch: Trajectories) -> TrainingUnits:
         """One training unit built from the step's trajectories, replayed with weight 0 by a
         rank whose `training_batch` is empty, so that it still enters every collective."""
         ...
 
-    def rollout_weights(self) -> AbstractContextManager:
+    def rollout_weights(self) -> AbstractContextManager[None]:
         """Within the block the trained module holds the weights the rollout samples with."""
         ...
 
@@ -172,7 +199,12 @@ class AlgorithmBase:
                     f"offline reads it (algorithm.name={cfg.algorithm.name!r}); remove it or select offline DPO"]
         return []
 
-    def _take_reference(self, cfg: AlgorithmConfig, reference) -> None:
+    cfg: AlgorithmConfig
+    """Set by each algorithm's constructor."""
+    needs_reference: bool
+    reference: Policy | None
+
+    def _take_reference(self, cfg: AlgorithmConfig, reference: Policy | None) -> None:
         """Keep the frozen reference the trainer built when `reference_kind` asks for one."""
         self.needs_reference = self.reference_kind(cfg) == "frozen"
         if self.needs_reference and reference is None:
@@ -188,21 +220,23 @@ class AlgorithmBase:
             return nonzero_advantage_units(advantages, micro_batch_size, generator)
         return torch.arange(len(advantages)), micro_batch_size
 
-    def prepare_update(self, policy: FlowPolicy, batch, step_indices: list[int], micro_batch_size: int):
+    def prepare_update(self, policy: Policy, batch: TrainingUnits, step_indices: list[int],
+                       micro_batch_size: int) -> TrainingUnits:
         return batch
 
-    def training_batch(self, batch: TrajectoryBatch, advantages: torch.Tensor):
+    def training_batch(self, batch: Trajectories, advantages: torch.Tensor) -> tuple[TrainingUnits, torch.Tensor]:
         return batch, advantages
 
-    def filler_unit(self, batch: TrajectoryBatch):
+    def filler_unit(self, batch: Trajectories) -> TrainingUnits:
         return batch.index(torch.tensor([0]))
 
     def replay_log_probs(self, policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
                          chunk_size: int) -> torch.Tensor:
-        """Stored SDE steps re-scored with the rollout's kernel (`algorithms.replay`)."""
+        """Stored SDE steps re-scored with the rollout's kernel (`algorithms.replay`); a token
+        algorithm overrides it."""
         return replay_log_probs(policy, batch, step_indices, chunk_size)
 
-    def rollout_weights(self) -> AbstractContextManager:
+    def rollout_weights(self) -> AbstractContextManager[None]:
         return nullcontext()
 
     def after_update(self, optimizer_steps: int) -> dict[str, float]:
@@ -227,6 +261,7 @@ class ClippedRatioBase(AlgorithmBase):
     """True when the loss reads the rollout kernel means (`TrajectoryBatch.means`: GRPO-Guard)."""
     stat_extremes = {"ratio": ("min", "max"), "log_prob_drift": ("max",)}
 
-    def __init__(self, cfg, reference=None, parameters: dict[str, torch.nn.Parameter] | None = None):
+    def __init__(self, cfg: AlgorithmConfig, reference: Policy | None = None,
+                 parameters: dict[str, torch.nn.Parameter] | None = None):
         self.cfg = cfg
         self._take_reference(cfg, reference)

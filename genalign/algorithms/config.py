@@ -155,9 +155,14 @@ class AlgorithmConfig:
     the same surrogate; needs a Gaussian kernel), "nft" (DiffusionNFT, forward process, any
     sampler), "dpo" (Flow-DPO on preference pairs, online or offline) or "ar_grpo" (the GRPO
     clipped surrogate per image token, for token-autoregressive families: Janus-Pro), or your own
-    algorithm class as "package.module:Class" when listed in reward.allow_import. What a run
+    algorithm class as "package.module:Class" when listed in algorithm.allow_import. What a run
     builds for it (a reference, the rollout or a preference dataset) is the class's declaration
     (`algorithms/base.py`)."""
+    allow_import: list[str] = field(default_factory=list)
+    """Dotted algorithm.name paths ("package.module:Class", your own algorithm) allowed to be
+    imported: importing a module runs its code, so only a list on your own command line or
+    recipe counts (a checkpoint's stored list is ignored), as with reward.allow_import and
+    model.allow_import."""
     clip_range: float = 1e-4
     """PPO clip range epsilon of the ratio (Flow-GRPO: 1e-4)."""
     adv_clip_max: float = 5.0

@@ -1,9 +1,10 @@
 """Algorithms by `algorithm.name`: a registered short name, or a dotted "package.module:Class"
-of your own listed in reward.allow_import (the same permission a user's reward needs)."""
+of your own listed in algorithm.allow_import (its own permission, as a user's reward has
+reward.allow_import and a user's family model.allow_import)."""
 
 from genalign.config.registry import Registry
 
-ALGORITHMS = Registry("algorithm", "algorithm.name", dotted_key="reward.allow_import")
+ALGORITHMS = Registry("algorithm", "algorithm.name", dotted_key="algorithm.allow_import")
 ALGORITHMS.register("grpo", "genalign.algorithms.grpo:FlowGRPO")
 ALGORITHMS.register("grpo_guard", "genalign.algorithms.grpo:GRPOGuard")
 ALGORITHMS.register("nft", "genalign.algorithms.nft:DiffusionNFT")
@@ -14,7 +15,7 @@ ALGORITHMS.register("ar_grpo", "genalign.algorithms.token_grpo:TokenGRPO")
 def algorithm_class(cfg) -> type:
     """The class `cfg.algorithm.name` selects (an `ExperimentConfig`): its declarations decide
     the reference, the data source and the rollout's records before anything is built."""
-    return ALGORITHMS.resolve(cfg.algorithm.name, cfg.reward.allow_import)
+    return ALGORITHMS.resolve(cfg.algorithm.name, cfg.algorithm.allow_import)
 
 
 def registered_algorithms() -> dict[str, type]:

@@ -16,9 +16,10 @@ Images handed to rewards are `torch.uint8` tensors `[B, 3, H, W]`; video familie
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, NamedTuple, Protocol, get_args, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, Self, get_args, runtime_checkable
 
 import torch
 
@@ -33,6 +34,8 @@ class TensorRecord:
     """Slicing, moving and concatenating a dataclass of [B, ...] tensors (None fields stay None);
     plain tensors, so it moves through Ray unchanged."""
 
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every subclass is a @dataclass (fields() reads it)
+
     def __len__(self) -> int:
         return next(t for t in self._tensors() if t is not None).shape[0]
 
@@ -43,20 +46,20 @@ class TensorRecord:
     def device(self) -> torch.device:
         return next(t for t in self._tensors() if t is not None).device
 
-    def map(self, fn):
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Self:
         """Apply `fn` to every tensor field (slicing, `.to(device)`, `cat` helpers)."""
         return type(self)(**{f.name: (None if getattr(self, f.name) is None else fn(getattr(self, f.name)))
                              for f in fields(self)})
 
-    def index(self, idx):
+    def index(self, idx: torch.Tensor | slice | Sequence[int]) -> Self:
         return self.map(lambda t: t[idx])
 
-    def to(self, device=None, dtype=None):
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Self:
         return self.map(lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else None))
 
     @classmethod
-    def cat(cls, records: list):
-        out = {}
+    def cat(cls, records: Sequence[Self]) -> Self:
+        out: dict[str, torch.Tensor | None] = {}
         for f in fields(records[0]):
             values = [getattr(r, f.name) for r in records]
             out[f.name] = None if values[0] is None else torch.cat(values, dim=0)
@@ -113,8 +116,8 @@ class SharedCondition:
             return cls(distinct, rows, None)
         negatives = [getattr(distinct, name) for name in NEGATIVE_FIELDS]
         if all(t is None or bool((t == t[:1]).all()) for t in negatives):
-            distinct = dataclasses.replace(distinct, **{name: None if t is None else t[:1]
-                                                        for name, t in zip(NEGATIVE_FIELDS, negatives)})
+            first: dict[str, Any] = {name: None if t is None else t[:1] for name, t in zip(NEGATIVE_FIELDS, negatives)}
+            distinct = dataclasses.replace(distinct, **first)
             return cls(distinct, rows, torch.zeros_like(rows))
         return cls(distinct, rows, rows.clone())
 
@@ -125,27 +128,28 @@ class SharedCondition:
     def device(self) -> torch.device:
         return self.table.embeds.device
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> torch.Tensor | None:
         """Condition's fields, gathered per sample (for reading; storage stays shared)."""
         if name in CONDITIONAL_FIELDS + NEGATIVE_FIELDS:
-            return getattr(self.materialize(), name)
+            value: torch.Tensor | None = getattr(self.materialize(), name)
+            return value
         raise AttributeError(name)
 
     def materialize(self) -> Condition:
         """The per-sample `Condition` [B, ...] on the table's device."""
-        out = {}
+        out: dict[str, Any] = {}  # field name -> [B, ...] tensor or None (embeds is never None)
         for names, rows in ((CONDITIONAL_FIELDS, self.rows), (NEGATIVE_FIELDS, self.negative_rows)):
             for name in names:
                 value = getattr(self.table, name)
                 out[name] = None if value is None or rows is None else value[rows]
         return Condition(**out)
 
-    def index(self, idx) -> "SharedCondition":
+    def index(self, idx: torch.Tensor | slice | Sequence[int]) -> "SharedCondition":
         idx = torch.as_tensor(idx, dtype=torch.long, device=self.rows.device)
         return SharedCondition(self.table, self.rows[idx],
                                None if self.negative_rows is None else self.negative_rows[idx])
 
-    def to(self, device=None, dtype=None) -> Condition:
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Condition:
         """The samples' rows on `device` (a plain `Condition`)."""
         return self.materialize().to(device, dtype)
 
@@ -166,8 +170,9 @@ class SharedCondition:
             rows.append(part.rows + entry[1])
             if part.negative_rows is not None:
                 negative_rows.append(part.negative_rows + entry[2])
-        table = Condition(**{name: _cat_field([getattr(t, name) for t, _, _ in tables])
-                             for name in CONDITIONAL_FIELDS + NEGATIVE_FIELDS})
+        joined: dict[str, Any] = {name: _cat_field([getattr(t, name) for t, _, _ in tables])
+                                  for name in CONDITIONAL_FIELDS + NEGATIVE_FIELDS}
+        table = Condition(**joined)
         return cls(table, torch.cat(rows), torch.cat(negative_rows) if negative_rows else None)
 
 
@@ -176,7 +181,11 @@ def _negative_size(table: Condition) -> int:
 
 
 def _cat_field(values: list[torch.Tensor | None]) -> torch.Tensor | None:
-    return None if values[0] is None else torch.cat(values)
+    """The parts of one field joined; a field is None in every part or in none."""
+    present = [value for value in values if value is not None]
+    if len(present) not in (0, len(values)):
+        raise ValueError(f"a Condition field is None in {len(values) - len(present)} of {len(values)} parts")
+    return torch.cat(present) if present else None
 
 
 def _same_table(a: Condition, b: Condition) -> bool:
@@ -311,7 +320,7 @@ class TokenPolicy(Policy, Protocol):
         ...
 
 @contextmanager
-def encoding_prompts(policy):
+def encoding_prompts(policy: Policy) -> Iterator[None]:
     """The block that encodes prompts: a policy whose text encoders wait on the CPU
     (`offloaded_text_encoders`, set by `model.offload_text_encoders`) has them on its device
     for the block, and on the CPU again after it (the cached memory returned)."""
@@ -350,10 +359,12 @@ def rescale_to_norm(guided: torch.Tensor, reference: torch.Tensor, dim: int = -1
     """guided · ‖reference‖ / ‖guided‖ along `dim`: Qwen-Image's norm-preserving CFG, which
     keeps each token's guided velocity at the conditional prediction's length (QwenImagePipeline
     rescales `comb_pred` to `noise_pred`'s norm over the packed channel dim)."""
-    return guided * (torch.norm(reference, dim=dim, keepdim=True) / torch.norm(guided, dim=dim, keepdim=True))
+    # torch.norm is annotated as returning Any; with dim given it returns a tensor
+    scale: torch.Tensor = torch.norm(reference, dim=dim, keepdim=True) / torch.norm(guided, dim=dim, keepdim=True)
+    return guided * scale
 
 
-def compute_precision(device: torch.device, dtype: torch.dtype):
+def compute_precision(device: torch.device, dtype: torch.dtype) -> torch.autocast:
     """The context every denoiser call runs in: autocast to the compute `dtype`.
 
     Trained weights are float32 masters (`training/precision.py`); autocast casts them (and
@@ -366,4 +377,5 @@ def resolve_dtype(name: str) -> torch.dtype:
     """A `model.dtype` choice (`ComputeDtype`) -> the torch dtype of that name."""
     if name not in get_args(ComputeDtype):
         raise ValueError(f"model.dtype={name!r}: choose one of {sorted(get_args(ComputeDtype))}")
-    return getattr(torch, name)
+    dtype: torch.dtype = getattr(torch, name)  # float32 | float16 | bfloat16, checked above
+    return dtype

@@ -2,7 +2,7 @@
 
 Where it fits: `validate` calls `algorithm_problems` beside its other checks. Nothing here
 knows an algorithm by name: the algorithm class `algorithm.name` selects (a registered name,
-or your own "package.module:Class" listed in reward.allow_import) declares what it trains
+or your own "package.module:Class" listed in algorithm.allow_import) declares what it trains
 and which options it owns, and `config_problems` holds its own checks
 (`algorithms/base.py`). What stays here is the generic part:
 * the name resolves (a dotted path imports and is a class);
@@ -86,7 +86,7 @@ def algorithm_problems(cfg: ExperimentConfig) -> list[str]:
 
     problems = family_problems(cfg)
     name = cfg.algorithm.name
-    message = ALGORITHMS.check(name, cfg.reward.allow_import)
+    message = ALGORITHMS.check(name, cfg.algorithm.allow_import)
     if message is None and is_dotted_path(name) and name not in ALGORITHMS:
         message = import_problem("algorithm.name", name)
     if message:

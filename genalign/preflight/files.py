@@ -300,9 +300,10 @@ def run_dir_problems(cfg: ExperimentConfig) -> list[str]:
 
 def resume_problems(cfg: ExperimentConfig) -> list[str]:
     """The checkpoint at trainer.resume_from: complete, readable, and a config that validates
-    with the user's `reward.allow_import` and `model.allow_import` (never the checkpoint's own)."""
+    with the user's `reward.allow_import`, `model.allow_import` and `algorithm.allow_import`
+    (never the checkpoint's own)."""
     from genalign.config.safe_yaml import safe_load_unique
-    from genalign.preflight.stored_config import config_from_checkpoint
+    from genalign.preflight.stored_config import allow_lists, config_from_checkpoint
     from genalign.runs.checkpoint import checkpoint_problems
 
     key = "trainer.resume_from"
@@ -312,8 +313,7 @@ def resume_problems(cfg: ExperimentConfig) -> list[str]:
     config_path = Path(cfg.trainer.resume_from).expanduser() / "config.yaml"
     try:
         config_from_checkpoint(safe_load_unique(config_path.read_text(encoding="utf-8")), f"{key}: {config_path}",
-                               cfg.reward.allow_import, check_machine=False,
-                               model_allow_import=cfg.model.allow_import)
+                               allow_lists(cfg), check_machine=False)
     except ConfigError as exc:
         return exc.problems
     return []

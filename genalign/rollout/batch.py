@@ -21,8 +21,9 @@ Shapes (B samples, T denoising steps, latent shape `...`):
 from __future__ import annotations
 
 import dataclasses
-
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
@@ -154,10 +155,15 @@ def _moved(tensor: torch.Tensor | None, device: torch.device | str) -> torch.Ten
     return None if tensor is None else tensor.to(device)
 
 
-def cat_batches(batches: list):
+BatchT = TypeVar("BatchT")
+"""`TrajectoryBatch` or `TokenTrajectoryBatch` (which imports this module)."""
+
+
+def cat_batches(batches: Sequence[BatchT]) -> BatchT:
     """Join trajectory batches of one kind (`TrajectoryBatch` or `TokenTrajectoryBatch`) with
     that kind's own `cat`: the evaluator, the async reward path and the Ray engine join chunks
     without asking which kind they hold."""
     if not batches:
         raise ValueError("no trajectory batches to concatenate")
-    return type(batches[0]).cat(batches)
+    joined: BatchT = type(batches[0]).cat(batches)  # type: ignore[attr-defined]  # each kind has its own cat
+    return joined

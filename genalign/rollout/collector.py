@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, cast
 
 import torch
 
@@ -17,6 +17,7 @@ from genalign.data.sampler import PromptGroupBatch
 from genalign.finite import NonFiniteError, kind, non_finite_rows
 from genalign.models.base import Condition, FlowPolicy, TokenPolicy
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
+from genalign.rollout.token_batch import Trajectories
 from genalign.rollout.chunks import encode_distinct, sample_fields, step_chunks
 from genalign.sampling.trajectory import initial_noise, sample_trajectory
 from genalign.sampling.windows import WindowSchedule, sde_step_mask
@@ -62,12 +63,13 @@ class SamplingSpec:
 
 def encode_unique(policy: FlowPolicy, prompts: list[str], with_negative: bool) -> Condition:
     """Encode each distinct prompt once and expand to the batch [B, ...]."""
+    encoded: Condition  # a FlowPolicy's encode_prompts gives a Condition
     encoded, rows = encode_distinct(policy, prompts, with_negative)
     return encoded.index(rows)
 
 
-def generate(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
-             positions: list[int] | None = None) -> TrajectoryBatch:
+def generate(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
+             positions: list[int] | None = None) -> Trajectories:
     """Sample every prompt of `groups` with its own seed, in chunks of `spec.chunk_size`.
 
     `positions` samples only those samples of the step (a Ray worker's or a torchrun rank's
@@ -78,7 +80,7 @@ def generate(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
 
 
 def generate_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
-                    positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
+                    positions: list[int] | None = None) -> Iterator[Trajectories]:
     """`generate`, one `spec.chunk_size` chunk at a time, so a caller can score finished
     chunks (reward.async_scoring) while the next one is sampled. The family's spec decides the
     sampler: "token" samples token trajectories (`token_collector`), "flow" SDE trajectories
@@ -86,8 +88,9 @@ def generate_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, 
     if policy.spec.sampler == "token":
         from genalign.rollout.token_collector import generate_token_chunks
 
-        return generate_token_chunks(policy, groups, spec, positions)
-    return _flow_chunks(policy, groups, spec, positions)
+        # the family's spec says which protocol its policy implements
+        return generate_token_chunks(cast(TokenPolicy, policy), groups, spec, positions)
+    return _flow_chunks(cast(FlowPolicy, policy), groups, spec, positions)
 
 
 def _non_finite_samples(chunk: PromptGroupBatch, rows: list[int], what: str) -> NonFiniteError:
@@ -113,6 +116,7 @@ def _flow_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpe
     firsts = shard[::spec.chunk_size]  # each chunk's first position in the step: its sampling batch
     for (chunk, chunk_cond), first in zip(step_chunks(policy, groups, spec, positions), firsts):
         sde_mask = spec.sde_mask(first)  # [T]: one SDE window per sampling batch, as Flow-GRPO-Fast draws
+        assert chunk.init_seeds is not None  # PromptGroupBatch.__post_init__ fills it from the seeds
         noise, generators = initial_noise(chunk.init_seeds.tolist(), chunk.seeds.tolist(), latent_shape)
         sampled = sample_trajectory(policy, chunk_cond.to(policy.device), noise, generators, sigmas,
                                     spec.guidance_scale, spec.noise_level, sde_mask, spec.kernel, spec.record_means)

@@ -14,8 +14,8 @@ from typing import Iterator, Protocol
 import torch
 
 from genalign.data.sampler import PromptGroupBatch
-from genalign.models.base import Policy
-from genalign.rollout.batch import TrajectoryBatch
+from genalign.models.base import FlowPolicy, TokenPolicy
+from genalign.rollout.token_batch import Trajectories
 from genalign.rollout.collector import SamplingSpec, generate, generate_chunks
 
 
@@ -24,12 +24,12 @@ class RolloutEngine(Protocol):
     """True when the rollout samples with its own copy of the weights (`sync` pushes them)."""
 
     def generate(self, groups: PromptGroupBatch, spec: SamplingSpec,
-                 positions: list[int] | None = None) -> TrajectoryBatch:
+                 positions: list[int] | None = None) -> Trajectories:
         """The step's trajectories (only `positions` of them when given: a rank's shard)."""
         ...
 
     def generate_chunks(self, groups: PromptGroupBatch, spec: SamplingSpec,
-                        positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
+                        positions: list[int] | None = None) -> Iterator[Trajectories]:
         """The same trajectories in parts, in order, each as soon as it is sampled (their
         `cat_batches` is `generate`'s result): `reward.async_scoring` scores one while the
         next is sampled."""
@@ -47,16 +47,16 @@ class LocalRolloutEngine:
 
     needs_sync = False
 
-    def __init__(self, policy: Policy):
+    def __init__(self, policy: FlowPolicy | TokenPolicy):
         self.policy = policy
 
     def generate(self, groups: PromptGroupBatch, spec: SamplingSpec,
-                 positions: list[int] | None = None) -> TrajectoryBatch:
+                 positions: list[int] | None = None) -> Trajectories:
         self.policy.transformer.eval()
         return generate(self.policy, groups, spec, positions)
 
     def generate_chunks(self, groups: PromptGroupBatch, spec: SamplingSpec,
-                        positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
+                        positions: list[int] | None = None) -> Iterator[Trajectories]:
         """The same trajectories, one `rollout.sample_batch_size` chunk at a time."""
         self.policy.transformer.eval()
         return generate_chunks(self.policy, groups, spec, positions)

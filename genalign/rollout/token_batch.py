@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from genalign.models.base import TokenCondition
+from genalign.rollout.batch import TrajectoryBatch
 
 
 @dataclass
@@ -123,3 +124,8 @@ class TokenTrajectoryBatch:
 def _left_pad(ids: torch.Tensor, length: int) -> torch.Tensor:
     """[B, L] -> [B, length] with zeros on the left (ids of masked positions and the mask itself)."""
     return torch.nn.functional.pad(ids, (length - ids.shape[1], 0), value=0)
+
+
+Trajectories = TrajectoryBatch | TokenTrajectoryBatch
+"""A step's rollout: flow-matching SDE trajectories or image-token sequences (what a
+`RolloutEngine` returns and an algorithm's `training_batch` takes)."""

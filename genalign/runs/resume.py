@@ -12,7 +12,7 @@ from genalign.config.errors import UserError
 # Config keys whose change makes a checkpoint's state meaningless for this run. Everything
 # else (output_dir, num_steps, eval cadence, logging) may change on resume.
 RESUME_KEYS = ["model", "rollout", "actor", "algorithm", "reward", "data.manifest", "data.shuffle", "trainer.seed"]
-RESUME_FREE_KEYS = ["reward.allow_import", "model.allow_import", "model.card"]
+RESUME_FREE_KEYS = ["reward.allow_import", "model.allow_import", "algorithm.allow_import", "model.card"]
 """Under RESUME_KEYS but free to change, with everything under them: permissions of this
 invocation, and what exported model cards say about the base model (not run state; absent
 from checkpoints written before it existed)."""

@@ -32,9 +32,11 @@ from typing import get_args
 
 import torch
 
-from genalign.rollout.config import WindowDraw, WindowSchedule
+# the config's Literal of schedule names; `WindowSchedule` here is the resolved schedule class below
+from genalign.rollout.config import WindowDraw
+from genalign.rollout.config import WindowSchedule as ScheduleName
 
-WINDOW_SCHEDULES = get_args(WindowSchedule)
+WINDOW_SCHEDULES = get_args(ScheduleName)
 WINDOW_DRAWS = get_args(WindowDraw)
 
 
@@ -44,7 +46,7 @@ def _window_seed(seed: int, step: int, batch: int | None) -> int:
     return int.from_bytes(digest, "little") % 2**63
 
 
-def window_bounds(schedule: WindowSchedule, size: int, lo: int, hi: int, step: int, seed: int,
+def window_bounds(schedule: ScheduleName, size: int, lo: int, hi: int, step: int, seed: int,
                   shift_every: int = 1, shift_by: int = 1, batch: int | None = None) -> tuple[int, int]:
     """[start, stop) of the SDE window at training step `step` (>= 1), inside [lo, hi).
 
@@ -97,7 +99,7 @@ class WindowSchedule:
     """A resolved `rollout.sde_window` plus the run seed: `bounds(step, batch)` is the window of
     the sampling batch whose first sample sits at position `batch` of training step `step`."""
 
-    schedule: WindowSchedule
+    schedule: ScheduleName
     size: int
     lo: int
     hi: int

@@ -14,9 +14,9 @@ import torch
 import yaml
 
 from genalign.config.errors import ConfigError
-from genalign.config.loader import config_from_dict, safe_load_unique
+from genalign.config.loader import safe_load_unique
 from genalign.preflight.files import file_problems, output_dir_problems
-from genalign.preflight.stored_config import config_from_checkpoint
+from genalign.preflight.stored_config import ALLOW_IMPORT_KEYS, config_from_checkpoint, split_allow_overrides
 from genalign.rewards.composite import build_reward_runtime
 from genalign.runs.checkpoint import CheckpointError, checkpoint_problems, load_checkpoint
 from genalign.training import setup
@@ -24,7 +24,7 @@ from genalign.weights.lora import load_trainable_state_dict
 
 log = logging.getLogger(__name__)
 
-EVAL_OVERRIDE_KEYS = ("eval.", "reward.allow_import=", "model.allow_import=")
+EVAL_OVERRIDE_KEYS = ("eval.", *(f"{key}=" for key in ALLOW_IMPORT_KEYS))
 """What `genalign eval` may change: the evaluation protocol, and which dotted reward and
 model-family paths the user (never the checkpoint) allows to be imported."""
 
@@ -61,23 +61,21 @@ def evaluate_checkpoint(checkpoint_dir: str, output_dir: str | None, overrides: 
 
 def checkpoint_eval_config(checkpoint_dir: str, output_dir: str | None, overrides: list[str]):
     """The checkpoint's config with `overrides`, validated like a user's (with the user's
-    reward.allow_import and model.allow_import only), plus the files it names; raises
+    reward.allow_import, model.allow_import and algorithm.allow_import only), plus the files it names; raises
     `CheckpointError`/`ConfigError`."""
     bad = [item for item in overrides if not item.startswith(EVAL_OVERRIDE_KEYS)]
     if bad:
-        raise ConfigError([f"genalign eval: override {item!r} must be eval.<key>=<value>, reward.allow_import=[...] "
-                           "or model.allow_import=[...]" for item in bad])
+        raise ConfigError([f"genalign eval: override {item!r} must be eval.<key>=<value>, reward.allow_import=[...], "
+                           "model.allow_import=[...] or algorithm.allow_import=[...]" for item in bad])
     problems = checkpoint_problems(checkpoint_dir, "--checkpoint")
     if problems:
         raise CheckpointError(problems[0] if len(problems) == 1 else "; ".join(problems))
-    allowing = [item for item in overrides if item.startswith(("reward.allow_import=", "model.allow_import="))]
     # the user's own lists, typed exactly as the config keys; the checkpoint's lists are never read
-    allowed = config_from_dict({}, "genalign eval", allowing)
+    allowed, rest = split_allow_overrides(overrides, "genalign eval")
     config_path = Path(checkpoint_dir).expanduser() / "config.yaml"
     # eval runs one process on model.device: the checkpoint's distributed.* plan is not this machine's
     cfg = config_from_checkpoint(safe_load_unique(config_path.read_text(encoding="utf-8")), str(config_path),
-                                 allowed.reward.allow_import, [o for o in overrides if o not in allowing],
-                                 check_machine=False, model_allow_import=allowed.model.allow_import)
+                                 allowed, rest, check_machine=False)
     out = Path(output_dir).expanduser() if output_dir else Path(checkpoint_dir).expanduser() / "eval"
     problems = file_problems(cfg, manifests=("eval_manifest",), output_dir=False, resume=False)
     problems += [p.replace("trainer.output_dir", "--output-dir") for p in output_dir_problems(str(out))]

@@ -180,16 +180,13 @@ def load_or_stored(source: ModelSource, recipe: str | None, overrides: list[str]
     """The checkpoint's stored config (checked like a user's; its allow_import lists ignored) or
     the recipe's, with `overrides`."""
     if source.checkpoint is not None and recipe is None:
-        from genalign.config.loader import config_from_dict
         from genalign.config.safe_yaml import safe_load_unique
-        from genalign.preflight.stored_config import config_from_checkpoint
+        from genalign.preflight.stored_config import config_from_checkpoint, split_allow_overrides
 
-        allowing = [o for o in overrides if o.startswith(("reward.allow_import=", "model.allow_import="))]
-        allowed = config_from_dict({}, "genalign eval", allowing)
+        allowed, rest = split_allow_overrides(overrides, "genalign eval")
         path = source.checkpoint / "config.yaml"
-        return config_from_checkpoint(safe_load_unique(path.read_text(encoding="utf-8")), str(path),
-                                      allowed.reward.allow_import, [o for o in overrides if o not in allowing],
-                                      check_machine=False, model_allow_import=allowed.model.allow_import)
+        return config_from_checkpoint(safe_load_unique(path.read_text(encoding="utf-8")), str(path), allowed, rest,
+                                      check_machine=False)
     if source.kind in ("lora", "transformer", "path") and recipe is None:
         raise ConfigError([f"--model {source.path}: {source.describe()} outside a checkpoint needs --config RECIPE "
                            "(the model family, sizes and reward it belongs to)"])

@@ -9,19 +9,20 @@ is not scoring the policy that sampled: a different code path, dtype, batch shap
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from genalign.algorithms.base import Algorithm
 from genalign.algorithms.replay import replay_log_probs
-from genalign.models.base import FlowPolicy
-from genalign.rollout.batch import TrajectoryBatch
+from genalign.models.base import Policy
+from genalign.rollout.token_batch import Trajectories
 from genalign.training import distributed
 from genalign.training.update import agreed_positions
 
 log = logging.getLogger(__name__)
 
 
-def replay_parity(policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
-                  chunk_size: int, replay=replay_log_probs,
+def replay_parity(policy: Policy, batch: Trajectories, step_indices: list[int],
+                  chunk_size: int, replay: Any = replay_log_probs,
                   ranks: distributed.RankInfo = distributed.RankInfo()) -> dict[int, float]:
     """Max |log_prob_replay - log_prob_rollout| per denoising step, over all samples (and, for a
     token trajectory, all tokens of its one position) of every rank: under torchrun each rank
@@ -30,7 +31,8 @@ def replay_parity(policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list
     over ranks (one all-gather). `replay(policy, batch, step_indices, chunk_size)` is
     `batch.log_probs` with the trained entries recomputed (the algorithm's own
     `Algorithm.replay_log_probs`; the samples of one step may train different steps, so a step
-    that no sample trains keeps its stored values and a gap of 0)."""
+    that no sample trains keeps its stored values and a gap of 0; the default is the flow
+    replay, a token algorithm passes its own)."""
     replayed = replay(policy, batch, step_indices, chunk_size)  # [B, T, ...]
     gaps = (replayed - batch.log_probs).abs()  # [B, T, ...]
     per_step = gaps.transpose(0, 1).flatten(1).amax(1).double().cpu()  # [T] this rank's
@@ -38,7 +40,7 @@ def replay_parity(policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list
     return dict(enumerate(per_step.tolist()))
 
 
-def parity_preflight(policy: FlowPolicy, batch: TrajectoryBatch, algorithm: Algorithm, chunk_size: int,
+def parity_preflight(policy: Policy, batch: Trajectories, algorithm: Algorithm[Any], chunk_size: int,
                      ranks: distributed.RankInfo) -> dict[str, float]:
     """The first step's check: the algorithm's trained positions replayed with unchanged
     weights; each position's gap logged, the largest the step's column (exactly 0 expected)."""

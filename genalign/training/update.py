@@ -27,14 +27,15 @@ checked for finiteness at each optimizer step, where the gradient norm is read a
 from __future__ import annotations
 
 import math
+from typing import Any
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import torch
 
-from genalign.algorithms.base import Algorithm
+from genalign.algorithms.base import Algorithm, TrainingUnits
 from genalign.config.errors import UserError
-from genalign.models.base import FlowPolicy
+from genalign.models.base import Policy
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.training import distributed, job_metrics
 from genalign.training.config import LOSS_NORMALISATIONS, ActorConfig
@@ -45,8 +46,9 @@ from genalign.training.ema import EMA
 class UpdateContext:
     """What every optimizer round of a run shares; `run_update` takes it with the round's data."""
 
-    policy: FlowPolicy
-    algorithm: Algorithm
+    policy: Policy
+    """Flow or token: the algorithm's hooks take it (`Algorithm[PolicyT]` pairs them)."""
+    algorithm: Algorithm[Any]
     optimizer: torch.optim.Optimizer
     parameters: list[torch.nn.Parameter]
     """The trained tensors (their gradient norm is clipped)."""
@@ -163,7 +165,7 @@ class PositionMismatch(UserError, RuntimeError):
     the ranks take together, would not pair up (a hang until the timeout, or a size mismatch)."""
 
 
-def check_positions(counts_by_rank: list[int], algorithm: Algorithm) -> None:
+def check_positions(counts_by_rank: list[int], algorithm: Algorithm[Any]) -> None:
     """Every rank's number of positions per unit (`train_step_indices`) must be the same."""
     cls = type(algorithm)
     for rank, count in enumerate(counts_by_rank):
@@ -177,7 +179,7 @@ def check_positions(counts_by_rank: list[int], algorithm: Algorithm) -> None:
         raise ValueError("no trainable denoising steps: check rollout.noise_level and algorithm.timestep_fraction")
 
 
-def agreed_positions(algorithm: Algorithm, batch, ranks: distributed.RankInfo) -> list[int]:
+def agreed_positions(algorithm: Algorithm[Any], batch: TrainingUnits, ranks: distributed.RankInfo) -> list[int]:
     """`algorithm.train_step_indices(batch)` once every rank is known to train as many (one
     small all-gather): for the parity preflight, which replays them before the round agrees."""
     positions = algorithm.train_step_indices(batch)
@@ -186,7 +188,7 @@ def agreed_positions(algorithm: Algorithm, batch, ranks: distributed.RankInfo) -
 
 
 def agree_round(num_units: int, micro_batch_size: int, num_positions: int, epochs: int, accumulation: int,
-                ranks: distributed.RankInfo, algorithm: Algorithm) -> MicroBatchSchedule:
+                ranks: distributed.RankInfo, algorithm: Algorithm[Any]) -> MicroBatchSchedule:
     """Every rank's (units, micro-batch size, positions per unit) in one small all-gather, then
     the shared schedule; ranks that disagree on positions per unit stop here, before any forward."""
     mine = torch.tensor([num_units, micro_batch_size, num_positions], dtype=torch.int64)  # [3]

@@ -205,7 +205,7 @@ def test_a_user_algorithm_with_one_position_fewer_on_one_rank_is_a_one_line_erro
     Either way both ranks exit with the one-line error naming the algorithm, long before
     distributed.training.timeout_s (3600 s here)."""
     user = "user_algorithms:OnePositionFewerOnRankOne"
-    finished = torchrun(*toy_args(tmp_path, strategy, f"algorithm.name={user}", f"reward.allow_import=[{user}]",
+    finished = torchrun(*toy_args(tmp_path, strategy, f"algorithm.name={user}", f"algorithm.allow_import=[{user}]",
                                   "algorithm.timestep_fraction=0.75", f"trainer.parity_check={parity}"))
     assert finished.returncode != 0
     errors = [line for line in finished.stderr.splitlines() if line.startswith("genalign: error: ")]

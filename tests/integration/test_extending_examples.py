@@ -1,5 +1,5 @@
 """The worked examples of docs/rewards.md and docs/extending.md run as printed: the user reward
-and the user algorithm, both through `reward.allow_import`, the algorithm trained on the toy
+and the user algorithm, through `reward.allow_import` and `algorithm.allow_import`, the algorithm trained on the toy
 model; a scorer that breaks the reward contract is refused by the config checks.
 
 The code blocks marked `<!-- example: NAME.py -->` are written to a temporary directory on
@@ -95,7 +95,7 @@ def test_the_example_algorithm_trains_the_toy_model(examples, tmp_path):
     overrides = tiny_toy(
         out, "algorithm.name=vanilla_pg:VanillaPG", "algorithm.timestep_fraction=0.5",
         "rollout.num_steps=4", "reward.components={my_rewards:Brightness: 1.0}", "reward.components.toy_shape=0.0",
-        "reward.allow_import=[my_rewards:Brightness, vanilla_pg:VanillaPG]")
+        "reward.allow_import=[my_rewards:Brightness]", "algorithm.allow_import=[vanilla_pg:VanillaPG]")
     with pytest.raises(ConfigError, match="VanillaPG has no KL term"):  # its own check, before anything loads
         load_config("experiment/toy/shapes_grpo", overrides + ["algorithm.kl_beta=0.04"])
     cfg = load_config("experiment/toy/shapes_grpo", overrides + ["algorithm.kl_beta=0.0"])

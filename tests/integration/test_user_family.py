@@ -48,9 +48,8 @@ def test_a_checkpoints_own_allow_list_is_never_trusted(tmp_path):
     stored = dataclasses.asdict(load_config("experiment/toy/shapes_grpo", overrides(tmp_path)))
     assert stored["model"]["allow_import"] == [FAMILY]
     with pytest.raises(ConfigError, match="is a Python import path"):
-        config_from_checkpoint(stored, "checkpoint/config.yaml", [], check_machine=False)
-    cfg = config_from_checkpoint(stored, "checkpoint/config.yaml", [], check_machine=False,
-                                 model_allow_import=[FAMILY])
+        config_from_checkpoint(stored, "checkpoint/config.yaml", {}, check_machine=False)
+    cfg = config_from_checkpoint(stored, "checkpoint/config.yaml", {"model": [FAMILY]}, check_machine=False)
     assert cfg.model.allow_import == [FAMILY]
 
 

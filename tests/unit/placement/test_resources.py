@@ -157,5 +157,5 @@ def test_the_trainer_role_has_no_cpu_or_worker_count_and_setting_one_says_why(ke
 
     stored = config_to_dict(load_config(None, [], check_files=False))
     stored["distributed"]["resources"]["trainer"].update(num_cpus=1, num_workers=1)  # as written before
-    cfg = config_from_checkpoint(stored, "checkpoint-3/config.yaml", [], check_machine=False)
+    cfg = config_from_checkpoint(stored, "checkpoint-3/config.yaml", {}, check_machine=False)
     assert cfg.distributed.resources.trainer == TrainerResources()
