@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import textwrap
 import os
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 

@@ -55,8 +55,8 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
 from genalign.models.architecture import shipped_file  # noqa: E402
-from genalign.models.spec import CALIBRATION, family_spec  # noqa: E402
 from genalign.models.janus.tiny import JANUS_SHAPES, build_tiny_janus  # noqa: E402
+from genalign.models.spec import CALIBRATION, family_spec  # noqa: E402
 from genalign.models.tiny_random import save_tiny  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402

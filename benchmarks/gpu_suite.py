@@ -54,6 +54,7 @@ from benchmarks.gpu_suite_plan import FINISH_S, GIB, LEVERS, Item, build_items, 
 from benchmarks.gpu_suite_report import write_outputs  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 
+
 # ------------------------------------------------------------------ running one item (a forked child)
 def child(item: Item, item_dir: Path, tiny: bool) -> None:
     """Run one item; write `child.json` as it goes (the parent reads it, and metrics.csv, even

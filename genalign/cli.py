@@ -9,7 +9,6 @@ shipped recipes and config groups (`config/catalog.py`).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import textwrap
 

@@ -86,9 +86,9 @@ class FakeHub:
         return Dataset.from_list(self.datasets[(path, split)])
 
     def install(self, monkeypatch) -> "FakeHub":
-        import datasets
         import huggingface_hub
 
+        import datasets
         from genalign.data import hub_prompts
 
         monkeypatch.setattr(huggingface_hub, "HfApi", self.api_class())

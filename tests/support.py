@@ -18,8 +18,6 @@ from genalign.models.base import Condition, guided_velocity
 from genalign.models.spec import FamilySpec
 from genalign.rollout.batch import TrajectoryBatch
 
-
-
 # ------------------------------------------------------------------ reordered float tolerances
 FLOAT32_EPS = torch.finfo(torch.float32).eps
 """u = 2^-23: the float32 unit of rounding (relative spacing of float32 numbers)."""

@@ -35,11 +35,11 @@ from typing import get_args
 
 import torch
 
+from genalign.algorithms.advantages import _dense_group_index
 from genalign.algorithms.base import AlgorithmBase
 from genalign.algorithms.config import AlgorithmConfig, DPOTiedGroups
 from genalign.algorithms.forward_draws import num_train_positions, schedule_draws
 from genalign.algorithms.forward_losses import flow_dpo_loss, noised, velocity_error
-from genalign.algorithms.advantages import _dense_group_index
 from genalign.models.base import Condition, FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.rollout.pairs import PreferencePairs

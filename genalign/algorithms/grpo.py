@@ -21,14 +21,18 @@ import torch
 from genalign.algorithms.advantages import clip_advantages
 from genalign.algorithms.base import ClippedRatioBase
 from genalign.algorithms.config import AlgorithmConfig
-from genalign.algorithms.losses import (clipped_surrogate, latent_mean_kl, ratio_norm_log_ratio,
-                                        rollout_correction_weights, velocity_kl)
+from genalign.algorithms.losses import (
+    clipped_surrogate,
+    latent_mean_kl,
+    ratio_norm_log_ratio,
+    rollout_correction_weights,
+    velocity_kl,
+)
 from genalign.algorithms.replay import ReplayedStep, at_steps, replay_log_probs, replay_step, score_stored_step
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.sampling.windows import trained_steps
 from genalign.weights.reference import ReferencePolicy
-
 
 
 class FlowGRPO(ClippedRatioBase):

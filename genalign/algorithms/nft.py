@@ -29,8 +29,7 @@ import torch
 from genalign.algorithms.base import AlgorithmBase
 from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.forward_draws import num_train_positions, schedule_draws
-from genalign.algorithms.forward_losses import (nft_policy_loss, noised, old_policy_decay,
-                                                optimality_probability)
+from genalign.algorithms.forward_losses import nft_policy_loss, noised, old_policy_decay, optimality_probability
 from genalign.algorithms.losses import velocity_kl
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch

@@ -28,10 +28,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-from dataclasses import dataclass
 import os
 import types
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

@@ -26,8 +26,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from genalign.data.toy_shapes import (BACKGROUND, COLOR_NAMES, COLORS, IMAGE_SIZE, all_prompts, parse_prompt,
-                                      random_batch)
+from genalign.data.toy_shapes import (
+    BACKGROUND,
+    COLOR_NAMES,
+    COLORS,
+    IMAGE_SIZE,
+    all_prompts,
+    parse_prompt,
+    random_batch,
+)
 from genalign.models.toy.network import save_toy_model
 from genalign.models.toy.policy import ToyPolicy, builtin_dir
 from genalign.models.toy.pretrain import DEFAULT_STEPS, SIGMA_SAMPLINGS, PretrainOptions, pretrain_model

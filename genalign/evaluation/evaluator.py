@@ -24,8 +24,12 @@ from tqdm import tqdm
 from genalign.data.prompts import PromptExample
 from genalign.data.sampler import PromptGroupBatch, sample_seed
 from genalign.evaluation.config import EvalConfig
-from genalign.evaluation.contact_sheet import (make_contact_sheet, make_frame_strip_sheet, save_animated_preview,
-                                               save_image)
+from genalign.evaluation.contact_sheet import (
+    make_contact_sheet,
+    make_frame_strip_sheet,
+    save_animated_preview,
+    save_image,
+)
 from genalign.evaluation.sharded import Shard, evaluate_samples
 from genalign.models.base import Policy
 from genalign.rewards.scores import summary

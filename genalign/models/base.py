@@ -18,13 +18,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, Self, get_args, runtime_checkable
 
 import torch
 
-from genalign.models.config import ComputeDtype
-from genalign.models.config import LoraConfig, ModelCardConfig, ModelConfig  # noqa: F401  (their home is models/config.py)
+from genalign.models.config import ComputeDtype, LoraConfig, ModelCardConfig, ModelConfig  # noqa: F401  (their home is models/config.py)
 
 if TYPE_CHECKING:
     from genalign.models.spec import FamilySpec

@@ -19,9 +19,10 @@ from pathlib import Path
 from genalign.config.errors import ConfigError
 from genalign.config.schema import ExperimentConfig
 from genalign.hub import HUB_ID, is_hub_id, is_hub_reference
-from genalign.rewards.config import REWARD_PATH_OPTIONS
 from genalign.models.spec import spec_or_none
 from genalign.preflight.reward_contract import user_reward_problems
+from genalign.rewards.config import REWARD_PATH_OPTIONS
+
 
 def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest", "eval_manifest"),
                   output_dir: bool = True, resume: bool = True) -> list[str]:

@@ -30,7 +30,15 @@ from typing import Callable
 
 from genalign.models.spec import CALIBRATION
 from genalign.preflight.memory_math import (
-    DTYPE_BYTES, GIB, MASTER_BYTES, MASTERS, Line, device_overhead, prompt_embedding_bytes, trajectory_bytes)
+    DTYPE_BYTES,
+    GIB,
+    MASTER_BYTES,
+    MASTERS,
+    Line,
+    device_overhead,
+    prompt_embedding_bytes,
+    trajectory_bytes,
+)
 from genalign.preflight.memory_terms import Terms, family_spec_of, latent_elements, plan_terms
 from genalign.preflight.reward_memory import NoMemoryEstimate, RewardMemory, reward_memory
 

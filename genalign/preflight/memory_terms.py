@@ -12,9 +12,23 @@ import os
 from dataclasses import dataclass
 
 from genalign.preflight.memory_math import (
-    DTYPE_BYTES, FLOAT32_COMPONENTS, MASTER_BYTES, TEXT_ENCODER, Line, adamw_temporary_bytes,
-    autocast_cache_bytes, kv_cache_bytes, replay_activation_bytes, replay_coefficient, replay_rows,
-    rollout_working_bytes, shard, tokens_per_row, trainable_state_bytes, weight_bytes)
+    DTYPE_BYTES,
+    FLOAT32_COMPONENTS,
+    MASTER_BYTES,
+    TEXT_ENCODER,
+    Line,
+    adamw_temporary_bytes,
+    autocast_cache_bytes,
+    kv_cache_bytes,
+    replay_activation_bytes,
+    replay_coefficient,
+    replay_rows,
+    rollout_working_bytes,
+    shard,
+    tokens_per_row,
+    trainable_state_bytes,
+    weight_bytes,
+)
 from genalign.preflight.reward_memory import SKIP_CHECK, NoMemoryEstimate
 
 

@@ -14,7 +14,6 @@ from genalign.config.loader import config_from_dict, without_retired_keys
 from genalign.config.schema import ExperimentConfig
 from genalign.preflight.validate import validate
 
-
 ALLOW_IMPORT_BLOCKS = ("reward", "model", "algorithm")
 """The config blocks whose `allow_import` list lets a dotted path to the user's own code be
 imported (a reward, a model family, an algorithm): permissions of one invocation, never read

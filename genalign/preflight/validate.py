@@ -18,8 +18,8 @@ from genalign.config.schema import ExperimentConfig
 from genalign.models.family_checks import family_problems
 from genalign.preflight.algorithm_checks import algorithm_problems
 from genalign.preflight.hub_checks import hub_problems
-from genalign.preflight.step_sizes import num_train_timesteps_problem
 from genalign.preflight.reward_contract import registered_reward_problems
+from genalign.preflight.step_sizes import num_train_timesteps_problem
 from genalign.preflight.values import int64_problems, non_finite_problems, reward_package_problems
 from genalign.rewards.options import reward_option_problems
 from genalign.tracking.config import tracker_problems

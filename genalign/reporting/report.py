@@ -25,8 +25,8 @@ from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
 
-from genalign.reporting.plots import panels, render_panel, svg_data_uri
 from genalign.atomic import write_text_atomically
+from genalign.reporting.plots import panels, render_panel, svg_data_uri
 from genalign.reporting.run_data import RunData, read_run
 
 log = logging.getLogger(__name__)

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from genalign.config.checks import positive_problems
+
 Aggregation = Literal["weighted_sum", "advantage_sum"]
 RewardRuntimeName = Literal["local", "ray", "http"]
 VideoReduction = Literal["mean", "min"]

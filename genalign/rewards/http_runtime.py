@@ -40,8 +40,17 @@ from genalign.config.errors import UserError
 from genalign.rewards.base import RewardError
 from genalign.rewards.config import RewardConfig
 from genalign.rewards.scores import RewardScores, batch_ranges, check_inputs, check_scores
-from genalign.rewards.wire import (CONTENT_TYPE, HEALTH_PATH, INFO_PATH, SCORE_PATH, ScoreRequest, WireError,
-                                   decode_reply, encode_request, require_aiohttp)
+from genalign.rewards.wire import (
+    CONTENT_TYPE,
+    HEALTH_PATH,
+    INFO_PATH,
+    SCORE_PATH,
+    ScoreRequest,
+    WireError,
+    decode_reply,
+    encode_request,
+    require_aiohttp,
+)
 
 log = logging.getLogger(__name__)
 

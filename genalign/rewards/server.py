@@ -56,8 +56,15 @@ from genalign.rewards.scores import check_inputs
 from genalign.rewards.server_connections import ConnectionGuard, refusal
 from genalign.rewards.server_limits import LIMITED_LOGGERS, ByteBudget, ClientThrottle, RateLimitFilter
 from genalign.rewards.server_scheduler import FairScheduler, JobError, QueueFull
-from genalign.rewards.wire import (HEALTH_PATH, INFO_PATH, SCORE_PATH, ScoreRequest, WireError, decode_request,
-                                   encode_reply)
+from genalign.rewards.wire import (
+    HEALTH_PATH,
+    INFO_PATH,
+    SCORE_PATH,
+    ScoreRequest,
+    WireError,
+    decode_request,
+    encode_reply,
+)
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from genalign.data.toy_shapes import (BACKGROUND, COLOR_NAMES, COLORS, IMAGE_SIZE, SHAPES, random_batch, render,
-                                      to_unit_range)
+from genalign.data.toy_shapes import (
+    BACKGROUND,
+    COLOR_NAMES,
+    COLORS,
+    IMAGE_SIZE,
+    SHAPES,
+    random_batch,
+    render,
+    to_unit_range,
+)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from genalign.data.sampler import PromptGroupBatch
 from genalign.finite import NonFiniteError, kind, non_finite_rows
 from genalign.models.base import Condition, FlowPolicy, TokenPolicy
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
-from genalign.rollout.token_batch import Trajectories
 from genalign.rollout.chunks import encode_distinct, sample_fields, step_chunks
+from genalign.rollout.token_batch import Trajectories
 from genalign.sampling.trajectory import initial_noise, sample_trajectory
 from genalign.sampling.windows import WindowSchedule, sde_step_mask
 

@@ -15,8 +15,8 @@ import torch
 
 from genalign.data.sampler import PromptGroupBatch
 from genalign.models.base import FlowPolicy, TokenPolicy
-from genalign.rollout.token_batch import Trajectories
 from genalign.rollout.collector import SamplingSpec, generate, generate_chunks
+from genalign.rollout.token_batch import Trajectories
 
 
 class RolloutEngine(Protocol):

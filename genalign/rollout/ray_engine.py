@@ -199,8 +199,8 @@ class RayRolloutEngine:
                  start_timeout_s: float = 600.0, sync_timeout_s: float = 300.0, generate_timeout_s: float = 1800.0):
         import ray
 
-        from genalign.ray_session import init_ray
         from genalign.placement.resources import resolve_resources
+        from genalign.ray_session import init_ray
 
         self.placement = resolve_resources(cfg)
         rollout = self.placement.rollout

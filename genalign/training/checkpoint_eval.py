@@ -11,7 +11,6 @@ import logging
 from pathlib import Path
 
 import torch
-import yaml
 
 from genalign.config.errors import ConfigError
 from genalign.config.loader import safe_load_unique

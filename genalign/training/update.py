@@ -27,16 +27,15 @@ checked for finiteness at each optimizer step, where the gradient norm is read a
 from __future__ import annotations
 
 import math
-from typing import Any
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from genalign.algorithms.base import Algorithm, TrainingUnits
 from genalign.config.errors import UserError
 from genalign.models.base import Policy
-from genalign.rollout.batch import TrajectoryBatch
 from genalign.training import distributed, job_metrics
 from genalign.training.config import LOSS_NORMALISATIONS, ActorConfig
 from genalign.training.ema import EMA

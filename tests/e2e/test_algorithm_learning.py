@@ -21,7 +21,6 @@ noise, so their step-60 evaluation equals these tests' to the digits above."""
 from __future__ import annotations
 
 import pytest
-
 from support import train_recipe as run
 
 pytestmark = pytest.mark.slow

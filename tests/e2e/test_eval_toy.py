@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
+from support import read_rows
 
 from genalign.cli import main
-from support import read_rows
 
 STEPS = 2
 

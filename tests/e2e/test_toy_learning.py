@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from support import train_recipe as run
 
 from genalign.models.toy.policy import builtin_dir
-from support import train_recipe as run
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,6 @@ import pytest
 import torch
 
 from genalign.algorithms.registry import algorithm_class
-from genalign.preflight.load import load_config
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
 from genalign.preflight.load import load_config

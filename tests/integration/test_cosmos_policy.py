@@ -12,17 +12,28 @@ import json
 
 import pytest
 import torch
+from support import (
+    TINY_DEPTH,
+    TINY_REDUCTION,
+    assert_close_reordered,
+    assert_loaded_as_built,
+    assert_lora_export_reproduces,
+    pass_through_guardrail,
+)
 
 from genalign.models.base import guided_velocity
 from genalign.models.config import LoraConfig
-from genalign.models.cosmos.policy import (COSMOS_LORA_TARGETS, COSMOS_NEGATIVE_PROMPT, CosmosPolicy, cosmos_guidance,
-                                    karras_range)
+from genalign.models.cosmos.policy import (
+    COSMOS_LORA_TARGETS,
+    COSMOS_NEGATIVE_PROMPT,
+    CosmosPolicy,
+    cosmos_guidance,
+    karras_range,
+)
 from genalign.models.cosmos.tiny import build_cosmos_pipeline
 from genalign.models.tiny_random import QWEN_TEXT_HIDDEN, main
 from genalign.sampling.trajectory import sample_trajectory, sde_step_mask
 from genalign.weights.lora import apply_lora
-from support import (TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, assert_loaded_as_built,
-                     assert_lora_export_reproduces, pass_through_guardrail)
 
 MAX_TOKENS = 32  # the tiny tokenizer spends 11 of them on the pipeline's system turn
 PROMPTS = ["a red car driving", "two cats"]

@@ -17,10 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from safetensors.torch import load_file
-
 import torch
-
+from safetensors.torch import load_file
 from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, reorder_tolerance
 
 pytestmark = pytest.mark.distributed

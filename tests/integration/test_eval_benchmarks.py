@@ -14,9 +14,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support import tiny_overrides, train_recipe
 
 from genalign.cli import main
-from support import tiny_overrides, train_recipe
 
 RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
 SMALL = ["eval.height=64", "eval.width=64", "eval.num_steps=2", "eval.max_prompts=2", "eval.samples_per_prompt=2",
@@ -32,9 +32,8 @@ def trained(tiny_sd3_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_scorers(tmp_path_factory):
-    from transformers import Mask2FormerImageProcessorPil
-
     from published import save_tiny_clip, tiny_geneval_detector
+    from transformers import Mask2FormerImageProcessorPil
 
     root = tmp_path_factory.mktemp("scorers")
     detector = tiny_geneval_detector(seed=0)

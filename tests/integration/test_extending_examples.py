@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import read_rows
 
 from genalign.config.errors import ConfigError
 from genalign.preflight.load import load_config
 from genalign.rewards.composite import build_reward_runtime
 from genalign.training.trainer import Trainer
-from support import read_rows
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = {"my_rewards.py": DOCS / "rewards.md", "vanilla_pg.py": DOCS / "extending.md"}

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support import read_rows, tiny_overrides, tiny_video_overrides
 
 from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
-from support import read_rows, tiny_overrides, tiny_video_overrides
 
 QUICK = ("trainer.num_steps=2", "trainer.save_every=0", "eval.every=0", "eval.at_start=false")
 FAMILIES = {  # family -> (recipe, fixture with its tiny model, overrides(model_dir, out))

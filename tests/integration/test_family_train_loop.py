@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support import assert_resumed_bitwise, read_rows, tiny_overrides, train_recipe_in_process
 
 from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
-from support import assert_resumed_bitwise, read_rows, tiny_overrides, train_recipe_in_process
 
 RECIPES = {"flux": "experiment/diffusion/flux/online_grpo_ocr",
            "qwen_image": "experiment/diffusion/qwen_image/online_grpo_ocr"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support import LinearPolicy, assert_close_reordered, make_groups
 
 from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.grpo import FlowGRPO
@@ -18,7 +19,6 @@ from genalign.sampling.windows import WindowSchedule
 from genalign.training.config import ActorConfig
 from genalign.training.parity import replay_parity
 from genalign.training.update import UpdateContext, run_update
-from support import LinearPolicy, assert_close_reordered, make_groups
 
 CHUNK = 3
 WINDOW = WindowSchedule("random", 2, 0, 5, seed=42)  # 2 steps in the high-noise half of 10

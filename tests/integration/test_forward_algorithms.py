@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from safetensors.torch import load_file
+from support import TIMING_COLUMNS, read_rows
 
 from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
-from support import TIMING_COLUMNS, read_rows
 
 RUNS = {
     "nft": ("experiment/toy/shapes_nft", ["algorithm.kl_beta=1e-2"], ["nft_positive_loss", "nft_negative_loss",

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, make_groups
 
 from genalign.models.janus import JanusPolicy
 from genalign.rollout.collector import SamplingSpec, generate
-from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, make_groups
 
 PROMPTS = ["a red stop sign", "hi"]  # different lengths: the second is left-padded
 
@@ -59,8 +59,7 @@ def test_sampler_draws_what_generate_draws_for_the_same_seed(policy, temperature
 def test_log_probs_are_log_softmax_of_transformers_guided_logits(policy):
     """Sampled tokens re-scored position by position with a plain (cache-free) forward and
     transformers' own ClassifierFreeGuidance + Temperature processors; teacher forcing agrees."""
-    from transformers.generation.logits_process import (ClassifierFreeGuidanceLogitsProcessor,
-                                                        TemperatureLogitsWarper)
+    from transformers.generation.logits_process import ClassifierFreeGuidanceLogitsProcessor, TemperatureLogitsWarper
 
     cond = policy.encode_prompts(PROMPTS, with_negative=True)
     sampled = policy.sample_tokens(cond, [torch.Generator().manual_seed(s) for s in (1, 2)], 5.0, 0.7)

@@ -8,13 +8,13 @@ import os
 
 import pytest
 import torch
+from support import ray_rollout_setting
 
 from genalign.preflight.load import load_config
 from genalign.rollout.engine import LocalRolloutEngine
 from genalign.rollout.token_batch import TokenTrajectoryBatch
 from genalign.training import setup
 from genalign.weights.lora import trainable_state_dict
-from support import ray_rollout_setting
 
 pytestmark = pytest.mark.ray
 RECIPE = "experiment/autoregressive/janus_pro/online_grpo_ocr"

@@ -9,11 +9,11 @@ import copy
 
 import pytest
 import torch
+from support import assert_resumed_bitwise, read_rows
 
 from genalign.config.errors import ConfigError
 from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
-from support import assert_resumed_bitwise, read_rows
 
 RECIPE = "experiment/autoregressive/janus_pro/online_grpo_ocr"
 

@@ -9,12 +9,18 @@ import json
 import pytest
 import torch
 from safetensors import safe_open
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered
 
 from genalign.models.config import LoraConfig
 from genalign.models.sd3 import SD3_LORA_TARGETS, SD3Policy
-from genalign.weights.lora import (apply_lora, export_lora_for_diffusers, load_trainable_state_dict,
-                                    reference_mode, state_fingerprint, trainable_state_dict)
-from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered
+from genalign.weights.lora import (
+    apply_lora,
+    export_lora_for_diffusers,
+    load_trainable_state_dict,
+    reference_mode,
+    state_fingerprint,
+    trainable_state_dict,
+)
 
 LORA = LoraConfig(rank=4, alpha=8.0, init="gaussian")  # alpha != r: the scale 2 must survive export
 

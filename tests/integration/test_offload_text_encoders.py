@@ -5,6 +5,7 @@ them to a real other device)."""
 
 import pytest
 import torch
+from support import tiny_overrides
 
 from genalign.config.errors import ConfigError
 from genalign.data.prompts import load_manifest
@@ -12,7 +13,6 @@ from genalign.data.sampler import PromptSampler
 from genalign.preflight.load import load_config
 from genalign.rollout.engine import LocalRolloutEngine
 from genalign.training import setup
-from support import tiny_overrides
 
 RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
 

@@ -13,6 +13,7 @@ import json
 
 import pytest
 import torch
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, assert_lora_export_reproduces
 
 from genalign.models.base import FlowPolicy
 from genalign.models.diffusers_common import pack_2x2, unpack_2x2
@@ -20,7 +21,6 @@ from genalign.models.flux import FluxPolicy
 from genalign.models.qwen_image import QwenImagePolicy
 from genalign.models.tiny_random import QWEN_TEMPLATE, main
 from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
-from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, assert_lora_export_reproduces
 
 MAX_TOKENS = 24
 PROMPTS = ["a red sign that says \"hi\"", "two cats"]
@@ -87,8 +87,8 @@ def test_ode_sampling_reproduces_the_pipeline(family, cfg_scale):
 
 def test_schedule_is_the_pipelines_scheduler_for_the_resolution(family):
     policy, pipe, _ = family
-    from diffusers.pipelines.flux.pipeline_flux import calculate_shift
     import numpy as np
+    from diffusers.pipelines.flux.pipeline_flux import calculate_shift
 
     for height, width, steps in [(64, 64, 4), (128, 256, 10)]:
         shape = policy.latent_shape(height, width)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support import SD3_RECIPE as RECIPE
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, read_rows, tiny_overrides
 
 from genalign.models.sd3 import SD3Policy
 from genalign.preflight.load import load_config
 from genalign.rollout.collector import SamplingSpec, encode_unique
 from genalign.training.precision import compile_denoiser
 from genalign.training.trainer import Trainer
-from support import SD3_RECIPE as RECIPE
-from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, read_rows, tiny_overrides
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CASES = [
@@ -85,8 +85,8 @@ def test_compiled_denoiser_agrees_with_eager(tiny_sd3_dir, device, dtype, atol, 
 def test_rollout_leaves_no_gpu_memory_behind(tiny_sd3_dir):
     """Trajectories come back on the CPU: after a rollout the device holds what it held before
     (plus at most the allocator's rounding), so replay and backward get the memory."""
-    from genalign.data.sampler import PromptSampler
     from genalign.data.prompts import PromptExample
+    from genalign.data.sampler import PromptSampler
     from genalign.rollout.collector import generate
 
     policy = SD3Policy.from_pretrained(tiny_sd3_dir, dtype=torch.bfloat16, device="cuda", max_sequence_length=8)

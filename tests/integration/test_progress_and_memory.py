@@ -5,12 +5,12 @@ memory reader the trainer would take from torch.cuda)."""
 from __future__ import annotations
 
 import pytest
+from support import read_rows
 
+import genalign.training.trainer as trainer_module
 from genalign.preflight.load import load_config
 from genalign.training.memory import COLUMN, GIB, PeakMemory
 from genalign.training.trainer import Trainer
-import genalign.training.trainer as trainer_module
-from support import read_rows
 
 SMALL = ["trainer.num_steps=2", "trainer.save_every=0", "trainer.progress_bar=false", "rollout.n=2",
          "rollout.rollout_batch_size=2", "rollout.sample_batch_size=4", "rollout.num_steps=4",

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import ray_rollout_setting
 
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
@@ -29,7 +30,6 @@ from genalign.rollout.engine import LocalRolloutEngine
 from genalign.rollout.ray_engine import RayRolloutEngine, RolloutWorkerError, shard_positions
 from genalign.training import setup
 from genalign.weights.lora import load_trainable_state_dict, trainable_state_dict
-from support import ray_rollout_setting
 
 pytestmark = pytest.mark.ray
 RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"

@@ -10,18 +10,23 @@ import json
 
 import pytest
 import torch
-
-from genalign.rewards.geneval import (COLOR_TEMPLATES, COLORS, Detection, GenEvalAccuracyReward, GenEvalReward,
-                                      geneval_classes)
-from genalign.rewards.jpeg import jpeg_round_trip
 from published import TINY_DETECTOR_QUERIES
+
+from genalign.rewards.geneval import (
+    COLOR_TEMPLATES,
+    COLORS,
+    Detection,
+    GenEvalAccuracyReward,
+    GenEvalReward,
+    geneval_classes,
+)
+from genalign.rewards.jpeg import jpeg_round_trip
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from transformers import Mask2FormerImageProcessorPil
-
     from published import save_tiny_clip, tiny_geneval_detector
+    from transformers import Mask2FormerImageProcessorPil
 
     root = tmp_path_factory.mktemp("geneval")
     detector = tiny_geneval_detector(seed=0)

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from genalign.rewards.hps import HPSv21Reward, HPSv2Reward, open_clip_to_transformers
+from genalign.rewards.hps import HPSv2Reward, HPSv21Reward, open_clip_to_transformers
 
 
 def hps_config(tiny: bool = True):
@@ -97,9 +97,8 @@ def open_clip_text(state, text, tokens):
 
 
 def test_converted_weights_reproduce_the_open_clip_forward():
-    from transformers import CLIPModel
-
     from published import clip_tokenizer
+    from transformers import CLIPModel
 
     config = hps_config()
     state = open_clip_state(config)

@@ -36,9 +36,8 @@ code, `create_vit`; heads of 64, MLP ratio 4, LayerNorm eps 1e-6)."""
 
 
 def vision_config(tiny: bool = True):
-    from transformers import BlipVisionConfig
-
     from published import TINY_HEADS
+    from transformers import BlipVisionConfig
 
     spec = dict(VIT_L_16)
     if tiny:  # 2 heads of 64, 2 blocks; the real image size and patch
@@ -62,11 +61,11 @@ def checkpoint(vision, text, head) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """Modules built here from the configs, their weights written in ImageReward's layout, a BERT tokenizer."""
+    from published import blip_text_config
     from transformers import BertTokenizer, BlipVisionModel
     from transformers.models.blip.modeling_blip_text import BlipTextModel
 
     from genalign.rewards.aesthetic import AestheticMLP
-    from published import blip_text_config
 
     root = tmp_path_factory.mktemp("image_reward")
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *LETTERS]
@@ -87,11 +86,11 @@ def test_the_architecture_read_from_a_full_size_checkpoint_is_blips_published_co
     """ImageReward.pt's tensor shapes at full size (on meta) -> `configs_from_shapes` gives back
     the published MED config (widths, depth, heads of 64, eps, positions, vocabulary, the ViT-L's
     1024 wide cross-attention) and the ViT-L/16 at 224."""
+    from published import BLIP_MED_LARGE, blip_text_config, read_json
     from transformers import BlipVisionModel
     from transformers.models.blip.modeling_blip_text import BlipTextModel
 
     from genalign.rewards.aesthetic import AestheticMLP
-    from published import BLIP_MED_LARGE, blip_text_config, read_json
 
     with torch.device("meta"):
         vision = BlipVisionModel(vision_config(tiny=False))

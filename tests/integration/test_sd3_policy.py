@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered
 
 from genalign.models.base import FlowPolicy
 from genalign.models.config import ModelConfig
@@ -15,7 +16,6 @@ from genalign.models.sd3 import SD3Policy
 from genalign.models.sd3.tiny import build_tiny_sd3_pipeline
 from genalign.models.tiny_random import main
 from genalign.sampling.schedules import flow_match_sigmas
-from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered
 
 MAX_TOKENS = 16
 PROMPTS = ["a red sign that says \"hi\"", "two cats"]

@@ -3,6 +3,7 @@ path (SD3Transformer2DModel.from_pretrained) round trip, LoRA targets, rollout/r
 
 import pytest
 import torch
+from support import assert_close_reordered
 
 from genalign.data.sampler import PromptGroupBatch
 from genalign.models.base import FlowPolicy
@@ -14,7 +15,6 @@ from genalign.rollout.collector import SamplingSpec, generate
 from genalign.sampling.schedules import flow_match_sigmas
 from genalign.training.parity import replay_parity
 from genalign.weights.lora import apply_lora, trainable_parameters
-from support import assert_close_reordered
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,11 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
+from support import SD3_RECIPE as RECIPE
+from support import TIMING_COLUMNS, read_rows, tiny_overrides
 
 from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
-from support import SD3_RECIPE as RECIPE
-from support import TIMING_COLUMNS, read_rows, tiny_overrides
 
 TRACKERS = "trainer.loggers=[csv,tensorboard,wandb,mlflow]"
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import SD3_RECIPE as RECIPE
+from support import TIMING_COLUMNS, assert_resumed_bitwise, read_rows, tiny_overrides
 
 from genalign.preflight.load import load_config
 from genalign.reporting.provenance import read_provenance
 from genalign.runs.resume import ResumeError
 from genalign.training.trainer import Trainer
-from support import SD3_RECIPE as RECIPE
-from support import TIMING_COLUMNS, assert_resumed_bitwise, read_rows, tiny_overrides
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,12 @@ import math
 
 import pytest
 import torch
+from support import read_rows
 
 from genalign.config.errors import ConfigError
 from genalign.preflight.load import load_config
 from genalign.preflight.stored_config import config_from_checkpoint, split_allow_overrides
 from genalign.training.trainer import Trainer
-from support import read_rows
 
 USER = "user_algorithms:SignGRPO"
 

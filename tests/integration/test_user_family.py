@@ -9,12 +9,12 @@ import math
 
 import pytest
 import torch
+from support import read_rows
 
 from genalign.config.errors import ConfigError
 from genalign.preflight.load import load_config
 from genalign.preflight.stored_config import config_from_checkpoint
 from genalign.training.trainer import Trainer
-from support import read_rows
 
 FAMILY = "user_family:SPEC"
 

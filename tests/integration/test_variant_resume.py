@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 from safetensors.torch import load_file
+from support import TIMING_COLUMNS, read_rows
 
 from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
-from support import TIMING_COLUMNS, read_rows
 
 SMALL = ["rollout.n=2", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=4", "reward.batch_size=4",
          "eval.every=0", "eval.max_prompts=1", "eval.samples_per_prompt=2", "eval.batch_size=2",

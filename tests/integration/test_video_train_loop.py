@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support import (
+    VIDEO_RECIPES,
+    assert_resumed_bitwise,
+    pipeline_for_rendering,
+    read_rows,
+    tiny_video_overrides,
+    train_recipe_in_process,
+)
 
 from genalign.preflight.load import load_config
 from genalign.training.checkpoint_eval import evaluate_checkpoint
 from genalign.training.trainer import Trainer
-from support import (VIDEO_RECIPES, assert_resumed_bitwise, pipeline_for_rendering, read_rows, tiny_video_overrides,
-                     train_recipe_in_process)
 
 
 @pytest.fixture(scope="module", params=sorted(VIDEO_RECIPES))

@@ -10,15 +10,14 @@ import json
 
 import pytest
 import torch
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, assert_loaded_as_built
 
 from genalign.models.config import LoraConfig
 from genalign.models.tiny_random import main
-from genalign.models.wan.tiny import WAN_SHAPES, build_wan_pipeline
 from genalign.models.wan.policy import WAN_LORA_TARGETS, WanPolicy, scheduler_shift
-from genalign.sampling.schedules import flow_match_sigmas
+from genalign.models.wan.tiny import WAN_SHAPES, build_wan_pipeline
 from genalign.sampling.trajectory import sample_trajectory, sde_step_mask
 from genalign.weights.lora import apply_lora, export_lora_for_diffusers
-from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, assert_loaded_as_built
 
 MAX_TOKENS = 16
 NUM_FRAMES = 3  # the tiny VAE's temporal factor is 2: 3 frames = 2 latent frames

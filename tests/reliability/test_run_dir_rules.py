@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from genalign.preflight.load import load_config
+from genalign.runs.resume import ResumeError
 from genalign.runs.run_dir import RunDirError
 from genalign.training import setup
-from genalign.runs.run_dir import RunDirError
-from genalign.runs.resume import ResumeError
 from genalign.training.trainer import Trainer
 
 SMALL = ["trainer.save_every=1", "trainer.keep_last=2", "trainer.progress_bar=false", "rollout.n=4",

@@ -34,10 +34,9 @@ def listening(processes) -> list[tuple[int, str, str, int]]:
 def test_local_ray_binds_every_listening_socket_to_loopback(monkeypatch):
     import psutil
     import ray
+    from ray._private import ray_constants
 
     from genalign.ray_session import init_ray
-
-    from ray._private import ray_constants
 
     assert not ray.is_initialized()
     monkeypatch.delenv("GENALIGN_RAY_NODE_IP", raising=False)

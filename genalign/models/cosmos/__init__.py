@@ -6,6 +6,6 @@ the checkpoints it loads and `calibration.json` its activation bytes per token (
 the memory plan through `SPEC`).
 """
 
-from genalign.models.cosmos.policy import CosmosPolicy, SPEC
+from genalign.models.cosmos.policy import SPEC, CosmosPolicy
 
 __all__ = ["CosmosPolicy", "SPEC"]

@@ -10,8 +10,15 @@ from __future__ import annotations
 
 import torch
 
-from genalign.models.tiny_random import (QWEN_TEXT_HIDDEN, QWEN_TEXT_LAYERS, TINY_WAN_VAE, building, shape_spec,
-                                         tiny_qwen2_5_vl, tiny_qwen2_tokenizer)
+from genalign.models.tiny_random import (
+    QWEN_TEXT_HIDDEN,
+    QWEN_TEXT_LAYERS,
+    TINY_WAN_VAE,
+    building,
+    shape_spec,
+    tiny_qwen2_5_vl,
+    tiny_qwen2_tokenizer,
+)
 
 COSMOS_SYSTEM_PROMPT = "You are a helpful assistant who will provide prompts to an image generator."
 """The system turn Cosmos2_5_PredictBasePipeline puts before every prompt."""
@@ -53,8 +60,12 @@ def build_cosmos_pipeline(shapes: str = "tiny", seed: int = 0, device: str | tor
     pipeline's system turn, with Qwen2.5-VL's chat template; the Wan VAE; the Karras-flow UniPC
     scheduler Cosmos ships. Its guardrail is `GuardrailNotLoaded` (saved as none, as the hub
     checkpoints are)."""
-    from diffusers import AutoencoderKLWan, Cosmos2_5_PredictBasePipeline, CosmosTransformer3DModel
-    from diffusers import UniPCMultistepScheduler
+    from diffusers import (
+        AutoencoderKLWan,
+        Cosmos2_5_PredictBasePipeline,
+        CosmosTransformer3DModel,
+        UniPCMultistepScheduler,
+    )
 
     from genalign.models.cosmos.policy import GuardrailNotLoaded
 

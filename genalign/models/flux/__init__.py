@@ -6,6 +6,6 @@ the checkpoints it loads and `calibration.json` its activation bytes per token (
 the memory plan through `SPEC`).
 """
 
-from genalign.models.flux.policy import FluxPolicy, SPEC
+from genalign.models.flux.policy import SPEC, FluxPolicy
 
 __all__ = ["FluxPolicy", "SPEC"]

@@ -21,12 +21,11 @@ FLUX specifics, each checked against FluxPipeline on the tiny model
 
 from __future__ import annotations
 
-
 import torch
 
 from genalign.models.base import Condition, compute_precision
-from genalign.models.spec import FamilySpec
 from genalign.models.diffusers_common import PackedLatents, PipelineLoading, vae_decode_uint8, vae_encode
+from genalign.models.spec import FamilySpec
 
 FLUX_REPEATED_BLOCKS = ("FluxTransformerBlock", "FluxSingleTransformerBlock")
 """The double-stream and single-stream blocks: units of regional compilation."""

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import torch
 
-from genalign.models.tiny_random import (CLIP_HIDDEN, T5_HIDDEN, TINY_CLIP_TEXT, TINY_KL_VAE, TINY_T5,
-                                         tiny_clip_tokenizer, tiny_t5_tokenizer)
+from genalign.models.tiny_random import (
+    CLIP_HIDDEN,
+    T5_HIDDEN,
+    TINY_CLIP_TEXT,
+    TINY_KL_VAE,
+    TINY_T5,
+    tiny_clip_tokenizer,
+    tiny_t5_tokenizer,
+)
 
 
 def build_tiny_flux_pipeline(seed: int = 0, guidance_embeds: bool = True):

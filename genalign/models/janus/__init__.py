@@ -6,6 +6,6 @@ the checkpoints it loads and `calibration.json` its activation bytes per token (
 the memory plan through `SPEC`).
 """
 
-from genalign.models.janus.policy import JanusPolicy, SPEC
+from genalign.models.janus.policy import SPEC, JanusPolicy
 
 __all__ = ["JanusPolicy", "SPEC"]

@@ -33,8 +33,15 @@ from pathlib import Path
 
 import torch
 
-from genalign.models.base import (ModelConfig, SampledTokens, TokenCondition, compute_precision, guided_velocity,
-                                  resolve_device, resolve_dtype)
+from genalign.models.base import (
+    ModelConfig,
+    SampledTokens,
+    TokenCondition,
+    compute_precision,
+    guided_velocity,
+    resolve_device,
+    resolve_dtype,
+)
 from genalign.models.diffusers_common import check_model_path, missing_weights_error
 from genalign.models.spec import FamilySpec
 

@@ -69,8 +69,13 @@ def build_tiny_janus(seed: int = 0, shapes: str = "tiny") -> JanusBundle:
     (in-memory tokenizer, JanusImageProcessor at the tiny image size). The generation config
     carries what `generate(generation_mode="image")` reads: BOS, pad (the unconditional
     prompt's filler), the begin-of-image id and CFG 5 (Janus-Pro's default)."""
-    from transformers import (GenerationConfig, JanusConfig, JanusForConditionalGeneration, JanusImageProcessorPil,
-                              JanusProcessor)
+    from transformers import (
+        GenerationConfig,
+        JanusConfig,
+        JanusForConditionalGeneration,
+        JanusImageProcessorPil,
+        JanusProcessor,
+    )
 
     spec = shape_spec(JANUS_SHAPES, shapes, "Janus")
     tokenizer = tiny_janus_tokenizer()

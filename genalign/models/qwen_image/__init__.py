@@ -6,6 +6,6 @@ the checkpoints it loads and `calibration.json` its activation bytes per token (
 the memory plan through `SPEC`).
 """
 
-from genalign.models.qwen_image.policy import QwenImagePolicy, SPEC
+from genalign.models.qwen_image.policy import SPEC, QwenImagePolicy
 
 __all__ = ["QwenImagePolicy", "SPEC"]

@@ -24,13 +24,11 @@ Qwen-Image specifics, each checked against QwenImagePipeline on the tiny model
 
 from __future__ import annotations
 
-
 import torch
 
 from genalign.models.base import Condition, compute_precision, guided_velocity, rescale_to_norm
+from genalign.models.diffusers_common import PackedLatents, PipelineLoading, wan_vae_decode_uint8, wan_vae_encode
 from genalign.models.spec import FamilySpec
-from genalign.models.diffusers_common import (PackedLatents, PipelineLoading, wan_vae_decode_uint8,
-                                              wan_vae_encode)
 
 QWEN_IMAGE_REPEATED_BLOCKS = ("QwenImageTransformerBlock",)
 QWEN_IMAGE_LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",

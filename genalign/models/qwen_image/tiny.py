@@ -19,8 +19,12 @@ def build_tiny_qwen_image_pipeline(seed: int = 0):
     hidden 16, AutoencoderKLQwenImage with z_dim 4 and VAE factor 8 (non-trivial
     latents_mean/std, so the decode normalisation is exercised), Qwen-Image's scheduler
     config (dynamic shift, max_image_seq_len 8192, shift_terminal 0.02)."""
-    from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline
-    from diffusers import QwenImageTransformer2DModel
+    from diffusers import (
+        AutoencoderKLQwenImage,
+        FlowMatchEulerDiscreteScheduler,
+        QwenImagePipeline,
+        QwenImageTransformer2DModel,
+    )
 
     tokenizer = tiny_qwen2_tokenizer()
     torch.manual_seed(seed)

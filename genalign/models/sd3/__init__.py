@@ -6,6 +6,6 @@ the checkpoints it loads and `calibration.json` its activation bytes per token (
 the memory plan through `SPEC`).
 """
 
-from genalign.models.sd3.policy import SD3_LORA_TARGETS, SD3_REPEATED_BLOCKS, SD3Policy, SPEC, sd3_transformer_velocity
+from genalign.models.sd3.policy import SD3_LORA_TARGETS, SD3_REPEATED_BLOCKS, SPEC, SD3Policy, sd3_transformer_velocity
 
 __all__ = ["SD3_LORA_TARGETS", "SD3_REPEATED_BLOCKS", "SD3Policy", "SPEC", "sd3_transformer_velocity"]

@@ -20,8 +20,13 @@ import logging
 import torch
 
 from genalign.models.base import Condition, compute_precision
-from genalign.models.diffusers_common import (PipelineLoading, cfg_velocity, check_image_size,
-                                              vae_decode_uint8, vae_encode)
+from genalign.models.diffusers_common import (
+    PipelineLoading,
+    cfg_velocity,
+    check_image_size,
+    vae_decode_uint8,
+    vae_encode,
+)
 from genalign.models.spec import FamilySpec
 from genalign.sampling.schedules import flow_match_sigmas
 

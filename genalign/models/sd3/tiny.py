@@ -11,8 +11,17 @@ from __future__ import annotations
 
 import torch
 
-from genalign.models.tiny_random import (CLIP_PROJECTION, T5_HIDDEN, TINY_CLIP_TEXT, TINY_KL_VAE, TINY_T5, building,
-                                         shape_spec, tiny_clip_tokenizer, tiny_t5_tokenizer)
+from genalign.models.tiny_random import (
+    CLIP_PROJECTION,
+    T5_HIDDEN,
+    TINY_CLIP_TEXT,
+    TINY_KL_VAE,
+    TINY_T5,
+    building,
+    shape_spec,
+    tiny_clip_tokenizer,
+    tiny_t5_tokenizer,
+)
 
 SD3_SHAPES = {
     "tiny": dict(
@@ -40,7 +49,12 @@ def build_sd3_pipeline(shapes: str = "tiny", seed: int = 0, device: str | torch.
     """A StableDiffusion3Pipeline of the named `SD3_SHAPES` with random weights, built directly
     on `device` in `dtype` (the VAE always float32). The in-memory tokenizers pad and truncate
     to the real lengths (77 CLIP + max_sequence_length T5 tokens)."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        SD3Transformer2DModel,
+        StableDiffusion3Pipeline,
+    )
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
     spec = shape_spec(SD3_SHAPES, shapes, "SD3")

@@ -17,8 +17,8 @@ import torch
 from genalign.data.toy_shapes import IMAGE_SIZE, from_unit_range, to_unit_range
 from genalign.models.base import Condition, ModelConfig, resolve_device, resolve_dtype
 from genalign.models.sd3 import SD3_LORA_TARGETS, SD3_REPEATED_BLOCKS, sd3_transformer_velocity
-from genalign.models.toy.network import ToyTextEncoder, load_toy_model, velocity_from_x0
 from genalign.models.spec import FamilySpec
+from genalign.models.toy.network import ToyTextEncoder, load_toy_model, velocity_from_x0
 from genalign.sampling.schedules import flow_match_sigmas
 
 PREDICTIONS = ("x0", "velocity")

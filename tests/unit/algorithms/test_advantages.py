@@ -5,10 +5,15 @@ import statistics
 
 import pytest
 import torch
-
-from genalign.algorithms.advantages import (advantage_stats, aggregate_advantages, clip_advantages,
-                                            group_advantages, zero_std_group_fraction)
 from support import assert_close_reordered
+
+from genalign.algorithms.advantages import (
+    advantage_stats,
+    aggregate_advantages,
+    clip_advantages,
+    group_advantages,
+    zero_std_group_fraction,
+)
 
 
 def loop_reference(rewards, group_ids, *, per_prompt=True, global_std=True, std="population", eps=1e-4,

@@ -4,11 +4,18 @@ import math
 
 import pytest
 import torch
-
-from genalign.algorithms.forward_losses import (adaptive_x0_loss, flow_dpo_loss, implicit_velocities,
-                                                nft_policy_loss, noised, old_policy_decay,
-                                                optimality_probability, velocity_error)
 from support import assert_close_reordered
+
+from genalign.algorithms.forward_losses import (
+    adaptive_x0_loss,
+    flow_dpo_loss,
+    implicit_velocities,
+    nft_policy_loss,
+    noised,
+    old_policy_decay,
+    optimality_probability,
+    velocity_error,
+)
 
 
 def test_noised_sample_and_flow_target():

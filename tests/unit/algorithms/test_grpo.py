@@ -2,13 +2,13 @@
 
 import pytest
 import torch
+from support import make_groups
 
 from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.grpo import FlowGRPO
 from genalign.rollout.collector import SamplingSpec, generate
 from genalign.training.parity import replay_parity
 from genalign.weights.reference import ReferencePolicy
-from support import make_groups
 
 
 def rollout(policy, guidance=1.0, chunk=3, kernel="flow_sde"):

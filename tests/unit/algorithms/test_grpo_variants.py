@@ -5,6 +5,7 @@ import copy
 
 import pytest
 import torch
+from support import make_groups
 
 from genalign.algorithms.config import AlgorithmConfig, GuardConfig, RolloutCorrectionConfig
 from genalign.algorithms.grpo import FlowGRPO, GRPOGuard
@@ -13,7 +14,6 @@ from genalign.rollout.collector import SamplingSpec, generate
 from genalign.sampling.kernels import KERNELS, ode_step
 from genalign.sampling.windows import WindowSchedule
 from genalign.training.parity import replay_parity
-from support import make_groups
 
 WINDOWS = {
     "none": None,

@@ -2,13 +2,13 @@
 
 import pytest
 import torch
+from support import make_groups
 
 from genalign.algorithms.config import AlgorithmConfig, DPOConfig, NFTConfig
 from genalign.algorithms.dpo import FlowDPO, best_worst_pairs
 from genalign.algorithms.forward_draws import forward_draws
 from genalign.algorithms.nft import DiffusionNFT
 from genalign.rollout.collector import SamplingSpec, generate
-from support import make_groups
 
 
 def ode_rollout(policy):

@@ -5,8 +5,12 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms.losses import (clipped_policy_loss, clipped_surrogate, ratio_norm_log_ratio,
-                                        rollout_correction_weights)
+from genalign.algorithms.losses import (
+    clipped_policy_loss,
+    clipped_surrogate,
+    ratio_norm_log_ratio,
+    rollout_correction_weights,
+)
 from genalign.sampling.kernels import gaussian_log_prob
 
 

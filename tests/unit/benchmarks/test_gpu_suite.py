@@ -19,7 +19,6 @@ sys.modules[spec.name] = suite  # dataclasses look their module up while the cla
 spec.loader.exec_module(suite)
 from benchmarks import gpu_suite_plan as plan  # noqa: E402  (importable once gpu_suite put the repository on the path)
 from benchmarks.random_weights import random_family_overrides  # noqa: E402
-
 from genalign.config.loader import compose_config  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 from genalign.preflight.memory_plan import estimate_memory  # noqa: E402

@@ -4,8 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from genalign.config.catalog import (CONFIG_ROOT, VALIDATION_LEVELS, describe, recipe_paths, recipe_validation,
-                                     validation_table)
+from genalign.config.catalog import (
+    CONFIG_ROOT,
+    VALIDATION_LEVELS,
+    describe,
+    recipe_paths,
+    recipe_validation,
+    validation_table,
+)
 from genalign.preflight.load import load_config
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "recipes.md"

@@ -6,8 +6,14 @@ from pathlib import Path
 import pytest
 
 import genalign
-from genalign.data.prompts import (MAX_REPORTED_ERRORS, PACKAGED_DATASETS, ManifestError, PromptExample, load_manifest,
-                                   resolve_data_path)
+from genalign.data.prompts import (
+    MAX_REPORTED_ERRORS,
+    PACKAGED_DATASETS,
+    ManifestError,
+    PromptExample,
+    load_manifest,
+    resolve_data_path,
+)
 
 
 def write(path: Path, text: str) -> str:

@@ -5,8 +5,14 @@ import pytest
 import torch
 from PIL import Image, ImageFont
 
-from genalign.evaluation.contact_sheet import (MIN_TILE, PADDING, make_contact_sheet, save_contact_sheet,
-                                               tile_scale, wrap_caption)
+from genalign.evaluation.contact_sheet import (
+    MIN_TILE,
+    PADDING,
+    make_contact_sheet,
+    save_contact_sheet,
+    tile_scale,
+    wrap_caption,
+)
 
 FONT = ImageFont.load_default()
 LINE_HEIGHT = FONT.getbbox("Ag")[3] + 2

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from genalign.evaluation.contact_sheet import (make_frame_strip_sheet, save_animated_preview, strip_frames,
-                                               tile_scale)
+from genalign.evaluation.contact_sheet import make_frame_strip_sheet, save_animated_preview, strip_frames, tile_scale
 from genalign.evaluation.evaluator import Evaluator
 
 

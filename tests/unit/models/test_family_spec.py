@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from genalign.config.registry import RegistryError
-from genalign.preflight.values import token_family_names
 from genalign.models.base import Policy
 from genalign.models.registry import MODEL_FAMILIES
 from genalign.models.spec import FamilySpec, MissingCalibration, families_with, family_spec
 from genalign.models.tiny_random import tiny_families
+from genalign.preflight.values import token_family_names
 
 
 @pytest.mark.parametrize("name", MODEL_FAMILIES.names())

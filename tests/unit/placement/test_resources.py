@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 
 from genalign.config.errors import ConfigError
-from genalign.preflight.load import load_config
-from genalign.placement.config import (DistributedConfig, ResourcesConfig, RolloutResources,
-                                                  TrainerResources)
+from genalign.placement.config import DistributedConfig, ResourcesConfig, RolloutResources, TrainerResources
 from genalign.placement.resources import EnvironmentFacts, parse_visible_devices, plan_resources
+from genalign.preflight.load import load_config
 
 CPU = EnvironmentFacts(visible_gpus=(), ray_address=None)
 FOUR_GPUS = EnvironmentFacts(visible_gpus=(0, 1, 2, 3), ray_address=None)

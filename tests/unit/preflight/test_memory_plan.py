@@ -6,11 +6,11 @@ import pytest
 import yaml
 
 from genalign.config.errors import ConfigError
-from genalign.preflight.load import load_config
 from genalign.models.architecture import build_on_meta, load_architecture, lora_parameters, shipped_file
 from genalign.models.spec import family_spec
 from genalign.preflight import memory_math as mm
 from genalign.preflight import memory_plan as mp
+from genalign.preflight.load import load_config
 
 GIB = 2 ** 30
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import matplotlib
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-
 from support import make_demo_like_run
 
 from genalign.reporting import plots

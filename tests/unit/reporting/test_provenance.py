@@ -7,8 +7,7 @@ import subprocess
 
 import pytest
 
-from genalign.reporting.provenance import (ProvenanceError, git_state, package_versions, read_provenance,
-                                           record_launch)
+from genalign.reporting.provenance import ProvenanceError, git_state, package_versions, read_provenance, record_launch
 
 
 def test_fresh_launch_then_resume_appends(tmp_path):

@@ -6,9 +6,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genalign.rewards.geneval import (Detection, GenEvalOptions, box_iou, check_metadata, detector_input_size,
-                                      flow_grpo_reward, geneval_correct, mask2former_instances, mask_boxes,
-                                      relative_position, select_detections)
+from genalign.rewards.geneval import (
+    Detection,
+    GenEvalOptions,
+    box_iou,
+    check_metadata,
+    detector_input_size,
+    flow_grpo_reward,
+    geneval_correct,
+    mask2former_instances,
+    mask_boxes,
+    relative_position,
+    select_detections,
+)
 
 MASK = torch.zeros(4, 4, dtype=torch.bool)
 

@@ -13,9 +13,19 @@ import pytest
 import torch
 
 from genalign.data.prompts import PACKAGED_DATASETS, load_manifest
-from genalign.rewards.geneval import (DETECTOR_SYNONYMS, MAX_PER_IMAGE, MMDET_TEST_SCALE, OBJECT_NAMES_FILE, PAD_LEVEL,
-                                      SIZE_DIVISOR, GenEvalOptions, detector_input, detector_input_size,
-                                      detector_names, geneval_classes)
+from genalign.rewards.geneval import (
+    DETECTOR_SYNONYMS,
+    MAX_PER_IMAGE,
+    MMDET_TEST_SCALE,
+    OBJECT_NAMES_FILE,
+    PAD_LEVEL,
+    SIZE_DIVISOR,
+    GenEvalOptions,
+    detector_input,
+    detector_input_size,
+    detector_names,
+    geneval_classes,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 COCO_LABELS = (ROOT / "tests" / "fixtures" / "upstream" / "open-mmlab--mmdetection" / "coco_classes.txt"
@@ -105,9 +115,8 @@ def test_the_detector_is_genevals_published_config():
     """What geneval.py implements of GenEval's mmdet config: the test pipeline (keep-ratio resize
     into 1333 x 800, pad to 32 with 128 before normalising with ImageNet's mean/std), the 100
     instances kept per image, the 80 COCO thing classes in the label set's order."""
-    from transformers import Mask2FormerImageProcessor
-
     from published import GENEVAL_DETECTOR, mmdet_config
+    from transformers import Mask2FormerImageProcessor
 
     steps = detector_test_pipeline()
     assert list(steps) == ["Resize", "RandomFlip", "Pad", "Normalize", "ImageToTensor", "Collect"]

@@ -11,8 +11,8 @@ import torch
 
 from genalign.rewards.base import RewardError
 from genalign.rewards.composite import build_reward_runtime
-from genalign.rewards.scores import build_scorer
 from genalign.rewards.config import RewardConfig
+from genalign.rewards.scores import build_scorer
 from genalign.rewards.server import BackgroundServer, RewardService, ServeOptions
 from genalign.rewards.wire import ScoreRequest, decode_request, encode_request
 
@@ -152,7 +152,7 @@ def test_slow_server_times_out_without_hanging(serve, images):
     runtime = client(server.url, {PIXEL: 1.0}, batch_size=6, timeout_s=0.5)
     start = time.monotonic()
     try:
-        with pytest.raises(RewardError, match=rf"no answer for samples \[0, 6\) of 6 within reward.timeout_s=0.5"):
+        with pytest.raises(RewardError, match=r"no answer for samples \[0, 6\) of 6 within reward.timeout_s=0.5"):
             runtime.score(images, ["p"] * 6, [])
     finally:
         runtime.close()

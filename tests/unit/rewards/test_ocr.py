@@ -117,7 +117,6 @@ def test_the_engine_settings_are_keys_of_rapidocrs_published_config(monkeypatch)
 
     import rapidocr_onnxruntime
     import yaml
-
     from published import RAPIDOCR_CONFIG
 
     config = yaml.safe_load(RAPIDOCR_CONFIG.read_text())

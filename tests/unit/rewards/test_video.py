@@ -8,8 +8,7 @@ import torch
 
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rewards.config import RewardConfig
-from genalign.rewards.video import (TemporalConsistencyReward, reduce_frames, score_media,
-                                    temporal_consistency)
+from genalign.rewards.video import TemporalConsistencyReward, reduce_frames, score_media, temporal_consistency
 
 
 class FrameMean:

@@ -1,8 +1,8 @@
 import pytest
 import torch
+from support import make_batch
 
 from genalign.rollout.batch import TrajectoryBatch
-from support import make_batch
 
 
 def test_split_then_cat_round_trips_every_field():

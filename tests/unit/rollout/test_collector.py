@@ -1,8 +1,8 @@
 import torch
+from support import assert_close_reordered, make_groups
 
 from genalign.rollout.collector import SamplingSpec, generate
 from genalign.sampling.kernels import ode_step
-from support import LinearPolicy, assert_close_reordered, make_groups
 
 LATENT_DIM = 2 * 4 * 4
 """The linear test policy's flattened latent: the length of its velocity's dot products."""

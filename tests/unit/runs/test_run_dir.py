@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import yaml
 from genalign.config.errors import ConfigError
 from genalign.config.loader import config_to_dict
 from genalign.preflight.load import load_config
-from genalign.runs.checkpoint import REQUIRED_FILES, TRAINER_STATE, checkpoint_step, save_checkpoint
+from genalign.runs.checkpoint import TRAINER_STATE, checkpoint_step, save_checkpoint
 from genalign.runs.run_dir import RunDirError, decide_start, prune_checkpoints
 
 RECIPE = "experiment/toy/shapes_grpo"

@@ -4,10 +4,10 @@ import math
 
 import pytest
 import torch
+from support import assert_close_reordered
 
 from genalign.sampling.kernels import flow_sde_step, gaussian_log_prob, ode_step, sde_noise_scale
 from genalign.sampling.schedules import flow_match_sigmas
-from support import assert_close_reordered
 
 SHAPE = (3, 4, 2, 2)  # [B, C, H, W]
 

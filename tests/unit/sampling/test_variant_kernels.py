@@ -5,11 +5,18 @@ from typing import get_args
 
 import pytest
 import torch
+from support import assert_close_reordered
 
 from genalign.rollout.config import Kernel
-from genalign.sampling.kernels import (GAUSSIAN_KERNELS, KERNELS, cps_step, dance_sde_step, flow_sde_step, ode_step,
-                                      transition_step)
-from support import assert_close_reordered
+from genalign.sampling.kernels import (
+    GAUSSIAN_KERNELS,
+    KERNELS,
+    cps_step,
+    dance_sde_step,
+    flow_sde_step,
+    ode_step,
+    transition_step,
+)
 
 SHAPE = (3, 4, 2, 2)  # [B, C, H, W]
 

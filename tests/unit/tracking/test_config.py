@@ -10,8 +10,17 @@ from genalign.config.errors import ConfigError
 from genalign.config.loader import compose_config
 from genalign.preflight.load import load_config
 from genalign.preflight.validate import validate
-from genalign.tracking.config import (MlflowConfig, WandbConfig, logger_problems, mlflow_problems, resolve_mlflow,
-                                      resolve_wandb, tracker_problems, wandb_logged_in, wandb_mode)
+from genalign.tracking.config import (
+    MlflowConfig,
+    WandbConfig,
+    logger_problems,
+    mlflow_problems,
+    resolve_mlflow,
+    resolve_wandb,
+    tracker_problems,
+    wandb_logged_in,
+    wandb_mode,
+)
 
 
 def test_default_is_csv_only_and_valid():

@@ -5,13 +5,19 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from support import assert_close_reordered, make_batch
 
 from genalign.algorithms.advantages import trained_sample_indices
 from genalign.algorithms.base import AlgorithmBase
 from genalign.training.config import ActorConfig
-from genalign.training.update import (UpdateContext, micro_batch_indices, micro_batch_schedule, micro_batch_sizes,
-                                      run_update, unit_weight)
-from support import assert_close_reordered, make_batch
+from genalign.training.update import (
+    UpdateContext,
+    micro_batch_indices,
+    micro_batch_schedule,
+    micro_batch_sizes,
+    run_update,
+    unit_weight,
+)
 
 CPU_POLICY = SimpleNamespace(device=torch.device("cpu"))
 

@@ -9,9 +9,17 @@ import pytest
 import torch
 
 from genalign.models.config import LoraConfig, LoraInit
-from genalign.weights.lora import (LORA_INITS, apply_lora, export_lora_for_diffusers, freeze_for_full_finetune,
-                                    load_trainable_state_dict, reference_mode, state_fingerprint,
-                                    trainable_parameters, trainable_state_dict)
+from genalign.weights.lora import (
+    LORA_INITS,
+    apply_lora,
+    export_lora_for_diffusers,
+    freeze_for_full_finetune,
+    load_trainable_state_dict,
+    reference_mode,
+    state_fingerprint,
+    trainable_parameters,
+    trainable_state_dict,
+)
 
 
 class Block(torch.nn.Module):
