@@ -38,9 +38,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="run directory (default: a temporary directory)")
     parser.add_argument("--threads", type=int, default=2, help="torch/OMP threads")
-    parser.add_argument("--readme", action="store_true",
-                        help="run the README's command as it is (no --threads, no overrides) and rewrite README.md's "
-                             "demo table from it")
+    parser.add_argument(
+        "--readme",
+        action="store_true",
+        help="run the README's command as it is (no --threads, no overrides) and rewrite README.md's "
+        "demo table from it",
+    )
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     if args.readme and args.overrides:
@@ -74,12 +77,24 @@ def main() -> int:
     eval_s = sum(float(r["time_eval_s"]) for r in rows if r.get("time_eval_s"))
     print(f"recipe {DEFAULT_RECIPE}: {len(rows)} steps, {torch.get_num_threads()} threads, run dir {out}")
     print(f"total {total_s:.1f}s  (setup {setup_s:.1f}s, evaluations after step 0 {eval_s:.1f}s)")
-    print(f"per step: rollout {mean('time_rollout_s'):.2f}s  reward {mean('time_reward_s'):.3f}s  "
-          f"train {mean('time_train_s'):.2f}s")
+    print(
+        f"per step: rollout {mean('time_rollout_s'):.2f}s  reward {mean('time_reward_s'):.3f}s  "
+        f"train {mean('time_train_s'):.2f}s"
+    )
     print(f"training (set-up excluded) {total_s - setup_s:.1f}s")
-    keys = [k for k in ("eval_reward_mean", "gold_mean", "gold_divergence", "quality_toy_off_shape_fraction_mean",
-                        "quality_toy_background_deviation_mean", "quality_toy_shape_area_mean",
-                        "quality_toy_patch_pattern_mean") if k in evals[0]]
+    keys = [
+        k
+        for k in (
+            "eval_reward_mean",
+            "gold_mean",
+            "gold_divergence",
+            "quality_toy_off_shape_fraction_mean",
+            "quality_toy_background_deviation_mean",
+            "quality_toy_shape_area_mean",
+            "quality_toy_patch_pattern_mean",
+        )
+        if k in evals[0]
+    ]
     print("step," + ",".join(keys))
     for row in evals:
         print(row["step"] + "," + ",".join(f"{float(row[k]):.4f}" for k in keys))
@@ -89,14 +104,17 @@ def main() -> int:
     print(f"shipped toy assets ({builtin_dir()}): {size / 2**20:.2f} MiB")
     if args.readme:
         readme = Path(__file__).resolve().parents[1] / "README.md"
-        readme.write_text(with_demo_table(readme.read_text(encoding="utf-8"), evals, torch.get_num_threads()),
-                          encoding="utf-8")
+        readme.write_text(
+            with_demo_table(readme.read_text(encoding="utf-8"), evals, torch.get_num_threads()), encoding="utf-8"
+        )
         print(f"rewrote the demo table of {readme}")
     return 0
 
 
-README_HEADER = ("| step | held-out eval reward | judge (gold) | monitor | off-shape pixels | background deviation (RGB) "
-                 "| painted area |")
+README_HEADER = (
+    "| step | held-out eval reward | judge (gold) | monitor | off-shape pixels | background deviation (RGB) "
+    "| painted area |"
+)
 MEASURED = "Measured by `python benchmarks/bench_default_run.py --readme`"
 
 
@@ -117,10 +135,12 @@ def demo_table(evals: list[dict[str, str]]) -> list[str]:
     """README's table rows from eval_metrics.csv rows, formatted as the README has them."""
     rows = [README_HEADER, "|---|---|---|---|---|---|---|"]
     for row in evals:
-        rows.append(f"| {row['step']} | {float(row['eval_reward_mean']):.3f} | {float(row['gold_mean']):.3f} | "
-                    f"{float(row['gold_divergence']):.0f} | {float(row['quality_toy_off_shape_fraction_mean']):.4f} | "
-                    f"{float(row['quality_toy_background_deviation_mean']):.2f} | "
-                    f"{float(row['quality_toy_shape_area_mean']):.3f} |")
+        rows.append(
+            f"| {row['step']} | {float(row['eval_reward_mean']):.3f} | {float(row['gold_mean']):.3f} | "
+            f"{float(row['gold_divergence']):.0f} | {float(row['quality_toy_off_shape_fraction_mean']):.4f} | "
+            f"{float(row['quality_toy_background_deviation_mean']):.2f} | "
+            f"{float(row['quality_toy_shape_area_mean']):.3f} |"
+        )
     return rows
 
 
@@ -134,11 +154,13 @@ def with_demo_table(text: str, evals: list[dict[str, str]], threads: int) -> str
     end = start
     while end < len(lines) and lines[end].startswith("|"):
         end += 1
-    where = (f"{MEASURED} (the command above: seed 42, {threads} threads) on an {cpu_name()} CPU, "
-             f"{datetime.date.today().isoformat()}. The figures from step 20 on depend on the CPU and the thread "
-             "count: float32 sums grouped another way round differently in their last bits, and sixty steps of RL "
-             "carry that into a different run of the same quality (runs recorded in docs/demo.md: 0.740 to 0.794 at "
-             "step 40, 0.841 to 0.872 at step 60). Rerun on one machine, a run is bitwise the same.")
+    where = (
+        f"{MEASURED} (the command above: seed 42, {threads} threads) on an {cpu_name()} CPU, "
+        f"{datetime.date.today().isoformat()}. The figures from step 20 on depend on the CPU and the thread "
+        "count: float32 sums grouped another way round differently in their last bits, and sixty steps of RL "
+        "carry that into a different run of the same quality (runs recorded in docs/demo.md: 0.740 to 0.794 at "
+        "step 40, 0.841 to 0.872 at step 60). Rerun on one machine, a run is bitwise the same."
+    )
     after = lines[end:]
     if len(after) > 1 and after[0] == "" and after[1].startswith(MEASURED):  # the previous run's paragraph
         paragraph_end = after.index("", 1) if "" in after[1:] else len(after)

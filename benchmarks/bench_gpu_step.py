@@ -58,11 +58,18 @@ CPU_SETTINGS = Settings(resolution=64, num_steps=4, prompts=2)
 
 def overrides(args, out: Path, compiled: bool, gpu: bool) -> list[str]:
     return [
-        *random_family_overrides("sd3", "real" if gpu else "tiny"), f"model.dtype={args.dtype if gpu else 'float32'}",
-        f"model.device={'cuda' if gpu else 'cpu'}", f"model.compile={str(compiled).lower()}",
-        *genalign_overrides(SETTINGS if gpu else CPU_SETTINGS), "eval.every=0", "eval.at_start=false",
-        f"trainer.num_steps={args.steps}", "trainer.save_every=0", "trainer.progress_bar=false",
-        f"trainer.output_dir={out}", *args.overrides,
+        *random_family_overrides("sd3", "real" if gpu else "tiny"),
+        f"model.dtype={args.dtype if gpu else 'float32'}",
+        f"model.device={'cuda' if gpu else 'cpu'}",
+        f"model.compile={str(compiled).lower()}",
+        *genalign_overrides(SETTINGS if gpu else CPU_SETTINGS),
+        "eval.every=0",
+        "eval.at_start=false",
+        f"trainer.num_steps={args.steps}",
+        "trainer.save_every=0",
+        "trainer.progress_bar=false",
+        f"trainer.output_dir={out}",
+        *args.overrides,
     ]
 
 
@@ -120,15 +127,18 @@ def run_mode(args, compiled: bool, gpu: bool) -> dict[str, float]:
         rows = list(csv.DictReader(open(out / "metrics.csv")))
         peak_gib = torch.cuda.max_memory_allocated() / 2**30 if gpu else float("nan")
         for row in rows:  # printed before the FLOP count, which allocates again
-            print(f"  step {row['step']}: {float(row['step_images_per_s']):.2f} images/s, rollout "
-                  f"{float(row['time_rollout_s']):.2f} s, train {float(row['time_train_s']):.2f} s, "
-                  f"peak {peak_gib:.1f} GiB", flush=True)
+            print(
+                f"  step {row['step']}: {float(row['step_images_per_s']):.2f} images/s, rollout "
+                f"{float(row['time_rollout_s']):.2f} s, train {float(row['time_train_s']):.2f} s, "
+                f"peak {peak_gib:.1f} GiB",
+                flush=True,
+            )
         if gpu:
             torch.cuda.empty_cache()
         forward, both, reference, rollout_calls, replay_calls, reference_calls = transformer_flops(trainer)
         del trainer
         gc.collect()
-    measured = rows[args.warmup:] or rows[-1:]
+    measured = rows[args.warmup :] or rows[-1:]
 
     def mean(key: str) -> float:
         return statistics.mean(float(r[key]) for r in measured)
@@ -136,12 +146,17 @@ def run_mode(args, compiled: bool, gpu: bool) -> dict[str, float]:
     step_flops = rollout_calls * forward + replay_calls * both + reference_calls * reference
     busy_s = mean("time_rollout_s") + mean("time_train_s")
     return {
-        "images_per_s": mean("step_images_per_s"), "rollout_s": mean("time_rollout_s"),
-        "reward_wait_s": mean("time_reward_s"), "train_s": mean("time_train_s"),
+        "images_per_s": mean("step_images_per_s"),
+        "rollout_s": mean("time_rollout_s"),
+        "reward_wait_s": mean("time_reward_s"),
+        "train_s": mean("time_train_s"),
         "first_step_s": sum(float(rows[0][k]) for k in ("time_rollout_s", "time_reward_s", "time_train_s")),
-        "tflops": step_flops / busy_s / 1e12, "peak_gib": peak_gib, "load_s": load_s,
+        "tflops": step_flops / busy_s / 1e12,
+        "peak_gib": peak_gib,
+        "load_s": load_s,
         "parity": float(rows[0].get("parity_max_abs_log_prob_diff") or "nan"),
-        "forward_tflop": forward / 1e12, "train_call_tflop": both / 1e12,
+        "forward_tflop": forward / 1e12,
+        "train_call_tflop": both / 1e12,
     }
 
 
@@ -160,12 +175,16 @@ def main(argv: list[str] | None = None) -> int:
     for mode in args.modes.split(","):
         results[mode] = run_mode(args, compiled=(mode == "compiled"), gpu=gpu)
         print(f"{mode}: " + "  ".join(f"{k}={v:.4g}" for k, v in results[mode].items()), flush=True)
-    print(f"\n{'mode':<10}{'img/s':>8}{'rollout s':>11}{'reward wait s':>15}{'train s':>9}{'TFLOP/s':>9}"
-          f"{'peak GiB':>10}{'step 1 s':>10}{'vs ref':>8}")
+    print(
+        f"\n{'mode':<10}{'img/s':>8}{'rollout s':>11}{'reward wait s':>15}{'train s':>9}{'TFLOP/s':>9}"
+        f"{'peak GiB':>10}{'step 1 s':>10}{'vs ref':>8}"
+    )
     for mode, r in results.items():
-        print(f"{mode:<10}{r['images_per_s']:>8.3f}{r['rollout_s']:>11.2f}{r['reward_wait_s']:>15.3f}"
-              f"{r['train_s']:>9.2f}{r['tflops']:>9.1f}{r['peak_gib']:>10.1f}{r['first_step_s']:>10.1f}"
-              f"{r['images_per_s'] / REFERENCE_IMAGES_PER_S if gpu else float('nan'):>7.2f}x")
+        print(
+            f"{mode:<10}{r['images_per_s']:>8.3f}{r['rollout_s']:>11.2f}{r['reward_wait_s']:>15.3f}"
+            f"{r['train_s']:>9.2f}{r['tflops']:>9.1f}{r['peak_gib']:>10.1f}{r['first_step_s']:>10.1f}"
+            f"{r['images_per_s'] / REFERENCE_IMAGES_PER_S if gpu else float('nan'):>7.2f}x"
+        )
     if {"eager", "compiled"} <= set(results):
         print(f"compiled / eager: {results['compiled']['images_per_s'] / results['eager']['images_per_s']:.2f}x")
     print(f"reference Flow-GRPO: {REFERENCE_IMAGES_PER_S} images/s (H100, docs/benchmarks.md)")

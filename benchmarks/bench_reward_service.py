@@ -59,8 +59,14 @@ def _runtimes(url: str, components: list[str], clients: int, batch: int, timeout
     from genalign.rewards.composite import build_reward_runtime
     from genalign.rewards.config import RewardConfig
 
-    cfg = RewardConfig(components=dict.fromkeys(components, 1.0), runtime="http", url=url, batch_size=batch,
-                       timeout_s=timeout_s, startup_timeout_s=timeout_s)
+    cfg = RewardConfig(
+        components=dict.fromkeys(components, 1.0),
+        runtime="http",
+        url=url,
+        batch_size=batch,
+        timeout_s=timeout_s,
+        startup_timeout_s=timeout_s,
+    )
     return [build_reward_runtime(cfg, "cpu") for _ in range(clients)]
 
 
@@ -72,8 +78,9 @@ def _batch(batch: int, size: int):
     return images, [f"a photo of object {i}" for i in range(batch)]
 
 
-def load_test(url: str, components: list[str], clients: int, requests: int, batch: int, size: int,
-              timeout_s: float = 120.0) -> dict[str, float]:
+def load_test(
+    url: str, components: list[str], clients: int, requests: int, batch: int, size: int, timeout_s: float = 120.0
+) -> dict[str, float]:
     """Closed loop: `clients` threads x `requests` calls of `batch` images, each call sent when
     the last returned -> throughput and latency figures."""
     runtimes = _runtimes(url, components, clients, batch, timeout_s)
@@ -107,15 +114,31 @@ def load_test(url: str, components: list[str], clients: int, requests: int, batc
     if any(thread.is_alive() for thread in threads):
         raise TimeoutError("a load-test client did not finish")
     flat = [v for per_client in latencies for v in per_client]
-    return {"clients": clients, "requests": len(flat), "batch": batch, "size": size, "seconds": elapsed,
-            "requests_per_s": len(flat) / elapsed, "images_per_s": len(flat) * batch / elapsed,
-            "p50_ms": 1000 * percentile(flat, 50), "p99_ms": 1000 * percentile(flat, 99),
-            "max_ms": 1000 * max(flat)}
+    return {
+        "clients": clients,
+        "requests": len(flat),
+        "batch": batch,
+        "size": size,
+        "seconds": elapsed,
+        "requests_per_s": len(flat) / elapsed,
+        "images_per_s": len(flat) * batch / elapsed,
+        "p50_ms": 1000 * percentile(flat, 50),
+        "p99_ms": 1000 * percentile(flat, 99),
+        "max_ms": 1000 * max(flat),
+    }
 
 
 # ---------------------------------------------------------------- valid traffic at a steady rate
-def steady_traffic(url: str, components: list[str], clients: int, rate_per_s: float, seconds: float, batch: int,
-                   size: int, timeout_s: float = 120.0) -> dict:
+def steady_traffic(
+    url: str,
+    components: list[str],
+    clients: int,
+    rate_per_s: float,
+    seconds: float,
+    batch: int,
+    size: int,
+    timeout_s: float = 120.0,
+) -> dict:
     """`clients` trainers each sending a call of `batch` images every 1/rate_per_s seconds for
     `seconds`; latency from the moment each call was due. Every answer is checked."""
     runtimes = _runtimes(url, components, clients, batch, timeout_s)
@@ -146,10 +169,15 @@ def steady_traffic(url: str, components: list[str], clients: int, rate_per_s: fl
     for runtime in runtimes:
         runtime.close()
     answered = sorted(latencies)
-    return {"requests": clients * count, "answered": len(answered), "failed": len(failures),
-            "failures": failures[:3], "p50_ms": round(1000 * percentile(answered, 50), 1) if answered else None,
-            "p99_ms": round(1000 * percentile(answered, 99), 1) if answered else None,
-            "max_ms": round(1000 * answered[-1], 1) if answered else None}
+    return {
+        "requests": clients * count,
+        "answered": len(answered),
+        "failed": len(failures),
+        "failures": failures[:3],
+        "p50_ms": round(1000 * percentile(answered, 50), 1) if answered else None,
+        "p99_ms": round(1000 * percentile(answered, 99), 1) if answered else None,
+        "max_ms": round(1000 * answered[-1], 1) if answered else None,
+    }
 
 
 # ---------------------------------------------------------------- attackers
@@ -158,8 +186,16 @@ class Attack:
     clients' threads in this one) against the server at `url` until `stop()`; `report()` says
     what they got."""
 
-    def __init__(self, url: str, token: str, components: list[str], giant_images: int, slowloris: int,
-                 size: int = 64, kinds: tuple[str, ...] = tuple(ATTACKER_ADDRESSES)):
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        components: list[str],
+        giant_images: int,
+        slowloris: int,
+        size: int = 64,
+        kinds: tuple[str, ...] = tuple(ATTACKER_ADDRESSES),
+    ):
         parts = urlsplit(url)
         attacker = Attacker((parts.hostname, parts.port), token, components, giant_images, slowloris, size)
         self.kinds = kinds
@@ -167,8 +203,15 @@ class Attack:
         self._stop = context.Event()
         self._results = context.Queue()
         self._ready = context.Barrier(len(kinds) + 1)
-        self._processes = [context.Process(target=attacker.run, args=(kind, self._stop, self._results, self._ready),
-                                           daemon=True, name=f"attack-{kind}") for kind in kinds]
+        self._processes = [
+            context.Process(
+                target=attacker.run,
+                args=(kind, self._stop, self._results, self._ready),
+                daemon=True,
+                name=f"attack-{kind}",
+            )
+            for kind in kinds
+        ]
         self.counts: dict[str, Counter] = {}
 
     def start(self) -> "Attack":
@@ -193,6 +236,7 @@ class Attack:
 @dataclass
 class Attacker:
     """One attacker process's settings and loops (picklable: spawned processes receive it)."""
+
     address: tuple[str, int]
     token: str
     components: list[str]
@@ -238,8 +282,9 @@ class Attacker:
         from genalign.rewards.wire import ScoreRequest, encode_request
 
         images = torch.randint(0, 256, (self.giant_images, 3, self.size, self.size), dtype=torch.uint8)
-        body = encode_request(ScoreRequest(images, ["giant"] * self.giant_images, [{}] * self.giant_images,
-                                           self.components))
+        body = encode_request(
+            ScoreRequest(images, ["giant"] * self.giant_images, [{}] * self.giant_images, self.components)
+        )
         self._ready.wait(timeout=600)
         abandon = False
         while not self._stop.is_set():
@@ -295,11 +340,13 @@ class Attacker:
 
     def _malformed(self) -> None:
         deep = b"[" * 100_000 + b"]" * 100_000
-        cases = [self._head(10**12) + b"x" * 65536,  # declared far past the limit
-                 self._head(100_000) + b"x" * 10,  # truncated: the connection closes mid-body
-                 self._head(11) + b"hello world",  # not safetensors
-                 self._head(len(deep) + 8) + len(deep).to_bytes(8, "little") + deep,
-                 self._head(None) + b"no length"]
+        cases = [
+            self._head(10**12) + b"x" * 65536,  # declared far past the limit
+            self._head(100_000) + b"x" * 10,  # truncated: the connection closes mid-body
+            self._head(11) + b"hello world",  # not safetensors
+            self._head(len(deep) + 8) + len(deep).to_bytes(8, "little") + deep,
+            self._head(None) + b"no length",
+        ]
         self._ready.wait(timeout=600)
         while not self._stop.is_set():
             for index, data in enumerate(cases):
@@ -309,14 +356,27 @@ class Attacker:
         self._ready.wait(timeout=600)
         while not self._stop.is_set():
             guess = secrets.token_urlsafe(32)
-            self._exchange("tokens", f"GET /v1/info HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {guess}\r\n"
-                                     f"Connection: close\r\n\r\n".encode())
+            self._exchange(
+                "tokens",
+                f"GET /v1/info HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {guess}\r\n"
+                f"Connection: close\r\n\r\n".encode(),
+            )
 
 
-def abuse_test(url: str, token: str, components: list[str], clients: int = 4, rate_per_s: float = 2.0,
-               seconds: float = 20.0, batch: int = 4, size: int = 64, giant_images: int = 2000,
-               slowloris: int = 2000, timeout_s: float = 120.0,
-               kinds: tuple[str, ...] = tuple(ATTACKER_ADDRESSES)) -> dict:
+def abuse_test(
+    url: str,
+    token: str,
+    components: list[str],
+    clients: int = 4,
+    rate_per_s: float = 2.0,
+    seconds: float = 20.0,
+    batch: int = 4,
+    size: int = 64,
+    giant_images: int = 2000,
+    slowloris: int = 2000,
+    timeout_s: float = 120.0,
+    kinds: tuple[str, ...] = tuple(ATTACKER_ADDRESSES),
+) -> dict:
     """The valid traffic alone, then under attack -> both runs' figures, the p99 ratio and the
     attackers' counts."""
     clean = steady_traffic(url, components, clients, rate_per_s, seconds, batch, size, timeout_s)
@@ -327,15 +387,33 @@ def abuse_test(url: str, token: str, components: list[str], clients: int = 4, ra
     finally:
         attack.stop()
     ratio = attacked["p99_ms"] / clean["p99_ms"] if clean["p99_ms"] and attacked["p99_ms"] else None
-    return {"clean": clean, "attacked": attacked, "p99_ratio": round(ratio, 2) if ratio else None,
-            "attacks": attack.report()}
+    return {
+        "clean": clean,
+        "attacked": attacked,
+        "p99_ratio": round(ratio, 2) if ratio else None,
+        "attacks": attack.report(),
+    }
 
 
 # ---------------------------------------------------------------- the server
 def start_server(components: list[str], overrides: list[str], flags: list[str]) -> tuple[subprocess.Popen, str]:
     """`genalign serve-reward` in its own process on a free loopback port -> (process, url)."""
-    process = subprocess.Popen([sys.executable, "-m", "genalign", "serve-reward", "--components", *components,
-                                "--port", "0", *flags, *overrides], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "genalign",
+            "serve-reward",
+            "--components",
+            *components,
+            "--port",
+            "0",
+            *flags,
+            *overrides,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = process.stdout.readline()  # {"serving": [...], "url": ...} once it listens
     if not line:
         process.kill()
@@ -344,8 +422,9 @@ def start_server(components: list[str], overrides: list[str], flags: list[str]) 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--rate", type=float, default=2.0, help="calls per second per valid client")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of each run (clean, attacked)")
@@ -356,23 +435,39 @@ def main() -> int:
     parser.add_argument("--components", nargs="+", default=["jpeg_compressibility"])
     parser.add_argument("--server-batch", type=int, default=16, help="the started server's reward.batch_size")
     parser.add_argument("--url", default=None, help="an already running server (default: start one here)")
-    parser.add_argument("--attacks", nargs="+", default=list(ATTACKER_ADDRESSES), choices=list(ATTACKER_ADDRESSES),
-                        help="the attackers to run beside the valid clients")
+    parser.add_argument(
+        "--attacks",
+        nargs="+",
+        default=list(ATTACKER_ADDRESSES),
+        choices=list(ATTACKER_ADDRESSES),
+        help="the attackers to run beside the valid clients",
+    )
     parser.add_argument("--closed-loop", action="store_true", help="the plain throughput test instead")
     parser.add_argument("--requests", type=int, default=50, help="--closed-loop: calls per client")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("GENALIGN_REWARD_TOKEN", secrets.token_urlsafe(32))
-    server, url = (None, args.url) if args.url else start_server(
-        args.components, [f"reward.batch_size={args.server_batch}"], [])
+    server, url = (
+        (None, args.url) if args.url else start_server(args.components, [f"reward.batch_size={args.server_batch}"], [])
+    )
     try:
         if args.closed_loop:
             figures = load_test(url, args.components, args.clients, args.requests, args.batch, args.size)
             figures = {k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()}
         else:
-            figures = abuse_test(url, os.environ["GENALIGN_REWARD_TOKEN"], args.components, args.clients, args.rate,
-                                 args.seconds, args.batch, args.size, args.giant_images, args.slowloris,
-                                 kinds=tuple(args.attacks))
+            figures = abuse_test(
+                url,
+                os.environ["GENALIGN_REWARD_TOKEN"],
+                args.components,
+                args.clients,
+                args.rate,
+                args.seconds,
+                args.batch,
+                args.size,
+                args.giant_images,
+                args.slowloris,
+                kinds=tuple(args.attacks),
+            )
     finally:
         if server is not None:
             server.terminate()

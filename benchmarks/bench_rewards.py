@@ -61,11 +61,15 @@ def main() -> None:
     parser.add_argument("--rewards", default="ocr,jpeg_compressibility")
     args = parser.parse_args()
     images, prompts = rendered_batch(args.images, args.size)
-    setups = [("local", dict(runtime="local")),
-              ("ray x1", dict(runtime="ray", num_workers=1)),
-              ("ray x2", dict(runtime="ray", num_workers=2))]
-    print(f"{args.images} images {args.size}x{args.size}, reward.batch_size={args.batch_size}, "
-          f"{os.cpu_count()} CPUs, {args.repeats} timed calls each")
+    setups = [
+        ("local", dict(runtime="local")),
+        ("ray x1", dict(runtime="ray", num_workers=1)),
+        ("ray x2", dict(runtime="ray", num_workers=2)),
+    ]
+    print(
+        f"{args.images} images {args.size}x{args.size}, reward.batch_size={args.batch_size}, "
+        f"{os.cpu_count()} CPUs, {args.repeats} timed calls each"
+    )
     print(f"{'reward':24s} {'runtime':8s} {'scores/s':>10s} {'vs local':>9s}")
     for reward in args.rewards.split(","):
         local_rate = None

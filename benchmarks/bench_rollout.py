@@ -35,8 +35,16 @@ from genalign.rollout.ray_engine import RayRolloutEngine  # noqa: E402
 from genalign.training import setup  # noqa: E402
 from genalign.weights.lora import trainable_state_dict  # noqa: E402
 
-PROMPTS = ['a sign that says "ray"', "a red cube", 'a poster reading "sync"', "a blue circle",
-           'a mug printed "fast"', "a green triangle", 'a label that says "lora"', "a yellow star"]
+PROMPTS = [
+    'a sign that says "ray"',
+    "a red cube",
+    'a poster reading "sync"',
+    "a blue circle",
+    'a mug printed "fast"',
+    "a green triangle",
+    'a label that says "lora"',
+    "a yellow star",
+]
 
 
 def images_per_s(engine, sampler, spec, rounds: int) -> float:
@@ -64,13 +72,28 @@ def main() -> None:
         manifest.write_text("\n".join(PROMPTS) + "\n")
 
         def config(workers: int):
-            return load_config("experiment/diffusion/sd3_5/online_grpo_ocr", [
-                f"model.path={model_dir}", "model.device=cpu", "model.dtype=float32", "model.lora.rank=4",
-                "model.lora.alpha=8", f"data.manifest={manifest}", f"data.eval_manifest={manifest}",
-                f"rollout.height={args.size}", f"rollout.width={args.size}", f"rollout.num_steps={args.num_steps}",
-                "rollout.n=2", f"rollout.rollout_batch_size={args.prompts}", "rollout.sample_batch_size=2",
-                "actor.gradient_accumulation_steps=1", "/base/distributed=ray_rollout",
-                f"rollout.num_workers={workers}", f"distributed.resources.rollout.num_workers={workers}"])
+            return load_config(
+                "experiment/diffusion/sd3_5/online_grpo_ocr",
+                [
+                    f"model.path={model_dir}",
+                    "model.device=cpu",
+                    "model.dtype=float32",
+                    "model.lora.rank=4",
+                    "model.lora.alpha=8",
+                    f"data.manifest={manifest}",
+                    f"data.eval_manifest={manifest}",
+                    f"rollout.height={args.size}",
+                    f"rollout.width={args.size}",
+                    f"rollout.num_steps={args.num_steps}",
+                    "rollout.n=2",
+                    f"rollout.rollout_batch_size={args.prompts}",
+                    "rollout.sample_batch_size=2",
+                    "actor.gradient_accumulation_steps=1",
+                    "/base/distributed=ray_rollout",
+                    f"rollout.num_workers={workers}",
+                    f"distributed.resources.rollout.num_workers={workers}",
+                ],
+            )
 
         cfg = config(1)
         torch.manual_seed(cfg.trainer.seed)
@@ -86,13 +109,16 @@ def main() -> None:
                 engine = RayRolloutEngine(config(workers), state, setup.build_policy)
                 rates[f"ray x{workers}"] = images_per_s(engine, sampler, spec, args.rounds)
                 sync_ms[f"ray x{workers}"] = statistics.mean(
-                    1000 * engine.sync(state, version=v)["sync_s"] for v in range(1, args.rounds + 1))
+                    1000 * engine.sync(state, version=v)["sync_s"] for v in range(1, args.rounds + 1)
+                )
                 engine.close()
         finally:
             ray.shutdown()
     payload_kib = sum(t.numel() * t.element_size() for t in state.values()) / 1024
-    print(f"tiny SD3 {args.size}x{args.size}, {args.num_steps} denoising steps, {2 * args.prompts} images/step, "
-          f"{args.rounds} rounds; LoRA payload {payload_kib:.1f} KiB")
+    print(
+        f"tiny SD3 {args.size}x{args.size}, {args.num_steps} denoising steps, {2 * args.prompts} images/step, "
+        f"{args.rounds} rounds; LoRA payload {payload_kib:.1f} KiB"
+    )
     base = rates["in-process"]
     for name, rate in rates.items():
         sync = f"   weight sync {sync_ms[name]:.1f} ms/step" if name in sync_ms else ""

@@ -37,12 +37,26 @@ def main() -> None:
         model_dir = save_tiny_sd3(Path(tmp) / "tiny-sd3")
         out = Path(tmp) / "run"
         overrides = [
-            f"model.path={model_dir}", "model.device=cpu", "model.dtype=float32", "/base/distributed=local",
-            f"rollout.height={args.size}", f"rollout.width={args.size}", f"rollout.num_steps={args.num_steps}",
-            "rollout.n=4", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=4",
-            "actor.gradient_accumulation_steps=1", "reward.components.ocr=0.0", f"reward.components.{args.reward}=1.0",
-            f"eval.num_steps={args.num_steps}", "eval.max_prompts=4", "eval.every=1", f"trainer.num_steps={args.steps}",
-            "trainer.save_every=0", "trainer.progress_bar=false", f"trainer.output_dir={out}",
+            f"model.path={model_dir}",
+            "model.device=cpu",
+            "model.dtype=float32",
+            "/base/distributed=local",
+            f"rollout.height={args.size}",
+            f"rollout.width={args.size}",
+            f"rollout.num_steps={args.num_steps}",
+            "rollout.n=4",
+            "rollout.rollout_batch_size=2",
+            "rollout.sample_batch_size=4",
+            "actor.gradient_accumulation_steps=1",
+            "reward.components.ocr=0.0",
+            f"reward.components.{args.reward}=1.0",
+            f"eval.num_steps={args.num_steps}",
+            "eval.max_prompts=4",
+            "eval.every=1",
+            f"trainer.num_steps={args.steps}",
+            "trainer.save_every=0",
+            "trainer.progress_bar=false",
+            f"trainer.output_dir={out}",
         ]
         start = time.perf_counter()
         Trainer(load_config("experiment/diffusion/sd3_5/online_grpo_ocr", overrides)).train()

@@ -93,10 +93,23 @@ def train(recipe: str, lr: float, seed: int, out: Path, steps: int, args: argpar
     done = finished_steps(out)
     if done is not None and done >= steps:
         return
-    command = [sys.executable, "-m", "genalign", "train", "--config", recipe, f"trainer.output_dir={out}",
-               f"trainer.seed={seed}", f"actor.lr={lr}", f"trainer.num_steps={steps}", f"eval.every={args.eval_every}",
-               "trainer.save_every=0", "trainer.progress_bar=false",
-               "trainer.resume_from=auto" if done is not None else "trainer.overwrite=true", *args.overrides]
+    command = [
+        sys.executable,
+        "-m",
+        "genalign",
+        "train",
+        "--config",
+        recipe,
+        f"trainer.output_dir={out}",
+        f"trainer.seed={seed}",
+        f"actor.lr={lr}",
+        f"trainer.num_steps={steps}",
+        f"eval.every={args.eval_every}",
+        "trainer.save_every=0",
+        "trainer.progress_bar=false",
+        "trainer.resume_from=auto" if done is not None else "trainer.overwrite=true",
+        *args.overrides,
+    ]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1")
     completed = subprocess.run(command, env=env, capture_output=True, text=True)
     if completed.returncode != 0:
@@ -117,8 +130,9 @@ def target_from(base: float, ceiling: float, fraction: float) -> float:
     return base + fraction * (ceiling - base)
 
 
-def time_to_target(recipe: str, lr: float, seed: int, out: Path, target: float, clock: str = "cpu",
-                   budget: int | None = None) -> RunResult:
+def time_to_target(
+    recipe: str, lr: float, seed: int, out: Path, target: float, clock: str = "cpu", budget: int | None = None
+) -> RunResult:
     """Read one finished run directory and find when its eval reward first reached `target`,
     looking at steps up to `budget` only (None: all), so a longer run serves a shorter budget."""
     within = lambda row: budget is None or int(row["step"]) <= budget  # noqa: E731
@@ -135,10 +149,20 @@ def time_to_target(recipe: str, lr: float, seed: int, out: Path, target: float, 
         return float(value) - float(start) if value and start else None
 
     reached = next((s for s in sorted(by_step) if s > 0 and float(by_step[s]["eval_reward_mean"]) >= target), None)
-    return RunResult(recipe, lr, seed, float(first["eval_reward_mean"]), reached,
-                     elapsed[reached] if reached else None, cumulative, cumulative / len(rows),
-                     float(last["eval_reward_mean"]), change(reached, "gold_mean") if reached else None,
-                     change(max(by_step), "gold_mean"), change(max(by_step), PATTERN))
+    return RunResult(
+        recipe,
+        lr,
+        seed,
+        float(first["eval_reward_mean"]),
+        reached,
+        elapsed[reached] if reached else None,
+        cumulative,
+        cumulative / len(rows),
+        float(last["eval_reward_mean"]),
+        change(reached, "gold_mean") if reached else None,
+        change(max(by_step), "gold_mean"),
+        change(max(by_step), PATTERN),
+    )
 
 
 def choose_lr(tuning: list[RunResult]) -> float:
@@ -193,8 +217,7 @@ def ratio_range(ratios: list[Ratio | None]) -> tuple[Ratio, Ratio] | None:
     return min(ratios, key=lambda r: r.value), max(ratios, key=lambda r: r.value)
 
 
-def bootstrap_median(values: list[float], level: float = 0.9, draws: int = 4000,
-                     seed: int = 0) -> tuple[float, float]:
+def bootstrap_median(values: list[float], level: float = 0.9, draws: int = 4000, seed: int = 0) -> tuple[float, float]:
     """Percentile-bootstrap interval of the median: resample the seeds with replacement `draws`
     times and take the (1 − level)/2 and (1 + level)/2 quantiles of the resampled medians.
     Deterministic under `seed`; with 5 seeds it is coarse (it can only land on observed values
@@ -223,18 +246,30 @@ def pair_summary(ratios: list[Ratio | None]) -> str:
     return text
 
 
-def print_tables(tuning: list[RunResult], results: list[RunResult], pairs: list[tuple[str, str]],
-                 target: float, clock: str) -> None:
+def print_tables(
+    tuning: list[RunResult], results: list[RunResult], pairs: list[tuple[str, str]], target: float, clock: str
+) -> None:
     """The tuning sweep, one row per recipe (medians over seeds), then one line per pair."""
     unit = "CPU s" if clock == "cpu" else "s"
     print(f"\ntarget eval reward {target:.3f}; times are training {unit} (evaluation excluded)")
-    print("tuning (seed {}): ".format(tuning[0].seed if tuning else "-") + "; ".join(
-        f"{r.recipe} lr {r.lr:g}: " + (f"step {r.target_step}, {r.target_seconds:.1f} {unit}" if r.target_step
-                                       else f"missed ({r.final_reward:.3f} at end)") for r in tuning))
+    print(
+        "tuning (seed {}): ".format(tuning[0].seed if tuning else "-")
+        + "; ".join(
+            f"{r.recipe} lr {r.lr:g}: "
+            + (
+                f"step {r.target_step}, {r.target_seconds:.1f} {unit}"
+                if r.target_step
+                else f"missed ({r.final_reward:.3f} at end)"
+            )
+            for r in tuning
+        )
+    )
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
     fmt = lambda x, spec, width: format(x, spec) if x is not None else "-".rjust(width)  # noqa: E731
-    header = (f"{'recipe':40s} {'lr':>7s} {unit + '/step':>10s} {'steps->tgt':>10s} {unit + '->tgt':>11s} "
-              f"{'reward@end':>10s} {'judge@tgt':>9s} {'judge@end':>9s} {'grid@end':>8s} reached")
+    header = (
+        f"{'recipe':40s} {'lr':>7s} {unit + '/step':>10s} {'steps->tgt':>10s} {unit + '->tgt':>11s} "
+        f"{'reward@end':>10s} {'judge@tgt':>9s} {'judge@end':>9s} {'grid@end':>8s} reached"
+    )
     print(header)
     print("-" * len(header))
     for recipe in dict.fromkeys(r.recipe for r in results):
@@ -242,19 +277,25 @@ def print_tables(tuning: list[RunResult], results: list[RunResult], pairs: list[
         hit = [r for r in runs if r.target_seconds is not None]
         judge_tgt = med([r.judge_delta_at_target for r in hit if r.judge_delta_at_target is not None])
         flag = " JUDGE-DROP" if judge_tgt is not None and judge_tgt < 0 else ""
-        print(f"{recipe:40s} {runs[0].lr:7g} {med([r.seconds_per_step for r in runs]):10.2f} "
-              f"{fmt(med([r.target_step for r in hit]), '10.0f', 10)} "
-              f"{fmt(med([r.target_seconds for r in hit]), '11.1f', 11)} {med([r.final_reward for r in runs]):10.3f} "
-              f"{fmt(judge_tgt, '+9.3f', 9)} "
-              f"{fmt(med([r.judge_delta_final for r in runs if r.judge_delta_final is not None]), '+9.3f', 9)} "
-              f"{fmt(med([r.pattern_delta_final for r in runs if r.pattern_delta_final is not None]), '+8.2f', 8)} "
-              f"{len(hit)}/{len(runs)}{flag}")
-    print("\nspeed-up, median over seeds [lowest, highest seed] (90% bootstrap CI of the median); "
-          "'>'/'<': a bound, one run of the pair missed the target in its budget")
+        print(
+            f"{recipe:40s} {runs[0].lr:7g} {med([r.seconds_per_step for r in runs]):10.2f} "
+            f"{fmt(med([r.target_step for r in hit]), '10.0f', 10)} "
+            f"{fmt(med([r.target_seconds for r in hit]), '11.1f', 11)} {med([r.final_reward for r in runs]):10.3f} "
+            f"{fmt(judge_tgt, '+9.3f', 9)} "
+            f"{fmt(med([r.judge_delta_final for r in runs if r.judge_delta_final is not None]), '+9.3f', 9)} "
+            f"{fmt(med([r.pattern_delta_final for r in runs if r.pattern_delta_final is not None]), '+8.2f', 8)} "
+            f"{len(hit)}/{len(runs)}{flag}"
+        )
+    print(
+        "\nspeed-up, median over seeds [lowest, highest seed] (90% bootstrap CI of the median); "
+        "'>'/'<': a bound, one run of the pair missed the target in its budget"
+    )
     for i, (baseline, recipe) in enumerate(pairs):
         ratios = pair_speedups(results, baseline, recipe)
-        print(f"{'headline' if i == 0 else 'pair ' + str(i + 1)}: {recipe} over {baseline}: {pair_summary(ratios)}; "
-              "per seed " + ", ".join(str(r) if r else "-" for r in ratios))
+        print(
+            f"{'headline' if i == 0 else 'pair ' + str(i + 1)}: {recipe} over {baseline}: {pair_summary(ratios)}; "
+            "per seed " + ", ".join(str(r) if r else "-" for r in ratios)
+        )
 
 
 def parse_pairs(items: list[str]) -> list[tuple[str, str]]:
@@ -281,35 +322,63 @@ def parse_budgets(items: list[str], recipes: list[str]) -> dict[str, int]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pair", action="append", required=True, metavar="BASELINE=RECIPE",
-                        help="a comparison (repeatable); the first is the headline")
-    parser.add_argument("--lrs", nargs="+", type=float, default=[5e-4, 1e-3, 2e-3],
-                        help="the learning-rate sweep every recipe gets on the tuning seed")
+    parser.add_argument(
+        "--pair",
+        action="append",
+        required=True,
+        metavar="BASELINE=RECIPE",
+        help="a comparison (repeatable); the first is the headline",
+    )
+    parser.add_argument(
+        "--lrs",
+        nargs="+",
+        type=float,
+        default=[5e-4, 1e-3, 2e-3],
+        help="the learning-rate sweep every recipe gets on the tuning seed",
+    )
     parser.add_argument("--tune-seed", type=int, default=41)
     parser.add_argument("--tune-steps", type=int, default=30, help="steps per tuning run")
     parser.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44, 45, 46])
     parser.add_argument("--steps", type=int, default=40, help="training steps per measured run (the budget)")
-    parser.add_argument("--steps-for", action="append", default=[], metavar="RECIPE=STEPS",
-                        help="another budget for one recipe's measured runs; a finished shorter run is continued")
+    parser.add_argument(
+        "--steps-for",
+        action="append",
+        default=[],
+        metavar="RECIPE=STEPS",
+        help="another budget for one recipe's measured runs; a finished shorter run is continued",
+    )
     parser.add_argument("--eval-every", type=int, default=2)
     parser.add_argument("--target", type=float, default=None, help="absolute eval-reward target")
     parser.add_argument("--ceiling", type=float, default=1.0, help="the reward's maximum (without --target)")
     parser.add_argument("--fraction", type=float, default=0.5, help="fraction of the gap to close (without --target)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
-                        help="cpu: the training process's CPU seconds; wall: logged phase seconds")
-    parser.add_argument("--chunk", type=int, default=10,
-                        help="measured runs train this many steps at a time and stop once the target is reached "
-                             "(0: always the whole budget; tuning runs always train their whole budget)")
-    parser.add_argument("--report-only", action="store_true",
-                        help="train nothing: print the tables from the finished runs in --out (a partial measurement)")
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="cpu",
+        help="cpu: the training process's CPU seconds; wall: logged phase seconds",
+    )
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=10,
+        help="measured runs train this many steps at a time and stop once the target is reached "
+        "(0: always the whole budget; tuning runs always train their whole budget)",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="train nothing: print the tables from the finished runs in --out (a partial measurement)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="training runs at once (each its own process)")
     parser.add_argument("--out", default=None, help="directory for the runs (default: a temporary one)")
     parser.add_argument("overrides", nargs="*", help="dotlist overrides for every run")
     args = parser.parse_args(argv)
     if args.tune_seed in args.seeds:
-        parser.error(f"--seeds {args.seeds} contains the tuning seed {args.tune_seed}: the headline must not "
-                     "include the seed the learning rates were chosen on")
+        parser.error(
+            f"--seeds {args.seeds} contains the tuning seed {args.tune_seed}: the headline must not "
+            "include the seed the learning rates were chosen on"
+        )
     if args.tune_steps < args.eval_every or args.steps < args.eval_every:
         parser.error("--tune-steps and --steps must be at least --eval-every")
     return args
@@ -318,8 +387,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def reached_target(out: Path, target: float, budget: int | None = None) -> bool:
     """Whether a run directory's eval reward has reached `target` at some step after 0 (up to
     `budget`; None: any step)."""
-    return any(0 < int(r["step"]) <= (budget or int(r["step"])) and float(r["eval_reward_mean"]) >= target
-               for r in read_csv(out / "eval_metrics.csv"))
+    return any(
+        0 < int(r["step"]) <= (budget or int(r["step"])) and float(r["eval_reward_mean"]) >= target
+        for r in read_csv(out / "eval_metrics.csv")
+    )
 
 
 def chunk_ends(budget: int, chunk: int) -> list[int]:
@@ -330,8 +401,9 @@ def chunk_ends(budget: int, chunk: int) -> list[int]:
     return [*range(chunk, budget, chunk), budget]
 
 
-def train_to_target(recipe: str, lr: float, seed: int, out: Path, budget: int, target: float | None,
-                    args: argparse.Namespace) -> None:
+def train_to_target(
+    recipe: str, lr: float, seed: int, out: Path, budget: int, target: float | None, args: argparse.Namespace
+) -> None:
     """Train in chunks of `args.chunk` steps, continuing (bitwise, by resume) only while the eval
     reward has not reached `target`; None trains the whole budget. What a run does after its
     target step cannot change its time-to-target, so the steps after it are not bought."""
@@ -344,8 +416,10 @@ def train_to_target(recipe: str, lr: float, seed: int, out: Path, budget: int, t
 def run_all(jobs: list[tuple], args: argparse.Namespace, target: float | None = None) -> None:
     """Train every (recipe, lr, seed, dir, steps) job, `args.jobs` at a time (see train_to_target)."""
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for future in [pool.submit(train_to_target, recipe, lr, seed, out, steps, target, args)
-                       for recipe, lr, seed, out, steps in jobs]:
+        for future in [
+            pool.submit(train_to_target, recipe, lr, seed, out, steps, target, args)
+            for recipe, lr, seed, out, steps in jobs
+        ]:
             future.result()
 
 
@@ -361,28 +435,41 @@ def main(argv: list[str] | None = None) -> int:
     recipes = list(dict.fromkeys(name for pair in pairs for name in pair))
     budgets = {recipe: args.steps for recipe in recipes} | parse_budgets(args.steps_for, recipes)
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_ttt_"))
-    tune_jobs = [(recipe, lr, args.tune_seed, run_dir(out / "tune", recipe, lr, args.tune_seed), args.tune_steps)
-                 for recipe in recipes for lr in args.lrs]
+    tune_jobs = [
+        (recipe, lr, args.tune_seed, run_dir(out / "tune", recipe, lr, args.tune_seed), args.tune_steps)
+        for recipe in recipes
+        for lr in args.lrs
+    ]
     if args.report_only:  # the runs already finished; a recipe missing a tuning run is left out
         tune_jobs = [job for job in tune_jobs if complete(job[3], job[4], None)]
     else:
         run_all(tune_jobs, args)
     first = run_dir(out / "tune", pairs[0][0], args.lrs[0], args.tune_seed)
     target = args.target if args.target is not None else target_from(base_reward(first), args.ceiling, args.fraction)
-    tuning = [time_to_target(recipe, lr, seed, path, target, args.clock, steps)
-              for recipe, lr, seed, path, steps in tune_jobs]
+    tuning = [
+        time_to_target(recipe, lr, seed, path, target, args.clock, steps) for recipe, lr, seed, path, steps in tune_jobs
+    ]
     tuned = [recipe for recipe in recipes if sum(r.recipe == recipe for r in tuning) == len(args.lrs)]
     chosen = {recipe: choose_lr([r for r in tuning if r.recipe == recipe]) for recipe in tuned}
-    print("chosen learning rates (tuning seed {}): {}".format(
-        args.tune_seed, ", ".join(f"{recipe} {lr:g}" for recipe, lr in chosen.items())), flush=True)
-    jobs = [(recipe, chosen[recipe], seed, run_dir(out, recipe, chosen[recipe], seed), budgets[recipe])
-            for seed in args.seeds for recipe in tuned]
+    print(
+        "chosen learning rates (tuning seed {}): {}".format(
+            args.tune_seed, ", ".join(f"{recipe} {lr:g}" for recipe, lr in chosen.items())
+        ),
+        flush=True,
+    )
+    jobs = [
+        (recipe, chosen[recipe], seed, run_dir(out, recipe, chosen[recipe], seed), budgets[recipe])
+        for seed in args.seeds
+        for recipe in tuned
+    ]
     if args.report_only:
         jobs = [job for job in jobs if complete(job[3], job[4], target)]
     else:
         run_all(jobs, args, target)
-    results = [time_to_target(recipe, lr, seed, path, target, args.clock, min(steps, finished_steps(path)))
-               for recipe, lr, seed, path, steps in jobs]
+    results = [
+        time_to_target(recipe, lr, seed, path, target, args.clock, min(steps, finished_steps(path)))
+        for recipe, lr, seed, path, steps in jobs
+    ]
     print_tables(tuning, results, pairs, target, args.clock)
     return 0
 

@@ -102,9 +102,18 @@ class LiveBytes(TorchDispatchMode):
         return out
 
 
-TINY_BOUND_KEYS = ("in_channels", "out_channels", "joint_attention_dim", "pooled_projection_dim", "text_dim",
-                   "crossattn_proj_in_channels", "encoder_hidden_states_channels", "text_embed_dim",
-                   "concat_padding_mask", "patch_size")
+TINY_BOUND_KEYS = (
+    "in_channels",
+    "out_channels",
+    "joint_attention_dim",
+    "pooled_projection_dim",
+    "text_dim",
+    "crossattn_proj_in_channels",
+    "encoder_hidden_states_channels",
+    "text_embed_dim",
+    "concat_padding_mask",
+    "patch_size",
+)
 """Transformer config keys that bind it to the tiny pipeline's text encoders and VAE: taken
 from the tiny transformer; every other key (block options, head size, MLP ratio, norms) is
 the real model's."""
@@ -139,17 +148,29 @@ def _policy(family: str, root: Path, checkpointing: bool, real_width: bool = Fal
     calibration_transformer(family, tiny_config, real_width).save_pretrained(transformer_dir)
     extra = {"wan": ["model.num_frames=5"], "cosmos": ["model.num_frames=5"], "flux": ["model.embedded_guidance=3.5"]}
     frames = extra.get(family, [])
-    cfg = load_config(None, [f"model.family={family}", f"model.path={path}", "model.dtype=bfloat16",
-                             "model.device=cpu", "model.max_sequence_length=32", "model.negative_prompt=",
-                             f"model.gradient_checkpointing={str(checkpointing).lower()}", *frames])
+    cfg = load_config(
+        None,
+        [
+            f"model.family={family}",
+            f"model.path={path}",
+            "model.dtype=bfloat16",
+            "model.device=cpu",
+            "model.max_sequence_length=32",
+            "model.negative_prompt=",
+            f"model.gradient_checkpointing={str(checkpointing).lower()}",
+            *frames,
+        ],
+    )
     torch.manual_seed(0)
     return build_policy(cfg)
 
 
 def _blocks(transformer) -> tuple[int, int]:
     config = transformer.config
-    return (int(config.num_attention_heads * config.attention_head_dim),
-            int(config.num_layers) + int(getattr(config, "num_single_layers", 0) or 0))
+    return (
+        int(config.num_attention_heads * config.attention_head_dim),
+        int(config.num_layers) + int(getattr(config, "num_single_layers", 0) or 0),
+    )
 
 
 def _tokens(latent_shape: tuple[int, ...]) -> int:
@@ -174,11 +195,33 @@ def measure(policy, side: int, grad: bool) -> tuple[int, int, int]:
     return _tokens(shape), kept, tracker.peak
 
 
-CUDA_AUTOCAST_FLOAT32 = frozenset({
-    F.layer_norm, F.group_norm, F.softmax, F.log_softmax, F.softplus, F.normalize, torch.layer_norm,
-    torch.group_norm, torch.softmax, torch.log_softmax, torch.exp, torch.pow, torch.rsqrt, torch.sum, torch.cumsum,
-    torch.Tensor.softmax, torch.Tensor.log_softmax, torch.Tensor.exp, torch.Tensor.pow, torch.Tensor.__pow__,
-    torch.Tensor.rsqrt, torch.Tensor.sum, torch.Tensor.cumsum})
+CUDA_AUTOCAST_FLOAT32 = frozenset(
+    {
+        F.layer_norm,
+        F.group_norm,
+        F.softmax,
+        F.log_softmax,
+        F.softplus,
+        F.normalize,
+        torch.layer_norm,
+        torch.group_norm,
+        torch.softmax,
+        torch.log_softmax,
+        torch.exp,
+        torch.pow,
+        torch.rsqrt,
+        torch.sum,
+        torch.cumsum,
+        torch.Tensor.softmax,
+        torch.Tensor.log_softmax,
+        torch.Tensor.exp,
+        torch.Tensor.pow,
+        torch.Tensor.__pow__,
+        torch.Tensor.rsqrt,
+        torch.Tensor.sum,
+        torch.Tensor.cumsum,
+    }
+)
 """The ops of CUDA autocast's float32 list a denoiser's forward reaches (torch's autocast op
 reference: norms, softmax, pow, rsqrt, exp, sum, ...). CPU autocast leaves them at bfloat16."""
 
@@ -233,8 +276,10 @@ def saved_bytes(policy, side: int, eager_cuda: bool) -> tuple[int, int]:
     shape = policy.latent_shape(side, side)
     latents, sigma = torch.randn(1, *shape), torch.full((1,), 0.5)
     with CudaAutocastPolicy() if eager_cuda else contextlib.nullcontext():
-        return (_tokens(shape), *_saved(policy.transformer, lambda: policy.velocity(latents, sigma, cond,
-                                                                                    guidance_scale=1.0)))
+        return (
+            _tokens(shape),
+            *_saved(policy.transformer, lambda: policy.velocity(latents, sigma, cond, guidance_scale=1.0)),
+        )
 
 
 def _slope(points: list[tuple[int, int]], layers: int, hidden: int) -> float:
@@ -259,16 +304,19 @@ def calibrate(family: str, root: Path, small: int) -> dict:
     result["replay"] = _slope([saved_bytes(policy, s, eager_cuda=True) for s in (small, 2 * small)], layers, hidden)
     for block in [m for m in policy.transformer.modules() if type(m).__name__ in policy.repeated_blocks]:
         block.compile(backend=COMPILE_BACKEND, dynamic=False)
-    result["replay_compiled"] = _slope([saved_bytes(policy, s, eager_cuda=False) for s in (small, 2 * small)],
-                                       layers, hidden)
+    result["replay_compiled"] = _slope(
+        [saved_bytes(policy, s, eager_cuda=False) for s in (small, 2 * small)], layers, hidden
+    )
     # checkpointing keeps each block's input outside autograd's saved tensors: count live bytes
     policy = _policy(family, root / "checkpointed", checkpointing=True, real_width=True)
     policy.transformer.train()
     with CudaAutocastPolicy():
         (n1, kept1, _), (n2, kept2, _) = (measure(policy, s, grad=True) for s in (small, 2 * small))
     result["replay_checkpointed"] = (kept2 - kept1) / (n2 - n1) / (layers * hidden)
-    result["measured_on"] = (f"{family}: {layers} blocks of the real width {hidden}, bfloat16 autocast with CUDA's "
-                             f"float32 list (eager), {COMPILE_BACKEND} (compiled), CPU")
+    result["measured_on"] = (
+        f"{family}: {layers} blocks of the real width {hidden}, bfloat16 autocast with CUDA's "
+        f"float32 list (eager), {COMPILE_BACKEND} (compiled), CPU"
+    )
     return result
 
 
@@ -281,10 +329,17 @@ def calibration_janus_shapes() -> str:
     its real width, head size and MLP width, cut to 2 layers; returns its shapes key."""
     spec = json.loads(shipped_file(family_spec("janus"), "deepseek-community/Janus-Pro-7B").read_text())
     text = spec["components"]["heads_and_aligners"]["config"]["text_config"]
-    JANUS_SHAPES["calibration"] = dict(JANUS_SHAPES["tiny"], text=dict(
-        hidden_size=text["hidden_size"], intermediate_size=text["intermediate_size"], num_hidden_layers=2,
-        num_attention_heads=text["num_attention_heads"], num_key_value_heads=text["num_key_value_heads"],
-        max_position_embeddings=4 * JANUS_TOKENS))
+    JANUS_SHAPES["calibration"] = dict(
+        JANUS_SHAPES["tiny"],
+        text=dict(
+            hidden_size=text["hidden_size"],
+            intermediate_size=text["intermediate_size"],
+            num_hidden_layers=2,
+            num_attention_heads=text["num_attention_heads"],
+            num_key_value_heads=text["num_key_value_heads"],
+            max_position_embeddings=4 * JANUS_TOKENS,
+        ),
+    )
     return "calibration"
 
 
@@ -293,8 +348,9 @@ def _janus_points(policy, cond, small: int, measure_one) -> list:
     points = []
     for count in (small, 2 * small):
         tokens = torch.randint(0, int(policy.model.model.vqmodel.config.num_embeddings), (1, count))
-        points.append((count, *measure_one(lambda: policy.token_log_probs(cond, tokens, guidance_scale=1.0,
-                                                                          temperature=1.0))))
+        points.append(
+            (count, *measure_one(lambda: policy.token_log_probs(cond, tokens, guidance_scale=1.0, temperature=1.0)))
+        )
     return points
 
 
@@ -312,8 +368,17 @@ def calibrate_janus(root: Path, small: int = JANUS_TOKENS) -> dict:
     """Janus the way `calibrate` measures a denoiser, on the replay call `token_log_probs`:
     Janus-Pro-7B's LLaMA block at its real width, 2 layers, LoRA through `build_policy`."""
     build_tiny_janus(0, calibration_janus_shapes()).save_pretrained(root / "janus")
-    cfg = load_config(None, ["model.family=janus", "algorithm.name=ar_grpo", f"model.path={root / 'janus'}",
-                             "model.dtype=bfloat16", "model.device=cpu", "model.train_mode=lora"])
+    cfg = load_config(
+        None,
+        [
+            "model.family=janus",
+            "algorithm.name=ar_grpo",
+            f"model.path={root / 'janus'}",
+            "model.dtype=bfloat16",
+            "model.device=cpu",
+            "model.train_mode=lora",
+        ],
+    )
     torch.manual_seed(0)
     policy = build_policy(cfg)
     config = policy.transformer.config
@@ -326,15 +391,20 @@ def calibrate_janus(root: Path, small: int = JANUS_TOKENS) -> dict:
     result["rollout_peak"] = (peak2 - peak1) / (n2 - n1) / hidden
     policy.transformer.train()
     with CudaAutocastPolicy():
-        result["replay"] = _slope(_janus_points(policy, cond, small, lambda run: _saved(policy.model, run)), layers, hidden)
+        result["replay"] = _slope(
+            _janus_points(policy, cond, small, lambda run: _saved(policy.model, run)), layers, hidden
+        )
     for block in [m for m in policy.transformer.modules() if type(m).__name__ in policy.repeated_blocks]:
         block.compile(backend=COMPILE_BACKEND, dynamic=False)
-    result["replay_compiled"] = _slope(_janus_points(policy, cond, small, lambda run: _saved(policy.model, run)),
-                                       layers, hidden)
+    result["replay_compiled"] = _slope(
+        _janus_points(policy, cond, small, lambda run: _saved(policy.model, run)), layers, hidden
+    )
     result["replay_checkpointed"] = 2.0  # the bfloat16 block input; Janus has no checkpointing to measure
-    result["measured_on"] = (f"janus: {layers} LLaMA blocks of the real width {hidden}, bfloat16 autocast with "
-                             f"CUDA's float32 list (eager), {COMPILE_BACKEND} (compiled), CPU "
-                             "(replay_checkpointed derived, not measured)")
+    result["measured_on"] = (
+        f"janus: {layers} LLaMA blocks of the real width {hidden}, bfloat16 autocast with "
+        f"CUDA's float32 list (eager), {COMPILE_BACKEND} (compiled), CPU "
+        "(replay_checkpointed derived, not measured)"
+    )
     return result
 
 
@@ -357,8 +427,16 @@ def _toy_points(policy, measure_one) -> list:
 
 
 def _toy_policy(checkpointing: bool):
-    cfg = load_config(None, ["model.family=toy", "model.path=builtin", "model.dtype=bfloat16", "model.device=cpu",
-                             f"model.gradient_checkpointing={str(checkpointing).lower()}"])
+    cfg = load_config(
+        None,
+        [
+            "model.family=toy",
+            "model.path=builtin",
+            "model.dtype=bfloat16",
+            "model.device=cpu",
+            f"model.gradient_checkpointing={str(checkpointing).lower()}",
+        ],
+    )
     torch.manual_seed(0)
     return build_policy(cfg)
 
@@ -378,36 +456,55 @@ def calibrate_toy(root: Path) -> dict:
         result["replay"] = _slope(_toy_points(policy, lambda run: _saved(policy.transformer, run)), layers, hidden)
     for block in [m for m in policy.transformer.modules() if type(m).__name__ in policy.repeated_blocks]:
         block.compile(backend=COMPILE_BACKEND, dynamic=False)
-    result["replay_compiled"] = _slope(_toy_points(policy, lambda run: _saved(policy.transformer, run)), layers,
-                                       hidden)
+    result["replay_compiled"] = _slope(_toy_points(policy, lambda run: _saved(policy.transformer, run)), layers, hidden)
     policy = _toy_policy(checkpointing=True)
     policy.transformer.train()
     with CudaAutocastPolicy():
         (n1, kept1, _), (n2, kept2, _) = _toy_points(policy, lambda run: _live(run, grad=True))
     result["replay_checkpointed"] = (kept2 - kept1) / (n2 - n1) / (layers * hidden)
-    result["measured_on"] = (f"toy: the whole demo transformer ({layers} blocks of width {hidden}) over 4 and 8 rows, "
-                             f"bfloat16 autocast with CUDA's float32 list (eager), {COMPILE_BACKEND} (compiled), CPU")
+    result["measured_on"] = (
+        f"toy: the whole demo transformer ({layers} blocks of width {hidden}) over 4 and 8 rows, "
+        f"bfloat16 autocast with CUDA's float32 list (eager), {COMPILE_BACKEND} (compiled), CPU"
+    )
     return result
 
 
-CALIBRATORS = {**{family: (lambda root, side=side, family=family: calibrate(family, root, side))
-                  for family, side in FAMILIES.items()}, "janus": calibrate_janus, "toy": calibrate_toy}
+CALIBRATORS = {
+    **{
+        family: (lambda root, side=side, family=family: calibrate(family, root, side))
+        for family, side in FAMILIES.items()
+    },
+    "janus": calibrate_janus,
+    "toy": calibrate_toy,
+}
 """family -> its measurement (the token family has its own replay call)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=None,
-                        help="write DIR/<family>.json instead of each family's calibration.json in its folder")
-    parser.add_argument("--families", nargs="+", choices=sorted(CALIBRATORS), default=sorted(CALIBRATORS),
-                        help="measure only these; the others keep their calibration.json")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write DIR/<family>.json instead of each family's calibration.json in its folder",
+    )
+    parser.add_argument(
+        "--families",
+        nargs="+",
+        choices=sorted(CALIBRATORS),
+        default=sorted(CALIBRATORS),
+        help="measure only these; the others keep their calibration.json",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         for family in args.families:
             # what FamilySpec.calibration reads (its CALIBRATION_KEYS), and what measured it
-            body = {**CALIBRATORS[family](Path(tmp)), "script": "benchmarks/calibrate_memory.py",
-                    "torch": torch.__version__}
+            body = {
+                **CALIBRATORS[family](Path(tmp)),
+                "script": "benchmarks/calibrate_memory.py",
+                "torch": torch.__version__,
+            }
             out = args.out / f"{family}.json" if args.out else family_spec(family).folder / CALIBRATION
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(body, indent=1) + "\n")

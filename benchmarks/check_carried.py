@@ -68,7 +68,9 @@ def image_view(distributions: set[str], view: Path) -> None:
         for module, owners in top_levels.items():
             if dist.metadata["Name"] in owners:
                 for found in site.glob(f"{module}*"):
-                    if (found.name == module or found.name.startswith(module + ".")) and not (view / found.name).exists():
+                    if (found.name == module or found.name.startswith(module + ".")) and not (
+                        view / found.name
+                    ).exists():
                         (view / found.name).symlink_to(found)
 
 
@@ -100,12 +102,39 @@ def main(argv: list[str] | None = None) -> int:
         view.mkdir()
         image = closure(args.image) | set(binary)
         image_view(image, view)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                        "--target", str(site), *map(str, pure)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--target",
+                str(site),
+                *map(str, pure),
+            ],
+            check=True,
+        )
         out = args.out or Path(tmp) / "out"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(view), str(REPO)])}
-        run = subprocess.run([sys.executable, "-S", str(REPO / "benchmarks" / "gpu_suite.py"), "--tiny", "--out",
-                              str(out), "--budget-s", "3000"], env=env, capture_output=True, text=True)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-S",
+                str(REPO / "benchmarks" / "gpu_suite.py"),
+                "--tiny",
+                "--out",
+                str(out),
+                "--budget-s",
+                "3000",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         print(run.stdout[-3000:], run.stderr[-3000:] if run.returncode else "", sep="\n")
         report = json.loads((out / "gpu_suite.json").read_text()) if (out / "gpu_suite.json").is_file() else None
         broken = [f"{i['key']}: {i.get('reason')}" for i in (report or {}).get("items", []) if i["status"] == "failed"]

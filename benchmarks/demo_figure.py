@@ -57,8 +57,15 @@ def main() -> int:
     steps = sorted(int(p.name.rsplit("_", 1)[1]) for p in run.glob("eval_epoch_*"))
     names = [line.strip() for line in Path(config.data.eval_manifest).read_text().splitlines() if line.strip()]
     names = names[: int(config.eval.max_prompts)]
-    before, after = (sheet_tiles(Image.open(run / f"eval_epoch_{s}" / "contact_sheet.png").convert("RGB"),
-                                 len(names), per_prompt, args.samples) for s in (steps[0], steps[-1]))
+    before, after = (
+        sheet_tiles(
+            Image.open(run / f"eval_epoch_{s}" / "contact_sheet.png").convert("RGB"),
+            len(names),
+            per_prompt,
+            args.samples,
+        )
+        for s in (steps[0], steps[-1])
+    )
     side, gap, label_w, head = IMAGE_SIDE * SHOWN_SCALE, 16, 110, 18
     width = label_w + 2 * args.samples * side + gap
     figure = Image.new("RGB", (width, head + len(names) * side), "white")

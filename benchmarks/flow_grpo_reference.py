@@ -81,14 +81,22 @@ def genalign_overrides(settings: Settings) -> list[str]:
     """genalign's SD3.5 OCR recipe at `settings` (model, device and output keys left to the caller)."""
     s = settings
     return [
-        "/base/distributed=local", f"rollout.height={s.resolution}", f"rollout.width={s.resolution}",
-        f"rollout.num_steps={s.num_steps}", f"rollout.guidance_scale={s.guidance_scale}",
-        f"rollout.noise_level={s.noise_level}", f"rollout.n={s.group}", f"rollout.rollout_batch_size={s.prompts}",
+        "/base/distributed=local",
+        f"rollout.height={s.resolution}",
+        f"rollout.width={s.resolution}",
+        f"rollout.num_steps={s.num_steps}",
+        f"rollout.guidance_scale={s.guidance_scale}",
+        f"rollout.noise_level={s.noise_level}",
+        f"rollout.n={s.group}",
+        f"rollout.rollout_batch_size={s.prompts}",
         f"rollout.sample_batch_size={s.chunk}",  # the replay micro-batch too (actor.micro_batch_size unset)
         f"actor.gradient_accumulation_steps={max(1, s.images // s.chunk // 2)}",  # as the reference: 2 updates a step
-        f"algorithm.timestep_fraction={s.timestep_fraction}", f"algorithm.kl_beta={s.kl_beta}",
-        f"actor.ema.enabled={str(s.ema).lower()}", "reward.components.ocr=0.0",
-        "reward.components.jpeg_compressibility=1.0", "reward.async_scoring=true",
+        f"algorithm.timestep_fraction={s.timestep_fraction}",
+        f"algorithm.kl_beta={s.kl_beta}",
+        f"actor.ema.enabled={str(s.ema).lower()}",
+        "reward.components.ocr=0.0",
+        "reward.components.jpeg_compressibility=1.0",
+        "reward.async_scoring=true",
     ]
 
 
@@ -107,8 +115,10 @@ def missing(prepared: Path = PREPARED) -> str | None:
         return f"the Flow-GRPO reference is not prepared: run `bash benchmarks/prepare_gpu.sh` ({prepared} is absent)"
     absent = [name for name in ("absl", "ml_collections") if importlib.util.find_spec(name) is None]
     if absent:
-        return (f"the Flow-GRPO loop imports {', '.join(absent)}: install .whl/ (the device command in "
-                "docs/benchmarks.md does)")
+        return (
+            f"the Flow-GRPO loop imports {', '.join(absent)}: install .whl/ (the device command in "
+            "docs/benchmarks.md does)"
+        )
     return None
 
 
@@ -154,12 +164,17 @@ def _reference_config(config, settings: Settings, dataset: Path, logdir: Path, m
     config.train.batch_size, config.train.num_inner_epochs = s.chunk, 1
     config.train.gradient_accumulation_steps = max(1, config.sample.num_batches_per_epoch // 2)
     config.train.timestep_fraction, config.train.beta, config.train.ema = s.timestep_fraction, s.kl_beta, s.ema
-    config.prompt_fn, config.reward_fn, config.per_prompt_stat_tracking = "general_ocr", {"jpeg_compressibility": 1.0}, True
+    config.prompt_fn, config.reward_fn, config.per_prompt_stat_tracking = (
+        "general_ocr",
+        {"jpeg_compressibility": 1.0},
+        True,
+    )
     config.eval_freq, config.save_freq = 1, 10**9
 
 
-def run_reference(settings: Settings, device: str, epochs: int = 3, prepared: Path = PREPARED,
-                  shapes: str = "real") -> dict:
+def run_reference(
+    settings: Settings, device: str, epochs: int = 3, prepared: Path = PREPARED, shapes: str = "real"
+) -> dict:
     """Run the reference loop for `epochs` epochs (the first is warm-up) and return its figures:
     seconds of every measured epoch, images/s over them, peak GPU memory."""
     import torch
@@ -172,8 +187,16 @@ def run_reference(settings: Settings, device: str, epochs: int = 3, prepared: Pa
     if prepared_commit(prepared) is None:
         raise FileNotFoundError(f"{prepared}: the Flow-GRPO reference is not prepared (run benchmarks/prepare_gpu.sh)")
     cuda = device == "cuda"
-    os.environ.update({"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
+    os.environ.update(
+        {
+            "LOCAL_RANK": "0",
+            "RANK": "0",
+            "WORLD_SIZE": "1",
+            "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(_free_port()),
+        }
+    )
     if not cuda:  # `accelerate launch --cpu`: a one-process gloo DDP, as NCCL's on the GPU
         os.environ["ACCELERATE_USE_CPU"] = "true"
     sys.modules.setdefault("wandb", _wandb_stub())
@@ -197,8 +220,9 @@ def run_reference(settings: Settings, device: str, epochs: int = 3, prepared: Pa
 
         @staticmethod
         def from_pretrained(name: str, **kwargs):
-            components = real_components("sd3", name) if shapes == "real" else \
-                own_components(family_spec("sd3").build_tiny(0))
+            components = (
+                real_components("sd3", name) if shapes == "real" else own_components(family_spec("sd3").build_tiny(0))
+            )
             pipeline = build_with_components("sd3", components, device, torch.float16 if cuda else torch.float32)
             pipeline.transformer.float()  # from_pretrained's float32; the loop casts the encoders itself
             return pipeline
@@ -223,11 +247,15 @@ def run_reference(settings: Settings, device: str, epochs: int = 3, prepared: Pa
     measured = clock.seconds[1:]
     if not measured:
         raise RuntimeError(f"the reference loop ran {len(clock.seconds)} epoch(s); at least 2 are needed")
-    return {"epoch_s": clock.seconds, "images_per_epoch": settings.images,
-            "images_per_s": settings.images * len(measured) / sum(measured),
-            "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-            "load_s": (clock.marks[0] - start) if clock.marks else None, "commit": prepared_commit(prepared),
-            "precision": "fp16 autocast over float32 weights" if cuda else "float32"}
+    return {
+        "epoch_s": clock.seconds,
+        "images_per_epoch": settings.images,
+        "images_per_s": settings.images * len(measured) / sum(measured),
+        "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "load_s": (clock.marks[0] - start) if clock.marks else None,
+        "commit": prepared_commit(prepared),
+        "precision": "fp16 autocast over float32 weights" if cuda else "float32",
+    }
 
 
 def _wandb_stub() -> types.ModuleType:

@@ -72,8 +72,11 @@ def child(item: Item, item_dir: Path, tiny: bool) -> None:
     try:
         if item.kind == "reference":
             settings = reference.Settings(**item.settings)
-            note(**reference.run_reference(settings, "cpu" if tiny else "cuda", epochs=item.steps,
-                                           shapes="tiny" if tiny else "real"))
+            note(
+                **reference.run_reference(
+                    settings, "cpu" if tiny else "cuda", epochs=item.steps, shapes="tiny" if tiny else "real"
+                )
+            )
         else:
             from genalign.training.trainer import Trainer
 
@@ -122,6 +125,7 @@ def rollout_profile(trainer):
             torch.cuda.synchronize(policy.device)
 
     for name, module in modules:
+
         def before(_module, _args, name=name):
             if in_rollout[0]:
                 sync()
@@ -131,6 +135,7 @@ def rollout_profile(trainer):
             if in_rollout[0] and name in started:
                 sync()
                 totals[name] += time.perf_counter() - started.pop(name)
+
         handles += [module.register_forward_pre_hook(before), module.register_forward_hook(after)]
     collect = trainer.source.collect
     rollouts: list[float] = []
@@ -154,8 +159,9 @@ def rollout_profile(trainer):
         for name in list(totals):
             totals[name] /= steps
         totals["rollout_s"] = sum(rollouts) / steps
-        totals["other_s"] = totals["rollout_s"] - totals["transformer_s"] - totals["vae_decode_s"] - \
-            totals["text_encoders_s"]
+        totals["other_s"] = (
+            totals["rollout_s"] - totals["transformer_s"] - totals["vae_decode_s"] - totals["text_encoders_s"]
+        )
 
 
 # ------------------------------------------------------------------ the parent
@@ -172,7 +178,9 @@ def probe_card(tiny: bool) -> dict:
 
 def read_card(writer) -> None:
     props = torch.cuda.get_device_properties(0)
-    writer.send({"name": props.name, "memory_gib": props.total_memory / GIB, "capability": f"{props.major}.{props.minor}"})
+    writer.send(
+        {"name": props.name, "memory_gib": props.total_memory / GIB, "capability": f"{props.major}.{props.minor}"}
+    )
 
 
 def item_record(item: Item) -> dict:
@@ -191,20 +199,33 @@ def result_of(item: Item, item_dir: Path, elapsed_s: float, killed: bool) -> dic
             rows = list(csv.DictReader(handle))
     out = {**item_record(item), "elapsed_s": elapsed_s, **{k: v for k, v in state.items() if k != "done"}}
     if rows:
+
         def number(row, key):
             return float(row[key]) if row.get(key) not in (None, "") else None
-        steps = [{"step": int(r["step"]), "images_per_s": number(r, "step_images_per_s"),
-                  "rollout_s": number(r, "time_rollout_s"), "reward_s": number(r, "time_reward_s"),
-                  "train_s": number(r, "time_train_s"), "loss": number(r, "loss"),
-                  "peak_gib": number(r, "gpu_peak_allocated_gib")} for r in rows]
+
+        steps = [
+            {
+                "step": int(r["step"]),
+                "images_per_s": number(r, "step_images_per_s"),
+                "rollout_s": number(r, "time_rollout_s"),
+                "reward_s": number(r, "time_reward_s"),
+                "train_s": number(r, "time_train_s"),
+                "loss": number(r, "loss"),
+                "peak_gib": number(r, "gpu_peak_allocated_gib"),
+            }
+            for r in rows
+        ]
         losses = [s["loss"] for s in steps if s["loss"] is not None]
         peaks = [s["peak_gib"] for s in steps if s["peak_gib"] is not None]
-        out.update(steps=steps, images_per_s=steps[-1]["images_per_s"],
-                   parity=number(rows[0], "parity_max_abs_log_prob_diff"),
-                   # the trainer raises on a non-finite loss or gradient norm (FloatingPointError)
-                   finite=all(math.isfinite(v) for v in losses) and not state.get("error", "").startswith(
-                       ("FloatingPointError", "NonFiniteError")),
-                   peak_gib=max(peaks) if peaks else state.get("peak_gib"))
+        out.update(
+            steps=steps,
+            images_per_s=steps[-1]["images_per_s"],
+            parity=number(rows[0], "parity_max_abs_log_prob_diff"),
+            # the trainer raises on a non-finite loss or gradient norm (FloatingPointError)
+            finite=all(math.isfinite(v) for v in losses)
+            and not state.get("error", "").startswith(("FloatingPointError", "NonFiniteError")),
+            peak_gib=max(peaks) if peaks else state.get("peak_gib"),
+        )
         if out.get("plan_gib") and out.get("peak_gib"):
             out["peak_over_plan"] = out["peak_gib"] / out["plan_gib"]
     if state.get("error"):
@@ -223,8 +244,11 @@ def ratios(results: list[dict]) -> dict:
     ref = by_key.get("flow_grpo")
     if not ref:
         return {}
-    return {f"{by_key[k]['title']} / Flow-GRPO": by_key[k]["images_per_s"] / ref["images_per_s"]
-            for k in ("genalign", *(key for key, _, _ in LEVERS)) if k in by_key}
+    return {
+        f"{by_key[k]['title']} / Flow-GRPO": by_key[k]["images_per_s"] / ref["images_per_s"]
+        for k in ("genalign", *(key for key, _, _ in LEVERS))
+        if k in by_key
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,21 +270,41 @@ def main(argv: list[str] | None = None) -> int:
     reuse_runs(items)
     warm_imports(items)
     if torch.cuda.is_initialized():
-        print("warning: CUDA was initialised before the items started; they start as spawned processes "
-              "(slower: each imports everything again)", flush=True)
-    header = {"mode": "tiny" if args.tiny else "real", "card": card, "budget_s": args.budget_s,
-              "versions": versions(), "prepared": prepared()}
-    print(f"GPU suite on {card['name']}" + (f" ({card['memory_gib']:.0f} GiB)" if card.get("memory_gib") else "") +
-          f", budget {args.budget_s:.0f} s; time plan:", flush=True)
+        print(
+            "warning: CUDA was initialised before the items started; they start as spawned processes "
+            "(slower: each imports everything again)",
+            flush=True,
+        )
+    header = {
+        "mode": "tiny" if args.tiny else "real",
+        "card": card,
+        "budget_s": args.budget_s,
+        "versions": versions(),
+        "prepared": prepared(),
+    }
+    print(
+        f"GPU suite on {card['name']}"
+        + (f" ({card['memory_gib']:.0f} GiB)" if card.get("memory_gib") else "")
+        + f", budget {args.budget_s:.0f} s; time plan:",
+        flush=True,
+    )
     planned = 0.0
     for item in items:
         if not item.skip:
             planned += item.estimate_s
-        print(f"  [{item.section}] {item.key:<20} " + (f"skip: {item.skip}" if item.skip else
-              f"the run of {item.same_as}" if item.same_as else
-              f"~{item.estimate_s:4.0f} s (cumulative {planned:4.0f} s)" +
-              (f", plan {item.plan_gib:.1f} GiB" if item.plan_gib else "") +
-              (f", shrunk: {'; '.join(item.shrunk)}" if item.shrunk else "")), flush=True)
+        print(
+            f"  [{item.section}] {item.key:<20} "
+            + (
+                f"skip: {item.skip}"
+                if item.skip
+                else f"the run of {item.same_as}"
+                if item.same_as
+                else f"~{item.estimate_s:4.0f} s (cumulative {planned:4.0f} s)"
+                + (f", plan {item.plan_gib:.1f} GiB" if item.plan_gib else "")
+                + (f", shrunk: {'; '.join(item.shrunk)}" if item.shrunk else "")
+            ),
+            flush=True,
+        )
     results: list[dict] = []
     for item in items:
         left = args.budget_s - (time.perf_counter() - start) - FINISH_S
@@ -270,17 +314,23 @@ def main(argv: list[str] | None = None) -> int:
             results.append({**item_record(item), "status": "skipped", "reason": item.skip})
         elif item.same_as is not None:
             earlier = next(r for r in results if r["key"] == item.same_as)
-            results.append({**earlier, **{k: getattr(item, k) for k in ("key", "section", "title", "same_as")},
-                            "elapsed_s": 0.0})
+            results.append(
+                {**earlier, **{k: getattr(item, k) for k in ("key", "section", "title", "same_as")}, "elapsed_s": 0.0}
+            )
         else:
             results.append(run_item(item, work / item.key, args.tiny, left))
         line = results[-1]
-        print(f"[{item.section}] {item.key}: {line['status']}" + (f" ({line['reason']})" if line.get("reason") else "") +
-              (f", {line['images_per_s']:.3g} images/s" if line.get("images_per_s") else "") +
-              (f", peak {line['peak_gib']:.1f} GiB" if line.get("peak_gib") else "") +
-              (f", plan {line['plan_gib']:.1f} GiB" if line.get("plan_gib") else ""), flush=True)
-        write_outputs(out, {**header, "elapsed_s": time.perf_counter() - start, "items": results,
-                            "ratios": ratios(results)})
+        print(
+            f"[{item.section}] {item.key}: {line['status']}"
+            + (f" ({line['reason']})" if line.get("reason") else "")
+            + (f", {line['images_per_s']:.3g} images/s" if line.get("images_per_s") else "")
+            + (f", peak {line['peak_gib']:.1f} GiB" if line.get("peak_gib") else "")
+            + (f", plan {line['plan_gib']:.1f} GiB" if line.get("plan_gib") else ""),
+            flush=True,
+        )
+        write_outputs(
+            out, {**header, "elapsed_s": time.perf_counter() - start, "items": results, "ratios": ratios(results)}
+        )
     report = {**header, "elapsed_s": time.perf_counter() - start, "items": results, "ratios": ratios(results)}
     write_outputs(out, report)
     for name, value in report["ratios"].items():
@@ -309,9 +359,11 @@ def run_item(item: Item, item_dir: Path, tiny: bool, limit_s: float) -> dict:
     if result["status"] == "failed":
         # the whole last traceback, in the log and the JSON: the item's own log stays on the GPU
         # machine, and an asynchronous CUDA error's last lines name only the call that noticed it
-        lines = (item_dir / "log.txt").read_text(errors="replace").splitlines() if (item_dir / "log.txt").is_file() else []
+        lines = (
+            (item_dir / "log.txt").read_text(errors="replace").splitlines() if (item_dir / "log.txt").is_file() else []
+        )
         starts = [n for n, line in enumerate(lines) if line.startswith("Traceback")]
-        result["traceback"] = lines[starts[-1] if starts else -12:][-120:]
+        result["traceback"] = lines[starts[-1] if starts else -12 :][-120:]
         print("\n".join(f"    | {line}" for line in result["traceback"]), flush=True)
     return result
 
@@ -335,8 +387,9 @@ def prepared() -> dict:
     found = json.loads(marker.read_text()) if marker.is_file() else {}
     found["flow_grpo_commit"] = reference.prepared_commit()
     with contextlib.suppress(OSError, subprocess.CalledProcessError):
-        found["genalign_commit"] = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
-                                                  text=True, check=True).stdout.strip()
+        found["genalign_commit"] = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     return found
 
 

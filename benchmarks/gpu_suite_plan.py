@@ -29,9 +29,14 @@ RECIPES = {"sd3": "experiment/diffusion/sd3_5/online_grpo_ocr", "toy": "experime
 """A family's suite recipe where it has several; otherwise its one recipe."""
 VARIANTS = {"sd3": [("sd3_5_large", "SD3.5 Large", ["model.path=stabilityai/stable-diffusion-3.5-large"])]}
 """More real shapes of a family: (key, title, overrides) run after the family's own item."""
-LEVERS = [("compiled", "model.compile=true", ["model.compile=true"]),
-          ("compiled_split_cfg", "compiled, split CFG",
-           ["model.compile=true", "model.cfg_batch=split", "algorithm.detach_uncond=true"])]
+LEVERS = [
+    ("compiled", "model.compile=true", ["model.compile=true"]),
+    (
+        "compiled_split_cfg",
+        "compiled, split CFG",
+        ["model.compile=true", "model.cfg_batch=split", "algorithm.detach_uncond=true"],
+    ),
+]
 """Section 3: SD3.5 Medium at the comparison settings with each lever (key, title, overrides)."""
 EAGER_FLOP_S, COMPILED_FLOP_S = 180e12, 360e12
 """Transformer FLOP/s the time plan assumes: SD3.5 Medium's measured step on an H100 (docs/benchmarks.md)."""
@@ -85,7 +90,9 @@ def family_recipes() -> dict[str, str]:
     found: dict[str, list[str]] = {}
     for name in recipe_paths():
         found.setdefault(compose_config(name).model.family, []).append(name)
-    order = [f for f in VALUE_ORDER if f in MODEL_FAMILIES] + [f for f in MODEL_FAMILIES.names() if f not in VALUE_ORDER]
+    order = [f for f in VALUE_ORDER if f in MODEL_FAMILIES] + [
+        f for f in MODEL_FAMILIES.names() if f not in VALUE_ORDER
+    ]
     return {f: RECIPES.get(f) or (found.get(f) or [""])[0] for f in order}
 
 
@@ -100,10 +107,17 @@ def common_overrides(recipe: str, out: Path, key: str, steps: int) -> list[str]:
     """No evaluation, no checkpoints, a model-free reward (the jpeg size) in place of the
     recipe's scorers (their weights cannot be downloaded; the reward is not what is measured)."""
     components = compose_config(recipe).reward.components
-    return [*(f"reward.components.{name}=0.0" for name in components if name != "jpeg_compressibility"),
-            "reward.components.jpeg_compressibility=1.0", "reward.async_scoring=true", "eval.every=0", "eval.at_start=false",
-            "trainer.save_every=0", "trainer.progress_bar=false", f"trainer.num_steps={steps}",
-            f"trainer.output_dir={out / key / 'run'}"]
+    return [
+        *(f"reward.components.{name}=0.0" for name in components if name != "jpeg_compressibility"),
+        "reward.components.jpeg_compressibility=1.0",
+        "reward.async_scoring=true",
+        "eval.every=0",
+        "eval.at_start=false",
+        "trainer.save_every=0",
+        "trainer.progress_bar=false",
+        f"trainer.num_steps={steps}",
+        f"trainer.output_dir={out / key / 'run'}",
+    ]
 
 
 def tiny_overrides(recipe: str, family: str) -> list[str]:
@@ -112,19 +126,37 @@ def tiny_overrides(recipe: str, family: str) -> list[str]:
     cfg, spec = compose_config(recipe), family_spec(family)
     size = spec.fixed_size or 2 * spec.size_multiple
     frames = 3 if cfg.model.num_frames > 1 else 1
-    return ["/base/distributed=local", f"rollout.height={size}", f"rollout.width={size}", f"model.num_frames={frames}",
-            "model.max_sequence_length=16", "rollout.num_steps=4", "rollout.n=2", "rollout.rollout_batch_size=1",
-            "rollout.sample_batch_size=2", "actor.micro_batch_size=2", "actor.gradient_accumulation_steps=1"]
+    return [
+        "/base/distributed=local",
+        f"rollout.height={size}",
+        f"rollout.width={size}",
+        f"model.num_frames={frames}",
+        "model.max_sequence_length=16",
+        "rollout.num_steps=4",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=1",
+        "rollout.sample_batch_size=2",
+        "actor.micro_batch_size=2",
+        "actor.gradient_accumulation_steps=1",
+    ]
 
 
 def settings_of(cfg) -> dict:
     from genalign.preflight.step_sizes import StepSizes
 
     plan, m, r = StepSizes.from_config(cfg), cfg.model, cfg.rollout
-    return {"size": f"{r.width}x{r.height}" + (f"x{m.num_frames}" if m.num_frames > 1 else ""), "dtype": m.dtype,
-            "train_mode": m.train_mode, "denoising_steps": r.num_steps, "trained_steps": plan.num_train_timesteps,
-            "cfg": r.guidance_scale, "prompts": plan.prompts_per_step, "group": plan.samples_per_prompt,
-            "chunk": plan.rollout_micro_batch, "micro_batch": plan.train_micro_batch}
+    return {
+        "size": f"{r.width}x{r.height}" + (f"x{m.num_frames}" if m.num_frames > 1 else ""),
+        "dtype": m.dtype,
+        "train_mode": m.train_mode,
+        "denoising_steps": r.num_steps,
+        "trained_steps": plan.num_train_timesteps,
+        "cfg": r.guidance_scale,
+        "prompts": plan.prompts_per_step,
+        "group": plan.samples_per_prompt,
+        "chunk": plan.rollout_micro_batch,
+        "micro_batch": plan.train_micro_batch,
+    }
 
 
 def plan_gib(cfg) -> float:
@@ -156,7 +188,7 @@ def estimate_s(cfg, family: str, tiny: bool, steps: int) -> float:
         return START_S + steps * 10.0
     image = arch.geometry.image_tokens(r.height, r.width, m.num_frames)
     tokens = image + (m.max_sequence_length + arch.geometry.extra_text_tokens if arch.geometry.text_in_sequence else 0)
-    row = 2 * tokens * arch.num_layers * (12 * arch.hidden_size ** 2 + 2 * tokens * arch.hidden_size)
+    row = 2 * tokens * arch.num_layers * (12 * arch.hidden_size**2 + 2 * tokens * arch.hidden_size)
     cfg_rows = 2 if plan.uses_cfg else 1
 
     def rate(samples_per_call: int) -> float:
@@ -164,7 +196,9 @@ def estimate_s(cfg, family: str, tiny: bool, steps: int) -> float:
         return full * min(1.0, samples_per_call * cfg_rows * tokens / FULL_ROWS)
 
     samples = plan.samples_per_step
-    replay = samples * plan.num_train_timesteps * cfg_rows * ((3 if m.train_mode == "full" else 2) + plan.needs_reference)
+    replay = (
+        samples * plan.num_train_timesteps * cfg_rows * ((3 if m.train_mode == "full" else 2) + plan.needs_reference)
+    )
     if arch.geometry.kv_cache:
         rollout_s = samples / plan.rollout_micro_batch * image * TOKEN_S
     else:
@@ -187,11 +221,22 @@ def shrink_candidates(recipe: str, base: list[str]):
         accumulation = math.gcd(actor.gradient_accumulation_steps, prompts * group // micro * actor.num_inner_epochs)
         steps = r.num_steps
         while True:
-            overrides = [*base, f"rollout.rollout_batch_size={prompts}", f"rollout.n={group}",
-                         f"rollout.num_steps={steps}", f"actor.gradient_accumulation_steps={accumulation}"]
-            shrunk = [f"{what} {before} -> {after}" for what, before, after in
-                      (("prompts/step", r.rollout_batch_size, prompts), ("group", r.n, group),
-                       ("denoising steps", r.num_steps, steps)) if before != after]
+            overrides = [
+                *base,
+                f"rollout.rollout_batch_size={prompts}",
+                f"rollout.n={group}",
+                f"rollout.num_steps={steps}",
+                f"actor.gradient_accumulation_steps={accumulation}",
+            ]
+            shrunk = [
+                f"{what} {before} -> {after}"
+                for what, before, after in (
+                    ("prompts/step", r.rollout_batch_size, prompts),
+                    ("group", r.n, group),
+                    ("denoising steps", r.num_steps, steps),
+                )
+                if before != after
+            ]
             yield overrides, shrunk
             halved = steps // 2  # still at least 2, the SDE window twice over, and one trained step
             if halved < max(2, 2 * r.sde_window.size) or int(halved * cfg.algorithm.timestep_fraction) < 1:
@@ -206,21 +251,37 @@ def build_items(out: Path, tiny: bool, card_gib: float | None) -> list[Item]:
         for key, title, extra in entries:
             item = Item(key, 1, title, "train", recipe, family=family)
             if not recipe or (tiny and extra):
-                item.skip = "no shipped recipe names this family" if not recipe else \
-                    "a variant of real shapes: at tiny shapes it is its family's item again"
+                item.skip = (
+                    "no shipped recipe names this family"
+                    if not recipe
+                    else "a variant of real shapes: at tiny shapes it is its family's item again"
+                )
                 items.append(item)
                 continue
             base = [*model_overrides(family, tiny), *extra, *common_overrides(recipe, out, key, item.steps)]
-            candidates = [(base + tiny_overrides(recipe, family), ["tiny shapes"])] if tiny else \
-                shrink_candidates(recipe, base + ["/base/distributed=local"])
+            candidates = (
+                [(base + tiny_overrides(recipe, family), ["tiny shapes"])]
+                if tiny
+                else shrink_candidates(recipe, base + ["/base/distributed=local"])
+            )
             items.append(_fitted(item, candidates, tiny, card_gib))
     comparison = reference.TINY if tiny else reference.GPU
     epochs = 2 if tiny else 3  # the reference's first epoch warms up (kernels, autotuning): measured after it
     sd3 = [*model_overrides("sd3", tiny), *reference.genalign_overrides(comparison)]
     recipe = RECIPES["sd3"]
-    items.append(Item("flow_grpo", 2, "Flow-GRPO's train_sd3.py", "reference", family="sd3", steps=epochs,
-                      settings=dataclasses.asdict(comparison), skip=reference.missing(),
-                      estimate_s=4.0 + epochs * 2.0 if tiny else START_S + epochs * comparison.images / 0.9))
+    items.append(
+        Item(
+            "flow_grpo",
+            2,
+            "Flow-GRPO's train_sd3.py",
+            "reference",
+            family="sd3",
+            steps=epochs,
+            settings=dataclasses.asdict(comparison),
+            skip=reference.missing(),
+            estimate_s=4.0 + epochs * 2.0 if tiny else START_S + epochs * comparison.images / 0.9,
+        )
+    )
     same = Item("genalign", 2, "genalign, same settings", "train", recipe, family="sd3")  # step 2 is measured
     items.append(_fitted(same, [([*sd3, *common_overrides(recipe, out, same.key, same.steps)], [])], tiny, card_gib))
     profile = Item("rollout_profile", 3, "rollout profile", "profile", recipe, family="sd3")
@@ -239,8 +300,16 @@ def reuse_runs(items: list[Item]) -> None:
     takes that run's result instead of making it twice (SD3.5 Medium's family item is the
     comparison's genalign side)."""
     for index, item in enumerate(items):
-        earlier = [e for e in items[:index] if e.config and e.config == item.config and e.steps >= item.steps
-                   and e.kind == item.kind == "train" and not e.skip and not e.same_as]
+        earlier = [
+            e
+            for e in items[:index]
+            if e.config
+            and e.config == item.config
+            and e.steps >= item.steps
+            and e.kind == item.kind == "train"
+            and not e.skip
+            and not e.same_as
+        ]
         if earlier and not item.skip:
             item.same_as, item.estimate_s = earlier[0].key, 0.0
 
@@ -258,8 +327,10 @@ def warm_imports(items: list[Item]) -> None:
         if spec.tiny_builder:
             importlib.import_module(spec.tiny_builder.split(":")[0])
         if spec.pipeline_class:
-            getattr(importlib.import_module("diffusers" if spec.export == "diffusers" else "transformers"),
-                    spec.pipeline_class)
+            getattr(
+                importlib.import_module("diffusers" if spec.export == "diffusers" else "transformers"),
+                spec.pipeline_class,
+            )
 
 
 def _fitted(item: Item, candidates, tiny: bool, card_gib: float | None) -> Item:
@@ -282,14 +353,17 @@ def _fitted(item: Item, candidates, tiny: bool, card_gib: float | None) -> Item:
         return item
     item.overrides, item.shrunk, cfg = chosen
     item.skip, item.settings = None, settings_of(cfg)
-    item.config = config_to_dict(dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, output_dir="",
-                                                                                         num_steps=0)))
+    item.config = config_to_dict(
+        dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, output_dir="", num_steps=0))
+    )
     item.plan_gib = None if tiny else plan_gib(cfg)  # at tiny shapes no real model runs to compare
     item.estimate_s = estimate_s(cfg, item.family, tiny, item.steps)
     # the run's own rule: the plan's peak (allocator headroom and CUDA context included) within
     # distributed.resources.gpu_memory_fraction of the card, as the trainer would check it
     fraction = cfg.distributed.resources.gpu_memory_fraction or 1.0
     if not tiny and card_gib and item.plan_gib and item.plan_gib > fraction * card_gib:
-        item.skip = (f"the memory plan needs {item.plan_gib:.1f} GiB, over {fraction:.0%} of this card's "
-                     f"{card_gib:.0f} GiB: run it on a larger card")
+        item.skip = (
+            f"the memory plan needs {item.plan_gib:.1f} GiB, over {fraction:.0%} of this card's "
+            f"{card_gib:.0f} GiB: run it on a larger card"
+        )
     return item

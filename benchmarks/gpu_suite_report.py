@@ -23,9 +23,11 @@ import sys
 from pathlib import Path
 
 BEGIN, END = "<!-- gpu-suite:begin -->", "<!-- gpu-suite:end -->"
-SECTIONS = {1: "Every family at its real shapes (random weights, eager, 2 training steps)",
-            2: "SD3.5 Medium against Flow-GRPO's own loop, same settings",
-            3: "Rollout profile and levers (SD3.5 Medium, the comparison's settings)"}
+SECTIONS = {
+    1: "Every family at its real shapes (random weights, eager, 2 training steps)",
+    2: "SD3.5 Medium against Flow-GRPO's own loop, same settings",
+    3: "Rollout profile and levers (SD3.5 Medium, the comparison's settings)",
+}
 
 
 def _number(value, digits: int = 3) -> str:
@@ -45,10 +47,13 @@ def _settings(item: dict) -> str:
     if not s:
         return "-"
     if "train_mode" not in s:  # the reference's Settings
-        return (f"{s['resolution']}², {s['num_steps']} steps, CFG {s['guidance_scale']}, "
-                f"{s['prompts']}x{s['group']} images")
-    return (f"{s['size']}, {s['dtype']}, {s['train_mode']}, {s['denoising_steps']} steps ({s['trained_steps']} "
-            f"trained), CFG {s['cfg']}, {s['prompts']}x{s['group']} (chunk {s['chunk']}, micro {s['micro_batch']})")
+        return (
+            f"{s['resolution']}², {s['num_steps']} steps, CFG {s['guidance_scale']}, {s['prompts']}x{s['group']} images"
+        )
+    return (
+        f"{s['size']}, {s['dtype']}, {s['train_mode']}, {s['denoising_steps']} steps ({s['trained_steps']} "
+        f"trained), CFG {s['cfg']}, {s['prompts']}x{s['group']} (chunk {s['chunk']}, micro {s['micro_batch']})"
+    )
 
 
 def render(report: dict) -> str:
@@ -56,13 +61,24 @@ def render(report: dict) -> str:
     card, versions = report["card"], report.get("versions", {})
     memory = f", {card['memory_gib']:.0f} GiB" if card.get("memory_gib") else ""
     prepared = report.get("prepared") or {}
-    lines = [f"#### GPU suite on {card['name']}{memory}", "",
-             f"Mode {report['mode']}; {', '.join(f'{k} {v}' for k, v in versions.items())}; genalign "
-             f"{prepared.get('genalign_commit', 'unknown')}; Flow-GRPO {prepared.get('flow_grpo_commit') or 'not prepared'}; "
-             f"budget {report['budget_s']:.0f} s, ran {report['elapsed_s']:.0f} s.", ""]
+    lines = [
+        f"#### GPU suite on {card['name']}{memory}",
+        "",
+        f"Mode {report['mode']}; {', '.join(f'{k} {v}' for k, v in versions.items())}; genalign "
+        f"{prepared.get('genalign_commit', 'unknown')}; Flow-GRPO {prepared.get('flow_grpo_commit') or 'not prepared'}; "
+        f"budget {report['budget_s']:.0f} s, ran {report['elapsed_s']:.0f} s.",
+        "",
+    ]
     if report.get("runs"):
-        lines += ["Runs: " + "; ".join(f"{n} ({', '.join(run['only']) or 'nothing'}; {run['elapsed_s']:.0f} s)"
-                                       for n, run in enumerate(report["runs"], 1)) + ".", ""]
+        lines += [
+            "Runs: "
+            + "; ".join(
+                f"{n} ({', '.join(run['only']) or 'nothing'}; {run['elapsed_s']:.0f} s)"
+                for n, run in enumerate(report["runs"], 1)
+            )
+            + ".",
+            "",
+        ]
     items = report["items"]
     for section, title in SECTIONS.items():
         rows = [i for i in items if i["section"] == section]
@@ -70,27 +86,36 @@ def render(report: dict) -> str:
             continue
         lines += [f"**{section}. {title}**", ""]
         if section == 1:
-            lines += ["| item | status | settings | images/s | peak GiB | plan GiB | peak / plan | parity | finite | shrunk |",
-                      "|---|---|---|---|---|---|---|---|---|---|"]
+            lines += [
+                "| item | status | settings | images/s | peak GiB | plan GiB | peak / plan | parity | finite | shrunk |",
+                "|---|---|---|---|---|---|---|---|---|---|",
+            ]
             for i in rows:
-                lines.append(f"| {i['title']} | {_status(i)} | {_settings(i)} | {_number(i.get('images_per_s'))} | "
-                             f"{_number(i.get('peak_gib'))} | {_number(i.get('plan_gib'))} | "
-                             f"{_number(i.get('peak_over_plan'), 2)} | {_number(i.get('parity'))} | "
-                             f"{_number(i.get('finite'))} | {'; '.join(i.get('shrunk') or []) or '-'} |")
+                lines.append(
+                    f"| {i['title']} | {_status(i)} | {_settings(i)} | {_number(i.get('images_per_s'))} | "
+                    f"{_number(i.get('peak_gib'))} | {_number(i.get('plan_gib'))} | "
+                    f"{_number(i.get('peak_over_plan'), 2)} | {_number(i.get('parity'))} | "
+                    f"{_number(i.get('finite'))} | {'; '.join(i.get('shrunk') or []) or '-'} |"
+                )
         else:
             lines += ["| item | status | settings | images/s | peak GiB | vs Flow-GRPO |", "|---|---|---|---|---|---|"]
             ratios = report.get("ratios", {})
             for i in rows:
                 ratio = ratios.get(f"{i['title']} / Flow-GRPO")
-                lines.append(f"| {i['title']} | {_status(i)} | {_settings(i)} | {_number(i.get('images_per_s'))} | "
-                             f"{_number(i.get('peak_gib'))} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
+                lines.append(
+                    f"| {i['title']} | {_status(i)} | {_settings(i)} | {_number(i.get('images_per_s'))} | "
+                    f"{_number(i.get('peak_gib'))} | {'-' if ratio is None else f'{ratio:.2f}x'} |"
+                )
             profiles = [i for i in rows if i.get("profile")]
             for i in profiles:
                 p = i["profile"]
-                lines += ["", "| rollout seconds per step | total | transformer | VAE decode | text encoders | other |",
-                          "|---|---|---|---|---|---|",
-                          f"| {i['title']} | {p['rollout_s']:.3g} | {p['transformer_s']:.3g} | {p['vae_decode_s']:.3g} | "
-                          f"{p['text_encoders_s']:.3g} | {p['other_s']:.3g} |"]
+                lines += [
+                    "",
+                    "| rollout seconds per step | total | transformer | VAE decode | text encoders | other |",
+                    "|---|---|---|---|---|---|",
+                    f"| {i['title']} | {p['rollout_s']:.3g} | {p['transformer_s']:.3g} | {p['vae_decode_s']:.3g} | "
+                    f"{p['text_encoders_s']:.3g} | {p['other_s']:.3g} |",
+                ]
         lines.append("")
     return "\n".join(lines)
 
@@ -110,13 +135,21 @@ def merge(reports: list[dict]) -> dict:
                 items[item["key"]] = {**item, "run": number}
         ratios.update(report.get("ratios", {}))
     order = list(dict.fromkeys(item["key"] for report in reports for item in report["items"]))
-    return {**reports[-1], "items": [items[key] for key in order], "ratios": ratios,
-            "budget_s": sum(report["budget_s"] for report in reports),
-            "elapsed_s": sum(report["elapsed_s"] for report in reports),
-            "runs": [{"genalign_commit": (report.get("prepared") or {}).get("genalign_commit"),
-                      "elapsed_s": report["elapsed_s"], "only": [item["key"] for item in report["items"]
-                                                                 if item["status"] != "skipped"]}
-                     for report in reports]}
+    return {
+        **reports[-1],
+        "items": [items[key] for key in order],
+        "ratios": ratios,
+        "budget_s": sum(report["budget_s"] for report in reports),
+        "elapsed_s": sum(report["elapsed_s"] for report in reports),
+        "runs": [
+            {
+                "genalign_commit": (report.get("prepared") or {}).get("genalign_commit"),
+                "elapsed_s": report["elapsed_s"],
+                "only": [item["key"] for item in report["items"] if item["status"] != "skipped"],
+            }
+            for report in reports
+        ],
+    }
 
 
 def write_outputs(out: Path, report: dict) -> None:
@@ -138,7 +171,9 @@ def update_docs(page: Path, report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json", type=Path, nargs="+", help="gpu_suite.json of a run (several: one card's runs, in order)")
+    parser.add_argument(
+        "json", type=Path, nargs="+", help="gpu_suite.json of a run (several: one card's runs, in order)"
+    )
     parser.add_argument("--docs", type=Path, help="a page with the generated section to replace (docs/benchmarks.md)")
     args = parser.parse_args(argv)
     report = merge([json.loads(path.read_text()) for path in args.json])

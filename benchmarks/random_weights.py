@@ -62,8 +62,10 @@ def _policy_class(family: str, shapes: str) -> type:
     spec = family_spec(family)
     base = spec.policy_class()
     if not hasattr(base, "from_loaded"):
-        raise TypeError(f"model family {family!r}: its policy {base.__name__} has no from_loaded(model, cfg), so "
-                        "a benchmark cannot hand it a model built in memory")
+        raise TypeError(
+            f"model family {family!r}: its policy {base.__name__} has no from_loaded(model, cfg), so "
+            "a benchmark cannot hand it a model built in memory"
+        )
 
     def from_config(cls, cfg):
         device, dtype = resolve_device(cfg.device), resolve_dtype(cfg.dtype)
@@ -73,5 +75,8 @@ def _policy_class(family: str, shapes: str) -> type:
             loaded = build_with_components(family, own_components(spec.build_tiny(0)), device, dtype)
         return cls.from_loaded(loaded, cfg)
 
-    return type(f"Random{base.__name__}", (base,), {"from_config": classmethod(from_config), "__module__": __name__,
-                                                    "spec": _spec(family, shapes)})
+    return type(
+        f"Random{base.__name__}",
+        (base,),
+        {"from_config": classmethod(from_config), "__module__": __name__, "spec": _spec(family, shapes)},
+    )

@@ -26,8 +26,9 @@ from genalign.training.trainer import Trainer
 __all__ = ["load_config", "train", "Trainer", "TrainerCallback", "TrainResult"]
 
 
-def load_config(recipe: str | Path | None = None, overrides: Iterable[str] = (),
-                check_files: bool = True) -> ExperimentConfig:
+def load_config(
+    recipe: str | Path | None = None, overrides: Iterable[str] = (), check_files: bool = True
+) -> ExperimentConfig:
     """The checked config of `recipe` (a shipped recipe name, a YAML path, or None: the CPU
     demo) with `key=value` / `/group=option` overrides, as `genalign config` checks it: every
     problem raised together as a `ConfigError` before anything loads. `check_files=False`
@@ -75,8 +76,11 @@ class NotebookProgress(TrainerCallback):
         self.bar = tqdm(total=last, initial=trainer.start_step - 1, desc="train", unit="step")
 
     def on_step_end(self, step: int, metrics: dict[str, float]) -> None:
-        shown = {key: f"{metrics[column]:.4g}" for key, column in (("reward", "reward_mean"), ("loss", "loss"))
-                 if isinstance(metrics.get(column), float)}
+        shown = {
+            key: f"{metrics[column]:.4g}"
+            for key, column in (("reward", "reward_mean"), ("loss", "loss"))
+            if isinstance(metrics.get(column), float)
+        }
         self.bar.set_postfix(shown, refresh=False)
         self.bar.update(1)
 
@@ -90,8 +94,12 @@ def in_notebook() -> bool:
     return interactive_display() and not (sys.stderr is not None and sys.stderr.isatty())
 
 
-def train(config: ExperimentConfig | str | Path | None = None, overrides: Iterable[str] = (),
-          callbacks: Iterable[Any] = (), progress: bool | None = None) -> TrainResult:
+def train(
+    config: ExperimentConfig | str | Path | None = None,
+    overrides: Iterable[str] = (),
+    callbacks: Iterable[Any] = (),
+    progress: bool | None = None,
+) -> TrainResult:
     """Run (or resume, as trainer.resume_from says) the run `config` describes: a config from
     `load_config`, or a recipe name / YAML path (None: the CPU demo) with `overrides`.
 

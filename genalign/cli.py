@@ -26,25 +26,37 @@ class _RecipeParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # argparse's own exit status (2), with a way forward
         self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\nhint: overrides are key=value (e.g. trainer.num_steps=10); "
-                     f"`{self.prog} --help` lists the options and recipes, `genalign config --describe` the keys\n")
+        self.exit(
+            2,
+            f"{self.prog}: error: {message}\nhint: overrides are key=value (e.g. trainer.num_steps=10); "
+            f"`{self.prog} --help` lists the options and recipes, `genalign config --describe` the keys\n",
+        )
 
 
 def _recipe_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser = _RecipeParser(
-        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=prog,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=textwrap.fill(
             "overrides: key=value sets a key (the value is YAML; ${oc.env:VAR} and ${oc.env:VAR,default} read the "
             "environment, here and in YAML files); +key=value adds a key to an open mapping (reward.components, "
             "reward.kwargs, reward.kwargs.<name>); /group=option swaps a config group. "
             "`genalign config --describe [PREFIX]` lists every key with its type, default and meaning. "
             "--report_to TRACKER (tensorboard, wandb, mlflow, all, none) is trainer.loggers=[csv,TRACKER]; other "
-            "flags of diffusers' and TRL's scripts are answered with the override that does the same.", width=100))
-    parser.add_argument("--config", default=None,
-                        help="recipe name under genalign/configs (e.g. experiment/diffusion/sd3_5/online_grpo_ocr) "
-                             "or a path to a YAML file; default: the CPU demo recipe")
-    parser.add_argument("overrides", nargs="*",
-                        help="dotlist overrides key=value (last wins) and group swaps /group=option")
+            "flags of diffusers' and TRL's scripts are answered with the override that does the same.",
+            width=100,
+        ),
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="recipe name under genalign/configs (e.g. experiment/diffusion/sd3_5/online_grpo_ocr) "
+        "or a path to a YAML file; default: the CPU demo recipe",
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="dotlist overrides key=value (last wins) and group swaps /group=option"
+    )
     return parser
 
 
@@ -67,10 +79,14 @@ def _configure_logging() -> None:
 
 def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> int:
     parser = _recipe_parser(prog, "Run RL post-training from a recipe.")
-    parser.add_argument("--nproc-per-node", type=int, default=None,
-                        help="start this many ranks on this machine under torchrun (needs "
-                             "distributed.training.strategy=ddp or fsdp2); a failed rank ends the job with a "
-                             "message naming it and the command that resumes the run")
+    parser.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        help="start this many ranks on this machine under torchrun (needs "
+        "distributed.training.strategy=ddp or fsdp2); a failed rank ends the job with a "
+        "message naming it and the command that resumes the run",
+    )
     args = _parse_recipe_args(parser, argv)
     from genalign.preflight.load import load_config
 
@@ -79,9 +95,11 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
         from genalign.placement.launch import launch_ranks
 
         if args.nproc_per_node < 1 or cfg.distributed.training.strategy == "none":
-            raise UserError(f"--nproc-per-node={args.nproc_per_node} needs a positive count and "
-                            "distributed.training.strategy=ddp or fsdp2 (now "
-                            f"{cfg.distributed.training.strategy!r})")
+            raise UserError(
+                f"--nproc-per-node={args.nproc_per_node} needs a positive count and "
+                "distributed.training.strategy=ddp or fsdp2 (now "
+                f"{cfg.distributed.training.strategy!r})"
+            )
         from genalign.preflight.step_sizes import per_rank_accumulation
 
         per_rank_accumulation(cfg.actor.gradient_accumulation_steps, args.nproc_per_node)
@@ -99,15 +117,26 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
 
 def config_main(argv: list[str] | None = None) -> int:
     parser = _recipe_parser("genalign config", "Print the resolved, validated config; loads no model.")
-    parser.add_argument("--no-check-files", action="store_true",
-                        help="skip the checks of files the config names (manifests, model path, output_dir, "
-                             "trainer.resume_from), e.g. when composing a config for another machine")
-    parser.add_argument("--describe", nargs="?", const="", default=None, metavar="PREFIX",
-                        help="list every config key (or those under PREFIX, e.g. trainer.wandb) with its type, "
-                             "default, allowed values and meaning, instead of printing a config")
-    parser.add_argument("--memory", action="store_true",
-                        help="also print the memory plan (each role's per-GPU peak; printed anyway when the config "
-                             "plans a GPU)")
+    parser.add_argument(
+        "--no-check-files",
+        action="store_true",
+        help="skip the checks of files the config names (manifests, model path, output_dir, "
+        "trainer.resume_from), e.g. when composing a config for another machine",
+    )
+    parser.add_argument(
+        "--describe",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PREFIX",
+        help="list every config key (or those under PREFIX, e.g. trainer.wandb) with its type, "
+        "default, allowed values and meaning, instead of printing a config",
+    )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="also print the memory plan (each role's per-GPU peak; printed anyway when the config plans a GPU)",
+    )
     args = _parse_recipe_args(parser, argv)
     if args.describe is not None:
         from genalign.preflight.describe import describe
@@ -129,8 +158,7 @@ def config_main(argv: list[str] | None = None) -> int:
     from genalign.preflight.memory_plan import check_memory
 
     # printed as YAML comments, so the output stays a loadable config
-    check_memory(cfg, lambda text: print("\n".join("# " + line for line in text.splitlines())),
-                 always=args.memory)
+    check_memory(cfg, lambda text: print("\n".join("# " + line for line in text.splitlines())), always=args.memory)
     return 0
 
 
@@ -138,28 +166,51 @@ def eval_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="genalign eval",
         description="Evaluate a model on a benchmark as its paper does (docs/evaluation.md), or a checkpoint on its "
-                    "run's own fixed evaluation (--checkpoint alone).")
-    parser.add_argument("--model", default=None,
-                        help="a checkpoint directory, an exported LoRA or fine-tuned transformer folder, 'base' (the "
-                             "config's model.path), a Hub id or a diffusers pipeline directory")
-    parser.add_argument("--checkpoint", default=None,
-                        help="a checkpoint-<step> or checkpoint-final directory (alone: its run's fixed evaluation, "
-                             "written like the run's eval_metrics.csv; with --benchmark: as --model)")
-    parser.add_argument("--benchmark", default=None,
-                        help="geneval | ocr | drawbench | toy | run (the config's own evaluation) | a benchmark .yaml "
-                             "(manifest + scorers) | a prompt manifest (.txt/.jsonl/.json)")
-    parser.add_argument("--config", default=None,
-                        help="the recipe the model belongs to (needed for 'base', a Hub id, or an export folder "
-                             "outside a checkpoint)")
-    parser.add_argument("--scorers", default=None, type=lambda text: [name for name in text.split(",") if name],
-                        help="comma-separated reward components to score with instead of the benchmark's (each "
-                             "alone), e.g. --scorers pickscore,vlm_judge")
-    parser.add_argument("--output-dir", default=None, help="where to write the results (default: "
-                                                          "<checkpoint>/eval[/<benchmark>] or outputs/eval/<benchmark>)")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. eval.samples_per_prompt=1 "
-                                                     "eval.max_prompts=8, reward.kwargs.<name>.<key>=..., and "
-                                                     "reward.allow_import=[...] / model.allow_import=[...] / "
-                                                     "algorithm.allow_import=[...] (never read from a checkpoint)")
+        "run's own fixed evaluation (--checkpoint alone).",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="a checkpoint directory, an exported LoRA or fine-tuned transformer folder, 'base' (the "
+        "config's model.path), a Hub id or a diffusers pipeline directory",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        help="a checkpoint-<step> or checkpoint-final directory (alone: its run's fixed evaluation, "
+        "written like the run's eval_metrics.csv; with --benchmark: as --model)",
+    )
+    parser.add_argument(
+        "--benchmark",
+        default=None,
+        help="geneval | ocr | drawbench | toy | run (the config's own evaluation) | a benchmark .yaml "
+        "(manifest + scorers) | a prompt manifest (.txt/.jsonl/.json)",
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="the recipe the model belongs to (needed for 'base', a Hub id, or an export folder outside a checkpoint)",
+    )
+    parser.add_argument(
+        "--scorers",
+        default=None,
+        type=lambda text: [name for name in text.split(",") if name],
+        help="comma-separated reward components to score with instead of the benchmark's (each "
+        "alone), e.g. --scorers pickscore,vlm_judge",
+    )
+    parser.add_argument(
+        "--output-dir",
+        default=None,
+        help="where to write the results (default: <checkpoint>/eval[/<benchmark>] or outputs/eval/<benchmark>)",
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="key=value overrides, e.g. eval.samples_per_prompt=1 "
+        "eval.max_prompts=8, reward.kwargs.<name>.<key>=..., and "
+        "reward.allow_import=[...] / model.allow_import=[...] / "
+        "algorithm.allow_import=[...] (never read from a checkpoint)",
+    )
     args = parser.parse_intermixed_args(argv)  # overrides may stand before and after the options
     _configure_logging()
     if args.model is None and args.checkpoint is None:
@@ -173,8 +224,14 @@ def eval_main(argv: list[str] | None = None) -> int:
         raise UserError("genalign eval: give --model or --checkpoint, not both")
     from genalign.training.model_eval import evaluate_model
 
-    evaluate_model(args.model or args.checkpoint, args.benchmark or "run", args.config, args.output_dir,
-                   args.overrides, args.scorers)
+    evaluate_model(
+        args.model or args.checkpoint,
+        args.benchmark or "run",
+        args.config,
+        args.output_dir,
+        args.overrides,
+        args.scorers,
+    )
     return 0
 
 
@@ -182,7 +239,8 @@ def compare_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="genalign compare",
         description="Put runs and `genalign eval` results side by side: one table, overlaid curves, the same "
-                    "prompts' images in columns, in one offline page.")
+        "prompts' images in columns, in one offline page.",
+    )
     parser.add_argument("inputs", nargs="+", help="run directories and/or results folders (two or more)")
     parser.add_argument("--output", default="compare.html", help="where to write the page (default: compare.html)")
     args = parser.parse_args(argv)
@@ -193,13 +251,19 @@ def compare_main(argv: list[str] | None = None) -> int:
 
 
 def report_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="genalign report",
-                                     description="Write RUN_DIR/report.html: curves, before/after contact sheets, "
-                                                 "parity preflight, config and provenance in one offline page.")
+    parser = argparse.ArgumentParser(
+        prog="genalign report",
+        description="Write RUN_DIR/report.html: curves, before/after contact sheets, "
+        "parity preflight, config and provenance in one offline page.",
+    )
     parser.add_argument("run_dir", help="a run directory (the trainer.output_dir of a finished or running run)")
     parser.add_argument("--output", default=None, help="where to write the page (default: RUN_DIR/report.html)")
-    parser.add_argument("--figures", default=None, metavar="DIR",
-                        help="also write each curve panel as DIR/<panel>.svg (for docs and papers)")
+    parser.add_argument(
+        "--figures",
+        default=None,
+        metavar="DIR",
+        help="also write each curve panel as DIR/<panel>.svg (for docs and papers)",
+    )
     args = parser.parse_args(argv)
     from genalign.reporting.report import write_figures, write_report
 
@@ -211,12 +275,17 @@ def report_main(argv: list[str] | None = None) -> int:
 
 def export_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="genalign export", description="Show the model folder of a checkpoint (lora/ or transformer/, with its "
-                                            "model card) and optionally upload it to the Hugging Face Hub.")
+        prog="genalign export",
+        description="Show the model folder of a checkpoint (lora/ or transformer/, with its "
+        "model card) and optionally upload it to the Hugging Face Hub.",
+    )
     parser.add_argument("checkpoint", help="a checkpoint-<step> or checkpoint-final directory")
-    parser.add_argument("--push-to-hub", metavar="REPO_ID", default=None,
-                        help="upload the folder to this model repository (created if missing; your huggingface_hub "
-                             "login or $HF_TOKEN)")
+    parser.add_argument(
+        "--push-to-hub",
+        metavar="REPO_ID",
+        default=None,
+        help="upload the folder to this model repository (created if missing; your huggingface_hub login or $HF_TOKEN)",
+    )
     parser.add_argument("--private", action="store_true", help="create the repository private")
     parser.add_argument("--commit-message", default=None, help="the Hub commit message")
     args = parser.parse_args(argv)
@@ -246,9 +315,16 @@ def serve_reward_main(argv: list[str] | None = None) -> int:
     return main(argv)
 
 
-COMMANDS = {"train": train_main, "config": config_main, "eval": eval_main, "compare": compare_main,
-            "report": report_main,
-            "export": export_main, "pretrain-demo": pretrain_demo_main, "serve-reward": serve_reward_main}
+COMMANDS = {
+    "train": train_main,
+    "config": config_main,
+    "eval": eval_main,
+    "compare": compare_main,
+    "report": report_main,
+    "export": export_main,
+    "pretrain-demo": pretrain_demo_main,
+    "serve-reward": serve_reward_main,
+}
 SUMMARIES = {
     "train": "run RL post-training from a recipe (no arguments: the CPU demo, minutes)",
     "config": "print the resolved, validated config of a recipe; loads no model",
@@ -264,23 +340,32 @@ SUMMARIES = {
 
 def top_level_help() -> str:
     width = max(map(len, COMMANDS)) + 2
-    return "\n".join([
-        f"usage: genalign [-h] [--version] {{{','.join(COMMANDS)}}} ...", "",
-        "Reinforcement-learning post-training for visual generative models (Flow-GRPO and family).", "",
-        "commands:", *(f"  {name:<{width}}{SUMMARIES[name]}" for name in COMMANDS), "",
-        "options:", f"  {'-h, --help':<{width}}show this help and exit",
-        f"  {'--version':<{width}}print the genalign version and exit", "",
-        "`genalign COMMAND --help` shows a command's options; `genalign train --help` lists the recipes "
-        "and config groups; `genalign config --describe [PREFIX]` lists the config keys.",
-        "examples:",
-        "  genalign train                                   # the CPU demo recipe",
-        "  genalign train --config experiment/diffusion/sd3_5/online_grpo_ocr trainer.output_dir=outputs/run1",
-        "  genalign config --config experiment/toy/shapes_grpo rollout.n=4",
-        "  genalign config --describe trainer.wandb                # the keys under trainer.wandb",
-        "  genalign eval --checkpoint outputs/run1/checkpoint-final",
-        "  genalign eval --model outputs/run1/checkpoint-final --benchmark geneval",
-        "  genalign compare outputs/run1 outputs/run2",
-        "  genalign export outputs/run1/checkpoint-final --push-to-hub my-user/sd35-ocr-lora"])
+    return "\n".join(
+        [
+            f"usage: genalign [-h] [--version] {{{','.join(COMMANDS)}}} ...",
+            "",
+            "Reinforcement-learning post-training for visual generative models (Flow-GRPO and family).",
+            "",
+            "commands:",
+            *(f"  {name:<{width}}{SUMMARIES[name]}" for name in COMMANDS),
+            "",
+            "options:",
+            f"  {'-h, --help':<{width}}show this help and exit",
+            f"  {'--version':<{width}}print the genalign version and exit",
+            "",
+            "`genalign COMMAND --help` shows a command's options; `genalign train --help` lists the recipes "
+            "and config groups; `genalign config --describe [PREFIX]` lists the config keys.",
+            "examples:",
+            "  genalign train                                   # the CPU demo recipe",
+            "  genalign train --config experiment/diffusion/sd3_5/online_grpo_ocr trainer.output_dir=outputs/run1",
+            "  genalign config --config experiment/toy/shapes_grpo rollout.n=4",
+            "  genalign config --describe trainer.wandb                # the keys under trainer.wandb",
+            "  genalign eval --checkpoint outputs/run1/checkpoint-final",
+            "  genalign eval --model outputs/run1/checkpoint-final --benchmark geneval",
+            "  genalign compare outputs/run1 outputs/run2",
+            "  genalign export outputs/run1/checkpoint-final --push-to-hub my-user/sd35-ocr-lora",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,8 +379,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"genalign {__version__}")
         return 0
     if argv[0] not in COMMANDS:
-        print(f"genalign: error: unknown command {argv[0]!r}; choose one of: {', '.join(COMMANDS)}\n"
-              "hint: genalign --help lists the commands", file=sys.stderr)
+        print(
+            f"genalign: error: unknown command {argv[0]!r}; choose one of: {', '.join(COMMANDS)}\n"
+            "hint: genalign --help lists the commands",
+            file=sys.stderr,
+        )
         return 2
     from genalign.runs.stopping import RunInterrupted
 

@@ -28,7 +28,7 @@ class NonFiniteError(UserError, FloatingPointError):
 
 
 def kind(tensor: torch.Tensor) -> str:
-    """"NaN", "inf" or "NaN and inf": what a non-finite tensor holds (for the message)."""
+    """ "NaN", "inf" or "NaN and inf": what a non-finite tensor holds (for the message)."""
     values = tensor.detach()
     has_nan, has_inf = bool(torch.isnan(values).any()), bool(torch.isinf(values).any())
     return " and ".join(name for name, present in (("NaN", has_nan), ("inf", has_inf)) if present)
@@ -43,8 +43,7 @@ def is_finite(tensor: torch.Tensor) -> bool:
 
 def first_non_finite(tensors: dict[str, torch.Tensor]) -> str | None:
     """The name of the first tensor holding a NaN or inf (in the dict's order), else None."""
-    return next((name for name, tensor in tensors.items() if torch.is_tensor(tensor) and not is_finite(tensor)),
-                None)
+    return next((name for name, tensor in tensors.items() if torch.is_tensor(tensor) and not is_finite(tensor)), None)
 
 
 def non_finite_rows(batch: torch.Tensor) -> list[int]:

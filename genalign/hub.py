@@ -20,9 +20,12 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def is_hub_id(path: str) -> bool:
-    """"org/name" that is not an existing local path (and does not start like one)."""
-    return (not Path(path).expanduser().exists() and not path.startswith(("/", "./", "../", "~"))
-            and bool(HUB_ID.match(path)))
+    """ "org/name" that is not an existing local path (and does not start like one)."""
+    return (
+        not Path(path).expanduser().exists()
+        and not path.startswith(("/", "./", "../", "~"))
+        and bool(HUB_ID.match(path))
+    )
 
 
 HUB_CHECKPOINT = re.compile(r"hf://(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)/(?P<folder>[^@\s]+?)/?(?:@(?P<revision>\S+))?")

@@ -50,8 +50,11 @@ def init_ray(address: str | None = None, **options: Any) -> None:
         return
     node_ip = local_node_ip()
     if not ipaddress.ip_address(node_ip).is_loopback:
-        log.warning("ray: %s=%s: the local Ray instance listens on that address, reachable from other machines",
-                    NODE_IP_ENV, node_ip)
+        log.warning(
+            "ray: %s=%s: the local Ray instance listens on that address, reachable from other machines",
+            NODE_IP_ENV,
+            node_ip,
+        )
         _start_local(node_ip, options)
         return
     from ray._private import ray_constants
@@ -88,6 +91,10 @@ def _start_local(node_ip: str, options: dict[str, Any]) -> None:
         except Exception as exc:  # Ray raises a bare Exception for a startup timeout
             if "timed out during startup" not in str(exc) or attempt == START_ATTEMPTS:
                 raise
-            log.warning("ray: the local instance did not start within Ray's 30 s (attempt %d of %d: %s); "
-                        "retrying", attempt, START_ATTEMPTS, exc)
+            log.warning(
+                "ray: the local instance did not start within Ray's 30 s (attempt %d of %d: %s); retrying",
+                attempt,
+                START_ATTEMPTS,
+                exc,
+            )
             ray.shutdown()

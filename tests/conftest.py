@@ -13,8 +13,12 @@ import os
 import shutil
 import tempfile
 
-for _name, _value in {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-                      "GLOO_SOCKET_IFNAME": "lo"}.items():
+for _name, _value in {
+    "OMP_NUM_THREADS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "GLOO_SOCKET_IFNAME": "lo",
+}.items():
     os.environ.setdefault(_name, _value)
 
 # torch.compile's on-disk cache, one per test session (and the processes it starts): inductor's

@@ -53,7 +53,9 @@ class FakeHub:
                             shutil.copyfile(op.path_or_fileobj, target)
                     touched.append(op.path_in_repo)
                 hub.commits.append((repo_id, commit_message, touched))
-                return type("CommitInfo", (), {"commit_url": f"https://huggingface.co/{repo_id}/commit/{len(hub.commits)}"})()
+                return type(
+                    "CommitInfo", (), {"commit_url": f"https://huggingface.co/{repo_id}/commit/{len(hub.commits)}"}
+                )()
 
             def list_repo_files(self, repo_id, repo_type="model", **kwargs):
                 repo = hub.root / repo_id

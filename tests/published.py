@@ -30,8 +30,15 @@ CLIP_BPE_MERGES = 49152 - 256 - 2
 `SimpleTokenizer`: lines 1 .. 48894): 2 x 256 byte symbols + 48894 merges + 2 specials = 49408."""
 BLIP_MED_LARGE = PYPI / "salesforce_lavis-1.0.2" / "lavis" / "configs" / "models" / "med_large_config.json"
 """BLIP's BERT text encoder (MED) for a ViT-L image encoder: ImageReward's text tower."""
-GENEVAL_DETECTOR = (PYPI / "mmdet-2.28.2" / "mmdet" / ".mim" / "configs" / "mask2former" /
-                    "mask2former_swin-s-p4-w7-224_lsj_8x2_50e_coco.py")
+GENEVAL_DETECTOR = (
+    PYPI
+    / "mmdet-2.28.2"
+    / "mmdet"
+    / ".mim"
+    / "configs"
+    / "mask2former"
+    / "mask2former_swin-s-p4-w7-224_lsj_8x2_50e_coco.py"
+)
 """The mmdet config GenEval's evaluate_images.py and Flow-GRPO's reward server load."""
 COCO_CLASSES = FIXTURES / "upstream" / "open-mmlab--mmdetection" / "coco_classes.txt"
 RAPIDOCR_CONFIG = PYPI / "rapidocr_onnxruntime-1.4.4" / "rapidocr_onnxruntime" / "config.yaml"
@@ -42,6 +49,7 @@ def read_json(path: Path) -> dict:
 
 
 # ------------------------------------------------------------------ CLIP's real tokenizer
+
 
 @lru_cache(maxsize=1)
 def clip_bpe() -> tuple[dict[str, int], tuple[str, ...]]:
@@ -55,7 +63,7 @@ def clip_bpe() -> tuple[dict[str, int], tuple[str, ...]]:
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     lines = gzip.decompress(CLIP_BPE.read_bytes()).decode("utf-8").split("\n")
-    merges = tuple(lines[1:1 + CLIP_BPE_MERGES])
+    merges = tuple(lines[1 : 1 + CLIP_BPE_MERGES])
     alphabet = list(bytes_to_unicode().values())
     tokens = alphabet + [symbol + "</w>" for symbol in alphabet] + ["".join(merge.split()) for merge in merges]
     tokens += ["<|startoftext|>", "<|endoftext|>"]
@@ -114,25 +122,43 @@ def open_clip_config(architecture: Path, quick_gelu: bool | None = None, tiny: b
     def tower(width: int, layers: int, head_width: int, mlp_ratio: float) -> dict:
         heads = TINY_HEADS if tiny else width // head_width
         hidden = heads * head_width
-        return dict(hidden_size=hidden, intermediate_size=int(hidden * mlp_ratio), num_attention_heads=heads,
-                    num_hidden_layers=TINY_LAYERS if tiny else layers, hidden_act="quick_gelu" if quick_gelu else "gelu")
+        return dict(
+            hidden_size=hidden,
+            intermediate_size=int(hidden * mlp_ratio),
+            num_attention_heads=heads,
+            num_hidden_layers=TINY_LAYERS if tiny else layers,
+            hidden_act="quick_gelu" if quick_gelu else "gelu",
+        )
 
     end = vocab["<|endoftext|>"]
     projection = TINY_PROJECTION if tiny else spec["embed_dim"]  # the towers state it too, as the Hub's configs do
     return CLIPConfig(
-        text_config=dict(vocab_size=text["vocab_size"], max_position_embeddings=text["context_length"],
-                         bos_token_id=vocab["<|startoftext|>"], eos_token_id=end, pad_token_id=end,
-                         projection_dim=projection,
-                         **tower(text["width"], text["layers"], text["width"] // text["heads"],
-                                 text.get("mlp_ratio", 4.0))),
-        vision_config=dict(image_size=vision["image_size"], patch_size=vision["patch_size"], projection_dim=projection,
-                           **tower(vision["width"], vision["layers"], vision.get("head_width", 64),
-                                   vision.get("mlp_ratio", 4.0))),
-        projection_dim=projection, logit_scale_init_value=3.0)
+        text_config=dict(
+            vocab_size=text["vocab_size"],
+            max_position_embeddings=text["context_length"],
+            bos_token_id=vocab["<|startoftext|>"],
+            eos_token_id=end,
+            pad_token_id=end,
+            projection_dim=projection,
+            **tower(text["width"], text["layers"], text["width"] // text["heads"], text.get("mlp_ratio", 4.0)),
+        ),
+        vision_config=dict(
+            image_size=vision["image_size"],
+            patch_size=vision["patch_size"],
+            projection_dim=projection,
+            **tower(vision["width"], vision["layers"], vision.get("head_width", 64), vision.get("mlp_ratio", 4.0)),
+        ),
+        projection_dim=projection,
+        logit_scale_init_value=3.0,
+    )
 
 
-def save_tiny_clip(path: Path, architecture: Path = OPEN_CLIP_VIT_L_14, processor_repo: Path = OPENAI_CLIP_L,
-                   quick_gelu: bool | None = True) -> Path:
+def save_tiny_clip(
+    path: Path,
+    architecture: Path = OPEN_CLIP_VIT_L_14,
+    processor_repo: Path = OPENAI_CLIP_L,
+    quick_gelu: bool | None = True,
+) -> Path:
     """A tiny random CLIPModel (seed 0) of `open_clip_config(architecture)` with CLIP's real
     tokenizer (`clip_tokenizer_files`) and the published preprocessor_config.json of
     `processor_repo`, written by save_pretrained. The default is OpenAI's CLIP ViT-L/14, whose
@@ -200,24 +226,41 @@ def tiny_geneval_detector(seed: int = 0):
     model = mmdet_config(GENEVAL_DETECTOR)["model"]
     swin, head = model["backbone"], model["panoptic_head"]
     head_width = swin["embed_dims"] // swin["num_heads"][0]
-    backbone = SwinConfig(patch_size=4, embed_dim=head_width, depths=[1] * len(swin["depths"]),
-                          num_heads=[heads // swin["num_heads"][0] for heads in swin["num_heads"]],
-                          window_size=swin["window_size"], mlp_ratio=float(swin["mlp_ratio"]),
-                          qkv_bias=swin["qkv_bias"], out_features=["stage1", "stage2", "stage3", "stage4"])
+    backbone = SwinConfig(
+        patch_size=4,
+        embed_dim=head_width,
+        depths=[1] * len(swin["depths"]),
+        num_heads=[heads // swin["num_heads"][0] for heads in swin["num_heads"]],
+        window_size=swin["window_size"],
+        mlp_ratio=float(swin["mlp_ratio"]),
+        qkv_bias=swin["qkv_bias"],
+        out_features=["stage1", "stage2", "stage3", "stage4"],
+    )
     labels = COCO_CLASSES.read_text().splitlines()
     assert len(labels) == head["num_things_classes"] + head["num_stuff_classes"]
     assert TINY_DETECTOR_QUERIES < head["num_queries"]
     width = 32
-    config = Mask2FormerConfig(backbone_config=backbone, feature_size=width, mask_feature_size=width, hidden_dim=width,
-                               encoder_feedforward_dim=2 * width, dim_feedforward=2 * width, encoder_layers=1,
-                               decoder_layers=2, num_attention_heads=1, num_queries=TINY_DETECTOR_QUERIES,
-                               num_labels=len(labels), id2label=dict(enumerate(labels)),
-                               label2id={label: i for i, label in enumerate(labels)})
+    config = Mask2FormerConfig(
+        backbone_config=backbone,
+        feature_size=width,
+        mask_feature_size=width,
+        hidden_dim=width,
+        encoder_feedforward_dim=2 * width,
+        dim_feedforward=2 * width,
+        encoder_layers=1,
+        decoder_layers=2,
+        num_attention_heads=1,
+        num_queries=TINY_DETECTOR_QUERIES,
+        num_labels=len(labels),
+        id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)},
+    )
     torch.manual_seed(seed)
     return Mask2FormerForUniversalSegmentation(config).eval()
 
 
 # ------------------------------------------------------------------ BLIP (ImageReward)
+
 
 def blip_text_config(encoder_width: int | None = None, tiny: bool = True):
     """transformers' BlipTextConfig of BLIP's published MED config for a ViT-L (ImageReward's text
@@ -231,10 +274,15 @@ def blip_text_config(encoder_width: int | None = None, tiny: bool = True):
     head_width = spec["hidden_size"] // spec["num_attention_heads"]
     heads = TINY_HEADS if tiny else spec["num_attention_heads"]
     hidden = heads * head_width
-    return BlipTextConfig(vocab_size=spec["vocab_size"], hidden_size=hidden,
-                          intermediate_size=hidden * spec["intermediate_size"] // spec["hidden_size"],
-                          num_hidden_layers=2 if tiny else spec["num_hidden_layers"], num_attention_heads=heads,
-                          encoder_hidden_size=encoder_width or spec["encoder_width"],
-                          max_position_embeddings=spec["max_position_embeddings"],
-                          layer_norm_eps=spec["layer_norm_eps"], hidden_act=spec["hidden_act"],
-                          pad_token_id=spec["pad_token_id"])
+    return BlipTextConfig(
+        vocab_size=spec["vocab_size"],
+        hidden_size=hidden,
+        intermediate_size=hidden * spec["intermediate_size"] // spec["hidden_size"],
+        num_hidden_layers=2 if tiny else spec["num_hidden_layers"],
+        num_attention_heads=heads,
+        encoder_hidden_size=encoder_width or spec["encoder_width"],
+        max_position_embeddings=spec["max_position_embeddings"],
+        layer_norm_eps=spec["layer_norm_eps"],
+        hidden_act=spec["hidden_act"],
+        pad_token_id=spec["pad_token_id"],
+    )

@@ -50,8 +50,15 @@ TINY_DEPTH = 4
 """An upper bound on their transformer blocks (2 joint + up to 2 single): chained reductions."""
 
 
-def assert_close_reordered(actual: torch.Tensor, expected: torch.Tensor, *, length: int, depth: int = 1,
-                           gain: float = 1.0, scale: float | None = None) -> None:
+def assert_close_reordered(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    length: int,
+    depth: int = 1,
+    gain: float = 1.0,
+    scale: float | None = None,
+) -> None:
     """`torch.testing.assert_close` with atol = `reorder_tolerance` (rtol 0); `scale` defaults to
     the larger max |value| of the two tensors."""
     if scale is None:
@@ -82,8 +89,9 @@ def assert_close_reordered(actual: torch.Tensor, expected: torch.Tensor, *, leng
 # runs' identical initial weights by the same factor and drops out.
 
 
-def adamw_first_step(checkpoint: Path, names: list[str]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor],
-                                                                     dict]:
+def adamw_first_step(
+    checkpoint: Path, names: list[str]
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict]:
     """(trained weights, the gradients of the run's one AdamW step, the optimizer's param group)
     from a checkpoint written after exactly one optimizer step. `names`: the trained tensors'
     names in the optimizer's order (`trained_parameter_names`), since optimizer.safetensors keys
@@ -103,8 +111,9 @@ def adamw_first_step(checkpoint: Path, names: list[str]) -> tuple[dict[str, torc
     return load_file(str(checkpoint / "trainable.safetensors")), gradients, group
 
 
-def assert_same_first_adamw_step(actual: Path, expected: Path, names: list[str], *, length: int,
-                                 depth: int = 1) -> None:
+def assert_same_first_adamw_step(
+    actual: Path, expected: Path, names: list[str], *, length: int, depth: int = 1
+) -> None:
     """Two checkpoints after one AdamW step of the same math whose reductions were grouped
     differently (`length`, `depth` as for `reorder_tolerance`): their gradients agree to the
     reorder bound τ, and their weights to the bound that follows the update (derivation above)."""
@@ -120,8 +129,10 @@ def assert_same_first_adamw_step(actual: Path, expected: Path, names: list[str],
         slope = tau * eps / ((g_e.abs() - tau).clamp(min=0) + eps) ** 2  # bound on |Δu| from |Δg| ≤ τ
         bound = lr * slope.clamp(max=2.0) + FLOAT32_EPS * (8 * lr + 2 * torch.maximum(w_a.abs(), w_e.abs()))
         excess = (w_a - w_e).abs() - bound
-        assert excess.max() <= 0, (f"{name}: weights differ by {float((w_a - w_e).abs().max()):.3g}, beyond the "
-                                   f"bound that follows the AdamW step at element {int(excess.argmax())}")
+        assert excess.max() <= 0, (
+            f"{name}: weights differ by {float((w_a - w_e).abs().max()):.3g}, beyond the "
+            f"bound that follows the AdamW step at element {int(excess.argmax())}"
+        )
 
 
 def trained_parameter_names(recipe: str, overrides: list[str]) -> list[str]:
@@ -150,8 +161,9 @@ class LinearVelocityModel(torch.nn.Module):
 
 
 class LinearPolicy:
-    spec = FamilySpec(name="linear", policy="support:LinearPolicy", text_encoders=False, export="none",
-                      hub_weights=False)
+    spec = FamilySpec(
+        name="linear", policy="support:LinearPolicy", text_encoders=False, export="none", hub_weights=False
+    )
     family = spec.name
     lora_target_modules: list[str] = []
     repeated_blocks = ()
@@ -176,8 +188,9 @@ class LinearPolicy:
 
     def velocity(self, latents, sigma, cond, guidance_scale, detach_uncond=False):
         if guidance_scale > 1:
-            both = self.transformer(torch.cat([latents, latents]), torch.cat([sigma, sigma]),
-                                    torch.cat([cond.negative_embeds, cond.embeds]))
+            both = self.transformer(
+                torch.cat([latents, latents]), torch.cat([sigma, sigma]), torch.cat([cond.negative_embeds, cond.embeds])
+            )
             uncond, text = both.chunk(2)
             return guided_velocity(uncond, text, guidance_scale, detach_uncond).float()
         return self.transformer(latents, sigma, cond.embeds).float()
@@ -193,10 +206,6 @@ class LinearPolicy:
         from genalign.sampling.schedules import flow_match_sigmas
 
         return flow_match_sigmas(num_steps, shift=3.0)
-
-
-
-
 
 
 def make_batch(size=6, steps=3, start=0):
@@ -238,15 +247,32 @@ VIDEO_RECIPES = {"wan": WAN_RECIPE, "cosmos": "experiment/diffusion/cosmos/onlin
 
 def tiny_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
     return [
-        f"model.path={model_dir}", "model.device=cpu", "model.dtype=float32", "model.lora.rank=4",
-        "model.lora.alpha=8", "/base/distributed=local",
-        "rollout.height=64", "rollout.width=64", "rollout.num_steps=3", "rollout.n=2",
-        "rollout.rollout_batch_size=2", "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=1",
-        "actor.ema.update_every=1", "actor.lr=1e-2",
-        "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0",
-        "eval.num_steps=2", "eval.max_prompts=2", "eval.batch_size=2", "eval.every=2",
-        "trainer.num_steps=3", "trainer.save_every=1", f"trainer.output_dir={output_dir}",
-        "trainer.progress_bar=false", *extra,
+        f"model.path={model_dir}",
+        "model.device=cpu",
+        "model.dtype=float32",
+        "model.lora.rank=4",
+        "model.lora.alpha=8",
+        "/base/distributed=local",
+        "rollout.height=64",
+        "rollout.width=64",
+        "rollout.num_steps=3",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=2",
+        "rollout.sample_batch_size=2",
+        "actor.gradient_accumulation_steps=1",
+        "actor.ema.update_every=1",
+        "actor.lr=1e-2",
+        "reward.components.ocr=0.0",
+        "reward.components.jpeg_compressibility=1.0",
+        "eval.num_steps=2",
+        "eval.max_prompts=2",
+        "eval.batch_size=2",
+        "eval.every=2",
+        "trainer.num_steps=3",
+        "trainer.save_every=1",
+        f"trainer.output_dir={output_dir}",
+        "trainer.progress_bar=false",
+        *extra,
     ]
 
 
@@ -255,8 +281,15 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-TIMING_COLUMNS = {"time_rollout_s", "time_reward_s", "time_train_s", "time_eval_s", "time_cpu_s", "images_per_s",
-                  "step_images_per_s"}
+TIMING_COLUMNS = {
+    "time_rollout_s",
+    "time_reward_s",
+    "time_train_s",
+    "time_eval_s",
+    "time_cpu_s",
+    "images_per_s",
+    "step_images_per_s",
+}
 """metrics.csv columns that measure time (wall-clock or CPU): the only ones two identical runs may differ in."""
 
 
@@ -267,8 +300,9 @@ def rows_without_timing(path: Path) -> list[dict[str, str]]:
     return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in read_rows(path)]
 
 
-def assert_resumed_bitwise(run_dir: Path, resumed_dir: Path, step: int,
-                           files: tuple[str, ...] = ("trainable.safetensors",)) -> None:
+def assert_resumed_bitwise(
+    run_dir: Path, resumed_dir: Path, step: int, files: tuple[str, ...] = ("trainable.safetensors",)
+) -> None:
     """A run resumed from `run_dir`'s checkpoint-(step - 1) into `resumed_dir` logged only `step`,
     with the uninterrupted run's row (timing columns aside), and its final checkpoint's `files`
     are bitwise equal to the uninterrupted run's."""
@@ -293,22 +327,50 @@ def tiny_video_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list
     in place of PickScore; LoRA (the Wan recipe is a full fine-tune) so the tests exercise the
     family's LoRA export too."""
     return [
-        f"model.path={model_dir}", "model.device=cpu", "model.dtype=float32", "model.train_mode=lora",
-        "model.lora.rank=4", "model.lora.alpha=8", "model.max_sequence_length=16", "model.num_frames=3",
-        "rollout.height=32", "rollout.width=32", "rollout.num_steps=3", "rollout.n=2",
-        "rollout.rollout_batch_size=2", "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=1",
-        "actor.ema.update_every=1", "actor.lr=1e-2", "reward.components.pickscore=0.0",
-        "reward.components.temporal_consistency=1.0", "reward.components.jpeg_compressibility=0.5",
-        "reward.batch_size=4", "reward.video_reduction=min",
-        "eval.num_steps=2", "eval.max_prompts=2", "eval.batch_size=2", "eval.every=2",
-        "trainer.num_steps=2", "trainer.save_every=1", f"trainer.output_dir={output_dir}",
-        "trainer.progress_bar=false", *extra,
+        f"model.path={model_dir}",
+        "model.device=cpu",
+        "model.dtype=float32",
+        "model.train_mode=lora",
+        "model.lora.rank=4",
+        "model.lora.alpha=8",
+        "model.max_sequence_length=16",
+        "model.num_frames=3",
+        "rollout.height=32",
+        "rollout.width=32",
+        "rollout.num_steps=3",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=2",
+        "rollout.sample_batch_size=2",
+        "actor.gradient_accumulation_steps=1",
+        "actor.ema.update_every=1",
+        "actor.lr=1e-2",
+        "reward.components.pickscore=0.0",
+        "reward.components.temporal_consistency=1.0",
+        "reward.components.jpeg_compressibility=0.5",
+        "reward.batch_size=4",
+        "reward.video_reduction=min",
+        "eval.num_steps=2",
+        "eval.max_prompts=2",
+        "eval.batch_size=2",
+        "eval.every=2",
+        "trainer.num_steps=2",
+        "trainer.save_every=1",
+        f"trainer.output_dir={output_dir}",
+        "trainer.progress_bar=false",
+        *extra,
     ]
 
 
-def make_run_dir(path: Path, num_steps: int = 12, eval_every: int = 4, components: tuple[str, ...] = ("ocr", "jpeg"),
-                 gold: bool = True, parity_gap: float | None = 0.0, finished: bool = True,
-                 config: bool = True) -> Path:
+def make_run_dir(
+    path: Path,
+    num_steps: int = 12,
+    eval_every: int = 4,
+    components: tuple[str, ...] = ("ocr", "jpeg"),
+    gold: bool = True,
+    parity_gap: float | None = 0.0,
+    finished: bool = True,
+    config: bool = True,
+) -> Path:
     """A run directory as the trainer writes it (same CSVSink and contact-sheet code), with
     made-up but run-shaped numbers: rewards rising, clip fractions falling, eval every
     `eval_every` steps (and step 0) with a contact sheet whose images change with the step."""
@@ -323,36 +385,64 @@ def make_run_dir(path: Path, num_steps: int = 12, eval_every: int = 4, component
         (path / "config.yaml").write_text(
             f"model:\n  family: sd3\n  path: tiny\n  train_mode: lora\n  dtype: float32\nalgorithm:\n  name: grpo\n"
             f"reward:\n  components:\n{components_yaml}eval:\n  gold_rewards:\n    judge: 1.0\n"
-            f"trainer:\n  num_steps: {num_steps}\n  parity_check: true\n")
+            f"trainer:\n  num_steps: {num_steps}\n  parity_check: true\n"
+        )
     metrics, eval_metrics = CSVSink(path / "metrics.csv"), CSVSink(path / "eval_metrics.csv")
 
     def evaluate(step: int) -> None:
         level = 0.3 + 0.04 * step
-        row = {"eval_reward_mean": level, **{f"eval_reward_{name}_mean": level + 0.1 * (i - (len(components) - 1) / 2)
-                                               for i, name in enumerate(components)}}
+        row = {
+            "eval_reward_mean": level,
+            **{
+                f"eval_reward_{name}_mean": level + 0.1 * (i - (len(components) - 1) / 2)
+                for i, name in enumerate(components)
+            },
+        }
         if gold:
             row.update(gold_mean=level - 0.01 * step, gold_judge_mean=level - 0.01 * step, gold_divergence=0.0)
         eval_metrics.log(step, row)
         generator = torch.Generator().manual_seed(step)
         images = torch.randint(0, 256, (4, 3, 16, 16), generator=generator, dtype=torch.uint8)
         images[:, step % 3] = 255  # a different dominant colour per step
-        save_contact_sheet(path / f"eval_epoch_{step}" / "contact_sheet.png", images,
-                           [f"prompt {i} | r={level:.2f}" for i in range(4)])
+        save_contact_sheet(
+            path / f"eval_epoch_{step}" / "contact_sheet.png", images, [f"prompt {i} | r={level:.2f}" for i in range(4)]
+        )
 
     evaluate(0)
     for step in range(1, num_steps + 1):
         wave = math.sin(step)
         reward = 0.3 + 0.03 * step + 0.02 * wave
-        row = {"reward_mean": reward, "reward_std": 0.2,
-               # components spread around the total (their weighted mean), so no line hides another
-               **{f"reward_{name}_mean": reward + 0.1 * (i - (len(components) - 1) / 2)
-                  for i, name in enumerate(components)},
-               "kl": 1e-3 * step, "approx_kl": 1e-4 * (1 + wave), "clip_frac": 0.5 / step,
-               "clip_frac_low": 0.3 / step, "clip_frac_high": 0.2 / step, "adv_mean": 0.0, "adv_std": 1.0,
-               "adv_abs_mean": 0.8, "adv_min": -1.9, "adv_max": 1.8, "zero_std_ratio": 0.1, "loss": 0.01 / step,
-               "policy_loss": 0.009 / step, "ratio": 1.0, "ratio_min": 0.9, "ratio_max": 1.1, "grad_norm": 0.1,
-               "time_rollout_s": 2.0, "time_reward_s": 0.5, "time_train_s": 4.0, "images_per_s": 30.0 + wave,
-               "step_images_per_s": 9.0 + wave}
+        row = {
+            "reward_mean": reward,
+            "reward_std": 0.2,
+            # components spread around the total (their weighted mean), so no line hides another
+            **{
+                f"reward_{name}_mean": reward + 0.1 * (i - (len(components) - 1) / 2)
+                for i, name in enumerate(components)
+            },
+            "kl": 1e-3 * step,
+            "approx_kl": 1e-4 * (1 + wave),
+            "clip_frac": 0.5 / step,
+            "clip_frac_low": 0.3 / step,
+            "clip_frac_high": 0.2 / step,
+            "adv_mean": 0.0,
+            "adv_std": 1.0,
+            "adv_abs_mean": 0.8,
+            "adv_min": -1.9,
+            "adv_max": 1.8,
+            "zero_std_ratio": 0.1,
+            "loss": 0.01 / step,
+            "policy_loss": 0.009 / step,
+            "ratio": 1.0,
+            "ratio_min": 0.9,
+            "ratio_max": 1.1,
+            "grad_norm": 0.1,
+            "time_rollout_s": 2.0,
+            "time_reward_s": 0.5,
+            "time_train_s": 4.0,
+            "images_per_s": 30.0 + wave,
+            "step_images_per_s": 9.0 + wave,
+        }
         if step == 1 and parity_gap is not None:
             row["parity_max_abs_log_prob_diff"] = parity_gap
         if step % eval_every == 0 or step == num_steps:
@@ -377,15 +467,36 @@ def make_demo_like_run(path: Path, num_steps: int = 60) -> Path:
     evals.log(0, {"eval_reward_mean": 0.45, "gold_mean": 0.47})
     for step in range(1, num_steps + 1):
         wave = math.sin(step)
-        metrics.log(step, {
-            "reward_mean": 0.45 + 0.006 * step, "kl": 2e-6 * step, "approx_kl": 3e-7 * (1.5 + wave),
-            "clip_frac": 0.05 + 0.01 * wave, "clip_frac_low": 0.02, "clip_frac_high": 0.03 + 0.01 * wave,
-            "adv_mean": 0.0, "adv_std": 0.99, "adv_abs_mean": 0.8, "adv_min": -2.4, "adv_max": 2.2,
-            "zero_std_ratio": 0.05 * (1 + wave), "loss": 2e-6 * wave, "policy_loss": 1.5e-6 * math.cos(step),
-            "ratio": 1 + 1e-6 * wave, "ratio_min": 1 - 1e-5 * (1.2 + wave), "ratio_max": 1 + 1e-5 * (1.2 + wave),
-            "grad_norm": 0.06 + 0.01 * wave, "grad_norm_max": 0.1, "time_rollout_s": 1.5, "time_reward_s": 0.1,
-            "time_train_s": 1.6, "images_per_s": 55 + wave, "step_images_per_s": 27 + wave,
-            **({"time_eval_s": 12.0} if step % 20 == 0 else {})})
+        metrics.log(
+            step,
+            {
+                "reward_mean": 0.45 + 0.006 * step,
+                "kl": 2e-6 * step,
+                "approx_kl": 3e-7 * (1.5 + wave),
+                "clip_frac": 0.05 + 0.01 * wave,
+                "clip_frac_low": 0.02,
+                "clip_frac_high": 0.03 + 0.01 * wave,
+                "adv_mean": 0.0,
+                "adv_std": 0.99,
+                "adv_abs_mean": 0.8,
+                "adv_min": -2.4,
+                "adv_max": 2.2,
+                "zero_std_ratio": 0.05 * (1 + wave),
+                "loss": 2e-6 * wave,
+                "policy_loss": 1.5e-6 * math.cos(step),
+                "ratio": 1 + 1e-6 * wave,
+                "ratio_min": 1 - 1e-5 * (1.2 + wave),
+                "ratio_max": 1 + 1e-5 * (1.2 + wave),
+                "grad_norm": 0.06 + 0.01 * wave,
+                "grad_norm_max": 0.1,
+                "time_rollout_s": 1.5,
+                "time_reward_s": 0.1,
+                "time_train_s": 1.6,
+                "images_per_s": 55 + wave,
+                "step_images_per_s": 27 + wave,
+                **({"time_eval_s": 12.0} if step % 20 == 0 else {}),
+            },
+        )
         if step % 20 == 0:
             evals.log(step, {"eval_reward_mean": 0.45 + 0.007 * step, "gold_mean": 0.46 + 0.007 * step})
     return path
@@ -401,7 +512,9 @@ def train_recipe(recipe: str, out: Path, *overrides: str) -> tuple[list[dict], l
 
     def rows(name: str) -> list[dict]:
         with (out / name).open() as handle:
-            return [{k: float(v) if v not in ("", None) else None for k, v in r.items()} for r in csv.DictReader(handle)]
+            return [
+                {k: float(v) if v not in ("", None) else None for k, v in r.items()} for r in csv.DictReader(handle)
+            ]
 
     return rows("metrics.csv"), rows("eval_metrics.csv")
 
@@ -493,10 +606,12 @@ def ray_rollout_setting(cfg, generate_timeout_s: float = 120.0):
 
     torch.manual_seed(cfg.trainer.seed)
     policy = setup.build_policy(cfg)
-    sampler = PromptSampler(load_manifest(cfg.data.manifest), cfg.rollout.rollout_batch_size, cfg.rollout.n,
-                            cfg.trainer.seed)
-    engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), setup.build_policy,
-                              generate_timeout_s=generate_timeout_s)
+    sampler = PromptSampler(
+        load_manifest(cfg.data.manifest), cfg.rollout.rollout_batch_size, cfg.rollout.n, cfg.trainer.seed
+    )
+    engine = RayRolloutEngine(
+        cfg, trainable_state_dict(policy.transformer), setup.build_policy, generate_timeout_s=generate_timeout_s
+    )
     return policy, sampler, engine
 
 

@@ -21,8 +21,15 @@ from genalign.models.spec import FamilySpec
 from genalign.sampling.schedules import flow_match_sigmas
 
 SPEC = FamilySpec(
-    name="pixel_sd3", policy="user_family:PixelSD3Policy", size_multiple=8, text_encoders=False, draws_text=False,
-    export="none", hub_weights=False, builtin_path="random")
+    name="pixel_sd3",
+    policy="user_family:PixelSD3Policy",
+    size_multiple=8,
+    text_encoders=False,
+    draws_text=False,
+    export="none",
+    hub_weights=False,
+    builtin_path="random",
+)
 """Pixel space at any multiple of 8 up to 32 (the transformer's position table), weights
 built from a seed (model.path=random), no exporter outside genalign."""
 
@@ -55,14 +62,25 @@ class PixelSD3Policy:
         from diffusers import SD3Transformer2DModel
 
         if cfg.path != SPEC.builtin_path:
-            raise ValueError(f"model.path={cfg.path!r}: model.family={SPEC.name} builds random weights; "
-                             f"set model.path={SPEC.builtin_path}")
+            raise ValueError(
+                f"model.path={cfg.path!r}: model.family={SPEC.name} builds random weights; "
+                f"set model.path={SPEC.builtin_path}"
+            )
         with torch.random.fork_rng():
             torch.manual_seed(0)
             transformer = SD3Transformer2DModel(
-                sample_size=SIDE, patch_size=2, in_channels=3, out_channels=3, num_layers=1, attention_head_dim=8,
-                num_attention_heads=2, joint_attention_dim=EMBED_DIM, caption_projection_dim=16,
-                pooled_projection_dim=EMBED_DIM, pos_embed_max_size=SIDE // 2)
+                sample_size=SIDE,
+                patch_size=2,
+                in_channels=3,
+                out_channels=3,
+                num_layers=1,
+                attention_head_dim=8,
+                num_attention_heads=2,
+                joint_attention_dim=EMBED_DIM,
+                caption_projection_dim=16,
+                pooled_projection_dim=EMBED_DIM,
+                pos_embed_max_size=SIDE // 2,
+            )
         return cls(transformer, resolve_device(cfg.device), resolve_dtype(cfg.dtype))
 
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
@@ -70,13 +88,24 @@ class PixelSD3Policy:
         pooled = embeds.mean(1)  # [B, E]
         if not with_negative:
             return Condition(embeds=embeds, pooled=pooled)
-        return Condition(embeds=embeds, pooled=pooled, negative_embeds=torch.zeros_like(embeds),
-                         negative_pooled=torch.zeros_like(pooled))
+        return Condition(
+            embeds=embeds,
+            pooled=pooled,
+            negative_embeds=torch.zeros_like(embeds),
+            negative_pooled=torch.zeros_like(pooled),
+        )
 
-    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition, guidance_scale: float,
-                 detach_uncond: bool = False) -> torch.Tensor:
-        return sd3_transformer_velocity(self.transformer, latents, sigma, cond, guidance_scale, self.device,
-                                        self.dtype, detach_uncond)
+    def velocity(
+        self,
+        latents: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: Condition,
+        guidance_scale: float,
+        detach_uncond: bool = False,
+    ) -> torch.Tensor:
+        return sd3_transformer_velocity(
+            self.transformer, latents, sigma, cond, guidance_scale, self.device, self.dtype, detach_uncond
+        )
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

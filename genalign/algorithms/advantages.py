@@ -30,8 +30,10 @@ def _check_rewards(rewards: torch.Tensor, group_ids: torch.Tensor) -> None:
         raise ValueError(f"group_ids shape {tuple(group_ids.shape)} != rewards shape {tuple(rewards.shape)}")
     if not bool(torch.isfinite(rewards).all()):
         bad = torch.nonzero(~torch.isfinite(rewards)).flatten().tolist()
-        raise ValueError(f"rewards are not finite at samples {bad[:10]}: a NaN/inf reward would poison "
-                         "the group statistics; fix the reward function")
+        raise ValueError(
+            f"rewards are not finite at samples {bad[:10]}: a NaN/inf reward would poison "
+            "the group statistics; fix the reward function"
+        )
 
 
 def _dense_group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -53,8 +55,9 @@ def _is_constant_group(rewards: torch.Tensor, dense: torch.Tensor, num_groups: i
     return group_min == group_max
 
 
-def _group_mean_std(rewards: torch.Tensor, dense: torch.Tensor, num_groups: int,
-                    ddof: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _group_mean_std(
+    rewards: torch.Tensor, dense: torch.Tensor, num_groups: int, ddof: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-group mean and std [G], [G] (float64 in, float64 out).
 
     With ddof=1 a group of one sample has an undefined std (0/0); it is treated as 0, and the
@@ -68,9 +71,16 @@ def _group_mean_std(rewards: torch.Tensor, dense: torch.Tensor, num_groups: int,
     return means, variance.sqrt()  # [G], [G]
 
 
-def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, *, per_prompt: bool = True,
-                     global_std: bool = True, std: StdConvention = "population", eps: float = 1e-4,
-                     normalize_by_std: bool = True) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    *,
+    per_prompt: bool = True,
+    global_std: bool = True,
+    std: StdConvention = "population",
+    eps: float = 1e-4,
+    normalize_by_std: bool = True,
+) -> torch.Tensor:
     """A_k = (R_k − mean_group(R)) / (std + eps), float32 [B] (docs/algorithms.md §2.4).
 
     rewards [B], group_ids [B] (any integer ids, in any order; equal id = same prompt group).
@@ -117,8 +127,13 @@ def zero_std_group_fraction(rewards: torch.Tensor, group_ids: torch.Tensor) -> f
     return constant.double().mean().item()
 
 
-def aggregate_advantages(component_rewards: dict[str, torch.Tensor], weights: dict[str, float],
-                         group_ids: torch.Tensor, mode: Aggregation, **group_kwargs) -> torch.Tensor:
+def aggregate_advantages(
+    component_rewards: dict[str, torch.Tensor],
+    weights: dict[str, float],
+    group_ids: torch.Tensor,
+    mode: Aggregation,
+    **group_kwargs,
+) -> torch.Tensor:
     """Combine reward components into one advantage, float32 [B] (docs/algorithms.md §2.4, §7.1).
 
     * "weighted_sum": R = Σ_k w_k r_k, then one `group_advantages(R)` (Flow-GRPO, NFT).
@@ -133,14 +148,16 @@ def aggregate_advantages(component_rewards: dict[str, torch.Tensor], weights: di
     if not component_rewards:
         raise ValueError("aggregate_advantages needs at least one reward component")
     if set(component_rewards) != set(weights):
-        raise ValueError(f"reward components {sorted(component_rewards)} and weights {sorted(weights)} "
-                         "must name the same rewards")
+        raise ValueError(
+            f"reward components {sorted(component_rewards)} and weights {sorted(weights)} must name the same rewards"
+        )
     names = list(component_rewards)
     if mode == "weighted_sum":
         total = sum(weights[name] * component_rewards[name].double() for name in names)  # [B]
         return group_advantages(total, group_ids, **group_kwargs)
-    per_component = [weights[name] * group_advantages(component_rewards[name], group_ids, **group_kwargs).double()
-                     for name in names]  # K x [B]
+    per_component = [
+        weights[name] * group_advantages(component_rewards[name], group_ids, **group_kwargs).double() for name in names
+    ]  # K x [B]
     return torch.stack(per_component).sum(dim=0).float()  # [B]
 
 
@@ -154,12 +171,18 @@ def clip_advantages(advantages: torch.Tensor, adv_clip_max: float) -> torch.Tens
 def advantage_stats(advantages: torch.Tensor) -> dict[str, float]:
     """mean / std (population) / min / max / abs_mean of the advantages, for logging."""
     values = advantages.double()
-    return {"mean": values.mean().item(), "std": values.std(unbiased=False).item(), "min": values.min().item(),
-            "max": values.max().item(), "abs_mean": values.abs().mean().item()}
+    return {
+        "mean": values.mean().item(),
+        "std": values.std(unbiased=False).item(),
+        "min": values.min().item(),
+        "max": values.max().item(),
+        "abs_mean": values.abs().mean().item(),
+    }
 
 
-def trained_sample_indices(advantages: torch.Tensor, num_micro_batches: int,
-                           generator: torch.Generator) -> torch.Tensor:
+def trained_sample_indices(
+    advantages: torch.Tensor, num_micro_batches: int, generator: torch.Generator
+) -> torch.Tensor:
     """Flow-GRPO's filter: the samples whose advantage is not exactly 0, plus randomly chosen
     zero-advantage ones until the count divides by `num_micro_batches` (the number of replay
     micro-batches stays, their size shrinks). Sorted positions [K]; empty when every
@@ -174,8 +197,9 @@ def trained_sample_indices(advantages: torch.Tensor, num_micro_batches: int,
     return torch.nonzero(keep).flatten()  # [K']
 
 
-def nonzero_advantage_units(advantages: torch.Tensor, micro_batch_size: int,
-                            generator: torch.Generator) -> tuple[torch.Tensor, int]:
+def nonzero_advantage_units(
+    advantages: torch.Tensor, micro_batch_size: int, generator: torch.Generator
+) -> tuple[torch.Tensor, int]:
     """`trained_sample_indices` over the micro-batches `micro_batch_size` cuts [U] into: the
     kept positions [K] and the smaller micro-batch size that keeps their number (Flow-GRPO)."""
     if not len(advantages):

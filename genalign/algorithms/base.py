@@ -91,12 +91,12 @@ class Algorithm(Protocol[PolicyT]):
 
     @classmethod
     def reference_kind(cls, cfg: AlgorithmConfig) -> str:
-        """"none", "frozen" (the trainer builds the frozen initial policy) or "own"."""
+        """ "none", "frozen" (the trainer builds the frozen initial policy) or "own"."""
         ...
 
     @classmethod
     def data_source(cls, cfg: AlgorithmConfig) -> str:
-        """"online" (rollout and rewards each step) or "offline" (data.preference_manifest)."""
+        """ "online" (rollout and rewards each step) or "offline" (data.preference_manifest)."""
         ...
 
     @classmethod
@@ -114,14 +114,16 @@ class Algorithm(Protocol[PolicyT]):
         """(units, unit advantages [U]) the update trains on."""
         ...
 
-    def trained_units(self, advantages: torch.Tensor, micro_batch_size: int,
-                      generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    def trained_units(
+        self, advantages: torch.Tensor, micro_batch_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, int]:
         """Positions [K] of this rank's units the round trains, and the micro-batch size to
         train them with."""
         ...
 
-    def prepare_update(self, policy: PolicyT, batch: TrainingUnits, step_indices: list[int],
-                       micro_batch_size: int) -> TrainingUnits:
+    def prepare_update(
+        self, policy: PolicyT, batch: TrainingUnits, step_indices: list[int], micro_batch_size: int
+    ) -> TrainingUnits:
         """Called once per optimizer round before any update (e.g. to record the current
         policy's log-probs for rollout correction); returns the batch to train on."""
         ...
@@ -130,13 +132,15 @@ class Algorithm(Protocol[PolicyT]):
         """Positions of this batch that are trained, in training order."""
         ...
 
-    def replay_log_probs(self, policy: PolicyT, batch: Trajectories, step_indices: list[int],
-                         chunk_size: int) -> torch.Tensor:
+    def replay_log_probs(
+        self, policy: PolicyT, batch: Trajectories, step_indices: list[int], chunk_size: int
+    ) -> torch.Tensor:
         """`batch.log_probs` recomputed under `policy` at `step_indices` (no grad, CPU)."""
         ...
 
-    def compute_loss(self, policy: PolicyT, batch: TrainingUnits, advantages: torch.Tensor,
-                     step_index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def compute_loss(
+        self, policy: PolicyT, batch: TrainingUnits, advantages: torch.Tensor, step_index: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Loss (scalar, with grad) of micro-batch `batch` at position `step_index`, and
         detached per-unit statistics ([b] tensors) for logging."""
         ...
@@ -195,8 +199,10 @@ class AlgorithmBase:
     def config_problems(cls, cfg: ExperimentConfig) -> list[str]:
         """Only an offline algorithm reads a preference dataset."""
         if cfg.data.preference_manifest is not None and cls.data_source(cfg.algorithm) != "offline":
-            return [f"data.preference_manifest is set but only algorithm.name=dpo with algorithm.dpo.source="
-                    f"offline reads it (algorithm.name={cfg.algorithm.name!r}); remove it or select offline DPO"]
+            return [
+                f"data.preference_manifest is set but only algorithm.name=dpo with algorithm.dpo.source="
+                f"offline reads it (algorithm.name={cfg.algorithm.name!r}); remove it or select offline DPO"
+            ]
         return []
 
     cfg: AlgorithmConfig
@@ -211,8 +217,9 @@ class AlgorithmBase:
             raise ValueError("algorithm.kl_beta > 0 needs a reference policy")
         self.reference = reference
 
-    def trained_units(self, advantages: torch.Tensor, micro_batch_size: int,
-                      generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    def trained_units(
+        self, advantages: torch.Tensor, micro_batch_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, int]:
         """Every unit, or with algorithm.drop_zero_advantage Flow-GRPO's filter: the units
         whose advantage is exactly 0 carry no policy gradient and are dropped, as many
         micro-batches kept (`advantages.nonzero_advantage_units`)."""
@@ -220,8 +227,9 @@ class AlgorithmBase:
             return nonzero_advantage_units(advantages, micro_batch_size, generator)
         return torch.arange(len(advantages)), micro_batch_size
 
-    def prepare_update(self, policy: Policy, batch: TrainingUnits, step_indices: list[int],
-                       micro_batch_size: int) -> TrainingUnits:
+    def prepare_update(
+        self, policy: Policy, batch: TrainingUnits, step_indices: list[int], micro_batch_size: int
+    ) -> TrainingUnits:
         return batch
 
     def training_batch(self, batch: Trajectories, advantages: torch.Tensor) -> tuple[TrainingUnits, torch.Tensor]:
@@ -230,8 +238,9 @@ class AlgorithmBase:
     def filler_unit(self, batch: Trajectories) -> TrainingUnits:
         return batch.index(torch.tensor([0]))
 
-    def replay_log_probs(self, policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
-                         chunk_size: int) -> torch.Tensor:
+    def replay_log_probs(
+        self, policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int], chunk_size: int
+    ) -> torch.Tensor:
         """Stored SDE steps re-scored with the rollout's kernel (`algorithms.replay`); a token
         algorithm overrides it."""
         return replay_log_probs(policy, batch, step_indices, chunk_size)
@@ -261,7 +270,11 @@ class ClippedRatioBase(AlgorithmBase):
     """True when the loss reads the rollout kernel means (`TrajectoryBatch.means`: GRPO-Guard)."""
     stat_extremes = {"ratio": ("min", "max"), "log_prob_drift": ("max",)}
 
-    def __init__(self, cfg: AlgorithmConfig, reference: Policy | None = None,
-                 parameters: dict[str, torch.nn.Parameter] | None = None):
+    def __init__(
+        self,
+        cfg: AlgorithmConfig,
+        reference: Policy | None = None,
+        parameters: dict[str, torch.nn.Parameter] | None = None,
+    ):
         self.cfg = cfg
         self._take_reference(cfg, reference)

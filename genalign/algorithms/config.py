@@ -101,11 +101,15 @@ class NFTConfig:
         if self.adaptive_weight_min <= 0:
             problems.append(f"algorithm.nft.adaptive_weight_min must be > 0, got {self.adaptive_weight_min}")
         if self.old_decay_flat < 0 or self.old_decay_rate < 0:
-            problems.append("algorithm.nft.old_decay_flat and old_decay_rate must be >= 0, got "
-                            f"{self.old_decay_flat} and {self.old_decay_rate}")
+            problems.append(
+                "algorithm.nft.old_decay_flat and old_decay_rate must be >= 0, got "
+                f"{self.old_decay_flat} and {self.old_decay_rate}"
+            )
         if not 0 <= self.old_decay_max < 1:
-            problems.append(f"algorithm.nft.old_decay_max must be in [0, 1) (1 would freeze the sampling policy), "
-                            f"got {self.old_decay_max}")
+            problems.append(
+                f"algorithm.nft.old_decay_max must be in [0, 1) (1 would freeze the sampling policy), "
+                f"got {self.old_decay_max}"
+            )
         return problems
 
 
@@ -142,8 +146,9 @@ class DPOConfig:
         if self.beta <= 0:
             problems.append(f"algorithm.dpo.beta must be > 0, got {self.beta}")
         if self.ref_update_step < 0:
-            problems.append(f"algorithm.dpo.ref_update_step must be >= 0 (0 never refreshes), got "
-                            f"{self.ref_update_step}")
+            problems.append(
+                f"algorithm.dpo.ref_update_step must be >= 0 (0 never refreshes), got {self.ref_update_step}"
+            )
         return problems
 
 
@@ -219,8 +224,9 @@ class AlgorithmConfig:
         if self.clip_range <= 0:
             problems.append(f"algorithm.clip_range must be > 0, got {self.clip_range}")
         if self.adv_clip_max <= 0:  # clamp(A, -0, 0) zeroes every advantage: nothing would train
-            problems.append(f"algorithm.adv_clip_max must be > 0 (advantages are clamped to ±it), got "
-                            f"{self.adv_clip_max}")
+            problems.append(
+                f"algorithm.adv_clip_max must be > 0 (advantages are clamped to ±it), got {self.adv_clip_max}"
+            )
         problems += non_negative_problems({"algorithm.kl_beta": self.kl_beta})
         if not 0 < self.timestep_fraction <= 1:
             problems.append(f"algorithm.timestep_fraction must be in (0, 1], got {self.timestep_fraction}")

@@ -49,8 +49,9 @@ REF_PREFIX = "dpo_reference/"
 DPO_TIED_GROUPS = get_args(DPOTiedGroups)
 
 
-def best_worst_pairs(advantages: torch.Tensor, group_ids: torch.Tensor,
-                     tied_groups: DPOTiedGroups = "pair") -> tuple[torch.Tensor, torch.Tensor]:
+def best_worst_pairs(
+    advantages: torch.Tensor, group_ids: torch.Tensor, tied_groups: DPOTiedGroups = "pair"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per group, the position of the highest and of the lowest advantage (the first of each
     on ties, as torch.argmax / argmin). A group whose advantages all tie: "pair" makes its
     second member (in batch order) chosen and its first rejected, as Flow-GRPO's
@@ -98,27 +99,34 @@ class FlowDPO(AlgorithmBase):
         algorithm, rollout, actor, dpo = cfg.algorithm, cfg.rollout, cfg.actor, cfg.algorithm.dpo
         problems += dpo.problems()
         if algorithm.kl_beta > 0:
-            problems.append(f"algorithm.kl_beta={algorithm.kl_beta} is unused by algorithm.name=dpo (its reference "
-                            "enters through the DPO logit, algorithm.dpo.beta): set it to 0")
+            problems.append(
+                f"algorithm.kl_beta={algorithm.kl_beta} is unused by algorithm.name=dpo (its reference "
+                "enters through the DPO logit, algorithm.dpo.beta): set it to 0"
+            )
         if dpo.source == "offline" and cfg.data.preference_manifest is None:
-            problems.append("algorithm.dpo.source=offline needs data.preference_manifest (a .jsonl of prompt/chosen/"
-                            "rejected rows, docs/preference_data.md)")
+            problems.append(
+                "algorithm.dpo.source=offline needs data.preference_manifest (a .jsonl of prompt/chosen/"
+                "rejected rows, docs/preference_data.md)"
+            )
         elif dpo.source == "online" and rollout.n < 2:
-            problems.append(f"algorithm.name=dpo online pairs the best and worst sample of each prompt group: "
-                            f"rollout.n must be >= 2, got {rollout.n}")
+            problems.append(
+                f"algorithm.name=dpo online pairs the best and worst sample of each prompt group: "
+                f"rollout.n must be >= 2, got {rollout.n}"
+            )
         if rollout.rollout_batch_size > 0 and actor.gradient_accumulation_steps > 0:
             pairs = rollout.rollout_batch_size  # one pair per prompt (group) per step
             micro = actor.micro_batch_size or rollout.sample_batch_size
             micro_batches = -(-pairs // max(micro, 1)) * actor.num_inner_epochs
             if micro_batches % actor.gradient_accumulation_steps:
-                problems.append(f"actor.gradient_accumulation_steps={actor.gradient_accumulation_steps} must "
-                                f"divide the {micro_batches} pair micro-batches per step (ceil(rollout."
-                                f"rollout_batch_size={pairs} pairs / train micro-batch {micro}) * "
-                                "actor.num_inner_epochs)")
+                problems.append(
+                    f"actor.gradient_accumulation_steps={actor.gradient_accumulation_steps} must "
+                    f"divide the {micro_batches} pair micro-batches per step (ceil(rollout."
+                    f"rollout_batch_size={pairs} pairs / train micro-batch {micro}) * "
+                    "actor.num_inner_epochs)"
+                )
         return problems
 
-    def __init__(self, cfg: AlgorithmConfig, reference=None,
-                 parameters: dict[str, torch.nn.Parameter] | None = None):
+    def __init__(self, cfg: AlgorithmConfig, reference=None, parameters: dict[str, torch.nn.Parameter] | None = None):
         if not parameters:
             raise ValueError("Flow-DPO keeps its reference as a copy of the trained parameters; build it with them")
         self.cfg = cfg
@@ -150,24 +158,34 @@ class FlowDPO(AlgorithmBase):
         """One (best, worst) pair per prompt group; the unit advantage is the pair's gap (> 0, or
         0 for a tied group's pair: the loss does not read it)."""
         chosen, rejected = best_worst_pairs(advantages, batch.group_ids, self.cfg.dpo.tied_groups)  # [P], [P]
-        pairs = PreferencePairs(prompts=[batch.prompts[int(i)] for i in chosen], seeds=batch.seeds[chosen],
-                                condition=batch.condition.index(chosen.to(batch.condition.device)),
-                                chosen=batch.latents[chosen, -1], rejected=batch.latents[rejected, -1],
-                                sigmas=batch.sigmas)
+        pairs = PreferencePairs(
+            prompts=[batch.prompts[int(i)] for i in chosen],
+            seeds=batch.seeds[chosen],
+            condition=batch.condition.index(chosen.to(batch.condition.device)),
+            chosen=batch.latents[chosen, -1],
+            rejected=batch.latents[rejected, -1],
+            sigmas=batch.sigmas,
+        )
         return pairs, advantages[chosen] - advantages[rejected]
 
     def filler_unit(self, batch: TrajectoryBatch) -> PreferencePairs:
         """Sample 0 paired with itself: a well-defined loss (log 2) the update weights by 0."""
         first = torch.tensor([0])
-        return PreferencePairs(prompts=[batch.prompts[0]], seeds=batch.seeds[first],
-                               condition=batch.condition.index(first.to(batch.condition.embeds.device)),
-                               chosen=batch.latents[first, -1], rejected=batch.latents[first, -1], sigmas=batch.sigmas)
+        return PreferencePairs(
+            prompts=[batch.prompts[0]],
+            seeds=batch.seeds[first],
+            condition=batch.condition.index(first.to(batch.condition.embeds.device)),
+            chosen=batch.latents[first, -1],
+            rejected=batch.latents[first, -1],
+            sigmas=batch.sigmas,
+        )
 
     def train_step_indices(self, pairs: PreferencePairs) -> list[int]:
         return num_train_positions(pairs.sigmas.shape[0] - 1, self.cfg.timestep_fraction)
 
-    def compute_loss(self, policy: FlowPolicy, pairs: PreferencePairs, advantages: torch.Tensor,
-                     step_index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def compute_loss(
+        self, policy: FlowPolicy, pairs: PreferencePairs, advantages: torch.Tensor, step_index: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         device = policy.device
         size = len(pairs)
         chosen, rejected = pairs.chosen.to(device), pairs.rejected.to(device)  # [P, ...] x2
@@ -185,7 +203,11 @@ class FlowDPO(AlgorithmBase):
             ref_errors = velocity_error(policy.velocity(latents, sigmas, cond, 1.0), targets)  # [2P]
         errors = velocity_error(policy.velocity(latents, sigmas, cond, 1.0), targets)  # [2P]
         out = flow_dpo_loss(errors[:size], errors[size:], ref_errors[:size], ref_errors[size:], self.cfg.dpo.beta)
-        stats = {"policy_loss": out.loss.detach().expand(size), "dpo_implicit_accuracy": out.implicit_accuracy,
-                 "dpo_logit": out.inside, "dpo_chosen_error": errors[:size].detach(),
-                 "dpo_rejected_error": errors[size:].detach()}
+        stats = {
+            "policy_loss": out.loss.detach().expand(size),
+            "dpo_implicit_accuracy": out.implicit_accuracy,
+            "dpo_logit": out.inside,
+            "dpo_chosen_error": errors[:size].detach(),
+            "dpo_rejected_error": errors[size:].detach(),
+        }
         return out.loss, stats

@@ -22,8 +22,9 @@ def _mix(*parts: object) -> int:
     return int.from_bytes(digest, "little") % _LIMIT
 
 
-def forward_draws(seeds: torch.Tensor, position: int, num_schedule_steps: int,
-                  latent_shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+def forward_draws(
+    seeds: torch.Tensor, position: int, num_schedule_steps: int, latent_shape: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Schedule indices [B] (int64, each in 0..T−1, distinct across positions of one sample) and
     noise ε [B, *latent_shape] float32 (CPU) for training position `position` of each sample."""
     if not 0 <= position < num_schedule_steps:
@@ -37,8 +38,9 @@ def forward_draws(seeds: torch.Tensor, position: int, num_schedule_steps: int,
     return torch.stack(indices), torch.stack(noises)  # [B], [B, ...]
 
 
-def schedule_draws(seeds: torch.Tensor, position: int, sigmas: torch.Tensor, latent_shape: tuple[int, ...],
-                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def schedule_draws(
+    seeds: torch.Tensor, position: int, sigmas: torch.Tensor, latent_shape: tuple[int, ...], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """σ [B] (from the non-final entries of `sigmas` [T+1]) and ε [B, ...] on `device`."""
     indices, noise = forward_draws(seeds, position, sigmas.shape[0] - 1, latent_shape)  # [B], [B, ...]
     return sigmas.float().cpu()[indices].to(device), noise.to(device)

@@ -34,8 +34,9 @@ def noised(clean: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor) -> tup
     return (1 - s) * clean + s * noise, noise - clean
 
 
-def optimality_probability(advantages: torch.Tensor, adv_clip_max: float,
-                           adv_mode: NFTAdvantageMode = "all") -> torch.Tensor:
+def optimality_probability(
+    advantages: torch.Tensor, adv_clip_max: float, adv_mode: NFTAdvantageMode = "all"
+) -> torch.Tensor:
     """DiffusionNFT's reward -> r ∈ [0, 1] (§4.2, official `train_nft_sd3.py`):
     A ← clamp(A, ±adv_clip_max), then `adv_mode` (all | positive_only: max(A, 0) |
     negative_only: min(A, 0) | one_only: 1 if A > 0 else 0 | binary: sign(A)), then
@@ -54,8 +55,9 @@ def optimality_probability(advantages: torch.Tensor, adv_clip_max: float,
     return (clipped / adv_clip_max / 2 + 0.5).clamp(0, 1)  # [B]
 
 
-def implicit_velocities(velocity: torch.Tensor, old_velocity: torch.Tensor,
-                        beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+def implicit_velocities(
+    velocity: torch.Tensor, old_velocity: torch.Tensor, beta: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The implicit positive and negative policies of DiffusionNFT (§4.1):
     v⁺ = (1 − β)·v_old + β·v_θ,  v⁻ = (1 + β)·v_old − β·v_θ. v_old is a constant (detached).
     Both equal v_old exactly when v_θ == v_old. Shapes [B, ...]."""
@@ -78,9 +80,17 @@ class NFTLossOutput(NamedTuple):
     negative_loss: torch.Tensor  # [B] detached L⁻
 
 
-def nft_policy_loss(velocity: torch.Tensor, old_velocity: torch.Tensor, noisy: torch.Tensor, clean: torch.Tensor,
-                    sigma: torch.Tensor, optimality: torch.Tensor, beta: float, adv_clip_max: float,
-                    weight_min: float = 1e-5) -> NFTLossOutput:
+def nft_policy_loss(
+    velocity: torch.Tensor,
+    old_velocity: torch.Tensor,
+    noisy: torch.Tensor,
+    clean: torch.Tensor,
+    sigma: torch.Tensor,
+    optimality: torch.Tensor,
+    beta: float,
+    adv_clip_max: float,
+    weight_min: float = 1e-5,
+) -> NFTLossOutput:
     """DiffusionNFT policy loss with adaptive x0 weighting, as the official code computes it (§4.2):
 
         v± = implicit_velocities(v_θ, v_old, β);  x̂0± = x_σ − σ·v±
@@ -115,8 +125,13 @@ class DPOLossOutput(NamedTuple):
     inside: torch.Tensor  # [P] detached logit of the preference
 
 
-def flow_dpo_loss(chosen_error: torch.Tensor, rejected_error: torch.Tensor, ref_chosen_error: torch.Tensor,
-                  ref_rejected_error: torch.Tensor, beta: float) -> DPOLossOutput:
+def flow_dpo_loss(
+    chosen_error: torch.Tensor,
+    rejected_error: torch.Tensor,
+    ref_chosen_error: torch.Tensor,
+    ref_rejected_error: torch.Tensor,
+    beta: float,
+) -> DPOLossOutput:
     """Diffusion-DPO with the flow-matching target (§5.3; Wallace et al., verl-omni `DPOLoss`):
 
         inside = −½·β·[(e_θ(w) − e_ref(w)) − (e_θ(l) − e_ref(l))],   L = −mean_p log σ(inside)

@@ -45,8 +45,10 @@ class FlowGRPO(ClippedRatioBase):
         """Flow-GRPO trains on SDE log-probs: an all-ODE rollout has none."""
         problems = super().config_problems(cfg)
         if cfg.rollout.noise_level == 0:
-            problems.append("rollout.noise_level=0 makes every step deterministic: Flow-GRPO has no log-probs to "
-                            "train; use the Flow-GRPO value 0.7")
+            problems.append(
+                "rollout.noise_level=0 makes every step deterministic: Flow-GRPO has no log-probs to "
+                "train; use the Flow-GRPO value 0.7"
+            )
         return problems
 
     def trained_steps(self, batch: TrajectoryBatch) -> torch.Tensor:
@@ -62,14 +64,16 @@ class FlowGRPO(ClippedRatioBase):
         """Training positions 0..K−1; at position p sample b trains step `trained_steps[b, p]`."""
         return list(range(self.trained_steps(batch).shape[1]))
 
-    def replay_log_probs(self, policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
-                         chunk_size: int) -> torch.Tensor:
+    def replay_log_probs(
+        self, policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int], chunk_size: int
+    ) -> torch.Tensor:
         """`batch.log_probs` [B, T] with each sample's trained steps at positions `step_indices`
         recomputed under `policy` (no grad, CPU)."""
         return replay_log_probs(policy, batch, self.trained_steps(batch)[:, step_indices], chunk_size)
 
-    def prepare_update(self, policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int],
-                       micro_batch_size: int) -> TrajectoryBatch:
+    def prepare_update(
+        self, policy: FlowPolicy, batch: TrajectoryBatch, step_indices: list[int], micro_batch_size: int
+    ) -> TrajectoryBatch:
         """Before the first optimizer step: with rollout correction on, record the current
         policy's log-probs of the trained steps (the proximal policy); otherwise the batch as is."""
         if self.cfg.rollout_correction.mode == "off":
@@ -77,8 +81,9 @@ class FlowGRPO(ClippedRatioBase):
         proximal = self.replay_log_probs(policy, batch, step_indices, micro_batch_size)  # [B, T]
         return dataclasses.replace(batch, proximal_log_probs=proximal)
 
-    def compute_loss(self, policy: FlowPolicy, batch: TrajectoryBatch, advantages: torch.Tensor,
-                     step_index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def compute_loss(
+        self, policy: FlowPolicy, batch: TrajectoryBatch, advantages: torch.Tensor, step_index: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         device = policy.device
         j = self.trained_steps(batch)[:, step_index]  # [b] each sample's denoising step at this position
         replayed = replay_step(policy, batch, j, detach_uncond=self.cfg.detach_uncond)
@@ -89,8 +94,9 @@ class FlowGRPO(ClippedRatioBase):
             old_log_probs, weights = behaviour_log_probs, None
         else:
             old_log_probs = at_steps(batch.proximal_log_probs, j).to(device)  # [b]
-            weights = rollout_correction_weights(old_log_probs, behaviour_log_probs, correction.mode,
-                                                 correction.threshold)  # [b]
+            weights = rollout_correction_weights(
+                old_log_probs, behaviour_log_probs, correction.mode, correction.threshold
+            )  # [b]
         clipped_adv = clip_advantages(advantages.to(device), self.cfg.adv_clip_max)  # [b]
         log_ratio = self.log_ratio(step.log_prob, old_log_probs, replayed, batch, j)  # [b]
         policy_out = clipped_surrogate(log_ratio, clipped_adv, self.cfg.clip_range, weights)
@@ -119,8 +125,14 @@ class FlowGRPO(ClippedRatioBase):
             stats["rollout_is_raw_log_ratio"] = (old_log_probs - behaviour_log_probs).detach()
         return loss, stats
 
-    def log_ratio(self, log_probs: torch.Tensor, old_log_probs: torch.Tensor, replayed: ReplayedStep,
-                  batch: TrajectoryBatch, j: torch.Tensor) -> torch.Tensor:
+    def log_ratio(
+        self,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        replayed: ReplayedStep,
+        batch: TrajectoryBatch,
+        j: torch.Tensor,
+    ) -> torch.Tensor:
         """log r [b] with grad: ℓ_θ − ℓ_old (Flow-GRPO)."""
         return log_probs - old_log_probs.detach()
 
@@ -131,9 +143,12 @@ class FlowGRPO(ClippedRatioBase):
     def reference_kl(self, batch: TrajectoryBatch, j: torch.Tensor, replayed: ReplayedStep) -> torch.Tensor:
         """KL [b] to the reference (adapter-disabled) policy at each sample's step j [b] (docs/algorithms.md §2.5)."""
         with torch.no_grad(), self.reference.active() as reference_policy:
-            ref_velocity = reference_policy.velocity(at_steps(batch.latents, j).to(replayed.velocity.device),
-                                                     replayed.sigma_batch, batch.condition.to(replayed.velocity.device),
-                                                     batch.guidance_scale).float()  # [b, ...]
+            ref_velocity = reference_policy.velocity(
+                at_steps(batch.latents, j).to(replayed.velocity.device),
+                replayed.sigma_batch,
+                batch.condition.to(replayed.velocity.device),
+                batch.guidance_scale,
+            ).float()  # [b, ...]
         if self.cfg.kl_type == "latent_mean":
             ref_mean = score_stored_step(batch, j, ref_velocity).mean  # [b, ...]
             return latent_mean_kl(replayed.step.mean, ref_mean, replayed.step.noise_scale)  # [b]
@@ -145,6 +160,7 @@ class GRPOGuard(FlowGRPO):
     the clipped surrogate on RatioNorm's normalised log-ratio, each step's loss divided by
     mean(h)² = |Δσ_j| (algorithm.guard.reweight). Needs the rollout's kernel means μ_old and a
     Gaussian kernel (validated at config time)."""
+
     title = "GRPO-Guard"
 
     needs_rollout_means = True
@@ -158,35 +174,59 @@ class GRPOGuard(FlowGRPO):
         problems = super().config_problems(cfg)
         rollout, algorithm = cfg.rollout, cfg.algorithm
         if rollout.kernel not in GAUSSIAN_KERNELS:
-            problems.append(f"algorithm.name=grpo_guard normalises a Gaussian log-ratio; rollout.kernel="
-                            f"{rollout.kernel!r} has none. Use one of: {', '.join(GAUSSIAN_KERNELS)}")
+            problems.append(
+                f"algorithm.name=grpo_guard normalises a Gaussian log-ratio; rollout.kernel="
+                f"{rollout.kernel!r} has none. Use one of: {', '.join(GAUSSIAN_KERNELS)}"
+            )
         if algorithm.rollout_correction.mode != "off":
-            problems.append("algorithm.name=grpo_guard with algorithm.rollout_correction.mode="
-                            f"{algorithm.rollout_correction.mode!r}: RatioNorm compares with the rollout's own "
-                            "kernel means, so it cannot be taken against recomputed log-probs; set mode=off")
+            problems.append(
+                "algorithm.name=grpo_guard with algorithm.rollout_correction.mode="
+                f"{algorithm.rollout_correction.mode!r}: RatioNorm compares with the rollout's own "
+                "kernel means, so it cannot be taken against recomputed log-probs; set mode=off"
+            )
         window = rollout.sde_window
         if window.size > 0 and window.schedule == "random" and window.draw == "per_batch":
-            problems.append("algorithm.name=grpo_guard with a random rollout.sde_window drawn per sampling batch: "
-                            "RatioNorm normalises each micro-batch at one denoising step, but samples of different "
-                            "sampling batches train different steps; set rollout.sde_window.draw=per_step")
+            problems.append(
+                "algorithm.name=grpo_guard with a random rollout.sde_window drawn per sampling batch: "
+                "RatioNorm normalises each micro-batch at one denoising step, but samples of different "
+                "sampling batches train different steps; set rollout.sde_window.draw=per_step"
+            )
         if algorithm.timestep_selection == "random":
-            problems.append("algorithm.name=grpo_guard with algorithm.timestep_selection=random: each sample draws "
-                            "its own steps, but RatioNorm normalises each micro-batch at one denoising step; use "
-                            "algorithm.timestep_selection=first")
+            problems.append(
+                "algorithm.name=grpo_guard with algorithm.timestep_selection=random: each sample draws "
+                "its own steps, but RatioNorm normalises each micro-batch at one denoising step; use "
+                "algorithm.timestep_selection=first"
+            )
         return problems
 
-    def log_ratio(self, log_probs: torch.Tensor, old_log_probs: torch.Tensor, replayed: ReplayedStep,
-                  batch: TrajectoryBatch, j: torch.Tensor) -> torch.Tensor:
+    def log_ratio(
+        self,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        replayed: ReplayedStep,
+        batch: TrajectoryBatch,
+        j: torch.Tensor,
+    ) -> torch.Tensor:
         if batch.means is None:
-            raise ValueError("algorithm.name=grpo_guard needs the rollout kernel means; the trajectory has none "
-                             "(the rollout spec must set record_means)")
+            raise ValueError(
+                "algorithm.name=grpo_guard needs the rollout kernel means; the trajectory has none "
+                "(the rollout spec must set record_means)"
+            )
         if len(j) and not bool((j == j[0]).all()):  # RatioNorm pools one σ's std over the micro-batch
-            raise ValueError("algorithm.name=grpo_guard normalises a micro-batch at one denoising step, but its "
-                             f"samples train steps {sorted(set(j.tolist()))} (SDE windows drawn per sampling "
-                             "batch); set rollout.sde_window.draw=per_step")
+            raise ValueError(
+                "algorithm.name=grpo_guard normalises a micro-batch at one denoising step, but its "
+                f"samples train steps {sorted(set(j.tolist()))} (SDE windows drawn per sampling "
+                "batch); set rollout.sde_window.draw=per_step"
+            )
         old_mean = at_steps(batch.means, j).to(replayed.step.mean.device)  # [b, ...]
-        return ratio_norm_log_ratio(log_probs, old_log_probs, replayed.step.mean, old_mean, replayed.step.std,
-                                    per_sample_bias=self.cfg.guard.bias == "per_sample")
+        return ratio_norm_log_ratio(
+            log_probs,
+            old_log_probs,
+            replayed.step.mean,
+            old_mean,
+            replayed.step.std,
+            per_sample_bias=self.cfg.guard.bias == "per_sample",
+        )
 
     def step_weight(self, batch: TrajectoryBatch, j: torch.Tensor) -> float:
         if not self.cfg.guard.reweight:

@@ -25,8 +25,13 @@ class PolicyLossOutput(NamedTuple):
     clipped_fraction_low: torch.Tensor  # scalar detached: mean(1 − r > ε)  (Flow-GRPO clipfrac_lt_one)
 
 
-def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-                        clip_range: float, sample_weights: torch.Tensor | None = None) -> PolicyLossOutput:
+def clipped_policy_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_range: float,
+    sample_weights: torch.Tensor | None = None,
+) -> PolicyLossOutput:
     """PPO clipped surrogate (docs/algorithms.md §2.5), all inputs [B]:
 
         r = exp(ℓ − ℓ_old),   loss = mean_b w_b·max(−Â·r, −Â·clip(r, 1 − ε, 1 + ε))
@@ -42,8 +47,9 @@ def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, ad
     return clipped_surrogate(log_probs - old_log_probs.detach(), advantages, clip_range, sample_weights)
 
 
-def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_range: float,
-                      sample_weights: torch.Tensor | None = None) -> PolicyLossOutput:
+def clipped_surrogate(
+    log_ratio: torch.Tensor, advantages: torch.Tensor, clip_range: float, sample_weights: torch.Tensor | None = None
+) -> PolicyLossOutput:
     """`clipped_policy_loss` from a log-ratio [B] (with grad): the form GRPO-Guard's normalised
     log-ratio plugs into. Every operation is elementwise until the final mean, so per-token
     inputs [B, N] (AR-GRPO) give the mean over all B·N tokens, and ratio [B, N]."""
@@ -59,14 +65,20 @@ def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_ra
     loss = per_sample.mean()  # []
     with torch.no_grad():
         clipped_fraction = ((ratio - 1.0).abs() > clip_range).float().mean()  # []
-        approx_kl = 0.5 * (log_ratio ** 2).mean()  # []
+        approx_kl = 0.5 * (log_ratio**2).mean()  # []
         clipped_high = (ratio - 1.0 > clip_range).float().mean()  # []
         clipped_low = (1.0 - ratio > clip_range).float().mean()  # []
     return PolicyLossOutput(loss, ratio.detach(), clipped_fraction, approx_kl, clipped_high, clipped_low)
 
 
-def ratio_norm_log_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor, mean: torch.Tensor,
-                         old_mean: torch.Tensor, std: torch.Tensor, per_sample_bias: bool = False) -> torch.Tensor:
+def ratio_norm_log_ratio(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    mean: torch.Tensor,
+    old_mean: torch.Tensor,
+    std: torch.Tensor,
+    per_sample_bias: bool = False,
+) -> torch.Tensor:
     """GRPO-Guard RatioNorm (docs/algorithms.md §3.3, flow_grpo `train_sd3_GRPO_Guard.py`), [B] with grad:
 
         S = mean_b(std),   log r̃ = (ℓ − ℓ_old + bias)·S
@@ -86,15 +98,16 @@ def ratio_norm_log_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor, m
     """
     scale = std.detach().float().mean()  # [] S
     drift = ((mean - old_mean.detach()) ** 2).flatten(1).mean(dim=1)  # [B]
-    bias = (drift if per_sample_bias else drift.mean()) / (2 * scale ** 2)  # [B] or []
+    bias = (drift if per_sample_bias else drift.mean()) / (2 * scale**2)  # [B] or []
     return (log_probs - old_log_probs.detach() + bias) * scale  # [B]
 
 
 ROLLOUT_CORRECTION_MODES = get_args(RolloutCorrectionMode)
 
 
-def rollout_correction_weights(proximal_log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor,
-                               mode: RolloutCorrectionMode, threshold: float) -> torch.Tensor:
+def rollout_correction_weights(
+    proximal_log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor, mode: RolloutCorrectionMode, threshold: float
+) -> torch.Tensor:
     """Importance weights [B] for samples drawn by a behaviour policy other than the one trained
     (a stale rollout worker, a different numeric path), detached:
 
@@ -131,7 +144,7 @@ def latent_mean_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std_dev_t: torch.
     scale = std_dev_t.float()
     scale = scale.view(-1, *([1] * (mean.dim() - 1))) if scale.dim() == 1 else scale  # [B, 1, ...]
     squared = (mean.float() - ref_mean.float()) ** 2  # [B, ...]
-    return (squared / (2 * scale ** 2)).flatten(1).mean(dim=1)  # [B]
+    return (squared / (2 * scale**2)).flatten(1).mean(dim=1)  # [B]
 
 
 def velocity_kl(velocity: torch.Tensor, ref_velocity: torch.Tensor) -> torch.Tensor:

@@ -51,15 +51,23 @@ class DiffusionNFT(AlgorithmBase):
         problems = super().config_problems(cfg)
         algorithm, nft = cfg.algorithm, cfg.algorithm.nft
         if cfg.rollout.guidance_scale != 1.0:
-            problems.append(f"algorithm.name=nft trains CFG-free: its samples must come from the old policy's own "
-                            f"velocity, so set rollout.guidance_scale=1.0 (got {cfg.rollout.guidance_scale})")
+            problems.append(
+                f"algorithm.name=nft trains CFG-free: its samples must come from the old policy's own "
+                f"velocity, so set rollout.guidance_scale=1.0 (got {cfg.rollout.guidance_scale})"
+            )
         if algorithm.kl_beta > 0 and algorithm.kl_type != "velocity":
-            problems.append("algorithm.name=nft has no SDE mean to compare: with algorithm.kl_beta > 0 set "
-                            "algorithm.kl_type=velocity (DiffusionNFT's KL is mean (v - v_ref)^2)")
+            problems.append(
+                "algorithm.name=nft has no SDE mean to compare: with algorithm.kl_beta > 0 set "
+                "algorithm.kl_type=velocity (DiffusionNFT's KL is mean (v - v_ref)^2)"
+            )
         return problems + nft.problems()
 
-    def __init__(self, cfg: AlgorithmConfig, reference: ReferencePolicy | None = None,
-                 parameters: dict[str, torch.nn.Parameter] | None = None):
+    def __init__(
+        self,
+        cfg: AlgorithmConfig,
+        reference: ReferencePolicy | None = None,
+        parameters: dict[str, torch.nn.Parameter] | None = None,
+    ):
         if not parameters:
             raise ValueError("DiffusionNFT needs the trained parameters to keep its old (sampling) policy")
         self.cfg = cfg
@@ -73,8 +81,9 @@ class DiffusionNFT(AlgorithmBase):
     def rollout_weights(self) -> AbstractContextManager:
         return self.old.applied()
 
-    def compute_loss(self, policy: FlowPolicy, batch: TrajectoryBatch, advantages: torch.Tensor,
-                     step_index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def compute_loss(
+        self, policy: FlowPolicy, batch: TrajectoryBatch, advantages: torch.Tensor, step_index: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         device = policy.device
         clean = batch.latents[:, -1].to(device)  # [b, ...] the sampled x0
         sigma, noise = schedule_draws(batch.seeds, step_index, batch.sigmas, tuple(clean.shape[1:]), device)  # [b]
@@ -85,8 +94,17 @@ class DiffusionNFT(AlgorithmBase):
         velocity = policy.velocity(noisy, sigma, cond, 1.0).float()  # [b, ...]
         nft = self.cfg.nft
         optimality = optimality_probability(advantages.to(device), self.cfg.adv_clip_max, nft.adv_mode)  # [b]
-        out = nft_policy_loss(velocity, old_velocity, noisy, clean, sigma, optimality, nft.beta,
-                              self.cfg.adv_clip_max, nft.adaptive_weight_min)
+        out = nft_policy_loss(
+            velocity,
+            old_velocity,
+            noisy,
+            clean,
+            sigma,
+            optimality,
+            nft.beta,
+            self.cfg.adv_clip_max,
+            nft.adaptive_weight_min,
+        )
         loss = out.loss
         kl = torch.zeros(len(batch), device=device)  # [b]
         if self.needs_reference:
@@ -94,10 +112,14 @@ class DiffusionNFT(AlgorithmBase):
                 ref_velocity = reference_policy.velocity(noisy, sigma, cond, 1.0).float()  # [b, ...]
             kl = velocity_kl(velocity, ref_velocity)  # [b]
             loss = loss + self.cfg.kl_beta * kl.mean()
-        stats = {"policy_loss": out.loss.detach().expand(len(batch)), "kl": kl.detach(),
-                 "nft_positive_loss": out.positive_loss, "nft_negative_loss": out.negative_loss,
-                 "nft_optimality": optimality.detach(),
-                 "old_velocity_gap": velocity_kl(velocity.detach(), old_velocity)}
+        stats = {
+            "policy_loss": out.loss.detach().expand(len(batch)),
+            "kl": kl.detach(),
+            "nft_positive_loss": out.positive_loss,
+            "nft_negative_loss": out.negative_loss,
+            "nft_optimality": optimality.detach(),
+            "old_velocity_gap": velocity_kl(velocity.detach(), old_velocity),
+        }
         return loss, stats
 
     def after_update(self, optimizer_steps: int) -> dict[str, float]:

@@ -34,21 +34,29 @@ def score_stored_step(batch: TrajectoryBatch, steps: torch.Tensor, velocity: tor
     """The rollout kernel's step steps[b] of each sample of `batch` scored at its stored
     x_{j+1}, for `velocity` [b, ...]; `steps` [b] int64 (CPU), σ_j and σ_{j+1} per sample."""
     device = velocity.device
-    return transition_step(batch.kernel, at_steps(batch.latents, steps).to(device), velocity, batch.sigmas[steps],
-                           batch.sigmas[steps + 1], batch.noise_level,
-                           prev_latents=at_steps(batch.latents, steps + 1).to(device),
-                           sigma_max_guard=float(batch.sigmas[1]))
+    return transition_step(
+        batch.kernel,
+        at_steps(batch.latents, steps).to(device),
+        velocity,
+        batch.sigmas[steps],
+        batch.sigmas[steps + 1],
+        batch.noise_level,
+        prev_latents=at_steps(batch.latents, steps + 1).to(device),
+        sigma_max_guard=float(batch.sigmas[1]),
+    )
 
 
-def replay_step(policy: FlowPolicy, batch: TrajectoryBatch, steps: torch.Tensor,
-                detach_uncond: bool = False) -> ReplayedStep:
+def replay_step(
+    policy: FlowPolicy, batch: TrajectoryBatch, steps: torch.Tensor, detach_uncond: bool = False
+) -> ReplayedStep:
     """Stored step steps[b] of each sample of micro-batch `batch` through `policy` (grad follows
     the caller's mode); `steps` [b] int64 on the CPU."""
     device = policy.device
     latents = at_steps(batch.latents, steps).to(device)  # [b, ...]
     sigma_batch = batch.sigmas[steps].to(device)  # [b]
-    velocity = policy.velocity(latents, sigma_batch, batch.condition.to(device), batch.guidance_scale,
-                               detach_uncond=detach_uncond).float()  # [b, ...]
+    velocity = policy.velocity(
+        latents, sigma_batch, batch.condition.to(device), batch.guidance_scale, detach_uncond=detach_uncond
+    ).float()  # [b, ...]
     return ReplayedStep(score_stored_step(batch, steps, velocity), velocity, sigma_batch)
 
 
@@ -59,8 +67,9 @@ def step_table(batch: TrajectoryBatch, steps: list[int] | torch.Tensor) -> torch
 
 
 @torch.no_grad()
-def replay_log_probs(policy: FlowPolicy, batch: TrajectoryBatch, steps: list[int] | torch.Tensor,
-                     chunk_size: int) -> torch.Tensor:
+def replay_log_probs(
+    policy: FlowPolicy, batch: TrajectoryBatch, steps: list[int] | torch.Tensor, chunk_size: int
+) -> torch.Tensor:
     """`batch.log_probs` [B, T] (CPU float32) with the entries of `steps` recomputed under
     `policy`, replayed in chunks of `chunk_size` samples; every other entry is the stored
     value. `steps`: steps every sample trains (a list) or each sample's own [B, K]."""
@@ -69,6 +78,6 @@ def replay_log_probs(policy: FlowPolicy, batch: TrajectoryBatch, steps: list[int
     for start in range(0, len(batch), chunk_size):
         chunk = batch.index(slice(start, start + chunk_size))
         rows = torch.arange(start, start + len(chunk))  # [b]
-        for column in table[start:start + len(chunk)].T:  # [b]: one training position
+        for column in table[start : start + len(chunk)].T:  # [b]: one training position
             out[rows, column] = replay_step(policy, chunk, column).step.log_prob.cpu()
     return out

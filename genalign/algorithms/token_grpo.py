@@ -41,14 +41,20 @@ from genalign.rollout.token_batch import TokenTrajectoryBatch
 from genalign.weights.reference import ReferencePolicy
 
 
-def replayed_token_log_probs(policy: TokenPolicy, batch: TokenTrajectoryBatch,
-                             detach_uncond: bool = False) -> torch.Tensor:
+def replayed_token_log_probs(
+    policy: TokenPolicy, batch: TokenTrajectoryBatch, detach_uncond: bool = False
+) -> torch.Tensor:
     """log π_θ of the stored tokens [b, N] float32 with the guidance the rollout scored them at
     and its temperature (grad follows the caller's mode): the one function rollout, parity and
     the loss share."""
     device = policy.device
-    return policy.token_log_probs(batch.condition.to(device), batch.tokens.to(device), batch.scored_guidance_scale,
-                                  batch.temperature, detach_uncond=detach_uncond).float()
+    return policy.token_log_probs(
+        batch.condition.to(device),
+        batch.tokens.to(device),
+        batch.scored_guidance_scale,
+        batch.temperature,
+        detach_uncond=detach_uncond,
+    ).float()
 
 
 class TokenGRPO(ClippedRatioBase):
@@ -68,21 +74,24 @@ class TokenGRPO(ClippedRatioBase):
         return [0]
 
     @torch.no_grad()
-    def replay_log_probs(self, policy: TokenPolicy, batch: TokenTrajectoryBatch, step_indices: list[int],
-                         chunk_size: int) -> torch.Tensor:
+    def replay_log_probs(
+        self, policy: TokenPolicy, batch: TokenTrajectoryBatch, step_indices: list[int], chunk_size: int
+    ) -> torch.Tensor:
         """Log-probs [B, 1, N] (CPU float32) of the stored tokens under `policy`, in chunks."""
         return torch.cat([replayed_token_log_probs(policy, chunk).cpu() for chunk in batch.split(chunk_size)])[:, None]
 
-    def prepare_update(self, policy: TokenPolicy, batch: TokenTrajectoryBatch, step_indices: list[int],
-                       micro_batch_size: int) -> TokenTrajectoryBatch:
+    def prepare_update(
+        self, policy: TokenPolicy, batch: TokenTrajectoryBatch, step_indices: list[int], micro_batch_size: int
+    ) -> TokenTrajectoryBatch:
         """With rollout correction on, record the current policy's token log-probs first."""
         if self.cfg.rollout_correction.mode == "off":
             return batch
         proximal = self.replay_log_probs(policy, batch, step_indices, micro_batch_size)  # [B, 1, N]
         return dataclasses.replace(batch, proximal_log_probs=proximal)
 
-    def compute_loss(self, policy: TokenPolicy, batch: TokenTrajectoryBatch, advantages: torch.Tensor,
-                     step_index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def compute_loss(
+        self, policy: TokenPolicy, batch: TokenTrajectoryBatch, advantages: torch.Tensor, step_index: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         device = policy.device
         log_probs = replayed_token_log_probs(policy, batch, self.cfg.detach_uncond)  # [b, N] with grad
         behaviour = batch.log_probs[:, step_index].to(device)  # [b, N] recorded by the rollout
@@ -91,8 +100,9 @@ class TokenGRPO(ClippedRatioBase):
             old_log_probs, weights = behaviour, None
         else:  # token-level importance weights, as verl's token-level TIS
             old_log_probs = batch.proximal_log_probs[:, step_index].to(device)  # [b, N]
-            weights = rollout_correction_weights(old_log_probs, behaviour, correction.mode,
-                                                 correction.threshold)  # [b, N]
+            weights = rollout_correction_weights(
+                old_log_probs, behaviour, correction.mode, correction.threshold
+            )  # [b, N]
         clipped_adv = clip_advantages(advantages.to(device), self.cfg.adv_clip_max)  # [b]
         token_adv = clipped_adv[:, None].expand_as(log_probs)  # [b, N] one advantage per sample
         policy_out = clipped_surrogate(log_probs - old_log_probs.detach(), token_adv, self.cfg.clip_range, weights)

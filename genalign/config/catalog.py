@@ -56,12 +56,15 @@ def recipe_validation(path: Path) -> RecipeValidation:
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     block = data.get(VALIDATION_KEY) if isinstance(data, dict) else None
     if not isinstance(block, dict) or set(block) != {"level", "evidence"}:
-        raise ValueError(f"{path}: a recipe needs a top-level `{VALIDATION_KEY}:` block with exactly `level` and "
-                         f"`evidence`")
+        raise ValueError(
+            f"{path}: a recipe needs a top-level `{VALIDATION_KEY}:` block with exactly `level` and `evidence`"
+        )
     level, evidence = block["level"], str(block["evidence"]).strip()
     if level not in VALIDATION_LEVELS or not evidence:
-        raise ValueError(f"{path}: {VALIDATION_KEY}.level={level!r} must be one of {list(VALIDATION_LEVELS)} "
-                         f"with a non-empty evidence")
+        raise ValueError(
+            f"{path}: {VALIDATION_KEY}.level={level!r} must be one of {list(VALIDATION_LEVELS)} "
+            f"with a non-empty evidence"
+        )
     return RecipeValidation(level, evidence)
 
 
@@ -80,8 +83,10 @@ def validation_table(root: Path = CONFIG_ROOT) -> str:
 
 def recipes(root: Path = CONFIG_ROOT) -> dict[str, str]:
     """Recipe name (`experiment/toy/shapes_grpo`) -> description, sorted by name."""
-    return {str(path.relative_to(root))[:-5]: layer_description(path)
-            for path in sorted(root.glob(f"{RECIPE_GROUP}/**/*.yaml"))}
+    return {
+        str(path.relative_to(root))[:-5]: layer_description(path)
+        for path in sorted(root.glob(f"{RECIPE_GROUP}/**/*.yaml"))
+    }
 
 
 def groups(root: Path = CONFIG_ROOT, include_recipes: bool = True) -> dict[str, list[str]]:
@@ -103,14 +108,16 @@ def describe() -> str:
     lines = ["recipes (--config NAME, or a path to your own YAML file), with how far each is validated:"]
     lines += [f"  {level}: {meaning}" for level, meaning in VALIDATION_LEVELS.items()]
     lines += ["  (evidence per recipe: docs/recipes.md)", ""]
-    lines += [f"  {name:<{width}}{'[' + levels[name] + ']':<{level_width + 2}}{text}"
-              for name, text in recipe_list.items()]
+    lines += [
+        f"  {name:<{width}}{'[' + levels[name] + ']':<{level_width + 2}}{text}" for name, text in recipe_list.items()
+    ]
     group_list = groups(include_recipes=False)
     width = max(map(len, group_list)) + 2
     lines += ["", "config groups (swap one with /group=option; options are the layer names):"]
     for group, options in group_list.items():
-        described = [(option, layer_description(CONFIG_ROOT / group.strip("/") / f"{option}.yaml", 70))
-                     for option in options]
+        described = [
+            (option, layer_description(CONFIG_ROOT / group.strip("/") / f"{option}.yaml", 70)) for option in options
+        ]
         lines.append(f"  {group:<{width}}" + ", ".join(option for option, _ in described))
         lines += [f"  {'':<{width}}  {option}: {text}" for option, text in described if text]
     return "\n".join(lines)

@@ -38,8 +38,10 @@ class ConfigError(UserError, ValueError):
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 """A write that failed for want of space (or a quota, a file-size limit, a read-only mount):
 the user's to fix, not a bug."""
-DISK_FULL_HINT = ("free disk space or choose another trainer.output_dir, then rerun the same command with "
-                  "trainer.resume_from=auto: it continues from the last complete checkpoint (they are written atomically)")
+DISK_FULL_HINT = (
+    "free disk space or choose another trainer.output_dir, then rerun the same command with "
+    "trainer.resume_from=auto: it continues from the last complete checkpoint (they are written atomically)"
+)
 
 
 class WriteError(UserError, OSError):
@@ -54,8 +56,10 @@ def refuse_symlink(path: Path | str) -> None:
     names are refused as links when the run starts, `runs.run_dir`)."""
     path = Path(path)
     if path.is_symlink():
-        raise WriteError(f"refusing to write {path}: it is a symbolic link (to {os.readlink(path)}); a run writes "
-                         "only inside its own directory: remove the link")
+        raise WriteError(
+            f"refusing to write {path}: it is a symbolic link (to {os.readlink(path)}); a run writes "
+            "only inside its own directory: remove the link"
+        )
 
 
 @contextmanager

@@ -28,5 +28,6 @@ def missing_package_problem(key: str, module: str, extra: str, alternative: str 
     not installed, else None. `alternative` is appended as another way out (e.g. "or remove it")."""
     if is_installed(module):
         return None
-    return (f"{key} needs the {module} package, which is not installed; {install_hint(extra)}"
-            + (f" {alternative}" if alternative else ""))
+    return f"{key} needs the {module} package, which is not installed; {install_hint(extra)}" + (
+        f" {alternative}" if alternative else ""
+    )

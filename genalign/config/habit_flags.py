@@ -107,14 +107,19 @@ def split_habit_flags(argv: list[str]) -> tuple[list[str], list[str]]:
                 value = None
         if flag == "report_to":
             if not value:
-                raise UserError("--report_to needs a tracker: tensorboard, wandb, mlflow, all or none "
-                                "(it sets trainer.loggers=[csv,<tracker>])")
+                raise UserError(
+                    "--report_to needs a tracker: tensorboard, wandb, mlflow, all or none "
+                    "(it sets trainer.loggers=[csv,<tracker>])"
+                )
             overrides.append(report_to_loggers(value))
             continue
         shown = f"--{name}" + (f" {value}" if value is not None else "")
-        answers.append(f"{shown} is a flag of diffusers' and TRL's scripts; here it is the override "
-                       f"{EQUIVALENTS[flag]}={_value_for(flag, value)}")
+        answers.append(
+            f"{shown} is a flag of diffusers' and TRL's scripts; here it is the override "
+            f"{EQUIVALENTS[flag]}={_value_for(flag, value)}"
+        )
     if answers:
-        raise ConfigError(answers, hint="overrides are key=value after the command; `genalign config --describe KEY` "
-                             "explains a key")
+        raise ConfigError(
+            answers, hint="overrides are key=value after the command; `genalign config --describe KEY` explains a key"
+        )
     return rest, overrides

@@ -44,16 +44,25 @@ def resolve_interpolations(tree: dict, provenance: dict[str, str], problems: lis
 
     def source_of(dotted: str) -> str:
         listed = dotted.split("[")[0]  # a list item's source is the list's
-        return provenance.get(dotted) or provenance.get(listed) or next(
-            (v for k, v in provenance.items() if k.startswith(dotted + ".")), "unknown source")
+        return (
+            provenance.get(dotted)
+            or provenance.get(listed)
+            or next((v for k, v in provenance.items() if k.startswith(dotted + ".")), "unknown source")
+        )
 
     try:
         conf = OmegaConf.create(tree, flags={"allow_objects": True})
     except OmegaConfBaseException as exc:  # a `${` that is not valid interpolation syntax, usually
-        bad = [(dotted, raw) for dotted, raw in _interpolated_leaves(tree, [])
-               if not _parses(OmegaConf, OmegaConfBaseException, raw)]
-        problems.extend(f"{dotted}: {raw!r} is not a valid ${{...}} interpolation (escape a literal as \\${{...}}; "
-                        f"set in {source_of(dotted)})" for dotted, raw in bad)
+        bad = [
+            (dotted, raw)
+            for dotted, raw in _interpolated_leaves(tree, [])
+            if not _parses(OmegaConf, OmegaConfBaseException, raw)
+        ]
+        problems.extend(
+            f"{dotted}: {raw!r} is not a valid ${{...}} interpolation (escape a literal as \\${{...}}; "
+            f"set in {source_of(dotted)})"
+            for dotted, raw in bad
+        )
         if not bad:
             problems.append(f"cannot resolve the ${{...}} interpolations of this config: {str(exc).splitlines()[0]}")
         return tree
@@ -68,13 +77,14 @@ def resolve_interpolations(tree: dict, provenance: dict[str, str], problems: lis
             return raw
         if isinstance(value, str) and "oc.env" in raw and "oc.decode" not in raw and _looks_typed(value):
             # a typed key then says "expected int, got '4' (str; ...)": say why and what to write
-            provenance[dotted] = (f"{source_of(dotted)}; oc.env gives a string, for a number or bool write "
-                                  "${oc.decode:${oc.env:VAR}}")
+            provenance[dotted] = (
+                f"{source_of(dotted)}; oc.env gives a string, for a number or bool write ${{oc.decode:${{oc.env:VAR}}}}"
+            )
         return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
     def resolve(raw: dict | list, container: Any, path: list) -> dict | list:
         resolved = {}
-        for key, value in (raw.items() if isinstance(raw, dict) else enumerate(raw)):
+        for key, value in raw.items() if isinstance(raw, dict) else enumerate(raw):
             if isinstance(value, str) and INTERPOLATION in value:
                 resolved[key] = resolve_leaf(container, key, value, _dotted([*path, key]))
             elif isinstance(value, (dict, list)):
@@ -131,8 +141,10 @@ def plus_override_problem(root: type, key: str, tree: dict, source: str) -> str 
     and its parent an open mapping of the schema rooted at dataclass `root`."""
     parts = key.split(".")
     if _present(tree, parts):
-        return (f"override {source}: {key} is already set; `+` only adds a new key, so drop the `+` to change "
-                "it (or use ++ to add-or-change)")
+        return (
+            f"override {source}: {key} is already set; `+` only adds a new key, so drop the `+` to change "
+            "it (or use ++ to add-or-change)"
+        )
     tp: Any = root
     for depth, part in enumerate(parts):
         tp = _unwrap(tp)
@@ -143,15 +155,19 @@ def plus_override_problem(root: type, key: str, tree: dict, source: str) -> str 
             continue
         if dataclasses.is_dataclass(tp):
             names = [field.name for field in dataclasses.fields(tp)]
-            here = ".".join(parts[:depth + 1])
+            here = ".".join(parts[: depth + 1])
             if part not in names:
                 close = difflib.get_close_matches(part, names, n=1)
                 hint = f"; did you mean {'.'.join([*parts[:depth], close[0]])!r}?" if close else ""
-                return (f"override {source}: {here}: unknown key{hint} (`+` adds keys only to open mappings such as "
-                        "reward.components and reward.kwargs)")
+                return (
+                    f"override {source}: {here}: unknown key{hint} (`+` adds keys only to open mappings such as "
+                    "reward.components and reward.kwargs)"
+                )
             if depth == len(parts) - 1:
-                return (f"override {source}: {here} is a field of {tp.__name__}, always present; set it with "
-                        f"{key}=... (no `+`)")
+                return (
+                    f"override {source}: {here} is a field of {tp.__name__}, always present; set it with "
+                    f"{key}=... (no `+`)"
+                )
             tp = typing.get_type_hints(tp)[part]
             continue
         return f"override {source}: {'.'.join(parts[:depth])} has type {getattr(tp, '__name__', tp)}, not a mapping"

@@ -71,8 +71,10 @@ def _defaults_entry(item: Any, where: str, problems: list[str]) -> DefaultsEntry
         group = words[-1] if kind != "group" else str(key)
         if option is not None and (kind != "group" or len(words) == 1):
             return DefaultsEntry(kind, "/" + group.strip("/"), str(option))
-    problems.append(f"{where}: defaults entry {item!r} must look like `- /group/path: option`, `- /group/path/option`, "
-                    "`- override /group/path: option`, `- optional /group/path: option` or `- _self_`")
+    problems.append(
+        f"{where}: defaults entry {item!r} must look like `- /group/path: option`, `- /group/path/option`, "
+        "`- override /group/path: option`, `- optional /group/path: option` or `- _self_`"
+    )
     return None
 
 
@@ -141,8 +143,10 @@ class _Composer:
                 shown = raw_value if len(raw_value) <= 60 else raw_value[:60] + "..."
                 self.problems.append(f"override {key}={shown}: the value is refused ({yaml_error_line(exc)})")
                 return
-            self.problems.append(f"override {key}={raw_value}: the value is not valid YAML ({yaml_error_line(exc)}); "
-                                 f"fix it, or quote it to pass a string: {key}='\"{raw_value}\"'")
+            self.problems.append(
+                f"override {key}={raw_value}: the value is not valid YAML ({yaml_error_line(exc)}); "
+                f"fix it, or quote it to pass a string: {key}='\"{raw_value}\"'"
+            )
             return
         node = self.tree
         parts = key.split(".")
@@ -151,13 +155,15 @@ class _Composer:
             if not isinstance(node.get(part), dict):
                 # A scalar (or nothing) becomes a mapping: this override now owns that key.
                 node[part] = {}
-                _set_provenance(self.provenance, ".".join(parts[:depth + 1]), {}, source)
+                _set_provenance(self.provenance, ".".join(parts[: depth + 1]), {}, source)
             node = node[part]
         if value == {} and isinstance(node.get(parts[-1]), dict) and node[parts[-1]]:
             held = ", ".join(map(str, node[parts[-1]]))
-            self.problems.append(f"override {key}={raw_value}: an empty mapping changes nothing (a mapping override "
-                                 f"merges into {key}, which holds {held}); to turn an entry off set its weight to 0, "
-                                 f"e.g. {key}.{next(iter(node[parts[-1]]))}=0")
+            self.problems.append(
+                f"override {key}={raw_value}: an empty mapping changes nothing (a mapping override "
+                f"merges into {key}, which holds {held}); to turn an entry off set its weight to 0, "
+                f"e.g. {key}.{next(iter(node[parts[-1]]))}=0"
+            )
             return
         if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
             _merge(node[parts[-1]], value, source, key, self.provenance)
@@ -178,8 +184,9 @@ def read_text_file(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError([f"{_rel(path)} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
-                           "re-save it as UTF-8"]) from None
+        raise ConfigError(
+            [f"{_rel(path)} is not UTF-8 text ({exc.reason} at byte {exc.start}); re-save it as UTF-8"]
+        ) from None
     except IsADirectoryError:
         raise ConfigError([f"{_rel(path)} is a directory, not a YAML file"]) from None
     except OSError as exc:
@@ -212,8 +219,10 @@ def _group_option_path(group: str, option: str, problems: list[str], where: str)
         groups = _known_groups()
         close = difflib.get_close_matches(group, groups, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        problems.append(f"{where}: unknown config group {group!r} (no directory {_rel(directory)}){hint} "
-                        f"Groups: {', '.join(groups)}")
+        problems.append(
+            f"{where}: unknown config group {group!r} (no directory {_rel(directory)}){hint} "
+            f"Groups: {', '.join(groups)}"
+        )
         return None
     options = sorted(p.stem for p in directory.glob("*.yaml"))
     close = difflib.get_close_matches(option, options, n=1)
@@ -272,8 +281,11 @@ def find_recipe(recipe: str) -> Path:
     known = list(recipes(CONFIG_ROOT))
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     # a suggestion alone when there is one: the full list (now dozens of recipes) would bury it
-    listing = f"Did you mean {close[0]!r}? `genalign train --help` lists all {len(known)} recipes" if close \
+    listing = (
+        f"Did you mean {close[0]!r}? `genalign train --help` lists all {len(known)} recipes"
+        if close
         else f"Recipes: {', '.join(known)}"
+    )
     raise ConfigError([f"--config {recipe!r}: no recipe {_rel(candidate)} and no such YAML file. {listing}"])
 
 
@@ -281,8 +293,13 @@ def find_recipe(recipe: str) -> Path:
 # Deployment facts live in the environment, never in the experiment tree (docs/architecture.md §4: a
 # config must mean the same run on any machine). An unknown key that looks like one says so.
 ENVIRONMENT_FACTS = {
-    "ray_address": "RAY_ADDRESS", "cuda_visible_devices": "CUDA_VISIBLE_DEVICES", "rank": "RANK",
-    "world_size": "WORLD_SIZE", "local_rank": "LOCAL_RANK", "hf_home": "HF_HOME", "hf_hub_cache": "HF_HUB_CACHE",
+    "ray_address": "RAY_ADDRESS",
+    "cuda_visible_devices": "CUDA_VISIBLE_DEVICES",
+    "rank": "RANK",
+    "world_size": "WORLD_SIZE",
+    "local_rank": "LOCAL_RANK",
+    "hf_home": "HF_HOME",
+    "hf_hub_cache": "HF_HUB_CACHE",
 }
 
 
@@ -318,8 +335,10 @@ def _convert(tp: Any, value: Any, key: str, source: str, problems: list[str], pr
         if not isinstance(value, dict):
             problems.append(f"{key}: expected a mapping, got {value!r} (set in {source})")
             return {}
-        return {str(k): _convert(value_type, v, f"{key}.{k}", provenance.get(f"{key}.{k}", source), problems,
-                                 provenance) for k, v in value.items()}
+        return {
+            str(k): _convert(value_type, v, f"{key}.{k}", provenance.get(f"{key}.{k}", source), problems, provenance)
+            for k, v in value.items()
+        }
     return _convert_scalar(tp, value, key, source, problems)
 
 
@@ -331,13 +350,13 @@ def _choice(tp: Any, value: Any, key: str, source: str, problems: list[str]) -> 
         return value
     close = difflib.get_close_matches(str(value), [str(choice) for choice in choices], n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    problems.append(f"{key}={value!r} is not supported (set in {source}){hint} "
-                    f"Choose one of: {', '.join(map(str, choices))}")
+    problems.append(
+        f"{key}={value!r} is not supported (set in {source}){hint} Choose one of: {', '.join(map(str, choices))}"
+    )
     return None
 
 
-def _convert_union(tp: Any, value: Any, key: str, source: str, problems: list[str],
-                   provenance: dict[str, str]) -> Any:
+def _convert_union(tp: Any, value: Any, key: str, source: str, problems: list[str], provenance: dict[str, str]) -> Any:
     """`X | Y | None`: the first member type the value converts to. A string that no member
     takes, where a member is a `Literal`, gets that Literal's message (its choices)."""
     args = typing.get_args(tp)
@@ -391,8 +410,9 @@ def _build(cls: type, data: dict, prefix: str, provenance: dict[str, str], probl
     for key, value in data.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
-            source = provenance.get(dotted) or next((v for k, v in provenance.items() if k.startswith(dotted + ".")),
-                                                     "unknown source")
+            source = provenance.get(dotted) or next(
+                (v for k, v in provenance.items() if k.startswith(dotted + ".")), "unknown source"
+            )
             retired = getattr(cls, "RETIRED_KEYS", {}).get(str(key))  # a key this config no longer has: why
             if retired:
                 problems.append(f"{dotted}: not a config key (set in {source}): {retired}")
@@ -433,20 +453,29 @@ def compose_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = 
         elif key.lstrip("+").startswith("/") or not key.lstrip("+"):
             problems.append(f"override {item!r}: `+` adds a key (+key=value); a group is swapped with /group=option")
         else:  # "++key": add or change (Hydra); "+key": add a new key to an open mapping
-            dotlist.append((key[2:] if key.startswith("++") else key.lstrip("+"), value,
-                            key.startswith("+") and not key.startswith("++")))
+            dotlist.append(
+                (
+                    key[2:] if key.startswith("++") else key.lstrip("+"),
+                    value,
+                    key.startswith("+") and not key.startswith("++"),
+                )
+            )
     composer = _Composer(swaps)
     composer.compose(path)
     for group in sorted(set(composer.file_swaps) - composer.used_file_swaps - set(swaps)):
         option, source = composer.file_swaps[group]
-        problems.append(f"{source}: `override {group}: {option}` overrides nothing: no included layer chooses an "
-                        f"option of {group} (Groups: {', '.join(sorted(composer.seen_groups))}); include it with "
-                        f"`- {group}: {option}` instead")
+        problems.append(
+            f"{source}: `override {group}: {option}` overrides nothing: no included layer chooses an "
+            f"option of {group} (Groups: {', '.join(sorted(composer.seen_groups))}); include it with "
+            f"`- {group}: {option}` instead"
+        )
     for group in sorted(set(swaps) - composer.used_swaps):
         close = difflib.get_close_matches(group, sorted(composer.seen_groups), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        problems.append(f"override {group}={swaps[group]}: the recipe has no config group {group}{hint} "
-                        f"Groups: {', '.join(sorted(composer.seen_groups))}")
+        problems.append(
+            f"override {group}={swaps[group]}: the recipe has no config group {group}{hint} "
+            f"Groups: {', '.join(sorted(composer.seen_groups))}"
+        )
     for key, value, adding in dotlist:
         problem = plus_override_problem(ExperimentConfig, key, composer.tree, f"+{key}={value}") if adding else None
         if problem:
@@ -454,8 +483,10 @@ def compose_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = 
         else:
             composer.override(key, value)
     if "recipe" in composer.tree:
-        problems.append(f"recipe: set by the loader from --config, not a key to set (set in "
-                        f"{composer.provenance.get('recipe', 'a layer')}); remove it")
+        problems.append(
+            f"recipe: set by the loader from --config, not a key to set (set in "
+            f"{composer.provenance.get('recipe', 'a layer')}); remove it"
+        )
     composer.tree["recipe"] = _recipe_name(path)
     composer.provenance["recipe"] = "--config"
     composer.tree = resolve_interpolations(composer.tree, composer.provenance, problems)
@@ -466,8 +497,14 @@ def compose_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = 
     return expand_home(config)
 
 
-PATH_KEYS = ("model.path", "data.manifest", "data.eval_manifest", "data.preference_manifest", "trainer.output_dir",
-             "trainer.resume_from")
+PATH_KEYS = (
+    "model.path",
+    "data.manifest",
+    "data.eval_manifest",
+    "data.preference_manifest",
+    "trainer.output_dir",
+    "trainer.resume_from",
+)
 """Keys that name a local file or directory: a leading `~` is expanded once, when the config
 is built, so every reader and writer sees the same path (a directory literally named `~`
 was written while the report expanded it)."""
@@ -475,6 +512,7 @@ was written while the report expanded it)."""
 
 def expand_home(config: ExperimentConfig) -> ExperimentConfig:
     """Expand a leading `~` / `~user` in PATH_KEYS and in the reward options that name files."""
+
     def expanded(value: Any) -> Any:
         return os.path.expanduser(value) if isinstance(value, str) and value.startswith("~") else value
 
@@ -499,8 +537,9 @@ def config_to_yaml(cfg: Any) -> str:
     return yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
 
 
-def config_from_dict(data: dict, source: str = "<dict>",
-                     overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+def config_from_dict(
+    data: dict, source: str = "<dict>", overrides: list[str] | tuple[str, ...] = ()
+) -> ExperimentConfig:
     """Strictly rebuild a config from a plain dict (e.g. a checkpoint's config.yaml), then apply
     `key=value` overrides exactly as `compose_config` does. Types and keys only: cross-field
     validation (`validate`) is the caller's."""

@@ -40,7 +40,8 @@ class Registry:
         if name in self._entries and self._entries[name] != target:
             raise RegistryError(
                 f"{self.kind} {name!r} is already registered to {self._entries[name]!r}; "
-                f"refusing to re-register it to {target!r}")
+                f"refusing to re-register it to {target!r}"
+            )
         self._entries[name] = target
 
     def names(self) -> list[str]:
@@ -58,9 +59,11 @@ class Registry:
         if is_dotted_path(name) and self.dotted_key:
             if name in allow_import:  # never imported here: preflight.files.import_problems checks it
                 return None
-            return (f"{self.config_key}: {name!r} is a Python import path; importing it runs code, so it is "
-                    f"accepted only when listed in {self.dotted_key} on your own command line or recipe (never "
-                    f"from a checkpoint), e.g. {self.dotted_key}=[{name}]")
+            return (
+                f"{self.config_key}: {name!r} is a Python import path; importing it runs code, so it is "
+                f"accepted only when listed in {self.dotted_key} on your own command line or recipe (never "
+                f"from a checkpoint), e.g. {self.dotted_key}=[{name}]"
+            )
         close = difflib.get_close_matches(name, self.names(), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         dotted = f" (or a dotted path 'package.module:attr' listed in {self.dotted_key})" if self.dotted_key else ""

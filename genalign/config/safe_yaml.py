@@ -24,8 +24,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=True)
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (also at line {seen[key].line + 1}; merge the two)",
-                    key_node.start_mark)
+                    None,
+                    None,
+                    f"duplicate key {key!r} (also at line {seen[key].line + 1}; merge the two)",
+                    key_node.start_mark,
+                )
             if isinstance(key, (str, int, float, bool)):
                 seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
@@ -62,8 +65,10 @@ def _expanded_size(root: yaml.Node) -> int:
             total = 1
         open_nodes.discard(id(node))
         if total > MAX_YAML_NODES:
-            raise YAMLTooLarge(f"it expands to more than {MAX_YAML_NODES} values (aliases nested inside aliases); "
-                               "write the values out instead")
+            raise YAMLTooLarge(
+                f"it expands to more than {MAX_YAML_NODES} values (aliases nested inside aliases); "
+                "write the values out instead"
+            )
         sizes[id(node)] = total
         return total
 

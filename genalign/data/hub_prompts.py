@@ -96,21 +96,29 @@ def read_rows(path: str, prefix: str) -> list[dict[str, Any]]:
 
     dataset = parse_reference(path)
     if dataset is None:
-        raise HubDatasetError(f"{prefix}{path!r} is not a Hub dataset reference; write "
-                            "hf://datasets/<owner>/<name>, optionally @<revision> and :<split> (default train)")
+        raise HubDatasetError(
+            f"{prefix}{path!r} is not a Hub dataset reference; write "
+            "hf://datasets/<owner>/<name>, optionally @<revision> and :<split> (default train)"
+        )
     if not is_installed("datasets"):
-        raise HubDatasetError(f"{prefix}{path} needs the datasets package, which is not installed; "
-                            f"{install_hint('hub')}")
+        raise HubDatasetError(
+            f"{prefix}{path} needs the datasets package, which is not installed; {install_hint('hub')}"
+        )
     try:
         rows, dropped = _rows(dataset)
     except Exception as exc:  # noqa: BLE001 - not found, no network, offline, a bad split: the library says which
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise HubDatasetError(f"{prefix}cannot load the Hub dataset {dataset} ({type(exc).__name__}: {first})",
-                            hint="check the name and split; offline (HF_HUB_OFFLINE=1) only a dataset already in "
-                                 "the cache loads") from exc
+        raise HubDatasetError(
+            f"{prefix}cannot load the Hub dataset {dataset} ({type(exc).__name__}: {first})",
+            hint="check the name and split; offline (HF_HUB_OFFLINE=1) only a dataset already in the cache loads",
+        ) from exc
     if dropped:
-        log.info("%s%s: columns %s are not JSON data (images, audio, ...) and are not passed to the rewards",
-                 prefix, dataset, ", ".join(dropped))
+        log.info(
+            "%s%s: columns %s are not JSON data (images, audio, ...) and are not passed to the rewards",
+            prefix,
+            dataset,
+            ", ".join(dropped),
+        )
     import copy
 
     return copy.deepcopy(list(rows))

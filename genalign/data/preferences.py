@@ -36,15 +36,17 @@ class PreferenceRow:
     """"manifest:line", for messages."""
 
 
-def _image_problem(value: object, field_name: str, base: Path, size: tuple[int, int] | None) -> tuple[Path | None, str | None]:
+def _image_problem(
+    value: object, field_name: str, base: Path, size: tuple[int, int] | None
+) -> tuple[Path | None, str | None]:
     if not isinstance(value, str) or not value.strip():
-        return None, f"has no \"{field_name}\" image path (a non-empty string relative to the manifest's folder)"
+        return None, f'has no "{field_name}" image path (a non-empty string relative to the manifest\'s folder)'
     path = Path(value).expanduser()
     path = path if path.is_absolute() else base / path
     if path.suffix.lower() not in IMAGE_SUFFIXES:
-        return None, f"\"{field_name}\": {value} is not an image file ({', '.join(IMAGE_SUFFIXES)})"
+        return None, f'"{field_name}": {value} is not an image file ({", ".join(IMAGE_SUFFIXES)})'
     if not path.is_file():
-        return None, f"\"{field_name}\": {path} does not exist"
+        return None, f'"{field_name}": {path} does not exist'
     if size is not None:
         from PIL import Image, UnidentifiedImageError
 
@@ -52,20 +54,25 @@ def _image_problem(value: object, field_name: str, base: Path, size: tuple[int, 
             with Image.open(path) as image:
                 found = (image.height, image.width)
         except (UnidentifiedImageError, OSError) as exc:
-            return None, f"\"{field_name}\": {path} cannot be read as an image ({exc})"
+            return None, f'"{field_name}": {path} cannot be read as an image ({exc})'
         if found != size:
-            return None, (f"\"{field_name}\": {path} is {found[0]}x{found[1]}, the rollout is {size[0]}x{size[1]} "
-                          "(rollout.height x rollout.width)")
+            return None, (
+                f'"{field_name}": {path} is {found[0]}x{found[1]}, the rollout is {size[0]}x{size[1]} '
+                "(rollout.height x rollout.width)"
+            )
     return path, None
 
 
-def read_preferences(path: str, config_key: str = "data.preference_manifest",
-                     size: tuple[int, int] | None = None) -> list[PreferenceRow]:
+def read_preferences(
+    path: str, config_key: str = "data.preference_manifest", size: tuple[int, int] | None = None
+) -> list[PreferenceRow]:
     """Every row of a preference manifest; a `ManifestError` lists every bad row (file:line).
     `size` (height, width) also opens each image header and checks its size."""
     if not str(path).lower().endswith(".jsonl"):
-        raise ManifestError(f"{config_key}: {path} must be a .jsonl file of {{\"prompt\", \"chosen\", \"rejected\"}} "
-                            "rows (docs/preference_data.md)")
+        raise ManifestError(
+            f'{config_key}: {path} must be a .jsonl file of {{"prompt", "chosen", "rejected"}} '
+            "rows (docs/preference_data.md)"
+        )
     examples: list[PromptExample] = load_manifest(path, config_key)  # prompt checks, file:line sources
     base = resolve_data_path(path, config_key).parent
     rows, errors = [], []
@@ -79,7 +86,9 @@ def read_preferences(path: str, config_key: str = "data.preference_manifest",
         if all(paths.values()):
             rows.append(PreferenceRow(example.prompt, paths["chosen"], paths["rejected"], example.source))
     if errors:
-        listed = errors[:MAX_REPORTED] + ([f"... and {len(errors) - MAX_REPORTED} more"] if len(errors) > MAX_REPORTED else [])
+        listed = errors[:MAX_REPORTED] + (
+            [f"... and {len(errors) - MAX_REPORTED} more"] if len(errors) > MAX_REPORTED else []
+        )
         raise ManifestError(f"{config_key}: {path} has {len(errors)} bad row(s):\n  " + "\n  ".join(listed))
     return rows
 

@@ -28,8 +28,15 @@ from genalign.config.errors import UserError
 from genalign.data.hub_prompts import HubDatasetError, is_hub_manifest, parse_reference, read_rows
 
 SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".json")
-LEGACY_EMBEDDING_FIELDS = ("prompt_embeds", "pooled_prompt_embeds", "negative_prompt_embeds",
-                           "negative_pooled_prompt_embeds", "embedding", "embeddings", "text_embeds")
+LEGACY_EMBEDDING_FIELDS = (
+    "prompt_embeds",
+    "pooled_prompt_embeds",
+    "negative_prompt_embeds",
+    "negative_pooled_prompt_embeds",
+    "embedding",
+    "embeddings",
+    "text_embeds",
+)
 MAX_REPORTED_ERRORS = 20
 MAX_LINE_CHARS = 16_384
 """Longest manifest line (or .json prompt) accepted: the longest text-encoder window of any
@@ -91,12 +98,15 @@ def resolve_data_path(path: str, config_key: str | None = None) -> Path:
     prefix = f"{config_key}: " if config_key else ""
     directories = [option for option in tried if option.is_dir()]
     if directories:
-        raise ManifestNotFoundError(f"{prefix}{directories[0]} is a directory, not a prompt file; "
-                                    f"name a .txt, .jsonl or .json file inside it")
+        raise ManifestNotFoundError(
+            f"{prefix}{directories[0]} is a directory, not a prompt file; name a .txt, .jsonl or .json file inside it"
+        )
     special = [option for option in tried if option.exists()]  # a device, a FIFO, a socket: reading may never end
     if special:
-        raise ManifestNotFoundError(f"{prefix}{special[0]} is not a regular file (a device, a FIFO or a socket); "
-                                    f"name a .txt, .jsonl or .json file")
+        raise ManifestNotFoundError(
+            f"{prefix}{special[0]} is not a regular file (a device, a FIFO or a socket); "
+            f"name a .txt, .jsonl or .json file"
+        )
     looked = ", ".join(str(option) for option in tried)
     hint = None if candidate.is_absolute() else "set $GENALIGN_DATA_ROOT to the folder that holds it"
     raise ManifestNotFoundError(f"{prefix}manifest {path!r} not found (looked in: {looked})", hint)
@@ -107,22 +117,24 @@ def _record_error(record: Any) -> str | None:
     if isinstance(record, str):
         return None if record.strip() else "is an empty prompt string; remove it"
     if not isinstance(record, dict):
-        return f"is a JSON {type(record).__name__}, not an object with a \"prompt\" string"
+        return f'is a JSON {type(record).__name__}, not an object with a "prompt" string'
     legacy = [key for key in LEGACY_EMBEDDING_FIELDS if key in record]
     if legacy:
-        return (f"carries precomputed-embedding field(s) {legacy}; embeddings are computed by the model "
-                "family from the prompt, so remove these fields and keep \"prompt\"")
+        return (
+            f"carries precomputed-embedding field(s) {legacy}; embeddings are computed by the model "
+            'family from the prompt, so remove these fields and keep "prompt"'
+        )
     if "prompt" not in record:
-        return f"has no \"prompt\" field (fields: {sorted(record)}); add the prompt text as \"prompt\""
+        return f'has no "prompt" field (fields: {sorted(record)}); add the prompt text as "prompt"'
     prompt = record["prompt"]
     if not isinstance(prompt, str):
-        return f"has a \"prompt\" of type {type(prompt).__name__}; it must be a string"
+        return f'has a "prompt" of type {type(prompt).__name__}; it must be a string'
     if not prompt.strip():
-        return "has an empty \"prompt\"; remove the row or fill it in"
+        return 'has an empty "prompt"; remove the row or fill it in'
     if len(prompt) > MAX_LINE_CHARS:
-        return f"has a \"prompt\" of {len(prompt):,} characters (max {MAX_LINE_CHARS:,}); is this a prompt file?"
+        return f'has a "prompt" of {len(prompt):,} characters (max {MAX_LINE_CHARS:,}); is this a prompt file?'
     if "\x00" in prompt:
-        return "has a \"prompt\" holding a NUL byte; is this a prompt file?"
+        return 'has a "prompt" holding a NUL byte; is this a prompt file?'
     return None
 
 
@@ -163,7 +175,7 @@ def _read_lines(text: str, shown: str, is_jsonl: bool, errors: list[str]) -> lis
                 errors.append(f"{where} is not JSON ({exc.msg} at column {exc.colno})")
                 continue
             if isinstance(record, str):  # a bare JSON string is not a .jsonl row
-                errors.append(f"{where} is a JSON string, not an object with a \"prompt\" string")
+                errors.append(f'{where} is a JSON string, not an object with a "prompt" string')
                 continue
             problem = _record_error(record)
             if problem:
@@ -179,8 +191,10 @@ def _read_json(text: str, shown: str, errors: list[str]) -> list[PromptExample]:
     except json.JSONDecodeError as exc:
         raise ManifestError(f"{shown} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from exc
     if not isinstance(records, list):
-        raise ManifestError(f"{shown} must hold a JSON list of prompt strings or {{\"prompt\": ...}} objects, "
-                            f"not a {type(records).__name__}")
+        raise ManifestError(
+            f'{shown} must hold a JSON list of prompt strings or {{"prompt": ...}} objects, '
+            f"not a {type(records).__name__}"
+        )
     return _records(records, shown, "item", errors)
 
 
@@ -234,13 +248,15 @@ def load_manifest(path: str, config_key: str | None = None) -> list[PromptExampl
     shown = str(path)  # as the user wrote it in the config
     suffix = resolved.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
-        raise ManifestError(f"{prefix}{shown} has unsupported extension {suffix!r}; "
-                            f"use one of {', '.join(SUPPORTED_SUFFIXES)}")
+        raise ManifestError(
+            f"{prefix}{shown} has unsupported extension {suffix!r}; use one of {', '.join(SUPPORTED_SUFFIXES)}"
+        )
     try:
         text = resolved.read_text(encoding="utf-8-sig")  # -sig: a BOM is not part of the first prompt
     except UnicodeDecodeError as exc:
-        raise ManifestError(f"{prefix}{shown} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
-                            "re-save it as UTF-8") from exc
+        raise ManifestError(
+            f"{prefix}{shown} is not UTF-8 text ({exc.reason} at byte {exc.start}); re-save it as UTF-8"
+        ) from exc
     except OSError as exc:  # e.g. no read permission
         raise ManifestError(f"{prefix}cannot read {resolved} ({exc.strerror})") from exc
     errors: list[str] = []

@@ -26,6 +26,7 @@ SEED_LIMIT = 2**63
 @dataclass
 class PromptGroupBatch:
     """One step's prompts, group-contiguous: sample i belongs to group `group_ids[i]`."""
+
     prompts: list[str]  # [B] each drawn prompt repeated samples_per_prompt times
     prompt_ids: torch.Tensor  # [B] int64 manifest row (the group's prompt)
     group_ids: torch.Tensor  # [B] int64 group within the step: 0..P-1, each repeated n times
@@ -39,9 +40,13 @@ class PromptGroupBatch:
         if self.init_seeds is None:
             self.init_seeds = self.seeds.clone()
         size = len(self.prompts)
-        shapes = {"prompt_ids": tuple(self.prompt_ids.shape), "group_ids": tuple(self.group_ids.shape),
-                  "seeds": tuple(self.seeds.shape), "init_seeds": tuple(self.init_seeds.shape),
-                  "metadata": (len(self.metadata),)}
+        shapes = {
+            "prompt_ids": tuple(self.prompt_ids.shape),
+            "group_ids": tuple(self.group_ids.shape),
+            "seeds": tuple(self.seeds.shape),
+            "init_seeds": tuple(self.init_seeds.shape),
+            "metadata": (len(self.metadata),),
+        }
         wrong = {name: shape for name, shape in shapes.items() if shape != (size,)}
         if wrong:
             raise ValueError(f"PromptGroupBatch of {size} prompts has mismatched fields {wrong}")
@@ -52,9 +57,14 @@ class PromptGroupBatch:
     def index(self, positions: list[int]) -> "PromptGroupBatch":
         """The samples at `positions` (in that order), e.g. one rollout worker's shard."""
         rows = torch.as_tensor(positions, dtype=torch.long)  # [b]
-        return PromptGroupBatch([self.prompts[i] for i in positions], self.prompt_ids[rows],
-                                self.group_ids[rows], self.seeds[rows], [self.metadata[i] for i in positions],
-                                self.init_seeds[rows])
+        return PromptGroupBatch(
+            [self.prompts[i] for i in positions],
+            self.prompt_ids[rows],
+            self.group_ids[rows],
+            self.seeds[rows],
+            [self.metadata[i] for i in positions],
+            self.init_seeds[rows],
+        )
 
 
 def _mix(*parts: object) -> int:
@@ -87,8 +97,15 @@ class PromptSampler:
     diverges through the SDE noise.
     """
 
-    def __init__(self, examples: list[PromptExample], prompts_per_step: int, samples_per_prompt: int, seed: int,
-                 shuffle: bool = True, same_initial_noise: bool = False):
+    def __init__(
+        self,
+        examples: list[PromptExample],
+        prompts_per_step: int,
+        samples_per_prompt: int,
+        seed: int,
+        shuffle: bool = True,
+        same_initial_noise: bool = False,
+    ):
         if not examples:
             raise ValueError("PromptSampler needs at least one prompt; data.manifest is empty")
         if prompts_per_step < 1:

@@ -82,7 +82,7 @@ def prompt_text(color: str, shape: str) -> str:
 
 
 def parse_prompt(prompt: str) -> ToyPrompt:
-    """"a red circle" -> ToyPrompt("red", "circle"); "" -> the unconditional prompt.
+    """ "a red circle" -> ToyPrompt("red", "circle"); "" -> the unconditional prompt.
 
     Exactly one colour and one shape word are required; every other word except an article is
     an error that names it and lists the vocabulary."""
@@ -91,13 +91,17 @@ def parse_prompt(prompt: str) -> ToyPrompt:
         return ToyPrompt(None, None)
     unknown = [w for w in words if w not in ARTICLES and w not in COLORS and w not in SHAPES]
     if unknown:
-        raise ValueError(f"toy prompt {prompt!r}: unknown word(s) {unknown}; the toy world knows the colours "
-                         f"{list(COLOR_NAMES)} and the shapes {list(SHAPES)} (e.g. 'a red circle')")
+        raise ValueError(
+            f"toy prompt {prompt!r}: unknown word(s) {unknown}; the toy world knows the colours "
+            f"{list(COLOR_NAMES)} and the shapes {list(SHAPES)} (e.g. 'a red circle')"
+        )
     colors = [w for w in words if w in COLORS]
     shapes = [w for w in words if w in SHAPES]
     if len(colors) != 1 or len(shapes) != 1:
-        raise ValueError(f"toy prompt {prompt!r}: needs exactly one colour and one shape, found colours {colors} "
-                         f"and shapes {shapes} (e.g. 'a red circle')")
+        raise ValueError(
+            f"toy prompt {prompt!r}: needs exactly one colour and one shape, found colours {colors} "
+            f"and shapes {shapes} (e.g. 'a red circle')"
+        )
     return ToyPrompt(colors[0], shapes[0])
 
 
@@ -114,14 +118,31 @@ def _shape_polygon(shape: str, cx: float, cy: float, half: float) -> list[tuple[
         return [(cx, cy - half), (cx + half, cy + half), (cx - half, cy + half)]
     if shape == "cross":  # a plus sign with arms 2/5 of the extent wide
         arm = 0.4 * half
-        return [(cx - arm, cy - half), (cx + arm, cy - half), (cx + arm, cy - arm), (cx + half, cy - arm),
-                (cx + half, cy + arm), (cx + arm, cy + arm), (cx + arm, cy + half), (cx - arm, cy + half),
-                (cx - arm, cy + arm), (cx - half, cy + arm), (cx - half, cy - arm), (cx - arm, cy - arm)]
+        return [
+            (cx - arm, cy - half),
+            (cx + arm, cy - half),
+            (cx + arm, cy - arm),
+            (cx + half, cy - arm),
+            (cx + half, cy + arm),
+            (cx + arm, cy + arm),
+            (cx + arm, cy + half),
+            (cx - arm, cy + half),
+            (cx - arm, cy + arm),
+            (cx - half, cy + arm),
+            (cx - half, cy - arm),
+            (cx - arm, cy - arm),
+        ]
     raise ValueError(f"no polygon for shape {shape!r}")
 
 
-def render(shape: str, color: str, rng: np.random.Generator, size: int = IMAGE_SIZE,
-           extent: tuple[float, float] = (MIN_SIZE, MAX_SIZE), centre_jitter: float | None = None) -> np.ndarray:
+def render(
+    shape: str,
+    color: str,
+    rng: np.random.Generator,
+    size: int = IMAGE_SIZE,
+    extent: tuple[float, float] = (MIN_SIZE, MAX_SIZE),
+    centre_jitter: float | None = None,
+) -> np.ndarray:
     """One anti-aliased image, uint8 [size, size, 3]: `shape` in `color` on the grey background,
     at a random extent in `extent` x size and a random position fully inside the canvas —
     anywhere (`centre_jitter=None`), or within ±centre_jitter x size of the centre."""
@@ -143,16 +164,18 @@ def render(shape: str, color: str, rng: np.random.Generator, size: int = IMAGE_S
     return np.asarray(canvas.resize((size, size), Image.Resampling.BOX))  # [size, size, 3]
 
 
-def render_batch(shape_indices: list[int], color_indices: list[int], rng: np.random.Generator,
-                 size: int = IMAGE_SIZE, **placement) -> torch.Tensor:
+def render_batch(
+    shape_indices: list[int], color_indices: list[int], rng: np.random.Generator, size: int = IMAGE_SIZE, **placement
+) -> torch.Tensor:
     """uint8 [B, 3, size, size] images of the given (shape, colour) index pairs; `placement`
     (extent, centre_jitter) is passed to `render`."""
     images = [render(SHAPES[s], COLOR_NAMES[c], rng, size, **placement) for s, c in zip(shape_indices, color_indices)]
     return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).contiguous()  # [B, 3, H, W]
 
 
-def random_batch(batch_size: int, rng: np.random.Generator, colors: tuple[str, ...] = COLOR_NAMES,
-                 **placement) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def random_batch(
+    batch_size: int, rng: np.random.Generator, colors: tuple[str, ...] = COLOR_NAMES, **placement
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A uniformly drawn batch: (images uint8 [B, 3, S, S], shape indices [B], colour indices [B]).
 
     `colors` restricts the colours drawn (indices stay those of COLOR_NAMES); `placement`
@@ -190,8 +213,9 @@ OFF_SHAPE_TOLERANCE = 48.0
 """RGB distance from the canvas-to-colour blend line beyond which a pixel is "off-shape"."""
 
 
-def canvas_quality(images: torch.Tensor, color_indices: torch.Tensor,
-                   tolerance: float = OFF_SHAPE_TOLERANCE) -> dict[str, torch.Tensor]:
+def canvas_quality(
+    images: torch.Tensor, color_indices: torch.Tensor, tolerance: float = OFF_SHAPE_TOLERANCE
+) -> dict[str, torch.Tensor]:
     """The image-quality guard of the toy demo: does the image stay a clean shape on the canvas?
 
     uint8 [B, 3, H, W], long [B] -> {name: float32 [B]}. Every pixel p of a clean render lies
@@ -216,10 +240,12 @@ def canvas_quality(images: torch.Tensor, color_indices: torch.Tensor,
     residual = (offset - along[..., None] * direction).norm(dim=-1)  # [B, H, W]
     background = (along < 0.5).float()  # [B, H, W]
     deviation = (offset.norm(dim=-1) * background).sum(dim=(1, 2)) / background.sum(dim=(1, 2)).clamp(min=1)  # [B]
-    return {"off_shape_fraction": (residual > tolerance).float().mean(dim=(1, 2)),
-            "background_deviation": deviation,
-            "shape_area": 1.0 - background.mean(dim=(1, 2)),
-            "patch_pattern": patch_pattern(images, (along >= 0.5).float())}
+    return {
+        "off_shape_fraction": (residual > tolerance).float().mean(dim=(1, 2)),
+        "background_deviation": deviation,
+        "shape_area": 1.0 - background.mean(dim=(1, 2)),
+        "patch_pattern": patch_pattern(images, (along >= 0.5).float()),
+    }
 
 
 PATCH_SIZE = 4
@@ -244,11 +270,19 @@ def patch_pattern(images: torch.Tensor, shape: torch.Tensor, patch: int = PATCH_
     padded = torch.nn.functional.pad(shape, (1, 1, 1, 1))  # [B, H+2, W+2], outside counts as unpainted
     core = shape * padded[:, :-2, 1:-1] * padded[:, 2:, 1:-1] * padded[:, 1:-1, :-2] * padded[:, 1:-1, 2:]  # [B, H, W]
     rows, cols = height // patch, width // patch  # whole patches only (an image smaller than one has none)
-    pixels = images.float()[:, :, :rows * patch, :cols * patch]  # [B, 3, r·p, c·p]
+    pixels = images.float()[:, :, : rows * patch, : cols * patch]  # [B, 3, r·p, c·p]
     tiles = pixels.reshape(batch, channels, rows, patch, cols, patch).permute(0, 2, 4, 1, 3, 5)  # [B, r, c, 3, p, p]
-    whole = core[:, :rows * patch, :cols * patch].reshape(batch, rows, patch, cols, patch).permute(0, 1, 3, 2, 4).flatten(3).amin(dim=-1)  # [B, r, c]
+    whole = (
+        core[:, : rows * patch, : cols * patch]
+        .reshape(batch, rows, patch, cols, patch)
+        .permute(0, 1, 3, 2, 4)
+        .flatten(3)
+        .amin(dim=-1)
+    )  # [B, r, c]
     residual = tiles - tiles.mean(dim=(-2, -1), keepdim=True)  # [B, r, c, 3, p, p]
     count = whole.sum(dim=(1, 2))  # [B]
-    motif = (residual * whole[..., None, None, None]).sum(dim=(1, 2)) / count.clamp(min=1)[:, None, None, None]  # [B, 3, p, p]
+    motif = (residual * whole[..., None, None, None]).sum(dim=(1, 2)) / count.clamp(min=1)[
+        :, None, None, None
+    ]  # [B, 3, p, p]
     rms = motif.norm(dim=1).pow(2).mean(dim=(1, 2)).sqrt()  # [B]
     return torch.where(count > 0, rms, torch.zeros_like(rms))

@@ -56,8 +56,14 @@ def color_accuracy(images: torch.Tensor, color_indices: torch.Tensor, min_distan
 
 
 @torch.no_grad()
-def measure_policy(policy: ToyPolicy, classifier, guidance_scale: float, samples_per_prompt: int = 8,
-                   num_steps: int = 10, seed: int = 1234) -> dict[str, float]:
+def measure_policy(
+    policy: ToyPolicy,
+    classifier,
+    guidance_scale: float,
+    samples_per_prompt: int = 8,
+    num_steps: int = 10,
+    seed: int = 1234,
+) -> dict[str, float]:
     """Shape accuracy (classifier argmax) and colour accuracy of ODE samples over all 24 prompts."""
     from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
 
@@ -66,14 +72,18 @@ def measure_policy(policy: ToyPolicy, classifier, guidance_scale: float, samples
     seeds = [seed + i for i in range(len(prompts))]
     noise, generators = initial_noise(seeds, seeds, (3, IMAGE_SIZE, IMAGE_SIZE))
     sigmas = policy.sigmas(num_steps, (3, IMAGE_SIZE, IMAGE_SIZE))
-    latents = sample_trajectory(policy, cond, noise, generators, sigmas, guidance_scale, 0.0,
-                                sde_step_mask(num_steps, 0.0)).latents
+    latents = sample_trajectory(
+        policy, cond, noise, generators, sigmas, guidance_scale, 0.0, sde_step_mask(num_steps, 0.0)
+    ).latents
     images = policy.decode(latents[:, -1])  # [B, 3, S, S]
     parsed = [parse_prompt(p) for p in prompts]
     shapes = torch.tensor([p.shape_index for p in parsed])  # [B]
     colors = torch.tensor([p.color_index for p in parsed])  # [B]
     shape_acc = (classifier.probabilities(images).argmax(dim=-1) == shapes).float().mean().item()
-    return {"shape_accuracy": round(shape_acc, 4), "color_accuracy": round(color_accuracy(images, colors).mean().item(), 4)}
+    return {
+        "shape_accuracy": round(shape_acc, 4),
+        "color_accuracy": round(color_accuracy(images, colors).mean().item(), 4),
+    }
 
 
 def run_classifiers(out: Path, seed: int, steps: int | None) -> None:
@@ -85,17 +95,29 @@ def run_classifiers(out: Path, seed: int, steps: int | None) -> None:
         model, record = train_classifier(spec, steps)
         save_classifier(model, out, spec.name, record)
         trained[spec.name] = model
-        log.info("classifier %s: accuracy on clean renders %.4f (%.0fs)", spec.name, record["render_accuracy"],
-                 record["train_seconds"])
+        log.info(
+            "classifier %s: accuracy on clean renders %.4f (%.0fs)",
+            spec.name,
+            record["render_accuracy"],
+            record["train_seconds"],
+        )
     rng = np.random.default_rng(777)
     images, _, _ = random_batch(1024, rng)
-    agree = (trained["toy_shape"].probabilities(images).argmax(-1)
-             == trained["toy_shape_judge"].probabilities(images).argmax(-1)).float().mean().item()
+    agree = (
+        (
+            trained["toy_shape"].probabilities(images).argmax(-1)
+            == trained["toy_shape_judge"].probabilities(images).argmax(-1)
+        )
+        .float()
+        .mean()
+        .item()
+    )
     log.info("classifier agreement on clean renders: %.4f", agree)
 
 
-def run_model(out: Path, seed: int, steps: int, minutes: float | None,
-              options: PretrainOptions = PretrainOptions()) -> None:
+def run_model(
+    out: Path, seed: int, steps: int, minutes: float | None, options: PretrainOptions = PretrainOptions()
+) -> None:
     from genalign.rewards.toy_classifier import load_classifier
 
     transformer, text_encoder, record = pretrain_model(seed, steps, minutes, options=options)
@@ -120,33 +142,62 @@ def _centre_jitter(text: str) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="genalign pretrain-demo",
-                                     description="Regenerate the toy demo model and/or its shape classifiers.")
-    parser.add_argument("--out", default=DEFAULT_OUT,
-                        help=f"output directory (default: ./{DEFAULT_OUT}); 'builtin' overwrites the shipped "
-                             "genalign/assets/toy (what model.path=builtin loads), for regenerating it in a checkout")
+    parser = argparse.ArgumentParser(
+        prog="genalign pretrain-demo", description="Regenerate the toy demo model and/or its shape classifiers."
+    )
+    parser.add_argument(
+        "--out",
+        default=DEFAULT_OUT,
+        help=f"output directory (default: ./{DEFAULT_OUT}); 'builtin' overwrites the shipped "
+        "genalign/assets/toy (what model.path=builtin loads), for regenerating it in a checkout",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="model pretraining steps (batch 128)")
-    parser.add_argument("--minutes", type=float, default=None,
-                        help="wall-time cap for model pretraining (the result then depends on machine speed)")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="wall-time cap for model pretraining (the result then depends on machine speed)",
+    )
     defaults = PretrainOptions()
-    parser.add_argument("--sigma-sampling", choices=SIGMA_SAMPLINGS, default=defaults.sigma_sampling,
-                        help=f"noise-level distribution (default: {defaults.sigma_sampling})")
-    parser.add_argument("--extent", type=float, nargs=2, default=defaults.extent, metavar=("LOW", "HIGH"),
-                        help=f"shape extent range of the renders, as a fraction of the canvas side "
-                             f"(default: {defaults.extent[0]} {defaults.extent[1]})")
-    parser.add_argument("--centre-jitter", type=_centre_jitter, default=defaults.centre_jitter,
-                        help=f"keep shape centres within this fraction of the canvas centre; 'none': anywhere "
-                             f"(default: {defaults.centre_jitter})")
-    parser.add_argument("--caption-noise", type=float, default=defaults.caption_noise,
-                        help=f"fraction of captions whose shape word is redrawn at random (default: "
-                             f"{defaults.caption_noise})")
+    parser.add_argument(
+        "--sigma-sampling",
+        choices=SIGMA_SAMPLINGS,
+        default=defaults.sigma_sampling,
+        help=f"noise-level distribution (default: {defaults.sigma_sampling})",
+    )
+    parser.add_argument(
+        "--extent",
+        type=float,
+        nargs=2,
+        default=defaults.extent,
+        metavar=("LOW", "HIGH"),
+        help=f"shape extent range of the renders, as a fraction of the canvas side "
+        f"(default: {defaults.extent[0]} {defaults.extent[1]})",
+    )
+    parser.add_argument(
+        "--centre-jitter",
+        type=_centre_jitter,
+        default=defaults.centre_jitter,
+        help=f"keep shape centres within this fraction of the canvas centre; 'none': anywhere "
+        f"(default: {defaults.centre_jitter})",
+    )
+    parser.add_argument(
+        "--caption-noise",
+        type=float,
+        default=defaults.caption_noise,
+        help=f"fraction of captions whose shape word is redrawn at random (default: {defaults.caption_noise})",
+    )
     parser.add_argument("--classifier-steps", type=int, default=None, help="override the classifiers' step count")
     parser.add_argument("--what", choices=["model", "classifiers", "all"], default="all")
     args = parser.parse_args(argv)
     try:
-        options = PretrainOptions(args.sigma_sampling, extent=tuple(args.extent), centre_jitter=args.centre_jitter,
-                                  caption_noise=args.caption_noise)
+        options = PretrainOptions(
+            args.sigma_sampling,
+            extent=tuple(args.extent),
+            centre_jitter=args.centre_jitter,
+            caption_noise=args.caption_noise,
+        )
     except ValueError as error:
         parser.error(str(error))
     if not logging.getLogger().handlers:
@@ -158,8 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.what in ("model", "all"):
         run_model(out, args.seed, args.steps, args.minutes, options)
     if args.out != "builtin":
-        log.info("to train with it: genalign train model.path=%s reward.kwargs.toy_shape.path=%s "
-                 "reward.kwargs.toy_shape_judge.path=%s", out, out, out)
+        log.info(
+            "to train with it: genalign train model.path=%s reward.kwargs.toy_shape.path=%s "
+            "reward.kwargs.toy_shape_judge.path=%s",
+            out,
+            out,
+            out,
+        )
     return 0
 
 

@@ -52,59 +52,82 @@ class Benchmark:
 
     def __post_init__(self) -> None:
         if self.summary not in SUMMARIES:
-            raise BenchmarkError(f"benchmark {self.name!r}: summary={self.summary!r}; choose one of {', '.join(SUMMARIES)}")
+            raise BenchmarkError(
+                f"benchmark {self.name!r}: summary={self.summary!r}; choose one of {', '.join(SUMMARIES)}"
+            )
         if self.summary != "mean" and self.score_group not in self.groups:
-            raise BenchmarkError(f"benchmark {self.name!r}: the {self.summary} summary reads group {self.score_group!r}, "
-                             f"which is not one of {sorted(self.groups)}")
+            raise BenchmarkError(
+                f"benchmark {self.name!r}: the {self.summary} summary reads group {self.score_group!r}, "
+                f"which is not one of {sorted(self.groups)}"
+            )
         empty = [name for name, components in self.groups.items() if not components]
         if not self.groups or empty:
             raise BenchmarkError(f"benchmark {self.name!r} needs at least one scorer in every group (empty: {empty})")
 
 
-FLOW_GRPO_SD35 = "Flow-GRPO config/grpo.py geneval_sd3 / general_ocr_sd3 (yifan123/flow_grpo ac4c86e): " \
-                 "sample.eval_num_steps=40, sample.guidance_scale=4.5, resolution=512"
-NFT_EVAL = "DiffusionNFT scripts/evaluation.py (NVlabs/DiffusionNFT 24af555): --num_inference_steps 40, " \
-           "--resolution 512; README: --guidance_scale 4.5 for a CFG model (1.0 for its CFG-free one)"
-SD35_PROTOCOL = {"eval.num_steps": 40, "eval.guidance_scale": 4.5, "eval.height": 512, "eval.width": 512,
-                 "eval.max_prompts": 1_000_000, "eval.use_ema": True}
+FLOW_GRPO_SD35 = (
+    "Flow-GRPO config/grpo.py geneval_sd3 / general_ocr_sd3 (yifan123/flow_grpo ac4c86e): "
+    "sample.eval_num_steps=40, sample.guidance_scale=4.5, resolution=512"
+)
+NFT_EVAL = (
+    "DiffusionNFT scripts/evaluation.py (NVlabs/DiffusionNFT 24af555): --num_inference_steps 40, "
+    "--resolution 512; README: --guidance_scale 4.5 for a CFG model (1.0 for its CFG-free one)"
+)
+SD35_PROTOCOL = {
+    "eval.num_steps": 40,
+    "eval.guidance_scale": 4.5,
+    "eval.height": 512,
+    "eval.width": 512,
+    "eval.max_prompts": 1_000_000,
+    "eval.use_ema": True,
+}
 
 GENEVAL = Benchmark(
     name="geneval",
     manifest="datasets/geneval/evaluation_metadata.jsonl",
     groups={"geneval": {"geneval_accuracy": 1.0}},
-    summary="geneval", score_group="geneval",
+    summary="geneval",
+    score_group="geneval",
     reward_kwargs={"geneval_accuracy": {"jpeg_quality": None, "detector_channels": "rgb"}},
-    protocol={**SD35_PROTOCOL, "eval.samples_per_prompt": 4, "eval.seed": 42, "eval.noise_seeds": "per_image_index",
-              "eval.batch_size": 4},
+    protocol={
+        **SD35_PROTOCOL,
+        "eval.samples_per_prompt": 4,
+        "eval.seed": 42,
+        "eval.noise_seeds": "per_image_index",
+        "eval.batch_size": 4,
+    },
     sources={
         "prompts": "GenEval prompts/evaluation_metadata.jsonl (djghosh13/geneval af4902f): 553 prompts, 6 tags",
         "eval.samples_per_prompt": "GenEval generation/diffusers_generate.py --n_samples 4",
         "eval.seed / eval.noise_seeds": "GenEval diffusers_generate.py: seed_everything(42) before each prompt, so "
-                                        "image k of every prompt starts from the same noise",
+        "image k of every prompt starts from the same noise",
         "eval.num_steps / eval.guidance_scale / resolution": FLOW_GRPO_SD35 + "; " + NFT_EVAL,
         "scoring": "GenEval evaluation/evaluate_images.py: Mask2Former Swin-S, thresholds 0.3 / 0.9 (counting), "
-                   "16 objects, no NMS, position 0.1; images read losslessly (PNG: no JPEG) in true RGB",
+        "16 objects, no NMS, position 0.1; images read losslessly (PNG: no JPEG) in true RGB",
         "summary": "GenEval evaluation/summary_scores.py: accuracy per tag, overall = mean of the tag accuracies",
     },
-    description="GenEval's compositional benchmark: 553 prompts x 4 images, GenEval's 0/1 correctness per image")
+    description="GenEval's compositional benchmark: 553 prompts x 4 images, GenEval's 0/1 correctness per image",
+)
 
 OCR = Benchmark(
     name="ocr",
     manifest="datasets/ocr/test.txt",
     groups={"ocr": {"ocr": 1.0}},
-    summary="ocr", score_group="ocr",
+    summary="ocr",
+    score_group="ocr",
     protocol={**SD35_PROTOCOL, "eval.samples_per_prompt": 1, "eval.seed": 20260504, "eval.batch_size": 16},
     sources={
         "prompts": "genalign's OCR test set (datasets/ocr/test.txt, 200 prompts); Flow-GRPO's own 1018-prompt "
-                   "dataset/ocr/test.txt is not shipped (point eval.manifest=... at it)",
+        "dataset/ocr/test.txt is not shipped (point eval.manifest=... at it)",
         "eval.samples_per_prompt": "one image per prompt: Flow-GRPO train_sd3.py eval(); DiffusionNFT evaluation.py",
         "eval.num_steps / eval.guidance_scale / resolution": FLOW_GRPO_SD35 + "; " + NFT_EVAL,
         "eval.batch_size": "Flow-GRPO general_ocr_sd3 sample.test_batch_size=16",
         "scoring": "Flow-GRPO flow_grpo/ocr.py: 1 - Levenshtein / len(target) on the quoted text (docs/rewards.md)",
         "summary": "accuracy = mean OCR score (Flow-GRPO's eval_reward_ocr); normalised edit distance = its "
-                   "complement; exact-match rate",
+        "complement; exact-match rate",
     },
-    description="Text rendering: the quoted text of each prompt read back by OCR")
+    description="Text rendering: the quoted text of each prompt read back by OCR",
+)
 
 DRAWBENCH_SCORERS = ("pickscore", "hpsv21", "image_reward", "aesthetic", "clip_score")
 DRAWBENCH = Benchmark(
@@ -118,23 +141,35 @@ DRAWBENCH = Benchmark(
         "eval.num_steps / eval.guidance_scale / resolution": NFT_EVAL,
         "eval.batch_size": "DiffusionNFT evaluation.py eval_batch_size=5 for drawbench",
         "scorers": "DiffusionNFT evaluation.py drawbench: imagereward, pickscore, aesthetic, clipscore, hpsv2 (its "
-                   "HPS_v2.1 weights), unifiedreward (a served VLM judge: add it with --scorers pickscore,...,vlm_judge and its "
-                   "reward.kwargs.vlm_judge.*, docs/evaluation.md)",
+        "HPS_v2.1 weights), unifiedreward (a served VLM judge: add it with --scorers pickscore,...,vlm_judge and its "
+        "reward.kwargs.vlm_judge.*, docs/evaluation.md)",
         "summary": "mean per scorer over every image (DiffusionNFT average_scores.json), with the standard error over "
-                   "prompts and the mean per category",
+        "prompts and the mean per category",
     },
-    description="DrawBench's 200 prompts x 5 images, each preference scorer's mean")
+    description="DrawBench's 200 prompts x 5 images, each preference scorer's mean",
+)
 
 TOY = Benchmark(
     name="toy",
     manifest="datasets/toy/test.txt",
     groups={"eval_reward": {"toy_shape": 1.0}, "gold": {"toy_shape_judge": 1.0}},
-    protocol={"eval.num_steps": 10, "eval.guidance_scale": 1.0, "eval.height": 32, "eval.width": 32,
-              "eval.max_prompts": 8, "eval.samples_per_prompt": 16, "eval.seed": 20260504, "eval.batch_size": 64,
-              "eval.use_ema": False},
-    sources={"all": "the CPU demo recipe's own evaluation (genalign/configs/experiment/toy/shapes_grpo.yaml): "
-                    "the 8 held-out prompts x 16 seeds, 10 ODE steps, no CFG, 32x32; the shape classifier and the judge"},
-    description="The CPU demo's held-out shapes: P(prompted shape) by the reward classifier and by the judge")
+    protocol={
+        "eval.num_steps": 10,
+        "eval.guidance_scale": 1.0,
+        "eval.height": 32,
+        "eval.width": 32,
+        "eval.max_prompts": 8,
+        "eval.samples_per_prompt": 16,
+        "eval.seed": 20260504,
+        "eval.batch_size": 64,
+        "eval.use_ema": False,
+    },
+    sources={
+        "all": "the CPU demo recipe's own evaluation (genalign/configs/experiment/toy/shapes_grpo.yaml): "
+        "the 8 held-out prompts x 16 seeds, 10 ODE steps, no CFG, 32x32; the shape classifier and the judge"
+    },
+    description="The CPU demo's held-out shapes: P(prompted shape) by the reward classifier and by the judge",
+)
 
 BENCHMARKS = {b.name: b for b in (GENEVAL, OCR, DRAWBENCH, TOY)}
 
@@ -148,9 +183,14 @@ def run_benchmark(cfg) -> Benchmark:
     if gold:
         groups["gold"] = gold
     groups.update({f"quality_{name}": {name: 1.0} for name in cfg.eval.quality_metrics})
-    return Benchmark(name="run", manifest=cfg.data.eval_manifest, groups=groups, summary="mean",
-                     sources={"all": "the run's own config: data.eval_manifest, reward.components, eval.*"},
-                     description="the run's own fixed evaluation (its eval manifest, reward, gold rewards, eval.*)")
+    return Benchmark(
+        name="run",
+        manifest=cfg.data.eval_manifest,
+        groups=groups,
+        summary="mean",
+        sources={"all": "the run's own config: data.eval_manifest, reward.components, eval.*"},
+        description="the run's own fixed evaluation (its eval manifest, reward, gold rewards, eval.*)",
+    )
 
 
 def user_benchmark(path: str) -> Benchmark:
@@ -173,10 +213,15 @@ def user_benchmark(path: str) -> Benchmark:
     bad = [key for key in protocol if not str(key).startswith("eval.")]
     if bad:
         raise BenchmarkError(f"{path}: protocol keys must be eval.* settings, got {bad}")
-    return Benchmark(name=str(data.get("name") or Path(path).stem), manifest=str(data["manifest"]),
-                     groups={str(g): {str(n): float(w) for n, w in c.items()} for g, c in groups.items()},
-                     reward_kwargs=dict(data.get("reward_kwargs") or {}), protocol=protocol,
-                     sources={"all": f"user benchmark file {path}"}, description=str(data.get("description", "")))
+    return Benchmark(
+        name=str(data.get("name") or Path(path).stem),
+        manifest=str(data["manifest"]),
+        groups={str(g): {str(n): float(w) for n, w in c.items()} for g, c in groups.items()},
+        reward_kwargs=dict(data.get("reward_kwargs") or {}),
+        protocol=protocol,
+        sources={"all": f"user benchmark file {path}"},
+        description=str(data.get("description", "")),
+    )
 
 
 def resolve_benchmark(name: str, cfg) -> Benchmark:
@@ -190,7 +235,13 @@ def resolve_benchmark(name: str, cfg) -> Benchmark:
     if suffix in (".yaml", ".yml"):
         return user_benchmark(name)
     if suffix in (".txt", ".jsonl", ".json"):
-        return replace(run_benchmark(cfg), name=Path(name).stem, manifest=name,
-                       sources={"all": f"prompt manifest {name}; the config's reward, gold rewards and eval.*"})
-    raise BenchmarkError(f"--benchmark {name!r}: choose one of {', '.join([*BENCHMARKS, 'run'])}, a benchmark .yaml "
-                     f"file (manifest + scorers) or a prompt manifest (.txt/.jsonl/.json)")
+        return replace(
+            run_benchmark(cfg),
+            name=Path(name).stem,
+            manifest=name,
+            sources={"all": f"prompt manifest {name}; the config's reward, gold rewards and eval.*"},
+        )
+    raise BenchmarkError(
+        f"--benchmark {name!r}: choose one of {', '.join([*BENCHMARKS, 'run'])}, a benchmark .yaml "
+        f"file (manifest + scorers) or a prompt manifest (.txt/.jsonl/.json)"
+    )

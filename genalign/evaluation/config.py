@@ -53,11 +53,18 @@ class EvalConfig:
     def problems(self) -> list[str]:
         """Sizes, cadence and CFG scale of the evaluation (the gold rewards' and quality
         metrics' names against the reward registry are preflight's)."""
-        problems = positive_problems({"eval.num_steps": self.num_steps, "eval.max_prompts": self.max_prompts,
-                                      "eval.batch_size": self.batch_size,
-                                      "eval.samples_per_prompt": self.samples_per_prompt})
+        problems = positive_problems(
+            {
+                "eval.num_steps": self.num_steps,
+                "eval.max_prompts": self.max_prompts,
+                "eval.batch_size": self.batch_size,
+                "eval.samples_per_prompt": self.samples_per_prompt,
+            }
+        )
         problems += non_negative_problems({"eval.every": self.every}, " (0 disables it)")
         if self.guidance_scale is not None and self.guidance_scale < 1:
-            problems.append(f"eval.guidance_scale must be >= 1 (1.0 turns CFG off) or null (the rollout's), "
-                            f"got {self.guidance_scale}")
+            problems.append(
+                f"eval.guidance_scale must be >= 1 (1.0 turns CFG off) or null (the rollout's), "
+                f"got {self.guidance_scale}"
+            )
         return problems

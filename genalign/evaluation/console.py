@@ -35,8 +35,9 @@ def eval_line(step: int, metrics: dict[str, float]) -> str:
         parts.append("reward and gold diverge")
     head = f"eval step {step}: " + ", ".join(parts)
     tail = " (all figures: eval_metrics.csv)"
-    components = [f"{match[1]} {metrics[key]:.4f}" for key in metrics
-                  if (match := COMPONENT.fullmatch(key)) and match[1] != "se"]
+    components = [
+        f"{match[1]} {metrics[key]:.4f}" for key in metrics if (match := COMPONENT.fullmatch(key)) and match[1] != "se"
+    ]
     if len(components) > 1:
         shown: list[str] = []
         for component in components:

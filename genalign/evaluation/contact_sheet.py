@@ -30,8 +30,9 @@ def tile_scale(height: int, width: int) -> int:
     return max(1, math.ceil(MIN_TILE / min(height, width)))
 
 
-def wrap_caption(text: str, font: ImageFont.ImageFont | ImageFont.FreeTypeFont, max_width: int,
-                 max_lines: int) -> list[str]:
+def wrap_caption(
+    text: str, font: ImageFont.ImageFont | ImageFont.FreeTypeFont, max_width: int, max_lines: int
+) -> list[str]:
     """Greedy word wrap measured in pixels; a word wider than a line is cut; text beyond
     `max_lines` is dropped and the last line ends with "..."."""
     lines: list[str] = []
@@ -45,7 +46,7 @@ def wrap_caption(text: str, font: ImageFont.ImageFont | ImageFont.FreeTypeFont, 
             lines.append(current)
         while font.getlength(word) > max_width and len(word) > 1:  # hard-cut an over-long word
             cut = 1
-            while cut < len(word) and font.getlength(word[:cut + 1]) <= max_width:
+            while cut < len(word) and font.getlength(word[: cut + 1]) <= max_width:
                 cut += 1
             lines.append(word[:cut])
             word = word[cut:]
@@ -56,12 +57,13 @@ def wrap_caption(text: str, font: ImageFont.ImageFont | ImageFont.FreeTypeFont, 
         last = lines[max_lines - 1]
         while last and font.getlength(last + "...") > max_width:
             last = last[:-1]
-        lines = lines[:max_lines - 1] + [last.rstrip() + "..."]
+        lines = lines[: max_lines - 1] + [last.rstrip() + "..."]
     return lines
 
 
-def make_contact_sheet(images: torch.Tensor, captions: list[str], columns: int | None = None,
-                       caption_lines: int = 2) -> Image.Image:
+def make_contact_sheet(
+    images: torch.Tensor, captions: list[str], columns: int | None = None, caption_lines: int = 2
+) -> Image.Image:
     """uint8 images [B, 3, H, W] + one caption each -> one white RGB sheet.
 
     Layout: `columns` tiles a row (default min(B, MAX_COLUMNS)), ceil(B / columns) rows; a
@@ -100,8 +102,9 @@ def make_contact_sheet(images: torch.Tensor, captions: list[str], columns: int |
     return sheet
 
 
-def save_contact_sheet(path: Path, images: torch.Tensor, captions: list[str], columns: int | None = None,
-                       caption_lines: int = 2) -> Path:
+def save_contact_sheet(
+    path: Path, images: torch.Tensor, captions: list[str], columns: int | None = None, caption_lines: int = 2
+) -> Path:
     """Build the sheet and write it as PNG to `path` (parent folders created); returns `path`."""
     return save_image(path, make_contact_sheet(images, captions, columns=columns, caption_lines=caption_lines))
 
@@ -122,8 +125,9 @@ def strip_frames(num_frames: int, max_frames: int) -> list[int]:
     return torch.linspace(0, num_frames - 1, max_frames).round().long().tolist()
 
 
-def make_frame_strip_sheet(videos: torch.Tensor, captions: list[str], max_frames: int = 8,
-                           caption_lines: int = 2) -> Image.Image:
+def make_frame_strip_sheet(
+    videos: torch.Tensor, captions: list[str], max_frames: int = 8, caption_lines: int = 2
+) -> Image.Image:
     """uint8 video [B, F, 3, H, W] -> one row per video: up to `max_frames` evenly spaced
     frames left to right; the first tile carries the caption, the others their frame index."""
     if videos.dtype != torch.uint8 or videos.dim() != 5 or videos.shape[2] != 3:
@@ -143,11 +147,14 @@ def save_animated_preview(path: Path, videos: torch.Tensor, fps: float = 8.0, co
     import numpy as np
 
     if videos.dtype != torch.uint8 or videos.dim() != 5 or videos.shape[2] != 3:
-        raise ValueError(f"animated preview needs uint8 video [B, F, 3, H, W], got {videos.dtype} "
-                         f"{tuple(videos.shape)}")
+        raise ValueError(
+            f"animated preview needs uint8 video [B, F, 3, H, W], got {videos.dtype} {tuple(videos.shape)}"
+        )
     count = videos.shape[0]
-    grids = [np.asarray(make_contact_sheet(videos[:, frame], [""] * count, columns=columns, caption_lines=0))
-             for frame in range(videos.shape[1])]  # F x [H', W', 3]
+    grids = [
+        np.asarray(make_contact_sheet(videos[:, frame], [""] * count, columns=columns, caption_lines=0))
+        for frame in range(videos.shape[1])
+    ]  # F x [H', W', 3]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with disk_full_is_user_error(path):

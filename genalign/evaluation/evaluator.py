@@ -63,21 +63,40 @@ class EvalHistory:
     gold_se: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"steps": self.steps, "reward": self.reward, "gold": self.gold, "reward_se": self.reward_se,
-                "gold_se": self.gold_se}
+        return {
+            "steps": self.steps,
+            "reward": self.reward,
+            "gold": self.gold,
+            "reward_se": self.reward_se,
+            "gold_se": self.gold_se,
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> "EvalHistory":
         reward, gold = list(data["reward"]), list(data["gold"])
         if "reward_se" not in data:  # a checkpoint from before the monitor kept standard errors
-            log.warning("eval history without standard errors: the reward-hacking monitor ignores the %d earlier "
-                        "evaluations (their noise is unknown)", len(reward))
-        return cls(list(data["steps"]), reward, gold, list(data.get("reward_se", [math.nan] * len(reward))),
-                   list(data.get("gold_se", [math.nan] * len(gold))))
+            log.warning(
+                "eval history without standard errors: the reward-hacking monitor ignores the %d earlier "
+                "evaluations (their noise is unknown)",
+                len(reward),
+            )
+        return cls(
+            list(data["steps"]),
+            reward,
+            gold,
+            list(data.get("reward_se", [math.nan] * len(reward))),
+            list(data.get("gold_se", [math.nan] * len(gold))),
+        )
 
 
-def gold_divergence(reward: list[float], gold: list[float], window: int, reward_se: list[float],
-                    gold_se: list[float], z: float = DIVERGENCE_Z) -> bool:
+def gold_divergence(
+    reward: list[float],
+    gold: list[float],
+    window: int,
+    reward_se: list[float],
+    gold_se: list[float],
+    z: float = DIVERGENCE_Z,
+) -> bool:
     """True when, over the last `window` evaluations, the training reward rose by more than
     z standard errors of the difference while the gold reward rose by no more than its own
     (flat, down, or up by less than its noise). The standard error of a difference of two
@@ -122,9 +141,19 @@ def evaluation_samples(examples: list[PromptExample], cfg: EvalConfig) -> Prompt
 
 
 class Evaluator:
-    def __init__(self, cfg: EvalConfig, examples: list[PromptExample], spec: SamplingSpec,
-                 reward_runtime, gold_runtime, output_dir: Path | None, sink, quality_runtime=None,
-                 progress_bar: bool = False, shard: Shard = Shard()):
+    def __init__(
+        self,
+        cfg: EvalConfig,
+        examples: list[PromptExample],
+        spec: SamplingSpec,
+        reward_runtime,
+        gold_runtime,
+        output_dir: Path | None,
+        sink,
+        quality_runtime=None,
+        progress_bar: bool = False,
+        shard: Shard = Shard(),
+    ):
         """`output_dir=None` writes no contact sheets (ranks other than 0 evaluate their shard
         and send it to rank 0, which alone writes). `quality_runtime` scores
         `eval.quality_metrics` (None: none). `progress_bar`: tqdm over sampling chunks when
@@ -175,10 +204,15 @@ class Evaluator:
 
     def sampler(self, policy: Policy, step: int):
         """The in-process sampler of a shard: its chunks of eval.batch_size, one tqdm bar a job."""
+
         def sample(samples: PromptGroupBatch, positions: list[int]) -> TrajectoryBatch:
-            chunks = tqdm(generate_chunks(policy, samples, self.spec, positions), desc=f"eval step {step}",
-                          leave=False, total=math.ceil(len(positions) / self.spec.chunk_size),
-                          disable=not (self.progress_bar and sys.stderr.isatty()))
+            chunks = tqdm(
+                generate_chunks(policy, samples, self.spec, positions),
+                desc=f"eval step {step}",
+                leave=False,
+                total=math.ceil(len(positions) / self.spec.chunk_size),
+                disable=not (self.progress_bar and sys.stderr.isatty()),
+            )
             return cat_batches(list(chunks))
 
         return sample
@@ -215,17 +249,22 @@ class Evaluator:
         self.history.reward_se.append(metrics["eval_reward_se"])
         h = self.history
         diverged = "gold" in all_scores and gold_divergence(
-            h.reward, h.gold, self.cfg.divergence_window, h.reward_se, h.gold_se)
+            h.reward, h.gold, self.cfg.divergence_window, h.reward_se, h.gold_se
+        )
         if "gold" in all_scores:
             metrics["gold_divergence"] = float(diverged)
         if diverged:
-            log.warning("reward-hacking monitor: eval reward rose %.3f -> %.3f over the last %d evaluations "
-                        "while the gold reward went %.3f -> %.3f; the gain may be reward hacking",
-                        self.history.reward[-self.cfg.divergence_window], reward_mean, self.cfg.divergence_window,
-                        self.history.gold[-self.cfg.divergence_window], gold_mean)
+            log.warning(
+                "reward-hacking monitor: eval reward rose %.3f -> %.3f over the last %d evaluations "
+                "while the gold reward went %.3f -> %.3f; the gain may be reward hacking",
+                self.history.reward[-self.cfg.divergence_window],
+                reward_mean,
+                self.cfg.divergence_window,
+                self.history.gold[-self.cfg.divergence_window],
+                gold_mean,
+            )
         if self.output_dir is not None:
-            sheet = self.write_sheets(self.output_dir / f"eval_epoch_{step}", images, samples.prompts,
-                                      scores.total)
+            sheet = self.write_sheets(self.output_dir / f"eval_epoch_{step}", images, samples.prompts, scores.total)
             self.sink.log_image(step, "contact_sheet", sheet)  # trackers show it; the CSV ignores it
         self.sink.log(step, metrics)
         return metrics

@@ -51,10 +51,21 @@ def records_of(outcome: EvalOutcome) -> list[SampleRecord]:
         values: dict[str, float] = {}
         for name, runtime_scores in scores.items():
             values[name] = float(runtime_scores.total[index])
-            values.update({f"{name}/{component}": float(v[index]) for component, v in runtime_scores.components.items()})
+            values.update(
+                {f"{name}/{component}": float(v[index]) for component, v in runtime_scores.components.items()}
+            )
         image_index = index - group_ids.index(group_ids[index])
-        records.append(SampleRecord(index, group_ids[index], image_index, prompt, int(samples.seeds[index]),
-                                    dict(samples.metadata[index]), values))
+        records.append(
+            SampleRecord(
+                index,
+                group_ids[index],
+                image_index,
+                prompt,
+                int(samples.seeds[index]),
+                dict(samples.metadata[index]),
+                values,
+            )
+        )
     return records
 
 
@@ -78,32 +89,45 @@ def write_png(path: Path, image: Image.Image) -> None:
     tmp.replace(path)
 
 
-def write_results(out: Path, records: list[SampleRecord], images: torch.Tensor, table: dict[str, Any],
-                  settings: dict[str, Any]) -> Path:
+def write_results(
+    out: Path, records: list[SampleRecord], images: torch.Tensor, table: dict[str, Any], settings: dict[str, Any]
+) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for record, media in zip(records, images):
         write_png(out / image_path(record), media_image(media))
-        rows.append({"index": record.index, "prompt_index": record.prompt_index, "image_index": record.image_index,
-                     "prompt": record.prompt, "seed": record.seed, "metadata": record.metadata,
-                     "scores": record.scores, "image": image_path(record)})
+        rows.append(
+            {
+                "index": record.index,
+                "prompt_index": record.prompt_index,
+                "image_index": record.image_index,
+                "prompt": record.prompt,
+                "seed": record.seed,
+                "metadata": record.metadata,
+                "scores": record.scores,
+                "image": image_path(record),
+            }
+        )
     for record in records:
         if record.image_index == 0:  # GenEval's per-prompt metadata.jsonl: the manifest row
-            write_text_atomically(out / f"images/{record.prompt_index:05d}/metadata.jsonl",
-                                  json.dumps({**record.metadata, "prompt": record.prompt}))
+            write_text_atomically(
+                out / f"images/{record.prompt_index:05d}/metadata.jsonl",
+                json.dumps({**record.metadata, "prompt": record.prompt}),
+            )
     write_text_atomically(out / SAMPLES_FILE, "".join(json.dumps(row) + "\n" for row in rows))
     write_text_atomically(out / "scores.csv", scores_csv(records))
     write_text_atomically(out / "settings.json", json.dumps(settings, indent=2, default=str))
     write_text_atomically(out / SUMMARY_FILE, json.dumps({"table": table, "settings": settings}, indent=2, default=str))
     from genalign.evaluation.summaries import markdown_table
 
-    write_text_atomically(out / "summary.md", f"# {settings['benchmark']}: {settings['model']}\n\n"
-                                              + markdown_table(table))
+    write_text_atomically(
+        out / "summary.md", f"# {settings['benchmark']}: {settings['model']}\n\n" + markdown_table(table)
+    )
     shown = records[:CONTACT_SHEET_SAMPLES]
     groups = list(settings["groups"])
     captions = [f"{r.prompt} | " + " ".join(f"{g}={r.scores[g]:.2f}" for g in groups) for r in shown]
-    media = images[:len(shown)]
+    media = images[: len(shown)]
     sheet = make_frame_strip_sheet(media, captions) if media.dim() == 5 else make_contact_sheet(media, captions)
     save_image(out / "contact_sheet.png", sheet)
     return out
@@ -115,7 +139,9 @@ def scores_csv(records: list[SampleRecord]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["index", "prompt_index", "image_index", "seed", "prompt", *columns])
     for r in records:
-        writer.writerow([r.index, r.prompt_index, r.image_index, r.seed, r.prompt, *(r.scores.get(c, "") for c in columns)])
+        writer.writerow(
+            [r.index, r.prompt_index, r.image_index, r.seed, r.prompt, *(r.scores.get(c, "") for c in columns)]
+        )
     return buffer.getvalue()
 
 
@@ -127,8 +153,15 @@ def read_results(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any
         raise ResultsError(f"{folder}: no {SUMMARY_FILE} (not a `genalign eval` results folder)")
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
-        samples = [json.loads(line) for line in (folder / SAMPLES_FILE).read_text(encoding="utf-8").splitlines()
-                   if line.strip()] if (folder / SAMPLES_FILE).is_file() else []
+        samples = (
+            [
+                json.loads(line)
+                for line in (folder / SAMPLES_FILE).read_text(encoding="utf-8").splitlines()
+                if line.strip()
+            ]
+            if (folder / SAMPLES_FILE).is_file()
+            else []
+        )
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ResultsError(f"{folder}: a results file is not valid JSON ({exc})") from None
     if not isinstance(summary, dict) or "table" not in summary:

@@ -84,8 +84,9 @@ rollout engines' `generate(groups, spec, positions)`: prompts are encoded for th
 so a shard is bitwise the same samples as in one process)."""
 
 
-def evaluate_samples(sample: Sampler, samples: PromptGroupBatch, runtimes: dict[str, ScoringRuntime],
-                     shard: Shard = Shard()) -> EvalOutcome:
+def evaluate_samples(
+    sample: Sampler, samples: PromptGroupBatch, runtimes: dict[str, ScoringRuntime], shard: Shard = Shard()
+) -> EvalOutcome:
     """Sample and score this rank's shard; rank 0 gets every sample's images and scores once."""
     positions, real = padded_positions(len(samples), shard)
     batch = sample(samples, positions)
@@ -97,14 +98,20 @@ def evaluate_samples(sample: Sampler, samples: PromptGroupBatch, runtimes: dict[
     index = torch.tensor(positions[:real] + [-1] * (len(positions) - real), dtype=torch.int64)  # [L]
     gathered_index = shard.gather(index)
     gathered_images = shard.gather(batch.images.contiguous())
-    gathered = {name: {component: shard.gather(values.contiguous()) for component, values in s.components.items()}
-                for name, s in scores.items()}  # the same order on every rank: runtimes and components come from one config
+    gathered = {
+        name: {component: shard.gather(values.contiguous()) for component, values in s.components.items()}
+        for name, s in scores.items()
+    }  # the same order on every rank: runtimes and components come from one config
     if not shard.is_main:
         return EvalOutcome(samples, None, None)
     order = ordered_rows(torch.cat(gathered_index), len(samples))
     images = torch.cat(gathered_images)[order]
-    merged = {name: RewardScores({component: torch.cat(parts)[order] for component, parts in components.items()},
-                                 dict(scores[name].weights)) for name, components in gathered.items()}
+    merged = {
+        name: RewardScores(
+            {component: torch.cat(parts)[order] for component, parts in components.items()}, dict(scores[name].weights)
+        )
+        for name, components in gathered.items()
+    }
     return EvalOutcome(samples, images, merged)
 
 
@@ -116,6 +123,8 @@ def ordered_rows(indices: torch.Tensor, total: int) -> torch.Tensor:
     kept = indices[rows]
     if kept.numel() != total or not torch.equal(kept.sort().values, torch.arange(total)):
         counts = torch.bincount(kept.clamp(min=0), minlength=total)
-        raise RuntimeError(f"evaluation gather: {int((counts == 0).sum())} sample(s) missing and "
-                           f"{int((counts > 1).sum())} doubled out of {total}")
+        raise RuntimeError(
+            f"evaluation gather: {int((counts == 0).sum())} sample(s) missing and "
+            f"{int((counts > 1).sum())} doubled out of {total}"
+        )
     return rows[kept.argsort()]

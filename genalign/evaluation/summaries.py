@@ -73,17 +73,27 @@ def geneval_summary(records: list[SampleRecord], group: str) -> dict[str, Any]:
         tags.setdefault(str(record.metadata.get("tag")), []).append(ok)
         prompts[record.prompt_index] = prompts.get(record.prompt_index, False) or ok
     per_tag = {tag: {"accuracy": sum(v) / len(v), "correct": sum(v), "images": len(v)} for tag, v in tags.items()}
-    return {"overall": sum(t["accuracy"] for t in per_tag.values()) / len(per_tag), "tags": per_tag,
-            "images": len(records), "prompts": len(prompts), "correct_images": sum(correct) / len(correct),
-            "correct_prompts": sum(prompts.values()) / len(prompts)}
+    return {
+        "overall": sum(t["accuracy"] for t in per_tag.values()) / len(per_tag),
+        "tags": per_tag,
+        "images": len(records),
+        "prompts": len(prompts),
+        "correct_images": sum(correct) / len(correct),
+        "correct_prompts": sum(prompts.values()) / len(prompts),
+    }
 
 
 def ocr_summary(records: list[SampleRecord], group: str) -> dict[str, Any]:
     scores = [record.scores[group] for record in records]
     accuracy, se = mean_se(scores, [record.prompt_index for record in records])
-    return {"accuracy": accuracy, "accuracy_se": se, "normalised_edit_distance": 1.0 - accuracy,
-            "exact_match": sum(score >= 1.0 for score in scores) / len(scores), "images": len(records),
-            "prompts": len({record.prompt_index for record in records})}
+    return {
+        "accuracy": accuracy,
+        "accuracy_se": se,
+        "normalised_edit_distance": 1.0 - accuracy,
+        "exact_match": sum(score >= 1.0 for score in scores) / len(scores),
+        "images": len(records),
+        "prompts": len({record.prompt_index for record in records}),
+    }
 
 
 def mean_summary(records: list[SampleRecord], groups: list[str]) -> dict[str, Any]:
@@ -97,8 +107,11 @@ def mean_summary(records: list[SampleRecord], groups: list[str]) -> dict[str, An
             name = category(record)
             if name is not None:
                 by_category[name].append(value)
-        table[group] = {"mean": mean, "se": se,
-                        "categories": {name: sum(v) / len(v) for name, v in by_category.items()}}
+        table[group] = {
+            "mean": mean,
+            "se": se,
+            "categories": {name: sum(v) / len(v) for name, v in by_category.items()},
+        }
     return {"scorers": table, "images": len(records), "prompts": len(set(clusters))}
 
 
@@ -134,23 +147,38 @@ def markdown_table(table: dict[str, Any]) -> str:
     if "geneval" in table:
         g = table["geneval"]
         tags = list(g["tags"])
-        lines += ["| overall | " + " | ".join(tags) + " |", "|---|" + "---|" * len(tags),
-                  f"| **{g['overall']:.4f}** | " + " | ".join(f"{g['tags'][t]['accuracy']:.4f} "
-                                                                f"({g['tags'][t]['correct']}/{g['tags'][t]['images']})"
-                                                                for t in tags) + " |", "",
-                  f"{g['images']} images of {g['prompts']} prompts; correct images {g['correct_images']:.2%}, "
-                  f"prompts with a correct image {g['correct_prompts']:.2%}; overall = mean of the tag accuracies", ""]
+        lines += [
+            "| overall | " + " | ".join(tags) + " |",
+            "|---|" + "---|" * len(tags),
+            f"| **{g['overall']:.4f}** | "
+            + " | ".join(
+                f"{g['tags'][t]['accuracy']:.4f} ({g['tags'][t]['correct']}/{g['tags'][t]['images']})" for t in tags
+            )
+            + " |",
+            "",
+            f"{g['images']} images of {g['prompts']} prompts; correct images {g['correct_images']:.2%}, "
+            f"prompts with a correct image {g['correct_prompts']:.2%}; overall = mean of the tag accuracies",
+            "",
+        ]
     if "ocr" in table:
         o = table["ocr"]
-        lines += ["| OCR accuracy | normalised edit distance | exact match | images |", "|---|---|---|---|",
-                  f"| **{o['accuracy']:.4f}** ± {o['accuracy_se']:.4f} | {o['normalised_edit_distance']:.4f} | "
-                  f"{o['exact_match']:.2%} | {o['images']} |", ""]
+        lines += [
+            "| OCR accuracy | normalised edit distance | exact match | images |",
+            "|---|---|---|---|",
+            f"| **{o['accuracy']:.4f}** ± {o['accuracy_se']:.4f} | {o['normalised_edit_distance']:.4f} | "
+            f"{o['exact_match']:.2%} | {o['images']} |",
+            "",
+        ]
     lines += ["| scorer | mean | standard error (over prompts) |", "|---|---|---|"]
     lines += [f"| {group} | {row['mean']:.4f} | {row['se']:.4f} |" for group, row in table["scorers"].items()]
     categories = sorted({name for row in table["scorers"].values() for name in row["categories"]})
     if categories and "geneval" not in table:
         groups = list(table["scorers"])
         lines += ["", "| category | " + " | ".join(groups) + " |", "|---|" + "---|" * len(groups)]
-        lines += [f"| {name} | " + " | ".join(f"{table['scorers'][g]['categories'].get(name, float('nan')):.4f}"
-                                              for g in groups) + " |" for name in categories]
+        lines += [
+            f"| {name} | "
+            + " | ".join(f"{table['scorers'][g]['categories'].get(name, float('nan')):.4f}" for g in groups)
+            + " |"
+            for name in categories
+        ]
     return "\n".join(lines) + "\n"

@@ -44,11 +44,15 @@ def ema_description(decay: float, updates: int, initial_share: float) -> str:
     share of the starting (untrained) weights still in it."""
     if updates < 0 or math.isnan(initial_share):
         return f"EMA (decay {decay:g}; update count unknown: checkpoint from an older version)"
-    text = f"EMA (decay {decay:g}, {updates} update{'s' if updates != 1 else ''}; " \
-           f"{100 * initial_share:.0f} % of it is still the starting weights)"
+    text = (
+        f"EMA (decay {decay:g}, {updates} update{'s' if updates != 1 else ''}; "
+        f"{100 * initial_share:.0f} % of it is still the starting weights)"
+    )
     if initial_share > EMA_BARELY_MOVED:
-        text += " - it has barely moved from the untrained weights; the live weights (lora_live/ for a LoRA) are " \
-                "the trained ones"
+        text += (
+            " - it has barely moved from the untrained weights; the live weights (lora_live/ for a LoRA) are "
+            "the trained ones"
+        )
     return text
 
 
@@ -69,8 +73,9 @@ def write_card(directory: Path, card_args: dict, sheets: dict[str, Path], locati
     for name, path in sheets.items():
         shutil.copyfile(path, directory / name)
     shown = {name: int(name.removeprefix("samples_step_").removesuffix(".png")) for name in sheets}
-    (directory / CARD_NAME).write_text(model_card(**card_args, sample_sheets=shown, location=str(location)),
-                                       encoding="utf-8")
+    (directory / CARD_NAME).write_text(
+        model_card(**card_args, sample_sheets=shown, location=str(location)), encoding="utf-8"
+    )
 
 
 def eval_prompts(cfg: ExperimentConfig) -> list[str]:
@@ -79,14 +84,22 @@ def eval_prompts(cfg: ExperimentConfig) -> list[str]:
     from genalign.data.prompts import ManifestError, load_manifest
 
     try:
-        return [example.prompt for example in load_manifest(cfg.data.eval_manifest)[:cfg.eval.max_prompts]]
+        return [example.prompt for example in load_manifest(cfg.data.eval_manifest)[: cfg.eval.max_prompts]]
     except ManifestError:
         return []
 
 
-def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.Tensor],
-                      ema: dict[str, torch.Tensor] | None, use_ema: bool, step: int, eval_history: dict,
-                      final: bool, ema_tracker=None) -> Callable[[Path], None] | None:
+def checkpoint_export(
+    cfg: ExperimentConfig,
+    policy,
+    trainable: dict[str, torch.Tensor],
+    ema: dict[str, torch.Tensor] | None,
+    use_ema: bool,
+    step: int,
+    eval_history: dict,
+    final: bool,
+    ema_tracker=None,
+) -> Callable[[Path], None] | None:
     """The writer of this checkpoint's exports (None when there is nothing to export).
     `trainable`/`ema` are whole CPU tensors (gathered from FSDP2 shards by the caller);
     `ema_tracker` (the trainer's `EMA`) gives the update count and starting-weight share the
@@ -98,14 +111,25 @@ def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.
         share = ema_tracker.initial_share if ema_tracker is not None else float("nan")
         described = ema_description(cfg.actor.ema.decay, updates, share)
         if share > EMA_BARELY_MOVED:  # the warning says it in fewer words than the description
-            log.warning("step %d: the exported EMA weights are %.0f %% the starting weights after %d updates; "
-                        "the live weights (lora_live/ for a LoRA) hold what was trained", step, 100 * share, updates)
+            log.warning(
+                "step %d: the exported EMA weights are %.0f %% the starting weights after %d updates; "
+                "the live weights (lora_live/ for a LoRA) hold what was trained",
+                step,
+                100 * share,
+                updates,
+            )
         else:
             log.info("step %d export: %s", step, described)
     sheets = sample_sheets(Path(cfg.trainer.output_dir), eval_history, step)
     spec = policy.spec
-    card = dict(cfg=cfg, step=step, eval_history=eval_history, weights=described, pipeline_tag=spec.pipeline_tag,
-                eval_prompts=eval_prompts(cfg))
+    card = dict(
+        cfg=cfg,
+        step=step,
+        eval_history=eval_history,
+        weights=described,
+        pipeline_tag=spec.pipeline_tag,
+        eval_prompts=eval_prompts(cfg),
+    )
     # where the export will be once the checkpoint's temporary directory is renamed into place
     final_dir = Path(cfg.trainer.output_dir).resolve() / ("checkpoint-final" if final else f"checkpoint-{step}")
     if cfg.model.train_mode == "lora":
@@ -117,19 +141,35 @@ def checkpoint_export(cfg: ExperimentConfig, policy, trainable: dict[str, torch.
         def export(directory: Path) -> None:
             for name, state in exports.items():
                 if pipeline_cls:
-                    export_lora_for_diffusers(policy.transformer, directory / name, cfg.model.lora, pipeline_cls,
-                                              trainable_state=state)
+                    export_lora_for_diffusers(
+                        policy.transformer, directory / name, cfg.model.lora, pipeline_cls, trainable_state=state
+                    )
                 else:
-                    export_lora_for_peft(policy.transformer, directory / name, cfg.model.lora,
-                                         policy.peft_module_prefix, cfg.model.path, trainable_state=state)
+                    export_lora_for_peft(
+                        policy.transformer,
+                        directory / name,
+                        cfg.model.lora,
+                        policy.peft_module_prefix,
+                        cfg.model.path,
+                        trainable_state=state,
+                    )
                 # every weight folder carries its card; lora_live/ says which weights it holds
                 weights_named = described if name == "lora" else "live (the trained weights; lora/ holds the EMA)"
-                write_card(directory / name, {**card, "weights": weights_named, "kind": "lora",
-                                              "hub_class": None if pipeline_cls else spec.pipeline_class},
-                           sheets, final_dir / name)
+                write_card(
+                    directory / name,
+                    {
+                        **card,
+                        "weights": weights_named,
+                        "kind": "lora",
+                        "hub_class": None if pipeline_cls else spec.pipeline_class,
+                    },
+                    sheets,
+                    final_dir / name,
+                )
 
         return export
     if final and hasattr(policy.transformer, "save_config"):
+
         def export(directory: Path) -> None:
             out = save_transformer(policy.transformer, directory / "transformer", weights)
             write_card(out, {**card, "kind": "transformer"}, sheets, final_dir / "transformer")
@@ -153,8 +193,10 @@ def save_transformer(module: torch.nn.Module, out_dir: Path, trained: dict[str, 
     for name, tensor in module.state_dict().items():
         if name not in state:
             if type(tensor).__name__ == "DTensor":
-                raise ValueError(f"cannot export the transformer: {name} is sharded and not trained; "
-                                 "a full fine-tune trains every weight")
+                raise ValueError(
+                    f"cannot export the transformer: {name} is sharded and not trained; "
+                    "a full fine-tune trains every weight"
+                )
             state[name] = tensor.detach().cpu().contiguous()
     module.save_config(out_dir)
     save_file(state, str(out_dir / SAFETENSORS_WEIGHTS_NAME), metadata={"format": "pt"})

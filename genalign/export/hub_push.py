@@ -91,8 +91,11 @@ class HubPusher:
             return
         if self._pending is not None and not self._pending.done():
             if not final:
-                log.info("trainer.push_to_hub: the previous upload is still running; %s is not uploaded (a later "
-                         "save supersedes it)", path.name)
+                log.info(
+                    "trainer.push_to_hub: the previous upload is still running; %s is not uploaded (a later "
+                    "save supersedes it)",
+                    path.name,
+                )
                 return
             self._pending.result()  # the final checkpoint waits its turn; errors were logged by the task
         staging = path.parent / f"{STAGING_PREFIX}{os.getpid()}-{path.name}"
@@ -104,23 +107,37 @@ class HubPusher:
         try:
             operations, folder = upload_operations(staged, self.repo_id, self.strategy, checkpoint_name)
             if not operations:
-                log.warning("trainer.push_to_hub: %s has no export folder to upload (this family exports none; "
-                            "trainer.hub_strategy=checkpoint uploads whole checkpoints)", checkpoint_name)
+                log.warning(
+                    "trainer.push_to_hub: %s has no export folder to upload (this family exports none; "
+                    "trainer.hub_strategy=checkpoint uploads whole checkpoints)",
+                    checkpoint_name,
+                )
                 return
             if not self._repo_ready:
                 self.api.create_repo(self.repo_id, repo_type="model", private=self.private, exist_ok=True)
                 self._repo_ready = True
             operations += self._stale_files(folder, {op.path_in_repo for op in operations})
-            info = self.api.create_commit(self.repo_id, operations, repo_type="model",
-                                          commit_message=f"{checkpoint_name} (step {step}, genalign)")
+            info = self.api.create_commit(
+                self.repo_id, operations, repo_type="model", commit_message=f"{checkpoint_name} (step {step}, genalign)"
+            )
             self.uploaded.append(checkpoint_name)
-            log.info("trainer.push_to_hub: uploaded %s to %s (%s)", checkpoint_name, self.repo_id,
-                     getattr(info, "commit_url", info))
+            log.info(
+                "trainer.push_to_hub: uploaded %s to %s (%s)",
+                checkpoint_name,
+                self.repo_id,
+                getattr(info, "commit_url", info),
+            )
         except Exception as exc:  # noqa: BLE001 - an upload is never a reason to stop training
-            log.warning("trainer.push_to_hub: uploading %s to %s failed (%s: %s); training goes on. Retry with: "
-                        "genalign export <output_dir>/%s --push-to-hub %s", checkpoint_name, self.repo_id,
-                        type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", checkpoint_name,
-                        self.repo_id)
+            log.warning(
+                "trainer.push_to_hub: uploading %s to %s failed (%s: %s); training goes on. Retry with: "
+                "genalign export <output_dir>/%s --push-to-hub %s",
+                checkpoint_name,
+                self.repo_id,
+                type(exc).__name__,
+                str(exc).splitlines()[0] if str(exc) else "",
+                checkpoint_name,
+                self.repo_id,
+            )
         finally:
             shutil.rmtree(staged, ignore_errors=True)
 

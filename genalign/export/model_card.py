@@ -45,17 +45,27 @@ def licence_applies(cfg: ExperimentConfig) -> bool:
     return bool(card.license) and (card.describes is None or card.describes == base_model_id(cfg))
 
 
-def front_matter(cfg: ExperimentConfig, kind: str, pipeline_tag: str, library: str,
-                 widget: list[dict] | None = None) -> dict:
+def front_matter(
+    cfg: ExperimentConfig, kind: str, pipeline_tag: str, library: str, widget: list[dict] | None = None
+) -> dict:
     """The card's YAML metadata (Hub model-card keys; absent ones are left out)."""
     card = cfg.model.card
     tags = ["genalign", library, pipeline_tag, cfg.algorithm.name, cfg.model.family]
     if kind == "lora":
         tags.insert(0, "lora")
-    licence = ({"license": card.license, "license_name": card.license_name, "license_link": card.license_link}
-               if licence_applies(cfg) else {})
-    front = {"base_model": base_model_id(cfg), **licence, "pipeline_tag": pipeline_tag, "library_name": library,
-             "tags": tags, "widget": widget or None}
+    licence = (
+        {"license": card.license, "license_name": card.license_name, "license_link": card.license_link}
+        if licence_applies(cfg)
+        else {}
+    )
+    front = {
+        "base_model": base_model_id(cfg),
+        **licence,
+        "pipeline_tag": pipeline_tag,
+        "library_name": library,
+        "tags": tags,
+        "widget": widget or None,
+    }
     return {key: value for key, value in front.items() if value is not None}
 
 
@@ -75,8 +85,14 @@ def widget_gallery(sample_sheets: dict[str, int] | None, eval_prompts: list[str]
     return [{"text": text or f"evaluation samples at step {step}", "output": {"url": name}}]
 
 
-def usage_snippet(cfg: ExperimentConfig, kind: str, hub_class: str | None, pipeline_tag: str, location: str,
-                  eval_prompts: list[str] | None) -> list[str]:
+def usage_snippet(
+    cfg: ExperimentConfig,
+    kind: str,
+    hub_class: str | None,
+    pipeline_tag: str,
+    location: str,
+    eval_prompts: list[str] | None,
+) -> list[str]:
     """Python that loads this folder (`location`: its path or Hub repo) onto the base model
     and, for a diffusers pipeline, samples the first evaluation prompt as evaluation did."""
     from pathlib import Path
@@ -91,17 +107,25 @@ def usage_snippet(cfg: ExperimentConfig, kind: str, hub_class: str | None, pipel
     dtype = f"dtype=torch.{cfg.model.dtype}"
     lines = ["import torch"]
     if kind == "lora" and hub_class:
-        return lines + [f"from peft import PeftModel\nfrom transformers import {hub_class}", "",
-                        f"model = {hub_class}.from_pretrained({base}, {dtype})",
-                        f"model = PeftModel.from_pretrained(model, {location!r})"]
-    lines += ["from diffusers import AutoModel, DiffusionPipeline" if kind != "lora"
-              else "from diffusers import DiffusionPipeline", ""]
+        return lines + [
+            f"from peft import PeftModel\nfrom transformers import {hub_class}",
+            "",
+            f"model = {hub_class}.from_pretrained({base}, {dtype})",
+            f"model = PeftModel.from_pretrained(model, {location!r})",
+        ]
+    lines += [
+        "from diffusers import AutoModel, DiffusionPipeline"
+        if kind != "lora"
+        else "from diffusers import DiffusionPipeline",
+        "",
+    ]
     if kind == "lora":
-        lines += [f"pipe = DiffusionPipeline.from_pretrained({base}, {dtype})",
-                  f"pipe.load_lora_weights({location!r})"]
+        lines += [f"pipe = DiffusionPipeline.from_pretrained({base}, {dtype})", f"pipe.load_lora_weights({location!r})"]
     else:
-        lines += [f"transformer = AutoModel.from_pretrained({location!r}, {dtype})",
-                  f"pipe = DiffusionPipeline.from_pretrained({base}, transformer=transformer, {dtype})"]
+        lines += [
+            f"transformer = AutoModel.from_pretrained({location!r}, {dtype})",
+            f"pipe = DiffusionPipeline.from_pretrained({base}, transformer=transformer, {dtype})",
+        ]
     prompt = (eval_prompts or ["a photo"])[0]
     size = f"height={cfg.rollout.height}, width={cfg.rollout.width}, num_inference_steps={cfg.eval.num_steps}"
     if pipeline_tag == "text-to-video":
@@ -111,10 +135,18 @@ def usage_snippet(cfg: ExperimentConfig, kind: str, hub_class: str | None, pipel
     return lines
 
 
-def model_card(cfg: ExperimentConfig, step: int, eval_history: dict, kind: str, weights: str,
-               hub_class: str | None = None, pipeline_tag: str = "text-to-image",
-               sample_sheets: dict[str, int] | None = None, location: str = "path/to/this/folder",
-               eval_prompts: list[str] | None = None) -> str:
+def model_card(
+    cfg: ExperimentConfig,
+    step: int,
+    eval_history: dict,
+    kind: str,
+    weights: str,
+    hub_class: str | None = None,
+    pipeline_tag: str = "text-to-image",
+    sample_sheets: dict[str, int] | None = None,
+    location: str = "path/to/this/folder",
+    eval_prompts: list[str] | None = None,
+) -> str:
     """README.md text for an export of `kind` ("lora" or "transformer") of the weights named by
     `weights` (e.g. "EMA (decay 0.9)") at training step `step`; `eval_history` is
     `EvalHistory.to_dict()` (steps, reward means, gold means). `hub_class`: the transformers
@@ -129,31 +161,45 @@ def model_card(cfg: ExperimentConfig, step: int, eval_history: dict, kind: str, 
     front = front_matter(cfg, kind, pipeline_tag, library, widget_gallery(sample_sheets, eval_prompts))
     base_id = front.get("base_model")
     used = cfg.reward.active_components()
-    lines = ["---", yaml.safe_dump(front, sort_keys=False, allow_unicode=True).rstrip(), "---", "",
-             f"# {cfg.trainer.output_dir.rstrip('/').split('/')[-1]} ({kind})", "",
-             f"{'LoRA adapter' if kind == 'lora' else 'Fine-tuned transformer'} for `{base_id or cfg.model.path}` "
-             f"trained with genalign ({algorithm}: reinforcement learning against the reward below).", "",
-             "## Training", "",
-             f"- recipe: `{cfg.recipe or 'n/a'}`",
-             f"- algorithm: `{algorithm}` (KL beta {cfg.algorithm.kl_beta}, clip range {cfg.algorithm.clip_range})",
-             f"- reward ({cfg.reward.aggregation}): " + ", ".join(f"`{n}` x {w:g}" for n, w in used.items()),
-             f"- steps trained: {step} of {cfg.trainer.num_steps} "
-             f"({cfg.rollout.rollout_batch_size} prompts x {cfg.rollout.n} samples per step)",
-             f"- seed: {cfg.trainer.seed}",
-             f"- weights: {weights}"]
+    lines = [
+        "---",
+        yaml.safe_dump(front, sort_keys=False, allow_unicode=True).rstrip(),
+        "---",
+        "",
+        f"# {cfg.trainer.output_dir.rstrip('/').split('/')[-1]} ({kind})",
+        "",
+        f"{'LoRA adapter' if kind == 'lora' else 'Fine-tuned transformer'} for `{base_id or cfg.model.path}` "
+        f"trained with genalign ({algorithm}: reinforcement learning against the reward below).",
+        "",
+        "## Training",
+        "",
+        f"- recipe: `{cfg.recipe or 'n/a'}`",
+        f"- algorithm: `{algorithm}` (KL beta {cfg.algorithm.kl_beta}, clip range {cfg.algorithm.clip_range})",
+        f"- reward ({cfg.reward.aggregation}): " + ", ".join(f"`{n}` x {w:g}" for n, w in used.items()),
+        f"- steps trained: {step} of {cfg.trainer.num_steps} "
+        f"({cfg.rollout.rollout_batch_size} prompts x {cfg.rollout.n} samples per step)",
+        f"- seed: {cfg.trainer.seed}",
+        f"- weights: {weights}",
+    ]
     if kind == "lora":
         lora = cfg.model.lora
-        lines.append(f"- LoRA: rank {lora.rank}, alpha {lora.alpha:g}"
-                     + (f", targets {', '.join(lora.target_modules)}" if lora.target_modules else ""))
+        lines.append(
+            f"- LoRA: rank {lora.rank}, alpha {lora.alpha:g}"
+            + (f", targets {', '.join(lora.target_modules)}" if lora.target_modules else "")
+        )
     lines += ["", "## Evaluation", ""]
     steps = [s for s in eval_history.get("steps", []) if s <= step]
     if steps:
         index = len(steps) - 1
         gold = eval_history.get("gold", [])
-        lines += [f"Latest evaluation (step {steps[index]}, {cfg.eval.max_prompts} prompts of "
-                  f"`{cfg.data.eval_manifest}`, {cfg.eval.num_steps} ODE steps):", "",
-                  "| metric | value |", "|---|---|",
-                  f"| eval reward (mean) | {_format(eval_history['reward'][index])} |"]
+        lines += [
+            f"Latest evaluation (step {steps[index]}, {cfg.eval.max_prompts} prompts of "
+            f"`{cfg.data.eval_manifest}`, {cfg.eval.num_steps} ODE steps):",
+            "",
+            "| metric | value |",
+            "|---|---|",
+            f"| eval reward (mean) | {_format(eval_history['reward'][index])} |",
+        ]
         if index < len(gold):
             lines.append(f"| gold reward {', '.join(cfg.eval.active_gold_rewards())} (mean) | {_format(gold[index])} |")
         if len(steps) > 1:
@@ -167,11 +213,25 @@ def model_card(cfg: ExperimentConfig, step: int, eval_history: dict, kind: str, 
         card = cfg.model.card
         named = card.license_name or card.license
         link = f" ({card.license_link})" if card.license_link else ""
-        lines += ["", "## License", "", f"Trained from `{base_id or cfg.model.path}`, so these weights come under "
-                  f"its licence: {named}{link}."]
-    lines += ["", "## Use", "", "```python", *usage_snippet(cfg, kind, hub_class, pipeline_tag, location, eval_prompts),
-              "```", ""]
+        lines += [
+            "",
+            "## License",
+            "",
+            f"Trained from `{base_id or cfg.model.path}`, so these weights come under its licence: {named}{link}.",
+        ]
+    lines += [
+        "",
+        "## Use",
+        "",
+        "```python",
+        *usage_snippet(cfg, kind, hub_class, pipeline_tag, location, eval_prompts),
+        "```",
+        "",
+    ]
     if not base_id:
-        lines.insert(-1, "The base model is the local directory the run loaded (it has no Hub id in this config: "
-                         "set model.card.base_model to the Hub id of a local copy).\n")
+        lines.insert(
+            -1,
+            "The base model is the local directory the run loaded (it has no Hub id in this config: "
+            "set model.card.base_model to the Hub id of a local copy).\n",
+        )
     return "\n".join(lines)

@@ -32,13 +32,14 @@ def export_folder(checkpoint: Path | str) -> Path:
     for name in EXPORT_FOLDERS:
         if (checkpoint / name / "README.md").is_file():
             return checkpoint / name
-    raise UserError(f"{checkpoint} holds no exported model (lora/ or transformer/ with a README.md): LoRA runs on a "
-                    "diffusers or transformers family export one in every checkpoint, full fine-tunes in "
-                    "checkpoint-final only, and the toy demo family exports none")
+    raise UserError(
+        f"{checkpoint} holds no exported model (lora/ or transformer/ with a README.md): LoRA runs on a "
+        "diffusers or transformers family export one in every checkpoint, full fine-tunes in "
+        "checkpoint-final only, and the toy demo family exports none"
+    )
 
 
-def push_to_hub(folder: Path, repo_id: str, private: bool = False, commit_message: str | None = None,
-                api=None) -> str:
+def push_to_hub(folder: Path, repo_id: str, private: bool = False, commit_message: str | None = None, api=None) -> str:
     """Upload `folder` to the model repository `repo_id` (created when missing); returns the
     commit URL. `api` is an `huggingface_hub.HfApi` (injectable for tests)."""
     from huggingface_hub import HfApi
@@ -52,17 +53,22 @@ def push_to_hub(folder: Path, repo_id: str, private: bool = False, commit_messag
     message = commit_message or f"Upload {folder.parent.name}/{folder.name} (genalign)"
     try:
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-        info = api.create_commit(repo_id, folder_operations(folder, repo_id), commit_message=message,
-                                 repo_type="model")
+        info = api.create_commit(repo_id, folder_operations(folder, repo_id), commit_message=message, repo_type="model")
     except HfHubHTTPError as err:  # no token, no write access, a name taken by another type of repo, ...
-        raise UserError(f"--push-to-hub {repo_id}: the Hub refused the upload: {err}",
-                        hint="log in with `hf auth login` (or set HF_TOKEN) with a token that may write there") from err
+        raise UserError(
+            f"--push-to-hub {repo_id}: the Hub refused the upload: {err}",
+            hint="log in with `hf auth login` (or set HF_TOKEN) with a token that may write there",
+        ) from err
     except OfflineModeIsEnabled:
-        raise UserError(f"--push-to-hub {repo_id}: HF_HUB_OFFLINE is set, and uploading needs the network; unset it "
-                        f"on a machine that can reach the Hub (the folder is {folder})") from None
+        raise UserError(
+            f"--push-to-hub {repo_id}: HF_HUB_OFFLINE is set, and uploading needs the network; unset it "
+            f"on a machine that can reach the Hub (the folder is {folder})"
+        ) from None
     except _network_errors() as err:  # no route, DNS, a proxy, a timeout: the folder stays as it is
-        raise UserError(f"--push-to-hub {repo_id}: cannot reach the Hub ({type(err).__name__}: {err}); nothing was "
-                        f"uploaded: rerun where the network reaches it (the folder is {folder})") from None
+        raise UserError(
+            f"--push-to-hub {repo_id}: cannot reach the Hub ({type(err).__name__}: {err}); nothing was "
+            f"uploaded: rerun where the network reaches it (the folder is {folder})"
+        ) from None
     return str(getattr(info, "commit_url", info))
 
 

@@ -124,8 +124,11 @@ def architecture_source(spec: FamilySpec, path: str, builtin: bool = False) -> t
     family_file = next(iter(spec.architecture_files()), None)
     family_body = json.loads(family_file.read_text()) if family_file is not None else None
     if builtin:
-        return (family_body["components"], family_body["geometry"],
-                f"{family_file.name} ({family_body['source']})") if family_body else None
+        return (
+            (family_body["components"], family_body["geometry"], f"{family_file.name} ({family_body['source']})")
+            if family_body
+            else None
+        )
     shipped = shipped_file(spec, path)
     if not Path(path).exists() and shipped is not None:
         body = json.loads(shipped.read_text())
@@ -145,10 +148,13 @@ def _directory_components(local: Path, family_components: dict) -> dict:
     components whose config is in the directory (a composite's at `config.json`)."""
     if (local / "model_index.json").is_file():
         index = json.loads((local / "model_index.json").read_text())
-        return {name: {"library": entry[0], "class": entry[1], "config": json.loads(config.read_text())}
-                for name, entry in index.items()
-                if not name.startswith("_") and isinstance(entry, list)
-                and (config := local / name / "config.json").is_file()}
+        return {
+            name: {"library": entry[0], "class": entry[1], "config": json.loads(config.read_text())}
+            for name, entry in index.items()
+            if not name.startswith("_")
+            and isinstance(entry, list)
+            and (config := local / name / "config.json").is_file()
+        }
     found = {}
     for name, spec in family_components.items():
         config = local / ("config.json" if "parts" in spec else f"{name}/config.json")
@@ -217,8 +223,7 @@ def _parts(module, name: str, parts: dict[str, str]) -> list[tuple[str, object |
 
 def _size(name: str, module, whole=None, parts=()) -> "ComponentSize":
     def count(m):
-        return (sum(p.numel() for p in m.parameters()),
-                sum(b.numel() for b in m.buffers() if b.is_floating_point()))
+        return (sum(p.numel() for p in m.parameters()), sum(b.numel() for b in m.buffers() if b.is_floating_point()))
 
     if whole is None:
         return ComponentSize(name, *count(module))
@@ -244,9 +249,16 @@ def load_architecture(spec: FamilySpec, path: str, builtin: bool = False) -> Arc
     latent_channels = vae.get("latent_channels", vae.get("z_dim", geometry.get("latent_channels")))
     if latent_channels is None:
         raise ValueError(f"{source}: the vae config gives neither latent_channels nor z_dim")
-    geometry = Geometry(geometry["spatial_factor"], geometry["temporal_factor"], tuple(geometry["patch"]),
-                        geometry["text_in_sequence"], geometry["extra_text_tokens"], geometry["text_width_key"],
-                        bool(geometry.get("kv_cache", False)), geometry.get("fixed_text_tokens"))
+    geometry = Geometry(
+        geometry["spatial_factor"],
+        geometry["temporal_factor"],
+        tuple(geometry["patch"]),
+        geometry["text_in_sequence"],
+        geometry["extra_text_tokens"],
+        geometry["text_width_key"],
+        bool(geometry.get("kv_cache", False)),
+        geometry.get("fixed_text_tokens"),
+    )
     sizes, linears, shape, text_width = [], (), (0, 0, 0, 0), 0
     for name, entry in components.items():
         if entry["library"] not in ("diffusers", "transformers"):
@@ -260,16 +272,33 @@ def load_architecture(spec: FamilySpec, path: str, builtin: bool = False) -> Arc
                 shape = _transformer_shape(module)
                 if geometry.text_width_key is not None:
                     text_width = int(getattr(module.config, geometry.text_width_key))
-                linears = tuple((n, m.in_features, m.out_features) for n, m in module.named_modules()
-                                if isinstance(m, torch.nn.Linear))
+                linears = tuple(
+                    (n, m.in_features, m.out_features)
+                    for n, m in module.named_modules()
+                    if isinstance(m, torch.nn.Linear)
+                )
         sizes += own
     hidden, layers, kv_heads, head_dim = shape
-    return Architecture(spec.name, source, tuple(sizes), geometry, hidden, layers, text_width, int(latent_channels),
-                        linears, kv_heads, head_dim)
+    return Architecture(
+        spec.name,
+        source,
+        tuple(sizes),
+        geometry,
+        hidden,
+        layers,
+        text_width,
+        int(latent_channels),
+        linears,
+        kv_heads,
+        head_dim,
+    )
 
 
 def lora_parameters(linear_shapes: tuple[tuple[str, int, int], ...], targets: list[str], rank: int) -> int:
     """Parameters of a rank-`rank` LoRA on every Linear whose name is a target or ends with
     `.target` (peft's suffix match): r (in + out) each."""
-    return sum(rank * (fan_in + fan_out) for name, fan_in, fan_out in linear_shapes
-               if any(name == t or name.endswith("." + t) for t in targets))
+    return sum(
+        rank * (fan_in + fan_out)
+        for name, fan_in, fan_out in linear_shapes
+        if any(name == t or name.endswith("." + t) for t in targets)
+    )

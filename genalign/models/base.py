@@ -47,8 +47,9 @@ class TensorRecord:
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Self:
         """Apply `fn` to every tensor field (slicing, `.to(device)`, `cat` helpers)."""
-        return type(self)(**{f.name: (None if getattr(self, f.name) is None else fn(getattr(self, f.name)))
-                             for f in fields(self)})
+        return type(self)(
+            **{f.name: (None if getattr(self, f.name) is None else fn(getattr(self, f.name))) for f in fields(self)}
+        )
 
     def index(self, idx: torch.Tensor | slice | Sequence[int]) -> Self:
         return self.map(lambda t: t[idx])
@@ -145,8 +146,9 @@ class SharedCondition:
 
     def index(self, idx: torch.Tensor | slice | Sequence[int]) -> "SharedCondition":
         idx = torch.as_tensor(idx, dtype=torch.long, device=self.rows.device)
-        return SharedCondition(self.table, self.rows[idx],
-                               None if self.negative_rows is None else self.negative_rows[idx])
+        return SharedCondition(
+            self.table, self.rows[idx], None if self.negative_rows is None else self.negative_rows[idx]
+        )
 
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Condition:
         """The samples' rows on `device` (a plain `Condition`)."""
@@ -169,8 +171,9 @@ class SharedCondition:
             rows.append(part.rows + entry[1])
             if part.negative_rows is not None:
                 negative_rows.append(part.negative_rows + entry[2])
-        joined: dict[str, Any] = {name: _cat_field([getattr(t, name) for t, _, _ in tables])
-                                  for name in CONDITIONAL_FIELDS + NEGATIVE_FIELDS}
+        joined: dict[str, Any] = {
+            name: _cat_field([getattr(t, name) for t, _, _ in tables]) for name in CONDITIONAL_FIELDS + NEGATIVE_FIELDS
+        }
         table = Condition(**joined)
         return cls(table, torch.cat(rows), torch.cat(negative_rows) if negative_rows else None)
 
@@ -245,8 +248,14 @@ class FlowPolicy(Policy, Protocol):
         """Encode prompts (and, with `with_negative`, the empty prompt for CFG). No grad."""
         ...
 
-    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
-                 guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
+    def velocity(
+        self,
+        latents: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: Condition,
+        guidance_scale: float,
+        detach_uncond: bool = False,
+    ) -> torch.Tensor:
         """Predicted velocity [B, ...] for latents [B, ...] at sigma [B] (float32 out).
 
         guidance_scale > 1 runs the unconditional and conditional branches in one batch and
@@ -276,7 +285,6 @@ class FlowPolicy(Policy, Protocol):
         ...
 
 
-
 class SampledTokens(NamedTuple):
     tokens: torch.Tensor  # [B, N] int64 image tokens
     log_probs: torch.Tensor  # [B, N] float32: log-prob of each sampled token under the sampling distribution
@@ -300,13 +308,20 @@ class TokenPolicy(Policy, Protocol):
         """Tokenize prompts (and, with `with_negative`, the unconditional stream for CFG)."""
         ...
 
-    def sample_tokens(self, cond: TokenCondition, generators: list[torch.Generator], guidance_scale: float,
-                      temperature: float) -> SampledTokens:
+    def sample_tokens(
+        self, cond: TokenCondition, generators: list[torch.Generator], guidance_scale: float, temperature: float
+    ) -> SampledTokens:
         """Sample N tokens per row (row b draws with generators[b]) under CFG and temperature. No grad."""
         ...
 
-    def token_log_probs(self, cond: TokenCondition, tokens: torch.Tensor, guidance_scale: float,
-                        temperature: float, detach_uncond: bool = False) -> torch.Tensor:
+    def token_log_probs(
+        self,
+        cond: TokenCondition,
+        tokens: torch.Tensor,
+        guidance_scale: float,
+        temperature: float,
+        detach_uncond: bool = False,
+    ) -> torch.Tensor:
         """log π(tokens) [B, N] float32 by teacher forcing (grad follows the caller's mode)."""
         ...
 
@@ -317,6 +332,7 @@ class TokenPolicy(Policy, Protocol):
     def check_image_size(self, height: int, width: int) -> None:
         """Raise ValueError naming rollout.height/width unless the model generates that size."""
         ...
+
 
 @contextmanager
 def encoding_prompts(policy: Policy) -> Iterator[None]:
@@ -345,8 +361,9 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def guided_velocity(uncond: torch.Tensor, cond: torch.Tensor, guidance_scale: float,
-                    detach_uncond: bool = False) -> torch.Tensor:
+def guided_velocity(
+    uncond: torch.Tensor, cond: torch.Tensor, guidance_scale: float, detach_uncond: bool = False
+) -> torch.Tensor:
     """Classifier-free guidance v_u + w (v_c − v_u) [B, ...]; `detach_uncond` stops the
     gradient through v_u (algorithm.detach_uncond) without changing the value."""
     if detach_uncond:

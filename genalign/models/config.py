@@ -73,13 +73,17 @@ class ModelCardConfig:
     def problems(self) -> list[str]:
         problems = []
         if self.license == "other" and not self.license_name:
-            problems.append("model.card.license=other needs model.card.license_name (and license_link): the Hub "
-                            "shows that name for a licence it does not list")
+            problems.append(
+                "model.card.license=other needs model.card.license_name (and license_link): the Hub "
+                "shows that name for a licence it does not list"
+            )
         for key in ("base_model", "describes"):
             value = getattr(self, key)
             if value is not None and not HUB_ID.match(value):
-                problems.append(f"model.card.{key}={value!r} is not a Hub id (org/name); set the id the base model "
-                                "has on the Hub, or null")
+                problems.append(
+                    f"model.card.{key}={value!r} is not a Hub id (org/name); set the id the base model "
+                    "has on the Hub, or null"
+                )
         return problems
 
 
@@ -166,8 +170,9 @@ class ModelConfig:
         if not DEVICE.match(self.device):
             problems.append(f"model.device={self.device!r} is not a device; use auto, cpu, cuda or cuda:<index>")
         if self.embedded_guidance is not None and self.embedded_guidance <= 0:
-            problems.append(f"model.embedded_guidance must be > 0 (FLUX.1-dev: 3.5) or null, got "
-                            f"{self.embedded_guidance}")
+            problems.append(
+                f"model.embedded_guidance must be > 0 (FLUX.1-dev: 3.5) or null, got {self.embedded_guidance}"
+            )
         if self.num_frames < 1:
             problems.append(f"model.num_frames must be >= 1, got {self.num_frames}")
         return problems + self.lora.problems() + self.card.problems()

@@ -35,8 +35,9 @@ def check_model_path(path: str) -> None:
         return
     looks_local = path.startswith(("/", "./", "../", "~")) or not _HUB_ID.match(path)
     if looks_local:
-        raise FileNotFoundError(f"model.path={path!r}: no such local directory (and it is not a hub id "
-                                "of the form 'org/name')")
+        raise FileNotFoundError(
+            f"model.path={path!r}: no such local directory (and it is not a hub id of the form 'org/name')"
+        )
 
 
 def _hub_offline() -> bool:
@@ -45,8 +46,9 @@ def _hub_offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
-def load_pipeline(pipeline_cls_name: str, path: str, dtype: torch.dtype, revision: str | None = None,
-                  components: dict | None = None):
+def load_pipeline(
+    pipeline_cls_name: str, path: str, dtype: torch.dtype, revision: str | None = None, components: dict | None = None
+):
     """`<diffusers pipeline>.from_pretrained` with the VAE in float32 and errors that say how to
     fix a missing model (one attempt, no retries). `components` are passed to `from_pretrained`
     as ready objects (those a checkpoint does not store, e.g. Cosmos' guardrail)."""
@@ -55,8 +57,9 @@ def load_pipeline(pipeline_cls_name: str, path: str, dtype: torch.dtype, revisio
     pipeline_cls = getattr(diffusers, pipeline_cls_name)
     check_model_path(path)
     try:
-        return pipeline_cls.from_pretrained(path, dtype={"default": dtype, "vae": torch.float32}, revision=revision,
-                                            **(components or {}))
+        return pipeline_cls.from_pretrained(
+            path, dtype={"default": dtype, "vae": torch.float32}, revision=revision, **(components or {})
+        )
     except (OSError, ValueError) as exc:
         if Path(path).expanduser().exists():
             raise
@@ -69,12 +72,16 @@ def missing_weights_error(path: str, exc: Exception) -> FileNotFoundError:
     families (Janus-Pro)."""
     from huggingface_hub import constants
 
-    reason = ("HF_HUB_OFFLINE is set and the weights are not cached" if _hub_offline()
-              else "the weights could not be fetched from the hub")
+    reason = (
+        "HF_HUB_OFFLINE is set and the weights are not cached"
+        if _hub_offline()
+        else "the weights could not be fetched from the hub"
+    )
     return FileNotFoundError(
         f"model.path={path!r}: {reason} (cache: {constants.HF_HUB_CACHE}). Download them where you have "
         f"access (`hf download {path}`, then copy the cache or set HF_HOME) or set model.path to a local "
-        f"directory written by save_pretrained. Original error: {exc}")
+        f"directory written by save_pretrained. Original error: {exc}"
+    )
 
 
 def place(module: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
@@ -90,16 +97,24 @@ def check_tokenizers(pipeline, names: tuple[str, ...], family: str) -> None:
     for name in names:
         tokenizer = getattr(pipeline, name, None)
         if tokenizer is None or len(tokenizer) == 0:
-            raise ValueError(f"{name} of the {family} pipeline is missing or empty (an offline load of a repo "
-                             "that is not cached?); check model.path")
+            raise ValueError(
+                f"{name} of the {family} pipeline is missing or empty (an offline load of a repo "
+                "that is not cached?); check model.path"
+            )
 
 
 Combine = Callable[[torch.Tensor, torch.Tensor, float, bool], torch.Tensor]
 
 
-def cfg_velocity(forward: Callable[..., torch.Tensor], conditional: dict[str, torch.Tensor],
-                 unconditional: dict[str, torch.Tensor | None], guidance_scale: float, detach_uncond: bool = False,
-                 cfg_batch: str = "joint", combine: Combine = guided_velocity) -> torch.Tensor:
+def cfg_velocity(
+    forward: Callable[..., torch.Tensor],
+    conditional: dict[str, torch.Tensor],
+    unconditional: dict[str, torch.Tensor | None],
+    guidance_scale: float,
+    detach_uncond: bool = False,
+    cfg_batch: str = "joint",
+    combine: Combine = guided_velocity,
+) -> torch.Tensor:
     """Classifier-free guidance around one family's `forward(**inputs) -> [B, ...]`.
 
     `conditional` / `unconditional` hold the per-sample inputs of the two branches (each
@@ -111,8 +126,10 @@ def cfg_velocity(forward: Callable[..., torch.Tensor], conditional: dict[str, to
     if guidance_scale <= 1.0:
         return forward(**conditional)
     if any(value is None for value in unconditional.values()):
-        raise ValueError(f"guidance_scale={guidance_scale} > 1 needs prompts encoded with_negative=True "
-                         "(the empty-prompt branch of CFG)")
+        raise ValueError(
+            f"guidance_scale={guidance_scale} > 1 needs prompts encoded with_negative=True "
+            "(the empty-prompt branch of CFG)"
+        )
     if cfg_batch == "split":
         with torch.no_grad() if detach_uncond else nullcontext():
             uncond = forward(**unconditional)  # [B, ...]
@@ -142,22 +159,29 @@ def unpack_2x2(tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
 
 def check_image_size(height: int, width: int, multiple: int, family: str) -> None:
     if height % multiple or width % multiple:
-        raise ValueError(f"rollout.height/width must be multiples of {multiple} for {family} (VAE factor x "
-                         f"latent patch 2), got {height}x{width}")
+        raise ValueError(
+            f"rollout.height/width must be multiples of {multiple} for {family} (VAE factor x "
+            f"latent patch 2), got {height}x{width}"
+        )
 
 
-def guidance_embedding(transformer: torch.nn.Module, embedded_guidance: float | None, batch: int,
-                       device: torch.device) -> torch.Tensor | None:
+def guidance_embedding(
+    transformer: torch.nn.Module, embedded_guidance: float | None, batch: int, device: torch.device
+) -> torch.Tensor | None:
     """The distilled-guidance input [B] float32 of a transformer with a guidance embedding
     (FLUX.1-dev; the pipeline's `guidance_scale`), or None for one without (FLUX.1-schnell,
     Qwen-Image). A mismatch with model.embedded_guidance is an error, not a silent default."""
     has_embedding = bool(transformer.config.get("guidance_embeds", False))
     if has_embedding and embedded_guidance is None:
-        raise ValueError(f"{type(transformer).__name__} is guidance-distilled (guidance_embeds=True): set "
-                         "model.embedded_guidance (FLUX.1-dev: 3.5, FluxPipeline's guidance_scale)")
+        raise ValueError(
+            f"{type(transformer).__name__} is guidance-distilled (guidance_embeds=True): set "
+            "model.embedded_guidance (FLUX.1-dev: 3.5, FluxPipeline's guidance_scale)"
+        )
     if not has_embedding and embedded_guidance is not None:
-        raise ValueError(f"model.embedded_guidance={embedded_guidance}: {type(transformer).__name__} has no "
-                         "guidance embedding (guidance_embeds=False); set it to null")
+        raise ValueError(
+            f"model.embedded_guidance={embedded_guidance}: {type(transformer).__name__} has no "
+            "guidance embedding (guidance_embeds=False); set it to null"
+        )
     if not has_embedding:
         return None
     return torch.full((batch,), float(embedded_guidance), device=device, dtype=torch.float32)
@@ -172,11 +196,16 @@ def scheduler_sigmas(scheduler_config, num_steps: int, image_seq_len: int) -> to
         raise ValueError(f"scheduler time_shift_type={config['time_shift_type']!r}: only 'exponential' is supported")
     mu = None
     if config.get("use_dynamic_shifting", False):
-        mu = dynamic_shift_mu(image_seq_len, config.get("base_image_seq_len", 256),
-                              config.get("max_image_seq_len", 4096), config.get("base_shift", 0.5),
-                              config.get("max_shift", 1.15))
-    return pipeline_sigmas(num_steps, mu=mu, shift=float(config.get("shift", 1.0)),
-                           shift_terminal=config.get("shift_terminal"))
+        mu = dynamic_shift_mu(
+            image_seq_len,
+            config.get("base_image_seq_len", 256),
+            config.get("max_image_seq_len", 4096),
+            config.get("base_shift", 0.5),
+            config.get("max_shift", 1.15),
+        )
+    return pipeline_sigmas(
+        num_steps, mu=mu, shift=float(config.get("shift", 1.0)), shift_terminal=config.get("shift_terminal")
+    )
 
 
 @torch.no_grad()
@@ -241,15 +270,25 @@ def wan_vae_decode_uint8(vae: torch.nn.Module, latents: torch.Tensor) -> torch.T
 
 
 @torch.no_grad()
-def encode_prompt_pair(pipeline, prompts: list[str], negative_prompt: str, with_negative: bool,
-                       max_sequence_length: int, device: torch.device) -> Condition:
+def encode_prompt_pair(
+    pipeline,
+    prompts: list[str],
+    negative_prompt: str,
+    with_negative: bool,
+    max_sequence_length: int,
+    device: torch.device,
+) -> Condition:
     """The pipeline's own `encode_prompt` for pipelines whose CFG negative is a prompt option
     (WanPipeline, Cosmos2_5_PredictBasePipeline): embeds [B, max_sequence_length, D] and, with
     `with_negative`, the embeddings of `negative_prompt` repeated for the batch."""
     embeds, negative = pipeline.encode_prompt(
-        prompt=list(prompts), negative_prompt=[negative_prompt] * len(prompts) if with_negative else None,
-        do_classifier_free_guidance=with_negative, num_videos_per_prompt=1,
-        max_sequence_length=max_sequence_length, device=device)
+        prompt=list(prompts),
+        negative_prompt=[negative_prompt] * len(prompts) if with_negative else None,
+        do_classifier_free_guidance=with_negative,
+        num_videos_per_prompt=1,
+        max_sequence_length=max_sequence_length,
+        device=device,
+    )
     return Condition(embeds=embeds, negative_embeds=negative if with_negative else None)
 
 
@@ -270,19 +309,35 @@ class PackedLatents:
         self.vae_scale_factor = vae_scale_factor
         self.latent_channels = int(self.transformer.config.in_channels) // 4
 
-    def packed_velocity(self, forward: Callable[..., torch.Tensor], latents: torch.Tensor, sigma: torch.Tensor,
-                        conditional: dict, unconditional: dict, guidance_scale: float, detach_uncond: bool,
-                        combine: Combine = guided_velocity) -> torch.Tensor:
+    def packed_velocity(
+        self,
+        forward: Callable[..., torch.Tensor],
+        latents: torch.Tensor,
+        sigma: torch.Tensor,
+        conditional: dict,
+        unconditional: dict,
+        guidance_scale: float,
+        detach_uncond: bool,
+        combine: Combine = guided_velocity,
+    ) -> torch.Tensor:
         """v̂ [B, C, h, w]: `forward(hidden_states, timestep, [guidance], **branch inputs)` on the
         packed tokens [B, hw/4, 4C] at timestep σ [B], under `cfg_velocity` with `combine`."""
         batch, _, height, width = latents.shape
-        branch = dict(hidden_states=pack_2x2(latents.to(self.device)),
-                      timestep=sigma.to(self.device, torch.float32).expand(batch))  # [B, hw/4, 4C], [B]
+        branch = dict(
+            hidden_states=pack_2x2(latents.to(self.device)), timestep=sigma.to(self.device, torch.float32).expand(batch)
+        )  # [B, hw/4, 4C], [B]
         guidance = guidance_embedding(self.transformer, self.embedded_guidance, batch, self.device)  # [B] or None
         if guidance is not None:
             branch["guidance"] = guidance
-        tokens = cfg_velocity(forward, {**branch, **conditional}, {**branch, **unconditional}, guidance_scale,
-                              detach_uncond, self.cfg_batch, combine)  # [B, hw/4, 4C]
+        tokens = cfg_velocity(
+            forward,
+            {**branch, **conditional},
+            {**branch, **unconditional},
+            guidance_scale,
+            detach_uncond,
+            self.cfg_batch,
+            combine,
+        )  # [B, hw/4, 4C]
         return unpack_2x2(tokens, height, width)  # [B, C, h, w]
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
@@ -320,8 +375,10 @@ class WanVAEVideo:
         """uint8 video [B, F, 3, H, W] -> latents [B, C, F_lat, h, w] float32 that `decode` maps
         back (`wan_vae_encode`), one video at a time like `decode`."""
         if videos.dim() != 5:
-            raise ValueError(f"{self.display_name} encodes uint8 video [B, F, 3, H, W], got {tuple(videos.shape)} "
-                             "(offline preference data of still images is for image families)")
+            raise ValueError(
+                f"{self.display_name} encodes uint8 video [B, F, 3, H, W], got {tuple(videos.shape)} "
+                "(offline preference data of still images is for image families)"
+            )
         return torch.cat([wan_vae_encode(self.vae, video) for video in videos.split(1)])  # [B, C, F_lat, h, w]
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int, int]:
@@ -329,12 +386,13 @@ class WanVAEVideo:
         for the VAE's temporal factor t, for `model.num_frames` frames of height x width."""
         check_image_size(height, width, self.spatial_factor * self.patch_size[1], self.display_name)
         if (self.num_frames - 1) % self.temporal_factor:
-            raise ValueError(f"model.num_frames={self.num_frames}: {self.display_name} needs num_frames = "
-                             f"{self.temporal_factor}k + 1 (its VAE compresses time by {self.temporal_factor}), "
-                             "e.g. 1, 33 or 93")
+            raise ValueError(
+                f"model.num_frames={self.num_frames}: {self.display_name} needs num_frames = "
+                f"{self.temporal_factor}k + 1 (its VAE compresses time by {self.temporal_factor}), "
+                "e.g. 1, 33 or 93"
+            )
         latent_frames = (self.num_frames - 1) // self.temporal_factor + 1
-        return (int(self.vae.config.z_dim), latent_frames, height // self.spatial_factor,
-                width // self.spatial_factor)
+        return (int(self.vae.config.z_dim), latent_frames, height // self.spatial_factor, width // self.spatial_factor)
 
 
 class PipelineLoading:
@@ -362,8 +420,9 @@ class PipelineLoading:
     def tokenizers(self) -> list:
         return [getattr(self.pipeline, name) for name in self.tokenizer_names]
 
-    def _adopt(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int, cfg_batch: str,
-               label: str) -> None:
+    def _adopt(
+        self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int, cfg_batch: str, label: str
+    ) -> None:
         """The part of every family's constructor that is the same: check the tokenizers, keep
         the settings, freeze the text encoders and the transformer in `dtype` and the VAE in
         float32 (decoding stays full precision, as the pipelines' upcast does)."""
@@ -386,8 +445,9 @@ class PipelineLoading:
 
     @classmethod
     def from_config(cls, cfg: ModelConfig):
-        pipeline = load_pipeline(cls.diffusers_pipeline, cfg.path, resolve_dtype(cfg.dtype), cfg.revision,
-                                 cls.pipeline_components())
+        pipeline = load_pipeline(
+            cls.diffusers_pipeline, cfg.path, resolve_dtype(cfg.dtype), cfg.revision, cls.pipeline_components()
+        )
         return cls.from_loaded(pipeline, cfg)
 
     @classmethod
@@ -395,13 +455,25 @@ class PipelineLoading:
         """The policy over a pipeline already built, with `cfg`'s device, dtype and options: what
         `from_config` does after loading (a benchmark's random-weight pipeline at a model's real
         shapes comes in here, `models/real_shapes.py`)."""
-        return cls(pipeline, resolve_device(cfg.device), resolve_dtype(cfg.dtype),
-                   max_sequence_length=cfg.max_sequence_length, cfg_batch=cfg.cfg_batch,
-                   **{name: getattr(cfg, name) for name in cls.config_options})
+        return cls(
+            pipeline,
+            resolve_device(cfg.device),
+            resolve_dtype(cfg.dtype),
+            max_sequence_length=cfg.max_sequence_length,
+            cfg_batch=cfg.cfg_batch,
+            **{name: getattr(cfg, name) for name in cls.config_options},
+        )
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
-                        device: str | torch.device = "cpu", revision: str | None = None, **options):
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        revision: str | None = None,
+        **options,
+    ):
         """Load from a hub id or a local `save_pretrained` directory through diffusers;
         `options` (max_sequence_length, cfg_batch, the family's own) go to the constructor,
         whose defaults hold for those not given."""

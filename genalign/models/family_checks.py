@@ -33,14 +33,19 @@ def family_problems(cfg: "ExperimentConfig") -> list[str]:
     problems = []
     guidance = model.embedded_guidance  # its range (> 0) is ModelConfig.problems'
     if guidance is not None and not spec.guidance_embedding:
-        problems.append(f"model.embedded_guidance={guidance}: model.family={spec.name} has no guidance "
-                        f"embedding (only {families_with(lambda s: s.guidance_embedding)}); set it to null")
+        problems.append(
+            f"model.embedded_guidance={guidance}: model.family={spec.name} has no guidance "
+            f"embedding (only {families_with(lambda s: s.guidance_embedding)}); set it to null"
+        )
     if model.offload_text_encoders and not spec.text_encoders:
-        problems.append(f"model.offload_text_encoders=true: model.family={spec.name} has no separate text "
-                        f"encoders (only {', '.join(families_with(lambda s: s.text_encoders))}); set it to false")
+        problems.append(
+            f"model.offload_text_encoders=true: model.family={spec.name} has no separate text "
+            f"encoders (only {', '.join(families_with(lambda s: s.text_encoders))}); set it to false"
+        )
     if model.gradient_checkpointing and not spec.gradient_checkpointing:
-        problems.append(f"model.gradient_checkpointing=true: model.family={spec.name} does not support it; "
-                        "set it to false")
+        problems.append(
+            f"model.gradient_checkpointing=true: model.family={spec.name} does not support it; set it to false"
+        )
     problems += size_problems(spec, cfg.rollout.height, cfg.rollout.width)
     problems += media_problems(spec, model.num_frames, model.negative_prompt)
     return problems
@@ -53,15 +58,19 @@ def size_problems(spec: FamilySpec, height: int, width: int) -> list[str]:
         return []
     side = spec.fixed_size
     if side is not None and (height, width) != (side, side):
-        return [f"rollout.height/width: model.family={spec.name} generates {side}x{side} images, got "
-                f"{height}x{width}; set rollout.height={side} rollout.width={side}"]
+        return [
+            f"rollout.height/width: model.family={spec.name} generates {side}x{side} images, got "
+            f"{height}x{width}; set rollout.height={side} rollout.width={side}"
+        ]
     problems = []
     multiple = spec.size_multiple
     for name, value in (("height", height), ("width", width)):
         if value % multiple:
             lower = max(multiple, value // multiple * multiple)
-            problems.append(f"rollout.{name}={value} must be a multiple of {multiple} for model.family={spec.name} "
-                            f"(latent patch); e.g. {lower} or {lower + multiple}")
+            problems.append(
+                f"rollout.{name}={value} must be a multiple of {multiple} for model.family={spec.name} "
+                f"(latent patch); e.g. {lower} or {lower + multiple}"
+            )
     return problems
 
 
@@ -72,9 +81,13 @@ def media_problems(spec: FamilySpec, num_frames: int, negative_prompt: str) -> l
     video = ", ".join(families_with(lambda s: s.media == "video"))
     negative = ", ".join(families_with(lambda s: s.negative_prompt))
     if num_frames > 1 and spec.media != "video":
-        problems.append(f"model.num_frames={num_frames}: model.family={spec.name} generates images; set "
-                        f"model.num_frames=1 (video families: {video})")
+        problems.append(
+            f"model.num_frames={num_frames}: model.family={spec.name} generates images; set "
+            f"model.num_frames=1 (video families: {video})"
+        )
     if negative_prompt and not spec.negative_prompt:
-        problems.append(f"model.negative_prompt is set but model.family={spec.name} uses a fixed negative prompt for "
-                        f"CFG; remove it (families that read it: {negative})")
+        problems.append(
+            f"model.negative_prompt is set but model.family={spec.name} uses a fixed negative prompt for "
+            f"CFG; remove it (families that read it: {negative})"
+        )
     return problems

@@ -34,8 +34,10 @@ def real_components(family: str, path: str) -> dict[str, dict]:
     spec = family_spec(family)
     found = architecture_source(spec, path)
     if found is None:
-        raise ValueError(f"model.path={path!r}: no architecture file in {spec.folder}/architectures/ describes it "
-                         f"for model.family={family} (and it is not a local save_pretrained directory)")
+        raise ValueError(
+            f"model.path={path!r}: no architecture file in {spec.folder}/architectures/ describes it "
+            f"for model.family={family} (and it is not a local save_pretrained directory)"
+        )
     return found[0]
 
 
@@ -54,8 +56,9 @@ def own_components(loaded) -> dict[str, dict]:
     return out
 
 
-def build_with_components(family: str, components: dict[str, dict], device: str | torch.device,
-                          dtype: torch.dtype, seed: int = 0):
+def build_with_components(
+    family: str, components: dict[str, dict], device: str | torch.device, dtype: torch.dtype, seed: int = 0
+):
     """The family's tiny model with each weight-bearing part replaced by one built from
     `components` (random weights from `seed`, on `device` in `dtype`, the VAE in float32). A
     diffusers pipeline is rebuilt with the new components; a composite transformers model

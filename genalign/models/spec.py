@@ -112,8 +112,11 @@ class FamilySpec:
     the memory plan then refuses to plan it, saying which file is missing."""
 
     def __post_init__(self) -> None:
-        for field_name, value, choices in (("sampler", self.sampler, SAMPLERS), ("media", self.media, MEDIA),
-                                           ("export", self.export, EXPORTS)):
+        for field_name, value, choices in (
+            ("sampler", self.sampler, SAMPLERS),
+            ("media", self.media, MEDIA),
+            ("export", self.export, EXPORTS),
+        ):
             if value not in choices:
                 raise ValueError(f"FamilySpec {self.name!r}: {field_name}={value!r}; choose one of {choices}")
         if self.export != "none" and not self.pipeline_class:
@@ -162,8 +165,10 @@ class FamilySpec:
         file, or the missing folder, when there is none or a key is missing."""
         folder = self.folder
         if folder is None:
-            raise MissingCalibration(f"model family {self.name!r} has no calibration: its FamilySpec names no "
-                                     f"package (the family's folder) holding {CALIBRATION}")
+            raise MissingCalibration(
+                f"model family {self.name!r} has no calibration: its FamilySpec names no "
+                f"package (the family's folder) holding {CALIBRATION}"
+            )
         path = folder / CALIBRATION
         if not path.is_file():
             raise MissingCalibration(f"model family {self.name!r} has no calibration: {path} does not exist")

@@ -39,8 +39,9 @@ T5_CHARS = string.ascii_letters + string.digits + string.punctuation + " "
 
 def bytes_to_unicode() -> list[str]:
     """GPT-2/CLIP's reversible byte -> printable-unicode table (the BPE alphabet)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     table, extra = {}, 0
     for byte in range(256):
         if byte in printable:
@@ -93,24 +94,40 @@ def tiny_t5_tokenizer():
     return T5TokenizerFast(vocab=pieces, extra_ids=0, model_max_length=256)
 
 
-TINY_CLIP_TEXT = dict(hidden_size=CLIP_HIDDEN, intermediate_size=37, num_attention_heads=2, num_hidden_layers=2,
-                      hidden_act="gelu", projection_dim=CLIP_PROJECTION)
+TINY_CLIP_TEXT = dict(
+    hidden_size=CLIP_HIDDEN,
+    intermediate_size=37,
+    num_attention_heads=2,
+    num_hidden_layers=2,
+    hidden_act="gelu",
+    projection_dim=CLIP_PROJECTION,
+)
 """A CLIP text tower as diffusers' tests build one: SD3's two towers, FLUX's CLIP-L."""
 TINY_T5 = dict(d_model=T5_HIDDEN, d_kv=8, d_ff=37, num_layers=2, num_heads=4, relative_attention_num_buckets=8)
 """A T5 encoder of width T5_HIDDEN: SD3's and FLUX's."""
-TINY_KL_VAE = dict(sample_size=32, block_out_channels=(4, 8, 8, 8), layers_per_block=1, latent_channels=4,
-                   norm_num_groups=1)
+TINY_KL_VAE = dict(
+    sample_size=32, block_out_channels=(4, 8, 8, 8), layers_per_block=1, latent_channels=4, norm_num_groups=1
+)
 """An AutoencoderKL of factor 8 and 4 latent channels: SD3's and FLUX's (each adds its own
 shift_factor and scaling_factor)."""
-TINY_WAN_VAE = dict(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
-                    temperal_downsample=[False, True, False], scale_factor_temporal=2, scale_factor_spatial=8)
+TINY_WAN_VAE = dict(
+    base_dim=3,
+    z_dim=16,
+    dim_mult=[1, 1, 1, 1],
+    num_res_blocks=1,
+    temperal_downsample=[False, True, False],
+    scale_factor_temporal=2,
+    scale_factor_spatial=8,
+)
 """An AutoencoderKLWan of 16 channels, spatial factor 8 and temporal factor 2 (3 frames make 2
 latent frames; real Wan: 4): Wan's and Cosmos'."""
 
 
-QWEN_TEMPLATE = ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, "
-                 "text, spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n{}"
-                 "<|im_end|>\n<|im_start|>assistant\n")
+QWEN_TEMPLATE = (
+    "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, "
+    "text, spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n{}"
+    "<|im_end|>\n<|im_start|>assistant\n"
+)
 """QwenImagePipeline's `prompt_template_encode`; its first 34 tokens (the system turn) are dropped."""
 QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -127,11 +144,15 @@ def tiny_qwen2_tokenizer(corpus: str = QWEN_TEMPLATE):
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    trainer = trainers.BpeTrainer(vocab_size=1000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=1000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
     words = corpus.replace("{}", "")
     for token in QWEN_SPECIAL:
         words = words.replace(token, "")
@@ -155,13 +176,26 @@ def tiny_qwen2_5_vl(vocab: int):
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     config = Qwen2_5_VLConfig(
-        text_config=dict(hidden_size=QWEN_TEXT_HIDDEN, intermediate_size=16, num_hidden_layers=QWEN_TEXT_LAYERS,
-                         num_attention_heads=2, num_key_value_heads=2, vocab_size=vocab, rope_theta=1000000.0,
-                         rope_scaling={"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"}),
-        vision_config=dict(depth=2, hidden_size=16, intermediate_size=16, num_heads=2,
-                           out_hidden_size=QWEN_TEXT_HIDDEN),
-        hidden_size=QWEN_TEXT_HIDDEN, vocab_size=vocab, vision_start_token_id=vocab, vision_end_token_id=vocab + 1,
-        image_token_id=vocab + 2, video_token_id=vocab + 3)
+        text_config=dict(
+            hidden_size=QWEN_TEXT_HIDDEN,
+            intermediate_size=16,
+            num_hidden_layers=QWEN_TEXT_LAYERS,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            vocab_size=vocab,
+            rope_theta=1000000.0,
+            rope_scaling={"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"},
+        ),
+        vision_config=dict(
+            depth=2, hidden_size=16, intermediate_size=16, num_heads=2, out_hidden_size=QWEN_TEXT_HIDDEN
+        ),
+        hidden_size=QWEN_TEXT_HIDDEN,
+        vocab_size=vocab,
+        vision_start_token_id=vocab,
+        vision_end_token_id=vocab + 1,
+        image_token_id=vocab + 2,
+        video_token_id=vocab + 3,
+    )
     return Qwen2_5_VLForConditionalGeneration(config)
 
 
@@ -191,7 +225,9 @@ def save_tiny_sd3(path: str | Path, seed: int = 0) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m genalign.models.tiny_random", description="Write a tiny random pipeline.")
+    parser = argparse.ArgumentParser(
+        prog="python -m genalign.models.tiny_random", description="Write a tiny random pipeline."
+    )
     parser.add_argument("family", choices=tiny_families())
     parser.add_argument("out_dir")
     parser.add_argument("--seed", type=int, default=0)

@@ -17,10 +17,10 @@ class TrainerResources:
 
     RETIRED_KEYS: ClassVar[dict[str, str]] = {
         "num_cpus": "the trainer runs in the launching process (or each torchrun rank), not in a Ray actor, so Ray "
-                    "reserves no CPUs for it; distributed.resources.rollout.num_cpus sets each rollout worker's",
+        "reserves no CPUs for it; distributed.resources.rollout.num_cpus sets each rollout worker's",
         "num_workers": "the trainer's processes are torchrun's ranks: launch `genalign train --nproc-per-node=N` (or "
-                       "`torchrun --nproc-per-node=N -m genalign.train`) with distributed.training.strategy=ddp or "
-                       "fsdp2; distributed.resources.rollout.num_workers counts rollout workers",
+        "`torchrun --nproc-per-node=N -m genalign.train`) with distributed.training.strategy=ddp or "
+        "fsdp2; distributed.resources.rollout.num_workers counts rollout workers",
     }
     """Keys this role no longer has, with why: the loader's error for a config that sets one
     (a checkpoint's stored config drops them: they never did anything)."""
@@ -67,8 +67,10 @@ class ResourcesConfig:
         problems = []
         fraction, gib = self.gpu_memory_fraction, self.gpu_memory_gib
         if fraction is not None and not 0 < fraction <= 1:
-            problems.append(f"distributed.resources.gpu_memory_fraction must be in (0, 1] (the share of a GPU a "
-                            f"planned peak may fill) or null (no memory check), got {fraction}")
+            problems.append(
+                f"distributed.resources.gpu_memory_fraction must be in (0, 1] (the share of a GPU a "
+                f"planned peak may fill) or null (no memory check), got {fraction}"
+            )
         if gib is not None and gib <= 0:
             problems.append(f"distributed.resources.gpu_memory_gib must be > 0 (one GPU's memory) or null, got {gib}")
         return problems

@@ -52,8 +52,10 @@ def rerun_instruction(world_size: int, argv: list[str], environ: Mapping[str, st
     if per_node == world_size:  # one node: a standalone rendezvous needs no address or port
         torchrun = ["torchrun", "--standalone", f"--nproc-per-node={per_node}", "-m", "genalign.train"]
         return f"run `{shlex.join([*torchrun, *run_args])}`"
-    return (f"rerun the same torchrun command on each of the {world_size // per_node} nodes with "
-            f"`-m {shlex.join(['genalign.train', *run_args])}`")
+    return (
+        f"rerun the same torchrun command on each of the {world_size // per_node} nodes with "
+        f"`-m {shlex.join(['genalign.train', *run_args])}`"
+    )
 
 
 def failure_report(error, nproc: int, config: str | None, overrides: list[str]) -> str:
@@ -64,10 +66,12 @@ def failure_report(error, nproc: int, config: str | None, overrides: list[str]) 
         how = f"was killed by {failure.signal_name()}"
     else:
         how = f"exited with code {failure.exitcode} (its error is above)"
-    return (f"genalign: error: rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) {how} at "
-            f"{failure.timestamp_isoformat()}; torchrun stopped the other ranks and ended the job.\n"
-            f"hint: continue the run from its newest complete checkpoint with:\n  "
-            f"{resume_command(nproc, config, overrides)}")
+    return (
+        f"genalign: error: rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) {how} at "
+        f"{failure.timestamp_isoformat()}; torchrun stopped the other ranks and ended the job.\n"
+        f"hint: continue the run from its newest complete checkpoint with:\n  "
+        f"{resume_command(nproc, config, overrides)}"
+    )
 
 
 def launch_ranks(nproc: int, config: str | None, overrides: list[str]) -> int:
@@ -80,8 +84,7 @@ def launch_ranks(nproc: int, config: str | None, overrides: list[str]) -> int:
     from torch.distributed.run import parse_args, run
 
     config_args = ["--config", config] if config else []
-    args = parse_args(["--standalone", f"--nproc-per-node={nproc}", "-m", "genalign.train", *config_args,
-                       *overrides])
+    args = parse_args(["--standalone", f"--nproc-per-node={nproc}", "-m", "genalign.train", *config_args, *overrides])
     os.environ[LAUNCHER_ENV] = str(nproc)  # the ranks' resume line names this command
     try:
         run(args)

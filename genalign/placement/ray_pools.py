@@ -52,16 +52,33 @@ def ray_actor_pools(cfg, placement=None) -> list[ActorPool]:
     pools: list[ActorPool] = []
     reward = cfg.reward
     if reward.runtime == "ray":
-        groups = (("reward", list(reward.active_components())),
-                  ("gold reward", list(cfg.eval.active_gold_rewards())),
-                  ("quality metric", list(cfg.eval.quality_metrics)))
-        pools += [ActorPool(f"{label} {name!r}", "reward.num_gpus_per_worker", reward.num_workers,
-                            reward.num_cpus_per_worker, reward.num_gpus_per_worker)
-                  for label, names in groups for name in names]
+        groups = (
+            ("reward", list(reward.active_components())),
+            ("gold reward", list(cfg.eval.active_gold_rewards())),
+            ("quality metric", list(cfg.eval.quality_metrics)),
+        )
+        pools += [
+            ActorPool(
+                f"{label} {name!r}",
+                "reward.num_gpus_per_worker",
+                reward.num_workers,
+                reward.num_cpus_per_worker,
+                reward.num_gpus_per_worker,
+            )
+            for label, names in groups
+            for name in names
+        ]
     if placement is not None and placement.rollout is not None:
         rollout = placement.rollout
-        pools.append(ActorPool("rollout workers", "distributed.resources.rollout.num_gpus", rollout.num_workers,
-                               rollout.num_cpus_per_worker, rollout.num_gpus_per_worker))
+        pools.append(
+            ActorPool(
+                "rollout workers",
+                "distributed.resources.rollout.num_gpus",
+                rollout.num_workers,
+                rollout.num_cpus_per_worker,
+                rollout.num_gpus_per_worker,
+            )
+        )
     return pools
 
 
@@ -82,18 +99,22 @@ def ray_pool_problems(cfg, placement, visible_gpus: tuple[int, ...], environ=os.
     reward_gpu = [pool for pool in pools if pool.gpus_each > 0 and pool.role != "rollout workers"]
     if reward_gpu and not visible_gpus:
         roles = ", ".join(pool.role for pool in reward_gpu)
-        problems.append(f"reward.num_gpus_per_worker={reward_gpu[0].gpus_each:g} but this machine has no visible GPU "
-                        f"and no Ray cluster ($RAY_ADDRESS): the actors of {roles} could never start; set "
-                        "reward.num_gpus_per_worker=0")
+        problems.append(
+            f"reward.num_gpus_per_worker={reward_gpu[0].gpus_each:g} but this machine has no visible GPU "
+            f"and no Ray cluster ($RAY_ADDRESS): the actors of {roles} could never start; set "
+            "reward.num_gpus_per_worker=0"
+        )
     elif reward_gpu:
         rollout_gpus = placement.ray_num_gpus if placement is not None and placement.rollout is not None else 0.0
         wanted = sum(pool.actors * pool.gpus_each for pool in reward_gpu) + rollout_gpus
         if wanted > len(visible_gpus) + 1e-9:
             detail = "; ".join(f"{pool.role}: {pool.actors} x {pool.gpus_each:g}" for pool in reward_gpu)
             rollout = f"; rollout workers: {rollout_gpus:g}" if rollout_gpus else ""
-            problems.append(f"the Ray actor pools ask for {wanted:g} GPUs ({detail}{rollout}) but "
-                            f"{len(visible_gpus)} are visible; lower reward.num_gpus_per_worker (fractions share a "
-                            "GPU) or reward.num_workers")
+            problems.append(
+                f"the Ray actor pools ask for {wanted:g} GPUs ({detail}{rollout}) but "
+                f"{len(visible_gpus)} are visible; lower reward.num_gpus_per_worker (fractions share a "
+                "GPU) or reward.num_workers"
+            )
     return problems
 
 
@@ -101,13 +122,15 @@ def resource_problems(cfg, facts: EnvironmentFacts | None = None) -> list[str]:
     """Every placement problem of a run, as text: the trainer and rollout workers on devices,
     then every Ray actor pool (preflight's `validate` calls it)."""
     facts = facts if facts is not None else resources.environment_facts()
-    placement, problems = resources.plan_resources(cfg.distributed, cfg.rollout.engine, cfg.rollout.num_workers,
-                                                   cfg.distributed.training.strategy, facts)
+    placement, problems = resources.plan_resources(
+        cfg.distributed, cfg.rollout.engine, cfg.rollout.num_workers, cfg.distributed.training.strategy, facts
+    )
     return problems or ray_pool_problems(cfg, placement, facts.visible_gpus)  # every Ray actor pool, counted
 
 
-def ray_start_options(cfg, placement, visible_gpus: tuple[int, ...], cpu_count: int,
-                      environ=os.environ) -> tuple[str | None, dict]:
+def ray_start_options(
+    cfg, placement, visible_gpus: tuple[int, ...], cpu_count: int, environ=os.environ
+) -> tuple[str | None, dict]:
     """(cluster address or None, ray.init options) for a run's pools: a private instance gets
     enough logical CPUs for every pool and the GPUs they ask for."""
     address = _cluster_address(cfg, placement, environ)
@@ -136,9 +159,13 @@ def start_ray_for_run(cfg) -> bool:
 
     facts = resources.environment_facts()
     address, options = ray_start_options(cfg, placement, facts.visible_gpus, os.cpu_count() or 1)
-    log.info("ray: %d actor pool(s) (%s) asking for %g CPU(s) / %g GPU(s) in all; %s", len(pools),
-             ", ".join(f"{pool.role} x{pool.actors}" for pool in pools),
-             sum(p.actors * p.cpus_each for p in pools), sum(p.actors * p.gpus_each for p in pools),
-             f"joining {address}" if address else f"starting a local instance with {options}")
+    log.info(
+        "ray: %d actor pool(s) (%s) asking for %g CPU(s) / %g GPU(s) in all; %s",
+        len(pools),
+        ", ".join(f"{pool.role} x{pool.actors}" for pool in pools),
+        sum(p.actors * p.cpus_each for p in pools),
+        sum(p.actors * p.gpus_each for p in pools),
+        f"joining {address}" if address else f"starting a local instance with {options}",
+    )
     init_ray(address, log_to_driver=True, **options)
     return True

@@ -28,15 +28,22 @@ def family_problems(cfg: ExperimentConfig) -> list[str]:
     problems: list[str] = []
     token_family = family_kind(cfg) == "token"
     if token_family:
-        flow_only = {"rollout.same_initial_noise": rollout.same_initial_noise,
-                     "rollout.sde_window.size": rollout.sde_window.size, "rollout.ode_final_step": rollout.ode_final_step}
+        flow_only = {
+            "rollout.same_initial_noise": rollout.same_initial_noise,
+            "rollout.sde_window.size": rollout.sde_window.size,
+            "rollout.ode_final_step": rollout.ode_final_step,
+        }
         for key, value in flow_only.items():
             if value:
-                problems.append(f"{key}={value} shapes an SDE rollout; model.family={family} samples image tokens "
-                                "(seeded per sample) and has none: remove it")
+                problems.append(
+                    f"{key}={value} shapes an SDE rollout; model.family={family} samples image tokens "
+                    "(seeded per sample) and has none: remove it"
+                )
     if 0 < rollout.temperature != 1.0 and not token_family:  # <= 0: RolloutConfig.problems reports it
-        problems.append(f"rollout.temperature={rollout.temperature} is read by token families only "
-                        f"({', '.join(token_family_names())}); model.family={family} samples with an SDE: remove it")
+        problems.append(
+            f"rollout.temperature={rollout.temperature} is read by token families only "
+            f"({', '.join(token_family_names())}); model.family={family} samples with an SDE: remove it"
+        )
     return problems
 
 
@@ -46,8 +53,10 @@ def kind_problems(cfg: ExperimentConfig, algorithm: type, others: dict[str, type
     if family_sampler is None or algorithm.policy_kind == family_sampler:
         return []
     fitting = [name for name, cls in others.items() if cls.policy_kind == family_sampler]
-    return [f"model.family={cfg.model.family} {FAMILY_SAMPLES[family_sampler]}; algorithm.name="
-            f"{cfg.algorithm.name!r} {ALGORITHM_TRAINS[algorithm.policy_kind]}. Use one of: {', '.join(fitting)}"]
+    return [
+        f"model.family={cfg.model.family} {FAMILY_SAMPLES[family_sampler]}; algorithm.name="
+        f"{cfg.algorithm.name!r} {ALGORITHM_TRAINS[algorithm.policy_kind]}. Use one of: {', '.join(fitting)}"
+    ]
 
 
 def foreign_option_problems(cfg: ExperimentConfig, algorithm: type, others: dict[str, type]) -> list[str]:
@@ -64,8 +73,10 @@ def foreign_option_problems(cfg: ExperimentConfig, algorithm: type, others: dict
             if value != default:
                 shown = str(value).lower() if isinstance(value, bool) else value
                 article = "an" if cls.title[:1] in "AEIOU" else "a"
-                problems.append(f"algorithm.{dotted}={shown} is {article} {cls.title} option, but algorithm.name="
-                                f"{cfg.algorithm.name!r}; remove it or set algorithm.name={owner}")
+                problems.append(
+                    f"algorithm.{dotted}={shown} is {article} {cls.title} option, but algorithm.name="
+                    f"{cfg.algorithm.name!r}; remove it or set algorithm.name={owner}"
+                )
     return problems
 
 
@@ -93,5 +104,9 @@ def algorithm_problems(cfg: ExperimentConfig) -> list[str]:
         return problems + [message]
     algorithm = algorithm_class(cfg)
     others = {other: cls for other, cls in registered_algorithms().items() if cls is not algorithm}
-    return (problems + kind_problems(cfg, algorithm, {name: algorithm, **others})
-            + foreign_option_problems(cfg, algorithm, others) + algorithm.config_problems(cfg))
+    return (
+        problems
+        + kind_problems(cfg, algorithm, {name: algorithm, **others})
+        + foreign_option_problems(cfg, algorithm, others)
+        + algorithm.config_problems(cfg)
+    )

@@ -25,17 +25,23 @@ def config_cautions(cfg: ExperimentConfig) -> list[str]:
     for key, weights in (("reward.components", cfg.reward.components), ("eval.gold_rewards", cfg.eval.gold_rewards)):
         for name, weight in weights.items():
             if weight < 0:
-                cautions.append(f"{key}.{name}={weight:g} is negative: the run learns to lower {name}'s score "
-                                "(as a negated control does); use a positive weight to raise it")
+                cautions.append(
+                    f"{key}.{name}={weight:g} is negative: the run learns to lower {name}'s score "
+                    "(as a negated control does); use a positive weight to raise it"
+                )
     for name in TEXT_REWARDS:
         if cfg.reward.components.get(name) and not _draws_text(cfg):
-            cautions.append(f"reward.components.{name} with model.family={cfg.model.family}: this model never draws "
-                            f"text, so {name} scores every image about the same and the run learns nothing from it")
+            cautions.append(
+                f"reward.components.{name} with model.family={cfg.model.family}: this model never draws "
+                f"text, so {name} scores every image about the same and the run learns nothing from it"
+            )
     prompts = _manifest_size(cfg.data.manifest) if cfg.data.preference_manifest is None else None
     if prompts is not None and prompts < cfg.rollout.rollout_batch_size:
-        cautions.append(f"data.manifest holds {prompts} prompt(s) but rollout.rollout_batch_size="
-                        f"{cfg.rollout.rollout_batch_size} prompts are drawn per step: the same prompts repeat "
-                        "within every step as separate groups")
+        cautions.append(
+            f"data.manifest holds {prompts} prompt(s) but rollout.rollout_batch_size="
+            f"{cfg.rollout.rollout_batch_size} prompts are drawn per step: the same prompts repeat "
+            "within every step as separate groups"
+        )
     cautions += _gpu_cautions(cfg)
     cautions += _group_size_cautions(cfg) + _lora_rank_cautions(cfg) + _output_dir_cautions(cfg.trainer.output_dir)
     return cautions
@@ -49,9 +55,11 @@ def _group_size_cautions(cfg: ExperimentConfig) -> list[str]:
     online = algorithm_class(cfg).data_source(cfg.algorithm) == "online"
     if cfg.rollout.n != 1 or not cfg.algorithm.advantage.per_prompt or not online:
         return []
-    return ["rollout.n=1 with algorithm.advantage.per_prompt=true: each group holds one sample, whose advantage "
-            "(its reward minus its group's mean) is always 0, so the run trains nothing; set rollout.n >= 2, or "
-            "algorithm.advantage.per_prompt=false to normalise over the whole batch"]
+    return [
+        "rollout.n=1 with algorithm.advantage.per_prompt=true: each group holds one sample, whose advantage "
+        "(its reward minus its group's mean) is always 0, so the run trains nothing; set rollout.n >= 2, or "
+        "algorithm.advantage.per_prompt=false to normalise over the whole batch"
+    ]
 
 
 def _lora_rank_cautions(cfg: ExperimentConfig) -> list[str]:
@@ -61,8 +69,10 @@ def _lora_rank_cautions(cfg: ExperimentConfig) -> list[str]:
     rank = cfg.model.lora.rank
     if cfg.model.train_mode != "lora" or width is None or rank <= width:
         return []
-    return [f"model.lora.rank={rank} is above the transformer's width {width}: an adapter of a {width}-wide layer "
-            f"has rank at most {width}, so the rest only costs memory and time; use model.lora.rank <= {width}"]
+    return [
+        f"model.lora.rank={rank} is above the transformer's width {width}: an adapter of a {width}-wide layer "
+        f"has rank at most {width}, so the rest only costs memory and time; use model.lora.rank <= {width}"
+    ]
 
 
 def _transformer_width(cfg: ExperimentConfig) -> int | None:
@@ -97,11 +107,15 @@ def _output_dir_cautions(output_dir: str) -> list[str]:
     folder = Path(output_dir).expanduser().resolve()
     package = Path(genalign.version.__file__).resolve().parent
     if folder == Path(folder.anchor):
-        return [f"trainer.output_dir={output_dir} is the filesystem root: the run's checkpoints, logs and report "
-                "would lie among the system's folders; give the run a folder of its own"]
+        return [
+            f"trainer.output_dir={output_dir} is the filesystem root: the run's checkpoints, logs and report "
+            "would lie among the system's folders; give the run a folder of its own"
+        ]
     if folder == package or package in folder.parents:
-        return [f"trainer.output_dir={output_dir} is inside the installed genalign package ({package}): upgrading or "
-                "reinstalling genalign deletes it; choose a folder outside the package"]
+        return [
+            f"trainer.output_dir={output_dir} is inside the installed genalign package ({package}): upgrading or "
+            "reinstalling genalign deletes it; choose a folder outside the package"
+        ]
     return []
 
 
@@ -110,19 +124,27 @@ def _gpu_cautions(cfg: ExperimentConfig) -> list[str]:
     if cfg.rollout.engine != "ray" or cfg.distributed.cross_node:
         return []
     resources = cfg.distributed.resources
-    asked = {key: value for key, value in (("distributed.resources.trainer.num_gpus", resources.trainer.num_gpus),
-                                           ("distributed.resources.rollout.num_gpus", resources.rollout.num_gpus))
-             if value not in (0, 0.0)}
+    asked = {
+        key: value
+        for key, value in (
+            ("distributed.resources.trainer.num_gpus", resources.trainer.num_gpus),
+            ("distributed.resources.rollout.num_gpus", resources.rollout.num_gpus),
+        )
+        if value not in (0, 0.0)
+    }
     if not asked:
         return []
     from genalign.placement.resources import environment_facts
 
     if environment_facts().visible_gpus:
         return []
-    shown = ", ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
-                      for key, value in asked.items())
-    return [f"{shown}, but no GPU is visible (CUDA_VISIBLE_DEVICES, the driver): the trainer and the Ray rollout "
-            "workers run on CPU"]
+    shown = ", ".join(
+        f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}" for key, value in asked.items()
+    )
+    return [
+        f"{shown}, but no GPU is visible (CUDA_VISIBLE_DEVICES, the driver): the trainer and the Ray rollout "
+        "workers run on CPU"
+    ]
 
 
 def _draws_text(cfg: ExperimentConfig) -> bool:

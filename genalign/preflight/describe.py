@@ -40,7 +40,7 @@ class KeyHelp:
     def summary(self) -> str:
         first = " ".join(self.doc.split("\n\n")[0].split())
         end = first.find(". ")
-        return first if end < 0 else first[:end + 1]
+        return first if end < 0 else first[: end + 1]
 
 
 @cache
@@ -56,9 +56,13 @@ def field_docs(cls: type) -> dict[str, str]:
             continue
         body = tree.body[0].body
         for node, following in zip(body, body[1:]):
-            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                    and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-                    and isinstance(following.value.value, str)):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
                 docs[node.target.id] = inspect.cleandoc(following.value.value)
     return docs
 
@@ -95,8 +99,12 @@ def type_text(hint: Any) -> str:
         return " | ".join(dict.fromkeys(type(arg).__name__ for arg in args))
     if origin in (typing.Union, types.UnionType):
         members = [arg for arg in args if arg is not type(None)]
-        shown = [" | ".join(map(repr, typing.get_args(arg))) if typing.get_origin(arg) is typing.Literal
-                 and len(members) > 1 else type_text(arg) for arg in members]
+        shown = [
+            " | ".join(map(repr, typing.get_args(arg)))
+            if typing.get_origin(arg) is typing.Literal and len(members) > 1
+            else type_text(arg)
+            for arg in members
+        ]
         return " | ".join(shown + (["None"] if len(members) < len(args) else []))
     if origin is not None:
         return f"{origin.__name__}[{', '.join(type_text(arg) for arg in args)}]"
@@ -143,8 +151,9 @@ def format_keys(keys: list[KeyHelp]) -> str:
         default = default.removesuffix("\n...").removesuffix("...").strip()
         extra = f"; one of: {', '.join(item.choices)}" if item.choices else ""
         lines.append(f"{item.key}  ({item.type}, default {default}{extra})")
-        lines.append(textwrap.fill(item.summary or "(undocumented)", width=100, initial_indent="    ",
-                                   subsequent_indent="    "))
+        lines.append(
+            textwrap.fill(item.summary or "(undocumented)", width=100, initial_indent="    ", subsequent_indent="    ")
+        )
     return "\n".join(lines)
 
 
@@ -154,6 +163,7 @@ def describe(prefix: str = "") -> str:
     keys = [k for k in describe_keys() if not prefix or k.key == prefix or k.key.startswith(prefix.rstrip(".") + ".")]
     if not keys:
         groups = sorted({k.key.split(".")[0] for k in describe_keys()})
-        raise ValueError(f"--describe {prefix}: no config key is or starts with {prefix!r}; "
-                         f"top-level groups: {', '.join(groups)}")
+        raise ValueError(
+            f"--describe {prefix}: no config key is or starts with {prefix!r}; top-level groups: {', '.join(groups)}"
+        )
     return format_keys(keys)

@@ -24,8 +24,12 @@ from genalign.preflight.reward_contract import user_reward_problems
 from genalign.rewards.config import REWARD_PATH_OPTIONS
 
 
-def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest", "eval_manifest"),
-                  output_dir: bool = True, resume: bool = True) -> list[str]:
+def file_problems(
+    cfg: ExperimentConfig,
+    manifests: tuple[str, ...] = ("manifest", "eval_manifest"),
+    output_dir: bool = True,
+    resume: bool = True,
+) -> list[str]:
     """Every problem with the files `cfg` names (empty when all are usable). Manifests are read
     in full (they are small; a bad row fails here rather than after the model has loaded)."""
     from genalign.data.prompts import ManifestError, load_manifest
@@ -54,8 +58,12 @@ def file_problems(cfg: ExperimentConfig, manifests: tuple[str, ...] = ("manifest
         directory_problems = output_dir_problems(cfg.trainer.output_dir)
         problems += directory_problems or run_dir_problems(cfg)
     # auto: chosen by run_dir; hf://: downloaded by run_dir when the run starts (its form is validate's)
-    if resume and cfg.trainer.resume_from and cfg.trainer.resume_from != "auto" \
-            and not is_hub_reference(cfg.trainer.resume_from):
+    if (
+        resume
+        and cfg.trainer.resume_from
+        and cfg.trainer.resume_from != "auto"
+        and not is_hub_reference(cfg.trainer.resume_from)
+    ):
         problems += resume_problems(cfg)
     return problems
 
@@ -102,8 +110,11 @@ def model_path_problems(family: str, path: str, allow_import: list[str] | tuple[
         return pipeline_problems(family, local, allow_import)
     hub_weights = spec is None or spec.hub_weights
     if path.startswith(("/", "./", "../", "~")) or not HUB_ID.match(path) or not hub_weights:
-        hint = "use a hub id 'org/name' or a directory written by save_pretrained" if hub_weights else \
-            local_only_hint(spec)
+        hint = (
+            "use a hub id 'org/name' or a directory written by save_pretrained"
+            if hub_weights
+            else local_only_hint(spec)
+        )
         return [f"model.path: local directory {path} does not exist; {hint}"]
     return []
 
@@ -129,8 +140,10 @@ def pipeline_problems(family: str, local: Path, allow_import: list[str] | tuple[
         return []
     index = local / "model_index.json"
     if not index.is_file():
-        return [f"model.path: {local} is not a diffusers pipeline directory (no model_index.json); "
-                f"model.family={family} loads a {expected} written by save_pretrained, or a hub id"]
+        return [
+            f"model.path: {local} is not a diffusers pipeline directory (no model_index.json); "
+            f"model.family={family} loads a {expected} written by save_pretrained, or a hub id"
+        ]
     try:
         found = json.loads(index.read_text(encoding="utf-8")).get("_class_name")
     except (ValueError, OSError, AttributeError) as exc:
@@ -140,16 +153,27 @@ def pipeline_problems(family: str, local: Path, allow_import: list[str] | tuple[
     from genalign.models.registry import MODEL_FAMILIES
 
     matching = [name for name in MODEL_FAMILIES.names() if _family_pipeline(name) == found]
-    fix = (f"use a model.family={matching[0]} recipe for it" if matching
-           else "genalign has no model family for that pipeline")
-    return [f"model.path: {local} holds a {found} (its model_index.json), not the {expected} that "
-            f"model.family={family} loads; point model.path at {family} weights, or {fix}"]
+    fix = (
+        f"use a model.family={matching[0]} recipe for it"
+        if matching
+        else "genalign has no model family for that pipeline"
+    )
+    return [
+        f"model.path: {local} holds a {found} (its model_index.json), not the {expected} that "
+        f"model.family={family} loads; point model.path at {family} weights, or {fix}"
+    ]
 
 
-REWARD_HUB_OPTIONS = {"pickscore": ("model_name", "processor_name"), "clip_score": ("model_name", "processor_name"),
-                      "aesthetic": ("model_name", "processor_name"), "geneval": ("detector_name", "clip_name"),
-                      "geneval_accuracy": ("detector_name", "clip_name"), "hpsv2": ("base_model",),
-                      "hpsv21": ("base_model",), "image_reward": ("tokenizer_name",)}
+REWARD_HUB_OPTIONS = {
+    "pickscore": ("model_name", "processor_name"),
+    "clip_score": ("model_name", "processor_name"),
+    "aesthetic": ("model_name", "processor_name"),
+    "geneval": ("detector_name", "clip_name"),
+    "geneval_accuracy": ("detector_name", "clip_name"),
+    "hpsv2": ("base_model",),
+    "hpsv21": ("base_model",),
+    "image_reward": ("tokenizer_name",),
+}
 """Scorer options that name a hub id (or a local directory), with the registered default used
 when the option is not set."""
 
@@ -174,11 +198,14 @@ def offline_hub_problems(cfg: ExperimentConfig) -> list[str]:
             value = cfg.reward.kwargs.get(name, {}).get(option, defaults.get(option))
             if isinstance(value, str):
                 wanted.append((f"reward.kwargs.{name}.{option}", value, None))
-    return [f"{key}={repo!r}{'' if revision is None else f' (revision {revision!r})'}: HF_HUB_OFFLINE is set and "
-            f"this hub id is not in the Hugging Face cache {constants.HF_HUB_CACHE!r}; download it where there is "
-            f"network (`hf download {repo}{'' if revision is None else f' --revision {revision}'}`, same HF_HOME) "
-            "or point the key at a local directory written by save_pretrained"
-            for key, repo, revision in wanted if is_hub_id(repo) and not hub_cached(repo, revision)]
+    return [
+        f"{key}={repo!r}{'' if revision is None else f' (revision {revision!r})'}: HF_HUB_OFFLINE is set and "
+        f"this hub id is not in the Hugging Face cache {constants.HF_HUB_CACHE!r}; download it where there is "
+        f"network (`hf download {repo}{'' if revision is None else f' --revision {revision}'}`, same HF_HOME) "
+        "or point the key at a local directory written by save_pretrained"
+        for key, repo, revision in wanted
+        if is_hub_id(repo) and not hub_cached(repo, revision)
+    ]
 
 
 def _option_defaults(reward: str) -> dict[str, object]:
@@ -197,8 +224,10 @@ def hub_cached(repo: str, revision: str | None = None) -> bool:
     pipeline's model_index.json or a model's config.json."""
     from huggingface_hub import try_to_load_from_cache
 
-    return any(isinstance(try_to_load_from_cache(repo, name, revision=revision), str)
-               for name in ("model_index.json", "config.json"))
+    return any(
+        isinstance(try_to_load_from_cache(repo, name, revision=revision), str)
+        for name in ("model_index.json", "config.json")
+    )
 
 
 def device_problems(device: str) -> list[str]:
@@ -209,8 +238,10 @@ def device_problems(device: str) -> list[str]:
     if device.startswith("mps"):
         mps = getattr(torch.backends, "mps", None)
         if mps is None or not mps.is_available():
-            return [f"model.device={device}: this machine has no Apple mps device (or this torch build lacks it); "
-                    "use model.device=auto or cpu"]
+            return [
+                f"model.device={device}: this machine has no Apple mps device (or this torch build lacks it); "
+                "use model.device=auto or cpu"
+            ]
         return []
     if not device.startswith("cuda"):
         return []
@@ -229,11 +260,19 @@ def import_problems(cfg: ExperimentConfig) -> list[str]:
     itself never imports the user's code)."""
     from genalign.config.registry import import_problem, is_dotted_path
 
-    named = (("reward.components", cfg.reward.components), ("eval.gold_rewards", cfg.eval.gold_rewards),
-             ("eval.quality_metrics", cfg.eval.quality_metrics))
-    return [problem for key, names in named for name in names
-            if is_dotted_path(name) and name in cfg.reward.allow_import
-            for problem in [import_problem(key, name)] if problem]
+    named = (
+        ("reward.components", cfg.reward.components),
+        ("eval.gold_rewards", cfg.eval.gold_rewards),
+        ("eval.quality_metrics", cfg.eval.quality_metrics),
+    )
+    return [
+        problem
+        for key, names in named
+        for name in names
+        if is_dotted_path(name) and name in cfg.reward.allow_import
+        for problem in [import_problem(key, name)]
+        if problem
+    ]
 
 
 def local_scorers(cfg: ExperimentConfig) -> set[str]:
@@ -247,8 +286,10 @@ def reward_path_problems(cfg: ExperimentConfig) -> list[str]:
     """reward.kwargs.<name>.<path option> must exist for every scorer that will be built here;
     with reward.runtime=http the scorers (and their files) are the server's, but the token must be set."""
     if cfg.reward.runtime == "http" and not os.environ.get(cfg.reward.token_env):
-        return [f"reward.runtime=http: ${cfg.reward.token_env} (reward.token_env) is not set; export the reward "
-                f"server's token"]
+        return [
+            f"reward.runtime=http: ${cfg.reward.token_env} (reward.token_env) is not set; export the reward "
+            f"server's token"
+        ]
     problems = []
     used = local_scorers(cfg)
     for name, option in REWARD_PATH_OPTIONS.items():
@@ -313,8 +354,12 @@ def resume_problems(cfg: ExperimentConfig) -> list[str]:
         return problems
     config_path = Path(cfg.trainer.resume_from).expanduser() / "config.yaml"
     try:
-        config_from_checkpoint(safe_load_unique(config_path.read_text(encoding="utf-8")), f"{key}: {config_path}",
-                               allow_lists(cfg), check_machine=False)
+        config_from_checkpoint(
+            safe_load_unique(config_path.read_text(encoding="utf-8")),
+            f"{key}: {config_path}",
+            allow_lists(cfg),
+            check_machine=False,
+        )
     except ConfigError as exc:
         return exc.problems
     return []

@@ -16,8 +16,9 @@ from genalign.preflight.files import file_problems
 from genalign.preflight.validate import validate
 
 
-def load_config(recipe: str | None, overrides: list[str] | tuple[str, ...] = (),
-                check_files: bool = False) -> ExperimentConfig:
+def load_config(
+    recipe: str | None, overrides: list[str] | tuple[str, ...] = (), check_files: bool = False
+) -> ExperimentConfig:
     """Compose `recipe` (default: the CPU demo) with `overrides`; validate; raise every problem.
 
     `check_files=True` (the CLI) also checks the files the config names (manifests, model

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 Line = tuple[str, float]
 """(what, bytes) of one plan line."""
-GIB = 2 ** 30
+GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 MASTER_BYTES = 4
 """Trained weights are float32 masters whatever model.dtype says."""
@@ -42,8 +42,7 @@ def weight_bytes(parameters: int, dtype_bytes: int) -> float:
 def trainable_state_bytes(parameters: int, ema: bool, copies: int) -> dict[str, float]:
     """Per trained parameter: float32 master and gradient, AdamW's two moments, EMA and the
     algorithm's float32 copies."""
-    out = {MASTERS: float(parameters * 2 * MASTER_BYTES),
-           "AdamW state (fp32)": float(parameters * ADAMW_STATE_BYTES)}
+    out = {MASTERS: float(parameters * 2 * MASTER_BYTES), "AdamW state (fp32)": float(parameters * ADAMW_STATE_BYTES)}
     if ema:
         out["EMA (fp32)"] = float(parameters * MASTER_BYTES)
     if copies:
@@ -83,8 +82,16 @@ def replay_coefficient(calibration: dict, compiled: bool) -> tuple[str, float]:
     return ("compiled", calibration["replay_compiled"]) if compiled else ("eager", calibration["replay"])
 
 
-def replay_activation_bytes(rows: int, tokens: int, layers: int, hidden: int, dtype_bytes: int,
-                            per_unit: float, checkpointed_per_unit: float, checkpointing: bool) -> float:
+def replay_activation_bytes(
+    rows: int,
+    tokens: int,
+    layers: int,
+    hidden: int,
+    dtype_bytes: int,
+    per_unit: float,
+    checkpointed_per_unit: float,
+    checkpointing: bool,
+) -> float:
     """Bytes autograd keeps over one replay forward: rows x tokens x blocks x width x the
     calibrated bytes per unit; with gradient checkpointing, the blocks' checkpointed inputs
     plus one block recomputed in backward."""
@@ -124,5 +131,7 @@ def shard(total: float, ranks: int) -> float:
 def device_overhead(allocated: float) -> tuple[Line, Line]:
     """What the GPU holds beyond the planned tensors: the allocator's headroom over them and
     the CUDA context."""
-    return ((f"allocator headroom ({ALLOCATOR_HEADROOM:.0%} of the tensors)", allocated * ALLOCATOR_HEADROOM),
-            ("CUDA context and library workspaces", CUDA_CONTEXT_BYTES))
+    return (
+        (f"allocator headroom ({ALLOCATOR_HEADROOM:.0%} of the tensors)", allocated * ALLOCATOR_HEADROOM),
+        ("CUDA context and library workspaces", CUDA_CONTEXT_BYTES),
+    )

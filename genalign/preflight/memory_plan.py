@@ -84,8 +84,10 @@ class Role:
     def describe(self) -> list[str]:
         peak = self.peak_phase
         at = f" at its {peak.name} phase" if self.phases else ""
-        lines = [f"  {self.name}: peak ~{self.peak_bytes / GIB:.1f} GiB per GPU "
-                 f"({self.allocated_bytes / GIB:.1f} GiB of tensors{at})"]
+        lines = [
+            f"  {self.name}: peak ~{self.peak_bytes / GIB:.1f} GiB per GPU "
+            f"({self.allocated_bytes / GIB:.1f} GiB of tensors{at})"
+        ]
         lines += [f"    {what}: {value / GIB:.2f} GiB" for what, value in self.resident]
         if self.phases:
             others = ", ".join(f"{p.name} {p.bytes / GIB:.2f}" for p in self.phases)
@@ -136,19 +138,24 @@ class MemoryEstimate:
         budget = f"{self.gpu_memory_bytes / GIB:.1f} GiB ({self.gpu_memory_source})"
         if self.limit_bytes is None:
             return f"{budget}; not checked (distributed.resources.gpu_memory_fraction=null)"
-        return (f"{budget}; a role may use {self.gpu_memory_fraction:g} of it, {self.limit_bytes / GIB:.1f} GiB "
-                "(distributed.resources.gpu_memory_fraction)")
+        return (
+            f"{budget}; a role may use {self.gpu_memory_fraction:g} of it, {self.limit_bytes / GIB:.1f} GiB "
+            "(distributed.resources.gpu_memory_fraction)"
+        )
 
     def problems(self) -> list[str]:
         limit = self.limit_bytes
         if limit is None:
             return []
-        return [f"memory plan: {r.name} needs ~{r.peak_bytes / GIB:.1f} GiB per GPU ({r.allocated_bytes / GIB:.1f} "
-                f"GiB of tensors + allocator headroom + CUDA context) but may use {limit / GIB:.1f} GiB: "
-                f"{self.gpu_memory_fraction:g} (distributed.resources.gpu_memory_fraction) of "
-                f"{self.gpu_memory_bytes / GIB:.1f} GiB ({self.gpu_memory_source}); levers that lower it: "
-                f"{'; '.join(self.levers) or 'none left: use a GPU with more memory'}"
-                for r in self.roles if r.peak_bytes > limit]
+        return [
+            f"memory plan: {r.name} needs ~{r.peak_bytes / GIB:.1f} GiB per GPU ({r.allocated_bytes / GIB:.1f} "
+            f"GiB of tensors + allocator headroom + CUDA context) but may use {limit / GIB:.1f} GiB: "
+            f"{self.gpu_memory_fraction:g} (distributed.resources.gpu_memory_fraction) of "
+            f"{self.gpu_memory_bytes / GIB:.1f} GiB ({self.gpu_memory_source}); levers that lower it: "
+            f"{'; '.join(self.levers) or 'none left: use a GPU with more memory'}"
+            for r in self.roles
+            if r.peak_bytes > limit
+        ]
 
     def check(self) -> None:
         from genalign.config.errors import ConfigError
@@ -199,20 +206,32 @@ def estimate_memory(cfg) -> MemoryEstimate:
     memory, memory_source = _gpu_memory(cfg)
     notes = list(rewards.notes)
     if terms.fsdp and terms.ranks == 1:
-        notes.append("FSDP2 planned for 1 rank: set distributed.resources.trainer.num_gpus=N (or run under "
-                     "torchrun, whose WORLD_SIZE counts) to plan N")
-    return MemoryEstimate(_roles(cfg, terms, rewards), _host(cfg, terms), memory, memory_source, terms.arch.source,
-                      tuple(_levers(cfg, terms, rewards)),
-                      f"{CALIBRATION}, {terms.calibration['measured_on']}",
-                      cfg.distributed.resources.gpu_memory_fraction, tuple(notes))
+        notes.append(
+            "FSDP2 planned for 1 rank: set distributed.resources.trainer.num_gpus=N (or run under "
+            "torchrun, whose WORLD_SIZE counts) to plan N"
+        )
+    return MemoryEstimate(
+        _roles(cfg, terms, rewards),
+        _host(cfg, terms),
+        memory,
+        memory_source,
+        terms.arch.source,
+        tuple(_levers(cfg, terms, rewards)),
+        f"{CALIBRATION}, {terms.calibration['measured_on']}",
+        cfg.distributed.resources.gpu_memory_fraction,
+        tuple(notes),
+    )
 
 
 # ---------------------------------------------------------------- roles by placement
 def _roles(cfg, t: Terms, rewards: RewardMemory) -> tuple[Role, ...]:
     actors = tuple(Role(name, lines) for name, lines in rewards.actor_lines)
     if cfg.rollout.engine == "local":
-        name = (f"trainer with in-process rollout (each of {t.ranks} rank(s))" if t.ranks > 1
-                else "trainer with in-process rollout")
+        name = (
+            f"trainer with in-process rollout (each of {t.ranks} rank(s))"
+            if t.ranks > 1
+            else "trainer with in-process rollout"
+        )
         sampling = _phase("rollout", t.sampling, t.cache)  # the training reward offloaded, unless resident
         return (Role(name, _trainer_resident(t, rewards), (sampling, *_trainer_phases(t, rewards))), *actors)
     trainer = Role("trainer", _trainer_resident(t, rewards), _trainer_phases(t, rewards))
@@ -224,10 +243,11 @@ def _roles(cfg, t: Terms, rewards: RewardMemory) -> tuple[Role, ...]:
     # GPU while the worker samples is the trainer's optimizer state (masters park with the
     # module) and the evaluator's reward models (never offloaded)
     resident = tuple(line for line in t.state if not line[0].startswith(MASTERS)) + rewards.evaluation
-    return (Role("shared GPU, rollout phase (worker active; trainer's modules on CPU)", worker + resident,
-                 worker_phases),
-            Role("shared GPU, train phase (trainer active; worker on CPU)", trainer.resident, trainer.phases),
-            *actors)
+    return (
+        Role("shared GPU, rollout phase (worker active; trainer's modules on CPU)", worker + resident, worker_phases),
+        Role("shared GPU, train phase (trainer active; worker on CPU)", trainer.resident, trainer.phases),
+        *actors,
+    )
 
 
 def _trainer_resident(t: Terms, rewards: RewardMemory) -> tuple[Line, ...]:
@@ -239,8 +259,11 @@ def _trainer_phases(t: Terms, rewards: RewardMemory) -> tuple[Phase, ...]:
     """The trainer's phases after sampling; the training reward, onloaded to score, stays
     through them (it is offloaded again only when the next rollout starts)."""
     scoring = () if rewards.always_resident else rewards.training
-    phases = [*_encode_phase(t), _phase("replay", *t.replay, t.cache, *scoring),
-              _phase("optimizer step", t.optimizer, *scoring)]
+    phases = [
+        *_encode_phase(t),
+        _phase("replay", *t.replay, t.cache, *scoring),
+        _phase("optimizer step", t.optimizer, *scoring),
+    ]
     if t.evaluation is not None:
         phases.append(_phase("evaluation", t.evaluation, t.cache, t.ema_swap, *scoring))
     return tuple(phases)
@@ -254,8 +277,9 @@ def _phase(name: str, *lines: Line | None) -> Phase:
 def _encode_phase(t: Terms) -> tuple[Phase, ...]:
     if not t.encoders:
         return ()
-    return (Phase("prompt encoding", (("text encoders while prompts are encoded (on the CPU otherwise)",
-                                       t.encoders),)),)
+    return (
+        Phase("prompt encoding", (("text encoders while prompts are encoded (on the CPU otherwise)", t.encoders),)),
+    )
 
 
 def _worker_lines(t: Terms) -> tuple[Line, ...]:
@@ -271,10 +295,16 @@ def _host(cfg, t: Terms) -> tuple[Line, ...]:
     pixels = cfg.rollout.height * cfg.rollout.width * m.num_frames
     embedding_rows = run.prompts_per_step + (1 if run.uses_cfg else 0)  # SharedCondition: prompts + 1 negative
     text_tokens = arch.geometry.text_tokens(m.max_sequence_length)
-    return (("trajectories", trajectory_bytes(run.samples_per_step, cfg.rollout.num_steps,
-                                              latent_elements(arch, cfg), pixels)),
-            ("prompt embeddings", prompt_embedding_bytes(embedding_rows, text_tokens, arch.text_width,
-                                                         DTYPE_BYTES[m.dtype])))
+    return (
+        (
+            "trajectories",
+            trajectory_bytes(run.samples_per_step, cfg.rollout.num_steps, latent_elements(arch, cfg), pixels),
+        ),
+        (
+            "prompt embeddings",
+            prompt_embedding_bytes(embedding_rows, text_tokens, arch.text_width, DTYPE_BYTES[m.dtype]),
+        ),
+    )
 
 
 def _gpu_memory(cfg) -> tuple[float | None, str]:
@@ -301,8 +331,9 @@ def _levers(cfg, t: Terms, rewards: RewardMemory) -> list[str]:
         levers.append("model.gradient_checkpointing=true")
     micro = cfg.actor.micro_batch_size or cfg.rollout.sample_batch_size
     if micro > 1:
-        levers.append(f"actor.micro_batch_size={max(1, micro // 2)} (and rollout.sample_batch_size to match for "
-                      "bitwise parity)")
+        levers.append(
+            f"actor.micro_batch_size={max(1, micro // 2)} (and rollout.sample_batch_size to match for bitwise parity)"
+        )
     if uses_cfg and family_spec_of(cfg).split_cfg and not (m.cfg_batch == "split" and cfg.algorithm.detach_uncond):
         levers.append("model.cfg_batch=split with algorithm.detach_uncond=true")
     if cfg.actor.ema.enabled:
@@ -314,9 +345,12 @@ def _levers(cfg, t: Terms, rewards: RewardMemory) -> list[str]:
     if cfg.distributed.colocated:
         levers.append("/base/distributed=ray_rollout (rollout worker on its own GPU)")
     if cfg.distributed.training.strategy != "fsdp2":
-        levers.append("distributed.training.strategy=fsdp2 under torchrun with rollout.engine=local "
-                      "(shards the transformer and optimizer state over the ranks)")
+        levers.append(
+            "distributed.training.strategy=fsdp2 under torchrun with rollout.engine=local "
+            "(shards the transformer and optimizer state over the ranks)"
+        )
     else:
-        levers.append(f"more FSDP2 ranks (now {t.ranks}: distributed.resources.trainer.num_gpus, torchrun "
-                      "--nproc_per_node)")
+        levers.append(
+            f"more FSDP2 ranks (now {t.ranks}: distributed.resources.trainer.num_gpus, torchrun --nproc_per_node)"
+        )
     return levers

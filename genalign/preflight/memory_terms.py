@@ -79,13 +79,22 @@ def plan_terms(cfg) -> Terms:
         block = weight_bytes(arch.component(TRANSFORMER).parameters, 2 * MASTER_BYTES) / max(arch.num_layers, 1)
         replay.append(("FSDP2 gathered block (fp32 parameters + gradients of one block)", block))
     return Terms(
-        arch, calibration, ranks, fsdp, trained, tuple(frozen), encoders,
-        tuple(_state_lines(cfg, trained, split, fsdp)), _micro_line(cfg, arch, run), tuple(replay),
+        arch,
+        calibration,
+        ranks,
+        fsdp,
+        trained,
+        tuple(frozen),
+        encoders,
+        tuple(_state_lines(cfg, trained, split, fsdp)),
+        _micro_line(cfg, arch, run),
+        tuple(replay),
         _sampling_line(cfg, arch, calibration, run.rollout_micro_batch, run.uses_cfg, "rollout"),
         _evaluation_line(cfg, arch, calibration),
         _cache_line(cfg, trained),
         ("AdamW step temporary (fp32 sqrt of exp_avg_sq)", shard(adamw_temporary_bytes(trained), split)),
-        _ema_swap_line(cfg, trained, split))
+        _ema_swap_line(cfg, trained, split),
+    )
 
 
 def _described(cfg):
@@ -99,15 +108,19 @@ def _described(cfg):
     try:
         calibration = spec.calibration()
     except MissingCalibration as missing:
-        raise NoMemoryEstimate(f"memory plan: model.family={family}: {missing} (its activation bytes per token): add one "
-                           "measured as benchmarks/calibrate_memory.py measures the shipped families "
-                           f"(docs/memory_plan.md, 'Calibrating a family'), {SKIP_CHECK}") from None
+        raise NoMemoryEstimate(
+            f"memory plan: model.family={family}: {missing} (its activation bytes per token): add one "
+            "measured as benchmarks/calibrate_memory.py measures the shipped families "
+            f"(docs/memory_plan.md, 'Calibrating a family'), {SKIP_CHECK}"
+        ) from None
     arch = load_architecture(spec, m.path, m.path == spec.builtin_path)
     if arch is None:
-        raise NoMemoryEstimate(f"memory plan: model.path={m.path} (model.family={family}): no architecture config "
-                           "describes it (not a local save_pretrained directory, not in the Hugging Face cache, no "
-                           f"file in the family's {spec.folder or 'folder'}/architectures/); download it and set "
-                           f"model.path to the directory, {SKIP_CHECK}")
+        raise NoMemoryEstimate(
+            f"memory plan: model.path={m.path} (model.family={family}): no architecture config "
+            "describes it (not a local save_pretrained directory, not in the Hugging Face cache, no "
+            f"file in the family's {spec.folder or 'folder'}/architectures/); download it and set "
+            f"model.path to the directory, {SKIP_CHECK}"
+        )
     return arch, calibration
 
 
@@ -134,8 +147,9 @@ def _frozen_lines(cfg, arch, base: int, shards: int) -> tuple[list[Line], float]
         base_bytes = weight_bytes(base + transformer.buffer_elements, dtype_bytes)
         if shards > 1:  # per-block fully_shard: the rank's shard plus one block gathered at a time
             base_bytes = shard(base_bytes, shards) + base_bytes / max(arch.num_layers, 1)
-        lines.append((f"transformer base weights ({m.dtype}{', FSDP2 shard + 1 block' if shards > 1 else ''})",
-                      base_bytes))
+        lines.append(
+            (f"transformer base weights ({m.dtype}{', FSDP2 shard + 1 block' if shards > 1 else ''})", base_bytes)
+        )
     for c in arch.components:
         if c.name == TRANSFORMER:
             continue
@@ -165,13 +179,24 @@ def _activation_line(cfg, arch, calibration: dict, run) -> Line:
     cfg_batch = m.cfg_batch if family_spec_of(cfg).split_cfg else "joint"
     rows = replay_rows(run.train_micro_batch, run.uses_cfg, cfg_batch, cfg.algorithm.detach_uncond)
     mode, per_unit = replay_coefficient(calibration, m.compile)
-    activations = replay_activation_bytes(rows, tokens, arch.num_layers, arch.hidden_size, dtype_bytes, per_unit,
-                                          calibration["replay_checkpointed"], m.gradient_checkpointing)
+    activations = replay_activation_bytes(
+        rows,
+        tokens,
+        arch.num_layers,
+        arch.hidden_size,
+        dtype_bytes,
+        per_unit,
+        calibration["replay_checkpointed"],
+        m.gradient_checkpointing,
+    )
     if run.needs_reference:
         activations += rollout_working_bytes(rows, tokens, arch.hidden_size, dtype_bytes, calibration["rollout_peak"])
-    return (f"replay activations ({rows} rows x {tokens} tokens, {mode}"
-            f"{', checkpointed' if m.gradient_checkpointing else ''}"
-            f"{' + the reference forward' if run.needs_reference else ''})", activations)
+    return (
+        f"replay activations ({rows} rows x {tokens} tokens, {mode}"
+        f"{', checkpointed' if m.gradient_checkpointing else ''}"
+        f"{' + the reference forward' if run.needs_reference else ''})",
+        activations,
+    )
 
 
 def _sampling_line(cfg, arch, calibration: dict, batch: int, uses_cfg: bool, what: str) -> Line:
@@ -182,12 +207,15 @@ def _sampling_line(cfg, arch, calibration: dict, batch: int, uses_cfg: bool, wha
     rows = batch * (2 if uses_cfg and cfg_batch == "joint" else 1)
     tokens, text_tokens = _tokens(cfg, arch), arch.geometry.text_tokens(cfg.model.max_sequence_length)
     if arch.geometry.kv_cache:
-        working = (kv_cache_bytes(rows, tokens, arch.num_layers, arch.kv_heads, arch.head_dim, dtype_bytes)
-                   + rollout_working_bytes(rows, text_tokens, arch.hidden_size, dtype_bytes, per_unit))
+        working = kv_cache_bytes(
+            rows, tokens, arch.num_layers, arch.kv_heads, arch.head_dim, dtype_bytes
+        ) + rollout_working_bytes(rows, text_tokens, arch.hidden_size, dtype_bytes, per_unit)
     else:
         working = rollout_working_bytes(rows, tokens, arch.hidden_size, dtype_bytes, per_unit)
-    return (f"{what} working set ({rows} rows x {tokens} tokens{', KV cache' if arch.geometry.kv_cache else ''})",
-            working)
+    return (
+        f"{what} working set ({rows} rows x {tokens} tokens{', KV cache' if arch.geometry.kv_cache else ''})",
+        working,
+    )
 
 
 def _evaluation_line(cfg, arch, calibration: dict) -> Line | None:
@@ -213,15 +241,18 @@ def _ema_swap_line(cfg, trained: int, shards: int) -> Line | None:
 def _micro_line(cfg, arch, run) -> Line:
     text_tokens = arch.geometry.text_tokens(cfg.model.max_sequence_length)
     condition = (2 if run.uses_cfg else 1) * text_tokens * arch.text_width * DTYPE_BYTES[cfg.model.dtype]
-    return ("replayed micro-batch (latents, condition)",
-            float(run.train_micro_batch * (2 * latent_elements(arch, cfg) * 4 + condition)))
+    return (
+        "replayed micro-batch (latents, condition)",
+        float(run.train_micro_batch * (2 * latent_elements(arch, cfg) * 4 + condition)),
+    )
 
 
 def _tokens(cfg, arch) -> int:
     m = cfg.model
     image_tokens = arch.geometry.image_tokens(cfg.rollout.height, cfg.rollout.width, m.num_frames)
-    return tokens_per_row(image_tokens, arch.geometry.text_tokens(m.max_sequence_length),
-                          arch.geometry.text_in_sequence)
+    return tokens_per_row(
+        image_tokens, arch.geometry.text_tokens(m.max_sequence_length), arch.geometry.text_in_sequence
+    )
 
 
 def trainer_ranks(cfg) -> int:

@@ -19,9 +19,11 @@ from genalign.rewards.base import contract_problems, min_frames
 def selected_scorers(cfg: ExperimentConfig) -> list[tuple[str, str]]:
     """(config key, scorer name) of every scorer the run builds: reward.components and
     eval.gold_rewards with a non-zero weight, and eval.quality_metrics."""
-    return ([("reward.components", name) for name, weight in cfg.reward.components.items() if weight]
-            + [("eval.gold_rewards", name) for name, weight in cfg.eval.gold_rewards.items() if weight]
-            + [("eval.quality_metrics", name) for name in cfg.eval.quality_metrics])
+    return (
+        [("reward.components", name) for name, weight in cfg.reward.components.items() if weight]
+        + [("eval.gold_rewards", name) for name, weight in cfg.eval.gold_rewards.items() if weight]
+        + [("eval.quality_metrics", name) for name in cfg.eval.quality_metrics]
+    )
 
 
 def frames_problem(key: str, name: str, scorer_cls: type, num_frames: int) -> str | None:
@@ -30,9 +32,11 @@ def frames_problem(key: str, name: str, scorer_cls: type, num_frames: int) -> st
     if num_frames < 1 or num_frames >= needed:  # below 1 is model.num_frames' own problem (preflight/values.py)
         return None
     made = "single images" if num_frames == 1 else f"{num_frames} frames per sample"
-    return (f"{key}.{name} needs at least {needed} frames per sample, but model.num_frames={num_frames} makes {made}: "
-            "set model.num_frames to a video length the family takes (wan, cosmos: 4k + 1, e.g. 33), or remove "
-            f"{name}")
+    return (
+        f"{key}.{name} needs at least {needed} frames per sample, but model.num_frames={num_frames} makes {made}: "
+        "set model.num_frames to a video length the family takes (wan, cosmos: 4k + 1, e.g. 33), or remove "
+        f"{name}"
+    )
 
 
 def registered_reward_problems(cfg: ExperimentConfig) -> list[str]:

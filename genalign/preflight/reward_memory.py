@@ -50,30 +50,53 @@ class RewardMemory:
 
 def reward_memory(cfg) -> RewardMemory:
     """Which reward models sit where, for the config's reward runtime."""
-    pools = {"training reward": cfg.reward.active_components(),
-             "gold rewards": cfg.eval.active_gold_rewards(),
-             "quality metrics": dict.fromkeys(cfg.eval.quality_metrics, 1.0)}
+    pools = {
+        "training reward": cfg.reward.active_components(),
+        "gold rewards": cfg.eval.active_gold_rewards(),
+        "quality metrics": dict.fromkeys(cfg.eval.quality_metrics, 1.0),
+    }
     runtime = cfg.reward.runtime
     if runtime == "http":
-        return RewardMemory((), (), False, (), ("reward models: on the reward server at reward.url "
-                                                "(reward.runtime=http), none on these GPUs",))
+        return RewardMemory(
+            (),
+            (),
+            False,
+            (),
+            ("reward models: on the reward server at reward.url (reward.runtime=http), none on these GPUs",),
+        )
     notes = [note for names in pools.values() for name in names for note in _unknown_scorer(name)]
     if runtime == "ray":
         return _ray_memory(cfg, pools, notes)
     training = tuple(line for name in pools["training reward"] for line in scorer_lines(cfg, name))
-    evaluation = tuple(line for pool in ("gold rewards", "quality metrics") for name in pools[pool]
-                       for line in scorer_lines(cfg, name, pool))
+    evaluation = tuple(
+        line
+        for pool in ("gold rewards", "quality metrics")
+        for name in pools[pool]
+        for line in scorer_lines(cfg, name, pool)
+    )
     return RewardMemory(training, evaluation, cfg.reward.async_scoring, (), tuple(notes))
 
 
 def _ray_memory(cfg, pools: dict[str, dict], notes: list[str]) -> RewardMemory:
     gpus = cfg.reward.num_gpus_per_worker
     if gpus <= 0:
-        return RewardMemory((), (), False, (), (*notes, "reward models: in Ray actors on the CPU "
-                                                        "(reward.runtime=ray, reward.num_gpus_per_worker=0)"))
-    actors = tuple((f"Ray reward actor of {pool} {name} (each of reward.num_workers={cfg.reward.num_workers}, "
-                    f"{gpus:g} GPU each)", lines)
-                   for pool, names in pools.items() for name in names if (lines := tuple(scorer_lines(cfg, name))))
+        return RewardMemory(
+            (),
+            (),
+            False,
+            (),
+            (*notes, "reward models: in Ray actors on the CPU (reward.runtime=ray, reward.num_gpus_per_worker=0)"),
+        )
+    actors = tuple(
+        (
+            f"Ray reward actor of {pool} {name} (each of reward.num_workers={cfg.reward.num_workers}, "
+            f"{gpus:g} GPU each)",
+            lines,
+        )
+        for pool, names in pools.items()
+        for name in names
+        if (lines := tuple(scorer_lines(cfg, name)))
+    )
     return RewardMemory((), (), False, actors, tuple(notes))
 
 
@@ -107,6 +130,7 @@ def scorer_lines(cfg, name: str, pool: str = "training reward") -> list[Line]:
     try:
         sizes = [size for model in options.device_models(name) for size in model_sizes(name, model)]
     except RewardModelUnknown as exc:
-        raise NoMemoryEstimate(f"memory plan: {exc}; point it at a local directory with the model's config.json, "
-                           f"{SKIP_CHECK}") from exc
+        raise NoMemoryEstimate(
+            f"memory plan: {exc}; point it at a local directory with the model's config.json, {SKIP_CHECK}"
+        ) from exc
     return [(f"{pool} {name} ({size.what}, {size.dtype})", size.bytes) for size in sizes]

@@ -25,8 +25,9 @@ from genalign.runs.resume import ResumeError, incompatible_keys
 from genalign.runs.run_dir import StartDecision
 
 
-def check_start(cfg: ExperimentConfig, start: StartDecision, world_size: int,
-                report: Callable[[str], None]) -> CheckpointState | None:
+def check_start(
+    cfg: ExperimentConfig, start: StartDecision, world_size: int, report: Callable[[str], None]
+) -> CheckpointState | None:
     """Refuse what this start cannot do; the checkpoint to resume from, loaded (None when the
     run starts fresh). `world_size`: the job's ranks (torchrun's WORLD_SIZE); `report` is
     handed the memory plan's text (rank 0 logs it)."""
@@ -36,10 +37,13 @@ def check_start(cfg: ExperimentConfig, start: StartDecision, world_size: int,
     if checkpoint is not None:
         differing = incompatible_keys(checkpoint.config, config_to_dict(cfg))
         if differing:
-            raise ResumeError(f"trainer.resume_from={checkpoint.path}: the checkpoint was written with a "
-                              "different config:\n  " + "\n  ".join(differing))
+            raise ResumeError(
+                f"trainer.resume_from={checkpoint.path}: the checkpoint was written with a "
+                "different config:\n  " + "\n  ".join(differing)
+            )
     check_memory(cfg, report)  # a plan over the GPU, or a model it cannot describe, is a config error
     # the ranks share each optimizer step's micro-batches (one process unless torchrun trains)
-    per_rank_accumulation(cfg.actor.gradient_accumulation_steps,
-                          1 if cfg.distributed.training.strategy == "none" else world_size)
+    per_rank_accumulation(
+        cfg.actor.gradient_accumulation_steps, 1 if cfg.distributed.training.strategy == "none" else world_size
+    )
     return checkpoint

@@ -62,11 +62,14 @@ class StepSizes:
         num_train_timesteps = int(rollout.num_steps * cfg.algorithm.timestep_fraction)
         problems = []
         if train_micro_batch <= 0:
-            problems.append(f"train micro-batch (actor.micro_batch_size or rollout.sample_batch_size) must be "
-                            f"positive, got {train_micro_batch}")
+            problems.append(
+                f"train micro-batch (actor.micro_batch_size or rollout.sample_batch_size) must be "
+                f"positive, got {train_micro_batch}"
+            )
         if actor.gradient_accumulation_steps <= 0:
-            problems.append(f"actor.gradient_accumulation_steps must be positive, got "
-                            f"{actor.gradient_accumulation_steps}")
+            problems.append(
+                f"actor.gradient_accumulation_steps must be positive, got {actor.gradient_accumulation_steps}"
+            )
         if num_train_timesteps < 1:
             problems.append(num_train_timesteps_problem(rollout.num_steps, cfg.algorithm.timestep_fraction))
         if problems:
@@ -79,8 +82,9 @@ class StepSizes:
             rollout_micro_batch=rollout.sample_batch_size,
             train_micro_batch=train_micro_batch,
             micro_batches_per_step=micro_batches_per_step,
-            optimizer_steps_per_step=(micro_batches_per_step * actor.num_inner_epochs
-                                      // actor.gradient_accumulation_steps),
+            optimizer_steps_per_step=(
+                micro_batches_per_step * actor.num_inner_epochs // actor.gradient_accumulation_steps
+            ),
             num_train_timesteps=1 if tokens else min(num_train_timesteps, _trainable_steps(cfg)),
             uses_cfg=rollout.guidance_scale > 1.0,
             needs_reference=algorithm_class(cfg).reference_kind(cfg.algorithm) != "none",
@@ -88,12 +92,14 @@ class StepSizes:
 
     def describe(self) -> str:
         """One log line with every derived number."""
-        return (f"{self.prompts_per_step} prompts x {self.samples_per_prompt} samples = {self.samples_per_step} "
-                f"samples/step; rollout micro-batch {self.rollout_micro_batch}, train micro-batch "
-                f"{self.train_micro_batch} -> {self.micro_batches_per_step} micro-batches, "
-                f"{self.optimizer_steps_per_step} optimizer step(s)/step; {self.num_train_timesteps} trained "
-                f"position(s) per trajectory; CFG {'on' if self.uses_cfg else 'off'}; reference "
-                f"{'on' if self.needs_reference else 'off'}")
+        return (
+            f"{self.prompts_per_step} prompts x {self.samples_per_prompt} samples = {self.samples_per_step} "
+            f"samples/step; rollout micro-batch {self.rollout_micro_batch}, train micro-batch "
+            f"{self.train_micro_batch} -> {self.micro_batches_per_step} micro-batches, "
+            f"{self.optimizer_steps_per_step} optimizer step(s)/step; {self.num_train_timesteps} trained "
+            f"position(s) per trajectory; CFG {'on' if self.uses_cfg else 'off'}; reference "
+            f"{'on' if self.needs_reference else 'off'}"
+        )
 
 
 def per_rank_accumulation(gradient_accumulation_steps: int, world_size: int) -> int:
@@ -101,10 +107,14 @@ def per_rank_accumulation(gradient_accumulation_steps: int, world_size: int) -> 
     cover the 1-process run's `gradient_accumulation_steps` micro-batches."""
     if gradient_accumulation_steps % world_size:
         fit = -(-gradient_accumulation_steps // world_size) * world_size
-        raise ConfigError([f"actor.gradient_accumulation_steps={gradient_accumulation_steps} must be a multiple of "
-                           f"the {world_size} ranks (WORLD_SIZE, --nproc-per-node): the ranks share each "
-                           f"optimizer step's micro-batches, so it sees the 1-process global batch; set it to {fit} "
-                           "(or another multiple)"])
+        raise ConfigError(
+            [
+                f"actor.gradient_accumulation_steps={gradient_accumulation_steps} must be a multiple of "
+                f"the {world_size} ranks (WORLD_SIZE, --nproc-per-node): the ranks share each "
+                f"optimizer step's micro-batches, so it sees the 1-process global batch; set it to {fit} "
+                "(or another multiple)"
+            ]
+        )
     return gradient_accumulation_steps // world_size
 
 
@@ -119,6 +129,8 @@ def _trainable_steps(cfg: ExperimentConfig) -> int:
 
 
 def num_train_timesteps_problem(num_steps: int, timestep_fraction: float) -> str:
-    return (f"algorithm.timestep_fraction={timestep_fraction} with rollout.num_steps={num_steps} trains "
-            f"int({num_steps} * {timestep_fraction}) = 0 denoising steps; raise either so that at least one "
-            "step is trained")
+    return (
+        f"algorithm.timestep_fraction={timestep_fraction} with rollout.num_steps={num_steps} trains "
+        f"int({num_steps} * {timestep_fraction}) = 0 denoising steps; raise either so that at least one "
+        "step is trained"
+    )

@@ -33,8 +33,13 @@ def split_allow_overrides(overrides: list[str], source: str) -> tuple[dict[str, 
     return allow_lists(config_from_dict({}, source, allowing)), [item for item in overrides if item not in allowing]
 
 
-def config_from_checkpoint(data: Any, source: str, allowed: dict[str, list[str]],
-                           overrides: list[str] | tuple[str, ...] = (), check_machine: bool = True) -> ExperimentConfig:
+def config_from_checkpoint(
+    data: Any,
+    source: str,
+    allowed: dict[str, list[str]],
+    overrides: list[str] | tuple[str, ...] = (),
+    check_machine: bool = True,
+) -> ExperimentConfig:
     """A checkpoint's stored config, validated exactly like a user's, as data, never as code.
 
     A config.yaml can be edited by anyone who hands you a checkpoint, so its own allow-lists

@@ -63,18 +63,26 @@ def name_problems(cfg: ExperimentConfig) -> list[str]:
     from genalign.rewards.registry import REWARDS
 
     allow_import = cfg.reward.allow_import
-    named = (("reward.components", cfg.reward.components), ("eval.gold_rewards", cfg.eval.gold_rewards),
-             ("eval.quality_metrics", cfg.eval.quality_metrics))
+    named = (
+        ("reward.components", cfg.reward.components),
+        ("eval.gold_rewards", cfg.eval.gold_rewards),
+        ("eval.quality_metrics", cfg.eval.quality_metrics),
+    )
     problems = [MODEL_FAMILIES.check(cfg.model.family, cfg.model.allow_import)]
-    problems += [(REWARDS.check(name, allow_import) or "").replace("reward.components", key)
-                 for key, names in named for name in names]
+    problems += [
+        (REWARDS.check(name, allow_import) or "").replace("reward.components", key)
+        for key, names in named
+        for name in names
+    ]
     scorers = [name for _, names in named for name in names]
     for name in cfg.reward.kwargs:
         if name not in scorers:
             close = difflib.get_close_matches(name, scorers, n=1)
             hint = f"; did you mean reward.kwargs.{close[0]}?" if close else ""
-            problems.append(f"reward.kwargs.{name}: no reward named {name!r} in reward.components, "
-                            f"eval.gold_rewards or eval.quality_metrics{hint}")
+            problems.append(
+                f"reward.kwargs.{name}: no reward named {name!r} in reward.components, "
+                f"eval.gold_rewards or eval.quality_metrics{hint}"
+            )
     return [problem for problem in problems if problem]
 
 
@@ -84,32 +92,47 @@ def cross_block_problems(cfg: ExperimentConfig) -> list[str]:
     Ray pool's size, and how a step's samples split into micro-batches and optimizer steps."""
     problems = family_problems(cfg)  # sizes, frames, negative prompt, guidance, offload: the family's spec
     problems += reward_option_problems(cfg)  # rewards/options.py
-    problems += registered_reward_problems(cfg)  # a reward that cannot score these frames (preflight/reward_contract.py)
+    problems += registered_reward_problems(
+        cfg
+    )  # a reward that cannot score these frames (preflight/reward_contract.py)
     if cfg.reward.async_scoring and cfg.rollout.engine != "local":
-        problems.append("reward.async_scoring=true scores in-process rollout chunks as they finish; with "
-                        "rollout.engine=ray use reward.async_scoring=false")
+        problems.append(
+            "reward.async_scoring=true scores in-process rollout chunks as they finish; with "
+            "rollout.engine=ray use reward.async_scoring=false"
+        )
     problems += algorithm_problems(cfg)  # the name, its kind, its options and its own checks
     rollout_workers = cfg.distributed.resources.rollout.num_workers
     if cfg.rollout.engine == "ray" and cfg.rollout.num_workers != rollout_workers:
-        problems.append(f"rollout.num_workers={cfg.rollout.num_workers} but distributed.resources.rollout.num_workers="
-                        f"{rollout_workers}: the Ray rollout pool has one size; set both to the same value")
+        problems.append(
+            f"rollout.num_workers={cfg.rollout.num_workers} but distributed.resources.rollout.num_workers="
+            f"{rollout_workers}: the Ray rollout pool has one size; set both to the same value"
+        )
     if not _step_sizes_positive(cfg):
         return problems  # the checks below divide by them; their own block reports each one
     if 0 < cfg.algorithm.timestep_fraction <= 1 and int(cfg.rollout.num_steps * cfg.algorithm.timestep_fraction) < 1:
         problems.append(num_train_timesteps_problem(cfg.rollout.num_steps, cfg.algorithm.timestep_fraction))
     problems += _batch_geometry_problems(cfg)
     if cfg.rollout.kernel.startswith("cps") and _trains_final_step(cfg):
-        problems.append(f"rollout.kernel={cfg.rollout.kernel}: the final step (σ_next = 0) of CPS is deterministic "
-                        "and has no log-prob to train; keep it out of training (algorithm.timestep_fraction < 1, or "
-                        "an rollout.sde_window that ends before the final step)")
+        problems.append(
+            f"rollout.kernel={cfg.rollout.kernel}: the final step (σ_next = 0) of CPS is deterministic "
+            "and has no log-prob to train; keep it out of training (algorithm.timestep_fraction < 1, or "
+            "an rollout.sde_window that ends before the final step)"
+        )
     return problems
 
 
 def _step_sizes_positive(cfg: ExperimentConfig) -> bool:
     """Whether the sizes a training step's geometry divides by are all positive."""
     rollout, actor = cfg.rollout, cfg.actor
-    sizes = (rollout.n, rollout.rollout_batch_size, rollout.sample_batch_size, rollout.num_steps,
-             actor.gradient_accumulation_steps, actor.num_inner_epochs, actor.micro_batch_size or 1)
+    sizes = (
+        rollout.n,
+        rollout.rollout_batch_size,
+        rollout.sample_batch_size,
+        rollout.num_steps,
+        actor.gradient_accumulation_steps,
+        actor.num_inner_epochs,
+        actor.micro_batch_size or 1,
+    )
     return all(size > 0 for size in sizes)
 
 
@@ -121,18 +144,24 @@ def _batch_geometry_problems(cfg: ExperimentConfig) -> list[str]:
     rollout_micro_batch = cfg.rollout.sample_batch_size
     train_micro_batch = cfg.actor.micro_batch_size or rollout_micro_batch
     if samples_per_step % rollout_micro_batch:
-        problems.append(f"rollout.sample_batch_size={rollout_micro_batch} must divide the {samples_per_step} samples "
-                        "per step (rollout.rollout_batch_size * rollout.n)")
+        problems.append(
+            f"rollout.sample_batch_size={rollout_micro_batch} must divide the {samples_per_step} samples "
+            "per step (rollout.rollout_batch_size * rollout.n)"
+        )
     if samples_per_step % train_micro_batch:
         if cfg.actor.micro_batch_size is not None:  # else it is the rollout micro-batch, reported above
-            problems.append(f"actor.micro_batch_size={train_micro_batch} must divide the {samples_per_step} "
-                            "samples per step (rollout.rollout_batch_size * rollout.n)")
+            problems.append(
+                f"actor.micro_batch_size={train_micro_batch} must divide the {samples_per_step} "
+                "samples per step (rollout.rollout_batch_size * rollout.n)"
+            )
         return problems
     micro_batches = samples_per_step // train_micro_batch * cfg.actor.num_inner_epochs
     if micro_batches % cfg.actor.gradient_accumulation_steps:
-        problems.append(f"actor.gradient_accumulation_steps={cfg.actor.gradient_accumulation_steps} must divide the "
-                        f"{micro_batches} micro-batches per step ((rollout.rollout_batch_size * rollout.n / train "
-                        "micro-batch) * actor.num_inner_epochs), or the last gradients of a step would be dropped")
+        problems.append(
+            f"actor.gradient_accumulation_steps={cfg.actor.gradient_accumulation_steps} must divide the "
+            f"{micro_batches} micro-batches per step ((rollout.rollout_batch_size * rollout.n / train "
+            "micro-batch) * actor.num_inner_epochs), or the last gradients of a step would be dropped"
+        )
     return problems
 
 

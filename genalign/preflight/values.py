@@ -20,7 +20,7 @@ from genalign.config.schema import ExperimentConfig
 
 
 def family_kind(cfg: ExperimentConfig) -> str | None:
-    """"token" or "flow": what `model.family` samples (its `FamilySpec.sampler`), compared with
+    """ "token" or "flow": what `model.family` samples (its `FamilySpec.sampler`), compared with
     an algorithm's `policy_kind`; None when the family does not resolve, which `validate`
     reports once under model.family rather than again in every check that reads the kind."""
     from genalign.models.spec import spec_or_none
@@ -43,9 +43,11 @@ def selected_reward_options(cfg: ExperimentConfig) -> list[tuple[str, str, Any]]
     from genalign.rewards.options import parse_options
     from genalign.rewards.registry import REWARD_OPTIONS
 
-    selected = {"reward.components": list(cfg.reward.active_components()),
-                "eval.gold_rewards": list(cfg.eval.active_gold_rewards()),
-                "eval.quality_metrics": list(cfg.eval.quality_metrics)}
+    selected = {
+        "reward.components": list(cfg.reward.active_components()),
+        "eval.gold_rewards": list(cfg.eval.active_gold_rewards()),
+        "eval.quality_metrics": list(cfg.eval.quality_metrics),
+    }
     found = []
     for key, names in selected.items():
         for name in names:
@@ -92,11 +94,14 @@ def config_leaves(node: Any, key: str = ""):
 
 def non_finite_problems(node: Any) -> list[str]:
     """`key: must be a finite number` for every NaN/inf float in the config tree."""
-    return [f"{key} must be a finite number, got {value}" for key, value in config_leaves(node)
-            if isinstance(value, float) and not math.isfinite(value)]
+    return [
+        f"{key} must be a finite number, got {value}"
+        for key, value in config_leaves(node)
+        if isinstance(value, float) and not math.isfinite(value)
+    ]
 
 
-INT64_RANGE = (-2**63, 2**63 - 1)
+INT64_RANGE = (-(2**63), 2**63 - 1)
 """What torch, numpy and the seeds' hash take as an integer."""
 
 
@@ -104,6 +109,8 @@ def int64_problems(node: Any) -> list[str]:
     """`key: does not fit in 64 bits` for every integer YAML read as arbitrarily large
     (trainer.seed=99999999999999999999 overflows torch.manual_seed; a LoRA rank of 10^20 could
     never be allocated): Python's ints are unbounded, the libraries that take them are not."""
-    return [f"{key}={value} does not fit in a 64-bit integer (|value| < 2**63); use a smaller number"
-            for key, value in config_leaves(node)
-            if isinstance(value, int) and not isinstance(value, bool) and not INT64_RANGE[0] <= value <= INT64_RANGE[1]]
+    return [
+        f"{key}={value} does not fit in a 64-bit integer (|value| < 2**63); use a smaller number"
+        for key, value in config_leaves(node)
+        if isinstance(value, int) and not isinstance(value, bool) and not INT64_RANGE[0] <= value <= INT64_RANGE[1]
+    ]

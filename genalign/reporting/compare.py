@@ -30,8 +30,11 @@ from genalign.reporting.run_data import RunData, read_run
 
 MAX_IMAGE_ROWS = 24
 """Samples shown in the image columns (the first ones the inputs share)."""
-CURVES = (("eval_reward_mean", "eval", "eval reward"), ("gold_mean", "eval", "gold reward"),
-          ("reward_mean", "train", "training reward"))
+CURVES = (
+    ("eval_reward_mean", "eval", "eval reward"),
+    ("gold_mean", "eval", "gold reward"),
+    ("reward_mean", "train", "training reward"),
+)
 
 
 class CompareError(UserError, ValueError):
@@ -74,8 +77,12 @@ def read_entry(path: str) -> Entry:
 def table_html(entries: list[Entry]) -> str:
     columns = list(dict.fromkeys(key for entry in entries for key in entry.numbers))
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-    rows = "".join(f"<tr><td><b>{escape(e.label)}</b><br><span class='muted'>{escape(str(e.path))}</span></td>"
-                   + "".join(f"<td>{number(e.numbers.get(c))}</td>" for c in columns) + "</tr>" for e in entries)
+    rows = "".join(
+        f"<tr><td><b>{escape(e.label)}</b><br><span class='muted'>{escape(str(e.path))}</span></td>"
+        + "".join(f"<td>{number(e.numbers.get(c))}</td>" for c in columns)
+        + "</tr>"
+        for e in entries
+    )
     return f'<h2>Numbers</h2><table id="numbers"><tr><th>input</th>{head}</tr>{rows}</table>'
 
 
@@ -92,8 +99,15 @@ def curves_svg(entries: list[Entry], column: str, source: str, title: str) -> st
         axes = figure.subplots()
         for index, entry in enumerate(runs):
             steps, values = getattr(entry.run, source).values(column)
-            axes.plot(steps, values, "-", marker="o" if source == "eval" else None, markersize=3,
-                      color=f"C{index % 10}", label=entry.label)
+            axes.plot(
+                steps,
+                values,
+                "-",
+                marker="o" if source == "eval" else None,
+                markersize=3,
+                color=f"C{index % 10}",
+                label=entry.label,
+            )
         axes.set_title(title, loc="left")
         axes.set_xlabel("step")
         axes.grid(alpha=0.3)
@@ -134,25 +148,37 @@ def images_html(entries: list[Entry]) -> str:
                 sample = keyed[key]
                 path = entry.path / sample["image"]
                 scores = " ".join(f"{k}={v:.3g}" for k, v in sample["scores"].items() if "/" not in k)
-                image = f'<img src="{image_uri(path)}" style="width:160px;image-rendering:pixelated">' \
-                    if path.is_file() else "(image missing)"
+                image = (
+                    f'<img src="{image_uri(path)}" style="width:160px;image-rendering:pixelated">'
+                    if path.is_file()
+                    else "(image missing)"
+                )
                 cells.append(f"<td>{image}<br><span class='muted'>{escape(scores)}</span></td>")
             rows.append(f"<tr><td>{escape(key[0])} #{key[1]}</td>{''.join(cells)}</tr>")
         others = [e.label for e in results if all(e is not c for c, _ in columns)]
-        note = (f'<p class="muted">No prompt in common with the first results folder: {escape(", ".join(others))}</p>'
-                if others else "")
-        parts.append(f'<h2>The same prompts, side by side</h2><table id="images"><tr><th>prompt</th>{head}</tr>'
-                     f'{"".join(rows)}</table>{note}')
+        note = (
+            f'<p class="muted">No prompt in common with the first results folder: {escape(", ".join(others))}</p>'
+            if others
+            else ""
+        )
+        parts.append(
+            f'<h2>The same prompts, side by side</h2><table id="images"><tr><th>prompt</th>{head}</tr>'
+            f"{''.join(rows)}</table>{note}"
+        )
     runs = [e for e in entries if e.run is not None and e.run.sheets]
     if runs:
         cells = []
         for entry in runs:
             step, path = list(entry.run.sheets.items())[-1]
             uri, width, height = embedded_image(path)
-            cells.append(f'<td><b>{escape(entry.label)}</b> · step {step}<br><img alt="sheet" src="{uri}" '
-                         f'style="width:100%;max-width:{width}px"></td>')
-        parts.append(f'<h2>Latest evaluation of each run (same fixed prompts and seeds)</h2>'
-                     f'<table id="sheets"><tr>{"".join(cells)}</tr></table>')
+            cells.append(
+                f'<td><b>{escape(entry.label)}</b> · step {step}<br><img alt="sheet" src="{uri}" '
+                f'style="width:100%;max-width:{width}px"></td>'
+            )
+        parts.append(
+            f"<h2>Latest evaluation of each run (same fixed prompts and seeds)</h2>"
+            f'<table id="sheets"><tr>{"".join(cells)}</tr></table>'
+        )
     return "".join(parts)
 
 

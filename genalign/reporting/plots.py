@@ -61,41 +61,87 @@ def reward_lines(metrics: MetricTable, prefix: str, label: str, source: str, das
     components = [f"{prefix}_{name}_mean" for name in metrics.components(prefix)]
     lines = [Line(total, f"{label} total".strip(), source, dashed)]
     if len(components) > 1 or any(metrics.values(column) != metrics.values(total) for column in components):
-        lines += [Line(column, f"{label} {column[len(prefix) + 1:-len('_mean')]}".strip(), source, dashed)
-                  for column in components]
+        lines += [
+            Line(column, f"{label} {column[len(prefix) + 1 : -len('_mean')]}".strip(), source, dashed)
+            for column in components
+        ]
     return lines
 
 
 def reward_panels(run: RunData) -> list[Panel]:
     """Training reward (total and per component) and eval reward beside the gold reward."""
     train = reward_lines(run.train, "reward", "", "train")
-    evaluation = (reward_lines(run.eval, "eval_reward", "eval", "eval")
-                  + reward_lines(run.eval, "gold", "gold", "eval", dashed=True))
-    return [Panel("train_reward", "Training reward (mean over the step's samples)", "reward", tuple(train)),
-            Panel("eval_reward", "Eval reward and gold reward (fixed prompts, ODE)", "reward", tuple(evaluation))]
+    evaluation = reward_lines(run.eval, "eval_reward", "eval", "eval") + reward_lines(
+        run.eval, "gold", "gold", "eval", dashed=True
+    )
+    return [
+        Panel("train_reward", "Training reward (mean over the step's samples)", "reward", tuple(train)),
+        Panel("eval_reward", "Eval reward and gold reward (fixed prompts, ODE)", "reward", tuple(evaluation)),
+    ]
 
 
 STANDARD_PANELS = (
-    Panel("kl", "KL to the reference / approx. KL old→new", "nats", (
-        Line("kl", "KL to reference"), Line("approx_kl", "approx KL old→new"))),
-    Panel("clip", "Clip fraction", "fraction of ratios clipped", (
-        Line("clip_frac", "total"), Line("clip_frac_low", "below 1-ε"), Line("clip_frac_high", "above 1+ε"))),
-    Panel("advantages", "Advantages", "advantage", (
-        Line("adv_mean", "mean"), Line("adv_std", "std"), Line("adv_abs_mean", "mean |A|"),
-        Line("adv_min", "min", dashed=True), Line("adv_max", "max", dashed=True),
-        Line("zero_std_ratio", "zero-std groups (fraction)"))),
+    Panel(
+        "kl",
+        "KL to the reference / approx. KL old→new",
+        "nats",
+        (Line("kl", "KL to reference"), Line("approx_kl", "approx KL old→new")),
+    ),
+    Panel(
+        "clip",
+        "Clip fraction",
+        "fraction of ratios clipped",
+        (Line("clip_frac", "total"), Line("clip_frac_low", "below 1-ε"), Line("clip_frac_high", "above 1+ε")),
+    ),
+    Panel(
+        "advantages",
+        "Advantages",
+        "advantage",
+        (
+            Line("adv_mean", "mean"),
+            Line("adv_std", "std"),
+            Line("adv_abs_mean", "mean |A|"),
+            Line("adv_min", "min", dashed=True),
+            Line("adv_max", "max", dashed=True),
+            Line("zero_std_ratio", "zero-std groups (fraction)"),
+        ),
+    ),
     Panel("loss", "Loss", "loss", (Line("loss", "loss"), Line("policy_loss", "policy loss"))),
-    Panel("ratio", "Importance ratio", "ratio", (
-        Line("ratio", "mean"), Line("ratio_min", "min", dashed=True), Line("ratio_max", "max", dashed=True))),
-    Panel("grad_norm", "Gradient norm (before clipping)", "norm", (
-        Line("grad_norm", "mean"), Line("grad_norm_max", "max", dashed=True))),
-    Panel("time", "Seconds per phase", "seconds", (
-        Line("time_rollout_s", "rollout"), Line("time_reward_s", "reward"), Line("time_train_s", "train"),
-        Line("time_eval_s", "eval"))),
-    Panel("throughput", "Throughput", "images / s", (
-        Line("images_per_s", "rollout images/s"), Line("step_images_per_s", "step images/s (rollout+reward+train)"))),
-    Panel("gpu_memory", "Peak GPU memory per step (torch.cuda.max_memory_allocated)", "GiB", (
-        Line("gpu_peak_allocated_gib", "peak allocated"),)),
+    Panel(
+        "ratio",
+        "Importance ratio",
+        "ratio",
+        (Line("ratio", "mean"), Line("ratio_min", "min", dashed=True), Line("ratio_max", "max", dashed=True)),
+    ),
+    Panel(
+        "grad_norm",
+        "Gradient norm (before clipping)",
+        "norm",
+        (Line("grad_norm", "mean"), Line("grad_norm_max", "max", dashed=True)),
+    ),
+    Panel(
+        "time",
+        "Seconds per phase",
+        "seconds",
+        (
+            Line("time_rollout_s", "rollout"),
+            Line("time_reward_s", "reward"),
+            Line("time_train_s", "train"),
+            Line("time_eval_s", "eval"),
+        ),
+    ),
+    Panel(
+        "throughput",
+        "Throughput",
+        "images / s",
+        (Line("images_per_s", "rollout images/s"), Line("step_images_per_s", "step images/s (rollout+reward+train)")),
+    ),
+    Panel(
+        "gpu_memory",
+        "Peak GPU memory per step (torch.cuda.max_memory_allocated)",
+        "GiB",
+        (Line("gpu_peak_allocated_gib", "peak allocated"),),
+    ),
 )
 
 
@@ -160,10 +206,16 @@ def y_scale_in_label(axes, ylabel: str) -> str:
     return f"{ylabel} ({' '.join(parts)})"
 
 
-RC = {"svg.hashsalt": "genalign", "font.size": 9, "axes.titlesize": 10, "legend.fontsize": 8,
-      "axes.spines.top": False, "axes.spines.right": False,
-      # powers of ten from 1e-3 and 1e4 on (a KL of 1e-4: ticks 0-1.4 "× 1e-4", not 0.00014)
-      "axes.formatter.limits": (-3, 4)}
+RC = {
+    "svg.hashsalt": "genalign",
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "legend.fontsize": 8,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    # powers of ten from 1e-3 and 1e4 on (a KL of 1e-4: ticks 0-1.4 "× 1e-4", not 0.00014)
+    "axes.formatter.limits": (-3, 4),
+}
 
 
 def render_panel(panel: Panel, run: RunData) -> str:
@@ -205,8 +257,7 @@ def draw_panel(panel: Panel, run: RunData):
             stride = max(1, len(steps) // MAX_POINTS)  # a long run's raw line, thinned
             axes.plot(steps[::stride], values[::stride], style, color=color, alpha=0.25, linewidth=0.8)
             values = moving_average(values, max(2, len(steps) // 20))
-        axes.plot(steps, values, style, color=color, marker=marker, markersize=3.5, linewidth=1.5,
-                  label=line.label)
+        axes.plot(steps, values, style, color=color, marker=marker, markersize=3.5, linewidth=1.5, label=line.label)
     if panel.key == "eval_reward":
         for step in run.diverged_steps:
             axes.axvline(step, color="crimson", alpha=0.4, linewidth=3)
@@ -220,10 +271,15 @@ def draw_panel(panel: Panel, run: RunData):
     figure.subplots_adjust(left=left_in / WIDTH_IN, right=1 - right_in / WIDTH_IN)
     axes_width_in = WIDTH_IN - left_in - right_in
     # in axes coordinates: from the figure's left edge, just below the x label
-    axes.legend(frameon=False, loc="upper left", bbox_to_anchor=(0.1 / axes_width_in - left_in / axes_width_in,
-                                                                 -XAXIS_IN / AXES_HEIGHT_IN),
-                ncol=legend_columns([line.label for line in drawn]), borderaxespad=0, handlelength=1.8,
-                columnspacing=1.2)
+    axes.legend(
+        frameon=False,
+        loc="upper left",
+        bbox_to_anchor=(0.1 / axes_width_in - left_in / axes_width_in, -XAXIS_IN / AXES_HEIGHT_IN),
+        ncol=legend_columns([line.label for line in drawn]),
+        borderaxespad=0,
+        handlelength=1.8,
+        columnspacing=1.2,
+    )
     return figure
 
 

@@ -23,8 +23,19 @@ from genalign.atomic import write_text_atomically
 from genalign.config.errors import UserError
 
 PROVENANCE_FILE = "provenance.json"
-PACKAGES = ("genalign", "torch", "diffusers", "transformers", "peft", "accelerate", "safetensors", "numpy",
-            "pillow", "ray", "matplotlib")
+PACKAGES = (
+    "genalign",
+    "torch",
+    "diffusers",
+    "transformers",
+    "peft",
+    "accelerate",
+    "safetensors",
+    "numpy",
+    "pillow",
+    "ray",
+    "matplotlib",
+)
 """Distributions whose installed versions are recorded (the ones that change numbers)."""
 GIT_TIMEOUT_S = 10.0
 
@@ -47,10 +58,12 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]
 def git_state(directory: Path) -> dict[str, object] | None:
     """{"commit", "dirty", "root"} of the git checkout holding `directory`; None when it is
     not in one or git is not installed (a pip-installed package has no commit)."""
+
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True,
-                                  timeout=GIT_TIMEOUT_S, check=False)
+            done = subprocess.run(
+                ["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S, check=False
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
         return done.stdout.strip() if done.returncode == 0 else None
@@ -59,8 +72,11 @@ def git_state(directory: Path) -> dict[str, object] | None:
     if commit is None:
         return None
     changes = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "dirty": bool(changes) if changes is not None else None,
-            "root": git("rev-parse", "--show-toplevel")}
+    return {
+        "commit": commit,
+        "dirty": bool(changes) if changes is not None else None,
+        "root": git("rev-parse", "--show-toplevel"),
+    }
 
 
 def launch_record(start_step: int, argv: list[str] | None = None) -> dict[str, object]:
@@ -70,8 +86,9 @@ def launch_record(start_step: int, argv: list[str] | None = None) -> dict[str, o
     import genalign.version
 
     argv = list(sys.argv if argv is None else argv)
-    devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
-        if torch.cuda.is_available() else []
+    devices = (
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    )
     return {
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "start_step": start_step,

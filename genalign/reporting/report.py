@@ -85,8 +85,10 @@ def change(before: float | None, after: float | None) -> str:
 
 
 def card(label: str, value: str, note: str = "") -> str:
-    return (f'<div class="card"><div class="label">{escape(label)}</div><div class="value">{value}</div>'
-            f'<div class="note">{note}</div></div>')
+    return (
+        f'<div class="card"><div class="label">{escape(label)}</div><div class="value">{value}</div>'
+        f'<div class="note">{note}</div></div>'
+    )
 
 
 # ---------------------------------------------------------------- header and summary
@@ -105,8 +107,10 @@ def recipe_line(run: RunData) -> str:
         parts.append(f"recipe <b>{escape(run.recipe or 'default (no --config)')}</b>")
     model = run.setting("model") or {}
     if model:
-        parts.append(f"model {escape(str(model.get('family')))} ({escape(str(model.get('path')))}, "
-                     f"{escape(str(model.get('train_mode')))}, {escape(str(model.get('dtype')))})")
+        parts.append(
+            f"model {escape(str(model.get('family')))} ({escape(str(model.get('path')))}, "
+            f"{escape(str(model.get('train_mode')))}, {escape(str(model.get('dtype')))})"
+        )
     if run.setting("algorithm.name"):
         parts.append(f"algorithm {escape(str(run.setting('algorithm.name')))}")
     for key, label in (("reward.components", "reward"), ("eval.gold_rewards", "gold")):
@@ -121,29 +125,51 @@ def summary_cards(run: RunData) -> str:
     if run.train.has("reward_mean"):
         steps, values = run.train.values("reward_mean")
         tail = values[-10:]
-        cards.append(card("training reward", number(statistics.fmean(tail)),
-                          f"mean of the last {len(tail)} steps; step {steps[0]}: {number(values[0])}"))
+        cards.append(
+            card(
+                "training reward",
+                number(statistics.fmean(tail)),
+                f"mean of the last {len(tail)} steps; step {steps[0]}: {number(values[0])}",
+            )
+        )
     for column, label in (("eval_reward_mean", "eval reward"), ("gold_mean", "gold reward")):
         if run.eval.has(column):
             steps, values = run.eval.values(column)
-            cards.append(card(label, f"{number(values[-1])} {change(values[0], values[-1])}",
-                              f"step {steps[-1]}; step {steps[0]}: {number(values[0])}"))
+            cards.append(
+                card(
+                    label,
+                    f"{number(values[-1])} {change(values[0], values[-1])}",
+                    f"step {steps[-1]}; step {steps[0]}: {number(values[0])}",
+                )
+            )
     cards.append(card("parity preflight", *parity_verdict(run)[:2]))
     if run.train.has("step_images_per_s"):
-        cards.append(card("throughput", f"{number(statistics.median(run.train.values('step_images_per_s')[1]), 3)} img/s",
-                          f"median over steps; rollout only: "
-                          f"{number(statistics.median(run.train.values('images_per_s')[1]), 3)} img/s"
-                          if run.train.has("images_per_s") else "median over steps"))
+        cards.append(
+            card(
+                "throughput",
+                f"{number(statistics.median(run.train.values('step_images_per_s')[1]), 3)} img/s",
+                f"median over steps; rollout only: "
+                f"{number(statistics.median(run.train.values('images_per_s')[1]), 3)} img/s"
+                if run.train.has("images_per_s")
+                else "median over steps",
+            )
+        )
     if run.train.has("gpu_peak_allocated_gib"):
         steps, peaks = run.train.values("gpu_peak_allocated_gib")
-        cards.append(card("peak GPU memory", f"{number(max(peaks), 3)} GiB",
-                          f"max over {len(steps)} steps of torch.cuda.max_memory_allocated; last step: "
-                          f"{number(peaks[-1], 3)} GiB"))
+        cards.append(
+            card(
+                "peak GPU memory",
+                f"{number(max(peaks), 3)} GiB",
+                f"max over {len(steps)} steps of torch.cuda.max_memory_allocated; last step: "
+                f"{number(peaks[-1], 3)} GiB",
+            )
+        )
     phases = [column for column in run.train.columns if column.startswith("time_") and column.endswith("_s")]
     if phases:
         seconds = sum(sum(run.train.values(column)[1]) for column in phases)
-        cards.append(card("time in logged phases", f"{seconds / 60:.1f} min",
-                          f"{len(run.train.steps)} steps, evals included"))
+        cards.append(
+            card("time in logged phases", f"{seconds / 60:.1f} min", f"{len(run.train.steps)} steps, evals included")
+        )
     return f'<div class="cards">{"".join(cards)}</div>'
 
 
@@ -155,20 +181,29 @@ def parity_verdict(run: RunData) -> tuple[str, str, str]:
             return "off", "trainer.parity_check=false", "The preflight was switched off for this run."
         return "—", "not recorded yet", "The preflight runs on step 1; this run has no step-1 row yet."
     if gap == 0:
-        return ("exact", f"max |Δ log p| = {gap:.3g}",
-                "Replaying step 1's trajectories with the unchanged weights reproduced the rollout's log-probs "
-                "exactly: every importance ratio starts at 1 (docs/algorithms.md §2.10).")
-    return (f"{gap:.2e}", "max |Δ log p| (nats)",
-            "Replay with unchanged weights differs from the rollout by up to this many nats. Expected with "
-            "reduced precision (bf16/fp16) or a train micro-batch different from the rollout's; otherwise the "
-            "replay is not scoring the policy that sampled (docs/algorithms.md §2.10). Per-step gaps are in the "
-            "run log.")
+        return (
+            "exact",
+            f"max |Δ log p| = {gap:.3g}",
+            "Replaying step 1's trajectories with the unchanged weights reproduced the rollout's log-probs "
+            "exactly: every importance ratio starts at 1 (docs/algorithms.md §2.10).",
+        )
+    return (
+        f"{gap:.2e}",
+        "max |Δ log p| (nats)",
+        "Replay with unchanged weights differs from the rollout by up to this many nats. Expected with "
+        "reduced precision (bf16/fp16) or a train micro-batch different from the rollout's; otherwise the "
+        "replay is not scoring the policy that sampled (docs/algorithms.md §2.10). Per-step gaps are in the "
+        "run log.",
+    )
 
 
 # ---------------------------------------------------------------- sections
 def curves_section(run: RunData) -> str:
-    figures = [f'<figure id="plot-{panel.key}"><img alt="{escape(panel.title)}" '
-               f'src="{svg_data_uri(render_panel(panel, run))}"></figure>' for panel in panels(run)]
+    figures = [
+        f'<figure id="plot-{panel.key}"><img alt="{escape(panel.title)}" '
+        f'src="{svg_data_uri(render_panel(panel, run))}"></figure>'
+        for panel in panels(run)
+    ]
     if not figures:
         return '<h2>Curves</h2><p class="muted">No metrics logged yet.</p>'
     return f'<h2>Curves</h2><div class="plots">{"".join(figures)}</div>'
@@ -197,10 +232,12 @@ EVAL_HEADLINES = (("eval_reward_mean", "eval reward"), ("gold_mean", "gold"))
 
 def eval_numbers(run: RunData, step: int, baseline: int | None = None) -> str:
     """'eval reward 0.44 · gold 0.47', each followed by its change since `baseline` if given."""
-    return " · ".join(f"{label} {number(run.eval.at(column, step))}"
-                      + (f" {change(run.eval.at(column, baseline), run.eval.at(column, step))}"
-                         if baseline is not None else "")
-                      for column, label in EVAL_HEADLINES if run.eval.has(column))
+    return " · ".join(
+        f"{label} {number(run.eval.at(column, step))}"
+        + (f" {change(run.eval.at(column, baseline), run.eval.at(column, step))}" if baseline is not None else "")
+        for column, label in EVAL_HEADLINES
+        if run.eval.has(column)
+    )
 
 
 def evals_section(run: RunData, output: Path) -> tuple[str, str]:
@@ -217,29 +254,35 @@ def evals_section(run: RunData, output: Path) -> tuple[str, str]:
     def sheet(step: int, role: str) -> str:
         width, height = sizes[step]
         link = Path(os.path.relpath(run.sheets[step], output.parent)).as_posix()
-        return (f'<figure><figcaption><b>{role}: step {step}</b> · {eval_numbers(run, step)} · '
-                f'<a href="{escape(link)}">full size</a></figcaption>'
-                f'<div class="sheet sheet-{step}" role="img" aria-label="contact sheet, step {step}" '
-                f'style="aspect-ratio:{width}/{height}"></div></figure>')
+        return (
+            f"<figure><figcaption><b>{role}: step {step}</b> · {eval_numbers(run, step)} · "
+            f'<a href="{escape(link)}">full size</a></figcaption>'
+            f'<div class="sheet sheet-{step}" role="img" aria-label="contact sheet, step {step}" '
+            f'style="aspect-ratio:{width}/{height}"></div></figure>'
+        )
 
     baseline, *later = run.sheets
     blocks = []
     for index, step in enumerate(reversed(later or [baseline])):
         deltas = eval_numbers(run, step, None if step == baseline else baseline)
         pair = sheet(step, "baseline") if step == baseline else sheet(baseline, "before") + sheet(step, "after")
-        blocks.append(f'<details class="eval" id="eval-{step}"{" open" if index == 0 else ""}>'
-                      f'<summary>step {step}{" (baseline)" if step == baseline else ""} · {deltas}</summary>'
-                      f'<div class="pair">{pair}</div></details>')
+        blocks.append(
+            f'<details class="eval" id="eval-{step}"{" open" if index == 0 else ""}>'
+            f"<summary>step {step}{' (baseline)' if step == baseline else ''} · {deltas}</summary>"
+            f'<div class="pair">{pair}</div></details>'
+        )
     title = f"Evaluations: step {baseline} (before) beside each later one (after)"
-    return f'<h2>{escape(title)}</h2>{"".join(blocks)}', "\n".join(rules)
+    return f"<h2>{escape(title)}</h2>{''.join(blocks)}", "\n".join(rules)
 
 
 def parity_section(run: RunData) -> str:
     value, note, explanation = parity_verdict(run)
-    return (f'<h2>Parity preflight</h2><table id="parity"><tr><th>result</th><td><b>{escape(value)}</b> '
-            f'({escape(note)})</td></tr><tr><th>meaning</th><td>{escape(explanation)}</td></tr>'
-            f'<tr><th>settings</th><td>model.dtype={setting_text(run, "model.dtype")}, '
-            f'trainer.parity_check={setting_text(run, "trainer.parity_check")}</td></tr></table>')
+    return (
+        f'<h2>Parity preflight</h2><table id="parity"><tr><th>result</th><td><b>{escape(value)}</b> '
+        f"({escape(note)})</td></tr><tr><th>meaning</th><td>{escape(explanation)}</td></tr>"
+        f"<tr><th>settings</th><td>model.dtype={setting_text(run, 'model.dtype')}, "
+        f"trainer.parity_check={setting_text(run, 'trainer.parity_check')}</td></tr></table>"
+    )
 
 
 def text(value) -> str:
@@ -254,37 +297,58 @@ def setting_text(run: RunData, dotted: str) -> str:
 
 def provenance_section(run: RunData) -> str:
     if run.provenance is None:
-        return ('<h2>Provenance</h2><p class="muted">This run directory has no provenance.json '
-                '(written by runs of genalign that record it).</p>')
+        return (
+            '<h2>Provenance</h2><p class="muted">This run directory has no provenance.json '
+            "(written by runs of genalign that record it).</p>"
+        )
     rows = []
     for launch in run.provenance["launches"]:
         git = launch.get("git")
         if isinstance(git, dict):
-            commit = f'{str(git.get("commit"))[:12]}{" (uncommitted changes)" if git.get("dirty") is True else ""}'
+            commit = f"{str(git.get('commit'))[:12]}{' (uncommitted changes)' if git.get('dirty') is True else ''}"
         else:
             commit = "not a git checkout" if git is None else str(git)
-        rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in (
-            text(launch.get("started_at")), text(launch.get("start_step")),
-            f'<code>{text(launch.get("command"))}</code>',
-            text(commit), text(launch.get("hostname")))) + "</tr>")
+        rows.append(
+            "<tr>"
+            + "".join(
+                f"<td>{cell}</td>"
+                for cell in (
+                    text(launch.get("started_at")),
+                    text(launch.get("start_step")),
+                    f"<code>{text(launch.get('command'))}</code>",
+                    text(commit),
+                    text(launch.get("hostname")),
+                )
+            )
+            + "</tr>"
+        )
     latest = run.provenance["launches"][-1] if run.provenance["launches"] else {}
     packages = latest.get("packages")
-    packages = " · ".join(f"{text(name)} {text(version)}" for name, version in packages.items()) \
-        if isinstance(packages, dict) else text(packages or "")
+    packages = (
+        " · ".join(f"{text(name)} {text(version)}" for name, version in packages.items())
+        if isinstance(packages, dict)
+        else text(packages or "")
+    )
     devices = latest.get("devices")
     devices = ", ".join(map(str, devices)) if isinstance(devices, list) else str(devices or "")
-    machine = (f'Python {text(latest.get("python"))} · {text(latest.get("platform"))} · CUDA '
-               f'{text(latest.get("cuda"))} · devices: {text(devices or "CPU")} · cwd {text(latest.get("cwd"))}')
-    return (f'<h2>Provenance</h2><table id="provenance"><tr><th>started (UTC)</th><th>from step</th><th>command</th>'
-            f'<th>git commit</th><th>host</th></tr>{"".join(rows)}</table>'
-            f'<p>{packages}</p><p class="muted">{machine}</p>')
+    machine = (
+        f"Python {text(latest.get('python'))} · {text(latest.get('platform'))} · CUDA "
+        f"{text(latest.get('cuda'))} · devices: {text(devices or 'CPU')} · cwd {text(latest.get('cwd'))}"
+    )
+    return (
+        f'<h2>Provenance</h2><table id="provenance"><tr><th>started (UTC)</th><th>from step</th><th>command</th>'
+        f"<th>git commit</th><th>host</th></tr>{''.join(rows)}</table>"
+        f'<p>{packages}</p><p class="muted">{machine}</p>'
+    )
 
 
 def config_section(run: RunData) -> str:
     if run.config_text is None:
         return '<h2>Resolved config</h2><p class="muted">No config.yaml in the run directory.</p>'
-    return (f'<h2>Resolved config</h2><details id="config"><summary>config.yaml '
-            f'({len(run.config_text.splitlines())} lines)</summary><pre>{escape(run.config_text)}</pre></details>')
+    return (
+        f'<h2>Resolved config</h2><details id="config"><summary>config.yaml '
+        f"({len(run.config_text.splitlines())} lines)</summary><pre>{escape(run.config_text)}</pre></details>"
+    )
 
 
 def render_html(run: RunData, output: Path) -> str:
@@ -292,9 +356,11 @@ def render_html(run: RunData, output: Path) -> str:
     evals, sheet_rules = evals_section(run, output)
     warning = ""
     if run.diverged_steps:
-        warning = (f'<div class="warning">Reward-hacking monitor: the eval reward rose while the gold reward did '
-                   f'not, at eval step(s) {", ".join(map(str, run.diverged_steps))} (marked in red on the eval '
-                   f'reward plot).</div>')
+        warning = (
+            f'<div class="warning">Reward-hacking monitor: the eval reward rose while the gold reward did '
+            f"not, at eval step(s) {', '.join(map(str, run.diverged_steps))} (marked in red on the eval "
+            f"reward plot).</div>"
+        )
     updated = run.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC") if run.updated_at else "—"
     written = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return f"""<!DOCTYPE html>
@@ -341,9 +407,15 @@ def refresh_report(run_dir: Path) -> Path | None:
     try:
         path = write_report(run_dir)
     except Exception as exc:  # noqa: BLE001 - any failure of the view; the run goes on
-        log.warning("report: could not write %s: %s: %s (training continues; run `genalign report %s` to "
-                    "retry)", Path(run_dir) / REPORT_FILE, type(exc).__name__, exc, run_dir)
+        log.warning(
+            "report: could not write %s: %s: %s (training continues; run `genalign report %s` to retry)",
+            Path(run_dir) / REPORT_FILE,
+            type(exc).__name__,
+            exc,
+            run_dir,
+        )
         return None
-    log.info("report: wrote %s in %.2fs (%.2fs CPU)", path, time.perf_counter() - start,
-             time.process_time() - start_cpu)
+    log.info(
+        "report: wrote %s in %.2fs (%.2fs CPU)", path, time.perf_counter() - start, time.process_time() - start_cpu
+    )
     return path

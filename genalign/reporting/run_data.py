@@ -54,8 +54,11 @@ class MetricTable:
     def components(self, prefix: str) -> list[str]:
         """Reward component names logged as `<prefix>_<name>_mean` (e.g. reward_ocr_mean)."""
         total = f"{prefix}_mean"
-        return sorted(name[len(prefix) + 1:-len("_mean")] for name in self.columns
-                      if name.startswith(prefix + "_") and name.endswith("_mean") and name != total)
+        return sorted(
+            name[len(prefix) + 1 : -len("_mean")]
+            for name in self.columns
+            if name.startswith(prefix + "_") and name.endswith("_mean") and name != total
+        )
 
 
 def read_metric_table(path: Path) -> MetricTable:
@@ -166,8 +169,10 @@ def read_run(run_dir: str | Path) -> RunData:
         raise ReportError(f"{run_dir} is not a directory; give a run directory (a trainer.output_dir)")
     metrics, eval_metrics, config = (run_dir / name for name in ("metrics.csv", "eval_metrics.csv", "config.yaml"))
     if not any(path.is_file() for path in (metrics, eval_metrics, config)):
-        raise ReportError(f"{run_dir} holds no run (no metrics.csv, eval_metrics.csv or config.yaml); give the "
-                          "trainer.output_dir of a run")
+        raise ReportError(
+            f"{run_dir} holds no run (no metrics.csv, eval_metrics.csv or config.yaml); give the "
+            "trainer.output_dir of a run"
+        )
     config_text = config.read_text(encoding="utf-8") if config.is_file() else None
     written = [path.stat().st_mtime for path in (metrics, eval_metrics) if path.is_file()]
     return RunData(

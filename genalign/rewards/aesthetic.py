@@ -46,8 +46,10 @@ class AestheticOptions:
     def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
         """Models on the scorer's device (the memory plan counts them): the whole CLIPModel (its
         text tower too) and the float32 head."""
-        return (DeviceModel("model_name", self.model_name, self.dtype, "CLIPModel"),
-                DeviceModel("head_path", "christophschuhmann/improved-aesthetic-predictor", "float32"))
+        return (
+            DeviceModel("model_name", self.model_name, self.dtype, "CLIPModel"),
+            DeviceModel("head_path", "christophschuhmann/improved-aesthetic-predictor", "float32"),
+        )
 
 
 class AestheticMLP(nn.Module):
@@ -77,12 +79,16 @@ def load_aesthetic_head(path: str) -> AestheticMLP:
     from safetensors.torch import load_file
 
     if not Path(path).is_file():
-        raise FileNotFoundError(f"reward.kwargs.aesthetic.head_path={path!r} does not exist; point it at the LAION "
-                                f"MLP head converted to safetensors (see genalign/rewards/aesthetic.py)")
+        raise FileNotFoundError(
+            f"reward.kwargs.aesthetic.head_path={path!r} does not exist; point it at the LAION "
+            f"MLP head converted to safetensors (see genalign/rewards/aesthetic.py)"
+        )
     state = load_file(path)
     if "layers.0.weight" not in state:
-        raise ValueError(f"reward.kwargs.aesthetic.head_path={path!r}: no 'layers.0.weight' in the file; expected the "
-                         f"LAION head's keys layers.{{0,2,4,6,7}}.{{weight,bias}}, found {sorted(state)[:6]}")
+        raise ValueError(
+            f"reward.kwargs.aesthetic.head_path={path!r}: no 'layers.0.weight' in the file; expected the "
+            f"LAION head's keys layers.{{0,2,4,6,7}}.{{weight,bias}}, found {sorted(state)[:6]}"
+        )
     head = AestheticMLP(input_size=state["layers.0.weight"].shape[1])
     head.load_state_dict(state, strict=True)
     return head.eval().requires_grad_(False)
@@ -95,12 +101,20 @@ class AestheticReward:
         self.options = parse_options(self.name, AestheticOptions, kwargs)
         opts = self.options
         if opts.head_path is None:
-            raise ValueError("reward.kwargs.aesthetic.head_path is required: a safetensors file of the LAION "
-                             "aesthetic MLP head (see genalign/rewards/aesthetic.py for the conversion)")
+            raise ValueError(
+                "reward.kwargs.aesthetic.head_path is required: a safetensors file of the LAION "
+                "aesthetic MLP head (see genalign/rewards/aesthetic.py for the conversion)"
+            )
         self.device = device
         self.head = load_aesthetic_head(opts.head_path).to(device)
-        self.encoder = ClipEncoder(opts.model_name, opts.processor_name or opts.model_name, device,
-                                   resolve_dtype(self.name, opts.dtype), reward=self.name, text=False)
+        self.encoder = ClipEncoder(
+            opts.model_name,
+            opts.processor_name or opts.model_name,
+            device,
+            resolve_dtype(self.name, opts.dtype),
+            reward=self.name,
+            text=False,
+        )
 
     @torch.no_grad()
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:

@@ -89,19 +89,26 @@ def contract_problems(cls: Any, where: str) -> list[str]:
     problems = []
     score = getattr(cls, "score", None)
     if not callable(score):
-        problems.append(f"{where}: {cls.__name__} has no score(images, prompts, metadata) method, the one member a "
-                        "scorer must have (docs/rewards.md#your-own-scorer)")
+        problems.append(
+            f"{where}: {cls.__name__} has no score(images, prompts, metadata) method, the one member a "
+            "scorer must have (docs/rewards.md#your-own-scorer)"
+        )
     elif not _accepts(score, 4):  # self, images, prompts, metadata
-        problems.append(f"{where}: {cls.__name__}.score must take (images, prompts, metadata), got "
-                        f"{cls.__name__}.score{_signature(score)}")
+        problems.append(
+            f"{where}: {cls.__name__}.score must take (images, prompts, metadata), got "
+            f"{cls.__name__}.score{_signature(score)}"
+        )
     if not _takes_keyword(cls, "device"):
-        problems.append(f"{where}: {cls.__name__}(...) must accept device= (and its reward.kwargs options as "
-                        f"keywords); its constructor is {cls.__name__}{_signature(cls)}")
+        problems.append(
+            f"{where}: {cls.__name__}(...) must accept device= (and its reward.kwargs options as "
+            f"keywords); its constructor is {cls.__name__}{_signature(cls)}"
+        )
     for name in OPTIONAL_METHODS:
         method = getattr(cls, name, None)
         if method is not None and (not callable(method) or not _accepts(method, 1)):
-            problems.append(f"{where}: {cls.__name__}.{name} must be a method taking no arguments (or be left out: "
-                            "it is optional)")
+            problems.append(
+                f"{where}: {cls.__name__}.{name} must be a method taking no arguments (or be left out: it is optional)"
+            )
     if not isinstance(getattr(cls, "video_native", False), bool):
         problems.append(f"{where}: {cls.__name__}.video_native must be True or False")
     frames = getattr(cls, "min_frames", 1)

@@ -22,8 +22,18 @@ class ClipEncoder:
     reads its projection size from `vision_config`, which some CLIP checkpoints leave at the
     default and then fail to load; the text tower costs memory, not time."""
 
-    def __init__(self, model_name: str, processor_name: str, device: str, dtype: torch.dtype, *,
-                 reward: str, text: bool = True, model=None, transform: ImageTransform | None = None):
+    def __init__(
+        self,
+        model_name: str,
+        processor_name: str,
+        device: str,
+        dtype: torch.dtype,
+        *,
+        reward: str,
+        text: bool = True,
+        model=None,
+        transform: ImageTransform | None = None,
+    ):
         """`model`: an already built `CLIPModel` to use instead of loading `model_name` (a
         checkpoint in another layout, converted by the scorer, e.g. HPS). `transform`: the
         scorer's reference preprocessing when it is not transformers' `CLIPImageProcessor` of
@@ -33,16 +43,28 @@ class ClipEncoder:
         self.device = torch.device(device)
         self.dtype = dtype
         if model is None:
-            model = load_pretrained(CLIPModel.from_pretrained, model_name, reward=reward, key="model_name",
-                                    what="CLIPModel", dtype=dtype).eval().requires_grad_(False)
+            model = (
+                load_pretrained(
+                    CLIPModel.from_pretrained,
+                    model_name,
+                    reward=reward,
+                    key="model_name",
+                    what="CLIPModel",
+                    dtype=dtype,
+                )
+                .eval()
+                .requires_grad_(False)
+            )
         self.model = model
         self.model.to(self.device)
-        self.transform = transform or ImageTransform.from_pretrained(processor_name, reward=reward,
-                                                                     key="processor_name")
+        self.transform = transform or ImageTransform.from_pretrained(
+            processor_name, reward=reward, key="processor_name"
+        )
         self.tokenizer = None
         if text:
-            self.tokenizer = load_pretrained(AutoTokenizer.from_pretrained, processor_name, reward=reward,
-                                             key="processor_name", what="tokenizer")
+            self.tokenizer = load_pretrained(
+                AutoTokenizer.from_pretrained, processor_name, reward=reward, key="processor_name", what="tokenizer"
+            )
             self.max_text_tokens = self.model.config.text_config.max_position_embeddings
 
     @torch.no_grad()
@@ -57,10 +79,12 @@ class ClipEncoder:
         """strings -> float32 [B, D], L2-normalised projected text embeddings (truncated to the context)."""
         if self.tokenizer is None:
             raise RuntimeError("this ClipEncoder was built without its text tower (text=False)")
-        tokens = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_text_tokens,
-                                return_tensors="pt").to(self.device)
-        embeds = _as_tensor(self.model.get_text_features(input_ids=tokens["input_ids"],
-                                                         attention_mask=tokens["attention_mask"]))  # [B, D]
+        tokens = self.tokenizer(
+            texts, padding=True, truncation=True, max_length=self.max_text_tokens, return_tensors="pt"
+        ).to(self.device)
+        embeds = _as_tensor(
+            self.model.get_text_features(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"])
+        )  # [B, D]
         return torch.nn.functional.normalize(embeds.float(), dim=-1)
 
     def offload(self) -> None:

@@ -50,8 +50,13 @@ class ClipScoreReward:
         self.options = parse_options(self.name, ClipScoreOptions, kwargs)
         self.device = device
         opts = self.options
-        self.encoder = ClipEncoder(opts.model_name, opts.processor_name or opts.model_name, device,
-                                   resolve_dtype(self.name, opts.dtype), reward=self.name)
+        self.encoder = ClipEncoder(
+            opts.model_name,
+            opts.processor_name or opts.model_name,
+            device,
+            resolve_dtype(self.name, opts.dtype),
+            reward=self.name,
+        )
 
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
         scores = clip_score(self.encoder.image_embeds(images), self.encoder.text_embeds(prompts))  # [B]

@@ -43,9 +43,11 @@ def weights_to_build(cfg: RewardConfig, components: dict[str, float] | None) -> 
     weights = dict(cfg.components if components is None else components)
     problems = [REWARDS.check(name, cfg.allow_import) for name in weights]
     problems = [problem for problem in problems if problem]
-    problems += [f"reward.components.{name}={weight!r} is not a finite number"
-                 for name, weight in weights.items()
-                 if not isinstance(weight, (int, float)) or not math.isfinite(weight)]
+    problems += [
+        f"reward.components.{name}={weight!r} is not a finite number"
+        for name, weight in weights.items()
+        if not isinstance(weight, (int, float)) or not math.isfinite(weight)
+    ]
     if cfg.runtime not in RUNTIMES:
         problems.append(f"reward.runtime={cfg.runtime!r} is not supported; choose one of {', '.join(RUNTIMES)}")
     if cfg.video_reduction not in VIDEO_REDUCTIONS:
@@ -55,8 +57,10 @@ def weights_to_build(cfg: RewardConfig, components: dict[str, float] | None) -> 
         raise ValueError("invalid reward config:\n  " + "\n  ".join(problems))
     active = {name: float(weight) for name, weight in active_weights(weights).items()}
     if not active:
-        raise ValueError(f"reward.components: no component has a non-zero weight ({weights}); "
-                         f"set at least one, e.g. reward.components.ocr=1.0")
+        raise ValueError(
+            f"reward.components: no component has a non-zero weight ({weights}); "
+            f"set at least one, e.g. reward.components.ocr=1.0"
+        )
     return active
 
 
@@ -70,8 +74,7 @@ class RewardRuntime(Protocol):
 
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> RewardScores: ...
 
-    def score_async(self, images: torch.Tensor, prompts: list[str],
-                    metadata: list[dict[str, Any]]) -> ScoresFuture: ...
+    def score_async(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> ScoresFuture: ...
 
     def offload(self) -> None: ...
 
@@ -124,8 +127,14 @@ class LocalRewardRuntime:
     trainer's async path keeps reward models resident during sampling, since that is when they score.
     """
 
-    def __init__(self, scorers: dict[str, RewardFunction], weights: dict[str, float], batch_size: int,
-                 num_threads: int = 1, video_reduction: str = "mean"):
+    def __init__(
+        self,
+        scorers: dict[str, RewardFunction],
+        weights: dict[str, float],
+        batch_size: int,
+        num_threads: int = 1,
+        video_reduction: str = "mean",
+    ):
         self.scorers = scorers
         self.video_reduction = video_reduction
         self.weights = weights
@@ -142,24 +151,39 @@ class LocalRewardRuntime:
             chunks = []
             for start, end in batch_ranges(len(prompts), self.batch_size):
                 try:
-                    raw = score_media(scorer, images[start:end], prompts[start:end], metadata[start:end],
-                                      self.video_reduction, self.batch_size)
+                    raw = score_media(
+                        scorer,
+                        images[start:end],
+                        prompts[start:end],
+                        metadata[start:end],
+                        self.video_reduction,
+                        self.batch_size,
+                    )
                 except Exception as exc:
-                    raise RewardError(f"reward {name!r} failed on samples [{start}, {end}) of {len(prompts)}: "
-                                      f"{type(exc).__name__}: {exc}") from exc
+                    raise RewardError(
+                        f"reward {name!r} failed on samples [{start}, {end}) of {len(prompts)}: "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
                 chunks.append(check_scores(name, raw, prompts[start:end], start))
             components[name] = torch.cat(chunks)  # [B]
         return RewardScores(components, dict(self.weights))
 
-    def score_async(self, images: torch.Tensor, prompts: list[str],
-                    metadata: list[dict[str, Any]]) -> Future[RewardScores]:
+    def score_async(
+        self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]
+    ) -> Future[RewardScores]:
         """`score` on a worker thread; its RewardError/ValueError is raised from `result()`."""
         if self.offloaded:
-            raise RuntimeError("LocalRewardRuntime.score_async after offload(): call onload() first; "
-                               "reward.async_scoring keeps reward models resident while sampling")
+            raise RuntimeError(
+                "LocalRewardRuntime.score_async after offload(): call onload() first; "
+                "reward.async_scoring keeps reward models resident while sampling"
+            )
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.num_threads, thread_name_prefix="genalign-reward",
-                                            initializer=torch.set_num_threads, initargs=(torch.get_num_threads(),))
+            self._pool = ThreadPoolExecutor(
+                max_workers=self.num_threads,
+                thread_name_prefix="genalign-reward",
+                initializer=torch.set_num_threads,
+                initargs=(torch.get_num_threads(),),
+            )
         future = self._pool.submit(in_caller_context(self.score), images, prompts, metadata)
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
@@ -190,8 +214,9 @@ class LocalRewardRuntime:
         self.scorers = {}
 
 
-def build_reward_runtime(cfg: RewardConfig, device: torch.device | str,
-                         components: dict[str, float] | None = None) -> RewardRuntime:
+def build_reward_runtime(
+    cfg: RewardConfig, device: torch.device | str, components: dict[str, float] | None = None
+) -> RewardRuntime:
     """The runtime for `components` (default cfg.components; eval gold rewards pass their own).
 
     Constructor kwargs always come from cfg.kwargs[name]; zero-weight components are skipped."""
@@ -204,6 +229,7 @@ def build_reward_runtime(cfg: RewardConfig, device: torch.device | str,
         from genalign.rewards.http_runtime import HttpRewardRuntime
 
         return HttpRewardRuntime(cfg, weights)
-    scorers = {name: build_scorer(name, str(device), dict(cfg.kwargs.get(name, {})), cfg.allow_import)
-               for name in weights}
+    scorers = {
+        name: build_scorer(name, str(device), dict(cfg.kwargs.get(name, {})), cfg.allow_import) for name in weights
+    }
     return LocalRewardRuntime(scorers, weights, cfg.batch_size, cfg.num_threads, cfg.video_reduction)

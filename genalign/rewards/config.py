@@ -12,6 +12,7 @@ Aggregation = Literal["weighted_sum", "advantage_sum"]
 RewardRuntimeName = Literal["local", "ray", "http"]
 VideoReduction = Literal["mean", "min"]
 
+
 def active_weights(weights: dict[str, float]) -> dict[str, float]:
     """The scorers of a {name: weight} mapping (reward.components, eval.gold_rewards) that are
     on. A weight of 0 turns a scorer off: it is never built, loaded, planned, placed or scored,
@@ -20,8 +21,14 @@ def active_weights(weights: dict[str, float]) -> dict[str, float]:
     return {name: weight for name, weight in weights.items() if weight != 0}
 
 
-REWARD_PATH_OPTIONS = {"toy_shape": "path", "toy_shape_judge": "path", "aesthetic": "head_path",
-                       "hpsv2": "weights_path", "hpsv21": "weights_path", "image_reward": "weights_path"}
+REWARD_PATH_OPTIONS = {
+    "toy_shape": "path",
+    "toy_shape_judge": "path",
+    "aesthetic": "head_path",
+    "hpsv2": "weights_path",
+    "hpsv21": "weights_path",
+    "image_reward": "weights_path",
+}
 """Scorer options that name a local file or directory (never a hub id), checked up front
 (preflight/files.py) and `~`-expanded when the config is built (config/loader.py)."""
 
@@ -89,8 +96,13 @@ class RewardConfig:
             problems.append("reward.components is empty: name at least one reward, e.g. reward.components.ocr=1.0")
         elif not self.active_components():
             problems.append("reward.components: every weight is 0, so nothing would be scored")
-        problems += positive_problems({"reward.batch_size": self.batch_size, "reward.num_workers": self.num_workers,
-                                       "reward.num_threads": self.num_threads})
+        problems += positive_problems(
+            {
+                "reward.batch_size": self.batch_size,
+                "reward.num_workers": self.num_workers,
+                "reward.num_threads": self.num_threads,
+            }
+        )
         if self.timeout_s <= 0:
             problems.append(f"reward.timeout_s must be > 0, got {self.timeout_s}")
         return problems + self.http_problems()
@@ -103,11 +115,15 @@ class RewardConfig:
             parts = urlsplit(self.url)
             parts.port  # noqa: B018 - parsed lazily: raises for a port that is not a number in range
         except ValueError as exc:  # an unclosed IPv6 bracket, a port out of range
-            return [f"reward.url={self.url!r} is not a URL ({exc}); e.g. reward.url=http://127.0.0.1:8700 or "
-                    f"http://[::1]:8700"]
+            return [
+                f"reward.url={self.url!r} is not a URL ({exc}); e.g. reward.url=http://127.0.0.1:8700 or "
+                f"http://[::1]:8700"
+            ]
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            return [f"reward.url={self.url!r}: reward.runtime=http needs the reward server's URL, e.g. "
-                    f"reward.url=http://127.0.0.1:8700 (start the server with `genalign serve-reward`)"]
+            return [
+                f"reward.url={self.url!r}: reward.runtime=http needs the reward server's URL, e.g. "
+                f"reward.url=http://127.0.0.1:8700 (start the server with `genalign serve-reward`)"
+            ]
         if not self.token_env:
             return ["reward.token_env is empty: name the environment variable that holds the server's token"]
         return []

@@ -116,9 +116,11 @@ def detector_names(id2label: dict[int, str], where: str) -> dict[str, str]:
     labels = set(id2label.values())
     missing = [name for name in geneval_classes() if DETECTOR_SYNONYMS.get(name, name) not in labels]
     if missing:
-        raise ValueError(f"{where}: the detector's id2label has no label for the GenEval class(es) "
-                         f"{missing} (looked up as {[DETECTOR_SYNONYMS.get(n, n) for n in missing]}); GenEval needs "
-                         f"a COCO instance-segmentation detector (genalign/rewards/geneval.py DETECTOR_SYNONYMS)")
+        raise ValueError(
+            f"{where}: the detector's id2label has no label for the GenEval class(es) "
+            f"{missing} (looked up as {[DETECTOR_SYNONYMS.get(n, n) for n in missing]}); GenEval needs "
+            f"a COCO instance-segmentation detector (genalign/rewards/geneval.py DETECTOR_SYNONYMS)"
+        )
     return {DETECTOR_SYNONYMS.get(name, name): name for name in geneval_classes()}
 
 
@@ -153,13 +155,17 @@ class GenEvalOptions:
 
     def __post_init__(self) -> None:
         if self.detector_channels not in DETECTOR_CHANNELS:
-            raise ValueError(f"reward.kwargs.geneval.detector_channels={self.detector_channels!r}: choose one of "
-                             f"{', '.join(DETECTOR_CHANNELS)}")
+            raise ValueError(
+                f"reward.kwargs.geneval.detector_channels={self.detector_channels!r}: choose one of "
+                f"{', '.join(DETECTOR_CHANNELS)}"
+            )
         if self.score not in SCORES:
             raise ValueError(f"reward.kwargs.geneval.score={self.score!r}: choose one of {', '.join(SCORES)}")
         if self.jpeg_quality is not None and not 1 <= self.jpeg_quality <= 100:
-            raise ValueError(f"reward.kwargs.geneval.jpeg_quality={self.jpeg_quality}: a Pillow JPEG quality "
-                             f"in [1, 100] (75 is Flow-GRPO's), or null for the raw pixels")
+            raise ValueError(
+                f"reward.kwargs.geneval.jpeg_quality={self.jpeg_quality}: a Pillow JPEG quality "
+                f"in [1, 100] (75 is Flow-GRPO's), or null for the raw pixels"
+            )
 
     def manifest_problems(self, examples: Iterable) -> list[str]:
         """Rows of a prompt manifest this reward would score that it cannot (no GenEval metadata,
@@ -176,8 +182,10 @@ class GenEvalOptions:
 
     def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
         """Models on the scorer's device (the memory plan counts them): the detector and the CLIPModel."""
-        return (DeviceModel("detector_name", self.detector_name, self.dtype, "Mask2FormerForUniversalSegmentation"),
-                DeviceModel("clip_name", self.clip_name, self.dtype, "CLIPModel"))
+        return (
+            DeviceModel("detector_name", self.detector_name, self.dtype, "Mask2FormerForUniversalSegmentation"),
+            DeviceModel("clip_name", self.clip_name, self.dtype, "CLIPModel"),
+        )
 
 
 @dataclass
@@ -195,8 +203,10 @@ ColorsOf = Callable[[str, list[Detection]], list[str]]
 
 # ------------------------------------------------------------------ detector post-processing
 
-def mask2former_instances(class_logits: torch.Tensor, mask_logits: torch.Tensor, max_per_image: int = MAX_PER_IMAGE
-                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+
+def mask2former_instances(
+    class_logits: torch.Tensor, mask_logits: torch.Tensor, max_per_image: int = MAX_PER_IMAGE
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One image: class logits [Q, C+1] (last: no object), mask logits [Q, H, W] at image size
     -> labels [K], scores [K], masks bool [K, H, W]: the top K = max_per_image (query, class)
     pairs by class probability, each scored class prob x mean sigmoid inside its mask (mmdet's
@@ -229,8 +239,9 @@ def detector_input_size(height: int, width: int, scale: tuple[int, int] = MMDET_
     return int(height * factor + 0.5), int(width * factor + 0.5)
 
 
-def detector_input(images: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]
-                   ) -> tuple[torch.Tensor, tuple[int, int]]:
+def detector_input(
+    images: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]
+) -> tuple[torch.Tensor, tuple[int, int]]:
     """uint8 [B, 3, H, W] -> (float32 [B, 3, h', w'] padded to multiples of 32, (h, w) before
     padding), as GenEval's mmdet test pipeline: OpenCV's bilinear resize of the uint8 image
     (half-pixel centres, edge pixels repeated, rounded to uint8: torch's non-antialiased bilinear,
@@ -249,6 +260,7 @@ def detector_input(images: torch.Tensor, mean: tuple[float, ...], std: tuple[flo
 
 def box_iou(a, b) -> float:
     """IoU with GenEval's inclusive-pixel areas ((x1 - x0 + 1) * (y1 - y0 + 1))."""
+
     def area(box):
         return max(box[2] - box[0] + 1, 0) * max(box[3] - box[1] + 1, 0)
 
@@ -257,8 +269,9 @@ def box_iou(a, b) -> float:
     return inter / union if union else 0.0
 
 
-def select_detections(candidates: list[Detection], threshold: float, max_objects: int,
-                      nms_threshold: float) -> list[Detection]:
+def select_detections(
+    candidates: list[Detection], threshold: float, max_objects: int, nms_threshold: float
+) -> list[Detection]:
     """One class's detections: above threshold, most confident first, at most max_objects, NMS."""
     ordered = sorted((d for d in candidates if d.score > threshold), key=lambda d: -d.score)[:max_objects]
     kept: list[Detection] = []
@@ -271,6 +284,7 @@ def select_detections(candidates: list[Detection], threshold: float, max_objects
 
 
 # ------------------------------------------------------------------ GenEval's rules
+
 
 def relative_position(box_a, box_b, threshold: float) -> set[str]:
     """Relations of box A to box B ("left of", "right of", "above", "below"; y grows downwards)."""
@@ -299,14 +313,15 @@ def _position_holds(found: list[Detection], targets: list[Detection], relation: 
     return all(relation in relative_position(obj.box, target.box, threshold) for obj in found for target in targets)
 
 
-def geneval_correct(objects: dict[str, list[Detection]], metadata: dict[str, Any], colors_of: ColorsOf,
-                    position_threshold: float) -> bool:
+def geneval_correct(
+    objects: dict[str, list[Detection]], metadata: dict[str, Any], colors_of: ColorsOf, position_threshold: float
+) -> bool:
     """GenEval's benchmark correctness: include clauses AND-ed (the `count` most confident
     objects checked for colour and position), any exclude clause hit fails."""
     correct = True
     matched: list[list[Detection] | None] = []
     for clause in metadata.get("include", []):
-        found = objects.get(clause["class"], [])[:clause["count"]]
+        found = objects.get(clause["class"], [])[: clause["count"]]
         ok = len(found) >= clause["count"]
         if ok and "color" in clause:
             ok = colors_of(clause["class"], found).count(clause["color"]) >= clause["count"]
@@ -321,8 +336,9 @@ def geneval_correct(objects: dict[str, list[Detection]], metadata: dict[str, Any
     return correct
 
 
-def flow_grpo_reward(objects: dict[str, list[Detection]], metadata: dict[str, Any], colors_of: ColorsOf,
-                     position_threshold: float) -> tuple[bool, float]:
+def flow_grpo_reward(
+    objects: dict[str, list[Detection]], metadata: dict[str, Any], colors_of: ColorsOf, position_threshold: float
+) -> tuple[bool, float]:
     """Flow-GRPO's (strict correct, partial-credit reward); exclude clauses are not read."""
     strict = True
     parts: list[float] = []
@@ -359,17 +375,22 @@ def check_metadata(metadata: dict[str, Any], index: int, prompt: str, class_name
     """A GenEval row (tag, include[, exclude]) naming only GenEval's classes, else ValueError."""
     where = f"geneval: sample {index} (prompt {prompt!r})"
     if metadata.get("tag") not in TAGS or not isinstance(metadata.get("include"), list):
-        raise ValueError(f"{where} has no GenEval metadata (a 'tag' in {TAGS} and an 'include' list); score it with "
-                         f"a .jsonl manifest whose rows carry them, e.g. datasets/geneval/train.jsonl")
+        raise ValueError(
+            f"{where} has no GenEval metadata (a 'tag' in {TAGS} and an 'include' list); score it with "
+            f"a .jsonl manifest whose rows carry them, e.g. datasets/geneval/train.jsonl"
+        )
     for clause in metadata["include"] + metadata.get("exclude", []):
         if clause.get("class") not in class_names or not isinstance(clause.get("count"), int) or clause["count"] < 1:
-            raise ValueError(f"{where}: clause {clause} needs one of GenEval's {len(class_names)} classes "
-                             f"(genalign/assets/geneval/object_names.txt) and a count >= 1")
+            raise ValueError(
+                f"{where}: clause {clause} needs one of GenEval's {len(class_names)} classes "
+                f"(genalign/assets/geneval/object_names.txt) and a count >= 1"
+            )
         if "color" in clause and clause["color"] not in COLORS:
             raise ValueError(f"{where}: colour {clause['color']!r} is not one of {COLORS}")
 
 
 # ------------------------------------------------------------------ the scorer
+
 
 class GenEvalReward:
     name = "geneval"
@@ -379,31 +400,51 @@ class GenEvalReward:
         from transformers import Mask2FormerForUniversalSegmentation
 
         if self.fixed_score is not None and kwargs.get("score", self.fixed_score) != self.fixed_score:
-            raise ValueError(f"reward.kwargs.{self.name}.score: this reward always scores {self.fixed_score!r}; "
-                             f"use the geneval reward for another score")
+            raise ValueError(
+                f"reward.kwargs.{self.name}.score: this reward always scores {self.fixed_score!r}; "
+                f"use the geneval reward for another score"
+            )
         self.options = parse_options(self.name, GenEvalOptions, kwargs)
         opts = self.options
         if self.fixed_score is not None:
             opts.score = self.fixed_score
         self.device = torch.device(device)
         dtype = resolve_dtype(self.name, opts.dtype)
-        self.detector = load_pretrained(Mask2FormerForUniversalSegmentation.from_pretrained, opts.detector_name,
-                                        reward=self.name, key="detector_name", what="Mask2Former detector",
-                                        dtype=dtype).eval().requires_grad_(False).to(self.device)
+        self.detector = (
+            load_pretrained(
+                Mask2FormerForUniversalSegmentation.from_pretrained,
+                opts.detector_name,
+                reward=self.name,
+                key="detector_name",
+                what="Mask2Former detector",
+                dtype=dtype,
+            )
+            .eval()
+            .requires_grad_(False)
+            .to(self.device)
+        )
         self.dtype = dtype
-        processor = read_json_file(opts.detector_name, "preprocessor_config.json", reward=self.name,
-                                   key="detector_name")
+        processor = read_json_file(
+            opts.detector_name, "preprocessor_config.json", reward=self.name, key="detector_name"
+        )
         self.mean, self.std = tuple(processor["image_mean"]), tuple(processor["image_std"])
         self.class_names = {int(k): v for k, v in self.detector.config.id2label.items()}
-        self.geneval_names = detector_names(self.class_names, f"reward.kwargs.{self.name}.detector_name="
-                                                              f"{opts.detector_name!r}")
+        self.geneval_names = detector_names(
+            self.class_names, f"reward.kwargs.{self.name}.detector_name={opts.detector_name!r}"
+        )
         self.clip = ClipEncoder(opts.clip_name, opts.clip_name, device, dtype, reward=self.name)
         image_size = self.clip.model.config.vision_config.image_size
         # open_clip's `openai` preprocessing of GenEval's colour crops: torchvision's Resize and
         # CenterCrop on the PIL crop (Pillow's bicubic, the crop offset rounded)
-        self.clip.transform = ImageTransform(mean=OPENAI_CLIP_MEAN, std=OPENAI_CLIP_STD, shortest_edge=image_size,
-                                             crop_hw=(image_size, image_size), crop_rounding="round",
-                                             mode="bicubic", resampler="pil")
+        self.clip.transform = ImageTransform(
+            mean=OPENAI_CLIP_MEAN,
+            std=OPENAI_CLIP_STD,
+            shortest_edge=image_size,
+            crop_hw=(image_size, image_size),
+            crop_rounding="round",
+            mode="bicubic",
+            resampler="pil",
+        )
         self._color_classifiers: dict[str, torch.Tensor] = {}
 
     # -- detection
@@ -418,8 +459,9 @@ class GenEvalReward:
         out = self.detector(pixel_values=pixels.to(self.dtype))
         results = []
         for class_logits, mask_logits in zip(out.class_queries_logits, out.masks_queries_logits):
-            logits = F.interpolate(mask_logits[None].float(), size=pixels.shape[-2:], mode="bilinear",
-                                   align_corners=False)[..., :resized[0], :resized[1]]  # [1, Q, h, w] unpadded
+            logits = F.interpolate(
+                mask_logits[None].float(), size=pixels.shape[-2:], mode="bilinear", align_corners=False
+            )[..., : resized[0], : resized[1]]  # [1, Q, h, w] unpadded
             logits = F.interpolate(logits, size=(height, width), mode="bilinear", align_corners=False)[0]
             labels, scores, masks = mask2former_instances(class_logits, logits)
             boxes = mask_boxes(masks.cpu())
@@ -464,8 +506,11 @@ class GenEvalReward:
         scores = []
         for image, raw, row in zip(images, self.detect(images), metadata):
             threshold = opts.counting_threshold if row["tag"] == "counting" else opts.threshold
-            objects = {name: kept for name, found in raw.items()
-                       if (kept := select_detections(found, threshold, opts.max_objects, opts.nms_threshold))}
+            objects = {
+                name: kept
+                for name, found in raw.items()
+                if (kept := select_detections(found, threshold, opts.max_objects, opts.nms_threshold))
+            }
             colors_of = lambda name, dets, image=image: self.colors_of(image, name, dets)  # noqa: E731
             if opts.score == "accuracy":
                 scores.append(float(geneval_correct(objects, row, colors_of, opts.position_threshold)))
@@ -485,5 +530,6 @@ class GenEvalReward:
 
 class GenEvalAccuracyReward(GenEvalReward):
     """GenEval's benchmark 0/1 correctness (score fixed to "accuracy"), e.g. for eval.gold_rewards."""
+
     name = "geneval_accuracy"
     fixed_score = "accuracy"

@@ -39,18 +39,25 @@ from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import load_pretrained, load_weights_file, resolve_dtype
 
-LAYER_KEYS = {"ln_1": "layer_norm1", "ln_2": "layer_norm2", "attn.out_proj": "self_attn.out_proj",
-              "mlp.c_fc": "mlp.fc1", "mlp.c_proj": "mlp.fc2"}
+LAYER_KEYS = {
+    "ln_1": "layer_norm1",
+    "ln_2": "layer_norm2",
+    "attn.out_proj": "self_attn.out_proj",
+    "mlp.c_fc": "mlp.fc1",
+    "mlp.c_proj": "mlp.fc2",
+}
 """open_clip residual-block module -> transformers CLIPEncoderLayer module (weights and biases)."""
 TOP_KEYS = {
     "token_embedding.weight": "text_model.embeddings.token_embedding.weight",
     "positional_embedding": "text_model.embeddings.position_embedding.weight",
-    "ln_final.weight": "text_model.final_layer_norm.weight", "ln_final.bias": "text_model.final_layer_norm.bias",
+    "ln_final.weight": "text_model.final_layer_norm.weight",
+    "ln_final.bias": "text_model.final_layer_norm.bias",
     "logit_scale": "logit_scale",
     "visual.conv1.weight": "vision_model.embeddings.patch_embedding.weight",
     "visual.class_embedding": "vision_model.embeddings.class_embedding",
     "visual.positional_embedding": "vision_model.embeddings.position_embedding.weight",
-    "visual.ln_pre.weight": "vision_model.pre_layrnorm.weight", "visual.ln_pre.bias": "vision_model.pre_layrnorm.bias",
+    "visual.ln_pre.weight": "vision_model.pre_layrnorm.weight",
+    "visual.ln_pre.bias": "vision_model.pre_layrnorm.bias",
     "visual.ln_post.weight": "vision_model.post_layernorm.weight",
     "visual.ln_post.bias": "vision_model.post_layernorm.bias",
 }
@@ -71,7 +78,7 @@ def open_clip_to_transformers(state: dict[str, torch.Tensor]) -> dict[str, torch
         elif key in PROJECTIONS:
             out[PROJECTIONS[key]] = value.t().contiguous()
         elif ".resblocks." in key:
-            tower, rest = ("vision_model", key[len("visual."):]) if key.startswith("visual.") else ("text_model", key)
+            tower, rest = ("vision_model", key[len("visual.") :]) if key.startswith("visual.") else ("text_model", key)
             _, _, after = rest.partition("transformer.resblocks.")
             index, _, leaf = after.partition(".")
             prefix = f"{tower}.encoder.layers.{index}."
@@ -88,15 +95,22 @@ def open_clip_to_transformers(state: dict[str, torch.Tensor]) -> dict[str, torch
         else:
             unknown.append(key)
     if unknown:
-        raise ValueError(f"not an open_clip ViT CLIP state dict: unknown keys {unknown[:5]}"
-                         f"{' ...' if len(unknown) > 5 else ''}")
+        raise ValueError(
+            f"not an open_clip ViT CLIP state dict: unknown keys {unknown[:5]}{' ...' if len(unknown) > 5 else ''}"
+        )
     return out
 
 
 def hps_transform(image_size: int) -> ImageTransform:
     """HPSv2's evaluation transform at the model's image size (see the module docstring)."""
-    return ImageTransform(mean=OPENAI_CLIP_MEAN, std=OPENAI_CLIP_STD, longest_edge=image_size, mode="bicubic",
-                          resampler="tensor", pad_fill=0.0)
+    return ImageTransform(
+        mean=OPENAI_CLIP_MEAN,
+        std=OPENAI_CLIP_STD,
+        longest_edge=image_size,
+        mode="bicubic",
+        resampler="tensor",
+        pad_fill=0.0,
+    )
 
 
 @dataclass
@@ -123,21 +137,34 @@ class HPSv2Reward:
 
         self.options = parse_options(self.name, HPSOptions, kwargs)
         opts = self.options
-        state = load_weights_file(self.name, opts.weights_path, "the HPS checkpoint",
-                                  "convert HPS_v2*_compressed.pt as genalign/rewards/hps.py describes")
+        state = load_weights_file(
+            self.name,
+            opts.weights_path,
+            "the HPS checkpoint",
+            "convert HPS_v2*_compressed.pt as genalign/rewards/hps.py describes",
+        )
         dtype = resolve_dtype(self.name, opts.dtype)
-        config = load_pretrained(CLIPConfig.from_pretrained, opts.base_model, reward=self.name, key="base_model",
-                                 what="CLIP config")
+        config = load_pretrained(
+            CLIPConfig.from_pretrained, opts.base_model, reward=self.name, key="base_model", what="CLIP config"
+        )
         model = CLIPModel(config)
         try:
             model.load_state_dict(open_clip_to_transformers(state), strict=True)
         except (ValueError, RuntimeError) as exc:  # unknown keys, missing keys, wrong shapes
             detail = " ".join(str(exc).split())
-            raise ValueError(f"reward.kwargs.{self.name}.weights_path={opts.weights_path!r} does not fit "
-                             f"reward.kwargs.{self.name}.base_model={opts.base_model!r}: {detail}") from exc
-        self.encoder = ClipEncoder(opts.base_model, opts.base_model, device, dtype, reward=self.name,
-                                   model=model.to(dtype).eval().requires_grad_(False),
-                                   transform=hps_transform(config.vision_config.image_size))
+            raise ValueError(
+                f"reward.kwargs.{self.name}.weights_path={opts.weights_path!r} does not fit "
+                f"reward.kwargs.{self.name}.base_model={opts.base_model!r}: {detail}"
+            ) from exc
+        self.encoder = ClipEncoder(
+            opts.base_model,
+            opts.base_model,
+            device,
+            dtype,
+            reward=self.name,
+            model=model.to(dtype).eval().requires_grad_(False),
+            transform=hps_transform(config.vision_config.image_size),
+        )
 
     @torch.no_grad()
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
@@ -154,4 +181,5 @@ class HPSv2Reward:
 
 class HPSv21Reward(HPSv2Reward):
     """The same scorer for the HPSv2.1 checkpoint (a separate name, so runs say which one)."""
+
     name = "hpsv21"

@@ -60,8 +60,10 @@ HEALTH_POLL_S = 0.5
 """How often a dropped connection's health check is repeated while the server is away."""
 KEEPALIVE_S = 5.0
 """Longest a pooled connection idles before the client closes it (at most half the server's idle limit)."""
-RESUME_HINT = ("once the reward server answers again, rerun the same command with trainer.resume_from=auto: "
-               "it continues from the last checkpoint")
+RESUME_HINT = (
+    "once the reward server answers again, rerun the same command with trainer.resume_from=auto: "
+    "it continues from the last checkpoint"
+)
 RETRIED_STATUSES = (429, 503)
 """Answers that mean "not now": retried with back-off within reward.timeout_s."""
 
@@ -101,12 +103,16 @@ class HttpScoresFuture:
                 scores = chunk.future.result(timeout=self.runtime.worst_case_s)
             except FutureTimeout as exc:
                 chunk.future.cancel()
-                raise RewardServiceError(f"{self.runtime.describe()}: no answer for samples [{chunk.start}, "
-                                         f"{chunk.end}) within {self.runtime.worst_case_s:.0f}s") from exc
+                raise RewardServiceError(
+                    f"{self.runtime.describe()}: no answer for samples [{chunk.start}, "
+                    f"{chunk.end}) within {self.runtime.worst_case_s:.0f}s"
+                ) from exc
             for name in parts:
-                parts[name].append(check_scores(name, scores[name], self.prompts[chunk.start:chunk.end], chunk.start))
-        return RewardScores({name: torch.cat(chunks) for name, chunks in parts.items()},  # [B] each
-                            dict(self.runtime.weights))
+                parts[name].append(check_scores(name, scores[name], self.prompts[chunk.start : chunk.end], chunk.start))
+        return RewardScores(
+            {name: torch.cat(chunks) for name, chunks in parts.items()},  # [B] each
+            dict(self.runtime.weights),
+        )
 
 
 class _ClientThread:
@@ -161,8 +167,10 @@ class HttpRewardRuntime:
         self.url = cfg.url.rstrip("/")
         token = os.environ.get(cfg.token_env, "")
         if not token:
-            raise RewardServiceError(f"reward.runtime=http: ${cfg.token_env} is not set; export the reward server's "
-                                     f"token in the trainer's environment (reward.token_env names the variable)")
+            raise RewardServiceError(
+                f"reward.runtime=http: ${cfg.token_env} is not set; export the reward server's "
+                f"token in the trainer's environment (reward.token_env names the variable)"
+            )
         self._headers = {"Authorization": f"Bearer {token}"}
         # a request may be tried twice, with a wait for the server in between
         self.worst_case_s = 2 * cfg.timeout_s + cfg.startup_timeout_s + 30.0
@@ -177,9 +185,11 @@ class HttpRewardRuntime:
         missing = [name for name in weights if name not in info.get("components", [])]
         if missing:
             self.close()
-            raise RewardServiceError(f"reward server {self.url} does not serve reward(s) {missing} (it serves "
-                                     f"{info.get('components')}); start it with `genalign serve-reward --components "
-                                     f"{' '.join(weights)}`")
+            raise RewardServiceError(
+                f"reward server {self.url} does not serve reward(s) {missing} (it serves "
+                f"{info.get('components')}); start it with `genalign serve-reward --components "
+                f"{' '.join(weights)}`"
+            )
         self.max_request_bytes = int(info.get("max_request_bytes", 0)) or None
         idle_s = info.get("idle_timeout_s")
         if isinstance(idle_s, (int, float)) and idle_s > 0 and idle_s / 2 < self._keepalive_s:
@@ -257,23 +267,27 @@ class HttpRewardRuntime:
                 last = exc
             if loop.time() >= deadline:
                 seen = f"{type(last).__name__}: {last}" if isinstance(last, Exception) else last
-                raise RewardServiceError(f"{self.describe()}: cannot {what} the server within reward.startup_timeout_s="
-                                         f"{self.cfg.startup_timeout_s} (last: {seen}); is `genalign serve-reward` "
-                                         f"running at that address?", hint=RESUME_HINT)
+                raise RewardServiceError(
+                    f"{self.describe()}: cannot {what} the server within reward.startup_timeout_s="
+                    f"{self.cfg.startup_timeout_s} (last: {seen}); is `genalign serve-reward` "
+                    f"running at that address?",
+                    hint=RESUME_HINT,
+                )
             await asyncio.sleep(min(HEALTH_POLL_S, max(deadline - loop.time(), 0.0)))
 
-    async def _request(self, method: str, path: str, body: bytes | None,
-                       timeout_s: float) -> tuple[int, bytes, float | None]:
+    async def _request(
+        self, method: str, path: str, body: bytes | None, timeout_s: float
+    ) -> tuple[int, bytes, float | None]:
         """(status, body, the Retry-After seconds when the server sent a number)."""
         import aiohttp
 
         session = self._ensure_session()
         headers = {"Content-Type": CONTENT_TYPE} if body is not None else None
-        async with session.request(method, self.url + path, data=body, headers=headers,
-                                   timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+        async with session.request(
+            method, self.url + path, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as response:
             retry_after = response.headers.get("Retry-After", "")
-            return (response.status, await response.read(),
-                    float(retry_after) if retry_after.isdigit() else None)
+            return (response.status, await response.read(), float(retry_after) if retry_after.isdigit() else None)
 
     async def _score_chunk(self, request: ScoreRequest, where: str) -> dict[str, torch.Tensor]:
         """One chunk: encode, send (retry once on a dropped connection), decode."""
@@ -285,24 +299,35 @@ class HttpRewardRuntime:
         except WireError as exc:
             raise RewardServiceError(f"{self.describe(names)}: cannot send {where}: {exc}") from exc
         if self.max_request_bytes is not None and len(body) > self.max_request_bytes:
-            raise RewardServiceError(f"{self.describe(names)}: {where} is a {len(body) / 2**20:.1f} MiB request; the "
-                                     f"server accepts at most {self.max_request_bytes / 2**20:.1f} MiB (its "
-                                     f"--max-request-mb). Lower reward.batch_size or raise the server's limit")
+            raise RewardServiceError(
+                f"{self.describe(names)}: {where} is a {len(body) / 2**20:.1f} MiB request; the "
+                f"server accepts at most {self.max_request_bytes / 2**20:.1f} MiB (its "
+                f"--max-request-mb). Lower reward.batch_size or raise the server's limit"
+            )
         for attempt in (1, 2):
             try:
                 status, reply = await self._send_until_accepted(body, where, names)
                 return self._parse(status, reply, names, where, count=len(request.prompts))
             except asyncio.TimeoutError as exc:  # before ClientError: aiohttp's timeouts are both
-                raise RewardServiceError(f"{self.describe(names)}: no answer for {where} within reward.timeout_s="
-                                         f"{self.cfg.timeout_s}; raise reward.timeout_s or check the server's "
-                                         "load") from exc
+                raise RewardServiceError(
+                    f"{self.describe(names)}: no answer for {where} within reward.timeout_s="
+                    f"{self.cfg.timeout_s}; raise reward.timeout_s or check the server's "
+                    "load"
+                ) from exc
             except aiohttp.ClientConnectionError as exc:
                 if attempt == 2:
-                    raise RewardServiceError(f"{self.describe(names)}: the connection dropped again while scoring "
-                                             f"{where} after one retry; giving up: {type(exc).__name__}: "
-                                             f"{exc}") from exc
-                log.warning("%s: connection dropped while scoring %s (%s: %s); retrying once when the server "
-                            "answers again", self.describe(names), where, type(exc).__name__, exc)
+                    raise RewardServiceError(
+                        f"{self.describe(names)}: the connection dropped again while scoring "
+                        f"{where} after one retry; giving up: {type(exc).__name__}: "
+                        f"{exc}"
+                    ) from exc
+                log.warning(
+                    "%s: connection dropped while scoring %s (%s: %s); retrying once when the server answers again",
+                    self.describe(names),
+                    where,
+                    type(exc).__name__,
+                    exc,
+                )
                 await self._wait_for_server(self.cfg.startup_timeout_s, "reconnect to")
         raise AssertionError("unreachable")
 
@@ -331,18 +356,21 @@ class HttpRewardRuntime:
             reply = None
         message = reply.get("error") if isinstance(reply, dict) else None
         if status != 200:
-            hint = {401: f"; the token in ${self.cfg.token_env} does not match the server's",
-                    408: "; the network is slower than the server's --body-timeout-s allows: lower "
-                         "reward.batch_size or raise it",
-                    413: "; lower reward.batch_size or raise the server's --max-request-mb"}.get(status, "")
+            hint = {
+                401: f"; the token in ${self.cfg.token_env} does not match the server's",
+                408: "; the network is slower than the server's --body-timeout-s allows: lower "
+                "reward.batch_size or raise it",
+                413: "; lower reward.batch_size or raise the server's --max-request-mb",
+            }.get(status, "")
             detail = message or body[:200].decode(errors="replace")
             raise RewardServiceError(f"{self.describe(names)}: HTTP {status} for {where}: {detail}{hint}")
         if reply is None:
             raise RewardServiceError(f"{self.describe(names)}: the reply for {where} is not JSON: {body[:200]!r}")
         if count is None:
             if not isinstance(reply, dict):
-                raise RewardServiceError(f"{self.describe(names)}: the {where} reply is not a JSON object: "
-                                         f"{body[:200]!r}")
+                raise RewardServiceError(
+                    f"{self.describe(names)}: the {where} reply is not a JSON object: {body[:200]!r}"
+                )
             return reply
         try:
             return decode_reply(reply, names, count)

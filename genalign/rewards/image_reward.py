@@ -40,12 +40,22 @@ MEAN, STD = 0.16717362830052426, 1.0333394966054072
 """ImageReward's normalisation of the head's output."""
 MAX_TEXT_TOKENS = 35
 HEAD_DIM = 64
-VISION_KEYS = {"cls_token": "embeddings.class_embedding", "pos_embed": "embeddings.position_embedding",
-               "patch_embed.proj.weight": "embeddings.patch_embedding.weight",
-               "patch_embed.proj.bias": "embeddings.patch_embedding.bias",
-               "norm.weight": "post_layernorm.weight", "norm.bias": "post_layernorm.bias"}
-BLOCK_KEYS = {"norm1": "layer_norm1", "attn.qkv": "self_attn.qkv", "attn.proj": "self_attn.projection",
-              "norm2": "layer_norm2", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
+VISION_KEYS = {
+    "cls_token": "embeddings.class_embedding",
+    "pos_embed": "embeddings.position_embedding",
+    "patch_embed.proj.weight": "embeddings.patch_embedding.weight",
+    "patch_embed.proj.bias": "embeddings.patch_embedding.bias",
+    "norm.weight": "post_layernorm.weight",
+    "norm.bias": "post_layernorm.bias",
+}
+BLOCK_KEYS = {
+    "norm1": "layer_norm1",
+    "attn.qkv": "self_attn.qkv",
+    "attn.proj": "self_attn.projection",
+    "norm2": "layer_norm2",
+    "mlp.fc1": "mlp.fc1",
+    "mlp.fc2": "mlp.fc2",
+}
 UNUSED = ("blip.vision_proj.", "blip.text_proj.", "blip.text_encoder.embeddings.position_ids")
 """Checkpoint tensors the score does not read (BLIP's contrastive projections, a buffer)."""
 
@@ -57,7 +67,7 @@ def split_checkpoint(state: dict[str, torch.Tensor]) -> tuple[dict, dict, dict]:
         if key.startswith(UNUSED):
             continue
         if key.startswith("blip.visual_encoder."):
-            rest = key[len("blip.visual_encoder."):]
+            rest = key[len("blip.visual_encoder.") :]
             if rest in VISION_KEYS:
                 vision[VISION_KEYS[rest]] = value
                 continue
@@ -68,10 +78,10 @@ def split_checkpoint(state: dict[str, torch.Tensor]) -> tuple[dict, dict, dict]:
                     vision[f"encoder.layers.{index}.{BLOCK_KEYS[module]}.{kind}"] = value
                     continue
         elif key.startswith("blip.text_encoder."):
-            text[key[len("blip.text_encoder."):]] = value  # BLIP's BERT names are transformers' names
+            text[key[len("blip.text_encoder.") :]] = value  # BLIP's BERT names are transformers' names
             continue
         elif key.startswith("mlp."):
-            head[key[len("mlp."):]] = value
+            head[key[len("mlp.") :]] = value
             continue
         unknown.append(key)
     if unknown:
@@ -88,24 +98,40 @@ def configs_from_shapes(vision: dict[str, torch.Tensor], text: dict[str, torch.T
     patch = vision["embeddings.patch_embedding.weight"].shape[-1]
     grid = int(round((vision["embeddings.position_embedding"].shape[1] - 1) ** 0.5))
     vision_config = BlipVisionConfig(
-        hidden_size=width, intermediate_size=vision["encoder.layers.0.mlp.fc1.weight"].shape[0],
+        hidden_size=width,
+        intermediate_size=vision["encoder.layers.0.mlp.fc1.weight"].shape[0],
         num_hidden_layers=1 + max(int(k.split(".")[2]) for k in vision if k.startswith("encoder.layers.")),
-        num_attention_heads=width // HEAD_DIM, image_size=grid * patch, patch_size=patch, layer_norm_eps=1e-6)
+        num_attention_heads=width // HEAD_DIM,
+        image_size=grid * patch,
+        patch_size=patch,
+        layer_norm_eps=1e-6,
+    )
     hidden = text["embeddings.word_embeddings.weight"].shape[1]
     text_config = BlipTextConfig(
-        vocab_size=text["embeddings.word_embeddings.weight"].shape[0], hidden_size=hidden,
+        vocab_size=text["embeddings.word_embeddings.weight"].shape[0],
+        hidden_size=hidden,
         intermediate_size=text["encoder.layer.0.intermediate.dense.weight"].shape[0],
         num_hidden_layers=1 + max(int(k.split(".")[2]) for k in text if k.startswith("encoder.layer.")),
-        num_attention_heads=hidden // HEAD_DIM, encoder_hidden_size=width, layer_norm_eps=1e-12,
-        max_position_embeddings=text["embeddings.position_embeddings.weight"].shape[0])
+        num_attention_heads=hidden // HEAD_DIM,
+        encoder_hidden_size=width,
+        layer_norm_eps=1e-12,
+        max_position_embeddings=text["embeddings.position_embeddings.weight"].shape[0],
+    )
     return vision_config, text_config
 
 
 def image_reward_transform(size: int) -> ImageTransform:
     """ImageReward's `_transform(n_px)`: torchvision `Resize(n_px, BICUBIC)` and `CenterCrop(n_px)`
     on the PIL image (Pillow's resampling; torchvision's rounded crop offset), CLIP mean/std."""
-    return ImageTransform(mean=OPENAI_CLIP_MEAN, std=OPENAI_CLIP_STD, shortest_edge=size, crop_hw=(size, size),
-                          crop_rounding="round", mode="bicubic", resampler="pil")
+    return ImageTransform(
+        mean=OPENAI_CLIP_MEAN,
+        std=OPENAI_CLIP_STD,
+        shortest_edge=size,
+        crop_hw=(size, size),
+        crop_rounding="round",
+        mode="bicubic",
+        resampler="pil",
+    )
 
 
 @dataclass
@@ -131,8 +157,9 @@ class ImageRewardReward:
         self.options = parse_options(self.name, ImageRewardOptions, kwargs)
         opts = self.options
         where = f"reward.kwargs.{self.name}.weights_path={opts.weights_path!r}"
-        state = load_weights_file(self.name, opts.weights_path, "ImageReward.pt",
-                                  "convert it as genalign/rewards/image_reward.py describes")
+        state = load_weights_file(
+            self.name, opts.weights_path, "ImageReward.pt", "convert it as genalign/rewards/image_reward.py describes"
+        )
         self.device = torch.device(device)
         self.dtype = resolve_dtype(self.name, opts.dtype)
         try:
@@ -149,8 +176,13 @@ class ImageRewardReward:
         for module in (self.vision, self.text):
             module.to(self.device, self.dtype).eval().requires_grad_(False)
         self.head.to(self.device).eval().requires_grad_(False)  # fp32: a 5-layer MLP, as aesthetic keeps it
-        self.tokenizer = load_pretrained(AutoTokenizer.from_pretrained, opts.tokenizer_name, reward=self.name,
-                                         key="tokenizer_name", what="BERT tokenizer")
+        self.tokenizer = load_pretrained(
+            AutoTokenizer.from_pretrained,
+            opts.tokenizer_name,
+            reward=self.name,
+            key="tokenizer_name",
+            what="BERT tokenizer",
+        )
         self.tokenizer.add_special_tokens({"bos_token": "[DEC]", "additional_special_tokens": ["[ENC]"]})
         self.transform = image_reward_transform(vision_config.image_size)
 
@@ -158,11 +190,16 @@ class ImageRewardReward:
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
         pixels = self.transform(images.to(self.device)).to(self.dtype)  # [B, 3, 224, 224]
         image_tokens = self.vision(pixel_values=pixels).last_hidden_state  # [B, 1 + N, Dv]
-        tokens = self.tokenizer(prompts, padding="max_length", truncation=True, max_length=MAX_TEXT_TOKENS,
-                                return_tensors="pt").to(self.device)
+        tokens = self.tokenizer(
+            prompts, padding="max_length", truncation=True, max_length=MAX_TEXT_TOKENS, return_tensors="pt"
+        ).to(self.device)
         image_mask = torch.ones(image_tokens.shape[:-1], dtype=torch.long, device=self.device)
-        hidden = self.text(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"],
-                           encoder_hidden_states=image_tokens, encoder_attention_mask=image_mask).last_hidden_state
+        hidden = self.text(
+            input_ids=tokens["input_ids"],
+            attention_mask=tokens["attention_mask"],
+            encoder_hidden_states=image_tokens,
+            encoder_attention_mask=image_mask,
+        ).last_hidden_state
         raw = self.head(hidden[:, 0].float())  # [B]
         return ((raw - MEAN) / STD).float().cpu()
 

@@ -95,15 +95,22 @@ class ImageTransform:
             crop_hw = (crop, crop) if isinstance(crop, int) else (int(crop["height"]), int(crop["width"]))
         resample = config.get("resample", 3)
         if resample not in RESAMPLE_MODES:
-            raise ValueError(f"preprocessor_config.json resample={resample} is not supported "
-                             f"(supported PIL ids: {RESAMPLE_MODES})")
-        return cls(mean=tuple(config["image_mean"]), std=tuple(config["image_std"]), crop_hw=crop_hw,
-                   mode=RESAMPLE_MODES[resample], **resize)
+            raise ValueError(
+                f"preprocessor_config.json resample={resample} is not supported (supported PIL ids: {RESAMPLE_MODES})"
+            )
+        return cls(
+            mean=tuple(config["image_mean"]),
+            std=tuple(config["image_std"]),
+            crop_hw=crop_hw,
+            mode=RESAMPLE_MODES[resample],
+            **resize,
+        )
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, reward: str, key: str) -> "ImageTransform":
-        return cls.from_processor_config(read_json_file(name_or_path, "preprocessor_config.json",
-                                                        reward=reward, key=key))
+        return cls.from_processor_config(
+            read_json_file(name_or_path, "preprocessor_config.json", reward=reward, key=key)
+        )
 
     def output_hw(self, height: int, width: int) -> tuple[int, int]:
         """Size after resizing (before crop or pad)."""
@@ -147,7 +154,7 @@ def center_crop(pixels: torch.Tensor, crop_hw: tuple[int, int], rounding: str = 
         top, left = (height - crop_h) // 2, (width - crop_w) // 2
     else:
         top, left = int(round((height - crop_h) / 2.0)), int(round((width - crop_w) / 2.0))
-    return pixels[..., top:top + crop_h, left:left + crop_w]
+    return pixels[..., top : top + crop_h, left : left + crop_w]
 
 
 def pad_to_square(pixels: torch.Tensor, size: int, fill: float) -> torch.Tensor:
@@ -158,6 +165,7 @@ def pad_to_square(pixels: torch.Tensor, size: int, fill: float) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ Pillow's resampling, exactly
+
 
 def _pil_bicubic(x: float) -> float:
     """Pillow's bicubic filter (a = -0.5)."""
@@ -175,8 +183,10 @@ def _pil_bilinear(x: float) -> float:
     return 1.0 - x if x < 1.0 else 0.0
 
 
-PIL_FILTERS: dict[str, tuple[Callable[[float], float], float]] = {"bicubic": (_pil_bicubic, 2.0),
-                                                                   "bilinear": (_pil_bilinear, 1.0)}
+PIL_FILTERS: dict[str, tuple[Callable[[float], float], float]] = {
+    "bicubic": (_pil_bicubic, 2.0),
+    "bilinear": (_pil_bilinear, 1.0),
+}
 """Filter name -> (Pillow's filter function, its support)."""
 
 
@@ -201,8 +211,9 @@ def pil_weights(in_size: int, out_size: int, mode: str) -> torch.Tensor:
             total += tap
         for x, tap in enumerate(taps):
             k = tap / total if total != 0.0 else tap
-            weights[out, first + x] = int(-0.5 + k * (1 << PIL_PRECISION_BITS)) if k < 0 else \
-                int(0.5 + k * (1 << PIL_PRECISION_BITS))
+            weights[out, first + x] = (
+                int(-0.5 + k * (1 << PIL_PRECISION_BITS)) if k < 0 else int(0.5 + k * (1 << PIL_PRECISION_BITS))
+            )
     return weights
 
 

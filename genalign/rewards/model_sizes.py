@@ -76,11 +76,17 @@ def model_sizes(reward: str, model: DeviceModel) -> list[ModelSize]:
     if not shipped.is_file():
         raise RewardModelUnknown(
             f"reward.kwargs.{reward}.{model.key}={model.source!r}: no config describes this model (not a local "
-            f"directory with config.json, not in the Hugging Face cache, no file in genalign/rewards/architectures/)")
+            f"directory with config.json, not in the Hugging Face cache, no file in genalign/rewards/architectures/)"
+        )
     components = json.loads(shipped.read_text())["components"]
-    return [ModelSize(model.source if len(components) == 1 else f"{model.source} {name}",
-                      _elements(json.dumps(spec)), spec.get("dtype", model.dtype))
-            for name, spec in components.items()]
+    return [
+        ModelSize(
+            model.source if len(components) == 1 else f"{model.source} {name}",
+            _elements(json.dumps(spec)),
+            spec.get("dtype", model.dtype),
+        )
+        for name, spec in components.items()
+    ]
 
 
 def _config_file(path: Path, source: str) -> Path | None:
@@ -104,8 +110,9 @@ def _elements(spec_json: str) -> int:
     spec = json.loads(spec_json)
     with torch.device("meta"):
         module = _build(spec["library"], spec["class"], dict(spec["config"]), spec.get("init", {}))
-    return (sum(p.numel() for p in module.parameters())
-            + sum(b.numel() for b in module.buffers() if b.is_floating_point()))
+    return sum(p.numel() for p in module.parameters()) + sum(
+        b.numel() for b in module.buffers() if b.is_floating_point()
+    )
 
 
 def _build(library: str, class_name: str, config: dict, init: dict):

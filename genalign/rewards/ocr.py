@@ -75,9 +75,13 @@ def levenshtein(a: str, b: str) -> int:
     for i, char_a in enumerate(a, start=1):
         current = [i]
         for j, char_b in enumerate(b, start=1):
-            current.append(min(previous[j] + 1,                      # delete char_a
-                               current[j - 1] + 1,                   # insert char_b
-                               previous[j - 1] + (char_a != char_b)))  # substitute
+            current.append(
+                min(
+                    previous[j] + 1,  # delete char_a
+                    current[j - 1] + 1,  # insert char_b
+                    previous[j - 1] + (char_a != char_b),
+                )
+            )  # substitute
         previous = current
     return previous[-1]
 
@@ -112,8 +116,9 @@ class OCRReward:
     def __init__(self, device: str = "cpu", **kwargs: Any):
         self.options = parse_options(self.name, OCROptions, kwargs)
         if self.options.engine not in ENGINES:
-            raise ValueError(f"reward.kwargs.ocr.engine={self.options.engine!r} is not supported; "
-                             f"choose one of {', '.join(ENGINES)}")
+            raise ValueError(
+                f"reward.kwargs.ocr.engine={self.options.engine!r} is not supported; choose one of {', '.join(ENGINES)}"
+            )
         self.device = device
         self.missing_target_count = 0
         """Prompts seen so far without a quoted target (each scored 0)."""
@@ -129,8 +134,13 @@ class OCRReward:
         threads = self.options.num_threads
         # text_score drops low-confidence lines as PaddleOCR's drop_score does; the rule's own
         # "confidence > 0" filter is applied below
-        engine = RapidOCR(text_score=self.options.min_line_score, use_cls=False, print_verbose=False,
-                          intra_op_num_threads=threads, inter_op_num_threads=1)
+        engine = RapidOCR(
+            text_score=self.options.min_line_score,
+            use_cls=False,
+            print_verbose=False,
+            intra_op_num_threads=threads,
+            inter_op_num_threads=1,
+        )
 
         def read(image_hwc: np.ndarray) -> str:
             bgr = np.ascontiguousarray(image_hwc[..., ::-1])  # rapidocr takes OpenCV's BGR order
@@ -145,7 +155,8 @@ class OCRReward:
             raise FileNotFoundError(
                 f"reward.kwargs.ocr.engine=tesseract: no {self.options.tesseract_cmd!r} binary on PATH; install "
                 f"tesseract (e.g. apt-get install tesseract-ocr), set reward.kwargs.ocr.tesseract_cmd to its path, "
-                f"or use engine=rapidocr")
+                f"or use engine=rapidocr"
+            )
         psm = str(self.options.tesseract_psm)
 
         def read(image_hwc: np.ndarray) -> str:
@@ -153,11 +164,13 @@ class OCRReward:
 
             png = io.BytesIO()
             Image.fromarray(image_hwc).save(png, format="PNG")
-            done = subprocess.run([binary, "stdin", "stdout", "--psm", psm], input=png.getvalue(),
-                                  capture_output=True, check=False)
+            done = subprocess.run(
+                [binary, "stdin", "stdout", "--psm", psm], input=png.getvalue(), capture_output=True, check=False
+            )
             if done.returncode != 0:
-                raise RuntimeError(f"tesseract exited with {done.returncode}: "
-                                   f"{done.stderr.decode(errors='replace').strip()}")
+                raise RuntimeError(
+                    f"tesseract exited with {done.returncode}: {done.stderr.decode(errors='replace').strip()}"
+                )
             return done.stdout.decode(errors="replace").replace("\n", "").replace("\f", "")
 
         return read
@@ -177,7 +190,11 @@ class OCRReward:
             rewards.append(ocr_text_reward(target, normalise_text(self._read(image_hwc))))
         if missing:
             self.missing_target_count += len(missing)
-            log.warning("ocr: %d prompt(s) in this batch have no text between double quotes (e.g. %r); "
-                        "they score 0 (%d so far)", len(missing), missing[0], self.missing_target_count)
+            log.warning(
+                "ocr: %d prompt(s) in this batch have no text between double quotes (e.g. %r); "
+                "they score 0 (%d so far)",
+                len(missing),
+                missing[0],
+                self.missing_target_count,
+            )
         return torch.tensor(rewards, dtype=torch.float32)
-

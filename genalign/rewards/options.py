@@ -28,8 +28,10 @@ def parse_options(reward_name: str, options_cls: type[OptionsT], kwargs: dict[st
             close = difflib.get_close_matches(key, valid, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             problems.append(f"reward.kwargs.{reward_name}.{key}{hint}")
-        raise TypeError(f"unknown option(s) for reward {reward_name!r}: {', '.join(problems)}. "
-                        f"Valid: {', '.join(valid) or '(none)'}")
+        raise TypeError(
+            f"unknown option(s) for reward {reward_name!r}: {', '.join(problems)}. "
+            f"Valid: {', '.join(valid) or '(none)'}"
+        )
     return options_cls(**kwargs)
 
 
@@ -58,8 +60,9 @@ def reward_option_problems(cfg) -> list[str]:
             if key not in valid:
                 close = difflib.get_close_matches(str(key), valid, n=1)
                 hint = f"; did you mean reward.kwargs.{name}.{close[0]}?" if close else ""
-                problems.append(f"{dotted}: unknown option for reward {name!r}{hint} "
-                                f"Valid: {', '.join(valid) or '(none)'}")
+                problems.append(
+                    f"{dotted}: unknown option for reward {name!r}{hint} Valid: {', '.join(valid) or '(none)'}"
+                )
                 continue
             _convert(hints[key], value, dotted, f"reward.kwargs.{name}", problems, {})
     return problems

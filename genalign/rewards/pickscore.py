@@ -51,8 +51,9 @@ class PickScoreReward:
         self.options = parse_options(self.name, PickScoreOptions, kwargs)
         self.device = device
         opts = self.options
-        self.encoder = ClipEncoder(opts.model_name, opts.processor_name, device,
-                                   resolve_dtype(self.name, opts.dtype), reward=self.name)
+        self.encoder = ClipEncoder(
+            opts.model_name, opts.processor_name, device, resolve_dtype(self.name, opts.dtype), reward=self.name
+        )
 
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
         image_embeds = self.encoder.image_embeds(images)  # [B, D]

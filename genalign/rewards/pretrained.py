@@ -34,15 +34,18 @@ def missing_model_message(reward: str, key: str, name_or_path: str, what: str) -
     from huggingface_hub import constants
 
     offline = " HF_HUB_OFFLINE is set, so the network was not tried." if constants.HF_HUB_OFFLINE else ""
-    return (f"reward.kwargs.{reward}.{key}={name_or_path!r}: cannot load the {what}. It is not a local "
-            f"directory and was not found in the Hugging Face cache {constants.HF_HUB_CACHE!r} (set by HF_HOME)."
-            f"{offline} Either download it once with network access and the same HF_HOME "
-            f"(`hf download {name_or_path}`), or set reward.kwargs.{reward}.{key} to a local directory "
-            f"written by save_pretrained.")
+    return (
+        f"reward.kwargs.{reward}.{key}={name_or_path!r}: cannot load the {what}. It is not a local "
+        f"directory and was not found in the Hugging Face cache {constants.HF_HUB_CACHE!r} (set by HF_HOME)."
+        f"{offline} Either download it once with network access and the same HF_HOME "
+        f"(`hf download {name_or_path}`), or set reward.kwargs.{reward}.{key} to a local directory "
+        f"written by save_pretrained."
+    )
 
 
-def load_pretrained(loader: Callable[..., ModelT], name_or_path: str, *, reward: str, key: str, what: str,
-                    **kwargs: Any) -> ModelT:
+def load_pretrained(
+    loader: Callable[..., ModelT], name_or_path: str, *, reward: str, key: str, what: str, **kwargs: Any
+) -> ModelT:
     """`loader(name_or_path, **kwargs)` (a `from_pretrained`); a missing model is one clear FileNotFoundError."""
     try:
         return loader(name_or_path, **kwargs)
@@ -56,8 +59,9 @@ def load_weights_file(reward: str, path: str | None, what: str, how: str) -> dic
     from safetensors.torch import load_file
 
     if path is None or not Path(path).is_file():
-        raise FileNotFoundError(f"reward.kwargs.{reward}.weights_path={path!r}: a safetensors file of {what} "
-                                f"is required ({how})")
+        raise FileNotFoundError(
+            f"reward.kwargs.{reward}.weights_path={path!r}: a safetensors file of {what} is required ({how})"
+        )
     return load_file(path)
 
 

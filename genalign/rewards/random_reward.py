@@ -49,4 +49,3 @@ class RandomReward:
         scores = random_scores(self.options.seed, self.calls, len(prompts))  # [B]
         self.calls += 1
         return scores
-

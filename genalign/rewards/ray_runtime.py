@@ -57,8 +57,15 @@ def ensure_ray(cpus_needed: float) -> None:
 class RewardWorker:
     """The actor body: one scorer, built inside the actor's process on the actor's device."""
 
-    def __init__(self, name: str, device: str, kwargs: dict[str, Any], allow_import: list[str],
-                 video_reduction: str = "mean", frame_batch_size: int = 16):
+    def __init__(
+        self,
+        name: str,
+        device: str,
+        kwargs: dict[str, Any],
+        allow_import: list[str],
+        video_reduction: str = "mean",
+        frame_batch_size: int = 16,
+    ):
         from genalign.rewards.scores import build_scorer
 
         self.scorer = build_scorer(name, device, kwargs, allow_import)
@@ -88,8 +95,9 @@ class RewardPool:
         self.name = name
         self.cfg = cfg
         self.device = "cuda" if cfg.num_gpus_per_worker > 0 else "cpu"
-        self._actor_cls = ray.remote(RewardWorker).options(num_cpus=cfg.num_cpus_per_worker,
-                                                           num_gpus=cfg.num_gpus_per_worker, max_restarts=0)
+        self._actor_cls = ray.remote(RewardWorker).options(
+            num_cpus=cfg.num_cpus_per_worker, num_gpus=cfg.num_gpus_per_worker, max_restarts=0
+        )
         self.actors = [self._spawn() for _ in range(cfg.num_workers)]
         try:
             self.wait([actor.ready.remote() for actor in self.actors], "start", startup=True)
@@ -98,8 +106,14 @@ class RewardPool:
             raise
 
     def _spawn(self):
-        return self._actor_cls.remote(self.name, self.device, dict(self.cfg.kwargs.get(self.name, {})),
-                                      list(self.cfg.allow_import), self.cfg.video_reduction, self.cfg.batch_size)
+        return self._actor_cls.remote(
+            self.name,
+            self.device,
+            dict(self.cfg.kwargs.get(self.name, {})),
+            list(self.cfg.allow_import),
+            self.cfg.video_reduction,
+            self.cfg.batch_size,
+        )
 
     def describe(self, slot: int) -> str:
         actor = self.actors[slot]
@@ -119,13 +133,16 @@ class RewardPool:
         miss or a death is a RewardError naming the pool."""
         import ray
 
-        key, timeout = ("startup_timeout_s", self.cfg.startup_timeout_s) if startup else ("timeout_s",
-                                                                                          self.cfg.timeout_s)
+        key, timeout = (
+            ("startup_timeout_s", self.cfg.startup_timeout_s) if startup else ("timeout_s", self.cfg.timeout_s)
+        )
         try:
             return ray.get(refs, timeout=timeout)
         except ray.exceptions.GetTimeoutError as exc:
-            raise RewardError(f"reward {self.name!r}: {what} did not finish within reward.{key}={timeout}; "
-                              f"raise reward.{key} or check the actor's log") from exc
+            raise RewardError(
+                f"reward {self.name!r}: {what} did not finish within reward.{key}={timeout}; "
+                f"raise reward.{key} or check the actor's log"
+            ) from exc
         except ray.exceptions.RayActorError as exc:
             raise RewardError(f"reward {self.name!r}: an actor died during {what}: {exc}") from exc
 
@@ -140,6 +157,7 @@ class RewardPool:
 @dataclass
 class Chunk:
     """One submitted call: samples [start, end) of the batch on pool slot `slot`."""
+
     name: str
     start: int
     end: int
@@ -153,8 +171,14 @@ class Chunk:
 class RayScoresFuture:
     """What `score_async` returns: submitted chunks; `result()` gathers, retries, validates."""
 
-    def __init__(self, runtime: "RayRewardRuntime", images: torch.Tensor, prompts: list[str],
-                 metadata: list[dict[str, Any]], chunks: list[Chunk]):
+    def __init__(
+        self,
+        runtime: "RayRewardRuntime",
+        images: torch.Tensor,
+        prompts: list[str],
+        metadata: list[dict[str, Any]],
+        chunks: list[Chunk],
+    ):
         self.runtime = runtime
         self.images = images
         self.prompts = prompts
@@ -172,7 +196,7 @@ class RayScoresFuture:
         parts: dict[str, list[torch.Tensor]] = {name: [] for name in self.runtime.weights}
         for chunk in self.chunks:
             raw = self._get(chunk, deadline)
-            parts[chunk.name].append(check_scores(chunk.name, raw, self.prompts[chunk.start:chunk.end], chunk.start))
+            parts[chunk.name].append(check_scores(chunk.name, raw, self.prompts[chunk.start : chunk.end], chunk.start))
         components = {name: torch.cat(chunks) for name, chunks in parts.items()}  # [B] each
         return RewardScores(components, dict(self.runtime.weights))
 
@@ -184,21 +208,26 @@ class RayScoresFuture:
         try:
             return ray.get(chunk.ref, timeout=max(deadline - time.monotonic(), 0.0))
         except ray.exceptions.GetTimeoutError as exc:
-            raise RewardError(f"{pool.describe(chunk.slot)} did not score {where} within reward.timeout_s="
-                              f"{self.runtime.cfg.timeout_s}s; raise reward.timeout_s or check the actor's "
-                              f"log") from exc
+            raise RewardError(
+                f"{pool.describe(chunk.slot)} did not score {where} within reward.timeout_s="
+                f"{self.runtime.cfg.timeout_s}s; raise reward.timeout_s or check the actor's "
+                f"log"
+            ) from exc
         except ray.exceptions.RayActorError as exc:
             if chunk.retried:
-                raise RewardError(f"{pool.describe(chunk.slot)} died again while scoring {where} after one "
-                                  f"restart; giving up: {exc}") from exc
+                raise RewardError(
+                    f"{pool.describe(chunk.slot)} died again while scoring {where} after one restart; giving up: {exc}"
+                ) from exc
             if pool.actors[chunk.slot] is chunk.actor:  # not yet restarted by an earlier chunk
                 pool.restart(chunk.slot)
             self.runtime.resubmit(chunk, self.images, self.prompts, self.metadata)
             return self._get(chunk, time.monotonic() + self.runtime.cfg.timeout_s)
         except ray.exceptions.RayTaskError as exc:
             cause = exc.as_instanceof_cause()
-            raise RewardError(f"reward {chunk.name!r} failed on {where} ({pool.describe(chunk.slot)}): "
-                              f"{type(cause).__name__}: {cause}") from cause
+            raise RewardError(
+                f"reward {chunk.name!r} failed on {where} ({pool.describe(chunk.slot)}): "
+                f"{type(cause).__name__}: {cause}"
+            ) from cause
 
 
 class RayRewardRuntime:
@@ -215,8 +244,16 @@ class RayRewardRuntime:
         ensure_ray(cfg.num_cpus_per_worker * cfg.num_workers * len(weights))
         self.pools = {name: RewardPool(name, cfg) for name in weights}
 
-    def submit(self, name: str, slot: int, images: torch.Tensor, prompts: list[str],
-               metadata: list[dict[str, Any]], start: int, end: int) -> tuple[Any, Any]:
+    def submit(
+        self,
+        name: str,
+        slot: int,
+        images: torch.Tensor,
+        prompts: list[str],
+        metadata: list[dict[str, Any]],
+        start: int,
+        end: int,
+    ) -> tuple[Any, Any]:
         actor = self.pools[name].actors[slot]
         ref = actor.score.remote(images[start:end].contiguous(), prompts[start:end], metadata[start:end])
         return actor, ref

@@ -32,8 +32,10 @@ class RewardScores:
     @staticmethod
     def cat(parts: list["RewardScores"]) -> "RewardScores":
         """Scores of consecutive chunks of one batch, in order -> the batch's scores."""
-        return RewardScores({name: torch.cat([p.components[name] for p in parts]) for name in parts[0].components},
-                            dict(parts[0].weights))
+        return RewardScores(
+            {name: torch.cat([p.components[name] for p in parts]) for name in parts[0].components},
+            dict(parts[0].weights),
+        )
 
     def stats(self, prefix: str = "reward") -> dict[str, float]:
         """<prefix>_mean/std/min/max of the total and <prefix>_<name>_mean/... per component."""
@@ -53,8 +55,12 @@ def weighted_total(components: dict[str, torch.Tensor], weights: dict[str, float
 def summary(values: torch.Tensor, prefix: str) -> dict[str, float]:
     """mean/std/min/max of a [B] tensor; std is the population std (defined for B=1)."""
     values = values.double()
-    return {f"{prefix}_mean": values.mean().item(), f"{prefix}_std": values.std(unbiased=False).item(),
-            f"{prefix}_min": values.min().item(), f"{prefix}_max": values.max().item()}
+    return {
+        f"{prefix}_mean": values.mean().item(),
+        f"{prefix}_std": values.std(unbiased=False).item(),
+        f"{prefix}_min": values.min().item(),
+        f"{prefix}_max": values.max().item(),
+    }
 
 
 def check_scores(name: str, scores: Any, prompts: list[str], start: int = 0) -> torch.Tensor:
@@ -65,25 +71,34 @@ def check_scores(name: str, scores: Any, prompts: list[str], start: int = 0) -> 
     if not isinstance(scores, torch.Tensor) or scores.ndim != 1 or scores.shape[0] != count:
         shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
         missing = start + (scores.shape[0] if isinstance(scores, torch.Tensor) and scores.ndim == 1 else 0)
-        where = (f"; sample {missing} (prompt {prompts[missing - start]!r}) has no score"
-                 if start <= missing < start + count else "")
-        raise RewardError(f"reward {name!r} returned {shape} for samples [{start}, {start + count}); "
-                          f"expected a tensor of shape ({count},){where}")
+        where = (
+            f"; sample {missing} (prompt {prompts[missing - start]!r}) has no score"
+            if start <= missing < start + count
+            else ""
+        )
+        raise RewardError(
+            f"reward {name!r} returned {shape} for samples [{start}, {start + count}); "
+            f"expected a tensor of shape ({count},){where}"
+        )
     scores = scores.detach().to("cpu", torch.float32)
     bad = (~torch.isfinite(scores)).nonzero().flatten()
     if len(bad):
         index = int(bad[0])
-        raise RewardError(f"reward {name!r} gave a non-finite score {scores[index].item()} to sample "
-                          f"{start + index} (prompt {prompts[index]!r}); {len(bad)} of {count} samples are "
-                          f"non-finite. Fix the scorer or the images; a silent zero would bias the advantages")
+        raise RewardError(
+            f"reward {name!r} gave a non-finite score {scores[index].item()} to sample "
+            f"{start + index} (prompt {prompts[index]!r}); {len(bad)} of {count} samples are "
+            f"non-finite. Fix the scorer or the images; a silent zero would bias the advantages"
+        )
     return scores
 
 
 def check_inputs(images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Validate a scoring call; returns metadata with one dict per sample (empty dicts when none given)."""
     if images.dtype != torch.uint8 or images.ndim not in (4, 5) or images.shape[-3] != 3:
-        raise ValueError(f"rewards score uint8 images [B, 3, H, W] or video [B, F, 3, H, W]; "
-                         f"got {images.dtype} {tuple(images.shape)}")
+        raise ValueError(
+            f"rewards score uint8 images [B, 3, H, W] or video [B, F, 3, H, W]; "
+            f"got {images.dtype} {tuple(images.shape)}"
+        )
     if len(prompts) != images.shape[0]:
         raise ValueError(f"rewards: {len(prompts)} prompts for {images.shape[0]} images")
     if not metadata:
@@ -98,8 +113,9 @@ def batch_ranges(total: int, batch_size: int) -> list[tuple[int, int]]:
     return [(start, min(start + batch_size, total)) for start in range(0, total, batch_size)]
 
 
-def build_scorer(name: str, device: str, kwargs: dict[str, Any],
-                 allow_import: list[str] | tuple[str, ...] = ()) -> RewardFunction:
+def build_scorer(
+    name: str, device: str, kwargs: dict[str, Any], allow_import: list[str] | tuple[str, ...] = ()
+) -> RewardFunction:
     """Construct one scorer by registry name (or a dotted path listed in `allow_import`,
     i.e. reward.allow_import) with its reward.kwargs.<name> mapping."""
     return REWARDS.resolve(name, allow_import)(device=device, **kwargs)

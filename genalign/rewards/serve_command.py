@@ -34,9 +34,11 @@ log = logging.getLogger(__name__)
 def read_token(token_env: str) -> str:
     token = os.environ.get(token_env, "")
     if not token:
-        raise UserError(f"${token_env} is not set: the reward service needs a shared-secret token in the "
-                        f"environment of the server and of every trainer, e.g. export {token_env}=$(python -c "
-                        f"'import secrets; print(secrets.token_urlsafe(32))')")
+        raise UserError(
+            f"${token_env} is not set: the reward service needs a shared-secret token in the "
+            f"environment of the server and of every trainer, e.g. export {token_env}=$(python -c "
+            f"'import secrets; print(secrets.token_urlsafe(32))')"
+        )
     return token
 
 
@@ -57,8 +59,9 @@ def check_setup(components: list[str], overrides: list[str], options: ServeOptio
     return cfg, token
 
 
-def build_service(components: list[str], overrides: list[str], options: ServeOptions,
-                  device: str = "cpu") -> RewardService:
+def build_service(
+    components: list[str], overrides: list[str], options: ServeOptions, device: str = "cpu"
+) -> RewardService:
     """Validate everything (options, reward.* overrides, token), then build the scorers."""
     cfg, token = check_setup(components, overrides, options)
     return RewardService(build_scorers(cfg, components, device), cfg, token, options)
@@ -79,20 +82,29 @@ def serve_config(components: list[str], overrides: list[str]) -> RewardConfig:
 
     outside = [item for item in overrides if not item.lstrip("+").startswith("reward.")]
     if outside:
-        raise ConfigError([f"serve-reward override {item!r}: only reward.* keys configure a reward server"
-                           for item in outside])
+        raise ConfigError(
+            [f"serve-reward override {item!r}: only reward.* keys configure a reward server" for item in outside]
+        )
     if not components:
         raise ConfigError(["serve-reward: --components names no reward"])
-    cfg = config_from_dict({"reward": {"components": dict.fromkeys(components, 1.0)}},
-                           "serve-reward --components", [item.lstrip("+") for item in overrides])
+    cfg = config_from_dict(
+        {"reward": {"components": dict.fromkeys(components, 1.0)}},
+        "serve-reward --components",
+        [item.lstrip("+") for item in overrides],
+    )
     cfg.reward.components = dict.fromkeys(components, 1.0)  # served as named; weights are the trainer's
     try:
         weights_to_build(cfg.reward, None)
     except ValueError as exc:
         raise ConfigError([str(exc)]) from exc
     problems = reward_option_problems(cfg)
-    problems += [problem for name in components if is_dotted_path(name)
-                 for problem in [import_problem("--components", name)] if problem]
+    problems += [
+        problem
+        for name in components
+        if is_dotted_path(name)
+        for problem in [import_problem("--components", name)]
+        if problem
+    ]
     if problems:
         raise ConfigError(problems)
     return cfg.reward
@@ -103,16 +115,29 @@ def main(argv: list[str] | None = None) -> int:
     # `--components a b key=value`: argparse gives the overrides to --components; a name never has "="
     args.overrides = [item for item in args.components if "=" in item] + args.overrides
     args.components = [item for item in args.components if "=" not in item]
-    options = ServeOptions(args.host, args.port, args.token_env, args.max_queue, args.max_request_mb,
-                           args.max_inflight_mb, args.max_connections, args.max_connections_per_address,
-                           args.header_timeout_s, args.body_timeout_s, args.insecure_token)
+    options = ServeOptions(
+        args.host,
+        args.port,
+        args.token_env,
+        args.max_queue,
+        args.max_request_mb,
+        args.max_inflight_mb,
+        args.max_connections,
+        args.max_connections_per_address,
+        args.header_timeout_s,
+        args.body_timeout_s,
+        args.insecure_token,
+    )
     cfg, token = check_setup(args.components, args.overrides, options)
     sock = bind_socket(options.host, options.port)  # a taken port fails before minutes of model loading
     try:
         service = RewardService(build_scorers(cfg, args.components, args.device), cfg, token, options)
         if options.public:
-            log.warning("serving on %s: the token authenticates but does not encrypt; across untrusted networks "
-                        "put the server behind an SSH tunnel or a TLS reverse proxy", options.host)
+            log.warning(
+                "serving on %s: the token authenticates but does not encrypt; across untrusted networks "
+                "put the server behind an SSH tunnel or a TLS reverse proxy",
+                options.host,
+            )
         asyncio.run(_serve_until_signalled(service, sock))
     finally:
         sock.close()
@@ -122,37 +147,77 @@ def main(argv: list[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     defaults = ServeOptions()
     parser = argparse.ArgumentParser(
-        prog="genalign serve-reward", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        prog="genalign serve-reward",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Serve reward scorers over HTTP for trainers that set reward.runtime=http "
-                    "(reward.url=http://HOST:PORT; the token in the same environment variable).")
-    parser.add_argument("--components", nargs="+", required=True, metavar="NAME",
-                        help="scorers to serve (registry names, or dotted paths listed in reward.allow_import)")
+        "(reward.url=http://HOST:PORT; the token in the same environment variable).",
+    )
+    parser.add_argument(
+        "--components",
+        nargs="+",
+        required=True,
+        metavar="NAME",
+        help="scorers to serve (registry names, or dotted paths listed in reward.allow_import)",
+    )
     parser.add_argument("--host", default=defaults.host, help="address to bind (loopback unless you widen it)")
     parser.add_argument("--port", type=int, default=defaults.port, help="TCP port (0: any free port)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="device the scorers load on")
-    parser.add_argument("--token-env", default=defaults.token_env,
-                        help="environment variable holding the shared-secret token")
-    parser.add_argument("--insecure-token", action="store_true",
-                        help="serve a non-loopback --host with a token under 32 characters or 8 distinct ones")
-    parser.add_argument("--max-queue", type=int, default=defaults.max_queue,
-                        help="requests that may wait (one client address at most half); one more is answered 503")
-    parser.add_argument("--max-request-mb", type=float, default=defaults.max_request_mb,
-                        help="largest request body accepted (MiB); larger is 413 before reading")
-    parser.add_argument("--max-inflight-mb", type=float, default=defaults.max_inflight_mb,
-                        help="request bodies being read, waiting or scored at once (MiB); past it 503")
-    parser.add_argument("--max-connections", type=int, default=defaults.max_connections,
-                        help="open connections; past it the oldest idle one is closed")
-    parser.add_argument("--max-connections-per-address", type=int, default=None,
-                        help="open connections one client address may hold (default: a quarter of --max-connections; "
-                             "behind a reverse proxy set it to --max-connections)")
-    parser.add_argument("--header-timeout-s", type=float, default=defaults.header_timeout_s,
-                        help="seconds a connection may take to send a request's headers (and may idle between "
-                             "requests)")
-    parser.add_argument("--body-timeout-s", type=float, default=defaults.body_timeout_s,
-                        help="seconds a request's body may take to arrive (408 after)")
-    parser.add_argument("overrides", nargs="*",
-                        help="reward.* overrides: reward.kwargs.<name>.<key>=value, reward.batch_size=N, ...")
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="device the scorers load on"
+    )
+    parser.add_argument(
+        "--token-env", default=defaults.token_env, help="environment variable holding the shared-secret token"
+    )
+    parser.add_argument(
+        "--insecure-token",
+        action="store_true",
+        help="serve a non-loopback --host with a token under 32 characters or 8 distinct ones",
+    )
+    parser.add_argument(
+        "--max-queue",
+        type=int,
+        default=defaults.max_queue,
+        help="requests that may wait (one client address at most half); one more is answered 503",
+    )
+    parser.add_argument(
+        "--max-request-mb",
+        type=float,
+        default=defaults.max_request_mb,
+        help="largest request body accepted (MiB); larger is 413 before reading",
+    )
+    parser.add_argument(
+        "--max-inflight-mb",
+        type=float,
+        default=defaults.max_inflight_mb,
+        help="request bodies being read, waiting or scored at once (MiB); past it 503",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=defaults.max_connections,
+        help="open connections; past it the oldest idle one is closed",
+    )
+    parser.add_argument(
+        "--max-connections-per-address",
+        type=int,
+        default=None,
+        help="open connections one client address may hold (default: a quarter of --max-connections; "
+        "behind a reverse proxy set it to --max-connections)",
+    )
+    parser.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=defaults.header_timeout_s,
+        help="seconds a connection may take to send a request's headers (and may idle between requests)",
+    )
+    parser.add_argument(
+        "--body-timeout-s",
+        type=float,
+        default=defaults.body_timeout_s,
+        help="seconds a request's body may take to arrive (408 after)",
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="reward.* overrides: reward.kwargs.<name>.<key>=value, reward.batch_size=N, ..."
+    )
     return parser
 
 

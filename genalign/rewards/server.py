@@ -81,6 +81,7 @@ SHUTDOWN_GRACE_S = 30.0
 @dataclass
 class ServeOptions:
     """The server's own settings (`genalign serve-reward --help`); scorers come from reward.*."""
+
     host: str = "127.0.0.1"
     """Address to bind; loopback by default. 0.0.0.0 serves every interface."""
     port: int = DEFAULT_PORT
@@ -115,17 +116,26 @@ class ServeOptions:
         out = []
         if not 0 <= self.port <= 65535:
             out.append(f"--port {self.port} is not a TCP port")
-        for flag, value in (("--max-queue", self.max_queue), ("--max-connections", self.max_connections),
-                            ("--max-connections-per-address", self.per_address_limit)):
+        for flag, value in (
+            ("--max-queue", self.max_queue),
+            ("--max-connections", self.max_connections),
+            ("--max-connections-per-address", self.per_address_limit),
+        ):
             if value < 1:
                 out.append(f"{flag} {value} must be >= 1")
-        for flag, value in (("--max-request-mb", self.max_request_mb), ("--max-inflight-mb", self.max_inflight_mb),
-                            ("--header-timeout-s", self.header_timeout_s), ("--body-timeout-s", self.body_timeout_s)):
+        for flag, value in (
+            ("--max-request-mb", self.max_request_mb),
+            ("--max-inflight-mb", self.max_inflight_mb),
+            ("--header-timeout-s", self.header_timeout_s),
+            ("--body-timeout-s", self.body_timeout_s),
+        ):
             if not (math.isfinite(value) and value > 0):
                 out.append(f"{flag} {value} must be a finite number > 0")
         if not out and self.max_inflight_mb < self.max_request_mb:
-            out.append(f"--max-inflight-mb {self.max_inflight_mb:g} must be >= --max-request-mb "
-                       f"{self.max_request_mb:g}: no request that large could ever be read")
+            out.append(
+                f"--max-inflight-mb {self.max_inflight_mb:g} must be >= --max-request-mb "
+                f"{self.max_request_mb:g}: no request that large could ever be read"
+            )
         return out
 
     @property
@@ -155,12 +165,17 @@ class RewardService:
         self.options = options
         self._token = token.encode()
         self._throttle = ClientThrottle()
-        self.guard = ConnectionGuard(options.max_connections, options.per_address_limit, options.header_timeout_s,
-                                     screen=self._screen)
+        self.guard = ConnectionGuard(
+            options.max_connections, options.per_address_limit, options.header_timeout_s, screen=self._screen
+        )
         self._budget = ByteBudget(int(options.max_inflight_mb * 2**20))
         # one thread: the scorers see one call at a time, in order, as with the local runtime
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="genalign-serve",
-                                            initializer=torch.set_num_threads, initargs=(torch.get_num_threads(),))
+        self._executor = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="genalign-serve",
+            initializer=torch.set_num_threads,
+            initargs=(torch.get_num_threads(),),
+        )
         self.scheduler = FairScheduler(self._score_one, self._executor, cfg.batch_size, options.max_queue)
         self._tasks: list[asyncio.Task] = []
         self._log_filter = RateLimitFilter()
@@ -185,8 +200,11 @@ class RewardService:
 
     def runner_options(self) -> dict:
         """What aiohttp's runner is given: its own limits, set from ours."""
-        return {"handler_cancellation": True,  # a gone client's handler is cancelled: its work is dropped
-                "keepalive_timeout": self.options.header_timeout_s, "shutdown_timeout": SHUTDOWN_GRACE_S}
+        return {
+            "handler_cancellation": True,  # a gone client's handler is cancelled: its work is dropped
+            "keepalive_timeout": self.options.header_timeout_s,
+            "shutdown_timeout": SHUTDOWN_GRACE_S,
+        }
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -218,8 +236,12 @@ class RewardService:
             if exc.status < 400:
                 raise
             allowed = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None  # a 405's
-            return _error(exc.status, f"{exc.reason}: {request.method} {request.path} (routes: GET {HEALTH_PATH}, "
-                                      f"GET {INFO_PATH}, POST {SCORE_PATH})", allowed)
+            return _error(
+                exc.status,
+                f"{exc.reason}: {request.method} {request.path} (routes: GET {HEALTH_PATH}, "
+                f"GET {INFO_PATH}, POST {SCORE_PATH})",
+                allowed,
+            )
         finally:
             self.guard.request_finished(request.protocol)
 
@@ -236,10 +258,16 @@ class RewardService:
             return refusal
         from genalign.version import __version__
 
-        return web.json_response({"components": list(self.scorers), "batch_size": self.cfg.batch_size,
-                                  "max_request_bytes": self.options.max_request_bytes,
-                                  "idle_timeout_s": self.options.header_timeout_s,
-                                  "video_reduction": self.cfg.video_reduction, "genalign": __version__})
+        return web.json_response(
+            {
+                "components": list(self.scorers),
+                "batch_size": self.cfg.batch_size,
+                "max_request_bytes": self.options.max_request_bytes,
+                "idle_timeout_s": self.options.header_timeout_s,
+                "video_reduction": self.cfg.video_reduction,
+                "genalign": __version__,
+            }
+        )
 
     async def _score(self, request):
         response = await self._score_request(request)
@@ -255,9 +283,12 @@ class RewardService:
             return refused
         length = request.content_length
         if not self._budget.try_reserve(length):
-            return _error(503, f"busy: {self._budget.used / 2**20:.0f} MiB of requests are in flight and this one "
-                               f"declares {length / 2**20:.1f} MiB (--max-inflight-mb "
-                               f"{self.options.max_inflight_mb:g})")
+            return _error(
+                503,
+                f"busy: {self._budget.used / 2**20:.0f} MiB of requests are in flight and this one "
+                f"declares {length / 2**20:.1f} MiB (--max-inflight-mb "
+                f"{self.options.max_inflight_mb:g})",
+            )
         try:
             scoring = await self._read_request(request, length)
             if not isinstance(scoring, ScoreRequest):
@@ -302,11 +333,16 @@ class RewardService:
 
     def _refuse_length(self, length: int | None):
         if length is None:
-            return _error(411, "send the body with a Content-Length header (chunked bodies are not accepted)",
-                          close=True)
+            return _error(
+                411, "send the body with a Content-Length header (chunked bodies are not accepted)", close=True
+            )
         if length > self.options.max_request_bytes:
-            return _error(413, f"request body of {length / 2**20:.1f} MiB exceeds the server's --max-request-mb "
-                               f"{self.options.max_request_mb:g}; lower reward.batch_size", close=True)
+            return _error(
+                413,
+                f"request body of {length / 2**20:.1f} MiB exceeds the server's --max-request-mb "
+                f"{self.options.max_request_mb:g}; lower reward.batch_size",
+                close=True,
+            )
         return None
 
     async def _read_request(self, request, length: int):
@@ -315,8 +351,11 @@ class RewardService:
             async with asyncio.timeout(self.options.body_timeout_s):
                 body = await request.content.readexactly(length)
         except TimeoutError:
-            return _error(408, f"the {length} byte body did not arrive within --body-timeout-s "
-                               f"{self.options.body_timeout_s:g}", close=True)
+            return _error(
+                408,
+                f"the {length} byte body did not arrive within --body-timeout-s {self.options.body_timeout_s:g}",
+                close=True,
+            )
         except asyncio.IncompleteReadError as exc:
             return _error(400, f"the body ended after {len(exc.partial)} of the {length} bytes declared", close=True)
         try:  # off the event loop: a large body takes a while to parse
@@ -335,8 +374,9 @@ class RewardService:
     def _score_one(self, request: ScoreRequest) -> dict[str, torch.Tensor]:
         """One scorer call on the scoring thread: the local runtime's checks and errors."""
         scorers = {name: self.scorers[name] for name in request.components}
-        runtime = LocalRewardRuntime(scorers, dict.fromkeys(scorers, 1.0), self.cfg.batch_size,
-                                     video_reduction=self.cfg.video_reduction)
+        runtime = LocalRewardRuntime(
+            scorers, dict.fromkeys(scorers, 1.0), self.cfg.batch_size, video_reduction=self.cfg.video_reduction
+        )
         with torch.no_grad():
             return runtime.score(request.images, request.prompts, request.metadata).components
 
@@ -371,8 +411,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on host:port (the first address `host` resolves to), or a
     UserError saying why not: checked before any scorer loads."""
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
     except (socket.gaierror, UnicodeError) as exc:
         raise UserError(f"--host {host!r} does not resolve to an address of this machine ({exc})") from None
     sock = socket.socket(family, kind, proto)
@@ -381,10 +422,11 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.bind(address)
     except OSError as exc:
         sock.close()
-        reason = {errno.EADDRINUSE: "is already in use: stop what holds it or choose another --port (0: any free port)",
-                  errno.EACCES: "needs privileges (a port below 1024): choose --port 1024 or above",
-                  errno.EADDRNOTAVAIL: "is not an address of this machine: choose one of its addresses, or 0.0.0.0"
-                  }.get(exc.errno, f"cannot be bound: {exc.strerror or exc}")
+        reason = {
+            errno.EADDRINUSE: "is already in use: stop what holds it or choose another --port (0: any free port)",
+            errno.EACCES: "needs privileges (a port below 1024): choose --port 1024 or above",
+            errno.EADDRNOTAVAIL: "is not an address of this machine: choose one of its addresses, or 0.0.0.0",
+        }.get(exc.errno, f"cannot be bound: {exc.strerror or exc}")
         raise UserError(f"--host {host} --port {port}: the address {reason}") from None
     sock.setblocking(False)
     return sock
@@ -402,8 +444,7 @@ def _guarded_site(runner, sock: socket.socket, guard: ConnectionGuard | None):
         async def start(self) -> None:
             await super().start()
             factory = guard.protocol_factory(self._runner.server) if guard else self._runner.server
-            self._server = await asyncio.get_running_loop().create_server(factory, sock=sock,
-                                                                          backlog=self._backlog)
+            self._server = await asyncio.get_running_loop().create_server(factory, sock=sock, backlog=self._backlog)
 
     return GuardedSite(runner, backlog=LISTEN_BACKLOG)
 
@@ -448,5 +489,3 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
-
-

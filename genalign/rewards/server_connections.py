@@ -49,13 +49,16 @@ SWEEP_EVERY_S = 1.0
 def refusal(status: str, message: str, headers: str = "") -> bytes:
     """A whole HTTP answer with a JSON error, written before aiohttp builds anything for the connection."""
     body = json.dumps({"error": message}).encode() + b"\n"
-    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nConnection: close\r\n{headers}"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nConnection: close\r\n{headers}"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 FULL = refusal("503 Service Unavailable", "busy: every connection is inside a request (--max-connections)")
-OVER_QUOTA = refusal("503 Service Unavailable",
-                     "busy: this address holds its share of connections (--max-connections-per-address)")
+OVER_QUOTA = refusal(
+    "503 Service Unavailable", "busy: this address holds its share of connections (--max-connections-per-address)"
+)
 
 
 class Connection(asyncio.Protocol):
@@ -134,8 +137,13 @@ class ConnectionGuard:
     or idle (between keep-alive requests; longest idle first). Admitting, evicting and
     sweeping take from the front of those orders: O(1) per connection however many are open."""
 
-    def __init__(self, limit: int, per_address: int, header_timeout_s: float,
-                 screen: Callable[[str], bytes | None] = lambda address: None):
+    def __init__(
+        self,
+        limit: int,
+        per_address: int,
+        header_timeout_s: float,
+        screen: Callable[[str], bytes | None] = lambda address: None,
+    ):
         self.screen = screen
         """The application's answer to an address it refuses outright (a throttled client), or None."""
         self.limit = limit
@@ -161,12 +169,18 @@ class ConnectionGuard:
         if screened is not None:
             return screened
         if self._addresses[connection.address] >= self.per_address:
-            log.warning("reward server: %s holds %d connections (--max-connections-per-address); answering 503 to "
-                        "another", connection.address, self.per_address)
+            log.warning(
+                "reward server: %s holds %d connections (--max-connections-per-address); answering 503 to another",
+                connection.address,
+                self.per_address,
+            )
             return OVER_QUOTA
         if len(self._open) - len(self._closing) >= self.limit and not self._evict():
-            log.warning("reward server: %d connections open, every one inside a request (--max-connections); "
-                        "answering 503 to a new one", self.limit)
+            log.warning(
+                "reward server: %d connections open, every one inside a request (--max-connections); "
+                "answering 503 to a new one",
+                self.limit,
+            )
             return FULL
         connection.handler = self._make_handler()
         self._open.add(connection)
@@ -203,8 +217,11 @@ class ConnectionGuard:
             while order:
                 connection, _ = order.popitem(last=False)
                 if self._close(connection):
-                    log.warning("reward server: %d connections open (--max-connections): closed the oldest one %s",
-                                self.limit, what)
+                    log.warning(
+                        "reward server: %d connections open (--max-connections): closed the oldest one %s",
+                        self.limit,
+                        what,
+                    )
                     return True
         return False
 
@@ -227,8 +244,11 @@ class ConnectionGuard:
             connection, _ = self._fresh.popitem(last=False)
             late += self._close(connection)
         if late:
-            log.warning("reward server: closed %d connection(s) that sent no complete request within "
-                        "--header-timeout-s %g", late, self.header_timeout_s)
+            log.warning(
+                "reward server: closed %d connection(s) that sent no complete request within --header-timeout-s %g",
+                late,
+                self.header_timeout_s,
+            )
 
 
 def descriptor_problem(max_connections: int) -> str | None:
@@ -241,7 +261,9 @@ def descriptor_problem(max_connections: int) -> str | None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
             return None
         room = max(hard - MAX_LINGERING - DESCRIPTOR_RESERVE, 1)
-        return (f"--max-connections {max_connections} needs {needed} file descriptors (with {MAX_LINGERING} for "
-                f"refused connections and {DESCRIPTOR_RESERVE} for the process itself) but this process may open at "
-                f"most {hard} (ulimit -Hn); lower --max-connections to {room} or raise the limit")
+        return (
+            f"--max-connections {max_connections} needs {needed} file descriptors (with {MAX_LINGERING} for "
+            f"refused connections and {DESCRIPTOR_RESERVE} for the process itself) but this process may open at "
+            f"most {hard} (ulimit -Hn); lower --max-connections to {room} or raise the limit"
+        )
     return None

@@ -27,6 +27,7 @@ from collections import OrderedDict
 
 log = logging.getLogger("genalign.rewards.server")
 
+
 # ---------------------------------------------------------------- bytes in flight
 class ByteBudget:
     """Bytes of request bodies accepted and not yet answered (one event loop: no lock)."""
@@ -83,14 +84,18 @@ def token_problems(token: str, token_env: str, public: bool, insecure: bool) -> 
     MIN_TOKEN_CHARS characters with MIN_TOKEN_DISTINCT distinct ones (secrets.token_urlsafe(32)
     gives 43 characters, ~256 bits), unless --insecure-token."""
     if not all(33 <= ord(char) <= 126 for char in token):
-        return [f"${token_env} holds a space, a control or a non-ASCII character; a token travels in an HTTP header: "
-                "use printable ASCII, e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'"]
+        return [
+            f"${token_env} holds a space, a control or a non-ASCII character; a token travels in an HTTP header: "
+            "use printable ASCII, e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        ]
     weak = len(token) < MIN_TOKEN_CHARS or len(set(token)) < MIN_TOKEN_DISTINCT
     if public and weak and not insecure:
-        return [f"${token_env} is too weak for a server reachable from other machines ({len(token)} characters, "
-                f"{len(set(token))} distinct; at least {MIN_TOKEN_CHARS} characters with {MIN_TOKEN_DISTINCT} distinct "
-                "are needed): export a random one, e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))', "
-                "or pass --insecure-token to serve with it anyway"]
+        return [
+            f"${token_env} is too weak for a server reachable from other machines ({len(token)} characters, "
+            f"{len(set(token))} distinct; at least {MIN_TOKEN_CHARS} characters with {MIN_TOKEN_DISTINCT} distinct "
+            "are needed): export a random one, e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))', "
+            "or pass --insecure-token to serve with it anyway"
+        ]
     return []
 
 
@@ -140,4 +145,3 @@ def _one_line_if_client_error(record: logging.LogRecord) -> None:
 
 LIMITED_LOGGERS = ("aiohttp.server", "aiohttp.web", "aiohttp.access", "asyncio", log.name)
 """Loggers a flood of clients can make write: rate-limited while a service runs."""
-

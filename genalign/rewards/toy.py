@@ -76,16 +76,21 @@ def prompt_labels(prompts: list[str], reward: str) -> tuple[torch.Tensor, torch.
     parsed = [parse_prompt(p) for p in prompts]
     empty = [i for i, p in enumerate(parsed) if p.shape is None]
     if empty:
-        raise ValueError(f"reward {reward!r}: sample {empty[0]} has an empty prompt; toy rewards need "
-                         "'a <colour> <shape>'")
-    return (torch.tensor([p.shape_index for p in parsed], dtype=torch.long),
-            torch.tensor([p.color_index for p in parsed], dtype=torch.long))
+        raise ValueError(
+            f"reward {reward!r}: sample {empty[0]} has an empty prompt; toy rewards need 'a <colour> <shape>'"
+        )
+    return (
+        torch.tensor([p.shape_index for p in parsed], dtype=torch.long),
+        torch.tensor([p.color_index for p in parsed], dtype=torch.long),
+    )
 
 
 def check_toy_images(images: torch.Tensor, reward: str) -> None:
     if images.dtype != torch.uint8 or images.ndim != 4 or tuple(images.shape[1:]) != (3, IMAGE_SIZE, IMAGE_SIZE):
-        raise ValueError(f"reward {reward!r} scores uint8 [B, 3, {IMAGE_SIZE}, {IMAGE_SIZE}] toy images; got {images.dtype} "
-                         f"{tuple(images.shape)}")
+        raise ValueError(
+            f"reward {reward!r} scores uint8 [B, 3, {IMAGE_SIZE}, {IMAGE_SIZE}] toy images; got {images.dtype} "
+            f"{tuple(images.shape)}"
+        )
 
 
 class ToyShapeReward:

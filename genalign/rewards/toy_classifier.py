@@ -71,11 +71,26 @@ class ClassifierSpec:
 NONE_CLASS = "none"
 NON_SHAPE_KINDS = ("noise", "painted", "empty", "blob", "dirty", "stripes", "checker")
 """See `non_shapes`."""
-REWARD_SPEC = ClassifierSpec(name="toy_shape", seed=1, width=16, noise_std=0.05, blur_prob=0.0,
-                             brightness_jitter=0.0, reject_fraction=0.25,
-                             reject_kinds=("noise", "painted", "empty", "blob", "dirty"))
-JUDGE_SPEC = ClassifierSpec(name="toy_shape_judge", seed=2, width=24, noise_std=0.15, blur_prob=0.3,
-                            brightness_jitter=0.15, reject_fraction=0.25, reject_kinds=NON_SHAPE_KINDS)
+REWARD_SPEC = ClassifierSpec(
+    name="toy_shape",
+    seed=1,
+    width=16,
+    noise_std=0.05,
+    blur_prob=0.0,
+    brightness_jitter=0.0,
+    reject_fraction=0.25,
+    reject_kinds=("noise", "painted", "empty", "blob", "dirty"),
+)
+JUDGE_SPEC = ClassifierSpec(
+    name="toy_shape_judge",
+    seed=2,
+    width=24,
+    noise_std=0.15,
+    blur_prob=0.3,
+    brightness_jitter=0.15,
+    reject_fraction=0.25,
+    reject_kinds=NON_SHAPE_KINDS,
+)
 
 
 class ShapeClassifier(nn.Module):
@@ -88,9 +103,16 @@ class ShapeClassifier(nn.Module):
         self.width = width
         self.num_classes = num_classes
         self.features = nn.Sequential(
-            nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(2 * width, 4 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+            nn.Conv2d(3, width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(width, 2 * width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(2 * width, 4 * width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
         self.head = nn.Linear(4 * width * (IMAGE_SIZE // 8) ** 2, num_classes)
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
@@ -119,8 +141,9 @@ def augment(pixels: torch.Tensor, spec: ClassifierSpec, generator: torch.Generat
     return pixels.clamp(-1, 1)
 
 
-def non_shapes(count: int, rng: np.random.Generator, kinds: tuple[str, ...] = NON_SHAPE_KINDS,
-               size: int = IMAGE_SIZE) -> torch.Tensor:
+def non_shapes(
+    count: int, rng: np.random.Generator, kinds: tuple[str, ...] = NON_SHAPE_KINDS, size: int = IMAGE_SIZE
+) -> torch.Tensor:
     """uint8 [count, 3, size, size] images that show no clean shape, each of a kind drawn
     uniformly from `kinds` — the outputs a policy finds when it games a shape classifier:
     "noise" (uniform pixel noise), "painted" (the canvas in one palette colour, partly mixed
@@ -153,8 +176,9 @@ def non_shapes(count: int, rng: np.random.Generator, kinds: tuple[str, ...] = NO
                 inside = (np.abs(rows + 0.5 - cy) <= half[0]) & (np.abs(cols + 0.5 - cx) <= half[1])
             images[index] = np.where(inside[..., None], colour, grey)
         elif kind == "dirty":  # speckle the background only: the shape itself stays clean
-            shape = render(SHAPES[rng.integers(0, len(SHAPES))], COLOR_NAMES[rng.integers(0, len(COLOR_NAMES))],
-                           rng, size).astype(np.float64)  # [S, S, 3]
+            shape = render(
+                SHAPES[rng.integers(0, len(SHAPES))], COLOR_NAMES[rng.integers(0, len(COLOR_NAMES))], rng, size
+            ).astype(np.float64)  # [S, S, 3]
             background = np.abs(shape - grey).sum(axis=-1, keepdims=True) < 1  # [S, S, 1]
             speckle = rng.normal(0, rng.uniform(15, 60), (size, size, 3))  # [S, S, 3]
             images[index] = np.where(background, grey + speckle, shape)
@@ -172,7 +196,9 @@ def non_shapes(count: int, rng: np.random.Generator, kinds: tuple[str, ...] = NO
     return pixels.permute(0, 3, 1, 2).contiguous()  # [count, 3, S, S]
 
 
-def train_classifier(spec: ClassifierSpec, steps: int | None = None, log_every: int = 250) -> tuple[ShapeClassifier, dict]:
+def train_classifier(
+    spec: ClassifierSpec, steps: int | None = None, log_every: int = 250
+) -> tuple[ShapeClassifier, dict]:
     """Train one classifier on freshly rendered images (deterministic under spec.seed on a
     fixed thread count). Returns (classifier in eval mode, record with held-out accuracy)."""
     steps = spec.steps if steps is None else steps
@@ -195,12 +221,18 @@ def train_classifier(spec: ClassifierSpec, steps: int | None = None, log_every: 
         optimizer.step()
         schedule.step()
         if log_every and step % log_every == 0:
-            print(f"[{spec.name}] step {step}/{steps} loss {loss.item():.4f} ({time.perf_counter() - start:.0f}s)",
-                  flush=True)
+            print(
+                f"[{spec.name}] step {step}/{steps} loss {loss.item():.4f} ({time.perf_counter() - start:.0f}s)",
+                flush=True,
+            )
     model.eval()
     accuracy = render_accuracy(model, np.random.default_rng(10_000 + spec.seed))
-    record = {"spec": asdict(spec), "steps": steps, "render_accuracy": accuracy,
-              "train_seconds": round(time.perf_counter() - start, 1)}
+    record = {
+        "spec": asdict(spec),
+        "steps": steps,
+        "render_accuracy": accuracy,
+        "train_seconds": round(time.perf_counter() - start, 1),
+    }
     return model, record
 
 
@@ -216,12 +248,14 @@ def save_classifier(model: ShapeClassifier, directory: str | Path, name: str, re
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-              str(directory / f"{name}.safetensors"))
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+        str(directory / f"{name}.safetensors"),
+    )
     classes = list(SHAPES) + [NONE_CLASS] * (model.num_classes - len(SHAPES))
-    (directory / f"{name}.json").write_text(json.dumps({"width": model.width, "image_size": IMAGE_SIZE,
-                                                        "classes": classes, **record},
-                                                       indent=1))
+    (directory / f"{name}.json").write_text(
+        json.dumps({"width": model.width, "image_size": IMAGE_SIZE, "classes": classes, **record}, indent=1)
+    )
     return directory / f"{name}.safetensors"
 
 
@@ -232,16 +266,22 @@ def load_classifier(directory: str | Path, name: str, device: str | torch.device
     directory = Path(directory)
     weights, config_path = directory / f"{name}.safetensors", directory / f"{name}.json"
     if not weights.is_file() or not config_path.is_file():
-        raise FileNotFoundError(f"reward {name!r}: no classifier {weights} (+ .json); regenerate it with "
-                                "`genalign pretrain-demo --what classifiers`")
+        raise FileNotFoundError(
+            f"reward {name!r}: no classifier {weights} (+ .json); regenerate it with "
+            "`genalign pretrain-demo --what classifiers`"
+        )
     config = json.loads(config_path.read_text())
     if config.get("image_size", 16) != IMAGE_SIZE:  # written before the image size was recorded: 16
-        raise ValueError(f"{config_path}: classifier for {config.get('image_size', 16)}-pixel images, the toy world "
-                         f"draws {IMAGE_SIZE}; regenerate it with `genalign pretrain-demo --what classifiers`")
+        raise ValueError(
+            f"{config_path}: classifier for {config.get('image_size', 16)}-pixel images, the toy world "
+            f"draws {IMAGE_SIZE}; regenerate it with `genalign pretrain-demo --what classifiers`"
+        )
     classes = tuple(config["classes"])
-    if classes[:len(SHAPES)] != SHAPES or classes[len(SHAPES):] not in ((), (NONE_CLASS,)):
-        raise ValueError(f"{config_path}: classifier classes {list(classes)} differ from the toy world "
-                         f"{list(SHAPES)} (+ {NONE_CLASS!r}); regenerate it with `genalign pretrain-demo --what classifiers`")
+    if classes[: len(SHAPES)] != SHAPES or classes[len(SHAPES) :] not in ((), (NONE_CLASS,)):
+        raise ValueError(
+            f"{config_path}: classifier classes {list(classes)} differ from the toy world "
+            f"{list(SHAPES)} (+ {NONE_CLASS!r}); regenerate it with `genalign pretrain-demo --what classifiers`"
+        )
     model = ShapeClassifier(int(config["width"]), len(classes))
     model.load_state_dict(load_file(str(weights)), strict=True)
     return model.to(device).eval().requires_grad_(False)

@@ -35,8 +35,14 @@ def reduce_frames(frame_scores: torch.Tensor, reduction: VideoReduction) -> torc
     raise ValueError(f"reward.video_reduction={reduction!r}: choose one of {list(VIDEO_REDUCTIONS)}")
 
 
-def score_media(scorer, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]],
-                reduction: VideoReduction = "mean", frame_batch_size: int = 16) -> torch.Tensor:
+def score_media(
+    scorer,
+    images: torch.Tensor,
+    prompts: list[str],
+    metadata: list[dict[str, Any]],
+    reduction: VideoReduction = "mean",
+    frame_batch_size: int = 16,
+) -> torch.Tensor:
     """`scorer.score` on images [B, 3, H, W] or video [B, F, 3, H, W] -> scores [B].
 
     Images, and any media for a scorer with `video_native = True`, go to the scorer as they
@@ -51,8 +57,11 @@ def score_media(scorer, images: torch.Tensor, prompts: list[str], metadata: list
     scores = []
     for start in range(0, frames.shape[0], frame_batch_size):
         stop = start + frame_batch_size
-        scores.append(torch.as_tensor(scorer.score(frames[start:stop], frame_prompts[start:stop],
-                                                   frame_metadata[start:stop])).float().cpu())
+        scores.append(
+            torch.as_tensor(scorer.score(frames[start:stop], frame_prompts[start:stop], frame_metadata[start:stop]))
+            .float()
+            .cpu()
+        )
     frame_scores = torch.cat(scores)  # [B·F]
     if frame_scores.shape != (batch * num_frames,):
         raise ValueError(f"scored {batch * num_frames} frames but got {tuple(frame_scores.shape)} scores")
@@ -75,8 +84,10 @@ def temporal_consistency(videos: torch.Tensor) -> torch.Tensor:
     A frame-difference measure with no model to download; a frozen video scores 1, so use it
     as a weighted regulariser beside a content reward, not alone (alone it rewards no motion)."""
     if videos.dtype != torch.uint8 or videos.ndim != 5 or videos.shape[2] != 3:
-        raise ValueError(f"temporal_consistency needs uint8 video [B, F, 3, H, W] (model.num_frames > 1), "
-                         f"got {videos.dtype} {tuple(videos.shape)}")
+        raise ValueError(
+            f"temporal_consistency needs uint8 video [B, F, 3, H, W] (model.num_frames > 1), "
+            f"got {videos.dtype} {tuple(videos.shape)}"
+        )
     if videos.shape[1] < 2:
         raise ValueError("temporal_consistency needs at least 2 frames; set model.num_frames > 1")
     frames = videos.float() / 255.0  # [B, F, 3, H, W]

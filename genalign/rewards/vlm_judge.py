@@ -44,7 +44,8 @@ UNIFIED_REWARD_TEMPLATE = (
     "the provided caption. Consider the accuracy of depicted objects, their relationships, and attributes as "
     "described in the caption.\n2. Overall Image Quality: Examine the visual quality of this image, including "
     "clarity, detail preservation, color accuracy, and overall aesthetic appeal.\nBased on the above criteria, "
-    "assign a score from 1 to 5 after 'Final Score:'.\nYour task is provided as follows:\nText Caption: [{prompt}]")
+    "assign a score from 1 to 5 after 'Final Score:'.\nYour task is provided as follows:\nText Caption: [{prompt}]"
+)
 """Flow-GRPO's UnifiedReward question; `{prompt}` is replaced by the sample's prompt."""
 
 RETRY_BACKOFF_S = 0.5
@@ -151,8 +152,10 @@ class VlmJudgeReward:
 
         limit = asyncio.Semaphore(self.options.concurrency)
         async with aiohttp.ClientSession(headers=self.headers) as session:
-            tasks = [asyncio.create_task(self._score_one(session, limit, index, url, prompt))
-                     for index, (url, prompt) in enumerate(zip(urls, prompts))]
+            tasks = [
+                asyncio.create_task(self._score_one(session, limit, index, url, prompt))
+                for index, (url, prompt) in enumerate(zip(urls, prompts))
+            ]
             try:
                 return list(await asyncio.gather(*tasks))
             finally:  # the first error ends the call: no request outlives it
@@ -162,9 +165,19 @@ class VlmJudgeReward:
 
     def request_body(self, url: str, prompt: str) -> dict[str, Any]:
         opts = self.options
-        body = {"model": opts.model, "temperature": opts.temperature, "messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": url}},
-            {"type": "text", "text": opts.template.replace("{prompt}", prompt)}]}]}
+        body = {
+            "model": opts.model,
+            "temperature": opts.temperature,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": url}},
+                        {"type": "text", "text": opts.template.replace("{prompt}", prompt)},
+                    ],
+                }
+            ],
+        }
         if opts.max_tokens is not None:
             body["max_tokens"] = opts.max_tokens
         return body
@@ -195,8 +208,9 @@ class VlmJudgeReward:
         import aiohttp
 
         try:
-            async with session.post(self.url, json=body,
-                                    timeout=aiohttp.ClientTimeout(total=self.options.timeout_s)) as response:
+            async with session.post(
+                self.url, json=body, timeout=aiohttp.ClientTimeout(total=self.options.timeout_s)
+            ) as response:
                 raw = await response.read()
                 status = response.status
         except asyncio.TimeoutError as exc:
@@ -207,8 +221,10 @@ class VlmJudgeReward:
         if status == 429 or status >= 500:
             raise _Retryable(f"HTTP {status}: {text}")
         if status != 200:
-            raise RewardError(f"{where}: HTTP {status} (check reward.kwargs.vlm_judge.model, base_url and "
-                              f"${self.options.api_key_env}): {text}")
+            raise RewardError(
+                f"{where}: HTTP {status} (check reward.kwargs.vlm_judge.model, base_url and "
+                f"${self.options.api_key_env}): {text}"
+            )
         try:
             return json.loads(raw)["choices"][0]["message"]["content"] or ""
         except (ValueError, KeyError, IndexError, TypeError) as exc:

@@ -35,8 +35,10 @@ def require_aiohttp() -> None:
     try:
         import aiohttp  # noqa: F401
     except ImportError as exc:
-        raise ImportError("the reward service (genalign serve-reward, reward.runtime=http) needs aiohttp: "
-                          "pip install 'genalign[serve]'") from exc
+        raise ImportError(
+            "the reward service (genalign serve-reward, reward.runtime=http) needs aiohttp: "
+            "pip install 'genalign[serve]'"
+        ) from exc
 
 
 class WireError(ValueError):
@@ -58,11 +60,13 @@ def encode_request(request: ScoreRequest) -> bytes:
     from safetensors.torch import save
 
     try:
-        header = json.dumps({"prompts": request.prompts, "metadata": request.metadata,
-                             "components": request.components})
+        header = json.dumps(
+            {"prompts": request.prompts, "metadata": request.metadata, "components": request.components}
+        )
     except TypeError as exc:
-        raise WireError(f"prompt metadata must be JSON (strings, numbers, lists, mappings) to be sent to a "
-                        f"reward server: {exc}") from exc
+        raise WireError(
+            f"prompt metadata must be JSON (strings, numbers, lists, mappings) to be sent to a reward server: {exc}"
+        ) from exc
     return save({"images": request.images.contiguous().cpu()}, metadata={"request": header})
 
 
@@ -73,7 +77,7 @@ def _header_metadata(body: bytes) -> dict[str, str]:
     (length,) = struct.unpack("<Q", body[:8])
     if length > len(body) - 8:
         raise WireError(f"safetensors header claims {length} bytes; the body has {len(body) - 8}")
-    header = _json(body[8:8 + length], "the safetensors header")
+    header = _json(body[8 : 8 + length], "the safetensors header")
     if not isinstance(header, dict) or not isinstance(header.get("__metadata__"), dict):
         raise WireError("safetensors header has no __metadata__ mapping with the request")
     return header["__metadata__"]
@@ -99,8 +103,10 @@ def decode_request(body: bytes) -> ScoreRequest:
         fields = _json(meta["request"], "the request's __metadata__.request")
         prompts, metadata, components = fields["prompts"], fields["metadata"], fields["components"]
     except (KeyError, TypeError) as exc:
-        raise WireError(f"the request's __metadata__.request must be JSON with prompts, metadata and "
-                        f"components: {type(exc).__name__}: {exc}") from exc
+        raise WireError(
+            f"the request's __metadata__.request must be JSON with prompts, metadata and "
+            f"components: {type(exc).__name__}: {exc}"
+        ) from exc
     try:
         tensors = load(body)
     except Exception as exc:  # safetensors raises its own SafetensorError for a corrupt body
@@ -131,8 +137,9 @@ def decode_reply(reply: Any, components: list[str], count: int) -> dict[str, tor
     out = {}
     for name in components:
         values = scores.get(name)
-        if not (isinstance(values, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                  for v in values)):
+        if not (
+            isinstance(values, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        ):
             raise WireError(f"reply has no list of numbers for reward {name!r}: {str(values)[:200]!r}")
         if len(values) != count:
             raise WireError(f"reply has {len(values)} scores for reward {name!r}; {count} samples were sent")

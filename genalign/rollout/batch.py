@@ -70,7 +70,8 @@ class TrajectoryBatch:
             "sde_mask": self.sde_mask.shape == (batch_size, steps) and self.sde_mask.dtype == torch.bool,
             "images": self.images.shape[0] == batch_size and self.images.dtype == torch.uint8,
             "means": self.means is None or self.means.shape[:2] == (batch_size, steps),
-            "proximal_log_probs": self.proximal_log_probs is None or self.proximal_log_probs.shape == (batch_size, steps),
+            "proximal_log_probs": self.proximal_log_probs is None
+            or self.proximal_log_probs.shape == (batch_size, steps),
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -107,9 +108,14 @@ class TrajectoryBatch:
     def to(self, device: torch.device | str) -> "TrajectoryBatch":
         """The replayed tensors (condition, latents, log-probs) on `device`, copied once per
         micro-batch rather than once per trained step; images and ids stay on the CPU."""
-        return dataclasses.replace(self, condition=self.condition.to(device), latents=self.latents.to(device),
-                                   log_probs=self.log_probs.to(device), means=_moved(self.means, device),
-                                   proximal_log_probs=_moved(self.proximal_log_probs, device))
+        return dataclasses.replace(
+            self,
+            condition=self.condition.to(device),
+            latents=self.latents.to(device),
+            log_probs=self.log_probs.to(device),
+            means=_moved(self.means, device),
+            proximal_log_probs=_moved(self.proximal_log_probs, device),
+        )
 
     def split(self, chunk_size: int) -> list["TrajectoryBatch"]:
         return [self.index(slice(start, start + chunk_size)) for start in range(0, len(self), chunk_size)]
@@ -120,11 +126,17 @@ class TrajectoryBatch:
         for other in batches[1:]:
             if not torch.equal(other.sigmas, first.sigmas):
                 raise ValueError("cannot concatenate trajectories sampled with different σ schedules")
-            if (other.guidance_scale, other.noise_level, other.kernel) != (first.guidance_scale, first.noise_level,
-                                                                           first.kernel):
-                raise ValueError("cannot concatenate trajectories sampled with different guidance, noise level or kernel")
-            if (other.means is None) != (first.means is None) or \
-                    (other.proximal_log_probs is None) != (first.proximal_log_probs is None):
+            if (other.guidance_scale, other.noise_level, other.kernel) != (
+                first.guidance_scale,
+                first.noise_level,
+                first.kernel,
+            ):
+                raise ValueError(
+                    "cannot concatenate trajectories sampled with different guidance, noise level or kernel"
+                )
+            if (other.means is None) != (first.means is None) or (other.proximal_log_probs is None) != (
+                first.proximal_log_probs is None
+            ):
                 raise ValueError("cannot concatenate trajectories with and without rollout means / proximal log-probs")
         return TrajectoryBatch(
             prompts=[p for b in batches for p in b.prompts],
@@ -141,8 +153,9 @@ class TrajectoryBatch:
             noise_level=first.noise_level,
             kernel=first.kernel,
             means=None if first.means is None else torch.cat([b.means for b in batches]),
-            proximal_log_probs=(None if first.proximal_log_probs is None
-                                else torch.cat([b.proximal_log_probs for b in batches])),
+            proximal_log_probs=(
+                None if first.proximal_log_probs is None else torch.cat([b.proximal_log_probs for b in batches])
+            ),
             metadata=[m for b in batches for m in b.metadata],
         )
 

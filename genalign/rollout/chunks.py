@@ -28,8 +28,9 @@ def encode_distinct(policy: FlowPolicy | TokenPolicy, prompts: list[str], with_n
     return encoded, torch.tensor([position[p] for p in prompts], device=encoded.device)  # [U, ...], [B]
 
 
-def step_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
-                positions: list[int] | None = None) -> Iterator[tuple[PromptGroupBatch, Condition]]:
+def step_chunks(
+    policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None = None
+) -> Iterator[tuple[PromptGroupBatch, Condition]]:
     """The step's samples (only `positions` when given) as (`spec.chunk_size` samples, their
     encoded condition) pairs, for every kind of policy. The prompts are encoded once for the
     whole step, with the CFG branch when `spec.guidance_scale` > 1 (see `collector.generate`). A flow
@@ -50,5 +51,10 @@ def step_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec
 
 def sample_fields(chunk: PromptGroupBatch) -> dict:
     """The per-sample identity every trajectory kind carries: prompts, ids, seeds, metadata."""
-    return dict(prompts=list(chunk.prompts), prompt_ids=chunk.prompt_ids.clone(), group_ids=chunk.group_ids.clone(),
-                seeds=chunk.seeds.clone(), metadata=[dict(m) for m in chunk.metadata])
+    return dict(
+        prompts=list(chunk.prompts),
+        prompt_ids=chunk.prompt_ids.clone(),
+        group_ids=chunk.group_ids.clone(),
+        seeds=chunk.seeds.clone(),
+        metadata=[dict(m) for m in chunk.metadata],
+    )

@@ -68,8 +68,9 @@ def encode_unique(policy: FlowPolicy, prompts: list[str], with_negative: bool) -
     return encoded.index(rows)
 
 
-def generate(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
-             positions: list[int] | None = None) -> Trajectories:
+def generate(
+    policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None = None
+) -> Trajectories:
     """Sample every prompt of `groups` with its own seed, in chunks of `spec.chunk_size`.
 
     `positions` samples only those samples of the step (a Ray worker's or a torchrun rank's
@@ -79,8 +80,9 @@ def generate(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: S
     return cat_batches(list(generate_chunks(policy, groups, spec, positions)))
 
 
-def generate_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
-                    positions: list[int] | None = None) -> Iterator[Trajectories]:
+def generate_chunks(
+    policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None = None
+) -> Iterator[Trajectories]:
     """`generate`, one `spec.chunk_size` chunk at a time, so a caller can score finished
     chunks (reward.async_scoring) while the next one is sampled. The family's spec decides the
     sampler: "token" samples token trajectories (`token_collector`), "flow" SDE trajectories
@@ -94,12 +96,17 @@ def generate_chunks(policy: FlowPolicy | TokenPolicy, groups: PromptGroupBatch, 
 
 
 def _non_finite_samples(chunk: PromptGroupBatch, rows: list[int], what: str) -> NonFiniteError:
-    named = "; ".join(f"prompt {chunk.prompts[row][:80]!r} (prompt id {int(chunk.prompt_ids[row])}, seed "
-                      f"{int(chunk.seeds[row])})" for row in rows[:3])
+    named = "; ".join(
+        f"prompt {chunk.prompts[row][:80]!r} (prompt id {int(chunk.prompt_ids[row])}, seed {int(chunk.seeds[row])})"
+        for row in rows[:3]
+    )
     more = f" and {len(rows) - 3} more" if len(rows) > 3 else ""
-    return NonFiniteError(f"sampling produced non-finite {what} for {len(rows)} sample(s): {named}{more}; the "
-                          "step is stopped before any reward or update sees them (check the weights: a resumed "
-                          "checkpoint, model.path, model.dtype)", rows=rows)
+    return NonFiniteError(
+        f"sampling produced non-finite {what} for {len(rows)} sample(s): {named}{more}; the "
+        "step is stopped before any reward or update sees them (check the weights: a resumed "
+        "checkpoint, model.path, model.dtype)",
+        rows=rows,
+    )
 
 
 def _require_finite_samples(chunk: PromptGroupBatch, batch: torch.Tensor, what: str) -> None:
@@ -108,18 +115,29 @@ def _require_finite_samples(chunk: PromptGroupBatch, batch: torch.Tensor, what: 
         raise _non_finite_samples(chunk, rows, f"{what} ({kind(batch[rows])})")
 
 
-def _flow_chunks(policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec,
-                 positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
+def _flow_chunks(
+    policy: FlowPolicy, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None = None
+) -> Iterator[TrajectoryBatch]:
     latent_shape = policy.latent_shape(spec.height, spec.width)
     sigmas = policy.sigmas(spec.num_steps, latent_shape).float().cpu()  # [T+1], stored with the trajectory
     shard = positions if positions is not None else list(range(len(groups)))
-    firsts = shard[::spec.chunk_size]  # each chunk's first position in the step: its sampling batch
+    firsts = shard[:: spec.chunk_size]  # each chunk's first position in the step: its sampling batch
     for (chunk, chunk_cond), first in zip(step_chunks(policy, groups, spec, positions), firsts):
         sde_mask = spec.sde_mask(first)  # [T]: one SDE window per sampling batch, as Flow-GRPO-Fast draws
         assert chunk.init_seeds is not None  # PromptGroupBatch.__post_init__ fills it from the seeds
         noise, generators = initial_noise(chunk.init_seeds.tolist(), chunk.seeds.tolist(), latent_shape)
-        sampled = sample_trajectory(policy, chunk_cond.to(policy.device), noise, generators, sigmas,
-                                    spec.guidance_scale, spec.noise_level, sde_mask, spec.kernel, spec.record_means)
+        sampled = sample_trajectory(
+            policy,
+            chunk_cond.to(policy.device),
+            noise,
+            generators,
+            sigmas,
+            spec.guidance_scale,
+            spec.noise_level,
+            sde_mask,
+            spec.kernel,
+            spec.record_means,
+        )
         _require_finite_samples(chunk, sampled.latents, "latents")  # [b, T+1, ...]: a NaN never reaches a reward
         try:
             # [b, 3, H, W] or [b, F, 3, H, W] uint8

@@ -57,12 +57,15 @@ class SDEWindowConfig:
             return problems
         lo, hi = self.bounds_range(num_steps)
         if num_steps > 0 and not (0 <= lo and lo + self.size <= hi <= num_steps):
-            problems.append(f"rollout.sde_window: a window of {self.size} steps must fit in [lo, hi) = [{lo}, {hi}) "
-                            f"inside the {num_steps} rollout steps (0 <= lo, lo + size <= hi <= rollout.num_steps; "
-                            "hi null = rollout.num_steps // 2, negative = counted from the end)")
+            problems.append(
+                f"rollout.sde_window: a window of {self.size} steps must fit in [lo, hi) = [{lo}, {hi}) "
+                f"inside the {num_steps} rollout steps (0 <= lo, lo + size <= hi <= rollout.num_steps; "
+                "hi null = rollout.num_steps // 2, negative = counted from the end)"
+            )
         if self.shift_every < 1 or self.shift_by < 1:
-            problems.append(f"rollout.sde_window.shift_every ({self.shift_every}) and shift_by ({self.shift_by}) "
-                            "must be >= 1")
+            problems.append(
+                f"rollout.sde_window.shift_every ({self.shift_every}) and shift_by ({self.shift_by}) must be >= 1"
+            )
         return problems
 
 
@@ -115,16 +118,27 @@ class RolloutConfig:
     def problems(self) -> list[str]:
         """Sizes, scales and the SDE window no rollout could run (the family's sizes:
         models/family_checks.py)."""
-        problems = positive_problems({
-            "rollout.n": self.n, "rollout.rollout_batch_size": self.rollout_batch_size,
-            "rollout.sample_batch_size": self.sample_batch_size, "rollout.num_steps": self.num_steps,
-            "rollout.height": self.height, "rollout.width": self.width, "rollout.num_workers": self.num_workers})
-        problems += [f"rollout.{name}={side} is too large (max {MAX_IMAGE_SIDE} pixels a side)"
-                     for name, side in (("height", self.height), ("width", self.width)) if side > MAX_IMAGE_SIDE]
+        problems = positive_problems(
+            {
+                "rollout.n": self.n,
+                "rollout.rollout_batch_size": self.rollout_batch_size,
+                "rollout.sample_batch_size": self.sample_batch_size,
+                "rollout.num_steps": self.num_steps,
+                "rollout.height": self.height,
+                "rollout.width": self.width,
+                "rollout.num_workers": self.num_workers,
+            }
+        )
+        problems += [
+            f"rollout.{name}={side} is too large (max {MAX_IMAGE_SIDE} pixels a side)"
+            for name, side in (("height", self.height), ("width", self.width))
+            if side > MAX_IMAGE_SIDE
+        ]
         problems += non_negative_problems({"rollout.noise_level": self.noise_level})
         if self.guidance_scale < 1:
             problems.append(f"rollout.guidance_scale must be >= 1 (1.0 turns CFG off), got {self.guidance_scale}")
         if self.temperature <= 0:
-            problems.append(f"rollout.temperature must be > 0 (the sampler's softmax temperature), got "
-                            f"{self.temperature}")
+            problems.append(
+                f"rollout.temperature must be > 0 (the sampler's softmax temperature), got {self.temperature}"
+            )
         return problems + self.sde_window.problems(self.num_steps)

@@ -23,13 +23,15 @@ class RolloutEngine(Protocol):
     needs_sync: bool
     """True when the rollout samples with its own copy of the weights (`sync` pushes them)."""
 
-    def generate(self, groups: PromptGroupBatch, spec: SamplingSpec,
-                 positions: list[int] | None = None) -> Trajectories:
+    def generate(
+        self, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None = None
+    ) -> Trajectories:
         """The step's trajectories (only `positions` of them when given: a rank's shard)."""
         ...
 
-    def generate_chunks(self, groups: PromptGroupBatch, spec: SamplingSpec,
-                        positions: list[int] | None = None) -> Iterator[Trajectories]:
+    def generate_chunks(
+        self, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None = None
+    ) -> Iterator[Trajectories]:
         """The same trajectories in parts, in order, each as soon as it is sampled (their
         `cat_batches` is `generate`'s result): `reward.async_scoring` scores one while the
         next is sampled."""
@@ -50,13 +52,15 @@ class LocalRolloutEngine:
     def __init__(self, policy: FlowPolicy | TokenPolicy):
         self.policy = policy
 
-    def generate(self, groups: PromptGroupBatch, spec: SamplingSpec,
-                 positions: list[int] | None = None) -> Trajectories:
+    def generate(
+        self, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None = None
+    ) -> Trajectories:
         self.policy.transformer.eval()
         return generate(self.policy, groups, spec, positions)
 
-    def generate_chunks(self, groups: PromptGroupBatch, spec: SamplingSpec,
-                        positions: list[int] | None = None) -> Iterator[Trajectories]:
+    def generate_chunks(
+        self, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None = None
+    ) -> Iterator[Trajectories]:
         """The same trajectories, one `rollout.sample_batch_size` chunk at a time."""
         self.policy.transformer.eval()
         return generate_chunks(self.policy, groups, spec, positions)

@@ -37,19 +37,31 @@ class PreferencePairs:
 
     def validate(self) -> None:
         size = len(self.prompts)
-        bad = [name for name, ok in {"seeds": self.seeds.shape == (size,), "condition": len(self.condition) == size,
-                                     "chosen": self.chosen.shape[0] == size,
-                                     "rejected": self.rejected.shape == self.chosen.shape}.items() if not ok]
+        bad = [
+            name
+            for name, ok in {
+                "seeds": self.seeds.shape == (size,),
+                "condition": len(self.condition) == size,
+                "chosen": self.chosen.shape[0] == size,
+                "rejected": self.rejected.shape == self.chosen.shape,
+            }.items()
+            if not ok
+        ]
         if bad:
             raise ValueError(f"PreferencePairs fields {bad} disagree with P={size}")
 
     def index(self, idx: torch.Tensor | list[int]) -> "PreferencePairs":
         positions = torch.as_tensor(idx, dtype=torch.long)
-        return PreferencePairs([self.prompts[i] for i in positions.tolist()], self.seeds[positions],
-                               self.condition.index(positions.to(self.condition.device)),
-                               self.chosen[positions.to(self.chosen.device)],
-                               self.rejected[positions.to(self.rejected.device)], self.sigmas)
+        return PreferencePairs(
+            [self.prompts[i] for i in positions.tolist()],
+            self.seeds[positions],
+            self.condition.index(positions.to(self.condition.device)),
+            self.chosen[positions.to(self.chosen.device)],
+            self.rejected[positions.to(self.rejected.device)],
+            self.sigmas,
+        )
 
     def to(self, device: torch.device | str) -> "PreferencePairs":
-        return dataclasses.replace(self, condition=self.condition.to(device), chosen=self.chosen.to(device),
-                                   rejected=self.rejected.to(device))
+        return dataclasses.replace(
+            self, condition=self.condition.to(device), chosen=self.chosen.to(device), rejected=self.rejected.to(device)
+        )

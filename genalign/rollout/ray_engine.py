@@ -83,8 +83,9 @@ def shard_unit(groups: PromptGroupBatch, chunk_size: int) -> int:
 def _policy_modules(policy) -> dict[str, torch.nn.Module]:
     """Every module the policy holds (directly or through a diffusers pipeline it holds: an
     attribute with a `components` mapping), by attribute name."""
-    holders = [policy] + [value for value in vars(policy).values()
-                          if isinstance(getattr(value, "components", None), dict)]
+    holders = [policy] + [
+        value for value in vars(policy).values() if isinstance(getattr(value, "components", None), dict)
+    ]
     found: dict[int, tuple[str, torch.nn.Module]] = {}
     for holder in holders:
         components = getattr(holder, "components", None)
@@ -103,8 +104,11 @@ def place_policy(policy, device: torch.device) -> tuple[str, ...]:
     trained parameters still holds them after a round trip. `policy.device` stays the home
     device: nothing computes while the policy is parked."""
     parked = {id(encoder) for encoder in getattr(policy, "offloaded_text_encoders", ())}
-    modules = {name: module for name, module in _policy_modules(policy).items()
-               if device.type == "cpu" or id(module) not in parked}  # parked encoders come only to encode
+    modules = {
+        name: module
+        for name, module in _policy_modules(policy).items()
+        if device.type == "cpu" or id(module) not in parked
+    }  # parked encoders come only to encode
     for module in modules.values():
         module.to(device)
     return tuple(sorted(modules))
@@ -139,7 +143,8 @@ class RolloutWorker:
         self.version: int | None = None
         self.released = False
         self.placements_log: list[tuple[float, str, tuple[str, ...]]] = [
-            (built, "device", tuple(sorted(_policy_modules(self.policy))))]
+            (built, "device", tuple(sorted(_policy_modules(self.policy))))
+        ]
         """(time.monotonic(), "device" | "cpu", modules) of every placement, from the build on
         (`placements()`; CLOCK_MONOTONIC is one clock for every process on the machine)."""
 
@@ -158,15 +163,18 @@ class RolloutWorker:
         self.version = version
         return state_fingerprint(trainable_state_dict(self.policy.transformer))
 
-    def generate(self, groups: PromptGroupBatch, positions: list[int], spec: SamplingSpec,
-                 version: int) -> TrajectoryBatch:
+    def generate(
+        self, groups: PromptGroupBatch, positions: list[int], spec: SamplingSpec, version: int
+    ) -> TrajectoryBatch:
         """Sample `positions` of the step's `groups` (the whole step is sent so prompts are
         encoded exactly as in-process, see `collector.generate`)."""
         from genalign.rollout.collector import generate
 
         if self.version != version:
-            raise RolloutWorkerError(f"rollout worker {self.worker_index} holds policy version {self.version}, "
-                                     f"asked to sample with version {version} (stale weights)")
+            raise RolloutWorkerError(
+                f"rollout worker {self.worker_index} holds policy version {self.version}, "
+                f"asked to sample with version {version} (stale weights)"
+            )
         if self.released:
             self._place(self.policy.device, "device")
             self.released = False
@@ -194,9 +202,17 @@ class RayRolloutEngine:
 
     needs_sync = True
 
-    def __init__(self, cfg, initial_state: dict[str, torch.Tensor],
-                 policy_factory: Callable[[ExperimentConfig], FlowPolicy], *, trainer_policy=None,
-                 start_timeout_s: float = 600.0, sync_timeout_s: float = 300.0, generate_timeout_s: float = 1800.0):
+    def __init__(
+        self,
+        cfg,
+        initial_state: dict[str, torch.Tensor],
+        policy_factory: Callable[[ExperimentConfig], FlowPolicy],
+        *,
+        trainer_policy=None,
+        start_timeout_s: float = 600.0,
+        sync_timeout_s: float = 300.0,
+        generate_timeout_s: float = 1800.0,
+    ):
         import ray
 
         from genalign.placement.resources import resolve_resources
@@ -206,8 +222,11 @@ class RayRolloutEngine:
         rollout = self.placement.rollout
         if rollout is None:
             raise ValueError("RayRolloutEngine needs rollout.engine=ray")
-        self.start_timeout_s, self.sync_timeout_s, self.generate_timeout_s = (start_timeout_s, sync_timeout_s,
-                                                                              generate_timeout_s)
+        self.start_timeout_s, self.sync_timeout_s, self.generate_timeout_s = (
+            start_timeout_s,
+            sync_timeout_s,
+            generate_timeout_s,
+        )
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
             placement = self.placement
@@ -269,12 +288,19 @@ class RayRolloutEngine:
         import ray
 
         rollout = self.placement.rollout
-        options = {"num_cpus": rollout.num_cpus_per_worker, "num_gpus": rollout.num_gpus_per_worker,
-                   "max_restarts": 0, "max_concurrency": 1}
+        options = {
+            "num_cpus": rollout.num_cpus_per_worker,
+            "num_gpus": rollout.num_gpus_per_worker,
+            "max_restarts": 0,
+            "max_concurrency": 1,
+        }
         if rollout.worker_devices is not None:  # pinned: the worker sees exactly its physical devices
-            options["runtime_env"] = {"env_vars": {
-                "CUDA_VISIBLE_DEVICES": ",".join(map(str, rollout.worker_devices[index])),
-                "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
+            options["runtime_env"] = {
+                "env_vars": {
+                    "CUDA_VISIBLE_DEVICES": ",".join(map(str, rollout.worker_devices[index])),
+                    "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
+                }
+            }
         actor = ray.remote(RolloutWorker).options(**options).remote(self.worker_config, index, self.policy_factory)
         try:
             ray.get(actor.pid.remote(), timeout=self.start_timeout_s)
@@ -288,7 +314,8 @@ class RayRolloutEngine:
             raise RolloutWorkerError(
                 f"rollout worker {index}: weight fingerprint {fingerprint[:12]} after sync of version {self.version} "
                 f"differs from the trainer's {self.fingerprint[:12]}; its trainable tensors are not the trainer's "
-                "(an adapter bound to different modules, or a stale worker)")
+                "(an adapter bound to different modules, or a stale worker)"
+            )
 
     # ---------------------------------------------------------------- RolloutEngine
     def sync(self, trainable_state: dict[str, torch.Tensor], version: int) -> dict[str, float]:
@@ -309,18 +336,21 @@ class RayRolloutEngine:
             try:
                 fingerprint = ray.get(ref, timeout=self.sync_timeout_s)
             except Exception as error:
-                raise RolloutWorkerError(f"rollout worker {index} failed to load policy version {version}: "
-                                         f"{_reason(error)}") from error
+                raise RolloutWorkerError(
+                    f"rollout worker {index} failed to load policy version {version}: {_reason(error)}"
+                ) from error
             self._verify(index, fingerprint)
         payload = sum(t.numel() * t.element_size() for t in state.values())
         return {"sync_s": time.perf_counter() - start, "sync_bytes": float(payload * len(self.workers))}
 
-    def generate(self, groups: PromptGroupBatch, spec: SamplingSpec,
-                 positions: list[int] | None = None) -> TrajectoryBatch:
+    def generate(
+        self, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None = None
+    ) -> TrajectoryBatch:
         return cat_batches(list(self.generate_chunks(groups, spec, positions)))
 
-    def generate_chunks(self, groups: PromptGroupBatch, spec: SamplingSpec,
-                        positions: list[int] | None = None) -> Iterator[TrajectoryBatch]:
+    def generate_chunks(
+        self, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None = None
+    ) -> Iterator[TrajectoryBatch]:
         """The step's trajectories one worker's shard at a time, in shard order; every worker
         samples its shard at once, and each is handed on when it has arrived."""
         import ray
@@ -334,23 +364,29 @@ class RayRolloutEngine:
         with self._trainer_parked():
             yield from self._generate_shards(work, groups_ref, spec)
 
-    def _generate_shards(self, work: list[tuple[int, list[int]]], groups_ref,
-                         spec: SamplingSpec) -> Iterator[TrajectoryBatch]:
+    def _generate_shards(
+        self, work: list[tuple[int, list[int]]], groups_ref, spec: SamplingSpec
+    ) -> Iterator[TrajectoryBatch]:
         import ray
 
-        pending = {index: self.workers[index].generate.remote(groups_ref, shard, spec, self.version)
-                   for index, shard in work}
+        pending = {
+            index: self.workers[index].generate.remote(groups_ref, shard, spec, self.version) for index, shard in work
+        }
         deadline = time.monotonic() + self.generate_timeout_s
         for index, shard in work:
             try:
                 result = self._get(pending[index], deadline)
             except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:
-                log.warning("rollout worker %d died during rollout (%s); restarting it and re-generating its shard",
-                            index, type(error).__name__)
+                log.warning(
+                    "rollout worker %d died during rollout (%s); restarting it and re-generating its shard",
+                    index,
+                    type(error).__name__,
+                )
                 result = self._regenerate(index, groups_ref, shard, spec, error)
             except ray.exceptions.GetTimeoutError as error:
-                raise RolloutWorkerError(f"rollout worker {index} did not finish its shard within "
-                                         f"{self.generate_timeout_s:.0f}s") from error
+                raise RolloutWorkerError(
+                    f"rollout worker {index} did not finish its shard within {self.generate_timeout_s:.0f}s"
+                ) from error
             except ray.exceptions.RayTaskError as error:
                 if (cause := user_error_inside(error)) is not None:
                     raise cause from None
@@ -362,15 +398,17 @@ class RayRolloutEngine:
 
         return ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001))
 
-    def _regenerate(self, index: int, groups_ref, shard: list[int], spec: SamplingSpec,
-                    first_error: Exception) -> TrajectoryBatch:
+    def _regenerate(
+        self, index: int, groups_ref, shard: list[int], spec: SamplingSpec, first_error: Exception
+    ) -> TrajectoryBatch:
         import ray
 
         ray.kill(self.workers[index], no_restart=True)
         try:
             self.workers[index] = self._start_worker(index)  # bounded by start_timeout_s
-            fingerprint = ray.get(self.workers[index].load.remote(self.state_ref, self.version),
-                                  timeout=self.sync_timeout_s)
+            fingerprint = ray.get(
+                self.workers[index].load.remote(self.state_ref, self.version), timeout=self.sync_timeout_s
+            )
             self._verify(index, fingerprint)
             # the shard gets a whole generate_timeout_s of its own: the restart (building a
             # model, minutes on a busy machine) must not eat the time meant for sampling
@@ -379,8 +417,10 @@ class RayRolloutEngine:
         except Exception as error:
             if (cause := user_error_inside(error)) is not None:  # the shard itself is bad, not the worker
                 raise cause from None
-            raise RolloutWorkerError(f"rollout worker {index} failed again after a restart ({_reason(error)}); first "
-                                     f"failure: {_reason(first_error)}") from error
+            raise RolloutWorkerError(
+                f"rollout worker {index} failed again after a restart ({_reason(error)}); first "
+                f"failure: {_reason(first_error)}"
+            ) from error
 
     def worker_pids(self) -> list[int]:
         import ray

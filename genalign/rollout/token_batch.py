@@ -70,8 +70,10 @@ class TokenTrajectoryBatch:
         """Raise ValueError when fields disagree in batch size or token count."""
         size, count = len(self.prompts), self.tokens.shape[1]
         checks = {
-            "prompt_ids": self.prompt_ids.shape == (size,), "group_ids": self.group_ids.shape == (size,),
-            "seeds": self.seeds.shape == (size,), "condition": len(self.condition) == size,
+            "prompt_ids": self.prompt_ids.shape == (size,),
+            "group_ids": self.group_ids.shape == (size,),
+            "seeds": self.seeds.shape == (size,),
+            "condition": len(self.condition) == size,
             "tokens": self.tokens.dim() == 2 and self.tokens.dtype == torch.long,
             "log_probs": self.log_probs.shape == (size, 1, count),
             "images": self.images.shape[0] == size and self.images.dtype == torch.uint8,
@@ -86,16 +88,22 @@ class TokenTrajectoryBatch:
         """Select samples."""
         positions = list(range(len(self)))[idx] if isinstance(idx, slice) else torch.as_tensor(idx).tolist()
         rows = torch.as_tensor(positions, dtype=torch.long)
-        selected = {name: None if getattr(self, name) is None else getattr(self, name)[rows]
-                    for name in self.ROW_TENSORS}
-        return dataclasses.replace(self, prompts=[self.prompts[i] for i in positions],
-                                   condition=self.condition.index(rows),
-                                   metadata=[self.metadata[i] for i in positions] if self.metadata else [], **selected)
+        selected = {
+            name: None if getattr(self, name) is None else getattr(self, name)[rows] for name in self.ROW_TENSORS
+        }
+        return dataclasses.replace(
+            self,
+            prompts=[self.prompts[i] for i in positions],
+            condition=self.condition.index(rows),
+            metadata=[self.metadata[i] for i in positions] if self.metadata else [],
+            **selected,
+        )
 
     def to(self, device: torch.device | str) -> "TokenTrajectoryBatch":
         """The replayed tensors on `device` (once per micro-batch); images and ids stay on the CPU."""
-        moved = {name: None if getattr(self, name) is None else getattr(self, name).to(device)
-                 for name in self.REPLAYED}
+        moved = {
+            name: None if getattr(self, name) is None else getattr(self, name).to(device) for name in self.REPLAYED
+        }
         return dataclasses.replace(self, condition=self.condition.to(device), **moved)
 
     def split(self, chunk_size: int) -> list["TokenTrajectoryBatch"]:
@@ -108,17 +116,27 @@ class TokenTrajectoryBatch:
         a masked position is never attended to, whatever its id)."""
         first = batches[0]
         for other in batches[1:]:
-            if (other.guidance_scale, other.temperature, other.scored_guidance_scale) != \
-                    (first.guidance_scale, first.temperature, first.scored_guidance_scale):
+            if (other.guidance_scale, other.temperature, other.scored_guidance_scale) != (
+                first.guidance_scale,
+                first.temperature,
+                first.scored_guidance_scale,
+            ):
                 raise ValueError("cannot concatenate token trajectories sampled with different guidance or temperature")
             if (other.proximal_log_probs is None) != (first.proximal_log_probs is None):
                 raise ValueError("cannot concatenate token trajectories with and without proximal log-probs")
-        joined = {name: None if getattr(first, name) is None else torch.cat([getattr(b, name) for b in batches])
-                  for name in TokenTrajectoryBatch.ROW_TENSORS}
+        joined = {
+            name: None if getattr(first, name) is None else torch.cat([getattr(b, name) for b in batches])
+            for name in TokenTrajectoryBatch.ROW_TENSORS
+        }
         length = max(b.condition.input_ids.shape[1] for b in batches)
         condition = TokenCondition.cat([b.condition.map(lambda t: _left_pad(t, length)) for b in batches])
-        return dataclasses.replace(first, prompts=[p for b in batches for p in b.prompts], condition=condition,
-                                   metadata=[m for b in batches for m in b.metadata], **joined)
+        return dataclasses.replace(
+            first,
+            prompts=[p for b in batches for p in b.prompts],
+            condition=condition,
+            metadata=[m for b in batches for m in b.metadata],
+            **joined,
+        )
 
 
 def _left_pad(ids: torch.Tensor, length: int) -> torch.Tensor:

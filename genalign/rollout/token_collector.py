@@ -23,8 +23,9 @@ from genalign.rollout.chunks import sample_fields, step_chunks
 from genalign.rollout.token_batch import TokenTrajectoryBatch
 
 
-def generate_token_chunks(policy: TokenPolicy, groups: PromptGroupBatch, spec,
-                          positions: list[int] | None = None) -> Iterator[TokenTrajectoryBatch]:
+def generate_token_chunks(
+    policy: TokenPolicy, groups: PromptGroupBatch, spec, positions: list[int] | None = None
+) -> Iterator[TokenTrajectoryBatch]:
     """`collector.generate_chunks` for a token policy: `spec.chunk_size` samples at a time,
     with `spec.guidance_scale` and `spec.temperature`; `positions` samples only those samples
     of the step (prompts are still encoded for the whole step, so every shard has one shape)."""

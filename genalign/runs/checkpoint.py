@@ -126,8 +126,11 @@ def save_checkpoint(
         shutil.rmtree(temp, ignore_errors=True)
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
         kept = f"; the previous {path.name} is intact" if path.exists() else ""
-        raise CheckpointError(f"trainer.output_dir: writing checkpoint {path} failed ({reason}); the partial "
-                              f"{temp.name} was removed{kept}", hint=DISK_FULL_HINT) from exc
+        raise CheckpointError(
+            f"trainer.output_dir: writing checkpoint {path} failed ({reason}); the partial "
+            f"{temp.name} was removed{kept}",
+            hint=DISK_FULL_HINT,
+        ) from exc
     previous = path.parent / f".{path.name}.old-{os.getpid()}"
     if path.exists():
         path.rename(previous)
@@ -179,13 +182,14 @@ def checkpoint_problems(path: str | Path, key: str = "trainer.resume_from") -> l
     if problem:
         problems.append(problem)
     elif not isinstance(state, dict) or not isinstance(state.get("step"), int) or state["step"] < 0:
-        problems.append(f"{TRAINER_STATE} has no integer \"step\" >= 0")
+        problems.append(f'{TRAINER_STATE} has no integer "step" >= 0')
     meta, problem = _read_json(path / "optimizer.json")
     if problem:
         problems.append(problem)
-    elif not (isinstance(meta, dict) and isinstance(meta.get("param_groups"), list)
-              and isinstance(meta.get("scalars"), dict)):
-        problems.append("optimizer.json lacks \"param_groups\" (a list) and \"scalars\" (a mapping)")
+    elif not (
+        isinstance(meta, dict) and isinstance(meta.get("param_groups"), list) and isinstance(meta.get("scalars"), dict)
+    ):
+        problems.append('optimizer.json lacks "param_groups" (a list) and "scalars" (a mapping)')
     for name in ("trainable.safetensors", "ema.safetensors", "optimizer.safetensors", "algorithm.safetensors"):
         if (path / name).is_file():
             problems.append(_safetensors_problem(path / name))
@@ -197,8 +201,7 @@ def checkpoint_problems(path: str | Path, key: str = "trainer.resume_from") -> l
         problems.append(f"config.yaml is not valid YAML ({yaml_error_line(exc)})")
     except (ValueError, OSError) as exc:
         problems.append(f"config.yaml cannot be read ({str(exc).splitlines()[0]})")
-    return [f"{key}: {path}/{p}" if p.split(" ", 1)[0] in _FILE_NAMES else f"{key}: {path}: {p}"
-            for p in problems if p]
+    return [f"{key}: {path}/{p}" if p.split(" ", 1)[0] in _FILE_NAMES else f"{key}: {path}: {p}" for p in problems if p]
 
 
 _FILE_NAMES = set(REQUIRED_FILES) | {"ema.safetensors", "algorithm.safetensors"}
@@ -218,8 +221,10 @@ def load_checkpoint(path: str | Path, key: str = "trainer.resume_from") -> Check
             raise CheckpointError(f"{key}: {path / name} cannot be loaded ({str(exc).splitlines()[0]})") from exc
         bad = first_non_finite(loaded)
         if bad is not None:  # a NaN trained on gives NaN images, equal rewards, nothing trained: refuse it here
-            raise CheckpointError(f"{key}: {path / name}: tensor {bad!r} holds {kind(loaded[bad])}; this checkpoint "
-                                  "cannot be used (resume from an earlier one)")
+            raise CheckpointError(
+                f"{key}: {path / name}: tensor {bad!r} holds {kind(loaded[bad])}; this checkpoint "
+                "cannot be used (resume from an earlier one)"
+            )
         return loaded
 
     trainer_state = json.loads((path / TRAINER_STATE).read_text())
@@ -231,8 +236,9 @@ def load_checkpoint(path: str | Path, key: str = "trainer.resume_from") -> Check
         config=safe_load_unique((path / "config.yaml").read_text()),
         trainable=tensors("trainable.safetensors"),
         ema=tensors("ema.safetensors") if ema_path.exists() else None,
-        optimizer=optimizer_from_tensors(tensors("optimizer.safetensors"),
-                                         json.loads((path / "optimizer.json").read_text())),
+        optimizer=optimizer_from_tensors(
+            tensors("optimizer.safetensors"), json.loads((path / "optimizer.json").read_text())
+        ),
         trainer_state=trainer_state,
         algorithm=tensors("algorithm.safetensors") if algorithm_path.exists() else None,
     )

@@ -26,20 +26,30 @@ def fetch_hub_checkpoint(reference: str) -> Path:
 
     checkpoint = parse_hub_checkpoint(reference)
     if checkpoint is None:
-        raise ConfigError([f"trainer.resume_from={reference!r} is not a Hub checkpoint reference; write "
-                           "hf://<owner>/<name>/<checkpoint folder>[@revision], e.g. hf://me/run/last-checkpoint"])
+        raise ConfigError(
+            [
+                f"trainer.resume_from={reference!r} is not a Hub checkpoint reference; write "
+                "hf://<owner>/<name>/<checkpoint folder>[@revision], e.g. hf://me/run/last-checkpoint"
+            ]
+        )
     try:
-        snapshot = snapshot_download(checkpoint.repo, repo_type="model", revision=checkpoint.revision,
-                                     allow_patterns=[f"{checkpoint.folder}/*"])
+        snapshot = snapshot_download(
+            checkpoint.repo, repo_type="model", revision=checkpoint.revision, allow_patterns=[f"{checkpoint.folder}/*"]
+        )
     except Exception as exc:  # noqa: BLE001 - not found, no access, no network, offline and not cached
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError([f"trainer.resume_from={reference}: cannot download the checkpoint ({type(exc).__name__}: "
-                           f"{first})"], hint="check the repository and folder names and your Hub login "
-                                              "(hf auth login or HF_TOKEN)") from exc
+        raise ConfigError(
+            [f"trainer.resume_from={reference}: cannot download the checkpoint ({type(exc).__name__}: {first})"],
+            hint="check the repository and folder names and your Hub login (hf auth login or HF_TOKEN)",
+        ) from exc
     local = Path(snapshot) / checkpoint.folder
     if not local.is_dir():
-        raise ConfigError([f"trainer.resume_from={reference}: the repository {checkpoint.repo} has no folder "
-                           f"{checkpoint.folder!r} (trainer.hub_strategy=checkpoint uploads last-checkpoint/, "
-                           "all_checkpoints checkpoint-<step>/)"])
+        raise ConfigError(
+            [
+                f"trainer.resume_from={reference}: the repository {checkpoint.repo} has no folder "
+                f"{checkpoint.folder!r} (trainer.hub_strategy=checkpoint uploads last-checkpoint/, "
+                "all_checkpoints checkpoint-<step>/)"
+            ]
+        )
     log.info("trainer.resume_from=%s: the checkpoint is %s", reference, local)
     return local

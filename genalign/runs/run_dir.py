@@ -67,8 +67,10 @@ CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+|final)")
 EVAL_DIR_NAME = re.compile(r"eval_epoch_(\d+)")
 ATOMIC_FILES = ("config.yaml", "provenance.json", "report.html")
 """The run files written by `atomic.write_text_atomically` (temporary `.<name>.tmp-<pid>`)."""
-STALE_TEMP_NAME = re.compile(r"\.(checkpoint-(\d+|final)\.(tmp|old|del)|(%s)\.tmp)-\d+|\.hub-upload-\d+-checkpoint-(\d+|final)"
-                             % "|".join(re.escape(name) for name in ATOMIC_FILES))
+STALE_TEMP_NAME = re.compile(
+    r"\.(checkpoint-(\d+|final)\.(tmp|old|del)|(%s)\.tmp)-\d+|\.hub-upload-\d+-checkpoint-(\d+|final)"
+    % "|".join(re.escape(name) for name in ATOMIC_FILES)
+)
 """What `save_checkpoint` / `prune_checkpoints` leave beside a checkpoint while writing or
 deleting it, `atomic.write_text_atomically` beside a run file, and `trainer.push_to_hub`'s
 staging folder while it uploads (`export/hub_push.py`); present at start only after a crash
@@ -92,8 +94,10 @@ class StartDecision:
 
     def nothing_left(self) -> str:
         """What a `finished` start says: the checkpoint is at the last step."""
-        return (f"{self.checkpoint} is at step {self.checkpoint_step} = trainer.num_steps: nothing left to train "
-                "(raise trainer.num_steps to continue)")
+        return (
+            f"{self.checkpoint} is at step {self.checkpoint_step} = trainer.num_steps: nothing left to train "
+            "(raise trainer.num_steps to continue)"
+        )
 
     def apply(self) -> None:
         """Remove what the decision listed (rank 0 only; other ranks wait at a barrier)."""
@@ -107,8 +111,11 @@ class StartDecision:
 
 def _checkpoints(output_dir: Path) -> dict[Path, int | None]:
     """checkpoint-<step>/checkpoint-final dirs -> their step (None when incomplete)."""
-    return {path: checkpoint_step(path) for path in sorted(output_dir.iterdir())
-            if path.is_dir() and CHECKPOINT_NAME.fullmatch(path.name)}
+    return {
+        path: checkpoint_step(path)
+        for path in sorted(output_dir.iterdir())
+        if path.is_dir() and CHECKPOINT_NAME.fullmatch(path.name)
+    }
 
 
 def newest_checkpoint(output_dir: Path) -> tuple[Path, int] | None:
@@ -136,8 +143,11 @@ def is_genalign_run(output_dir: Path) -> bool:
     complete checkpoint. Only then may a start remove run files without trainer.overwrite."""
     if not output_dir.is_dir():
         return False
-    return (_our_config(output_dir / "config.yaml") is not None or _our_provenance(output_dir / "provenance.json")
-            or any(step is not None for step in _checkpoints(output_dir).values()))
+    return (
+        _our_config(output_dir / "config.yaml") is not None
+        or _our_provenance(output_dir / "provenance.json")
+        or any(step is not None for step in _checkpoints(output_dir).values())
+    )
 
 
 def _our_config(path: Path) -> dict | None:
@@ -169,14 +179,23 @@ def _linked_run_names(output_dir: Path) -> list[Path]:
     """Symlinks among the names a run writes: a write through one would leave the directory."""
     if not output_dir.is_dir():
         return []
-    return sorted(path for path in output_dir.iterdir() if path.is_symlink() and (
-        path.name in RUN_FILES or path.name in RUN_LOGS or CHECKPOINT_NAME.fullmatch(path.name)
-        or EVAL_DIR_NAME.fullmatch(path.name)))
+    return sorted(
+        path
+        for path in output_dir.iterdir()
+        if path.is_symlink()
+        and (
+            path.name in RUN_FILES
+            or path.name in RUN_LOGS
+            or CHECKPOINT_NAME.fullmatch(path.name)
+            or EVAL_DIR_NAME.fullmatch(path.name)
+        )
+    )
 
 
 def _newest_usable(checkpoints: dict[Path, int | None]) -> tuple[Path, int] | None:
     """The newest checkpoint `auto` can resume from; every newer one it passes over (a file
     missing or corrupt: headers and JSON read, no tensor) is logged with the reason."""
+
     def skip(path: Path, problems: list[str]) -> None:
         why = "; ".join(problems) or f"trainer.resume_from=auto: {path}/trainer_state.json has no usable step"
         log.warning("%s; skipping %s", why, path.name)
@@ -185,8 +204,11 @@ def _newest_usable(checkpoints: dict[Path, int | None]) -> tuple[Path, int] | No
         if step is None:  # no readable step: never a candidate, always worth a line
             skip(path, checkpoint_problems(path, "trainer.resume_from=auto"))
     # newest by step; on a tie prefer checkpoint-<step> over checkpoint-final (same state)
-    ranked = sorted(((path, step) for path, step in checkpoints.items() if step is not None),
-                    key=lambda item: (item[1], item[0].name != "checkpoint-final"), reverse=True)
+    ranked = sorted(
+        ((path, step) for path, step in checkpoints.items() if step is not None),
+        key=lambda item: (item[1], item[0].name != "checkpoint-final"),
+        reverse=True,
+    )
     for path, step in ranked:
         problems = checkpoint_problems(path, "trainer.resume_from=auto")
         if not problems:
@@ -199,9 +221,11 @@ def run_files(output_dir: Path) -> list[Path]:
     """Files and dirs a run writes into `output_dir` (checkpoints, metrics, eval artefacts)."""
     if not output_dir.is_dir():
         return []
-    return sorted(path for path in output_dir.iterdir()
-                  if path.name in RUN_FILES or CHECKPOINT_NAME.fullmatch(path.name)
-                  or EVAL_DIR_NAME.fullmatch(path.name))
+    return sorted(
+        path
+        for path in output_dir.iterdir()
+        if path.name in RUN_FILES or CHECKPOINT_NAME.fullmatch(path.name) or EVAL_DIR_NAME.fullmatch(path.name)
+    )
 
 
 def with_run_logs(output_dir: Path, existing: list[Path]) -> list[Path]:
@@ -229,14 +253,21 @@ def _newer_checkpoints(output_dir: Path, step: int) -> list[Path]:
 def _later_eval_dirs(output_dir: Path, step: int) -> list[Path]:
     """eval_epoch_<n> with n > step: written by steps a resume redoes (like their metrics rows,
     which CSVSink cuts), so they are replaced, not kept beside the redone ones."""
-    return [path for path in run_files(output_dir)
-            if EVAL_DIR_NAME.fullmatch(path.name) and int(path.name.rsplit("_", 1)[1]) > step]
+    return [
+        path
+        for path in run_files(output_dir)
+        if EVAL_DIR_NAME.fullmatch(path.name) and int(path.name.rsplit("_", 1)[1]) > step
+    ]
 
 
 def _foreign(output_dir: Path, existing: list[Path]) -> RunDirError:
-    return RunDirError([f"trainer.output_dir={output_dir} holds {_names(existing)} but is not a genalign run (no "
-                        "genalign config.yaml or provenance.json): choose another trainer.output_dir, or set "
-                        "trainer.overwrite=true to remove those files"])
+    return RunDirError(
+        [
+            f"trainer.output_dir={output_dir} holds {_names(existing)} but is not a genalign run (no "
+            "genalign config.yaml or provenance.json): choose another trainer.output_dir, or set "
+            "trainer.overwrite=true to remove those files"
+        ]
+    )
 
 
 def _names(paths: list[Path]) -> str:
@@ -249,26 +280,39 @@ def decide_start(cfg) -> StartDecision:
     trainer = cfg.trainer
     output_dir = Path(trainer.output_dir)
     if output_dir.exists() and not output_dir.is_dir():
-        raise RunDirError([f"trainer.output_dir={output_dir} is a file, not a directory; choose another "
-                           "trainer.output_dir"])
+        raise RunDirError(
+            [f"trainer.output_dir={output_dir} is a file, not a directory; choose another trainer.output_dir"]
+        )
     linked = _linked_run_names(output_dir)
     if linked:
-        raise RunDirError([f"trainer.output_dir={output_dir}: {_names(linked)} is a symbolic link; a run writes "
-                           "only inside its own directory: remove the link or choose another trainer.output_dir"])
+        raise RunDirError(
+            [
+                f"trainer.output_dir={output_dir}: {_names(linked)} is a symbolic link; a run writes "
+                "only inside its own directory: remove the link or choose another trainer.output_dir"
+            ]
+        )
     start = StartDecision(output_dir, remove=stale_temp_dirs(output_dir))
     resume_from = trainer.resume_from
     if resume_from is not None and not str(resume_from).strip():
-        raise RunDirError(["trainer.resume_from is empty: leave it unset (null) for a fresh run, set "
-                           "trainer.resume_from=auto to continue the run in trainer.output_dir, or give a "
-                           "checkpoint directory"])
+        raise RunDirError(
+            [
+                "trainer.resume_from is empty: leave it unset (null) for a fresh run, set "
+                "trainer.resume_from=auto to continue the run in trainer.output_dir, or give a "
+                "checkpoint directory"
+            ]
+        )
     if resume_from is None:
         existing = run_files(output_dir)
         if existing and not trainer.overwrite:
             if not is_genalign_run(output_dir):
                 raise _foreign(output_dir, existing)
-            raise RunDirError([f"trainer.output_dir={output_dir} already holds a run ({_names(existing)}); "
-                               "continue it with trainer.resume_from=auto, replace it with trainer.overwrite=true, "
-                               "or choose another trainer.output_dir"])
+            raise RunDirError(
+                [
+                    f"trainer.output_dir={output_dir} already holds a run ({_names(existing)}); "
+                    "continue it with trainer.resume_from=auto, replace it with trainer.overwrite=true, "
+                    "or choose another trainer.output_dir"
+                ]
+            )
         start.remove += with_run_logs(output_dir, existing)
         return start
     if resume_from == "auto":
@@ -294,11 +338,18 @@ def _decide_auto(cfg, start: StartDecision) -> StartDecision:
     if saved is not None:
         differing = incompatible_keys(saved, config_to_dict(cfg))
         if differing and not cfg.trainer.overwrite:
-            raise RunDirError([f"trainer.resume_from=auto: {output_dir} has no complete checkpoint and holds a run "
-                               f"with a different config ({'; '.join(differing[:3])}); choose another "
-                               "trainer.output_dir or set trainer.overwrite=true to replace it"])
-    log.info("trainer.resume_from=auto: no complete checkpoint in %s; starting fresh%s", output_dir,
-             f" (replacing {_names(existing)})" if existing else "")
+            raise RunDirError(
+                [
+                    f"trainer.resume_from=auto: {output_dir} has no complete checkpoint and holds a run "
+                    f"with a different config ({'; '.join(differing[:3])}); choose another "
+                    "trainer.output_dir or set trainer.overwrite=true to replace it"
+                ]
+            )
+    log.info(
+        "trainer.resume_from=auto: no complete checkpoint in %s; starting fresh%s",
+        output_dir,
+        f" (replacing {_names(existing)})" if existing else "",
+    )
     start.remove += with_run_logs(output_dir, existing)
     return start
 
@@ -308,8 +359,12 @@ def _decide_resume(cfg, start: StartDecision, checkpoint: Path, step: int, auto:
     resume; the run replaces each when it saves that step again."""
     num_steps = cfg.trainer.num_steps
     if step > num_steps:
-        raise RunDirError([f"trainer.resume_from={checkpoint} is at step {step}, past trainer.num_steps={num_steps}; "
-                           f"a run never moves backwards: set trainer.num_steps above {step} to train further"])
+        raise RunDirError(
+            [
+                f"trainer.resume_from={checkpoint} is at step {step}, past trainer.num_steps={num_steps}; "
+                f"a run never moves backwards: set trainer.num_steps above {step} to train further"
+            ]
+        )
     start.checkpoint, start.checkpoint_step = checkpoint, step
     if step == num_steps:
         start.finished = True
@@ -318,9 +373,13 @@ def _decide_resume(cfg, start: StartDecision, checkpoint: Path, step: int, auto:
     if auto:
         newer = [path for path in newer if not checkpoint_problems(path)]
     if newer and not cfg.trainer.overwrite:
-        raise RunDirError([f"trainer.resume_from={checkpoint} (step {step}) would overwrite newer checkpoints in "
-                           f"{start.output_dir} ({_names(newer)}); continue from the newest with "
-                           "trainer.resume_from=auto, or set trainer.overwrite=true to discard them"])
+        raise RunDirError(
+            [
+                f"trainer.resume_from={checkpoint} (step {step}) would overwrite newer checkpoints in "
+                f"{start.output_dir} ({_names(newer)}); continue from the newest with "
+                "trainer.resume_from=auto, or set trainer.overwrite=true to discard them"
+            ]
+        )
     start.remove += sorted(newer + _later_eval_dirs(start.output_dir, step))
     return start
 
@@ -331,8 +390,11 @@ def prune_checkpoints(output_dir: Path, keep_last: int | None) -> list[Path]:
     mid-delete leaves a temp dir that the next start removes, never a half checkpoint-<step>."""
     if keep_last is None:
         return []
-    numbered = sorted((int(path.name.split("-")[1]), path) for path in output_dir.iterdir()
-                      if path.is_dir() and CHECKPOINT_NAME.fullmatch(path.name) and path.name != "checkpoint-final")
+    numbered = sorted(
+        (int(path.name.split("-")[1]), path)
+        for path in output_dir.iterdir()
+        if path.is_dir() and CHECKPOINT_NAME.fullmatch(path.name) and path.name != "checkpoint-final"
+    )
     removed = [path for _, path in numbered[:-keep_last]]
     for path in removed:
         doomed = path.parent / f".{path.name}.del-{os.getpid()}"
@@ -340,4 +402,3 @@ def prune_checkpoints(output_dir: Path, keep_last: int | None) -> list[Path]:
         shutil.rmtree(doomed)
         log.info("trainer.keep_last=%d: removed %s", keep_last, path)
     return removed
-

@@ -93,8 +93,11 @@ class SignalWatch:
         name = signal.Signals(signum).name
         if self.defer and self.received is None:
             self.received, self.received_at = signum, time.monotonic()
-            log.warning("%s received: finishing the current step, then saving and stopping (send it again to stop "
-                        "at once without saving this step)", name)
+            log.warning(
+                "%s received: finishing the current step, then saving and stopping (send it again to stop "
+                "at once without saving this step)",
+                name,
+            )
             return
         raise RunInterrupted(signum, f"interrupted by {name}: the step in progress was abandoned")
 
@@ -143,9 +146,11 @@ class StopCheck:
             self.idle_since, self.idle_reason = step, reason or "another rank trained nothing"
         stalled = None
         if self.max_idle_steps and self.idle_since is not None and step - self.idle_since + 1 >= self.max_idle_steps:
-            stalled = (f"steps {self.idle_since}-{step} trained nothing ({self.idle_reason}); stopping after "
-                       f"trainer.max_idle_steps={self.max_idle_steps} such steps in a row: check the rewards "
-                       "(do they vary within a prompt's group?) and the weights (a NaN gives equal rewards)")
+            stalled = (
+                f"steps {self.idle_since}-{step} trained nothing ({self.idle_reason}); stopping after "
+                f"trainer.max_idle_steps={self.max_idle_steps} such steps in a row: check the rewards "
+                "(do they vary within a prompt's group?) and the weights (a NaN gives equal rewards)"
+            )
         return Verdict(signum or None, stalled)
 
     def every_rank(self, flag: bool) -> bool:

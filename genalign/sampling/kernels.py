@@ -83,8 +83,7 @@ def gaussian_log_prob(sample: torch.Tensor, mean: torch.Tensor, std: torch.Tenso
     std per sample) or broadcastable to `sample`. Computed in the dtype of the inputs.
     """
     std_b = _broadcast(std, sample) if std.dim() == 1 else std  # [B, 1, ...]
-    log_density = (-((sample - mean) ** 2) / (2 * std_b ** 2)
-                   - torch.log(std_b) - 0.5 * math.log(2 * math.pi))  # [B, ...]
+    log_density = -((sample - mean) ** 2) / (2 * std_b**2) - torch.log(std_b) - 0.5 * math.log(2 * math.pi)  # [B, ...]
     return log_density.flatten(1).mean(dim=1)  # [B]
 
 
@@ -99,9 +98,17 @@ def ode_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma
     return latents + _broadcast(delta, latents) * velocity  # [B, ...]
 
 
-def flow_sde_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma_next: Scalar,
-                  noise_level: float, prev_latents: torch.Tensor | None = None, noise: torch.Tensor | None = None,
-                  generator: torch.Generator | None = None, sigma_max_guard: Scalar | None = None) -> StepOutput:
+def flow_sde_step(
+    latents: torch.Tensor,
+    velocity: torch.Tensor,
+    sigma: Scalar,
+    sigma_next: Scalar,
+    noise_level: float,
+    prev_latents: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    sigma_max_guard: Scalar | None = None,
+) -> StepOutput:
     """One Flow-GRPO SDE step (docs/algorithms.md §2.2, `sde_type='sde'`), float32.
 
         s   = sde_noise_scale(σ, a, σ_1)                       (σ = 1 uses σ_1 in the denominator)
@@ -131,13 +138,22 @@ def flow_sde_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, 
     else:
         guard = None if sigma_max_guard is None else _per_sample(sigma_max_guard, batch_size)
         scale = sde_noise_scale(sigma_b, noise_level, guard)  # [B] s_i, on the host
-    return _score_sde_step(latents, velocity, sigma_b, _per_sample(sigma_next, batch_size), scale,
-                           prev_latents, noise, generator)
+    return _score_sde_step(
+        latents, velocity, sigma_b, _per_sample(sigma_next, batch_size), scale, prev_latents, noise, generator
+    )
 
 
-def dance_sde_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma_next: Scalar,
-                   noise_level: float, prev_latents: torch.Tensor | None = None, noise: torch.Tensor | None = None,
-                   generator: torch.Generator | None = None, sigma_max_guard: Scalar | None = None) -> StepOutput:
+def dance_sde_step(
+    latents: torch.Tensor,
+    velocity: torch.Tensor,
+    sigma: Scalar,
+    sigma_next: Scalar,
+    noise_level: float,
+    prev_latents: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    sigma_max_guard: Scalar | None = None,
+) -> StepOutput:
     """One DanceGRPO SDE step (docs/algorithms.md §3.1, DanceGRPO code `flux_step`; verl-omni `dance_sde`), float32.
 
     The Flow-GRPO mean and Gaussian log-prob with a constant noise scale s ≡ η = noise_level:
@@ -151,13 +167,28 @@ def dance_sde_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar,
         raise ValueError(f"noise_level must be >= 0, got {noise_level}")
     batch_size = latents.shape[0]
     scale = torch.full((batch_size,), float(noise_level))  # [B] η
-    return _score_sde_step(latents, velocity, _per_sample(sigma, batch_size), _per_sample(sigma_next, batch_size),
-                           scale, prev_latents, noise, generator)
+    return _score_sde_step(
+        latents,
+        velocity,
+        _per_sample(sigma, batch_size),
+        _per_sample(sigma_next, batch_size),
+        scale,
+        prev_latents,
+        noise,
+        generator,
+    )
 
 
-def _score_sde_step(latents: torch.Tensor, velocity: torch.Tensor, sigma_b: torch.Tensor, sigma_next_b: torch.Tensor,
-                    scale: torch.Tensor, prev_latents: torch.Tensor | None, noise: torch.Tensor | None,
-                    generator: torch.Generator | None) -> StepOutput:
+def _score_sde_step(
+    latents: torch.Tensor,
+    velocity: torch.Tensor,
+    sigma_b: torch.Tensor,
+    sigma_next_b: torch.Tensor,
+    scale: torch.Tensor,
+    prev_latents: torch.Tensor | None,
+    noise: torch.Tensor | None,
+    generator: torch.Generator | None,
+) -> StepOutput:
     """The flow-matching SDE step shared by the Flow-GRPO and DanceGRPO kernels, which differ
     only in the noise scale s [B] (host tensors σ [B], σ_next [B], s [B]). s = 0 everywhere is
     the Euler step with log-prob 0 (no density)."""
@@ -172,7 +203,7 @@ def _score_sde_step(latents: torch.Tensor, velocity: torch.Tensor, sigma_b: torc
         return StepOutput(prev, zeros, mean, zeros, zeros)
     std = _to_device(scale * torch.sqrt(-delta), device)  # [B]
     scale, sigma_b, delta = (_to_device(t, device) for t in (scale, sigma_b, delta))
-    s2 = _broadcast(scale ** 2, latents)  # [B, 1, ...]
+    s2 = _broadcast(scale**2, latents)  # [B, 1, ...]
     sig = _broadcast(sigma_b, latents)  # [B, 1, ...]
     dt = _broadcast(delta, latents)  # [B, 1, ...]
     mean = latents * (1 + s2 * dt / (2 * sig)) + velocity * (1 + s2 * (1 - sig) / (2 * sig)) * dt  # [B, ...]
@@ -181,8 +212,13 @@ def _score_sde_step(latents: torch.Tensor, velocity: torch.Tensor, sigma_b: torc
     return StepOutput(prev_latents, log_prob, mean, std, scale)
 
 
-def _draw_or_take(mean: torch.Tensor, std: torch.Tensor, prev_latents: torch.Tensor | None,
-                  noise: torch.Tensor | None, generator: torch.Generator | None) -> torch.Tensor:
+def _draw_or_take(
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    prev_latents: torch.Tensor | None,
+    noise: torch.Tensor | None,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
     """x_{i+1} = μ + std·ε when not given (ε from `noise`, else drawn with `generator`), detached float32."""
     if prev_latents is None:
         if noise is None:
@@ -194,10 +230,18 @@ def _draw_or_take(mean: torch.Tensor, std: torch.Tensor, prev_latents: torch.Ten
 CPS_LOG_PROBS = ("unnormalized", "gaussian")
 
 
-def cps_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma_next: Scalar,
-             noise_level: float, prev_latents: torch.Tensor | None = None, noise: torch.Tensor | None = None,
-             generator: torch.Generator | None = None, sigma_max_guard: Scalar | None = None,
-             log_prob_form: str = "unnormalized") -> StepOutput:
+def cps_step(
+    latents: torch.Tensor,
+    velocity: torch.Tensor,
+    sigma: Scalar,
+    sigma_next: Scalar,
+    noise_level: float,
+    prev_latents: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    sigma_max_guard: Scalar | None = None,
+    log_prob_form: str = "unnormalized",
+) -> StepOutput:
     """One Coefficients-Preserving Sampling step (docs/algorithms.md §2.3, flow_grpo `sde_type='cps'`), float32.
 
         x̂0 = x_i − σ·v,   x̂1 = x_i + (1 − σ)·v,   c = σ_next·sin(a·π/2)
@@ -238,8 +282,9 @@ def cps_step(latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma
     else:
         stochastic = fresh > 0  # [B]
         safe_std = torch.where(stochastic, fresh, torch.ones_like(fresh))  # [B]
-        log_prob = torch.where(stochastic, gaussian_log_prob(prev_latents, mean, safe_std),
-                               torch.zeros_like(fresh))  # [B]
+        log_prob = torch.where(
+            stochastic, gaussian_log_prob(prev_latents, mean, safe_std), torch.zeros_like(fresh)
+        )  # [B]
     return StepOutput(prev_latents, log_prob, mean, fresh, fresh)
 
 
@@ -256,13 +301,31 @@ GAUSSIAN_KERNELS = ("flow_sde", "dance_sde", "cps_gaussian")
 """Kernels whose log-prob is a true Gaussian density (GRPO-Guard's RatioNorm needs one)."""
 
 
-def transition_step(kernel: str, latents: torch.Tensor, velocity: torch.Tensor, sigma: Scalar, sigma_next: Scalar,
-                    noise_level: float, prev_latents: torch.Tensor | None = None, noise: torch.Tensor | None = None,
-                    generator: torch.Generator | None = None, sigma_max_guard: Scalar | None = None) -> StepOutput:
+def transition_step(
+    kernel: str,
+    latents: torch.Tensor,
+    velocity: torch.Tensor,
+    sigma: Scalar,
+    sigma_next: Scalar,
+    noise_level: float,
+    prev_latents: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    sigma_max_guard: Scalar | None = None,
+) -> StepOutput:
     """The step of kernel `kernel` (a KERNELS name): the one entry point for rollout and replay."""
     try:
         step = KERNELS[kernel]
     except KeyError:
         raise ValueError(f"rollout.kernel={kernel!r}: choose one of {', '.join(KERNELS)}") from None
-    return step(latents, velocity, sigma, sigma_next, noise_level, prev_latents=prev_latents, noise=noise,
-                generator=generator, sigma_max_guard=sigma_max_guard)
+    return step(
+        latents,
+        velocity,
+        sigma,
+        sigma_next,
+        noise_level,
+        prev_latents=prev_latents,
+        noise=noise,
+        generator=generator,
+        sigma_max_guard=sigma_max_guard,
+    )

@@ -31,8 +31,9 @@ def _numpy_linspace(start: float, stop: float, num: int) -> torch.Tensor:
     return values
 
 
-def flow_match_sigmas(num_steps: int, shift: float = 3.0, *, diffusers_compat: bool = True,
-                      num_train_timesteps: int = 1000) -> torch.Tensor:
+def flow_match_sigmas(
+    num_steps: int, shift: float = 3.0, *, diffusers_compat: bool = True, num_train_timesteps: int = 1000
+) -> torch.Tensor:
     """The sampling schedule σ_0 = 1 > … > σ_N = 0, float32 [num_steps + 1] (docs/algorithms.md §1).
 
     diffusers_compat=True reproduces `FlowMatchEulerDiscreteScheduler(shift=s).set_timesteps(N)`
@@ -50,11 +51,13 @@ def flow_match_sigmas(num_steps: int, shift: float = 3.0, *, diffusers_compat: b
         raise ValueError(f"shift must be > 0, got {shift}")
     if diffusers_compat:
         # the scheduler's training sigmas at t = T/T and 1/T, shifted in float32
-        train_ends = time_shift(torch.tensor([num_train_timesteps, 1.0], dtype=torch.float32)
-                                / num_train_timesteps, shift)  # [2]
+        train_ends = time_shift(
+            torch.tensor([num_train_timesteps, 1.0], dtype=torch.float32) / num_train_timesteps, shift
+        )  # [2]
         sigma_max, sigma_min = train_ends[0].item(), train_ends[1].item()
-        timesteps = _numpy_linspace(sigma_max * num_train_timesteps, sigma_min * num_train_timesteps,
-                                    num_steps)  # [N] float64
+        timesteps = _numpy_linspace(
+            sigma_max * num_train_timesteps, sigma_min * num_train_timesteps, num_steps
+        )  # [N] float64
         sigmas = time_shift(timesteps / num_train_timesteps, shift)  # [N]
     else:
         sigmas = time_shift(torch.linspace(1.0, 0.0, num_steps + 1, dtype=torch.float64)[:-1], shift)  # [N]
@@ -67,8 +70,13 @@ def model_timesteps(sigmas: torch.Tensor, scale: float = 1000.0) -> torch.Tensor
     return sigmas * scale
 
 
-def dynamic_shift_mu(image_seq_len: int, base_seq_len: int = 256, max_seq_len: int = 4096,
-                     base_shift: float = 0.5, max_shift: float = 1.15) -> float:
+def dynamic_shift_mu(
+    image_seq_len: int,
+    base_seq_len: int = 256,
+    max_seq_len: int = 4096,
+    base_shift: float = 0.5,
+    max_shift: float = 1.15,
+) -> float:
     """FLUX's resolution-dependent shift μ: linear in the packed image token count, base_shift
     at base_seq_len tokens and max_shift at max_seq_len (diffusers `calculate_shift`; FLUX.1
     and Qwen-Image read the four numbers from their scheduler config)."""
@@ -92,8 +100,9 @@ def stretch_to_terminal(sigmas: torch.Tensor, terminal: float) -> torch.Tensor:
     return 1 - one_minus / (one_minus[-1] / (1 - terminal))
 
 
-def pipeline_sigmas(num_steps: int, *, mu: float | None = None, shift: float = 1.0,
-                    shift_terminal: float | None = None) -> torch.Tensor:
+def pipeline_sigmas(
+    num_steps: int, *, mu: float | None = None, shift: float = 1.0, shift_terminal: float | None = None
+) -> torch.Tensor:
     """The schedule FluxPipeline / QwenImagePipeline sample with, float32 [num_steps + 1].
 
     Those pipelines hand the scheduler σ = linspace(1, 1/N, N) (float32) and it shifts them:

@@ -26,13 +26,15 @@ SDE_STREAM = 0x5DEECE66D
 """Offset that separates a sample's SDE-noise stream from its initial-noise stream."""
 
 
-def initial_noise(init_seeds: list[int], seeds: list[int],
-                  latent_shape: tuple[int, ...]) -> tuple[torch.Tensor, list[torch.Generator]]:
+def initial_noise(
+    init_seeds: list[int], seeds: list[int], latent_shape: tuple[int, ...]
+) -> tuple[torch.Tensor, list[torch.Generator]]:
     """x_0 ~ N(0, I) per sample from a generator seeded by its `init_seeds` entry, and one
     SDE-noise generator per sample from its own `seeds` entry (a separate stream, so a group
     sharing x_0 still diverges). Returns (noise [B, *latent_shape] float32, SDE generators)."""
-    noise = torch.stack([torch.randn(latent_shape, generator=torch.Generator().manual_seed(int(seed)))
-                         for seed in init_seeds])  # [B, ...]
+    noise = torch.stack(
+        [torch.randn(latent_shape, generator=torch.Generator().manual_seed(int(seed))) for seed in init_seeds]
+    )  # [B, ...]
     generators = [torch.Generator().manual_seed((int(seed) + SDE_STREAM) % 2**63) for seed in seeds]
     return noise, generators
 
@@ -74,8 +76,12 @@ def sample_trajectory(
     # Every SDE step's noise is drawn up front (per sample, in step order: the same numbers as
     # drawing step by step) and copied to the device once, so the loop below never waits on
     # the host: latents and log-probs stay on the device until the end.
-    noises = _to_device(torch.stack([step_noise(generators, latent_shape) for i in range(num_steps) if stochastic[i]])
-                        if any(stochastic) else None, device)  # [S, B, ...]
+    noises = _to_device(
+        torch.stack([step_noise(generators, latent_shape) for i in range(num_steps) if stochastic[i]])
+        if any(stochastic)
+        else None,
+        device,
+    )  # [S, B, ...]
     current = latents.to(device=device, dtype=torch.float32)  # [B, ...]
     all_latents = [current]
     log_probs, means = [], []
@@ -87,8 +93,16 @@ def sample_trajectory(
         sigma_batch = torch.full((latents.shape[0],), sigma, device=device)  # [B]
         velocity = policy.velocity(current, sigma_batch, cond, guidance_scale).float()  # [B, ...]
         if stochastic[i]:
-            out = transition_step(kernel, current, velocity, sigma, sigma_next, noise_level,
-                                  noise=noises[drawn], sigma_max_guard=sigma_guard)
+            out = transition_step(
+                kernel,
+                current,
+                velocity,
+                sigma,
+                sigma_next,
+                noise_level,
+                noise=noises[drawn],
+                sigma_max_guard=sigma_guard,
+            )
             drawn += 1
             current = out.prev_latents
             log_probs.append(out.log_prob)
@@ -99,8 +113,9 @@ def sample_trajectory(
             means.append(current)
         all_latents.append(current)
     kept_means = torch.stack(means, dim=1).cpu() if record_means else None  # [B, T, ...]
-    return SampledTrajectory(torch.stack(all_latents, dim=1).cpu(), torch.stack(log_probs, dim=1).cpu(),
-                             kept_means)  # [B, T+1, ...], [B, T]
+    return SampledTrajectory(
+        torch.stack(all_latents, dim=1).cpu(), torch.stack(log_probs, dim=1).cpu(), kept_means
+    )  # [B, T+1, ...], [B, T]
 
 
 def _to_device(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:

@@ -46,8 +46,17 @@ def _window_seed(seed: int, step: int, batch: int | None) -> int:
     return int.from_bytes(digest, "little") % 2**63
 
 
-def window_bounds(schedule: ScheduleName, size: int, lo: int, hi: int, step: int, seed: int,
-                  shift_every: int = 1, shift_by: int = 1, batch: int | None = None) -> tuple[int, int]:
+def window_bounds(
+    schedule: ScheduleName,
+    size: int,
+    lo: int,
+    hi: int,
+    step: int,
+    seed: int,
+    shift_every: int = 1,
+    shift_by: int = 1,
+    batch: int | None = None,
+) -> tuple[int, int]:
     """[start, stop) of the SDE window at training step `step` (>= 1), inside [lo, hi).
 
     random:      start ~ UniformInt[lo, hi − size], drawn from (seed, step, batch); `batch`
@@ -74,8 +83,9 @@ def window_bounds(schedule: ScheduleName, size: int, lo: int, hi: int, step: int
     return start, start + size
 
 
-def sde_step_mask(num_steps: int, noise_level: float, window: tuple[int, int] | None = None,
-                  ode_final_step: bool = False) -> torch.Tensor:
+def sde_step_mask(
+    num_steps: int, noise_level: float, window: tuple[int, int] | None = None, ode_final_step: bool = False
+) -> torch.Tensor:
     """Which steps are stochastic [T] bool. No window: every step when noise_level > 0
     (Flow-GRPO samples all steps with the SDE; `algorithm.timestep_fraction` then leaves the
     nearly deterministic last step out of training). A window [start, stop): only its steps.
@@ -114,8 +124,17 @@ class WindowSchedule:
             raise ValueError(f"rollout.sde_window.draw={self.draw!r}: choose one of {WINDOW_DRAWS}")
 
     def bounds(self, step: int, batch: int = 0) -> tuple[int, int]:
-        return window_bounds(self.schedule, self.size, self.lo, self.hi, step, self.seed, self.shift_every,
-                             self.shift_by, batch if self.draw == "per_batch" else None)
+        return window_bounds(
+            self.schedule,
+            self.size,
+            self.lo,
+            self.hi,
+            step,
+            self.seed,
+            self.shift_every,
+            self.shift_by,
+            batch if self.draw == "per_batch" else None,
+        )
 
 
 def _selection_seed(seed: int) -> int:
@@ -146,9 +165,11 @@ def trained_steps(sde_mask: torch.Tensor, count: int, selection: str, seeds: tor
         rows.append(candidates[order[:count]].sort().values)  # [<=count]
     sizes = {len(row) for row in rows}
     if len(sizes) > 1:
-        raise ValueError(f"samples of one step have different numbers of trainable steps {sorted(sizes)}: their SDE "
-                         "windows leave different numbers of stochastic steps (rollout.sde_window with "
-                         "rollout.ode_final_step and a range that reaches the final step)")
+        raise ValueError(
+            f"samples of one step have different numbers of trainable steps {sorted(sizes)}: their SDE "
+            "windows leave different numbers of stochastic steps (rollout.sde_window with "
+            "rollout.ode_final_step and a range that reaches the final step)"
+        )
     if not rows:
         return torch.zeros(0, 0, dtype=torch.long)
     return torch.stack(rows).long()  # [B, K]

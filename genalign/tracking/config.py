@@ -39,6 +39,8 @@ def with_csv(loggers: Any) -> Any:
     if isinstance(loggers, list) and "csv" not in loggers:
         loggers = ["csv", *loggers]
     return loggers
+
+
 WandbMode = Literal["offline", "online", "disabled"]
 WANDB_MODES = get_args(WandbMode)
 
@@ -73,8 +75,14 @@ class WandbConfig:
 WANDB_DEFAULTS = {"project": "genalign"}
 """genalign's defaults where neither the config nor the environment names a value (the mode's
 default depends on the login: `wandb_mode`)."""
-WANDB_ENV = {"project": "WANDB_PROJECT", "entity": "WANDB_ENTITY", "name": "WANDB_NAME",
-             "group": "WANDB_RUN_GROUP", "tags": "WANDB_TAGS", "mode": "WANDB_MODE"}
+WANDB_ENV = {
+    "project": "WANDB_PROJECT",
+    "entity": "WANDB_ENTITY",
+    "name": "WANDB_NAME",
+    "group": "WANDB_RUN_GROUP",
+    "tags": "WANDB_TAGS",
+    "mode": "WANDB_MODE",
+}
 """trainer.wandb key -> the environment variable W&B reads for it."""
 
 
@@ -83,12 +91,22 @@ def resolve_wandb(cfg: WandbConfig, environ: Mapping[str, str]) -> dict[str, Any
     `WANDB_*` variable in `environ` (an empty variable counts as unset), else WANDB_DEFAULTS
     (None where W&B decides: entity, name, group; the mode: `wandb_mode`). Tags from the
     environment are split on commas."""
-    return resolve_settings(cfg, WANDB_ENV, WANDB_DEFAULTS, environ,
-                            {"tags": lambda text: [tag.strip() for tag in text.split(",") if tag.strip()]})
+    return resolve_settings(
+        cfg,
+        WANDB_ENV,
+        WANDB_DEFAULTS,
+        environ,
+        {"tags": lambda text: [tag.strip() for tag in text.split(",") if tag.strip()]},
+    )
 
 
-def resolve_settings(cfg: Any, variables: Mapping[str, str], defaults: Mapping[str, Any], environ: Mapping[str, str],
-                     parsers: Mapping[str, Callable[[str], Any]]) -> dict[str, Any]:
+def resolve_settings(
+    cfg: Any,
+    variables: Mapping[str, str],
+    defaults: Mapping[str, Any],
+    environ: Mapping[str, str],
+    parsers: Mapping[str, Callable[[str], Any]],
+) -> dict[str, Any]:
     """A tracker's settings by its own precedence: each key of `cfg` when set, else its
     environment variable (`variables`; empty counts as unset; `parsers` turn the text into the
     key's type), else `defaults` (None where the tracker decides)."""
@@ -126,8 +144,10 @@ def wandb_mode(settings: Mapping[str, Any], environ: Mapping[str, str]) -> tuple
         return settings["mode"], None
     if wandb_logged_in(environ):
         return "online", None
-    return "offline", ("W&B: not logged in (no WANDB_API_KEY and no netrc entry from `wandb login`): the run is "
-                       "written offline; `wandb sync` uploads it later, or log in and set trainer.wandb.mode=online")
+    return "offline", (
+        "W&B: not logged in (no WANDB_API_KEY and no netrc entry from `wandb login`): the run is "
+        "written offline; `wandb sync` uploads it later, or log in and set trainer.wandb.mode=online"
+    )
 
 
 @dataclass
@@ -149,8 +169,12 @@ class MlflowConfig:
     """Run tags; null: $MLFLOW_TAGS (a JSON object), else none."""
 
 
-MLFLOW_ENV = {"tracking_uri": "MLFLOW_TRACKING_URI", "experiment_name": "MLFLOW_EXPERIMENT_NAME",
-              "run_name": "MLFLOW_RUN_NAME", "tags": "MLFLOW_TAGS"}
+MLFLOW_ENV = {
+    "tracking_uri": "MLFLOW_TRACKING_URI",
+    "experiment_name": "MLFLOW_EXPERIMENT_NAME",
+    "run_name": "MLFLOW_RUN_NAME",
+    "tags": "MLFLOW_TAGS",
+}
 """trainer.mlflow key -> the environment variable read when the key is null."""
 MLFLOW_DEFAULTS = {"experiment_name": "genalign"}
 MLFLOW_DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
@@ -169,17 +193,21 @@ def mlflow_problems(cfg: MlflowConfig, environ: Mapping[str, str]) -> list[str]:
     try:
         settings = resolve_mlflow(cfg, environ)
     except json.JSONDecodeError as err:
-        return [f"trainer.loggers=mlflow: $MLFLOW_TAGS is not a JSON object ({err.msg}); set it like "
-                '\'{"team": "vision"}\' or set trainer.mlflow.tags']
+        return [
+            f"trainer.loggers=mlflow: $MLFLOW_TAGS is not a JSON object ({err.msg}); set it like "
+            '\'{"team": "vision"}\' or set trainer.mlflow.tags'
+        ]
     if not isinstance(settings["tags"], (dict, type(None))):
         return ["trainer.loggers=mlflow: $MLFLOW_TAGS must be a JSON object of tag names to values"]
     uri = settings["tracking_uri"] or "sqlite:///mlflow.db"
     scheme = urlparse(uri).scheme.split("+")[0]
     if scheme in MLFLOW_DATABASE_SCHEMES and not is_installed("sqlalchemy"):
         where = "MLflow's default tracking store" if settings["tracking_uri"] is None else f"tracking URI {uri}"
-        return [f"trainer.loggers=mlflow: {where} ({uri}) is a database, which needs SQLAlchemy from the full mlflow "
-                "package (pip install mlflow); or point trainer.mlflow.tracking_uri / $MLFLOW_TRACKING_URI at a "
-                "server (http://host:5000) or a folder (file:<dir>)"]
+        return [
+            f"trainer.loggers=mlflow: {where} ({uri}) is a database, which needs SQLAlchemy from the full mlflow "
+            "package (pip install mlflow); or point trainer.mlflow.tracking_uri / $MLFLOW_TRACKING_URI at a "
+            "server (http://host:5000) or a folder (file:<dir>)"
+        ]
     return []
 
 
@@ -213,8 +241,10 @@ def logger_problems(loggers: list[str]) -> list[str]:
         problems.append(f"trainer.loggers lists {', '.join(repeated)} more than once")
     if "csv" not in loggers:
         example = ",".join(["csv", *(name for name in dict.fromkeys(loggers) if name in TRACKER_PACKAGES)])
-        problems.append("trainer.loggers must include csv: metrics.csv is the run's record (resume continues it); "
-                        f"add trackers beside it: trainer.loggers=[{example}]")
+        problems.append(
+            "trainer.loggers must include csv: metrics.csv is the run's record (resume continues it); "
+            f"add trackers beside it: trainer.loggers=[{example}]"
+        )
     return problems
 
 
@@ -226,15 +256,21 @@ def tracker_problems(loggers: list[str], wandb: WandbConfig, mlflow: MlflowConfi
     problems = []
     for name in loggers:
         if name in TRACKER_PACKAGES:
-            missing = missing_package_problem(f"trainer.loggers: {name}", TRACKER_PACKAGES[name],
-                                              TRACKER_EXTRAS[name], f"or remove {name} from trainer.loggers")
+            missing = missing_package_problem(
+                f"trainer.loggers: {name}",
+                TRACKER_PACKAGES[name],
+                TRACKER_EXTRAS[name],
+                f"or remove {name} from trainer.loggers",
+            )
             if missing:
                 problems.append(missing)
     if "wandb" in loggers:  # the environment is this machine's, like the packages
         mode = resolve_wandb(wandb, os.environ)["mode"]
         if mode is not None and mode not in WANDB_MODES:
-            problems.append(f"trainer.loggers=wandb: the environment sets WANDB_MODE={mode!r}, which genalign does "
-                            f"not support; choose one of: {', '.join(WANDB_MODES)} (or set trainer.wandb.mode)")
+            problems.append(
+                f"trainer.loggers=wandb: the environment sets WANDB_MODE={mode!r}, which genalign does "
+                f"not support; choose one of: {', '.join(WANDB_MODES)} (or set trainer.wandb.mode)"
+            )
     if "mlflow" in loggers and is_installed("mlflow"):
         problems += mlflow_problems(mlflow or MlflowConfig(), os.environ)
     return problems

@@ -33,14 +33,21 @@ class Known:
 
 
 KNOWN = (
-    Known("torchvision fallback", re.compile(r"requires torchvision \(not installed\); falling back to `\w+Pil`"),
-          "transformers: image processors run their PIL versions, torchvision not being installed (the same "
-          "preprocessing; said once)"),
-    Known("prompt cut to a tokenizer's window",
-          re.compile(r"truncated because CLIP can only handle sequences up to \d+ tokens|Token indices sequence "
-                     r"length is longer than the specified maximum sequence length for this model"),
-          "transformers, diffusers: prompts longer than a text encoder's window (CLIP: 77 tokens) are cut to it; "
-          "said once, not for every batch"),
+    Known(
+        "torchvision fallback",
+        re.compile(r"requires torchvision \(not installed\); falling back to `\w+Pil`"),
+        "transformers: image processors run their PIL versions, torchvision not being installed (the same "
+        "preprocessing; said once)",
+    ),
+    Known(
+        "prompt cut to a tokenizer's window",
+        re.compile(
+            r"truncated because CLIP can only handle sequences up to \d+ tokens|Token indices sequence "
+            r"length is longer than the specified maximum sequence length for this model"
+        ),
+        "transformers, diffusers: prompts longer than a text encoder's window (CLIP: 77 tokens) are cut to it; "
+        "said once, not for every batch",
+    ),
 )
 """Library messages that repeat without telling a genalign user anything new."""
 

@@ -102,8 +102,12 @@ class StepClock:
         return f"step {step}/{self.last_step}, {rate:.3g} steps/s, ETA {format_duration(remaining)}"
 
 
-CONSOLE_COLUMNS = (("reward", "reward_mean", "%.4f"), ("loss", "loss", "%.3g"), ("clip", "clip_frac", "%.3f"),
-                   ("kl", "kl", "%.3g"))
+CONSOLE_COLUMNS = (
+    ("reward", "reward_mean", "%.4f"),
+    ("loss", "loss", "%.3g"),
+    ("clip", "clip_frac", "%.3f"),
+    ("kl", "kl", "%.3g"),
+)
 """The step line's fields: (label, metrics.csv column, format)."""
 
 

@@ -25,8 +25,14 @@ def spread_over_groups(group_ids: list[int], count: int) -> list[int]:
     return sorted(index for _, index in sorted(order)[:count])
 
 
-def rollout_samples(images: torch.Tensor, prompts: list[str], group_ids: list[int],
-                    components: dict[str, torch.Tensor], total: torch.Tensor, count: int) -> list[Sample]:
+def rollout_samples(
+    images: torch.Tensor,
+    prompts: list[str],
+    group_ids: list[int],
+    components: dict[str, torch.Tensor],
+    total: torch.Tensor,
+    count: int,
+) -> list[Sample]:
     """`count` samples spread over the prompt groups. `images` uint8 [B, 3, H, W] (or video
     [B, F, 3, H, W]: the first frame is shown); `components` {name: [>= B]} raw scores and
     `total` [>= B] the weighted total, whose first B entries are these images'."""
@@ -42,12 +48,22 @@ def rollout_samples(images: torch.Tensor, prompts: list[str], group_ids: list[in
     return rows
 
 
-def log_rollout_samples(sink: MetricsSink, step: int, table: SampleTableConfig, has_trackers: bool, batch,
-                        scores) -> None:
+def log_rollout_samples(
+    sink: MetricsSink, step: int, table: SampleTableConfig, has_trackers: bool, batch, scores
+) -> None:
     """At step 1 and every `table.every` steps, when a tracker can show them: a few of the
     step's rollout samples (`batch`: its images, prompts, group ids) with their rewards
     (`scores`: components and total; None for offline pairs, which have none)."""
     if has_trackers and table.every > 0 and (step == 1 or step % table.every == 0) and scores is not None:
-        sink.log_samples(step, "rollout_samples", rollout_samples(
-            batch.images, list(batch.prompts), [int(g) for g in batch.group_ids], scores.components, scores.total,
-            table.count))
+        sink.log_samples(
+            step,
+            "rollout_samples",
+            rollout_samples(
+                batch.images,
+                list(batch.prompts),
+                [int(g) for g in batch.group_ids],
+                scores.components,
+                scores.total,
+                table.count,
+            ),
+        )

@@ -124,7 +124,7 @@ def format_value(key: str, value: Any) -> str:
 
 
 def column_order(keys: set[str]) -> list[str]:
-    """"step" first, then the metric names alphabetically."""
+    """ "step" first, then the metric names alphabetically."""
     return ["step", *sorted(keys - {"step"})]
 
 
@@ -159,15 +159,21 @@ class CSVSink:
                 header = list(reader.fieldnames or [])
                 rows = list(reader)
         except (UnicodeDecodeError, csv.Error) as exc:
-            raise MetricsFileError(f"cannot resume metrics file {self.path}: it is not a CSV genalign wrote "
-                                   f"({str(exc).splitlines()[0]}); move the file away or start a fresh run") from None
+            raise MetricsFileError(
+                f"cannot resume metrics file {self.path}: it is not a CSV genalign wrote "
+                f"({str(exc).splitlines()[0]}); move the file away or start a fresh run"
+            ) from None
         if header and header[0] != "step":
-            raise MetricsFileError(f"cannot resume metrics file {self.path}: its first column is {header[0]!r}, "
-                             "not 'step'; move the file away or start a fresh run")
+            raise MetricsFileError(
+                f"cannot resume metrics file {self.path}: its first column is {header[0]!r}, "
+                "not 'step'; move the file away or start a fresh run"
+            )
         for number, row in enumerate(rows, start=2):
             if not (row.get("step") or "").lstrip("-").isdigit() or None in row:
-                raise MetricsFileError(f"cannot resume metrics file {self.path}: line {number} is malformed; "
-                                 "move the file away or fix that line")
+                raise MetricsFileError(
+                    f"cannot resume metrics file {self.path}: line {number} is malformed; "
+                    "move the file away or fix that line"
+                )
         return [{key: value for key, value in row.items() if value != ""} for row in rows]
 
     def log(self, step: int, metrics: dict[str, float]) -> None:

@@ -65,8 +65,9 @@ class TensorBoardSink:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:  # tensorboard is an optional dependency
-            raise ImportError(f"trainer.loggers=tensorboard needs the tensorboard package: {EXTRA_HINT} "
-                              "(or pip install tensorboard)") from exc
+            raise ImportError(
+                f"trainer.loggers=tensorboard needs the tensorboard package: {EXTRA_HINT} (or pip install tensorboard)"
+            ) from exc
         self.writer = SummaryWriter(str(log_dir), purge_step=purge_step)
         self.closed = False
 
@@ -112,8 +113,9 @@ class WandbSink:
         try:
             import wandb
         except ImportError as exc:  # wandb is an optional dependency
-            raise ImportError(f"trainer.loggers=wandb needs the wandb package: {EXTRA_HINT} "
-                              "(or pip install wandb)") from exc
+            raise ImportError(
+                f"trainer.loggers=wandb needs the wandb package: {EXTRA_HINT} (or pip install wandb)"
+            ) from exc
         self.wandb = wandb
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -122,11 +124,19 @@ class WandbSink:
         if chosen:
             log.info("%s", chosen)
         self.settings = settings
-        self.run = wandb.init(project=settings["project"], entity=settings["entity"],
-                              name=settings["name"] or run_dir.resolve().name, group=settings["group"],
-                              tags=settings["tags"], mode=settings["mode"],
-                              dir=os.environ.get("WANDB_DIR") or str(run_dir), config=config, id=run_id,
-                              resume="allow", reinit="create_new")
+        self.run = wandb.init(
+            project=settings["project"],
+            entity=settings["entity"],
+            name=settings["name"] or run_dir.resolve().name,
+            group=settings["group"],
+            tags=settings["tags"],
+            mode=settings["mode"],
+            dir=os.environ.get("WANDB_DIR") or str(run_dir),
+            config=config,
+            id=run_id,
+            resume="allow",
+            reinit="create_new",
+        )
         self.closed = False
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -139,8 +149,11 @@ class WandbSink:
         names = list(samples[0].rewards) if samples else []
         table = self.wandb.Table(columns=["image", "prompt", *names])
         for sample in samples:
-            table.add_data(self.wandb.Image(sample.image, caption=sample.prompt), sample.prompt,
-                           *(sample.rewards[n] for n in names))
+            table.add_data(
+                self.wandb.Image(sample.image, caption=sample.prompt),
+                sample.prompt,
+                *(sample.rewards[n] for n in names),
+            )
         self.run.log({name: table}, step=step)
 
     def close(self) -> None:
@@ -165,18 +178,23 @@ class MlflowSink:
             import mlflow
             from mlflow.tracking import MlflowClient
         except ImportError as exc:  # mlflow is an optional dependency
-            raise ImportError("trainer.loggers=mlflow needs MLflow's client: pip install 'genalign[mlflow]' "
-                              "(or pip install mlflow)") from exc
+            raise ImportError(
+                "trainer.loggers=mlflow needs MLflow's client: pip install 'genalign[mlflow]' (or pip install mlflow)"
+            ) from exc
         import yaml
 
         settings = resolve_mlflow(cfg, os.environ)
         self.settings = settings
         self.client = MlflowClient(tracking_uri=settings["tracking_uri"])
         experiment = self.client.get_experiment_by_name(settings["experiment_name"])
-        experiment_id = (experiment.experiment_id if experiment is not None
-                         else self.client.create_experiment(settings["experiment_name"]))
-        found = self.client.search_runs([experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'",
-                                        max_results=1)
+        experiment_id = (
+            experiment.experiment_id
+            if experiment is not None
+            else self.client.create_experiment(settings["experiment_name"])
+        )
+        found = self.client.search_runs(
+            [experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'", max_results=1
+        )
         if found:  # a resume: the same MLflow run, reopened
             self.run_id = found[0].info.run_id
             self.client.update_run(self.run_id, status="RUNNING")
@@ -185,10 +203,18 @@ class MlflowSink:
             name = settings["run_name"] or Path(run_dir).resolve().name
             self.run_id = self.client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
             self.client.log_text(self.run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml")
-            self.client.log_batch(self.run_id, params=[mlflow.entities.Param(key, str(value)) for key, value in (
-                ("recipe", config.get("recipe")), ("algorithm", config.get("algorithm", {}).get("name")),
-                ("model.family", config.get("model", {}).get("family")),
-                ("model.path", config.get("model", {}).get("path")))])
+            self.client.log_batch(
+                self.run_id,
+                params=[
+                    mlflow.entities.Param(key, str(value))
+                    for key, value in (
+                        ("recipe", config.get("recipe")),
+                        ("algorithm", config.get("algorithm", {}).get("name")),
+                        ("model.family", config.get("model", {}).get("family")),
+                        ("model.path", config.get("model", {}).get("path")),
+                    )
+                ],
+            )
         self.mlflow = mlflow
         self.closed = False
 
@@ -198,7 +224,7 @@ class MlflowSink:
         now = int(time.time() * 1000)
         rows = [self.mlflow.entities.Metric(key, value, now, step) for key, value in _scalars(metrics).items()]
         for start in range(0, len(rows), 1000):  # MLflow's batch limit: 1000 metrics a call
-            self.client.log_batch(self.run_id, metrics=rows[start:start + 1000])
+            self.client.log_batch(self.run_id, metrics=rows[start : start + 1000])
 
     def log_image(self, step: int, name: str, image: "Image") -> None:
         self.client.log_image(self.run_id, image, key=name, step=step)

@@ -64,8 +64,13 @@ def checkpoint_eval_config(checkpoint_dir: str, output_dir: str | None, override
     `CheckpointError`/`ConfigError`."""
     bad = [item for item in overrides if not item.startswith(EVAL_OVERRIDE_KEYS)]
     if bad:
-        raise ConfigError([f"genalign eval: override {item!r} must be eval.<key>=<value>, reward.allow_import=[...], "
-                           "model.allow_import=[...] or algorithm.allow_import=[...]" for item in bad])
+        raise ConfigError(
+            [
+                f"genalign eval: override {item!r} must be eval.<key>=<value>, reward.allow_import=[...], "
+                "model.allow_import=[...] or algorithm.allow_import=[...]"
+                for item in bad
+            ]
+        )
     problems = checkpoint_problems(checkpoint_dir, "--checkpoint")
     if problems:
         raise CheckpointError(problems[0] if len(problems) == 1 else "; ".join(problems))
@@ -73,12 +78,12 @@ def checkpoint_eval_config(checkpoint_dir: str, output_dir: str | None, override
     allowed, rest = split_allow_overrides(overrides, "genalign eval")
     config_path = Path(checkpoint_dir).expanduser() / "config.yaml"
     # eval runs one process on model.device: the checkpoint's distributed.* plan is not this machine's
-    cfg = config_from_checkpoint(safe_load_unique(config_path.read_text(encoding="utf-8")), str(config_path),
-                                 allowed, rest, check_machine=False)
+    cfg = config_from_checkpoint(
+        safe_load_unique(config_path.read_text(encoding="utf-8")), str(config_path), allowed, rest, check_machine=False
+    )
     out = Path(output_dir).expanduser() if output_dir else Path(checkpoint_dir).expanduser() / "eval"
     problems = file_problems(cfg, manifests=("eval_manifest",), output_dir=False, resume=False)
     problems += [p.replace("trainer.output_dir", "--output-dir") for p in output_dir_problems(str(out))]
     if problems:
         raise ConfigError([f"{config_path}: {p}" if not p.startswith("--") else p for p in problems])
     return cfg
-

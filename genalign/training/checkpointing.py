@@ -66,16 +66,37 @@ class Checkpointer:
         path = output_dir / name
         if self.ranks.is_main:
             history = self.evaluator.history.to_dict()
-            export = checkpoint_export(self.cfg, self.policy, trainable, ema_weights, self.cfg.eval.use_ema, step,
-                                       history, final=name == "checkpoint-final", ema_tracker=self.ema)
+            export = checkpoint_export(
+                self.cfg,
+                self.policy,
+                trainable,
+                ema_weights,
+                self.cfg.eval.use_ema,
+                step,
+                history,
+                final=name == "checkpoint-final",
+                ema_tracker=self.ema,
+            )
             started = time.perf_counter()
             with timed_phase(log, f"saving {path}"):
-                trainer_state = {"eval_history": history, "grad_scaler": self.scaler.state_dict(),
-                                 "world_size": self.ranks.world_size, "tracker_run_id": self.tracker_run_id,
-                                 **({"ema": ema} if ema else {})}  # the EMA's counters beside ema.safetensors
-                save_checkpoint(path, step=step, config=config_to_dict(self.cfg), trainable=trainable, ema=ema_weights,
-                                optimizer=optimizer, trainer_state=trainer_state, algorithm=algorithm_state or None,
-                                export=export)
+                trainer_state = {
+                    "eval_history": history,
+                    "grad_scaler": self.scaler.state_dict(),
+                    "world_size": self.ranks.world_size,
+                    "tracker_run_id": self.tracker_run_id,
+                    **({"ema": ema} if ema else {}),
+                }  # the EMA's counters beside ema.safetensors
+                save_checkpoint(
+                    path,
+                    step=step,
+                    config=config_to_dict(self.cfg),
+                    trainable=trainable,
+                    ema=ema_weights,
+                    optimizer=optimizer,
+                    trainer_state=trainer_state,
+                    algorithm=algorithm_state or None,
+                    export=export,
+                )
             self.last_save_s = time.perf_counter() - started
             if name != "checkpoint-final":
                 run_dir.prune_checkpoints(output_dir, self.cfg.trainer.keep_last)
@@ -116,8 +137,11 @@ def ema_counters(trainer_state: dict[str, Any]) -> dict[str, Any]:
     starting weights' share are unknown (-1, NaN), which the model card says."""
     if "ema" in trainer_state:
         return trainer_state["ema"]
-    return {"optimizer_steps": trainer_state["ema_optimizer_steps"], "updates": trainer_state.get("ema_updates", -1),
-            "initial_share": trainer_state.get("ema_initial_share", float("nan"))}
+    return {
+        "optimizer_steps": trainer_state["ema_optimizer_steps"],
+        "updates": trainer_state.get("ema_updates", -1),
+        "initial_share": trainer_state.get("ema_initial_share", float("nan")),
+    }
 
 
 def resumed_run_id(checkpoint: CheckpointState | None) -> str | None:

@@ -87,13 +87,16 @@ class TrainerConfig:
         problems += empty_path_problems({"trainer.output_dir": self.output_dir})
         problems += logger_problems(self.loggers) + self.sample_table.problems()
         if self.max_idle_steps is not None and self.max_idle_steps < 1:
-            problems.append(f"trainer.max_idle_steps={self.max_idle_steps} must be >= 1 (null never stops a run "
-                            "for steps that train nothing)")
+            problems.append(
+                f"trainer.max_idle_steps={self.max_idle_steps} must be >= 1 (null never stops a run "
+                "for steps that train nothing)"
+            )
         if not (self.signal_grace_s >= 0 and math.isfinite(self.signal_grace_s)):
             problems.append(f"trainer.signal_grace_s={self.signal_grace_s} must be a finite number >= 0")
         if self.keep_last is not None and self.keep_last < 1:
             problems.append(f"trainer.keep_last={self.keep_last} must be >= 1 (null keeps every checkpoint)")
         return problems
+
 
 LossNormalisation = Literal["rank_mean", "global_unit_mean"]
 LOSS_NORMALISATIONS = get_args(LossNormalisation)
@@ -164,16 +167,20 @@ class ActorConfig:
     def problems(self) -> list[str]:
         """AdamW's ranges and the update rhythm's sizes (how they divide a step's samples is
         a check across rollout.* and actor.*: preflight/validate.py)."""
-        sizes = {"actor.gradient_accumulation_steps": self.gradient_accumulation_steps,
-                 "actor.num_inner_epochs": self.num_inner_epochs}
+        sizes = {
+            "actor.gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "actor.num_inner_epochs": self.num_inner_epochs,
+        }
         if self.micro_batch_size is not None:
             sizes["actor.micro_batch_size"] = self.micro_batch_size
         problems = positive_problems(sizes)
         if self.lr <= 0:
             problems.append(f"actor.lr must be > 0, got {self.lr}")
         if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
-            problems.append(f"actor.betas must be two numbers in [0, 1) (AdamW's beta1, beta2), got {self.betas}; "
-                            "e.g. actor.betas=[0.9,0.999]")
+            problems.append(
+                f"actor.betas must be two numbers in [0, 1) (AdamW's beta1, beta2), got {self.betas}; "
+                "e.g. actor.betas=[0.9,0.999]"
+            )
         if self.eps <= 0:
             problems.append(f"actor.eps must be > 0, got {self.eps}")
         problems += non_negative_problems({"actor.weight_decay": self.weight_decay})

@@ -58,8 +58,9 @@ def rank_info_from_env() -> RankInfo:
     return RankInfo(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
 
 
-def init_distributed(strategy: str, backend: str = "auto", cuda_indices: tuple[int, ...] = (),
-                     timeout_s: float = 600.0) -> RankInfo:
+def init_distributed(
+    strategy: str, backend: str = "auto", cuda_indices: tuple[int, ...] = (), timeout_s: float = 600.0
+) -> RankInfo:
     """Join the torchrun job for `distributed.training.strategy` (identity for "none") and make
     `cuda` this process's device: entry LOCAL_RANK of `cuda_indices` (the trainer's planned
     devices, `Placement.trainer_cuda_indices`), else cuda:LOCAL_RANK under NCCL."""
@@ -67,16 +68,20 @@ def init_distributed(strategy: str, backend: str = "auto", cuda_indices: tuple[i
         use_cuda_device(cuda_indices[0] if cuda_indices else None)
         return RankInfo()
     if "WORLD_SIZE" not in os.environ:
-        raise RuntimeError(f"distributed.training.strategy={strategy} needs a torchrun launch: "
-                           "torchrun --nproc_per_node=N -m genalign.train --config ...")
+        raise RuntimeError(
+            f"distributed.training.strategy={strategy} needs a torchrun launch: "
+            "torchrun --nproc_per_node=N -m genalign.train --config ..."
+        )
     info = rank_info_from_env()
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if cuda_indices:
         if info.local_rank >= len(cuda_indices):
-            raise RuntimeError(f"local rank {info.local_rank} has no trainer GPU: the plan gives the trainer "
-                               f"{len(cuda_indices)} device(s); launch torchrun --nproc_per_node={len(cuda_indices)} "
-                               "or raise distributed.resources.trainer.num_gpus")
+            raise RuntimeError(
+                f"local rank {info.local_rank} has no trainer GPU: the plan gives the trainer "
+                f"{len(cuda_indices)} device(s); launch torchrun --nproc_per_node={len(cuda_indices)} "
+                "or raise distributed.resources.trainer.num_gpus"
+            )
         use_cuda_device(cuda_indices[info.local_rank])
     elif backend == "nccl":
         use_cuda_device(info.local_rank)
@@ -84,8 +89,9 @@ def init_distributed(strategy: str, backend: str = "auto", cuda_indices: tuple[i
         # a collective that waits longer than this raises (gloo) or aborts the process (NCCL's
         # watchdog): a rank that hangs or is lost ends the job instead of stalling it
         torch.distributed.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
-    log.info("rank %d/%d (local %d), backend %s, strategy %s", info.rank, info.world_size, info.local_rank,
-             backend, strategy)
+    log.info(
+        "rank %d/%d (local %d), backend %s, strategy %s", info.rank, info.world_size, info.local_rank, backend, strategy
+    )
     if not info.is_main:
         # one console for the job: rank 0 prints the step and evaluation lines, whose figures are
         # the job's (`reduce_totals`); a rank's warnings and errors still reach the console
@@ -149,9 +155,10 @@ def full_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimiz
     from torch.distributed.tensor import DTensor
 
     state = optimizer.state_dict()
-    state["state"] = {index: {key: (value.full_tensor() if isinstance(value, DTensor) else value)
-                              for key, value in entries.items()}
-                      for index, entries in state["state"].items()}
+    state["state"] = {
+        index: {key: (value.full_tensor() if isinstance(value, DTensor) else value) for key, value in entries.items()}
+        for index, entries in state["state"].items()
+    }
     return state
 
 
@@ -165,9 +172,14 @@ def load_full_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Op
     for index, entries in state["state"].items():
         param = params[int(index)]
         if isinstance(param, DTensor):
-            entries = {key: (distribute_tensor(value.to(param.device), param.device_mesh, param.placements)
-                             if torch.is_tensor(value) and value.shape == param.shape else value)
-                       for key, value in entries.items()}
+            entries = {
+                key: (
+                    distribute_tensor(value.to(param.device), param.device_mesh, param.placements)
+                    if torch.is_tensor(value) and value.shape == param.shape
+                    else value
+                )
+                for key, value in entries.items()
+            }
         entries_by_index[int(index)] = entries
     optimizer.load_state_dict({"state": entries_by_index, "param_groups": state["param_groups"]})
 
@@ -176,8 +188,10 @@ def rank_positions(num_samples: int, group_size: int, info: RankInfo) -> list[in
     """This rank's contiguous sample positions: an equal number of whole groups per rank."""
     num_groups = num_samples // group_size
     if num_groups % info.world_size:
-        raise ValueError(f"rollout.rollout_batch_size={num_groups} prompt groups cannot be split evenly over "
-                         f"WORLD_SIZE={info.world_size} ranks")
+        raise ValueError(
+            f"rollout.rollout_batch_size={num_groups} prompt groups cannot be split evenly over "
+            f"WORLD_SIZE={info.world_size} ranks"
+        )
     per_rank = num_samples // info.world_size
     return list(range(info.rank * per_rank, (info.rank + 1) * per_rank))
 
@@ -239,9 +253,12 @@ class RankTotals:
         CRC-32), then the sums, the maxima and the negated minima, each in name order."""
         names = self.names()
         fingerprint = zlib.crc32("\n\n".join("\n".join(kind) for kind in names).encode())
-        values = ([float(len(names[0])), float(len(names[1])), float(fingerprint)]
-                  + [self.sums[n] for n in names[0]] + [self.maxima[n] for n in names[1]]
-                  + [-self.minima[n] for n in names[2]])
+        values = (
+            [float(len(names[0])), float(len(names[1])), float(fingerprint)]
+            + [self.sums[n] for n in names[0]]
+            + [self.maxima[n] for n in names[1]]
+            + [-self.minima[n] for n in names[2]]
+        )
         return torch.tensor(values, dtype=torch.float64)
 
 
@@ -252,15 +269,20 @@ def combine_totals(totals: RankTotals, packed_by_rank: torch.Tensor) -> RankTota
     header = packed_by_rank[:, :3]  # [world, 3]
     differing = [rank for rank in range(len(header)) if not torch.equal(header[rank], header[0])]
     if differing:
-        raise RuntimeError(f"rank {differing[0]} reports other metric names than rank 0 for this step (count or "
-                           "CRC-32 of the names differ): what a step logs must be named alike on every rank, e.g. "
-                           "the statistics an algorithm's compute_loss returns must not depend on the rank's data")
+        raise RuntimeError(
+            f"rank {differing[0]} reports other metric names than rank 0 for this step (count or "
+            "CRC-32 of the names differ): what a step logs must be named alike on every rank, e.g. "
+            "the statistics an algorithm's compute_loss returns must not depend on the rank's data"
+        )
     sums, maxima, minima = totals.names()
     body = packed_by_rank[:, 3:]  # [world, S + X + N]
-    added = body[:, :len(sums)].sum(0).tolist()
-    largest = body[:, len(sums):].max(0).values.tolist()  # maxima, then the negated minima
-    return RankTotals(dict(zip(sums, added)), dict(zip(maxima, largest[:len(maxima)])),
-                      {name: -value for name, value in zip(minima, largest[len(maxima):])})
+    added = body[:, : len(sums)].sum(0).tolist()
+    largest = body[:, len(sums) :].max(0).values.tolist()  # maxima, then the negated minima
+    return RankTotals(
+        dict(zip(sums, added)),
+        dict(zip(maxima, largest[: len(maxima)])),
+        {name: -value for name, value in zip(minima, largest[len(maxima) :])},
+    )
 
 
 def reduce_totals(totals: RankTotals, info: RankInfo) -> RankTotals:

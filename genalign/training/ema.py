@@ -28,8 +28,14 @@ def ema_decay(optimizer_steps: int, decay: float, warmup: bool) -> float:
 
 
 class EMA(ShadowWeights):
-    def __init__(self, named_parameters: dict, decay: float, update_every: int,
-                 warmup: bool = True, cadence: EMACadence = "micro_batch"):
+    def __init__(
+        self,
+        named_parameters: dict,
+        decay: float,
+        update_every: int,
+        warmup: bool = True,
+        cadence: EMACadence = "micro_batch",
+    ):
         if cadence not in CADENCES:
             raise ValueError(f"actor.ema.cadence={cadence!r}: choose one of {list(CADENCES)}")
         super().__init__(named_parameters)
@@ -62,8 +68,12 @@ class EMA(ShadowWeights):
     def state_dict(self) -> dict[str, Any]:
         """`weights`: the float32 shadow tensors (what evaluation and the export use); the
         counters: optimizer steps seen, updates made, the starting weights' share."""
-        return {"weights": super().state_dict(), "optimizer_steps": self.optimizer_steps, "updates": self.updates,
-                "initial_share": self.initial_share}
+        return {
+            "weights": super().state_dict(),
+            "optimizer_steps": self.optimizer_steps,
+            "updates": self.updates,
+            "initial_share": self.initial_share,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_tensors(state["weights"], "EMA")

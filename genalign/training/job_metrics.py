@@ -42,9 +42,14 @@ def update_totals(result: UpdateResult) -> RankTotals:
     """This rank's share of the update columns. A statistic is named by every rank that ran
     `compute_loss` (a rank that only replayed its zero-weight filler has count 0), so the ranks
     exchange the same names."""
-    totals = RankTotals({"trained_units": float(result.trained_samples), "total_units": float(result.total_samples),
-                         "loss:sum": sum(loss * units for loss, units in zip(result.losses, result.loss_units)),
-                         "loss:units": float(sum(result.loss_units))})
+    totals = RankTotals(
+        {
+            "trained_units": float(result.trained_samples),
+            "total_units": float(result.total_samples),
+            "loss:sum": sum(loss * units for loss, units in zip(result.losses, result.loss_units)),
+            "loss:units": float(sum(result.loss_units)),
+        }
+    )
     for name in result.stat_names:
         values = [v.detach().flatten().double().cpu() for v in result.stats.get(name, [])]
         flat = torch.cat(values) if values else torch.zeros(0, dtype=torch.float64)  # [n] every recorded value
@@ -76,8 +81,10 @@ def update_columns(totals: RankTotals, result: UpdateResult) -> dict[str, float]
     named and ordered by `result`; a statistic no rank recorded, and the loss of a step that
     trained nothing, are left out."""
     sums, maxima = totals.sums, totals.maxima
-    out = {"optimizer_steps": maxima["optimizer_steps"],
-           "trained_fraction": sums["trained_units"] / max(sums["total_units"], 1.0)}
+    out = {
+        "optimizer_steps": maxima["optimizer_steps"],
+        "trained_fraction": sums["trained_units"] / max(sums["total_units"], 1.0),
+    }
     out.update({name: maxima[name] for name in ("grad_scale", "skipped_steps") if name in maxima})
     if sums["loss:units"]:
         out["loss"] = sums["loss:sum"] / sums["loss:units"]
@@ -97,17 +104,22 @@ def throughput_columns(generated: int, job: dict[str, float]) -> dict[str, float
     """The job's `generated` samples per second of rollout, and per second of the step's
     rollout, reward and train phases (the job's phase seconds, `step_columns`)."""
     step_seconds = job["time_rollout_s"] + job["time_reward_s"] + job["time_train_s"]
-    return {"images_per_s": generated / max(job["time_rollout_s"], 1e-9),
-            "step_images_per_s": generated / max(step_seconds, 1e-9)}
+    return {
+        "images_per_s": generated / max(job["time_rollout_s"], 1e-9),
+        "step_images_per_s": generated / max(step_seconds, 1e-9),
+    }
 
 
-def step_columns(result: UpdateResult, phases: dict[str, float],
-                 ranks: distributed.RankInfo = distributed.RankInfo()) -> dict[str, float]:
+def step_columns(
+    result: UpdateResult, phases: dict[str, float], ranks: distributed.RankInfo = distributed.RankInfo()
+) -> dict[str, float]:
     """The job's update columns and phase columns (`phases`: this rank's seconds and peak
     memory), in one all-gather under torchrun. Every rank calls it once per step."""
     totals = update_totals(result)
     for name, value in phases.items():
         (totals.sums if name in SUMMED_PHASES else totals.maxima)[name] = value
     job = distributed.reduce_totals(totals, ranks)
-    return {**update_columns(job, result),
-            **{name: job.sums[name] if name in SUMMED_PHASES else job.maxima[name] for name in phases}}
+    return {
+        **update_columns(job, result),
+        **{name: job.sums[name] if name in SUMMED_PHASES else job.maxima[name] for name in phases},
+    }

@@ -21,8 +21,9 @@ COLUMN = "gpu_peak_allocated_gib"
 class PeakMemory:
     """Per-step peak of allocated CUDA memory on `device`, in GiB."""
 
-    def __init__(self, device: torch.device | str, read: Callable[[], int] | None = None,
-                 reset: Callable[[], None] | None = None):
+    def __init__(
+        self, device: torch.device | str, read: Callable[[], int] | None = None, reset: Callable[[], None] | None = None
+    ):
         device = torch.device(device)
         self.enabled = device.type == "cuda" or read is not None
         self.read = read or (lambda: torch.cuda.max_memory_allocated(device))

@@ -65,9 +65,13 @@ class ModelSource:
     """The checkpoint directory whose config.yaml describes the model (None: --config does)."""
 
     def describe(self) -> str:
-        return {"checkpoint": f"checkpoint {self.path}", "lora": f"exported LoRA {self.path}",
-                "transformer": f"full fine-tune folder {self.path}", "base": "the base model (model.path)",
-                "path": f"model.path={self.path}"}[self.kind]
+        return {
+            "checkpoint": f"checkpoint {self.path}",
+            "lora": f"exported LoRA {self.path}",
+            "transformer": f"full fine-tune folder {self.path}",
+            "base": "the base model (model.path)",
+            "path": f"model.path={self.path}",
+        }[self.kind]
 
 
 def is_checkpoint(path: Path) -> bool:
@@ -89,9 +93,11 @@ def model_source(model: str) -> ModelSource:
             return ModelSource("transformer", str(path), parent)
         if (path / "model_index.json").is_file():
             return ModelSource("path", str(path))
-        raise ModelSourceError(f"--model {model}: a directory that is no checkpoint (trainable.safetensors + "
-                               f"config.yaml), exported LoRA ({LORA_FILE}), fine-tuned transformer "
-                               f"({' + '.join(TRANSFORMER_FILES)}) or diffusers pipeline (model_index.json)")
+        raise ModelSourceError(
+            f"--model {model}: a directory that is no checkpoint (trainable.safetensors + "
+            f"config.yaml), exported LoRA ({LORA_FILE}), fine-tuned transformer "
+            f"({' + '.join(TRANSFORMER_FILES)}) or diffusers pipeline (model_index.json)"
+        )
     if path.exists():
         raise ModelSourceError(f"--model {model} is a file; name a checkpoint or model directory, 'base' or a Hub id")
     from genalign.hub import is_hub_id
@@ -110,8 +116,10 @@ def lora_metadata(folder: Path) -> dict[str, Any]:
     raw = metadata.get("lora_adapter_metadata")
     config = {key.removeprefix("transformer."): item for key, item in json.loads(raw or "{}").items()}
     if "r" not in config:  # diffusers prefixes each key with the component ("transformer.r")
-        raise ModelSourceError(f"--model {folder}: {LORA_FILE} carries no lora_adapter_metadata with the rank, alpha "
-                               "and targets; export it with genalign or diffusers' save_lora_weights")
+        raise ModelSourceError(
+            f"--model {folder}: {LORA_FILE} carries no lora_adapter_metadata with the rank, alpha "
+            "and targets; export it with genalign or diffusers' save_lora_weights"
+        )
     return config
 
 
@@ -129,15 +137,19 @@ def model_overrides(source: ModelSource) -> list[str]:
     if source.kind == "lora" and source.checkpoint is None:  # inside a checkpoint its config says it all
         meta = lora_metadata(Path(source.path))
         targets = meta.get("target_modules") or []
-        return ["model.train_mode=lora", f"model.lora.rank={int(meta['r'])}",
-                f"model.lora.alpha={float(meta.get('lora_alpha', meta['r']))}",
-                f"model.lora.target_modules={value(sorted(targets) if isinstance(targets, list) else [targets])}"]
+        return [
+            "model.train_mode=lora",
+            f"model.lora.rank={int(meta['r'])}",
+            f"model.lora.alpha={float(meta.get('lora_alpha', meta['r']))}",
+            f"model.lora.target_modules={value(sorted(targets) if isinstance(targets, list) else [targets])}",
+        ]
     return []
 
 
 def benchmark_overrides(benchmark: Benchmark) -> list[str]:
-    return [f"{key}={value(setting)}" for key, setting in benchmark.protocol.items()] + \
-        [f"data.eval_manifest={value(benchmark.manifest)}"]
+    return [f"{key}={value(setting)}" for key, setting in benchmark.protocol.items()] + [
+        f"data.eval_manifest={value(benchmark.manifest)}"
+    ]
 
 
 def split_scorer_options(overrides: list[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
@@ -161,8 +173,9 @@ def split_scorer_options(overrides: list[str]) -> tuple[list[str], dict[str, dic
     return rest, options
 
 
-def eval_config(source: ModelSource, benchmark_name: str, recipe: str | None,
-                overrides: list[str]) -> tuple[ExperimentConfig, Benchmark]:
+def eval_config(
+    source: ModelSource, benchmark_name: str, recipe: str | None, overrides: list[str]
+) -> tuple[ExperimentConfig, Benchmark]:
     """The evaluation's config and benchmark: the model's config (checkpoint or recipe), the
     model's own changes, the benchmark's protocol, then the user's overrides (last wins);
     `reward.kwargs.*` overrides become the benchmark's scorer options (`split_scorer_options`)."""
@@ -185,11 +198,16 @@ def load_or_stored(source: ModelSource, recipe: str | None, overrides: list[str]
 
         allowed, rest = split_allow_overrides(overrides, "genalign eval")
         path = source.checkpoint / "config.yaml"
-        return config_from_checkpoint(safe_load_unique(path.read_text(encoding="utf-8")), str(path), allowed, rest,
-                                      check_machine=False)
+        return config_from_checkpoint(
+            safe_load_unique(path.read_text(encoding="utf-8")), str(path), allowed, rest, check_machine=False
+        )
     if source.kind in ("lora", "transformer", "path") and recipe is None:
-        raise ConfigError([f"--model {source.path}: {source.describe()} outside a checkpoint needs --config RECIPE "
-                           "(the model family, sizes and reward it belongs to)"])
+        raise ConfigError(
+            [
+                f"--model {source.path}: {source.describe()} outside a checkpoint needs --config RECIPE "
+                "(the model family, sizes and reward it belongs to)"
+            ]
+        )
     from genalign.preflight.load import load_config
 
     return load_config(recipe, overrides, check_files=False)
@@ -238,30 +256,58 @@ def reward_config(cfg: ExperimentConfig, benchmark: Benchmark):
     return dataclasses.replace(cfg.reward, kwargs=kwargs)
 
 
-def settings_of(cfg: ExperimentConfig, source: ModelSource, benchmark: Benchmark, weights: str, world_size: int,
-                reward_cfg) -> dict[str, Any]:
+def settings_of(
+    cfg: ExperimentConfig, source: ModelSource, benchmark: Benchmark, weights: str, world_size: int, reward_cfg
+) -> dict[str, Any]:
     """Every setting the numbers depend on, printed and stored beside them."""
     from genalign.config.loader import config_to_dict
     from genalign.version import __version__
 
     spec = setup.eval_spec(cfg)
-    return {"genalign": __version__, "command": sys.argv, "model": source.describe(), "weights": weights,
-            "family": cfg.model.family, "model_path": cfg.model.path, "dtype": cfg.model.dtype,
-            "benchmark": benchmark.name, "description": benchmark.description, "manifest": cfg.data.eval_manifest,
-            "groups": benchmark.groups, "summary": benchmark.summary,
-            "sampling": {"num_steps": spec.num_steps, "guidance_scale": spec.guidance_scale, "height": spec.height,
-                         "width": spec.width, "samples_per_prompt": cfg.eval.samples_per_prompt,
-                         "max_prompts": cfg.eval.max_prompts, "seed": cfg.eval.seed,
-                         "noise_seeds": cfg.eval.noise_seeds, "batch_size": cfg.eval.batch_size,
-                         "sampler": "deterministic ODE (noise level 0)", "use_ema": cfg.eval.use_ema},
-            "scorer_options": {name: reward_cfg.kwargs.get(name, {}) for group in benchmark.groups.values()
-                               for name in group},
-            "sources": benchmark.sources, "ranks": world_size, "rollout_engine": cfg.rollout.engine,
-            "config": config_to_dict(cfg)}
+    return {
+        "genalign": __version__,
+        "command": sys.argv,
+        "model": source.describe(),
+        "weights": weights,
+        "family": cfg.model.family,
+        "model_path": cfg.model.path,
+        "dtype": cfg.model.dtype,
+        "benchmark": benchmark.name,
+        "description": benchmark.description,
+        "manifest": cfg.data.eval_manifest,
+        "groups": benchmark.groups,
+        "summary": benchmark.summary,
+        "sampling": {
+            "num_steps": spec.num_steps,
+            "guidance_scale": spec.guidance_scale,
+            "height": spec.height,
+            "width": spec.width,
+            "samples_per_prompt": cfg.eval.samples_per_prompt,
+            "max_prompts": cfg.eval.max_prompts,
+            "seed": cfg.eval.seed,
+            "noise_seeds": cfg.eval.noise_seeds,
+            "batch_size": cfg.eval.batch_size,
+            "sampler": "deterministic ODE (noise level 0)",
+            "use_ema": cfg.eval.use_ema,
+        },
+        "scorer_options": {
+            name: reward_cfg.kwargs.get(name, {}) for group in benchmark.groups.values() for name in group
+        },
+        "sources": benchmark.sources,
+        "ranks": world_size,
+        "rollout_engine": cfg.rollout.engine,
+        "config": config_to_dict(cfg),
+    }
 
 
-def evaluate_model(model: str, benchmark_name: str, recipe: str | None, output_dir: str | None,
-                   overrides: list[str], scorers: list[str] | None = None) -> dict[str, Any]:
+def evaluate_model(
+    model: str,
+    benchmark_name: str,
+    recipe: str | None,
+    output_dir: str | None,
+    overrides: list[str],
+    scorers: list[str] | None = None,
+) -> dict[str, Any]:
     """Evaluate; returns the benchmark's table (rank 0; {} on the other ranks)."""
     from genalign.data.prompts import load_manifest
     from genalign.placement.ray_pools import start_ray_for_run
@@ -291,13 +337,17 @@ def evaluate_model(model: str, benchmark_name: str, recipe: str | None, output_d
         if ranks.is_main:
             print_settings(settings, out)
         start_ray_for_run(cfg)
-        runtimes = {group: build_reward_runtime(reward_cfg, policy.device, components=components)
-                    for group, components in benchmark.groups.items()}
+        runtimes = {
+            group: build_reward_runtime(reward_cfg, policy.device, components=components)
+            for group, components in benchmark.groups.items()
+        }
         engine = setup.build_rollout_engine(cfg, policy)
         try:
             spec = setup.eval_spec(cfg)
             with torch.no_grad():
-                outcome = evaluate_samples(engine_sampler(engine, spec), samples, runtimes, setup.evaluation_shard(ranks))
+                outcome = evaluate_samples(
+                    engine_sampler(engine, spec), samples, runtimes, setup.evaluation_shard(ranks)
+                )
         finally:
             engine.close()
             for runtime in runtimes.values():
@@ -338,8 +388,9 @@ def engine_sampler(engine, spec):
             fillers += 1
         last = list(range(len(positions) - size, len(positions)))
         padded = chosen.index(list(range(len(positions))) + last * fillers)
-        padded.group_ids = torch.cat([chosen.group_ids, torch.arange(1, fillers + 1).repeat_interleave(size)
-                                      + int(chosen.group_ids.max())])
+        padded.group_ids = torch.cat(
+            [chosen.group_ids, torch.arange(1, fillers + 1).repeat_interleave(size) + int(chosen.group_ids.max())]
+        )
         batch = engine.generate(padded, spec)
         return batch.index(list(range(len(positions)))) if fillers else batch
 
@@ -354,11 +405,13 @@ def default_output(source: ModelSource, benchmark: Benchmark) -> Path:
 
 def print_settings(settings: dict[str, Any], out: Path) -> None:
     sampling = settings["sampling"]
-    lines = [f"genalign eval: {settings['model']} ({settings['weights']}) on {settings['benchmark']} -> {out}",
-             f"  prompts: {settings['manifest']} (first {sampling['max_prompts']}) x {sampling['samples_per_prompt']} "
-             f"images, seeds {sampling['noise_seeds']} from {sampling['seed']}",
-             f"  sampler: {sampling['num_steps']} steps, CFG {sampling['guidance_scale']}, "
-             f"{sampling['height']}x{sampling['width']}, {sampling['sampler']}, batch {sampling['batch_size']}",
-             f"  scorers: {json.dumps(settings['groups'])}, options {json.dumps(settings['scorer_options'])}",
-             *(f"  source of {key}: {text}" for key, text in settings["sources"].items())]
+    lines = [
+        f"genalign eval: {settings['model']} ({settings['weights']}) on {settings['benchmark']} -> {out}",
+        f"  prompts: {settings['manifest']} (first {sampling['max_prompts']}) x {sampling['samples_per_prompt']} "
+        f"images, seeds {sampling['noise_seeds']} from {sampling['seed']}",
+        f"  sampler: {sampling['num_steps']} steps, CFG {sampling['guidance_scale']}, "
+        f"{sampling['height']}x{sampling['width']}, {sampling['sampler']}, batch {sampling['batch_size']}",
+        f"  scorers: {json.dumps(settings['groups'])}, options {json.dumps(settings['scorer_options'])}",
+        *(f"  source of {key}: {text}" for key, text in settings["sources"].items()),
+    ]
     print("\n".join(lines))

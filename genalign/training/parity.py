@@ -21,9 +21,14 @@ from genalign.training.update import agreed_positions
 log = logging.getLogger(__name__)
 
 
-def replay_parity(policy: Policy, batch: Trajectories, step_indices: list[int],
-                  chunk_size: int, replay: Any = replay_log_probs,
-                  ranks: distributed.RankInfo = distributed.RankInfo()) -> dict[int, float]:
+def replay_parity(
+    policy: Policy,
+    batch: Trajectories,
+    step_indices: list[int],
+    chunk_size: int,
+    replay: Any = replay_log_probs,
+    ranks: distributed.RankInfo = distributed.RankInfo(),
+) -> dict[int, float]:
     """Max |log_prob_replay - log_prob_rollout| per denoising step, over all samples (and, for a
     token trajectory, all tokens of its one position) of every rank: under torchrun each rank
     replays its own trajectories (its forwards are collective under FSDP2, so every rank calls
@@ -40,12 +45,19 @@ def replay_parity(policy: Policy, batch: Trajectories, step_indices: list[int],
     return dict(enumerate(per_step.tolist()))
 
 
-def parity_preflight(policy: Policy, batch: Trajectories, algorithm: Algorithm[Any], chunk_size: int,
-                     ranks: distributed.RankInfo) -> dict[str, float]:
+def parity_preflight(
+    policy: Policy, batch: Trajectories, algorithm: Algorithm[Any], chunk_size: int, ranks: distributed.RankInfo
+) -> dict[str, float]:
     """The first step's check: the algorithm's trained positions replayed with unchanged
     weights; each position's gap logged, the largest the step's column (exactly 0 expected)."""
-    gaps = replay_parity(policy, batch, agreed_positions(algorithm, batch, ranks), chunk_size,
-                         replay=algorithm.replay_log_probs, ranks=ranks)
+    gaps = replay_parity(
+        policy,
+        batch,
+        agreed_positions(algorithm, batch, ranks),
+        chunk_size,
+        replay=algorithm.replay_log_probs,
+        ranks=ranks,
+    )
     per_step = " ".join(f"{j}:{gap:.2e}" for j, gap in gaps.items())
     log.info("parity preflight: max |log_prob_replay - log_prob_rollout| per step: %s", per_step)
     return {"parity_max_abs_log_prob_diff": max(gaps.values())}

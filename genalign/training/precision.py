@@ -77,8 +77,10 @@ def compile_denoiser(module: torch.nn.Module, mode: str, repeated_blocks: tuple[
         raise ValueError(f"model.compile_mode={mode!r}: choose regional or full")
     blocks = [m for m in module.modules() if type(m).__name__ in repeated_blocks]
     if not blocks:
-        raise ValueError(f"model.compile_mode=regional: the denoiser {type(module).__name__} has no block of "
-                         f"{list(repeated_blocks)}; use model.compile_mode=full")
+        raise ValueError(
+            f"model.compile_mode=regional: the denoiser {type(module).__name__} has no block of "
+            f"{list(repeated_blocks)}; use model.compile_mode=full"
+        )
     for block in blocks:
         block.compile()
     return len(blocks)

@@ -34,7 +34,6 @@ from genalign.weights.reference import ReferencePolicy
 log = logging.getLogger(__name__)
 
 
-
 def build_policy(cfg: ExperimentConfig) -> Policy:
     """Load the family's policy, make only the trained weights require grad (as float32
     masters), then optionally enable gradient checkpointing and compile the denoiser."""
@@ -43,8 +42,10 @@ def build_policy(cfg: ExperimentConfig) -> Policy:
     policy = spec.policy_class().from_config(cfg.model)
     bad = first_non_finite(dict(policy.transformer.named_parameters()))
     if bad is not None:  # one check per tensor at load; a NaN weight would otherwise train on silently
-        raise NonFiniteError(f"model.path={cfg.model.path}: the denoiser's weight {bad!r} holds NaN or inf; "
-                             "these weights cannot be trained")
+        raise NonFiniteError(
+            f"model.path={cfg.model.path}: the denoiser's weight {bad!r} holds NaN or inf; "
+            "these weights cannot be trained"
+        )
     if cfg.model.train_mode == "lora":
         apply_lora(policy.transformer, cfg.model.lora, policy.lora_target_modules)
     else:
@@ -53,16 +54,20 @@ def build_policy(cfg: ExperimentConfig) -> Policy:
         policy.offloaded_text_encoders = tuple(encoder.to("cpu") for encoder in policy.text_encoders)
     cast = make_master_weights(policy.transformer)
     if cast:
-        log.info("trained weights: %d tensors kept as float32 masters; the denoiser computes in %s",
-                 cast, cfg.model.dtype)
+        log.info(
+            "trained weights: %d tensors kept as float32 masters; the denoiser computes in %s", cast, cfg.model.dtype
+        )
     if cfg.model.gradient_checkpointing:
         if not spec.gradient_checkpointing:
             raise ValueError(f"model.gradient_checkpointing: family {cfg.model.family!r} does not support it")
         policy.transformer.enable_gradient_checkpointing()
     if cfg.model.compile:
         compiled = compile_denoiser(policy.transformer, cfg.model.compile_mode, policy.repeated_blocks)
-        log.info("model.compile: %s compilation of %d module(s); the first steps include compile time",
-                 cfg.model.compile_mode, compiled)
+        log.info(
+            "model.compile: %s compilation of %d module(s); the first steps include compile time",
+            cfg.model.compile_mode,
+            compiled,
+        )
     return policy
 
 
@@ -87,8 +92,16 @@ def build_rollout_engine(cfg: ExperimentConfig, policy: Policy) -> RolloutEngine
     raise ValueError(f"rollout.engine={cfg.rollout.engine!r}: choose local or ray")
 
 
-def build_batch_source(cfg: ExperimentConfig, sizes: StepSizes, policy: Policy, engine: RolloutEngine, rewards,
-                       algorithm, spec: SamplingSpec, ranks):
+def build_batch_source(
+    cfg: ExperimentConfig,
+    sizes: StepSizes,
+    policy: Policy,
+    engine: RolloutEngine,
+    rewards,
+    algorithm,
+    spec: SamplingSpec,
+    ranks,
+):
     """The step's training data, as the algorithm's `data_source` declares: the online rollout,
     or (offline Flow-DPO) a preference dataset."""
     from genalign.training.sources import OfflinePreferences, OnlineRollout
@@ -117,13 +130,30 @@ def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
     window = None
     if r.sde_window.size > 0:
         lo, hi = r.sde_window.bounds_range(r.num_steps)
-        window = WindowSchedule(r.sde_window.schedule, r.sde_window.size, lo, hi, cfg.trainer.seed,
-                                r.sde_window.shift_every, r.sde_window.shift_by, r.sde_window.draw)
-    return SamplingSpec(height=r.height, width=r.width, num_steps=r.num_steps, guidance_scale=r.guidance_scale,
-                        noise_level=r.noise_level, chunk_size=r.sample_batch_size, kernel=r.kernel, window=window,
-                        ode_final_step=r.ode_final_step, temperature=r.temperature,
-                        guided_log_probs=algorithm.guided_log_probs(cfg.algorithm),
-                        record_means=algorithm.needs_rollout_means)
+        window = WindowSchedule(
+            r.sde_window.schedule,
+            r.sde_window.size,
+            lo,
+            hi,
+            cfg.trainer.seed,
+            r.sde_window.shift_every,
+            r.sde_window.shift_by,
+            r.sde_window.draw,
+        )
+    return SamplingSpec(
+        height=r.height,
+        width=r.width,
+        num_steps=r.num_steps,
+        guidance_scale=r.guidance_scale,
+        noise_level=r.noise_level,
+        chunk_size=r.sample_batch_size,
+        kernel=r.kernel,
+        window=window,
+        ode_final_step=r.ode_final_step,
+        temperature=r.temperature,
+        guided_log_probs=algorithm.guided_log_probs(cfg.algorithm),
+        record_means=algorithm.needs_rollout_means,
+    )
 
 
 def eval_spec(cfg: ExperimentConfig) -> SamplingSpec:
@@ -132,9 +162,15 @@ def eval_spec(cfg: ExperimentConfig) -> SamplingSpec:
     guidance = cfg.eval.guidance_scale if cfg.eval.guidance_scale is not None else cfg.rollout.guidance_scale
     height = cfg.eval.height if cfg.eval.height is not None else cfg.rollout.height
     width = cfg.eval.width if cfg.eval.width is not None else cfg.rollout.width
-    return SamplingSpec(height=height, width=width, num_steps=cfg.eval.num_steps,
-                        guidance_scale=guidance, noise_level=0.0, chunk_size=cfg.eval.batch_size,
-                        temperature=cfg.rollout.temperature)
+    return SamplingSpec(
+        height=height,
+        width=width,
+        num_steps=cfg.eval.num_steps,
+        guidance_scale=guidance,
+        noise_level=0.0,
+        chunk_size=cfg.eval.batch_size,
+        temperature=cfg.rollout.temperature,
+    )
 
 
 def build_trackers(cfg: ExperimentConfig, output_dir: Path, first_step: int, run_id: str) -> list[MetricsSink]:
@@ -152,8 +188,10 @@ def build_trackers(cfg: ExperimentConfig, output_dir: Path, first_step: int, run
     if "mlflow" in cfg.trainer.loggers:
         trackers.append(MlflowSink(cfg.trainer.mlflow, output_dir, run_id, config_to_dict(cfg)))
     if trackers:
-        log.info("trackers: %s (metrics.csv stays the record)",
-                 ", ".join(name for name in cfg.trainer.loggers if name != "csv"))
+        log.info(
+            "trackers: %s (metrics.csv stays the record)",
+            ", ".join(name for name in cfg.trainer.loggers if name != "csv"),
+        )
     return trackers
 
 
@@ -162,19 +200,28 @@ def build_metrics_sink(path: Path, resume: bool, trackers: list[MetricsSink], pr
     return MultiSink([CSVSink(path, resume=resume), *(PrefixedSink(tracker, prefix) for tracker in trackers)])
 
 
-def update_context(cfg: ExperimentConfig, policy: Policy, algorithm, optimizer: torch.optim.Optimizer,
-                   parameters: dict[str, torch.nn.Parameter], scaler: torch.amp.GradScaler, ema: EMA | None,
-                   ranks) -> UpdateContext:
+def update_context(
+    cfg: ExperimentConfig,
+    policy: Policy,
+    algorithm,
+    optimizer: torch.optim.Optimizer,
+    parameters: dict[str, torch.nn.Parameter],
+    scaler: torch.amp.GradScaler,
+    ema: EMA | None,
+    ranks,
+) -> UpdateContext:
     """What every optimizer round shares: each rank runs its 1/world of an optimizer step's
     micro-batches (gradients are averaged over ranks)."""
     accumulation = per_rank_accumulation(cfg.actor.gradient_accumulation_steps, ranks.world_size)
     actor = dataclasses.replace(cfg.actor, gradient_accumulation_steps=accumulation)
-    return UpdateContext(policy, algorithm, optimizer, list(parameters.values()), actor, scaler, ranks,
-                         policy.transformer, ema)
+    return UpdateContext(
+        policy, algorithm, optimizer, list(parameters.values()), actor, scaler, ranks, policy.transformer, ema
+    )
 
 
-def build_sinks(cfg: ExperimentConfig, reward_runtime, device: torch.device, resumed_at: int | None, run_id: str,
-                ranks) -> tuple[list[MetricsSink], MetricsSink, Evaluator]:
+def build_sinks(
+    cfg: ExperimentConfig, reward_runtime, device: torch.device, resumed_at: int | None, run_id: str, ranks
+) -> tuple[list[MetricsSink], MetricsSink, Evaluator]:
     """The trackers, the training metrics sink and the evaluator of this start. `resumed_at`:
     the first step a resumed start writes (None: a fresh run); ranks other than 0 get no
     trackers and sinks that write nothing; the evaluation is sharded over `ranks`."""
@@ -182,24 +229,47 @@ def build_sinks(cfg: ExperimentConfig, reward_runtime, device: torch.device, res
     output_dir, resume = Path(cfg.trainer.output_dir), resumed_at is not None
     trackers = build_trackers(cfg, output_dir, resumed_at or 0, run_id) if writes else []
     metrics = build_metrics_sink(output_dir / "metrics.csv", resume, trackers, "train") if writes else NullSink()
-    evaluator = build_evaluator(cfg, device, reward_runtime, output_dir, resume, writes=writes, trackers=trackers,
-                                ranks=ranks)
+    evaluator = build_evaluator(
+        cfg, device, reward_runtime, output_dir, resume, writes=writes, trackers=trackers, ranks=ranks
+    )
     return trackers, metrics, evaluator
 
 
-def build_evaluator(cfg: ExperimentConfig, device: torch.device, reward_runtime, output_dir: Path,
-                    resume: bool, writes: bool = True, trackers: list[MetricsSink] = (), ranks=None) -> Evaluator:
+def build_evaluator(
+    cfg: ExperimentConfig,
+    device: torch.device,
+    reward_runtime,
+    output_dir: Path,
+    resume: bool,
+    writes: bool = True,
+    trackers: list[MetricsSink] = (),
+    ranks=None,
+) -> Evaluator:
     """`writes=False` (ranks other than 0) evaluates without writing metrics or sheets; `ranks`
     (a `distributed.RankInfo`; None: one process) shards the samples over the ranks."""
-    gold = (build_reward_runtime(cfg.reward, device, components=cfg.eval.gold_rewards)
-            if cfg.eval.active_gold_rewards() else None)  # every weight 0: gold monitoring is off
-    quality = (build_reward_runtime(cfg.reward, device, components=dict.fromkeys(cfg.eval.quality_metrics, 1.0))
-               if cfg.eval.quality_metrics else None)
+    gold = (
+        build_reward_runtime(cfg.reward, device, components=cfg.eval.gold_rewards)
+        if cfg.eval.active_gold_rewards()
+        else None
+    )  # every weight 0: gold monitoring is off
+    quality = (
+        build_reward_runtime(cfg.reward, device, components=dict.fromkeys(cfg.eval.quality_metrics, 1.0))
+        if cfg.eval.quality_metrics
+        else None
+    )
     sink = build_metrics_sink(output_dir / "eval_metrics.csv", resume, list(trackers), "eval") if writes else NullSink()
-    return Evaluator(cfg.eval, load_manifest(cfg.data.eval_manifest, "data.eval_manifest"), eval_spec(cfg),
-                     reward_runtime, gold, output_dir if writes else None, sink, quality,
-                     progress_bar=cfg.trainer.progress_bar and writes,  # one bar per job
-                     shard=evaluation_shard(ranks))
+    return Evaluator(
+        cfg.eval,
+        load_manifest(cfg.data.eval_manifest, "data.eval_manifest"),
+        eval_spec(cfg),
+        reward_runtime,
+        gold,
+        output_dir if writes else None,
+        sink,
+        quality,
+        progress_bar=cfg.trainer.progress_bar and writes,  # one bar per job
+        shard=evaluation_shard(ranks),
+    )
 
 
 def evaluation_shard(ranks) -> Shard:

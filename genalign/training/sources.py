@@ -57,9 +57,14 @@ class OnlineRollout:
     def __init__(self, cfg: ExperimentConfig, sizes: StepSizes, engine, rewards, algorithm: Algorithm, spec, ranks):
         self.cfg, self.sizes, self.engine, self.rewards = cfg, sizes, engine, rewards
         self.algorithm, self.spec, self.ranks = algorithm, spec, ranks
-        self.sampler = PromptSampler(load_manifest(cfg.data.manifest, "data.manifest"), sizes.prompts_per_step,
-                                     sizes.samples_per_prompt, cfg.trainer.seed, shuffle=cfg.data.shuffle,
-                                     same_initial_noise=cfg.rollout.same_initial_noise)
+        self.sampler = PromptSampler(
+            load_manifest(cfg.data.manifest, "data.manifest"),
+            sizes.prompts_per_step,
+            sizes.samples_per_prompt,
+            cfg.trainer.seed,
+            shuffle=cfg.data.shuffle,
+            same_initial_noise=cfg.rollout.same_initial_noise,
+        )
 
     def collect(self, step: int) -> StepData:
         times = {}
@@ -72,12 +77,14 @@ class OnlineRollout:
         scores = self.gather_scores(pending_scores())
         step_advantages = self.advantages(batch, scores)  # [world * b], the whole step
         offset = self.ranks.rank * len(batch)
-        advantages = step_advantages[offset:offset + len(batch)]  # [b] this rank's samples
+        advantages = step_advantages[offset : offset + len(batch)]  # [b] this rank's samples
         times["time_reward_s"] = time.perf_counter() - start
         units, unit_advantages = self.algorithm.training_batch(batch, advantages)
-        row = {**scores.stats(prefix="reward"),
-               "zero_std_ratio": zero_std_group_fraction(scores.total, self.global_group_ids(batch)),
-               **{f"adv_{k}": v for k, v in advantage_stats(step_advantages).items()}}
+        row = {
+            **scores.stats(prefix="reward"),
+            "zero_std_ratio": zero_std_group_fraction(scores.total, self.global_group_ids(batch)),
+            **{f"adv_{k}": v for k, v in advantage_stats(step_advantages).items()},
+        }
         filler = self.algorithm.filler_unit(batch) if len(units) == 0 else None
         return StepData(units, unit_advantages, batch, len(batch), row, times, filler, scores)
 
@@ -111,16 +118,25 @@ class OnlineRollout:
         and the batch std is the global one (identity on one process)."""
         if self.ranks.world_size == 1:
             return scores
-        return RewardScores({name: distributed.all_gather_cat(values, self.ranks)
-                             for name, values in scores.components.items()}, scores.weights)
+        return RewardScores(
+            {name: distributed.all_gather_cat(values, self.ranks) for name, values in scores.components.items()},
+            scores.weights,
+        )
 
     def advantages(self, batch: TrajectoryBatch, scores: RewardScores) -> torch.Tensor:
         """Group-normalised advantages of the whole step [world * b] (docs/algorithms.md §2.4)."""
         adv = self.cfg.algorithm.advantage
-        return aggregate_advantages(scores.components, scores.weights, self.global_group_ids(batch),
-                                    self.cfg.reward.aggregation, per_prompt=adv.per_prompt,
-                                    global_std=adv.global_std, std=adv.std, eps=adv.eps,
-                                    normalize_by_std=adv.normalize_by_std)
+        return aggregate_advantages(
+            scores.components,
+            scores.weights,
+            self.global_group_ids(batch),
+            self.cfg.reward.aggregation,
+            per_prompt=adv.per_prompt,
+            global_std=adv.global_std,
+            std=adv.std,
+            eps=adv.eps,
+            normalize_by_std=adv.normalize_by_std,
+        )
 
 
 class OfflinePreferences:
@@ -140,10 +156,12 @@ class OfflinePreferences:
         rows = read_preferences(cfg.data.preference_manifest, size=(cfg.rollout.height, cfg.rollout.width))
         chosen_images, rejected_images = load_preference_images(rows)  # [N, 3, H, W] uint8 x2
         with torch.no_grad():
-            self.chosen = torch.cat([policy.encode_images(chunk).cpu()
-                                     for chunk in chosen_images.split(cfg.rollout.sample_batch_size)])  # [N, ...]
-            self.rejected = torch.cat([policy.encode_images(chunk).cpu()
-                                       for chunk in rejected_images.split(cfg.rollout.sample_batch_size)])
+            self.chosen = torch.cat(
+                [policy.encode_images(chunk).cpu() for chunk in chosen_images.split(cfg.rollout.sample_batch_size)]
+            )  # [N, ...]
+            self.rejected = torch.cat(
+                [policy.encode_images(chunk).cpu() for chunk in rejected_images.split(cfg.rollout.sample_batch_size)]
+            )
         self.prompts = [row.prompt for row in rows]
         self.condition = encode_unique(policy, self.prompts, with_negative=False).to("cpu")
         self.sigmas = policy.sigmas(cfg.rollout.num_steps, tuple(self.chosen.shape[1:])).float().cpu()  # [T+1]
@@ -157,9 +175,20 @@ class OfflinePreferences:
         if self.ranks.world_size > 1:  # this rank's share of the step's pairs
             take = distributed.rank_positions(len(drawn), 1, self.ranks)
         rows = [int(drawn.prompt_ids[i]) for i in take]  # manifest rows = pair indices
-        pairs = PreferencePairs(prompts=[self.prompts[i] for i in rows], seeds=drawn.seeds[take],
-                                condition=self.condition.index(torch.tensor(rows)),
-                                chosen=self.chosen[rows], rejected=self.rejected[rows], sigmas=self.sigmas)
+        pairs = PreferencePairs(
+            prompts=[self.prompts[i] for i in rows],
+            seeds=drawn.seeds[take],
+            condition=self.condition.index(torch.tensor(rows)),
+            chosen=self.chosen[rows],
+            rejected=self.rejected[rows],
+            sigmas=self.sigmas,
+        )
         pairs.validate()
-        return StepData(pairs, torch.ones(len(pairs)), None, 0, {"pairs": float(len(drawn))},  # every rank's
-                        {"time_rollout_s": time.perf_counter() - start, "time_reward_s": 0.0})
+        return StepData(
+            pairs,
+            torch.ones(len(pairs)),
+            None,
+            0,
+            {"pairs": float(len(drawn))},  # every rank's
+            {"time_rollout_s": time.perf_counter() - start, "time_reward_s": 0.0},
+        )

@@ -71,8 +71,9 @@ class Trainer:
             return None
         return cls(cfg, start, callbacks)
 
-    def __init__(self, cfg: ExperimentConfig, start: run_dir.StartDecision | None = None,
-                 callbacks: Iterable[Any] = ()):
+    def __init__(
+        self, cfg: ExperimentConfig, start: run_dir.StartDecision | None = None, callbacks: Iterable[Any] = ()
+    ):
         """`start`: the run directory's decision (`run_dir.decide_start(cfg)` when not given);
         it and the checks that need no model may refuse the run before any model loads.
         `callbacks`: objects with any of `training/callbacks.py`'s hooks, called on rank 0."""
@@ -81,8 +82,9 @@ class Trainer:
         self.output_dir = Path(cfg.trainer.output_dir)
         self.start = run_dir.decide_start(cfg) if start is None else start
         job = distributed.rank_info_from_env()
-        checkpoint = check_start(cfg, self.start, job.world_size, lambda text: log.info("%s", text) if job.is_main
-                                 else None)
+        checkpoint = check_start(
+            cfg, self.start, job.world_size, lambda text: log.info("%s", text) if job.is_main else None
+        )
         strategy = cfg.distributed.training
         devices = resolve_resources(cfg).trainer_cuda_indices  # the planned (or pinned) trainer GPUs
         self.ranks = distributed.init_distributed(strategy.strategy, strategy.backend, devices, strategy.timeout_s)
@@ -106,30 +108,49 @@ class Trainer:
         with timed_phase(log, f"loading model {cfg.model.family} from {cfg.model.path}"):
             self.policy = setup.build_policy(cfg)
         reference = setup.build_reference(cfg, self.policy)  # before wrapping: a full copy stays a plain module
-        distributed.wrap_for_training(self.policy.transformer, cfg.distributed.training.strategy,
-                                      self.policy.repeated_blocks)
+        distributed.wrap_for_training(
+            self.policy.transformer, cfg.distributed.training.strategy, self.policy.repeated_blocks
+        )
         self.parameters = setup.named_trainable_parameters(self.policy.transformer)
         self.optimizer = build_optimizer(list(self.parameters.values()), cfg.actor)
         scaler = build_grad_scaler(self.policy.dtype, self.policy.device, self.ranks.world_size > 1)
         self.ema = setup.build_ema(cfg.actor.ema, self.parameters)
         self.algorithm = algorithm_class(cfg)(cfg.algorithm, reference, parameters=self.parameters)
-        self.update_context = setup.update_context(cfg, self.policy, self.algorithm, self.optimizer,
-                                                   self.parameters, scaler, self.ema, self.ranks)
+        self.update_context = setup.update_context(
+            cfg, self.policy, self.algorithm, self.optimizer, self.parameters, scaler, self.ema, self.ranks
+        )
         self.owns_ray = start_ray_for_run(cfg)  # once, sized for every actor pool (rewards, gold, metrics, rollout)
         with timed_phase(log, f"loading rewards {', '.join(cfg.reward.active_components())}"):
             self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
         self.spec = setup.rollout_spec(cfg)
         self.memory = PeakMemory(self.policy.device)
         self.engine = setup.build_rollout_engine(cfg, self.policy)
-        self.source = setup.build_batch_source(cfg, self.sizes, self.policy, self.engine, self.rewards,
-                                               self.algorithm, self.spec, self.ranks)
+        self.source = setup.build_batch_source(
+            cfg, self.sizes, self.policy, self.engine, self.rewards, self.algorithm, self.spec, self.ranks
+        )
         run_id = resumed_run_id(checkpoint) or new_run_id()  # one tracker run across resumes
         # rank 0 alone writes metrics, evaluation artefacts and checkpoints
         self.trackers, self.metrics, self.evaluator = setup.build_sinks(
-            cfg, self.rewards, self.policy.device, self.start.checkpoint_step + 1 if checkpoint else None, run_id,
-            self.ranks)
-        self.checkpointer = Checkpointer(cfg, self.ranks, self.policy, self.parameters, self.optimizer, scaler,
-                                         self.ema, self.algorithm, self.evaluator, run_id, self.callbacks.on_save)
+            cfg,
+            self.rewards,
+            self.policy.device,
+            self.start.checkpoint_step + 1 if checkpoint else None,
+            run_id,
+            self.ranks,
+        )
+        self.checkpointer = Checkpointer(
+            cfg,
+            self.ranks,
+            self.policy,
+            self.parameters,
+            self.optimizer,
+            scaler,
+            self.ema,
+            self.algorithm,
+            self.evaluator,
+            run_id,
+            self.callbacks.on_save,
+        )
         self.start_step = self.current_step = 1
         if checkpoint is not None:
             self.checkpointer.restore(checkpoint)
@@ -146,14 +167,19 @@ class Trainer:
                 record_launch(self.output_dir, self.start_step)
             self.callbacks.on_train_begin(self)
             with stopping.SignalWatch() as watch:
-                self.stop_check = stopping.StopCheck(watch, self.cfg.trainer.max_idle_steps,
-                                                     partial(distributed.max_over_ranks, info=self.ranks))
+                self.stop_check = stopping.StopCheck(
+                    watch, self.cfg.trainer.max_idle_steps, partial(distributed.max_over_ranks, info=self.ranks)
+                )
                 try:
                     self.run_steps()
                 except stopping.RunInterrupted as interrupted:  # a second signal: the step was abandoned
                     if not interrupted.logged and self.ranks.is_main:  # one line per job, not one per rank
-                        log.warning("%s during step %d; %s", interrupted, self.current_step,
-                                    run_dir.resume_hint(self.output_dir, self.ranks.world_size, sys.argv))
+                        log.warning(
+                            "%s during step %d; %s",
+                            interrupted,
+                            self.current_step,
+                            run_dir.resume_hint(self.output_dir, self.ranks.world_size, sys.argv),
+                        )
                     interrupted.logged = True
                     raise
         finally:  # a failed run too releases the Ray actors, reward threads, process group and log file
@@ -172,8 +198,9 @@ class Trainer:
         # with a bar on the terminal, log lines are printed above it (tqdm.write) instead of
         # through it; without one the console handler is left as it is
         with nullcontext() if quiet else logging_redirect_tqdm():
-            for step in tqdm(range(self.start_step, last + 1), desc="train", disable=quiet,
-                             initial=self.start_step - 1, total=last):
+            for step in tqdm(
+                range(self.start_step, last + 1), desc="train", disable=quiet, initial=self.start_step - 1, total=last
+            ):
                 self.current_step = step
                 row = self.train_step(step, clock)
                 evaluated = self.evaluator.due(step, last)
@@ -207,22 +234,40 @@ class Trainer:
         start = time.perf_counter()
         # the parity preflight replays the stored log-probs: only for an algorithm that trains on them
         checks_parity = step == 1 and self.cfg.trainer.parity_check and self.algorithm.needs_old_logprob
-        parity = parity_preflight(self.policy, data.trajectories, self.algorithm, self.spec.chunk_size,
-                                  self.ranks) if checks_parity else {}
+        parity = (
+            parity_preflight(self.policy, data.trajectories, self.algorithm, self.spec.chunk_size, self.ranks)
+            if checks_parity
+            else {}
+        )
         update, algorithm_row = self.update(data, step)
         times["time_train_s"] = time.perf_counter() - start
         synced = self.sync(step)
         times["time_cpu_s"] = time.process_time() - cpu_start
-        log_rollout_samples(self.metrics, step, self.cfg.trainer.sample_table, bool(self.trackers), data.trajectories,
-                            data.scores)
+        log_rollout_samples(
+            self.metrics, step, self.cfg.trainer.sample_table, bool(self.trackers), data.trajectories, data.scores
+        )
         # the job's update and phase columns, not this rank's: one all-gather (training/job_metrics.py)
         job = step_columns(update, {**times, **self.memory.metrics()}, self.ranks)
-        row = {**data.row, **job, **algorithm_row, **synced, **parity, "lr": self.optimizer.param_groups[0]["lr"],
-               **throughput_columns(data.generated * self.ranks.world_size, job)}
+        row = {
+            **data.row,
+            **job,
+            **algorithm_row,
+            **synced,
+            **parity,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            **throughput_columns(data.generated * self.ranks.world_size, job),
+        }
         progress = clock.describe(step) if clock else f"step {step}/{self.cfg.trainer.num_steps}"
         peak = f", peak GPU memory {job[MEMORY_COLUMN]:.2f} GiB" if MEMORY_COLUMN in job else ""
-        log.info("%s: %s  (rollout %.1fs, reward %.1fs, train %.1fs%s)", progress, console_summary(row),
-                 job["time_rollout_s"], job["time_reward_s"], job["time_train_s"], peak)
+        log.info(
+            "%s: %s  (rollout %.1fs, reward %.1fs, train %.1fs%s)",
+            progress,
+            console_summary(row),
+            job["time_rollout_s"],
+            job["time_reward_s"],
+            job["time_train_s"],
+            peak,
+        )
         return row
 
     # ---------------------------------------------------------------- phases
@@ -230,8 +275,14 @@ class Trainer:
         """One optimizer round over the step's units, then the algorithm's after-update hook."""
         self.policy.transformer.train()
         generator = torch.Generator().manual_seed(self.cfg.trainer.seed * 1_000_003 + step)
-        result = run_update(self.update_context, data.units, data.advantages, self.sizes.train_micro_batch,
-                            generator, filler=data.filler)
+        result = run_update(
+            self.update_context,
+            data.units,
+            data.advantages,
+            self.sizes.train_micro_batch,
+            generator,
+            filler=data.filler,
+        )
         self.policy.transformer.eval()
         return result, self.algorithm.after_update(result.optimizer_steps)
 
@@ -246,8 +297,11 @@ class Trainer:
     def evaluate(self, step: int) -> float:
         start = time.perf_counter()
         weights = self.ema.applied() if self.ema is not None and self.cfg.eval.use_ema else nullcontext()
-        with weights, named_step(f"eval step {step}"), \
-                timed_phase(log, f"eval step {step} ({len(self.evaluator.groups.prompts)} samples)"):
+        with (
+            weights,
+            named_step(f"eval step {step}"),
+            timed_phase(log, f"eval step {step} ({len(self.evaluator.groups.prompts)} samples)"),
+        ):
             metrics = self.evaluator.evaluate(self.policy, step)
         self.callbacks.on_eval(step, metrics)
         log.info("%s", eval_line(step, metrics))  # the headline figures; eval_metrics.csv has them all
@@ -273,10 +327,14 @@ class Trainer:
             self.checkpointer.save(f"checkpoint-{step}", step)
             what = f"checkpoint-{step} written"
         else:
-            what = (f"no checkpoint of it (an estimated {estimate:.0f} s save does not fit in the {max(left, 0):.0f} s "
-                    f"left of trainer.signal_grace_s={grace:g})")
-        message = (f"stopped by {signal.Signals(signum).name} after step {step} of {self.cfg.trainer.num_steps}: "
-                   f"{what}; {run_dir.resume_hint(self.output_dir, self.ranks.world_size, sys.argv)}")
+            what = (
+                f"no checkpoint of it (an estimated {estimate:.0f} s save does not fit in the {max(left, 0):.0f} s "
+                f"left of trainer.signal_grace_s={grace:g})"
+            )
+        message = (
+            f"stopped by {signal.Signals(signum).name} after step {step} of {self.cfg.trainer.num_steps}: "
+            f"{what}; {run_dir.resume_hint(self.output_dir, self.ranks.world_size, sys.argv)}"
+        )
         if self.ranks.is_main:  # every rank stops after this step; one line per job says so
             log.warning("%s", message)
         raise stopping.RunInterrupted(signum, message, logged=True)

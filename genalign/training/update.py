@@ -88,8 +88,9 @@ class UpdateResult:
         return job_metrics.update_columns(job_metrics.update_totals(self), self)
 
 
-def micro_batch_indices(num_samples: int, micro_batch_size: int, shuffle: bool,
-                        generator: torch.Generator) -> list[torch.Tensor]:
+def micro_batch_indices(
+    num_samples: int, micro_batch_size: int, shuffle: bool, generator: torch.Generator
+) -> list[torch.Tensor]:
     order = torch.randperm(num_samples, generator=generator) if shuffle else torch.arange(num_samples)  # [B]
     return [part for part in order.split(micro_batch_size) if len(part)]  # none for no samples
 
@@ -129,8 +130,7 @@ def micro_batch_sizes(num_units: int, micro_batch_size: int) -> list[int]:
     return [micro_batch_size] * full + ([rest] if rest else [])
 
 
-def micro_batch_schedule(sizes_by_rank: list[list[int]], epochs: int, accumulation: int
-                         ) -> MicroBatchSchedule:
+def micro_batch_schedule(sizes_by_rank: list[list[int]], epochs: int, accumulation: int) -> MicroBatchSchedule:
     """The shared schedule from every rank's real micro-batch sizes (per inner epoch)."""
     slots = max(len(sizes) for sizes in sizes_by_rank)
     num_slots = slots * epochs
@@ -142,8 +142,9 @@ def micro_batch_schedule(sizes_by_rank: list[list[int]], epochs: int, accumulati
     return MicroBatchSchedule(slots, epochs, accumulation, step_units, tuple(tuple(units) for units in rank_units))
 
 
-def unit_weight(units: int, positions: int, schedule: MicroBatchSchedule, slot: int,
-                ranks: distributed.RankInfo, normalisation: str) -> float:
+def unit_weight(
+    units: int, positions: int, schedule: MicroBatchSchedule, slot: int, ranks: distributed.RankInfo, normalisation: str
+) -> float:
     """The factor on a backward's micro-batch mean loss (`units` units, each averaged over
     `positions` trained positions); DDP / FSDP2 then divide the summed gradients by the world.
 
@@ -173,7 +174,8 @@ def check_positions(counts_by_rank: list[int], algorithm: Algorithm[Any]) -> Non
                 f"algorithm {cls.__module__}:{cls.__qualname__}: train_step_indices gives {count} positions per unit "
                 f"on rank {rank} but {counts_by_rank[0]} on rank 0; every rank must train as many positions per unit "
                 "(each is a forward and a backward the ranks take together): derive them from the config, not from a "
-                "rank's data")
+                "rank's data"
+            )
     if not counts_by_rank[0]:
         raise ValueError("no trainable denoising steps: check rollout.noise_level and algorithm.timestep_fraction")
 
@@ -186,8 +188,15 @@ def agreed_positions(algorithm: Algorithm[Any], batch: TrainingUnits, ranks: dis
     return positions
 
 
-def agree_round(num_units: int, micro_batch_size: int, num_positions: int, epochs: int, accumulation: int,
-                ranks: distributed.RankInfo, algorithm: Algorithm[Any]) -> MicroBatchSchedule:
+def agree_round(
+    num_units: int,
+    micro_batch_size: int,
+    num_positions: int,
+    epochs: int,
+    accumulation: int,
+    ranks: distributed.RankInfo,
+    algorithm: Algorithm[Any],
+) -> MicroBatchSchedule:
     """Every rank's (units, micro-batch size, positions per unit) in one small all-gather, then
     the shared schedule; ranks that disagree on positions per unit stop here, before any forward."""
     mine = torch.tensor([num_units, micro_batch_size, num_positions], dtype=torch.int64)  # [3]
@@ -196,8 +205,9 @@ def agree_round(num_units: int, micro_batch_size: int, num_positions: int, epoch
     return micro_batch_schedule([micro_batch_sizes(n, b) for n, b, _ in everyone], epochs, accumulation)
 
 
-def run_update(ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_size: int,
-               generator: torch.Generator, filler=None) -> UpdateResult:
+def run_update(
+    ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_size: int, generator: torch.Generator, filler=None
+) -> UpdateResult:
     """Replay `batch` (this rank's training units, advantages [U]) through the policy and take
     the optimizer steps of one training step.
 
@@ -215,8 +225,9 @@ def run_update(ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_
     step_indices = algorithm.train_step_indices(batch)
     replay_chunk = micro_batch_size  # the same on every rank: prepare_update's forwards must match
     samples, micro_batch_size = algorithm.trained_units(advantages, micro_batch_size, generator)  # [K]
-    schedule = agree_round(len(samples), micro_batch_size, len(step_indices), actor.num_inner_epochs,
-                           accumulation, ranks, algorithm)
+    schedule = agree_round(
+        len(samples), micro_batch_size, len(step_indices), actor.num_inner_epochs, accumulation, ranks, algorithm
+    )
     if schedule.total_units == 0:  # no rank has a trainable unit (constant rewards, no DPO pair): no step
         return result
     result.trained_samples = len(samples)
@@ -237,8 +248,7 @@ def run_update(ctx: UpdateContext, batch, advantages: torch.Tensor, micro_batch_
                 positions = samples[parts[index]]  # [b] positions in the batch
                 micro = batch.index(positions).to(policy.device)
                 micro_advantages = advantages[positions].to(policy.device)  # [b]
-                weight = unit_weight(len(positions), len(step_indices), schedule, slot, ranks,
-                                     actor.loss_normalisation)
+                weight = unit_weight(len(positions), len(step_indices), schedule, slot, ranks, actor.loss_normalisation)
             else:  # zero contribution: this rank has fewer micro-batches than another
                 micro = filler.to(policy.device)
                 micro_advantages = torch.zeros(len(filler), device=policy.device)  # [1]
@@ -278,12 +288,19 @@ def _checked_losses(pending: list[tuple[torch.Tensor, int, list[str]]]) -> list[
     values = torch.stack([loss for loss, _, _ in pending]).float().cpu().tolist()
     for value, (_, step_index, prompts) in zip(values, pending):
         if not math.isfinite(value):
-            raise FloatingPointError(f"non-finite loss {value} at trained position {step_index}; prompts: {prompts[:3]}")
+            raise FloatingPointError(
+                f"non-finite loss {value} at trained position {step_index}; prompts: {prompts[:3]}"
+            )
     return values
 
 
-def _optimizer_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-                    parameters: list[torch.nn.Parameter], max_grad_norm: float, result: UpdateResult) -> None:
+def _optimizer_step(
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    parameters: list[torch.nn.Parameter],
+    max_grad_norm: float,
+    result: UpdateResult,
+) -> None:
     """Unscale, clip, step, zero. With loss scaling a non-finite gradient skips the step and
     lowers the scale (torch.amp's contract); without it, it is an error."""
     scaler.unscale_(optimizer)

@@ -25,8 +25,18 @@ from genalign.weights.sharded import copy_full_into
 
 LORA_INITS = {"gaussian": "gaussian", "default": True}
 """model.lora.init -> peft `init_lora_weights`; both start with B = 0 (LoRA output 0 at init)."""
-_EXPORT_KEYS = ("r", "lora_alpha", "target_modules", "lora_dropout", "init_lora_weights", "use_dora",
-                "rank_pattern", "alpha_pattern", "bias", "use_rslora")
+_EXPORT_KEYS = (
+    "r",
+    "lora_alpha",
+    "target_modules",
+    "lora_dropout",
+    "init_lora_weights",
+    "use_dora",
+    "rank_pattern",
+    "alpha_pattern",
+    "bias",
+    "use_rslora",
+)
 """peft LoraConfig fields written as diffusers `lora_adapter_metadata` (LoraConfig(**metadata) on load)."""
 
 
@@ -45,8 +55,9 @@ def has_adapter(module: torch.nn.Module) -> bool:
     return bool(_tuner_layers(module))
 
 
-def apply_lora(module: torch.nn.Module, cfg: LoraConfig, default_targets: list[str],
-               adapter_name: str = "default") -> None:
+def apply_lora(
+    module: torch.nn.Module, cfg: LoraConfig, default_targets: list[str], adapter_name: str = "default"
+) -> None:
     """Attach a peft LoRA adapter (r, alpha, init, dropout, targets from `cfg`; targets default
     to the family's list) and make it the only trainable part of `module`.
 
@@ -65,11 +76,18 @@ def apply_lora(module: torch.nn.Module, cfg: LoraConfig, default_targets: list[s
     names = [name for name, _ in module.named_modules()]
     unmatched = [t for t in targets if not any(_matches(name, t) for name in names)]
     if unmatched:
-        raise ValueError(f"model.lora.target_modules: {unmatched} (of {targets}) match no module of the denoiser "
-                         f"{type(module).__name__} (module names look like {names[1:4]} ...)")
+        raise ValueError(
+            f"model.lora.target_modules: {unmatched} (of {targets}) match no module of the denoiser "
+            f"{type(module).__name__} (module names look like {names[1:4]} ...)"
+        )
     module.requires_grad_(False)
-    peft_config = PeftLoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
-                                 init_lora_weights=LORA_INITS[cfg.init], target_modules=targets)
+    peft_config = PeftLoraConfig(
+        r=cfg.rank,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        init_lora_weights=LORA_INITS[cfg.init],
+        target_modules=targets,
+    )
     if hasattr(module, "add_adapter"):  # diffusers ModelMixin (PeftAdapterMixin)
         module.add_adapter(peft_config, adapter_name=adapter_name)
     else:
@@ -102,13 +120,17 @@ def load_trainable_state_dict(module: torch.nn.Module, state: dict[str, torch.Te
     params = {name: p for name, p in module.named_parameters() if p.requires_grad}
     missing = sorted(set(params) - set(state))
     unexpected = sorted(set(state) - set(params))
-    mis_shaped = [f"{n}: model {tuple(params[n].shape)} vs state {tuple(state[n].shape)}"
-                  for n in sorted(set(params) & set(state)) if params[n].shape != state[n].shape]
+    mis_shaped = [
+        f"{n}: model {tuple(params[n].shape)} vs state {tuple(state[n].shape)}"
+        for n in sorted(set(params) & set(state))
+        if params[n].shape != state[n].shape
+    ]
     if missing or unexpected or mis_shaped:
         raise ValueError(
             "trainable state does not match the model (different model.lora / model.train_mode?): "
             f"{len(missing)} missing {missing[:5]}, {len(unexpected)} unexpected {unexpected[:5]}, "
-            f"{len(mis_shaped)} shape mismatches {mis_shaped[:5]}")
+            f"{len(mis_shaped)} shape mismatches {mis_shaped[:5]}"
+        )
     for name, param in params.items():
         copy_full_into(param, state[name])
 
@@ -131,8 +153,10 @@ def reference_mode(module: torch.nn.Module) -> Iterator[None]:
     (peft also restores their requires_grad). Nested use is safe."""
     layers = _tuner_layers(module)
     if not layers:
-        raise ValueError("reference_mode needs a LoRA adapter on the denoiser (model.train_mode=lora); "
-                         "full fine-tuning needs a separate frozen reference copy")
+        raise ValueError(
+            "reference_mode needs a LoRA adapter on the denoiser (model.train_mode=lora); "
+            "full fine-tuning needs a separate frozen reference copy"
+        )
     was_active = [layer for layer in layers if not layer.disable_adapters]
     for layer in was_active:
         layer.enable_adapters(False)
@@ -143,10 +167,14 @@ def reference_mode(module: torch.nn.Module) -> Iterator[None]:
             layer.enable_adapters(True)
 
 
-def export_lora_for_diffusers(module: torch.nn.Module, out_dir: str | Path, cfg: LoraConfig,
-                              pipeline_cls_name: str = "StableDiffusion3Pipeline",
-                              adapter_name: str = "default",
-                              trainable_state: dict[str, torch.Tensor] | None = None) -> Path:
+def export_lora_for_diffusers(
+    module: torch.nn.Module,
+    out_dir: str | Path,
+    cfg: LoraConfig,
+    pipeline_cls_name: str = "StableDiffusion3Pipeline",
+    adapter_name: str = "default",
+    trainable_state: dict[str, torch.Tensor] | None = None,
+) -> Path:
     """Write `out_dir/pytorch_lora_weights.safetensors` that `<Pipeline>.load_lora_weights(out_dir)`
     loads. The adapter's peft config travels as `lora_adapter_metadata` (diffusers builds
     `LoraConfig(**metadata)` from it), so lora_alpha != r keeps its alpha/r scale.
@@ -158,32 +186,48 @@ def export_lora_for_diffusers(module: torch.nn.Module, out_dir: str | Path, cfg:
 
     peft_configs = getattr(module, "peft_config", {})
     if adapter_name not in peft_configs:
-        raise ValueError(f"cannot export LoRA: the denoiser has no adapter {adapter_name!r} "
-                         f"(has {sorted(peft_configs)}); export needs model.train_mode=lora")
+        raise ValueError(
+            f"cannot export LoRA: the denoiser has no adapter {adapter_name!r} "
+            f"(has {sorted(peft_configs)}); export needs model.train_mode=lora"
+        )
     pipeline_cls = getattr(diffusers, pipeline_cls_name, None)
     if pipeline_cls is None or not hasattr(pipeline_cls, "save_lora_weights"):
         raise ValueError(f"diffusers has no pipeline {pipeline_cls_name!r} with LoRA support")
     adapter_config = peft_configs[adapter_name].to_dict()
     if adapter_config["r"] != cfg.rank or adapter_config["lora_alpha"] != cfg.alpha:
-        raise ValueError(f"model.lora (r={cfg.rank}, alpha={cfg.alpha}) differs from the adapter on the model "
-                         f"(r={adapter_config['r']}, alpha={adapter_config['lora_alpha']})")
+        raise ValueError(
+            f"model.lora (r={cfg.rank}, alpha={cfg.alpha}) differs from the adapter on the model "
+            f"(r={adapter_config['r']}, alpha={adapter_config['lora_alpha']})"
+        )
     if trainable_state is None:
-        state = {k: v.detach().cpu().contiguous()
-                 for k, v in get_peft_model_state_dict(module, adapter_name=adapter_name).items()}
+        state = {
+            k: v.detach().cpu().contiguous()
+            for k, v in get_peft_model_state_dict(module, adapter_name=adapter_name).items()
+        }
     else:  # peft's export names drop the adapter name: "...lora_A.default.weight" -> "...lora_A.weight"
-        state = {k.replace(f".{adapter_name}.", "."): v.detach().cpu().contiguous()
-                 for k, v in trainable_state.items() if "lora_" in k}
+        state = {
+            k.replace(f".{adapter_name}.", "."): v.detach().cpu().contiguous()
+            for k, v in trainable_state.items()
+            if "lora_" in k
+        }
     metadata = {k: (sorted(v) if isinstance(v, set) else v) for k, v in adapter_config.items() if k in _EXPORT_KEYS}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    pipeline_cls.save_lora_weights(out_dir, transformer_lora_layers=state, transformer_lora_adapter_metadata=metadata,
-                                   safe_serialization=True)
+    pipeline_cls.save_lora_weights(
+        out_dir, transformer_lora_layers=state, transformer_lora_adapter_metadata=metadata, safe_serialization=True
+    )
     return out_dir
 
 
-def export_lora_for_peft(module: torch.nn.Module, out_dir: str | Path, cfg: LoraConfig, module_prefix: str,
-                         base_model: str, adapter_name: str = "default",
-                         trainable_state: dict[str, torch.Tensor] | None = None) -> Path:
+def export_lora_for_peft(
+    module: torch.nn.Module,
+    out_dir: str | Path,
+    cfg: LoraConfig,
+    module_prefix: str,
+    base_model: str,
+    adapter_name: str = "default",
+    trainable_state: dict[str, torch.Tensor] | None = None,
+) -> Path:
     """Write a peft adapter (`adapter_config.json` + `adapter_model.safetensors`, what
     `PeftModel.save_pretrained` writes) that `PeftModel.from_pretrained(model, out_dir)` loads
     onto the whole transformers model whose submodule `module_prefix` is `module` (Janus-Pro:
@@ -200,19 +244,31 @@ def export_lora_for_peft(module: torch.nn.Module, out_dir: str | Path, cfg: Lora
 
     peft_configs = getattr(module, "peft_config", {})
     if adapter_name not in peft_configs:
-        raise ValueError(f"cannot export LoRA: the trained module has no adapter {adapter_name!r} "
-                         f"(has {sorted(peft_configs)}); export needs model.train_mode=lora")
+        raise ValueError(
+            f"cannot export LoRA: the trained module has no adapter {adapter_name!r} "
+            f"(has {sorted(peft_configs)}); export needs model.train_mode=lora"
+        )
     adapter = peft_configs[adapter_name]
     if adapter.r != cfg.rank or adapter.lora_alpha != cfg.alpha:
-        raise ValueError(f"model.lora (r={cfg.rank}, alpha={cfg.alpha}) differs from the adapter on the model "
-                         f"(r={adapter.r}, alpha={adapter.lora_alpha})")
+        raise ValueError(
+            f"model.lora (r={cfg.rank}, alpha={cfg.alpha}) differs from the adapter on the model "
+            f"(r={adapter.r}, alpha={adapter.lora_alpha})"
+        )
     state = trainable_state if trainable_state is not None else trainable_state_dict(module)
-    saved = {f"base_model.model.{module_prefix}.{name.replace(f'.{adapter_name}.', '.')}": t.detach().cpu().contiguous()
-             for name, t in state.items() if "lora_" in name}
+    saved = {
+        f"base_model.model.{module_prefix}.{name.replace(f'.{adapter_name}.', '.')}": t.detach().cpu().contiguous()
+        for name, t in state.items()
+        if "lora_" in name
+    }
     targets = "|".join(re.escape(t) for t in sorted(adapter.target_modules))
-    config = PeftLoraConfig(r=adapter.r, lora_alpha=adapter.lora_alpha, lora_dropout=adapter.lora_dropout,
-                            init_lora_weights=adapter.init_lora_weights, base_model_name_or_path=base_model,
-                            target_modules=rf"{re.escape(module_prefix)}\..*\.({targets})")
+    config = PeftLoraConfig(
+        r=adapter.r,
+        lora_alpha=adapter.lora_alpha,
+        lora_dropout=adapter.lora_dropout,
+        init_lora_weights=adapter.init_lora_weights,
+        base_model_name_or_path=base_model,
+        target_modules=rf"{re.escape(module_prefix)}\..*\.({targets})",
+    )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(str(out_dir))

@@ -68,16 +68,20 @@ STEPS_KEY = "optimizer_steps"
 def shadow_state(shadow: ShadowWeights, prefix: str, optimizer_steps: int) -> dict[str, torch.Tensor]:
     """An algorithm's state (`Algorithm.state_dict`) of one shadow copy and a step count:
     the shadow tensors under `prefix`, the count under STEPS_KEY."""
-    return {**{prefix + name: t for name, t in shadow.state_dict().items()},
-            STEPS_KEY: torch.tensor([optimizer_steps], dtype=torch.int64)}
+    return {
+        **{prefix + name: t for name, t in shadow.state_dict().items()},
+        STEPS_KEY: torch.tensor([optimizer_steps], dtype=torch.int64),
+    }
 
 
-def load_shadow_state(shadow: ShadowWeights, prefix: str, state: dict[str, torch.Tensor], what: str,
-                      algorithm: str) -> int:
+def load_shadow_state(
+    shadow: ShadowWeights, prefix: str, state: dict[str, torch.Tensor], what: str, algorithm: str
+) -> int:
     """Load `shadow_state` output into `shadow`; returns the step count. `what` names the copy
     in a mismatch error, `algorithm` the algorithm.name whose checkpoints carry it."""
     if STEPS_KEY not in state:
-        raise ValueError(f"{what} state has no {STEPS_KEY}: the checkpoint was not written by an "
-                         f"algorithm.name={algorithm} run")
-    shadow.load_tensors({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}, what)
+        raise ValueError(
+            f"{what} state has no {STEPS_KEY}: the checkpoint was not written by an algorithm.name={algorithm} run"
+        )
+    shadow.load_tensors({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}, what)
     return int(state[STEPS_KEY][0])

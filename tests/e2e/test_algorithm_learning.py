@@ -54,8 +54,15 @@ def test_variant_learns_held_out_shapes(recipe, tmp_path):
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_variant_negated_reward_control_falls(recipe, tmp_path):
-    _, evals = run(recipe, tmp_path, "reward.components.toy_shape=-1.0", "actor.lr=1e-3", "algorithm.kl_beta=0",
-                   "trainer.num_steps=40", "eval.every=40")
+    _, evals = run(
+        recipe,
+        tmp_path,
+        "reward.components.toy_shape=-1.0",
+        "actor.lr=1e-3",
+        "algorithm.kl_beta=0",
+        "trainer.num_steps=40",
+        "eval.every=40",
+    )
     assert evals[-1]["step"] == 40
     fall = CONTROL_FALL.get(recipe, CONTROL_MARGIN)
     assert evals[0]["eval_reward_toy_shape_mean"] - evals[-1]["eval_reward_toy_shape_mean"] >= fall

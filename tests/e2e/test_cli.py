@@ -18,8 +18,16 @@ def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
 
 def test_config_prints_the_resolved_recipe_without_loading_a_model():
     # --no-check-files: offline, the recipe's hub id is not cached here (test_bad_inputs checks that error)
-    result = run("-m", "genalign", "config", "--config", RECIPE, "--no-check-files", "trainer.output_dir=outputs/x",
-                 "rollout.n=4")
+    result = run(
+        "-m",
+        "genalign",
+        "config",
+        "--config",
+        RECIPE,
+        "--no-check-files",
+        "trainer.output_dir=outputs/x",
+        "rollout.n=4",
+    )
     assert result.returncode == 0, result.stderr
     tree = yaml.safe_load(result.stdout)
     assert tree["model"]["path"] == "stabilityai/stable-diffusion-3.5-medium"
@@ -37,10 +45,21 @@ def test_config_error_names_key_and_suggests():
 
 def test_train_module_and_cli_accept_the_same_arguments(tiny_sd3_dir, tmp_path):
     overrides = [
-        f"model.path={tiny_sd3_dir}", "model.device=cpu", "model.dtype=float32", "/base/distributed=local",
-        "rollout.height=64", "rollout.width=64", "rollout.num_steps=2", "rollout.n=2", "rollout.rollout_batch_size=1",
-        "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=1", "eval.num_steps=2", "eval.max_prompts=2",
-        "trainer.num_steps=1", "trainer.save_every=0",
+        f"model.path={tiny_sd3_dir}",
+        "model.device=cpu",
+        "model.dtype=float32",
+        "/base/distributed=local",
+        "rollout.height=64",
+        "rollout.width=64",
+        "rollout.num_steps=2",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=1",
+        "rollout.sample_batch_size=2",
+        "actor.gradient_accumulation_steps=1",
+        "eval.num_steps=2",
+        "eval.max_prompts=2",
+        "trainer.num_steps=1",
+        "trainer.save_every=0",
     ]
     for entry in (["-m", "genalign.train"], ["-m", "genalign", "train"]):
         out = tmp_path / entry[-1].replace(".", "_")

@@ -20,8 +20,18 @@ STEPS = 2
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("toy_eval") / "run"
-    assert main(["train", f"trainer.output_dir={out}", f"trainer.num_steps={STEPS}", f"eval.every={STEPS}",
-                 "trainer.progress_bar=false"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                f"trainer.output_dir={out}",
+                f"trainer.num_steps={STEPS}",
+                f"eval.every={STEPS}",
+                "trainer.progress_bar=false",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -33,8 +43,20 @@ def test_toy_benchmark_of_base_and_trained_shows_the_runs_own_gain(toy_run, tmp_
     rows = read_rows(toy_run / "eval_metrics.csv")
     assert [row["step"] for row in rows] == ["0", str(STEPS)]
     assert main(["eval", "--model", "base", "--benchmark", "toy", "--output-dir", str(tmp_path / "base")]) == 0
-    assert main(["eval", "--model", str(toy_run / "checkpoint-final"), "--benchmark", "toy", "--output-dir",
-                 str(tmp_path / "trained")]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(toy_run / "checkpoint-final"),
+                "--benchmark",
+                "toy",
+                "--output-dir",
+                str(tmp_path / "trained"),
+            ]
+        )
+        == 0
+    )
     for name, row in (("base", rows[0]), ("trained", rows[-1])):
         scorers = table(tmp_path / name)
         assert scorers["eval_reward"]["mean"] == float(row["eval_reward_mean"])
@@ -44,8 +66,20 @@ def test_toy_benchmark_of_base_and_trained_shows_the_runs_own_gain(toy_run, tmp_
 
 
 def test_the_runs_own_evaluation_through_genalign_eval_agrees_with_eval_metrics(toy_run, tmp_path):
-    assert main(["eval", "--model", str(toy_run / "checkpoint-final"), "--benchmark", "run", "--output-dir",
-                 str(tmp_path / "run")]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(toy_run / "checkpoint-final"),
+                "--benchmark",
+                "run",
+                "--output-dir",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 0
+    )
     last = read_rows(toy_run / "eval_metrics.csv")[-1]
     scorers = table(tmp_path / "run")
     assert scorers["eval_reward"]["mean"] == float(last["eval_reward_mean"])

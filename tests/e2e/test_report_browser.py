@@ -39,10 +39,23 @@ document.title = JSON.stringify({height: document.documentElement.scrollHeight,
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
-    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               "--hide-scrollbars", "--force-device-scale-factor=1", f"--user-data-dir={profile}",
-               "--enable-logging=stderr", "--v=0", *args]
+    command = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        "--force-device-scale-factor=1",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -52,16 +65,19 @@ def console_lines(stderr: str) -> list[str]:
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install -y chromium); "
-                                             "the browser test of report.html needs it")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="Chromium is not installed (Debian: apt-get install -y chromium); the browser test of report.html needs it",
+)
 def test_report_renders_in_chromium(tmp_path):
     run_dir = make_run_dir(tmp_path / "run", num_steps=12, eval_every=4)
     report = write_report(run_dir)
     html = report.read_text()
 
     probe = run_dir / "probe.html"
-    probe.write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html)
-                     .replace("</body>", PROBE + "</body>"))
+    probe.write_text(
+        re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html).replace("</body>", PROBE + "</body>")
+    )
     dumped = chromium(tmp_path, f"--window-size={WIDTH},1000", "--dump-dom", probe.as_uri())
     assert dumped.returncode == 0, dumped.stderr[-2000:]
     title = re.search(r"<title>(.*?)</title>", dumped.stdout, re.S).group(1)
@@ -80,7 +96,7 @@ def test_report_renders_in_chromium(tmp_path):
     def region(item: dict) -> np.ndarray:
         x, y, w, h = (round(item[k]) for k in ("x", "y", "w", "h"))
         assert w > 200 and h > 100 and y + h <= height, item  # laid out big enough to read, on the page
-        return pixels[y:y + h, x:x + w]
+        return pixels[y : y + h, x : x + w]
 
     for plot in layout["plots"]:
         crop = region(plot)
@@ -97,8 +113,10 @@ def test_report_renders_in_chromium(tmp_path):
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install -y chromium); "
-                                             "the browser test of report.html needs it")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="Chromium is not installed (Debian: apt-get install -y chromium); the browser test of report.html needs it",
+)
 def test_plots_at_the_demos_magnitudes_show_every_label_whole(tmp_path):
     """KL of 1e-4, ratios 1 ± 1e-5, losses of 1e-6 (tests/support.py:make_demo_like_run): in the
     screenshot no plot has ink at its left or top edge (a label cut off there: the KL axis's
@@ -108,8 +126,11 @@ def test_plots_at_the_demos_magnitudes_show_every_label_whole(tmp_path):
     run_dir = make_demo_like_run(tmp_path / "run")
     report = write_report(run_dir)
     probe = run_dir / "probe.html"
-    probe.write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", report.read_text())
-                     .replace("</body>", PROBE + "</body>"))
+    probe.write_text(
+        re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", report.read_text()).replace(
+            "</body>", PROBE + "</body>"
+        )
+    )
     dumped = chromium(tmp_path, f"--window-size={WIDTH},1000", "--dump-dom", probe.as_uri())
     title = re.search(r"<title>(.*?)</title>", dumped.stdout, re.S).group(1)
     layout = json.loads(title.replace("&quot;", '"').replace("&amp;", "&"))
@@ -121,7 +142,7 @@ def test_plots_at_the_demos_magnitudes_show_every_label_whole(tmp_path):
     assert {plot["id"] for plot in layout["plots"]} >= {"plot-kl", "plot-ratio", "plot-loss"}
     for plot in layout["plots"]:
         x, y, w, h = (round(plot[k]) for k in ("x", "y", "w", "h"))
-        crop = pixels[y + 1:y + h - 1, x + 1:x + w - 1]  # inside the image's own border pixels
+        crop = pixels[y + 1 : y + h - 1, x + 1 : x + w - 1]  # inside the image's own border pixels
         ink = crop.sum(-1) < 300  # text and axis lines (dark); curves are coloured, the page white
         assert not ink[:, :3].any(), f"{plot['id']}: ink at the left edge: a label is cut"
         assert not ink[:3, :].any(), f"{plot['id']}: ink at the top edge: the title is cut"

@@ -74,13 +74,21 @@ def test_negated_reward_drives_shape_probability_down(tmp_path):
     The control checks the sign of the whole pipeline, so it runs the optimiser harder
     (lr 1e-3, no KL, 40 steps): with the default recipe's lr and KL the fall is real but slow
     (measured -0.07 on the held-out eval and -0.09 on training prompts after 80-120 steps)."""
-    _, evals = run("experiment/toy/shapes_grpo", tmp_path, "reward.components.toy_shape=-1.0", "actor.lr=1e-3",
-                   "algorithm.kl_beta=0", "trainer.num_steps=40")
+    _, evals = run(
+        "experiment/toy/shapes_grpo",
+        tmp_path,
+        "reward.components.toy_shape=-1.0",
+        "actor.lr=1e-3",
+        "algorithm.kl_beta=0",
+        "trainer.num_steps=40",
+    )
     assert evals[-1]["step"] == 40
     assert evals[0]["eval_reward_toy_shape_mean"] - evals[-1]["eval_reward_toy_shape_mean"] >= 0.15
 
 
 def test_random_reward_does_not_raise_shape_quality(tmp_path):
     """Acceptance 4b: a reward that ignores the images raises the judge's shape score by <= 0.05."""
-    _, evals = run("experiment/toy/shapes_grpo", tmp_path, "reward.components.toy_shape=0", "reward.components.random=1.0")
+    _, evals = run(
+        "experiment/toy/shapes_grpo", tmp_path, "reward.components.toy_shape=0", "reward.components.random=1.0"
+    )
     assert evals[-1]["gold_mean"] - evals[0]["gold_mean"] <= 0.05

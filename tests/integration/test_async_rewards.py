@@ -33,12 +33,31 @@ def local_ray():
 
 def run(model_dir, out, *extra):
     overrides = [
-        f"model.path={model_dir}", "model.device=cpu", "model.dtype=float32", "model.lora.rank=4", "model.lora.alpha=8",
-        "/base/distributed=local", "rollout.height=64", "rollout.width=64", "rollout.num_steps=2", "rollout.n=2",
-        "rollout.rollout_batch_size=2", "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=2",
-        "actor.lr=1e-2", "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0",
-        "reward.batch_size=2", "eval.num_steps=2", "eval.max_prompts=2", "eval.every=0", "trainer.num_steps=2",
-        "trainer.save_every=0", "trainer.progress_bar=false", f"trainer.output_dir={out}", *extra,
+        f"model.path={model_dir}",
+        "model.device=cpu",
+        "model.dtype=float32",
+        "model.lora.rank=4",
+        "model.lora.alpha=8",
+        "/base/distributed=local",
+        "rollout.height=64",
+        "rollout.width=64",
+        "rollout.num_steps=2",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=2",
+        "rollout.sample_batch_size=2",
+        "actor.gradient_accumulation_steps=2",
+        "actor.lr=1e-2",
+        "reward.components.ocr=0.0",
+        "reward.components.jpeg_compressibility=1.0",
+        "reward.batch_size=2",
+        "eval.num_steps=2",
+        "eval.max_prompts=2",
+        "eval.every=0",
+        "trainer.num_steps=2",
+        "trainer.save_every=0",
+        "trainer.progress_bar=false",
+        f"trainer.output_dir={out}",
+        *extra,
     ]
     Trainer(load_config(RECIPE, overrides)).train()
     rows = list(csv.DictReader(open(out / "metrics.csv")))
@@ -48,8 +67,9 @@ def run(model_dir, out, *extra):
 @pytest.mark.ray
 def test_async_ray_scoring_is_the_same_run_as_local_scoring(local_ray, tiny_sd3_dir, tmp_path):
     local_rows, local_weights = run(tiny_sd3_dir, tmp_path / "local")
-    async_rows, async_weights = run(tiny_sd3_dir, tmp_path / "async", "reward.runtime=ray", "reward.num_workers=2",
-                                    "reward.async_scoring=true")
+    async_rows, async_weights = run(
+        tiny_sd3_dir, tmp_path / "async", "reward.runtime=ray", "reward.num_workers=2", "reward.async_scoring=true"
+    )
     for a, b in zip(local_rows, async_rows):
         assert a["reward_mean"] == b["reward_mean"] and a["adv_abs_mean"] == b["adv_abs_mean"]
     assert all(torch.equal(local_weights[k], async_weights[k]) for k in local_weights)
@@ -61,9 +81,19 @@ def run_toy(out, *extra):
     reward.batch_size equals the chunk size, so serial scoring of the whole step and async
     scoring chunk by chunk make the same scorer calls on the same images."""
     overrides = [
-        "rollout.num_steps=4", "rollout.n=2", "rollout.rollout_batch_size=4", "rollout.sample_batch_size=4",
-        "reward.batch_size=4", "eval.every=0", "eval.num_steps=2", "eval.max_prompts=2", "eval.samples_per_prompt=2",
-        "trainer.num_steps=3", "trainer.save_every=0", "trainer.progress_bar=false", f"trainer.output_dir={out}",
+        "rollout.num_steps=4",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=4",
+        "rollout.sample_batch_size=4",
+        "reward.batch_size=4",
+        "eval.every=0",
+        "eval.num_steps=2",
+        "eval.max_prompts=2",
+        "eval.samples_per_prompt=2",
+        "trainer.num_steps=3",
+        "trainer.save_every=0",
+        "trainer.progress_bar=false",
+        f"trainer.output_dir={out}",
         *extra,
     ]
     trainer = Trainer(load_config(TOY_RECIPE, overrides))
@@ -87,6 +117,7 @@ def test_async_local_scoring_is_the_same_run_as_serial_scoring(tmp_path, monkeyp
     assert pools_at_close[id(async_rewards)] is not None  # async: scored on the worker thread
     assert async_rewards._pool is None  # and the trainer shut that thread down
     assert len(serial_rows) == len(async_rows) == 3
+
     def untimed(row):
         return {k: v for k, v in row.items() if not k.startswith("time_") and not k.endswith("images_per_s")}
 

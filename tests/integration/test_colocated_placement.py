@@ -58,13 +58,30 @@ def test_trainer_and_worker_never_both_on_the_device(tiny_sd3_dir, tmp_path, tra
 
     prompts = tmp_path / "train.txt"
     prompts.write_text('a sign that says "ray"\na red cube\n')
-    cfg = load_config("experiment/diffusion/sd3_5/online_grpo_ocr", [
-        f"model.path={tiny_sd3_dir}", f"data.manifest={prompts}", f"data.eval_manifest={prompts}", "model.device=cpu",
-        "model.dtype=float32", "model.lora.rank=4", "model.lora.alpha=8", "rollout.height=64", "rollout.width=64",
-        "rollout.num_steps=2", "rollout.n=2", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=2",
-        "actor.gradient_accumulation_steps=1", "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0",
-        "/base/distributed=ray_rollout_colocated_single_gpu", f"model.train_mode={train_mode}",
-        "algorithm.kl_beta=0.04"])
+    cfg = load_config(
+        "experiment/diffusion/sd3_5/online_grpo_ocr",
+        [
+            f"model.path={tiny_sd3_dir}",
+            f"data.manifest={prompts}",
+            f"data.eval_manifest={prompts}",
+            "model.device=cpu",
+            "model.dtype=float32",
+            "model.lora.rank=4",
+            "model.lora.alpha=8",
+            "rollout.height=64",
+            "rollout.width=64",
+            "rollout.num_steps=2",
+            "rollout.n=2",
+            "rollout.rollout_batch_size=2",
+            "rollout.sample_batch_size=2",
+            "actor.gradient_accumulation_steps=1",
+            "reward.components.ocr=0.0",
+            "reward.components.jpeg_compressibility=1.0",
+            "/base/distributed=ray_rollout_colocated_single_gpu",
+            f"model.train_mode={train_mode}",
+            "algorithm.kl_beta=0.04",
+        ],
+    )
     assert cfg.distributed.colocated and algorithm_class(cfg).reference_kind(cfg.algorithm) == "frozen"
     torch.manual_seed(cfg.trainer.seed)
     policy = setup.build_policy(cfg)
@@ -75,8 +92,13 @@ def test_trainer_and_worker_never_both_on_the_device(tiny_sd3_dir, tmp_path, tra
     spec = setup.rollout_spec(cfg)
     init_ray(num_cpus=1, log_to_driver=False)
     try:
-        engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), setup.build_policy, trainer_policy=policy,
-                                  generate_timeout_s=300)
+        engine = RayRolloutEngine(
+            cfg,
+            trainable_state_dict(policy.transformer),
+            setup.build_policy,
+            trainer_policy=policy,
+            generate_timeout_s=300,
+        )
         try:
             for step in (1, 2):
                 groups = sampler.sample(step)
@@ -96,8 +118,9 @@ def test_trainer_and_worker_never_both_on_the_device(tiny_sd3_dir, tmp_path, tra
     # start (worker built while the trainer is parked), then two rollouts: park / unpark each time
     assert [place for _, place, _ in trainer_moves] == ["cpu", "device"] * 3
     assert [place for _, place, _ in worker_moves] == ["device", "cpu"] * 3
-    events = [(t, "trainer", place) for t, place, _ in trainer_moves] + \
-             [(t, "worker", place) for t, place, _ in worker_moves]
+    events = [(t, "trainer", place) for t, place, _ in trainer_moves] + [
+        (t, "worker", place) for t, place, _ in worker_moves
+    ]
     assert both_on_device(events + [(float("-inf"), "trainer", "device")]) == []
     # the optimizer's parameters are the same objects after the round trips
     assert [p for p in policy.transformer.parameters() if p.requires_grad] == trained

@@ -42,13 +42,15 @@ NEGATIVE = "blurry, static"
 
 @pytest.fixture(scope="module")
 def policy(tiny_cosmos_dir) -> CosmosPolicy:
-    return CosmosPolicy.from_pretrained(tiny_cosmos_dir, max_sequence_length=MAX_TOKENS, num_frames=3,
-                                        negative_prompt=NEGATIVE)
+    return CosmosPolicy.from_pretrained(
+        tiny_cosmos_dir, max_sequence_length=MAX_TOKENS, num_frames=3, negative_prompt=NEGATIVE
+    )
 
 
 def with_frames(policy: CosmosPolicy, num_frames: int) -> CosmosPolicy:
-    return CosmosPolicy(policy.pipeline, torch.device("cpu"), torch.float32, MAX_TOKENS, num_frames=num_frames,
-                        negative_prompt=NEGATIVE)
+    return CosmosPolicy(
+        policy.pipeline, torch.device("cpu"), torch.float32, MAX_TOKENS, num_frames=num_frames, negative_prompt=NEGATIVE
+    )
 
 
 def noise(policy: CosmosPolicy, batch: int = 2, seed: int = 0) -> torch.Tensor:
@@ -104,8 +106,9 @@ def test_encode_prompts_is_the_pipelines_normalised_layer_stack(policy):
     for layer in cond.embeds.split(QWEN_TEXT_HIDDEN, dim=-1):
         torch.testing.assert_close(layer.mean(-1), torch.zeros(2, MAX_TOKENS), atol=1e-5, rtol=0)
         torch.testing.assert_close(layer.std(-1), torch.ones(2, MAX_TOKENS), atol=1e-4, rtol=0)
-    direct, _ = policy.pipeline.encode_prompt(PROMPTS, do_classifier_free_guidance=False,
-                                              max_sequence_length=MAX_TOKENS)
+    direct, _ = policy.pipeline.encode_prompt(
+        PROMPTS, do_classifier_free_guidance=False, max_sequence_length=MAX_TOKENS
+    )
     torch.testing.assert_close(cond.embeds, direct, rtol=0, atol=0)
     negative = policy.encode_prompts([NEGATIVE], with_negative=False).embeds
     torch.testing.assert_close(cond.negative_embeds, negative.expand(2, -1, -1), rtol=0, atol=0)
@@ -139,10 +142,23 @@ def test_our_ode_sampler_reproduces_the_cosmos_pipeline(policy, num_frames, cfg_
             super().set_timesteps(sigmas=sigmas[:-1].tolist(), device=device)
 
     pipe = Cosmos2_5_PredictBasePipeline(
-        text_encoder=policy.pipeline.text_encoder, tokenizer=policy.pipeline.tokenizer, transformer=policy.transformer,
-        vae=policy.vae, scheduler=CosmosSigmasEuler(shift=1.0), safety_checker=pass_through_guardrail())
-    common = dict(prompt=PROMPTS, negative_prompt=NEGATIVE, height=32, width=32, num_frames=num_frames,
-                  num_inference_steps=3, guidance_scale=cfg_scale, max_sequence_length=MAX_TOKENS)
+        text_encoder=policy.pipeline.text_encoder,
+        tokenizer=policy.pipeline.tokenizer,
+        transformer=policy.transformer,
+        vae=policy.vae,
+        scheduler=CosmosSigmasEuler(shift=1.0),
+        safety_checker=pass_through_guardrail(),
+    )
+    common = dict(
+        prompt=PROMPTS,
+        negative_prompt=NEGATIVE,
+        height=32,
+        width=32,
+        num_frames=num_frames,
+        num_inference_steps=3,
+        guidance_scale=cfg_scale,
+        max_sequence_length=MAX_TOKENS,
+    )
     with torch.no_grad():
         reference = pipe(latents=start.clone(), output_type="latent", **common).frames  # [B, C, F_lat, h, w]
         reference_video = pipe(latents=start.clone(), output_type="pt", **common).frames  # [B, F, 3, H, W] in [0, 1]
@@ -150,8 +166,9 @@ def test_our_ode_sampler_reproduces_the_cosmos_pipeline(policy, num_frames, cfg_
     cond = policy.encode_prompts(PROMPTS, with_negative=cfg_scale > 1)
     latents, log_probs, _ = sample_trajectory(policy, cond, start, [], sigmas, cfg_scale, 0.0, sde_step_mask(3, 0.0))
     # the pipeline's loop vs ours: the same math in its own order, 3 steps, Cosmos CFG gain |1 + w| + |w|
-    assert_close_reordered(latents[:, -1], reference, length=TINY_REDUCTION, depth=3 * TINY_DEPTH,
-                           gain=abs(1 + cfg_scale) + cfg_scale)
+    assert_close_reordered(
+        latents[:, -1], reference, length=TINY_REDUCTION, depth=3 * TINY_DEPTH, gain=abs(1 + cfg_scale) + cfg_scale
+    )
     assert (latents[:, -1] - start).abs().max() > 0.1 and (log_probs == 0).all()
     video = policy.decode(latents[:, -1])
     assert video.shape == (2, num_frames, 3, 32, 32) and video.dtype == torch.uint8
@@ -159,17 +176,24 @@ def test_our_ode_sampler_reproduces_the_cosmos_pipeline(policy, num_frames, cfg_
 
 
 def test_velocity_is_the_text2world_forward_carries_gradients_and_split_equals_joint(tiny_cosmos_dir):
-    policy = CosmosPolicy.from_pretrained(tiny_cosmos_dir, max_sequence_length=MAX_TOKENS, num_frames=3,
-                                          negative_prompt=NEGATIVE)
+    policy = CosmosPolicy.from_pretrained(
+        tiny_cosmos_dir, max_sequence_length=MAX_TOKENS, num_frames=3, negative_prompt=NEGATIVE
+    )
     apply_lora(policy.transformer, LoraConfig(rank=4, alpha=8), policy.lora_target_modules)
     cond = policy.encode_prompts(PROMPTS, with_negative=True)
     latents = noise(policy)
     with torch.no_grad():
-        direct = policy.transformer(hidden_states=latents, timestep=torch.tensor([0.8, 0.8]),
-                                    encoder_hidden_states=cond.embeds, condition_mask=torch.zeros(2, 1, 2, 4, 4),
-                                    padding_mask=torch.zeros(1, 1, 32, 32), return_dict=False)[0]
-    assert_close_reordered(policy.velocity(latents, torch.tensor(0.8), cond, 1.0), direct, length=TINY_REDUCTION,
-                           depth=TINY_DEPTH)  # our call path vs the transformer called directly
+        direct = policy.transformer(
+            hidden_states=latents,
+            timestep=torch.tensor([0.8, 0.8]),
+            encoder_hidden_states=cond.embeds,
+            condition_mask=torch.zeros(2, 1, 2, 4, 4),
+            padding_mask=torch.zeros(1, 1, 32, 32),
+            return_dict=False,
+        )[0]
+    assert_close_reordered(
+        policy.velocity(latents, torch.tensor(0.8), cond, 1.0), direct, length=TINY_REDUCTION, depth=TINY_DEPTH
+    )  # our call path vs the transformer called directly
     sigma = torch.tensor([0.8, 0.3])
     joint = policy.velocity(latents, sigma, cond, 4.0)
     joint.square().mean().backward()
@@ -177,8 +201,13 @@ def test_velocity_is_the_text2world_forward_carries_gradients_and_split_equals_j
     assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
     policy.cfg_batch = "split"
     # split vs joint: rounding only; Cosmos' v_c + w (v_c − v_u) has gain |1 + w| + |w| at w = 4
-    assert_close_reordered(policy.velocity(latents, sigma, cond, 4.0, detach_uncond=True), joint.detach(),
-                           length=TINY_REDUCTION, depth=TINY_DEPTH, gain=5.0 + 4.0)
+    assert_close_reordered(
+        policy.velocity(latents, sigma, cond, 4.0, detach_uncond=True),
+        joint.detach(),
+        length=TINY_REDUCTION,
+        depth=TINY_DEPTH,
+        gain=5.0 + 4.0,
+    )
 
 
 def test_lora_targets_attention_and_mlp_and_export_loads_into_the_cosmos_pipeline(tiny_cosmos_dir, tmp_path):
@@ -191,9 +220,14 @@ def test_lora_targets_attention_and_mlp_and_export_loads_into_the_cosmos_pipelin
     policy = CosmosPolicy.from_pretrained(tiny_cosmos_dir, max_sequence_length=MAX_TOKENS, num_frames=3)
     apply_lora(policy.transformer, lora, COSMOS_LORA_TARGETS)
     adapted = sorted(n.rsplit(".lora_A", 1)[0] for n, _ in policy.transformer.named_parameters() if ".lora_A." in n)
-    assert adapted[:6] == ["transformer_blocks.0.attn1.to_k", "transformer_blocks.0.attn1.to_out.0",
-                           "transformer_blocks.0.attn1.to_q", "transformer_blocks.0.attn1.to_v",
-                           "transformer_blocks.0.attn2.to_k", "transformer_blocks.0.attn2.to_out.0"]
+    assert adapted[:6] == [
+        "transformer_blocks.0.attn1.to_k",
+        "transformer_blocks.0.attn1.to_out.0",
+        "transformer_blocks.0.attn1.to_q",
+        "transformer_blocks.0.attn1.to_v",
+        "transformer_blocks.0.attn2.to_k",
+        "transformer_blocks.0.attn2.to_out.0",
+    ]
     assert len(adapted) == 2 * (2 * 4 + 2)  # 2 blocks x ((attn1, attn2) x (q, k, v, out) + 2 MLP layers)
     with torch.no_grad():
         generator = torch.Generator().manual_seed(3)
@@ -203,8 +237,9 @@ def test_lora_targets_attention_and_mlp_and_export_loads_into_the_cosmos_pipelin
     pipe = Cosmos2_5_PredictBasePipeline.from_pretrained(tiny_cosmos_dir, safety_checker=pass_through_guardrail())
     loaded = CosmosPolicy(pipe, torch.device("cpu"), torch.float32, MAX_TOKENS, num_frames=3)
     cond = policy.encode_prompts(PROMPTS, with_negative=False)
-    assert_lora_export_reproduces(policy, lora, tmp_path / "lora", pipe, loaded,
-                                  (noise(policy), torch.tensor([0.7, 0.3]), cond, 1.0))
+    assert_lora_export_reproduces(
+        policy, lora, tmp_path / "lora", pipe, loaded, (noise(policy), torch.tensor([0.7, 0.3]), cond, 1.0)
+    )
 
 
 def test_a_padding_mask_transformer_needs_torchvision(policy, monkeypatch):

@@ -79,8 +79,20 @@ def test_uneven_shards_are_gathered_once_each_in_order(tmp_path):
 
 def test_genalign_eval_under_torchrun_writes_each_sample_once(tmp_path):
     out = tmp_path / "eval"
-    done = torchrun("-m", "genalign", "eval", "--model", "base", "--benchmark", "toy", "--output-dir", str(out),
-                    "eval.max_prompts=3", "eval.samples_per_prompt=1", cwd=tmp_path)
+    done = torchrun(
+        "-m",
+        "genalign",
+        "eval",
+        "--model",
+        "base",
+        "--benchmark",
+        "toy",
+        "--output-dir",
+        str(out),
+        "eval.max_prompts=3",
+        "eval.samples_per_prompt=1",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert [row["index"] for row in rows] == [0, 1, 2]
@@ -97,12 +109,33 @@ def test_genalign_eval_over_ray_workers_equals_in_process(tmp_path, monkeypatch)
     from genalign.cli import main
 
     monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    common = ["--model", "base", "--benchmark", "toy", "eval.max_prompts=3", "eval.samples_per_prompt=4",
-              "eval.batch_size=8"]
+    common = [
+        "--model",
+        "base",
+        "--benchmark",
+        "toy",
+        "eval.max_prompts=3",
+        "eval.samples_per_prompt=4",
+        "eval.batch_size=8",
+    ]
     assert main(["eval", *common, "--output-dir", str(tmp_path / "local")]) == 0
-    assert main(["eval", *common, "--output-dir", str(tmp_path / "ray"), "rollout.engine=ray",
-                 "rollout.num_workers=2", "distributed.resources.rollout.num_workers=2"]) == 0
-    rows = {name: [json.loads(line) for line in (tmp_path / name / "samples.jsonl").read_text().splitlines()]
-            for name in ("local", "ray")}
+    assert (
+        main(
+            [
+                "eval",
+                *common,
+                "--output-dir",
+                str(tmp_path / "ray"),
+                "rollout.engine=ray",
+                "rollout.num_workers=2",
+                "distributed.resources.rollout.num_workers=2",
+            ]
+        )
+        == 0
+    )
+    rows = {
+        name: [json.loads(line) for line in (tmp_path / name / "samples.jsonl").read_text().splitlines()]
+        for name in ("local", "ray")
+    }
     assert [row["index"] for row in rows["ray"]] == list(range(12))
     assert [row["scores"] for row in rows["ray"]] == [row["scores"] for row in rows["local"]]

@@ -32,8 +32,13 @@ this): the subprocess timeout turns a hang into a failure, with room for a loade
 def torchrun(*args: str) -> subprocess.CompletedProcess:
     """2 ranks on loopback. `--standalone`: the agent binds a free port itself, so a port picked
     here cannot be taken by another job on a shared machine before torchrun binds it."""
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "GLOO_SOCKET_IFNAME": "lo",
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+    }
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=HANG_BOUND_S)
 
@@ -120,10 +125,14 @@ def union_columns(ranks: list[dict]) -> dict[str, float]:
     """The columns one process would log had it recorded both ranks' calls."""
     calls = [call for rank in ranks for call in rank["calls"]]
     values = {name: [v for call in calls for v in call[name]] for name in ("ratio", "drift", "kl")}
-    return {"trained_fraction": sum(r["trained"] for r in ranks) / sum(r["total"] for r in ranks),
-            "loss": sum(c["loss"] * c["units"] for c in calls) / sum(c["units"] for c in calls),
-            **{name: sum(v) / len(v) for name, v in values.items()},
-            "ratio_min": min(values["ratio"]), "ratio_max": max(values["ratio"]), "drift_max": max(values["drift"])}
+    return {
+        "trained_fraction": sum(r["trained"] for r in ranks) / sum(r["total"] for r in ranks),
+        "loss": sum(c["loss"] * c["units"] for c in calls) / sum(c["units"] for c in calls),
+        **{name: sum(v) / len(v) for name, v in values.items()},
+        "ratio_min": min(values["ratio"]),
+        "ratio_max": max(values["ratio"]),
+        "drift_max": max(values["drift"]),
+    }
 
 
 @pytest.mark.parametrize("case", ["idle", "unequal"])
@@ -156,19 +165,39 @@ def test_ranks_training_other_numbers_of_positions_stop_before_any_backward(tmp_
     one-line error from the round's agreement (no backward ran; no hang until the timeout)."""
     ranks = run_update_ranks(tmp_path, "short")
     assert ranks[0]["error"] == ranks[1]["error"]
-    assert ranks[0]["error"].startswith("algorithm __main__:Regression: train_step_indices gives 2 positions per "
-                                        "unit on rank 1 but 3 on rank 0")
+    assert ranks[0]["error"].startswith(
+        "algorithm __main__:Regression: train_step_indices gives 2 positions per unit on rank 1 but 3 on rank 0"
+    )
 
 
 # ---------------------------------------------------------------- the trainer
 def toy_args(out: Path, strategy: str, *extra: str) -> list[str]:
-    return ["-m", "genalign.train", "--config", "experiment/toy/shapes_grpo", "/base/distributed=local",
-            f"distributed.training.strategy={strategy}", "distributed.training.backend=gloo",
-            "distributed.training.timeout_s=3600", "rollout.num_steps=4", "rollout.n=2",
-            "rollout.rollout_batch_size=2", "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=2",
-            "eval.every=0", "eval.at_start=false", "eval.max_prompts=2", "eval.samples_per_prompt=2",
-            "eval.batch_size=4", "eval.num_steps=2", "trainer.num_steps=2", "trainer.save_every=0",
-            "trainer.progress_bar=false", f"trainer.output_dir={out}", *extra]
+    return [
+        "-m",
+        "genalign.train",
+        "--config",
+        "experiment/toy/shapes_grpo",
+        "/base/distributed=local",
+        f"distributed.training.strategy={strategy}",
+        "distributed.training.backend=gloo",
+        "distributed.training.timeout_s=3600",
+        "rollout.num_steps=4",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=2",
+        "rollout.sample_batch_size=2",
+        "actor.gradient_accumulation_steps=2",
+        "eval.every=0",
+        "eval.at_start=false",
+        "eval.max_prompts=2",
+        "eval.samples_per_prompt=2",
+        "eval.batch_size=4",
+        "eval.num_steps=2",
+        "trainer.num_steps=2",
+        "trainer.save_every=0",
+        "trainer.progress_bar=false",
+        f"trainer.output_dir={out}",
+        *extra,
+    ]
 
 
 def test_a_run_whose_rank_zero_trains_nothing_logs_what_rank_one_trained(tmp_path):
@@ -177,8 +206,15 @@ def test_a_run_whose_rank_zero_trains_nothing_logs_what_rank_one_trained(tmp_pat
     with rank 1's loss and statistics; the console has one step line per step and one line for
     the final evaluation."""
     scorer = "support:RankZeroConstantReward"
-    finished = torchrun(*toy_args(tmp_path, "ddp", f"reward.allow_import=[{scorer}]", "reward.components.toy_shape=0.0",
-                                  f"reward.components={{{scorer}: 1.0}}"))
+    finished = torchrun(
+        *toy_args(
+            tmp_path,
+            "ddp",
+            f"reward.allow_import=[{scorer}]",
+            "reward.components.toy_shape=0.0",
+            f"reward.components={{{scorer}: 1.0}}",
+        )
+    )
     assert finished.returncode == 0, finished.stderr[-4000:]
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
     assert [r["step"] for r in rows] == ["1", "2"]
@@ -186,8 +222,20 @@ def test_a_run_whose_rank_zero_trains_nothing_logs_what_rank_one_trained(tmp_pat
         assert float(row["zero_std_ratio"]) == 0.5  # the asymmetry happened: rank 0's group was constant
         assert float(row["trained_fraction"]) == 0.5
         assert float(row["optimizer_steps"]) == 1.0
-        for name in ("loss", "policy_loss", "kl", "ratio", "ratio_min", "ratio_max", "clip_frac", "clip_frac_high",
-                     "clip_frac_low", "log_prob_drift", "log_prob_drift_max", "grad_norm"):
+        for name in (
+            "loss",
+            "policy_loss",
+            "kl",
+            "ratio",
+            "ratio_min",
+            "ratio_max",
+            "clip_frac",
+            "clip_frac_high",
+            "clip_frac_low",
+            "log_prob_drift",
+            "log_prob_drift_max",
+            "grad_norm",
+        ):
             assert row[name] != "" and math.isfinite(float(row[name])), name
     assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
     assert float(rows[0]["ratio"]) == 1.0  # rank 1's one micro-batch, before its optimizer step
@@ -205,13 +253,23 @@ def test_a_user_algorithm_with_one_position_fewer_on_one_rank_is_a_one_line_erro
     Either way both ranks exit with the one-line error naming the algorithm, long before
     distributed.training.timeout_s (3600 s here)."""
     user = "user_algorithms:OnePositionFewerOnRankOne"
-    finished = torchrun(*toy_args(tmp_path, strategy, f"algorithm.name={user}", f"algorithm.allow_import=[{user}]",
-                                  "algorithm.timestep_fraction=0.75", f"trainer.parity_check={parity}"))
+    finished = torchrun(
+        *toy_args(
+            tmp_path,
+            strategy,
+            f"algorithm.name={user}",
+            f"algorithm.allow_import=[{user}]",
+            "algorithm.timestep_fraction=0.75",
+            f"trainer.parity_check={parity}",
+        )
+    )
     assert finished.returncode != 0
     errors = [line for line in finished.stderr.splitlines() if line.startswith("genalign: error: ")]
     assert errors, finished.stderr[-4000:]
-    assert errors[0] == (f"genalign: error: algorithm {user}: train_step_indices gives 2 positions per unit on "
-                         "rank 1 but 3 on rank 0; every rank must train as many positions per unit (each is a "
-                         "forward and a backward the ranks take together): derive them from the config, not from "
-                         "a rank's data")
+    assert errors[0] == (
+        f"genalign: error: algorithm {user}: train_step_indices gives 2 positions per unit on "
+        "rank 1 but 3 on rank 0; every rank must train as many positions per unit (each is a "
+        "forward and a backward the ranks take together): derive them from the config, not from "
+        "a rank's data"
+    )
     assert not (tmp_path / "metrics.csv").exists()  # stopped in step 1, before its row

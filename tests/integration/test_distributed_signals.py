@@ -29,26 +29,53 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 600.0
-ENV = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-       "MASTER_ADDR": "127.0.0.1"}
+ENV = {
+    **os.environ,
+    "GLOO_SOCKET_IFNAME": "lo",
+    "OMP_NUM_THREADS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "MASTER_ADDR": "127.0.0.1",
+}
 
 
-RUN_ARGS = ["--config", "experiment/toy/shapes_grpo", "/base/distributed=local", "distributed.training.strategy=ddp",
-            "distributed.training.backend=gloo", "model.device=cpu", "trainer.num_steps=6", "trainer.save_every=0",
-            "trainer.progress_bar=false", "trainer.resume_from=auto", "rollout.n=4", "rollout.rollout_batch_size=2",
-            "rollout.sample_batch_size=4", "rollout.num_steps=4", "eval.every=0", "eval.at_start=false",
-            "actor.gradient_accumulation_steps=2"]
+RUN_ARGS = [
+    "--config",
+    "experiment/toy/shapes_grpo",
+    "/base/distributed=local",
+    "distributed.training.strategy=ddp",
+    "distributed.training.backend=gloo",
+    "model.device=cpu",
+    "trainer.num_steps=6",
+    "trainer.save_every=0",
+    "trainer.progress_bar=false",
+    "trainer.resume_from=auto",
+    "rollout.n=4",
+    "rollout.rollout_batch_size=2",
+    "rollout.sample_batch_size=4",
+    "rollout.num_steps=4",
+    "eval.every=0",
+    "eval.at_start=false",
+    "actor.gradient_accumulation_steps=2",
+]
 
 
 def launch(out: Path, launcher: str = "torchrun") -> subprocess.Popen:
     """Two DDP ranks on gloo under a bare torchrun, or under `genalign train --nproc-per-node`."""
     # --standalone: torchrun's agent binds a free port itself (a port picked here could be taken
     # by another job before torchrun binds it)
-    start = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-              "-m", "genalign.train"] if launcher == "torchrun"
-             else [sys.executable, "-m", "genalign", "train", "--nproc-per-node=2"])
-    return subprocess.Popen([*start, *RUN_ARGS, f"trainer.output_dir={out}"], cwd=ROOT, env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    start = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "genalign.train"]
+        if launcher == "torchrun"
+        else [sys.executable, "-m", "genalign", "train", "--nproc-per-node=2"]
+    )
+    return subprocess.Popen(
+        [*start, *RUN_ARGS, f"trainer.output_dir={out}"],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(out: Path) -> None:
@@ -70,8 +97,11 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_step_and_resumes(tm
     finish(reference)
     process = launch(out)
     wait_for_rows(out, process, 2)
-    ranks = [child for child in psutil.Process(process.pid).children(recursive=True)
-             if "genalign.train" in " ".join(child.cmdline())]
+    ranks = [
+        child
+        for child in psutil.Process(process.pid).children(recursive=True)
+        if "genalign.train" in " ".join(child.cmdline())
+    ]
     assert len(ranks) == 2
     os.kill(ranks[1].pid, signal.SIGTERM)
     _, stderr = process.communicate(timeout=WAIT_S)
@@ -98,13 +128,23 @@ def test_sigterm_to_torchrun_gives_one_resume_line_whose_command_finishes_the_ru
     done = len(rows_without_timing(out / "metrics.csv"))
     stopped = [line for line in stderr.splitlines() if "stopped by SIGTERM" in line]
     assert len(stopped) == 1, stderr[-4000:]
-    assert (f"after step {done} of 6: checkpoint-{done} written; to resume, run `torchrun --standalone "
-            "--nproc-per-node=2 -m genalign.train --config experiment/toy/shapes_grpo ") in stopped[0], stopped
-    assert stopped[0].endswith(f" trainer.resume_from=auto` (it continues from {out / f'checkpoint-{done}'} at step "
-                               f"{done + 1})"), stopped
+    assert (
+        f"after step {done} of 6: checkpoint-{done} written; to resume, run `torchrun --standalone "
+        "--nproc-per-node=2 -m genalign.train --config experiment/toy/shapes_grpo "
+    ) in stopped[0], stopped
+    assert stopped[0].endswith(
+        f" trainer.resume_from=auto` (it continues from {out / f'checkpoint-{done}'} at step {done + 1})"
+    ), stopped
     command = shlex.split(stopped[0].split("`")[1])
-    resumed = subprocess.run([sys.executable, "-m", "torch.distributed.run", *command[1:]], cwd=ROOT, env=ENV,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=WAIT_S)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", *command[1:]],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=WAIT_S,
+    )
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert f"continuing from {out / f'checkpoint-{done}'}" in resumed.stderr
     assert len(rows_without_timing(out / "metrics.csv")) == 6 and (out / "checkpoint-final").is_dir()

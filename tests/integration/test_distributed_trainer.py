@@ -32,13 +32,33 @@ RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
 
 def overrides(model_dir: Path, out: Path, strategy: str, *extra: str) -> list[str]:
     return [
-        f"model.path={model_dir}", "model.device=cpu", "model.dtype=float32", "model.lora.rank=4", "model.lora.alpha=8",
-        "/base/distributed=local", f"distributed.training.strategy={strategy}", "distributed.training.backend=gloo",
-        "rollout.height=64", "rollout.width=64", "rollout.num_steps=3", "rollout.n=2", "rollout.rollout_batch_size=2",
-        "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=2", "actor.lr=1e-2", "actor.ema.update_every=1",
-        "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0",
-        "eval.num_steps=2", "eval.max_prompts=2", "eval.batch_size=2", "eval.every=0",
-        "trainer.num_steps=2", "trainer.save_every=1", "trainer.progress_bar=false", f"trainer.output_dir={out}",
+        f"model.path={model_dir}",
+        "model.device=cpu",
+        "model.dtype=float32",
+        "model.lora.rank=4",
+        "model.lora.alpha=8",
+        "/base/distributed=local",
+        f"distributed.training.strategy={strategy}",
+        "distributed.training.backend=gloo",
+        "rollout.height=64",
+        "rollout.width=64",
+        "rollout.num_steps=3",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=2",
+        "rollout.sample_batch_size=2",
+        "actor.gradient_accumulation_steps=2",
+        "actor.lr=1e-2",
+        "actor.ema.update_every=1",
+        "reward.components.ocr=0.0",
+        "reward.components.jpeg_compressibility=1.0",
+        "eval.num_steps=2",
+        "eval.max_prompts=2",
+        "eval.batch_size=2",
+        "eval.every=0",
+        "trainer.num_steps=2",
+        "trainer.save_every=1",
+        "trainer.progress_bar=false",
+        f"trainer.output_dir={out}",
         *extra,
     ]
 
@@ -47,11 +67,26 @@ TESTS = Path(__file__).resolve().parents[1]  # `support` (the test scorers) is i
 
 
 def launch(nproc: int, args: list[str], recipe: str = RECIPE) -> None:
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "MASTER_ADDR": "127.0.0.1", "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "genalign.train", "--config", recipe,
-               *args]
+    env = {
+        **os.environ,
+        "GLOO_SOCKET_IFNAME": "lo",
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "genalign.train",
+        "--config",
+        recipe,
+        *args,
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
 
@@ -79,8 +114,9 @@ def test_two_ranks_reach_the_one_process_weights(single_process, tiny_sd3_dir, t
     # the reorder bound through forward and backward, the weights to the bound that follows the
     # AdamW step from it (support.py: a gradient near zero is where Adam amplifies rounding)
     names = trained_parameter_names(RECIPE, overrides(tiny_sd3_dir, tmp_path / "names", strategy))
-    assert_same_first_adamw_step(out / "checkpoint-1", single_process / "checkpoint-1", names,
-                                 length=TINY_REDUCTION, depth=2 * TINY_DEPTH)
+    assert_same_first_adamw_step(
+        out / "checkpoint-1", single_process / "checkpoint-1", names, length=TINY_REDUCTION, depth=2 * TINY_DEPTH
+    )
     # rank 0 alone wrote the run directory, with the same rows as the 1-process run
     rows = list(csv.DictReader(open(out / "metrics.csv")))
     assert [r["step"] for r in rows] == ["1", "2"]
@@ -111,12 +147,27 @@ def janus_overrides(model_dir: Path, out: Path, strategy: str, train_mode: str =
     that DDP / FSDP2 still average every trained parameter's gradient, the embedding table
     included."""
     return [
-        f"model.path={model_dir}", "model.device=cpu", "model.dtype=float32", f"model.train_mode={train_mode}",
-        "/base/distributed=local", f"distributed.training.strategy={strategy}", "distributed.training.backend=gloo",
-        "rollout.height=32", "rollout.width=32", "rollout.n=2", "rollout.rollout_batch_size=2",
-        "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=2", "actor.lr=1e-3",
-        "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0", "eval.every=0",
-        "trainer.num_steps=1", "trainer.save_every=1", "trainer.progress_bar=false", f"trainer.output_dir={out}",
+        f"model.path={model_dir}",
+        "model.device=cpu",
+        "model.dtype=float32",
+        f"model.train_mode={train_mode}",
+        "/base/distributed=local",
+        f"distributed.training.strategy={strategy}",
+        "distributed.training.backend=gloo",
+        "rollout.height=32",
+        "rollout.width=32",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=2",
+        "rollout.sample_batch_size=2",
+        "actor.gradient_accumulation_steps=2",
+        "actor.lr=1e-3",
+        "reward.components.ocr=0.0",
+        "reward.components.jpeg_compressibility=1.0",
+        "eval.every=0",
+        "trainer.num_steps=1",
+        "trainer.save_every=1",
+        "trainer.progress_bar=false",
+        f"trainer.output_dir={out}",
     ]
 
 
@@ -130,12 +181,14 @@ def janus_single_process(tiny_janus_dir, tmp_path_factory):
             runs[train_mode] = tmp_path_factory.mktemp(f"janus_single_{train_mode}")
             launch(1, janus_overrides(tiny_janus_dir, runs[train_mode], "ddp", train_mode), JANUS_RECIPE)
         return runs[train_mode]
+
     return run
 
 
 @pytest.mark.parametrize("strategy,train_mode", [("ddp", "full"), ("fsdp2", "full"), ("fsdp2", "lora")])
-def test_janus_two_ranks_reach_the_one_process_weights(janus_single_process, tiny_janus_dir, tmp_path, strategy,
-                                                       train_mode):
+def test_janus_two_ranks_reach_the_one_process_weights(
+    janus_single_process, tiny_janus_dir, tmp_path, strategy, train_mode
+):
     """FSDP2 as the trainer applies it (`distributed.wrap_for_training`): one unit per LLaMA
     decoder layer, the root for the rest, the embedding table included. Janus' prompt
     embeddings are looked up inside the language model's call (`models/janus.py:
@@ -153,16 +206,24 @@ def test_janus_two_ranks_reach_the_one_process_weights(janus_single_process, tin
         assert all("lora" in k for k in one)
         assert any(v.abs().max() > 0 for k, v in one.items() if "lora_B" in k), "the step did not move the adapter"
     # as above: gradients to the reorder bound, weights to the bound that follows the AdamW step
-    names = trained_parameter_names(JANUS_RECIPE, janus_overrides(tiny_janus_dir, tmp_path / "names", strategy,
-                                                                  train_mode))
-    assert_same_first_adamw_step(tmp_path / "two" / "checkpoint-final",
-                                 janus_single_process(train_mode) / "checkpoint-final", names,
-                                 length=TINY_REDUCTION, depth=2 * TINY_DEPTH)
+    names = trained_parameter_names(
+        JANUS_RECIPE, janus_overrides(tiny_janus_dir, tmp_path / "names", strategy, train_mode)
+    )
+    assert_same_first_adamw_step(
+        tmp_path / "two" / "checkpoint-final",
+        janus_single_process(train_mode) / "checkpoint-final",
+        names,
+        length=TINY_REDUCTION,
+        depth=2 * TINY_DEPTH,
+    )
 
 
 # ---------------------------------------------------------------- asymmetric data, every algorithm
-RANK_ONE_CONSTANT = ["reward.allow_import=[support:RankOneConstantReward]", "reward.components.toy_shape=0.0",
-                     "reward.components={support:RankOneConstantReward: 1.0}"]
+RANK_ONE_CONSTANT = [
+    "reward.allow_import=[support:RankOneConstantReward]",
+    "reward.components.toy_shape=0.0",
+    "reward.components={support:RankOneConstantReward: 1.0}",
+]
 SLOW = pytest.mark.slow  # the rest of the algorithm x strategy matrix: in the slow pass
 ASYMMETRIC = {
     # rank 1's groups score constantly: no sample with a non-zero advantage (drop_zero_advantage)
@@ -178,12 +239,27 @@ ASYMMETRIC = {
 
 
 def toy_overrides(out: Path, strategy: str, *extra: str) -> list[str]:
-    return ["/base/distributed=local", f"distributed.training.strategy={strategy}", "distributed.training.backend=gloo",
-            "distributed.training.timeout_s=120", "rollout.num_steps=4", "rollout.n=2", "rollout.rollout_batch_size=2",
-            "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=2", "eval.every=0",
-            "eval.max_prompts=2", "eval.samples_per_prompt=2", "eval.batch_size=4", "eval.num_steps=2",
-            "trainer.num_steps=2", "trainer.save_every=0", "trainer.progress_bar=false", f"trainer.output_dir={out}",
-            *extra]
+    return [
+        "/base/distributed=local",
+        f"distributed.training.strategy={strategy}",
+        "distributed.training.backend=gloo",
+        "distributed.training.timeout_s=120",
+        "rollout.num_steps=4",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=2",
+        "rollout.sample_batch_size=2",
+        "actor.gradient_accumulation_steps=2",
+        "eval.every=0",
+        "eval.max_prompts=2",
+        "eval.samples_per_prompt=2",
+        "eval.batch_size=4",
+        "eval.num_steps=2",
+        "trainer.num_steps=2",
+        "trainer.save_every=0",
+        "trainer.progress_bar=false",
+        f"trainer.output_dir={out}",
+        *extra,
+    ]
 
 
 def check_asymmetric_run(out: Path, extra: list[str]) -> None:
@@ -208,8 +284,14 @@ def test_asymmetric_data_completes_on_two_ranks(tmp_path, case):
 
 def test_ar_grpo_with_a_rank_of_constant_rewards_completes(tiny_janus_dir, tmp_path):
     """AR-GRPO (Janus) with drop_zero_advantage: rank 1 has no trainable sample."""
-    extra = [*RANK_ONE_CONSTANT[:1], "reward.components.jpeg_compressibility=0.0", RANK_ONE_CONSTANT[2],
-             "algorithm.drop_zero_advantage=true", "trainer.num_steps=2", "eval.every=0"]
+    extra = [
+        *RANK_ONE_CONSTANT[:1],
+        "reward.components.jpeg_compressibility=0.0",
+        RANK_ONE_CONSTANT[2],
+        "algorithm.drop_zero_advantage=true",
+        "trainer.num_steps=2",
+        "eval.every=0",
+    ]
     launch(2, [*janus_overrides(tiny_janus_dir, tmp_path, "ddp"), *extra], JANUS_RECIPE)
     check_asymmetric_run(tmp_path, [RANK_ONE_CONSTANT[0]])
 
@@ -237,16 +319,30 @@ def test_a_killed_rank_ends_the_job_with_its_name_and_the_resume_command(tmp_pat
     import signal
     import time
 
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "GLOO_SOCKET_IFNAME": "lo",
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+    }
     recipe = "experiment/toy/shapes_grpo"
 
     def command(*extra: str) -> list[str]:
-        return [sys.executable, "-m", "genalign", "train", "--nproc-per-node=2", "--config", recipe,
-                *toy_overrides(tmp_path, "ddp", "trainer.save_every=1", *extra)]
+        return [
+            sys.executable,
+            "-m",
+            "genalign",
+            "train",
+            "--nproc-per-node=2",
+            "--config",
+            recipe,
+            *toy_overrides(tmp_path, "ddp", "trainer.save_every=1", *extra),
+        ]
 
-    job = subprocess.Popen(command("trainer.num_steps=200"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
+    job = subprocess.Popen(
+        command("trainer.num_steps=200"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 240
         while not (tmp_path / "checkpoint-1").exists():  # step 1 done: the ranks are in a later step
@@ -269,10 +365,17 @@ def test_a_killed_rank_ends_the_job_with_its_name_and_the_resume_command(tmp_pat
 
     steps = sorted(int(p.name.split("-")[1]) for p in tmp_path.glob("checkpoint-[0-9]*") if p.is_dir())
     newest = steps[-1]
-    resumed = subprocess.run(command(f"trainer.num_steps={newest + 1}", "trainer.resume_from=auto"), env=env,
-                             capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        command(f"trainer.num_steps={newest + 1}", "trainer.resume_from=auto"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
     assert rows[-1]["step"] == str(newest + 1)
     assert (tmp_path / "checkpoint-final" / "trainable.safetensors").exists()
-    assert f"resumed from {tmp_path / f'checkpoint-{newest}'} at step {newest + 1}" in (tmp_path / "train.log").read_text()
+    assert (
+        f"resumed from {tmp_path / f'checkpoint-{newest}'} at step {newest + 1}" in (tmp_path / "train.log").read_text()
+    )

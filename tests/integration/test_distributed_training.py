@@ -23,7 +23,7 @@ from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, reorder_
 
 pytestmark = pytest.mark.distributed
 
-SCRIPT = r'''
+SCRIPT = r"""
 import sys, torch
 from safetensors.torch import save_file
 from genalign.training import distributed as dist
@@ -66,7 +66,7 @@ if info.is_main:
     save_file(state, out)
 dist.barrier(info)
 dist.shutdown()
-'''
+"""
 
 
 def launch_script(tmp_path: Path, source: str, nproc: int, *args: str) -> None:
@@ -74,8 +74,15 @@ def launch_script(tmp_path: Path, source: str, nproc: int, *args: str) -> None:
     script = tmp_path / "train_ranks.py"
     script.write_text(source)
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               str(script), *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        str(script),
+        *args,
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
 
@@ -232,8 +239,7 @@ UPDATE_DEPTH = 4
 """Chained reductions: forward, loss, backward, and up to two SGD steps on the result."""
 
 
-def run_update_ranks(tmp_path: Path, strategy: str, case: str,
-                     normalisation: str = "global_unit_mean") -> list[dict]:
+def run_update_ranks(tmp_path: Path, strategy: str, case: str, normalisation: str = "global_unit_mean") -> list[dict]:
     import json
 
     out = tmp_path / f"{case}_{normalisation}"
@@ -250,8 +256,9 @@ def test_a_rank_with_less_to_train_takes_part_and_the_step_is_the_global_sample_
     over each optimizer step's trained units."""
     ranks = run_update_ranks(tmp_path, strategy, case)
     assert ranks[0]["optimizer_steps"] == ranks[1]["optimizer_steps"] == (1 if case == "drop_zero" else 2)
-    first, second, reference = (torch.tensor(r) for r in (ranks[0]["weight"], ranks[1]["weight"],
-                                                          ranks[0]["reference"]))
+    first, second, reference = (
+        torch.tensor(r) for r in (ranks[0]["weight"], ranks[1]["weight"], ranks[0]["reference"])
+    )
     assert torch.equal(first, second)
     assert_close_reordered(first, reference, length=UPDATE_REDUCTION, depth=UPDATE_DEPTH)
 
@@ -268,8 +275,12 @@ def test_unequal_ranks_rank_mean_is_the_reference_and_global_unit_mean_the_union
     for ranks in (global_ranks, rank_ranks):
         assert [r["optimizer_steps"] for r in ranks] == [1, 1]
         assert ranks[0]["weight"] == ranks[1]["weight"]
-        assert_close_reordered(torch.tensor(ranks[0]["weight"]), torch.tensor(ranks[0]["reference"]),
-                               length=UPDATE_REDUCTION, depth=UPDATE_DEPTH)
+        assert_close_reordered(
+            torch.tensor(ranks[0]["weight"]),
+            torch.tensor(ranks[0]["reference"]),
+            length=UPDATE_REDUCTION,
+            depth=UPDATE_DEPTH,
+        )
     union, per_rank = torch.tensor(global_ranks[0]["reference"]), torch.tensor(rank_ranks[0]["reference"])
     bound = reorder_tolerance(float(union.abs().max()), UPDATE_REDUCTION, UPDATE_DEPTH)
     assert (union - per_rank).abs().max() > 100 * bound
@@ -283,8 +294,12 @@ def test_accumulation_reduces_gradients_once_per_optimizer_step(tmp_path, strate
     ranks = run_update_ranks(tmp_path, strategy, "count")
     assert [r["optimizer_steps"] for r in ranks] == [1, 1]
     assert [r["reductions"] for r in ranks] == [1, 1]
-    assert_close_reordered(torch.tensor(ranks[0]["weight"]), torch.tensor(ranks[0]["reference"]),
-                           length=UPDATE_REDUCTION, depth=UPDATE_DEPTH)
+    assert_close_reordered(
+        torch.tensor(ranks[0]["weight"]),
+        torch.tensor(ranks[0]["reference"]),
+        length=UPDATE_REDUCTION,
+        depth=UPDATE_DEPTH,
+    )
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
@@ -296,5 +311,9 @@ def test_an_fp16_overflow_on_one_rank_skips_the_step_on_every_rank(tmp_path, str
     for r in ranks:
         assert (r["optimizer_steps"], r["skipped_steps"], r["grad_scale"]) == (2, 1, 2.0**15)
     assert ranks[0]["weight"] == ranks[1]["weight"]
-    assert_close_reordered(torch.tensor(ranks[0]["weight"]), torch.tensor(ranks[0]["reference"]),
-                           length=UPDATE_REDUCTION, depth=UPDATE_DEPTH)
+    assert_close_reordered(
+        torch.tensor(ranks[0]["weight"]),
+        torch.tensor(ranks[0]["reference"]),
+        length=UPDATE_REDUCTION,
+        depth=UPDATE_DEPTH,
+    )

@@ -19,8 +19,15 @@ from support import tiny_overrides, train_recipe
 from genalign.cli import main
 
 RECIPE = "experiment/diffusion/sd3_5/online_grpo_ocr"
-SMALL = ["eval.height=64", "eval.width=64", "eval.num_steps=2", "eval.max_prompts=2", "eval.samples_per_prompt=2",
-         "eval.batch_size=4", "eval.guidance_scale=1.0"]
+SMALL = [
+    "eval.height=64",
+    "eval.width=64",
+    "eval.num_steps=2",
+    "eval.max_prompts=2",
+    "eval.samples_per_prompt=2",
+    "eval.batch_size=4",
+    "eval.guidance_scale=1.0",
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +63,16 @@ def test_every_form_of_the_trained_model_scores_alike_and_the_base_differs(train
     evaluate(str(checkpoint), "run", tmp_path / "checkpoint", *SMALL)
     evaluate(str(checkpoint / "lora"), "run", tmp_path / "lora_inside", *SMALL)
     copied = shutil.copytree(checkpoint / "lora", tmp_path / "exported_lora")  # outside any checkpoint
-    common = ["--config", RECIPE, f"model.path={tiny_sd3_dir}", "model.device=cpu", "model.dtype=float32",
-              "/base/distributed=local",
-              "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0"]
+    common = [
+        "--config",
+        RECIPE,
+        f"model.path={tiny_sd3_dir}",
+        "model.device=cpu",
+        "model.dtype=float32",
+        "/base/distributed=local",
+        "reward.components.ocr=0.0",
+        "reward.components.jpeg_compressibility=1.0",
+    ]
     evaluate(str(copied), "run", tmp_path / "lora_outside", *common, *SMALL)
     evaluate("base", "run", tmp_path / "base", *common, "model.lora.rank=4", "model.lora.alpha=8", *SMALL)
     scores = {name: sample_scores(tmp_path / name) for name in ("checkpoint", "lora_inside", "lora_outside", "base")}
@@ -66,17 +80,30 @@ def test_every_form_of_the_trained_model_scores_alike_and_the_base_differs(train
     assert scores["base"] != scores["checkpoint"]
     summary = json.loads((tmp_path / "checkpoint" / "summary.json").read_text())
     assert summary["settings"]["weights"].startswith("EMA weights of step 2")
-    files = {"samples.jsonl", "scores.csv", "summary.json", "summary.md", "settings.json", "contact_sheet.png",
-             "report.html", "images"}
+    files = {
+        "samples.jsonl",
+        "scores.csv",
+        "summary.json",
+        "summary.md",
+        "settings.json",
+        "contact_sheet.png",
+        "report.html",
+        "images",
+    }
     assert files <= {p.name for p in (tmp_path / "checkpoint").iterdir()}
     assert (tmp_path / "checkpoint" / "images" / "00001" / "samples" / "0001.png").is_file()  # GenEval's layout
 
 
 def test_geneval_ocr_and_drawbench_protocols_run_end_to_end(trained, tiny_scorers, tmp_path):
     checkpoint = str(trained / "checkpoint-final")
-    geneval = evaluate(checkpoint, "geneval", tmp_path / "geneval", *SMALL,
-                       f"reward.kwargs.geneval_accuracy.detector_name={tiny_scorers['detector']}",
-                       f"reward.kwargs.geneval_accuracy.clip_name={tiny_scorers['clip']}")
+    geneval = evaluate(
+        checkpoint,
+        "geneval",
+        tmp_path / "geneval",
+        *SMALL,
+        f"reward.kwargs.geneval_accuracy.detector_name={tiny_scorers['detector']}",
+        f"reward.kwargs.geneval_accuracy.clip_name={tiny_scorers['clip']}",
+    )
     table = geneval["table"]["geneval"]
     assert list(table["tags"]) == ["single_object"] and table["images"] == 4 and table["prompts"] == 2
     assert 0.0 <= table["overall"] <= 1.0
@@ -89,15 +116,34 @@ def test_geneval_ocr_and_drawbench_protocols_run_end_to_end(trained, tiny_scorer
     ocr = evaluate(checkpoint, "ocr", tmp_path / "ocr", *SMALL)["table"]["ocr"]
     assert ocr["normalised_edit_distance"] == pytest.approx(1 - ocr["accuracy"]) and ocr["images"] == 4
 
-    drawbench = evaluate(checkpoint, "drawbench", tmp_path / "drawbench", *SMALL, "--scorers=clip_score",
-                         f"reward.kwargs.clip_score.model_name={tiny_scorers['clip']}")["table"]
-    assert list(drawbench["scorers"]) == ["clip_score"] and set(drawbench["scorers"]["clip_score"]["categories"]) == \
-        {"Colors"}
+    drawbench = evaluate(
+        checkpoint,
+        "drawbench",
+        tmp_path / "drawbench",
+        *SMALL,
+        "--scorers=clip_score",
+        f"reward.kwargs.clip_score.model_name={tiny_scorers['clip']}",
+    )["table"]
+    assert list(drawbench["scorers"]) == ["clip_score"] and set(drawbench["scorers"]["clip_score"]["categories"]) == {
+        "Colors"
+    }
 
     page = tmp_path / "compare.html"
     again = shutil.copytree(tmp_path / "ocr", tmp_path / "copy" / "ocr")  # a second evaluation of the same prompts
-    assert main(["compare", str(tmp_path / "ocr"), str(again), str(tmp_path / "drawbench"), str(trained), "--output",
-                 str(page)]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(tmp_path / "ocr"),
+                str(again),
+                str(tmp_path / "drawbench"),
+                str(trained),
+                "--output",
+                str(page),
+            ]
+        )
+        == 0
+    )
     html = page.read_text()
     assert 'id="numbers"' in html and "ocr_accuracy" in html and "clip_score_mean" in html
     assert 'id="curve-eval_reward_mean"' in html and 'id="sheets"' in html

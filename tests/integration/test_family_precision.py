@@ -18,16 +18,26 @@ from genalign.training.trainer import Trainer
 
 QUICK = ("trainer.num_steps=2", "trainer.save_every=0", "eval.every=0", "eval.at_start=false")
 FAMILIES = {  # family -> (recipe, fixture with its tiny model, overrides(model_dir, out))
-    "flux": ("experiment/diffusion/flux/online_grpo_ocr", "tiny_flux_dir",
-             lambda d, o: tiny_overrides(d, o, "model.max_sequence_length=16", "rollout.num_steps=2")),
-    "qwen_image": ("experiment/diffusion/qwen_image/online_grpo_ocr", "tiny_qwen_image_dir",
-                   # its window of 2 in the first 5 of 10 steps, shrunk to 1 in the first 1 of 2
-                   lambda d, o: tiny_overrides(d, o, "model.max_sequence_length=16", "rollout.num_steps=2",
-                                               "rollout.sde_window.size=1")),
+    "flux": (
+        "experiment/diffusion/flux/online_grpo_ocr",
+        "tiny_flux_dir",
+        lambda d, o: tiny_overrides(d, o, "model.max_sequence_length=16", "rollout.num_steps=2"),
+    ),
+    "qwen_image": (
+        "experiment/diffusion/qwen_image/online_grpo_ocr",
+        "tiny_qwen_image_dir",
+        # its window of 2 in the first 5 of 10 steps, shrunk to 1 in the first 1 of 2
+        lambda d, o: tiny_overrides(
+            d, o, "model.max_sequence_length=16", "rollout.num_steps=2", "rollout.sde_window.size=1"
+        ),
+    ),
     "wan": ("experiment/diffusion/wan_2_1/online_grpo_pickscore", "tiny_wan_dir", tiny_video_overrides),
     "cosmos": ("experiment/diffusion/cosmos/online_grpo_pickscore", "tiny_cosmos_dir", tiny_video_overrides),
-    "janus": ("experiment/autoregressive/janus_pro/online_grpo_ocr", "tiny_janus_dir",
-              lambda d, o: tiny_overrides(d, o, "rollout.height=32", "rollout.width=32")),
+    "janus": (
+        "experiment/autoregressive/janus_pro/online_grpo_ocr",
+        "tiny_janus_dir",
+        lambda d, o: tiny_overrides(d, o, "rollout.height=32", "rollout.width=32"),
+    ),
 }
 
 
@@ -45,8 +55,12 @@ def test_family_trains_in_reduced_precision_with_float32_masters(family, dtype, 
     assert [r["step"] for r in rows] == ["1", "2"]
     assert all(torch.isfinite(torch.tensor(float(r["loss"]))) for r in rows)
     assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
-    assert all(s.dtype == torch.float32 for state in trainer.optimizer.state.values() for s in state.values()
-               if torch.is_tensor(s) and s.numel() > 1)
+    assert all(
+        s.dtype == torch.float32
+        for state in trainer.optimizer.state.values()
+        for s in state.values()
+        if torch.is_tensor(s) and s.numel() > 1
+    )
     after = trainer.parameters
     assert all(torch.isfinite(p).all() for p in after.values())
     changed = [name for name in before if not torch.equal(before[name], after[name].detach())]

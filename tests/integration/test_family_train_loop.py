@@ -13,15 +13,18 @@ from support import assert_resumed_bitwise, read_rows, tiny_overrides, train_rec
 from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
 
-RECIPES = {"flux": "experiment/diffusion/flux/online_grpo_ocr",
-           "qwen_image": "experiment/diffusion/qwen_image/online_grpo_ocr"}
+RECIPES = {
+    "flux": "experiment/diffusion/flux/online_grpo_ocr",
+    "qwen_image": "experiment/diffusion/qwen_image/online_grpo_ocr",
+}
 WINDOW = {"qwen_image": ("rollout.sde_window.size=1",)}
 """Qwen-Image's window of 2 in the first half of 10 steps, shrunk to the tiny run's 2 steps."""
 
 
 def overrides(model_dir, output_dir, *extra):
-    return tiny_overrides(model_dir, output_dir, "model.max_sequence_length=16", "rollout.num_steps=2",
-                          "trainer.num_steps=3", *extra)
+    return tiny_overrides(
+        model_dir, output_dir, "model.max_sequence_length=16", "rollout.num_steps=2", "trainer.num_steps=3", *extra
+    )
 
 
 @pytest.fixture(scope="module", params=sorted(RECIPES))
@@ -50,8 +53,15 @@ def test_recipes_compose_with_the_familys_settings():
 
 def test_run_trains_only_the_lora_and_writes_every_artefact(finished_run):
     family, _, out, trainer, initial = finished_run
-    for name in ["metrics.csv", "eval_metrics.csv", "checkpoint-1", "checkpoint-2", "checkpoint-final",
-                 "eval_epoch_3/contact_sheet.png", "checkpoint-final/lora/pytorch_lora_weights.safetensors"]:
+    for name in [
+        "metrics.csv",
+        "eval_metrics.csv",
+        "checkpoint-1",
+        "checkpoint-2",
+        "checkpoint-final",
+        "eval_epoch_3/contact_sheet.png",
+        "checkpoint-final/lora/pytorch_lora_weights.safetensors",
+    ]:
         assert (out / name).exists(), name
     rows = read_rows(out / "metrics.csv")
     assert [r["step"] for r in rows] == ["1", "2", "3"]
@@ -64,8 +74,12 @@ def test_run_trains_only_the_lora_and_writes_every_artefact(finished_run):
 
 def test_resume_continues_bitwise(finished_run, tmp_path):
     family, model_dir, out, _, _ = finished_run
-    cfg = load_config(RECIPES[family], overrides(model_dir, tmp_path / "resumed", *WINDOW.get(family, ()),
-                                                 f"trainer.resume_from={out / 'checkpoint-2'}"))
+    cfg = load_config(
+        RECIPES[family],
+        overrides(
+            model_dir, tmp_path / "resumed", *WINDOW.get(family, ()), f"trainer.resume_from={out / 'checkpoint-2'}"
+        ),
+    )
     Trainer(cfg).train()
     assert_resumed_bitwise(out, tmp_path / "resumed", 3)
 
@@ -78,8 +92,16 @@ def test_exported_lora_changes_what_the_familys_pipeline_renders(finished_run):
     extra = {"guidance_scale": 3.5} if family == "flux" else {}
 
     def render():
-        return pipe("a sign that says \"hi\"", num_inference_steps=2, height=64, width=64, max_sequence_length=16,
-                    generator=torch.Generator().manual_seed(0), output_type="pt", **extra).images
+        return pipe(
+            'a sign that says "hi"',
+            num_inference_steps=2,
+            height=64,
+            width=64,
+            max_sequence_length=16,
+            generator=torch.Generator().manual_seed(0),
+            output_type="pt",
+            **extra,
+        ).images
 
     before = render()
     pipe.load_lora_weights(out / "checkpoint-final" / "lora")

@@ -25,8 +25,9 @@ WINDOW = WindowSchedule("random", 2, 0, 5, seed=42)  # 2 steps in the high-noise
 
 
 def fast_rollout(policy: LinearPolicy, step: int):
-    spec = SamplingSpec(height=4, width=4, num_steps=10, guidance_scale=4.5, noise_level=0.7, chunk_size=CHUNK,
-                        window=WINDOW).at_step(step)
+    spec = SamplingSpec(
+        height=4, width=4, num_steps=10, guidance_scale=4.5, noise_level=0.7, chunk_size=CHUNK, window=WINDOW
+    ).at_step(step)
     return generate(policy, make_groups(prompts_per_step=4, samples_per_prompt=3), spec)  # 12 samples
 
 

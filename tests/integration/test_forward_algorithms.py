@@ -11,10 +11,16 @@ from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
 
 RUNS = {
-    "nft": ("experiment/toy/shapes_nft", ["algorithm.kl_beta=1e-2"], ["nft_positive_loss", "nft_negative_loss",
-                                                                      "old_policy_decay", "reward_mean", "kl"]),
-    "nft_lora": ("experiment/toy/shapes_nft", ["/model/toy=dit_lora", "rollout.noise_level=0.7"],
-                 ["nft_optimality", "old_velocity_gap"]),
+    "nft": (
+        "experiment/toy/shapes_nft",
+        ["algorithm.kl_beta=1e-2"],
+        ["nft_positive_loss", "nft_negative_loss", "old_policy_decay", "reward_mean", "kl"],
+    ),
+    "nft_lora": (
+        "experiment/toy/shapes_nft",
+        ["/model/toy=dit_lora", "rollout.noise_level=0.7"],
+        ["nft_optimality", "old_velocity_gap"],
+    ),
     # the time-to-target recipe: no reference KL, so no base-model forward and no reference policy
     # (4 schedule steps so that its timestep_fraction 0.3 still trains one σ per sample)
     "nft_fast": ("experiment/toy/shapes_nft_fast", ["rollout.num_steps=4"], ["nft_optimality", "old_policy_decay"]),
@@ -22,17 +28,32 @@ RUNS = {
     "dpo_offline": ("experiment/toy/offline_dpo", [], ["dpo_implicit_accuracy", "pairs"]),
     # the reference's online setting: pairs sampled with the DPO reference, refreshed from the
     # learner every 2 optimizer steps (so resume from checkpoint-2 must restore a refreshed one)
-    "dpo_refreshed": ("experiment/toy/shapes_dpo", ["algorithm.dpo.sample_with=reference",
-                                                    "algorithm.dpo.ref_update_step=2"],
-                      ["dpo_implicit_accuracy", "dpo_reference_refreshed"]),
+    "dpo_refreshed": (
+        "experiment/toy/shapes_dpo",
+        ["algorithm.dpo.sample_with=reference", "algorithm.dpo.ref_update_step=2"],
+        ["dpo_implicit_accuracy", "dpo_reference_refreshed"],
+    ),
 }
 
 
 def overrides(out, *extra):
-    return ["rollout.num_steps=3", "rollout.n=2", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=4",
-            "actor.lr=1e-3", "eval.num_steps=2", "eval.max_prompts=2", "eval.samples_per_prompt=2",
-            "eval.batch_size=4", "eval.every=2", "trainer.num_steps=3", "trainer.save_every=1",
-            f"trainer.output_dir={out}", "trainer.progress_bar=false", *extra]
+    return [
+        "rollout.num_steps=3",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=2",
+        "rollout.sample_batch_size=4",
+        "actor.lr=1e-3",
+        "eval.num_steps=2",
+        "eval.max_prompts=2",
+        "eval.samples_per_prompt=2",
+        "eval.batch_size=4",
+        "eval.every=2",
+        "trainer.num_steps=3",
+        "trainer.save_every=1",
+        f"trainer.output_dir={out}",
+        "trainer.progress_bar=false",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module", params=sorted(RUNS))
@@ -45,8 +66,15 @@ def finished(request, tmp_path_factory):
 
 def test_run_directory_and_columns(finished):
     name, out = finished
-    for artefact in ["config.yaml", "metrics.csv", "eval_metrics.csv", "checkpoint-1", "checkpoint-final",
-                     "eval_epoch_0/contact_sheet.png", "eval_epoch_3/contact_sheet.png"]:
+    for artefact in [
+        "config.yaml",
+        "metrics.csv",
+        "eval_metrics.csv",
+        "checkpoint-1",
+        "checkpoint-final",
+        "eval_epoch_0/contact_sheet.png",
+        "eval_epoch_3/contact_sheet.png",
+    ]:
         assert (out / artefact).exists(), artefact
     rows = read_rows(out / "metrics.csv")
     assert [r["step"] for r in rows] == ["1", "2", "3"]

@@ -30,8 +30,20 @@ TIMEOUT_S = 3000
 @pytest.fixture(scope="module")
 def tiny_suite(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_suite")
-    run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_suite.py"), "--tiny", "--out", str(out),
-                          "--budget-s", str(TIMEOUT_S)], capture_output=True, text=True, timeout=TIMEOUT_S + 60)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "gpu_suite.py"),
+            "--tiny",
+            "--out",
+            str(out),
+            "--budget-s",
+            str(TIMEOUT_S),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S + 60,
+    )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     return out, json.loads((out / "gpu_suite.json").read_text()), run.stdout
 
@@ -74,8 +86,9 @@ def test_comparison_with_flow_grpo_and_rollout_profile(tiny_suite):
         assert flow_grpo["status"] == "skipped" and flow_grpo["reason"] == missing
     profile = items["rollout_profile"]["profile"]
     assert 0 < profile["transformer_s"] < profile["rollout_s"] and profile["vae_decode_s"] > 0
-    assert profile["other_s"] == pytest.approx(profile["rollout_s"] - profile["transformer_s"] - profile["vae_decode_s"]
-                                               - profile["text_encoders_s"])
+    assert profile["other_s"] == pytest.approx(
+        profile["rollout_s"] - profile["transformer_s"] - profile["vae_decode_s"] - profile["text_encoders_s"]
+    )
 
 
 def test_docs_section_is_generated_from_the_json(tiny_suite, tmp_path):
@@ -93,10 +106,16 @@ def test_docs_section_is_generated_from_the_json(tiny_suite, tmp_path):
 def test_reruns_of_one_card_merge_into_one_report():
     """A full run, then `--only` reruns of what failed or was left out: each item from the last
     run that ran it, each ratio from the run that measured both sides, the run named per row."""
+
     def run(items, ratios=None, card="H100"):
-        return {"mode": "real", "card": {"name": card}, "budget_s": 100.0, "elapsed_s": 50.0,
-                "items": [{"key": k, "section": 1, "title": k, "status": st} for k, st in items],
-                "ratios": ratios or {}}
+        return {
+            "mode": "real",
+            "card": {"name": card},
+            "budget_s": 100.0,
+            "elapsed_s": 50.0,
+            "items": [{"key": k, "section": 1, "title": k, "status": st} for k, st in items],
+            "ratios": ratios or {},
+        }
 
     first = run([("sd3", "failed"), ("wan", "ok"), ("janus", "skipped")])
     second = run([("sd3", "ok"), ("wan", "skipped")], {"genalign, same settings / Flow-GRPO": 1.1})
@@ -114,9 +133,23 @@ def test_reruns_of_one_card_merge_into_one_report():
 
 
 def test_bench_gpu_step_runs_at_tiny_shapes_on_the_cpu():
-    run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu_step.py"), "--steps", "1", "--warmup",
-                          "0", "--modes", "eager", "rollout.n=2", "rollout.sample_batch_size=2"],
-                         capture_output=True, text=True, timeout=TIMEOUT_S)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "bench_gpu_step.py"),
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--modes",
+            "eager",
+            "rollout.n=2",
+            "rollout.sample_batch_size=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "tiny shapes" in run.stdout and "parity=0 " in run.stdout
     assert any(line.startswith("eager ") for line in run.stdout.splitlines())

@@ -48,10 +48,15 @@ def test_sampler_draws_what_generate_draws_for_the_same_seed(policy, temperature
     for row in range(len(PROMPTS)):
         real = cond.attention_mask[row].bool()
         torch.manual_seed(1234 + row)
-        expected = policy.model.generate(input_ids=cond.input_ids[row:row + 1, real],
-                                         attention_mask=cond.attention_mask[row:row + 1, real],
-                                         generation_mode="image", do_sample=True, top_k=0, temperature=temperature,
-                                         guidance_scale=5.0)
+        expected = policy.model.generate(
+            input_ids=cond.input_ids[row : row + 1, real],
+            attention_mask=cond.attention_mask[row : row + 1, real],
+            generation_mode="image",
+            do_sample=True,
+            top_k=0,
+            temperature=temperature,
+            guidance_scale=5.0,
+        )
         ours = policy.sample_tokens(cond.index([row]), [torch.Generator().manual_seed(1234 + row)], 5.0, temperature)
         assert torch.equal(ours.tokens, expected), row
 
@@ -70,22 +75,34 @@ def test_log_probs_are_log_softmax_of_transformers_guided_logits(policy):
     with torch.no_grad():
         for position in (0, 7, 15):
             tokens = torch.cat([sampled.tokens, sampled.tokens])[:, :position]  # [2B, position]
-            embeds = torch.cat([policy.model.get_input_embeddings()(ids),
-                                policy.model.prepare_embeddings_for_image_generation(tokens)], dim=1)
+            embeds = torch.cat(
+                [
+                    policy.model.get_input_embeddings()(ids),
+                    policy.model.prepare_embeddings_for_image_generation(tokens),
+                ],
+                dim=1,
+            )
             full_mask = torch.cat([mask, mask.new_ones(mask.shape[0], position)], dim=1)
             hidden = policy.model.model.language_model(inputs_embeds=embeds, attention_mask=full_mask).last_hidden_state
             scores = policy.model.model.generation_head(hidden[:, -1])  # [2B, V]
             guided = temperature(cond.input_ids, cfg(cond.input_ids, scores))  # [B, V]
-            expected = torch.log_softmax(guided, -1).gather(-1, sampled.tokens[:, position:position + 1])[:, 0]
+            expected = torch.log_softmax(guided, -1).gather(-1, sampled.tokens[:, position : position + 1])[:, 0]
             # the sampler's cached incremental decode vs one full forward: the same math in another
             # order; log-softmax carries the logits' error, scaled by CFG (|1 − w| + |w| = 9) / T = 0.7
             logit_scale = max(logit_scale, float(scores.abs().max()))
-            assert_close_reordered(sampled.log_probs[:, position], expected, length=TINY_REDUCTION, depth=TINY_DEPTH,
-                                   gain=9.0 / 0.7, scale=logit_scale)
+            assert_close_reordered(
+                sampled.log_probs[:, position],
+                expected,
+                length=TINY_REDUCTION,
+                depth=TINY_DEPTH,
+                gain=9.0 / 0.7,
+                scale=logit_scale,
+            )
     forced = policy.token_log_probs(cond, sampled.tokens, 5.0, 0.7)  # [B, N], one forward
     assert forced.shape == (2, 16)
-    assert_close_reordered(forced, sampled.log_probs, length=TINY_REDUCTION, depth=TINY_DEPTH, gain=9.0 / 0.7,
-                           scale=logit_scale)
+    assert_close_reordered(
+        forced, sampled.log_probs, length=TINY_REDUCTION, depth=TINY_DEPTH, gain=9.0 / 0.7, scale=logit_scale
+    )
 
 
 def test_decode_is_the_vq_decoder_as_uint8(policy):
@@ -100,8 +117,9 @@ def test_decode_is_the_vq_decoder_as_uint8(policy):
 
 def test_rollout_is_shard_and_chunk_invariant_with_exact_replay(policy):
     groups = make_groups(prompts_per_step=2, samples_per_prompt=2)
-    spec = SamplingSpec(height=32, width=32, num_steps=1, guidance_scale=5.0, noise_level=0.0, chunk_size=4,
-                        temperature=1.0)
+    spec = SamplingSpec(
+        height=32, width=32, num_steps=1, guidance_scale=5.0, noise_level=0.0, chunk_size=4, temperature=1.0
+    )
     whole = generate(policy, groups, spec)
     whole.validate()
     assert whole.log_probs.shape == (4, 1, 16) and whole.images.shape == (4, 3, 32, 32)
@@ -132,8 +150,14 @@ def test_exported_adapter_loads_onto_janus_and_reproduces_the_policy(tiny_janus_
         for name, param in trained.transformer.named_parameters():
             if "lora_B" in name:
                 param.normal_(generator=torch.Generator().manual_seed(len(name)))
-    export_lora_for_peft(trained.transformer, tmp_path / "lora", lora, trained.peft_module_prefix, str(tiny_janus_dir),
-                         trainable_state=trainable_state_dict(trained.transformer))
+    export_lora_for_peft(
+        trained.transformer,
+        tmp_path / "lora",
+        lora,
+        trained.peft_module_prefix,
+        str(tiny_janus_dir),
+        trainable_state=trainable_state_dict(trained.transformer),
+    )
     base = JanusForConditionalGeneration.from_pretrained(str(tiny_janus_dir))
     loaded = PeftModel.from_pretrained(base, str(tmp_path / "lora")).eval()
     adapted = [name for name, _ in loaded.named_modules() if name.endswith("lora_A")]

@@ -37,12 +37,29 @@ def setting(tiny_janus_dir, tmp_path_factory):
 
     prompts = tmp_path_factory.mktemp("prompts") / "train.txt"
     prompts.write_text('a sign that says "ray"\na red cube\na poster reading "sync"\na blue circle\n')
-    cfg = load_config(RECIPE, [
-        f"model.path={tiny_janus_dir}", f"data.manifest={prompts}", f"data.eval_manifest={prompts}", "model.device=cpu",
-        "model.dtype=float32", "model.lora.rank=4", "model.lora.alpha=8", "rollout.height=32", "rollout.width=32",
-        "rollout.n=2", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=2",
-        "actor.gradient_accumulation_steps=1", "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0",
-        "/base/distributed=ray_rollout", "rollout.num_workers=2", "distributed.resources.rollout.num_workers=2"])
+    cfg = load_config(
+        RECIPE,
+        [
+            f"model.path={tiny_janus_dir}",
+            f"data.manifest={prompts}",
+            f"data.eval_manifest={prompts}",
+            "model.device=cpu",
+            "model.dtype=float32",
+            "model.lora.rank=4",
+            "model.lora.alpha=8",
+            "rollout.height=32",
+            "rollout.width=32",
+            "rollout.n=2",
+            "rollout.rollout_batch_size=2",
+            "rollout.sample_batch_size=2",
+            "actor.gradient_accumulation_steps=1",
+            "reward.components.ocr=0.0",
+            "reward.components.jpeg_compressibility=1.0",
+            "/base/distributed=ray_rollout",
+            "rollout.num_workers=2",
+            "distributed.resources.rollout.num_workers=2",
+        ],
+    )
     init_ray(num_cpus=2, log_to_driver=False)
     policy, sampler, engine = ray_rollout_setting(cfg)
     yield cfg, policy, sampler, engine

@@ -33,10 +33,12 @@ def policy(tiny_sd3_dir) -> SD3Policy:
 
 def inputs(seed: int = 0) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
-    return {"hidden_states": torch.randn(2, 4, 8, 8, generator=generator),
-            "timestep": torch.tensor([700.0, 300.0]),
-            "encoder_hidden_states": torch.randn(2, 85, 32, generator=generator),
-            "pooled_projections": torch.randn(2, 64, generator=generator)}
+    return {
+        "hidden_states": torch.randn(2, 4, 8, 8, generator=generator),
+        "timestep": torch.tensor([700.0, 300.0]),
+        "encoder_hidden_states": torch.randn(2, 85, 32, generator=generator),
+        "pooled_projections": torch.randn(2, 64, generator=generator),
+    }
 
 
 @torch.no_grad()
@@ -57,8 +59,11 @@ def test_adapter_sits_on_every_target_and_is_all_that_trains(policy):
     transformer = policy.transformer
     base = output(transformer)
     apply_lora(transformer, LORA, policy.lora_target_modules)
-    targeted = {name for name, _ in transformer.named_modules()
-                if any(name.endswith("." + target) for target in SD3_LORA_TARGETS)}
+    targeted = {
+        name
+        for name, _ in transformer.named_modules()
+        if any(name.endswith("." + target) for target in SD3_LORA_TARGETS)
+    }
     trainable = {name for name, p in transformer.named_parameters() if p.requires_grad}
     assert trainable == {f"{m}.lora_{ab}.default.weight" for m in targeted for ab in "AB"}
     # 2 blocks x 8 projections, minus to_add_out of the last (context_pre_only) block

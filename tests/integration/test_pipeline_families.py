@@ -23,7 +23,7 @@ from genalign.models.tiny_random import QWEN_TEMPLATE, main
 from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
 
 MAX_TOKENS = 24
-PROMPTS = ["a red sign that says \"hi\"", "two cats"]
+PROMPTS = ['a red sign that says "hi"', "two cats"]
 GUIDANCE = 3.5
 """FLUX.1-dev's embedded guidance (FluxPipeline's default guidance_scale)."""
 
@@ -61,8 +61,9 @@ def ode_sample(policy, cfg_scale: float, num_steps: int, height=64, width=64) ->
     cond = policy.encode_prompts(PROMPTS, with_negative=cfg_scale > 1)
     sigmas = policy.sigmas(num_steps, tuple(start.shape[1:]))
     with torch.no_grad():
-        latents = sample_trajectory(policy, cond, start, None, sigmas, cfg_scale, 0.0,
-                                    sde_step_mask(num_steps, 0.0)).latents
+        latents = sample_trajectory(
+            policy, cond, start, None, sigmas, cfg_scale, 0.0, sde_step_mask(num_steps, 0.0)
+        ).latents
     return start, latents[:, -1]  # [2, C, h, w] each
 
 
@@ -71,15 +72,31 @@ def test_ode_sampling_reproduces_the_pipeline(family, cfg_scale):
     policy, pipe, _ = family
     start, ours = ode_sample(policy, cfg_scale, num_steps=3, height=64, width=96)
     generator = torch.Generator().manual_seed(0)
-    packed = pipe(PROMPTS, height=64, width=96, num_inference_steps=3, latents=pack_2x2(start), output_type="latent",
-                  generator=generator, **pipeline_kwargs(policy, cfg_scale)).images  # [2, N, 4C]
+    packed = pipe(
+        PROMPTS,
+        height=64,
+        width=96,
+        num_inference_steps=3,
+        latents=pack_2x2(start),
+        output_type="latent",
+        generator=generator,
+        **pipeline_kwargs(policy, cfg_scale),
+    ).images  # [2, N, 4C]
     theirs = unpack_2x2(packed.reshape(2, -1, packed.shape[-1]), 8, 12)
     # the pipeline's loop vs ours: the same math in its own order, 3 steps, CFG gain |1 − w| + |w|
-    assert_close_reordered(ours, theirs, length=TINY_REDUCTION, depth=3 * TINY_DEPTH,
-                           gain=abs(1 - cfg_scale) + cfg_scale)
+    assert_close_reordered(
+        ours, theirs, length=TINY_REDUCTION, depth=3 * TINY_DEPTH, gain=abs(1 - cfg_scale) + cfg_scale
+    )
     assert (ours - start).abs().max() > 0.1  # the sample moved: not a trivially equal pair
-    images = pipe(PROMPTS, height=64, width=96, num_inference_steps=3, latents=pack_2x2(start), output_type="pt",
-                  **pipeline_kwargs(policy, cfg_scale)).images  # [2, 3, 64, 96] in [0, 1]
+    images = pipe(
+        PROMPTS,
+        height=64,
+        width=96,
+        num_inference_steps=3,
+        latents=pack_2x2(start),
+        output_type="pt",
+        **pipeline_kwargs(policy, cfg_scale),
+    ).images  # [2, 3, 64, 96] in [0, 1]
     decoded = policy.decode(ours)
     assert decoded.dtype == torch.uint8 and decoded.shape == (2, 3, 64, 96)
     assert (decoded.float() - images * 255).abs().max() <= 1.0  # uint8 rounding of the same pixels
@@ -93,8 +110,13 @@ def test_schedule_is_the_pipelines_scheduler_for_the_resolution(family):
     for height, width, steps in [(64, 64, 4), (128, 256, 10)]:
         shape = policy.latent_shape(height, width)
         config = pipe.scheduler.config
-        mu = calculate_shift(shape[1] * shape[2] // 4, config.base_image_seq_len, config.max_image_seq_len,
-                             config.base_shift, config.max_shift)
+        mu = calculate_shift(
+            shape[1] * shape[2] // 4,
+            config.base_image_seq_len,
+            config.max_image_seq_len,
+            config.base_shift,
+            config.max_shift,
+        )
         pipe.scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
         torch.testing.assert_close(policy.sigmas(steps, shape), pipe.scheduler.sigmas, rtol=0, atol=0)
     small, large = policy.latent_shape(64, 64), policy.latent_shape(512, 512)
@@ -175,8 +197,11 @@ def test_split_cfg_equals_joint_and_detach_drops_the_unconditional_gradient(fami
         # a fixed random projection: Qwen-Image's norm rescale makes ‖v‖² blind to v_u
         (value * torch.randn(value.shape, generator=torch.Generator().manual_seed(5))).sum().backward()
         # the last Qwen-Image block's text-stream output is discarded: its text LoRA gets no gradient
-        return value.detach(), {n: (torch.zeros_like(p) if p.grad is None else p.grad.clone())
-                                for n, p in policy.transformer.named_parameters() if p.requires_grad}
+        return value.detach(), {
+            n: (torch.zeros_like(p) if p.grad is None else p.grad.clone())
+            for n, p in policy.transformer.named_parameters()
+            if p.requires_grad
+        }
 
     try:
         value, both = run("joint", False)
@@ -193,8 +218,9 @@ def test_split_cfg_equals_joint_and_detach_drops_the_unconditional_gradient(fami
     # split vs joint: the same math batched differently (rounding only), CFG gain |1 − w| + |w| at w = 4
     assert_close_reordered(split, value, length=TINY_REDUCTION, depth=TINY_DEPTH, gain=3.0 + 4.0)
     for name in cond_only:
-        assert_close_reordered(split_grads[name], cond_only[name], length=TINY_REDUCTION, depth=2 * TINY_DEPTH,
-                               gain=3.0 + 4.0)
+        assert_close_reordered(
+            split_grads[name], cond_only[name], length=TINY_REDUCTION, depth=2 * TINY_DEPTH, gain=3.0 + 4.0
+        )
 
 
 def test_flux_guidance_embedding_must_match_the_model(tiny_flux_dir):
@@ -221,8 +247,9 @@ def test_exported_lora_loads_into_the_familys_pipeline_with_the_same_output(fami
     from genalign.weights.lora import apply_lora
 
     policy, _, directory = family
-    fresh = type(policy).from_pretrained(directory, max_sequence_length=MAX_TOKENS,
-                                         embedded_guidance=policy.embedded_guidance)
+    fresh = type(policy).from_pretrained(
+        directory, max_sequence_length=MAX_TOKENS, embedded_guidance=policy.embedded_guidance
+    )
     lora = LoraConfig(rank=4, alpha=8.0)
     apply_lora(fresh.transformer, lora, fresh.lora_target_modules)
     with torch.no_grad():
@@ -232,11 +259,13 @@ def test_exported_lora_loads_into_the_familys_pipeline_with_the_same_output(fami
     import diffusers
 
     pipe = getattr(diffusers, fresh.diffusers_pipeline).from_pretrained(directory)
-    loaded = type(policy)(pipe, torch.device("cpu"), torch.float32, MAX_TOKENS,
-                          embedded_guidance=policy.embedded_guidance)
+    loaded = type(policy)(
+        pipe, torch.device("cpu"), torch.float32, MAX_TOKENS, embedded_guidance=policy.embedded_guidance
+    )
     cond = fresh.encode_prompts(PROMPTS, with_negative=False)
-    assert_lora_export_reproduces(fresh, lora, tmp_path / "lora", pipe, loaded,
-                                  (noise(fresh), torch.tensor([0.7, 0.3]), cond, 1.0))
+    assert_lora_export_reproduces(
+        fresh, lora, tmp_path / "lora", pipe, loaded, (noise(fresh), torch.tensor([0.7, 0.3]), cond, 1.0)
+    )
     targeted = {name for name, _ in pipe.transformer.named_modules() if name.endswith(".lora_A")}
     assert any(name.startswith("single_transformer_blocks") for name in targeted) == (policy.family == "flux")
 
@@ -257,6 +286,13 @@ def test_flux_schnell_form_without_guidance_embedding_reproduces_its_pipeline(tm
     torch.testing.assert_close(policy.sigmas(4, (4, 8, 8)), torch.tensor([1.0, 0.75, 0.5, 0.25, 0.0]))
     start, ours = ode_sample(policy, 1.0, num_steps=2)
     pipe = FluxPipeline.from_pretrained(tmp_path / "schnell")
-    packed = pipe(PROMPTS, height=64, width=64, num_inference_steps=2, latents=pack_2x2(start), output_type="latent",
-                  max_sequence_length=MAX_TOKENS).images
+    packed = pipe(
+        PROMPTS,
+        height=64,
+        width=64,
+        num_inference_steps=2,
+        latents=pack_2x2(start),
+        output_type="latent",
+        max_sequence_length=MAX_TOKENS,
+    ).images
     assert_close_reordered(ours, unpack_2x2(packed, 8, 8), length=TINY_REDUCTION, depth=2 * TINY_DEPTH)  # 2 steps

@@ -29,16 +29,30 @@ CASES = [
 
 @pytest.mark.parametrize("device,dtype,cfg_batch", CASES)
 def test_reduced_precision_trains_with_float32_masters(tiny_sd3_dir, tmp_path, device, dtype, cfg_batch):
-    cfg = load_config(RECIPE, tiny_overrides(tiny_sd3_dir, tmp_path, f"model.device={device}",
-                                             f"model.dtype={dtype}", f"model.cfg_batch={cfg_batch}",
-                                             "trainer.save_every=0", "eval.every=0", "eval.at_start=false"))
+    cfg = load_config(
+        RECIPE,
+        tiny_overrides(
+            tiny_sd3_dir,
+            tmp_path,
+            f"model.device={device}",
+            f"model.dtype={dtype}",
+            f"model.cfg_batch={cfg_batch}",
+            "trainer.save_every=0",
+            "eval.every=0",
+            "eval.at_start=false",
+        ),
+    )
     trainer = Trainer(cfg)
     policy = trainer.policy
     assert policy.dtype == getattr(torch, dtype)
     assert {p.dtype for p in trainer.parameters.values()} == {torch.float32}  # masters
     assert policy.transformer.pos_embed.proj.weight.dtype == getattr(torch, dtype)  # frozen base computes in it
-    assert all(s.dtype == torch.float32 for state in trainer.optimizer.state.values() for s in state.values()
-               if torch.is_tensor(s) and s.numel() > 1)
+    assert all(
+        s.dtype == torch.float32
+        for state in trainer.optimizer.state.values()
+        for s in state.values()
+        if torch.is_tensor(s) and s.numel() > 1
+    )
     before = {name: p.detach().clone() for name, p in trainer.parameters.items()}
     trainer.train()
     rows = read_rows(tmp_path / "metrics.csv")
@@ -54,18 +68,20 @@ def test_reduced_precision_trains_with_float32_masters(tiny_sd3_dir, tmp_path, d
 
 
 @pytest.mark.parametrize("mode,graphs", [("regional", 2), ("full", 1)])
-@pytest.mark.parametrize("device,dtype,atol,mean_atol", [
-    pytest.param("cpu", "float32", None, None, id="cpu-fp32"),  # the reordering bound (tests/support.py)
-    pytest.param("cuda", "bfloat16", 0.1, 3e-2, id="cuda-bf16", marks=[pytest.mark.gpu, CUDA]),
-])
+@pytest.mark.parametrize(
+    "device,dtype,atol,mean_atol",
+    [
+        pytest.param("cpu", "float32", None, None, id="cpu-fp32"),  # the reordering bound (tests/support.py)
+        pytest.param("cuda", "bfloat16", 0.1, 3e-2, id="cuda-bf16", marks=[pytest.mark.gpu, CUDA]),
+    ],
+)
 def test_compiled_denoiser_agrees_with_eager(tiny_sd3_dir, device, dtype, atol, mean_atol, mode, graphs):
     """Compilation (regional: each of the tiny model's 2 blocks; full: the whole denoiser)
     changes kernels, not the function. The stated tolerance: fp32 within the reordering bound
     (reassociation only: tests/support.reorder_tolerance); bf16 to 0.1 per element and 3e-2 on average —
     one bf16 ulp of an O(1) branch output is 8e-3 and CFG at w = 4.5 scales a branch's
     rounding by up to 2w − 1 = 8 (measured on an H100: max 0.041, mean 0.012)."""
-    policy = SD3Policy.from_pretrained(tiny_sd3_dir, dtype=getattr(torch, dtype), device=device,
-                                       max_sequence_length=8)
+    policy = SD3Policy.from_pretrained(tiny_sd3_dir, dtype=getattr(torch, dtype), device=device, max_sequence_length=8)
     generator = torch.Generator().manual_seed(0)
     latents = torch.randn(2, *policy.latent_shape(64, 64), generator=generator).to(device)  # [2, 4, 8, 8]
     cond = encode_unique(policy, ["a red sign", "hello"], with_negative=True)

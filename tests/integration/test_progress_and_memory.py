@@ -12,9 +12,19 @@ from genalign.preflight.load import load_config
 from genalign.training.memory import COLUMN, GIB, PeakMemory
 from genalign.training.trainer import Trainer
 
-SMALL = ["trainer.num_steps=2", "trainer.save_every=0", "trainer.progress_bar=false", "rollout.n=2",
-         "rollout.rollout_batch_size=2", "rollout.sample_batch_size=4", "rollout.num_steps=4",
-         "eval.every=0", "eval.at_start=false", "eval.gold_rewards.toy_shape_judge=0", "eval.quality_metrics=[]"]
+SMALL = [
+    "trainer.num_steps=2",
+    "trainer.save_every=0",
+    "trainer.progress_bar=false",
+    "rollout.n=2",
+    "rollout.rollout_batch_size=2",
+    "rollout.sample_batch_size=4",
+    "rollout.num_steps=4",
+    "eval.every=0",
+    "eval.at_start=false",
+    "eval.gold_rewards.toy_shape_judge=0",
+    "eval.quality_metrics=[]",
+]
 
 
 @pytest.fixture(scope="module")

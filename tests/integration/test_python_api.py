@@ -24,16 +24,21 @@ def test_the_documented_example_runs_as_printed(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "eval at step 2: held-out reward" in out and "saved outputs/api_demo/checkpoint-final" in out
     # run again: the checkpoint is at trainer.num_steps, nothing is left, and the result says so
-    again = namespace["train"]("experiment/toy/shapes_grpo", ["trainer.num_steps=2", "trainer.resume_from=auto",
-                                                               "trainer.output_dir=outputs/api_demo"])
+    again = namespace["train"](
+        "experiment/toy/shapes_grpo",
+        ["trainer.num_steps=2", "trainer.resume_from=auto", "trainer.output_dir=outputs/api_demo"],
+    )
     assert again.steps_trained == 0
 
 
 def test_import_genalign_is_light_and_names_the_api():
-    code = ("import sys, genalign; assert 'torch' not in sys.modules, 'torch'; "
-            "print(sorted(set(genalign.__all__))); from genalign import train, Trainer; "
-            "assert 'torch' in sys.modules")
+    code = (
+        "import sys, genalign; assert 'torch' not in sys.modules, 'torch'; "
+        "print(sorted(set(genalign.__all__))); from genalign import train, Trainer; "
+        "assert 'torch' in sys.modules"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == str(sorted({"__version__", "load_config", "train", "Trainer", "TrainerCallback",
-                                                "TrainResult"}))
+    assert result.stdout.strip() == str(
+        sorted({"__version__", "load_config", "train", "Trainer", "TrainerCallback", "TrainResult"})
+    )

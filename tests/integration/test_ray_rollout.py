@@ -44,10 +44,25 @@ def prompts_file(tmp_path_factory) -> Path:
 
 
 def ray_overrides(model_dir: Path, prompts: Path, *extra: str) -> list[str]:
-    return [f"model.path={model_dir}", f"data.manifest={prompts}", f"data.eval_manifest={prompts}", "model.device=cpu", "model.dtype=float32", "model.lora.rank=4", "model.lora.alpha=8",
-            "rollout.height=64", "rollout.width=64", "rollout.num_steps=2", "rollout.n=2",
-            "rollout.rollout_batch_size=2", "rollout.sample_batch_size=2", "actor.gradient_accumulation_steps=1",
-            "reward.components.ocr=0.0", "reward.components.jpeg_compressibility=1.0", *extra]
+    return [
+        f"model.path={model_dir}",
+        f"data.manifest={prompts}",
+        f"data.eval_manifest={prompts}",
+        "model.device=cpu",
+        "model.dtype=float32",
+        "model.lora.rank=4",
+        "model.lora.alpha=8",
+        "rollout.height=64",
+        "rollout.width=64",
+        "rollout.num_steps=2",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=2",
+        "rollout.sample_batch_size=2",
+        "actor.gradient_accumulation_steps=1",
+        "reward.components.ocr=0.0",
+        "reward.components.jpeg_compressibility=1.0",
+        *extra,
+    ]
 
 
 def assert_batches_equal(a: TrajectoryBatch, b: TrajectoryBatch) -> None:
@@ -72,8 +87,16 @@ def ray_session():
 
 @pytest.fixture(scope="module")
 def setting(tiny_sd3_dir, prompts_file, ray_session):
-    cfg = load_config(RECIPE, ray_overrides(tiny_sd3_dir, prompts_file, "/base/distributed=ray_rollout", "rollout.num_workers=2",
-                                            "distributed.resources.rollout.num_workers=2"))
+    cfg = load_config(
+        RECIPE,
+        ray_overrides(
+            tiny_sd3_dir,
+            prompts_file,
+            "/base/distributed=ray_rollout",
+            "rollout.num_workers=2",
+            "distributed.resources.rollout.num_workers=2",
+        ),
+    )
     policy, sampler, engine = ray_rollout_setting(cfg)
     yield cfg, policy, sampler, engine
     engine.close()
@@ -209,19 +232,41 @@ def test_cross_node_preset_joins_the_cluster_at_ray_address(tiny_sd3_dir, prompt
     ray.shutdown()  # leave the module's private instance; join an "existing cluster" instead
     port = _free_port()
     ray_cli = Path(sys.executable).parent / "ray"
-    head = subprocess.Popen([str(ray_cli), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
-                             "--num-gpus=0", "--node-ip-address=127.0.0.1", "--include-dashboard=false",
-                             "--disable-usage-stats"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    head = subprocess.Popen(
+        [
+            str(ray_cli),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--num-gpus=0",
+            "--node-ip-address=127.0.0.1",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
-        cfg = load_config(RECIPE, ray_overrides(tiny_sd3_dir, prompts_file, "/base/distributed=ray_rollout_cross_node",
-                                                "distributed.resources.rollout.num_gpus=0"))
+        cfg = load_config(
+            RECIPE,
+            ray_overrides(
+                tiny_sd3_dir,
+                prompts_file,
+                "/base/distributed=ray_rollout_cross_node",
+                "distributed.resources.rollout.num_gpus=0",
+            ),
+        )
         torch.manual_seed(cfg.trainer.seed)
         policy = setup.build_policy(cfg)
         deadline = time.monotonic() + 300
         while True:  # the head takes a few seconds to accept drivers (longer on a loaded box)
             try:
-                engine = RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), setup.build_policy, generate_timeout_s=120)
+                engine = RayRolloutEngine(
+                    cfg, trainable_state_dict(policy.transformer), setup.build_policy, generate_timeout_s=120
+                )
                 break
             except ConnectionError:
                 if time.monotonic() > deadline:

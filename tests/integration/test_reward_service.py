@@ -43,12 +43,30 @@ def free_port() -> int:
 
 def start_server(port: int, delay_s: float) -> subprocess.Popen:
     """`genalign serve-reward` serving a 'delay_s per call' pixel scorer; returns once it listens."""
-    env = {**os.environ, "GENALIGN_REWARD_TOKEN": TOKEN,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(FAKES_DIR), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "GENALIGN_REWARD_TOKEN": TOKEN,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(FAKES_DIR), os.environ.get("PYTHONPATH")])),
+    }
     process = subprocess.Popen(
-        [sys.executable, "-m", "genalign", "serve-reward", "--components", PIXEL, "--port", str(port),
-         f"reward.allow_import=[{PIXEL}]", f'reward.kwargs={{"{PIXEL}": {{delay_s: {delay_s}}}}}',
-         "reward.batch_size=2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "genalign",
+            "serve-reward",
+            "--components",
+            PIXEL,
+            "--port",
+            str(port),
+            f"reward.allow_import=[{PIXEL}]",
+            f'reward.kwargs={{"{PIXEL}": {{delay_s: {delay_s}}}}}',
+            "reward.batch_size=2",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
     reader.start()
@@ -68,8 +86,15 @@ def test_server_killed_mid_step_recovers_after_restart_and_fails_clearly_when_go
     port = free_port()
     expected = images.float().mean(dim=(1, 2, 3)) / 255.0
     server = start_server(port, delay_s=1.0)
-    cfg = RewardConfig(components={PIXEL: 1.0}, allow_import=[PIXEL], runtime="http", url=f"http://127.0.0.1:{port}",
-                       batch_size=2, timeout_s=60.0, startup_timeout_s=180.0)
+    cfg = RewardConfig(
+        components={PIXEL: 1.0},
+        allow_import=[PIXEL],
+        runtime="http",
+        url=f"http://127.0.0.1:{port}",
+        batch_size=2,
+        timeout_s=60.0,
+        startup_timeout_s=180.0,
+    )
     runtime = build_reward_runtime(cfg, "cpu")
     try:
         future = runtime.score_async(images, [f"p{i}" for i in range(6)], [])  # 3 requests, >= 3 s of scoring
@@ -85,8 +110,11 @@ def test_server_killed_mid_step_recovers_after_restart_and_fails_clearly_when_go
         server.wait(timeout=30)
         runtime.cfg.startup_timeout_s = 2.0  # gone for good: a bounded wait, then the error
         start = time.monotonic()
-        with pytest.raises(RewardError, match=rf"'{PIXEL}' on reward server http://127.0.0.1:{port}: cannot "
-                                              rf"reconnect to the server within reward.startup_timeout_s=2.0"):
+        with pytest.raises(
+            RewardError,
+            match=rf"'{PIXEL}' on reward server http://127.0.0.1:{port}: cannot "
+            rf"reconnect to the server within reward.startup_timeout_s=2.0",
+        ):
             runtime.score(images, [f"p{i}" for i in range(6)], [])
         assert time.monotonic() - start < 60
     finally:
@@ -141,14 +169,24 @@ def test_a_run_whose_reward_server_is_gone_ends_with_one_line(tmp_path, monkeypa
     monkeypatch.setenv("GENALIGN_REWARD_TOKEN", TOKEN)
     monkeypatch.setattr("genalign.cli._configure_logging", lambda: None)
     port = free_port()  # nothing listens there
-    code = cli_main(["train", f"trainer.output_dir={tmp_path / 'run'}", "reward.runtime=http",
-                     f"reward.url=http://127.0.0.1:{port}", "reward.startup_timeout_s=1", "trainer.progress_bar=false"])
+    code = cli_main(
+        [
+            "train",
+            f"trainer.output_dir={tmp_path / 'run'}",
+            "reward.runtime=http",
+            f"reward.url=http://127.0.0.1:{port}",
+            "reward.startup_timeout_s=1",
+            "trainer.progress_bar=false",
+        ]
+    )
     gc.collect()  # an unclosed aiohttp session complains when it is collected
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and "Traceback" not in err, err
-    assert lines[0].startswith(f"genalign: error: reward(s) 'toy_shape' on reward server http://127.0.0.1:{port}: "
-                               "cannot reach the server within reward.startup_timeout_s=1.0")
+    assert lines[0].startswith(
+        f"genalign: error: reward(s) 'toy_shape' on reward server http://127.0.0.1:{port}: "
+        "cannot reach the server within reward.startup_timeout_s=1.0"
+    )
     assert lines[1].startswith("hint: once the reward server answers again, rerun the same command")
     assert "Unclosed" not in caplog.text
 
@@ -165,16 +203,46 @@ def test_valid_clients_are_served_while_attackers_abuse_the_server(tmp_path, mon
     env = {**os.environ, "GENALIGN_REWARD_TOKEN": token}
     log_file = open(tmp_path / "server.log", "w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "genalign", "serve-reward", "--components", "jpeg_compressibility", "--port", "0",
-         "--max-connections", "64", "--header-timeout-s", "2", "--max-request-mb", "4", "reward.batch_size=8"],
-        env=env, stdout=subprocess.PIPE, stderr=log_file, text=True)
+        [
+            sys.executable,
+            "-m",
+            "genalign",
+            "serve-reward",
+            "--components",
+            "jpeg_compressibility",
+            "--port",
+            "0",
+            "--max-connections",
+            "64",
+            "--header-timeout-s",
+            "2",
+            "--max-request-mb",
+            "4",
+            "reward.batch_size=8",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=log_file,
+        text=True,
+    )
     try:
         line = server.stdout.readline()  # {"serving": ..., "url": ...} once it listens
         assert line, (tmp_path / "server.log").read_text()
         url = json.loads(line)["url"]
         monkeypatch.setenv("GENALIGN_REWARD_TOKEN", token)
-        figures = bench.abuse_test(url, token, ["jpeg_compressibility"], clients=2, rate_per_s=2.0, seconds=4.0,
-                                   batch=2, size=32, giant_images=300, slowloris=100, timeout_s=300.0)
+        figures = bench.abuse_test(
+            url,
+            token,
+            ["jpeg_compressibility"],
+            clients=2,
+            rate_per_s=2.0,
+            seconds=4.0,
+            batch=2,
+            size=32,
+            giant_images=300,
+            slowloris=100,
+            timeout_s=300.0,
+        )
     finally:
         server.terminate()
         server.wait(timeout=120)
@@ -210,10 +278,23 @@ def test_serve_reward_refuses_bad_setups_before_loading(monkeypatch, capsys):
 
 def run_toy(out: Path, *extra: str):
     """2 steps of the default toy recipe, shrunk, with its evaluation (gold and quality rewards)."""
-    overrides = ["rollout.num_steps=4", "rollout.n=2", "rollout.rollout_batch_size=4", "rollout.sample_batch_size=4",
-                 "reward.batch_size=4", "eval.every=2", "eval.at_start=false", "eval.num_steps=2",
-                 "eval.max_prompts=2", "eval.samples_per_prompt=2", "trainer.num_steps=2", "trainer.save_every=0",
-                 "trainer.progress_bar=false", f"trainer.output_dir={out}", *extra]
+    overrides = [
+        "rollout.num_steps=4",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=4",
+        "rollout.sample_batch_size=4",
+        "reward.batch_size=4",
+        "eval.every=2",
+        "eval.at_start=false",
+        "eval.num_steps=2",
+        "eval.max_prompts=2",
+        "eval.samples_per_prompt=2",
+        "trainer.num_steps=2",
+        "trainer.save_every=0",
+        "trainer.progress_bar=false",
+        f"trainer.output_dir={out}",
+        *extra,
+    ]
     cfg = load_config("experiment/toy/shapes_grpo", overrides)
     Trainer(cfg).train()
     rows = list(csv.DictReader(open(out / "metrics.csv")))
@@ -233,8 +314,9 @@ def test_a_run_scored_over_http_is_the_run_scored_in_process(tmp_path, monkeypat
     monkeypatch.setattr(HttpRewardRuntime, "score_async", lambda self, *a: calls.append(1) or score_async(self, *a))
     monkeypatch.setattr(HttpRewardRuntime, "__init__", lambda self, *a: built.append(self) or init(self, *a))
     try:
-        _, http_rows, http_evals, http_weights = run_toy(tmp_path / "http", "reward.runtime=http",
-                                                         f"reward.url={server.url}", "reward.async_scoring=true")
+        _, http_rows, http_evals, http_weights = run_toy(
+            tmp_path / "http", "reward.runtime=http", f"reward.url={server.url}", "reward.async_scoring=true"
+        )
     finally:
         server.stop()
     import gc

@@ -8,7 +8,6 @@ code; the scores are checked against values computed here independently with tra
 PIL image processor (what Flow-GRPO's scorers run) and the model's own towers.
 """
 
-
 import numpy as np
 import pytest
 import torch
@@ -124,7 +123,8 @@ def test_aesthetic_is_the_mlp_on_the_normalised_image_embedding(clip_dir, images
     save_file(head.state_dict(), tmp_path / "head.safetensors")
     image, _, _ = reference_embeddings(clip_dir, images, PROMPTS)
     scores = AestheticReward(model_name=str(clip_dir), head_path=str(tmp_path / "head.safetensors")).score(
-        images, PROMPTS, [{}] * 3)
+        images, PROMPTS, [{}] * 3
+    )
     with torch.no_grad():  # the LAION layout by hand: five linear layers, no activations
         hidden = image
         for index in (0, 2, 4, 6, 7):

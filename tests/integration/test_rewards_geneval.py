@@ -54,8 +54,10 @@ def images():
 META = [
     {"tag": "single_object", "include": [{"class": "dog", "count": 1}]},
     {"tag": "counting", "include": [{"class": "cup", "count": 2}], "exclude": [{"class": "cup", "count": 3}]},
-    {"tag": "color_attr", "include": [{"class": "dog", "count": 1, "color": "red"},
-                                      {"class": "cup", "count": 1, "color": "blue"}]},
+    {
+        "tag": "color_attr",
+        "include": [{"class": "dog", "count": 1, "color": "red"}, {"class": "cup", "count": 1, "color": "blue"}],
+    },
 ]
 
 
@@ -70,8 +72,9 @@ def test_detections_come_from_the_detector_and_scores_follow_them(models, images
                 x0, y0, x1, y1 = d.box
                 assert d.mask.shape == (48, 40) and d.mask.any() and 0 <= x0 < x1 <= 40 and 0 <= y0 < y1 <= 48
                 assert 0 <= d.score <= 1
-    scores = reward.score(images, ["a photo of a dog", "a photo of two cups", "a photo of a red dog and a blue cup"],
-                          META)
+    scores = reward.score(
+        images, ["a photo of a dog", "a photo of two cups", "a photo of a red dog and a blue cup"], META
+    )
     assert scores.shape == (3,) and scores.dtype == torch.float32
     # single object with every detection kept: the partial credit is 1 - |1 - n_dogs| / 1
     dogs = len(raw[0].get("dog", []))
@@ -129,8 +132,12 @@ def test_colour_is_zero_shot_clip_over_the_masked_crop(models, images):
     reward = scorer(models)
     # open_clip's `openai` preprocessing: Pillow's bicubic, the crop offset rounded as torchvision does
     transform = reward.clip.transform
-    assert (transform.shortest_edge, transform.crop_hw, transform.crop_rounding, transform.resampler) == \
-        (224, (224, 224), "round", "pil")
+    assert (transform.shortest_edge, transform.crop_hw, transform.crop_rounding, transform.resampler) == (
+        224,
+        (224, 224),
+        "round",
+        "pil",
+    )
     mask = torch.zeros(48, 40, dtype=torch.bool)
     mask[10:30, 5:25] = True
     detection = Detection((5.0, 10.0, 25.0, 30.0), 0.9, mask)

@@ -34,26 +34,42 @@ def open_clip_state(config, seed: int = 0, device: str = "cpu") -> dict[str, tor
             return torch.empty(*shape, device="meta")
         return torch.randn(*shape, generator=g) * scale
 
-    state = {"token_embedding.weight": r(text.vocab_size, text.hidden_size),
-             "positional_embedding": r(text.max_position_embeddings, text.hidden_size),
-             "ln_final.weight": 1 + r(text.hidden_size), "ln_final.bias": r(text.hidden_size),
-             "text_projection": r(text.hidden_size, embed), "logit_scale": torch.tensor(4.6, device=device),
-             "visual.conv1.weight": r(vision.hidden_size, 3, vision.patch_size, vision.patch_size),
-             "visual.class_embedding": r(vision.hidden_size),
-             "visual.positional_embedding": r(grid ** 2 + 1, vision.hidden_size),
-             "visual.ln_pre.weight": 1 + r(vision.hidden_size), "visual.ln_pre.bias": r(vision.hidden_size),
-             "visual.ln_post.weight": 1 + r(vision.hidden_size), "visual.ln_post.bias": r(vision.hidden_size),
-             "visual.proj": r(vision.hidden_size, embed)}
+    state = {
+        "token_embedding.weight": r(text.vocab_size, text.hidden_size),
+        "positional_embedding": r(text.max_position_embeddings, text.hidden_size),
+        "ln_final.weight": 1 + r(text.hidden_size),
+        "ln_final.bias": r(text.hidden_size),
+        "text_projection": r(text.hidden_size, embed),
+        "logit_scale": torch.tensor(4.6, device=device),
+        "visual.conv1.weight": r(vision.hidden_size, 3, vision.patch_size, vision.patch_size),
+        "visual.class_embedding": r(vision.hidden_size),
+        "visual.positional_embedding": r(grid**2 + 1, vision.hidden_size),
+        "visual.ln_pre.weight": 1 + r(vision.hidden_size),
+        "visual.ln_pre.bias": r(vision.hidden_size),
+        "visual.ln_post.weight": 1 + r(vision.hidden_size),
+        "visual.ln_post.bias": r(vision.hidden_size),
+        "visual.proj": r(vision.hidden_size, embed),
+    }
     for prefix, tower in (("", text), ("visual.", vision)):
         width, hidden = tower.hidden_size, tower.intermediate_size
         for i in range(tower.num_hidden_layers):
             block = f"{prefix}transformer.resblocks.{i}."
-            state.update({block + "ln_1.weight": 1 + r(width), block + "ln_1.bias": r(width),
-                          block + "attn.in_proj_weight": r(3 * width, width), block + "attn.in_proj_bias": r(3 * width),
-                          block + "attn.out_proj.weight": r(width, width), block + "attn.out_proj.bias": r(width),
-                          block + "ln_2.weight": 1 + r(width), block + "ln_2.bias": r(width),
-                          block + "mlp.c_fc.weight": r(hidden, width), block + "mlp.c_fc.bias": r(hidden),
-                          block + "mlp.c_proj.weight": r(width, hidden), block + "mlp.c_proj.bias": r(width)})
+            state.update(
+                {
+                    block + "ln_1.weight": 1 + r(width),
+                    block + "ln_1.bias": r(width),
+                    block + "attn.in_proj_weight": r(3 * width, width),
+                    block + "attn.in_proj_bias": r(3 * width),
+                    block + "attn.out_proj.weight": r(width, width),
+                    block + "attn.out_proj.bias": r(width),
+                    block + "ln_2.weight": 1 + r(width),
+                    block + "ln_2.bias": r(width),
+                    block + "mlp.c_fc.weight": r(hidden, width),
+                    block + "mlp.c_fc.bias": r(hidden),
+                    block + "mlp.c_proj.weight": r(width, hidden),
+                    block + "mlp.c_proj.bias": r(width),
+                }
+            )
     return state
 
 
@@ -70,8 +86,11 @@ def blocks(state, prefix, tower, x, mask=None):
         attn = attn.transpose(1, 2).reshape(x.shape)
         x = x + F.linear(attn, state[p + "attn.out_proj.weight"], state[p + "attn.out_proj.bias"])
         h = F.layer_norm(x, (width,), state[p + "ln_2.weight"], state[p + "ln_2.bias"])
-        h = F.linear(F.gelu(F.linear(h, state[p + "mlp.c_fc.weight"], state[p + "mlp.c_fc.bias"])),
-                     state[p + "mlp.c_proj.weight"], state[p + "mlp.c_proj.bias"])
+        h = F.linear(
+            F.gelu(F.linear(h, state[p + "mlp.c_fc.weight"], state[p + "mlp.c_fc.bias"])),
+            state[p + "mlp.c_proj.weight"],
+            state[p + "mlp.c_proj.bias"],
+        )
         x = x + h
     return x
 
@@ -88,7 +107,7 @@ def open_clip_image(state, vision, pixels):
 
 
 def open_clip_text(state, text, tokens):
-    x = state["token_embedding.weight"][tokens] + state["positional_embedding"][:tokens.shape[1]]
+    x = state["token_embedding.weight"][tokens] + state["positional_embedding"][: tokens.shape[1]]
     causal = torch.full((tokens.shape[1], tokens.shape[1]), float("-inf")).triu(1)
     x = blocks(state, "", text, x, causal)
     x = F.layer_norm(x, (text.hidden_size,), state["ln_final.weight"], state["ln_final.bias"])
@@ -115,8 +134,9 @@ def test_converted_weights_reproduce_the_open_clip_forward():
     # float32 through one small block per tower: agreement to rounding (padding after the end
     # token is masked in transformers and causally invisible to it in open_clip)
     torch.testing.assert_close(image, open_clip_image(state, config.vision_config, pixels), rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(text, open_clip_text(state, config.text_config, tokens["input_ids"]), rtol=1e-4,
-                               atol=1e-5)
+    torch.testing.assert_close(
+        text, open_clip_text(state, config.text_config, tokens["input_ids"]), rtol=1e-4, atol=1e-5
+    )
 
 
 def test_the_mapping_covers_the_published_vit_h_14_at_full_size():

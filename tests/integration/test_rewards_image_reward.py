@@ -12,12 +12,22 @@ from safetensors.torch import save_file
 
 from genalign.rewards.image_reward import MEAN, STD, ImageRewardReward, configs_from_shapes, split_checkpoint
 
-TIMM_NAMES = {"embeddings.class_embedding": "cls_token", "embeddings.position_embedding": "pos_embed",
-              "embeddings.patch_embedding.weight": "patch_embed.proj.weight",
-              "embeddings.patch_embedding.bias": "patch_embed.proj.bias", "post_layernorm.weight": "norm.weight",
-              "post_layernorm.bias": "norm.bias"}
-TIMM_BLOCK = {"layer_norm1": "norm1", "self_attn.qkv": "attn.qkv", "self_attn.projection": "attn.proj",
-              "layer_norm2": "norm2", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
+TIMM_NAMES = {
+    "embeddings.class_embedding": "cls_token",
+    "embeddings.position_embedding": "pos_embed",
+    "embeddings.patch_embedding.weight": "patch_embed.proj.weight",
+    "embeddings.patch_embedding.bias": "patch_embed.proj.bias",
+    "post_layernorm.weight": "norm.weight",
+    "post_layernorm.bias": "norm.bias",
+}
+TIMM_BLOCK = {
+    "layer_norm1": "norm1",
+    "self_attn.qkv": "attn.qkv",
+    "self_attn.projection": "attn.proj",
+    "layer_norm2": "norm2",
+    "mlp.fc1": "mlp.fc1",
+    "mlp.fc2": "mlp.fc2",
+}
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -29,8 +39,15 @@ def timm_name(key: str) -> str:
     return f"blocks.{index}.{TIMM_BLOCK[module]}.{kind}"
 
 
-VIT_L_16 = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16, image_size=224,
-                patch_size=16, layer_norm_eps=1e-6)
+VIT_L_16 = dict(
+    hidden_size=1024,
+    intermediate_size=4096,
+    num_hidden_layers=24,
+    num_attention_heads=16,
+    image_size=224,
+    patch_size=16,
+    layer_norm_eps=1e-6,
+)
 """ImageReward's image encoder: `BLIP_Pretrain(image_size=224, vit="large")`, BLIP's ViT-L/16 (in
 code, `create_vit`; heads of 64, MLP ratio 4, LayerNorm eps 1e-6)."""
 
@@ -41,8 +58,12 @@ def vision_config(tiny: bool = True):
 
     spec = dict(VIT_L_16)
     if tiny:  # 2 heads of 64, 2 blocks; the real image size and patch
-        spec.update(hidden_size=TINY_HEADS * 64, intermediate_size=TINY_HEADS * 64 * 4, num_hidden_layers=2,
-                    num_attention_heads=TINY_HEADS)
+        spec.update(
+            hidden_size=TINY_HEADS * 64,
+            intermediate_size=TINY_HEADS * 64 * 4,
+            num_hidden_layers=2,
+            num_attention_heads=TINY_HEADS,
+        )
     return BlipVisionConfig(**spec)
 
 
@@ -52,8 +73,9 @@ def checkpoint(vision, text, head) -> dict[str, torch.Tensor]:
     state.update({f"blip.text_encoder.{k}": v for k, v in text.state_dict().items()})
     state.update({f"mlp.{k}": v for k, v in head.state_dict().items()})
     device = next(head.parameters()).device  # "meta" for shapes only
-    state["blip.text_encoder.embeddings.position_ids"] = torch.arange(text.config.max_position_embeddings,
-                                                                      device=device)[None]
+    state["blip.text_encoder.embeddings.position_ids"] = torch.arange(
+        text.config.max_position_embeddings, device=device
+    )[None]
     state["blip.vision_proj.weight"] = torch.zeros(4, vision.config.hidden_size, device=device)
     return state
 
@@ -78,8 +100,13 @@ def tiny(tmp_path_factory):
     for p in head.parameters():
         torch.nn.init.normal_(p, std=0.3)
     save_file(checkpoint(vision, text, head), str(root / "image_reward.safetensors"))
-    return {"path": str(root / "image_reward.safetensors"), "tokenizer": str(root / "tokenizer"),
-            "vision": vision, "text": text, "head": head}
+    return {
+        "path": str(root / "image_reward.safetensors"),
+        "tokenizer": str(root / "tokenizer"),
+        "vision": vision,
+        "text": text,
+        "head": head,
+    }
 
 
 def test_the_architecture_read_from_a_full_size_checkpoint_is_blips_published_config():
@@ -101,12 +128,31 @@ def test_the_architecture_read_from_a_full_size_checkpoint_is_blips_published_co
     med = read_json(BLIP_MED_LARGE)
     assert not med["add_type_embeddings"] and not any("token_type" in key for key in text_state)
     read = text_config_read.to_dict()
-    assert {key: read[key] for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                                       "num_attention_heads", "max_position_embeddings", "layer_norm_eps",
-                                       "hidden_act")} == {key: med[key] for key in (
-                                           "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                                           "num_attention_heads", "max_position_embeddings", "layer_norm_eps",
-                                           "hidden_act")}
+    assert {
+        key: read[key]
+        for key in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "max_position_embeddings",
+            "layer_norm_eps",
+            "hidden_act",
+        )
+    } == {
+        key: med[key]
+        for key in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "max_position_embeddings",
+            "layer_norm_eps",
+            "hidden_act",
+        )
+    }
     assert read["encoder_hidden_size"] == med["encoder_width"] == vision_config_read.hidden_size
     assert {key: getattr(vision_config_read, key) for key in VIT_L_16} == VIT_L_16
 
@@ -125,10 +171,12 @@ def test_score_is_imagereward_formula_on_the_checkpoint(tiny):
     tokens = tokenizer(prompts, padding="max_length", truncation=True, max_length=35, return_tensors="pt")
     with torch.no_grad():
         image_tokens = tiny["vision"](pixel_values=pixels).last_hidden_state
-        hidden = tiny["text"](input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"],
-                              encoder_hidden_states=image_tokens,
-                              encoder_attention_mask=torch.ones(image_tokens.shape[:-1], dtype=torch.long)
-                              ).last_hidden_state
+        hidden = tiny["text"](
+            input_ids=tokens["input_ids"],
+            attention_mask=tokens["attention_mask"],
+            encoder_hidden_states=image_tokens,
+            encoder_attention_mask=torch.ones(image_tokens.shape[:-1], dtype=torch.long),
+        ).last_hidden_state
         expected = (tiny["head"](hidden[:, 0]) - MEAN) / STD
     assert scores.shape == (2,) and torch.allclose(scores, expected, atol=1e-6)
     assert pixels.shape[-2:] == (224, 224)  # image size read from the checkpoint's position embedding

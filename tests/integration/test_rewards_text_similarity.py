@@ -19,8 +19,16 @@ def bert_dir(tmp_path_factory):
     (path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
     BertTokenizer(str(path / "vocab.txt")).save_pretrained(path)
     torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=len(WORDS) + 5, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=32, max_position_embeddings=32)).save_pretrained(path)
+    BertModel(
+        BertConfig(
+            vocab_size=len(WORDS) + 5,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=32,
+        )
+    ).save_pretrained(path)
     (path / "1_Pooling").mkdir()
     (path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
     return path
@@ -32,7 +40,8 @@ def test_cosine_of_mean_pooled_embeddings(bert_dir):
     prompts = ["a red cat", "a blue dog on the mat"]
     captions = ["a red cat", "stock market"]
     scores = TextSimilarityReward(model_name=str(bert_dir)).score(
-        torch.zeros(2, 3, 8, 8, dtype=torch.uint8), prompts, [{"caption": c} for c in captions])
+        torch.zeros(2, 3, 8, 8, dtype=torch.uint8), prompts, [{"caption": c} for c in captions]
+    )
     model, tokenizer = BertModel.from_pretrained(bert_dir).eval(), BertTokenizer.from_pretrained(bert_dir)
 
     def embed(text):  # one text at a time: no padding, so a plain mean over tokens

@@ -18,7 +18,7 @@ from genalign.models.tiny_random import main
 from genalign.sampling.schedules import flow_match_sigmas
 
 MAX_TOKENS = 16
-PROMPTS = ["a red sign that says \"hi\"", "two cats"]
+PROMPTS = ['a red sign that says "hi"', "two cats"]
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +81,13 @@ def test_encode_prompts_shapes_and_empty_negative(policy):
 
 def forward(policy: SD3Policy, latents, sigma, embeds, pooled) -> torch.Tensor:
     """One plain transformer call with the SD3 timestep convention 1000·σ."""
-    return policy.transformer(hidden_states=latents, timestep=1000 * sigma, encoder_hidden_states=embeds,
-                              pooled_projections=pooled, return_dict=False)[0]
+    return policy.transformer(
+        hidden_states=latents,
+        timestep=1000 * sigma,
+        encoder_hidden_states=embeds,
+        pooled_projections=pooled,
+        return_dict=False,
+    )[0]
 
 
 @torch.no_grad()
@@ -94,8 +99,10 @@ def test_velocity_without_cfg_is_the_conditional_forward(policy):
     torch.testing.assert_close(velocity, forward(policy, noise(), sigma, cond.embeds, cond.pooled))
     assert not torch.allclose(velocity, policy.velocity(noise(), torch.tensor([0.5, 0.5]), cond, 1.0))
     # a scalar sigma is broadcast over the batch
-    torch.testing.assert_close(policy.velocity(noise(), torch.tensor(0.5), cond, 1.0),
-                               policy.velocity(noise(), torch.tensor([0.5, 0.5]), cond, 1.0))
+    torch.testing.assert_close(
+        policy.velocity(noise(), torch.tensor(0.5), cond, 1.0),
+        policy.velocity(noise(), torch.tensor([0.5, 0.5]), cond, 1.0),
+    )
 
 
 @torch.no_grad()
@@ -112,8 +119,14 @@ def test_cfg_is_one_batched_forward_equal_to_the_manual_combination(policy):
     uncond = forward(policy, noise(), sigma, cond.negative_embeds, cond.negative_pooled)
     text = forward(policy, noise(), sigma, cond.embeds, cond.pooled)
     # one batch of 4 vs two of 2: rounding only, through the tiny transformer and CFG's |1 − w| + |w|
-    assert_close_reordered(guided, uncond + scale * (text - uncond), length=TINY_REDUCTION, depth=TINY_DEPTH,
-                           gain=abs(1 - scale) + scale, scale=float(torch.cat([uncond, text]).abs().max()))
+    assert_close_reordered(
+        guided,
+        uncond + scale * (text - uncond),
+        length=TINY_REDUCTION,
+        depth=TINY_DEPTH,
+        gain=abs(1 - scale) + scale,
+        scale=float(torch.cat([uncond, text]).abs().max()),
+    )
     assert not torch.allclose(guided, text)
 
 
@@ -226,5 +239,6 @@ def test_detach_uncond_keeps_the_value_and_drops_the_unconditional_gradient(tiny
     # split vs joint: the same math batched differently; gradients chain forward and backward
     assert_close_reordered(split_value, value, length=TINY_REDUCTION, depth=TINY_DEPTH, gain=abs(1 - 4.5) + 4.5)
     for name in cond_only:
-        assert_close_reordered(split_grads[name], cond_only[name], length=TINY_REDUCTION, depth=2 * TINY_DEPTH,
-                               gain=abs(1 - 4.5) + 4.5)
+        assert_close_reordered(
+            split_grads[name], cond_only[name], length=TINY_REDUCTION, depth=2 * TINY_DEPTH, gain=abs(1 - 4.5) + 4.5
+        )

@@ -65,8 +65,14 @@ def test_cfg_is_one_batched_forward_equal_to_two_branches(policy):
     # differs by rounding (longest reduction: the 4·64-wide MLP; 4 layers), which the velocity
     # (x − x̂0)/σ divides by σ ≥ 0.1 and CFG scales by |1 − w| + |w| = 5
     x0_scale = float((latents - sigma.view(-1, 1, 1, 1) * uncond).abs().max())
-    assert_close_reordered(guided, uncond + 3.0 * (text - uncond), length=4 * 64,
-                           depth=TRANSFORMER_CONFIG["num_layers"], gain=(2.0 + 3.0) / 0.1, scale=x0_scale)
+    assert_close_reordered(
+        guided,
+        uncond + 3.0 * (text - uncond),
+        length=4 * 64,
+        depth=TRANSFORMER_CONFIG["num_layers"],
+        gain=(2.0 + 3.0) / 0.1,
+        scale=x0_scale,
+    )
     with pytest.raises(ValueError, match="with_negative=True"):
         policy.velocity(latents, sigma, policy.encode_prompts(["a red circle"] * 3, False), 3.0)
 
@@ -94,9 +100,13 @@ def test_lora_attaches_to_the_sd3_attention_projections():
 def test_rollout_replay_parity_before_any_update(policy):
     """Acceptance 1: replayed log-probs equal the rollout's (≤ 1e-6) with unchanged weights."""
     prompts = ["a red circle"] * 4 + ["a blue square"] * 4
-    groups = PromptGroupBatch(prompts=prompts, prompt_ids=torch.tensor([0] * 4 + [1] * 4),
-                              group_ids=torch.tensor([0] * 4 + [1] * 4), seeds=torch.arange(8) + 100,
-                              metadata=[{} for _ in prompts])
+    groups = PromptGroupBatch(
+        prompts=prompts,
+        prompt_ids=torch.tensor([0] * 4 + [1] * 4),
+        group_ids=torch.tensor([0] * 4 + [1] * 4),
+        seeds=torch.arange(8) + 100,
+        metadata=[{} for _ in prompts],
+    )
     spec = SamplingSpec(height=32, width=32, num_steps=10, guidance_scale=1.0, noise_level=0.7, chunk_size=4)
     batch = generate(policy, groups, spec)
     assert batch.images.shape == (8, 3, 32, 32) and batch.log_probs.shape == (8, 10)
@@ -107,7 +117,9 @@ def test_rollout_replay_parity_before_any_update(policy):
 def test_velocity_from_x0_by_hand():
     """v = (x − x̂0) / max(σ, 0.05): x = 1, x̂0 = 0.5 -> 1 at σ = 0.5, 10 at σ = 0.01 (floored)."""
     x, x0 = torch.ones(2, 1, 1, 1), torch.full((2, 1, 1, 1), 0.5)
-    torch.testing.assert_close(velocity_from_x0(x, x0, torch.tensor([0.5, 0.01])), torch.tensor([1.0, 10.0]).view(2, 1, 1, 1))
+    torch.testing.assert_close(
+        velocity_from_x0(x, x0, torch.tensor([0.5, 0.01])), torch.tensor([1.0, 10.0]).view(2, 1, 1, 1)
+    )
 
 
 def test_x0_model_velocity_is_the_converted_transformer_output(policy):
@@ -123,8 +135,13 @@ def test_x0_model_velocity_is_the_converted_transformer_output(policy):
         x0 = raw.velocity(latents, sigma, cond, scale)
         # CFG on x̂0 then (x − x̂0)/σ vs CFG on the velocities: elementwise, reordered (no reduction);
         # the roundings of values up to max(|x|, |x̂0|) scaled by CFG's |1 − w| + |w| and 1/σ
-        assert_close_reordered(policy.velocity(latents, sigma, cond, scale), velocity_from_x0(latents, x0, sigma),
-                               length=1, depth=4, gain=(abs(1 - scale) + scale) / float(sigma.min()),
-                               scale=max(float(latents.abs().max()), float(x0.abs().max())))
+        assert_close_reordered(
+            policy.velocity(latents, sigma, cond, scale),
+            velocity_from_x0(latents, x0, sigma),
+            length=1,
+            depth=4,
+            gain=(abs(1 - scale) + scale) / float(sigma.min()),
+            scale=max(float(latents.abs().max()), float(x0.abs().max())),
+        )
     with pytest.raises(ValueError, match="prediction 'eps'"):
         ToyPolicy(policy.transformer, policy.text_encoder, policy.device, prediction="eps")

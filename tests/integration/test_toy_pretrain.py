@@ -96,21 +96,32 @@ def test_default_options_are_the_recipe_of_the_shipped_weights():
 def test_every_option_changes_what_is_trained():
     first, _, record = pretrain_model(seed=3, steps=2, log_every=0)
     assert record["options"]["sigma_sampling"] == "logit_normal" and record["options"]["caption_noise"] == 0.6
-    for change in ({"sigma_sampling": "uniform"}, {"centre_jitter": None}, {"extent": (0.45, 0.85)},
-                   {"caption_noise": 0.0}):
-        other, _, other_record = pretrain_model(seed=3, steps=2, log_every=0,
-                                                options=replace(PretrainOptions(), **change))
+    for change in (
+        {"sigma_sampling": "uniform"},
+        {"centre_jitter": None},
+        {"extent": (0.45, 0.85)},
+        {"caption_noise": 0.0},
+    ):
+        other, _, other_record = pretrain_model(
+            seed=3, steps=2, log_every=0, options=replace(PretrainOptions(), **change)
+        )
         a, b = first.state_dict(), other.state_dict()
         assert not all(torch.equal(a[k], b[k]) for k in a), change
-        assert other_record["options"][next(iter(change))] == (list(change["extent"]) if "extent" in change
-                                                               else next(iter(change.values())))
+        assert other_record["options"][next(iter(change))] == (
+            list(change["extent"]) if "extent" in change else next(iter(change.values()))
+        )
 
 
-@pytest.mark.parametrize("argv, message", [(["--caption-noise", "1.5"], "caption_noise 1.5"),
-                                           (["--extent", "0.8", "0.6"], "extent (0.8, 0.6)"),
-                                           (["--centre-jitter", "-0.1"], "centre_jitter -0.1"),
-                                           (["--centre-jitter", "near"], "invalid _centre_jitter value"),
-                                           (["--sigma-sampling", "cosine"], "invalid choice")])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--caption-noise", "1.5"], "caption_noise 1.5"),
+        (["--extent", "0.8", "0.6"], "extent (0.8, 0.6)"),
+        (["--centre-jitter", "-0.1"], "centre_jitter -0.1"),
+        (["--centre-jitter", "near"], "invalid _centre_jitter value"),
+        (["--sigma-sampling", "cosine"], "invalid choice"),
+    ],
+)
 def test_bad_pretraining_options_are_refused_before_training(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exited:
         main(["--what", "model", "--out", str(tmp_path), *argv])
@@ -122,8 +133,27 @@ def test_the_command_line_can_ask_for_the_previous_recipe(monkeypatch, tmp_path)
     """`--sigma-sampling uniform --extent 0.45 0.85 --centre-jitter none --caption-noise 0` is the
     first shipped model's recipe; the flags reach pretrain_model as options."""
     seen = {}
-    monkeypatch.setattr("genalign.demo.pretrain.run_model",
-                        lambda out, seed, steps, minutes, options: seen.update(options=options))
-    assert main(["--what", "model", "--out", str(tmp_path), "--sigma-sampling", "uniform", "--extent", "0.45", "0.85",
-                 "--centre-jitter", "none", "--caption-noise", "0"]) == 0
+    monkeypatch.setattr(
+        "genalign.demo.pretrain.run_model", lambda out, seed, steps, minutes, options: seen.update(options=options)
+    )
+    assert (
+        main(
+            [
+                "--what",
+                "model",
+                "--out",
+                str(tmp_path),
+                "--sigma-sampling",
+                "uniform",
+                "--extent",
+                "0.45",
+                "0.85",
+                "--centre-jitter",
+                "none",
+                "--caption-noise",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert seen["options"] == PretrainOptions("uniform", extent=(0.45, 0.85), centre_jitter=None, caption_noise=0.0)

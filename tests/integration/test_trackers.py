@@ -51,8 +51,9 @@ def runs(tiny_sd3_dir, tmp_path_factory):
         for name in ("checkpoint-2", "checkpoint-final"):
             shutil.rmtree(root / "crashed" / name)
         env.setenv("MLFLOW_TRACKING_URI", f"file:{root / 'mlruns-crashed'}")
-        Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "crashed", TRACKERS,
-                                                   "trainer.resume_from=auto"))).train()
+        Trainer(
+            load_config(RECIPE, tiny_overrides(tiny_sd3_dir, root / "crashed", TRACKERS, "trainer.resume_from=auto"))
+        ).train()
     return root
 
 
@@ -61,8 +62,9 @@ def test_metrics_csv_is_the_same_with_trackers_and_after_a_resume(runs):
     assert [r["step"] for r in plain] == ["1", "2", "3"]
     for name in ("tracked", "crashed"):
         assert exact(read_rows(runs / name / "metrics.csv")) == exact(plain), name
-        assert exact(read_rows(runs / name / "eval_metrics.csv")) == exact(read_rows(runs / "plain" /
-                                                                                   "eval_metrics.csv")), name
+        assert exact(read_rows(runs / name / "eval_metrics.csv")) == exact(
+            read_rows(runs / "plain" / "eval_metrics.csv")
+        ), name
     for checkpoint in ("checkpoint-final/trainable.safetensors", "checkpoint-final/ema.safetensors"):
         a, b = load_file(str(runs / "plain" / checkpoint)), load_file(str(runs / "crashed" / checkpoint))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), checkpoint
@@ -133,12 +135,21 @@ def test_mlflow_file_store_has_every_step_the_sheets_and_one_run_across_resume(r
 
 def test_train_log_has_the_console_lines_and_is_appended_on_resume(runs):
     tracked = (runs / "tracked" / "train.log").read_text()
-    for text in ("step sizes:", "loading model sd3", "loading model sd3 from", ": done in", "parity preflight",
-                 "step 3/3, ", "eval step 2", "saving ", "checkpoint-final"):
+    for text in (
+        "step sizes:",
+        "loading model sd3",
+        "loading model sd3 from",
+        ": done in",
+        "parity preflight",
+        "step 3/3, ",
+        "eval step 2",
+        "saving ",
+        "checkpoint-final",
+    ):
         assert text in tracked, text
     assert " INFO genalign.training.trainer: " in tracked  # the console's format
     crashed = (runs / "crashed" / "train.log").read_text()
-    assert crashed.startswith(tracked) and "resumed from" in crashed[len(tracked):]
+    assert crashed.startswith(tracked) and "resumed from" in crashed[len(tracked) :]
 
 
 def test_exported_lora_has_a_model_card_whose_snippet_runs_as_printed(runs, tiny_sd3_dir):
@@ -154,13 +165,20 @@ def test_exported_lora_has_a_model_card_whose_snippet_runs_as_printed(runs, tiny
     # the first and the last evaluation's sheets (steps 0 and 3) beside the card, shown by it
     lora = runs / "tracked" / "checkpoint-final" / "lora"
     for step in (0, 3):
-        assert (lora / f"samples_step_{step}.png").read_bytes() == \
-            (runs / "tracked" / f"eval_epoch_{step}" / "contact_sheet.png").read_bytes()
+        assert (lora / f"samples_step_{step}.png").read_bytes() == (
+            runs / "tracked" / f"eval_epoch_{step}" / "contact_sheet.png"
+        ).read_bytes()
         assert f"](samples_step_{step}.png)" in card
     assert not (lora / "samples_step_2.png").exists()
     last_eval = read_rows(runs / "tracked" / "eval_metrics.csv")[-1]
-    for text in (f"recipe: `{RECIPE}`", "`jpeg_compressibility` x 1", "steps trained: 3 of 3", "EMA (decay",
-                 f"| eval reward (mean) | {float(last_eval['eval_reward_mean']):.4f} |", "load_lora_weights"):
+    for text in (
+        f"recipe: `{RECIPE}`",
+        "`jpeg_compressibility` x 1",
+        "steps trained: 3 of 3",
+        "EMA (decay",
+        f"| eval reward (mean) | {float(last_eval['eval_reward_mean']):.4f} |",
+        "load_lora_weights",
+    ):
         assert text in card, text
     assert "`ocr`" not in card  # zero-weight rewards are not listed
     # every weight folder has its card: lora_live/ (the trained weights beside the EMA)
@@ -181,9 +199,21 @@ def test_full_finetune_exports_a_transformer_diffusers_loads(tiny_sd3_dir, tmp_p
     from diffusers import SD3Transformer2DModel, StableDiffusion3Pipeline
 
     out = tmp_path / "full"
-    Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, out, "model.train_mode=full", "actor.lr=1e-4",
-                                               "trainer.num_steps=1", "trainer.save_every=0", "eval.every=0",
-                                               "eval.at_start=false"))).train()
+    Trainer(
+        load_config(
+            RECIPE,
+            tiny_overrides(
+                tiny_sd3_dir,
+                out,
+                "model.train_mode=full",
+                "actor.lr=1e-4",
+                "trainer.num_steps=1",
+                "trainer.save_every=0",
+                "eval.every=0",
+                "eval.at_start=false",
+            ),
+        )
+    ).train()
     exported = out / "checkpoint-final" / "transformer"
     transformer = SD3Transformer2DModel.from_pretrained(exported)
     ema = load_file(str(out / "checkpoint-final" / "ema.safetensors"))  # eval.use_ema: the EMA is exported
@@ -192,8 +222,15 @@ def test_full_finetune_exports_a_transformer_diffusers_loads(tiny_sd3_dir, tmp_p
     base = SD3Transformer2DModel.from_pretrained(tiny_sd3_dir, subfolder="transformer")
     assert any(not torch.equal(state[k], v) for k, v in base.state_dict().items())
     pipe = StableDiffusion3Pipeline.from_pretrained(tiny_sd3_dir, transformer=transformer)
-    image = pipe("a sign", num_inference_steps=2, height=64, width=64, guidance_scale=1.0,
-                 generator=torch.Generator().manual_seed(0), output_type="pt").images
+    image = pipe(
+        "a sign",
+        num_inference_steps=2,
+        height=64,
+        width=64,
+        guidance_scale=1.0,
+        generator=torch.Generator().manual_seed(0),
+        output_type="pt",
+    ).images
     assert torch.isfinite(image).all()
     card = (exported / "README.md").read_text()
     assert "transformer=transformer" in card and "steps trained: 1 of 1" in card
@@ -207,8 +244,13 @@ def test_export_pushes_a_real_checkpoints_lora_folder(runs, monkeypatch):
 
     uploaded = []
     monkeypatch.setattr(HfApi, "create_repo", lambda self, repo_id, **kwargs: None)
-    monkeypatch.setattr(HfApi, "create_commit", lambda self, repo_id, operations, **kwargs:
-                        uploaded.append({op.path_in_repo: op.path_or_fileobj for op in operations}) or "done")
+    monkeypatch.setattr(
+        HfApi,
+        "create_commit",
+        lambda self, repo_id, operations, **kwargs: (
+            uploaded.append({op.path_in_repo: op.path_or_fileobj for op in operations}) or "done"
+        ),
+    )
     assert main(["export", str(runs / "tracked" / "checkpoint-2"), "--push-to-hub", "me/tiny-sd3-lora"]) == 0
     files = uploaded[0]
     folder = runs / "tracked" / "checkpoint-2" / "lora"

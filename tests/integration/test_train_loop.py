@@ -35,15 +35,42 @@ def finished_run(tiny_sd3_dir, tmp_path_factory):
 
 def test_run_directory_has_every_artefact(finished_run):
     out, _, _ = finished_run
-    for name in ["config.yaml", "metrics.csv", "eval_metrics.csv", "checkpoint-1", "checkpoint-2",
-                 "checkpoint-final", "eval_epoch_0/contact_sheet.png", "eval_epoch_2/contact_sheet.png",
-                 "eval_epoch_3/contact_sheet.png", "checkpoint-final/lora/pytorch_lora_weights.safetensors"]:
+    for name in [
+        "config.yaml",
+        "metrics.csv",
+        "eval_metrics.csv",
+        "checkpoint-1",
+        "checkpoint-2",
+        "checkpoint-final",
+        "eval_epoch_0/contact_sheet.png",
+        "eval_epoch_2/contact_sheet.png",
+        "eval_epoch_3/contact_sheet.png",
+        "checkpoint-final/lora/pytorch_lora_weights.safetensors",
+    ]:
         assert (out / name).exists(), name
     rows = read_rows(out / "metrics.csv")
     assert [r["step"] for r in rows] == ["1", "2", "3"]
-    for column in ["reward_mean", "reward_std", "reward_min", "reward_max", "reward_jpeg_compressibility_mean",
-                   "zero_std_ratio", "adv_mean", "adv_std", "loss", "policy_loss", "kl", "clip_frac", "approx_kl",
-                   "ratio", "ratio_min", "ratio_max", "grad_norm", "lr", *TIMING_COLUMNS - {"time_eval_s"}]:
+    for column in [
+        "reward_mean",
+        "reward_std",
+        "reward_min",
+        "reward_max",
+        "reward_jpeg_compressibility_mean",
+        "zero_std_ratio",
+        "adv_mean",
+        "adv_std",
+        "loss",
+        "policy_loss",
+        "kl",
+        "clip_frac",
+        "approx_kl",
+        "ratio",
+        "ratio_min",
+        "ratio_max",
+        "grad_norm",
+        "lr",
+        *TIMING_COLUMNS - {"time_eval_s"},
+    ]:
         assert column in rows[0], column
     assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
     eval_rows = read_rows(out / "eval_metrics.csv")
@@ -71,8 +98,10 @@ def test_phase_seconds_are_per_step_and_add_up(finished_run):
         assert all(0 <= p for p in phases)
         assert float(row["time_cpu_s"]) > 0  # the process's CPU seconds for the step
         assert sum(phases) + float(row.get("time_eval_s") or 0) < trainer.wall_seconds
-    assert sum(float(r["time_rollout_s"]) + float(r["time_reward_s"]) + float(r["time_train_s"])
-               for r in rows) < trainer.wall_seconds
+    assert (
+        sum(float(r["time_rollout_s"]) + float(r["time_reward_s"]) + float(r["time_train_s"]) for r in rows)
+        < trainer.wall_seconds
+    )
 
 
 def test_training_changes_lora_weights_and_nothing_else(finished_run):
@@ -95,16 +124,21 @@ def test_first_update_is_on_policy(finished_run):
 
 def test_resume_continues_bitwise(finished_run, tiny_sd3_dir, tmp_path):
     out, _, _ = finished_run
-    cfg = load_config(RECIPE, tiny_overrides(tiny_sd3_dir, tmp_path / "resumed",
-                                             f"trainer.resume_from={out / 'checkpoint-2'}"))
+    cfg = load_config(
+        RECIPE, tiny_overrides(tiny_sd3_dir, tmp_path / "resumed", f"trainer.resume_from={out / 'checkpoint-2'}")
+    )
     Trainer(cfg).train()
     assert_resumed_bitwise(out, tmp_path / "resumed", 3, ("trainable.safetensors", "ema.safetensors"))
 
 
 def test_resume_with_incompatible_config_lists_the_keys(finished_run, tiny_sd3_dir, tmp_path):
     out, _, _ = finished_run
-    cfg = load_config(RECIPE, tiny_overrides(tiny_sd3_dir, tmp_path / "bad", "rollout.n=4", "actor.lr=0.5",
-                                             f"trainer.resume_from={out / 'checkpoint-2'}"))
+    cfg = load_config(
+        RECIPE,
+        tiny_overrides(
+            tiny_sd3_dir, tmp_path / "bad", "rollout.n=4", "actor.lr=0.5", f"trainer.resume_from={out / 'checkpoint-2'}"
+        ),
+    )
     with pytest.raises(ResumeError) as err:
         Trainer(cfg)
     assert "rollout.n" in str(err.value) and "actor.lr" in str(err.value)
@@ -116,8 +150,15 @@ def test_exported_lora_loads_into_a_diffusers_pipeline_and_changes_output(finish
     out, _, _ = finished_run
 
     def render(pipe):
-        return pipe("a sign that says \"hi\"", num_inference_steps=2, height=64, width=64, guidance_scale=1.0,
-                    generator=torch.Generator().manual_seed(0), output_type="pt").images
+        return pipe(
+            'a sign that says "hi"',
+            num_inference_steps=2,
+            height=64,
+            width=64,
+            guidance_scale=1.0,
+            generator=torch.Generator().manual_seed(0),
+            output_type="pt",
+        ).images
 
     pipe = StableDiffusion3Pipeline.from_pretrained(tiny_sd3_dir)
     before = render(pipe)

@@ -22,12 +22,27 @@ USER = "user_algorithms:SignGRPO"
 
 
 def tiny(out, *extra: str) -> list[str]:
-    return ["rollout.num_steps=4", "rollout.n=2", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=4",
-            "actor.gradient_accumulation_steps=1", "algorithm.timestep_fraction=0.5", "eval.num_steps=2",
-            "eval.max_prompts=2", "eval.samples_per_prompt=2", "eval.batch_size=4", "eval.every=0",
-            "trainer.num_steps=2", "trainer.save_every=0", f"trainer.output_dir={out}", "trainer.progress_bar=false",
-            # the shape reward is 0 for every blob of so short a run; compressibility varies
-            "reward.components.toy_shape=0.0", "reward.components.jpeg_compressibility=1.0", *extra]
+    return [
+        "rollout.num_steps=4",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=2",
+        "rollout.sample_batch_size=4",
+        "actor.gradient_accumulation_steps=1",
+        "algorithm.timestep_fraction=0.5",
+        "eval.num_steps=2",
+        "eval.max_prompts=2",
+        "eval.samples_per_prompt=2",
+        "eval.batch_size=4",
+        "eval.every=0",
+        "trainer.num_steps=2",
+        "trainer.save_every=0",
+        f"trainer.output_dir={out}",
+        "trainer.progress_bar=false",
+        # the shape reward is 0 for every blob of so short a run; compressibility varies
+        "reward.components.toy_shape=0.0",
+        "reward.components.jpeg_compressibility=1.0",
+        *extra,
+    ]
 
 
 def config_error(*overrides: str) -> str:
@@ -44,8 +59,9 @@ def test_a_dotted_algorithm_needs_the_allow_list_and_runs_its_own_checks(tmp_pat
     # inherited from Flow-GRPO: an all-ODE rollout has no log-probs to train
     assert "rollout.noise_level=0" in config_error(*allowed, "algorithm.kl_beta=0", "rollout.noise_level=0")
     missing = "user_algorithms_missing:SignGRPO"
-    assert "cannot be imported" in config_error(*tiny(out, f"algorithm.name={missing}",
-                                                       f"algorithm.allow_import=[{missing}]"))
+    assert "cannot be imported" in config_error(
+        *tiny(out, f"algorithm.name={missing}", f"algorithm.allow_import=[{missing}]")
+    )
 
 
 def test_a_user_algorithm_listed_only_in_the_rewards_allow_list_is_refused_naming_its_own_key(tmp_path):
@@ -59,9 +75,17 @@ def test_a_user_algorithm_listed_only_in_the_rewards_allow_list_is_refused_namin
 
 def test_a_checkpoints_algorithm_allow_list_is_never_trusted(tmp_path):
     """A stored config's algorithm.allow_import is replaced by the user's (as eval and resume do)."""
-    stored = dataclasses.asdict(load_config("experiment/toy/shapes_grpo",
-                                            tiny(str(tmp_path / "run"), f"algorithm.name={USER}",
-                                                 f"algorithm.allow_import=[{USER}]", "algorithm.kl_beta=0")))
+    stored = dataclasses.asdict(
+        load_config(
+            "experiment/toy/shapes_grpo",
+            tiny(
+                str(tmp_path / "run"),
+                f"algorithm.name={USER}",
+                f"algorithm.allow_import=[{USER}]",
+                "algorithm.kl_beta=0",
+            ),
+        )
+    )
     assert stored["algorithm"]["allow_import"] == [USER]
     with pytest.raises(ConfigError, match=r"algorithm.allow_import=\[user_algorithms:SignGRPO\]"):
         config_from_checkpoint(stored, "checkpoint/config.yaml", {"reward": [USER]}, check_machine=False)
@@ -71,9 +95,10 @@ def test_a_checkpoints_algorithm_allow_list_is_never_trusted(tmp_path):
 
 def test_a_user_algorithm_trains_through_the_real_trainer(tmp_path):
     out = tmp_path / "run"
-    cfg = load_config("experiment/toy/shapes_grpo", tiny(out, f"algorithm.name={USER}",
-                                                         f"algorithm.allow_import=[{USER}]",
-                                                         "algorithm.kl_beta=0"))
+    cfg = load_config(
+        "experiment/toy/shapes_grpo",
+        tiny(out, f"algorithm.name={USER}", f"algorithm.allow_import=[{USER}]", "algorithm.kl_beta=0"),
+    )
     trainer = Trainer(cfg)
     assert type(trainer.algorithm).__name__ == "SignGRPO"
     before = {k: v.clone() for k, v in trainer.parameters.items()}

@@ -20,23 +20,49 @@ FAMILY = "user_family:SPEC"
 
 
 def overrides(out, *extra: str) -> list[str]:
-    return [f"model.family={FAMILY}", f"model.allow_import=[{FAMILY}]", "model.path=random", "model.device=cpu",
-            "model.lora.rank=4", "model.lora.alpha=8", "rollout.num_steps=4", "algorithm.timestep_fraction=0.5", "rollout.n=2",
-            "rollout.rollout_batch_size=2", "rollout.sample_batch_size=4", "actor.gradient_accumulation_steps=1",
-            "actor.lr=1e-2", "reward.components={jpeg_compressibility: 1.0}", "reward.components.toy_shape=0.0",
-            "eval.gold_rewards.toy_shape_judge=0.0",
-            "eval.quality_metrics=[]", "eval.num_steps=2", "eval.max_prompts=2", "eval.samples_per_prompt=2",
-            "eval.batch_size=4", "eval.every=2", "trainer.num_steps=2", "trainer.save_every=0",
-            f"trainer.output_dir={out}", "trainer.progress_bar=false", *extra]
+    return [
+        f"model.family={FAMILY}",
+        f"model.allow_import=[{FAMILY}]",
+        "model.path=random",
+        "model.device=cpu",
+        "model.lora.rank=4",
+        "model.lora.alpha=8",
+        "rollout.num_steps=4",
+        "algorithm.timestep_fraction=0.5",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=2",
+        "rollout.sample_batch_size=4",
+        "actor.gradient_accumulation_steps=1",
+        "actor.lr=1e-2",
+        "reward.components={jpeg_compressibility: 1.0}",
+        "reward.components.toy_shape=0.0",
+        "eval.gold_rewards.toy_shape_judge=0.0",
+        "eval.quality_metrics=[]",
+        "eval.num_steps=2",
+        "eval.max_prompts=2",
+        "eval.samples_per_prompt=2",
+        "eval.batch_size=4",
+        "eval.every=2",
+        "trainer.num_steps=2",
+        "trainer.save_every=0",
+        f"trainer.output_dir={out}",
+        "trainer.progress_bar=false",
+        *extra,
+    ]
 
 
 def test_the_family_must_be_allowed_and_its_spec_checks_the_config(tmp_path):
-    with pytest.raises(ConfigError, match=r"model.family: 'user_family:SPEC' is a Python import path.*"
-                                          r"model.allow_import=\[user_family:SPEC\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model.family: 'user_family:SPEC' is a Python import path.*"
+        r"model.allow_import=\[user_family:SPEC\]",
+    ):
         load_config("experiment/toy/shapes_grpo", [o for o in overrides(tmp_path) if "allow_import" not in o])
     with pytest.raises(ConfigError) as caught:
-        load_config("experiment/toy/shapes_grpo", overrides(tmp_path, "rollout.height=36", "model.num_frames=5",
-                                                            "model.offload_text_encoders=true"))
+        load_config(
+            "experiment/toy/shapes_grpo",
+            overrides(tmp_path, "rollout.height=36", "model.num_frames=5", "model.offload_text_encoders=true"),
+        )
     problems = "\n".join(caught.value.problems)
     assert "rollout.height=36 must be a multiple of 8 for model.family=pixel_sd3" in problems
     assert "model.num_frames=5: model.family=pixel_sd3 generates images" in problems

@@ -17,9 +17,19 @@ from support import TIMING_COLUMNS, read_rows
 from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
 
-SMALL = ["rollout.n=2", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=4", "reward.batch_size=4",
-         "eval.every=0", "eval.max_prompts=1", "eval.samples_per_prompt=2", "eval.batch_size=2",
-         "trainer.num_steps=3", "trainer.save_every=1", "trainer.progress_bar=false"]
+SMALL = [
+    "rollout.n=2",
+    "rollout.rollout_batch_size=2",
+    "rollout.sample_batch_size=4",
+    "reward.batch_size=4",
+    "eval.every=0",
+    "eval.max_prompts=1",
+    "eval.samples_per_prompt=2",
+    "eval.batch_size=2",
+    "trainer.num_steps=3",
+    "trainer.save_every=1",
+    "trainer.progress_bar=false",
+]
 RECIPES = {
     "shapes_mix_grpo": ["rollout.sde_window.shift_every=1"],
     # 2 sampling batches per step, each with its own window (the recipe pins one per step)
@@ -36,8 +46,17 @@ def test_variant_resume_is_bitwise(recipe, tmp_path):
     first = tmp_path / "run"
     Trainer(load_config(name, [*SMALL, *RECIPES[recipe], f"trainer.output_dir={first}"])).train()
     resumed = tmp_path / "resumed"
-    Trainer(load_config(name, [*SMALL, *RECIPES[recipe], f"trainer.output_dir={resumed}",
-                               f"trainer.resume_from={first / 'checkpoint-2'}"])).train()
+    Trainer(
+        load_config(
+            name,
+            [
+                *SMALL,
+                *RECIPES[recipe],
+                f"trainer.output_dir={resumed}",
+                f"trainer.resume_from={first / 'checkpoint-2'}",
+            ],
+        )
+    ).train()
     uninterrupted = read_rows(first / "metrics.csv")[2]
     again = read_rows(resumed / "metrics.csv")
     assert [r["step"] for r in again] == ["3"]

@@ -64,9 +64,17 @@ def test_exported_lora_loads_into_the_familys_pipeline_and_changes_the_video(fin
     pipe = pipeline_for_rendering(trainer.policy.diffusers_pipeline, model_dir)
 
     def render():
-        return pipe(prompt="a red fox running", num_inference_steps=2, height=32, width=32, num_frames=3,
-                    guidance_scale=1.0, max_sequence_length=16, generator=torch.Generator().manual_seed(0),
-                    output_type="pt").frames
+        return pipe(
+            prompt="a red fox running",
+            num_inference_steps=2,
+            height=32,
+            width=32,
+            num_frames=3,
+            guidance_scale=1.0,
+            max_sequence_length=16,
+            generator=torch.Generator().manual_seed(0),
+            output_type="pt",
+        ).frames
 
     before = render()
     pipe.load_lora_weights(out / "checkpoint-final" / "lora")

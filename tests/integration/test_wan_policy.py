@@ -85,12 +85,23 @@ def test_our_ode_sampler_reproduces_the_wan_pipeline(policy):
     tolerance, and the decoded uint8 frames equal to the pipeline's video within one level."""
     from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
 
-    pipe = WanPipeline(tokenizer=policy.pipeline.tokenizer, text_encoder=policy.pipeline.text_encoder,
-                       vae=policy.vae, transformer=policy.transformer,
-                       scheduler=FlowMatchEulerDiscreteScheduler(shift=policy.scheduler_shift))
+    pipe = WanPipeline(
+        tokenizer=policy.pipeline.tokenizer,
+        text_encoder=policy.pipeline.text_encoder,
+        vae=policy.vae,
+        transformer=policy.transformer,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=policy.scheduler_shift),
+    )
     start = noise(policy)
-    common = dict(prompt=PROMPTS, height=32, width=32, num_frames=NUM_FRAMES, num_inference_steps=3,
-                  guidance_scale=5.0, max_sequence_length=MAX_TOKENS)
+    common = dict(
+        prompt=PROMPTS,
+        height=32,
+        width=32,
+        num_frames=NUM_FRAMES,
+        num_inference_steps=3,
+        guidance_scale=5.0,
+        max_sequence_length=MAX_TOKENS,
+    )
     with torch.no_grad():
         reference = pipe(latents=start.clone(), output_type="latent", **common).frames  # [B, C, F_lat, h, w]
         reference_video = pipe(latents=start.clone(), output_type="pt", **common).frames  # [B, F, 3, H, W] in [0, 1]
@@ -112,8 +123,12 @@ def test_velocity_without_cfg_is_the_conditional_forward_and_carries_gradients(t
     cond = policy.encode_prompts(PROMPTS, with_negative=True)
     latents = noise(policy)
     with torch.no_grad():
-        direct = policy.transformer(hidden_states=latents, timestep=torch.tensor([800.0, 800.0]),
-                                    encoder_hidden_states=cond.embeds, return_dict=False)[0]
+        direct = policy.transformer(
+            hidden_states=latents,
+            timestep=torch.tensor([800.0, 800.0]),
+            encoder_hidden_states=cond.embeds,
+            return_dict=False,
+        )[0]
     torch.testing.assert_close(policy.velocity(latents, torch.tensor(0.8), cond, 1.0), direct)
     policy.velocity(latents, torch.tensor([0.8, 0.3]), cond, 5.0).square().mean().backward()
     grads = [p.grad for n, p in policy.transformer.named_parameters() if "lora_B" in n]  # B = 0 at init: A gets none
@@ -129,17 +144,24 @@ def test_lora_targets_both_attentions_and_export_loads_into_wan_pipeline(tiny_wa
     policy = WanPolicy.from_pretrained(tiny_wan_dir, max_sequence_length=MAX_TOKENS, num_frames=NUM_FRAMES)
     apply_lora(policy.transformer, lora, WAN_LORA_TARGETS)
     adapted = sorted(n.rsplit(".lora_A", 1)[0] for n, _ in policy.transformer.named_parameters() if ".lora_A." in n)
-    assert adapted[:4] == ["blocks.0.attn1.to_k", "blocks.0.attn1.to_out.0", "blocks.0.attn1.to_q",
-                           "blocks.0.attn1.to_v"]
+    assert adapted[:4] == [
+        "blocks.0.attn1.to_k",
+        "blocks.0.attn1.to_out.0",
+        "blocks.0.attn1.to_q",
+        "blocks.0.attn1.to_v",
+    ]
     assert len(adapted) == 2 * 2 * 4  # 2 blocks x (attn1, attn2) x (q, k, v, out)
     with torch.no_grad():
         generator = torch.Generator().manual_seed(3)
         for name, param in policy.transformer.named_parameters():
             if ".lora_B." in name:
                 param.copy_(0.1 * torch.randn(param.shape, generator=generator))
-    inputs = dict(hidden_states=noise(policy), timestep=torch.tensor([700.0, 300.0]),
-                  encoder_hidden_states=torch.randn(2, MAX_TOKENS, 32, generator=torch.Generator().manual_seed(1)),
-                  return_dict=False)
+    inputs = dict(
+        hidden_states=noise(policy),
+        timestep=torch.tensor([700.0, 300.0]),
+        encoder_hidden_states=torch.randn(2, MAX_TOKENS, 32, generator=torch.Generator().manual_seed(1)),
+        return_dict=False,
+    )
     with torch.no_grad():
         ours = policy.transformer(**inputs)[0]
     out_dir = export_lora_for_diffusers(policy.transformer, tmp_path / "lora", lora, policy.diffusers_pipeline)

@@ -54,16 +54,35 @@ def installed(tmp_path_factory) -> Path:
     shutil.copytree(CHECKOUT / "genalign", source / "genalign", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(CHECKOUT / name, source / name)
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--quiet",
-         "--wheel-dir", str(root / "dist"), str(source)], cwd=root, timeout=300)
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--quiet",
+            "--wheel-dir",
+            str(root / "dist"),
+            str(source),
+        ],
+        cwd=root,
+        timeout=300,
+    )
     [wheel] = (root / "dist").glob("genalign-*.whl")
 
     env_dir = root / "env"
     run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], cwd=root, timeout=120)
     python = env_dir / "bin" / "python"
-    env_site = Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], root, 60).strip())
+    env_site = Path(
+        run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], root, 60).strip()
+    )
     # the dependencies (and pip) of this environment, without its editable genalign
-    (env_site / "dependencies.pth").write_text("\n".join([sysconfig.get_path("purelib"), *site.getsitepackages()]) + "\n")
+    (env_site / "dependencies.pth").write_text(
+        "\n".join([sysconfig.get_path("purelib"), *site.getsitepackages()]) + "\n"
+    )
     run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", str(wheel)], cwd=root, timeout=300)
     return env_dir / "bin"
 
@@ -85,8 +104,19 @@ def test_the_installed_package_is_the_wheel_and_ships_the_prompt_sets(installed,
 def test_the_default_recipe_trains_from_another_directory(installed, tmp_path):
     """`genalign train` as a user runs it after `pip install genalign`: the default recipe,
     2 steps and one small evaluation, from a directory holding nothing of genalign."""
-    run([str(installed / "genalign"), "train", "trainer.num_steps=2", "eval.every=2", "eval.max_prompts=2",
-         "eval.samples_per_prompt=2", "trainer.progress_bar=false"], tmp_path, 600)
+    run(
+        [
+            str(installed / "genalign"),
+            "train",
+            "trainer.num_steps=2",
+            "eval.every=2",
+            "eval.max_prompts=2",
+            "eval.samples_per_prompt=2",
+            "trainer.progress_bar=false",
+        ],
+        tmp_path,
+        600,
+    )
     out = tmp_path / "outputs" / "toy_shapes_grpo"
     assert [row["step"] for row in read_rows(out / "metrics.csv")] == ["1", "2"]
     assert [row["step"] for row in read_rows(out / "eval_metrics.csv")] == ["0", "2"]

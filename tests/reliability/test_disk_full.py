@@ -21,10 +21,22 @@ from genalign.config.errors import WriteError
 from genalign.tracking.sinks import CSVSink
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = ["trainer.save_every=1", "trainer.keep_last=2", "trainer.progress_bar=false", "rollout.n=4",
-         "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8", "rollout.num_steps=4", "eval.every=0",
-         "eval.max_prompts=2", "eval.samples_per_prompt=2", "eval.num_steps=3", "eval.batch_size=4",
-         "trainer.num_steps=2", "trainer.resume_from=auto"]
+SMALL = [
+    "trainer.save_every=1",
+    "trainer.keep_last=2",
+    "trainer.progress_bar=false",
+    "rollout.n=4",
+    "rollout.rollout_batch_size=2",
+    "rollout.sample_batch_size=8",
+    "rollout.num_steps=4",
+    "eval.every=0",
+    "eval.max_prompts=2",
+    "eval.samples_per_prompt=2",
+    "eval.num_steps=3",
+    "eval.batch_size=4",
+    "trainer.num_steps=2",
+    "trainer.resume_from=auto",
+]
 
 
 def train(out: Path, file_size_limit: int | None) -> subprocess.CompletedProcess:
@@ -32,20 +44,33 @@ def train(out: Path, file_size_limit: int | None) -> subprocess.CompletedProcess
         if file_size_limit is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "genalign", "train", f"trainer.output_dir={out}", *SMALL],
-                          cwd=ROOT, env=env, preexec_fn=limit, capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "genalign", "train", f"trainer.output_dir={out}", *SMALL],
+        cwd=ROOT,
+        env=env,
+        preexec_fn=limit,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
-@pytest.mark.parametrize("limit,file", [
-    # limits between the files' sizes in such a run (measured: config.yaml 3.1 kB, train.log
-    # under 2 kB by then, contact sheet 14 kB, report.html 440 kB (a failed report is only a
-    # warning), checkpoint-1's optimizer.safetensors 270 kB)
-    pytest.param(2_000, "config.yaml", marks=pytest.mark.slow),
-    (6_000, "contact_sheet.png"),  # the default suite's case: 2 short subprocess runs
-    pytest.param(200_000, "checkpoint-1", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "limit,file",
+    [
+        # limits between the files' sizes in such a run (measured: config.yaml 3.1 kB, train.log
+        # under 2 kB by then, contact sheet 14 kB, report.html 440 kB (a failed report is only a
+        # warning), checkpoint-1's optimizer.safetensors 270 kB)
+        pytest.param(2_000, "config.yaml", marks=pytest.mark.slow),
+        (6_000, "contact_sheet.png"),  # the default suite's case: 2 short subprocess runs
+        pytest.param(200_000, "checkpoint-1", marks=pytest.mark.slow),
+    ],
+)
 def test_a_full_disk_is_one_line_naming_the_file_and_the_run_resumes(tmp_path, limit, file):
     out = tmp_path / "run"
     result = train(out, limit)

@@ -36,9 +36,19 @@ SEED = 9
 NUM_STEPS = 48
 MAX_ROWS_PER_LAUNCH = 2  # 20 launches x 2 rows < NUM_STEPS, whatever the machine speed
 OVERRIDES = [
-    f"trainer.num_steps={NUM_STEPS}", "trainer.save_every=1", "trainer.keep_last=3", "trainer.progress_bar=false",
-    "trainer.resume_from=auto", "rollout.n=4", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8",
-    "rollout.num_steps=4", "eval.every=16", "eval.max_prompts=2", "eval.samples_per_prompt=2", "eval.num_steps=4",
+    f"trainer.num_steps={NUM_STEPS}",
+    "trainer.save_every=1",
+    "trainer.keep_last=3",
+    "trainer.progress_bar=false",
+    "trainer.resume_from=auto",
+    "rollout.n=4",
+    "rollout.rollout_batch_size=2",
+    "rollout.sample_batch_size=8",
+    "rollout.num_steps=4",
+    "eval.every=16",
+    "eval.max_prompts=2",
+    "eval.samples_per_prompt=2",
+    "eval.num_steps=4",
     "eval.batch_size=4",
 ]
 
@@ -49,10 +59,21 @@ def wall_clock(column: str) -> bool:
 
 
 def launch(out: Path) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "genalign", "train", "--config", "experiment/toy/shapes_grpo",
-               f"trainer.output_dir={out}", *OVERRIDES]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "genalign",
+        "train",
+        "--config",
+        "experiment/toy/shapes_grpo",
+        f"trainer.output_dir={out}",
+        *OVERRIDES,
+    ]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 

@@ -21,9 +21,18 @@ from genalign.runs.checkpoint import CheckpointError, load_checkpoint
 from genalign.runs.stopping import TrainingStalled
 from genalign.training.trainer import Trainer
 
-SMALL = ["trainer.progress_bar=false", "rollout.n=4", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8",
-         "rollout.num_steps=4", "eval.every=0", "eval.max_prompts=2", "eval.samples_per_prompt=2", "eval.num_steps=3",
-         "eval.batch_size=4"]
+SMALL = [
+    "trainer.progress_bar=false",
+    "rollout.n=4",
+    "rollout.rollout_batch_size=2",
+    "rollout.sample_batch_size=8",
+    "rollout.num_steps=4",
+    "eval.every=0",
+    "eval.max_prompts=2",
+    "eval.samples_per_prompt=2",
+    "eval.num_steps=3",
+    "eval.batch_size=4",
+]
 
 
 def trainer(out: Path, *overrides: str) -> Trainer:
@@ -69,8 +78,9 @@ def test_steps_that_train_nothing_stop_the_run_with_the_reason(tmp_path, monkeyp
 
     monkeypatch.setattr(scores.RewardScores, "__init__", equal_rewards)
     with pytest.raises(TrainingStalled) as info:
-        trainer(tmp_path / "run", "trainer.num_steps=10", "trainer.max_idle_steps=2",
-                "algorithm.drop_zero_advantage=true").train()
+        trainer(
+            tmp_path / "run", "trainer.num_steps=10", "trainer.max_idle_steps=2", "algorithm.drop_zero_advantage=true"
+        ).train()
     assert str(info.value).startswith("steps 1-2 trained nothing (every sample's advantage was zero")
 
 

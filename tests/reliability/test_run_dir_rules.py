@@ -17,15 +17,27 @@ from genalign.runs.run_dir import RunDirError
 from genalign.training import setup
 from genalign.training.trainer import Trainer
 
-SMALL = ["trainer.save_every=1", "trainer.keep_last=2", "trainer.progress_bar=false", "rollout.n=4",
-         "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8", "rollout.num_steps=4", "eval.every=0",
-         "eval.max_prompts=2", "eval.samples_per_prompt=2", "eval.num_steps=3", "eval.batch_size=4"]
+SMALL = [
+    "trainer.save_every=1",
+    "trainer.keep_last=2",
+    "trainer.progress_bar=false",
+    "rollout.n=4",
+    "rollout.rollout_batch_size=2",
+    "rollout.sample_batch_size=8",
+    "rollout.num_steps=4",
+    "eval.every=0",
+    "eval.max_prompts=2",
+    "eval.samples_per_prompt=2",
+    "eval.num_steps=3",
+    "eval.batch_size=4",
+]
 
 
 def train(out: Path, *overrides: str) -> bool:
     """Train the toy run in `out`; False when it had nothing left to train (no Trainer built)."""
-    trainer = Trainer.for_config(load_config("experiment/toy/shapes_grpo",
-                                             [f"trainer.output_dir={out}", *SMALL, *overrides]))
+    trainer = Trainer.for_config(
+        load_config("experiment/toy/shapes_grpo", [f"trainer.output_dir={out}", *SMALL, *overrides])
+    )
     if trainer is None:
         return False
     trainer.train()
@@ -34,6 +46,7 @@ def train(out: Path, *overrides: str) -> bool:
 
 def refused(out: Path, monkeypatch, *overrides: str) -> str:
     """The RunDirError text; fails if a model would have been built first."""
+
     def no_model(cfg):
         raise AssertionError("a model was built before the run directory was checked")
 
@@ -67,8 +80,12 @@ def test_a_run_directory_is_never_lost_or_mixed(tmp_path, monkeypatch):
     stale.mkdir()
     assert not train(out, "trainer.resume_from=auto", "trainer.num_steps=4")  # already there: nothing to do
     with pytest.raises(ResumeError, match="is at step 4 = trainer.num_steps: nothing left to train"):
-        Trainer(load_config("experiment/toy/shapes_grpo", [f"trainer.output_dir={out}", *SMALL,
-                                                           "trainer.resume_from=auto", "trainer.num_steps=4"]))
+        Trainer(
+            load_config(
+                "experiment/toy/shapes_grpo",
+                [f"trainer.output_dir={out}", *SMALL, "trainer.resume_from=auto", "trainer.num_steps=4"],
+            )
+        )
     assert not stale.exists() and steps(out) == ["1", "2", "3", "4"]
     assert (out / "checkpoint-final" / "trainable.safetensors").read_bytes() == final
     train(out, "trainer.resume_from=auto", "trainer.num_steps=6")  # continues from checkpoint-final (step 4)

@@ -23,20 +23,43 @@ from support import rows_without_timing
 
 ROOT = Path(__file__).resolve().parents[2]
 NUM_STEPS = 6
-OVERRIDES = [f"trainer.num_steps={NUM_STEPS}", "trainer.save_every=0", "trainer.progress_bar=false",
-             "trainer.resume_from=auto", "rollout.n=4", "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8",
-             "rollout.num_steps=4", "eval.every=0", "eval.max_prompts=2", "eval.samples_per_prompt=2",
-             "eval.num_steps=3", "eval.batch_size=4"]
+OVERRIDES = [
+    f"trainer.num_steps={NUM_STEPS}",
+    "trainer.save_every=0",
+    "trainer.progress_bar=false",
+    "trainer.resume_from=auto",
+    "rollout.n=4",
+    "rollout.rollout_batch_size=2",
+    "rollout.sample_batch_size=8",
+    "rollout.num_steps=4",
+    "eval.every=0",
+    "eval.max_prompts=2",
+    "eval.samples_per_prompt=2",
+    "eval.num_steps=3",
+    "eval.batch_size=4",
+]
 WAIT_S = 300.0  # generous: the box is shared
 
 
 def launch(out: Path, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "genalign", "train", "--config", "experiment/toy/shapes_grpo",
-               f"trainer.output_dir={out}", *OVERRIDES, *extra]
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "genalign",
+        "train",
+        "--config",
+        "experiment/toy/shapes_grpo",
+        f"trainer.output_dir={out}",
+        *OVERRIDES,
+        *extra,
+    ]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def wait_for_rows(out: Path, process: subprocess.Popen, count: int) -> None:
@@ -62,8 +85,7 @@ def uninterrupted(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_saves_the_step_says_how_to_resume_and_resumes_to_the_same_run(signum, code, uninterrupted,
-                                                                                tmp_path):
+def test_a_signal_saves_the_step_says_how_to_resume_and_resumes_to_the_same_run(signum, code, uninterrupted, tmp_path):
     out = tmp_path / "run"
     process = launch(out)
     wait_for_rows(out, process, 2)
@@ -83,8 +105,9 @@ def test_a_signal_saves_the_step_says_how_to_resume_and_resumes_to_the_same_run(
     assert f"continuing from {out / f'checkpoint-{done}'}" in finish(out)
     assert rows_without_timing(out / "metrics.csv") == rows_without_timing(uninterrupted / "metrics.csv")
     for name in ("trainable.safetensors", "optimizer.safetensors", "optimizer.json"):
-        assert (out / "checkpoint-final" / name).read_bytes() == \
-            (uninterrupted / "checkpoint-final" / name).read_bytes(), name
+        assert (out / "checkpoint-final" / name).read_bytes() == (
+            uninterrupted / "checkpoint-final" / name
+        ).read_bytes(), name
 
 
 def test_a_second_signal_stops_at_once_without_saving(tmp_path):
@@ -111,8 +134,12 @@ def test_with_no_grace_left_the_step_is_not_saved_and_the_line_says_where_to_res
     from genalign.training.trainer import Trainer
 
     overrides = [o for o in OVERRIDES if not o.startswith("trainer.resume_from")]
-    run = Trainer(load_config("experiment/toy/shapes_grpo", [f"trainer.output_dir={tmp_path / 'run'}", *overrides,
-                                                             "trainer.signal_grace_s=0"]))
+    run = Trainer(
+        load_config(
+            "experiment/toy/shapes_grpo",
+            [f"trainer.output_dir={tmp_path / 'run'}", *overrides, "trainer.signal_grace_s=0"],
+        )
+    )
     log_row = run.metrics.log
 
     def log_and_signal(step, row):
@@ -125,9 +152,13 @@ def test_with_no_grace_left_the_step_is_not_saved_and_the_line_says_where_to_res
     with pytest.raises(RunInterrupted) as info:
         run.train()
     assert info.value.exit_code == 143 and info.value.logged
-    assert str(info.value).startswith("stopped by SIGTERM after step 1 of 6: no checkpoint of it (an estimated 0 s "
-                                      "save does not fit in the 0 s left of trainer.signal_grace_s=0)")
-    assert str(info.value).endswith(f"no checkpoint yet: to start the run again in {tmp_path / 'run'}, rerun the "
-                                    "same command with trainer.resume_from=auto")
+    assert str(info.value).startswith(
+        "stopped by SIGTERM after step 1 of 6: no checkpoint of it (an estimated 0 s "
+        "save does not fit in the 0 s left of trainer.signal_grace_s=0)"
+    )
+    assert str(info.value).endswith(
+        f"no checkpoint yet: to start the run again in {tmp_path / 'run'}, rerun the "
+        "same command with trainer.resume_from=auto"
+    )
     assert not list((tmp_path / "run").glob("checkpoint-*"))
     assert signal.getsignal(signal.SIGTERM) is before  # the watch restored what was there

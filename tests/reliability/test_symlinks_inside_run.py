@@ -84,8 +84,15 @@ def test_links_under_our_temporaries_names_are_removed_not_followed(tmp_path, ou
     plant(run / f".checkpoint-2.tmp-{os.getpid()}", outside.parent)
     write_text_atomically(run / "report.html", "<html></html>")
     CSVSink(run / "metrics.csv").log(1, {"reward": 0.5})
-    save_checkpoint(run / "checkpoint-2", step=2, trainable={"w": torch.zeros(2)}, ema=None,
-                    config={"trainer": {}}, optimizer={"state": {}, "param_groups": []}, trainer_state={})
+    save_checkpoint(
+        run / "checkpoint-2",
+        step=2,
+        trainable={"w": torch.zeros(2)},
+        ema=None,
+        config={"trainer": {}},
+        optimizer={"state": {}, "param_groups": []},
+        trainer_state={},
+    )
     assert outside.read_text() == OUTSIDE_TEXT
     assert sorted(p.name for p in outside.parent.iterdir()) == ["precious.txt"]
     assert (run / "report.html").read_text() == "<html></html>"
@@ -96,8 +103,13 @@ def test_a_link_inside_an_old_checkpoint_is_not_written_through(tmp_path, outsid
     """A checkpoint is written to a fresh temporary and renamed over the old one: a link planted
     inside the old checkpoint is discarded with it, and its target is untouched."""
     run = tmp_path / "run"
-    args = dict(trainable={"w": torch.zeros(2)}, ema=None, config={"trainer": {}},
-                optimizer={"state": {}, "param_groups": []}, trainer_state={})
+    args = dict(
+        trainable={"w": torch.zeros(2)},
+        ema=None,
+        config={"trainer": {}},
+        optimizer={"state": {}, "param_groups": []},
+        trainer_state={},
+    )
     save_checkpoint(run / "checkpoint-final", step=2, **args)
     (run / "checkpoint-final" / "trainer_state.json").unlink()
     plant(run / "checkpoint-final" / "trainer_state.json", outside)

@@ -30,7 +30,7 @@ def section(title: str) -> str:
     text = DOC.read_text(encoding="utf-8")
     start = text.index(f"## {title}")
     end = text.find("\n## ", start + 1)
-    return text[start:end if end != -1 else len(text)]
+    return text[start : end if end != -1 else len(text)]
 
 
 def package_rows() -> list[tuple[list[str], str]]:
@@ -77,8 +77,9 @@ def defines(module: Path, name: str) -> bool:
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
             return True
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-            node, ast.AnnAssign) else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             return True
         if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
@@ -108,8 +109,13 @@ def test_every_package_has_a_row_and_every_module_is_named():
     described = {package for packages, _ in rows for package in packages}
     packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith("__")}
     assert packages <= described, sorted(packages - described)
-    covered = {hit for packages_of_row, description in rows for path, _ in named(description)
-               for hit in (resolve(p, path) for p in packages_of_row) if hit is not None}
+    covered = {
+        hit
+        for packages_of_row, description in rows
+        for path, _ in named(description)
+        for hit in (resolve(p, path) for p in packages_of_row)
+        if hit is not None
+    }
     config_row = next(description for packages_of_row, description in rows if packages_of_row == ["config"])
     assert "each package's `<package>/config.py`" in config_row
     unnamed = []
@@ -169,14 +175,23 @@ def test_only_training_distributed_touches_process_groups():
         if allowed is None:
             continue
         for node in ast.walk(tree):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 if name.startswith("torch.distributed") and not name.startswith(allowed):
                     offenders.append(f"{rel}:{node.lineno} imports {name}")
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
-                    and node.value.attr == "distributed" and isinstance(node.value.value, ast.Name)
-                    and node.value.value.id == "torch"):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "distributed"
+                and isinstance(node.value.value, ast.Name)
+                and node.value.value.id == "torch"
+            ):
                 offenders.append(f"{rel}:{node.lineno} calls torch.distributed.{node.attr}")
     assert not offenders, offenders
     for rel in TORCH_DISTRIBUTED_USERS:
@@ -189,15 +204,28 @@ def algorithm_option_reads(tree: ast.Module, owned: set[str]) -> list[int]:
     `<x>.algorithm.name` with a literal."""
     lines = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and node.attr in owned and isinstance(node.value, ast.Attribute)
-                and node.value.attr == "algorithm"):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in owned
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "algorithm"
+        ):
             lines.append(node.lineno)
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
-            is_name = any(isinstance(s, ast.Attribute) and s.attr == "name" and isinstance(s.value, ast.Attribute)
-                          and s.value.attr == "algorithm" for s in sides)
-            literal = any(isinstance(s, ast.Constant) and isinstance(s.value, str)
-                          or isinstance(s, (ast.Tuple, ast.List, ast.Set)) for s in sides)
+            is_name = any(
+                isinstance(s, ast.Attribute)
+                and s.attr == "name"
+                and isinstance(s.value, ast.Attribute)
+                and s.value.attr == "algorithm"
+                for s in sides
+            )
+            literal = any(
+                isinstance(s, ast.Constant)
+                and isinstance(s.value, str)
+                or isinstance(s, (ast.Tuple, ast.List, ast.Set))
+                for s in sides
+            )
             if is_name and literal:
                 lines.append(node.lineno)
     return lines
@@ -209,8 +237,11 @@ def test_nothing_outside_algorithms_asks_which_algorithm_runs():
     assert "nothing outside `algorithms/` asks for an algorithm by name" in section("4. Contracts")
     owned = {option for cls in registered_algorithms().values() for option in cls.owned_options}
     assert owned  # the check below looks for something
-    offenders = [f"{rel}:{line}" for rel, tree in modules(exclude=("algorithms/",))
-                 for line in algorithm_option_reads(tree, owned)]
+    offenders = [
+        f"{rel}:{line}"
+        for rel, tree in modules(exclude=("algorithms/",))
+        for line in algorithm_option_reads(tree, owned)
+    ]
     assert not offenders, offenders
 
 
@@ -220,8 +251,9 @@ def test_the_option_check_finds_a_read_by_name():
     assert algorithm_option_reads(tree, {"token_log_prob"}) == [1, 2]
 
 
-@pytest.mark.parametrize("engine", ["genalign.rollout.engine:LocalRolloutEngine",
-                                    "genalign.rollout.ray_engine:RayRolloutEngine"])
+@pytest.mark.parametrize(
+    "engine", ["genalign.rollout.engine:LocalRolloutEngine", "genalign.rollout.ray_engine:RayRolloutEngine"]
+)
 def test_both_engines_have_the_whole_rollout_engine_protocol(engine):
     import importlib
 

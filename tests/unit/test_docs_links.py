@@ -45,7 +45,7 @@ def heading_slug(heading: str) -> str:
 
 
 def section_numbers(page: Path) -> set[str]:
-    """"2.5" for a heading "### 2.5 The clipped surrogate", "2" for "## 2. Flow-GRPO"."""
+    """ "2.5" for a heading "### 2.5 The clipped surrogate", "2" for "## 2. Flow-GRPO"."""
     numbers = set()
     for heading in HEADING.findall(page.read_text(encoding="utf-8")):
         match = re.match(r"(\d+(?:\.\d+)*)\.?(?:\s|$)", heading)
@@ -59,18 +59,23 @@ def _rel(path: Path) -> str:
 
 
 def test_heading_slug_follows_github():
-    assert heading_slug("2.5 The clipped surrogate, the KL and the update") == \
-        "25-the-clipped-surrogate-the-kl-and-the-update"
+    assert (
+        heading_slug("2.5 The clipped surrogate, the KL and the update")
+        == "25-the-clipped-surrogate-the-kl-and-the-update"
+    )
     assert heading_slug("Video families (Wan 2.1)") == "video-families-wan-21"
     assert heading_slug("`genalign eval`: re-run") == "genalign-eval-re-run"
 
 
 def test_section_citations_are_parsed_with_their_lists():
-    cites = SECTION_CITE.findall("see docs/algorithms.md §2.5, §2.8 and docs/architecture.md §2; "
-                                 "docs/algorithms.md §2.4-2.9")
+    cites = SECTION_CITE.findall(
+        "see docs/algorithms.md §2.5, §2.8 and docs/architecture.md §2; docs/algorithms.md §2.4-2.9"
+    )
     assert [(page, SECTION_NUMBER.findall(sections)) for page, sections in cites] == [
-        ("docs/algorithms.md", ["2.5", "2.8"]), ("docs/architecture.md", ["2"]),
-        ("docs/algorithms.md", ["2.4", "2.9"])]
+        ("docs/algorithms.md", ["2.5", "2.8"]),
+        ("docs/architecture.md", ["2"]),
+        ("docs/algorithms.md", ["2.4", "2.9"]),
+    ]
 
 
 @pytest.mark.parametrize("page", _markdown_pages(), ids=_rel)
@@ -107,7 +112,10 @@ def test_cited_doc_pages_and_sections_exist():
 
 
 def test_nothing_cites_notes_outside_the_repository():
-    hits = [f"{_rel(path)}:{n}: {line.strip()}" for path in _text_files()
-            for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
-            if FOREIGN_NOTES.search(line)]
+    hits = [
+        f"{_rel(path)}:{n}: {line.strip()}"
+        for path in _text_files()
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if FOREIGN_NOTES.search(line)
+    ]
     assert not hits, "cite docs/ instead:\n" + "\n".join(hits)

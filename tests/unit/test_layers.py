@@ -57,8 +57,11 @@ def importable(path: Path) -> bool:
     """A module of the package: every folder from the package root down to it is a package
     (has an `__init__.py`). The prompt-set build scripts under genalign/datasets/ are package
     data beside their data, run as scripts, never imported."""
-    return all((folder / "__init__.py").is_file() for folder in [path.parent, *path.parent.parents]
-               if folder.is_relative_to(PACKAGE_ROOT))
+    return all(
+        (folder / "__init__.py").is_file()
+        for folder in [path.parent, *path.parent.parents]
+        if folder.is_relative_to(PACKAGE_ROOT)
+    )
 
 
 def all_modules() -> dict[str, Path]:
@@ -68,7 +71,8 @@ def all_modules() -> dict[str, Path]:
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, int]]:
@@ -178,8 +182,10 @@ def cycles(graph: dict[str, list[tuple[str, int]]]) -> list[list[str]]:
 
 
 def test_the_graph_sees_function_local_imports_and_skips_type_checking(tmp_path):
-    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from genalign.models import base\n"
-              "def f():\n    from genalign.training import trainer\n")
+    source = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from genalign.models import base\n"
+        "def f():\n    from genalign.training import trainer\n"
+    )
     file = tmp_path / "probe.py"
     file.write_text(source)
     modules = {"genalign.training.trainer": Path(), "genalign.models.base": Path()}
@@ -216,8 +222,13 @@ def test_no_package_imports_one_above_it():
     assert not upward, "imports that run up (or sideways) the layers:\n" + "\n".join(upward)
 
 
-PURE_MATH = ("genalign.sampling", "genalign.algorithms.advantages", "genalign.algorithms.losses",
-             "genalign.algorithms.forward_losses", "genalign.algorithms.forward_draws")
+PURE_MATH = (
+    "genalign.sampling",
+    "genalign.algorithms.advantages",
+    "genalign.algorithms.losses",
+    "genalign.algorithms.forward_losses",
+    "genalign.algorithms.forward_draws",
+)
 """Modules (or packages) of pure tensor math: they import torch and the standard library, and of
 genalign only other pure-math modules and a package's config module, where the `Literal` of the
 choices an argument takes is written (a config module holds plain dataclasses: no state, no torch)."""
@@ -240,13 +251,23 @@ def test_the_math_imports_only_torch():
     for name, path in modules.items():
         if not _pure(name):
             continue
-        problems += [f"{name}:{line} imports {target}" for target, line in imported_modules(name, path, modules)
-                     if not _pure(target) and not _config_module(target)]
+        problems += [
+            f"{name}:{line} imports {target}"
+            for target, line in imported_modules(name, path, modules)
+            if not _pure(target) and not _config_module(target)
+        ]
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            roots = ([alias.name.split(".")[0] for alias in node.names] if isinstance(node, ast.Import) else
-                     [(node.module or "").split(".")[0]] if isinstance(node, ast.ImportFrom) and not node.level else [])
-            problems += [f"{name}:{node.lineno} imports {root}" for root in roots
-                         if root not in allowed_roots and root != "genalign" and root not in _STDLIB]
+            roots = (
+                [alias.name.split(".")[0] for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [(node.module or "").split(".")[0]]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            problems += [
+                f"{name}:{node.lineno} imports {root}"
+                for root in roots
+                if root not in allowed_roots and root != "genalign" and root not in _STDLIB
+            ]
     assert not problems, "pure math importing more than torch:\n" + "\n".join(problems)
-

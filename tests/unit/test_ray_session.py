@@ -45,6 +45,7 @@ def test_local_ray_binds_every_listening_socket_to_loopback(monkeypatch):
     monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
     init_ray(num_cpus=1, log_to_driver=False)
     try:
+
         @ray.remote(num_cpus=0)
         class Probe:  # a worker process too, not only the daemons
             def ping(self):
@@ -89,8 +90,13 @@ def test_a_local_start_that_times_out_is_retried_then_reported(monkeypatch, capl
     assert "attempt 2 of 3" in caplog.text
 
     calls.clear()
-    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(1) or (_ for _ in ()).throw(
-        Exception("The current node timed out during startup.")))
+    monkeypatch.setattr(
+        ray,
+        "init",
+        lambda **kwargs: (
+            calls.append(1) or (_ for _ in ()).throw(Exception("The current node timed out during startup."))
+        ),
+    )
     with pytest.raises(Exception, match="timed out during startup"):
         ray_session.init_ray(num_cpus=1)
     assert len(calls) == ray_session.START_ATTEMPTS

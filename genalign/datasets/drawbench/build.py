@@ -32,8 +32,19 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # genalign/datasets/build_common.py
 from build_common import write_or_check  # noqa: E402
 
-CATEGORIES = ("Colors", "Conflicting", "Counting", "DALL-E", "Descriptions", "Gary Marcus et al.", "Misspellings",
-              "Positional", "Rare Words", "Reddit", "Text")
+CATEGORIES = (
+    "Colors",
+    "Conflicting",
+    "Counting",
+    "DALL-E",
+    "Descriptions",
+    "Gary Marcus et al.",
+    "Misspellings",
+    "Positional",
+    "Rare Words",
+    "Reddit",
+    "Text",
+)
 """DrawBench's 11 categories, in the sheet's order."""
 
 
@@ -42,8 +53,10 @@ def read_sheet(path: Path = HERE / "drawbench.csv") -> list[dict[str, str]]:
         rows = [{"prompt": row["Prompt"], "category": row["Category"]} for row in csv.DictReader(handle)]
     unknown = sorted({row["category"] for row in rows} - set(CATEGORIES))
     if len(rows) != 200 or unknown:
-        raise ValueError(f"{path}: expected DrawBench's 200 prompts in {len(CATEGORIES)} categories, got {len(rows)} "
-                         f"rows (unknown categories: {unknown})")
+        raise ValueError(
+            f"{path}: expected DrawBench's 200 prompts in {len(CATEGORIES)} categories, got {len(rows)} "
+            f"rows (unknown categories: {unknown})"
+        )
     return rows
 
 

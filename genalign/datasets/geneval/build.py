@@ -74,26 +74,41 @@ def make(tag: str, rng: random.Random, counting: list[tuple[str, int]]) -> dict[
         return {"tag": tag, "include": [{"class": name, "count": 1}], "prompt": f"a photo of {article(name)}"}
     if tag == "two_object":
         a, b = rng.sample(CLASSES, 2)
-        return {"tag": tag, "include": [{"class": a, "count": 1}, {"class": b, "count": 1}],
-                "prompt": f"a photo of {article(a)} and {article(b)}"}
+        return {
+            "tag": tag,
+            "include": [{"class": a, "count": 1}, {"class": b, "count": 1}],
+            "prompt": f"a photo of {article(a)} and {article(b)}",
+        }
     if tag == "counting":
         name, count = rng.choice(counting)
-        return {"tag": tag, "include": [{"class": name, "count": count}],
-                "exclude": [{"class": name, "count": count + 1}],
-                "prompt": f"a photo of {NUMBERS[count]} {plural(name)}"}
+        return {
+            "tag": tag,
+            "include": [{"class": name, "count": count}],
+            "exclude": [{"class": name, "count": count + 1}],
+            "prompt": f"a photo of {NUMBERS[count]} {plural(name)}",
+        }
     if tag == "colors":
         (name,), color = colourable(rng, 1), rng.choice(COLORS)
-        return {"tag": tag, "include": [{"class": name, "count": 1, "color": color}],
-                "prompt": f"a photo of {article(color)} {name}"}
+        return {
+            "tag": tag,
+            "include": [{"class": name, "count": 1, "color": color}],
+            "prompt": f"a photo of {article(color)} {name}",
+        }
     if tag == "position":
         a, b = rng.sample(CLASSES, 2)
         relation = rng.choice(POSITIONS)
-        return {"tag": tag, "include": [{"class": b, "count": 1}, {"class": a, "count": 1, "position": [relation, 0]}],
-                "prompt": f"a photo of {article(a)} {relation} {article(b)}"}
+        return {
+            "tag": tag,
+            "include": [{"class": b, "count": 1}, {"class": a, "count": 1, "position": [relation, 0]}],
+            "prompt": f"a photo of {article(a)} {relation} {article(b)}",
+        }
     if tag == "color_attr":
         (a, b), (ca, cb) = colourable(rng, 2), rng.sample(COLORS, 2)
-        return {"tag": tag, "include": [{"class": a, "count": 1, "color": ca}, {"class": b, "count": 1, "color": cb}],
-                "prompt": f"a photo of {article(ca)} {a} and {article(cb)} {b}"}
+        return {
+            "tag": tag,
+            "include": [{"class": a, "count": 1, "color": ca}, {"class": b, "count": 1, "color": cb}],
+            "prompt": f"a photo of {article(ca)} {a} and {article(cb)} {b}",
+        }
     raise ValueError(f"unknown GenEval tag {tag!r}")
 
 
@@ -103,7 +118,7 @@ def build(train_size: int = TRAIN_SIZE, test_size: int = TEST_SIZE) -> tuple[lis
     # training set still counts (on the other half) and never sees a test prompt
     pairs = [(name, count) for name in CLASSES for count in (2, 3, 4)]
     rng.shuffle(pairs)
-    test_counting, train_counting = pairs[:len(pairs) // 2], pairs[len(pairs) // 2:]
+    test_counting, train_counting = pairs[: len(pairs) // 2], pairs[len(pairs) // 2 :]
     test, seen = [], set()
     for index in range(test_size):
         tag = TEST_TAGS[index % len(TEST_TAGS)]
@@ -126,9 +141,18 @@ def build(train_size: int = TRAIN_SIZE, test_size: int = TEST_SIZE) -> tuple[lis
 
 
 def render(rows: list[dict]) -> str:
-    return "".join(json.dumps({"tag": r["tag"], "include": r["include"], **({"exclude": r["exclude"]}
-                                                                           if "exclude" in r else {}),
-                               "prompt": r["prompt"]}) + "\n" for r in rows)
+    return "".join(
+        json.dumps(
+            {
+                "tag": r["tag"],
+                "include": r["include"],
+                **({"exclude": r["exclude"]} if "exclude" in r else {}),
+                "prompt": r["prompt"],
+            }
+        )
+        + "\n"
+        for r in rows
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

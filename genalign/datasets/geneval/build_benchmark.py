@@ -56,44 +56,64 @@ def not_person(offsets: np.ndarray | int) -> np.ndarray | int:
 
 def single_objects(rng: np.random.Generator) -> list[dict[str, Any]]:
     order = rng.choice(len(CLASSES), size=len(CLASSES), replace=False)
-    return [{"tag": "single_object", "include": [{"class": CLASSES[i], "count": 1}],
-             "prompt": f"a photo of {article(CLASSES[i])}"} for i in order]
+    return [
+        {
+            "tag": "single_object",
+            "include": [{"class": CLASSES[i], "count": 1}],
+            "prompt": f"a photo of {article(CLASSES[i])}",
+        }
+        for i in order
+    ]
 
 
 def two_objects(rng: np.random.Generator) -> dict[str, Any]:
     a, b = (CLASSES[i] for i in rng.choice(len(CLASSES), size=2, replace=False))
-    return {"tag": "two_object", "include": [{"class": a, "count": 1}, {"class": b, "count": 1}],
-            "prompt": f"a photo of {article(a)} and {article(b)}"}
+    return {
+        "tag": "two_object",
+        "include": [{"class": a, "count": 1}, {"class": b, "count": 1}],
+        "prompt": f"a photo of {article(a)} and {article(b)}",
+    }
 
 
 def counting(rng: np.random.Generator) -> dict[str, Any]:
     name = CLASSES[rng.choice(len(CLASSES))]
     count = int(rng.integers(2, 4, endpoint=True))
-    return {"tag": "counting", "include": [{"class": name, "count": count}],
-            "exclude": [{"class": name, "count": count + 1}], "prompt": f"a photo of {NUMBERS[count]} {plural(name)}"}
+    return {
+        "tag": "counting",
+        "include": [{"class": name, "count": count}],
+        "exclude": [{"class": name, "count": count + 1}],
+        "prompt": f"a photo of {NUMBERS[count]} {plural(name)}",
+    }
 
 
 def colors(rng: np.random.Generator) -> dict[str, Any]:
     name = CLASSES[not_person(rng.choice(len(CLASSES) - 1))]
     color = COLORS[rng.choice(len(COLORS))]
-    return {"tag": "colors", "include": [{"class": name, "count": 1, "color": color}],
-            "prompt": f"a photo of {article(color)} {name}"}
+    return {
+        "tag": "colors",
+        "include": [{"class": name, "count": 1, "color": color}],
+        "prompt": f"a photo of {article(color)} {name}",
+    }
 
 
 def position(rng: np.random.Generator) -> dict[str, Any]:
     a, b = (CLASSES[i] for i in rng.choice(len(CLASSES), size=2, replace=False))
     relation = POSITIONS[rng.choice(len(POSITIONS))]
-    return {"tag": "position", "include": [{"class": b, "count": 1},
-                                           {"class": a, "count": 1, "position": [relation, 0]}],
-            "prompt": f"a photo of {article(a)} {relation} {article(b)}"}
+    return {
+        "tag": "position",
+        "include": [{"class": b, "count": 1}, {"class": a, "count": 1, "position": [relation, 0]}],
+        "prompt": f"a photo of {article(a)} {relation} {article(b)}",
+    }
 
 
 def color_attribution(rng: np.random.Generator) -> dict[str, Any]:
     a, b = (CLASSES[i] for i in not_person(rng.choice(len(CLASSES) - 1, size=2, replace=False)))
     color_a, color_b = (COLORS[i] for i in rng.choice(len(COLORS), size=2, replace=False))
-    return {"tag": "color_attr", "include": [{"class": a, "count": 1, "color": color_a},
-                                             {"class": b, "count": 1, "color": color_b}],
-            "prompt": f"a photo of {article(color_a)} {a} and {article(color_b)} {b}"}
+    return {
+        "tag": "color_attr",
+        "include": [{"class": a, "count": 1, "color": color_a}, {"class": b, "count": 1, "color": color_b}],
+        "prompt": f"a photo of {article(color_a)} {a} and {article(color_b)} {b}",
+    }
 
 
 def suite(seed: int = SEED, draws: int = DRAWS_PER_TASK) -> list[dict[str, Any]]:
@@ -123,8 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     text = render(suite())
     digest = hashlib.sha256(text.encode()).hexdigest()
     if digest != PUBLISHED_SHA256:
-        print(f"the rebuilt suite's sha256 {digest} is not GenEval's {PUBLISHED_SHA256} (a NumPy generator change?)",
-              file=sys.stderr)
+        print(
+            f"the rebuilt suite's sha256 {digest} is not GenEval's {PUBLISHED_SHA256} (a NumPy generator change?)",
+            file=sys.stderr,
+        )
         return 1
     if args.check:
         if not OUTPUT.exists() or OUTPUT.read_bytes() != text.encode():

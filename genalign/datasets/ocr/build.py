@@ -97,9 +97,18 @@ Carmen Dario Elsa Farah Gustav Helga Idris Jade Kofi Lola Milo Nina Otto Pia Qui
 Selma Theo Uma Vera Wanda Xavier Yara Zane Bianca Cyrus Delia Enzo Flora Gemma Hector Iris
 """.split()
 
-NAME_PATTERNS = ["{name}", "{name}'s Bakery", "{name}'s Cafe", "Cafe {name}", "Hello {name}",
-                 "Team {name}", "{name}'s Garage", "Happy Birthday {name}", "Villa {name}",
-                 "{name} and Co"]
+NAME_PATTERNS = [
+    "{name}",
+    "{name}'s Bakery",
+    "{name}'s Cafe",
+    "Cafe {name}",
+    "Hello {name}",
+    "Team {name}",
+    "{name}'s Garage",
+    "Happy Birthday {name}",
+    "Villa {name}",
+    "{name} and Co",
+]
 
 
 def number_targets() -> list[str]:
@@ -123,8 +132,12 @@ def code_targets(rng: random.Random, count: int) -> list[str]:
         if rng.random() < 0.5:
             code = "".join(rng.choice(letters) for _ in range(3)) + " " + str(rng.randrange(100, 1000))
         else:
-            code = ("".join(rng.choice(letters) for _ in range(2)) + str(rng.randrange(10, 100)) + " "
-                    + "".join(rng.choice(letters) for _ in range(3)))
+            code = (
+                "".join(rng.choice(letters) for _ in range(2))
+                + str(rng.randrange(10, 100))
+                + " "
+                + "".join(rng.choice(letters) for _ in range(3))
+            )
         if code not in codes:
             codes.append(code)
     return codes
@@ -150,25 +163,69 @@ KIND_WEIGHTS = {"word": 0.10, "phrase": 0.45, "number": 0.13, "name": 0.20, "cod
 
 # ----------------------------------------------------------------------------- scenes
 SETTINGS = {
-    "street": ["on a busy city street", "in a quiet village", "at night", "in the rain", "at golden hour",
-               "on a snowy morning", "next to a canal", "in a crowded market", "on a foggy evening",
-               "in a small seaside town", "under a clear blue sky", "in a neon-lit alley"],
-    "indoor": ["in a cozy kitchen", "in a busy office", "on a classroom wall", "in a dim hallway",
-               "in a sunlit living room", "in a school gym", "in a hotel lobby", "in a train station"],
-    "table": ["on a wooden table", "on a marble countertop", "at a birthday party", "on a picnic blanket",
-              "in a bakery display case", "on a kitchen counter", "next to a window"],
-    "worn": ["worn by a smiling man", "worn by a young woman", "hanging on a clothesline",
-             "folded on a shop shelf", "worn by a street musician", "on a mannequin"],
-    "car": ["on a parked car", "on a red sports car", "on a dusty pickup truck", "on a vintage car",
-            "on a white delivery van", "on a taxi in traffic"],
-    "shelf": ["on a bookshop shelf", "on a library table", "lying on a bed", "in a shop window",
-              "on a desk next to a lamp"],
+    "street": [
+        "on a busy city street",
+        "in a quiet village",
+        "at night",
+        "in the rain",
+        "at golden hour",
+        "on a snowy morning",
+        "next to a canal",
+        "in a crowded market",
+        "on a foggy evening",
+        "in a small seaside town",
+        "under a clear blue sky",
+        "in a neon-lit alley",
+    ],
+    "indoor": [
+        "in a cozy kitchen",
+        "in a busy office",
+        "on a classroom wall",
+        "in a dim hallway",
+        "in a sunlit living room",
+        "in a school gym",
+        "in a hotel lobby",
+        "in a train station",
+    ],
+    "table": [
+        "on a wooden table",
+        "on a marble countertop",
+        "at a birthday party",
+        "on a picnic blanket",
+        "in a bakery display case",
+        "on a kitchen counter",
+        "next to a window",
+    ],
+    "worn": [
+        "worn by a smiling man",
+        "worn by a young woman",
+        "hanging on a clothesline",
+        "folded on a shop shelf",
+        "worn by a street musician",
+        "on a mannequin",
+    ],
+    "car": [
+        "on a parked car",
+        "on a red sports car",
+        "on a dusty pickup truck",
+        "on a vintage car",
+        "on a white delivery van",
+        "on a taxi in traffic",
+    ],
+    "shelf": [
+        "on a bookshop shelf",
+        "on a library table",
+        "lying on a bed",
+        "in a shop window",
+        "on a desk next to a lamp",
+    ],
 }
 
 
 @dataclass(frozen=True)
 class Carrier:
     """An object that carries text: its noun, styles that fit it, settings and target kinds."""
+
     noun: str
     styles: tuple[str, ...]
     setting: str
@@ -177,19 +234,35 @@ class Carrier:
 
 GENERAL = ("word", "phrase", "name")
 CARRIERS = [
-    Carrier("sign", ("wooden", "hand-painted", "rusty metal", "weathered", "bright yellow", "enamel"), "street",
-            GENERAL + ("number",)),
+    Carrier(
+        "sign",
+        ("wooden", "hand-painted", "rusty metal", "weathered", "bright yellow", "enamel"),
+        "street",
+        GENERAL + ("number",),
+    ),
     Carrier("poster", ("vintage", "minimalist", "colorful", "torn", "art deco", "retro travel"), "street", GENERAL),
     Carrier("shop front", ("charming", "old-fashioned", "modern glass", "brick", "pastel"), "street", GENERAL),
-    Carrier("neon sign", ("glowing pink", "flickering blue", "bright red", "retro", "buzzing green"), "street",
-            GENERAL + ("number",)),
+    Carrier(
+        "neon sign",
+        ("glowing pink", "flickering blue", "bright red", "retro", "buzzing green"),
+        "street",
+        GENERAL + ("number",),
+    ),
     Carrier("chalkboard", ("small", "cafe", "hand-lettered", "dusty", "sidewalk"), "street", GENERAL + ("number",)),
     Carrier("t-shirt", ("white cotton", "black", "faded vintage", "tie-dye", "oversized"), "worn", GENERAL),
     Carrier("hoodie", ("gray", "navy", "bright orange", "cozy"), "worn", GENERAL),
-    Carrier("book cover", ("hardcover", "paperback", "leather-bound", "illustrated", "minimalist"), "shelf",
-            ("word", "phrase", "name")),
-    Carrier("birthday cake", ("chocolate", "strawberry", "three-tier", "vanilla", "frosted"), "table",
-            ("name", "phrase", "number")),
+    Carrier(
+        "book cover",
+        ("hardcover", "paperback", "leather-bound", "illustrated", "minimalist"),
+        "shelf",
+        ("word", "phrase", "name"),
+    ),
+    Carrier(
+        "birthday cake",
+        ("chocolate", "strawberry", "three-tier", "vanilla", "frosted"),
+        "table",
+        ("name", "phrase", "number"),
+    ),
     Carrier("coffee mug", ("ceramic", "chipped", "enamel", "oversized"), "table", GENERAL),
     Carrier("license plate", ("yellow", "white", "old", "dirty"), "car", ("code",)),
     Carrier("bumper sticker", ("faded", "glossy", "round", "peeling"), "car", ("word", "phrase")),
@@ -213,8 +286,18 @@ CARRIERS = [
     Carrier("pizza box", ("greasy", "stacked", "cardboard"), "table", ("word", "phrase", "name")),
 ]
 
-FRAMINGS = ["", "", "", "photo of ", "close-up photo of ", "picture of ", "vintage photograph of ",
-            "digital illustration of ", "watercolor painting of ", "3D render of "]
+FRAMINGS = [
+    "",
+    "",
+    "",
+    "photo of ",
+    "close-up photo of ",
+    "picture of ",
+    "vintage photograph of ",
+    "digital illustration of ",
+    "watercolor painting of ",
+    "3D render of ",
+]
 
 
 def with_article(phrase: str) -> str:
@@ -228,7 +311,7 @@ def make_prompt(rng: random.Random, text: str, kind: str) -> str:
     setting = rng.choice(SETTINGS[carrier.setting])
     framing = rng.choice(FRAMINGS)
     body = with_article(f"{framing}{thing}") if framing else thing
-    return f"{body[0].upper()}{body[1:]} {setting} that says \"{text}\""
+    return f'{body[0].upper()}{body[1:]} {setting} that says "{text}"'
 
 
 def normalise(text: str) -> str:

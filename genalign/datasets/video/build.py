@@ -12,24 +12,37 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-TRAIN_SUBJECTS = ["a red fox", "a golden retriever", "a paper boat", "an old steam train", "a hot air balloon",
-                  "a hummingbird"]
+TRAIN_SUBJECTS = [
+    "a red fox",
+    "a golden retriever",
+    "a paper boat",
+    "an old steam train",
+    "a hot air balloon",
+    "a hummingbird",
+]
 TEST_SUBJECTS = ["a white horse", "a sailboat"]
 MOTIONS = ["moving slowly from left to right", "turning around in place", "approaching the camera"]
 PLACES = ["on a sunny beach", "in falling snow"]
 
 
 def prompts(subjects: list[str]) -> list[str]:
-    return [f"{subject} {motion} {place}, cinematic, smooth camera" for subject in subjects
-            for motion in MOTIONS for place in PLACES]
+    return [
+        f"{subject} {motion} {place}, cinematic, smooth camera"
+        for subject in subjects
+        for motion in MOTIONS
+        for place in PLACES
+    ]
 
 
 def main(argv: list[str]) -> int:
     here = Path(__file__).parent
     files = {here / "train.txt": prompts(TRAIN_SUBJECTS), here / "test.txt": prompts(TEST_SUBJECTS)}
     if "--check" in argv:
-        stale = [str(path) for path, lines in files.items()
-                 if not path.exists() or path.read_text() != "\n".join(lines) + "\n"]
+        stale = [
+            str(path)
+            for path, lines in files.items()
+            if not path.exists() or path.read_text() != "\n".join(lines) + "\n"
+        ]
         if stale:
             print("stale: " + ", ".join(stale) + "; run python genalign/datasets/video/build.py")
             return 1

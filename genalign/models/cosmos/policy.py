@@ -57,9 +57,14 @@ to_out.0, mlp.layer1/2 → ff.net.0.proj / ff.net.2): the q/k/v/out projections 
 and cross-attention (attn2) and both MLP layers of every block. The adaLN modulation, the
 embeddings and `crossattn_proj` stay frozen."""
 SPEC = FamilySpec(
-    name="cosmos", policy="genalign.models.cosmos.policy:CosmosPolicy", package="genalign.models.cosmos",
-    pipeline_class="Cosmos2_5_PredictBasePipeline", media="video", negative_prompt=True,
-    tiny_builder="genalign.models.cosmos.tiny:build_tiny_cosmos_pipeline")
+    name="cosmos",
+    policy="genalign.models.cosmos.policy:CosmosPolicy",
+    package="genalign.models.cosmos",
+    pipeline_class="Cosmos2_5_PredictBasePipeline",
+    media="video",
+    negative_prompt=True,
+    tiny_builder="genalign.models.cosmos.tiny:build_tiny_cosmos_pipeline",
+)
 """Cosmos-Predict2.5 text-to-world: video (or an image at num_frames=1), model.negative_prompt."""
 
 
@@ -78,8 +83,10 @@ class GuardrailNotLoaded:
     `__call__` (the only place the guardrail runs) raises instead of generating unscreened.
     Not a module, so `save_pretrained` stores no guardrail (as the hub checkpoints store none)."""
 
-    MESSAGE = ("genalign loaded this Cosmos2_5_PredictBasePipeline for training without its guardrail "
-               "(cosmos_guardrail); to generate with the pipeline, load it with diffusers and the guardrail")
+    MESSAGE = (
+        "genalign loaded this Cosmos2_5_PredictBasePipeline for training without its guardrail "
+        "(cosmos_guardrail); to generate with the pipeline, load it with diffusers and the guardrail"
+    )
 
     def to(self, *args, **kwargs) -> "GuardrailNotLoaded":
         return self
@@ -91,8 +98,9 @@ class GuardrailNotLoaded:
         raise RuntimeError(self.MESSAGE)
 
 
-def cosmos_guidance(uncond: torch.Tensor, cond: torch.Tensor, guidance_scale: float,
-                    detach_uncond: bool = False) -> torch.Tensor:
+def cosmos_guidance(
+    uncond: torch.Tensor, cond: torch.Tensor, guidance_scale: float, detach_uncond: bool = False
+) -> torch.Tensor:
     """Cosmos' CFG v_c + w (v_c − v_u) [B, ...] (Cosmos2_5_PredictBasePipeline and the
     cosmos-predict2.5 sampler), i.e. the usual form with w + 1; `detach_uncond` stops the
     gradient through v_u without changing the value."""
@@ -106,13 +114,20 @@ def karras_range(scheduler_config) -> tuple[float, float]:
     scheduler config is an error (its schedule is not the one the model was released with)."""
     config = dict(scheduler_config)
     if not (config.get("use_karras_sigmas") and config.get("use_flow_sigmas")):
-        raise ValueError("the Cosmos pipeline's scheduler is not the Karras flow schedule Cosmos-Predict2.5 ships "
-                         "(UniPCMultistepScheduler with use_karras_sigmas=True, use_flow_sigmas=True, sigma_min=0.01, "
-                         f"sigma_max=200); got {config.get('_class_name')} {config}; check model.path")
-    if config.get("final_sigmas_type", "zero") != "zero" or config.get("sigma_min") is None \
-            or config.get("sigma_max") is None:
-        raise ValueError("the Cosmos scheduler config needs sigma_min, sigma_max and final_sigmas_type='zero' "
-                         f"(Cosmos-Predict2.5: 0.01, 200, 'zero'); got {config}")
+        raise ValueError(
+            "the Cosmos pipeline's scheduler is not the Karras flow schedule Cosmos-Predict2.5 ships "
+            "(UniPCMultistepScheduler with use_karras_sigmas=True, use_flow_sigmas=True, sigma_min=0.01, "
+            f"sigma_max=200); got {config.get('_class_name')} {config}; check model.path"
+        )
+    if (
+        config.get("final_sigmas_type", "zero") != "zero"
+        or config.get("sigma_min") is None
+        or config.get("sigma_max") is None
+    ):
+        raise ValueError(
+            "the Cosmos scheduler config needs sigma_min, sigma_max and final_sigmas_type='zero' "
+            f"(Cosmos-Predict2.5: 0.01, 200, 'zero'); got {config}"
+        )
     return float(config["sigma_min"]), float(config["sigma_max"])
 
 
@@ -135,15 +150,25 @@ class CosmosPolicy(WanVAEVideo, PipelineLoading):
         """The guardrail is not loaded for training (module docstring)."""
         return {"safety_checker": GuardrailNotLoaded()}
 
-    def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 512,
-                 cfg_batch: str = "joint", num_frames: int = 93, negative_prompt: str | None = None):
+    def __init__(
+        self,
+        pipeline,
+        device: torch.device,
+        dtype: torch.dtype,
+        max_sequence_length: int = 512,
+        cfg_batch: str = "joint",
+        num_frames: int = 93,
+        negative_prompt: str | None = None,
+    ):
         config = pipeline.transformer.config
         if config.get("concat_padding_mask", False):
             from diffusers.utils import is_torchvision_available
 
             if not is_torchvision_available():
-                raise ImportError("this Cosmos transformer concatenates a padding mask, which diffusers resizes with "
-                                  "torchvision: install torchvision (pip install 'genalign[cosmos]')")
+                raise ImportError(
+                    "this Cosmos transformer concatenates a padding mask, which diffusers resizes with "
+                    "torchvision: install torchvision (pip install 'genalign[cosmos]')"
+                )
         self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, self.display_name)
         self._adopt_video(num_frames)
         self.negative_prompt = __getattr__("COSMOS_NEGATIVE_PROMPT") if negative_prompt is None else negative_prompt
@@ -152,34 +177,55 @@ class CosmosPolicy(WanVAEVideo, PipelineLoading):
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
         """The pipeline's `encode_prompt`: embeds [B, max_sequence_length, layers · hidden], the
         normalised Qwen2.5-VL hidden states of every layer; the negative is `model.negative_prompt`."""
-        return encode_prompt_pair(self.pipeline, prompts, self.negative_prompt, with_negative,
-                                  self.max_sequence_length, self.device)
+        return encode_prompt_pair(
+            self.pipeline, prompts, self.negative_prompt, with_negative, self.max_sequence_length, self.device
+        )
 
-    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
-                 guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
+    def velocity(
+        self,
+        latents: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: Condition,
+        guidance_scale: float,
+        detach_uncond: bool = False,
+    ) -> torch.Tensor:
         """v̂ [B, C, F_lat, h, w] float32 at sigma [B]: Text2World inputs (zero condition and
         padding masks, timestep σ per latent frame), Cosmos' CFG by `cfg_velocity`."""
         device, dtype, transformer = self.device, self.dtype, self.transformer
         batch, _, frames, height, width = latents.shape
         # one padding mask at pixel size for the whole batch, all zero (no padded pixels), as the pipeline passes it
-        padding_mask = torch.zeros(1, 1, height * self.spatial_factor, width * self.spatial_factor, device=device,
-                                   dtype=dtype)
+        padding_mask = torch.zeros(
+            1, 1, height * self.spatial_factor, width * self.spatial_factor, device=device, dtype=dtype
+        )
 
         def forward(hidden_states: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
             # no conditioning frames: the condition-mask channel is zero everywhere
-            condition_mask = torch.zeros(hidden_states.shape[0], 1, *hidden_states.shape[2:], device=device,
-                                         dtype=dtype)  # [B, 1, F_lat, h, w]
+            condition_mask = torch.zeros(
+                hidden_states.shape[0], 1, *hidden_states.shape[2:], device=device, dtype=dtype
+            )  # [B, 1, F_lat, h, w]
             with compute_precision(device, dtype):
-                out = transformer(hidden_states=hidden_states.to(device, dtype), condition_mask=condition_mask,
-                                  timestep=timestep, encoder_hidden_states=embeds.to(device, dtype),
-                                  padding_mask=padding_mask, return_dict=False)[0]
+                out = transformer(
+                    hidden_states=hidden_states.to(device, dtype),
+                    condition_mask=condition_mask,
+                    timestep=timestep,
+                    encoder_hidden_states=embeds.to(device, dtype),
+                    padding_mask=padding_mask,
+                    return_dict=False,
+                )[0]
             return out.float()  # [B, C, F_lat, h, w]
 
         timestep = sigma.to(device, torch.float32).expand(batch).reshape(batch, 1, 1, 1, 1)
         timestep = timestep.expand(batch, 1, frames, 1, 1)  # [B, 1, F_lat, 1, 1]: σ for every latent frame
         branch = dict(hidden_states=latents, timestep=timestep)
-        return cfg_velocity(forward, dict(branch, embeds=cond.embeds), dict(branch, embeds=cond.negative_embeds),
-                            guidance_scale, detach_uncond, self.cfg_batch, combine=cosmos_guidance)
+        return cfg_velocity(
+            forward,
+            dict(branch, embeds=cond.embeds),
+            dict(branch, embeds=cond.negative_embeds),
+            guidance_scale,
+            detach_uncond,
+            self.cfg_batch,
+            combine=cosmos_guidance,
+        )
 
     def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
         """The shipped scheduler's Karras flow schedule, the same at every resolution and length."""

@@ -27,7 +27,8 @@ QWEN2_5_VL_CHAT_TEMPLATE = (
     "You are a helpful assistant.<|im_end|>\n{% endif %}<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for content in message['content'] %}"
     "{% if content['type'] == 'text' %}{{ content['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 """Qwen2.5-VL-Instruct's chat template for text messages (its image/video branches dropped:
 Cosmos' pipeline sends only text), which Cosmos2_5_PredictBasePipeline applies to each prompt."""
 
@@ -38,23 +39,41 @@ COSMOS_SHAPES = {
     # Qwen2.5-VL hidden states (2 layers x 16 = 32 in, 32 out). concat_padding_mask=False: the
     # real model's True resizes its padding mask with torchvision, which this environment lacks.
     "tiny": dict(
-        transformer=dict(in_channels=16 + 1, out_channels=16, num_attention_heads=2, attention_head_dim=16,
-                         num_layers=2, mlp_ratio=2.0, text_embed_dim=32, adaln_lora_dim=4, max_size=(4, 32, 32),
-                         patch_size=(1, 2, 2), rope_scale=(1.0, 3.0, 3.0), concat_padding_mask=False,
-                         extra_pos_embed_type=None, use_crossattn_projection=True,
-                         crossattn_proj_in_channels=QWEN_TEXT_LAYERS * QWEN_TEXT_HIDDEN,
-                         encoder_hidden_states_channels=32),
+        transformer=dict(
+            in_channels=16 + 1,
+            out_channels=16,
+            num_attention_heads=2,
+            attention_head_dim=16,
+            num_layers=2,
+            mlp_ratio=2.0,
+            text_embed_dim=32,
+            adaln_lora_dim=4,
+            max_size=(4, 32, 32),
+            patch_size=(1, 2, 2),
+            rope_scale=(1.0, 3.0, 3.0),
+            concat_padding_mask=False,
+            extra_pos_embed_type=None,
+            use_crossattn_projection=True,
+            crossattn_proj_in_channels=QWEN_TEXT_LAYERS * QWEN_TEXT_HIDDEN,
+            encoder_hidden_states_channels=32,
+        ),
         vae=dict(TINY_WAN_VAE),
         # the scheduler diffusers' convert_cosmos_to_diffusers.py ships with Cosmos-Predict2.5
-        scheduler=dict(use_karras_sigmas=True, use_flow_sigmas=True, prediction_type="flow_prediction",
-                       sigma_max=200.0, sigma_min=0.01),
+        scheduler=dict(
+            use_karras_sigmas=True,
+            use_flow_sigmas=True,
+            prediction_type="flow_prediction",
+            sigma_max=200.0,
+            sigma_min=0.01,
+        ),
     ),
 }
 """Architectures `build_cosmos_pipeline` knows."""
 
 
-def build_cosmos_pipeline(shapes: str = "tiny", seed: int = 0, device: str | torch.device = "cpu",
-                          dtype: torch.dtype = torch.float32):
+def build_cosmos_pipeline(
+    shapes: str = "tiny", seed: int = 0, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+):
     """A Cosmos2_5_PredictBasePipeline of the named `COSMOS_SHAPES` with random weights (the VAE
     always float32): the tiny Qwen2.5-VL text encoder over a Qwen2 BPE trained on the
     pipeline's system turn, with Qwen2.5-VL's chat template; the Wan VAE; the Karras-flow UniPC
@@ -80,9 +99,14 @@ def build_cosmos_pipeline(shapes: str = "tiny", seed: int = 0, device: str | tor
     with building(device, torch.float32):
         torch.manual_seed(seed + 2)
         vae = AutoencoderKLWan(**spec["vae"])
-    return Cosmos2_5_PredictBasePipeline(text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer,
-                                         vae=vae, scheduler=UniPCMultistepScheduler(**spec["scheduler"]),
-                                         safety_checker=GuardrailNotLoaded())
+    return Cosmos2_5_PredictBasePipeline(
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        transformer=transformer,
+        vae=vae,
+        scheduler=UniPCMultistepScheduler(**spec["scheduler"]),
+        safety_checker=GuardrailNotLoaded(),
+    )
 
 
 def build_tiny_cosmos_pipeline(seed: int = 0):

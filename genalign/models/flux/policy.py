@@ -29,9 +29,20 @@ from genalign.models.spec import FamilySpec
 
 FLUX_REPEATED_BLOCKS = ("FluxTransformerBlock", "FluxSingleTransformerBlock")
 """The double-stream and single-stream blocks: units of regional compilation."""
-FLUX_LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
-                     "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out",
-                     "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj", "ff_context.net.2"]
+FLUX_LORA_TARGETS = [
+    "attn.to_q",
+    "attn.to_k",
+    "attn.to_v",
+    "attn.to_out.0",
+    "attn.add_q_proj",
+    "attn.add_k_proj",
+    "attn.add_v_proj",
+    "attn.to_add_out",
+    "ff.net.0.proj",
+    "ff.net.2",
+    "ff_context.net.0.proj",
+    "ff_context.net.2",
+]
 """Flow-GRPO's FLUX targets (scripts/train_flux.py): every attention projection and the
 feed-forwards of the double-stream blocks; by suffix, attn.to_q/k/v also bind the single-stream
 blocks (whose attention has no output projection of its own)."""
@@ -48,9 +59,13 @@ def latent_image_ids(token_rows: int, token_cols: int, device: torch.device) -> 
 
 
 SPEC = FamilySpec(
-    name="flux", policy="genalign.models.flux.policy:FluxPolicy", package="genalign.models.flux",
-    pipeline_class="FluxPipeline", guidance_embedding=True,
-    tiny_builder="genalign.models.flux.tiny:build_tiny_flux_pipeline")
+    name="flux",
+    policy="genalign.models.flux.policy:FluxPolicy",
+    package="genalign.models.flux",
+    pipeline_class="FluxPipeline",
+    guidance_embedding=True,
+    tiny_builder="genalign.models.flux.tiny:build_tiny_flux_pipeline",
+)
 """FLUX.1: 16 pixels per packed token (VAE 8 x 2x2 packing); FLUX.1-dev embeds distilled guidance."""
 
 
@@ -66,15 +81,26 @@ class FluxPolicy(PackedLatents, PipelineLoading):
     tokenizer_names = _TOKENIZERS
     repeated_blocks = FLUX_REPEATED_BLOCKS
 
-    def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 512,
-                 cfg_batch: str = "joint", embedded_guidance: float | None = None):
+    def __init__(
+        self,
+        pipeline,
+        device: torch.device,
+        dtype: torch.dtype,
+        max_sequence_length: int = 512,
+        cfg_batch: str = "joint",
+        embedded_guidance: float | None = None,
+    ):
         self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, self.display_name)
         self._adopt_packed(embedded_guidance, vae_scale_factor=2 ** (len(self.vae.config.block_out_channels) - 1))
 
     def _encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         embeds, pooled, _ = self.pipeline.encode_prompt(
-            prompt=list(prompts), prompt_2=None, device=self.device, num_images_per_prompt=1,
-            max_sequence_length=self.max_sequence_length)
+            prompt=list(prompts),
+            prompt_2=None,
+            device=self.device,
+            num_images_per_prompt=1,
+            max_sequence_length=self.max_sequence_length,
+        )
         return embeds, pooled  # [B, max_sequence_length, D_t5], [B, D_clip]
 
     @torch.no_grad()
@@ -87,8 +113,14 @@ class FluxPolicy(PackedLatents, PipelineLoading):
         negative, negative_pooled = self._encode([""] * len(prompts))
         return Condition(embeds=embeds, pooled=pooled, negative_embeds=negative, negative_pooled=negative_pooled)
 
-    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
-                 guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
+    def velocity(
+        self,
+        latents: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: Condition,
+        guidance_scale: float,
+        detach_uncond: bool = False,
+    ) -> torch.Tensor:
         """v̂ [B, C, h, w] float32 at sigma [B]: packed tokens through the transformer with image
         ids, timestep σ and the embedded guidance; true CFG (v_u + w(v_c − v_u)) when
         guidance_scale > 1."""
@@ -99,15 +131,27 @@ class FluxPolicy(PackedLatents, PipelineLoading):
 
         def forward(hidden_states, timestep, embeds, pooled, guidance=None) -> torch.Tensor:
             with compute_precision(device, dtype):
-                out = transformer(hidden_states=hidden_states.to(device, dtype), timestep=timestep.to(dtype),
-                                  guidance=guidance, pooled_projections=pooled.to(device, dtype),
-                                  encoder_hidden_states=embeds.to(device, dtype), txt_ids=txt_ids, img_ids=img_ids,
-                                  return_dict=False)[0]
+                out = transformer(
+                    hidden_states=hidden_states.to(device, dtype),
+                    timestep=timestep.to(dtype),
+                    guidance=guidance,
+                    pooled_projections=pooled.to(device, dtype),
+                    encoder_hidden_states=embeds.to(device, dtype),
+                    txt_ids=txt_ids,
+                    img_ids=img_ids,
+                    return_dict=False,
+                )[0]
             return out.float()  # [B, hw/4, 4C]
 
-        return self.packed_velocity(forward, latents, sigma, dict(embeds=cond.embeds, pooled=cond.pooled),
-                                    dict(embeds=cond.negative_embeds, pooled=cond.negative_pooled), guidance_scale,
-                                    detach_uncond)
+        return self.packed_velocity(
+            forward,
+            latents,
+            sigma,
+            dict(embeds=cond.embeds, pooled=cond.pooled),
+            dict(embeds=cond.negative_embeds, pooled=cond.negative_pooled),
+            guidance_scale,
+            detach_uncond,
+        )
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

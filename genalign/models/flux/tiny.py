@@ -31,22 +31,57 @@ def build_tiny_flux_pipeline(seed: int = 0, guidance_embeds: bool = True):
 
     clip_tokenizer, t5_tokenizer = tiny_clip_tokenizer(), tiny_t5_tokenizer()
     torch.manual_seed(seed)
-    transformer = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1,
-                                         attention_head_dim=16, num_attention_heads=2, joint_attention_dim=T5_HIDDEN,
-                                         pooled_projection_dim=CLIP_HIDDEN, guidance_embeds=guidance_embeds,
-                                         axes_dims_rope=(4, 4, 8))
+    transformer = FluxTransformer2DModel(
+        patch_size=1,
+        in_channels=16,
+        num_layers=1,
+        num_single_layers=1,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=T5_HIDDEN,
+        pooled_projection_dim=CLIP_HIDDEN,
+        guidance_embeds=guidance_embeds,
+        axes_dims_rope=(4, 4, 8),
+    )
     torch.manual_seed(seed + 1)
-    text_encoder = CLIPTextModel(CLIPTextConfig(
-        bos_token_id=0, eos_token_id=1, pad_token_id=1, layer_norm_eps=1e-5, vocab_size=len(clip_tokenizer),
-        **TINY_CLIP_TEXT))
+    text_encoder = CLIPTextModel(
+        CLIPTextConfig(
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=1,
+            layer_norm_eps=1e-5,
+            vocab_size=len(clip_tokenizer),
+            **TINY_CLIP_TEXT,
+        )
+    )
     torch.manual_seed(seed + 2)
-    text_encoder_2 = T5EncoderModel(T5Config(vocab_size=len(t5_tokenizer), decoder_start_token_id=0, pad_token_id=0,
-                                             eos_token_id=1, **TINY_T5))
+    text_encoder_2 = T5EncoderModel(
+        T5Config(vocab_size=len(t5_tokenizer), decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **TINY_T5)
+    )
     torch.manual_seed(seed + 3)
-    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
-                        up_block_types=("UpDecoderBlock2D",) * 4, use_quant_conv=False, use_post_quant_conv=False,
-                        **dict(TINY_KL_VAE, shift_factor=0.1159, scaling_factor=0.3611))
-    scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15,
-                                                base_image_seq_len=256, max_image_seq_len=4096)
-    return FluxPipeline(transformer=transformer, scheduler=scheduler, vae=vae, text_encoder=text_encoder,
-                        tokenizer=clip_tokenizer, text_encoder_2=text_encoder_2, tokenizer_2=t5_tokenizer)
+    vae = AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+        **dict(TINY_KL_VAE, shift_factor=0.1159, scaling_factor=0.3611),
+    )
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        shift=3.0,
+        use_dynamic_shifting=True,
+        base_shift=0.5,
+        max_shift=1.15,
+        base_image_seq_len=256,
+        max_image_seq_len=4096,
+    )
+    return FluxPipeline(
+        transformer=transformer,
+        scheduler=scheduler,
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=clip_tokenizer,
+        text_encoder_2=text_encoder_2,
+        tokenizer_2=t5_tokenizer,
+    )

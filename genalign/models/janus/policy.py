@@ -71,8 +71,13 @@ def embed_prompt_ids(module: torch.nn.Module, args: tuple, kwargs: dict) -> tupl
     return args, kwargs
 
 
-def guided_token_logits(cond_logits: torch.Tensor, uncond_logits: torch.Tensor | None, guidance_scale: float,
-                        temperature: float, detach_uncond: bool = False) -> torch.Tensor:
+def guided_token_logits(
+    cond_logits: torch.Tensor,
+    uncond_logits: torch.Tensor | None,
+    guidance_scale: float,
+    temperature: float,
+    detach_uncond: bool = False,
+) -> torch.Tensor:
     """The sampling logits (l_u + w (l_c − l_u)) / T [..., V] float32: Janus' CFG on raw head
     logits, then the temperature (`generate` applies its CFG processor before the temperature
     warper). Without an unconditional stream (w = 1) it is l_c / T."""
@@ -94,9 +99,17 @@ def unconditional_ids(input_ids: torch.Tensor, bos_id: int, boi_id: int, pad_id:
 
 
 SPEC = FamilySpec(
-    name="janus", policy="genalign.models.janus.policy:JanusPolicy", package="genalign.models.janus", sampler="token",
-    text_encoders=False, gradient_checkpointing=False, split_cfg=False, export="peft",
-    pipeline_class="JanusForConditionalGeneration", tiny_builder="genalign.models.janus.tiny:build_tiny_janus")
+    name="janus",
+    policy="genalign.models.janus.policy:JanusPolicy",
+    package="genalign.models.janus",
+    sampler="token",
+    text_encoders=False,
+    gradient_checkpointing=False,
+    split_cfg=False,
+    export="peft",
+    pipeline_class="JanusForConditionalGeneration",
+    tiny_builder="genalign.models.janus.tiny:build_tiny_janus",
+)
 """Janus-Pro: image tokens (16 pixels each; the exact size is the checkpoint's), a peft adapter
 onto the transformers class; no gradient checkpointing, CFG streams always joint."""
 
@@ -128,11 +141,20 @@ class JanusPolicy:
         generation = self.model.generation_config
         self.bos_id, self.pad_id = generation.bos_token_id, generation.pad_token_id
         self.boi_id = (getattr(generation, "generation_kwargs", None) or {}).get("boi_token_id")
-        missing = [name for name, value in (("bos_token_id", self.bos_id), ("pad_token_id", self.pad_id),
-                                            ("generation_kwargs.boi_token_id", self.boi_id)) if value is None]
+        missing = [
+            name
+            for name, value in (
+                ("bos_token_id", self.bos_id),
+                ("pad_token_id", self.pad_id),
+                ("generation_kwargs.boi_token_id", self.boi_id),
+            )
+            if value is None
+        ]
         if missing:
-            raise ValueError(f"the Janus checkpoint's generation_config lacks {missing}: image generation needs them "
-                             "(Janus-Pro's hub generation_config.json sets them)")
+            raise ValueError(
+                f"the Janus checkpoint's generation_config lacks {missing}: image generation needs them "
+                "(Janus-Pro's hub generation_config.json sets them)"
+            )
 
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> "JanusPolicy":
@@ -145,8 +167,9 @@ class JanusPolicy:
         return cls(bundle.model, bundle.processor, resolve_device(cfg.device), resolve_dtype(cfg.dtype))
 
     @classmethod
-    def from_pretrained(cls, path: str, dtype: str = "float32", device: str = "auto",
-                        revision: str | None = None) -> "JanusPolicy":
+    def from_pretrained(
+        cls, path: str, dtype: str = "float32", device: str = "auto", revision: str | None = None
+    ) -> "JanusPolicy":
         from transformers import AutoProcessor, JanusForConditionalGeneration
 
         check_model_path(path)
@@ -174,9 +197,11 @@ class JanusPolicy:
 
     def check_image_size(self, height: int, width: int) -> None:
         if (height, width) != (self.image_size, self.image_size):
-            raise ValueError(f"rollout.height/width={height}x{width}: this Janus checkpoint generates "
-                             f"{self.image_size}x{self.image_size} images ({self.num_image_tokens} tokens); set "
-                             f"rollout.height={self.image_size} rollout.width={self.image_size}")
+            raise ValueError(
+                f"rollout.height/width={height}x{width}: this Janus checkpoint generates "
+                f"{self.image_size}x{self.image_size} images ({self.num_image_tokens} tokens); set "
+                f"rollout.height={self.image_size} rollout.width={self.image_size}"
+            )
 
     # ------------------------------------------------------------------ the language model
     def _streams(self, cond: TokenCondition, guidance_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -184,21 +209,25 @@ class JanusPolicy:
         if guidance_scale > 1.0:
             if cond.negative_input_ids is None:
                 raise ValueError("guidance_scale > 1 needs the unconditional prompt stream (encode with_negative)")
-            return (torch.cat([cond.input_ids, cond.negative_input_ids]),
-                    torch.cat([cond.attention_mask, cond.negative_attention_mask]))
+            return (
+                torch.cat([cond.input_ids, cond.negative_input_ids]),
+                torch.cat([cond.attention_mask, cond.negative_attention_mask]),
+            )
         return cond.input_ids, cond.attention_mask
 
     def _head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.model.generation_head(hidden)
 
-    def _split_guided(self, logits: torch.Tensor, batch: int, guidance_scale: float, temperature: float,
-                      detach_uncond: bool = False) -> torch.Tensor:
+    def _split_guided(
+        self, logits: torch.Tensor, batch: int, guidance_scale: float, temperature: float, detach_uncond: bool = False
+    ) -> torch.Tensor:
         uncond = logits[batch:] if guidance_scale > 1.0 else None
         return guided_token_logits(logits[:batch], uncond, guidance_scale, temperature, detach_uncond)
 
     @torch.no_grad()
-    def sample_tokens(self, cond: TokenCondition, generators: list[torch.Generator], guidance_scale: float,
-                      temperature: float) -> SampledTokens:
+    def sample_tokens(
+        self, cond: TokenCondition, generators: list[torch.Generator], guidance_scale: float, temperature: float
+    ) -> SampledTokens:
         """N tokens per row with a key-value cache, one forward per token (as `generate`); row b
         draws from its own generator, so a sample does not depend on its batch neighbours."""
         if temperature <= 0:
@@ -216,8 +245,9 @@ class JanusPolicy:
             past = out.past_key_values
             guided = self._split_guided(logits, batch, guidance_scale, temperature)  # [B, V]
             probs = torch.softmax(guided, dim=-1)  # [B, V]
-            chosen = torch.cat([torch.multinomial(probs[b:b + 1], 1, generator=generators[b])[0]
-                                for b in range(batch)])  # [B]
+            chosen = torch.cat(
+                [torch.multinomial(probs[b : b + 1], 1, generator=generators[b])[0] for b in range(batch)]
+            )  # [B]
             tokens[:, i] = chosen
             log_probs[:, i] = torch.log_softmax(guided, dim=-1).gather(-1, chosen[:, None])[:, 0]
             streams = torch.cat([chosen, chosen]) if guidance_scale > 1.0 else chosen  # [S]
@@ -225,8 +255,14 @@ class JanusPolicy:
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)  # [S, L + i + 1]
         return SampledTokens(tokens, log_probs)
 
-    def token_log_probs(self, cond: TokenCondition, tokens: torch.Tensor, guidance_scale: float,
-                        temperature: float, detach_uncond: bool = False) -> torch.Tensor:
+    def token_log_probs(
+        self,
+        cond: TokenCondition,
+        tokens: torch.Tensor,
+        guidance_scale: float,
+        temperature: float,
+        detach_uncond: bool = False,
+    ) -> torch.Tensor:
         """Teacher forcing: one forward over [prompt, tokens[:, :-1]] for both streams; the hidden
         state at <begin_of_image> and at each image token gives the next token's logits.
         log π [B, N] float32; grad follows the caller's mode."""
@@ -240,9 +276,10 @@ class JanusPolicy:
             image_embeds = self.model.prepare_embeddings_for_image_generation(streams[:, :-1])  # [S, N-1, D]
             full_mask = torch.cat([mask, mask.new_ones(mask.shape[0], count - 1)], dim=1)  # [S, L+N-1]
             # the prompt's embeddings are looked up inside the call, before the image tokens' (embed_prompt_ids)
-            hidden = self.transformer(prompt_ids=ids, inputs_embeds=image_embeds,
-                                      attention_mask=full_mask).last_hidden_state  # [S, L+N-1, D]
-            logits = self._head_logits(hidden[:, prompt_len - 1:])  # [S, N, V]
+            hidden = self.transformer(
+                prompt_ids=ids, inputs_embeds=image_embeds, attention_mask=full_mask
+            ).last_hidden_state  # [S, L+N-1, D]
+            logits = self._head_logits(hidden[:, prompt_len - 1 :])  # [S, N, V]
         guided = self._split_guided(logits, batch, guidance_scale, temperature, detach_uncond)  # [B, N, V]
         return token_log_probs_from_logits(guided, tokens.to(self.device))  # [B, N]
 

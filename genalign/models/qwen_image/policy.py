@@ -31,9 +31,20 @@ from genalign.models.diffusers_common import PackedLatents, PipelineLoading, wan
 from genalign.models.spec import FamilySpec
 
 QWEN_IMAGE_REPEATED_BLOCKS = ("QwenImageTransformerBlock",)
-QWEN_IMAGE_LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
-                           "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out",
-                           "img_mlp.net.0.proj", "img_mlp.net.2", "txt_mlp.net.0.proj", "txt_mlp.net.2"]
+QWEN_IMAGE_LORA_TARGETS = [
+    "attn.to_q",
+    "attn.to_k",
+    "attn.to_v",
+    "attn.to_out.0",
+    "attn.add_q_proj",
+    "attn.add_k_proj",
+    "attn.add_v_proj",
+    "attn.to_add_out",
+    "img_mlp.net.0.proj",
+    "img_mlp.net.2",
+    "txt_mlp.net.0.proj",
+    "txt_mlp.net.2",
+]
 """Flow-GRPO's Qwen-Image targets (scripts/train_qwenimage.py): every joint-attention projection
 and the MLPs of both streams."""
 NEGATIVE_PROMPT = " "
@@ -47,17 +58,22 @@ def pad_tokens(tensor: torch.Tensor, length: int) -> torch.Tensor:
     return torch.nn.functional.pad(tensor, (0, 0, 0, padding) if tensor.dim() == 3 else (0, padding))
 
 
-def norm_preserving_cfg(uncond: torch.Tensor, cond: torch.Tensor, guidance_scale: float,
-                        detach_uncond: bool = False) -> torch.Tensor:
+def norm_preserving_cfg(
+    uncond: torch.Tensor, cond: torch.Tensor, guidance_scale: float, detach_uncond: bool = False
+) -> torch.Tensor:
     """QwenImagePipeline's true CFG on packed tokens [B, N, D]: v_u + w(v_c − v_u), rescaled per
     token to ‖v_c‖ (`rescale_to_norm` over D)."""
     return rescale_to_norm(guided_velocity(uncond, cond, guidance_scale, detach_uncond), cond)  # [B, N, D]
 
 
 SPEC = FamilySpec(
-    name="qwen_image", policy="genalign.models.qwen_image.policy:QwenImagePolicy", package="genalign.models.qwen_image",
-    pipeline_class="QwenImagePipeline", guidance_embedding=True,
-    tiny_builder="genalign.models.qwen_image.tiny:build_tiny_qwen_image_pipeline")
+    name="qwen_image",
+    policy="genalign.models.qwen_image.policy:QwenImagePolicy",
+    package="genalign.models.qwen_image",
+    pipeline_class="QwenImagePipeline",
+    guidance_embedding=True,
+    tiny_builder="genalign.models.qwen_image.tiny:build_tiny_qwen_image_pipeline",
+)
 """Qwen-Image: 16 pixels per packed token; CFG's negative is the pipeline's fixed " "."""
 
 
@@ -71,8 +87,15 @@ class QwenImagePolicy(PackedLatents, PipelineLoading):
     lora_target_modules = QWEN_IMAGE_LORA_TARGETS
     repeated_blocks = QWEN_IMAGE_REPEATED_BLOCKS
 
-    def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 512,
-                 cfg_batch: str = "joint", embedded_guidance: float | None = None):
+    def __init__(
+        self,
+        pipeline,
+        device: torch.device,
+        dtype: torch.dtype,
+        max_sequence_length: int = 512,
+        cfg_batch: str = "joint",
+        embedded_guidance: float | None = None,
+    ):
         self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, self.display_name)
         self.text_encoder = pipeline.text_encoder
         self._adopt_packed(embedded_guidance, vae_scale_factor=2 ** len(self.vae.temperal_downsample))
@@ -80,8 +103,12 @@ class QwenImagePolicy(PackedLatents, PipelineLoading):
     def _encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """The pipeline's `encode_prompt`: embeds [B, l, D] padded with zeros to the batch's
         longest prompt l (at most max_sequence_length), mask [B, l] int64 (1 = real token)."""
-        embeds, mask = self.pipeline.encode_prompt(prompt=list(prompts), device=self.device, num_images_per_prompt=1,
-                                                   max_sequence_length=self.max_sequence_length)  # [B, l, D]
+        embeds, mask = self.pipeline.encode_prompt(
+            prompt=list(prompts),
+            device=self.device,
+            num_images_per_prompt=1,
+            max_sequence_length=self.max_sequence_length,
+        )  # [B, l, D]
         if mask is None:  # the pipeline drops an all-ones mask
             mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
         return embeds, mask.long()
@@ -99,8 +126,14 @@ class QwenImagePolicy(PackedLatents, PipelineLoading):
         embeds, mask, negative, negative_mask = (pad_tokens(t, length) for t in (embeds, mask, negative, negative_mask))
         return Condition(embeds=embeds, mask=mask, negative_embeds=negative, negative_mask=negative_mask)
 
-    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
-                 guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
+    def velocity(
+        self,
+        latents: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: Condition,
+        guidance_scale: float,
+        detach_uncond: bool = False,
+    ) -> torch.Tensor:
         """v̂ [B, C, h, w] float32 at sigma [B]: packed tokens through the transformer (timestep
         σ, text mask); norm-preserving true CFG when guidance_scale > 1."""
         _, _, height, width = latents.shape
@@ -109,15 +142,27 @@ class QwenImagePolicy(PackedLatents, PipelineLoading):
         def forward(hidden_states, timestep, embeds, mask, guidance=None) -> torch.Tensor:
             img_shapes = [[(1, height // 2, width // 2)]] * hidden_states.shape[0]
             with compute_precision(device, dtype):
-                out = transformer(hidden_states=hidden_states.to(device, dtype), timestep=timestep, guidance=guidance,
-                                  encoder_hidden_states=embeds.to(device, dtype),
-                                  encoder_hidden_states_mask=mask.to(device), img_shapes=img_shapes,
-                                  return_dict=False)[0]
+                out = transformer(
+                    hidden_states=hidden_states.to(device, dtype),
+                    timestep=timestep,
+                    guidance=guidance,
+                    encoder_hidden_states=embeds.to(device, dtype),
+                    encoder_hidden_states_mask=mask.to(device),
+                    img_shapes=img_shapes,
+                    return_dict=False,
+                )[0]
             return out.float()  # [B, hw/4, 4C]
 
-        return self.packed_velocity(forward, latents, sigma, dict(embeds=cond.embeds, mask=cond.mask),
-                                    dict(embeds=cond.negative_embeds, mask=cond.negative_mask), guidance_scale,
-                                    detach_uncond, combine=norm_preserving_cfg)
+        return self.packed_velocity(
+            forward,
+            latents,
+            sigma,
+            dict(embeds=cond.embeds, mask=cond.mask),
+            dict(embeds=cond.negative_embeds, mask=cond.negative_mask),
+            guidance_scale,
+            detach_uncond,
+            combine=norm_preserving_cfg,
+        )
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

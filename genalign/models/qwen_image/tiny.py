@@ -28,19 +28,39 @@ def build_tiny_qwen_image_pipeline(seed: int = 0):
 
     tokenizer = tiny_qwen2_tokenizer()
     torch.manual_seed(seed)
-    transformer = QwenImageTransformer2DModel(patch_size=2, in_channels=16, out_channels=4, num_layers=2,
-                                              attention_head_dim=16, num_attention_heads=2,
-                                              joint_attention_dim=QWEN_TEXT_HIDDEN, guidance_embeds=False,
-                                              axes_dims_rope=(8, 4, 4))
+    transformer = QwenImageTransformer2DModel(
+        patch_size=2,
+        in_channels=16,
+        out_channels=4,
+        num_layers=2,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=QWEN_TEXT_HIDDEN,
+        guidance_embeds=False,
+        axes_dims_rope=(8, 4, 4),
+    )
     torch.manual_seed(seed + 1)
     text_encoder = tiny_qwen2_5_vl(len(tokenizer))
     torch.manual_seed(seed + 2)
-    vae = AutoencoderKLQwenImage(base_dim=24, z_dim=4, dim_mult=[1, 2, 4, 4], num_res_blocks=1,
-                                 temperal_downsample=[False, True, True],
-                                 latents_mean=[-0.7571, -0.7089, -0.9113, 0.1075],
-                                 latents_std=[2.8184, 1.4541, 2.3275, 2.6558])
-    scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9,
-                                                base_image_seq_len=256, max_image_seq_len=8192, shift_terminal=0.02,
-                                                time_shift_type="exponential")
-    return QwenImagePipeline(transformer=transformer, scheduler=scheduler, vae=vae, text_encoder=text_encoder,
-                             tokenizer=tokenizer)
+    vae = AutoencoderKLQwenImage(
+        base_dim=24,
+        z_dim=4,
+        dim_mult=[1, 2, 4, 4],
+        num_res_blocks=1,
+        temperal_downsample=[False, True, True],
+        latents_mean=[-0.7571, -0.7089, -0.9113, 0.1075],
+        latents_std=[2.8184, 1.4541, 2.3275, 2.6558],
+    )
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        shift=1.0,
+        use_dynamic_shifting=True,
+        base_shift=0.5,
+        max_shift=0.9,
+        base_image_seq_len=256,
+        max_image_seq_len=8192,
+        shift_terminal=0.02,
+        time_shift_type="exponential",
+    )
+    return QwenImagePipeline(
+        transformer=transformer, scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer
+    )

@@ -34,16 +34,32 @@ log = logging.getLogger(__name__)
 
 SD3_REPEATED_BLOCKS = ("JointTransformerBlock",)
 """The transformer's repeated block: the unit of regional compilation (`model.compile_mode`)."""
-SD3_LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
-                    "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"]
+SD3_LORA_TARGETS = [
+    "attn.to_q",
+    "attn.to_k",
+    "attn.to_v",
+    "attn.to_out.0",
+    "attn.add_q_proj",
+    "attn.add_k_proj",
+    "attn.add_v_proj",
+    "attn.to_add_out",
+]
 """Flow-GRPO's SD3.5 targets (docs/algorithms.md §2.8): every joint-attention projection."""
 _TEXT_ENCODERS = ("text_encoder", "text_encoder_2", "text_encoder_3")
 _TOKENIZERS = ("tokenizer", "tokenizer_2", "tokenizer_3")
 
 
-def sd3_transformer_velocity(transformer: torch.nn.Module, latents: torch.Tensor, sigma: torch.Tensor,
-                             cond: Condition, guidance_scale: float, device: torch.device,
-                             dtype: torch.dtype, detach_uncond: bool = False, cfg_batch: str = "joint") -> torch.Tensor:
+def sd3_transformer_velocity(
+    transformer: torch.nn.Module,
+    latents: torch.Tensor,
+    sigma: torch.Tensor,
+    cond: Condition,
+    guidance_scale: float,
+    device: torch.device,
+    dtype: torch.dtype,
+    detach_uncond: bool = False,
+    cfg_batch: str = "joint",
+) -> torch.Tensor:
     """Velocity of an `SD3Transformer2DModel` (SD3, and the toy family that reuses the class):
     timestep = 1000·σ (σ [B] or a scalar, broadcast); guidance_scale > 1 returns
     v_u + w (v_c − v_u), with v_u detached when `detach_uncond`. `cfg_batch="joint"` runs one
@@ -51,24 +67,38 @@ def sd3_transformer_velocity(transformer: torch.nn.Module, latents: torch.Tensor
     when `detach_uncond` (model.cfg_batch). The transformer runs under `compute_precision`
     (autocast to `dtype`). Float32 out."""
 
-    def forward(hidden_states: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
-                pooled: torch.Tensor) -> torch.Tensor:
+    def forward(
+        hidden_states: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor, pooled: torch.Tensor
+    ) -> torch.Tensor:
         with compute_precision(device, dtype):
-            out = transformer(hidden_states=hidden_states.to(device, dtype), timestep=timestep,
-                              encoder_hidden_states=embeds.to(device, dtype),
-                              pooled_projections=pooled.to(device, dtype), return_dict=False)[0]
+            out = transformer(
+                hidden_states=hidden_states.to(device, dtype),
+                timestep=timestep,
+                encoder_hidden_states=embeds.to(device, dtype),
+                pooled_projections=pooled.to(device, dtype),
+                return_dict=False,
+            )[0]
         return out.float()  # [B, C, h, w]
 
     timestep = (sigma.to(device, torch.float32) * 1000.0).expand(latents.shape[0])  # [B]
     branch = dict(hidden_states=latents, timestep=timestep)
-    return cfg_velocity(forward, dict(branch, embeds=cond.embeds, pooled=cond.pooled),
-                        dict(branch, embeds=cond.negative_embeds, pooled=cond.negative_pooled),
-                        guidance_scale, detach_uncond, cfg_batch)
+    return cfg_velocity(
+        forward,
+        dict(branch, embeds=cond.embeds, pooled=cond.pooled),
+        dict(branch, embeds=cond.negative_embeds, pooled=cond.negative_pooled),
+        guidance_scale,
+        detach_uncond,
+        cfg_batch,
+    )
 
 
 SPEC = FamilySpec(
-    name="sd3", policy="genalign.models.sd3.policy:SD3Policy", package="genalign.models.sd3",
-    pipeline_class="StableDiffusion3Pipeline", tiny_builder="genalign.models.sd3.tiny:build_tiny_sd3_pipeline")
+    name="sd3",
+    policy="genalign.models.sd3.policy:SD3Policy",
+    package="genalign.models.sd3",
+    pipeline_class="StableDiffusion3Pipeline",
+    tiny_builder="genalign.models.sd3.tiny:build_tiny_sd3_pipeline",
+)
 """Stable Diffusion 3 / 3.5: 16 pixels per latent patch (VAE 8 x patch 2), empty-prompt CFG."""
 
 
@@ -84,8 +114,14 @@ class SD3Policy(PipelineLoading):
     tokenizer_names = _TOKENIZERS
     repeated_blocks = SD3_REPEATED_BLOCKS
 
-    def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 128,
-                 cfg_batch: str = "joint"):
+    def __init__(
+        self,
+        pipeline,
+        device: torch.device,
+        dtype: torch.dtype,
+        max_sequence_length: int = 128,
+        cfg_batch: str = "joint",
+    ):
         self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, self.display_name)
         self.scheduler_shift = float(pipeline.scheduler.config.get("shift", 1.0))
         self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
@@ -96,18 +132,39 @@ class SD3Policy(PipelineLoading):
         """The pipeline's `encode_prompt` (CLIP-L + CLIP-G + T5); the negative is the empty
         prompt. embeds [B, 77 + max_sequence_length, D_joint], pooled [B, P]."""
         embeds, negative, pooled, negative_pooled = self.pipeline.encode_prompt(
-            prompt=list(prompts), prompt_2=None, prompt_3=None, device=self.device, num_images_per_prompt=1,
-            do_classifier_free_guidance=with_negative, negative_prompt=[""] * len(prompts) if with_negative else None,
-            max_sequence_length=self.max_sequence_length)
+            prompt=list(prompts),
+            prompt_2=None,
+            prompt_3=None,
+            device=self.device,
+            num_images_per_prompt=1,
+            do_classifier_free_guidance=with_negative,
+            negative_prompt=[""] * len(prompts) if with_negative else None,
+            max_sequence_length=self.max_sequence_length,
+        )
         if not with_negative:
             return Condition(embeds=embeds, pooled=pooled)
         return Condition(embeds=embeds, pooled=pooled, negative_embeds=negative, negative_pooled=negative_pooled)
 
-    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
-                 guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
+    def velocity(
+        self,
+        latents: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: Condition,
+        guidance_scale: float,
+        detach_uncond: bool = False,
+    ) -> torch.Tensor:
         """v̂ [B, C, h, w] float32 at sigma [B] (see `sd3_transformer_velocity`)."""
-        return sd3_transformer_velocity(self.transformer, latents, sigma, cond, guidance_scale, self.device,
-                                        self.dtype, detach_uncond, self.cfg_batch)
+        return sd3_transformer_velocity(
+            self.transformer,
+            latents,
+            sigma,
+            cond,
+            guidance_scale,
+            self.device,
+            self.dtype,
+            detach_uncond,
+            self.cfg_batch,
+        )
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

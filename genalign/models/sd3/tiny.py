@@ -25,10 +25,22 @@ from genalign.models.tiny_random import (
 
 SD3_SHAPES = {
     "tiny": dict(
-        transformer=dict(sample_size=32, patch_size=2, in_channels=4, num_layers=2, attention_head_dim=8,
-                         num_attention_heads=4, joint_attention_dim=T5_HIDDEN, caption_projection_dim=32,
-                         pooled_projection_dim=2 * CLIP_PROJECTION, out_channels=4, pos_embed_max_size=64),
-        clip_l=dict(TINY_CLIP_TEXT), clip_g=dict(TINY_CLIP_TEXT), t5=dict(TINY_T5),
+        transformer=dict(
+            sample_size=32,
+            patch_size=2,
+            in_channels=4,
+            num_layers=2,
+            attention_head_dim=8,
+            num_attention_heads=4,
+            joint_attention_dim=T5_HIDDEN,
+            caption_projection_dim=32,
+            pooled_projection_dim=2 * CLIP_PROJECTION,
+            out_channels=4,
+            pos_embed_max_size=64,
+        ),
+        clip_l=dict(TINY_CLIP_TEXT),
+        clip_g=dict(TINY_CLIP_TEXT),
+        t5=dict(TINY_T5),
         vae=dict(TINY_KL_VAE, shift_factor=0.0609, scaling_factor=1.5035),
     ),
 }
@@ -44,8 +56,9 @@ def build_tiny_sd3_pipeline(seed: int = 0):
     return build_sd3_pipeline("tiny", seed)
 
 
-def build_sd3_pipeline(shapes: str = "tiny", seed: int = 0, device: str | torch.device = "cpu",
-                       dtype: torch.dtype = torch.float32):
+def build_sd3_pipeline(
+    shapes: str = "tiny", seed: int = 0, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+):
     """A StableDiffusion3Pipeline of the named `SD3_SHAPES` with random weights, built directly
     on `device` in `dtype` (the VAE always float32). The in-memory tokenizers pad and truncate
     to the real lengths (77 CLIP + max_sequence_length T5 tokens)."""
@@ -66,20 +79,44 @@ def build_sd3_pipeline(shapes: str = "tiny", seed: int = 0, device: str | torch.
         towers = []
         for offset, tower in ((1, "clip_l"), (2, "clip_g")):
             torch.manual_seed(seed + offset)
-            towers.append(CLIPTextModelWithProjection(CLIPTextConfig(
-                bos_token_id=0, eos_token_id=1, pad_token_id=1, layer_norm_eps=1e-5,
-                vocab_size=len(clip_tokenizer), **spec[tower])))
+            towers.append(
+                CLIPTextModelWithProjection(
+                    CLIPTextConfig(
+                        bos_token_id=0,
+                        eos_token_id=1,
+                        pad_token_id=1,
+                        layer_norm_eps=1e-5,
+                        vocab_size=len(clip_tokenizer),
+                        **spec[tower],
+                    )
+                )
+            )
         torch.manual_seed(seed + 3)
-        text_encoder_3 = T5EncoderModel(T5Config(
-            vocab_size=len(t5_tokenizer), decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **spec["t5"]))
+        text_encoder_3 = T5EncoderModel(
+            T5Config(
+                vocab_size=len(t5_tokenizer), decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **spec["t5"]
+            )
+        )
     with building(device, torch.float32):
         torch.manual_seed(seed + 4)
         vae = AutoencoderKL(
-            in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
-            up_block_types=("UpDecoderBlock2D",) * 4, use_quant_conv=False, use_post_quant_conv=False,
-            **spec["vae"])
+            in_channels=3,
+            out_channels=3,
+            down_block_types=("DownEncoderBlock2D",) * 4,
+            up_block_types=("UpDecoderBlock2D",) * 4,
+            use_quant_conv=False,
+            use_post_quant_conv=False,
+            **spec["vae"],
+        )
     scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0)
     return StableDiffusion3Pipeline(
-        transformer=transformer, scheduler=scheduler, vae=vae, text_encoder=towers[0], tokenizer=clip_tokenizer,
-        text_encoder_2=towers[1], tokenizer_2=tiny_clip_tokenizer(), text_encoder_3=text_encoder_3,
-        tokenizer_3=t5_tokenizer)
+        transformer=transformer,
+        scheduler=scheduler,
+        vae=vae,
+        text_encoder=towers[0],
+        tokenizer=clip_tokenizer,
+        text_encoder_2=towers[1],
+        tokenizer_2=tiny_clip_tokenizer(),
+        text_encoder_3=text_encoder_3,
+        tokenizer_3=t5_tokenizer,
+    )

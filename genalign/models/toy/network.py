@@ -37,9 +37,18 @@ NULL_TOKEN = "<null>"
 VOCAB: tuple[str, ...] = (NULL_TOKEN, *COLOR_NAMES, *SHAPES)
 TOKEN_DIM = 32
 TRANSFORMER_CONFIG = dict(
-    sample_size=IMAGE_SIZE, patch_size=PATCH_SIZE, in_channels=3, out_channels=3, num_layers=4, attention_head_dim=16,
-    num_attention_heads=4, joint_attention_dim=TOKEN_DIM, caption_projection_dim=64,
-    pooled_projection_dim=2 * TOKEN_DIM, pos_embed_max_size=IMAGE_SIZE // PATCH_SIZE)
+    sample_size=IMAGE_SIZE,
+    patch_size=PATCH_SIZE,
+    in_channels=3,
+    out_channels=3,
+    num_layers=4,
+    attention_head_dim=16,
+    num_attention_heads=4,
+    joint_attention_dim=TOKEN_DIM,
+    caption_projection_dim=64,
+    pooled_projection_dim=2 * TOKEN_DIM,
+    pos_embed_max_size=IMAGE_SIZE // PATCH_SIZE,
+)
 """Arguments of the shipped SD3Transformer2DModel (caption_projection_dim = 4 heads x 16)."""
 SCHEDULE_SHIFT = 1.0
 """Pretraining draws sigma uniformly (plain rectified flow), so sampling uses no time shift."""
@@ -61,6 +70,8 @@ def velocity_from_x0(latents: torch.Tensor, x0: torch.Tensor, sigma: torch.Tenso
     X0_SIGMA_FLOOR."""
     sigma = torch.as_tensor(sigma, dtype=latents.dtype, device=latents.device).expand(latents.shape[0])  # [B]
     return (latents - x0) / sigma.clamp(min=X0_SIGMA_FLOOR)[:, None, None, None]
+
+
 TRANSFORMER_DIR = "transformer"
 TEXT_ENCODER_FILE = "text_encoder.safetensors"
 TEXT_ENCODER_CONFIG = "text_encoder.json"
@@ -96,8 +107,9 @@ class ToyTextEncoder(nn.Module):
     def save(self, directory: Path) -> None:
         from safetensors.torch import save_file
 
-        save_file({"embedding.weight": self.embedding.weight.detach().cpu().contiguous()},
-                  str(directory / TEXT_ENCODER_FILE))
+        save_file(
+            {"embedding.weight": self.embedding.weight.detach().cpu().contiguous()}, str(directory / TEXT_ENCODER_FILE)
+        )
         (directory / TEXT_ENCODER_CONFIG).write_text(json.dumps({"vocab": list(self.vocab), "dim": self.dim}, indent=1))
 
     @classmethod
@@ -106,8 +118,10 @@ class ToyTextEncoder(nn.Module):
 
         config = json.loads((directory / TEXT_ENCODER_CONFIG).read_text())
         if tuple(config["vocab"]) != VOCAB:
-            raise ValueError(f"{directory / TEXT_ENCODER_CONFIG}: vocabulary {config['vocab']} differs from this "
-                             f"version's toy world {list(VOCAB)}; regenerate it with `genalign pretrain-demo`")
+            raise ValueError(
+                f"{directory / TEXT_ENCODER_CONFIG}: vocabulary {config['vocab']} differs from this "
+                f"version's toy world {list(VOCAB)}; regenerate it with `genalign pretrain-demo`"
+            )
         encoder = cls(tuple(config["vocab"]), int(config["dim"]))
         encoder.load_state_dict(load_file(str(directory / TEXT_ENCODER_FILE)), strict=True)
         return encoder
@@ -133,9 +147,9 @@ def save_toy_model(directory: str | Path, transformer, text_encoder: ToyTextEnco
     half = {name: tensor.to(torch.float16) for name, tensor in load_file(str(weights)).items()}
     save_file(half, str(weights), metadata={"format": "pt"})
     text_encoder.save(directory)
-    (directory / MODEL_RECORD).write_text(json.dumps({"image_size": IMAGE_SIZE, "shift": SCHEDULE_SHIFT,
-                                                      "prediction": PREDICTION, **record},
-                                                     indent=1))
+    (directory / MODEL_RECORD).write_text(
+        json.dumps({"image_size": IMAGE_SIZE, "shift": SCHEDULE_SHIFT, "prediction": PREDICTION, **record}, indent=1)
+    )
     return directory
 
 
@@ -145,9 +159,11 @@ def load_toy_model(directory: str | Path, dtype: torch.dtype = torch.float32):
 
     directory = Path(directory)
     if not (directory / TRANSFORMER_DIR).is_dir() or not (directory / TEXT_ENCODER_FILE).is_file():
-        raise FileNotFoundError(f"model.path={str(directory)!r} is not a toy model directory (expected "
-                                f"{TRANSFORMER_DIR}/ and {TEXT_ENCODER_FILE}); use model.path=builtin or write one "
-                                "with `genalign pretrain-demo --what model --out DIR`")
+        raise FileNotFoundError(
+            f"model.path={str(directory)!r} is not a toy model directory (expected "
+            f"{TRANSFORMER_DIR}/ and {TEXT_ENCODER_FILE}); use model.path=builtin or write one "
+            "with `genalign pretrain-demo --what model --out DIR`"
+        )
     transformer = SD3Transformer2DModel.from_pretrained(directory / TRANSFORMER_DIR, torch_dtype=dtype)
     record = json.loads((directory / MODEL_RECORD).read_text()) if (directory / MODEL_RECORD).is_file() else {}
     return transformer, ToyTextEncoder.load(directory), record

@@ -36,9 +36,18 @@ def resolve_toy_path(path: str | Path) -> Path:
 
 
 SPEC = FamilySpec(
-    name="toy", policy="genalign.models.toy.policy:ToyPolicy", package="genalign.models.toy", size_multiple=16,
-    fixed_size=IMAGE_SIZE, text_encoders=False, draws_text=False, export="none", hub_weights=False,
-    builtin_path=BUILTIN, builtin_dir="genalign.models.toy.policy:builtin_dir")
+    name="toy",
+    policy="genalign.models.toy.policy:ToyPolicy",
+    package="genalign.models.toy",
+    size_multiple=16,
+    fixed_size=IMAGE_SIZE,
+    text_encoders=False,
+    draws_text=False,
+    export="none",
+    hub_weights=False,
+    builtin_path=BUILTIN,
+    builtin_dir="genalign.models.toy.policy:builtin_dir",
+)
 """The shipped CPU demo: pixel space at exactly 32 x 32, local weights only ("builtin" or a
 `genalign pretrain-demo` directory); no pipeline outside genalign loads it, so no LoRA export."""
 
@@ -51,9 +60,16 @@ class ToyPolicy:
     lora_target_modules = SD3_LORA_TARGETS
     repeated_blocks = SD3_REPEATED_BLOCKS
 
-    def __init__(self, transformer: torch.nn.Module, text_encoder: ToyTextEncoder, device: torch.device,
-                 dtype: torch.dtype = torch.float32, shift: float = 1.0, cfg_batch: str = "joint",
-                 prediction: str = "x0"):
+    def __init__(
+        self,
+        transformer: torch.nn.Module,
+        text_encoder: ToyTextEncoder,
+        device: torch.device,
+        dtype: torch.dtype = torch.float32,
+        shift: float = 1.0,
+        cfg_batch: str = "joint",
+        prediction: str = "x0",
+    ):
         if prediction not in PREDICTIONS:
             raise ValueError(f"toy model prediction {prediction!r}: choose one of {PREDICTIONS}")
         self.prediction = prediction
@@ -76,13 +92,20 @@ class ToyPolicy:
         return policy
 
     @classmethod
-    def from_pretrained(cls, path: str | Path = BUILTIN, dtype: torch.dtype = torch.float32,
-                        device: str | torch.device = "cpu") -> "ToyPolicy":
+    def from_pretrained(
+        cls, path: str | Path = BUILTIN, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+    ) -> "ToyPolicy":
         """Load "builtin" (the shipped weights) or a directory written by `genalign pretrain-demo`;
         the transformer goes through `SD3Transformer2DModel.from_pretrained`."""
         transformer, text_encoder, record = load_toy_model(resolve_toy_path(path), dtype)
-        return cls(transformer, text_encoder, torch.device(device), dtype, float(record.get("shift", 1.0)),
-                   prediction=record.get("prediction", "velocity"))
+        return cls(
+            transformer,
+            text_encoder,
+            torch.device(device),
+            dtype,
+            float(record.get("shift", 1.0)),
+            prediction=record.get("prediction", "velocity"),
+        )
 
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
@@ -94,13 +117,28 @@ class ToyPolicy:
         negative, negative_pooled = self.text_encoder(self.text_encoder.token_ids([""] * len(prompts)))
         return Condition(embeds=embeds, pooled=pooled, negative_embeds=negative, negative_pooled=negative_pooled)
 
-    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
-                 guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
+    def velocity(
+        self,
+        latents: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: Condition,
+        guidance_scale: float,
+        detach_uncond: bool = False,
+    ) -> torch.Tensor:
         """v̂ [B, 3, 32, 32] float32 at sigma [B]: the SD3 transformer call, timestep 1000·σ,
         batched [uncond, cond] CFG when guidance_scale > 1. An x0-predicting model's output is
         turned into v̂ = (x − x̂0) / σ; CFG commutes with that map (affine in x̂0 for fixed x, σ)."""
-        out = sd3_transformer_velocity(self.transformer, latents, sigma, cond, guidance_scale, self.device,
-                                       self.dtype, detach_uncond, self.cfg_batch)
+        out = sd3_transformer_velocity(
+            self.transformer,
+            latents,
+            sigma,
+            cond,
+            guidance_scale,
+            self.device,
+            self.dtype,
+            detach_uncond,
+            self.cfg_batch,
+        )
         if self.prediction == "velocity":
             return out
         return velocity_from_x0(latents.to(out.device, out.dtype), out, sigma)
@@ -117,9 +155,11 @@ class ToyPolicy:
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
         if (height, width) != (self.image_size, self.image_size):
-            raise ValueError(f"rollout.height/width: the toy model generates {self.image_size}x{self.image_size} "
-                             f"images (its position table has no room for more), got {height}x{width}; set "
-                             f"rollout.height={IMAGE_SIZE} rollout.width={IMAGE_SIZE}")
+            raise ValueError(
+                f"rollout.height/width: the toy model generates {self.image_size}x{self.image_size} "
+                f"images (its position table has no room for more), got {height}x{width}; set "
+                f"rollout.height={IMAGE_SIZE} rollout.width={IMAGE_SIZE}"
+            )
         return (3, height, width)
 
     def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:

@@ -110,8 +110,14 @@ def lr_factor(step: int, total: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def flow_matching_loss(transformer, text_encoder: ToyTextEncoder, images: torch.Tensor, token_ids: torch.Tensor,
-                       generator: torch.Generator, options: PretrainOptions = PretrainOptions()) -> torch.Tensor:
+def flow_matching_loss(
+    transformer,
+    text_encoder: ToyTextEncoder,
+    images: torch.Tensor,
+    token_ids: torch.Tensor,
+    generator: torch.Generator,
+    options: PretrainOptions = PretrainOptions(),
+) -> torch.Tensor:
     """Rectified-flow loss on uint8 images [B, 3, H, W] with prompt tokens [B, 2]: the transformer
     predicts x̂0, the loss compares the implied velocity (x_σ − x̂0) / σ with ε − x0 (JiT's
     x-prediction with the v-loss; see network.PREDICTION)."""
@@ -120,13 +126,23 @@ def flow_matching_loss(transformer, text_encoder: ToyTextEncoder, images: torch.
     sigma = draw_sigmas(x0.shape[0], options, generator)  # [B]
     x_sigma = (1 - sigma[:, None, None, None]) * x0 + sigma[:, None, None, None] * noise  # [B, 3, H, W]
     embeds, pooled = text_encoder(token_ids)  # [B, 2, D], [B, 2D]
-    x0_hat = transformer(hidden_states=x_sigma, timestep=sigma * 1000.0, encoder_hidden_states=embeds,
-                         pooled_projections=pooled, return_dict=False)[0]  # [B, 3, H, W]
+    x0_hat = transformer(
+        hidden_states=x_sigma,
+        timestep=sigma * 1000.0,
+        encoder_hidden_states=embeds,
+        pooled_projections=pooled,
+        return_dict=False,
+    )[0]  # [B, 3, H, W]
     return F.mse_loss(velocity_from_x0(x_sigma, x0_hat.float(), sigma), noise - x0)
 
 
-def pretrain_model(seed: int, steps: int, minutes: float | None = None, log_every: int = 100,
-                   options: PretrainOptions = PretrainOptions()):
+def pretrain_model(
+    seed: int,
+    steps: int,
+    minutes: float | None = None,
+    log_every: int = 100,
+    options: PretrainOptions = PretrainOptions(),
+):
     """Train the toy transformer + text encoder; returns (EMA transformer, EMA text encoder, record)."""
     transformer = build_transformer(seed)
     text_encoder = ToyTextEncoder()
@@ -144,8 +160,9 @@ def pretrain_model(seed: int, steps: int, minutes: float | None = None, log_ever
             break
         for group in optimizer.param_groups:
             group["lr"] = LR * lr_factor(step, steps)
-        images, shapes, colors = random_batch(BATCH_SIZE, rng, extent=options.extent,
-                                              centre_jitter=options.centre_jitter)
+        images, shapes, colors = random_batch(
+            BATCH_SIZE, rng, extent=options.extent, centre_jitter=options.centre_jitter
+        )
         captioned = caption_shapes(shapes, options.caption_noise, rng)  # [B]
         token_ids = torch.stack([colors + 1, captioned + 1 + len(COLOR_NAMES)], dim=1)  # [B, 2] ids in VOCAB order
         dropped = torch.rand(BATCH_SIZE, generator=generator) < CFG_DROPOUT  # [B]
@@ -161,9 +178,19 @@ def pretrain_model(seed: int, steps: int, minutes: float | None = None, log_ever
                 target.lerp_(source, 1 - decay)
         done = step + 1
         if log_every and done % log_every == 0:
-            log.info("pretrain model: step %d/%d loss %.4f (%.0fs)", done, steps, loss.item(),
-                     time.perf_counter() - start)
-    record = {"seed": seed, "steps": done, "requested_steps": steps, "batch_size": BATCH_SIZE, "lr": LR,
-              "ema_decay": EMA_DECAY, "cfg_dropout": CFG_DROPOUT, "options": options.record(),
-              "train_seconds": round(time.perf_counter() - start, 1), "threads": torch.get_num_threads()}
+            log.info(
+                "pretrain model: step %d/%d loss %.4f (%.0fs)", done, steps, loss.item(), time.perf_counter() - start
+            )
+    record = {
+        "seed": seed,
+        "steps": done,
+        "requested_steps": steps,
+        "batch_size": BATCH_SIZE,
+        "lr": LR,
+        "ema_decay": EMA_DECAY,
+        "cfg_dropout": CFG_DROPOUT,
+        "options": options.record(),
+        "train_seconds": round(time.perf_counter() - start, 1),
+        "threads": torch.get_num_threads(),
+    }
     return ema["transformer"], ema["text_encoder"], record

@@ -47,9 +47,14 @@ def scheduler_shift(scheduler) -> float:
 
 
 SPEC = FamilySpec(
-    name="wan", policy="genalign.models.wan.policy:WanPolicy", package="genalign.models.wan",
-    pipeline_class="WanPipeline", media="video", negative_prompt=True,
-    tiny_builder="genalign.models.wan.tiny:build_tiny_wan_pipeline")
+    name="wan",
+    policy="genalign.models.wan.policy:WanPolicy",
+    package="genalign.models.wan",
+    pipeline_class="WanPipeline",
+    media="video",
+    negative_prompt=True,
+    tiny_builder="genalign.models.wan.tiny:build_tiny_wan_pipeline",
+)
 """Wan 2.1 text-to-video: 16 pixels per latent patch, num_frames = 4k + 1, model.negative_prompt."""
 
 
@@ -65,11 +70,21 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
     lora_target_modules = WAN_LORA_TARGETS
     repeated_blocks = WAN_REPEATED_BLOCKS
 
-    def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, max_sequence_length: int = 512,
-                 cfg_batch: str = "joint", num_frames: int = 33, negative_prompt: str = ""):
+    def __init__(
+        self,
+        pipeline,
+        device: torch.device,
+        dtype: torch.dtype,
+        max_sequence_length: int = 512,
+        cfg_batch: str = "joint",
+        num_frames: int = 33,
+        negative_prompt: str = "",
+    ):
         if getattr(pipeline, "transformer_2", None) is not None:
-            raise ValueError("model.path holds a two-expert Wan 2.2 pipeline (transformer_2); model.family=wan "
-                             "trains Wan 2.1's single transformer")
+            raise ValueError(
+                "model.path holds a two-expert Wan 2.2 pipeline (transformer_2); model.family=wan "
+                "trains Wan 2.1's single transformer"
+            )
         self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, self.display_name)
         self._adopt_video(num_frames)
         self.negative_prompt = negative_prompt
@@ -78,25 +93,42 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
         """The pipeline's `encode_prompt` (UMT5): embeds [B, max_sequence_length, D], zero past
         each prompt's tokens; the negative is `model.negative_prompt`."""
-        return encode_prompt_pair(self.pipeline, prompts, self.negative_prompt, with_negative,
-                                  self.max_sequence_length, self.device)
+        return encode_prompt_pair(
+            self.pipeline, prompts, self.negative_prompt, with_negative, self.max_sequence_length, self.device
+        )
 
-    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Condition,
-                 guidance_scale: float, detach_uncond: bool = False) -> torch.Tensor:
+    def velocity(
+        self,
+        latents: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: Condition,
+        guidance_scale: float,
+        detach_uncond: bool = False,
+    ) -> torch.Tensor:
         """v̂ [B, C, F_lat, h, w] float32 at sigma [B]: timestep 1000·σ, true CFG with the
         negative prompt by `cfg_velocity`."""
         device, dtype, transformer = self.device, self.dtype, self.transformer
 
         def forward(hidden_states: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
             with compute_precision(device, dtype):
-                out = transformer(hidden_states=hidden_states.to(device, dtype), timestep=timestep,
-                                  encoder_hidden_states=embeds.to(device, dtype), return_dict=False)[0]
+                out = transformer(
+                    hidden_states=hidden_states.to(device, dtype),
+                    timestep=timestep,
+                    encoder_hidden_states=embeds.to(device, dtype),
+                    return_dict=False,
+                )[0]
             return out.float()  # [B, C, F_lat, h, w]
 
         timestep = (sigma.to(device, torch.float32) * 1000.0).expand(latents.shape[0])  # [B]
         branch = dict(hidden_states=latents, timestep=timestep)
-        return cfg_velocity(forward, dict(branch, embeds=cond.embeds), dict(branch, embeds=cond.negative_embeds),
-                            guidance_scale, detach_uncond, self.cfg_batch)
+        return cfg_velocity(
+            forward,
+            dict(branch, embeds=cond.embeds),
+            dict(branch, embeds=cond.negative_embeds),
+            guidance_scale,
+            detach_uncond,
+            self.cfg_batch,
+        )
 
     def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
         """Wan's static flow shift, the same at every resolution and frame count."""

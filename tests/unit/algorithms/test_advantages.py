@@ -16,8 +16,9 @@ from genalign.algorithms.advantages import (
 )
 
 
-def loop_reference(rewards, group_ids, *, per_prompt=True, global_std=True, std="population", eps=1e-4,
-                   normalize_by_std=True):
+def loop_reference(
+    rewards, group_ids, *, per_prompt=True, global_std=True, std="population", eps=1e-4, normalize_by_std=True
+):
     """Slow, obvious version: one Python pass per sample over its group."""
     values, ids = rewards.tolist(), group_ids.tolist()
     if not per_prompt:
@@ -54,8 +55,9 @@ def test_hand_computed_population_global():
 
 def test_hand_computed_unbiased_group_std():
     # group [1, 2, 6]: mean 3, unbiased std = sqrt((4 + 1 + 9) / 2) = sqrt(7) = 2.645751
-    adv = group_advantages(torch.tensor([1.0, 2.0, 6.0]), torch.tensor([5, 5, 5]), global_std=False,
-                           std="unbiased", eps=0.0)
+    adv = group_advantages(
+        torch.tensor([1.0, 2.0, 6.0]), torch.tensor([5, 5, 5]), global_std=False, std="unbiased", eps=0.0
+    )
     torch.testing.assert_close(adv, torch.tensor([-2.0, -1.0, 3.0]) / 2.645751, atol=1e-6, rtol=0)
 
 
@@ -68,9 +70,10 @@ LAYOUTS = {
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-@pytest.mark.parametrize("per_prompt,global_std,std,normalize_by_std",
-                         list(itertools.product([True, False], [True, False], ["population", "unbiased"],
-                                                [True, False])))
+@pytest.mark.parametrize(
+    "per_prompt,global_std,std,normalize_by_std",
+    list(itertools.product([True, False], [True, False], ["population", "unbiased"], [True, False])),
+)
 def test_matches_loop_reference(layout, per_prompt, global_std, std, normalize_by_std):
     ids = torch.tensor(LAYOUTS[layout])
     rewards = torch.rand(len(ids), generator=torch.Generator().manual_seed(len(layout)))
@@ -78,8 +81,9 @@ def test_matches_loop_reference(layout, per_prompt, global_std, std, normalize_b
     kwargs = dict(per_prompt=per_prompt, global_std=global_std, std=std, normalize_by_std=normalize_by_std)
     # vectorised vs loop: the group means and stds (sums of <= len(ids) terms) in another order,
     # relative errors that carry over to (r − mean) / std in the advantages' own scale
-    assert_close_reordered(group_advantages(rewards, ids, **kwargs), loop_reference(rewards, ids, **kwargs),
-                           length=len(ids), depth=2)
+    assert_close_reordered(
+        group_advantages(rewards, ids, **kwargs), loop_reference(rewards, ids, **kwargs), length=len(ids), depth=2
+    )
 
 
 @pytest.mark.parametrize("global_std", [True, False])
@@ -97,8 +101,9 @@ def test_zero_variance_group_is_exactly_zero(global_std, eps):
 
 
 def test_unbiased_singleton_group_gets_zero():
-    adv = group_advantages(torch.tensor([5.0, 1.0, 2.0]), torch.tensor([0, 1, 1]), global_std=False,
-                           std="unbiased", eps=0.0)
+    adv = group_advantages(
+        torch.tensor([5.0, 1.0, 2.0]), torch.tensor([0, 1, 1]), global_std=False, std="unbiased", eps=0.0
+    )
     assert adv[0].item() == 0.0 and bool(torch.isfinite(adv).all())
 
 
@@ -106,13 +111,13 @@ def test_per_prompt_false_normalises_the_whole_batch():
     # [0, 0, 2, 2] in two constant groups: per prompt all 0; over the batch mean 1, std 1 -> ∓1/(1+1e-4)
     rewards, ids = torch.tensor([0.0, 0.0, 2.0, 2.0]), torch.tensor([0, 0, 1, 1])
     assert group_advantages(rewards, ids).tolist() == [0.0] * 4
-    torch.testing.assert_close(group_advantages(rewards, ids, per_prompt=False),
-                               torch.tensor([-1.0, -1.0, 1.0, 1.0]) / 1.0001)
+    torch.testing.assert_close(
+        group_advantages(rewards, ids, per_prompt=False), torch.tensor([-1.0, -1.0, 1.0, 1.0]) / 1.0001
+    )
 
 
 def test_mean_centering_only():
-    adv = group_advantages(torch.tensor([1.0, 4.0, 10.0, 20.0]), torch.tensor([0, 0, 1, 1]),
-                           normalize_by_std=False)
+    adv = group_advantages(torch.tensor([1.0, 4.0, 10.0, 20.0]), torch.tensor([0, 0, 1, 1]), normalize_by_std=False)
     assert adv.tolist() == [-1.5, 1.5, -5.0, 5.0]
 
 
@@ -165,4 +170,4 @@ def test_clip_and_stats():
         clip_advantages(adv, 0.0)
     stats = advantage_stats(torch.tensor([-1.0, 1.0, 3.0, -3.0]))
     # mean 0, population std sqrt((1 + 1 + 9 + 9) / 4) = sqrt(5)
-    assert stats == pytest.approx({"mean": 0.0, "std": 5 ** 0.5, "min": -3.0, "max": 3.0, "abs_mean": 2.0})
+    assert stats == pytest.approx({"mean": 0.0, "std": 5**0.5, "min": -3.0, "max": 3.0, "abs_mean": 2.0})

@@ -20,13 +20,22 @@ from genalign.preflight.load import load_config
 NO_KL, KL = AlgorithmConfig(kl_beta=0.0), AlgorithmConfig(kl_beta=0.04)
 
 
-@pytest.mark.parametrize("cls, policy_kind, old_log_probs, rollout_means", [
-    (FlowGRPO, "flow", True, False), (GRPOGuard, "flow", True, True), (DiffusionNFT, "flow", False, False),
-    (FlowDPO, "flow", False, False), (TokenGRPO, "token", True, False),
-])
+@pytest.mark.parametrize(
+    "cls, policy_kind, old_log_probs, rollout_means",
+    [
+        (FlowGRPO, "flow", True, False),
+        (GRPOGuard, "flow", True, True),
+        (DiffusionNFT, "flow", False, False),
+        (FlowDPO, "flow", False, False),
+        (TokenGRPO, "token", True, False),
+    ],
+)
 def test_each_algorithm_declares_what_it_trains(cls, policy_kind, old_log_probs, rollout_means):
-    assert (cls.policy_kind, cls.needs_old_logprob, cls.needs_rollout_means) == (policy_kind, old_log_probs,
-                                                                                 rollout_means)
+    assert (cls.policy_kind, cls.needs_old_logprob, cls.needs_rollout_means) == (
+        policy_kind,
+        old_log_probs,
+        rollout_means,
+    )
 
 
 @pytest.mark.parametrize("cls", [FlowGRPO, GRPOGuard, DiffusionNFT, TokenGRPO])
@@ -91,7 +100,8 @@ def test_an_option_of_another_algorithm_is_refused_by_name_of_its_owner():
     nft_option = with_values(grpo, nft=dataclasses.replace(grpo.algorithm.nft, beta=0.1))
     assert algorithm_problems(nft_option) == [
         "algorithm.nft.beta=0.1 is a DiffusionNFT option, but algorithm.name='grpo'; remove it or set "
-        "algorithm.name=nft"]
+        "algorithm.name=nft"
+    ]
     token_option = with_values(grpo, token_log_prob="conditional")
     assert "is an AR-GRPO option" in algorithm_problems(token_option)[0]
     # the chosen algorithm's own options are its to read

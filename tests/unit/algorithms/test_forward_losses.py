@@ -44,9 +44,13 @@ def test_implicit_policies_coincide_when_old_equals_current(beta):
 def test_optimality_probability_modes():
     # r = clamp(0.5 + 0.5·A/5, 0, 1) after A ← clamp(A, ±5) and the mode's map
     advantages = torch.tensor([-7.0, -2.5, 0.0, 2.5, 7.0])
-    expected = {"all": [0.0, 0.25, 0.5, 0.75, 1.0], "positive_only": [0.5, 0.5, 0.5, 0.75, 1.0],
-                "negative_only": [0.0, 0.25, 0.5, 0.5, 0.5], "one_only": [0.5, 0.5, 0.5, 0.6, 0.6],
-                "binary": [0.4, 0.4, 0.5, 0.6, 0.6]}
+    expected = {
+        "all": [0.0, 0.25, 0.5, 0.75, 1.0],
+        "positive_only": [0.5, 0.5, 0.5, 0.75, 1.0],
+        "negative_only": [0.0, 0.25, 0.5, 0.5, 0.5],
+        "one_only": [0.5, 0.5, 0.5, 0.6, 0.6],
+        "binary": [0.4, 0.4, 0.5, 0.6, 0.6],
+    }
     for mode, values in expected.items():
         torch.testing.assert_close(optimality_probability(advantages, 5.0, mode), torch.tensor(values))
     with pytest.raises(ValueError, match="adv_mode"):
@@ -68,8 +72,16 @@ def test_nft_policy_loss_by_hand():
     # A = 2.5 -> r = 0.75;  ℓ = 0.75·0.625/0.5 + 0.25·1.0625/0.5 = 1.46875;  loss = 5·ℓ = 7.34375
     velocity = torch.tensor([[1.0, 2.0]], requires_grad=True)
     r = optimality_probability(torch.tensor([2.5]), 5.0)
-    out = nft_policy_loss(velocity, torch.tensor([[0.0, 1.0]]), torch.ones(1, 2), torch.zeros(1, 2),
-                          torch.tensor([0.5]), r, beta=0.5, adv_clip_max=5.0)
+    out = nft_policy_loss(
+        velocity,
+        torch.tensor([[0.0, 1.0]]),
+        torch.ones(1, 2),
+        torch.zeros(1, 2),
+        torch.tensor([0.5]),
+        r,
+        beta=0.5,
+        adv_clip_max=5.0,
+    )
     assert out.positive_loss.item() == pytest.approx(0.625)
     assert out.negative_loss.item() == pytest.approx(1.0625)
     assert out.loss.item() == pytest.approx(7.34375)
@@ -97,7 +109,9 @@ def test_nft_gradient_vanishes_at_half_optimality_on_policy():
 
 def test_old_policy_decay_schedules():
     # official decay_type 1: flat 0, rate 0.001, max 0.5
-    assert [old_policy_decay(s, 0, 0.001, 0.5) for s in (0, 1, 100, 499, 600)] == pytest.approx([0, 0.001, 0.1, 0.499, 0.5])
+    assert [old_policy_decay(s, 0, 0.001, 0.5) for s in (0, 1, 100, 499, 600)] == pytest.approx(
+        [0, 0.001, 0.1, 0.499, 0.5]
+    )
     # decay_type 2 (OCR): flat 75, rate 0.0075, max 0.999
     assert [old_policy_decay(s, 75, 0.0075, 0.999) for s in (74, 75, 100, 300)] == pytest.approx([0, 0, 0.1875, 0.999])
     # decay_type 0: η ≡ 0 (hard copy)
@@ -123,4 +137,7 @@ def test_flow_dpo_loss_by_hand():
 
 def test_velocity_error_is_per_sample_mean():
     # sample 0: mean([1, 4]) = 2.5;  sample 1: 0
-    assert velocity_error(torch.tensor([[1.0, 2.0], [3.0, 3.0]]), torch.tensor([[0.0, 0.0], [3.0, 3.0]])).tolist() == [2.5, 0.0]
+    assert velocity_error(torch.tensor([[1.0, 2.0], [3.0, 3.0]]), torch.tensor([[0.0, 0.0], [3.0, 3.0]])).tolist() == [
+        2.5,
+        0.0,
+    ]

@@ -12,8 +12,9 @@ from genalign.weights.reference import ReferencePolicy
 
 
 def rollout(policy, guidance=1.0, chunk=3, kernel="flow_sde"):
-    spec = SamplingSpec(height=4, width=4, num_steps=4, guidance_scale=guidance, noise_level=0.7, chunk_size=chunk,
-                        kernel=kernel)
+    spec = SamplingSpec(
+        height=4, width=4, num_steps=4, guidance_scale=guidance, noise_level=0.7, chunk_size=chunk, kernel=kernel
+    )
     return generate(policy, make_groups(), spec)
 
 

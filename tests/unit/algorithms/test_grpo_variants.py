@@ -22,11 +22,21 @@ WINDOWS = {
 }
 
 
-def rollout(policy, kernel="flow_sde", window=None, step=1, guidance=1.0, record_means=False,
-            ode_final_step=False, num_steps=6):
-    spec = SamplingSpec(height=4, width=4, num_steps=num_steps, guidance_scale=guidance, noise_level=0.7,
-                        chunk_size=3, kernel=kernel, window=window, record_means=record_means,
-                        ode_final_step=ode_final_step).at_step(step)
+def rollout(
+    policy, kernel="flow_sde", window=None, step=1, guidance=1.0, record_means=False, ode_final_step=False, num_steps=6
+):
+    spec = SamplingSpec(
+        height=4,
+        width=4,
+        num_steps=num_steps,
+        guidance_scale=guidance,
+        noise_level=0.7,
+        chunk_size=3,
+        kernel=kernel,
+        window=window,
+        record_means=record_means,
+        ode_final_step=ode_final_step,
+    ).at_step(step)
     return generate(policy, make_groups(), spec)
 
 
@@ -52,8 +62,9 @@ def test_window_steps_outside_are_euler_with_zero_log_prob(linear_policy):
     cond = linear_policy.encode_prompts(batch.prompts, with_negative=False)
     sigma = torch.full((6,), float(batch.sigmas[0]))
     velocity = linear_policy.velocity(batch.latents[:, 0], sigma, cond, 1.0)
-    torch.testing.assert_close(batch.latents[:, 1], ode_step(batch.latents[:, 0], velocity, batch.sigmas[0],
-                                                             batch.sigmas[1]))
+    torch.testing.assert_close(
+        batch.latents[:, 1], ode_step(batch.latents[:, 0], velocity, batch.sigmas[0], batch.sigmas[1])
+    )
     assert FlowGRPO(AlgorithmConfig()).train_step_indices(batch) == [0, 1]  # positions
     assert FlowGRPO(AlgorithmConfig()).trained_steps(batch).tolist() == [[2, 3]] * 6
 

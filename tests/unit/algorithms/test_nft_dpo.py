@@ -145,8 +145,9 @@ def test_dpo_step_without_pairs_trains_nothing(linear_policy):
     pairs, pair_advantages = algo.training_batch(batch, torch.zeros(len(batch)))  # every group constant
     assert len(pairs) == 0
     params = list(trainable(linear_policy).values())
-    context = UpdateContext(linear_policy, algo, torch.optim.AdamW(params), params,
-                            ActorConfig(gradient_accumulation_steps=1))
+    context = UpdateContext(
+        linear_policy, algo, torch.optim.AdamW(params), params, ActorConfig(gradient_accumulation_steps=1)
+    )
     result = run_update(context, pairs, pair_advantages, 4, torch.Generator().manual_seed(0))
     assert result.optimizer_steps == 0 and result.metrics()["trained_fraction"] == 0.0
 

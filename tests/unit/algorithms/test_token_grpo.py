@@ -56,8 +56,14 @@ class TableModule(torch.nn.Module):
 class TablePolicy:
     """A TokenPolicy whose log-probs of the stored tokens are a trainable [B, N] table."""
 
-    spec = FamilySpec(name="table", policy="test_token_grpo:TablePolicy", sampler="token",
-                      text_encoders=False, export="none", hub_weights=False)
+    spec = FamilySpec(
+        name="table",
+        policy="test_token_grpo:TablePolicy",
+        sampler="token",
+        text_encoders=False,
+        export="none",
+        hub_weights=False,
+    )
     family = spec.name
     lora_target_modules: list[str] = []
     repeated_blocks = ()
@@ -89,11 +95,18 @@ class TablePolicy:
 def token_batch(old_log_probs: torch.Tensor) -> TokenTrajectoryBatch:
     size = old_log_probs.shape[0]
     return TokenTrajectoryBatch(
-        prompts=[f"p{i}" for i in range(size)], prompt_ids=torch.arange(size), group_ids=torch.zeros(size, dtype=torch.long),
-        seeds=torch.arange(size), condition=TokenCondition(torch.ones(size, 3, dtype=torch.long), torch.ones(size, 3)),
-        tokens=torch.arange(size)[:, None].repeat(1, 2), log_probs=old_log_probs[:, None].clone(),
-        images=torch.zeros(size, 3, 4, 4, dtype=torch.uint8), guidance_scale=5.0, temperature=0.7,
-        scored_guidance_scale=5.0)
+        prompts=[f"p{i}" for i in range(size)],
+        prompt_ids=torch.arange(size),
+        group_ids=torch.zeros(size, dtype=torch.long),
+        seeds=torch.arange(size),
+        condition=TokenCondition(torch.ones(size, 3, dtype=torch.long), torch.ones(size, 3)),
+        tokens=torch.arange(size)[:, None].repeat(1, 2),
+        log_probs=old_log_probs[:, None].clone(),
+        images=torch.zeros(size, 3, 4, 4, dtype=torch.uint8),
+        guidance_scale=5.0,
+        temperature=0.7,
+        scored_guidance_scale=5.0,
+    )
 
 
 CURRENT = torch.tensor([[LOG(0.5), LOG(0.5)], [LOG(0.25), LOG(0.8)]])
@@ -133,8 +146,10 @@ def test_kl_term_adds_beta_times_the_token_mean_k3():
     # ℓ_ref = log .5 everywhere: k3 = [[0, 0], [0.306853, 0.095004]]
     #   (ℓ = log .8: 0.625 − log 0.625 − 1 = 0.625 + 0.470004 − 1 = 0.095004)
     # loss = 0.1 + β · mean k3 = 0.1 + 0.5 · 0.100464 = 0.150232; per-sample KL = [0, 0.200929]
-    algorithm = TokenGRPO(AlgorithmConfig(name="ar_grpo", clip_range=0.2, kl_beta=0.5),
-                          reference=TableReference(torch.full((2, 2), LOG(0.5))))
+    algorithm = TokenGRPO(
+        AlgorithmConfig(name="ar_grpo", clip_range=0.2, kl_beta=0.5),
+        reference=TableReference(torch.full((2, 2), LOG(0.5))),
+    )
     loss, stats = algorithm.compute_loss(TablePolicy(CURRENT), token_batch(OLD), torch.tensor([1.0, -1.0]), 0)
     assert loss.item() == pytest.approx(0.150232, abs=1e-5)
     assert torch.allclose(stats["kl"], torch.tensor([0.0, 0.200929]), atol=1e-5)

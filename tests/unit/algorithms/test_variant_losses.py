@@ -45,10 +45,12 @@ def test_rollout_correction_weight_modes():
     proximal = torch.tensor([0.0, math.log(3.0), math.log(0.25), math.log(1.5)])
     behaviour = torch.zeros(4)
     # ρ = [1, 3, 0.25, 1.5]; C = 2
-    torch.testing.assert_close(rollout_correction_weights(proximal, behaviour, "truncate", 2.0),
-                               torch.tensor([1.0, 2.0, 0.25, 1.5]))
-    torch.testing.assert_close(rollout_correction_weights(proximal, behaviour, "mask", 2.0),
-                               torch.tensor([1.0, 0.0, 0.0, 1.5]))
+    torch.testing.assert_close(
+        rollout_correction_weights(proximal, behaviour, "truncate", 2.0), torch.tensor([1.0, 2.0, 0.25, 1.5])
+    )
+    torch.testing.assert_close(
+        rollout_correction_weights(proximal, behaviour, "mask", 2.0), torch.tensor([1.0, 0.0, 0.0, 1.5])
+    )
     assert torch.equal(rollout_correction_weights(proximal, behaviour, "off", 2.0), torch.ones(4))
     with pytest.raises(ValueError, match="threshold"):
         rollout_correction_weights(proximal, behaviour, "truncate", 1.0)

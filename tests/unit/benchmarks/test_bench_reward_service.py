@@ -24,11 +24,13 @@ def test_concurrent_clients_are_all_served_and_measured(monkeypatch):
     from genalign.rewards.server import BackgroundServer, ServeOptions
 
     monkeypatch.setenv("GENALIGN_REWARD_TOKEN", "load-test")
-    server = BackgroundServer(build_service(["jpeg_compressibility"], ["reward.batch_size=8"],
-                                            ServeOptions(port=0, max_queue=2)).app())
+    server = BackgroundServer(
+        build_service(["jpeg_compressibility"], ["reward.batch_size=8"], ServeOptions(port=0, max_queue=2)).app()
+    )
     try:  # 4 clients x 5 calls into a queue of 2: back-pressure, every call still answered
-        figures = bench.load_test(server.url, ["jpeg_compressibility"], clients=4, requests=5, batch=2, size=32,
-                                  timeout_s=60.0)
+        figures = bench.load_test(
+            server.url, ["jpeg_compressibility"], clients=4, requests=5, batch=2, size=32, timeout_s=60.0
+        )
     finally:
         server.stop()
     assert figures["requests"] == 20

@@ -15,28 +15,41 @@ sys.modules[spec.name] = bench  # dataclasses look their module up while the cla
 spec.loader.exec_module(bench)
 
 
-def write_run(directory: Path, step_seconds: float, eval_rewards: dict[int, float], judge: dict[int, float],
-              pattern: dict[int, float] | None = None) -> Path:
+def write_run(
+    directory: Path,
+    step_seconds: float,
+    eval_rewards: dict[int, float],
+    judge: dict[int, float],
+    pattern: dict[int, float] | None = None,
+) -> Path:
     directory.mkdir()
     steps = max(eval_rewards)
     lines = ["step,time_rollout_s,time_reward_s,time_train_s,time_cpu_s"] + [
-        f"{s},{step_seconds / 2},0,{step_seconds / 2},{step_seconds / 4}" for s in range(1, steps + 1)]
+        f"{s},{step_seconds / 2},0,{step_seconds / 2},{step_seconds / 4}" for s in range(1, steps + 1)
+    ]
     (directory / "metrics.csv").write_text("\n".join(lines) + "\n")
     extra = f",{bench.PATTERN}" if pattern else ""
     rows = [f"step,eval_reward_mean,gold_mean{extra}"] + [
-        f"{s},{r},{judge[s]}" + (f",{pattern[s]}" if pattern else "") for s, r in eval_rewards.items()]
+        f"{s},{r},{judge[s]}" + (f",{pattern[s]}" if pattern else "") for s, r in eval_rewards.items()
+    ]
     (directory / "eval_metrics.csv").write_text("\n".join(rows) + "\n")
     return directory
 
 
-def result(name: str, seconds: float | None, total: float = 100.0, seed: int = 42, lr: float = 1e-3,
-           final: float = 0.8) -> "bench.RunResult":
+def result(
+    name: str, seconds: float | None, total: float = 100.0, seed: int = 42, lr: float = 1e-3, final: float = 0.8
+) -> "bench.RunResult":
     return bench.RunResult(name, lr, seed, 0.4, 10 if seconds else None, seconds, total, 1.0, final, None, None)
 
 
 def test_time_to_target_on_the_cpu_and_wall_clocks(tmp_path):
-    slow = write_run(tmp_path / "slow", 10.0, {0: 0.4, 2: 0.6, 4: 0.71, 6: 0.8}, {0: 0.5, 2: 0.5, 4: 0.6, 6: 0.6},
-                     {0: 2.0, 2: 2.5, 4: 3.0, 6: 5.5})
+    slow = write_run(
+        tmp_path / "slow",
+        10.0,
+        {0: 0.4, 2: 0.6, 4: 0.71, 6: 0.8},
+        {0: 0.5, 2: 0.5, 4: 0.6, 6: 0.6},
+        {0: 2.0, 2: 2.5, 4: 3.0, 6: 5.5},
+    )
     assert bench.base_reward(slow) == pytest.approx(0.4)
     target = bench.target_from(0.4, ceiling=1.0, fraction=0.5)
     assert target == pytest.approx(0.7)
@@ -72,8 +85,11 @@ def test_a_budget_reads_a_longer_run_only_up_to_it(tmp_path):
 def test_choose_lr_takes_the_fastest_to_target_else_the_best_reward():
     sweep = [result("a", 50.0, lr=5e-4), result("a", 30.0, lr=1e-3), result("a", None, lr=2e-3, final=0.95)]
     assert bench.choose_lr(sweep) == 1e-3  # a run that reached the target beats a higher final reward
-    missed = [result("a", None, lr=5e-4, final=0.6), result("a", None, lr=1e-3, final=0.65),
-              result("a", None, lr=2e-3, final=0.5)]
+    missed = [
+        result("a", None, lr=5e-4, final=0.6),
+        result("a", None, lr=1e-3, final=0.65),
+        result("a", None, lr=2e-3, final=0.5),
+    ]
     assert bench.choose_lr(missed) == 1e-3
 
 
@@ -85,8 +101,11 @@ def test_speed_up_and_its_bounds():
     # the baseline missed: at least its whole budget over the recipe's time
     assert bench.speedup(never, fast) == bench.Ratio(pytest.approx(30.0 / 40.0), ">")
     assert bench.speedup(never, never) is None
-    runs = [result("grpo", 20.0, seed=s) for s in (42, 43)] + [result("fast", 10.0, seed=43),
-                                                               result("fast", 5.0, seed=42), result("fast", 1.0, seed=7)]
+    runs = [result("grpo", 20.0, seed=s) for s in (42, 43)] + [
+        result("fast", 10.0, seed=43),
+        result("fast", 5.0, seed=42),
+        result("fast", 1.0, seed=7),
+    ]
     assert bench.pair_speedups(runs, "grpo", "fast") == [bench.Ratio(4.0), bench.Ratio(2.0)]  # seeds 42, 43 only
 
 
@@ -127,8 +146,10 @@ def test_table_headlines_the_first_pair(tmp_path, capsys):
     for seed, (slow_s, fast_s) in zip((42, 43, 44), ((10.0, 4.0), (10.0, 5.0), (10.0, 8.0))):
         slow = write_run(tmp_path / f"slow{seed}", slow_s, {0: 0.4, 10: 0.6, 20: 0.71}, {0: 0.5, 10: 0.5, 20: 0.6})
         fast = write_run(tmp_path / f"fast{seed}", fast_s, {0: 0.4, 10: 0.72, 20: 0.8}, {0: 0.5, 10: 0.55, 20: 0.6})
-        runs += [bench.time_to_target("grpo", 1e-3, seed, slow, 0.7, "wall"),
-                 bench.time_to_target("nft", 2e-3, seed, fast, 0.7, "wall")]
+        runs += [
+            bench.time_to_target("grpo", 1e-3, seed, slow, 0.7, "wall"),
+            bench.time_to_target("nft", 2e-3, seed, fast, 0.7, "wall"),
+        ]
     bench.print_tables(runs[:2], runs, [("grpo", "nft"), ("nft", "grpo")], 0.7, "wall")
     out = capsys.readouterr().out
     # per seed 200 s over 40 / 50 / 80 s
@@ -195,8 +216,29 @@ def test_report_only_reads_finished_runs_and_trains_nothing(tmp_path, monkeypatc
     assert bench.complete(bench.run_dir(tmp_path, "a", 1e-3, 42), 20, 0.7)
     assert not bench.complete(bench.run_dir(tmp_path, "a", 1e-3, 43), 20, 0.7)
     assert not bench.complete(tmp_path / "absent", 20, 0.7)
-    bench.main(["--pair", "a=b", "--lrs", "5e-4", "1e-3", "--seeds", "42", "43", "--steps", "20",
-                "--eval-every", "10", "--tune-steps", "10", "--out", str(tmp_path), "--report-only", "--clock", "wall"])
+    bench.main(
+        [
+            "--pair",
+            "a=b",
+            "--lrs",
+            "5e-4",
+            "1e-3",
+            "--seeds",
+            "42",
+            "43",
+            "--steps",
+            "20",
+            "--eval-every",
+            "10",
+            "--tune-steps",
+            "10",
+            "--out",
+            str(tmp_path),
+            "--report-only",
+            "--clock",
+            "wall",
+        ]
+    )
     out = capsys.readouterr().out
     # target 0.7: a's 1e-3 run reached it, none of b's did, so b keeps its best final reward (1e-3, 0.65)
     assert "chosen learning rates (tuning seed 41): a 0.001, b 0.001" in out

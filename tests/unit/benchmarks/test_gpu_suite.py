@@ -27,19 +27,31 @@ from genalign.preflight.memory_plan import estimate_memory  # noqa: E402
 @pytest.mark.parametrize("family", ["toy", "cosmos", "qwen_image", "janus"])
 def test_shrinking_keeps_the_chunk_and_micro_batch_and_gives_valid_configs(family, tmp_path):
     recipe = plan.family_recipes()[family]
-    base = [*plan.model_overrides(family, tiny=False), *plan.common_overrides(recipe, tmp_path, family, 2),
-            "/base/distributed=local"]
+    base = [
+        *plan.model_overrides(family, tiny=False),
+        *plan.common_overrides(recipe, tmp_path, family, 2),
+        "/base/distributed=local",
+    ]
     full = compose_config(recipe, base)
     candidates = list(plan.shrink_candidates(recipe, base))
     assert compose_config(recipe, candidates[0][0]).rollout.n == full.rollout.n  # the group shrinks only if needed
     for overrides, shrunk in candidates:
         cfg = load_config(recipe, overrides)  # every candidate is a config the recipe accepts
-        assert (cfg.rollout.sample_batch_size, cfg.actor.micro_batch_size) == \
-            (full.rollout.sample_batch_size, full.actor.micro_batch_size)
-        assert (cfg.rollout.height, cfg.rollout.width, cfg.model.num_frames) == \
-            (full.rollout.height, full.rollout.width, full.model.num_frames)
+        assert (cfg.rollout.sample_batch_size, cfg.actor.micro_batch_size) == (
+            full.rollout.sample_batch_size,
+            full.actor.micro_batch_size,
+        )
+        assert (cfg.rollout.height, cfg.rollout.width, cfg.model.num_frames) == (
+            full.rollout.height,
+            full.rollout.width,
+            full.model.num_frames,
+        )
         samples = cfg.rollout.rollout_batch_size * cfg.rollout.n
-        assert samples % math.lcm(cfg.rollout.sample_batch_size, cfg.actor.micro_batch_size or cfg.rollout.sample_batch_size) == 0
+        assert (
+            samples
+            % math.lcm(cfg.rollout.sample_batch_size, cfg.actor.micro_batch_size or cfg.rollout.sample_batch_size)
+            == 0
+        )
         assert cfg.rollout.num_steps >= 2 and all(" -> " in line for line in shrunk)
 
 
@@ -88,8 +100,12 @@ def test_the_time_plan_counts_compilation_and_the_family_kind(tmp_path):
     eager = plan.estimate_s(load_config(recipe, base), "sd3", tiny=False, steps=2)
     compiled = plan.estimate_s(load_config(recipe, [*base, "model.compile=true"]), "sd3", tiny=False, steps=2)
     assert plan.START_S < eager and compiled > plan.COMPILE_S
-    one_group = plan.estimate_s(load_config(recipe, [*base, "rollout.rollout_batch_size=1",
-                                                      "actor.gradient_accumulation_steps=1"]), "sd3", False, 2)
+    one_group = plan.estimate_s(
+        load_config(recipe, [*base, "rollout.rollout_batch_size=1", "actor.gradient_accumulation_steps=1"]),
+        "sd3",
+        False,
+        2,
+    )
     assert one_group < eager  # the recipe's 8 groups a step cost more than one
     assert dataclasses.fields(plan.Item)  # the JSON's item fields are the dataclass's
 

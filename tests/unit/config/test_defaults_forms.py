@@ -16,7 +16,9 @@ def recipe(tmp_path, text: str):
 
 
 def test_a_recipe_built_on_a_shipped_one_with_hydra_forms(tmp_path):
-    mine = recipe(tmp_path, """
+    mine = recipe(
+        tmp_path,
+        """
 defaults:
   - /experiment/toy/shapes_grpo          # a shipped recipe, as one path
   - override /base/algorithm: nft        # swap a group that recipe chooses
@@ -26,7 +28,8 @@ rollout:
   height: 48
 trainer:
   num_steps: 7
-""")
+""",
+    )
     cfg = compose_config(mine)
     assert cfg.algorithm.name == "nft" and cfg.trainer.num_steps == 7
     assert cfg.rollout.height == 384 and cfg.rollout.n == 8  # the shipped recipe's own keys came through
@@ -34,8 +37,9 @@ trainer:
 
 
 def test_own_keys_merge_last_without_self_and_the_colon_and_path_forms_agree(tmp_path):
-    path_form = recipe(tmp_path, "defaults:\n  - /experiment/toy/shapes_grpo\n  - /sampling/image/384\n"
-                                 "rollout:\n  height: 48\n")
+    path_form = recipe(
+        tmp_path, "defaults:\n  - /experiment/toy/shapes_grpo\n  - /sampling/image/384\nrollout:\n  height: 48\n"
+    )
     assert compose_config(path_form).rollout.height == 48  # Hydra 1.1: _self_ last by default
     colon_form = config_to_dict(compose_config(recipe(tmp_path, "defaults:\n  - experiment/toy: shapes_grpo\n")))
     shipped = config_to_dict(compose_config("experiment/toy/shapes_grpo"))
@@ -43,12 +47,18 @@ def test_own_keys_merge_last_without_self_and_the_colon_and_path_forms_agree(tmp
 
 
 def test_optional_entries_and_malformed_ones(tmp_path):
-    cfg = compose_config(recipe(tmp_path, "defaults:\n  - /experiment/toy/shapes_grpo\n"
-                                          "  - optional /sampling/image: 1024\n"))  # no such file: skipped
+    cfg = compose_config(
+        recipe(tmp_path, "defaults:\n  - /experiment/toy/shapes_grpo\n  - optional /sampling/image: 1024\n")
+    )  # no such file: skipped
     assert cfg.rollout.height == 32
     with pytest.raises(ConfigError) as err:
-        compose_config(recipe(tmp_path, "defaults:\n  - /experiment/toy/shapes_grpo\n  - _self_\n  - _self_\n"
-                                        "  - override /model/diffusion/flux: dev\n  - [nested]\n"))
+        compose_config(
+            recipe(
+                tmp_path,
+                "defaults:\n  - /experiment/toy/shapes_grpo\n  - _self_\n  - _self_\n"
+                "  - override /model/diffusion/flux: dev\n  - [nested]\n",
+            )
+        )
     problems = err.value.problems
     assert any("defaults entry ['nested'] must look like `- /group/path: option`" in p for p in problems)
     assert any("`_self_` is listed more than once" in p for p in problems)

@@ -39,8 +39,10 @@ def layer_root(tmp_path, monkeypatch):
     write(tmp_path / "g/a.yaml", "trainer: {seed: 1, num_steps: 10}\n")
     write(tmp_path / "g/b.yaml", "trainer: {seed: 2}\n")
     write(tmp_path / "h/x.yaml", "defaults:\n  - /g: a\ntrainer: {save_every: 5}\n")
-    write(tmp_path / "experiment/r.yaml",
-          "defaults:\n  - /h: x\n  - /g: a\nreward: {components: {ocr: 1.0}}\ntrainer: {output_dir: out}\n")
+    write(
+        tmp_path / "experiment/r.yaml",
+        "defaults:\n  - /h: x\n  - /g: a\nreward: {components: {ocr: 1.0}}\ntrainer: {output_dir: out}\n",
+    )
     monkeypatch.setattr(loader, "CONFIG_ROOT", tmp_path)
     return tmp_path
 
@@ -48,17 +50,36 @@ def layer_root(tmp_path, monkeypatch):
 # ------------------------------------------------------------------ the packaged OCR recipe
 def test_ocr_recipe_composes_to_the_seed_values():
     cfg = load_config(OCR)
-    assert (cfg.model.family, cfg.model.path, cfg.model.dtype) == ("sd3", "stabilityai/stable-diffusion-3.5-medium",
-                                                                   "bfloat16")
+    assert (cfg.model.family, cfg.model.path, cfg.model.dtype) == (
+        "sd3",
+        "stabilityai/stable-diffusion-3.5-medium",
+        "bfloat16",
+    )
     assert cfg.model.max_sequence_length == 128  # Flow-GRPO's train_sd3.py
     # train_sd3.py keeps the gradient through both CFG branches (upstream "fix cfg gradient detach")
     assert (cfg.algorithm.detach_uncond, cfg.algorithm.drop_zero_advantage) == (False, True)
-    assert (cfg.actor.ema.decay, cfg.actor.ema.update_every, cfg.actor.ema.warmup, cfg.actor.ema.cadence) == \
-        (0.9, 8, True, "micro_batch")
-    assert (cfg.model.train_mode, cfg.model.lora.rank, cfg.model.lora.alpha, cfg.model.lora.init) == \
-        ("lora", 32, 64.0, "gaussian")
-    assert cfg.model.lora.target_modules == ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "attn.add_q_proj",
-                                             "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"]
+    assert (cfg.actor.ema.decay, cfg.actor.ema.update_every, cfg.actor.ema.warmup, cfg.actor.ema.cadence) == (
+        0.9,
+        8,
+        True,
+        "micro_batch",
+    )
+    assert (cfg.model.train_mode, cfg.model.lora.rank, cfg.model.lora.alpha, cfg.model.lora.init) == (
+        "lora",
+        32,
+        64.0,
+        "gaussian",
+    )
+    assert cfg.model.lora.target_modules == [
+        "attn.to_q",
+        "attn.to_k",
+        "attn.to_v",
+        "attn.to_out.0",
+        "attn.add_q_proj",
+        "attn.add_k_proj",
+        "attn.add_v_proj",
+        "attn.to_add_out",
+    ]
     r = cfg.rollout
     assert (r.height, r.width, r.num_steps, r.guidance_scale) == (512, 512, 10, 4.5)
     assert (r.n, r.rollout_batch_size, r.sample_batch_size) == (8, 8, 8)
@@ -87,8 +108,17 @@ def test_packaged_recipe_found_by_name_with_suffix_and_by_path():
 
 # ------------------------------------------------------------------ overrides and swaps
 def test_last_override_wins_and_values_are_parsed_as_yaml():
-    cfg = load_config(OCR, ["rollout.n=2", "rollout.n=4", "trainer.resume_from=null", "model.lora.target_modules=[a, b]",
-                            "distributed.resources.visible_devices=[0,1,2,3]", "eval.use_ema=false"])
+    cfg = load_config(
+        OCR,
+        [
+            "rollout.n=2",
+            "rollout.n=4",
+            "trainer.resume_from=null",
+            "model.lora.target_modules=[a, b]",
+            "distributed.resources.visible_devices=[0,1,2,3]",
+            "eval.use_ema=false",
+        ],
+    )
     assert cfg.rollout.n == 4
     assert cfg.trainer.resume_from is None
     assert cfg.model.lora.target_modules == ["a", "b"]  # lists replace, never append
@@ -97,8 +127,14 @@ def test_last_override_wins_and_values_are_parsed_as_yaml():
 
 
 def test_override_adds_dict_keys_and_free_form_kwargs():
-    cfg = load_config(OCR, ["reward.components.ocr=0.0", "reward.components.aesthetic=1.0",
-                            "reward.kwargs.aesthetic.model_name=openai/clip-vit-large-patch14"])
+    cfg = load_config(
+        OCR,
+        [
+            "reward.components.ocr=0.0",
+            "reward.components.aesthetic=1.0",
+            "reward.kwargs.aesthetic.model_name=openai/clip-vit-large-patch14",
+        ],
+    )
     assert cfg.reward.components == {"ocr": 0.0, "aesthetic": 1.0}
     assert cfg.reward.kwargs == {"aesthetic": {"model_name": "openai/clip-vit-large-patch14"}}
 
@@ -121,8 +157,10 @@ def test_defaults_order_then_own_keys_then_overrides(layer_root):
 
 
 def test_deep_merge_keeps_sibling_keys(tmp_path):
-    recipe = write(tmp_path / "r.yaml", 'defaults:\n  - /model/diffusion/sd3_5: medium\n'
-                                        'model: {lora: {rank: 8}}\nreward: {components: {ocr: 1.0}}\n')
+    recipe = write(
+        tmp_path / "r.yaml",
+        "defaults:\n  - /model/diffusion/sd3_5: medium\nmodel: {lora: {rank: 8}}\nreward: {components: {ocr: 1.0}}\n",
+    )
     cfg = load_config(str(recipe))
     assert (cfg.model.lora.rank, cfg.model.lora.alpha, cfg.model.family) == (8, 64.0, "sd3")
 
@@ -168,14 +206,18 @@ def test_wrong_types_are_all_reported_with_key_source_expected_and_value(tmp_pat
 def test_a_literal_choice_is_checked_alone_in_a_union_and_in_a_list():
     # Literal alone: the key, where it was set, the nearest choice and every choice
     (problem,) = problems_of(OCR, ["rollout.kernel=flow"])
-    assert problem == ("rollout.kernel='flow' is not supported (set in command line `rollout.kernel=flow`); "
-                       "did you mean 'flow_sde'? Choose one of: flow_sde, dance_sde, cps, cps_gaussian")
+    assert problem == (
+        "rollout.kernel='flow' is not supported (set in command line `rollout.kernel=flow`); "
+        "did you mean 'flow_sde'? Choose one of: flow_sde, dance_sde, cps, cps_gaussian"
+    )
     # in `float | Literal["auto"]`: a number or the choice; a near-miss string gets the choice's message
     cfg = load_config(OCR, ["distributed.resources.rollout.num_gpus=2", "distributed.resources.trainer.num_gpus=1"])
     assert (cfg.distributed.resources.rollout.num_gpus, cfg.distributed.resources.trainer.num_gpus) == (2.0, 1.0)
     (problem,) = problems_of(OCR, ["distributed.resources.rollout.num_gpus=autp"])
-    assert problem.startswith("distributed.resources.rollout.num_gpus='autp' is not supported") and \
-        "did you mean 'auto'?" in problem
+    assert (
+        problem.startswith("distributed.resources.rollout.num_gpus='autp' is not supported")
+        and "did you mean 'auto'?" in problem
+    )
     (problem,) = problems_of(OCR, ["distributed.resources.rollout.num_gpus=[1]"])
     assert "distributed.resources.rollout.num_gpus: expected float | 'auto', got [1]" in problem
     (problem,) = problems_of(OCR, ["distributed.resources.trainer.num_gpus=auto"])  # "auto" is the rollout's
@@ -218,7 +260,9 @@ def test_malformed_override_and_defaults_cycle(layer_root):
 def test_scientific_notation_strings_coerce_to_float(tmp_path):
     # PyYAML 1.1 reads `1e-4` (no dot) as the string "1e-4".
     assert yaml.safe_load("lr: 1e-4")["lr"] == "1e-4"
-    recipe = write(tmp_path / "sci.yaml", "defaults:\n  - /reward: ocr\nactor: {lr: 1e-4}\nalgorithm: {clip_range: 2e-5}\n")
+    recipe = write(
+        tmp_path / "sci.yaml", "defaults:\n  - /reward: ocr\nactor: {lr: 1e-4}\nalgorithm: {clip_range: 2e-5}\n"
+    )
     cfg = load_config(str(recipe), ["actor.weight_decay=5e-3"])
     assert (cfg.actor.lr, cfg.algorithm.clip_range, cfg.actor.weight_decay) == (1e-4, 2e-5, 5e-3)
     assert isinstance(cfg.actor.lr, float)
@@ -239,8 +283,15 @@ def test_structural_problems_are_collected_into_one_error(tmp_path):
 
 # ------------------------------------------------------------------ dict round trip and diffs
 def test_config_from_dict_round_trips_every_field():
-    cfg = load_config(OCR, ["actor.micro_batch_size=4", "/base/distributed=ray_rollout",
-                            "distributed.resources.rollout.num_gpus=auto", "reward.kwargs.ocr.num_threads=2"])
+    cfg = load_config(
+        OCR,
+        [
+            "actor.micro_batch_size=4",
+            "/base/distributed=ray_rollout",
+            "distributed.resources.rollout.num_gpus=auto",
+            "reward.kwargs.ocr.num_threads=2",
+        ],
+    )
     tree = config_to_dict(cfg)
     assert config_from_dict(tree) == cfg
     assert config_from_dict(yaml.safe_load(config_to_yaml(cfg))) == cfg  # what checkpoints store
@@ -259,8 +310,11 @@ def test_config_from_dict_is_strict_and_names_its_source():
 
 def test_diff_configs_lists_dotted_keys_limited_to_prefixes():
     a = config_to_dict(load_config(OCR))
-    b = config_to_dict(load_config(OCR, ["rollout.n=4", "actor.lr=1e-3", "trainer.output_dir=elsewhere",
-                                         "reward.components.aesthetic=0.5"]))
+    b = config_to_dict(
+        load_config(
+            OCR, ["rollout.n=4", "actor.lr=1e-3", "trainer.output_dir=elsewhere", "reward.components.aesthetic=0.5"]
+        )
+    )
     assert diff_configs(a, a) == []
     assert diff_configs(a, b) == ["actor.lr", "reward.components.aesthetic", "rollout.n", "trainer.output_dir"]
     assert diff_configs(a, b, keys=["rollout", "actor.lr", "model"]) == ["actor.lr", "rollout.n"]
@@ -272,14 +326,18 @@ def test_a_duplicate_key_is_an_error_not_a_silently_dropped_block(tmp_path):
     recipe.write_text("actor:\n  lr: 0.001\nrollout:\n  n: 4\nactor:\n  eps: 1.0e-6\n")
     with pytest.raises(ConfigError) as info:
         load_config(str(recipe))
-    assert info.value.problems == [f"{recipe}: not valid YAML (duplicate key 'actor' (also at line 1; merge the two) "
-                                   "at line 5, column 1)"]
+    assert info.value.problems == [
+        f"{recipe}: not valid YAML (duplicate key 'actor' (also at line 1; merge the two) at line 5, column 1)"
+    ]
 
 
-@pytest.mark.parametrize("override, fragment", [
-    ("actor.betas=[0.9,", "override actor.betas=[0.9,: the value is not valid YAML (expected the node content"),
-    ("trainer.output_dir=@foo", "found character '@' that cannot start any token at line 1, column 1"),
-])
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
+        ("actor.betas=[0.9,", "override actor.betas=[0.9,: the value is not valid YAML (expected the node content"),
+        ("trainer.output_dir=@foo", "found character '@' that cannot start any token at line 1, column 1"),
+    ],
+)
 def test_an_override_that_is_not_yaml_is_one_line(override, fragment):
     with pytest.raises(ConfigError) as info:
         load_config(None, [override])

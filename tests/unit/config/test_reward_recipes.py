@@ -36,8 +36,9 @@ def test_hpsv21_recipe():
 
 
 def test_image_reward_recipe():
-    cfg = load_config("experiment/diffusion/sd3_5/online_grpo_image_reward",
-                      ["reward.kwargs.image_reward.weights_path=/m/ir.st"])
+    cfg = load_config(
+        "experiment/diffusion/sd3_5/online_grpo_image_reward", ["reward.kwargs.image_reward.weights_path=/m/ir.st"]
+    )
     assert cfg.reward.components == {"image_reward": 1.0} and cfg.algorithm.kl_beta == 0.01
     assert cfg.reward.kwargs["image_reward"] == {"weights_path": "/m/ir.st"}
 
@@ -49,6 +50,8 @@ def test_missing_reward_weights_are_reported_before_loading(tmp_path):
     problems = "\n".join(file_problems(cfg))  # the suite runs with HF_HUB_OFFLINE=1 and an empty cache
     assert "reward.kwargs.geneval.detector_name='facebook/mask2former-swin-small-coco-instance'" in problems
     assert "reward.kwargs.geneval_accuracy.clip_name='openai/clip-vit-large-patch14'" in problems
-    cfg = load_config("experiment/diffusion/sd3_5/online_grpo_hpsv21",
-                      [f"trainer.output_dir={tmp_path / 'run'}", "reward.kwargs.hpsv21.weights_path=/no/hps.st"])
+    cfg = load_config(
+        "experiment/diffusion/sd3_5/online_grpo_hpsv21",
+        [f"trainer.output_dir={tmp_path / 'run'}", "reward.kwargs.hpsv21.weights_path=/no/hps.st"],
+    )
     assert "reward.kwargs.hpsv21.weights_path: /no/hps.st does not exist" in file_problems(cfg)

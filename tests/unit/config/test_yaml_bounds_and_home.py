@@ -20,7 +20,8 @@ def test_a_few_aliases_load_and_what_safe_dump_writes_round_trips():
 
 def test_nested_aliases_are_refused_before_they_expand():
     levels = ["a: &a [x, x, x, x, x, x, x, x, x, x]"] + [
-        f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]" for i in range(8)]
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]" for i in range(8)
+    ]
     with pytest.raises(YAMLTooLarge, match=f"more than {MAX_YAML_NODES} values"):
         safe_load_unique("\n".join(levels))
     assert len(safe_load_unique("\n".join(levels[:4]))["d"]) == 10  # 10^4 values: fine

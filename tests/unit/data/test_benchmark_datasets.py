@@ -11,16 +11,23 @@ from genalign.data.prompts import PACKAGED_DATASETS, load_manifest
 
 
 def run(script: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(PACKAGED_DATASETS / script), "--check"], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, str(PACKAGED_DATASETS / script), "--check"], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_geneval_benchmark_file_is_the_published_suite():
     done = run("geneval/build_benchmark.py")
     assert done.returncode == 0, done.stderr
     tags = [e.metadata["tag"] for e in load_manifest("datasets/geneval/evaluation_metadata.jsonl")]
-    assert {t: tags.count(t) for t in set(tags)} == {"single_object": 80, "two_object": 99, "counting": 80,
-                                                     "colors": 94, "position": 100, "color_attr": 100}
+    assert {t: tags.count(t) for t in set(tags)} == {
+        "single_object": 80,
+        "two_object": 99,
+        "counting": 80,
+        "colors": 94,
+        "position": 100,
+        "color_attr": 100,
+    }
 
 
 def test_drawbench_files_are_current_and_split_192_8():

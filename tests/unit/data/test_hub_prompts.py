@@ -16,21 +16,39 @@ def hub(tmp_path, monkeypatch):
     return FakeHub(tmp_path / "hub").install(monkeypatch)
 
 
-@pytest.mark.parametrize("reference, parsed", [
-    ("hf://datasets/me/prompts", HubDataset("me/prompts", None, "train")),
-    ("hf://datasets/me/prompts:test", HubDataset("me/prompts", None, "test")),
-    ("hf://datasets/me/prompts@v1.0:train[:100]", HubDataset("me/prompts", "v1.0", "train[:100]")),
-    ("hf://datasets/prompts", None), ("hf://datasets/", None)])
+@pytest.mark.parametrize(
+    "reference, parsed",
+    [
+        ("hf://datasets/me/prompts", HubDataset("me/prompts", None, "train")),
+        ("hf://datasets/me/prompts:test", HubDataset("me/prompts", None, "test")),
+        ("hf://datasets/me/prompts@v1.0:train[:100]", HubDataset("me/prompts", "v1.0", "train[:100]")),
+        ("hf://datasets/prompts", None),
+        ("hf://datasets/", None),
+    ],
+)
 def test_references(reference, parsed):
     assert parse_reference(reference) == parsed
 
 
 def test_rows_become_prompts_with_their_other_json_columns_as_metadata(hub, caplog):
-    hub.add_dataset("me/geneval", "test", [
-        {"prompt": "a photo of two cups", "tag": "counting", "include": [{"class": "cup", "count": 2}],
-         "image": Image.new("RGB", (2, 2))},
-        {"prompt": "a red bench", "tag": "colors", "include": [{"class": "bench", "count": 1, "color": "red"}],
-         "image": Image.new("RGB", (2, 2))}])
+    hub.add_dataset(
+        "me/geneval",
+        "test",
+        [
+            {
+                "prompt": "a photo of two cups",
+                "tag": "counting",
+                "include": [{"class": "cup", "count": 2}],
+                "image": Image.new("RGB", (2, 2)),
+            },
+            {
+                "prompt": "a red bench",
+                "tag": "colors",
+                "include": [{"class": "bench", "count": 1, "color": "red"}],
+                "image": Image.new("RGB", (2, 2)),
+            },
+        ],
+    )
     with caplog.at_level("INFO", logger="genalign"):
         examples = load_manifest("hf://datasets/me/geneval:test", "data.eval_manifest")
     assert [e.prompt for e in examples] == ["a photo of two cups", "a red bench"]

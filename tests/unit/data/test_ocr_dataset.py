@@ -21,7 +21,9 @@ def test_committed_files_equal_a_fresh_build(tmp_path):
     builder = load_builder()
     assert builder.main(["--out", str(tmp_path)]) == 0
     for name in ("train.txt", "test.txt"):
-        assert (tmp_path / name).read_bytes() == (OCR_DIR / name).read_bytes(), "stale: run python genalign/datasets/ocr/build.py"
+        assert (tmp_path / name).read_bytes() == (OCR_DIR / name).read_bytes(), (
+            "stale: run python genalign/datasets/ocr/build.py"
+        )
     assert builder.main(["--check"]) == 0
 
 

@@ -31,11 +31,13 @@ def test_valid_manifest_loads_images_relative_to_its_folder(tmp_path):
 def test_every_bad_row_is_named_with_file_and_line(tmp_path):
     write_png(tmp_path / "ok.png")
     write_png(tmp_path / "big.png", size=(32, 32))
-    lines = [{"prompt": "a red circle", "chosen": "ok.png", "rejected": "ok.png"},
-             {"prompt": "a red circle", "chosen": "missing.png", "rejected": "ok.png"},
-             {"prompt": "a red circle", "chosen": "ok.png"},
-             {"prompt": "a red circle", "chosen": "big.png", "rejected": "ok.png"},
-             {"chosen": "ok.png", "rejected": "ok.png"}]
+    lines = [
+        {"prompt": "a red circle", "chosen": "ok.png", "rejected": "ok.png"},
+        {"prompt": "a red circle", "chosen": "missing.png", "rejected": "ok.png"},
+        {"prompt": "a red circle", "chosen": "ok.png"},
+        {"prompt": "a red circle", "chosen": "big.png", "rejected": "ok.png"},
+        {"chosen": "ok.png", "rejected": "ok.png"},
+    ]
     manifest = tmp_path / "pairs.jsonl"
     manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
     with pytest.raises(ManifestError) as error:
@@ -48,7 +50,7 @@ def test_every_bad_row_is_named_with_file_and_line(tmp_path):
         read_preferences(str(manifest), size=(16, 16))
     message = str(error.value)
     assert f"{manifest}:2" in message and "missing.png does not exist" in message
-    assert f"{manifest}:3" in message and "no \"rejected\"" in message
+    assert f"{manifest}:3" in message and 'no "rejected"' in message
     assert f"{manifest}:4" in message and "32x32" in message
     assert f"{manifest}:1" not in message
 

@@ -22,9 +22,9 @@ def write(path: Path, text: str) -> str:
 
 
 def test_txt_one_prompt_a_line_ids_are_row_indices(tmp_path):
-    path = write(tmp_path / "p.txt", "  a red sign  \r\nA cake that says \"Hi\"\nthird\n")
+    path = write(tmp_path / "p.txt", '  a red sign  \r\nA cake that says "Hi"\nthird\n')
     examples = load_manifest(path)
-    assert [e.prompt for e in examples] == ["a red sign", "A cake that says \"Hi\"", "third"]
+    assert [e.prompt for e in examples] == ["a red sign", 'A cake that says "Hi"', "third"]
     assert [e.prompt_id for e in examples] == [0, 1, 2]
     assert examples[2].source == f"{path}:3"
     assert all(e.metadata == {} for e in examples)
@@ -64,8 +64,8 @@ def test_jsonl_collects_every_row_error(tmp_path):
     assert f"line 2 of {path} is empty" in message
     assert f"line 3 of {path} is not JSON (Expecting property name" in message
     assert f"line 4 of {path} is a JSON list" in message
-    assert f"line 5 of {path} has no \"prompt\" field" in message
-    assert f"line 6 of {path} has a \"prompt\" of type int" in message
+    assert f'line 5 of {path} has no "prompt" field' in message
+    assert f'line 6 of {path} has a "prompt" of type int' in message
     assert f"line 7 of {path} carries precomputed-embedding field(s) ['prompt_embeds']" in message
     assert "computed by the model family from the prompt" in message
     assert f"line 8 of {path} is a JSON string" in message
@@ -82,8 +82,10 @@ def test_every_legacy_embedding_field_is_refused(tmp_path, field):
 def test_json_list_of_strings_and_objects(tmp_path):
     path = write(tmp_path / "p.json", json.dumps(["plain", {"prompt": "obj", "target": "T"}]))
     examples = load_manifest(path)
-    assert [(e.prompt, e.prompt_id, e.source) for e in examples] == [("plain", 0, f"{path}[0]"),
-                                                                     ("obj", 1, f"{path}[1]")]
+    assert [(e.prompt, e.prompt_id, e.source) for e in examples] == [
+        ("plain", 0, f"{path}[0]"),
+        ("obj", 1, f"{path}[1]"),
+    ]
     assert examples[1].metadata == {"target": "T"}
 
 
@@ -93,7 +95,7 @@ def test_json_errors_name_the_index(tmp_path):
         load_manifest(path)
     message = str(info.value)
     assert f"item [1] of {path} is a JSON int" in message
-    assert f"item [2] of {path} has an empty \"prompt\"" in message
+    assert f'item [2] of {path} has an empty "prompt"' in message
     assert f"item [3] of {path} carries precomputed-embedding" in message
 
 

@@ -52,7 +52,7 @@ def test_seeds_distinct_per_sample_or_shared_per_group():
     assert torch.equal(shared.seeds, distinct.seeds)  # SDE noise stays per sample
     assert torch.equal(distinct.init_seeds, distinct.seeds)
     for group in range(3):
-        assert shared.init_seeds[group * 4: group * 4 + 4].tolist() == [sample_seed(1, 5, group * 4)] * 4
+        assert shared.init_seeds[group * 4 : group * 4 + 4].tolist() == [sample_seed(1, 5, group * 4)] * 4
     assert len(set(shared.init_seeds.tolist())) == 3
 
 
@@ -85,10 +85,13 @@ def test_index_selects_a_shard():
     assert shard.group_ids.tolist() == [1, 1]
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"prompts_per_step": 0}, "rollout.rollout_batch_size"),
-    ({"samples_per_prompt": 0}, "rollout.n"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"prompts_per_step": 0}, "rollout.rollout_batch_size"),
+        ({"samples_per_prompt": 0}, "rollout.n"),
+    ],
+)
 def test_bad_sizes_name_the_config_key(kwargs, message):
     arguments = {"prompts_per_step": 2, "samples_per_prompt": 2, **kwargs}
     with pytest.raises(ValueError, match=message):
@@ -104,5 +107,10 @@ def test_empty_manifest_and_negative_step_are_errors():
 
 def test_batch_fields_must_agree_in_length():
     with pytest.raises(ValueError, match="mismatched fields"):
-        PromptGroupBatch(["a", "b"], torch.zeros(2, dtype=torch.long), torch.zeros(1, dtype=torch.long),
-                         torch.zeros(2, dtype=torch.long), [{}, {}])
+        PromptGroupBatch(
+            ["a", "b"],
+            torch.zeros(2, dtype=torch.long),
+            torch.zeros(1, dtype=torch.long),
+            torch.zeros(2, dtype=torch.long),
+            [{}, {}],
+        )

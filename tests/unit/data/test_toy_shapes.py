@@ -16,12 +16,15 @@ def test_vocabulary_is_four_shapes_by_six_colours():
     assert prompts[0] == "a red circle" and "an orange square" in prompts
 
 
-@pytest.mark.parametrize("prompt, expected", [
-    ("a red circle", ("red", "circle")),
-    ("An Orange square", ("orange", "square")),
-    ("triangle blue", ("blue", "triangle")),
-    ("the purple, cross", ("purple", "cross")),
-])
+@pytest.mark.parametrize(
+    "prompt, expected",
+    [
+        ("a red circle", ("red", "circle")),
+        ("An Orange square", ("orange", "square")),
+        ("triangle blue", ("blue", "triangle")),
+        ("the purple, cross", ("purple", "cross")),
+    ],
+)
 def test_parse_prompt(prompt, expected):
     parsed = ts.parse_prompt(prompt)
     assert (parsed.color, parsed.shape) == expected
@@ -62,15 +65,17 @@ def test_render_paints_the_colour_on_grey_with_antialiased_edges():
     assert len(colours) > 2
     # the shape covers between MIN_SIZE^2/2 (triangle-ish) and MAX_SIZE^2 of the canvas
     coverage = (np.abs(image - np.array(ts.BACKGROUND)).sum(1) > 0).mean()
-    assert ts.MIN_SIZE ** 2 * 0.9 <= coverage <= ts.MAX_SIZE ** 2 + 0.15
+    assert ts.MIN_SIZE**2 * 0.9 <= coverage <= ts.MAX_SIZE**2 + 0.15
 
 
 def test_centre_jitter_and_extent_bound_where_and_how_big_a_shape_is_drawn():
     """Painted pixels' bounding box: centred within ±jitter·size (plus anti-aliased edge pixels),
     side within extent·size; the default placement reaches far off-centre."""
+
     def box(image):
         ys, xs = np.nonzero(np.abs(image.astype(int) - np.array(ts.BACKGROUND)).sum(-1) > 0)
         return (xs.min() + xs.max() + 1) / 2, (ys.min() + ys.max() + 1) / 2, xs.max() + 1 - xs.min()
+
     rng = np.random.default_rng(0)
     for _ in range(50):
         cx, cy, side = box(ts.render("square", "red", rng, extent=(0.6, 0.8), centre_jitter=0.08))
@@ -82,9 +87,11 @@ def test_centre_jitter_and_extent_bound_where_and_how_big_a_shape_is_drawn():
 
 def test_shapes_differ_in_area_as_geometry_says():
     """Same rng state -> same box; square > circle > cross > triangle in covered area."""
+
     def area(shape):
         image = ts.render(shape, "red", np.random.default_rng(11)).astype(float)
         return np.abs(image - np.array(ts.BACKGROUND)).sum() / 255
+
     square, circle, cross, triangle = (area(s) for s in ("square", "circle", "cross", "triangle"))
     assert square > circle > triangle and square > cross
     assert circle / square == pytest.approx(np.pi / 4, rel=0.1)
@@ -104,7 +111,9 @@ def test_unit_range_round_trip():
     pixels = ts.to_unit_range(images)
     assert pixels.min() >= -1 and pixels.max() <= 1
     assert torch.equal(ts.from_unit_range(pixels), images)
-    assert torch.equal(ts.from_unit_range(torch.full((1, 3, 2, 2), 5.0)), torch.full((1, 3, 2, 2), 255, dtype=torch.uint8))
+    assert torch.equal(
+        ts.from_unit_range(torch.full((1, 3, 2, 2), 5.0)), torch.full((1, 3, 2, 2), 255, dtype=torch.uint8)
+    )
 
 
 def test_color_distance():
@@ -119,11 +128,14 @@ def test_canvas_quality_by_hand():
     """2x2 images, prompted red (g = 128 grey, c = (220, 40, 40), d = (92, -88, -88), |d|² = 23952)."""
     grey, red = ts.BACKGROUND, ts.COLORS["red"]
     half = tuple((a + b) / 2 for a, b in zip(grey, red))  # (174, 84, 84): an anti-aliased edge, a = 0.5
-    pixels = torch.tensor([
-        [grey, grey, red, half],  # clean: 2 background, 1 shape, 1 blend counted as shape
-        [grey, (128, 200, 128), red, red],  # one green-ish stray pixel on the background
-        [red, red, red, red],  # canvas filled
-    ], dtype=torch.float32).round()  # [3, 4, 3]
+    pixels = torch.tensor(
+        [
+            [grey, grey, red, half],  # clean: 2 background, 1 shape, 1 blend counted as shape
+            [grey, (128, 200, 128), red, red],  # one green-ish stray pixel on the background
+            [red, red, red, red],  # canvas filled
+        ],
+        dtype=torch.float32,
+    ).round()  # [3, 4, 3]
     images = pixels.to(torch.uint8).view(3, 2, 2, 3).permute(0, 3, 1, 2)  # [3, 3, 2, 2]
     quality = ts.canvas_quality(images, torch.tensor([0, 0, 0]))
     # stray pixel (128, 200, 128): offset (0, 72, 0), a = clamp(-72·88/23952) = 0, residual 72 > 48

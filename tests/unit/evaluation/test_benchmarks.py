@@ -28,7 +28,9 @@ def test_geneval_benchmark_is_genevals_protocol():
     examples = load_manifest(geneval.manifest)
     assert len(examples) == 553
     assert GenEvalOptions().manifest_problems(examples) == []
-    assert geneval.protocol["eval.samples_per_prompt"] == 4 and geneval.protocol["eval.noise_seeds"] == "per_image_index"
+    assert (
+        geneval.protocol["eval.samples_per_prompt"] == 4 and geneval.protocol["eval.noise_seeds"] == "per_image_index"
+    )
     # GenEval reads lossless PNGs in true RGB: neither Flow-GRPO's JPEG nor its channel swap
     assert geneval.reward_kwargs["geneval_accuracy"] == {"jpeg_quality": None, "detector_channels": "rgb"}
 
@@ -42,7 +44,9 @@ def test_the_runs_own_evaluation_is_a_benchmark():
     cfg = load_config(None)
     benchmark = resolve_benchmark("run", cfg)
     assert benchmark == run_benchmark(cfg)
-    assert benchmark.groups["eval_reward"] == {"toy_shape": 1.0} and benchmark.groups["gold"] == {"toy_shape_judge": 1.0}
+    assert benchmark.groups["eval_reward"] == {"toy_shape": 1.0} and benchmark.groups["gold"] == {
+        "toy_shape_judge": 1.0
+    }
     assert "quality_toy_patch_pattern" in benchmark.groups
     manifest = resolve_benchmark("datasets/toy/train.txt", cfg)
     assert manifest.manifest == "datasets/toy/train.txt" and manifest.groups == benchmark.groups
@@ -50,11 +54,14 @@ def test_the_runs_own_evaluation_is_a_benchmark():
 
 def test_user_benchmark_file_and_its_mistakes(tmp_path):
     good = tmp_path / "mine.yaml"
-    good.write_text("manifest: datasets/toy/test.txt\nscorers: [toy_shape, toy_shape_judge]\n"
-                    "protocol: {eval.num_steps: 4}\n")
+    good.write_text(
+        "manifest: datasets/toy/test.txt\nscorers: [toy_shape, toy_shape_judge]\nprotocol: {eval.num_steps: 4}\n"
+    )
     benchmark = resolve_benchmark(str(good), load_config(None))
-    assert benchmark.name == "mine" and benchmark.groups == {"toy_shape": {"toy_shape": 1.0},
-                                                             "toy_shape_judge": {"toy_shape_judge": 1.0}}
+    assert benchmark.name == "mine" and benchmark.groups == {
+        "toy_shape": {"toy_shape": 1.0},
+        "toy_shape_judge": {"toy_shape_judge": 1.0},
+    }
     bad = tmp_path / "bad.yaml"
     bad.write_text("manifest: datasets/toy/test.txt\nscorer: [toy_shape]\n")
     with pytest.raises(ValueError, match="bad.yaml: needs manifest and scorers.*unknown keys: \\['scorer'\\]"):

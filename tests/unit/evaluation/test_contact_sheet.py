@@ -48,15 +48,15 @@ def test_upscaling_is_nearest_neighbour():
 
 
 def test_caption_is_drawn_below_each_tile_and_only_where_given():
-    sheet = np.asarray(make_contact_sheet(solid(3, 16, 255), ["A sign that says \"OPEN\"", "", "cake"], columns=3))
+    sheet = np.asarray(make_contact_sheet(solid(3, 16, 255), ['A sign that says "OPEN"', "", "cake"], columns=3))
     caption = sheet[128:, :]  # the caption band under the (white) tiles
-    inked = [(caption[:, column * 128:(column + 1) * 128] < 128).any() for column in range(3)]
+    inked = [(caption[:, column * 128 : (column + 1) * 128] < 128).any() for column in range(3)]
     assert inked == [True, False, True]
     assert (sheet[:128] == 255).all()  # nothing drawn over the images
 
 
 def test_wrap_caption_fits_width_and_marks_truncation():
-    text = "A vintage photograph of a rusty metal sign on a busy city street that says \"MIND THE GAP\""
+    text = 'A vintage photograph of a rusty metal sign on a busy city street that says "MIND THE GAP"'
     wrapped = wrap_caption(text, FONT, 120, 2)
     assert len(wrapped) == 2 and wrapped[-1].endswith("...")
     assert all(FONT.getlength(line) <= 120 for line in wrapped)
@@ -71,13 +71,16 @@ def test_save_writes_a_png(tmp_path):
         assert image.format == "PNG" and image.size == (256, 128 + band(2))
 
 
-@pytest.mark.parametrize("images, captions, kwargs, message", [
-    (torch.zeros(2, 3, 8, 8), ["a", "b"], {}, "uint8"),
-    (torch.zeros(2, 4, 8, 8, dtype=torch.uint8), ["a", "b"], {}, r"\[B, 3, H, W\]"),
-    (torch.zeros(2, 3, 8, 8, dtype=torch.uint8), ["a"], {}, "1 captions for 2 images"),
-    (torch.zeros(0, 3, 8, 8, dtype=torch.uint8), [], {}, "at least one image"),
-    (torch.zeros(2, 3, 8, 8, dtype=torch.uint8), ["a", "b"], {"columns": 0}, "columns must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "images, captions, kwargs, message",
+    [
+        (torch.zeros(2, 3, 8, 8), ["a", "b"], {}, "uint8"),
+        (torch.zeros(2, 4, 8, 8, dtype=torch.uint8), ["a", "b"], {}, r"\[B, 3, H, W\]"),
+        (torch.zeros(2, 3, 8, 8, dtype=torch.uint8), ["a"], {}, "1 captions for 2 images"),
+        (torch.zeros(0, 3, 8, 8, dtype=torch.uint8), [], {}, "at least one image"),
+        (torch.zeros(2, 3, 8, 8, dtype=torch.uint8), ["a", "b"], {"columns": 0}, "columns must be >= 1"),
+    ],
+)
 def test_bad_inputs_are_errors(images, captions, kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_contact_sheet(images, captions, **kwargs)

@@ -11,7 +11,7 @@ change counts when it exceeds 2·0.0141 = 0.028."""
 
 
 def flagged(reward, gold, window=3, se=SE):
-    return gold_divergence(reward, gold, window, se[:len(reward)], se[:len(gold)])
+    return gold_divergence(reward, gold, window, se[: len(reward)], se[: len(gold)])
 
 
 def test_reward_up_gold_flat_is_flagged():

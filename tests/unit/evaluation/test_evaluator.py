@@ -25,9 +25,15 @@ class ScriptedRuntime:
 def build(tmp_path, reward_means, gold_means, **cfg):
     examples = [PromptExample(prompt=f"prompt {i}", prompt_id=i, source=f"x:{i + 1}") for i in range(5)]
     spec = SamplingSpec(height=4, width=4, num_steps=3, guidance_scale=1.0, noise_level=0.0, chunk_size=2)
-    return Evaluator(EvalConfig(max_prompts=3, divergence_window=3, **cfg), examples, spec,
-                     ScriptedRuntime("train", reward_means), ScriptedRuntime("judge", gold_means),
-                     tmp_path, CSVSink(tmp_path / "eval_metrics.csv"))
+    return Evaluator(
+        EvalConfig(max_prompts=3, divergence_window=3, **cfg),
+        examples,
+        spec,
+        ScriptedRuntime("train", reward_means),
+        ScriptedRuntime("judge", gold_means),
+        tmp_path,
+        CSVSink(tmp_path / "eval_metrics.csv"),
+    )
 
 
 def test_evaluation_is_deterministic_and_writes_sheet_and_row(linear_policy, tmp_path):
@@ -62,15 +68,24 @@ class TwoMeasures:
 
     def score(self, images, prompts, metadata):
         n = len(prompts)
-        return RewardScores(components={"a": torch.full((n,), 0.25), "b": torch.full((n,), 7.0)},
-                            weights={"a": 1.0, "b": 1.0})
+        return RewardScores(
+            components={"a": torch.full((n,), 0.25), "b": torch.full((n,), 7.0)}, weights={"a": 1.0, "b": 1.0}
+        )
 
 
 def test_quality_measures_are_logged_each_on_its_own(linear_policy, tmp_path):
     examples = [PromptExample(prompt=f"prompt {i}", prompt_id=i, source=f"x:{i + 1}") for i in range(2)]
     spec = SamplingSpec(height=4, width=4, num_steps=2, guidance_scale=1.0, noise_level=0.0, chunk_size=2)
-    evaluator = Evaluator(EvalConfig(max_prompts=2), examples, spec, ScriptedRuntime("train", [0.1]), None,
-                          tmp_path, CSVSink(tmp_path / "eval_metrics.csv"), quality_runtime=TwoMeasures())
+    evaluator = Evaluator(
+        EvalConfig(max_prompts=2),
+        examples,
+        spec,
+        ScriptedRuntime("train", [0.1]),
+        None,
+        tmp_path,
+        CSVSink(tmp_path / "eval_metrics.csv"),
+        quality_runtime=TwoMeasures(),
+    )
     metrics = evaluator.evaluate(linear_policy, step=0)
     assert metrics["quality_a_mean"] == 0.25 and metrics["quality_b_mean"] == 7.0
     assert "quality_mean" not in metrics and "gold_divergence" not in metrics

@@ -34,8 +34,13 @@ class Runtime:
 
 
 def samples(count):
-    return PromptGroupBatch([f"p{i}" for i in range(count)], torch.arange(count), torch.arange(count),
-                            torch.arange(count) * 10, [{} for _ in range(count)])
+    return PromptGroupBatch(
+        [f"p{i}" for i in range(count)],
+        torch.arange(count),
+        torch.arange(count),
+        torch.arange(count) * 10,
+        [{} for _ in range(count)],
+    )
 
 
 def sampler(seen):
@@ -66,11 +71,14 @@ def test_ranks_gather_every_sample_once_in_order(total, world):
             mine = [t for r, t in sent if r == 0]
             index = len(mine) - 1
             return [[t for r, t in sent if r == other][index] for other in range(world)]
+
         return gather
 
     seen = []
-    outcomes = [evaluate_samples(sampler(seen), samples(total), {"r": Runtime()}, Shard(rank, world, gather_for(rank)))
-                for rank in [*range(1, world), 0]]
+    outcomes = [
+        evaluate_samples(sampler(seen), samples(total), {"r": Runtime()}, Shard(rank, world, gather_for(rank)))
+        for rank in [*range(1, world), 0]
+    ]
     assert all(o.scores is None for o in outcomes[:-1])
     main = outcomes[-1]
     assert main.images[:, 0, 0, 0].tolist() == list(range(total))  # each sample once, in order

@@ -18,8 +18,12 @@ def record(index, prompt_index, score, tag=None, group="g", image_index=0):
 
 def test_geneval_overall_is_the_mean_of_tag_accuracies_as_summary_scores_py():
     # counting: prompt 0 has 2 images (1 correct), prompt 1 has 1 (wrong) -> 1/3; colors: 1 image, correct -> 1
-    records = [record(0, 0, 1.0, "counting"), record(1, 0, 0.0, "counting", image_index=1),
-               record(2, 1, 0.0, "counting"), record(3, 2, 1.0, "colors")]
+    records = [
+        record(0, 0, 1.0, "counting"),
+        record(1, 0, 0.0, "counting", image_index=1),
+        record(2, 1, 0.0, "counting"),
+        record(3, 2, 1.0, "colors"),
+    ]
     table = geneval_summary(records, "g")
     assert list(table["tags"]) == ["counting", "colors"]  # first appearance, as groupby(sort=False)
     assert table["tags"]["counting"] == {"accuracy": pytest.approx(1 / 3), "correct": 1, "images": 3}
@@ -46,8 +50,10 @@ def test_standard_error_is_over_prompts_not_images():
 
 
 def test_mean_summary_breaks_down_by_category_and_renders():
-    records = [SampleRecord(0, 0, 0, "a", 0, {"category": "Colors"}, {"pickscore": 0.2}),
-               SampleRecord(1, 1, 0, "b", 0, {"category": "Text"}, {"pickscore": 0.6})]
+    records = [
+        SampleRecord(0, 0, 0, "a", 0, {"category": "Colors"}, {"pickscore": 0.2}),
+        SampleRecord(1, 1, 0, "b", 0, {"category": "Text"}, {"pickscore": 0.6}),
+    ]
     table = summarise(records, "mean", ["pickscore"])
     assert table["scorers"]["pickscore"]["mean"] == pytest.approx(0.4)
     assert table["scorers"]["pickscore"]["categories"] == {"Colors": 0.2, "Text": 0.6}

@@ -34,18 +34,41 @@ def files(hub, repo="me/run"):
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
 
-@pytest.mark.parametrize("strategy, expected", [
-    ("every_save", ["README.md", "pytorch_lora_weights.safetensors", "samples_step_2.png"]),
-    ("checkpoint", ["README.md", "last-checkpoint/lora/README.md",
-                    "last-checkpoint/lora/pytorch_lora_weights.safetensors", "last-checkpoint/lora/samples_step_2.png",
-                    "last-checkpoint/trainable.safetensors", "pytorch_lora_weights.safetensors", "samples_step_2.png"]),
-    ("all_checkpoints", ["README.md", "checkpoint-1/lora/README.md", "checkpoint-1/lora/pytorch_lora_weights.safetensors",
-                         "checkpoint-1/lora/samples_step_1.png", "checkpoint-1/trainable.safetensors",
-                         "checkpoint-final/lora/README.md", "checkpoint-final/lora/pytorch_lora_weights.safetensors",
-                         "checkpoint-final/lora/samples_step_2.png", "checkpoint-final/trainable.safetensors",
-                         "pytorch_lora_weights.safetensors", "samples_step_2.png"]),
-    ("end", ["README.md", "pytorch_lora_weights.safetensors", "samples_step_2.png"]),
-])
+@pytest.mark.parametrize(
+    "strategy, expected",
+    [
+        ("every_save", ["README.md", "pytorch_lora_weights.safetensors", "samples_step_2.png"]),
+        (
+            "checkpoint",
+            [
+                "README.md",
+                "last-checkpoint/lora/README.md",
+                "last-checkpoint/lora/pytorch_lora_weights.safetensors",
+                "last-checkpoint/lora/samples_step_2.png",
+                "last-checkpoint/trainable.safetensors",
+                "pytorch_lora_weights.safetensors",
+                "samples_step_2.png",
+            ],
+        ),
+        (
+            "all_checkpoints",
+            [
+                "README.md",
+                "checkpoint-1/lora/README.md",
+                "checkpoint-1/lora/pytorch_lora_weights.safetensors",
+                "checkpoint-1/lora/samples_step_1.png",
+                "checkpoint-1/trainable.safetensors",
+                "checkpoint-final/lora/README.md",
+                "checkpoint-final/lora/pytorch_lora_weights.safetensors",
+                "checkpoint-final/lora/samples_step_2.png",
+                "checkpoint-final/trainable.safetensors",
+                "pytorch_lora_weights.safetensors",
+                "samples_step_2.png",
+            ],
+        ),
+        ("end", ["README.md", "pytorch_lora_weights.safetensors", "samples_step_2.png"]),
+    ],
+)
 def test_each_strategy_uploads_what_transformers_does(hub, tmp_path, strategy, expected):
     pusher = HubPusher("me/run", strategy)
     pusher.on_save(1, checkpoint(tmp_path, "checkpoint-1", 1))
@@ -58,8 +81,9 @@ def test_each_strategy_uploads_what_transformers_does(hub, tmp_path, strategy, e
     # the uploaded cards load from the repository, not from this machine's folders
     assert (root / "README.md").read_text() == "pipe.load_lora_weights('me/run')\n"
     if strategy == "checkpoint":
-        assert (root / "last-checkpoint/lora/README.md").read_text() == \
-            "pipe.load_lora_weights('me/run', subfolder='last-checkpoint/lora')\n"
+        assert (
+            root / "last-checkpoint/lora/README.md"
+        ).read_text() == "pipe.load_lora_weights('me/run', subfolder='last-checkpoint/lora')\n"
         assert not (root / "last-checkpoint/lora/samples_step_1.png").exists()  # step 1's sheet was replaced
     assert not list(tmp_path.glob(".hub-upload-*"))
 
@@ -87,8 +111,10 @@ def test_push_to_hub_is_checked_before_anything_loads(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ConfigError) as err:
         load_config(None, ["trainer.push_to_hub=me/run", "trainer.hub_strategy=checkpoint"])
-    assert err.value.problems == ["trainer.push_to_hub=me/run: HF_HUB_OFFLINE is set and uploading needs the network; "
-                                  "unset it, or drop trainer.push_to_hub and upload later with genalign export"]
+    assert err.value.problems == [
+        "trainer.push_to_hub=me/run: HF_HUB_OFFLINE is set and uploading needs the network; "
+        "unset it, or drop trainer.push_to_hub and upload later with genalign export"
+    ]
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     with pytest.raises(ConfigError, match="model.family=toy exports no model folder"):
         load_config(None, ["trainer.push_to_hub=me/run"])  # every_save: nothing to upload for the toy demo

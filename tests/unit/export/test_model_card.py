@@ -16,20 +16,32 @@ def front_matter(card: str) -> dict:
 
 
 def test_lora_card_has_hub_front_matter_recipe_reward_steps_and_latest_eval():
-    cfg = load_config(OCR, ["reward.components.jpeg_compressibility=0.5", "eval.gold_rewards={jpeg_incompressibility: 1.0}"])
+    cfg = load_config(
+        OCR, ["reward.components.jpeg_compressibility=0.5", "eval.gold_rewards={jpeg_incompressibility: 1.0}"]
+    )
     history = {"steps": [0, 60, 120], "reward": [0.25, 0.5, 0.75], "gold": [5.0, 5.5, 6.0]}
     card = model_card(cfg, 60, history, "lora", "EMA (decay 0.9)")
     assert front_matter(card) == {
-        "base_model": "stabilityai/stable-diffusion-3.5-medium", "license": "other",
+        "base_model": "stabilityai/stable-diffusion-3.5-medium",
+        "license": "other",
         "license_name": "stabilityai-ai-community",
         "license_link": "https://huggingface.co/stabilityai/stable-diffusion-3.5-medium/blob/main/LICENSE.md",
-        "pipeline_tag": "text-to-image", "library_name": "diffusers",
-        "tags": ["lora", "genalign", "diffusers", "text-to-image", "grpo", "sd3"]}
-    for text in (f"- recipe: `{OCR}`", "- reward (weighted_sum): `ocr` x 1, `jpeg_compressibility` x 0.5",
-                 "- steps trained: 60 of 1000 (8 prompts x 8 samples per step)", "- weights: EMA (decay 0.9)",
-                 "- LoRA: rank 32, alpha 64", "Latest evaluation (step 60,",  # not step 120: after this checkpoint
-                 "| eval reward (mean) | 0.5000 |", "| gold reward jpeg_incompressibility (mean) | 5.5000 |",
-                 "| eval reward at step 0 (mean) | 0.2500 |", "pipe.load_lora_weights("):
+        "pipeline_tag": "text-to-image",
+        "library_name": "diffusers",
+        "tags": ["lora", "genalign", "diffusers", "text-to-image", "grpo", "sd3"],
+    }
+    for text in (
+        f"- recipe: `{OCR}`",
+        "- reward (weighted_sum): `ocr` x 1, `jpeg_compressibility` x 0.5",
+        "- steps trained: 60 of 1000 (8 prompts x 8 samples per step)",
+        "- weights: EMA (decay 0.9)",
+        "- LoRA: rank 32, alpha 64",
+        "Latest evaluation (step 60,",  # not step 120: after this checkpoint
+        "| eval reward (mean) | 0.5000 |",
+        "| gold reward jpeg_incompressibility (mean) | 5.5000 |",
+        "| eval reward at step 0 (mean) | 0.2500 |",
+        "pipe.load_lora_weights(",
+    ):
         assert text in card, text
 
 
@@ -45,10 +57,13 @@ def test_transformer_card_without_evaluation():
 def test_the_card_loads_the_base_model_at_its_revision():
     cfg = load_config("experiment/diffusion/cosmos/online_grpo_pickscore")
     card = model_card(cfg, 10, {"steps": [], "reward": [], "gold": []}, "lora", "live (no EMA)")
-    assert ("DiffusionPipeline.from_pretrained('nvidia/Cosmos-Predict2.5-2B', revision='diffusers/base/post-trained', "
-            "dtype=torch.bfloat16)" in card)
+    assert (
+        "DiffusionPipeline.from_pretrained('nvidia/Cosmos-Predict2.5-2B', revision='diffusers/base/post-trained', "
+        "dtype=torch.bfloat16)" in card
+    )
     assert "from_pretrained('stabilityai/stable-diffusion-3.5-medium', dtype=torch.bfloat16)" in model_card(
-        load_config(OCR), 10, {"steps": [], "reward": [], "gold": []}, "lora", "live (no EMA)")
+        load_config(OCR), 10, {"steps": [], "reward": [], "gold": []}, "lora", "live (no EMA)"
+    )
 
 
 NO_EVAL = {"steps": [], "reward": [], "gold": []}
@@ -70,8 +85,9 @@ def test_a_local_model_is_never_carded_as_the_presets_model(tmp_path):
 def test_a_local_copy_named_by_model_card_base_model_keeps_the_presets_licence(tmp_path):
     local = tmp_path / "sd35"  # e.g. a snapshot copied to a cluster's shared disk
     local.mkdir()
-    cfg = load_config(OCR, [f"model.path={local}", "model.card.base_model=stabilityai/stable-diffusion-3.5-medium"],
-                      check_files=False)
+    cfg = load_config(
+        OCR, [f"model.path={local}", "model.card.base_model=stabilityai/stable-diffusion-3.5-medium"], check_files=False
+    )
     card = model_card(cfg, 10, NO_EVAL, "lora", "live")
     front = front_matter(card)
     assert front["base_model"] == "stabilityai/stable-diffusion-3.5-medium" and front["license"] == "other"
@@ -79,12 +95,22 @@ def test_a_local_copy_named_by_model_card_base_model_keeps_the_presets_licence(t
 
 
 def test_another_hub_model_is_carded_under_its_own_id_without_the_presets_licence():
-    cfg = load_config(OCR, ["model.path=someone/sd35-finetune", "model.card.base_model=stabilityai/other"],
-                      check_files=False)
+    cfg = load_config(
+        OCR, ["model.path=someone/sd35-finetune", "model.card.base_model=stabilityai/other"], check_files=False
+    )
     front = front_matter(model_card(cfg, 10, NO_EVAL, "lora", "live"))
     assert front["base_model"] == "someone/sd35-finetune" and "license" not in front  # the path wins; no guess
-    mit = load_config(OCR, ["model.path=someone/sd35-finetune", "model.card.describes=null", "model.card.license=mit",
-                            "model.card.license_name=null", "model.card.license_link=null"], check_files=False)
+    mit = load_config(
+        OCR,
+        [
+            "model.path=someone/sd35-finetune",
+            "model.card.describes=null",
+            "model.card.license=mit",
+            "model.card.license_name=null",
+            "model.card.license_link=null",
+        ],
+        check_files=False,
+    )
     assert front_matter(model_card(mit, 10, NO_EVAL, "lora", "live"))["license"] == "mit"  # the user's own licence
 
 
@@ -110,18 +136,28 @@ def test_the_families_declare_their_modality():
     from genalign.models.spec import family_spec
 
     tags = {name: family_spec(name).pipeline_tag for name in MODEL_FAMILIES.names()}
-    assert tags == {"sd3": "text-to-image", "flux": "text-to-image", "qwen_image": "text-to-image",
-                    "wan": "text-to-video", "cosmos": "text-to-video", "janus": "text-to-image",
-                    "toy": "text-to-image"}
+    assert tags == {
+        "sd3": "text-to-image",
+        "flux": "text-to-image",
+        "qwen_image": "text-to-image",
+        "wan": "text-to-video",
+        "cosmos": "text-to-video",
+        "janus": "text-to-image",
+        "toy": "text-to-image",
+    }
 
 
 def test_every_preset_names_its_models_licence():
     from genalign.hub import HUB_ID
 
-    for recipe in (OCR, "experiment/diffusion/flux/online_grpo_ocr", "experiment/diffusion/qwen_image/online_grpo_ocr",
-                   "experiment/diffusion/wan_2_1/online_grpo_pickscore",
-                   "experiment/diffusion/cosmos/online_grpo_pickscore",
-                   "experiment/autoregressive/janus_pro/online_grpo_ocr"):
+    for recipe in (
+        OCR,
+        "experiment/diffusion/flux/online_grpo_ocr",
+        "experiment/diffusion/qwen_image/online_grpo_ocr",
+        "experiment/diffusion/wan_2_1/online_grpo_pickscore",
+        "experiment/diffusion/cosmos/online_grpo_pickscore",
+        "experiment/autoregressive/janus_pro/online_grpo_ocr",
+    ):
         cfg = load_config(recipe)
         card = cfg.model.card
         assert HUB_ID.match(card.describes) and card.describes == cfg.model.path and card.license, recipe
@@ -130,13 +166,20 @@ def test_every_preset_names_its_models_licence():
 
 
 def test_sample_sheets_are_shown_beside_the_card_and_the_latest_is_the_widget():
-    card = model_card(load_config(OCR), 60, NO_EVAL, "lora", "live",
-                      sample_sheets={"samples_step_0.png": 0, "samples_step_60.png": 60},
-                      eval_prompts=["a sign that says 'open'", "a cup", "a cup"])
+    card = model_card(
+        load_config(OCR),
+        60,
+        NO_EVAL,
+        "lora",
+        "live",
+        sample_sheets={"samples_step_0.png": 0, "samples_step_60.png": 60},
+        eval_prompts=["a sign that says 'open'", "a cup", "a cup"],
+    )
     assert "![evaluation samples at step 0](samples_step_0.png)" in card
     assert card.index("![evaluation samples at step 0]") < card.index("![evaluation samples at step 60]")
-    assert front_matter(card)["widget"] == [{"text": "a sign that says 'open'; a cup",
-                                             "output": {"url": "samples_step_60.png"}}]
+    assert front_matter(card)["widget"] == [
+        {"text": "a sign that says 'open'; a cup", "output": {"url": "samples_step_60.png"}}
+    ]
     assert "image = pipe(\"a sign that says 'open'\", height=512, width=512, num_inference_steps=40)" in card
     assert "widget" not in front_matter(model_card(load_config(OCR), 60, NO_EVAL, "lora", "live"))
 
@@ -152,7 +195,8 @@ def test_model_card_keys_are_checked():
         "model.card.license=other needs model.card.license_name (and license_link): the Hub shows that name for a "
         "licence it does not list",
         "model.card.base_model='/data/sd35' is not a Hub id (org/name); set the id the base model has on the Hub, "
-        "or null"]
+        "or null",
+    ]
 
 
 def test_model_card_keys_may_change_on_resume_and_may_be_absent_from_old_checkpoints():

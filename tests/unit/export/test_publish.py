@@ -16,8 +16,7 @@ from genalign.export.publish import export_folder, push_to_hub
 def checkpoint(tmp_path):
     lora = tmp_path / "run" / "checkpoint-final" / "lora"
     lora.mkdir(parents=True)
-    (lora / "README.md").write_text("---\nbase_model: org/base\n---\n\n"
-                                    f"pipe.load_lora_weights({str(lora)!r})\n")
+    (lora / "README.md").write_text(f"---\nbase_model: org/base\n---\n\npipe.load_lora_weights({str(lora)!r})\n")
     (lora / "pytorch_lora_weights.safetensors").write_bytes(b"weights")
     (lora / "samples_step_0.png").write_bytes(b"png")
     return lora.parent
@@ -43,8 +42,12 @@ def hub(monkeypatch):
 def test_export_lists_the_folder_without_uploading(checkpoint, hub, capsys):
     assert main(["export", str(checkpoint)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out == [str(checkpoint / "lora"), "  README.md", "  pytorch_lora_weights.safetensors",
-                   "  samples_step_0.png"]
+    assert out == [
+        str(checkpoint / "lora"),
+        "  README.md",
+        "  pytorch_lora_weights.safetensors",
+        "  samples_step_0.png",
+    ]
     assert hub == []
 
 
@@ -102,8 +105,14 @@ def test_no_network_is_one_line_and_uploads_nothing(checkpoint, tmp_path):
     import sys
 
     env = {**os.environ, "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "hf_test"}
-    result = subprocess.run([sys.executable, "-m", "genalign", "export", str(checkpoint), "--push-to-hub",
-                             "me/my-lora"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "genalign", "export", str(checkpoint), "--push-to-hub", "me/my-lora"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("genalign: error:")]
     assert "--push-to-hub me/my-lora: cannot reach the Hub" in line and "nothing was uploaded" in line

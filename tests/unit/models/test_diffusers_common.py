@@ -36,20 +36,33 @@ def test_cfg_velocity_forms_agree_and_need_the_negative():
         return weight * hidden_states + embeds  # [B, D]
 
     latents, cond, uncond = torch.ones(2, 3), torch.full((2, 3), 5.0), torch.full((2, 3), 1.0)
-    joint = cfg_velocity(forward, dict(hidden_states=latents, embeds=cond), dict(hidden_states=latents, embeds=uncond),
-                         4.0)
+    joint = cfg_velocity(
+        forward, dict(hidden_states=latents, embeds=cond), dict(hidden_states=latents, embeds=uncond), 4.0
+    )
     # v_c = 7, v_u = 3: 3 + 4 (7 - 3) = 19
     torch.testing.assert_close(joint, torch.full((2, 3), 19.0))
-    split = cfg_velocity(forward, dict(hidden_states=latents, embeds=cond), dict(hidden_states=latents, embeds=uncond),
-                         4.0, detach_uncond=True, cfg_batch="split")
+    split = cfg_velocity(
+        forward,
+        dict(hidden_states=latents, embeds=cond),
+        dict(hidden_states=latents, embeds=uncond),
+        4.0,
+        detach_uncond=True,
+        cfg_batch="split",
+    )
     torch.testing.assert_close(split, joint)
-    assert torch.equal(cfg_velocity(forward, dict(hidden_states=latents, embeds=cond), {"embeds": None}, 1.0),
-                       forward(latents, cond))
+    assert torch.equal(
+        cfg_velocity(forward, dict(hidden_states=latents, embeds=cond), {"embeds": None}, 1.0), forward(latents, cond)
+    )
     with pytest.raises(ValueError, match="with_negative=True"):
         cfg_velocity(forward, dict(hidden_states=latents, embeds=cond), dict(hidden_states=latents, embeds=None), 4.0)
     with pytest.raises(ValueError, match="model.cfg_batch"):
-        cfg_velocity(forward, dict(hidden_states=latents, embeds=cond), dict(hidden_states=latents, embeds=uncond),
-                     4.0, cfg_batch="both")
+        cfg_velocity(
+            forward,
+            dict(hidden_states=latents, embeds=cond),
+            dict(hidden_states=latents, embeds=uncond),
+            4.0,
+            cfg_batch="both",
+        )
 
 
 def test_guidance_forms_by_hand():

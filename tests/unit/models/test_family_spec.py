@@ -42,7 +42,8 @@ def test_each_family_is_a_folder_holding_its_files(name):
     assert importlib.import_module(spec.package).SPEC is spec and spec.policy.startswith(f"{spec.package}.")
     assert spec.tiny_builder is None or spec.tiny_builder.startswith(f"{spec.package}.tiny:")
     assert spec.architecture_files() and {file.parent for file in spec.architecture_files()} == {
-        folder / "architectures"}
+        folder / "architectures"
+    }
     assert spec.calibration()["measured_on"].startswith(f"{name}: ")  # the folder's own, not another family's
 
 
@@ -75,13 +76,22 @@ def test_the_specs_say_what_the_old_family_tables_said():
     assert families_with(lambda s: s.guidance_embedding) == ["flux", "qwen_image"]
     assert families_with(lambda s: s.text_encoders) == ["cosmos", "flux", "qwen_image", "sd3", "wan"]
     assert {name: family_spec(name).size_multiple for name in MODEL_FAMILIES.names()} == dict.fromkeys(
-        MODEL_FAMILIES.names(), 16)
+        MODEL_FAMILIES.names(), 16
+    )
     assert families_with(lambda s: s.fixed_size is not None) == ["toy"] and family_spec("toy").fixed_size == 32
     assert {name: family_spec(name).export for name in MODEL_FAMILIES.names()} == {
-        "cosmos": "diffusers", "flux": "diffusers", "janus": "peft", "qwen_image": "diffusers", "sd3": "diffusers",
-        "toy": "none", "wan": "diffusers"}
+        "cosmos": "diffusers",
+        "flux": "diffusers",
+        "janus": "peft",
+        "qwen_image": "diffusers",
+        "sd3": "diffusers",
+        "toy": "none",
+        "wan": "diffusers",
+    }
     assert family_spec("janus").pipeline_class == "JanusForConditionalGeneration"
-    assert families_with(lambda s: not s.split_cfg) == families_with(lambda s: not s.gradient_checkpointing) == ["janus"]
+    assert (
+        families_with(lambda s: not s.split_cfg) == families_with(lambda s: not s.gradient_checkpointing) == ["janus"]
+    )
     assert family_spec("toy").builtin_path == "builtin" and not family_spec("toy").hub_weights
 
 
@@ -92,9 +102,11 @@ def test_every_family_but_the_shipped_demo_names_its_tiny_builder():
 
 
 def test_reading_the_specs_imports_no_model_library():
-    code = ("import sys\nfrom genalign.models.registry import MODEL_FAMILIES\nfrom genalign.models.spec import "
-            "family_spec\n[family_spec(n).policy_class() for n in MODEL_FAMILIES.names()]\n"
-            "print(sorted(m for m in ('diffusers', 'transformers', 'peft') if m in sys.modules))")
+    code = (
+        "import sys\nfrom genalign.models.registry import MODEL_FAMILIES\nfrom genalign.models.spec import "
+        "family_spec\n[family_spec(n).policy_class() for n in MODEL_FAMILIES.names()]\n"
+        "print(sorted(m for m in ('diffusers', 'transformers', 'peft') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -127,7 +139,8 @@ def test_the_family_checks_read_the_spec():
     assert family_problems(cfg) == [
         "model.gradient_checkpointing=true: model.family=janus does not support it; set it to false",
         "model.negative_prompt is set but model.family=janus uses a fixed negative prompt for CFG; remove it "
-        "(families that read it: cosmos, wan)"]
+        "(families that read it: cosmos, wan)",
+    ]
     cfg.model.family, cfg.model.gradient_checkpointing, cfg.model.num_frames = "wan", False, 33
     assert family_problems(cfg) == []
     cfg.model.family = "no_such_family"

@@ -32,9 +32,11 @@ def test_every_shipped_autoencoder_kl_states_its_latent_scaling():
     have passed silently. The published values, as the VAE config.json of each repository states
     them (SD3.5's on the stabilityai repositories, FLUX.1's on black-forest-labs'; seen in stored
     copies of those files and of diffusers' own conversion code)."""
-    published_scaling = {"stabilityai/stable-diffusion-3.5-medium": (1.5305, 0.0609),
-                         "stabilityai/stable-diffusion-3.5-large": (1.5305, 0.0609),
-                         "black-forest-labs/FLUX.1-dev": (0.3611, 0.1159)}
+    published_scaling = {
+        "stabilityai/stable-diffusion-3.5-medium": (1.5305, 0.0609),
+        "stabilityai/stable-diffusion-3.5-large": (1.5305, 0.0609),
+        "black-forest-labs/FLUX.1-dev": (0.3611, 0.1159),
+    }
     found = {}
     import genalign.models
 

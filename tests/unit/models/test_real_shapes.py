@@ -10,8 +10,13 @@ from genalign.models.real_shapes import build_real_shapes, build_with_components
 from genalign.models.registry import MODEL_FAMILIES
 from genalign.models.spec import family_spec
 
-SHIPPED = sorted((name, file.stem.replace("--", "/")) for name in MODEL_FAMILIES.names()
-                 for spec in [family_spec(name)] if spec.tiny_builder for file in spec.architecture_files())
+SHIPPED = sorted(
+    (name, file.stem.replace("--", "/"))
+    for name in MODEL_FAMILIES.names()
+    for spec in [family_spec(name)]
+    if spec.tiny_builder
+    for file in spec.architecture_files()
+)
 """(family, hub id) of every architecture file in the folder of a family built at random: a file
 or family added later is tested too. The toy demo's file describes the shipped model itself (its
 real weights are loaded, never rebuilt at random; tests/unit/preflight/test_memory_plan.py checks
@@ -53,7 +58,9 @@ def test_the_tiny_model_rebuilt_from_its_own_configs_has_its_shapes(family):
     for name in own_components(tiny):
         before, after = getattr(tiny, name), getattr(rebuilt, name)
         assert type(after) is type(before)
-        assert {k: v.shape for k, v in after.state_dict().items()} == {k: v.shape for k, v in before.state_dict().items()}
+        assert {k: v.shape for k, v in after.state_dict().items()} == {
+            k: v.shape for k, v in before.state_dict().items()
+        }
 
 
 def test_a_path_without_an_architecture_file_is_a_clear_error():
@@ -67,5 +74,6 @@ def test_sd3_5_large_file_counts_its_published_size():
     medium = load_architecture(family_spec("sd3"), "stabilityai/stable-diffusion-3.5-medium")
     assert large.component(TRANSFORMER).parameters == pytest.approx(8.06e9, rel=0.01)
     assert (large.hidden_size, large.num_layers) == (2432, 38)
-    assert [c for c in large.components if c.name != TRANSFORMER] == \
-        [c for c in medium.components if c.name != TRANSFORMER]
+    assert [c for c in large.components if c.name != TRANSFORMER] == [
+        c for c in medium.components if c.name != TRANSFORMER
+    ]

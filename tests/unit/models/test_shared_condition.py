@@ -11,8 +11,12 @@ def _distinct(prompts: int = 2, with_negative: bool = True) -> Condition:
     g = torch.Generator().manual_seed(0)
     embeds = torch.randn(prompts, 5, 3, generator=g)  # [U, L, D]
     negative = torch.randn(1, 5, 3, generator=g).expand(prompts, 5, 3).clone() if with_negative else None
-    return Condition(embeds=embeds, pooled=torch.randn(prompts, 4, generator=g), negative_embeds=negative,
-                     negative_pooled=torch.zeros(prompts, 4) if with_negative else None)
+    return Condition(
+        embeds=embeds,
+        pooled=torch.randn(prompts, 4, generator=g),
+        negative_embeds=negative,
+        negative_pooled=torch.zeros(prompts, 4) if with_negative else None,
+    )
 
 
 def test_rows_are_stored_once_and_the_negative_once():

@@ -32,13 +32,23 @@ def test_the_training_gold_and_quality_pools_are_all_counted():
     # what the training reward needed, so the gold and metric pools never started)
     need = 2 * (2 + len(metrics))
     assert ray_start_options(cfg, None, (), cpu_count=2, environ={}) == (None, {"num_cpus": need, "num_gpus": 0.0})
-    assert ray_start_options(cfg, None, (), cpu_count=2, environ={"RAY_ADDRESS": "10.0.0.1:6379"}) == \
-        ("10.0.0.1:6379", {})
+    assert ray_start_options(cfg, None, (), cpu_count=2, environ={"RAY_ADDRESS": "10.0.0.1:6379"}) == (
+        "10.0.0.1:6379",
+        {},
+    )
 
 
 def test_rollout_workers_are_a_pool_too():
-    cfg = load_config(None, ["rollout.engine=ray", "/base/distributed=ray_rollout", "rollout.num_workers=2",
-                             "distributed.resources.rollout.num_workers=2", "reward.runtime=ray"])
+    cfg = load_config(
+        None,
+        [
+            "rollout.engine=ray",
+            "/base/distributed=ray_rollout",
+            "rollout.num_workers=2",
+            "distributed.resources.rollout.num_workers=2",
+            "reward.runtime=ray",
+        ],
+    )
     plan, problems = plan_resources(cfg.distributed, "ray", 2, "none", EnvironmentFacts((), None))
     assert not problems
     pools = ray_actor_pools(cfg, plan)
@@ -55,13 +65,16 @@ def test_local_rewards_start_no_pool():
 def test_gpu_pools_that_could_never_start_are_refused_before_anything_starts():
     cfg = with_reward(ray_rewards(), num_gpus_per_worker=1.0)
     problems = ray_pool_problems(cfg, None, (), environ={})
-    assert len(problems) == 1 and problems[0].startswith("reward.num_gpus_per_worker=1 but this machine has no "
-                                                         "visible GPU")
+    assert len(problems) == 1 and problems[0].startswith(
+        "reward.num_gpus_per_worker=1 but this machine has no visible GPU"
+    )
     assert "gold reward 'toy_shape_judge'" in problems[0]
     assert ray_pool_problems(cfg, None, (), environ={"RAY_ADDRESS": "10.0.0.1:6379"}) == []  # the cluster's to place
     (many,) = ray_pool_problems(cfg, None, (0, 1), environ={})
-    assert many.startswith(f"the Ray actor pools ask for {2 + len(cfg.eval.quality_metrics)} GPUs") and \
-        "2 are visible" in many
+    assert (
+        many.startswith(f"the Ray actor pools ask for {2 + len(cfg.eval.quality_metrics)} GPUs")
+        and "2 are visible" in many
+    )
     assert ray_pool_problems(with_reward(cfg, num_gpus_per_worker=0.25), None, (0, 1), environ={}) == []
 
 

@@ -34,7 +34,11 @@ def test_time_to_target_recipes_train_what_their_comments_say():
     cfg = load_config("experiment/toy/shapes_grpo_cfg")
     plan = StepSizes.from_config(cfg)
     assert (plan.uses_cfg, plan.num_train_timesteps, cfg.rollout.guidance_scale, cfg.eval.guidance_scale) == (
-        True, 3, 3.0, 3.0)
+        True,
+        3,
+        3.0,
+        3.0,
+    )
     assert not StepSizes.from_config(load_config("experiment/toy/shapes_grpo")).uses_cfg
 
 
@@ -51,7 +55,9 @@ def test_nft_is_cfg_free_and_its_kl_is_on_the_velocity():
 
 
 def test_dpo_needs_pairs():
-    assert "rollout.n must be >= 2" in problems("experiment/toy/shapes_dpo", "rollout.n=1", "rollout.sample_batch_size=8")
+    assert "rollout.n must be >= 2" in problems(
+        "experiment/toy/shapes_dpo", "rollout.n=1", "rollout.sample_batch_size=8"
+    )
     assert "needs data.preference_manifest" in problems("experiment/toy/shapes_dpo", "algorithm.dpo.source=offline")
     assert "algorithm.dpo.source" in problems("experiment/toy/shapes_dpo", "algorithm.dpo.source=disk")
     assert "algorithm.dpo.sample_with='old'" in problems("experiment/toy/shapes_dpo", "algorithm.dpo.sample_with=old")
@@ -60,14 +66,21 @@ def test_dpo_needs_pairs():
     assert "unused by algorithm.name=dpo" in problems("experiment/toy/shapes_dpo", "algorithm.kl_beta=0.1")
     message = problems("experiment/toy/shapes_grpo", "data.preference_manifest=datasets/toy/preferences/pairs.jsonl")
     assert "only algorithm.name=dpo" in message
-    assert "gradient_accumulation_steps=3" in problems("experiment/toy/offline_dpo", "actor.gradient_accumulation_steps=3",
-                                                      "actor.micro_batch_size=2", "rollout.sample_batch_size=2")
+    assert "gradient_accumulation_steps=3" in problems(
+        "experiment/toy/offline_dpo",
+        "actor.gradient_accumulation_steps=3",
+        "actor.micro_batch_size=2",
+        "rollout.sample_batch_size=2",
+    )
 
 
 def test_offline_manifest_problems_are_found_before_model_load(tmp_path):
     manifest = tmp_path / "pairs.jsonl"
     manifest.write_text('{"prompt": "a red circle", "chosen": "nope.png", "rejected": "nope.png"}\n')
     with pytest.raises(ConfigError) as error:
-        load_config("experiment/toy/offline_dpo", [f"data.preference_manifest={manifest}",
-                                                   f"trainer.output_dir={tmp_path / 'out'}"], check_files=True)
+        load_config(
+            "experiment/toy/offline_dpo",
+            [f"data.preference_manifest={manifest}", f"trainer.output_dir={tmp_path / 'out'}"],
+            check_files=True,
+        )
     assert f"{manifest}:1" in str(error.value) and "does not exist" in str(error.value)

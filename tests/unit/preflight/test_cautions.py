@@ -10,12 +10,22 @@ def test_the_default_recipe_has_no_caution():
 
 def test_each_caution_names_its_key(tmp_path):
     (tmp_path / "one.txt").write_text("a red circle\n")
-    cfg = load_config(None, ["reward.components.toy_shape=-0.5", "eval.gold_rewards.toy_shape_judge=-1",
-                             "reward.components.ocr=1", f"data.manifest={tmp_path / 'one.txt'}"])
+    cfg = load_config(
+        None,
+        [
+            "reward.components.toy_shape=-0.5",
+            "eval.gold_rewards.toy_shape_judge=-1",
+            "reward.components.ocr=1",
+            f"data.manifest={tmp_path / 'one.txt'}",
+        ],
+    )
     cautions = config_cautions(cfg)
-    assert [c.split(" ")[0] for c in cautions] == ["reward.components.toy_shape=-0.5",
-                                                   "eval.gold_rewards.toy_shape_judge=-1", "reward.components.ocr",
-                                                   "data.manifest"]
+    assert [c.split(" ")[0] for c in cautions] == [
+        "reward.components.toy_shape=-0.5",
+        "eval.gold_rewards.toy_shape_judge=-1",
+        "reward.components.ocr",
+        "data.manifest",
+    ]
 
 
 def test_ray_gpu_counts_on_a_machine_without_gpus(monkeypatch):
@@ -24,8 +34,9 @@ def test_ray_gpu_counts_on_a_machine_without_gpus(monkeypatch):
     cfg = load_config(None, ["rollout.engine=ray", "/base/distributed=ray_rollout"])
     monkeypatch.setattr(resources, "environment_facts", lambda: resources.EnvironmentFacts((), None))
     (caution,) = config_cautions(cfg)
-    assert caution.startswith("distributed.resources.trainer.num_gpus=1, distributed.resources.rollout.num_gpus=auto, "
-                              "but no GPU is visible")
+    assert caution.startswith(
+        "distributed.resources.trainer.num_gpus=1, distributed.resources.rollout.num_gpus=auto, but no GPU is visible"
+    )
     monkeypatch.setattr(resources, "environment_facts", lambda: resources.EnvironmentFacts((0, 1), None))
     assert config_cautions(cfg) == []
 
@@ -35,8 +46,12 @@ def test_a_group_of_one_trains_nothing_when_advantages_are_per_group():
     (caution,) = config_cautions(cfg)
     assert caution.startswith("rollout.n=1 with algorithm.advantage.per_prompt=true")
     # normalised over the whole batch, a group of one is a real setting
-    assert config_cautions(load_config(None, ["rollout.n=1", "rollout.sample_batch_size=8",
-                                              "algorithm.advantage.per_prompt=false"])) == []
+    assert (
+        config_cautions(
+            load_config(None, ["rollout.n=1", "rollout.sample_batch_size=8", "algorithm.advantage.per_prompt=false"])
+        )
+        == []
+    )
 
 
 def test_a_lora_rank_past_the_transformers_width(tmp_path):

@@ -34,8 +34,10 @@ def test_type_default_choices_and_summary():
     keys = {k.key: k for k in describe_keys()}
     mode = keys["trainer.wandb.mode"]
     assert (mode.type, mode.default, mode.choices) == ("str | None", None, ("offline", "online", "disabled"))
-    assert mode.summary == "null: $WANDB_MODE, else `online` when you are logged in to W&B (WANDB_API_KEY, or the " \
-                           "netrc entry `wandb login` writes), else `offline` (said once in the log)."
+    assert (
+        mode.summary == "null: $WANDB_MODE, else `online` when you are logged in to W&B (WANDB_API_KEY, or the "
+        "netrc entry `wandb login` writes), else `offline` (said once in the log)."
+    )
     assert {"sd3", "flux", "wan", "cosmos", "toy"} <= set(keys["model.family"].choices)
     assert "grpo" in keys["algorithm.name"].choices
     assert keys["actor.betas"].default == [0.9, 0.999] and keys["actor.betas"].type == "list[float]"
@@ -64,7 +66,7 @@ def test_cli_prints_the_keys_under_a_prefix(capsys):
     assert main(["config", "--describe", "trainer.wandb"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "trainer.wandb.project  (str | None, default null)"
-    assert "    W&B project; null: $WANDB_PROJECT, else \"genalign\"." in out
+    assert '    W&B project; null: $WANDB_PROJECT, else "genalign".' in out
     assert "trainer.wandb.mode  (str | None, default null; one of: offline, online, disabled)" in out
     assert "trainer.seed" not in out
 
@@ -79,8 +81,10 @@ def test_cli_describes_every_key_without_a_prefix(capsys):
 def test_an_unknown_prefix_is_a_one_line_error(capsys):
     assert main(["config", "--describe", "trainr"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("genalign: error: --describe trainr: no config key is or starts with 'trainr'; "
-                          "top-level groups: actor, algorithm, data, distributed, eval, model, recipe, reward, "
-                          "rollout, trainer")
+    assert err.startswith(
+        "genalign: error: --describe trainr: no config key is or starts with 'trainr'; "
+        "top-level groups: actor, algorithm, data, distributed, eval, model, recipe, reward, "
+        "rollout, trainer"
+    )
     with pytest.raises(ValueError):
         describe("model.nope")

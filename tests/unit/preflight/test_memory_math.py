@@ -40,8 +40,11 @@ class NewStorages(TorchDispatchMode):
 
     def alive(self, dtype: torch.dtype, shapes: set[tuple[int, ...]]) -> int:
         """Live tensors created under the mode of `dtype` with one of `shapes`."""
-        return sum(1 for ref in self.storages.values()
-                   if (t := ref()) is not None and t.dtype == dtype and tuple(t.shape) in shapes)
+        return sum(
+            1
+            for ref in self.storages.values()
+            if (t := ref()) is not None and t.dtype == dtype and tuple(t.shape) in shapes
+        )
 
 
 def _params() -> list[torch.nn.Parameter]:

@@ -12,7 +12,7 @@ from genalign.preflight import memory_math as mm
 from genalign.preflight import memory_plan as mp
 from genalign.preflight.load import load_config
 
-GIB = 2 ** 30
+GIB = 2**30
 
 
 def test_trainable_state_counts_masters_grads_adamw_ema_and_copies():
@@ -21,8 +21,10 @@ def test_trainable_state_counts_masters_grads_adamw_ema_and_copies():
     assert state["AdamW state (fp32)"] == 8000  # two fp32 moments
     assert state["EMA (fp32)"] == 4000
     assert state["algorithm copy (fp32: NFT's old policy, DPO's reference)"] == 4000
-    assert set(mm.trainable_state_bytes(1000, ema=False, copies=0)) == {"trainable masters + grads (fp32)",
-                                                                        "AdamW state (fp32)"}
+    assert set(mm.trainable_state_bytes(1000, ema=False, copies=0)) == {
+        "trainable masters + grads (fp32)",
+        "AdamW state (fp32)",
+    }
 
 
 def test_replay_rows_double_under_cfg_unless_split_and_detached():
@@ -33,8 +35,7 @@ def test_replay_rows_double_under_cfg_unless_split_and_detached():
 
 
 def test_replay_activations_scale_and_checkpointing():
-    eager = mm.replay_activation_bytes(2, 100, 10, 64, 2, per_unit=30.0, checkpointed_per_unit=4.0,
-                                       checkpointing=False)
+    eager = mm.replay_activation_bytes(2, 100, 10, 64, 2, per_unit=30.0, checkpointed_per_unit=4.0, checkpointing=False)
     assert eager == 2 * 100 * 64 * 10 * 30.0
     ckpt = mm.replay_activation_bytes(2, 100, 10, 64, 2, 30.0, 4.0, checkpointing=True)
     assert ckpt == 2 * 100 * 64 * (10 * 4.0 + 30.0)  # checkpointed inputs + one recomputed block
@@ -73,10 +74,22 @@ def test_local_directory_configs_are_read(tiny_sd3_dir):
 
 def _sd3_bench(*extra: str):
     """The SD3.5-M recipe at benchmarks/bench_gpu_step.py's settings."""
-    return load_config("experiment/diffusion/sd3_5/online_grpo_ocr", [
-        "/base/distributed=local", "rollout.num_steps=10", "rollout.guidance_scale=4.5", "rollout.n=8",
-        "rollout.rollout_batch_size=2", "rollout.sample_batch_size=8", "actor.gradient_accumulation_steps=2",
-        "algorithm.kl_beta=0.04", "actor.ema.enabled=true", *extra], check_files=False)
+    return load_config(
+        "experiment/diffusion/sd3_5/online_grpo_ocr",
+        [
+            "/base/distributed=local",
+            "rollout.num_steps=10",
+            "rollout.guidance_scale=4.5",
+            "rollout.n=8",
+            "rollout.rollout_batch_size=2",
+            "rollout.sample_batch_size=8",
+            "actor.gradient_accumulation_steps=2",
+            "algorithm.kl_beta=0.04",
+            "actor.ema.enabled=true",
+            *extra,
+        ],
+        check_files=False,
+    )
 
 
 def test_replay_coefficient_follows_the_execution_mode():
@@ -109,8 +122,12 @@ def test_sd3_plan_is_within_15_percent_of_the_h100_measurements():
     eager = train.allocated_bytes / GIB
     compiled = mp.estimate_memory(_sd3_bench("model.compile=true")).roles[0].allocated_bytes / GIB
     # measured when algorithm.detach_uncond defaulted to true (the split form's saving needs it)
-    split = mp.estimate_memory(_sd3_bench("model.compile=true", "model.cfg_batch=split",
-                                      "algorithm.detach_uncond=true")).roles[0].allocated_bytes / GIB
+    split = (
+        mp.estimate_memory(_sd3_bench("model.compile=true", "model.cfg_batch=split", "algorithm.detach_uncond=true"))
+        .roles[0]
+        .allocated_bytes
+        / GIB
+    )
     assert eager == pytest.approx(52.2, rel=0.15)
     assert compiled == pytest.approx(39.0, rel=0.15)
     assert split == pytest.approx(27.4, rel=0.15)
@@ -121,7 +138,9 @@ def test_peak_adds_allocator_headroom_and_the_cuda_context_to_the_tensors():
     assert role.peak_phase.name == "b" and role.allocated_bytes == 15 * GIB  # resident + the larger phase
     assert role.peak_bytes == 15 * GIB * (1 + mm.ALLOCATOR_HEADROOM) + mm.CUDA_CONTEXT_BYTES
     assert [what for what, _ in mm.device_overhead(role.allocated_bytes)] == [
-        "allocator headroom (10% of the tensors)", "CUDA context and library workspaces"]
+        "allocator headroom (10% of the tensors)",
+        "CUDA context and library workspaces",
+    ]
 
 
 def test_a_plan_above_the_stated_fraction_of_the_gpu_is_refused():
@@ -129,9 +148,15 @@ def test_a_plan_above_the_stated_fraction_of_the_gpu_is_refused():
     Qwen-Image in one process plans about 72 GiB of tensors, which an 80 GB card used to
     accept; with the headroom, the context and the 0.9 margin it is refused at 80 and fits the
     141 GB the docs name for it."""
+
     def local(*extra):
-        return mp.estimate_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
-                                          ["/base/distributed=local", *extra], check_files=False))
+        return mp.estimate_memory(
+            load_config(
+                "experiment/diffusion/qwen_image/online_grpo_ocr",
+                ["/base/distributed=local", *extra],
+                check_files=False,
+            )
+        )
 
     at_80 = local("distributed.resources.gpu_memory_gib=80")
     [role] = at_80.roles
@@ -140,16 +165,26 @@ def test_a_plan_above_the_stated_fraction_of_the_gpu_is_refused():
     assert "may use 72.0 GiB: 0.9 (distributed.resources.gpu_memory_fraction) of 80.0 GiB" in problem
     local("distributed.resources.gpu_memory_gib=141").check()  # an H200: fits
     local("distributed.resources.gpu_memory_gib=80", "distributed.resources.gpu_memory_fraction=1.0").check()
-    assert local("distributed.resources.gpu_memory_gib=40", "distributed.resources.gpu_memory_fraction=null"
-                 ).problems() == []  # null: not checked
+    assert (
+        local("distributed.resources.gpu_memory_gib=40", "distributed.resources.gpu_memory_fraction=null").problems()
+        == []
+    )  # null: not checked
     with pytest.raises(ConfigError, match=r"gpu_memory_fraction must be in \(0, 1\]"):
-        load_config("experiment/diffusion/sd3_5/online_grpo_ocr", ["distributed.resources.gpu_memory_fraction=1.5"],
-                    check_files=False)
+        load_config(
+            "experiment/diffusion/sd3_5/online_grpo_ocr",
+            ["distributed.resources.gpu_memory_fraction=1.5"],
+            check_files=False,
+        )
 
 
 def test_a_plan_over_the_gpu_is_a_config_error_naming_levers():
-    plan = mp.estimate_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
-                                      ["distributed.resources.gpu_memory_gib=40"], check_files=False))
+    plan = mp.estimate_memory(
+        load_config(
+            "experiment/diffusion/qwen_image/online_grpo_ocr",
+            ["distributed.resources.gpu_memory_gib=40"],
+            check_files=False,
+        )
+    )
     with pytest.raises(ConfigError) as err:
         plan.check()
     text = str(err.value)
@@ -157,12 +192,19 @@ def test_a_plan_over_the_gpu_is_a_config_error_naming_levers():
     assert "more FSDP2 ranks (now 4" in text and "actor.micro_batch_size" in text
     assert "model.compile=true" in text  # the recipe runs eager: compiling keeps fewer activations
     assert "model.gradient_checkpointing" not in text  # the recipe already checkpoints: not a lever
-    plan = mp.estimate_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
-                                      ["/base/distributed=local", "distributed.resources.gpu_memory_gib=40"],
-                                      check_files=False))
+    plan = mp.estimate_memory(
+        load_config(
+            "experiment/diffusion/qwen_image/online_grpo_ocr",
+            ["/base/distributed=local", "distributed.resources.gpu_memory_gib=40"],
+            check_files=False,
+        )
+    )
     assert "distributed.training.strategy=fsdp2" in " ".join(plan.problems())
-    roomy = mp.estimate_memory(load_config("experiment/diffusion/sd3_5/online_grpo_ocr",
-                                       ["distributed.resources.gpu_memory_gib=80"], check_files=False))
+    roomy = mp.estimate_memory(
+        load_config(
+            "experiment/diffusion/sd3_5/online_grpo_ocr", ["distributed.resources.gpu_memory_gib=80"], check_files=False
+        )
+    )
     roomy.check()  # fits: no error
 
 
@@ -176,8 +218,10 @@ def test_trainer_refuses_a_plan_over_the_gpu_before_loading(tiny_sd3_dir, tmp_pa
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr(setup, "build_policy", never)
-    cfg = load_config("experiment/diffusion/sd3_5/online_grpo_ocr",
-                      tiny_overrides(tiny_sd3_dir, tmp_path / "run", "distributed.resources.gpu_memory_gib=0.001"))
+    cfg = load_config(
+        "experiment/diffusion/sd3_5/online_grpo_ocr",
+        tiny_overrides(tiny_sd3_dir, tmp_path / "run", "distributed.resources.gpu_memory_gib=0.001"),
+    )
     with pytest.raises(ConfigError, match=r"memory plan: trainer with in-process rollout needs .* of 0\.0 GiB"):
         Trainer(cfg)
 
@@ -189,8 +233,9 @@ def test_qwen_image_recipe_plans_its_own_four_fsdp2_ranks():
     qwen = load_config("experiment/diffusion/qwen_image/online_grpo_ocr", [], check_files=False)
     assert (qwen.distributed.training.strategy, qwen.rollout.engine) == ("fsdp2", "local")
     assert qwen.distributed.resources.trainer.num_gpus == 4
-    local = load_config("experiment/diffusion/qwen_image/online_grpo_ocr", ["/base/distributed=local"],
-                        check_files=False)
+    local = load_config(
+        "experiment/diffusion/qwen_image/online_grpo_ocr", ["/base/distributed=local"], check_files=False
+    )
     assert local.distributed.training.strategy == "none"
     four, one = mp.estimate_memory(qwen), mp.estimate_memory(local)
     assert "each of 4 rank(s)" in four.roles[0].name
@@ -199,20 +244,35 @@ def test_qwen_image_recipe_plans_its_own_four_fsdp2_ranks():
     transformer = load_architecture(family_spec("qwen_image"), "Qwen/Qwen-Image")
     base = (transformer.component("transformer").parameters + transformer.component("transformer").buffer_elements) * 2
     assert four_lines["transformer base weights (bfloat16, FSDP2 shard + 1 block)"] == pytest.approx(
-        base / 4 + base / transformer.num_layers)
+        base / 4 + base / transformer.num_layers
+    )
     assert four_lines["AdamW state (fp32), FSDP2 shard"] == pytest.approx(one_lines["AdamW state (fp32)"] / 4)
     assert four_lines["text_encoder (frozen, bfloat16)"] == one_lines["text_encoder (frozen, bfloat16)"]  # replicated
     assert four.roles[0].peak_bytes <= 0.9 * 80 * GIB < one.roles[0].peak_bytes <= 0.9 * 141 * GIB
-    eight = mp.estimate_memory(load_config("experiment/diffusion/qwen_image/online_grpo_ocr",
-                                       ["distributed.resources.trainer.num_gpus=8"], check_files=False))
+    eight = mp.estimate_memory(
+        load_config(
+            "experiment/diffusion/qwen_image/online_grpo_ocr",
+            ["distributed.resources.trainer.num_gpus=8"],
+            check_files=False,
+        )
+    )
     assert eight.roles[0].peak_bytes < four.roles[0].peak_bytes
 
 
 def test_ddp_replicates_and_a_full_fine_tune_under_fsdp2_gathers_one_fp32_block():
     def plan(strategy, *extra):
-        return mp.estimate_memory(load_config("experiment/diffusion/sd3_5/online_grpo_ocr", [
-            "/base/distributed=local", f"distributed.training.strategy={strategy}",
-            "distributed.resources.trainer.num_gpus=4", *extra], check_files=False))
+        return mp.estimate_memory(
+            load_config(
+                "experiment/diffusion/sd3_5/online_grpo_ocr",
+                [
+                    "/base/distributed=local",
+                    f"distributed.training.strategy={strategy}",
+                    "distributed.resources.trainer.num_gpus=4",
+                    *extra,
+                ],
+                check_files=False,
+            )
+        )
 
     none, ddp = dict(plan("none").roles[0].lines), dict(plan("ddp").roles[0].lines)
     assert none == ddp  # every DDP rank holds the whole model and its state
@@ -221,7 +281,8 @@ def test_ddp_replicates_and_a_full_fine_tune_under_fsdp2_gathers_one_fp32_block(
     sd3 = load_architecture(family_spec("sd3"), "stabilityai/stable-diffusion-3.5-medium")
     params = sd3.component("transformer").parameters
     assert replay["FSDP2 gathered block (fp32 parameters + gradients of one block)"] == pytest.approx(
-        params * 8 / sd3.num_layers)
+        params * 8 / sd3.num_layers
+    )
     assert dict(full.roles[0].resident)["trainable masters + grads (fp32), FSDP2 shard"] == params * 8 / 4
     # autocast's casts are of the gathered blocks: the whole transformer once more, not a shard
     assert replay["autocast's bfloat16 casts of the fp32 trained weights"] == params * 2
@@ -258,7 +319,8 @@ def test_toy_family_is_planned_from_its_shipped_transformer():
     from genalign.models.toy.policy import builtin_dir
 
     assert shipped["components"]["transformer"]["config"] == json.loads(
-        (builtin_dir() / "transformer" / "config.json").read_text())  # the file describes the shipped weights
+        (builtin_dir() / "transformer" / "config.json").read_text()
+    )  # the file describes the shipped weights
     policy = ToyPolicy.from_pretrained("builtin", torch.float32)
     assert arch.component("transformer").parameters == sum(p.numel() for p in policy.transformer.parameters())
     cfg = load_config("experiment/toy/shapes_grpo", [], check_files=False)
@@ -272,30 +334,60 @@ def test_a_family_without_a_calibration_is_refused_in_one_line_naming_it(tmp_pat
     """A user's family (tests/user_family.py, one module: no folder) has no calibration: the plan
     says so and how to add one, instead of planning nothing; the refusal stops a run only where
     there is a GPU to check against, and gpu_memory_fraction=null runs it unchecked."""
-    user = ["model.family=user_family:SPEC", "model.allow_import=[user_family:SPEC]", "model.path=random",
-            "reward.components={jpeg_compressibility: 1.0}", "reward.components.toy_shape=0.0",
-            "eval.gold_rewards.toy_shape_judge=0.0", "eval.quality_metrics=[]"]
+    user = [
+        "model.family=user_family:SPEC",
+        "model.allow_import=[user_family:SPEC]",
+        "model.path=random",
+        "reward.components={jpeg_compressibility: 1.0}",
+        "reward.components.toy_shape=0.0",
+        "eval.gold_rewards.toy_shape_judge=0.0",
+        "eval.quality_metrics=[]",
+    ]
     cfg = load_config("experiment/toy/shapes_grpo", user, check_files=False)
     with pytest.raises(mp.NoMemoryEstimate) as refusal:
         mp.estimate_memory(cfg)
     [line] = refusal.value.problems
-    assert line.startswith("memory plan: model.family=user_family:SPEC (pixel_sd3): model family 'pixel_sd3' has no "
-                           "calibration: its FamilySpec names no package (the family's folder) holding calibration.json")
+    assert line.startswith(
+        "memory plan: model.family=user_family:SPEC (pixel_sd3): model family 'pixel_sd3' has no "
+        "calibration: its FamilySpec names no package (the family's folder) holding calibration.json"
+    )
     assert "benchmarks/calibrate_memory.py" in line and "gpu_memory_fraction=null" in line and "\n" not in line
     reported = []
     assert mp.check_memory(cfg, reported.append) is None and reported == []  # a CPU run: neither shown nor refused
     assert mp.check_memory(cfg, reported.append, always=True) is None and reported == [line]  # config --memory
     with pytest.raises(mp.NoMemoryEstimate):
-        mp.check_memory(load_config("experiment/toy/shapes_grpo", [*user, "distributed.resources.gpu_memory_gib=80"],
-                                    check_files=False), reported.append)
-    assert mp.check_memory(load_config("experiment/toy/shapes_grpo", [
-        *user, "distributed.resources.gpu_memory_gib=80", "distributed.resources.gpu_memory_fraction=null"],
-        check_files=False), reported.append) is None
+        mp.check_memory(
+            load_config(
+                "experiment/toy/shapes_grpo", [*user, "distributed.resources.gpu_memory_gib=80"], check_files=False
+            ),
+            reported.append,
+        )
+    assert (
+        mp.check_memory(
+            load_config(
+                "experiment/toy/shapes_grpo",
+                [*user, "distributed.resources.gpu_memory_gib=80", "distributed.resources.gpu_memory_fraction=null"],
+                check_files=False,
+            ),
+            reported.append,
+        )
+        is None
+    )
 
 
-PIXEL_TRANSFORMER = dict(sample_size=32, patch_size=2, in_channels=3, out_channels=3, num_layers=1, attention_head_dim=8,
-                         num_attention_heads=2, joint_attention_dim=8, caption_projection_dim=16,
-                         pooled_projection_dim=8, pos_embed_max_size=16)
+PIXEL_TRANSFORMER = dict(
+    sample_size=32,
+    patch_size=2,
+    in_channels=3,
+    out_channels=3,
+    num_layers=1,
+    attention_head_dim=8,
+    num_attention_heads=2,
+    joint_attention_dim=8,
+    caption_projection_dim=16,
+    pooled_projection_dim=8,
+    pos_embed_max_size=16,
+)
 """tests/user_family.py's transformer (PixelSD3Policy.from_config)."""
 
 
@@ -309,21 +401,52 @@ def test_a_user_family_in_a_folder_is_planned_from_its_own_files(tmp_path, monke
 
     folder = tmp_path / "pixel_family"
     (folder / "architectures").mkdir(parents=True)
-    (folder / "__init__.py").write_text("import dataclasses\n\nimport user_family\n\n"
-                                        "SPEC = dataclasses.replace(user_family.SPEC, package='pixel_family')\n")
-    (folder / "architectures" / "me--pixel-sd3.json").write_text(json.dumps({
-        "source": "tests/user_family.py", "components": {"transformer": {
-            "library": "diffusers", "class": "SD3Transformer2DModel", "config": PIXEL_TRANSFORMER}},
-        "geometry": {"spatial_factor": 1, "temporal_factor": 1, "patch": [1, 2, 2], "text_in_sequence": True,
-                     "extra_text_tokens": 0, "fixed_text_tokens": 2, "text_width_key": "joint_attention_dim",
-                     "latent_channels": 3}}))
-    calibration = {"rollout_peak": 20.0, "replay": 30.0, "replay_compiled": 25.0, "replay_checkpointed": 4.0,
-                   "measured_on": "pixel_sd3: this test's numbers"}
+    (folder / "__init__.py").write_text(
+        "import dataclasses\n\nimport user_family\n\n"
+        "SPEC = dataclasses.replace(user_family.SPEC, package='pixel_family')\n"
+    )
+    (folder / "architectures" / "me--pixel-sd3.json").write_text(
+        json.dumps(
+            {
+                "source": "tests/user_family.py",
+                "components": {
+                    "transformer": {
+                        "library": "diffusers",
+                        "class": "SD3Transformer2DModel",
+                        "config": PIXEL_TRANSFORMER,
+                    }
+                },
+                "geometry": {
+                    "spatial_factor": 1,
+                    "temporal_factor": 1,
+                    "patch": [1, 2, 2],
+                    "text_in_sequence": True,
+                    "extra_text_tokens": 0,
+                    "fixed_text_tokens": 2,
+                    "text_width_key": "joint_attention_dim",
+                    "latent_channels": 3,
+                },
+            }
+        )
+    )
+    calibration = {
+        "rollout_peak": 20.0,
+        "replay": 30.0,
+        "replay_compiled": 25.0,
+        "replay_checkpointed": 4.0,
+        "measured_on": "pixel_sd3: this test's numbers",
+    }
     (folder / "calibration.json").write_text(json.dumps(calibration))
     monkeypatch.syspath_prepend(str(tmp_path))
-    user = ["model.family=pixel_family:SPEC", "model.allow_import=[pixel_family:SPEC]", "model.path=random",
-            "reward.components={jpeg_compressibility: 1.0}", "reward.components.toy_shape=0.0",
-            "eval.gold_rewards.toy_shape_judge=0.0", "eval.quality_metrics=[]"]
+    user = [
+        "model.family=pixel_family:SPEC",
+        "model.allow_import=[pixel_family:SPEC]",
+        "model.path=random",
+        "reward.components={jpeg_compressibility: 1.0}",
+        "reward.components.toy_shape=0.0",
+        "eval.gold_rewards.toy_shape_judge=0.0",
+        "eval.quality_metrics=[]",
+    ]
     try:
         cfg = load_config("experiment/toy/shapes_grpo", user, check_files=False)
         plan = mp.estimate_memory(cfg)
@@ -350,10 +473,12 @@ def test_a_user_family_in_a_folder_is_planned_from_its_own_files(tmp_path, monke
 
 
 def test_a_model_without_an_architecture_config_is_refused_naming_the_path():
-    cfg = load_config("experiment/diffusion/sd3_5/online_grpo_ocr", ["model.path=someone/sd3-finetune"],
-                      check_files=False)
-    with pytest.raises(mp.NoMemoryEstimate,
-                       match=r"model.path=someone/sd3-finetune \(model.family=sd3\): no architecture"):
+    cfg = load_config(
+        "experiment/diffusion/sd3_5/online_grpo_ocr", ["model.path=someone/sd3-finetune"], check_files=False
+    )
+    with pytest.raises(
+        mp.NoMemoryEstimate, match=r"model.path=someone/sd3-finetune \(model.family=sd3\): no architecture"
+    ):
         mp.estimate_memory(cfg)
 
 
@@ -376,8 +501,15 @@ def test_janus_pro_7b_counts_the_published_size_and_plans_the_kv_cache():
     figure's last digit); the count is exact arithmetic, no float error to allow for."""
     arch = load_architecture(family_spec("janus"), "deepseek-community/Janus-Pro-7B")
     total = sum(c.parameters for c in arch.components)
-    attention_pool_head = 1024 + (1024 * 1024 + 1024) + (1024 * 2048 + 2048) + (1024 * 1024 + 1024) + 2 * 1024 \
-        + (1024 * 4096 + 4096) + (4096 * 1024 + 1024)
+    attention_pool_head = (
+        1024
+        + (1024 * 1024 + 1024)
+        + (1024 * 2048 + 2048)
+        + (1024 * 1024 + 1024)
+        + 2 * 1024
+        + (1024 * 4096 + 4096)
+        + (4096 * 1024 + 1024)
+    )
     assert attention_pool_head == 12_595_200
     assert abs(total + attention_pool_head - 7.42e9) <= 0.005e9
     assert total == 7_407_773_323  # the converted checkpoint (transformers 5.23's JanusForConditionalGeneration)
@@ -411,21 +543,34 @@ def test_janus_pro_7b_counts_the_published_size_and_plans_the_kv_cache():
     roll = next(v for k, v in _rollout_lines(cfg) if k.startswith("rollout working set"))
     assert roll == pytest.approx(kv + prefill)
     assert "janus: 2 LLaMA blocks of the real width 4096" in plan.describe()  # the calibration it scaled
-    over = mp.estimate_memory(load_config("experiment/autoregressive/janus_pro/online_grpo_ocr",
-                                      ["distributed.resources.gpu_memory_gib=24"], check_files=False))
+    over = mp.estimate_memory(
+        load_config(
+            "experiment/autoregressive/janus_pro/online_grpo_ocr",
+            ["distributed.resources.gpu_memory_gib=24"],
+            check_files=False,
+        )
+    )
     levers = " ".join(over.problems())
     assert "actor.micro_batch_size=4" in levers
     assert "gradient_checkpointing" not in levers  # Janus refuses it: not offered
     assert "cfg_batch" not in levers  # both streams always run as one batch
-    split = mp.estimate_memory(load_config("experiment/autoregressive/janus_pro/online_grpo_ocr",
-                                       ["model.cfg_batch=split", "algorithm.detach_uncond=true"], check_files=False))
+    split = mp.estimate_memory(
+        load_config(
+            "experiment/autoregressive/janus_pro/online_grpo_ocr",
+            ["model.cfg_batch=split", "algorithm.detach_uncond=true"],
+            check_files=False,
+        )
+    )
     assert split.roles[0].peak_bytes == plan.roles[0].peak_bytes  # not read by Janus: still 2 streams
 
 
 def _rollout_lines(cfg):
     """The colocated preset's rollout phase, where the rollout working set is its own line."""
-    colocated = load_config("experiment/autoregressive/janus_pro/online_grpo_ocr",
-                            ["/base/distributed=ray_rollout_colocated_single_gpu"], check_files=False)
+    colocated = load_config(
+        "experiment/autoregressive/janus_pro/online_grpo_ocr",
+        ["/base/distributed=ray_rollout_colocated_single_gpu"],
+        check_files=False,
+    )
     assert colocated.rollout.sample_batch_size == cfg.rollout.sample_batch_size
     return mp.estimate_memory(colocated).roles[0].lines
 
@@ -434,10 +579,17 @@ def test_colocated_full_fine_tune_counts_the_kl_reference_only_while_the_trainer
     """The frozen reference copy parks with the trainer's modules (weights/reference.py), so
     the shared GPU's rollout phase has none of it and the train phase all of it: one
     transformer at the compute dtype."""
+
     def phases(kl_beta: str):
-        cfg = load_config("experiment/diffusion/sd3_5/online_grpo_ocr",
-                          ["/base/distributed=ray_rollout_colocated_single_gpu", "model.train_mode=full",
-                           f"algorithm.kl_beta={kl_beta}"], check_files=False)
+        cfg = load_config(
+            "experiment/diffusion/sd3_5/online_grpo_ocr",
+            [
+                "/base/distributed=ray_rollout_colocated_single_gpu",
+                "model.train_mode=full",
+                f"algorithm.kl_beta={kl_beta}",
+            ],
+            check_files=False,
+        )
         rollout, train = mp.estimate_memory(cfg).roles
         assert rollout.name.startswith("shared GPU, rollout phase") and train.name.startswith("shared GPU, train phase")
         return rollout, train
@@ -459,32 +611,37 @@ def test_a_full_fine_tune_counts_autocast_casts_and_the_adamw_temporary():
     each (torch's foreach AdamW, tests/unit/preflight/test_memory_math.py); float32 compute
     casts nothing."""
     wan = load_architecture(family_spec("wan"), "Wan-AI/Wan2.1-T2V-1.3B-Diffusers").component("transformer").parameters
-    [trainer] = mp.estimate_memory(load_config("experiment/diffusion/wan_2_1/online_grpo_pickscore", [],
-                                           check_files=False)).roles
+    [trainer] = mp.estimate_memory(
+        load_config("experiment/diffusion/wan_2_1/online_grpo_pickscore", [], check_files=False)
+    ).roles
     phases = {p.name: dict(p.lines) for p in trainer.phases}
     casts = "autocast's bfloat16 casts of the fp32 trained weights"
     assert all(phases[name][casts] == wan * 2 for name in ("rollout", "replay", "evaluation"))
     assert phases["optimizer step"]["AdamW step temporary (fp32 sqrt of exp_avg_sq)"] == wan * 4
     assert casts not in phases["optimizer step"]
-    fp32 = mp.estimate_memory(load_config("experiment/diffusion/wan_2_1/online_grpo_pickscore", ["model.dtype=float32"],
-                                      check_files=False)).roles[0]
+    fp32 = mp.estimate_memory(
+        load_config("experiment/diffusion/wan_2_1/online_grpo_pickscore", ["model.dtype=float32"], check_files=False)
+    ).roles[0]
     assert not any("casts" in what for phase in fp32.phases for what, _ in phase.lines)
 
 
 def test_evaluation_samples_its_own_batch_with_the_ema_swapped_in():
     """Evaluation runs the sampler at eval.batch_size (x2 for CFG) and, evaluating the EMA,
     keeps a float32 copy of the live weights while the EMA is swapped in (weights/shadow.py)."""
+
     def evaluation(*extra):
-        [trainer] = mp.estimate_memory(load_config("experiment/diffusion/cosmos/online_grpo_pickscore", list(extra),
-                                               check_files=False)).roles
+        [trainer] = mp.estimate_memory(
+            load_config("experiment/diffusion/cosmos/online_grpo_pickscore", list(extra), check_files=False)
+        ).roles
         return {p.name: p for p in trainer.phases}.get("evaluation")
 
     phase = dict(evaluation("eval.batch_size=3").lines)
     assert any(what.startswith("evaluation working set (3 rows x") for what in phase)  # the preset's split CFG
     joint = dict(evaluation("eval.batch_size=3", "model.cfg_batch=joint").lines)
     assert any(what.startswith("evaluation working set (6 rows x") for what in joint)
-    trained = mp.estimate_memory(load_config("experiment/diffusion/cosmos/online_grpo_pickscore", [],
-                                         check_files=False)).roles[0]
+    trained = mp.estimate_memory(
+        load_config("experiment/diffusion/cosmos/online_grpo_pickscore", [], check_files=False)
+    ).roles[0]
     adapters = dict(trained.resident)["EMA (fp32)"] / 4
     assert phase["live weights kept while the EMA is swapped in (fp32)"] == adapters * 4
     assert "live weights kept while the EMA is swapped in (fp32)" not in dict(evaluation("eval.use_ema=false").lines)
@@ -498,8 +655,9 @@ def test_the_plan_is_shown_only_when_a_gpu_is_planned_or_asked_for():
     shown: list[str] = []
     assert mp.check_memory(cpu, shown.append) is not None and shown == []
     assert mp.check_memory(cpu, shown.append, always=True) is not None and shown[0].startswith("memory plan")
-    planned = load_config("experiment/toy/shapes_grpo", ["model.device=cpu", "distributed.resources.gpu_memory_gib=24"],
-                          check_files=False)
+    planned = load_config(
+        "experiment/toy/shapes_grpo", ["model.device=cpu", "distributed.resources.gpu_memory_gib=24"], check_files=False
+    )
     assert mp.plans_gpu(planned) and not mp.plans_gpu(cpu)
     shown.clear()
     mp.check_memory(planned, shown.append)

@@ -44,8 +44,10 @@ def test_gold_rewards_stay_on_the_gpu_even_while_the_colocated_worker_samples():
     both phases of the colocated preset, beside the training reward (only in the train phase)."""
     rollout, train = _plan("experiment/diffusion/sd3_5/online_grpo_geneval").roles
     gold = [what for what in dict(train.resident) if what.startswith("gold rewards geneval_accuracy")]
-    assert sorted(gold) == ["gold rewards geneval_accuracy (facebook/mask2former-swin-small-coco-instance, float32)",
-                            "gold rewards geneval_accuracy (openai/clip-vit-large-patch14, float32)"]
+    assert sorted(gold) == [
+        "gold rewards geneval_accuracy (facebook/mask2former-swin-small-coco-instance, float32)",
+        "gold rewards geneval_accuracy (openai/clip-vit-large-patch14, float32)",
+    ]
     assert set(gold) <= set(dict(rollout.resident))
     assert any(what.startswith("training reward geneval") for what in _phases(train)["replay"])
     assert not any(what.startswith("training reward") for what, _ in rollout.lines)
@@ -58,7 +60,7 @@ def test_ray_and_http_runtimes_place_reward_models_off_the_trainers_gpu(monkeypa
     monkeypatch.delenv("RAY_ADDRESS")
     assert not any("reward" in what for what, _ in trainer.lines)
     assert actor.name.startswith("Ray reward actor of training reward pickscore")
-    assert dict(actor.resident)["training reward pickscore (yuvalkirstain/PickScore_v1, float32)"] > 3.6 * 2 ** 30
+    assert dict(actor.resident)["training reward pickscore (yuvalkirstain/PickScore_v1, float32)"] > 3.6 * 2**30
     assert trainer.allocated_bytes < local.allocated_bytes
     cpu = _plan(COSMOS, "reward.runtime=ray")
     assert len(cpu.roles) == 1 and any("Ray actors on the CPU" in note for note in cpu.notes)
@@ -68,13 +70,20 @@ def test_ray_and_http_runtimes_place_reward_models_off_the_trainers_gpu(monkeypa
 
 
 def test_a_reward_model_no_config_describes_refuses_the_plan_naming_the_option():
-    with pytest.raises(mp.NoMemoryEstimate, match=r"reward.kwargs.pickscore.model_name='someone/clip': no config "
-                                              r"describes this model.*gpu_memory_fraction=null"):
+    with pytest.raises(
+        mp.NoMemoryEstimate,
+        match=r"reward.kwargs.pickscore.model_name='someone/clip': no config "
+        r"describes this model.*gpu_memory_fraction=null",
+    ):
         _plan(COSMOS, "reward.kwargs.pickscore.model_name=someone/clip")
 
 
 def test_your_own_scorer_is_noted_as_not_counted():
-    plan = _plan(COSMOS, "reward.components.pickscore=0.0", "reward.components={support:RankOneConstantReward: 1.0}",
-                 "reward.allow_import=[support:RankOneConstantReward]")
+    plan = _plan(
+        COSMOS,
+        "reward.components.pickscore=0.0",
+        "reward.components={support:RankOneConstantReward: 1.0}",
+        "reward.allow_import=[support:RankOneConstantReward]",
+    )
     assert not any("reward" in what for what, _ in plan.roles[0].lines)
     assert any(note.startswith("reward support:RankOneConstantReward (your own scorer)") for note in plan.notes)

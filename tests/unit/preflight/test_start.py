@@ -19,8 +19,15 @@ def config(tmp_path, *overrides):
 
 
 def checkpoint_of(cfg, path, step=1):
-    return save_checkpoint(path, step=step, config=config_to_dict(cfg), trainable={"w": torch.zeros(2)}, ema=None,
-                           optimizer={"state": {}, "param_groups": []}, trainer_state={"eval_history": {}})
+    return save_checkpoint(
+        path,
+        step=step,
+        config=config_to_dict(cfg),
+        trainable={"w": torch.zeros(2)},
+        ema=None,
+        optimizer={"state": {}, "param_groups": []},
+        trainer_state={"eval_history": {}},
+    )
 
 
 def test_a_fresh_start_passes_and_has_no_checkpoint(tmp_path):

@@ -17,9 +17,11 @@ OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
 def test_ocr_recipe_sizes():
     plan = StepSizes.from_config(load_config(OCR))
     assert plan == StepSizes(
-        prompts_per_step=8, samples_per_prompt=8,
+        prompts_per_step=8,
+        samples_per_prompt=8,
         samples_per_step=64,  # 8 groups x G=8
-        rollout_micro_batch=8, train_micro_batch=8,  # micro_batch_size null -> the rollout's
+        rollout_micro_batch=8,
+        train_micro_batch=8,  # micro_batch_size null -> the rollout's
         micro_batches_per_step=8,  # 64 / 8
         optimizer_steps_per_step=2,  # 8 micro-batches x 1 inner epoch / accumulation 4
         num_train_timesteps=9,  # int(10 x 0.99)
@@ -33,8 +35,10 @@ def test_ocr_recipe_sizes():
 
 
 def test_explicit_train_micro_batch_and_inner_epochs():
-    cfg = load_config(OCR, ["actor.micro_batch_size=4", "actor.num_inner_epochs=2", "rollout.guidance_scale=1.0",
-                            "algorithm.kl_beta=0.0"])
+    cfg = load_config(
+        OCR,
+        ["actor.micro_batch_size=4", "actor.num_inner_epochs=2", "rollout.guidance_scale=1.0", "algorithm.kl_beta=0.0"],
+    )
     plan = StepSizes.from_config(cfg)
     assert (plan.rollout_micro_batch, plan.train_micro_batch, plan.micro_batches_per_step) == (8, 4, 16)
     assert plan.optimizer_steps_per_step == 8  # 16 x 2 / 4

@@ -50,8 +50,17 @@ def test_micro_batches_must_split_into_optimizer_steps(cfg):
     assert validate(cfg) == []
 
 
-@pytest.mark.parametrize("key", ["rollout.n", "rollout.sample_batch_size", "rollout.num_steps",
-                                 "actor.gradient_accumulation_steps", "actor.micro_batch_size", "trainer.num_steps"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "rollout.n",
+        "rollout.sample_batch_size",
+        "rollout.num_steps",
+        "actor.gradient_accumulation_steps",
+        "actor.micro_batch_size",
+        "trainer.num_steps",
+    ],
+)
 def test_sizes_must_be_positive(cfg, key):
     block, field = key.split(".")
     setattr(getattr(cfg, block), field, 0)
@@ -82,21 +91,37 @@ def load_problems(*overrides: str) -> list[str]:
     return info.value.problems
 
 
-@pytest.mark.parametrize("key, bad", [
-    ("reward.aggregation", "sum"), ("reward.runtime", "remote"), ("rollout.engine", "vllm"),
-    ("rollout.kernel", "ddim"), ("model.train_mode", "qlora"), ("model.dtype", "fp16"), ("algorithm.kl_type", "k3"),
-    ("algorithm.advantage.std", "sample"), ("distributed.training.strategy", "fsdp"),
-    ("actor.loss_normalisation", "mean"), ("model.lora.init", "kaiming"), ("reward.video_reduction", "max"),
-    ("algorithm.nft.adv_mode", "some"), ("algorithm.dpo.source", "web"),
-])
+@pytest.mark.parametrize(
+    "key, bad",
+    [
+        ("reward.aggregation", "sum"),
+        ("reward.runtime", "remote"),
+        ("rollout.engine", "vllm"),
+        ("rollout.kernel", "ddim"),
+        ("model.train_mode", "qlora"),
+        ("model.dtype", "fp16"),
+        ("algorithm.kl_type", "k3"),
+        ("algorithm.advantage.std", "sample"),
+        ("distributed.training.strategy", "fsdp"),
+        ("actor.loss_normalisation", "mean"),
+        ("model.lora.init", "kaiming"),
+        ("reward.video_reduction", "max"),
+        ("algorithm.nft.adv_mode", "some"),
+        ("algorithm.dpo.source", "web"),
+    ],
+)
 def test_closed_choices_are_refused_by_the_loader_naming_key_source_and_choices(key, bad):
-    only(load_problems(f"{key}={bad}"), f"{key}={bad!r} is not supported (set in command line `{key}={bad}`)",
-         "Choose one of:")
+    only(
+        load_problems(f"{key}={bad}"),
+        f"{key}={bad!r} is not supported (set in command line `{key}={bad}`)",
+        "Choose one of:",
+    )
 
 
 def test_close_choice_gets_a_suggestion():
-    only(load_problems("distributed.training.strategy=fsdp"), "did you mean 'fsdp2'?",
-         "Choose one of: none, ddp, fsdp2")
+    only(
+        load_problems("distributed.training.strategy=fsdp"), "did you mean 'fsdp2'?", "Choose one of: none, ddp, fsdp2"
+    )
 
 
 def test_a_choice_set_in_a_layer_file_names_the_file(tmp_path):
@@ -104,8 +129,12 @@ def test_a_choice_set_in_a_layer_file_names_the_file(tmp_path):
     recipe.write_text("defaults:\n  - /reward: ocr\nrollout:\n  kernel: flow_sd\n")
     with pytest.raises(ConfigError) as info:
         load_config(str(recipe))
-    only(info.value.problems, f"rollout.kernel='flow_sd' is not supported (set in {recipe})",
-         "did you mean 'flow_sde'?", "Choose one of: flow_sde, dance_sde, cps, cps_gaussian")
+    only(
+        info.value.problems,
+        f"rollout.kernel='flow_sd' is not supported (set in {recipe})",
+        "did you mean 'flow_sde'?",
+        "Choose one of: flow_sde, dance_sde, cps, cps_gaussian",
+    )
 
 
 def test_registry_names_are_checked_with_suggestions(cfg):
@@ -123,8 +152,11 @@ def test_registry_names_are_checked_with_suggestions(cfg):
 
 def test_dotted_paths_are_accepted_only_when_allowed(cfg):
     cfg.reward.components = {"my_pkg.rewards:MyReward": 1.0}
-    only(validate(cfg), "reward.components: 'my_pkg.rewards:MyReward' is a Python import path",
-         "reward.allow_import=[my_pkg.rewards:MyReward]")
+    only(
+        validate(cfg),
+        "reward.components: 'my_pkg.rewards:MyReward' is a Python import path",
+        "reward.allow_import=[my_pkg.rewards:MyReward]",
+    )
     cfg.reward.allow_import = ["my_pkg.rewards:MyReward"]
     assert validate(cfg) == []  # listed: the user's own code (validation never imports it)
     cfg.eval.gold_rewards = {"other.mod:Judge": 1.0}
@@ -177,8 +209,11 @@ def test_keys_types_and_choices_come_first_all_together():
     # together, before the checks across keys (which read typed values)
     with pytest.raises(ConfigError) as info:
         load_config(OCR, ["rollout.sample_batch_size=5", "model.dtype=half", "rollout.n=eight", "actor.lrr=1"])
-    assert [problem.split(":")[0].split("=")[0] for problem in info.value.problems] == \
-        ["model.dtype", "rollout.n", "actor.lrr"]  # in schema order
+    assert [problem.split(":")[0].split("=")[0] for problem in info.value.problems] == [
+        "model.dtype",
+        "rollout.n",
+        "actor.lrr",
+    ]  # in schema order
 
 
 def test_every_block_owns_its_problems_beside_its_fields():
@@ -187,11 +222,22 @@ def test_every_block_owns_its_problems_beside_its_fields():
         block = getattr(defaults, field.name)
         if dataclasses.is_dataclass(block):  # recipe is a string
             assert callable(getattr(block, "problems", None)), f"{type(block).__name__} has no problems()"
-    assert defaults.reward.problems() == ["reward.components is empty: name at least one reward, e.g. "
-                                          "reward.components.ocr=1.0"]
-    assert [block.problems() for block in (defaults.model, defaults.rollout, defaults.actor, defaults.algorithm,
-                                           defaults.data, defaults.eval, defaults.trainer, defaults.distributed)] \
-        == [[]] * 8
+    assert defaults.reward.problems() == [
+        "reward.components is empty: name at least one reward, e.g. reward.components.ocr=1.0"
+    ]
+    assert [
+        block.problems()
+        for block in (
+            defaults.model,
+            defaults.rollout,
+            defaults.actor,
+            defaults.algorithm,
+            defaults.data,
+            defaults.eval,
+            defaults.trainer,
+            defaults.distributed,
+        )
+    ] == [[]] * 8
 
 
 def test_block_problems_come_in_schema_order_and_bad_sizes_hide_only_what_divides_by_them(cfg):

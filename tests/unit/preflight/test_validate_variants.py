@@ -35,23 +35,32 @@ def _cfg(overrides):
     raise AssertionError(f"{overrides} loaded without a config error")
 
 
-@pytest.mark.parametrize("overrides, fragment", [
-    (["algorithm.name=grpo_guard", "rollout.kernel=cps"], "grpo_guard normalises a Gaussian log-ratio"),
-    (["algorithm.name=grpo_guard", "algorithm.rollout_correction.mode=truncate"], "cannot be taken against"),
-    (["algorithm.guard.reweight=false"], "GRPO-Guard option"),
-    (["algorithm.guard.bias=per_sample"], "GRPO-Guard option"),
-    (["algorithm.name=grpo_guard", "algorithm.guard.bias=sample"], "algorithm.guard.bias='sample' is not supported"),
-    (["rollout.sde_window.size=6"], "must fit in [lo, hi) = [0, 5)"),
-    (["rollout.sde_window.size=2", "rollout.sde_window.hi=11"], "must fit"),
-    (["rollout.sde_window.size=2", "rollout.sde_window.shift_every=0"], "shift_every"),
-    (["rollout.kernel=cps", "algorithm.timestep_fraction=1.0"], "final step (σ_next = 0) of CPS"),
-    (["rollout.sde_window.schedule=sliding"], "rollout.sde_window.schedule='sliding' is not supported"),
-    (["rollout.sde_window.size=2", "rollout.sde_window.draw=per_sample"], "rollout.sde_window.draw='per_sample'"),
-    (["algorithm.name=grpo_guard", "rollout.sde_window.size=2"], "set rollout.sde_window.draw=per_step"),
-    (["algorithm.name=grpo_guard", "algorithm.timestep_selection=random"], "use algorithm.timestep_selection=first"),
-    (["algorithm.timestep_selection=last"], "algorithm.timestep_selection='last'"),
-    (["algorithm.rollout_correction.threshold=1.0"], "threshold must be > 1"),
-])
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        (["algorithm.name=grpo_guard", "rollout.kernel=cps"], "grpo_guard normalises a Gaussian log-ratio"),
+        (["algorithm.name=grpo_guard", "algorithm.rollout_correction.mode=truncate"], "cannot be taken against"),
+        (["algorithm.guard.reweight=false"], "GRPO-Guard option"),
+        (["algorithm.guard.bias=per_sample"], "GRPO-Guard option"),
+        (
+            ["algorithm.name=grpo_guard", "algorithm.guard.bias=sample"],
+            "algorithm.guard.bias='sample' is not supported",
+        ),
+        (["rollout.sde_window.size=6"], "must fit in [lo, hi) = [0, 5)"),
+        (["rollout.sde_window.size=2", "rollout.sde_window.hi=11"], "must fit"),
+        (["rollout.sde_window.size=2", "rollout.sde_window.shift_every=0"], "shift_every"),
+        (["rollout.kernel=cps", "algorithm.timestep_fraction=1.0"], "final step (σ_next = 0) of CPS"),
+        (["rollout.sde_window.schedule=sliding"], "rollout.sde_window.schedule='sliding' is not supported"),
+        (["rollout.sde_window.size=2", "rollout.sde_window.draw=per_sample"], "rollout.sde_window.draw='per_sample'"),
+        (["algorithm.name=grpo_guard", "rollout.sde_window.size=2"], "set rollout.sde_window.draw=per_step"),
+        (
+            ["algorithm.name=grpo_guard", "algorithm.timestep_selection=random"],
+            "use algorithm.timestep_selection=first",
+        ),
+        (["algorithm.timestep_selection=last"], "algorithm.timestep_selection='last'"),
+        (["algorithm.rollout_correction.threshold=1.0"], "threshold must be > 1"),
+    ],
+)
 def test_bad_variant_combinations_are_config_errors(overrides, fragment):
     error = _cfg(overrides)
     assert fragment in str(error), str(error)
@@ -77,10 +86,17 @@ def test_window_range_resolution_and_rollout_spec():
 def test_step_sizes_count_the_trained_steps_of_each_variant():
     from genalign.preflight.step_sizes import StepSizes
 
-    counts = {recipe: StepSizes.from_config(load_config(f"experiment/toy/{recipe}")).num_train_timesteps
-              for recipe in VARIANT_RECIPES}
-    assert counts == {"shapes_flow_grpo_fast": 2, "shapes_mix_grpo": 4, "shapes_cps": 3, "shapes_dance_grpo": 6,
-                      "shapes_grpo_guard": 3}  # the demo trains the first 3 of its 10 steps; windows their size
+    counts = {
+        recipe: StepSizes.from_config(load_config(f"experiment/toy/{recipe}")).num_train_timesteps
+        for recipe in VARIANT_RECIPES
+    }
+    assert counts == {
+        "shapes_flow_grpo_fast": 2,
+        "shapes_mix_grpo": 4,
+        "shapes_cps": 3,
+        "shapes_dance_grpo": 6,
+        "shapes_grpo_guard": 3,
+    }  # the demo trains the first 3 of its 10 steps; windows their size
 
 
 def test_mix_grpo_layer_shares_the_initial_noise_within_a_group():
@@ -128,6 +144,7 @@ def test_fast_windows_are_drawn_per_sampling_batch_and_guard_may_draw_per_step()
     assert load_config(BASE, ["/base/algorithm=flow_grpo_fast"]).rollout.sde_window.draw == "per_batch"
     assert rollout_spec(load_config(BASE, ["/base/algorithm=flow_grpo_fast"])).window.draw == "per_batch"
     assert rollout_spec(load_config("experiment/toy/shapes_flow_grpo_fast")).window.draw == "per_step"  # as measured
-    guard = load_config(BASE, ["algorithm.name=grpo_guard", "rollout.sde_window.size=2",
-                               "rollout.sde_window.draw=per_step"])
+    guard = load_config(
+        BASE, ["algorithm.name=grpo_guard", "rollout.sde_window.size=2", "rollout.sde_window.draw=per_step"]
+    )
     assert validate(guard, check_machine=False) == []

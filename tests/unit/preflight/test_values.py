@@ -15,23 +15,26 @@ from genalign.rollout.config import RolloutConfig
 OCR = "experiment/diffusion/sd3_5/online_grpo_ocr"
 
 
-@pytest.mark.parametrize("key, value, fragment", [
-    ("actor.lr", float("nan"), "actor.lr must be a finite number"),
-    ("actor.lr", -1.0, "actor.lr must be > 0"),
-    ("actor.betas", [0.5], "actor.betas must be two numbers"),
-    ("actor.ema.decay", 1.0, "actor.ema.decay must be in [0, 1)"),
-    ("rollout.guidance_scale", 0.0, "rollout.guidance_scale must be >= 1"),
-    ("algorithm.clip_range", float("inf"), "algorithm.clip_range must be a finite number"),
-    ("eval.samples_per_prompt", 0, "eval.samples_per_prompt must be positive"),
-    ("model.embedded_guidance", 3.5, "model.family=sd3 has no guidance embedding"),
-    ("reward.kwargs", {"ocr": {"engin": "x"}}, "did you mean reward.kwargs.ocr.engine"),
-    ("reward.kwargs", {"ocr": {"num_threads": "four"}}, "reward.kwargs.ocr.num_threads: expected int"),
-    # a scorer's closed option is a Literal too: refused here, not when the scorer is built
-    ("reward.kwargs", {"ocr": {"engine": "paddle"}}, "reward.kwargs.ocr.engine='paddle' is not supported"),
-    ("model.num_frames", 33, "model.num_frames=33: model.family=sd3 generates images"),
-    ("model.num_frames", 0, "model.num_frames must be >= 1"),
-    ("model.negative_prompt", "blurry", "model.negative_prompt is set but model.family=sd3"),
-])
+@pytest.mark.parametrize(
+    "key, value, fragment",
+    [
+        ("actor.lr", float("nan"), "actor.lr must be a finite number"),
+        ("actor.lr", -1.0, "actor.lr must be > 0"),
+        ("actor.betas", [0.5], "actor.betas must be two numbers"),
+        ("actor.ema.decay", 1.0, "actor.ema.decay must be in [0, 1)"),
+        ("rollout.guidance_scale", 0.0, "rollout.guidance_scale must be >= 1"),
+        ("algorithm.clip_range", float("inf"), "algorithm.clip_range must be a finite number"),
+        ("eval.samples_per_prompt", 0, "eval.samples_per_prompt must be positive"),
+        ("model.embedded_guidance", 3.5, "model.family=sd3 has no guidance embedding"),
+        ("reward.kwargs", {"ocr": {"engin": "x"}}, "did you mean reward.kwargs.ocr.engine"),
+        ("reward.kwargs", {"ocr": {"num_threads": "four"}}, "reward.kwargs.ocr.num_threads: expected int"),
+        # a scorer's closed option is a Literal too: refused here, not when the scorer is built
+        ("reward.kwargs", {"ocr": {"engine": "paddle"}}, "reward.kwargs.ocr.engine='paddle' is not supported"),
+        ("model.num_frames", 33, "model.num_frames=33: model.family=sd3 generates images"),
+        ("model.num_frames", 0, "model.num_frames must be >= 1"),
+        ("model.negative_prompt", "blurry", "model.negative_prompt is set but model.family=sd3"),
+    ],
+)
 def test_each_bad_value_is_one_problem_naming_the_key(key, value, fragment):
     cfg = load_config(OCR)
     *parents, leaf = key.split(".")
@@ -43,8 +46,9 @@ def test_each_bad_value_is_one_problem_naming_the_key(key, value, fragment):
     assert len(problems) == 1 and fragment in problems[0], problems
 
 
-@pytest.mark.parametrize("recipe", ["experiment/diffusion/flux/online_grpo_ocr",
-                                    "experiment/diffusion/qwen_image/online_grpo_ocr"])
+@pytest.mark.parametrize(
+    "recipe", ["experiment/diffusion/flux/online_grpo_ocr", "experiment/diffusion/qwen_image/online_grpo_ocr"]
+)
 def test_family_recipes_are_valid_and_check_the_embedded_guidance(recipe):
     cfg = load_config(recipe)
     assert validate(cfg) == []
@@ -59,8 +63,10 @@ def test_non_finite_numbers_are_found_anywhere_in_the_tree():
     cfg = load_config(OCR)
     cfg.reward.components["ocr"] = float("nan")
     cfg.reward.kwargs = {"ocr": {"x": [1.0, float("-inf")]}}
-    assert non_finite_problems(cfg) == ["reward.components.ocr must be a finite number, got nan",
-                                        "reward.kwargs.ocr.x[1] must be a finite number, got -inf"]
+    assert non_finite_problems(cfg) == [
+        "reward.components.ocr must be a finite number, got nan",
+        "reward.kwargs.ocr.x[1] must be a finite number, got -inf",
+    ]
 
 
 def test_image_sizes_follow_the_family_patch_and_a_global_bound():
@@ -78,12 +84,24 @@ def test_the_wan_recipe_composes_and_validates():
     assert (cfg.model.family, cfg.model.path, cfg.model.num_frames) == ("wan", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", 1)
     # DanceGRPO's finetune_wan_2_1_grpo.sh: full fine-tune, 512x512, lr 1e-5, 20 steps, CFG 5,
     # η 0.3 constant-noise SDE, 12 per group sharing x_T, 60 % of the steps, no KL, grad clip 1
-    assert (cfg.model.train_mode, cfg.actor.lr, cfg.actor.weight_decay, cfg.actor.max_grad_norm) == \
-        ("full", 1e-5, 1e-4, 1.0)
-    assert (cfg.rollout.height, cfg.rollout.width, cfg.rollout.guidance_scale, cfg.rollout.num_steps) == \
-        (512, 512, 5.0, 20)
-    assert (cfg.rollout.kernel, cfg.rollout.noise_level, cfg.rollout.n, cfg.rollout.same_initial_noise) == \
-        ("dance_sde", 0.3, 12, True)
+    assert (cfg.model.train_mode, cfg.actor.lr, cfg.actor.weight_decay, cfg.actor.max_grad_norm) == (
+        "full",
+        1e-5,
+        1e-4,
+        1.0,
+    )
+    assert (cfg.rollout.height, cfg.rollout.width, cfg.rollout.guidance_scale, cfg.rollout.num_steps) == (
+        512,
+        512,
+        5.0,
+        20,
+    )
+    assert (cfg.rollout.kernel, cfg.rollout.noise_level, cfg.rollout.n, cfg.rollout.same_initial_noise) == (
+        "dance_sde",
+        0.3,
+        12,
+        True,
+    )
     assert (cfg.algorithm.timestep_fraction, cfg.algorithm.kl_beta, cfg.actor.ema.enabled) == (0.6, 0.0, False)
     # the model preset's LoRA (used with model.train_mode=lora) is Pref-GRPO's
     assert (cfg.model.lora.rank, cfg.model.lora.alpha) == (64, 128.0)
@@ -100,8 +118,11 @@ def test_the_cosmos_recipe_composes_and_validates():
 
     cfg = load_config("experiment/diffusion/cosmos/online_grpo_pickscore")
     assert validate(cfg) == []
-    assert (cfg.model.family, cfg.model.path, cfg.model.revision) == ("cosmos", "nvidia/Cosmos-Predict2.5-2B",
-                                                                      "diffusers/base/post-trained")
+    assert (cfg.model.family, cfg.model.path, cfg.model.revision) == (
+        "cosmos",
+        "nvidia/Cosmos-Predict2.5-2B",
+        "diffusers/base/post-trained",
+    )
     assert cfg.model.negative_prompt == DEFAULT_NEGATIVE_PROMPT  # the pipeline's default, verbatim
     assert (cfg.model.num_frames, cfg.rollout.guidance_scale, cfg.eval.num_steps) == (33, 7.0, 35)
     assert (cfg.model.lora.rank, cfg.model.lora.alpha) == (32, 32.0)
@@ -112,7 +133,6 @@ def test_the_cosmos_recipe_composes_and_validates():
     cfg.rollout.width = 840
     problems = validate(cfg)
     assert len(problems) == 1 and "rollout.width=840 must be a multiple of 16 for model.family=cosmos" in problems[0]
-
 
 
 def test_qwen_image_recipe_trains_flow_grpo_s_window():
@@ -146,6 +166,7 @@ def test_integers_past_64_bits_are_named_with_their_key():
         "model.lora.rank=-9223372036854775809 does not fit in a 64-bit integer (|value| < 2**63); use a smaller number",
         "reward.kwargs.random.seed=100000000000000000000 does not fit in a 64-bit integer (|value| < 2**63); use a "
         "smaller number",
-        "trainer.seed=9223372036854775808 does not fit in a 64-bit integer (|value| < 2**63); use a smaller number"]
+        "trainer.seed=9223372036854775808 does not fit in a 64-bit integer (|value| < 2**63); use a smaller number",
+    ]
     cfg.trainer.seed = 2**63 - 1  # the largest that fits is accepted
     assert not any(p.startswith("trainer.seed") for p in int64_problems(cfg))

@@ -15,22 +15,25 @@ from genalign.rewards.config import RewardConfig, active_weights
 
 def test_active_weights_drop_exact_zeros_only():
     assert active_weights({"a": 1.0, "b": 0.0, "c": -0.5, "d": -0.0}) == {"a": 1.0, "c": -0.5}
-    assert RewardConfig(components={"ocr": 0.0, "jpeg_compressibility": 2.0}).active_components() == \
-        {"jpeg_compressibility": 2.0}
+    assert RewardConfig(components={"ocr": 0.0, "jpeg_compressibility": 2.0}).active_components() == {
+        "jpeg_compressibility": 2.0
+    }
     assert EvalConfig(gold_rewards={"toy_shape_judge": 0.0}).active_gold_rewards() == {}
 
 
 def test_a_zero_weight_scorer_is_neither_built_nor_planned_nor_placed_nor_checked():
     # the CPU demo with a second training reward and a second gold reward, each weighted 0
-    cfg = compose_config(None, ["+reward.components.random=0", "+eval.gold_rewards.random=0",
-                                "reward.runtime=ray"])
+    cfg = compose_config(None, ["+reward.components.random=0", "+eval.gold_rewards.random=0", "reward.runtime=ray"])
     assert validate(cfg, check_machine=False) == []
     assert local_scorers(cfg) == {"toy_shape", "toy_shape_judge"}  # a zero gold reward too: no files to check
-    assert {(key, name) for key, name, _ in selected_reward_options(cfg) if key != "eval.quality_metrics"} == \
-        {("reward.components", "toy_shape"), ("eval.gold_rewards", "toy_shape_judge")}
+    assert {(key, name) for key, name, _ in selected_reward_options(cfg) if key != "eval.quality_metrics"} == {
+        ("reward.components", "toy_shape"),
+        ("eval.gold_rewards", "toy_shape_judge"),
+    }
     pools = [pool.role for pool in ray_actor_pools(cfg)]
-    assert pools == ["reward 'toy_shape'", "gold reward 'toy_shape_judge'"] + \
-        [f"quality metric {name!r}" for name in cfg.eval.quality_metrics]
+    assert pools == ["reward 'toy_shape'", "gold reward 'toy_shape_judge'"] + [
+        f"quality metric {name!r}" for name in cfg.eval.quality_metrics
+    ]
 
 
 def test_a_zero_weight_scorer_has_no_memory_planned():

@@ -26,9 +26,14 @@ def boxes(figure):
     low, high = sorted(axes.get_ylim())
     left, right = sorted(axes.get_xlim())
     title = axes._left_title  # set_title(loc="left") draws this one (matplotlib has no public getter of the artist)
-    texts = [title, axes.yaxis.label, axes.xaxis.label, axes.yaxis.get_offset_text(),  # ticks in view: drawn
-             *(t for t in axes.get_yticklabels() if low <= t.get_position()[1] <= high),
-             *(t for t in axes.get_xticklabels() if left <= t.get_position()[0] <= right)]
+    texts = [
+        title,
+        axes.yaxis.label,
+        axes.xaxis.label,
+        axes.yaxis.get_offset_text(),  # ticks in view: drawn
+        *(t for t in axes.get_yticklabels() if low <= t.get_position()[1] <= high),
+        *(t for t in axes.get_xticklabels() if left <= t.get_position()[0] <= right),
+    ]
     visible = [t for t in texts if t.get_visible() and t.get_text()]
     return renderer, axes, title, {t: t.get_window_extent(renderer) for t in visible}
 
@@ -42,8 +47,11 @@ def test_every_panel_keeps_its_text_inside_and_apart_and_its_legend_off_the_curv
             renderer, axes, title_text, extents = boxes(figure)
             width, height = figure.bbox.width, figure.bbox.height
             for text, box in extents.items():  # nothing cut at the figure's edges (the KL label was)
-                assert box.x0 >= 0 and box.y0 >= 0 and box.x1 <= width and box.y1 <= height, \
-                    (panel.key, text.get_text(), box)
+                assert box.x0 >= 0 and box.y0 >= 0 and box.x1 <= width and box.y1 <= height, (
+                    panel.key,
+                    text.get_text(),
+                    box,
+                )
             title = extents[title_text]
             others = [box for text, box in extents.items() if text is not title_text]
             assert not any(title.overlaps(box) for box in others), panel.key  # the ratio's "1e-5+1" was on it

@@ -76,7 +76,7 @@ def test_panel_svg_is_deterministic_and_standalone(tmp_path):
     svg = render_panel(panel, run)
     assert svg == render_panel(panel, run)  # no date, fixed id salt: same input, same bytes
     assert "<svg" in svg and "http://www.w3.org" in svg  # the xmlns namespace only, never loaded
-    assert "xlink:href=\"http" not in svg
+    assert 'xlink:href="http' not in svg
 
 
 def test_figures_are_the_pages_panels_as_files(tmp_path, capsys):
@@ -116,9 +116,17 @@ def test_large_sheets_are_downscaled_to_jpeg(tmp_path, monkeypatch):
 
 def test_provenance_section(tmp_path):
     run_dir = make_run_dir(tmp_path / "run", num_steps=2, eval_every=2)
-    launch = {"started_at": "2026-01-01T00:00:00+00:00", "start_step": 1, "argv": ["genalign", "train"],
-              "command": "genalign train --config <x>", "git": {"commit": "a" * 40, "dirty": True, "root": "/r"},
-              "hostname": "box", "packages": {"torch": "2.13.0"}, "python": "3.11", "devices": []}
+    launch = {
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "start_step": 1,
+        "argv": ["genalign", "train"],
+        "command": "genalign train --config <x>",
+        "git": {"commit": "a" * 40, "dirty": True, "root": "/r"},
+        "hostname": "box",
+        "packages": {"torch": "2.13.0"},
+        "python": "3.11",
+        "devices": [],
+    }
     (run_dir / "provenance.json").write_text(json.dumps({"launches": [launch, {**launch, "git": None}]}))
     html = write_report(run_dir).read_text()
     assert "aaaaaaaaaaaa (uncommitted changes)" in html and "not a git checkout" in html
@@ -168,21 +176,41 @@ def test_every_field_of_every_file_the_report_reads_is_escaped(tmp_path):
     field, and fields of the wrong type), metric column names and the directory's own name.
     The page and its inlined SVG panels must hold none of it as markup."""
     run_dir = make_run_dir(tmp_path / "run<b>dir", num_steps=4, eval_every=2, components=("ocr", HOSTILE))
-    (run_dir / "config.yaml").write_text(json.dumps({
-        "recipe": HOSTILE, "model": {"family": HOSTILE, "path": HOSTILE, "train_mode": HOSTILE, "dtype": HOSTILE},
-        "algorithm": {"name": HOSTILE}, "reward": {"components": {HOSTILE: HOSTILE}},
-        "eval": {"gold_rewards": {HOSTILE: 1.0}}, "trainer": {"num_steps": HOSTILE, "parity_check": HOSTILE}}))
-    launch = {key: HOSTILE for key in ("started_at", "start_step", "command", "cwd", "hostname", "python", "platform",
-                                       "cuda")}
-    (run_dir / "provenance.json").write_text(json.dumps({"launches": [
-        {**launch, "git": {"commit": HOSTILE, "dirty": HOSTILE}, "devices": [HOSTILE, 3],
-         "packages": {HOSTILE: HOSTILE}},
-        {**launch, "git": HOSTILE, "devices": HOSTILE, "packages": [HOSTILE]},
-        HOSTILE]}))
+    (run_dir / "config.yaml").write_text(
+        json.dumps(
+            {
+                "recipe": HOSTILE,
+                "model": {"family": HOSTILE, "path": HOSTILE, "train_mode": HOSTILE, "dtype": HOSTILE},
+                "algorithm": {"name": HOSTILE},
+                "reward": {"components": {HOSTILE: HOSTILE}},
+                "eval": {"gold_rewards": {HOSTILE: 1.0}},
+                "trainer": {"num_steps": HOSTILE, "parity_check": HOSTILE},
+            }
+        )
+    )
+    launch = {
+        key: HOSTILE for key in ("started_at", "start_step", "command", "cwd", "hostname", "python", "platform", "cuda")
+    }
+    (run_dir / "provenance.json").write_text(
+        json.dumps(
+            {
+                "launches": [
+                    {
+                        **launch,
+                        "git": {"commit": HOSTILE, "dirty": HOSTILE},
+                        "devices": [HOSTILE, 3],
+                        "packages": {HOSTILE: HOSTILE},
+                    },
+                    {**launch, "git": HOSTILE, "devices": HOSTILE, "packages": [HOSTILE]},
+                    HOSTILE,
+                ]
+            }
+        )
+    )
     html = write_report(run_dir).read_text()
     svgs = [base64.b64decode(uri).decode() for uri in re.findall(r"data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)", html)]
     assert svgs
     for text in [html, *svgs]:
-        assert "<form" not in text.lower() and "<input" not in text.lower() and "evil.example/\"><" not in text
+        assert "<form" not in text.lower() and "<input" not in text.lower() and 'evil.example/"><' not in text
         assert '<a href="https://evil' not in text
     assert "&lt;form action=" in html  # shown, as text

@@ -82,8 +82,10 @@ def test_recipe_from_the_latest_launch(tmp_path):
     import json
 
     run_dir = make_run_dir(tmp_path / "run", num_steps=2, eval_every=2)
-    launches = [{"argv": ["genalign", "train", "--config", "experiment/a"]},
-                {"argv": ["genalign", "train", "--config=experiment/b", "trainer.resume_from=auto"]}]
+    launches = [
+        {"argv": ["genalign", "train", "--config", "experiment/a"]},
+        {"argv": ["genalign", "train", "--config=experiment/b", "trainer.resume_from=auto"]},
+    ]
     (run_dir / "provenance.json").write_text(json.dumps({"launches": launches}))
     assert read_run(run_dir).recipe == "experiment/b"
     (run_dir / "provenance.json").write_text(json.dumps({"launches": [{"argv": ["genalign", "train"]}]}))

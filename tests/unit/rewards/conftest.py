@@ -31,8 +31,12 @@ def start_reward_server(fakes_on_path):
 
     def start(scorers: dict, token: str, batch_size: int, **options):
         allowed = [name for name in scorers if ":" in name]
-        cfg = RewardConfig(components=dict.fromkeys(scorers, 1.0), kwargs={k: v for k, v in scorers.items() if v},
-                           allow_import=allowed, batch_size=batch_size)
+        cfg = RewardConfig(
+            components=dict.fromkeys(scorers, 1.0),
+            kwargs={k: v for k, v in scorers.items() if v},
+            allow_import=allowed,
+            batch_size=batch_size,
+        )
         built = {name: build_scorer(name, "cpu", dict(kwargs), allowed) for name, kwargs in scorers.items()}
         servers.append(BackgroundServer(RewardService(built, cfg, token, ServeOptions(**options)).app()))
         return servers[-1]

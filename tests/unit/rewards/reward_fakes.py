@@ -57,8 +57,13 @@ class ThreadProbeReward(_Base):
         self.calls = []
 
     def score(self, images, prompts, metadata):
-        self.calls.append({"thread": threading.current_thread().name, "num_threads": torch.get_num_threads(),
-                           "grad_enabled": torch.is_grad_enabled()})
+        self.calls.append(
+            {
+                "thread": threading.current_thread().name,
+                "num_threads": torch.get_num_threads(),
+                "grad_enabled": torch.is_grad_enabled(),
+            }
+        )
         return torch.zeros(len(prompts))
 
 

@@ -8,9 +8,19 @@ from genalign.rewards.composite import LocalRewardRuntime, build_reward_runtime
 from genalign.rewards.config import RewardConfig
 from genalign.rewards.scores import RewardScores, batch_ranges, check_scores
 
-FAKES = [f"reward_fakes:{name}" for name in ("MeanPixelReward", "PromptLengthReward", "NanReward", "ShortReward",
-                                              "RaisingReward", "ExplodingConstructor", "CrashReward",
-                                              "ThreadProbeReward")]
+FAKES = [
+    f"reward_fakes:{name}"
+    for name in (
+        "MeanPixelReward",
+        "PromptLengthReward",
+        "NanReward",
+        "ShortReward",
+        "RaisingReward",
+        "ExplodingConstructor",
+        "CrashReward",
+        "ThreadProbeReward",
+    )
+]
 """Every fake scorer (tests/unit/rewards/reward_fakes.py): dotted rewards import only when allowed."""
 
 
@@ -38,8 +48,14 @@ def test_batch_ranges_cover_everything_once():
 
 
 def test_local_runtime_chunks_and_matches_direct_scoring(fakes_on_path, images):
-    cfg = fake_config(components={"reward_fakes:MeanPixelReward": 2.0, "reward_fakes:PromptLengthReward": 0.5,
-                                   "reward_fakes:ExplodingConstructor": 0.0}, batch_size=4)
+    cfg = fake_config(
+        components={
+            "reward_fakes:MeanPixelReward": 2.0,
+            "reward_fakes:PromptLengthReward": 0.5,
+            "reward_fakes:ExplodingConstructor": 0.0,
+        },
+        batch_size=4,
+    )
     runtime = build_reward_runtime(cfg, "cpu")  # the zero-weight component is never constructed
     prompts = ["a", "bb", "ccc", "dddd", "eeeee", "ffffff"]
     scores = runtime.score(images, prompts, [])
@@ -54,15 +70,19 @@ def test_local_runtime_chunks_and_matches_direct_scoring(fakes_on_path, images):
 
 
 def test_eval_components_override_but_kwargs_come_from_cfg(fakes_on_path, images):
-    cfg = fake_config(components={"reward_fakes:ExplodingConstructor": 1.0},
-                       kwargs={"reward_fakes:NanReward": {"bad_prompt": "p3"}})
+    cfg = fake_config(
+        components={"reward_fakes:ExplodingConstructor": 1.0}, kwargs={"reward_fakes:NanReward": {"bad_prompt": "p3"}}
+    )
     runtime = build_reward_runtime(cfg, "cpu", components={"reward_fakes:NanReward": 1.0})
     assert runtime.scorers["reward_fakes:NanReward"].kwargs == {"bad_prompt": "p3"}
 
 
 def test_non_finite_score_names_reward_prompt_and_global_index(fakes_on_path, images):
-    cfg = fake_config(components={"reward_fakes:NanReward": 1.0},
-                       kwargs={"reward_fakes:NanReward": {"bad_prompt": "p4"}}, batch_size=4)
+    cfg = fake_config(
+        components={"reward_fakes:NanReward": 1.0},
+        kwargs={"reward_fakes:NanReward": {"bad_prompt": "p4"}},
+        batch_size=4,
+    )
     runtime = build_reward_runtime(cfg, "cpu")
     with pytest.raises(RewardError, match=r"'reward_fakes:NanReward'.*non-finite.*sample 4 \(prompt 'p4'\)"):
         runtime.score(images, [f"p{i}" for i in range(6)], [])
@@ -115,14 +135,15 @@ def test_async_chunks_make_the_same_calls_as_serial_scoring(images):
     cfg = fake_config(components={"random": 1.0}, kwargs={"random": {"seed": 3}}, batch_size=2)
     serial = build_reward_runtime(cfg, "cpu").score(images, ["p"] * 6, [])
     runtime = build_reward_runtime(cfg, "cpu")
-    futures = [runtime.score_async(images[i:i + 2], ["p"] * 2, []) for i in (0, 2, 4)]
+    futures = [runtime.score_async(images[i : i + 2], ["p"] * 2, []) for i in (0, 2, 4)]
     assert torch.equal(RewardScores.cat([f.result() for f in futures]).total, serial.total)
     runtime.close()
 
 
 def test_offload_waits_for_submitted_scoring_and_blocks_new_submissions(fakes_on_path, images):
-    cfg = fake_config(components={"reward_fakes:MeanPixelReward": 1.0},
-                       kwargs={"reward_fakes:MeanPixelReward": {"delay_s": 0.2}})
+    cfg = fake_config(
+        components={"reward_fakes:MeanPixelReward": 1.0}, kwargs={"reward_fakes:MeanPixelReward": {"delay_s": 0.2}}
+    )
     runtime = build_reward_runtime(cfg, "cpu")
     future = runtime.score_async(images, ["p"] * 6, [])
     runtime.offload()  # never moves a model a thread is scoring with
@@ -136,8 +157,9 @@ def test_offload_waits_for_submitted_scoring_and_blocks_new_submissions(fakes_on
 
 
 def test_config_errors_are_listed_together():
-    cfg = fake_config(components={"ocrr": 1.0, "jpeg_compressibility": float("nan")}, runtime="spark", batch_size=0,
-                       num_threads=0)
+    cfg = fake_config(
+        components={"ocrr": 1.0, "jpeg_compressibility": float("nan")}, runtime="spark", batch_size=0, num_threads=0
+    )
     with pytest.raises(ValueError) as info:
         build_reward_runtime(cfg, "cpu")
     message = str(info.value)

@@ -53,17 +53,28 @@ def test_the_protocols_defaults_are_inherited_by_a_subclass():
     assert base.contract_problems(Subclassed, "k") == [] and base.contract_problems(PlainRule, "k") == []
 
 
-@pytest.mark.parametrize("source, problem", [
-    ("class C:\n    def __init__(self, device='cpu'): pass", "C has no score(images, prompts, metadata) method"),
-    ("class C:\n    def __init__(self, device='cpu'): pass\n    def score(self, images): pass",
-     "C.score must take (images, prompts, metadata), got C.score(self, images)"),
-    ("class C:\n    def __init__(self, size): pass\n    def score(self, images, prompts, metadata): pass",
-     "C(...) must accept device= (and its reward.kwargs options as keywords); its constructor is C(size)"),
-    ("class C:\n    def __init__(self, **kw): pass\n    def score(self, *args): pass\n    offload = 3",
-     "C.offload must be a method taking no arguments (or be left out: it is optional)"),
-    ("class C:\n    min_frames = 0\n    def __init__(self, **kw): pass\n    def score(self, *args): pass",
-     "C.min_frames must be an int >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "source, problem",
+    [
+        ("class C:\n    def __init__(self, device='cpu'): pass", "C has no score(images, prompts, metadata) method"),
+        (
+            "class C:\n    def __init__(self, device='cpu'): pass\n    def score(self, images): pass",
+            "C.score must take (images, prompts, metadata), got C.score(self, images)",
+        ),
+        (
+            "class C:\n    def __init__(self, size): pass\n    def score(self, images, prompts, metadata): pass",
+            "C(...) must accept device= (and its reward.kwargs options as keywords); its constructor is C(size)",
+        ),
+        (
+            "class C:\n    def __init__(self, **kw): pass\n    def score(self, *args): pass\n    offload = 3",
+            "C.offload must be a method taking no arguments (or be left out: it is optional)",
+        ),
+        (
+            "class C:\n    min_frames = 0\n    def __init__(self, **kw): pass\n    def score(self, *args): pass",
+            "C.min_frames must be an int >= 1, got 0",
+        ),
+    ],
+)
 def test_contract_problems_name_the_member(source, problem):
     namespace: dict = {}
     exec(source, namespace)  # noqa: S102 - a test's own class definitions
@@ -79,7 +90,8 @@ def test_temporal_consistency_on_single_frames_is_refused_before_anything_loads(
     assert err.value.problems == [
         "reward.components.temporal_consistency needs at least 2 frames per sample, but model.num_frames=1 makes "
         "single images: set model.num_frames to a video length the family takes (wan, cosmos: 4k + 1, e.g. 33), or "
-        "remove temporal_consistency"]
+        "remove temporal_consistency"
+    ]
     with pytest.raises(ConfigError, match="eval.quality_metrics.temporal_consistency needs at least 2 frames"):
         load_config(recipe, ["eval.quality_metrics=[temporal_consistency]"])
     cfg = load_config(recipe, ["reward.components.temporal_consistency=0.5", "model.num_frames=5"])

@@ -64,8 +64,10 @@ def test_flow_grpo_partial_credit_and_strict_correctness():
     assert flow_grpo_reward(two, counting, colors({}), 0.1) == (True, 1.0)
     assert geneval_correct(two, counting, colors({}), 0.1) is True
 
-    attr = {"tag": "color_attr", "include": [{"class": "cup", "count": 1, "color": "red"},
-                                             {"class": "dog", "count": 1, "color": "blue"}]}
+    attr = {
+        "tag": "color_attr",
+        "include": [{"class": "cup", "count": 1, "color": "red"}, {"class": "dog", "count": 1, "color": "blue"}],
+    }
     found = {"cup": [det((0, 0, 1, 1))], "dog": [det((5, 0, 6, 1))]}
     assert flow_grpo_reward(found, attr, colors({0: "red", 5: "blue"}), 0.1) == (True, 1.0)
     # dog is green: parts [1, 1, 1, 0] -> 0.75
@@ -76,8 +78,10 @@ def test_flow_grpo_partial_credit_and_strict_correctness():
 
 
 def test_position_clause_including_the_reference_quirk():
-    meta = {"tag": "position", "include": [{"class": "couch", "count": 1},
-                                           {"class": "bird", "count": 1, "position": ["left of", 0]}]}
+    meta = {
+        "tag": "position",
+        "include": [{"class": "couch", "count": 1}, {"class": "bird", "count": 1, "position": ["left of", 0]}],
+    }
     left = {"couch": [det((100, 0, 110, 10))], "bird": [det((0, 0, 10, 10))]}
     right = {"couch": [det((0, 0, 10, 10))], "bird": [det((100, 0, 110, 10))]}
     assert flow_grpo_reward(left, meta, colors({}), 0.1) == (True, 1.0)  # parts [1, 1, 1]

@@ -28,8 +28,9 @@ from genalign.rewards.geneval import (
 )
 
 ROOT = Path(__file__).resolve().parents[3]
-COCO_LABELS = (ROOT / "tests" / "fixtures" / "upstream" / "open-mmlab--mmdetection" / "coco_classes.txt"
-               ).read_text().splitlines()
+COCO_LABELS = (
+    (ROOT / "tests" / "fixtures" / "upstream" / "open-mmlab--mmdetection" / "coco_classes.txt").read_text().splitlines()
+)
 """The Mask2Former COCO instance checkpoints' label set, in class order (tests/fixtures/README.md)."""
 SHIPPED_MANIFESTS = [PACKAGED_DATASETS / "geneval" / name for name in ("train.jsonl", "test.jsonl")]
 
@@ -48,8 +49,13 @@ def test_synonyms_name_the_detector_label_of_the_same_class_index():
     assert [DETECTOR_SYNONYMS.get(name, name) for name in geneval_classes()] == COCO_LABELS
     assert set(DETECTOR_SYNONYMS) == {name for name, label in zip(geneval_classes(), COCO_LABELS) if name != label}
     names = detector_names(dict(enumerate(COCO_LABELS)), "test")
-    assert names["mouse"] == "computer mouse" and names["remote"] == "tv remote" and names["keyboard"] == \
-        "computer keyboard" and names["dog"] == "dog" and len(names) == 80
+    assert (
+        names["mouse"] == "computer mouse"
+        and names["remote"] == "tv remote"
+        and names["keyboard"] == "computer keyboard"
+        and names["dog"] == "dog"
+        and len(names) == 80
+    )
 
 
 @pytest.mark.parametrize("manifest", SHIPPED_MANIFESTS, ids=lambda p: p.name)
@@ -72,14 +78,17 @@ def test_a_detector_without_a_geneval_class_fails_when_the_reward_is_built():
 
 def test_rows_the_reward_cannot_score_are_named_by_file_and_line(tmp_path):
     manifest = tmp_path / "prompts.jsonl"
-    rows = [{"tag": "single_object", "include": [{"class": "computer mouse", "count": 1}], "prompt": "a mouse"},
-            {"tag": "single_object", "include": [{"class": "mouse", "count": 1}], "prompt": "a mouse"},
-            {"prompt": "no metadata"}]
+    rows = [
+        {"tag": "single_object", "include": [{"class": "computer mouse", "count": 1}], "prompt": "a mouse"},
+        {"tag": "single_object", "include": [{"class": "mouse", "count": 1}], "prompt": "a mouse"},
+        {"prompt": "no metadata"},
+    ]
     manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
     problems = GenEvalOptions().manifest_problems(load_manifest(str(manifest)))
     assert len(problems) == 2
-    assert problems[0].startswith(f"{manifest}:2: ") and "'mouse'" in problems[0] and "GenEval's 80 classes" in \
-        problems[0]  # the detector's spelling is not a GenEval class: the manifest must use GenEval's
+    assert (
+        problems[0].startswith(f"{manifest}:2: ") and "'mouse'" in problems[0] and "GenEval's 80 classes" in problems[0]
+    )  # the detector's spelling is not a GenEval class: the manifest must use GenEval's
     assert problems[1].startswith(f"{manifest}:3: ") and "no GenEval metadata" in problems[1]
 
 
@@ -90,13 +99,17 @@ def test_preflight_refuses_a_manifest_the_geneval_reward_cannot_score(tmp_path):
     recipe = "experiment/diffusion/sd3_5/online_grpo_geneval"
     assert reward_manifest_problems(load_config(recipe, [], check_files=False), ("manifest", "eval_manifest")) == []
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"tag": "single_object", "include": [{"class": "unicorn", "count": 1}],
-                               "prompt": "a unicorn"}) + "\n")
+    bad.write_text(
+        json.dumps({"tag": "single_object", "include": [{"class": "unicorn", "count": 1}], "prompt": "a unicorn"})
+        + "\n"
+    )
     cfg = load_config(recipe, [f"data.eval_manifest={bad}"], check_files=False)
     problems = reward_manifest_problems(cfg, ("manifest", "eval_manifest"))
     # the training reward and the gold reward both score the eval manifest; data.manifest is fine
-    assert [p.split(" cannot")[0] for p in problems] == ["reward.components.geneval",
-                                                         "eval.gold_rewards.geneval_accuracy"]
+    assert [p.split(" cannot")[0] for p in problems] == [
+        "reward.components.geneval",
+        "eval.gold_rewards.geneval_accuracy",
+    ]
     assert all(f"data.eval_manifest: {bad}:1: " in p and "unicorn" in p for p in problems)
 
 
@@ -148,8 +161,7 @@ def test_detector_input_is_the_mmdet_pipeline_within_opencv_rounding(height, wid
     steps = detector_test_pipeline()
     mean_255 = torch.tensor(steps["Normalize"]["mean"]).view(3, 1, 1)
     std_255 = torch.tensor(steps["Normalize"]["std"]).view(3, 1, 1)
-    images = torch.randint(0, 256, (1, 3, height, width), generator=torch.Generator().manual_seed(0),
-                           dtype=torch.uint8)
+    images = torch.randint(0, 256, (1, 3, height, width), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
     pixels, resized = detector_input(images, tuple(mean_255.flatten() / 255), tuple(std_255.flatten() / 255))
     assert resized == detector_input_size(height, width)
     divisor = steps["Pad"]["size_divisor"]
@@ -157,12 +169,14 @@ def test_detector_input_is_the_mmdet_pipeline_within_opencv_rounding(height, wid
     assert pixels.shape[-2] - resized[0] < divisor and pixels.shape[-1] - resized[1] < divisor
     expected = cv2.resize(images[0].permute(1, 2, 0).numpy(), (resized[1], resized[0]), interpolation=cv2.INTER_LINEAR)
     levels = pixels[0] * std_255 + mean_255  # back to pixel levels
-    difference = (levels[:, :resized[0], :resized[1]] - torch.from_numpy(expected).permute(2, 0, 1).float()).abs()
+    difference = (levels[:, : resized[0], : resized[1]] - torch.from_numpy(expected).permute(2, 0, 1).float()).abs()
     assert difference.max() <= 1.0 + 1e-3  # one level plus float32 normalisation round-off
     pad_level = torch.tensor(steps["Pad"]["pad_val"]["img"], dtype=torch.float32).view(3, 1, 1)
     # padded in pixel levels before normalising: (pad - mean) / std, to float32 round-off
-    torch.testing.assert_close(levels[:, resized[0]:, :], pad_level.expand_as(levels[:, resized[0]:, :]),
-                               atol=1e-3, rtol=0)
-    torch.testing.assert_close(levels[:, :, resized[1]:], pad_level.expand_as(levels[:, :, resized[1]:]),
-                               atol=1e-3, rtol=0)
+    torch.testing.assert_close(
+        levels[:, resized[0] :, :], pad_level.expand_as(levels[:, resized[0] :, :]), atol=1e-3, rtol=0
+    )
+    torch.testing.assert_close(
+        levels[:, :, resized[1] :], pad_level.expand_as(levels[:, :, resized[1] :]), atol=1e-3, rtol=0
+    )
     assert np.isfinite(pixels.numpy()).all()

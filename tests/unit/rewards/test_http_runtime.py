@@ -20,8 +20,14 @@ TOKEN = "test-token"
 PIXEL = "reward_fakes:MeanPixelReward"
 PROMPT_LENGTH = "reward_fakes:PromptLengthReward"
 PROBE = "reward_fakes:CallSizeProbe"
-FAKES = [PIXEL, PROMPT_LENGTH, PROBE, "reward_fakes:RaisingReward", "reward_fakes:NanReward",
-         "reward_fakes:MetadataReward"]
+FAKES = [
+    PIXEL,
+    PROMPT_LENGTH,
+    PROBE,
+    "reward_fakes:RaisingReward",
+    "reward_fakes:NanReward",
+    "reward_fakes:MetadataReward",
+]
 
 
 @pytest.fixture
@@ -33,16 +39,23 @@ def token(monkeypatch):
 @pytest.fixture
 def serve(start_reward_server, token):
     """serve(components, batch_size=..., kwargs=..., **ServeOptions fields) -> a running server."""
+
     def start(components, batch_size=4, kwargs=None, **options):
-        return start_reward_server({name: (kwargs or {}).get(name, {}) for name in components}, TOKEN, batch_size,
-                                   **options)
+        return start_reward_server(
+            {name: (kwargs or {}).get(name, {}) for name in components}, TOKEN, batch_size, **options
+        )
 
     return start
 
 
 def client(url, components, **fields):
-    cfg = RewardConfig(components=components, allow_import=FAKES, runtime="http", url=url,
-                       **{"batch_size": 2, "timeout_s": 30.0, "startup_timeout_s": 10.0, **fields})
+    cfg = RewardConfig(
+        components=components,
+        allow_import=FAKES,
+        runtime="http",
+        url=url,
+        **{"batch_size": 2, "timeout_s": 30.0, "startup_timeout_s": 10.0, **fields},
+    )
     return build_reward_runtime(cfg, "cpu")
 
 
@@ -160,11 +173,15 @@ def test_slow_server_times_out_without_hanging(serve, images):
 
 
 def test_scorer_failures_on_the_server_name_the_reward_and_the_server(serve, images):
-    server = serve(["reward_fakes:RaisingReward", "reward_fakes:NanReward"],
-                   kwargs={"reward_fakes:NanReward": {"bad_prompt": "p3"}})
+    server = serve(
+        ["reward_fakes:RaisingReward", "reward_fakes:NanReward"],
+        kwargs={"reward_fakes:NanReward": {"bad_prompt": "p3"}},
+    )
     prompts = [f"p{i}" for i in range(6)]
-    for name, pattern in (("reward_fakes:RaisingReward", r"HTTP 422.*failed on samples \[0, 2\).*scorer exploded"),
-                          ("reward_fakes:NanReward", r"HTTP 422.*non-finite score nan to sample 1 \(prompt 'p3'\)")):
+    for name, pattern in (
+        ("reward_fakes:RaisingReward", r"HTTP 422.*failed on samples \[0, 2\).*scorer exploded"),
+        ("reward_fakes:NanReward", r"HTTP 422.*non-finite score nan to sample 1 \(prompt 'p3'\)"),
+    ):
         runtime = client(server.url, {name: 1.0})
         try:
             with pytest.raises(RewardError, match=pattern) as err:
@@ -204,13 +221,16 @@ def stub_server(score):
     return BackgroundServer(app)
 
 
-@pytest.mark.parametrize("body, pattern", [
-    (b"<html>oops</html>", r"the reply for samples \[0, 2\) of 6 is not JSON"),
-    (b'{"result": 1}', r"malformed reply for samples \[0, 2\).*no 'scores' mapping"),
-    (b'{"scores": {"reward_fakes:MeanPixelReward": [0.5]}}', r"malformed reply.*1 scores for reward.*2 samples"),
-    (b'{"scores": {"reward_fakes:MeanPixelReward": ["a", "b"]}}', r"malformed reply.*no list of numbers"),
-    (b'{"scores": {"reward_fakes:MeanPixelReward": [0.5, NaN]}}', r"non-finite score nan to sample 1"),
-])
+@pytest.mark.parametrize(
+    "body, pattern",
+    [
+        (b"<html>oops</html>", r"the reply for samples \[0, 2\) of 6 is not JSON"),
+        (b'{"result": 1}', r"malformed reply for samples \[0, 2\).*no 'scores' mapping"),
+        (b'{"scores": {"reward_fakes:MeanPixelReward": [0.5]}}', r"malformed reply.*1 scores for reward.*2 samples"),
+        (b'{"scores": {"reward_fakes:MeanPixelReward": ["a", "b"]}}', r"malformed reply.*no list of numbers"),
+        (b'{"scores": {"reward_fakes:MeanPixelReward": [0.5, NaN]}}', r"non-finite score nan to sample 1"),
+    ],
+)
 def test_malformed_reply_is_a_clear_error(token, images, body, pattern):
     server = malformed_server(body)
     runtime = client(server.url, {PIXEL: 1.0})
@@ -268,12 +288,19 @@ def test_http_runtime_is_checked_by_the_config_loader(monkeypatch, tmp_path):
 
     with pytest.raises(ConfigError, match=r"reward.url='': reward.runtime=http needs the reward server's URL"):
         load_config("experiment/toy/shapes_grpo", ["reward.runtime=http"])
-    cfg = load_config("experiment/toy/shapes_grpo", ["reward.runtime=http", "reward.url=http://10.0.0.5:8700",
-                                                     f"trainer.output_dir={tmp_path / 'run'}",
-                                                     "reward.kwargs.toy_shape.path=/no/such/classifier"])
+    cfg = load_config(
+        "experiment/toy/shapes_grpo",
+        [
+            "reward.runtime=http",
+            "reward.url=http://10.0.0.5:8700",
+            f"trainer.output_dir={tmp_path / 'run'}",
+            "reward.kwargs.toy_shape.path=/no/such/classifier",
+        ],
+    )
     monkeypatch.delenv("GENALIGN_REWARD_TOKEN", raising=False)
-    assert file_problems(cfg) == ["reward.runtime=http: $GENALIGN_REWARD_TOKEN (reward.token_env) is not set; "
-                                  "export the reward server's token"]
+    assert file_problems(cfg) == [
+        "reward.runtime=http: $GENALIGN_REWARD_TOKEN (reward.token_env) is not set; export the reward server's token"
+    ]
     monkeypatch.setenv("GENALIGN_REWARD_TOKEN", "t")
     assert file_problems(cfg) == []  # the scorers' files are the server's to have
 
@@ -287,8 +314,9 @@ def test_a_throttled_client_retries_after_the_servers_retry_after(token, images)
     async def score(request):
         await request.read()
         if answers:
-            return web.json_response({"error": "too many wrong tokens"}, status=answers.pop(),
-                                     headers={"Retry-After": "1"})
+            return web.json_response(
+                {"error": "too many wrong tokens"}, status=answers.pop(), headers={"Retry-After": "1"}
+            )
         return web.json_response({"scores": {PIXEL: [0.5, 0.5]}})
 
     server = stub_server(score)

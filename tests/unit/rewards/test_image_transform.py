@@ -29,8 +29,9 @@ agree to a few ulps of |values| <= 1 / s = 3.8: 8 ulps bound it."""
 
 def noise(height: int, width: int, seed: int = 0) -> torch.Tensor:
     """uint8 [2, 3, H, W]: pixel noise, the worst case for resampling."""
-    return torch.randint(0, 256, (2, 3, height, width), generator=torch.Generator().manual_seed(seed),
-                         dtype=torch.uint8)
+    return torch.randint(
+        0, 256, (2, 3, height, width), generator=torch.Generator().manual_seed(seed), dtype=torch.uint8
+    )
 
 
 def pil(image: torch.Tensor) -> Image.Image:
@@ -49,16 +50,27 @@ def normalize(pixels: torch.Tensor) -> torch.Tensor:
     return (pixels - mean) / std
 
 
-@pytest.mark.parametrize("in_hw, out_hw", [
-    ((512, 512), (224, 224)), ((480, 832), (224, 388)), ((832, 480), (388, 224)), ((48, 40), (32, 26)),
-    ((37, 53), (224, 320)), ((64, 64), (800, 800)), ((100, 50), (100, 26)), ((100, 50), (32, 50))])
+@pytest.mark.parametrize(
+    "in_hw, out_hw",
+    [
+        ((512, 512), (224, 224)),
+        ((480, 832), (224, 388)),
+        ((832, 480), (388, 224)),
+        ((48, 40), (32, 26)),
+        ((37, 53), (224, 320)),
+        ((64, 64), (800, 800)),
+        ((100, 50), (100, 26)),
+        ((100, 50), (32, 50)),
+    ],
+)
 @pytest.mark.parametrize("mode", ["bicubic", "bilinear"])
 def test_pil_resampler_is_pillow_byte_for_byte(in_hw, out_hw, mode):
     """The resizes the scorers make (the aspect kept, or one axis): Pillow's bytes exactly."""
     resample = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR}[mode]
     images = noise(*in_hw)
-    expected = torch.stack([to_tensor(pil(image).resize(out_hw[::-1], resample)).mul(255).round().to(torch.uint8)
-                            for image in images])
+    expected = torch.stack(
+        [to_tensor(pil(image).resize(out_hw[::-1], resample)).mul(255).round().to(torch.uint8) for image in images]
+    )
     assert torch.equal(pil_resize(images, out_hw, mode), expected)
 
 
@@ -66,6 +78,7 @@ def pillow10_resize(channel: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
     """Transcription of Pillow 10's Resample.c for one uint8 channel, bicubic (the Pillow the
     references pin: Flow-GRPO 10.4, GenEval 9.4): coefficients per output pixel, 22-bit
     fixed point, the horizontal pass first into a uint8 image, then the vertical pass."""
+
     def bicubic(x):
         x = abs(x)
         return ((1.5 * x - 2.5) * x * x + 1) if x < 1 else ((((x - 5) * x + 8) * x - 4) * -0.5 if x < 2 else 0.0)
@@ -118,8 +131,12 @@ def test_clip_processor_path_equals_transformers_on_the_published_config(repo, h
 
     processor = CLIPImageProcessorPil.from_pretrained(HUB / repo)
     transform = ImageTransform.from_pretrained(str(HUB / repo), reward="pickscore", key="processor_name")
-    assert (transform.shortest_edge, transform.crop_hw, transform.mode, transform.resampler) == \
-        (224, (224, 224), "bicubic", "pil")
+    assert (transform.shortest_edge, transform.crop_hw, transform.mode, transform.resampler) == (
+        224,
+        (224, 224),
+        "bicubic",
+        "pil",
+    )
     images = noise(height, width)
     expected = processor([image.permute(1, 2, 0).numpy() for image in images], return_tensors="pt")["pixel_values"]
     actual = transform(images)
@@ -160,8 +177,9 @@ def test_hps_letterbox_is_not_the_processors_crop_on_wan_frames():
     """The issue's case: at 480 x 832 the shortest-side crop genalign used differs from HPSv2 by
     whole normalised units (the letterboxed frame's bands and its whole width)."""
     images = noise(480, 832)
-    crop = ImageTransform.from_pretrained(str(HUB / "laion--CLIP-ViT-H-14-laion2B-s32B-b79K"), reward="hpsv21",
-                                          key="base_model")(images)
+    crop = ImageTransform.from_pretrained(
+        str(HUB / "laion--CLIP-ViT-H-14-laion2B-s32B-b79K"), reward="hpsv21", key="base_model"
+    )(images)
     assert (crop - hps_transform(224)(images)).abs().max() > 1.0
 
 

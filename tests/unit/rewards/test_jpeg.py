@@ -29,8 +29,9 @@ def test_scores_are_pil_quality95_kilobytes_over_500():
 def test_no_options_accepted():
     with pytest.raises(TypeError, match=r"reward\.kwargs\.jpeg_compressibility\.quality"):
         JpegCompressibility(quality=90)
-    assert np.isfinite(JpegCompressibility(device="cpu").score(torch.zeros(1, 3, 8, 8, dtype=torch.uint8),
-                                                              ["p"], [{}]).numpy()).all()
+    assert np.isfinite(
+        JpegCompressibility(device="cpu").score(torch.zeros(1, 3, 8, 8, dtype=torch.uint8), ["p"], [{}]).numpy()
+    ).all()
 
 
 def test_round_trip_is_what_flow_grpos_geneval_client_sends():

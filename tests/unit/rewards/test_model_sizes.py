@@ -30,7 +30,7 @@ def test_clip_files_count_open_clips_published_sizes():
     assert abs(vit_l - 427.62e6) <= 0.005e6
     # in float32, as the scorers default: the ~3.7 GiB a ViT-H reward holds on the trainer's GPU
     [size] = model_sizes("pickscore", DeviceModel("model_name", "yuvalkirstain/PickScore_v1", "float32"))
-    assert size.bytes == vit_h * 4 and 3.6 < size.bytes / 2 ** 30 < 3.7
+    assert size.bytes == vit_h * 4 and 3.6 < size.bytes / 2**30 < 3.7
 
 
 def test_detector_and_sentence_model_count_their_published_sizes():
@@ -61,10 +61,13 @@ def test_image_reward_file_is_what_the_scorer_builds_from_the_checkpoint():
     with torch.device("meta"):
         from transformers import BlipTextConfig, BlipVisionConfig
 
-        vision = BlipVisionModel(BlipVisionConfig(**{k: v for k, v in spec["vision"]["config"].items()
-                                                     if k != "model_type"}))
-        text = BlipTextModel(BlipTextConfig(**{k: v for k, v in spec["text"]["config"].items() if k != "model_type"}),
-                             add_pooling_layer=False)
+        vision = BlipVisionModel(
+            BlipVisionConfig(**{k: v for k, v in spec["vision"]["config"].items() if k != "model_type"})
+        )
+        text = BlipTextModel(
+            BlipTextConfig(**{k: v for k, v in spec["text"]["config"].items() if k != "model_type"}),
+            add_pooling_layer=False,
+        )
     vision_config, text_config = configs_from_shapes(vision.state_dict(), text.state_dict())
     for key, value in spec["vision"]["config"].items():
         if key != "model_type":
@@ -74,12 +77,21 @@ def test_image_reward_file_is_what_the_scorer_builds_from_the_checkpoint():
             assert getattr(text_config, key) == value, key
     sizes = _elements("THUDM/ImageReward")
     assert sizes["THUDM/ImageReward vision"] == sum(p.numel() for p in vision.parameters()) + sum(
-        b.numel() for b in vision.buffers() if b.is_floating_point())
+        b.numel() for b in vision.buffers() if b.is_floating_point()
+    )
     head = 768 * 1024 + 1024 + 1024 * 128 + 128 + 128 * 64 + 64 + 64 * 16 + 16 + 16 + 1  # MLP(768), by hand
-    assert sizes["THUDM/ImageReward head"] == head == _elements("christophschuhmann/improved-aesthetic-predictor")[
-        "christophschuhmann/improved-aesthetic-predictor"]
-    [head_size] = [s for s in model_sizes("image_reward", DeviceModel("weights_path", "THUDM/ImageReward", "bfloat16"))
-                   if s.what.endswith("head")]
+    assert (
+        sizes["THUDM/ImageReward head"]
+        == head
+        == _elements("christophschuhmann/improved-aesthetic-predictor")[
+            "christophschuhmann/improved-aesthetic-predictor"
+        ]
+    )
+    [head_size] = [
+        s
+        for s in model_sizes("image_reward", DeviceModel("weights_path", "THUDM/ImageReward", "bfloat16"))
+        if s.what.endswith("head")
+    ]
     assert head_size.dtype == "float32"  # the head stays float32 whatever the scorer's dtype
 
 
@@ -118,7 +130,12 @@ def test_every_registered_scorer_declares_what_it_puts_on_its_device():
         module_name, attr = target.split(":")
         options_cls = getattr(importlib.import_module(module_name), attr)
         assert hasattr(options_cls, "device_models"), name
-        options = options_cls(**({"weights_path": "x.safetensors"} if "weights_path" in
-                                 {f.name for f in dataclasses.fields(options_cls)} else {}))
+        options = options_cls(
+            **(
+                {"weights_path": "x.safetensors"}
+                if "weights_path" in {f.name for f in dataclasses.fields(options_cls)}
+                else {}
+            )
+        )
         for model in options.device_models(name):
             assert model_sizes(name, model), name

@@ -9,16 +9,19 @@ from PIL import Image, ImageDraw, ImageFont
 from genalign.rewards.ocr import OCRReward, levenshtein, ocr_text_reward, quoted_target
 
 
-@pytest.mark.parametrize("a, b, expected", [
-    ("kitten", "sitting", 3),   # k->s, e->i, +g
-    ("flaw", "lawn", 2),        # -f, +n
-    ("gumbo", "gambol", 2),     # u->a, +l
-    ("", "abc", 3),
-    ("abc", "", 3),
-    ("abc", "abc", 0),
-    ("a", "b", 1),
-    ("ab", "ba", 2),            # no transpositions in plain Levenshtein
-])
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        ("kitten", "sitting", 3),  # k->s, e->i, +g
+        ("flaw", "lawn", 2),  # -f, +n
+        ("gumbo", "gambol", 2),  # u->a, +l
+        ("", "abc", 3),
+        ("abc", "", 3),
+        ("abc", "abc", 0),
+        ("a", "b", 1),
+        ("ab", "ba", 2),  # no transpositions in plain Levenshtein
+    ],
+)
 def test_levenshtein_hand_values(a, b, expected):
     assert levenshtein(a, b) == expected
     assert levenshtein(b, a) == expected
@@ -32,10 +35,10 @@ def test_quoted_target_takes_first_pair_lowercase_no_spaces():
 
 
 def test_ocr_text_reward_rule():
-    assert ocr_text_reward("hello", "xxhelloxx") == 1.0     # substring -> 1
+    assert ocr_text_reward("hello", "xxhelloxx") == 1.0  # substring -> 1
     assert ocr_text_reward("hello", "helo") == pytest.approx(0.8)  # 1 - 1/5
-    assert ocr_text_reward("hello", "") == 0.0              # distance 5 of 5
-    assert ocr_text_reward("ab", "zzzzzzzzzz") == 0.0       # distance 10 capped at len 2 -> floor 0
+    assert ocr_text_reward("hello", "") == 0.0  # distance 5 of 5
+    assert ocr_text_reward("ab", "zzzzzzzzzz") == 0.0  # distance 10 capped at len 2 -> floor 0
 
 
 def render(word: str, size: int) -> torch.Tensor:
@@ -78,8 +81,9 @@ def test_unknown_option_and_engine_are_named_errors(monkeypatch):
         OCRReward(engine="tesseract")
 
 
-@pytest.mark.skipif(shutil.which("tesseract") is None,
-                    reason="needs the tesseract binary (apt-get install tesseract-ocr)")
+@pytest.mark.skipif(
+    shutil.which("tesseract") is None, reason="needs the tesseract binary (apt-get install tesseract-ocr)"
+)
 def test_tesseract_engine_reads_a_rendered_word():
     reward = OCRReward(engine="tesseract")
     scores = reward.score(torch.stack([render("hello", 128), render("", 128)]), ['"hello"'] * 2, [{}, {}])

@@ -11,15 +11,28 @@ from genalign.rewards.base import RewardError
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rewards.config import RewardConfig
 
-FAKES = [f"reward_fakes:{name}" for name in ("MeanPixelReward", "PromptLengthReward", "NanReward", "ShortReward",
-                                              "RaisingReward", "ExplodingConstructor", "CrashReward",
-                                              "ThreadProbeReward", "SlowStartReward")]
+FAKES = [
+    f"reward_fakes:{name}"
+    for name in (
+        "MeanPixelReward",
+        "PromptLengthReward",
+        "NanReward",
+        "ShortReward",
+        "RaisingReward",
+        "ExplodingConstructor",
+        "CrashReward",
+        "ThreadProbeReward",
+        "SlowStartReward",
+    )
+]
 """Every fake scorer (tests/unit/rewards/reward_fakes.py): dotted rewards import only when allowed."""
 
 
 def fake_config(**fields) -> RewardConfig:
     """A RewardConfig whose reward.allow_import lists the fakes."""
     return RewardConfig(allow_import=FAKES, **fields)
+
+
 from genalign.rewards.ray_runtime import RayRewardRuntime
 
 pytestmark = pytest.mark.ray
@@ -35,15 +48,20 @@ def ray_session():
     from genalign.ray_session import init_ray
 
     python_path = os.pathsep.join(filter(None, [FAKES_DIR, os.environ.get("PYTHONPATH")]))
-    init_ray(num_cpus=2, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": python_path, "OMP_NUM_THREADS": "1"}})
+    init_ray(
+        num_cpus=2, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": python_path, "OMP_NUM_THREADS": "1"}}
+    )
     yield ray
     ray.shutdown()
 
 
 def make_runtime(components, **overrides):
-    cfg = fake_config(components=components, runtime="ray", num_cpus_per_worker=0.25,
-                       **{"batch_size": 2, "num_workers": 2, "timeout_s": 60.0, **overrides})
+    cfg = fake_config(
+        components=components,
+        runtime="ray",
+        num_cpus_per_worker=0.25,
+        **{"batch_size": 2, "num_workers": 2, "timeout_s": 60.0, **overrides},
+    )
     return build_reward_runtime(cfg, "cpu")
 
 
@@ -117,8 +135,13 @@ def test_slow_actor_is_a_timeout_error_not_a_hang(ray_session, images):
 
 def test_actor_start_up_is_bounded_by_its_own_timeout(ray_session, images):
     with pytest.raises(RewardError, match=r"start did not finish within reward\.startup_timeout_s=0\.5"):
-        make_runtime({"reward_fakes:SlowStartReward": 1.0}, num_workers=1, timeout_s=600.0, startup_timeout_s=0.5,
-                     kwargs={"reward_fakes:SlowStartReward": {"delay_s": 600.0}})
+        make_runtime(
+            {"reward_fakes:SlowStartReward": 1.0},
+            num_workers=1,
+            timeout_s=600.0,
+            startup_timeout_s=0.5,
+            kwargs={"reward_fakes:SlowStartReward": {"delay_s": 600.0}},
+        )
 
 
 def test_scorer_exception_and_nan_keep_local_semantics(ray_session, images):

@@ -21,11 +21,14 @@ def stated(published: dict, shipped: dict) -> tuple[dict, dict]:
     return {key: published[key] for key in keys}, {key: shipped[key] for key in keys}
 
 
-@pytest.mark.parametrize("hub_id, architecture, quick_gelu", [
-    ("openai/clip-vit-large-patch14", "OPEN_CLIP_VIT_L_14", True),  # OpenAI's weights: QuickGELU
-    ("laion/CLIP-ViT-H-14-laion2B-s32B-b79K", "OPEN_CLIP_VIT_H_14", None),
-    ("yuvalkirstain/PickScore_v1", "OPEN_CLIP_VIT_H_14", None),  # a fine-tune of laion's CLIP-H
-])
+@pytest.mark.parametrize(
+    "hub_id, architecture, quick_gelu",
+    [
+        ("openai/clip-vit-large-patch14", "OPEN_CLIP_VIT_L_14", True),  # OpenAI's weights: QuickGELU
+        ("laion/CLIP-ViT-H-14-laion2B-s32B-b79K", "OPEN_CLIP_VIT_H_14", None),
+        ("yuvalkirstain/PickScore_v1", "OPEN_CLIP_VIT_H_14", None),  # a fine-tune of laion's CLIP-H
+    ],
+)
 def test_clip_files_are_the_published_open_clip_architectures(hub_id, architecture, quick_gelu):
     import published
 
@@ -55,15 +58,24 @@ def test_detector_file_is_genevals_published_mmdet_config():
     swin, head = model["backbone"], model["panoptic_head"]
     shipped = shipped_config("facebook/mask2former-swin-small-coco-instance")
     backbone = shipped["backbone_config"]
-    assert (backbone["embed_dim"], backbone["depths"], backbone["num_heads"], backbone["window_size"]) == \
-        (swin["embed_dims"], swin["depths"], swin["num_heads"], swin["window_size"])
+    assert (backbone["embed_dim"], backbone["depths"], backbone["num_heads"], backbone["window_size"]) == (
+        swin["embed_dims"],
+        swin["depths"],
+        swin["num_heads"],
+        swin["window_size"],
+    )
     assert backbone.get("mlp_ratio", 4.0) == swin["mlp_ratio"]  # SwinConfig's default when the file omits it
     encoder = head["pixel_decoder"]["encoder"]
     decoder = head["transformer_decoder"]
     assert shipped["num_labels"] == head["num_things_classes"] + head["num_stuff_classes"]
     assert shipped["num_queries"] == head["num_queries"]
-    assert shipped["hidden_dim"] == shipped["feature_size"] == shipped["mask_feature_size"] == head["feat_channels"] \
+    assert (
+        shipped["hidden_dim"]
+        == shipped["feature_size"]
+        == shipped["mask_feature_size"]
+        == head["feat_channels"]
         == head["out_channels"]
+    )
     assert shipped["encoder_layers"] == encoder["num_layers"]
     assert shipped["encoder_feedforward_dim"] == encoder["transformerlayers"]["ffn_cfgs"]["feedforward_channels"]
     assert shipped["decoder_layers"] - 1 == decoder["num_layers"]

@@ -26,6 +26,7 @@ WAIT_S = 120.0  # generous: the box is shared
 @pytest.fixture
 def serve(start_reward_server):
     """serve(batch_size=..., delay_s=..., **ServeOptions fields) -> a running server of the probe scorer."""
+
     def start(batch_size=2, delay_s=0.0, **options):
         import reward_fakes
 
@@ -46,11 +47,19 @@ def body_of(count: int, tag: str, size: int = 8) -> bytes:
     return encode_request(ScoreRequest(images, [f"{tag}{i}" for i in range(count)], [{}] * count, [PROBE]))
 
 
-def call(server, method: str, path: str, body: bytes | None = None, token: str | None = TOKEN,
-         source: str | None = None, headers: dict | None = None) -> tuple[int, dict, object]:
+def call(
+    server,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    token: str | None = TOKEN,
+    source: str | None = None,
+    headers: dict | None = None,
+) -> tuple[int, dict, object]:
     """(status, headers, parsed JSON body) of one request on a fresh connection."""
-    connection = http.client.HTTPConnection(*address(server), timeout=WAIT_S,
-                                            source_address=(source, 0) if source else None)
+    connection = http.client.HTTPConnection(
+        *address(server), timeout=WAIT_S, source_address=(source, 0) if source else None
+    )
     sent = dict(headers or {})
     if token is not None:
         sent["Authorization"] = f"Bearer {token}"
@@ -64,8 +73,9 @@ def call(server, method: str, path: str, body: bytes | None = None, token: str |
 
 def raw(server, data: bytes, source: str | None = None) -> bytes:
     """Send `data` as is; everything the server answers until it closes the connection."""
-    with socket.create_connection(address(server), timeout=WAIT_S,
-                                  source_address=(source, 0) if source else None) as sock:
+    with socket.create_connection(
+        address(server), timeout=WAIT_S, source_address=(source, 0) if source else None
+    ) as sock:
         sock.sendall(data)
         received = b""
         while chunk := sock.recv(65536):
@@ -113,8 +123,9 @@ def test_the_work_of_a_client_that_disconnected_is_dropped(serve):
 
     server = serve(batch_size=2, delay_s=0.3)
     body = body_of(40, "gone")
-    head = (f"POST /v1/score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    head = (
+        f"POST /v1/score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
     with socket.create_connection(address(server), timeout=WAIT_S) as sock:
         sock.sendall(head + body)
         wait_until(lambda: reward_fakes.CALL_SIZES, "the first call")
@@ -133,8 +144,9 @@ def test_scheduler_rotates_clients_and_requests():
 
     async def plan():
         scheduler = FairScheduler(lambda request: {}, None, batch_size=4, max_jobs=64)
-        a1 = scheduler.submit("A", ScoreRequest(torch.zeros(10, 3, 2, 2, dtype=torch.uint8), ["a"] * 10,
-                                                [{}] * 10, ["x"]))
+        a1 = scheduler.submit(
+            "A", ScoreRequest(torch.zeros(10, 3, 2, 2, dtype=torch.uint8), ["a"] * 10, [{}] * 10, ["x"])
+        )
         b1 = scheduler.submit("B", ScoreRequest(torch.zeros(2, 3, 2, 2, dtype=torch.uint8), ["b"] * 2, [{}] * 2, ["x"]))
         a2 = scheduler.submit("A", ScoreRequest(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), ["c"], [{}], ["x"]))
         video = scheduler.submit("C", ScoreRequest(torch.zeros(1, 2, 3, 2, 2, dtype=torch.uint8), ["v"], [{}], ["x"]))
@@ -165,8 +177,9 @@ def asyncio_loop():
 def test_bytes_in_flight_are_bounded_before_a_body_is_read(serve):
     server = serve(max_request_mb=0.01, max_inflight_mb=0.015, body_timeout_s=3.0)
     declared = 9000  # bytes; two of them pass the 0.015 MiB (15 728 bytes) in flight
-    head = (f"POST /v1/score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
-            f"Content-Length: {declared}\r\n\r\n").encode()
+    head = (
+        f"POST /v1/score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {declared}\r\n\r\n"
+    ).encode()
     with socket.create_connection(address(server), timeout=WAIT_S) as holder:
         holder.sendall(head + b"x" * 10)  # headers accepted, the body never finishes: its bytes are reserved
         time.sleep(0.5)
@@ -238,19 +251,33 @@ def test_a_new_connection_finding_every_slot_inside_a_request_gets_a_503(serve):
 
 # ---------------------------------------------------------------- malformed requests
 def score_head(length: int | str, token: bytes = b"Bearer " + TOKEN.encode()) -> bytes:
-    return (b"POST /v1/score HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: " + token +
-            f"\r\nContent-Length: {length}\r\n\r\n".encode())
+    return (
+        b"POST /v1/score HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: "
+        + token
+        + f"\r\nContent-Length: {length}\r\n\r\n".encode()
+    )
 
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 MALFORMED = {
-    "authorization-not-utf8": (b"GET /v1/info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                               b"Authorization: Bearer \xff\xfe\x80\r\n\r\n", 401, "wrong or missing token"),
+    "authorization-not-utf8": (
+        b"GET /v1/info HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer \xff\xfe\x80\r\n\r\n",
+        401,
+        "wrong or missing token",
+    ),
     "content-length-1e12": (score_head(10**12), 413, "exceeds the server's --max-request-mb"),
-    "chunked": (b"POST /v1/score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() +
-                b"\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 411, "Content-Length"),
-    "deep-json-header": (score_head(len(DEEP) + 8) + len(DEEP).to_bytes(8, "little") + DEEP, 400,
-                         "nests JSON too deeply"),
+    "chunked": (
+        b"POST /v1/score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + TOKEN.encode()
+        + b"\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        411,
+        "Content-Length",
+    ),
+    "deep-json-header": (
+        score_head(len(DEEP) + 8) + len(DEEP).to_bytes(8, "little") + DEEP,
+        400,
+        "nests JSON too deeply",
+    ),
     "zero-images": (score_head(len(body_of(0, "z"))) + body_of(0, "z"), 400, "holds no images"),
     "not-safetensors": (score_head(11) + b"hello world", 400, "safetensors"),
     "unknown-path": (b"GET /admin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404, "GET /admin"),
@@ -291,8 +318,12 @@ def test_log_lines_a_flood_can_cause_are_rate_limited():
     from genalign.rewards.server_limits import RateLimitFilter
 
     limiter = RateLimitFilter(burst=3, period_s=3600)
-    records = [logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1, "Error handling request from %s",
-                                 ("1.2.3.4",), None) for _ in range(1000)]
+    records = [
+        logging.LogRecord(
+            "aiohttp.server", logging.ERROR, __file__, 1, "Error handling request from %s", ("1.2.3.4",), None
+        )
+        for _ in range(1000)
+    ]
     assert sum(limiter.filter(record) for record in records) == 3
 
 
@@ -306,22 +337,26 @@ def test_a_clients_malformed_http_is_logged_as_one_line():
     except BadStatusLine:
         import sys
 
-        record = logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1, "Error handling request from %s",
-                                   ("1.2.3.4",), sys.exc_info())
+        record = logging.LogRecord(
+            "aiohttp.server", logging.ERROR, __file__, 1, "Error handling request from %s", ("1.2.3.4",), sys.exc_info()
+        )
     assert RateLimitFilter().filter(record)
     assert record.exc_info is None and record.levelno == logging.WARNING
     assert record.getMessage().startswith("Error handling request from 1.2.3.4: BadStatusLine")
 
 
 # ---------------------------------------------------------------- the token
-@pytest.mark.parametrize("token, public, insecure, problem", [
-    ("a", False, False, None),  # loopback: any token
-    ("a", True, False, "too weak"),
-    ("ab" * 20, True, False, "2 distinct"),
-    ("a", True, True, None),  # --insecure-token
-    ("x" * 10 + " y" * 20, False, False, "printable ASCII"),
-    ("Kq3v_9Lr-Zt2Wm8Yp4Hs7Nc1Bd6Fg0Jx5Ua", True, False, None),
-])
+@pytest.mark.parametrize(
+    "token, public, insecure, problem",
+    [
+        ("a", False, False, None),  # loopback: any token
+        ("a", True, False, "too weak"),
+        ("ab" * 20, True, False, "2 distinct"),
+        ("a", True, True, None),  # --insecure-token
+        ("x" * 10 + " y" * 20, False, False, "printable ASCII"),
+        ("Kq3v_9Lr-Zt2Wm8Yp4Hs7Nc1Bd6Fg0Jx5Ua", True, False, None),
+    ],
+)
 def test_a_public_bind_needs_a_strong_token(token, public, insecure, problem):
     from genalign.rewards.server_limits import token_problems
 

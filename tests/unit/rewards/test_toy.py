@@ -108,8 +108,9 @@ def test_non_shape_kinds():
     painted = (blobs != torch.tensor(ts.BACKGROUND, dtype=torch.uint8)[:, None, None]).any(dim=1)  # [16, S, S]
     assert painted.float().mean(dim=(1, 2)).min() > 0.5  # bigger than any render's bounding box allows
     dirty = non_shapes(16, rng, ("dirty",))
-    deviation = [ts.canvas_quality(dirty, torch.full((16,), c))["background_deviation"]
-                 for c in range(len(ts.COLOR_NAMES))]
+    deviation = [
+        ts.canvas_quality(dirty, torch.full((16,), c))["background_deviation"] for c in range(len(ts.COLOR_NAMES))
+    ]
     assert torch.stack(deviation).min() > 15  # speckle std >= 15 per channel, whatever the prompted colour
     with pytest.raises(ValueError, match="unknown kinds"):
         non_shapes(1, rng, ("spiral",))
@@ -119,9 +120,12 @@ def test_quality_measures_are_registered_scorers():
     images, _, colours = ts.random_batch(8, np.random.default_rng(1))
     prompts = [f"a {ts.COLOR_NAMES[c]} circle" for c in colours.tolist()]
     expected = ts.canvas_quality(images, colours)
-    for name, measure in (("toy_off_shape_fraction", "off_shape_fraction"),
-                          ("toy_background_deviation", "background_deviation"), ("toy_shape_area", "shape_area"),
-                          ("toy_patch_pattern", "patch_pattern")):
+    for name, measure in (
+        ("toy_off_shape_fraction", "off_shape_fraction"),
+        ("toy_background_deviation", "background_deviation"),
+        ("toy_shape_area", "shape_area"),
+        ("toy_patch_pattern", "patch_pattern"),
+    ):
         torch.testing.assert_close(REWARDS.resolve(name)().score(images, prompts, []), expected[measure])
     with pytest.raises(TypeError, match="reward.kwargs.toy_shape_area.tolerance"):
         REWARDS.resolve("toy_shape_area")(tolerance=3)

@@ -66,13 +66,18 @@ def test_temporal_consistency_by_hand_and_video_only():
 
 def test_local_runtime_scores_video_with_the_configured_reduction(fakes_on_path):
     media = video([[0, 255], [128, 128]])
-    runtime = build_reward_runtime(RewardConfig(components={"jpeg_compressibility": 0.0, "temporal_consistency": 1.0}),
-                                   "cpu")
+    runtime = build_reward_runtime(
+        RewardConfig(components={"jpeg_compressibility": 0.0, "temporal_consistency": 1.0}), "cpu"
+    )
     # |255 - 0| / 255 = 1 -> 0; a still video -> 1
-    torch.testing.assert_close(runtime.score(media, ["a", "b"], []).components["temporal_consistency"],
-                               torch.tensor([0.0, 1.0]))
-    fake = {"components": {"reward_fakes:MeanPixelReward": 1.0}, "allow_import": ["reward_fakes:MeanPixelReward"],
-            "batch_size": 1}
+    torch.testing.assert_close(
+        runtime.score(media, ["a", "b"], []).components["temporal_consistency"], torch.tensor([0.0, 1.0])
+    )
+    fake = {
+        "components": {"reward_fakes:MeanPixelReward": 1.0},
+        "allow_import": ["reward_fakes:MeanPixelReward"],
+        "batch_size": 1,
+    }
     for reduction, expected in (("mean", [0.5, 128 / 255]), ("min", [0.0, 128 / 255])):
         runtime = build_reward_runtime(RewardConfig(video_reduction=reduction, **fake), "cpu")
         torch.testing.assert_close(runtime.score(media, ["a", "b"], []).total, torch.tensor(expected))

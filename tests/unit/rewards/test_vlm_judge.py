@@ -139,8 +139,11 @@ def test_a_slow_judge_times_out_and_an_absent_one_fails(judge_server):
 
 def test_through_the_runtime_with_typed_options(judge_server):
     server = judge_server()
-    cfg = RewardConfig(components={"vlm_judge": 1.0}, batch_size=2,
-                       kwargs={"vlm_judge": {"base_url": server.base_url, "concurrency": 2}})
+    cfg = RewardConfig(
+        components={"vlm_judge": 1.0},
+        batch_size=2,
+        kwargs={"vlm_judge": {"base_url": server.base_url, "concurrency": 2}},
+    )
     scores = build_reward_runtime(cfg, "cpu").score(solid([0, 255, 0]), ["a", "b", "c"], [])
     assert torch.equal(scores.components["vlm_judge"], torch.tensor([0.2, 1.0, 0.2]))
     with pytest.raises(TypeError, match="reward.kwargs.vlm_judge.base_ur"):

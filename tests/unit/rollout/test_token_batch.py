@@ -13,12 +13,17 @@ from genalign.rollout.token_batch import TokenTrajectoryBatch
 def make_token_batch(size=4, tokens=3, prompt_len=5, start=0, guidance=5.0):
     ids = torch.arange(size * prompt_len).view(size, prompt_len) + 10 * start
     return TokenTrajectoryBatch(
-        prompts=[f"p{start + i}" for i in range(size)], prompt_ids=torch.arange(start, start + size),
-        group_ids=torch.arange(size) // 2, seeds=torch.arange(size) + 100 + start,
+        prompts=[f"p{start + i}" for i in range(size)],
+        prompt_ids=torch.arange(start, start + size),
+        group_ids=torch.arange(size) // 2,
+        seeds=torch.arange(size) + 100 + start,
         condition=TokenCondition(ids, torch.ones_like(ids), ids + 1, torch.ones_like(ids)),
-        tokens=torch.randint(0, 9, (size, tokens)), log_probs=torch.randn(size, 1, tokens),
-        images=torch.zeros(size, 3, 4, 4, dtype=torch.uint8), guidance_scale=guidance,
-        metadata=[{"i": start + i} for i in range(size)])
+        tokens=torch.randint(0, 9, (size, tokens)),
+        log_probs=torch.randn(size, 1, tokens),
+        images=torch.zeros(size, 3, 4, 4, dtype=torch.uint8),
+        guidance_scale=guidance,
+        metadata=[{"i": start + i} for i in range(size)],
+    )
 
 
 def test_index_split_and_cat_round_trip():

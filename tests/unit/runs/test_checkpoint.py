@@ -20,9 +20,15 @@ def trained_optimizer():
 def test_round_trip_restores_weights_optimizer_and_state(tmp_path):
     model, opt = trained_optimizer()
     trainable = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    path = save_checkpoint(tmp_path / "checkpoint-2", step=2, config={"a": {"b": 1}}, trainable=trainable,
-                           ema={k: v * 0.5 for k, v in trainable.items()}, optimizer=opt.state_dict(),
-                           trainer_state={"ema_optimizer_steps": 2, "eval_history": {}})
+    path = save_checkpoint(
+        tmp_path / "checkpoint-2",
+        step=2,
+        config={"a": {"b": 1}},
+        trainable=trainable,
+        ema={k: v * 0.5 for k, v in trainable.items()},
+        optimizer=opt.state_dict(),
+        trainer_state={"ema_optimizer_steps": 2, "eval_history": {}},
+    )
     state = load_checkpoint(path)
     assert state.step == 2 and state.config == {"a": {"b": 1}}
     for k in trainable:
@@ -31,7 +37,7 @@ def test_round_trip_restores_weights_optimizer_and_state(tmp_path):
     fresh_model = torch.nn.Linear(3, 2)
     fresh = torch.optim.AdamW(fresh_model.parameters(), lr=1e-2)
     fresh.load_state_dict(state.optimizer)
-    for (a, b) in zip(opt.state.values(), fresh.state.values()):
+    for a, b in zip(opt.state.values(), fresh.state.values()):
         assert torch.equal(a["exp_avg"], b["exp_avg"]) and torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
         assert torch.equal(torch.as_tensor(a["step"]), torch.as_tensor(b["step"]))
     # nothing but safetensors / json / yaml on disk
@@ -43,8 +49,15 @@ def test_no_temp_directories_are_left_and_overwrite_is_atomic(tmp_path):
     model, opt = trained_optimizer()
     trainable = {k: v.detach().clone() for k, v in model.state_dict().items()}
     for step in (1, 2):
-        save_checkpoint(tmp_path / "checkpoint-final", step=step, config={}, trainable=trainable, ema=None,
-                        optimizer=opt.state_dict(), trainer_state={})
+        save_checkpoint(
+            tmp_path / "checkpoint-final",
+            step=step,
+            config={},
+            trainable=trainable,
+            ema=None,
+            optimizer=opt.state_dict(),
+            trainer_state={},
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-final"]
     assert load_checkpoint(tmp_path / "checkpoint-final").step == 2
 
@@ -57,8 +70,16 @@ def test_crash_during_write_leaves_no_checkpoint(tmp_path):
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
-        save_checkpoint(tmp_path / "checkpoint-3", step=3, config={}, trainable=trainable, ema=None,
-                        optimizer=opt.state_dict(), trainer_state={}, export=failing_export)
+        save_checkpoint(
+            tmp_path / "checkpoint-3",
+            step=3,
+            config={},
+            trainable=trainable,
+            ema=None,
+            optimizer=opt.state_dict(),
+            trainer_state={},
+            export=failing_export,
+        )
     assert not (tmp_path / "checkpoint-3").exists()
     with pytest.raises(CheckpointError, match="does not exist"):
         load_checkpoint(tmp_path / "checkpoint-3")
@@ -78,35 +99,56 @@ def test_disk_full_removes_the_partial_write_and_keeps_the_previous_checkpoint(t
 
     model, opt = trained_optimizer()
     trainable = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    path = save_checkpoint(tmp_path / "checkpoint-final", step=1, config={}, trainable=trainable, ema=None,
-                           optimizer=opt.state_dict(), trainer_state={})
+    path = save_checkpoint(
+        tmp_path / "checkpoint-final",
+        step=1,
+        config={},
+        trainable=trainable,
+        ema=None,
+        optimizer=opt.state_dict(),
+        trainer_state={},
+    )
     before = {p.name: p.read_bytes() for p in path.iterdir()}
 
     def full_disk(tensors, filename):
         raise OSError(errno.ENOSPC, "No space left on device", filename)
 
     monkeypatch.setattr(checkpoint_module, "save_file", full_disk)
-    with pytest.raises(CheckpointError, match=r"checkpoint-final failed \(No space left on device\).*was removed; "
-                                              r"the previous checkpoint-final is intact"):
-        save_checkpoint(path, step=2, config={}, trainable=trainable, ema=None, optimizer=opt.state_dict(),
-                        trainer_state={})
+    with pytest.raises(
+        CheckpointError,
+        match=r"checkpoint-final failed \(No space left on device\).*was removed; "
+        r"the previous checkpoint-final is intact",
+    ):
+        save_checkpoint(
+            path, step=2, config={}, trainable=trainable, ema=None, optimizer=opt.state_dict(), trainer_state={}
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-final"]  # no .tmp dir left
     assert {p.name: p.read_bytes() for p in path.iterdir()} == before
     assert load_checkpoint(path).step == 1
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("trainer_state.json", b"{", r"trainer_state\.json is not valid JSON"),
-    ("trainer_state.json", b'{"steps": 1}', r"trainer_state\.json has no integer \"step\""),
-    ("optimizer.json", b"[]", r"optimizer\.json lacks"),
-    ("config.yaml", b"a: 1\na: 2\n", r"config\.yaml is not valid YAML \(duplicate key 'a'"),
-    ("trainable.safetensors", b"\x01", r"trainable\.safetensors is truncated"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("trainer_state.json", b"{", r"trainer_state\.json is not valid JSON"),
+        ("trainer_state.json", b'{"steps": 1}', r"trainer_state\.json has no integer \"step\""),
+        ("optimizer.json", b"[]", r"optimizer\.json lacks"),
+        ("config.yaml", b"a: 1\na: 2\n", r"config\.yaml is not valid YAML \(duplicate key 'a'"),
+        ("trainable.safetensors", b"\x01", r"trainable\.safetensors is truncated"),
+    ],
+)
 def test_corrupt_files_are_refused_naming_the_file(tmp_path, name, content, message):
     model, opt = trained_optimizer()
     trainable = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    path = save_checkpoint(tmp_path / "checkpoint-1", step=1, config={}, trainable=trainable, ema=None,
-                           optimizer=opt.state_dict(), trainer_state={})
+    path = save_checkpoint(
+        tmp_path / "checkpoint-1",
+        step=1,
+        config={},
+        trainable=trainable,
+        ema=None,
+        optimizer=opt.state_dict(),
+        trainer_state={},
+    )
     (path / name).write_bytes(content)
     with pytest.raises(CheckpointError, match=rf"^trainer\.resume_from: {path}/{message}"):
         load_checkpoint(path)

@@ -23,8 +23,15 @@ def config(out: Path, *overrides: str):
 
 def fake_checkpoint(path: Path, step: int) -> Path:
     """A structurally valid checkpoint (tiny tensors): the planner reads headers and JSON only."""
-    return save_checkpoint(path, step=step, config={"trainer": {}}, trainable={"w": torch.zeros(2)}, ema=None,
-                           optimizer={"state": {}, "param_groups": []}, trainer_state={})
+    return save_checkpoint(
+        path,
+        step=step,
+        config={"trainer": {}},
+        trainable={"w": torch.zeros(2)},
+        ema=None,
+        optimizer={"state": {}, "param_groups": []},
+        trainer_state={},
+    )
 
 
 def old_run(out: Path, steps=(2, 4), final: int | None = None) -> None:
@@ -96,10 +103,19 @@ def test_auto_without_checkpoint_starts_fresh_and_replaces_the_partial_run(tmp_p
 def plant_foreign_files(directory: Path) -> dict[str, bytes]:
     """What another tool leaves in a directory: run-like names, tracker folders, dotfiles."""
     directory.mkdir(parents=True, exist_ok=True)
-    files = {"metrics.csv": b"epoch,acc\n1,0.9\n", "report.html": b"<p>mine</p>", "train.log": b"my log\n",
-             "eval_metrics.csv": b"x\n", "eval_epoch_3/result.txt": b"3", "wandb/run-1/files.txt": b"w",
-             "tensorboard/events.out": b"tb", ".notes.tmp-123": b"dot", ".report.html.tmp-42": b"dot2",
-             ".checkpoint-5.tmp-7/part": b"p", "config.yaml": b"learning_rate: 0.1\nepochs: 3\n"}
+    files = {
+        "metrics.csv": b"epoch,acc\n1,0.9\n",
+        "report.html": b"<p>mine</p>",
+        "train.log": b"my log\n",
+        "eval_metrics.csv": b"x\n",
+        "eval_epoch_3/result.txt": b"3",
+        "wandb/run-1/files.txt": b"w",
+        "tensorboard/events.out": b"tb",
+        ".notes.tmp-123": b"dot",
+        ".report.html.tmp-42": b"dot2",
+        ".checkpoint-5.tmp-7/part": b"p",
+        "config.yaml": b"learning_rate: 0.1\nepochs: 3\n",
+    }
     for name, data in files.items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
         (directory / name).write_bytes(data)
@@ -127,8 +143,16 @@ def test_a_directory_that_is_not_a_genalign_run_loses_nothing(tmp_path, override
 def test_overwrite_does_remove_run_named_files_of_another_tool(tmp_path):
     plant_foreign_files(tmp_path)
     start = decide_start(config(tmp_path, "trainer.overwrite=true"))
-    assert {p.name for p in start.remove} == {"metrics.csv", "report.html", "eval_metrics.csv", "eval_epoch_3",
-                                              "config.yaml", "train.log", "wandb", "tensorboard"}
+    assert {p.name for p in start.remove} == {
+        "metrics.csv",
+        "report.html",
+        "eval_metrics.csv",
+        "eval_epoch_3",
+        "config.yaml",
+        "train.log",
+        "wandb",
+        "tensorboard",
+    }
 
 
 def test_stale_temporaries_are_removed_in_a_genalign_run_only(tmp_path):
@@ -197,8 +221,11 @@ def test_keep_last_keeps_the_newest_numbered_checkpoints_and_never_final(tmp_pat
     old_run(tmp_path, steps=(1, 2, 10, 11), final=12)
     removed = prune_checkpoints(tmp_path, 2)
     assert [p.name for p in removed] == ["checkpoint-1", "checkpoint-2"]  # by step, not by name
-    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-10", "checkpoint-11",
-                                                                     "checkpoint-final"]
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == [
+        "checkpoint-10",
+        "checkpoint-11",
+        "checkpoint-final",
+    ]
     assert not list(tmp_path.glob(".checkpoint-*")) and prune_checkpoints(tmp_path, None) == []
     with pytest.raises(ConfigError, match="trainer.keep_last=0 must be >= 1"):
         config(tmp_path / "x", "trainer.keep_last=0")
@@ -219,8 +246,15 @@ def test_save_refuses_to_replace_a_later_step(tmp_path):
     weights = {"w": torch.zeros(2)}
 
     def save(step: int):
-        return save_checkpoint(tmp_path / "checkpoint-final", step=step, config={}, trainable=weights, ema=None,
-                               optimizer={"state": {}, "param_groups": []}, trainer_state={})
+        return save_checkpoint(
+            tmp_path / "checkpoint-final",
+            step=step,
+            config={},
+            trainable=weights,
+            ema=None,
+            optimizer={"state": {}, "param_groups": []},
+            trainer_state={},
+        )
 
     save(8)
     with pytest.raises(ValueError, match="holds step 8; refusing to overwrite it with step 4"):

@@ -59,8 +59,12 @@ def _rank(rank: int, port: int, results) -> None:
     try:
         # only rank 1 received SIGTERM; only rank 0 trained nothing; both may save only if both can
         ranks = partial(max_over_ranks, info=RankInfo(rank, 2, rank))
-        results[rank] = (agree(signal.SIGTERM if rank == 1 else 0, rank == 0, ranks), agree(0, True, ranks),
-                         every_rank(rank == 0, ranks), every_rank(True, ranks))
+        results[rank] = (
+            agree(signal.SIGTERM if rank == 1 else 0, rank == 0, ranks),
+            agree(0, True, ranks),
+            every_rank(rank == 0, ranks),
+            every_rank(True, ranks),
+        )
     finally:
         torch.distributed.destroy_process_group()
 

@@ -40,7 +40,7 @@ def test_mean_equals_alternative_form():
     latents, velocity = _inputs()
     sigma, sigma_next, a = 0.7073, 0.6022, 0.7
     out = flow_sde_step(latents, velocity, sigma, sigma_next, a, noise=torch.zeros(SHAPE))
-    s2 = a ** 2 * sigma / (1 - sigma)
+    s2 = a**2 * sigma / (1 - sigma)
     dt = sigma_next - sigma
     alternative = latents + dt * (velocity + s2 / (2 * sigma) * (latents + (1 - sigma) * velocity))
     assert_close_reordered(out.mean, alternative, length=1, depth=6)  # the same formula, rearranged: ~6 roundings
@@ -54,8 +54,9 @@ def test_std_matches_worked_table():
     sigmas = flow_match_sigmas(10, 3.0)
     latents, velocity = _inputs()
     for i, expected in enumerate(table):
-        out = flow_sde_step(latents, velocity, sigmas[i], sigmas[i + 1], 0.7, noise=torch.zeros(SHAPE),
-                            sigma_max_guard=sigmas[1])
+        out = flow_sde_step(
+            latents, velocity, sigmas[i], sigmas[i + 1], 0.7, noise=torch.zeros(SHAPE), sigma_max_guard=sigmas[1]
+        )
         assert out.std.tolist() == pytest.approx([expected] * 3, abs=5e-4)
 
 
@@ -89,10 +90,24 @@ def test_scoring_the_drawn_sample_is_bitwise_equal():
     latents, velocity = _inputs()
     sigmas = flow_match_sigmas(10, 3.0)
     for i in (0, 4, 8):
-        drawn = flow_sde_step(latents, velocity, sigmas[i], sigmas[i + 1], 0.7,
-                              generator=torch.Generator().manual_seed(i), sigma_max_guard=sigmas[1])
-        scored = flow_sde_step(latents, velocity, float(sigmas[i]), float(sigmas[i + 1]), 0.7,
-                               prev_latents=drawn.prev_latents.clone(), sigma_max_guard=float(sigmas[1]))
+        drawn = flow_sde_step(
+            latents,
+            velocity,
+            sigmas[i],
+            sigmas[i + 1],
+            0.7,
+            generator=torch.Generator().manual_seed(i),
+            sigma_max_guard=sigmas[1],
+        )
+        scored = flow_sde_step(
+            latents,
+            velocity,
+            float(sigmas[i]),
+            float(sigmas[i + 1]),
+            0.7,
+            prev_latents=drawn.prev_latents.clone(),
+            sigma_max_guard=float(sigmas[1]),
+        )
         assert torch.equal(scored.log_prob, drawn.log_prob)
         assert torch.equal(scored.mean, drawn.mean)
 
@@ -125,13 +140,20 @@ def test_per_sample_sigma_tensors_broadcast():
     noise = torch.randn(SHAPE, generator=torch.Generator().manual_seed(3))
     batched = flow_sde_step(latents, velocity, sigmas, sigmas_next, 0.7, noise=noise)
     for b in range(3):
-        single = flow_sde_step(latents[b:b + 1], velocity[b:b + 1], float(sigmas[b]), float(sigmas_next[b]), 0.7,
-                               noise=noise[b:b + 1])
-        torch.testing.assert_close(batched.prev_latents[b:b + 1], single.prev_latents)
-        torch.testing.assert_close(batched.log_prob[b:b + 1], single.log_prob)
-        torch.testing.assert_close(batched.std[b:b + 1], single.std)
-    torch.testing.assert_close(ode_step(latents, velocity, sigmas, sigmas_next),
-                               latents + (sigmas_next - sigmas).view(-1, 1, 1, 1) * velocity)
+        single = flow_sde_step(
+            latents[b : b + 1],
+            velocity[b : b + 1],
+            float(sigmas[b]),
+            float(sigmas_next[b]),
+            0.7,
+            noise=noise[b : b + 1],
+        )
+        torch.testing.assert_close(batched.prev_latents[b : b + 1], single.prev_latents)
+        torch.testing.assert_close(batched.log_prob[b : b + 1], single.log_prob)
+        torch.testing.assert_close(batched.std[b : b + 1], single.std)
+    torch.testing.assert_close(
+        ode_step(latents, velocity, sigmas, sigmas_next), latents + (sigmas_next - sigmas).view(-1, 1, 1, 1) * velocity
+    )
     with pytest.raises(ValueError, match="batch of 3"):
         flow_sde_step(latents, velocity, torch.tensor([0.9, 0.6]), 0.5, 0.7)
 

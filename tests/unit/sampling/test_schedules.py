@@ -87,12 +87,15 @@ def test_exponential_time_shift_and_terminal_stretch_by_hand():
     torch.testing.assert_close(stretch_to_terminal(sigmas, 0.02), torch.tensor([1.0, 1 - 0.5 * 0.98 / 0.75, 0.02]))
 
 
-@pytest.mark.parametrize("config", [
-    dict(use_dynamic_shifting=True, shift=3.0),  # FLUX.1-dev
-    # Qwen-Image
-    dict(use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9, max_image_seq_len=8192, shift_terminal=0.02),
-    dict(use_dynamic_shifting=False, shift=1.0),  # FLUX.1-schnell
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(use_dynamic_shifting=True, shift=3.0),  # FLUX.1-dev
+        # Qwen-Image
+        dict(use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9, max_image_seq_len=8192, shift_terminal=0.02),
+        dict(use_dynamic_shifting=False, shift=1.0),  # FLUX.1-schnell
+    ],
+)
 def test_pipeline_sigmas_match_the_diffusers_scheduler_bit_for_bit(config):
     import numpy as np
     from diffusers import FlowMatchEulerDiscreteScheduler
@@ -132,7 +135,8 @@ def test_karras_flow_sigmas_match_the_cosmos_unipc_scheduler_bitwise(num_steps):
 
     from genalign.sampling.schedules import karras_flow_sigmas
 
-    scheduler = UniPCMultistepScheduler(use_karras_sigmas=True, use_flow_sigmas=True,
-                                        prediction_type="flow_prediction", sigma_max=200.0, sigma_min=0.01)
+    scheduler = UniPCMultistepScheduler(
+        use_karras_sigmas=True, use_flow_sigmas=True, prediction_type="flow_prediction", sigma_max=200.0, sigma_min=0.01
+    )
     scheduler.set_timesteps(num_steps)
     assert torch.equal(karras_flow_sigmas(num_steps, 0.01, 200.0), scheduler.sigmas)

@@ -38,7 +38,7 @@ def test_dance_mean_is_the_flow_mean_with_constant_scale():
     sigma, sigma_next, eta = 0.7073, 0.6022, 0.3
     out = dance_sde_step(latents, velocity, sigma, sigma_next, eta, noise=torch.zeros(SHAPE))
     dt = sigma_next - sigma
-    expected = latents + dt * (velocity + eta ** 2 / (2 * sigma) * (latents + (1 - sigma) * velocity))
+    expected = latents + dt * (velocity + eta**2 / (2 * sigma) * (latents + (1 - sigma) * velocity))
     assert_close_reordered(out.mean, expected, length=1, depth=6)  # the same formula, rearranged
     # std = 0.3·sqrt(0.1051) = 0.3·0.324191 = 0.097257
     assert out.std[0].item() == pytest.approx(0.097257, abs=1e-5)
@@ -50,8 +50,7 @@ def test_dance_scalar_hand_value_and_sigma_one_needs_no_guard():
     out = dance_sde_step(torch.ones(1, 1), torch.full((1, 1), 2.0), 1.0, 0.9, 0.3, noise=torch.zeros(1, 1))
     assert out.mean.item() == pytest.approx(0.7955, abs=1e-6)
     # log-prob of x = μ with std 0.3·sqrt(0.1) = 0.0948683: −log std − ½ log 2π = 2.355287 − 0.918939
-    assert out.log_prob.item() == pytest.approx(-math.log(0.3 * math.sqrt(0.1)) - 0.5 * math.log(2 * math.pi),
-                                                abs=1e-5)
+    assert out.log_prob.item() == pytest.approx(-math.log(0.3 * math.sqrt(0.1)) - 0.5 * math.log(2 * math.pi), abs=1e-5)
 
 
 def test_cps_coefficients_preserve_the_schedule_variance():
@@ -66,7 +65,7 @@ def test_cps_coefficients_preserve_the_schedule_variance():
         sigma = 0.7073
         latents = (1 - sigma) * x0 + sigma * x1
         out = cps_step(latents, x1 - x0, sigma, sigma_next, a, noise=torch.zeros(1, 1))
-        predicted = math.sqrt(sigma_next ** 2 - c ** 2)
+        predicted = math.sqrt(sigma_next**2 - c**2)
         assert out.mean.item() == pytest.approx((1 - sigma_next) * 0 + predicted * x1_value, abs=1e-6)
         assert out.std.item() == pytest.approx(c, abs=1e-6)
     # empirically: x_next − (1 − σ_next)·x0 has variance σ_next² when x1 and ε are independent N(0, 1)
@@ -76,7 +75,7 @@ def test_cps_coefficients_preserve_the_schedule_variance():
     sigma = 0.7073
     out = cps_step((1 - sigma) * x0 + sigma * x1, x1 - x0, sigma, sigma_next, a, generator=generator)
     residual = out.prev_latents - (1 - sigma_next) * x0  # [N, 1]
-    assert residual.var().item() == pytest.approx(sigma_next ** 2, rel=0.03)
+    assert residual.var().item() == pytest.approx(sigma_next**2, rel=0.03)
 
 
 def test_cps_log_prob_forms_hand_values():
@@ -93,8 +92,9 @@ def test_cps_log_prob_forms_hand_values():
     assert_close_reordered(gaussian.log_prob, expected, length=per_dim.shape[1], depth=2, scale=scale)
     # the two differ by the per-step factor 2c² plus constants (§2.3)
     constant = -math.log(std) - 0.5 * math.log(2 * math.pi)
-    assert_close_reordered(gaussian.log_prob, out.log_prob / (2 * std ** 2) + constant, length=per_dim.shape[1],
-                           depth=3, scale=scale)
+    assert_close_reordered(
+        gaussian.log_prob, out.log_prob / (2 * std**2) + constant, length=per_dim.shape[1], depth=3, scale=scale
+    )
 
 
 def test_cps_final_step_and_zero_noise_are_deterministic_euler_steps():
@@ -110,10 +110,19 @@ def test_cps_final_step_and_zero_noise_are_deterministic_euler_steps():
 @pytest.mark.parametrize("kernel", sorted(KERNELS))
 def test_every_kernel_scores_its_own_draw_bitwise(kernel):
     latents, velocity = _inputs()
-    drawn = transition_step(kernel, latents, velocity, 0.8577, 0.7904, 0.7, generator=torch.Generator().manual_seed(1),
-                            sigma_max_guard=0.9601)
-    scored = transition_step(kernel, latents, velocity, 0.8577, 0.7904, 0.7, prev_latents=drawn.prev_latents,
-                             sigma_max_guard=0.9601)
+    drawn = transition_step(
+        kernel,
+        latents,
+        velocity,
+        0.8577,
+        0.7904,
+        0.7,
+        generator=torch.Generator().manual_seed(1),
+        sigma_max_guard=0.9601,
+    )
+    scored = transition_step(
+        kernel, latents, velocity, 0.8577, 0.7904, 0.7, prev_latents=drawn.prev_latents, sigma_max_guard=0.9601
+    )
     assert torch.equal(drawn.log_prob, scored.log_prob) and torch.isfinite(scored.log_prob).all()
 
 

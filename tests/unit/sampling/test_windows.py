@@ -17,12 +17,12 @@ def test_random_window_stays_in_range_covers_it_and_is_a_pure_function_of_the_st
 
 def test_progressive_window_hand_sequence():
     # size 4 in [0, 9) (10 steps, hi = -1): starts 0..5 (P = 6); τ = 2, s = 1
-    starts = [window_bounds("progressive", 4, 0, 9, step, seed=0, shift_every=2, shift_by=1)[0]
-              for step in range(1, 15)]
+    starts = [
+        window_bounds("progressive", 4, 0, 9, step, seed=0, shift_every=2, shift_by=1)[0] for step in range(1, 15)
+    ]
     assert starts == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 0, 0]
     # s = 2: positions 0, 2, 4 (P = 5 // 2 + 1 = 3), then roll back
-    starts = [window_bounds("progressive", 4, 0, 9, step, seed=0, shift_every=1, shift_by=2)[0]
-              for step in range(1, 8)]
+    starts = [window_bounds("progressive", 4, 0, 9, step, seed=0, shift_every=1, shift_by=2)[0] for step in range(1, 8)]
     assert starts == [0, 2, 4, 0, 2, 4, 0]
     # a range that starts later: lo = 2
     assert window_bounds("progressive", 3, 2, 6, 2, seed=0, shift_every=1) == (3, 6)
@@ -77,8 +77,9 @@ def test_per_step_draw_is_one_window_for_every_batch_of_a_step():
 
 
 def test_trained_steps_are_each_samples_own():
-    masks = torch.stack([sde_step_mask(6, 0.7, (0, 2)), sde_step_mask(6, 0.7, (3, 5)),
-                         sde_step_mask(6, 0.7, (1, 3))])  # [3, 6]: three windows
+    masks = torch.stack(
+        [sde_step_mask(6, 0.7, (0, 2)), sde_step_mask(6, 0.7, (3, 5)), sde_step_mask(6, 0.7, (1, 3))]
+    )  # [3, 6]: three windows
     seeds = torch.tensor([5, 6, 7])
     assert trained_steps(masks, 5, "first", seeds).tolist() == [[0, 1], [3, 4], [1, 2]]
     assert trained_steps(masks, 1, "first", seeds).tolist() == [[0], [3], [1]]

@@ -30,10 +30,16 @@ def test_default_is_csv_only_and_valid():
     assert tracker_problems(["csv", "tensorboard", "wandb"], WandbConfig()) == []  # installed with [dev]
 
 
-@pytest.mark.parametrize("written, used", [
-    ("trainer.loggers=wandb", ["csv", "wandb"]), ("trainer.loggers=[tensorboard]", ["csv", "tensorboard"]),
-    ("trainer.loggers=tensorboard,wandb", ["csv", "tensorboard", "wandb"]),
-    ("trainer.loggers=[wandb,csv]", ["wandb", "csv"]), ("trainer.loggers=csv", ["csv"])])
+@pytest.mark.parametrize(
+    "written, used",
+    [
+        ("trainer.loggers=wandb", ["csv", "wandb"]),
+        ("trainer.loggers=[tensorboard]", ["csv", "tensorboard"]),
+        ("trainer.loggers=tensorboard,wandb", ["csv", "tensorboard", "wandb"]),
+        ("trainer.loggers=[wandb,csv]", ["wandb", "csv"]),
+        ("trainer.loggers=csv", ["csv"]),
+    ],
+)
 def test_a_scalar_or_csv_less_logger_list_means_csv_plus_those(written, used):
     """As `--report_to wandb` names it: the CSV record is always written, never asked for."""
     assert load_config(None, [written, "trainer.wandb.mode=offline"]).trainer.loggers == used
@@ -58,12 +64,24 @@ def test_wandb_mode_follows_the_login_unless_the_config_or_environment_names_one
 
 
 def test_mlflow_settings_follow_config_then_environment_then_default():
-    assert resolve_mlflow(MlflowConfig(), {}) == {"tracking_uri": None, "experiment_name": "genalign",
-                                                  "run_name": None, "tags": None}
-    environ = {"MLFLOW_TRACKING_URI": "http://mlflow:5000", "MLFLOW_EXPERIMENT_NAME": "sd3",
-               "MLFLOW_RUN_NAME": "r1", "MLFLOW_TAGS": '{"team": "vision"}'}
-    assert resolve_mlflow(MlflowConfig(), environ) == {"tracking_uri": "http://mlflow:5000", "experiment_name": "sd3",
-                                                       "run_name": "r1", "tags": {"team": "vision"}}
+    assert resolve_mlflow(MlflowConfig(), {}) == {
+        "tracking_uri": None,
+        "experiment_name": "genalign",
+        "run_name": None,
+        "tags": None,
+    }
+    environ = {
+        "MLFLOW_TRACKING_URI": "http://mlflow:5000",
+        "MLFLOW_EXPERIMENT_NAME": "sd3",
+        "MLFLOW_RUN_NAME": "r1",
+        "MLFLOW_TAGS": '{"team": "vision"}',
+    }
+    assert resolve_mlflow(MlflowConfig(), environ) == {
+        "tracking_uri": "http://mlflow:5000",
+        "experiment_name": "sd3",
+        "run_name": "r1",
+        "tags": {"team": "vision"},
+    }
     assert resolve_mlflow(MlflowConfig(experiment_name="x"), environ)["experiment_name"] == "x"
 
 
@@ -103,24 +121,49 @@ def test_a_selected_tracker_that_is_not_installed_names_the_extra(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     with pytest.raises(ConfigError) as err:
         load_config(None, ["trainer.loggers=[csv,wandb]"])
-    assert err.value.problems == ["trainer.loggers: wandb needs the wandb package, which is not installed; "
-                                  "pip install 'genalign[trackers]' or remove wandb from trainer.loggers"]
+    assert err.value.problems == [
+        "trainer.loggers: wandb needs the wandb package, which is not installed; "
+        "pip install 'genalign[trackers]' or remove wandb from trainer.loggers"
+    ]
     # a checkpoint's config (genalign eval, resume checks) logs nowhere: not this machine's concern
     assert logger_problems(["csv", "wandb"]) == []
     assert validate(compose_config(None, ["trainer.loggers=[csv,wandb]"]), check_machine=False) == []
 
 
 def test_wandb_settings_follow_wandb_precedence_config_then_environment_then_default():
-    assert resolve_wandb(WandbConfig(), {}) == {"project": "genalign", "entity": None, "name": None, "group": None,
-                                                "tags": None, "mode": None}  # the mode: by the login
-    environ = {"WANDB_MODE": "disabled", "WANDB_PROJECT": "envproj", "WANDB_ENTITY": "team", "WANDB_NAME": "run-7",
-               "WANDB_RUN_GROUP": "sweep-3", "WANDB_TAGS": "sd3, ocr ,,lora"}
-    assert resolve_wandb(WandbConfig(), environ) == {"project": "envproj", "entity": "team", "name": "run-7",
-                                                     "group": "sweep-3", "tags": ["sd3", "ocr", "lora"],
-                                                     "mode": "disabled"}
+    assert resolve_wandb(WandbConfig(), {}) == {
+        "project": "genalign",
+        "entity": None,
+        "name": None,
+        "group": None,
+        "tags": None,
+        "mode": None,
+    }  # the mode: by the login
+    environ = {
+        "WANDB_MODE": "disabled",
+        "WANDB_PROJECT": "envproj",
+        "WANDB_ENTITY": "team",
+        "WANDB_NAME": "run-7",
+        "WANDB_RUN_GROUP": "sweep-3",
+        "WANDB_TAGS": "sd3, ocr ,,lora",
+    }
+    assert resolve_wandb(WandbConfig(), environ) == {
+        "project": "envproj",
+        "entity": "team",
+        "name": "run-7",
+        "group": "sweep-3",
+        "tags": ["sd3", "ocr", "lora"],
+        "mode": "disabled",
+    }
     explicit = WandbConfig(project="p", entity="e", name="n", group="g", tags=["t"], mode="online")
-    assert resolve_wandb(explicit, environ) == {"project": "p", "entity": "e", "name": "n", "group": "g",
-                                                "tags": ["t"], "mode": "online"}
+    assert resolve_wandb(explicit, environ) == {
+        "project": "p",
+        "entity": "e",
+        "name": "n",
+        "group": "g",
+        "tags": ["t"],
+        "mode": "online",
+    }
     assert resolve_wandb(WandbConfig(), {"WANDB_PROJECT": "  "})["project"] == "genalign"  # empty: unset
 
 
@@ -128,16 +171,22 @@ def test_an_unsupported_wandb_mode_from_the_environment_is_a_config_error(monkey
     monkeypatch.setenv("WANDB_MODE", "cloud")
     with pytest.raises(ConfigError) as err:
         load_config(None, ["trainer.loggers=[csv,wandb]"])
-    assert err.value.problems == ["trainer.loggers=wandb: the environment sets WANDB_MODE='cloud', which genalign "
-                                  "does not support; choose one of: offline, online, disabled (or set "
-                                  "trainer.wandb.mode)"]
+    assert err.value.problems == [
+        "trainer.loggers=wandb: the environment sets WANDB_MODE='cloud', which genalign "
+        "does not support; choose one of: offline, online, disabled (or set "
+        "trainer.wandb.mode)"
+    ]
     load_config(None, ["trainer.loggers=[csv,wandb]", "trainer.wandb.mode=offline"])  # the key wins
     load_config(None, ["trainer.loggers=[csv]"])  # no W&B run, nothing to check
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("every", -1, "trainer.sample_table.every must be >= 0 (0 disables it), got -1"),
-    ("count", 0, "trainer.sample_table.count must be >= 1, got 0")])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("every", -1, "trainer.sample_table.every must be >= 0 (0 disables it), got -1"),
+        ("count", 0, "trainer.sample_table.count must be >= 1, got 0"),
+    ],
+)
 def test_sample_table_bounds(key, value, message):
     with pytest.raises(ConfigError) as err:
         load_config(None, [f"trainer.sample_table.{key}={value}"])

@@ -30,7 +30,9 @@ def library(monkeypatch):
         monkeypatch.setattr(library, "propagate", False)  # as the libraries set it: the root's handlers never see it
     for handler in logging.getLogger().handlers:  # pytest's capture handlers outlive a test: a filter an
         # earlier test's `genalign` command installed on them would say the line a second time
-        monkeypatch.setattr(handler, "filters", [f for f in handler.filters if not isinstance(f, console.KnownMessages)])
+        monkeypatch.setattr(
+            handler, "filters", [f for f in handler.filters if not isinstance(f, console.KnownMessages)]
+        )
     console.quiet_libraries()
     yield stream
     for name in console.LIBRARIES:
@@ -42,14 +44,17 @@ def test_known_library_messages_are_said_once_and_others_pass(library, caplog):
     clip = logging.getLogger("diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3")
     with caplog.at_level(logging.INFO, logger="genalign"):
         for tokens in (["a"], ["b"], ["c"]):  # once per batch of long prompts, in the library
-            clip.warning("The following part of your input was truncated because CLIP can only handle sequences up "
-                         f"to 77 tokens: {tokens}")
+            clip.warning(
+                "The following part of your input was truncated because CLIP can only handle sequences up "
+                f"to 77 tokens: {tokens}"
+            )
         logging.getLogger("transformers.models.auto").warning("something new the library says")
     assert library.getvalue().splitlines() == ["[transformers] something new the library says"]  # untouched
     with caplog.at_level(logging.INFO, logger="genalign"):
         logging.getLogger("transformers.tokenization_utils_base").warning(
             "Token indices sequence length is longer than the specified maximum sequence length for this model "
-            "(78 > 77). Running this sequence through the model will result in indexing errors")
+            "(78 > 77). Running this sequence through the model will result in indexing errors"
+        )
     assert said_lines(caplog) == [console.KNOWN[1].said]  # the tokenizer's own warning is the same news
     assert console.FILTER.counts == {"prompt cut to a tokenizer's window": 4}
 

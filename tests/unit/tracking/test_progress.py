@@ -6,8 +6,10 @@ from genalign.tracking.logs import StepClock, format_duration
 from genalign.training.memory import COLUMN, GIB, PeakMemory
 
 
-@pytest.mark.parametrize("seconds, text", [(0, "0s"), (42.4, "42s"), (185, "3m05s"), (3720, "1h02m"),
-                                           (float("nan"), "?"), (float("inf"), "?")])
+@pytest.mark.parametrize(
+    "seconds, text",
+    [(0, "0s"), (42.4, "42s"), (185, "3m05s"), (3720, "1h02m"), (float("nan"), "?"), (float("inf"), "?")],
+)
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
 

@@ -49,5 +49,8 @@ def test_sinks_forward_tables_to_trackers_under_their_prefix_and_the_csv_ignores
 
 def test_markdown_table_escapes_pipes():
     text = samples_markdown([Sample(None, "a | b\nc", {"ocr": 0.25, "total": 0.5})])
-    assert text.splitlines() == ["| # | prompt | ocr | total |", "|---|---|---|---|",
-                                 "| 0 | a \\| b c | 0.2500 | 0.5000 |"]
+    assert text.splitlines() == [
+        "| # | prompt | ocr | total |",
+        "|---|---|---|---|",
+        "| 0 | a \\| b c | 0.2500 | 0.5000 |",
+    ]

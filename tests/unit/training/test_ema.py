@@ -70,7 +70,7 @@ def test_ema_counts_its_updates_and_the_starting_weights_share():
     assert abs(ema.shadow["w"].item() - (1 - 0.729)) < 1e-6  # the share is exactly what is left of w = 0
     text = ema_description(0.9, ema.updates, ema.initial_share)
     assert "3 updates" in text and "73 %" in text and "barely moved" in text
-    assert "barely moved" not in ema_description(0.9, 40, 0.9 ** 40)
+    assert "barely moved" not in ema_description(0.9, 40, 0.9**40)
     assert "unknown" in ema_description(0.9, -1, float("nan"))
 
 
@@ -84,8 +84,9 @@ def test_state_dict_carries_the_weights_and_the_counters():
         ema.on_optimizer_step()
     state = ema.state_dict()
     assert (state["optimizer_steps"], state["updates"], state["initial_share"]) == (2, 2, 0.9 * 0.9)
-    fresh = EMA({"w": torch.nn.Parameter(torch.zeros(2))}, decay=0.9, update_every=1, warmup=False,
-                cadence="optimizer_step")
+    fresh = EMA(
+        {"w": torch.nn.Parameter(torch.zeros(2))}, decay=0.9, update_every=1, warmup=False, cadence="optimizer_step"
+    )
     fresh.load_state_dict(state)
     assert torch.equal(fresh.shadow["w"], ema.shadow["w"])
     assert (fresh.optimizer_steps, fresh.updates, fresh.initial_share) == (2, 2, 0.9 * 0.9)
@@ -101,4 +102,8 @@ def test_older_checkpoints_counters_are_read_from_their_flat_keys():
     flat = {"ema_optimizer_steps": 4, "ema_updates": 4, "ema_initial_share": 0.5}  # before the EMA kept its own
     assert ema_counters(flat) == counters
     oldest = ema_counters({"ema_optimizer_steps": 4})  # before the EMA counted its updates: unknown
-    assert oldest["optimizer_steps"] == 4 and oldest["updates"] == -1 and oldest["initial_share"] != oldest["initial_share"]
+    assert (
+        oldest["optimizer_steps"] == 4
+        and oldest["updates"] == -1
+        and oldest["initial_share"] != oldest["initial_share"]
+    )

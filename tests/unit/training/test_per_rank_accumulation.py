@@ -35,7 +35,13 @@ def test_the_trainer_checks_it_before_anything_loads(monkeypatch, tmp_path):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("LOCAL_RANK", "0")
-    cfg = load_config(None, ["distributed.training.strategy=ddp", "actor.gradient_accumulation_steps=1",
-                             f"trainer.output_dir={tmp_path / 'run'}"])
+    cfg = load_config(
+        None,
+        [
+            "distributed.training.strategy=ddp",
+            "actor.gradient_accumulation_steps=1",
+            f"trainer.output_dir={tmp_path / 'run'}",
+        ],
+    )
     with pytest.raises(ConfigError, match="multiple of the 2 ranks"):
         Trainer(cfg)

@@ -48,13 +48,25 @@ class QuadraticAlgorithm(AlgorithmBase):
         return per_sample.mean(), {"ratio": torch.ones(len(batch))}
 
 
-def run(batch, advantages, accumulation, micro, lr=0.1, epochs=1, algo=None, drop_zero_advantage=False,
-        on_optimizer_step=lambda: None, shuffle=False, **kwargs):
+def run(
+    batch,
+    advantages,
+    accumulation,
+    micro,
+    lr=0.1,
+    epochs=1,
+    algo=None,
+    drop_zero_advantage=False,
+    on_optimizer_step=lambda: None,
+    shuffle=False,
+    **kwargs,
+):
     weight = torch.nn.Parameter(torch.tensor(1.0)) if algo is None else algo.weight
     algo = algo or QuadraticAlgorithm(weight, drop_zero_advantage=drop_zero_advantage)
     opt = torch.optim.SGD([weight], lr=lr)
-    actor = ActorConfig(gradient_accumulation_steps=accumulation, max_grad_norm=1e9, num_inner_epochs=epochs,
-                        shuffle_samples=shuffle)
+    actor = ActorConfig(
+        gradient_accumulation_steps=accumulation, max_grad_norm=1e9, num_inner_epochs=epochs, shuffle_samples=shuffle
+    )
     hooks = SimpleNamespace(on_optimizer_step=on_optimizer_step, on_micro_batch=lambda: None)
     context = UpdateContext(CPU_POLICY, algo, opt, [weight], actor, ema=hooks, **kwargs)
     result = run_update(context, batch, advantages, micro, torch.Generator().manual_seed(0))
@@ -97,7 +109,7 @@ def test_micro_batches_in_sampling_order_or_a_seeded_shuffle_per_inner_epoch():
         return [prompts for prompts, step in algo.calls if step == 0]  # one entry per micro-batch
 
     in_order = order(False)
-    assert in_order == [tuple(batch.prompts[i:i + 2]) for i in range(0, 8, 2)] * 2
+    assert in_order == [tuple(batch.prompts[i : i + 2]) for i in range(0, 8, 2)] * 2
     shuffled = order(True)
     assert shuffled == order(True)  # seeded
     first, second = shuffled[:4], shuffled[4:]
@@ -112,8 +124,15 @@ def test_accumulation_counts_micro_batches_across_inner_epochs():
     adv = torch.randn(6)
     algo = QuadraticAlgorithm(torch.nn.Parameter(torch.tensor(1.0)))
     calls_at_step = []
-    _, result, _ = run(batch, adv, accumulation=2, micro=2, epochs=2, algo=algo,
-                       on_optimizer_step=lambda: calls_at_step.append(len(algo.calls)))
+    _, result, _ = run(
+        batch,
+        adv,
+        accumulation=2,
+        micro=2,
+        epochs=2,
+        algo=algo,
+        on_optimizer_step=lambda: calls_at_step.append(len(algo.calls)),
+    )
     assert result.optimizer_steps == 3
     assert calls_at_step == [4, 8, 12]  # 2 micro-batches x 2 trained steps per optimizer step
 
@@ -151,10 +170,10 @@ def test_fp16_loss_scaling_skips_an_overflowing_step_and_lowers_the_scale():
     halves the scale, instead of raising; finite steps train as usual."""
     batch = make_batch(size=4)
     big = dataclasses.replace(batch, latents=batch.latents * 1e18)  # loss ~1e35, scaled gradient > 3.4e38
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16, enabled=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16, enabled=True)
     weight, result, _ = run(big, torch.zeros(4), accumulation=1, micro=4, scaler=scaler)
     assert (result.optimizer_steps, result.skipped_steps) == (1, 1)
-    assert weight.item() == 1.0 and result.grad_scale == 2.0 ** 15
+    assert weight.item() == 1.0 and result.grad_scale == 2.0**15
     weight, result, _ = run(batch, torch.randn(4), accumulation=1, micro=4, scaler=scaler)
     assert result.skipped_steps == 0 and weight.item() != 1.0
 

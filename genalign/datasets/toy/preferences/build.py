@@ -46,16 +46,26 @@ def build() -> dict[str, bytes]:
     policy = ToyPolicy.from_pretrained()
     reward = ToyShapeReward()
     prompts = [example.prompt for example in load_manifest(str(HERE.parent / "train.txt"))]
-    spec = SamplingSpec(height=IMAGE_SIZE, width=IMAGE_SIZE, num_steps=NUM_STEPS, guidance_scale=1.0, noise_level=0.0,
-                        chunk_size=GROUP_SIZE * GROUPS_PER_PROMPT)
+    spec = SamplingSpec(
+        height=IMAGE_SIZE,
+        width=IMAGE_SIZE,
+        num_steps=NUM_STEPS,
+        guidance_scale=1.0,
+        noise_level=0.0,
+        chunk_size=GROUP_SIZE * GROUPS_PER_PROMPT,
+    )
     files: dict[str, bytes] = {}
     rows = []
     for prompt_index, prompt in enumerate(prompts):
         count = GROUP_SIZE * GROUPS_PER_PROMPT
         seeds = torch.tensor([sample_seed(SEED, prompt_index, i) for i in range(count)])
-        groups = PromptGroupBatch([prompt] * count, torch.full((count,), prompt_index),
-                                  torch.arange(GROUPS_PER_PROMPT).repeat_interleave(GROUP_SIZE), seeds,
-                                  [{} for _ in range(count)])
+        groups = PromptGroupBatch(
+            [prompt] * count,
+            torch.full((count,), prompt_index),
+            torch.arange(GROUPS_PER_PROMPT).repeat_interleave(GROUP_SIZE),
+            seeds,
+            [{} for _ in range(count)],
+        )
         batch = generate(policy, groups, spec)
         scores = reward.score(batch.images, batch.prompts, batch.metadata)  # [count]
         for group in range(GROUPS_PER_PROMPT):
@@ -83,10 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     files = build()
     if args.check:
-        stale = [name for name, content in files.items()
-                 if not (HERE / name).is_file() or (HERE / name).read_bytes() != content]
-        extra = sorted(str(p.relative_to(HERE)) for p in (HERE / "images").glob("*.png")
-                       if str(p.relative_to(HERE)) not in files)
+        stale = [
+            name
+            for name, content in files.items()
+            if not (HERE / name).is_file() or (HERE / name).read_bytes() != content
+        ]
+        extra = sorted(
+            str(p.relative_to(HERE)) for p in (HERE / "images").glob("*.png") if str(p.relative_to(HERE)) not in files
+        )
         if stale or extra:
             print(f"stale: {stale[:5]} extra: {extra[:5]}; run python genalign/datasets/toy/preferences/build.py")
             return 1
