@@ -65,7 +65,8 @@ def render(report: dict) -> str:
         f"#### GPU suite on {card['name']}{memory}",
         "",
         f"Mode {report['mode']}; {', '.join(f'{k} {v}' for k, v in versions.items())}; genalign "
-        f"{prepared.get('genalign_commit', 'unknown')}; Flow-GRPO {prepared.get('flow_grpo_commit') or 'not prepared'}; "
+        f"{prepared.get('genalign_commit', 'unknown')}; "
+        f"Flow-GRPO {prepared.get('flow_grpo_commit') or 'not prepared'}; "
         f"budget {report['budget_s']:.0f} s, ran {report['elapsed_s']:.0f} s.",
         "",
     ]
@@ -87,7 +88,8 @@ def render(report: dict) -> str:
         lines += [f"**{section}. {title}**", ""]
         if section == 1:
             lines += [
-                "| item | status | settings | images/s | peak GiB | plan GiB | peak / plan | parity | finite | shrunk |",
+                "| item | status | settings | images/s | peak GiB | plan GiB | peak / plan | parity | finite "
+                "| shrunk |",
                 "|---|---|---|---|---|---|---|---|---|---|",
             ]
             for i in rows:

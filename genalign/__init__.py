@@ -19,8 +19,8 @@ from genalign.version import __version__
 if TYPE_CHECKING:
     from genalign.api import Trainer, TrainerCallback, TrainResult, load_config, train
 
-API = ("load_config", "train", "Trainer", "TrainerCallback", "TrainResult")
-__all__ = ["__version__", *API]
+__all__ = ["__version__", "load_config", "train", "Trainer", "TrainerCallback", "TrainResult"]
+API = tuple(__all__[1:])
 
 
 def __getattr__(name: str) -> Any:

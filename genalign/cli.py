@@ -1,5 +1,5 @@
-"""Command line: `genalign train | config | eval | compare | report | export | pretrain-demo | serve-reward` (+ `--help`,
-`--version`).
+"""Command line: `genalign train | config | eval | compare | report | export | pretrain-demo |
+serve-reward` (+ `--help`, `--version`).
 
 Parse -> config -> call; no logic lives here. `python -m genalign.train ARGS` is the same
 as `genalign train ARGS`. `genalign train --help` and `genalign config --help` list the

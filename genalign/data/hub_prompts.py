@@ -9,8 +9,8 @@ plain JSON data (strings, numbers, lists, mappings: GenEval's clauses) becomes t
 metadata, as a .jsonl manifest's fields do. Columns of other types (images, audio) are left
 out, and the log names them. Arrow gives every row every field of a column's struct type,
 null where the row had none; those nulls are dropped again (at any depth), so a row reads
-as the JSON line it was written from (GenEval's clauses name `color` only where they have one). A dataset is read once per process: later reads of the same
-reference reuse the rows.
+as the JSON line it was written from (GenEval's clauses name `color` only where they have
+one). A dataset is read once per process: later reads of the same reference reuse the rows.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """What a checkpoint exports for other tools: a diffusers LoRA, or a whole transformer.
 
-Where it fits: `Checkpointer.save` (training/checkpointing.py) asks `checkpoint_export` for a writer and `save_checkpoint`
-calls it inside the checkpoint's temporary directory (so an export is as atomic as the rest).
+Where it fits: `Checkpointer.save` (training/checkpointing.py) asks `checkpoint_export` for a
+writer and `save_checkpoint` calls it inside the checkpoint's temporary directory (so an
+export is as atomic as the rest).
 - LoRA runs on a diffusers family: `lora/` = the weights the eval numbers came from (the EMA
   when eval.use_ema, as Flow-GRPO saves), `lora_live/` = the live weights beside it; both load
   with `pipe.load_lora_weights(dir)`; each holds its model card (`README.md`), with the first

@@ -100,7 +100,8 @@ def render_eval_html(folder: Path) -> str:
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{escape(title)} · genalign evaluation</title><style>{STYLE}</style></head>
 <body><header><h1>{escape(str(settings.get("benchmark")))} <span class="badge finished">evaluation</span></h1>
-<p>{escape(str(settings.get("model")))} · {escape(str(settings.get("weights")))} · {escape(str(settings.get("description")))}</p>
+<p>{escape(str(settings.get("model")))} · {escape(str(settings.get("weights")))} · \
+{escape(str(settings.get("description")))}</p>
 <p>{escape(str(folder.resolve()))}</p></header>
 <main><div class="cards">{cards}</div>
 {table_html(table)}

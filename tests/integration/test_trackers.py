@@ -1,6 +1,7 @@
 """Trackers, train.log and exports on the tiny SD3 pipeline: TensorBoard, W&B (offline) and
-MLflow (a local file store) get the rows and the contact sheet, metrics.csv stays byte-identical to a csv-only run's (and on a
-resume after a crash), train.log holds the story, exports carry a model card."""
+MLflow (a local file store) get the rows and the contact sheet, metrics.csv stays
+byte-identical to a csv-only run's (and on a resume after a crash), train.log holds the
+story, exports carry a model card."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The import graph: no cycle between files, and packages in a layer order.
 
-Every genalign module (not the build scripts shipped as package data) is parsed with `ast` (nothing is imported). An import counts wherever it
-is written, at the top of the file or inside a function: a function-local import is still a
+Every genalign module (not the build scripts shipped as package data) is parsed with `ast`
+(nothing is imported). An import counts wherever it is written, at the top of the file or
+inside a function: a function-local import is still a
 dependency, it only hides it. Imports under `if TYPE_CHECKING:` are annotations, not
 dependencies, and are skipped. The layer list below is mirrored in docs/architecture.md §6.
 """

@@ -10,6 +10,7 @@ import torch
 from genalign.rewards.base import RewardError
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rewards.config import RewardConfig
+from genalign.rewards.ray_runtime import RayRewardRuntime
 
 FAKES = [
     f"reward_fakes:{name}"
@@ -32,8 +33,6 @@ def fake_config(**fields) -> RewardConfig:
     """A RewardConfig whose reward.allow_import lists the fakes."""
     return RewardConfig(allow_import=FAKES, **fields)
 
-
-from genalign.rewards.ray_runtime import RayRewardRuntime
 
 pytestmark = pytest.mark.ray
 
