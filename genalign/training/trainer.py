@@ -102,7 +102,7 @@ class Trainer:
     def _build(self, cfg: ExperimentConfig, checkpoint: CheckpointState | None) -> None:
         distributed.barrier(self.ranks)
         log.info("step sizes: %s", self.sizes.describe())
-        for caution in config_cautions(cfg):
+        for caution in config_cautions(cfg) if self.ranks.is_main else ():  # one line per job, not per rank
             log.warning("%s", caution)
         torch.manual_seed(cfg.trainer.seed)  # adapter initialisation is the only global-RNG use
         with timed_phase(log, f"loading model {cfg.model.family} from {cfg.model.path}"):
