@@ -32,6 +32,7 @@ import logging
 import os
 from dataclasses import dataclass
 
+from genalign.config.errors import ConfigError
 from genalign.placement.config import DistributedConfig
 
 log = logging.getLogger(__name__)
@@ -432,8 +433,6 @@ def _rollout_devices(
 
 def resolve_resources(cfg, facts: EnvironmentFacts | None = None) -> Placement:
     """The placement of this run; raises `ConfigError` listing every problem."""
-    from genalign.config.errors import ConfigError
-
     facts = facts if facts is not None else environment_facts()
     placement, problems = plan_resources(
         cfg.distributed, cfg.rollout.engine, cfg.rollout.num_workers, cfg.distributed.training.strategy, facts
