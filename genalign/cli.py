@@ -13,6 +13,10 @@ import sys
 import textwrap
 
 from genalign.config.errors import DISK_FULL_ERRNOS, DISK_FULL_HINT, ConfigError, UserError
+from genalign.config.habit_flags import split_habit_flags
+from genalign.runs.stopping import RunInterrupted, SignalWatch
+from genalign.tracking.logs import configure_console_logging
+from genalign.version import __version__
 
 
 class _RecipeParser(argparse.ArgumentParser):
@@ -63,8 +67,6 @@ def _recipe_parser(prog: str, description: str) -> argparse.ArgumentParser:
 def _parse_recipe_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """argparse on `argv` after the habit flags: `--report_to X` becomes a leading override (so
     an explicit trainer.loggers=... after it wins); the others raise their equivalent."""
-    from genalign.config.habit_flags import split_habit_flags
-
     rest, flag_overrides = split_habit_flags(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(rest)
     args.overrides = [*flag_overrides, *args.overrides]
@@ -72,8 +74,6 @@ def _parse_recipe_args(parser: argparse.ArgumentParser, argv: list[str] | None) 
 
 
 def _configure_logging() -> None:
-    from genalign.tracking.logs import configure_console_logging
-
     configure_console_logging()
 
 
@@ -105,7 +105,6 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
         per_rank_accumulation(cfg.actor.gradient_accumulation_steps, args.nproc_per_node)
         return launch_ranks(args.nproc_per_node, args.config, args.overrides)
     _configure_logging()
-    from genalign.runs.stopping import SignalWatch
     from genalign.training.trainer import Trainer
 
     with SignalWatch(defer=False):  # a signal while the run is built stops it at once; the steps defer it
@@ -374,8 +373,6 @@ def main(argv: list[str] | None = None) -> int:
         print(top_level_help())
         return 0
     if argv[0] == "--version":
-        from genalign.version import __version__
-
         print(f"genalign {__version__}")
         return 0
     if argv[0] not in COMMANDS:
@@ -385,8 +382,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from genalign.runs.stopping import RunInterrupted
-
     try:
         return COMMANDS[argv[0]](argv[1:])
     except RunInterrupted as interrupted:  # SIGTERM / SIGINT: the conventional 128 + signal number
