@@ -115,7 +115,7 @@ def parse_visible_devices(value: str | None, device_count: int) -> tuple[int, ..
 
 def environment_facts() -> EnvironmentFacts:
     """Read CUDA_VISIBLE_DEVICES / the CUDA device count and RAY_ADDRESS."""
-    from genalign.placement.devices import visible_cuda_device_count
+    from genalign.placement.devices import visible_cuda_device_count  # lazy: torch, only to count CUDA devices
 
     return EnvironmentFacts(
         parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), visible_cuda_device_count()),
