@@ -26,7 +26,7 @@ API = tuple(__all__[1:])
 def __getattr__(name: str) -> Any:
     """The API names, imported when first asked for (PEP 562)."""
     if name in API:
-        from genalign import api
+        from genalign import api  # lazy: PEP 562, so `import genalign` stays light (no torch)
 
         return getattr(api, name)
     raise AttributeError(f"module 'genalign' has no attribute {name!r}")

@@ -20,6 +20,7 @@ from typing import Any, Iterable
 from genalign.config.schema import ExperimentConfig
 from genalign.preflight import load as _preflight
 from genalign.tracking.console import interactive_display
+from genalign.tracking.logs import configure_console_logging
 from genalign.training.callbacks import TrainerCallback
 from genalign.training.trainer import Trainer
 
@@ -108,8 +109,6 @@ def train(
     `progress`: a tqdm.auto bar over the steps; None shows it in a Jupyter notebook (a
     terminal gets the trainer's own bar, trainer.progress_bar). Log lines go to stderr when
     nothing else has configured logging. Returns the run's `TrainResult`."""
-    from genalign.tracking.logs import configure_console_logging
-
     if isinstance(config, ExperimentConfig):
         if list(overrides):
             raise TypeError("train(config, overrides): pass overrides to load_config, or a recipe name here")

@@ -13,6 +13,10 @@ import sys
 import textwrap
 
 from genalign.config.errors import DISK_FULL_ERRNOS, DISK_FULL_HINT, ConfigError, UserError
+from genalign.config.habit_flags import split_habit_flags
+from genalign.runs.stopping import RunInterrupted, SignalWatch
+from genalign.tracking.logs import configure_console_logging
+from genalign.version import __version__
 
 
 class _RecipeParser(argparse.ArgumentParser):
@@ -20,7 +24,7 @@ class _RecipeParser(argparse.ArgumentParser):
     prints the usage line and the error alone, not the catalog (dozens of lines)."""
 
     def format_help(self) -> str:
-        from genalign.config.catalog import describe
+        from genalign.config.catalog import describe  # lazy: reads the shipped recipes, only when help is printed
 
         return super().format_help() + "\n" + describe() + "\n"
 
@@ -63,8 +67,6 @@ def _recipe_parser(prog: str, description: str) -> argparse.ArgumentParser:
 def _parse_recipe_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """argparse on `argv` after the habit flags: `--report_to X` becomes a leading override (so
     an explicit trainer.loggers=... after it wins); the others raise their equivalent."""
-    from genalign.config.habit_flags import split_habit_flags
-
     rest, flag_overrides = split_habit_flags(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(rest)
     args.overrides = [*flag_overrides, *args.overrides]
@@ -72,8 +74,6 @@ def _parse_recipe_args(parser: argparse.ArgumentParser, argv: list[str] | None) 
 
 
 def _configure_logging() -> None:
-    from genalign.tracking.logs import configure_console_logging
-
     configure_console_logging()
 
 
@@ -88,11 +88,11 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
         "message naming it and the command that resumes the run",
     )
     args = _parse_recipe_args(parser, argv)
-    from genalign.preflight.load import load_config
+    from genalign.preflight.load import load_config  # lazy: CLI start-up (torch)
 
     cfg = load_config(args.config, args.overrides, check_files=True)  # every mistake before a model loads
     if args.nproc_per_node is not None:
-        from genalign.placement.launch import launch_ranks
+        from genalign.placement.launch import launch_ranks  # lazy: CLI start-up
 
         if args.nproc_per_node < 1 or cfg.distributed.training.strategy == "none":
             raise UserError(
@@ -100,13 +100,12 @@ def train_main(argv: list[str] | None = None, prog: str = "genalign train") -> i
                 "distributed.training.strategy=ddp or fsdp2 (now "
                 f"{cfg.distributed.training.strategy!r})"
             )
-        from genalign.preflight.step_sizes import per_rank_accumulation
+        from genalign.preflight.step_sizes import per_rank_accumulation  # lazy: CLI start-up
 
         per_rank_accumulation(cfg.actor.gradient_accumulation_steps, args.nproc_per_node)
         return launch_ranks(args.nproc_per_node, args.config, args.overrides)
     _configure_logging()
-    from genalign.runs.stopping import SignalWatch
-    from genalign.training.trainer import Trainer
+    from genalign.training.trainer import Trainer  # lazy: CLI start-up (torch)
 
     with SignalWatch(defer=False):  # a signal while the run is built stops it at once; the steps defer it
         trainer = Trainer.for_config(cfg)  # None: the run is already at trainer.num_steps
@@ -139,23 +138,23 @@ def config_main(argv: list[str] | None = None) -> int:
     )
     args = _parse_recipe_args(parser, argv)
     if args.describe is not None:
-        from genalign.preflight.describe import describe
+        from genalign.preflight.describe import describe  # lazy: CLI start-up
 
         try:
             print(describe(args.describe))
         except ValueError as err:
             raise UserError(str(err)) from err
         return 0
-    from genalign.config.loader import config_to_yaml
-    from genalign.preflight.load import load_config
+    from genalign.config.loader import config_to_yaml  # lazy: CLI start-up
+    from genalign.preflight.load import load_config  # lazy: CLI start-up (torch)
 
     cfg = load_config(args.config, args.overrides, check_files=not args.no_check_files)
     print(config_to_yaml(cfg), end="")
-    from genalign.preflight.cautions import config_cautions
+    from genalign.preflight.cautions import config_cautions  # lazy: CLI start-up
 
     for caution in config_cautions(cfg):
         print(f"genalign: warning: {caution}", file=sys.stderr)
-    from genalign.preflight.memory_plan import check_memory
+    from genalign.preflight.memory_plan import check_memory  # lazy: CLI start-up
 
     # printed as YAML comments, so the output stays a loadable config
     check_memory(cfg, lambda text: print("\n".join("# " + line for line in text.splitlines())), always=args.memory)
@@ -216,13 +215,13 @@ def eval_main(argv: list[str] | None = None) -> int:
     if args.model is None and args.checkpoint is None:
         raise UserError("genalign eval: give --model (or --checkpoint)")
     if args.model is None and args.benchmark is None:
-        from genalign.training.checkpoint_eval import evaluate_checkpoint
+        from genalign.training.checkpoint_eval import evaluate_checkpoint  # lazy: CLI start-up (torch)
 
         evaluate_checkpoint(args.checkpoint, args.output_dir, args.overrides)
         return 0
     if args.model is not None and args.checkpoint is not None:
         raise UserError("genalign eval: give --model or --checkpoint, not both")
-    from genalign.training.model_eval import evaluate_model
+    from genalign.training.model_eval import evaluate_model  # lazy: CLI start-up (torch)
 
     evaluate_model(
         args.model or args.checkpoint,
@@ -244,7 +243,7 @@ def compare_main(argv: list[str] | None = None) -> int:
     parser.add_argument("inputs", nargs="+", help="run directories and/or results folders (two or more)")
     parser.add_argument("--output", default="compare.html", help="where to write the page (default: compare.html)")
     args = parser.parse_args(argv)
-    from genalign.reporting.compare import write_compare
+    from genalign.reporting.compare import write_compare  # lazy: CLI start-up (torch)
 
     print(write_compare(args.inputs, args.output))
     return 0
@@ -265,7 +264,7 @@ def report_main(argv: list[str] | None = None) -> int:
         help="also write each curve panel as DIR/<panel>.svg (for docs and papers)",
     )
     args = parser.parse_args(argv)
-    from genalign.reporting.report import write_figures, write_report
+    from genalign.reporting.report import write_figures, write_report  # lazy: CLI start-up
 
     print(write_report(args.run_dir, args.output))
     for path in write_figures(args.run_dir, args.figures) if args.figures else []:
@@ -289,7 +288,7 @@ def export_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--private", action="store_true", help="create the repository private")
     parser.add_argument("--commit-message", default=None, help="the Hub commit message")
     args = parser.parse_args(argv)
-    from genalign.export.publish import export_folder, push_to_hub
+    from genalign.export.publish import export_folder, push_to_hub  # lazy: CLI start-up
 
     folder = export_folder(args.checkpoint)
     print(folder)
@@ -303,14 +302,14 @@ def export_main(argv: list[str] | None = None) -> int:
 
 def pretrain_demo_main(argv: list[str] | None = None) -> int:
     _configure_logging()
-    from genalign.demo.pretrain import main
+    from genalign.demo.pretrain import main  # lazy: CLI start-up (torch)
 
     return main(argv) or 0
 
 
 def serve_reward_main(argv: list[str] | None = None) -> int:
     _configure_logging()
-    from genalign.rewards.serve_command import main
+    from genalign.rewards.serve_command import main  # lazy: CLI start-up (torch)
 
     return main(argv)
 
@@ -374,8 +373,6 @@ def main(argv: list[str] | None = None) -> int:
         print(top_level_help())
         return 0
     if argv[0] == "--version":
-        from genalign.version import __version__
-
         print(f"genalign {__version__}")
         return 0
     if argv[0] not in COMMANDS:
@@ -385,8 +382,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from genalign.runs.stopping import RunInterrupted
-
     try:
         return COMMANDS[argv[0]](argv[1:])
     except RunInterrupted as interrupted:  # SIGTERM / SIGINT: the conventional 128 + signal number

@@ -31,6 +31,7 @@ from genalign.algorithms.losses import (
 from genalign.algorithms.replay import ReplayedStep, at_steps, replay_log_probs, replay_step, score_stored_step
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
+from genalign.sampling.kernels import GAUSSIAN_KERNELS
 from genalign.sampling.windows import trained_steps
 from genalign.weights.reference import ReferencePolicy
 
@@ -169,8 +170,6 @@ class GRPOGuard(FlowGRPO):
     @classmethod
     def config_problems(cls, cfg) -> list[str]:
         """RatioNorm needs a Gaussian kernel and the rollout's own log-probs."""
-        from genalign.sampling.kernels import GAUSSIAN_KERNELS
-
         problems = super().config_problems(cfg)
         rollout, algorithm = cfg.rollout, cfg.algorithm
         if rollout.kernel not in GAUSSIAN_KERNELS:

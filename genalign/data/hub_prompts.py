@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import Any
 
 from genalign.config.errors import UserError
+from genalign.config.extras import install_hint, is_installed
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +93,6 @@ def read_rows(path: str, prefix: str) -> list[dict[str, Any]]:
     """The rows of the Hub dataset `path` names (copies: callers may change them); a
     `HubDatasetError` in one line, prefixed with `prefix` (the config key), when the
     reference, the package or the dataset is not usable."""
-    from genalign.config.extras import install_hint, is_installed
-
     dataset = parse_reference(path)
     if dataset is None:
         raise HubDatasetError(

@@ -38,6 +38,8 @@ from genalign.data.toy_shapes import (
 from genalign.models.toy.network import save_toy_model
 from genalign.models.toy.policy import ToyPolicy, builtin_dir
 from genalign.models.toy.pretrain import DEFAULT_STEPS, SIGMA_SAMPLINGS, PretrainOptions, pretrain_model
+from genalign.rewards.toy_classifier import JUDGE_SPEC, REWARD_SPEC, load_classifier, save_classifier, train_classifier
+from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +67,6 @@ def measure_policy(
     seed: int = 1234,
 ) -> dict[str, float]:
     """Shape accuracy (classifier argmax) and colour accuracy of ODE samples over all 24 prompts."""
-    from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
-
     prompts = [p for p in all_prompts() for _ in range(samples_per_prompt)]
     cond = policy.encode_prompts(prompts, with_negative=guidance_scale > 1)
     seeds = [seed + i for i in range(len(prompts))]
@@ -87,8 +87,6 @@ def measure_policy(
 
 
 def run_classifiers(out: Path, seed: int, steps: int | None) -> None:
-    from genalign.rewards.toy_classifier import JUDGE_SPEC, REWARD_SPEC, save_classifier, train_classifier
-
     trained = {}
     for spec in (REWARD_SPEC, JUDGE_SPEC):
         spec = type(spec)(**{**spec.__dict__, "seed": spec.seed + 1000 * seed})
@@ -118,8 +116,6 @@ def run_classifiers(out: Path, seed: int, steps: int | None) -> None:
 def run_model(
     out: Path, seed: int, steps: int, minutes: float | None, options: PretrainOptions = PretrainOptions()
 ) -> None:
-    from genalign.rewards.toy_classifier import load_classifier
-
     transformer, text_encoder, record = pretrain_model(seed, steps, minutes, options=options)
     classifier_dir = out if (out / "toy_shape.safetensors").is_file() else builtin_dir()
     classifier = load_classifier(classifier_dir, "toy_shape")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from genalign.config.errors import UserError
+from genalign.config.safe_yaml import safe_load_unique
 
 SUMMARIES = ("geneval", "ocr", "mean")
 """How a benchmark's per-sample scores become its table (evaluation/summaries.py)."""
@@ -197,8 +198,6 @@ def user_benchmark(path: str) -> Benchmark:
     """A benchmark from a YAML file: `manifest` (required), `scorers` ({component: weight}, each
     scored and summarised alone) or `groups` ({group: {component: weight}}), optional `protocol`
     ({"eval.num_steps": ..., ...}), `reward_kwargs`, `description`. Errors name the file and key."""
-    from genalign.config.safe_yaml import safe_load_unique
-
     text = Path(path).expanduser().read_text(encoding="utf-8")
     data = safe_load_unique(text)
     if not isinstance(data, dict):

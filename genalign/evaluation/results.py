@@ -30,7 +30,7 @@ from genalign.atomic import write_text_atomically
 from genalign.config.errors import UserError
 from genalign.evaluation.contact_sheet import make_contact_sheet, make_frame_strip_sheet, save_image
 from genalign.evaluation.sharded import EvalOutcome
-from genalign.evaluation.summaries import SampleRecord
+from genalign.evaluation.summaries import SampleRecord, markdown_table
 
 CONTACT_SHEET_SAMPLES = 64
 SUMMARY_FILE = "summary.json"
@@ -119,7 +119,6 @@ def write_results(
     write_text_atomically(out / "scores.csv", scores_csv(records))
     write_text_atomically(out / "settings.json", json.dumps(settings, indent=2, default=str))
     write_text_atomically(out / SUMMARY_FILE, json.dumps({"table": table, "settings": settings}, indent=2, default=str))
-    from genalign.evaluation.summaries import markdown_table
 
     write_text_atomically(
         out / "summary.md", f"# {settings['benchmark']}: {settings['model']}\n\n" + markdown_table(table)

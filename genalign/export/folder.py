@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 
 from genalign.config.schema import ExperimentConfig
+from genalign.data.prompts import ManifestError, load_manifest
 from genalign.export.model_card import model_card
 from genalign.weights.lora import export_lora_for_diffusers, export_lora_for_peft
 
@@ -82,8 +83,6 @@ def write_card(directory: Path, card_args: dict, sheets: dict[str, Path], locati
 def eval_prompts(cfg: ExperimentConfig) -> list[str]:
     """The evaluation's prompts (the card's widget caption and snippet prompt); [] when the
     manifest cannot be read here (the card then says less, the export still happens)."""
-    from genalign.data.prompts import ManifestError, load_manifest
-
     try:
         return [example.prompt for example in load_manifest(cfg.data.eval_manifest)[: cfg.eval.max_prompts]]
     except ManifestError:

@@ -22,6 +22,7 @@ import math
 import yaml
 
 from genalign.config.schema import ExperimentConfig
+from genalign.hub import is_hub_id
 
 
 def _format(value: float) -> str:
@@ -32,8 +33,6 @@ def base_model_id(cfg: ExperimentConfig) -> str | None:
     """The base model's Hub id: model.path when it is one, else model.card.base_model (a
     local copy of a Hub model, named by the user); None for a model known only by a local
     directory."""
-    from genalign.hub import is_hub_id
-
     if is_hub_id(cfg.model.path):
         return cfg.model.path
     return cfg.model.card.base_model

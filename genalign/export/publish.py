@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 from genalign.config.errors import UserError
+from genalign.hub import HUB_ID
 
 EXPORT_FOLDERS = ("lora", "transformer")
 """The checkpoint subfolders other tools load, in the order they are looked for."""
@@ -44,8 +45,6 @@ def push_to_hub(folder: Path, repo_id: str, private: bool = False, commit_messag
     commit URL. `api` is an `huggingface_hub.HfApi` (injectable for tests)."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
-
-    from genalign.hub import HUB_ID
 
     if not HUB_ID.match(repo_id):
         raise UserError(f"--push-to-hub {repo_id!r} is not a Hub repository id; use <user or org>/<name>")

@@ -31,6 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from genalign.config.registry import RegistryError, import_problem, is_dotted_path
+from genalign.models.registry import MODEL_FAMILIES
+
 SAMPLERS = ("flow", "token")
 MEDIA = ("image", "video")
 EXPORTS = ("diffusers", "peft", "none")
@@ -196,12 +199,8 @@ def _import(target: str) -> Any:
 def family_spec(name: str, allow_import: list[str] | tuple[str, ...] = ()) -> FamilySpec:
     """The spec of `model.family=name`: a registered name, or a dotted "package.module:SPEC"
     path listed in `allow_import` (model.allow_import). Raises `RegistryError` otherwise."""
-    from genalign.models.registry import MODEL_FAMILIES
-
     spec = MODEL_FAMILIES.resolve(name, allow_import)
     if not isinstance(spec, FamilySpec):
-        from genalign.config.registry import RegistryError
-
         raise RegistryError(f"model.family: {name!r} is a {type(spec).__name__}, not a FamilySpec")
     return spec
 
@@ -210,8 +209,6 @@ def spec_or_none(name: str, allow_import: list[str] | tuple[str, ...] = ()) -> F
     """The spec of `model.family=name`, or None when the name does not resolve or its allowed
     module does not import: validation reports those once, under model.family, so the checks
     that only read the spec skip them instead of repeating the error."""
-    from genalign.config.registry import RegistryError, import_problem, is_dotted_path
-
     if is_dotted_path(name) and name in allow_import and import_problem("model.family", name, FamilySpec):
         return None
     try:
@@ -222,6 +219,4 @@ def spec_or_none(name: str, allow_import: list[str] | tuple[str, ...] = ()) -> F
 
 def families_with(predicate) -> list[str]:
     """The registered family names whose spec satisfies `predicate` (for messages)."""
-    from genalign.models.registry import MODEL_FAMILIES
-
     return [name for name in MODEL_FAMILIES.names() if predicate(family_spec(name))]

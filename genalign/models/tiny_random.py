@@ -28,6 +28,9 @@ from pathlib import Path
 
 import torch
 
+from genalign.models.registry import MODEL_FAMILIES
+from genalign.models.spec import family_spec
+
 CLIP_HIDDEN = 16
 """Per-CLIP-tower hidden size: the two towers concatenate to 2·16 = 32 = T5_HIDDEN, so
 `encode_prompt` pads nothing and crops nothing (real SD3 pads 768 + 1280 up to 4096)."""
@@ -201,17 +204,12 @@ def tiny_qwen2_5_vl(vocab: int):
 
 def tiny_families() -> list[str]:
     """The registered families whose spec names a tiny builder (`FamilySpec.tiny_builder`)."""
-    from genalign.models.registry import MODEL_FAMILIES
-    from genalign.models.spec import family_spec
-
     return [name for name in MODEL_FAMILIES.names() if family_spec(name).tiny_builder]
 
 
 def save_tiny(family: str, path: str | Path, seed: int = 0) -> Path:
     """Build the tiny model of `family` (its spec's `tiny_builder`) and `save_pretrained` it into
     `path` (safetensors)."""
-    from genalign.models.spec import family_spec
-
     if family not in tiny_families():
         raise ValueError(f"no tiny builder for family {family!r}: choose one of {tiny_families()}")
     path = Path(path)

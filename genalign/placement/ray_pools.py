@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from genalign.placement import resources
 from genalign.placement.resources import EnvironmentFacts
+from genalign.ray_session import init_ray
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,6 @@ def start_ray_for_run(cfg) -> bool:
 
     if ray.is_initialized():
         return False
-    from genalign.ray_session import init_ray
 
     facts = resources.environment_facts()
     address, options = ray_start_options(cfg, placement, facts.visible_gpus, os.cpu_count() or 1)

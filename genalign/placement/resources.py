@@ -32,6 +32,7 @@ import logging
 import os
 from dataclasses import dataclass
 
+from genalign.config.errors import ConfigError
 from genalign.placement.config import DistributedConfig
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ def parse_visible_devices(value: str | None, device_count: int) -> tuple[int, ..
 
 def environment_facts() -> EnvironmentFacts:
     """Read CUDA_VISIBLE_DEVICES / the CUDA device count and RAY_ADDRESS."""
-    from genalign.placement.devices import visible_cuda_device_count
+    from genalign.placement.devices import visible_cuda_device_count  # lazy: torch, only to count CUDA devices
 
     return EnvironmentFacts(
         parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), visible_cuda_device_count()),
@@ -432,8 +433,6 @@ def _rollout_devices(
 
 def resolve_resources(cfg, facts: EnvironmentFacts | None = None) -> Placement:
     """The placement of this run; raises `ConfigError` listing every problem."""
-    from genalign.config.errors import ConfigError
-
     facts = facts if facts is not None else environment_facts()
     placement, problems = plan_resources(
         cfg.distributed, cfg.rollout.engine, cfg.rollout.num_workers, cfg.distributed.training.strategy, facts

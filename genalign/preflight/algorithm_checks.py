@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from genalign.algorithms.registry import ALGORITHMS, algorithm_class, registered_algorithms
+from genalign.config.registry import import_problem, is_dotted_path
 from genalign.config.schema import ExperimentConfig
 from genalign.preflight.values import family_kind, token_family_names
 
@@ -92,9 +94,6 @@ def _leaves(key: str, value, default):
 def algorithm_problems(cfg: ExperimentConfig) -> list[str]:
     """Every problem of the algorithm choice: the name, the kind, foreign options, then the
     algorithm's own `config_problems`."""
-    from genalign.algorithms.registry import ALGORITHMS, algorithm_class, registered_algorithms
-    from genalign.config.registry import import_problem, is_dotted_path
-
     problems = family_problems(cfg)
     name = cfg.algorithm.name
     message = ALGORITHMS.check(name, cfg.algorithm.allow_import)

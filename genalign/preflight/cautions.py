@@ -13,7 +13,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import genalign.version
+from genalign.algorithms.registry import algorithm_class
 from genalign.config.schema import ExperimentConfig
+from genalign.data.prompts import ManifestError, load_manifest
+from genalign.models.architecture import architecture_source
+from genalign.models.spec import family_spec, spec_or_none
+from genalign.placement import resources as placement_resources  # environment_facts looked up per call
 
 TEXT_REWARDS = ("ocr",)
 """Rewards that read text drawn in the image."""
@@ -50,8 +56,6 @@ def config_cautions(cfg: ExperimentConfig) -> list[str]:
 def _group_size_cautions(cfg: ExperimentConfig) -> list[str]:
     """rollout.n=1 with per-group normalisation: every advantage is its own group's mean minus
     itself, 0, so an online run trains nothing (trainer.max_idle_steps stops it later)."""
-    from genalign.algorithms.registry import algorithm_class
-
     online = algorithm_class(cfg).data_source(cfg.algorithm) == "online"
     if cfg.rollout.n != 1 or not cfg.algorithm.advantage.per_prompt or not online:
         return []
@@ -79,9 +83,6 @@ def _transformer_width(cfg: ExperimentConfig) -> int | None:
     """heads x head dim (diffusers) or hidden_size (transformers) from the transformer's
     config.json: in the model folder, or the architecture file shipped for a Hub id; None when
     neither describes it."""
-    from genalign.models.architecture import architecture_source
-    from genalign.models.spec import spec_or_none
-
     spec = spec_or_none(cfg.model.family, cfg.model.allow_import)
     folder = spec.weights_dir(cfg.model.path) if spec else Path(cfg.model.path).expanduser()
     local = folder / "transformer" / "config.json"
@@ -102,8 +103,6 @@ def _transformer_width(cfg: ExperimentConfig) -> int | None:
 
 def _output_dir_cautions(output_dir: str) -> list[str]:
     """A run directory at the filesystem root or inside the installed genalign package."""
-    import genalign.version
-
     folder = Path(output_dir).expanduser().resolve()
     package = Path(genalign.version.__file__).resolve().parent
     if folder == Path(folder.anchor):
@@ -134,9 +133,7 @@ def _gpu_cautions(cfg: ExperimentConfig) -> list[str]:
     }
     if not asked:
         return []
-    from genalign.placement.resources import environment_facts
-
-    if environment_facts().visible_gpus:
+    if placement_resources.environment_facts().visible_gpus:
         return []
     shown = ", ".join(
         f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}" for key, value in asked.items()
@@ -149,14 +146,10 @@ def _gpu_cautions(cfg: ExperimentConfig) -> list[str]:
 
 def _draws_text(cfg: ExperimentConfig) -> bool:
     """The family spec's `draws_text` (the toy model draws 32x32 coloured shapes, never text)."""
-    from genalign.models.spec import family_spec
-
     return family_spec(cfg.model.family, cfg.model.allow_import).draws_text
 
 
 def _manifest_size(path: str) -> int | None:
-    from genalign.data.prompts import ManifestError, load_manifest
-
     try:
         return len(load_manifest(path))
     except ManifestError:  # reported by the file checks; a caution never replaces an error

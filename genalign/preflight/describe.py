@@ -22,6 +22,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from genalign.algorithms.registry import ALGORITHMS
+from genalign.config.schema import ExperimentConfig
+from genalign.models.registry import MODEL_FAMILIES
+
 
 @dataclass(frozen=True)
 class KeyHelp:
@@ -70,9 +74,6 @@ def field_docs(cls: type) -> dict[str, str]:
 def registered_names() -> dict[str, tuple[str, ...]]:
     """Keys whose value a registry resolves: its registered names (your own dotted path,
     listed in allow_import, is accepted too, so these are the shipped choices, not all)."""
-    from genalign.algorithms.registry import ALGORITHMS
-    from genalign.models.registry import MODEL_FAMILIES
-
     return {"model.family": tuple(MODEL_FAMILIES.names()), "algorithm.name": tuple(ALGORITHMS.names())}
 
 
@@ -122,8 +123,6 @@ def _default(field: dataclasses.Field) -> Any:
 def describe_keys(root: type | None = None, prefix: str = "") -> list[KeyHelp]:
     """Every leaf key under `root` (default: ExperimentConfig), in declaration order."""
     if root is None:
-        from genalign.config.schema import ExperimentConfig
-
         root = ExperimentConfig
     hints = typing.get_type_hints(root)
     docs = field_docs(root)

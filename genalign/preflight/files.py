@@ -17,11 +17,21 @@ import tempfile
 from pathlib import Path
 
 from genalign.config.errors import ConfigError
+from genalign.config.registry import import_problem, is_dotted_path
+from genalign.config.safe_yaml import safe_load_unique
 from genalign.config.schema import ExperimentConfig
+from genalign.data.preferences import read_preferences
+from genalign.data.prompts import ManifestError, load_manifest
 from genalign.hub import HUB_ID, is_hub_id, is_hub_reference
+from genalign.models.registry import MODEL_FAMILIES
 from genalign.models.spec import spec_or_none
 from genalign.preflight.reward_contract import user_reward_problems
+from genalign.preflight.stored_config import allow_lists, config_from_checkpoint
+from genalign.preflight.values import selected_reward_options
 from genalign.rewards.config import REWARD_PATH_OPTIONS
+from genalign.rewards.registry import REWARD_OPTIONS
+from genalign.runs.checkpoint import checkpoint_problems
+from genalign.runs.run_dir import RunDirError, decide_start
 
 
 def file_problems(
@@ -32,8 +42,6 @@ def file_problems(
 ) -> list[str]:
     """Every problem with the files `cfg` names (empty when all are usable). Manifests are read
     in full (they are small; a bad row fails here rather than after the model has loaded)."""
-    from genalign.data.prompts import ManifestError, load_manifest
-
     problems: list[str] = []
     for name in manifests:
         try:
@@ -41,8 +49,6 @@ def file_problems(
         except ManifestError as exc:
             problems.append(str(exc) + (f"; {exc.hint}" if exc.hint else ""))
     if cfg.data.preference_manifest is not None:
-        from genalign.data.preferences import read_preferences
-
         try:  # every row, image file and image size, before the model loads
             read_preferences(cfg.data.preference_manifest, size=(cfg.rollout.height, cfg.rollout.width))
         except ManifestError as exc:
@@ -77,9 +83,6 @@ def reward_manifest_problems(cfg: ExperimentConfig, manifests: tuple[str, ...]) 
     `manifest_problems(examples)` (GenEval: rows without GenEval metadata, classes GenEval does
     not have): the training reward scores data.manifest and data.eval_manifest, gold rewards and
     quality metrics data.eval_manifest. Found here, not mid-step."""
-    from genalign.data.prompts import ManifestError, load_manifest
-    from genalign.preflight.values import selected_reward_options
-
     problems: list[str] = []
     for key, name, options in selected_reward_options(cfg):
         if not hasattr(options, "manifest_problems"):
@@ -150,7 +153,6 @@ def pipeline_problems(family: str, local: Path, allow_import: list[str] | tuple[
         return [f"model.path: {index} cannot be read as JSON ({str(exc).splitlines()[0]})"]
     if found == expected:
         return []
-    from genalign.models.registry import MODEL_FAMILIES
 
     matching = [name for name in MODEL_FAMILIES.names() if _family_pipeline(name) == found]
     fix = (
@@ -212,8 +214,6 @@ def _option_defaults(reward: str) -> dict[str, object]:
     import dataclasses
     import importlib
 
-    from genalign.rewards.registry import REWARD_OPTIONS
-
     module_name, attr = REWARD_OPTIONS[reward].split(":")
     options = getattr(importlib.import_module(module_name), attr)  # scorer modules import no model
     return {f.name: f.default for f in dataclasses.fields(options) if f.default is not dataclasses.MISSING}
@@ -258,8 +258,6 @@ def import_problems(cfg: ExperimentConfig) -> list[str]:
     """Each dotted reward path the user allowed (reward.allow_import) must import, have the
     attribute and name a class: checked with the files, before a model loads (validation
     itself never imports the user's code)."""
-    from genalign.config.registry import import_problem, is_dotted_path
-
     named = (
         ("reward.components", cfg.reward.components),
         ("eval.gold_rewards", cfg.eval.gold_rewards),
@@ -331,8 +329,6 @@ def _can_create_in(directory: Path) -> bool:
 def run_dir_problems(cfg: ExperimentConfig) -> list[str]:
     """What the run-directory rules (runs/run_dir.py) refuse: an existing run without
     trainer.overwrite, a resume that moves backwards or passes over newer checkpoints."""
-    from genalign.runs.run_dir import RunDirError, decide_start
-
     try:
         decide_start(cfg)
     except RunDirError as exc:
@@ -344,10 +340,6 @@ def resume_problems(cfg: ExperimentConfig) -> list[str]:
     """The checkpoint at trainer.resume_from: complete, readable, and a config that validates
     with the user's `reward.allow_import`, `model.allow_import` and `algorithm.allow_import`
     (never the checkpoint's own)."""
-    from genalign.config.safe_yaml import safe_load_unique
-    from genalign.preflight.stored_config import allow_lists, config_from_checkpoint
-    from genalign.runs.checkpoint import checkpoint_problems
-
     key = "trainer.resume_from"
     problems = checkpoint_problems(cfg.trainer.resume_from, key)
     if problems:

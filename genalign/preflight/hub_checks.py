@@ -13,15 +13,14 @@ import os
 
 from genalign.config.extras import install_hint, is_installed
 from genalign.config.schema import ExperimentConfig
+from genalign.data.hub_prompts import is_hub_manifest, parse_reference
 from genalign.hub import HUB_ID, hub_offline, is_hub_reference, parse_hub_checkpoint
+from genalign.models.spec import spec_or_none
 
 
 def hub_problems(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     """Every problem with the Hub keys (`check_machine=False`: not this machine's package and
     environment, e.g. a config composed for another machine)."""
-    from genalign.data.hub_prompts import is_hub_manifest, parse_reference
-    from genalign.models.spec import spec_or_none
-
     trainer, problems = cfg.trainer, []
     if trainer.push_to_hub is not None:
         if not HUB_ID.match(trainer.push_to_hub):

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from genalign.config.errors import ConfigError
 from genalign.models.spec import CALIBRATION
 from genalign.preflight.memory_math import (
     DTYPE_BYTES,
@@ -41,6 +42,7 @@ from genalign.preflight.memory_math import (
 )
 from genalign.preflight.memory_terms import Terms, family_spec_of, latent_elements, plan_terms
 from genalign.preflight.reward_memory import NoMemoryEstimate, RewardMemory, reward_memory
+from genalign.preflight.step_sizes import StepSizes
 
 
 @dataclass(frozen=True)
@@ -158,8 +160,6 @@ class MemoryEstimate:
         ]
 
     def check(self) -> None:
-        from genalign.config.errors import ConfigError
-
         problems = self.problems()
         if problems:
             raise ConfigError(problems, hint="genalign config prints the whole plan; docs/memory_plan.md explains it")
@@ -289,8 +289,6 @@ def _worker_lines(t: Terms) -> tuple[Line, ...]:
 
 
 def _host(cfg, t: Terms) -> tuple[Line, ...]:
-    from genalign.preflight.step_sizes import StepSizes
-
     run, m, arch = StepSizes.from_config(cfg), cfg.model, t.arch
     pixels = cfg.rollout.height * cfg.rollout.width * m.num_frames
     embedding_rows = run.prompts_per_step + (1 if run.uses_cfg else 0)  # SharedCondition: prompts + 1 negative

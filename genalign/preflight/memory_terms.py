@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from genalign.algorithms.registry import algorithm_class
+from genalign.models.architecture import TRANSFORMER, load_architecture, lora_parameters
+from genalign.models.spec import MissingCalibration, family_spec
 from genalign.preflight.memory_math import (
     DTYPE_BYTES,
     FLOAT32_COMPONENTS,
@@ -30,6 +33,7 @@ from genalign.preflight.memory_math import (
     weight_bytes,
 )
 from genalign.preflight.reward_memory import SKIP_CHECK, NoMemoryEstimate
+from genalign.preflight.step_sizes import StepSizes
 
 
 @dataclass(frozen=True)
@@ -65,9 +69,6 @@ class Terms:
 
 def plan_terms(cfg) -> Terms:
     """The lines of `cfg`'s plan; `NoMemoryEstimate` when the model is not described."""
-    from genalign.models.architecture import TRANSFORMER
-    from genalign.preflight.step_sizes import StepSizes
-
     arch, calibration = _described(cfg)
     run = StepSizes.from_config(cfg)
     ranks, fsdp = trainer_ranks(cfg), cfg.distributed.training.strategy == "fsdp2"
@@ -100,9 +101,6 @@ def plan_terms(cfg) -> Terms:
 def _described(cfg):
     """(architecture, calibration) of the model, both keyed by the family's name (a user's
     family: its spec's); `NoMemoryEstimate` naming what is missing."""
-    from genalign.models.architecture import load_architecture
-    from genalign.models.spec import MissingCalibration
-
     m, spec = cfg.model, family_spec_of(cfg)
     family = m.family if m.family == spec.name else f"{m.family} ({spec.name})"
     try:
@@ -127,8 +125,6 @@ def _described(cfg):
 def _trained_parameters(cfg, arch) -> tuple[int, int]:
     """(trained parameters, frozen transformer parameters): LoRA's adapters over the frozen
     transformer, or a full fine-tune's whole transformer (float32 masters, none frozen)."""
-    from genalign.models.architecture import TRANSFORMER, lora_parameters
-
     transformer, m = arch.component(TRANSFORMER), cfg.model
     if m.train_mode != "lora":
         return transformer.parameters, 0
@@ -138,9 +134,6 @@ def _trained_parameters(cfg, arch) -> tuple[int, int]:
 
 def _frozen_lines(cfg, arch, base: int, shards: int) -> tuple[list[Line], float]:
     """(the frozen weights on the trainer's GPU, the parked text encoders' bytes)."""
-    from genalign.algorithms.registry import algorithm_class
-    from genalign.models.architecture import TRANSFORMER
-
     m, dtype_bytes = cfg.model, DTYPE_BYTES[cfg.model.dtype]
     transformer, lines, encoders = arch.component(TRANSFORMER), [], 0.0
     if base:  # a full fine-tune's transformer is all trained: float32 masters in the state lines
@@ -165,8 +158,6 @@ def _frozen_lines(cfg, arch, base: int, shards: int) -> tuple[list[Line], float]
 
 
 def _state_lines(cfg, trained: int, shards: int, fsdp: bool) -> list[Line]:
-    from genalign.algorithms.registry import algorithm_class
-
     state = trainable_state_bytes(trained, cfg.actor.ema.enabled, algorithm_class(cfg).trainable_copies)
     return [(f"{what}{', FSDP2 shard' if fsdp else ''}", shard(value, shards)) for what, value in state.items()]
 
@@ -267,8 +258,6 @@ def trainer_ranks(cfg) -> int:
 
 def family_spec_of(cfg):
     """The model family's `FamilySpec` (what it supports: split CFG, checkpointing, offload)."""
-    from genalign.models.spec import family_spec
-
     return family_spec(cfg.model.family, cfg.model.allow_import)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from genalign.config.registry import is_dotted_path
 from genalign.config.schema import ExperimentConfig
 from genalign.rewards.base import contract_problems, min_frames
+from genalign.rewards.registry import REWARDS
 
 
 def selected_scorers(cfg: ExperimentConfig) -> list[tuple[str, str]]:
@@ -42,8 +43,6 @@ def frames_problem(key: str, name: str, scorer_cls: type, num_frames: int) -> st
 def registered_reward_problems(cfg: ExperimentConfig) -> list[str]:
     """Shipped scorers that cannot score what this run generates (a name that is not
     registered is `validate`'s to report)."""
-    from genalign.rewards.registry import REWARDS
-
     problems = []
     for key, name in selected_scorers(cfg):
         if name not in REWARDS:
@@ -57,8 +56,6 @@ def registered_reward_problems(cfg: ExperimentConfig) -> list[str]:
 def user_reward_problems(cfg: ExperimentConfig) -> list[str]:
     """The allowed dotted-path scorers (already importable: `import_problems` ran) against the
     contract and the run's frames."""
-    from genalign.rewards.registry import REWARDS
-
     problems = []
     for key, name in selected_scorers(cfg):
         if not (is_dotted_path(name) and name in cfg.reward.allow_import):

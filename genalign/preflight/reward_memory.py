@@ -22,6 +22,9 @@ from dataclasses import dataclass
 
 from genalign.config.errors import ConfigError
 from genalign.preflight.memory_math import Line
+from genalign.rewards.model_sizes import RewardModelUnknown, model_sizes
+from genalign.rewards.options import parse_options
+from genalign.rewards.registry import REWARD_OPTIONS
 
 
 class NoMemoryEstimate(ConfigError):
@@ -102,8 +105,6 @@ def _ray_memory(cfg, pools: dict[str, dict], notes: list[str]) -> RewardMemory:
 
 def _options_class(name: str):
     """The registered scorer's options dataclass; None for your own scorer (a dotted path)."""
-    from genalign.rewards.registry import REWARD_OPTIONS
-
     target = REWARD_OPTIONS.get(name)
     if target is None:
         return None
@@ -120,9 +121,6 @@ def _unknown_scorer(name: str) -> list[str]:
 def scorer_lines(cfg, name: str, pool: str = "training reward") -> list[Line]:
     """(what, bytes) of each model scorer `name` holds on its device, from its options'
     `device_models`; a model no config describes is a `NoMemoryEstimate`."""
-    from genalign.rewards.model_sizes import RewardModelUnknown, model_sizes
-    from genalign.rewards.options import parse_options
-
     options_cls = _options_class(name)
     if options_cls is None:
         return []

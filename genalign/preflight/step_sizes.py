@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from genalign.algorithms.registry import algorithm_class
 from genalign.config.errors import ConfigError
 from genalign.config.schema import ExperimentConfig
+from genalign.preflight.values import family_kind
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,6 @@ class StepSizes:
         denoising step would be trained; `validate()` reports those (and the divisibility
         problems this floor-divides past) with the fix, so `load_config` never gets here with them.
         """
-        from genalign.algorithms.registry import algorithm_class
-        from genalign.preflight.values import family_kind
-
         rollout, actor = cfg.rollout, cfg.actor
         tokens = family_kind(cfg) == "token"
         samples_per_step = rollout.rollout_batch_size * rollout.n

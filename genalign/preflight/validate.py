@@ -16,12 +16,15 @@ import difflib
 
 from genalign.config.schema import ExperimentConfig
 from genalign.models.family_checks import family_problems
+from genalign.models.registry import MODEL_FAMILIES
+from genalign.placement.ray_pools import resource_problems
 from genalign.preflight.algorithm_checks import algorithm_problems
 from genalign.preflight.hub_checks import hub_problems
 from genalign.preflight.reward_contract import registered_reward_problems
 from genalign.preflight.step_sizes import num_train_timesteps_problem
 from genalign.preflight.values import int64_problems, non_finite_problems, reward_package_problems
 from genalign.rewards.options import reward_option_problems
+from genalign.rewards.registry import REWARDS
 from genalign.tracking.config import tracker_problems
 
 
@@ -31,8 +34,6 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
     problems in schema order and the checks across blocks; this machine's devices last, when
     nothing else is wrong. `check_machine=False` skips what depends on this machine (installed
     packages, devices)."""
-    from genalign.placement.ray_pools import resource_problems
-
     unrepresentable = non_finite_problems(cfg) + int64_problems(cfg)
     if unrepresentable:
         return unrepresentable
@@ -59,9 +60,6 @@ def block_problems(cfg: ExperimentConfig) -> list[str]:
 def name_problems(cfg: ExperimentConfig) -> list[str]:
     """model.family, the rewards of reward.components, eval.gold_rewards and eval.quality_metrics
     against their registries (or an allowed import path), and reward.kwargs against those names."""
-    from genalign.models.registry import MODEL_FAMILIES
-    from genalign.rewards.registry import REWARDS
-
     allow_import = cfg.reward.allow_import
     named = (
         ("reward.components", cfg.reward.components),

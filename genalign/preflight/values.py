@@ -16,23 +16,23 @@ import importlib
 import math
 from typing import Any
 
+from genalign.config.extras import missing_package_problem
 from genalign.config.schema import ExperimentConfig
+from genalign.models.spec import families_with, spec_or_none
+from genalign.rewards.options import parse_options
+from genalign.rewards.registry import REWARD_OPTIONS
 
 
 def family_kind(cfg: ExperimentConfig) -> str | None:
     """ "token" or "flow": what `model.family` samples (its `FamilySpec.sampler`), compared with
     an algorithm's `policy_kind`; None when the family does not resolve, which `validate`
     reports once under model.family rather than again in every check that reads the kind."""
-    from genalign.models.spec import spec_or_none
-
     spec = spec_or_none(cfg.model.family, cfg.model.allow_import)
     return None if spec is None else spec.sampler
 
 
 def token_family_names() -> list[str]:
     """The registered families that sample image tokens (for messages)."""
-    from genalign.models.spec import families_with
-
     return families_with(lambda spec: spec.sampler == "token")
 
 
@@ -40,9 +40,6 @@ def selected_reward_options(cfg: ExperimentConfig) -> list[tuple[str, str, Any]]
     """(config key, scorer name, parsed options) of every selected registered scorer
     (reward.components and eval.gold_rewards with a non-zero weight, eval.quality_metrics); a
     zero weight is never built, and options that do not parse are left to reward_option_problems."""
-    from genalign.rewards.options import parse_options
-    from genalign.rewards.registry import REWARD_OPTIONS
-
     selected = {
         "reward.components": list(cfg.reward.active_components()),
         "eval.gold_rewards": list(cfg.eval.active_gold_rewards()),
@@ -65,8 +62,6 @@ def selected_reward_options(cfg: ExperimentConfig) -> list[tuple[str, str, Any]]
 def reward_package_problems(cfg: ExperimentConfig) -> list[str]:
     """Every selected scorer (reward.components, eval.gold_rewards, eval.quality_metrics) whose
     options need a package that is not installed: a config error naming the extra."""
-    from genalign.config.extras import missing_package_problem
-
     problems: list[str] = []
     for key, name, options in selected_reward_options(cfg):
         needed = options.required_package() if hasattr(options, "required_package") else None

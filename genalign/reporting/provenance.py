@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+import genalign.version
 from genalign.atomic import write_text_atomically
 from genalign.config.errors import UserError
 
@@ -82,8 +83,6 @@ def git_state(directory: Path) -> dict[str, object] | None:
 def launch_record(start_step: int, argv: list[str] | None = None) -> dict[str, object]:
     """One launch: when, how (command line, cwd), with what (versions, commit, devices)."""
     import torch
-
-    import genalign.version
 
     argv = list(sys.argv if argv is None else argv)
     devices = (

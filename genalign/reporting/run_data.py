@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from genalign.config.errors import UserError
+from genalign.config.safe_yaml import safe_load_unique, yaml_error_line
 from genalign.reporting.provenance import read_provenance
 
 EVAL_SHEET = "contact_sheet.png"
@@ -152,8 +153,6 @@ def eval_sheets(run_dir: Path) -> dict[int, Path]:
 
 def read_config(path: Path, text: str | None) -> dict:
     """The run's config.yaml as a dict (bounded YAML: a hostile file is refused in one line)."""
-    from genalign.config.safe_yaml import safe_load_unique, yaml_error_line
-
     if not text:
         return {}
     try:

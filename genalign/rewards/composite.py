@@ -29,6 +29,8 @@ import torch
 from genalign.rewards import base
 from genalign.rewards.base import RewardError, RewardFunction
 from genalign.rewards.config import RewardConfig, RewardRuntimeName, active_weights
+from genalign.rewards.http_runtime import HttpRewardRuntime
+from genalign.rewards.ray_runtime import RayRewardRuntime
 from genalign.rewards.registry import REWARDS
 from genalign.rewards.scores import RewardScores, batch_ranges, build_scorer, check_inputs, check_scores
 from genalign.rewards.video import VIDEO_REDUCTIONS, score_media
@@ -222,12 +224,8 @@ def build_reward_runtime(
     Constructor kwargs always come from cfg.kwargs[name]; zero-weight components are skipped."""
     weights = weights_to_build(cfg, components)
     if cfg.runtime == "ray":
-        from genalign.rewards.ray_runtime import RayRewardRuntime
-
         return RayRewardRuntime(cfg, weights)
     if cfg.runtime == "http":
-        from genalign.rewards.http_runtime import HttpRewardRuntime
-
         return HttpRewardRuntime(cfg, weights)
     scorers = {
         name: build_scorer(name, str(device), dict(cfg.kwargs.get(name, {})), cfg.allow_import) for name in weights

@@ -15,6 +15,9 @@ import importlib
 import typing
 from typing import Any, TypeVar
 
+from genalign.config.loader import _convert
+from genalign.rewards.registry import REWARD_OPTIONS
+
 OptionsT = TypeVar("OptionsT")
 
 
@@ -40,9 +43,6 @@ def reward_option_problems(cfg) -> list[str]:
     unknown keys (with a "did you mean") and values of the wrong type. `cfg` is an
     ExperimentConfig: preflight runs this with the other value checks, and `genalign
     serve-reward` on the served scorers' options."""
-    from genalign.config.loader import _convert
-    from genalign.rewards.registry import REWARD_OPTIONS
-
     problems: list[str] = []
     for name, options in cfg.reward.kwargs.items():
         target = REWARD_OPTIONS.get(name)

@@ -31,10 +31,11 @@ from typing import Any
 
 import torch
 
+from genalign.ray_session import init_ray
 from genalign.rewards import base
 from genalign.rewards.base import RewardError
 from genalign.rewards.config import RewardConfig
-from genalign.rewards.scores import RewardScores, batch_ranges, check_inputs, check_scores
+from genalign.rewards.scores import RewardScores, batch_ranges, build_scorer, check_inputs, check_scores
 from genalign.rewards.video import score_media
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,6 @@ log = logging.getLogger(__name__)
 def ensure_ray(cpus_needed: float) -> None:
     """ray.init once: RAY_ADDRESS when set, otherwise a local instance with enough logical CPUs."""
     import ray
-
-    from genalign.ray_session import init_ray
 
     if ray.is_initialized():
         return
@@ -66,8 +65,6 @@ class RewardWorker:
         video_reduction: str = "mean",
         frame_batch_size: int = 16,
     ):
-        from genalign.rewards.scores import build_scorer
-
         self.scorer = build_scorer(name, device, kwargs, allow_import)
         self.video_reduction = video_reduction
         self.frame_batch_size = frame_batch_size

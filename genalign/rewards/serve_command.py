@@ -20,8 +20,12 @@ import socket
 import torch
 
 from genalign.config.errors import ConfigError, UserError
+from genalign.config.loader import config_from_dict
+from genalign.config.registry import import_problem, is_dotted_path
 from genalign.rewards.base import RewardFunction
+from genalign.rewards.composite import weights_to_build
 from genalign.rewards.config import RewardConfig
+from genalign.rewards.options import reward_option_problems
 from genalign.rewards.scores import build_scorer
 from genalign.rewards.server import RewardService, ServeOptions, bind_socket, start_site
 from genalign.rewards.server_connections import descriptor_problem
@@ -75,11 +79,6 @@ def serve_config(components: list[str], overrides: list[str]) -> RewardConfig:
     """reward.* for the served components: `reward.kwargs.<name>.<key>=...`, `reward.batch_size=...`,
     `reward.video_reduction=...`, `reward.allow_import=[...]`, checked as a training config is
     (a dotted component must also import: its module's code runs before any scorer is built)."""
-    from genalign.config.loader import config_from_dict
-    from genalign.config.registry import import_problem, is_dotted_path
-    from genalign.rewards.composite import weights_to_build
-    from genalign.rewards.options import reward_option_problems
-
     outside = [item for item in overrides if not item.lstrip("+").startswith("reward.")]
     if outside:
         raise ConfigError(

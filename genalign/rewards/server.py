@@ -65,6 +65,7 @@ from genalign.rewards.wire import (
     decode_request,
     encode_reply,
 )
+from genalign.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +257,6 @@ class RewardService:
         refusal = self._refuse_token(request)
         if refusal is not None:
             return refusal
-        from genalign.version import __version__
 
         return web.json_response(
             {

@@ -37,6 +37,7 @@ import torch
 
 from genalign.rewards.base import RewardError
 from genalign.rewards.options import parse_options
+from genalign.rewards.wire import require_aiohttp
 
 UNIFIED_REWARD_TEMPLATE = (
     "<image>\nYou are given a text caption and a generated image based on that caption. Your task is to evaluate "
@@ -135,8 +136,6 @@ class VlmJudgeReward:
     name = "vlm_judge"
 
     def __init__(self, device: str = "cpu", **kwargs: Any):
-        from genalign.rewards.wire import require_aiohttp
-
         require_aiohttp()
         self.options = parse_options(self.name, VlmJudgeOptions, kwargs)
         self.url = self.options.base_url.rstrip("/") + "/chat/completions"

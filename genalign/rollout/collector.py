@@ -19,6 +19,7 @@ from genalign.models.base import Condition, FlowPolicy, TokenPolicy
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.rollout.chunks import encode_distinct, sample_fields, step_chunks
 from genalign.rollout.token_batch import Trajectories
+from genalign.rollout.token_collector import generate_token_chunks
 from genalign.sampling.trajectory import initial_noise, sample_trajectory
 from genalign.sampling.windows import WindowSchedule, sde_step_mask
 
@@ -88,8 +89,6 @@ def generate_chunks(
     sampler: "token" samples token trajectories (`token_collector`), "flow" SDE trajectories
     (below). This is the one place rollout asks which kind it runs."""
     if policy.spec.sampler == "token":
-        from genalign.rollout.token_collector import generate_token_chunks
-
         # the family's spec says which protocol its policy implements
         return generate_token_chunks(cast(TokenPolicy, policy), groups, spec, positions)
     return _flow_chunks(cast(FlowPolicy, policy), groups, spec, positions)

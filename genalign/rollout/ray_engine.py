@@ -39,12 +39,17 @@ from typing import Callable, Iterator
 
 import torch
 
+from genalign.config.errors import UserError
 from genalign.config.loader import config_from_dict, config_to_dict
 from genalign.config.schema import ExperimentConfig
 from genalign.data.sampler import PromptGroupBatch
 from genalign.models.base import FlowPolicy
+from genalign.placement.devices import release_device_memory
+from genalign.placement.resources import resolve_resources
+from genalign.ray_session import init_ray
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
-from genalign.rollout.collector import SamplingSpec
+from genalign.rollout.collector import SamplingSpec, generate
+from genalign.weights.lora import load_trainable_state_dict, state_fingerprint, trainable_state_dict
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +129,6 @@ def user_error_inside(error: Exception) -> Exception | None:
     """The genalign `UserError` a worker raised (a non-finite latent or image, a bad input),
     unwrapped from Ray's `RayTaskError`, else None: the user gets the same one line as with the
     in-process engine, not a worker traceback."""
-    from genalign.config.errors import UserError
-
     cause = getattr(error, "cause", None)
     return cause if isinstance(cause, UserError) else None
 
@@ -157,8 +160,6 @@ class RolloutWorker:
     def load(self, state: dict[str, torch.Tensor], version: int) -> str:
         """Load trainable tensors of policy `version`; return the fingerprint of what the
         model now holds (not of what was sent)."""
-        from genalign.weights.lora import load_trainable_state_dict, state_fingerprint, trainable_state_dict
-
         load_trainable_state_dict(self.policy.transformer, state)
         self.version = version
         return state_fingerprint(trainable_state_dict(self.policy.transformer))
@@ -168,8 +169,6 @@ class RolloutWorker:
     ) -> TrajectoryBatch:
         """Sample `positions` of the step's `groups` (the whole step is sent so prompts are
         encoded exactly as in-process, see `collector.generate`)."""
-        from genalign.rollout.collector import generate
-
         if self.version != version:
             raise RolloutWorkerError(
                 f"rollout worker {self.worker_index} holds policy version {self.version}, "
@@ -184,8 +183,6 @@ class RolloutWorker:
     def release_memory(self) -> None:
         """Colocated mode: every module to the CPU and the cached device memory back to the
         driver, so the trainer can load its copy for replay/backward (and evaluation)."""
-        from genalign.placement.devices import release_device_memory
-
         self._place(torch.device("cpu"), "cpu")
         release_device_memory()
         self.released = True
@@ -214,9 +211,6 @@ class RayRolloutEngine:
         generate_timeout_s: float = 1800.0,
     ):
         import ray
-
-        from genalign.placement.resources import resolve_resources
-        from genalign.ray_session import init_ray
 
         self.placement = resolve_resources(cfg)
         rollout = self.placement.rollout
@@ -262,7 +256,6 @@ class RayRolloutEngine:
         if not self.placement.colocated:
             yield
             return
-        from genalign.placement.devices import release_device_memory
 
         if self.trainer_policy is not None:
             self._place_trainer(torch.device("cpu"), "cpu")
@@ -323,8 +316,6 @@ class RayRolloutEngine:
 
         Returns `sync_s` (wall seconds) and `sync_bytes` (payload bytes x workers)."""
         import ray
-
-        from genalign.weights.lora import state_fingerprint
 
         start = time.perf_counter()
         state = {name: tensor.detach().cpu().contiguous() for name, tensor in trainable_state.items()}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from genalign.config.errors import refuse_symlink
+from genalign.tracking.console import quiet_libraries
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 DATE_FORMAT = "%H:%M:%S"
@@ -27,8 +28,6 @@ RUN_LOG_NAME = "train.log"
 def configure_console_logging() -> None:
     """genalign's INFO lines on stderr (a no-op where logging is already set up), and the
     libraries' known chatter and loading bars quietened (`console.py`)."""
-    from genalign.tracking.console import quiet_libraries
-
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt=DATE_FORMAT, stream=sys.stderr)
     quiet_libraries()
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
+from genalign.export.hub_push import HubPusher
+
 EVENTS = ("on_train_begin", "on_step_end", "on_eval", "on_save", "on_train_end")
 
 
@@ -82,7 +84,5 @@ def run_callbacks(cfg, user_callbacks: Iterable[Any], is_main: bool) -> Callback
         return CallbackList()
     builtin = []
     if cfg.trainer.push_to_hub:
-        from genalign.export.hub_push import HubPusher
-
         builtin.append(HubPusher(cfg.trainer.push_to_hub, cfg.trainer.hub_strategy, cfg.trainer.hub_private))
     return CallbackList([*builtin, *user_callbacks])

@@ -14,6 +14,7 @@ import torch
 
 from genalign.config.errors import ConfigError
 from genalign.config.loader import safe_load_unique
+from genalign.placement.ray_pools import start_ray_for_run
 from genalign.preflight.files import file_problems, output_dir_problems
 from genalign.preflight.stored_config import ALLOW_IMPORT_KEYS, config_from_checkpoint, split_allow_overrides
 from genalign.rewards.composite import build_reward_runtime
@@ -40,7 +41,6 @@ def evaluate_checkpoint(checkpoint_dir: str, output_dir: str | None, overrides: 
         name = "ema.safetensors" if use_ema else "trainable.safetensors"
         raise CheckpointError(f"--checkpoint: {checkpoint.path}/{name}: {exc}") from None
     out = Path(output_dir) if output_dir else checkpoint.path / "eval"
-    from genalign.placement.ray_pools import start_ray_for_run
 
     start_ray_for_run(cfg)  # sized for the reward, gold and metric pools together
     rewards = build_reward_runtime(cfg.reward, policy.device)

@@ -36,14 +36,28 @@ from typing import Any
 import torch
 
 from genalign.config.errors import ConfigError, UserError
+from genalign.config.loader import config_to_dict
+from genalign.config.safe_yaml import safe_load_unique
 from genalign.config.schema import ExperimentConfig
+from genalign.data.prompts import load_manifest
 from genalign.evaluation.benchmarks import Benchmark, resolve_benchmark
 from genalign.evaluation.evaluator import evaluation_samples
 from genalign.evaluation.results import records_of, write_results
 from genalign.evaluation.sharded import evaluate_samples
 from genalign.evaluation.summaries import markdown_table, summarise
+from genalign.hub import is_hub_id
+from genalign.placement.ray_pools import start_ray_for_run
+from genalign.preflight.files import output_dir_problems
+from genalign.preflight.load import load_config
+from genalign.preflight.stored_config import config_from_checkpoint, split_allow_overrides
+from genalign.reporting.eval_report import write_eval_report
 from genalign.rewards.composite import build_reward_runtime
+from genalign.rollout.engine import LocalRolloutEngine
+from genalign.runs.checkpoint import load_checkpoint
 from genalign.training import setup
+from genalign.training.distributed import init_distributed, rank_info_from_env, shutdown
+from genalign.version import __version__
+from genalign.weights.lora import load_trainable_state_dict
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +114,6 @@ def model_source(model: str) -> ModelSource:
         )
     if path.exists():
         raise ModelSourceError(f"--model {model} is a file; name a checkpoint or model directory, 'base' or a Hub id")
-    from genalign.hub import is_hub_id
 
     if not is_hub_id(model):
         raise ModelSourceError(f"--model {model}: no such directory, and not a Hub id (owner/name)")
@@ -193,9 +206,6 @@ def load_or_stored(source: ModelSource, recipe: str | None, overrides: list[str]
     """The checkpoint's stored config (checked like a user's; its allow_import lists ignored) or
     the recipe's, with `overrides`."""
     if source.checkpoint is not None and recipe is None:
-        from genalign.config.safe_yaml import safe_load_unique
-        from genalign.preflight.stored_config import config_from_checkpoint, split_allow_overrides
-
         allowed, rest = split_allow_overrides(overrides, "genalign eval")
         path = source.checkpoint / "config.yaml"
         return config_from_checkpoint(
@@ -208,7 +218,6 @@ def load_or_stored(source: ModelSource, recipe: str | None, overrides: list[str]
                 "(the model family, sizes and reward it belongs to)"
             ]
         )
-    from genalign.preflight.load import load_config
 
     return load_config(recipe, overrides, check_files=False)
 
@@ -217,11 +226,7 @@ def load_weights(policy, source: ModelSource, use_ema: bool) -> str:
     """Put the model's trained weights into `policy`; returns which weights were loaded."""
     from safetensors.torch import load_file
 
-    from genalign.weights.lora import load_trainable_state_dict
-
     if source.kind == "checkpoint":
-        from genalign.runs.checkpoint import load_checkpoint
-
         checkpoint = load_checkpoint(source.path, "--model")
         ema = use_ema and checkpoint.ema is not None
         load_trainable_state_dict(policy.transformer, checkpoint.ema if ema else checkpoint.trainable)
@@ -260,9 +265,6 @@ def settings_of(
     cfg: ExperimentConfig, source: ModelSource, benchmark: Benchmark, weights: str, world_size: int, reward_cfg
 ) -> dict[str, Any]:
     """Every setting the numbers depend on, printed and stored beside them."""
-    from genalign.config.loader import config_to_dict
-    from genalign.version import __version__
-
     spec = setup.eval_spec(cfg)
     return {
         "genalign": __version__,
@@ -309,16 +311,11 @@ def evaluate_model(
     scorers: list[str] | None = None,
 ) -> dict[str, Any]:
     """Evaluate; returns the benchmark's table (rank 0; {} on the other ranks)."""
-    from genalign.data.prompts import load_manifest
-    from genalign.placement.ray_pools import start_ray_for_run
-    from genalign.training.distributed import init_distributed, rank_info_from_env, shutdown
-
     source = model_source(model)
     cfg, benchmark = eval_config(source, benchmark_name, recipe, overrides)
     if scorers:
         benchmark = dataclasses.replace(benchmark, groups={name: {name: 1.0} for name in scorers}, summary="mean")
     out = Path(output_dir).expanduser() if output_dir else default_output(source, benchmark)
-    from genalign.preflight.files import output_dir_problems
 
     problems = [p.replace("trainer.output_dir", "--output-dir") for p in output_dir_problems(str(out))]
     if problems:
@@ -357,7 +354,6 @@ def evaluate_model(
         records = records_of(outcome)
         table = summarise(records, benchmark.summary, list(benchmark.groups), benchmark.score_group)
         write_results(out, records, outcome.images, table, settings)
-        from genalign.reporting.eval_report import write_eval_report
 
         write_eval_report(out)
         print(markdown_table(table), end="")
@@ -373,8 +369,6 @@ def engine_sampler(engine, spec):
     positions; the Ray engine shards a whole list over its workers in units of whole prompt groups
     and sampling chunks, so the list is completed with filler groups (copies of the last prompt
     group) to a whole number of units, and the fillers' trajectories dropped."""
-    from genalign.rollout.engine import LocalRolloutEngine
-
     if isinstance(engine, LocalRolloutEngine):
         return lambda every, positions: engine.generate(every, spec, positions)
 

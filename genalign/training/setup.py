@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from genalign.algorithms.registry import algorithm_class
+from genalign.config.loader import config_to_dict
 from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import load_manifest
 from genalign.evaluation.evaluator import Evaluator
@@ -22,13 +24,17 @@ from genalign.preflight.step_sizes import StepSizes, per_rank_accumulation
 from genalign.rewards.composite import build_reward_runtime
 from genalign.rollout.collector import SamplingSpec
 from genalign.rollout.engine import LocalRolloutEngine, RolloutEngine
+from genalign.rollout.ray_engine import RayRolloutEngine
 from genalign.sampling.windows import WindowSchedule
 from genalign.tracking.sinks import CSVSink, MetricsSink, MultiSink, NullSink, PrefixedSink
+from genalign.tracking.trackers import MlflowSink, TensorBoardSink, WandbSink
 from genalign.training.config import EMAConfig
+from genalign.training.distributed import gather_to_main
 from genalign.training.ema import EMA
 from genalign.training.precision import compile_denoiser, configure_backends, make_master_weights
+from genalign.training.sources import OfflinePreferences, OnlineRollout
 from genalign.training.update import UpdateContext
-from genalign.weights.lora import apply_lora, freeze_for_full_finetune
+from genalign.weights.lora import apply_lora, freeze_for_full_finetune, trainable_state_dict
 from genalign.weights.reference import ReferencePolicy
 
 log = logging.getLogger(__name__)
@@ -74,8 +80,6 @@ def build_policy(cfg: ExperimentConfig) -> Policy:
 def build_reference(cfg: ExperimentConfig, policy: Policy) -> ReferencePolicy | None:
     """The frozen initial policy, when the algorithm's `reference_kind` asks for it (a KL term);
     taken before the denoiser is wrapped for training."""
-    from genalign.algorithms.registry import algorithm_class
-
     frozen = algorithm_class(cfg).reference_kind(cfg.algorithm) == "frozen"
     return ReferencePolicy(policy, cfg.model.train_mode) if frozen else None
 
@@ -84,9 +88,6 @@ def build_rollout_engine(cfg: ExperimentConfig, policy: Policy) -> RolloutEngine
     if cfg.rollout.engine == "local":
         return LocalRolloutEngine(policy)
     if cfg.rollout.engine == "ray":  # workers start from the trainer's weights (version 0)
-        from genalign.rollout.ray_engine import RayRolloutEngine
-        from genalign.weights.lora import trainable_state_dict
-
         # colocated: the engine parks this policy's modules on the CPU while workers hold theirs
         return RayRolloutEngine(cfg, trainable_state_dict(policy.transformer), build_policy, trainer_policy=policy)
     raise ValueError(f"rollout.engine={cfg.rollout.engine!r}: choose local or ray")
@@ -104,8 +105,6 @@ def build_batch_source(
 ):
     """The step's training data, as the algorithm's `data_source` declares: the online rollout,
     or (offline Flow-DPO) a preference dataset."""
-    from genalign.training.sources import OfflinePreferences, OnlineRollout
-
     if algorithm.data_source(cfg.algorithm) == "offline":
         return OfflinePreferences(cfg, sizes, policy, ranks)
     return OnlineRollout(cfg, sizes, engine, rewards, algorithm, spec, ranks)
@@ -124,8 +123,6 @@ def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
     """The training sampler; `SamplingSpec.at_step(step)` places the step's SDE window. What
     the rollout records beyond the trajectory (kernel means, which token log-prob) is what the
     algorithm declares it reads."""
-    from genalign.algorithms.registry import algorithm_class
-
     algorithm, r = algorithm_class(cfg), cfg.rollout
     window = None
     if r.sde_window.size > 0:
@@ -177,9 +174,6 @@ def build_trackers(cfg: ExperimentConfig, output_dir: Path, first_step: int, run
     """The trackers of `trainer.loggers` besides csv (rank 0 only). `first_step` is the first
     step this start writes (TensorBoard hides older events at or after it: a resume redoes
     them); `run_id` names the W&B run, the same one across resumes."""
-    from genalign.config.loader import config_to_dict
-    from genalign.tracking.trackers import MlflowSink, TensorBoardSink, WandbSink
-
     trackers: list[MetricsSink] = []
     if "tensorboard" in cfg.trainer.loggers:
         trackers.append(TensorBoardSink(output_dir / "tensorboard", purge_step=first_step if first_step > 0 else None))
@@ -276,6 +270,5 @@ def evaluation_shard(ranks) -> Shard:
     """This rank's place in a sharded evaluation, with the gather collective (one process: none)."""
     if ranks is None or ranks.world_size == 1:
         return Shard()
-    from genalign.training.distributed import gather_to_main
 
     return Shard(ranks.rank, ranks.world_size, lambda tensor: gather_to_main(tensor, ranks))

@@ -20,13 +20,15 @@ import torch
 from genalign.algorithms.advantages import advantage_stats, aggregate_advantages, zero_std_group_fraction
 from genalign.algorithms.base import Algorithm
 from genalign.config.schema import ExperimentConfig
-from genalign.data.prompts import load_manifest
+from genalign.data.preferences import load_preference_images, read_preferences
+from genalign.data.prompts import PromptExample, load_manifest
 from genalign.data.sampler import PromptSampler
 from genalign.finite import named_step
 from genalign.models.base import FlowPolicy
 from genalign.preflight.step_sizes import StepSizes
 from genalign.rewards.scores import RewardScores
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
+from genalign.rollout.collector import encode_unique
 from genalign.rollout.pairs import PreferencePairs
 from genalign.training import distributed
 
@@ -148,10 +150,6 @@ class OfflinePreferences:
     `PromptSampler` order (seeded epoch permutations), so resume draws the same pairs."""
 
     def __init__(self, cfg: ExperimentConfig, sizes: StepSizes, policy: FlowPolicy, ranks):
-        from genalign.data.preferences import load_preference_images, read_preferences
-        from genalign.data.prompts import PromptExample
-        from genalign.rollout.collector import encode_unique
-
         self.ranks = ranks
         rows = read_preferences(cfg.data.preference_manifest, size=(cfg.rollout.height, cfg.rollout.width))
         chosen_images, rejected_images = load_preference_images(rows)  # [N, 3, H, W] uint8 x2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from genalign.models.cosmos.policy import GuardrailNotLoaded
 from genalign.models.tiny_random import (
     QWEN_TEXT_HIDDEN,
     QWEN_TEXT_LAYERS,
@@ -85,8 +86,6 @@ def build_cosmos_pipeline(
         CosmosTransformer3DModel,
         UniPCMultistepScheduler,
     )
-
-    from genalign.models.cosmos.policy import GuardrailNotLoaded
 
     spec = shape_spec(COSMOS_SHAPES, shapes, "Cosmos")
     tokenizer = tiny_qwen2_tokenizer(f"system\n{COSMOS_SYSTEM_PROMPT}\nuser\nassistant\n")

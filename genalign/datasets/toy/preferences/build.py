@@ -27,6 +27,9 @@ import torch  # noqa: E402
 from genalign.data.prompts import load_manifest  # noqa: E402
 from genalign.data.sampler import PromptGroupBatch, sample_seed  # noqa: E402
 from genalign.data.toy_shapes import IMAGE_SIZE  # noqa: E402
+from genalign.models.toy.policy import ToyPolicy  # noqa: E402
+from genalign.rewards.toy import ToyShapeReward  # noqa: E402
+from genalign.rollout.collector import SamplingSpec, generate  # noqa: E402
 
 GROUPS_PER_PROMPT = 6
 GROUP_SIZE = 8
@@ -37,10 +40,6 @@ SEED = 2024
 def build() -> dict[str, bytes]:
     """Relative file name -> content."""
     from PIL import Image
-
-    from genalign.models.toy.policy import ToyPolicy
-    from genalign.rewards.toy import ToyShapeReward
-    from genalign.rollout.collector import SamplingSpec, generate
 
     torch.set_num_threads(1)
     policy = ToyPolicy.from_pretrained()
