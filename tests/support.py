@@ -646,3 +646,27 @@ class RankZeroConstantReward(RankOneConstantReward):
 
     name = "support:RankZeroConstantReward"
     constant_rank = "0"
+
+
+def ray_overrides(model_dir: Path, prompts: Path, *extra: str) -> list[str]:
+    """The tiny SD3 OCR recipe for the Ray rollout tests: CPU, float32, 64², 2 steps, 2 x 2
+    samples, the jpeg reward in place of OCR (no engine needed)."""
+    return [
+        f"model.path={model_dir}",
+        f"data.manifest={prompts}",
+        f"data.eval_manifest={prompts}",
+        "model.device=cpu",
+        "model.dtype=float32",
+        "model.lora.rank=4",
+        "model.lora.alpha=8",
+        "rollout.height=64",
+        "rollout.width=64",
+        "rollout.num_steps=2",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=2",
+        "rollout.sample_batch_size=2",
+        "actor.gradient_accumulation_steps=1",
+        "reward.components.ocr=0.0",
+        "reward.components.jpeg_compressibility=1.0",
+        *extra,
+    ]

@@ -14,6 +14,7 @@ import os
 
 import pytest
 import torch
+from support import ray_overrides
 
 from genalign.algorithms.registry import algorithm_class
 from genalign.data.prompts import load_manifest
@@ -60,27 +61,13 @@ def test_trainer_and_worker_never_both_on_the_device(tiny_sd3_dir, tmp_path, tra
     prompts.write_text('a sign that says "ray"\na red cube\n')
     cfg = load_config(
         "experiment/diffusion/sd3_5/online_grpo_ocr",
-        [
-            f"model.path={tiny_sd3_dir}",
-            f"data.manifest={prompts}",
-            f"data.eval_manifest={prompts}",
-            "model.device=cpu",
-            "model.dtype=float32",
-            "model.lora.rank=4",
-            "model.lora.alpha=8",
-            "rollout.height=64",
-            "rollout.width=64",
-            "rollout.num_steps=2",
-            "rollout.n=2",
-            "rollout.rollout_batch_size=2",
-            "rollout.sample_batch_size=2",
-            "actor.gradient_accumulation_steps=1",
-            "reward.components.ocr=0.0",
-            "reward.components.jpeg_compressibility=1.0",
+        ray_overrides(
+            tiny_sd3_dir,
+            prompts,
             "/base/distributed=ray_rollout_colocated_single_gpu",
             f"model.train_mode={train_mode}",
             "algorithm.kl_beta=0.04",
-        ],
+        ),
     )
     assert cfg.distributed.colocated and algorithm_class(cfg).reference_kind(cfg.algorithm) == "frozen"
     torch.manual_seed(cfg.trainer.seed)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import ray_rollout_setting
+from support import ray_overrides, ray_rollout_setting
 
 from genalign.data.prompts import load_manifest
 from genalign.data.sampler import PromptSampler
@@ -41,28 +41,6 @@ def prompts_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("prompts") / "train.txt"
     path.write_text('a sign that says "ray"\na red cube\na poster reading "sync"\na blue circle\n')
     return path
-
-
-def ray_overrides(model_dir: Path, prompts: Path, *extra: str) -> list[str]:
-    return [
-        f"model.path={model_dir}",
-        f"data.manifest={prompts}",
-        f"data.eval_manifest={prompts}",
-        "model.device=cpu",
-        "model.dtype=float32",
-        "model.lora.rank=4",
-        "model.lora.alpha=8",
-        "rollout.height=64",
-        "rollout.width=64",
-        "rollout.num_steps=2",
-        "rollout.n=2",
-        "rollout.rollout_batch_size=2",
-        "rollout.sample_batch_size=2",
-        "actor.gradient_accumulation_steps=1",
-        "reward.components.ocr=0.0",
-        "reward.components.jpeg_compressibility=1.0",
-        *extra,
-    ]
 
 
 def assert_batches_equal(a: TrajectoryBatch, b: TrajectoryBatch) -> None:
