@@ -11,6 +11,8 @@ what is each part's own (`state_dict` / `load_state_dict`).
 from __future__ import annotations
 
 import logging
+import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +124,33 @@ class Checkpointer:
         if checkpoint.trainer_state.get("grad_scaler"):
             self.scaler.load_state_dict(checkpoint.trainer_state["grad_scaler"])
         self.evaluator.history = EvalHistory.from_dict(checkpoint.trainer_state["eval_history"])
+
+    def stop_after_signal(self, step: int, signum: int, saved: bool, stop_check: stopping.StopCheck) -> None:
+        """After a SIGTERM/SIGINT: checkpoint this step when the save fits in the grace left
+        (every rank agrees first: the save is collective), say how to resume, raise.
+        `saved`: this step's regular checkpoint is already written."""
+        grace = self.cfg.trainer.signal_grace_s
+        estimate = self.estimated_save_s()
+        left = grace - stop_check.watch.seconds_since_signal()
+        fits = stop_check.every_rank(estimate <= left)
+        if saved:
+            what = f"checkpoint-{step} is written"
+        elif fits:
+            self.save(f"checkpoint-{step}", step)
+            what = f"checkpoint-{step} written"
+        else:
+            what = (
+                f"no checkpoint of it (an estimated {estimate:.0f} s save does not fit in the {max(left, 0):.0f} s "
+                f"left of trainer.signal_grace_s={grace:g})"
+            )
+        resume = run_dir.resume_hint(Path(self.cfg.trainer.output_dir), self.ranks.world_size, sys.argv)
+        message = (
+            f"stopped by {signal.Signals(signum).name} after step {step} of {self.cfg.trainer.num_steps}: "
+            f"{what}; {resume}"
+        )
+        if self.ranks.is_main:  # every rank stops after this step; one line per job says so
+            log.warning("%s", message)
+        raise stopping.RunInterrupted(signum, message, logged=True)
 
     def estimated_save_s(self) -> float:
         """How long a save will take: the last one of this launch, else the bytes a checkpoint
