@@ -289,6 +289,7 @@ TIMING_COLUMNS = {
     "time_cpu_s",
     "images_per_s",
     "step_images_per_s",
+    "sync_s",
 }
 """metrics.csv columns that measure time (wall-clock or CPU): the only ones two identical runs may differ in."""
 

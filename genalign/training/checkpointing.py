@@ -54,6 +54,8 @@ class Checkpointer:
     """One tracker run across resumes: the id travels in the checkpoint's trainer_state."""
     on_save: Callable[[int, Path], None] = lambda step, path: None
     """Called after every save with (step, path): the run's callbacks (rank 0's; the others have none)."""
+    rollout_state: Callable[[], dict[str, torch.Tensor]] = dict
+    """The weights the rollout under way samples with (rollout.overlap), or {}: the source's `state_dict`."""
     last_save_s: float | None = None
     """Seconds the last save took on rank 0 in this launch (the estimate for a save on a signal)."""
 
@@ -64,6 +66,7 @@ class Checkpointer:
         ema_weights = distributed.full_state(ema.pop("weights")) if ema else None  # FSDP2 shards: whole tensors
         optimizer = distributed.full_optimizer_state(self.policy.transformer, self.optimizer)
         algorithm_state = distributed.full_state(self.algorithm.state_dict())  # NFT's old policy: FSDP2 shards
+        rollout_state = self.rollout_state()  # whole tensors already: they went to the rollout workers
         output_dir = Path(self.cfg.trainer.output_dir)
         path = output_dir / name
         if self.ranks.is_main:
@@ -97,6 +100,7 @@ class Checkpointer:
                     optimizer=optimizer,
                     trainer_state=trainer_state,
                     algorithm=algorithm_state or None,
+                    rollout=rollout_state or None,
                     export=export,
                 )
             self.last_save_s = time.perf_counter() - started

@@ -123,7 +123,7 @@ class Trainer:
         self.memory = PeakMemory(self.policy.device)
         self.engine = setup.build_rollout_engine(cfg, self.policy)
         self.source = setup.build_batch_source(
-            cfg, self.sizes, self.policy, self.engine, self.rewards, self.algorithm, self.spec, self.ranks
+            cfg, self.sizes, self.policy, self.engine, self.rewards, self.algorithm, self.spec, self.ranks, self.sync
         )
         run_id = resumed_run_id(checkpoint) or new_run_id()  # one tracker run across resumes
         # rank 0 alone writes metrics, evaluation artefacts and checkpoints
@@ -147,11 +147,12 @@ class Trainer:
             self.evaluator,
             run_id,
             self.callbacks.on_save,
+            self.source.state_dict,
         )
         self.start_step = self.current_step = 1
         if checkpoint is not None:
             self.checkpointer.restore(checkpoint)
-            self.sync(checkpoint.step)  # rollout workers start from the restored weights, not the fresh adapter
+            self.source.restore(checkpoint)  # the rollout's weights: the restored ones, or the in-flight rollout's
             self.start_step = checkpoint.step + 1
             log.info("resumed from %s at step %d", checkpoint.path, self.start_step)
 
@@ -224,7 +225,7 @@ class Trainer:
             parity = parity_preflight(self.policy, data.trajectories, self.algorithm, self.spec.chunk_size, self.ranks)
         update, algorithm_row = self.update(data, step)
         times["time_train_s"] = time.perf_counter() - start
-        synced = self.sync(step)
+        synced = self.source.after_update(step)  # the weights to the rollout (now, or before its next rollout)
         times["time_cpu_s"] = time.process_time() - cpu_start
         log_rollout_samples(
             self.metrics, step, self.cfg.trainer.sample_table, bool(self.trackers), data.trajectories, data.scores
