@@ -287,6 +287,7 @@ TIMING_COLUMNS = {
     "time_train_s",
     "time_eval_s",
     "time_cpu_s",
+    "time_step_s",
     "images_per_s",
     "step_images_per_s",
     "sync_s",

@@ -58,8 +58,7 @@ class Trainer:
 
     @classmethod
     def for_config(cls, cfg: ExperimentConfig, callbacks: Iterable[Any] = ()) -> Trainer | None:
-        """The trainer of `cfg`'s run, or None (logged) when its checkpoint is already at
-        trainer.num_steps; refusals of the run directory come before any model loads."""
+        """The run's trainer, or None (logged) when its checkpoint is at trainer.num_steps already."""
         start = run_dir.decide_start(cfg)
         if start.finished:
             if distributed.rank_info_from_env().is_main:
@@ -215,7 +214,7 @@ class Trainer:
         """One step (docs/architecture.md §2): the step's data, the parity preflight on step 1,
         one optimizer round, the weights to the rollout; the job's metrics row."""
         # CPU seconds beside the wall-clock phases: they do not grow with other processes' load
-        cpu_start = time.process_time()
+        cpu_start, step_start = time.process_time(), time.perf_counter()
         self.memory.start()
         data: StepData = self.source.collect(step)  # rollout + rewards + advantages, or offline pairs
         times = dict(data.times)
@@ -226,7 +225,7 @@ class Trainer:
         update, algorithm_row = self.update(data, step)
         times["time_train_s"] = time.perf_counter() - start
         synced = self.source.after_update(step)  # the weights to the rollout (now, or before its next rollout)
-        times["time_cpu_s"] = time.process_time() - cpu_start
+        times["time_cpu_s"], times["time_step_s"] = time.process_time() - cpu_start, time.perf_counter() - step_start
         log_rollout_samples(
             self.metrics, step, self.cfg.trainer.sample_table, bool(self.trackers), data.trajectories, data.scores
         )
