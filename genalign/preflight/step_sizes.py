@@ -84,7 +84,7 @@ class StepSizes:
             optimizer_steps_per_step=(
                 micro_batches_per_step * actor.num_inner_epochs // actor.gradient_accumulation_steps
             ),
-            num_train_timesteps=1 if tokens else min(num_train_timesteps, _trainable_steps(cfg)),
+            num_train_timesteps=_train_positions(cfg, tokens, num_train_timesteps),
             uses_cfg=rollout.guidance_scale > 1.0,
             needs_reference=algorithm_class(cfg).reference_kind(cfg.algorithm) != "none",
         )
@@ -115,6 +115,15 @@ def per_rank_accumulation(gradient_accumulation_steps: int, world_size: int) -> 
             ]
         )
     return gradient_accumulation_steps // world_size
+
+
+def _train_positions(cfg: ExperimentConfig, tokens: bool, from_fraction: int) -> int:
+    """Positions per trajectory: the algorithm's own count (`train_positions`, DGPO's σ's), one
+    for a token family, else the stored steps the fraction selects, at most the trainable ones."""
+    declared = algorithm_class(cfg).train_positions(cfg.algorithm)
+    if declared is not None:
+        return int(declared)
+    return 1 if tokens else min(from_fraction, _trainable_steps(cfg))
 
 
 def _trainable_steps(cfg: ExperimentConfig) -> int:
