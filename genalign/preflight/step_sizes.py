@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from genalign.algorithms.registry import algorithm_class
+from genalign.algorithms.registry import ALGORITHMS, algorithm_class
 from genalign.config.errors import ConfigError
+from genalign.config.registry import import_problem, is_dotted_path
 from genalign.config.schema import ExperimentConfig
 from genalign.preflight.values import family_kind
 
@@ -69,7 +70,7 @@ class StepSizes:
             problems.append(
                 f"actor.gradient_accumulation_steps must be positive, got {actor.gradient_accumulation_steps}"
             )
-        if num_train_timesteps < 1:
+        if num_train_timesteps < 1 and counts_positions_by_fraction(cfg):
             problems.append(num_train_timesteps_problem(rollout.num_steps, cfg.algorithm.timestep_fraction))
         if problems:
             raise ConfigError(problems)
@@ -115,6 +116,17 @@ def per_rank_accumulation(gradient_accumulation_steps: int, world_size: int) -> 
             ]
         )
     return gradient_accumulation_steps // world_size
+
+
+def counts_positions_by_fraction(cfg: ExperimentConfig) -> bool:
+    """algorithm.timestep_fraction decides the trained positions: the algorithm declares no
+    count of its own (`train_positions`), or its name does not resolve (its own problem)."""
+    name, allowed = cfg.algorithm.name, cfg.algorithm.allow_import
+    if ALGORITHMS.check(name, allowed) is not None:
+        return True
+    if is_dotted_path(name) and name not in ALGORITHMS and import_problem("algorithm.name", name):
+        return True
+    return algorithm_class(cfg).train_positions(cfg.algorithm) is None
 
 
 def _train_positions(cfg: ExperimentConfig, tokens: bool, from_fraction: int) -> int:
