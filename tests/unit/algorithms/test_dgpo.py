@@ -286,3 +286,14 @@ def test_the_step_sizes_count_dgpo_s_own_positions():
     cfg = load_config("experiment/toy/shapes_dgpo")
     assert StepSizes.from_config(cfg).num_train_timesteps == 4  # not int(10 · timestep_fraction)
     assert StepSizes.from_config(load_config("experiment/toy/shapes_nft")).num_train_timesteps == 9
+
+
+def test_timestep_fraction_does_not_limit_dgpo_s_positions():
+    """3 schedule steps at the toy's timestep_fraction 0.3 train int(0.9) = 0 stored steps: an
+    error for an algorithm that counts by it, not for DGPO, which draws its own σ's."""
+    from genalign.config.errors import ConfigError
+
+    short = ["rollout.num_steps=3", "algorithm.dgpo.num_timesteps=2", "algorithm.dgpo.max_timestep_index=2"]
+    assert load_config("experiment/toy/shapes_dgpo", short).algorithm.timestep_fraction == 0.3
+    with pytest.raises(ConfigError, match="trains int"):
+        load_config("experiment/toy/shapes_grpo", ["rollout.num_steps=3"])
