@@ -173,6 +173,17 @@ class Algorithm(Protocol[PolicyT]):
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None: ...
 
 
+def velocity_kl_problems(cfg: ExperimentConfig) -> list[str]:
+    """A forward-process algorithm (no SDE mean to compare) takes its KL on the velocity."""
+    algorithm = cfg.algorithm
+    if algorithm.kl_beta > 0 and algorithm.kl_type != "velocity":
+        return [
+            f"algorithm.name={algorithm.name} has no SDE mean to compare: with algorithm.kl_beta > 0 set "
+            "algorithm.kl_type=velocity (its KL is mean (v - v_ref)^2)"
+        ]
+    return []
+
+
 class AlgorithmBase:
     """Defaults: a flow-matching algorithm trained online on the trajectories, with a frozen
     reference only for a KL term, sampling with the live weights, no extra state."""

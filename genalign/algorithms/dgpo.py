@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import torch
 
 from genalign.algorithms.advantages import _dense_group_index, clip_advantages
-from genalign.algorithms.base import AlgorithmBase
+from genalign.algorithms.base import AlgorithmBase, velocity_kl_problems
 from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.forward_draws import first_member_seeds, group_draws
 from genalign.algorithms.forward_losses import (
@@ -147,12 +147,8 @@ class DGPO(AlgorithmBase):
     def config_problems(cls, cfg) -> list[str]:
         """A velocity KL, a reference CFG the rollout's prompts support, the ranges of algorithm.dgpo."""
         problems = super().config_problems(cfg)
-        algorithm, dgpo = cfg.algorithm, cfg.algorithm.dgpo
-        if algorithm.kl_beta > 0 and algorithm.kl_type != "velocity":
-            problems.append(
-                "algorithm.name=dgpo has no SDE mean to compare: with algorithm.kl_beta > 0 set "
-                "algorithm.kl_type=velocity (DGPO's KL is mean (v - v_ref)^2)"
-            )
+        dgpo = cfg.algorithm.dgpo
+        problems += velocity_kl_problems(cfg)
         if dgpo.reference_guidance_scale > 1 and cfg.rollout.guidance_scale <= 1:
             problems.append(
                 f"algorithm.dgpo.reference_guidance_scale={dgpo.reference_guidance_scale} runs the reference "
@@ -225,7 +221,7 @@ class DGPO(AlgorithmBase):
         return noisy, target, sigma, units.condition.to(device)
 
     @torch.no_grad()
-    def _reference_velocity(self, policy: FlowPolicy, noisy, sigma, cond) -> torch.Tensor:
+    def _reference_velocity(self, noisy, sigma, cond) -> torch.Tensor:
         """The frozen initial model's velocity (CFG at `reference_guidance_scale`)."""
         with self.reference.active() as reference_policy:
             return reference_policy.velocity(noisy, sigma, cond, self.cfg.dgpo.reference_guidance_scale).float()
@@ -236,7 +232,7 @@ class DGPO(AlgorithmBase):
         if self.cfg.dgpo.ema_reference:
             with self.ema.applied():
                 return velocity_error(policy.velocity(noisy, sigma, cond, 1.0), target)
-        return velocity_error(self._reference_velocity(policy, noisy, sigma, cond), target)
+        return velocity_error(self._reference_velocity(noisy, sigma, cond), target)
 
     def prepare_update(
         self, policy: FlowPolicy, batch: GroupSamples, step_indices: list[int], micro_batch_size: int
@@ -273,7 +269,7 @@ class DGPO(AlgorithmBase):
         use_kl = self.cfg.kl_beta > 0
         # the no-grad forwards first: swapping the EMA values into the trained tensors after the
         # policy forward would bump their versions under autograd's saved references
-        ref_velocity = self._reference_velocity(policy, noisy, sigma, cond) if use_kl else None
+        ref_velocity = self._reference_velocity(noisy, sigma, cond) if use_kl else None
         old_error = None
         if use_ema:
             with torch.no_grad(), self.ema.applied():
