@@ -188,6 +188,7 @@ class DGPOConfig:
     η = min(ema_decay_rate·g, ema_decay_max), g the optimizer steps before the round (the
     reference's `ema_ref` step: min(0.3, 0.001·global_step))."""
     ema_decay_max: float = 0.3
+    """The cap of that η (the reference's 0.3)."""
     sample_with_ema_after: int = 200
     """Once more than this many optimizer steps are done, the rollout samples with the EMA
     weights (the reference's `switch_ema_ref`: 200; 500 in its GenEval recipe). < 0 never."""
