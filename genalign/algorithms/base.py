@@ -16,7 +16,9 @@ so they are known before any model loads):
     under CFG (True) or of the conditional stream alone;
   * `owned_options` — the `algorithm.*` keys only this algorithm reads (another algorithm
     refuses them when set), and `config_problems(cfg)`, its own config checks;
-  * `stat_extremes` — which logged statistics also get their min / max columns.
+  * `stat_extremes` — which logged statistics also get their min / max columns;
+  * `train_positions(cfg)` — positions trained per unit when the algorithm fixes their number
+    itself (DGPO's σ count), else None: int(rollout.num_steps · timestep_fraction).
 Hooks:
   * `training_batch` turns the step's trajectories and advantages into the units the update
     loop trains on (the trajectories themselves, or DPO's preference pairs);
@@ -110,6 +112,12 @@ class Algorithm(Protocol[PolicyT]):
         """This algorithm's own checks of the whole config (one message per problem)."""
         ...
 
+    @classmethod
+    def train_positions(cls, cfg: AlgorithmConfig) -> int | None:
+        """Positions trained per unit when the algorithm fixes the number itself; None: the
+        stored steps int(rollout.num_steps · algorithm.timestep_fraction) (the step sizes)."""
+        ...
+
     def training_batch(self, batch: Trajectories, advantages: torch.Tensor) -> tuple[TrainingUnits, torch.Tensor]:
         """(units, unit advantages [U]) the update trains on."""
         ...
@@ -165,6 +173,17 @@ class Algorithm(Protocol[PolicyT]):
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None: ...
 
 
+def velocity_kl_problems(cfg: ExperimentConfig) -> list[str]:
+    """A forward-process algorithm (no SDE mean to compare) takes its KL on the velocity."""
+    algorithm = cfg.algorithm
+    if algorithm.kl_beta > 0 and algorithm.kl_type != "velocity":
+        return [
+            f"algorithm.name={algorithm.name} has no SDE mean to compare: with algorithm.kl_beta > 0 set "
+            "algorithm.kl_type=velocity (its KL is mean (v - v_ref)^2)"
+        ]
+    return []
+
+
 class AlgorithmBase:
     """Defaults: a flow-matching algorithm trained online on the trajectories, with a frozen
     reference only for a KL term, sampling with the live weights, no extra state."""
@@ -194,6 +213,10 @@ class AlgorithmBase:
     def guided_log_probs(cls, cfg: AlgorithmConfig) -> bool:
         """The log-prob of the distribution that sampled (a flow algorithm samples no tokens)."""
         return True
+
+    @classmethod
+    def train_positions(cls, cfg: AlgorithmConfig) -> int | None:
+        return None
 
     @classmethod
     def config_problems(cls, cfg: ExperimentConfig) -> list[str]:

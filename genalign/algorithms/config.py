@@ -153,12 +153,82 @@ class DPOConfig:
 
 
 @dataclass
+class DGPOConfig:
+    """DGPO, direct group preference optimisation (docs/algorithms.md §9); defaults of the
+    reference's default recipe (Luo-Yihong/DGPO `config/dgpo.py`, `general_ocr_sd3_4gpu` on
+    its base `compressibility`; the trainer `scripts/train_sd3_dgpo.py`)."""
+
+    beta: float = 100.0
+    """β of the group preference logit (the reference's `train.beta_dpo`: 100; 10 for PickScore,
+    2000-5000 with the EMA reference)."""
+    num_timesteps: int = 4
+    """Training positions per sample and step: this many distinct σ's of the rollout schedule
+    (the reference's `num_train_timesteps`)."""
+    max_timestep_index: int = 6
+    """The σ's are drawn from the schedule's first max_timestep_index + 1 entries, the noisiest
+    (the reference's `trunc_steps`: 6; 4 in its GenEval recipe)."""
+    shared_noise: bool = True
+    """Every sample of a prompt group is noised with the same ε (the reference's
+    `use_shared_noise`); false: each sample its own ε (the σ stays shared by the group)."""
+    clip_range: float = 1e-2
+    """PPO-style clip of the error ratio ρ = exp(e_old − e_θ): a sample's error gets no gradient
+    where ρ > 1 + c with A > 0, or ρ < 1 − c with A < 0 (the reference's `clip_range`)."""
+    clip_error: bool = True
+    """Apply that clip to the preference term (the reference's `clip_dsm`)."""
+    clip_kl: bool = False
+    """Apply it to the KL term too (the reference's `clip_kl`)."""
+    ema_reference: bool = False
+    """The preference logit compares with the EMA ("old") weights instead of the frozen initial
+    model (the reference's `use_ema_ref`, the TDM-R1 dynamic reference)."""
+    reference_guidance_scale: float = 1.0
+    """CFG scale of the frozen reference's velocity in the logit and the KL (the reference's
+    `kl_cfg`; > 1 needs rollout.guidance_scale > 1, so that the negative prompt is encoded)."""
+    ema_decay_rate: float = 0.001
+    """The EMA weights θ_ema ← η·θ_ema + (1 − η)·θ after each training step's optimizer round,
+    η = min(ema_decay_rate·g, ema_decay_max), g the optimizer steps before the round (the
+    reference's `ema_ref` step: min(0.3, 0.001·global_step))."""
+    ema_decay_max: float = 0.3
+    """The cap of that η (the reference's 0.3)."""
+    sample_with_ema_after: int = 200
+    """Once more than this many optimizer steps are done, the rollout samples with the EMA
+    weights (the reference's `switch_ema_ref`: 200; 500 in its GenEval recipe). < 0 never."""
+
+    def problems(self) -> list[str]:
+        """The ranges of algorithm.dgpo (DGPO's `config_problems` reports them)."""
+        problems = []
+        if self.beta <= 0:
+            problems.append(f"algorithm.dgpo.beta must be > 0, got {self.beta}")
+        if self.num_timesteps < 1:
+            problems.append(f"algorithm.dgpo.num_timesteps must be >= 1, got {self.num_timesteps}")
+        if self.max_timestep_index < 0:
+            problems.append(f"algorithm.dgpo.max_timestep_index must be >= 0, got {self.max_timestep_index}")
+        elif self.num_timesteps > self.max_timestep_index + 1:
+            problems.append(
+                f"algorithm.dgpo.num_timesteps={self.num_timesteps} distinct σ's cannot come from the "
+                f"{self.max_timestep_index + 1} schedule entries 0..algorithm.dgpo.max_timestep_index"
+            )
+        if self.clip_range <= 0:
+            problems.append(f"algorithm.dgpo.clip_range must be > 0, got {self.clip_range}")
+        if self.reference_guidance_scale < 1:
+            problems.append(
+                f"algorithm.dgpo.reference_guidance_scale must be >= 1, got {self.reference_guidance_scale}"
+            )
+        if self.ema_decay_rate < 0 or not 0 <= self.ema_decay_max < 1:
+            problems.append(
+                "algorithm.dgpo.ema_decay_rate must be >= 0 and ema_decay_max in [0, 1), got "
+                f"{self.ema_decay_rate} and {self.ema_decay_max}"
+            )
+        return problems
+
+
+@dataclass
 class AlgorithmConfig:
     name: str = "grpo"
     """"grpo" (Flow-GRPO clipped surrogate; with rollout.kernel / rollout.sde_window also
     Flow-GRPO-Fast, CPS, MixGRPO and DanceGRPO recipes), "grpo_guard" (GRPO-Guard: RatioNorm on
     the same surrogate; needs a Gaussian kernel), "nft" (DiffusionNFT, forward process, any
-    sampler), "dpo" (Flow-DPO on preference pairs, online or offline) or "ar_grpo" (the GRPO
+    sampler), "dpo" (Flow-DPO on preference pairs, online or offline), "dgpo" (DGPO: a group
+    preference on the forward process, any sampler) or "ar_grpo" (the GRPO
     clipped surrogate per image token, for token-autoregressive families: Janus-Pro), or your own
     algorithm class as "package.module:Class" when listed in algorithm.allow_import. What a run
     builds for it (a reference, the rollout or a preference dataset) is the class's declaration
@@ -216,6 +286,8 @@ class AlgorithmConfig:
     """Options read when name=nft."""
     dpo: DPOConfig = field(default_factory=DPOConfig)
     """Options read when name=dpo."""
+    dgpo: DGPOConfig = field(default_factory=DGPOConfig)
+    """Options read when name=dgpo."""
 
     def problems(self) -> list[str]:
         """The ranges every algorithm reads (the options one algorithm owns, algorithm.nft,

@@ -21,7 +21,7 @@ from genalign.placement.ray_pools import resource_problems
 from genalign.preflight.algorithm_checks import algorithm_problems
 from genalign.preflight.hub_checks import hub_problems
 from genalign.preflight.reward_contract import registered_reward_problems
-from genalign.preflight.step_sizes import num_train_timesteps_problem
+from genalign.preflight.step_sizes import counts_positions_by_fraction, num_train_timesteps_problem
 from genalign.preflight.values import int64_problems, non_finite_problems, reward_package_problems
 from genalign.rewards.options import reward_option_problems
 from genalign.rewards.registry import REWARDS
@@ -108,7 +108,11 @@ def cross_block_problems(cfg: ExperimentConfig) -> list[str]:
         )
     if not _step_sizes_positive(cfg):
         return problems  # the checks below divide by them; their own block reports each one
-    if 0 < cfg.algorithm.timestep_fraction <= 1 and int(cfg.rollout.num_steps * cfg.algorithm.timestep_fraction) < 1:
+    if (
+        counts_positions_by_fraction(cfg)
+        and 0 < cfg.algorithm.timestep_fraction <= 1
+        and int(cfg.rollout.num_steps * cfg.algorithm.timestep_fraction) < 1
+    ):
         problems.append(num_train_timesteps_problem(cfg.rollout.num_steps, cfg.algorithm.timestep_fraction))
     problems += _batch_geometry_problems(cfg)
     if cfg.rollout.kernel.startswith("cps") and _trains_final_step(cfg):

@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from genalign.algorithms.config import AlgorithmConfig, DPOConfig
+from genalign.algorithms.dgpo import DGPO
 from genalign.algorithms.dpo import FlowDPO
 from genalign.algorithms.grpo import FlowGRPO, GRPOGuard
 from genalign.algorithms.nft import DiffusionNFT
@@ -27,6 +28,7 @@ NO_KL, KL = AlgorithmConfig(kl_beta=0.0), AlgorithmConfig(kl_beta=0.04)
         (GRPOGuard, "flow", True, True),
         (DiffusionNFT, "flow", False, False),
         (FlowDPO, "flow", False, False),
+        (DGPO, "flow", False, False),
         (TokenGRPO, "token", True, False),
     ],
 )
@@ -62,7 +64,7 @@ def test_dpo_keeps_its_own_reference_and_reads_its_source():
 
 
 def test_the_registry_names_every_built_in_and_algorithm_class_follows_the_config():
-    assert set(registered_algorithms()) == {"grpo", "grpo_guard", "nft", "dpo", "ar_grpo"}
+    assert set(registered_algorithms()) == {"grpo", "grpo_guard", "nft", "dpo", "ar_grpo", "dgpo"}
     assert algorithm_class(load_config("experiment/toy/shapes_nft")) is DiffusionNFT
     assert ALGORITHMS.dotted_key == "algorithm.allow_import"  # its own permission, not a reward's
 
