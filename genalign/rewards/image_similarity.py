@@ -16,30 +16,20 @@ shared CLIP image path compute, not a transcription; a weight in reward.componen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from genalign.models.config import ComputeDtype
 from genalign.rewards.base import RewardError, source_images
 from genalign.rewards.clip_encoder import ClipEncoder
-from genalign.rewards.model_sizes import DeviceModel
+from genalign.rewards.clip_score import ClipScoreOptions
 from genalign.rewards.options import parse_options
 from genalign.rewards.pretrained import resolve_dtype
 
 
-@dataclass
-class ImageSimilarityOptions:
-    model_name: str = "openai/clip-vit-large-patch14"
-    """Hub id or local directory of a transformers `CLIPModel` (only its image tower is used)."""
-    processor_name: str | None = None
-    """Where preprocessor_config.json lives; None: same as model_name."""
-    dtype: ComputeDtype = "float32"
-
-    def device_models(self, reward: str) -> tuple[DeviceModel, ...]:
-        """Models on the scorer's device (the memory plan counts them): the whole CLIPModel."""
-        return (DeviceModel("model_name", self.model_name, self.dtype, "CLIPModel"),)
+class ImageSimilarityOptions(ClipScoreOptions):
+    """clip_score's options (`model_name`, `processor_name`, `dtype`; the memory plan counts the
+    whole CLIPModel): the same CLIP, of which only the image tower is used."""
 
 
 def source_similarity(result_embeds: torch.Tensor, source_embeds: torch.Tensor) -> torch.Tensor:
