@@ -219,7 +219,7 @@ def estimate_s(cfg, family: str, tiny: bool, steps: int) -> float:
     plan, m, r = StepSizes.from_config(cfg), cfg.model, cfg.rollout
     if arch is None:
         return START_S + steps * 10.0
-    image = arch.geometry.image_tokens(r.height, r.width, m.num_frames)
+    image = arch.geometry.image_tokens(r.height, r.width, m.num_frames) * (1 + arch.geometry.source_images)  # + sources
     tokens = image + (m.max_sequence_length + arch.geometry.extra_text_tokens if arch.geometry.text_in_sequence else 0)
     row = 2 * tokens * arch.num_layers * (12 * arch.hidden_size**2 + 2 * tokens * arch.hidden_size)
     cfg_rows = 2 if plan.uses_cfg else 1

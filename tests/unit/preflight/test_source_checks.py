@@ -68,3 +68,18 @@ def test_a_scorer_that_needs_the_source_refuses_a_manifest_without_one(tmp_path)
         for p in found
     ), found
     assert not any("data.eval_manifest names none" in p for p in found)  # the shipped eval set has sources
+
+
+def test_the_memory_plan_counts_the_source_tokens_beside_the_targets():
+    """Kontext's sequence is [text, target, source]: at 512x512 and 128 text tokens, 128 + 2 x 1024
+    tokens a row where FLUX.1's text-to-image is 128 + 1024."""
+    from genalign.models.architecture import load_architecture
+    from genalign.models.spec import family_spec
+    from genalign.preflight.memory_terms import _tokens
+
+    kontext = compose_config(RECIPE, [])
+    flux = compose_config("experiment/diffusion/flux/online_grpo_ocr", [])
+    kontext_arch = load_architecture(family_spec("flux_kontext"), kontext.model.path)
+    flux_arch = load_architecture(family_spec("flux"), flux.model.path)
+    assert kontext_arch.geometry.source_images == 1 and flux_arch.geometry.source_images == 0
+    assert _tokens(kontext, kontext_arch) == 128 + 2 * 1024 and _tokens(flux, flux_arch) == 128 + 1024
