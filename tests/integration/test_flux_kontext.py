@@ -349,3 +349,46 @@ def test_prompt_groups_carry_their_sources_to_the_trajectories(kontext, edit_set
     assert [m[SOURCE_KEY] for m in batch.metadata] == [[path], [path]]
     assert batch.condition.table.source_latents.shape[:2] == (1, 1)  # one distinct (prompt, source) a step
     assert source_images(batch.metadata).shape == (2, 1, 3, 64, 64)
+
+
+@pytest.mark.slow  # starts Ray and two workers (about a minute on an idle box); the plumbing is test_ray_rollout's
+def test_ray_workers_sample_the_editing_prompts_as_in_process_bitwise(tiny_flux_kontext_dir, edit_set, tmp_path):
+    """Two Ray rollout workers get the step's prompt groups (their sources in the metadata), each
+    encodes them and samples its shard: the joined trajectories, sources included, equal the
+    in-process ones bit for bit."""
+    import ray
+    from support import ray_rollout_setting
+
+    from genalign.ray_session import init_ray
+    from genalign.rollout.batch import cat_batches
+    from genalign.rollout.engine import LocalRolloutEngine
+    from genalign.training import setup
+
+    cfg = load_config(
+        RECIPE,
+        overrides(
+            tiny_flux_kontext_dir,
+            tmp_path,
+            edit_set,
+            "/base/distributed=ray_rollout",
+            "rollout.num_workers=2",
+            "distributed.resources.rollout.num_workers=2",
+            "model.gradient_checkpointing=false",
+        ),
+    )
+    init_ray(num_cpus=2, log_to_driver=False)
+    try:
+        policy, sampler, engine = ray_rollout_setting(cfg)
+        try:
+            spec = setup.rollout_spec(cfg)
+            groups = sampler.sample(1)
+            local = LocalRolloutEngine(policy).generate(groups, spec)
+            remote = cat_batches(list(engine.generate_chunks(groups, spec)))
+        finally:
+            engine.close()
+    finally:
+        ray.shutdown()
+    assert remote.metadata == local.metadata and all(m[SOURCE_KEY] for m in local.metadata)
+    for name in ["latents", "log_probs", "images"]:
+        assert torch.equal(getattr(remote, name), getattr(local, name)), name
+    assert torch.equal(remote.condition.source_latents, local.condition.source_latents)
