@@ -135,7 +135,7 @@ class FluxPolicy(PackedLatents, PipelineLoading):
         def forward(hidden_states, timestep, embeds, pooled, guidance=None, context=None) -> torch.Tensor:
             image_tokens = hidden_states.shape[1]
             if context is not None:  # the sequence is [target tokens, context tokens]
-                hidden_states = torch.cat([hidden_states, context.to(hidden_states.device)], dim=1)
+                hidden_states = torch.cat([hidden_states, context.to(hidden_states.device, hidden_states.dtype)], dim=1)
             with compute_precision(device, dtype):
                 out = transformer(
                     hidden_states=hidden_states.to(device, dtype),
