@@ -24,7 +24,6 @@ from genalign.rewards.base import RewardError, source_images
 from genalign.rewards.clip_encoder import ClipEncoder
 from genalign.rewards.clip_score import ClipScoreOptions
 from genalign.rewards.options import parse_options
-from genalign.rewards.pretrained import resolve_dtype
 
 
 class ImageSimilarityOptions(ClipScoreOptions):
@@ -45,14 +44,7 @@ class ImageSimilarityReward:
     def __init__(self, device: str = "cpu", **kwargs: Any):
         self.options = parse_options(self.name, ImageSimilarityOptions, kwargs)
         opts = self.options
-        self.encoder = ClipEncoder(
-            opts.model_name,
-            opts.processor_name or opts.model_name,
-            device,
-            resolve_dtype(self.name, opts.dtype),
-            reward=self.name,
-            text=False,
-        )
+        self.encoder = ClipEncoder.from_options(opts, device, self.name, text=False)
 
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
         sources = source_images(metadata)  # [B, S, 3, H, W] uint8
