@@ -129,6 +129,9 @@ def usage_snippet(
     size = f"height={cfg.rollout.height}, width={cfg.rollout.width}, num_inference_steps={cfg.eval.num_steps}"
     if pipeline_tag == "text-to-video":
         lines.append(f"video = pipe({prompt!r}, {size}, num_frames={cfg.model.num_frames}).frames[0]")
+    elif pipeline_tag == "image-to-image":  # an editing family: the instruction and the picture it edits
+        lines.append("from diffusers.utils import load_image")
+        lines.append(f"image = pipe(image=load_image('source.png'), prompt={prompt!r}, {size}).images[0]")
     else:
         lines.append(f"image = pipe({prompt!r}, {size}).images[0]")
     return lines

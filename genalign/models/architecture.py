@@ -56,6 +56,9 @@ class Geometry:
     fixed_text_tokens: int | None = None
     """The prompt's length whatever model.max_sequence_length says (the toy's two lookup
     tokens, colour and shape); None: model.max_sequence_length + extra_text_tokens."""
+    source_images: int = 0
+    """Source images whose tokens run beside the target's, each as many as the target's at the
+    run's size (FLUX.1 Kontext: 1, its sequence is [target, source]); 0 for text-conditioned."""
 
     def text_tokens(self, max_sequence_length: int) -> int:
         """Text tokens of one prompt."""
@@ -258,6 +261,7 @@ def load_architecture(spec: FamilySpec, path: str, builtin: bool = False) -> Arc
         geometry["text_width_key"],
         bool(geometry.get("kv_cache", False)),
         geometry.get("fixed_text_tokens"),
+        int(geometry.get("source_images", 0)),
     )
     sizes, linears, shape, text_width = [], (), (0, 0, 0, 0), 0
     for name, entry in components.items():

@@ -106,6 +106,10 @@ class FamilySpec:
     tiny_builder: str | None = None
     """"package.module:function" (seed -> object with `save_pretrained`) of a tiny random model
     with the family's architecture, built from configs for tests and offline smoke runs."""
+    source_images: int = 0
+    """How many source images a prompt may carry beside its text (data/source_images.py): 0 for
+    a text-to-image or text-to-video family; > 0 for an image-conditioned one (FLUX.1 Kontext:
+    1), whose policy is also a `SourceEncoder`. A manifest with more is refused before loading."""
     package: str | None = None
     """The family's folder, named as the importable package it is ("genalign.models.sd3"): beside
     the policy it holds `architectures/` (the published configs of the checkpoints the family
@@ -124,12 +128,16 @@ class FamilySpec:
                 raise ValueError(f"FamilySpec {self.name!r}: {field_name}={value!r}; choose one of {choices}")
         if self.export != "none" and not self.pipeline_class:
             raise ValueError(f"FamilySpec {self.name!r}: export={self.export!r} needs pipeline_class")
+        if self.source_images < 0:
+            raise ValueError(f"FamilySpec {self.name!r}: source_images must be >= 0")
         if self.size_multiple < 1 or (self.fixed_size is not None and self.fixed_size % self.size_multiple):
             raise ValueError(f"FamilySpec {self.name!r}: fixed_size must be a multiple of size_multiple >= 1")
 
     @property
     def pipeline_tag(self) -> str:
         """The Hub task of what the family generates: the exported model card's `pipeline_tag`."""
+        if self.source_images:
+            return "image-to-video" if self.media == "video" else "image-to-image"
         return "text-to-video" if self.media == "video" else "text-to-image"
 
     def policy_class(self) -> Any:

@@ -241,6 +241,7 @@ def _micro_line(cfg, arch, run) -> Line:
 def _tokens(cfg, arch) -> int:
     m = cfg.model
     image_tokens = arch.geometry.image_tokens(cfg.rollout.height, cfg.rollout.width, m.num_frames)
+    image_tokens *= 1 + arch.geometry.source_images  # an editing family's source tokens ride beside the target's
     return tokens_per_row(
         image_tokens, arch.geometry.text_tokens(m.max_sequence_length), arch.geometry.text_in_sequence
     )

@@ -11,9 +11,9 @@ itself is `rewards/base.py`.
 
 from __future__ import annotations
 
-from genalign.config.registry import is_dotted_path
+from genalign.config.registry import RegistryError, is_dotted_path
 from genalign.config.schema import ExperimentConfig
-from genalign.rewards.base import contract_problems, min_frames
+from genalign.rewards.base import contract_problems, min_frames, wants_source
 from genalign.rewards.registry import REWARDS
 
 
@@ -66,4 +66,30 @@ def user_reward_problems(cfg: ExperimentConfig) -> list[str]:
         problem = None if broken else frames_problem(key, name, scorer_cls, cfg.model.num_frames)
         if problem:
             problems.append(problem)
+    return problems
+
+
+def source_problems(cfg: ExperimentConfig, carries_sources: dict[str, bool]) -> list[str]:
+    """Scorers that compare a result with its source image (`needs_source`) selected for a
+    manifest whose prompts carry none: `carries_sources` maps "manifest" / "eval_manifest" to
+    whether its rows name source images. The training reward scores both manifests, gold rewards
+    and quality metrics the evaluation's. A name that does not resolve is reported elsewhere."""
+    problems = []
+    for key, name in selected_scorers(cfg):
+        registered = name in REWARDS
+        if not registered and not (is_dotted_path(name) and name in cfg.reward.allow_import):
+            continue
+        try:
+            scorer_cls = REWARDS.resolve(name, cfg.reward.allow_import)
+        except (RegistryError, ImportError):  # import_problems reports a module that does not import
+            continue
+        if not wants_source(scorer_cls):
+            continue
+        scored = ("manifest", "eval_manifest") if key == "reward.components" else ("eval_manifest",)
+        for manifest in scored:
+            if carries_sources.get(manifest) is False:
+                problems.append(
+                    f"{key}.{name} compares each result with its source image, but data.{manifest} names "
+                    'none: give its rows a "source_image" (an editing prompt set such as datasets/edit/train.jsonl)'
+                )
     return problems

@@ -28,7 +28,6 @@ from genalign.models.config import ComputeDtype
 from genalign.rewards.clip_encoder import ClipEncoder
 from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
-from genalign.rewards.pretrained import resolve_dtype
 
 HIDDEN_SIZES = (1024, 128, 64, 16)
 
@@ -107,14 +106,7 @@ class AestheticReward:
             )
         self.device = device
         self.head = load_aesthetic_head(opts.head_path).to(device)
-        self.encoder = ClipEncoder(
-            opts.model_name,
-            opts.processor_name or opts.model_name,
-            device,
-            resolve_dtype(self.name, opts.dtype),
-            reward=self.name,
-            text=False,
-        )
+        self.encoder = ClipEncoder.from_options(opts, device, self.name, text=False)
 
     @torch.no_grad()
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:

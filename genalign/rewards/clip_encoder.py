@@ -9,10 +9,12 @@ moves (offload/onload).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from genalign.rewards.image_transform import ImageTransform
-from genalign.rewards.pretrained import load_pretrained
+from genalign.rewards.pretrained import load_pretrained, resolve_dtype
 
 
 class ClipEncoder:
@@ -66,6 +68,19 @@ class ClipEncoder:
                 AutoTokenizer.from_pretrained, processor_name, reward=reward, key="processor_name", what="tokenizer"
             )
             self.max_text_tokens = self.model.config.text_config.max_position_embeddings
+
+    @classmethod
+    def from_options(cls, options: Any, device: str, reward: str, text: bool = True) -> "ClipEncoder":
+        """The encoder a CLIP scorer's options name (`model_name`, `processor_name` or the model's
+        own, `dtype`), its errors naming `reward.kwargs.<reward>`."""
+        return cls(
+            options.model_name,
+            options.processor_name or options.model_name,
+            device,
+            resolve_dtype(reward, options.dtype),
+            reward=reward,
+            text=text,
+        )
 
     @torch.no_grad()
     def image_embeds(self, images: torch.Tensor) -> torch.Tensor:

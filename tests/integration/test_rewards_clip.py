@@ -144,3 +144,30 @@ def test_missing_weights_fail_fast_with_the_key_to_set(tmp_path, monkeypatch):
         AestheticReward(head_path=str(tmp_path / "missing.safetensors"))
     with pytest.raises(TypeError, match=r"reward\.kwargs\.pickscore\.processor"):
         PickScoreReward(processor="x")
+
+
+def test_image_similarity_is_the_cosine_of_result_and_source_image_embeddings(clip_dir, images, tmp_path):
+    """An editing reward (needs_source): the sources come from the paths in each sample's
+    metadata; the score is cos(CLIP(result), CLIP(source)), the embeddings worked out here
+    independently (PIL processor, the vision tower and projection by hand)."""
+    from PIL import Image
+
+    from genalign.data.source_images import SOURCE_KEY
+    from genalign.rewards.base import wants_source
+    from genalign.rewards.image_similarity import ImageSimilarityReward
+
+    paths = []
+    for index, source in enumerate(images.flip(0)):  # the sources: the same images, other order
+        paths.append(tmp_path / f"source_{index}.png")
+        Image.fromarray(source.permute(1, 2, 0).numpy()).save(paths[-1])
+    metadata = [{SOURCE_KEY: [str(path)]} for path in paths]
+    reward = ImageSimilarityReward(model_name=str(clip_dir))
+    assert wants_source(reward)
+    scores = reward.score(images, PROMPTS, metadata)
+    embeds, _, _ = reference_embeddings(clip_dir, images, PROMPTS)
+    expected = (embeds * embeds.flip(0)).sum(-1)  # result b against source b = image B-1-b
+    assert scores.dtype == torch.float32 and scores.shape == (3,)
+    np.testing.assert_allclose(scores.numpy(), expected.numpy(), atol=1e-4)  # float32 round-off of a cosine
+    assert abs(scores[1].item() - 1.0) < 1e-4  # the middle image is its own source
+    with pytest.raises(Exception, match="carry no source image"):
+        reward.score(images, PROMPTS, [{}] * 3)
