@@ -84,6 +84,10 @@ class FamilySpec:
     model.offload_text_encoders can park on the CPU."""
     draws_text: bool = True
     """Whether the model can draw legible text (a text reward on one that cannot is cautioned)."""
+    experts: bool = False
+    """Whether a checkpoint of the family may hold several denoiser experts switched at a
+    boundary timestep (Wan 2.2 T2V-A14B): model.experts and model.low_noise_guidance_scale
+    apply; whether the loaded one does is checked when it loads."""
     gradient_checkpointing: bool = True
     """Whether model.gradient_checkpointing works (offered by the memory plan as a lever)."""
     split_cfg: bool = True
