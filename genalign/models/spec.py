@@ -110,6 +110,10 @@ class FamilySpec:
     tiny_builder: str | None = None
     """"package.module:function" (seed -> object with `save_pretrained`) of a tiny random model
     with the family's architecture, built from configs for tests and offline smoke runs."""
+    tiny_variants: tuple[tuple[str, str], ...] = ()
+    """(hub id, "package.module:function") pairs: the tiny model of a checkpoint whose form
+    differs from `tiny_builder`'s (Wan 2.2's two experts, TI2V-5B's VAE), built from that hub
+    id's published configs shrunk; `build_tiny(seed, path)` picks it for `path`."""
     package: str | None = None
     """The family's folder, named as the importable package it is ("genalign.models.sd3"): beside
     the policy it holds `architectures/` (the published configs of the checkpoints the family
@@ -188,8 +192,12 @@ class FamilySpec:
             raise MissingCalibration(f"{path}: missing {', '.join(missing)} (a calibration holds {CALIBRATION_KEYS})")
         return body
 
-    def build_tiny(self, seed: int = 0) -> Any:
-        """The tiny random model (an object with `save_pretrained`); ValueError without a builder."""
+    def build_tiny(self, seed: int = 0, path: str | None = None) -> Any:
+        """The tiny random model (an object with `save_pretrained`) of the family, or of the form
+        hub id `path` has (`tiny_variants`); ValueError without a builder."""
+        variant = dict(self.tiny_variants).get(path or "")
+        if variant is not None:
+            return _import(variant)(seed)
         if self.tiny_builder is None:
             raise ValueError(f"model family {self.name!r} declares no tiny builder")
         return _import(self.tiny_builder)(seed)

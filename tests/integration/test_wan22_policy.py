@@ -19,7 +19,7 @@ from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered
 from genalign.models.config import LoraConfig
 from genalign.models.experts import DenoiserExperts, denoiser_parts, part_state, trained_components
 from genalign.models.wan.policy import WanPolicy
-from genalign.models.wan.tiny import build_tiny_wan22_a14b_pipeline, build_tiny_wan22_ti2v_pipeline
+from genalign.models.wan.tiny import build_tiny_wan22_a14b_pipeline
 from genalign.sampling.trajectory import sample_trajectory, sde_step_mask
 from genalign.weights.lora import apply_lora, export_lora_for_diffusers, trainable_state_dict
 
@@ -33,11 +33,8 @@ FORMS = {  # form: (side in pixels, steps, CFG, low-noise CFG)
 
 
 @pytest.fixture(scope="module")
-def directories(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("tiny_wan22")
-    build_tiny_wan22_a14b_pipeline(seed=0).save_pretrained(root / "a14b")
-    build_tiny_wan22_ti2v_pipeline(seed=0).save_pretrained(root / "ti2v")
-    return {"a14b": root / "a14b", "ti2v": root / "ti2v"}
+def directories(tiny_wan22_dirs) -> dict:
+    return tiny_wan22_dirs
 
 
 def load(directory, low_noise_guidance_scale=None, **options) -> WanPolicy:
@@ -228,3 +225,21 @@ def test_expert_options_on_a_checkpoint_without_experts_and_a_second_expert_with
     pipeline.register_to_config(boundary_ratio=None)
     with pytest.raises(ValueError, match="boundary_ratio"):
         WanPolicy(pipeline, torch.device("cpu"), torch.float32)
+
+
+def test_a_step_on_a_frozen_expert_still_backpropagates_a_zero_gradient_to_the_trained_one(directories):
+    """model.experts=high_noise and a low-noise step: the loss reaches the trained expert's
+    adapter with a zero gradient (every backward touches every trained weight, so ranks whose
+    samples used different experts reduce the same gradients); no tie without autograd."""
+    policy = load(directories["a14b"], experts="high_noise")
+    for part in denoiser_parts(policy.transformer).values():
+        apply_lora(part, LoraConfig(rank=2, alpha=4), policy.lora_target_modules)
+    cond = policy.encode_prompts(PROMPTS, with_negative=True)
+    latents = noise(policy, 32)
+    with torch.no_grad():
+        plain = policy.velocity(latents, torch.tensor([0.4, 0.3]), cond, 5.0)
+    value = policy.velocity(latents, torch.tensor([0.4, 0.3]), cond, 5.0)
+    assert torch.equal(value.detach(), plain)
+    value.square().mean().backward()
+    grads = [p.grad for p in policy.transformer.parameters() if p.requires_grad]
+    assert grads and all(g is not None and not g.any() for g in grads)

@@ -68,6 +68,10 @@ SPEC = FamilySpec(
     negative_prompt=True,
     experts=True,
     tiny_builder="genalign.models.wan.tiny:build_tiny_wan_pipeline",
+    tiny_variants=(
+        ("Wan-AI/Wan2.2-T2V-A14B-Diffusers", "genalign.models.wan.tiny:build_tiny_wan22_a14b_pipeline"),
+        ("Wan-AI/Wan2.2-TI2V-5B-Diffusers", "genalign.models.wan.tiny:build_tiny_wan22_ti2v_pipeline"),
+    ),
 )
 """Wan 2.1 / 2.2 text-to-video: 16 pixels per latent patch (32 for TI2V-5B's VAE, checked at
 load), num_frames = 4k + 1, model.negative_prompt, two experts (model.experts)."""
@@ -159,7 +163,8 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
         routes = (("transformer", high, guidance_scale), ("transformer_2", ~high, low_scale))
         if bool(high.all()) or not bool(high.any()):  # one expert for the whole batch (every rollout step)
             name, _, scale = routes[0] if bool(high.all()) else routes[1]
-            return self._guided(getattr(self.transformer, name), latents, timestep, cond, scale, detach_uncond)
+            out = self._guided(getattr(self.transformer, name), latents, timestep, cond, scale, detach_uncond)
+            return self._tie_idle_experts(out, {name})
         out = None
         for name, rows, scale in routes:  # replay of samples at different steps: each expert on its rows
             index = rows.nonzero().squeeze(1)  # [b]
@@ -174,6 +179,24 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
             out = part.new_zeros((batch, *part.shape[1:])) if out is None else out
             out = out.index_copy(0, index.to(out.device), part)
         return out
+
+    def _tie_idle_experts(self, out: torch.Tensor, ran: set[str]) -> torch.Tensor:
+        """`out` plus 0 x the trained weights of the trained experts this call did not run, when
+        autograd records: every backward then reaches every trained weight (a zero gradient for
+        the idle expert), so a step on a frozen expert still backpropagates and every rank's
+        backward reduces the same gradients whichever expert its samples used."""
+        if not torch.is_grad_enabled():
+            return out
+        idle = [
+            param
+            for name in self.transformer.trained
+            if name not in ran
+            for param in getattr(self.transformer, name).parameters()
+            if param.requires_grad
+        ]
+        if not idle:
+            return out
+        return out + 0.0 * torch.stack([param.sum() for param in idle]).sum().to(out.device, out.dtype)
 
     def _guided(
         self,
