@@ -243,3 +243,35 @@ def test_a_step_on_a_frozen_expert_still_backpropagates_a_zero_gradient_to_the_t
     value.square().mean().backward()
     grads = [p.grad for p in policy.transformer.parameters() if p.requires_grad]
     assert grads and all(g is not None and not g.any() for g in grads)
+
+
+def test_the_weight_sync_moves_both_experts(directories):
+    """What the Ray engine sends its workers (`trainable_state_dict` of the trained module) holds
+    both experts' adapters; loaded into a fresh policy as a worker loads it
+    (`load_trainable_state_dict`), the fingerprints agree and both experts predict as the trainer's."""
+    from genalign.weights.lora import load_trainable_state_dict, state_fingerprint
+
+    def adapted():
+        policy = load(directories["a14b"])
+        for part in denoiser_parts(policy.transformer).values():
+            apply_lora(part, LoraConfig(rank=2, alpha=4), policy.lora_target_modules)
+        return policy
+
+    trainer, worker = adapted(), adapted()
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(5)
+        for name, param in trainer.transformer.named_parameters():
+            if ".lora_B." in name:
+                param.copy_(0.1 * torch.randn(param.shape, generator=generator))
+    state = trainable_state_dict(trainer.transformer)
+    assert {name.split(".")[0] for name in state if ".lora_B." in name} == {"transformer", "transformer_2"}
+    load_trainable_state_dict(worker.transformer, state)
+    assert state_fingerprint(trainable_state_dict(worker.transformer)) == state_fingerprint(state)
+    cond = trainer.encode_prompts(PROMPTS, with_negative=True)
+    latents = noise(trainer, 32)
+    with torch.no_grad():
+        for sigma in ([0.95, 0.95], [0.3, 0.3]):  # one step on each expert
+            sigmas = torch.tensor(sigma)
+            assert torch.equal(
+                trainer.velocity(latents, sigmas, cond, 5.0), worker.velocity(latents, sigmas, cond, 5.0)
+            )
