@@ -275,3 +275,18 @@ def test_the_weight_sync_moves_both_experts(directories):
             assert torch.equal(
                 trainer.velocity(latents, sigmas, cond, 5.0), worker.velocity(latents, sigmas, cond, 5.0)
             )
+
+
+@pytest.mark.slow
+def test_the_real_shapes_have_the_names_parameter_counts():
+    """Built on the meta device (no memory) from the architecture files: each A14B expert is 14.3 B
+    parameters (the "A14B": 14 B active a step, 28.6 B in all) and TI2V-5B's transformer 5.0 B."""
+    from genalign.models.wan.tiny import build_wan_pipeline
+
+    a14b = build_wan_pipeline("wan2.2-t2v-a14b", device="meta", dtype=torch.bfloat16)
+    for expert in (a14b.transformer, a14b.transformer_2):
+        assert sum(p.numel() for p in expert.parameters()) == 14_288_491_584
+    assert a14b.config.boundary_ratio == 0.875 and a14b.scheduler.config.flow_shift == 3.0
+    ti2v = build_wan_pipeline("wan2.2-ti2v-5b", device="meta", dtype=torch.bfloat16)
+    assert sum(p.numel() for p in ti2v.transformer.parameters()) == 4_999_787_712
+    assert ti2v.config.expand_timesteps and ti2v.vae.config.z_dim == 48 and ti2v.scheduler.config.flow_shift == 5.0
