@@ -52,6 +52,21 @@ def noise(policy: WanPolicy, side: int, batch: int = 2, seed: int = 0) -> torch.
     return torch.randn(batch, *shape, generator=torch.Generator().manual_seed(seed))  # [B, C, F_lat, h, w]
 
 
+def adapted(directory, lora: LoraConfig, seed: int | None = None, **options) -> WanPolicy:
+    """A policy with an adapter on each trained expert, as training/setup.py:build_policy applies
+    it; with `seed`, the adapters' B matrices random (else 0: the adapter starts as a no-op)."""
+    policy = load(directory, **options)
+    for part in denoiser_parts(policy.transformer).values():
+        apply_lora(part, lora, policy.lora_target_modules)
+    if seed is not None:
+        with torch.no_grad():
+            generator = torch.Generator().manual_seed(seed)
+            for name, param in policy.transformer.named_parameters():
+                if ".lora_B." in name:
+                    param.copy_(0.1 * torch.randn(param.shape, generator=generator))
+    return policy
+
+
 def record_calls(modules: dict[str, torch.nn.Module]) -> tuple[list, list]:
     """Forward pre-hooks logging (module name, the distinct timestep values it was called at)."""
     calls, handles = [], []
@@ -166,11 +181,9 @@ def test_expand_timesteps_gives_the_transformer_one_timestep_per_latent_token(di
     [("both", {"transformer", "transformer_2"}), ("high_noise", {"transformer"}), ("low_noise", {"transformer_2"})],
 )
 def test_model_experts_picks_which_experts_take_an_adapter(directories, experts, trained):
-    policy = load(directories["a14b"], experts=experts)
+    policy = adapted(directories["a14b"], LoraConfig(rank=2, alpha=4), experts=experts)
     assert set(denoiser_parts(policy.transformer)) == trained
     assert trained_components(experts, ("transformer", "transformer_2")) == tuple(sorted(trained))
-    for part in denoiser_parts(policy.transformer).values():  # as training/setup.py:build_policy applies it
-        apply_lora(part, LoraConfig(rank=2, alpha=4), policy.lora_target_modules)
     names = trainable_state_dict(policy.transformer)
     assert names and {name.split(".")[0] for name in names} == trained  # what the weight sync and checkpoints move
     assert all("lora_" in name for name in names)
@@ -182,15 +195,8 @@ def test_each_experts_exported_lora_loads_into_wan_pipeline(directories, tmp_pat
     pipeline's experts give ours."""
     from diffusers import WanPipeline
 
-    lora = LoraConfig(rank=4, alpha=8.0)
-    policy = load(directories["a14b"])
-    for part in denoiser_parts(policy.transformer).values():
-        apply_lora(part, lora, policy.lora_target_modules)
-    with torch.no_grad():
-        generator = torch.Generator().manual_seed(3)
-        for name, param in policy.transformer.named_parameters():
-            if ".lora_B." in name:
-                param.copy_(0.1 * torch.randn(param.shape, generator=generator))
+    lora = LoraConfig(rank=4, alpha=8.0)  # alpha != r: the scale 2 must survive export
+    policy = adapted(directories["a14b"], lora, seed=3)
     state = trainable_state_dict(policy.transformer)
     pipe = WanPipeline.from_pretrained(directories["a14b"])
     inputs = dict(
@@ -231,9 +237,7 @@ def test_a_step_on_a_frozen_expert_still_backpropagates_a_zero_gradient_to_the_t
     """model.experts=high_noise and a low-noise step: the loss reaches the trained expert's
     adapter with a zero gradient (every backward touches every trained weight, so ranks whose
     samples used different experts reduce the same gradients); no tie without autograd."""
-    policy = load(directories["a14b"], experts="high_noise")
-    for part in denoiser_parts(policy.transformer).values():
-        apply_lora(part, LoraConfig(rank=2, alpha=4), policy.lora_target_modules)
+    policy = adapted(directories["a14b"], LoraConfig(rank=2, alpha=4), experts="high_noise")
     cond = policy.encode_prompts(PROMPTS, with_negative=True)
     latents = noise(policy, 32)
     with torch.no_grad():
@@ -251,18 +255,8 @@ def test_the_weight_sync_moves_both_experts(directories):
     (`load_trainable_state_dict`), the fingerprints agree and both experts predict as the trainer's."""
     from genalign.weights.lora import load_trainable_state_dict, state_fingerprint
 
-    def adapted():
-        policy = load(directories["a14b"])
-        for part in denoiser_parts(policy.transformer).values():
-            apply_lora(part, LoraConfig(rank=2, alpha=4), policy.lora_target_modules)
-        return policy
-
-    trainer, worker = adapted(), adapted()
-    with torch.no_grad():
-        generator = torch.Generator().manual_seed(5)
-        for name, param in trainer.transformer.named_parameters():
-            if ".lora_B." in name:
-                param.copy_(0.1 * torch.randn(param.shape, generator=generator))
+    lora = LoraConfig(rank=2, alpha=4)
+    trainer, worker = adapted(directories["a14b"], lora, seed=5), adapted(directories["a14b"], lora)
     state = trainable_state_dict(trainer.transformer)
     assert {name.split(".")[0] for name in state if ".lora_B." in name} == {"transformer", "transformer_2"}
     load_trainable_state_dict(worker.transformer, state)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support import read_rows, tiny_video_overrides, train_recipe_in_process
+from support import read_rows, render_tiny_video, tiny_video_overrides, train_recipe_in_process
 
 A14B = "experiment/diffusion/wan_2_2/online_grpo_pickscore"
 TI2V = "experiment/diffusion/wan_2_2/ti2v_5b_online_grpo_pickscore"
@@ -33,20 +33,6 @@ def assert_two_steps_at_parity_zero(out) -> None:
     assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
 
 
-def render(pipe) -> torch.Tensor:
-    return pipe(
-        prompt="a red fox running",
-        num_inference_steps=3,
-        height=32,
-        width=32,
-        num_frames=3,
-        guidance_scale=1.0,
-        max_sequence_length=16,
-        generator=torch.Generator().manual_seed(0),
-        output_type="pt",
-    ).frames
-
-
 def test_lora_on_both_experts_trains_both_and_exports_one_loadable_adapter_each(tiny_wan22_dirs, tmp_path):
     from diffusers import WanPipeline
 
@@ -59,10 +45,10 @@ def test_lora_on_both_experts_trains_both_and_exports_one_loadable_adapter_each(
     lora = tmp_path / "run" / "checkpoint-final" / "lora"
     assert (lora / "README.md").exists() and "load_into_transformer_2=True" in (lora / "README.md").read_text()
     pipe = WanPipeline.from_pretrained(model_dir)
-    before = render(pipe)
+    before = render_tiny_video(pipe, 3)
     pipe.load_lora_weights(lora / "transformer")
     pipe.load_lora_weights(lora / "transformer_2", load_into_transformer_2=True)
-    assert not torch.allclose(before, render(pipe))
+    assert not torch.allclose(before, render_tiny_video(pipe, 3))
 
 
 def test_full_fine_tune_of_the_low_noise_expert_moves_only_it_and_exports_it(tiny_wan22_dirs, tmp_path):
