@@ -551,6 +551,22 @@ def pipeline_for_rendering(pipeline_cls_name: str, model_dir: Path):
     return getattr(diffusers, pipeline_cls_name).from_pretrained(model_dir, **components)
 
 
+def render_tiny_video(pipe, num_inference_steps: int = 2) -> torch.Tensor:
+    """A 3-frame 32x32 video of a fixed prompt and seed from a tiny video pipeline (no CFG), as a
+    user renders: what an exported adapter loaded into `pipe` must change."""
+    return pipe(
+        prompt="a red fox running",
+        num_inference_steps=num_inference_steps,
+        height=32,
+        width=32,
+        num_frames=3,
+        guidance_scale=1.0,
+        max_sequence_length=16,
+        generator=torch.Generator().manual_seed(0),
+        output_type="pt",
+    ).frames
+
+
 def assert_loaded_as_built(policy, built_pipeline, text_encoder_class: str) -> None:
     """A policy loaded from a saved tiny pipeline holds the builder's transformer weights (bit
     for bit), the expected text encoder, a float32 VAE, and nothing trainable."""

@@ -84,6 +84,10 @@ class FamilySpec:
     model.offload_text_encoders can park on the CPU."""
     draws_text: bool = True
     """Whether the model can draw legible text (a text reward on one that cannot is cautioned)."""
+    experts: bool = False
+    """Whether a checkpoint of the family may hold several denoiser experts switched at a
+    boundary timestep (Wan 2.2 T2V-A14B): model.experts and model.low_noise_guidance_scale
+    apply; whether the loaded one does is checked when it loads."""
     gradient_checkpointing: bool = True
     """Whether model.gradient_checkpointing works (offered by the memory plan as a lever)."""
     split_cfg: bool = True
@@ -110,6 +114,10 @@ class FamilySpec:
     """How many source images a prompt may carry beside its text (data/source_images.py): 0 for
     a text-to-image or text-to-video family; > 0 for an image-conditioned one (FLUX.1 Kontext:
     1), whose policy is also a `SourceEncoder`. A manifest with more is refused before loading."""
+    tiny_variants: tuple[tuple[str, str], ...] = ()
+    """(hub id, "package.module:function") pairs: the tiny model of a checkpoint whose form
+    differs from `tiny_builder`'s (Wan 2.2's two experts, TI2V-5B's VAE), built from that hub
+    id's published configs shrunk; `build_tiny(seed, path)` picks it for `path`."""
     package: str | None = None
     """The family's folder, named as the importable package it is ("genalign.models.sd3"): beside
     the policy it holds `architectures/` (the published configs of the checkpoints the family
@@ -192,8 +200,12 @@ class FamilySpec:
             raise MissingCalibration(f"{path}: missing {', '.join(missing)} (a calibration holds {CALIBRATION_KEYS})")
         return body
 
-    def build_tiny(self, seed: int = 0) -> Any:
-        """The tiny random model (an object with `save_pretrained`); ValueError without a builder."""
+    def build_tiny(self, seed: int = 0, path: str | None = None) -> Any:
+        """The tiny random model (an object with `save_pretrained`) of the family, or of the form
+        hub id `path` has (`tiny_variants`); ValueError without a builder."""
+        variant = dict(self.tiny_variants).get(path or "")
+        if variant is not None:
+            return _import(variant)(seed)
         if self.tiny_builder is None:
             raise ValueError(f"model family {self.name!r} declares no tiny builder")
         return _import(self.tiny_builder)(seed)

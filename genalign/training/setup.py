@@ -19,6 +19,7 @@ from genalign.evaluation.evaluator import Evaluator
 from genalign.evaluation.sharded import Shard
 from genalign.finite import NonFiniteError, first_non_finite
 from genalign.models.base import Policy
+from genalign.models.experts import denoiser_parts
 from genalign.models.spec import family_spec
 from genalign.preflight.step_sizes import StepSizes, per_rank_accumulation
 from genalign.rewards.composite import build_reward_runtime
@@ -52,10 +53,11 @@ def build_policy(cfg: ExperimentConfig) -> Policy:
             f"model.path={cfg.model.path}: the denoiser's weight {bad!r} holds NaN or inf; "
             "these weights cannot be trained"
         )
-    if cfg.model.train_mode == "lora":
-        apply_lora(policy.transformer, cfg.model.lora, policy.lora_target_modules)
-    else:
-        freeze_for_full_finetune(policy.transformer)
+    for part in denoiser_parts(policy.transformer).values():  # the trained experts of a two-expert denoiser
+        if cfg.model.train_mode == "lora":
+            apply_lora(part, cfg.model.lora, policy.lora_target_modules)
+        else:
+            freeze_for_full_finetune(part)
     if cfg.model.offload_text_encoders:  # on the device only while prompts are encoded (`encoding_prompts`)
         policy.offloaded_text_encoders = tuple(encoder.to("cpu") for encoder in policy.text_encoders)
     cast = make_master_weights(policy.transformer)
