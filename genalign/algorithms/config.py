@@ -157,7 +157,7 @@ class DPOConfig:
 @dataclass
 class RewardFeedbackConfig:
     """Reward feedback (algorithm.name=reward_feedback: ReFL, DRaFT-K, DRaFT-LV, AlignProp;
-    docs/algorithms.md §6): a differentiable reward back-propagated through the last denoising
+    docs/algorithms.md §9): a differentiable reward back-propagated through the last denoising
     steps. The presets `algorithm=refl|draft_k|draft_lv|alignprop` set these to each reference."""
 
     truncation: TruncationDistribution = "fixed"

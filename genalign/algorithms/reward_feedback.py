@@ -1,5 +1,5 @@
 """Reward feedback: a differentiable reward back-propagated through the last denoising steps
-(ReFL, DRaFT-K, DRaFT-LV, AlignProp; docs/algorithms.md §6).
+(ReFL, DRaFT-K, DRaFT-LV, AlignProp; docs/algorithms.md §9).
 
 Where it fits: the rollout samples with the Euler ODE (rollout.noise_level=0) and stores every
 latent x_0 … x_T, so "denoise without grad to step s" is the stored x_s: no forward is spent

@@ -1,4 +1,4 @@
-"""Reward feedback math (docs/algorithms.md §6) against short transcriptions of the references'
+"""Reward feedback math (docs/algorithms.md §9) against short transcriptions of the references'
 computations: ImageReward's ReFL (`ReFL.py`), AlignProp (`sd_pipeline.py`, `main.py` losses)
 and DRaFT's Algorithm (K-step truncation, LV re-noising), on the same inputs."""
 
