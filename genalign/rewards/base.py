@@ -131,7 +131,9 @@ def contract_problems(cls: Any, where: str) -> list[str]:
     differentiable = getattr(cls, "differentiable", False)
     if not isinstance(differentiable, bool):
         problems.append(f"{where}: {cls.__name__}.differentiable must be True or False")
-    elif differentiable and not (callable(getattr(cls, "score_pixels", None)) and _accepts(cls.score_pixels, 4)):
+    elif differentiable and not (
+        callable(score_pixels := getattr(cls, "score_pixels", None)) and _accepts(score_pixels, 4)
+    ):
         problems.append(
             f"{where}: {cls.__name__} declares differentiable=True but has no score_pixels(pixels, prompts, "
             "metadata) method (float pixels in [0, 1] with grad -> scores [B])"
