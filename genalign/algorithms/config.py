@@ -239,11 +239,12 @@ class AlgorithmConfig:
     """"grpo" (Flow-GRPO clipped surrogate; with rollout.kernel / rollout.sde_window also
     Flow-GRPO-Fast, CPS, MixGRPO and DanceGRPO recipes), "grpo_guard" (GRPO-Guard: RatioNorm on
     the same surrogate; needs a Gaussian kernel), "nft" (DiffusionNFT, forward process, any
-    sampler), "dpo" (Flow-DPO on preference pairs, online or offline) or "ar_grpo" (the GRPO
-    clipped surrogate per image token, for token-autoregressive families: Janus-Pro), or your own
-    algorithm class as "package.module:Class" when listed in algorithm.allow_import. What a run
-    builds for it (a reference, the rollout or a preference dataset) is the class's declaration
-    (`algorithms/base.py`)."""
+    sampler), "dpo" (Flow-DPO on preference pairs, online or offline), "ar_grpo" (the GRPO
+    clipped surrogate per image token, for token-autoregressive families: Janus-Pro),
+    "reward_feedback" (a differentiable reward back-propagated through the last sampling steps:
+    ReFL, DRaFT-K, DRaFT-LV, AlignProp), or your own algorithm class as "package.module:Class"
+    when listed in algorithm.allow_import. What a run builds for it (a reference, the rollout
+    or a preference dataset) is the class's declaration (`algorithms/base.py`)."""
     allow_import: list[str] = field(default_factory=list)
     """Dotted algorithm.name paths ("package.module:Class", your own algorithm) allowed to be
     imported: importing a module runs its code, so only a list on your own command line or
