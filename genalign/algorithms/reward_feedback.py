@@ -88,8 +88,9 @@ def denoise_with_grad(
         rows = ((start <= j) & (j < end)).nonzero().squeeze(1)  # [r] samples stepping now
         if rows.numel() == 0:
             continue
-        sigma = sigmas[j].expand(len(rows)).to(x.device, x.dtype)  # [r]
-        target = torch.where(end[rows] > j + 1, sigmas[j + 1], torch.zeros(())).to(x.device, x.dtype)  # [r]
+        sigma = torch.full((len(rows),), float(sigmas[j]), device=x.device, dtype=x.dtype)  # [r]
+        continues = (end[rows] > j + 1).to(x.device, x.dtype)  # [r] 1: step on; 0: this is its last step
+        target = float(sigmas[j + 1]) * continues  # [r] σ_{j+1}, or 0 for the x0 jump
         current = x[rows]  # [r, ...]
         if checkpointed:
             v = checkpoint(velocity, current, sigma, rows, use_reentrant=False)
