@@ -290,8 +290,10 @@ TIMING_COLUMNS = {
     "time_train_s",
     "time_eval_s",
     "time_cpu_s",
+    "time_step_s",
     "images_per_s",
     "step_images_per_s",
+    "sync_s",
 }
 """metrics.csv columns that measure time (wall-clock or CPU): the only ones two identical runs may differ in."""
 
