@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import csv
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -688,3 +691,21 @@ def ray_overrides(model_dir: Path, prompts: Path, *extra: str) -> list[str]:
         "reward.components.jpeg_compressibility=1.0",
         *extra,
     ]
+
+
+def launch_script(tmp_path: Path, source: str, nproc: int, *args: str) -> None:
+    """Run `source` as a script on `nproc` torchrun ranks; a hang fails at the timeout."""
+    script = tmp_path / "train_ranks.py"
+    script.write_text(source)
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        str(script),
+        *args,
+    ]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]

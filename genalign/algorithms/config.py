@@ -17,6 +17,8 @@ DPOTiedGroups = Literal["pair", "drop"]
 KLType = Literal["latent_mean", "velocity"]
 TimestepSelection = Literal["first", "random"]
 TokenLogProb = Literal["guided", "conditional"]
+TruncationDistribution = Literal["fixed", "uniform", "gaussian"]
+RewardFeedbackLoss = Literal["negative", "hinge"]
 
 
 @dataclass
@@ -221,6 +223,84 @@ class DGPOConfig:
         return problems
 
 
+class RewardFeedbackConfig:
+    """Reward feedback (algorithm.name=reward_feedback: ReFL, DRaFT-K, DRaFT-LV, AlignProp;
+    docs/algorithms.md §10): a differentiable reward back-propagated through the last denoising
+    steps. The presets `algorithm=refl|draft_k|draft_lv|alignprop` set these to each reference."""
+
+    truncation: TruncationDistribution = "fixed"
+    """How many final denoising steps K the chain with grad starts before the end, drawn per
+    sample: "fixed" (K = truncation_steps: DRaFT-K), "uniform" (K uniform on [truncation_min,
+    truncation_max]: ReFL's random late step), "gaussian" (K = T − int(N(T − truncation_mean,
+    truncation_std)), redrawn until 1 ≤ K ≤ T − 1: AlignProp's `backprop_strategy=gaussian`)."""
+    truncation_steps: int = 1
+    """K under truncation=fixed (DRaFT-1; T = the rollout's steps is full backprop, DRaFT)."""
+    truncation_min: int = 1
+    """Smallest K under truncation=uniform (ReFL: step 39 of 40, K = 1)."""
+    truncation_max: int = 10
+    """Largest K under truncation=uniform (ReFL: step 30 of 40, K = 10)."""
+    truncation_mean: float = 8.0
+    """Mean of K under truncation=gaussian (AlignProp: step 42 of 50, K = 8)."""
+    truncation_std: float = 5.0
+    """Std of K under truncation=gaussian (AlignProp: 5)."""
+    grad_steps: int = 0
+    """Denoising steps taken with grad from the chain's start: 0 = every step to the end (DRaFT,
+    AlignProp); n ≥ 1 = n steps, the n-th jumping to x̂0 = x − σ·v̂ (ReFL: 1, its
+    `pred_original_sample` of the one step with grad)."""
+    renoise_draws: int = 0
+    """DRaFT-LV: 0 = off; n ≥ 1 = the final sample x0 (no grad) is noised afresh n times to the
+    last step's σ and each copy denoised in one step with grad (n training positions per sample,
+    their losses averaged). Needs truncation=fixed with truncation_steps=1 and grad_steps=0."""
+    loss: RewardFeedbackLoss = "negative"
+    """"negative": −loss_scale·r (DRaFT, AlignProp); "hinge": loss_scale·max(0, hinge_margin − r)
+    (ReFL's `F.relu(-rewards + 2)`)."""
+    loss_scale: float = 1.0
+    """The loss' factor (ReFL `grad_scale` 1e-3; AlignProp `loss_coeff` 0.01 × `grad_scale` 1)."""
+    hinge_margin: float = 2.0
+    """The reward above which loss=hinge stops pushing (ReFL: 2)."""
+    gradient_checkpointing: bool = False
+    """Keep only each chain step's inputs and recompute its forward in backward
+    (torch.utils.checkpoint), so the chain holds one step's activations instead of K
+    (AlignProp: on; the memory plan counts either)."""
+
+    def problems(self) -> list[str]:
+        """The ranges of algorithm.reward_feedback (its algorithm's `config_problems` reports them)."""
+        problems = []
+        key = "algorithm.reward_feedback"
+        positive = {
+            "truncation_steps": self.truncation_steps,
+            "truncation_min": self.truncation_min,
+            "truncation_max": self.truncation_max,
+        }
+        problems += [f"{key}.{name} must be >= 1, got {value}" for name, value in positive.items() if value < 1]
+        if self.truncation_min > self.truncation_max:
+            problems.append(f"{key}.truncation_min={self.truncation_min} is above truncation_max={self.truncation_max}")
+        if self.truncation_std <= 0:
+            problems.append(f"{key}.truncation_std must be > 0, got {self.truncation_std}")
+        if self.grad_steps < 0 or self.renoise_draws < 0:
+            problems.append(
+                f"{key}.grad_steps and renoise_draws must be >= 0, got {self.grad_steps}, {self.renoise_draws}"
+            )
+        if self.renoise_draws and (self.truncation != "fixed" or self.truncation_steps != 1 or self.grad_steps):
+            problems.append(
+                f"{key}.renoise_draws={self.renoise_draws} (DRaFT-LV) re-noises the final sample to the last step: "
+                "set truncation=fixed, truncation_steps=1, grad_steps=0"
+            )
+        if self.loss_scale <= 0:
+            problems.append(f"{key}.loss_scale must be > 0, got {self.loss_scale}")
+        return problems
+
+    def max_chain_steps(self, num_steps: int) -> int:
+        """The most denoising forwards one sample's chain keeps for backward (the memory plan)."""
+        longest = {
+            "fixed": self.truncation_steps,
+            "uniform": self.truncation_max,
+            "gaussian": num_steps - 1,
+        }[self.truncation]
+        longest = min(longest, num_steps)
+        return min(longest, self.grad_steps) if self.grad_steps else longest
+
+
 @dataclass
 class AlgorithmConfig:
     name: str = "grpo"
@@ -228,11 +308,12 @@ class AlgorithmConfig:
     Flow-GRPO-Fast, CPS, MixGRPO and DanceGRPO recipes), "grpo_guard" (GRPO-Guard: RatioNorm on
     the same surrogate; needs a Gaussian kernel), "nft" (DiffusionNFT, forward process, any
     sampler), "dpo" (Flow-DPO on preference pairs, online or offline), "dgpo" (DGPO: a group
-    preference on the forward process, any sampler) or "ar_grpo" (the GRPO
-    clipped surrogate per image token, for token-autoregressive families: Janus-Pro), or your own
-    algorithm class as "package.module:Class" when listed in algorithm.allow_import. What a run
-    builds for it (a reference, the rollout or a preference dataset) is the class's declaration
-    (`algorithms/base.py`)."""
+    preference on the forward process, any sampler), "ar_grpo" (the GRPO clipped surrogate per
+    image token, for token-autoregressive families: Janus-Pro), "reward_feedback" (a
+    differentiable reward back-propagated through the last sampling steps: ReFL, DRaFT-K,
+    DRaFT-LV, AlignProp), or your own algorithm class as "package.module:Class" when listed in
+    algorithm.allow_import. What a run builds for it (a reference, the rollout or a preference
+    dataset) is the class's declaration (`algorithms/base.py`)."""
     allow_import: list[str] = field(default_factory=list)
     """Dotted algorithm.name paths ("package.module:Class", your own algorithm) allowed to be
     imported: importing a module runs its code, so only a list on your own command line or
@@ -288,6 +369,8 @@ class AlgorithmConfig:
     """Options read when name=dpo."""
     dgpo: DGPOConfig = field(default_factory=DGPOConfig)
     """Options read when name=dgpo."""
+    reward_feedback: RewardFeedbackConfig = field(default_factory=RewardFeedbackConfig)
+    """Options read when name=reward_feedback."""
 
     def problems(self) -> list[str]:
         """The ranges every algorithm reads (the options one algorithm owns, algorithm.nft,

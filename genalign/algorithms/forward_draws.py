@@ -22,6 +22,12 @@ def _mix(*parts: object) -> int:
     return int.from_bytes(digest, "little") % _LIMIT
 
 
+def seeded_generator(*parts: object) -> torch.Generator:
+    """A CPU generator seeded by a hash of `parts` (a tag, the sample's seed, a position): the
+    per-sample draws of the forward-process and reward-feedback algorithms."""
+    return torch.Generator().manual_seed(_mix(*parts))
+
+
 def forward_draws(
     seeds: torch.Tensor, position: int, num_schedule_steps: int, latent_shape: tuple[int, ...]
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,6 +11,7 @@ ALGORITHMS.register("nft", "genalign.algorithms.nft:DiffusionNFT")
 ALGORITHMS.register("dpo", "genalign.algorithms.dpo:FlowDPO")
 ALGORITHMS.register("ar_grpo", "genalign.algorithms.token_grpo:TokenGRPO")
 ALGORITHMS.register("dgpo", "genalign.algorithms.dgpo:DGPO")
+ALGORITHMS.register("reward_feedback", "genalign.algorithms.reward_feedback:RewardFeedback")
 
 
 def algorithm_class(cfg) -> type:

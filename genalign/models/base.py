@@ -273,6 +273,11 @@ class FlowPolicy(Policy, Protocol):
         """Final latents [B, ...] -> uint8 images [B, 3, H, W] or video [B, F, 3, H, W] (no grad)."""
         ...
 
+    # Optional (a family whose spec sets `differentiable_decode`), so not a protocol member:
+    # def decode_pixels(self, latents: torch.Tensor) -> torch.Tensor:
+    #     """Final latents [B, ...] -> float images [B, 3, H, W] in [0, 1], differentiable in
+    #     the latents (what `decode` rounds to uint8), on the policy's device."""
+
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 images [B, 3, H, W] (video families: video [B, F, 3, H, W]) -> latents [B, ...]
         float32 that `decode` maps back (no grad): offline preference data enters training

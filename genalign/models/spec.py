@@ -90,6 +90,10 @@ class FamilySpec:
     apply; whether the loaded one does is checked when it loads."""
     gradient_checkpointing: bool = True
     """Whether model.gradient_checkpointing works (offered by the memory plan as a lever)."""
+    differentiable_decode: bool = False
+    """Whether the policy has `decode_pixels(latents)`: float images in [0, 1] that carry the
+    gradient back to the latents (the decoder's weights frozen). The reward-feedback algorithms
+    back-propagate a reward through it; the config refuses them on a family without one."""
     split_cfg: bool = True
     """Whether model.cfg_batch=split is read (else both CFG branches always run as one batch)."""
     export: str = "diffusers"

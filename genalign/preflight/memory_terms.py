@@ -23,6 +23,7 @@ from genalign.preflight.memory_math import (
     Line,
     adamw_temporary_bytes,
     autocast_cache_bytes,
+    chain_activation_bytes,
     kv_cache_bytes,
     replay_activation_bytes,
     replay_coefficient,
@@ -187,11 +188,17 @@ def _activation_line(cfg, arch, calibration: dict, run) -> Line:
         calibration["replay_checkpointed"],
         m.gradient_checkpointing,
     )
+    forwards, chain_checkpointed = algorithm_class(cfg).backprop_forwards(cfg.algorithm, cfg.rollout.num_steps)
+    chain = ""
+    if forwards > 1:  # reward feedback: the backward runs through `forwards` sampling steps at once
+        latents = float(rows * latent_elements(arch, cfg) * 4)  # float32 latents kept per step
+        activations = chain_activation_bytes(activations, forwards, chain_checkpointed, latents)
+        chain = f" x {forwards} chained steps{' (each step checkpointed)' if chain_checkpointed else ''}"
     if run.needs_reference:
         activations += rollout_working_bytes(rows, tokens, arch.hidden_size, dtype_bytes, calibration["rollout_peak"])
     return (
         f"replay activations ({rows} rows x {tokens} tokens, {mode}"
-        f"{', checkpointed' if m.gradient_checkpointing else ''}"
+        f"{', checkpointed' if m.gradient_checkpointing else ''}{chain}"
         f"{' + the reference forward' if run.needs_reference else ''})",
         activations,
     )

@@ -95,6 +95,7 @@ def load_aesthetic_head(path: str) -> AestheticMLP:
 
 class AestheticReward:
     name = "aesthetic"
+    differentiable = True
 
     def __init__(self, device: str = "cpu", **kwargs: Any):
         self.options = parse_options(self.name, AestheticOptions, kwargs)
@@ -112,6 +113,10 @@ class AestheticReward:
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
         embeds = self.encoder.image_embeds(images)  # [B, D] float32, unit norm
         return self.head(embeds).float().cpu()  # [B]
+
+    def score_pixels(self, pixels: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
+        """`score` on float pixels in [0, 1], differentiable in them (AlignProp's aesthetic loss)."""
+        return self.head(self.encoder.pixel_embeds(pixels)).float()  # [B]
 
     def offload(self) -> None:
         self.encoder.offload()

@@ -85,8 +85,16 @@ class ClipEncoder:
     @torch.no_grad()
     def image_embeds(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 [B, 3, H, W] -> float32 [B, D], L2-normalised projected image embeddings."""
-        pixels = self.transform(images.to(self.device)).to(self.dtype)  # [B, 3, h, w]
-        embeds = _as_tensor(self.model.get_image_features(pixel_values=pixels))  # [B, D]
+        return self._embed(self.transform(images.to(self.device)))
+
+    def pixel_embeds(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Float pixels [B, 3, H, W] in [0, 1] -> float32 [B, D] as `image_embeds`, differentiable
+        in the pixels (`ImageTransform.differentiable`; the CLIP weights stay frozen)."""
+        return self._embed(self.transform.differentiable(pixels.to(self.device)))
+
+    def _embed(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """Normalised model inputs [B, 3, h, w] -> L2-normalised projected embeddings [B, D]."""
+        embeds = _as_tensor(self.model.get_image_features(pixel_values=pixel_values.to(self.dtype)))  # [B, D]
         return torch.nn.functional.normalize(embeds.float(), dim=-1)
 
     @torch.no_grad()

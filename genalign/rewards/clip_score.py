@@ -44,6 +44,7 @@ def clip_score(image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.T
 
 class ClipScoreReward:
     name = "clip_score"
+    differentiable = True
 
     def __init__(self, device: str = "cpu", **kwargs: Any):
         self.options = parse_options(self.name, ClipScoreOptions, kwargs)
@@ -54,6 +55,10 @@ class ClipScoreReward:
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
         scores = clip_score(self.encoder.image_embeds(images), self.encoder.text_embeds(prompts))  # [B]
         return scores.float().cpu()
+
+    def score_pixels(self, pixels: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
+        """`score` on float pixels in [0, 1], differentiable in them (reward feedback)."""
+        return clip_score(self.encoder.pixel_embeds(pixels), self.encoder.text_embeds(prompts))  # [B]
 
     def offload(self) -> None:
         self.encoder.offload()

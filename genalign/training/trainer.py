@@ -118,6 +118,7 @@ class Trainer:
         self.owns_ray = start_ray_for_run(cfg)  # once, sized for every actor pool (rewards, gold, metrics, rollout)
         with timed_phase(log, f"loading rewards {', '.join(cfg.reward.active_components())}"):
             self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
+        self.algorithm.attach_rewards(self.rewards)  # reward feedback scores with grad inside its loss
         self.spec = setup.rollout_spec(cfg)
         self.memory = PeakMemory(self.policy.device)
         self.engine = setup.build_rollout_engine(cfg, self.policy)

@@ -1,5 +1,6 @@
-"""DiffusionNFT, online and offline Flow-DPO and DGPO through the whole loop on the toy model: the run
-directory contract, the algorithm's columns, and bitwise resume (old policy included)."""
+"""DiffusionNFT, online and offline Flow-DPO, DGPO and reward feedback through the whole loop on
+the toy model: the run directory contract, the algorithm's columns, and bitwise resume (old policy
+included; reward feedback's per-sample truncation draws and DRaFT-LV's re-noising)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,24 @@ RUNS = {
         "experiment/toy/shapes_dpo",
         ["algorithm.dpo.sample_with=reference", "algorithm.dpo.ref_update_step=2"],
         ["dpo_implicit_accuracy", "dpo_reference_refreshed"],
+    ),
+    # reward feedback: ReFL's random late step (K in 1..3 of 4) and its x0 jump; DRaFT-LV's two
+    # re-noised copies; AlignProp's Gaussian truncation, per-step checkpointing, CFG in the chain
+    # (4 steps: the generic timestep_fraction check of the toy recipes' 0.3 needs int(4 * 0.3) >= 1)
+    "refl": (
+        "experiment/toy/shapes_draft",
+        ["/base/algorithm=refl", "rollout.num_steps=4", "algorithm.reward_feedback.truncation_max=3"],
+        ["feedback_reward", "chain_steps", "reward_mean"],
+    ),
+    "draft_lv": (
+        "experiment/toy/shapes_draft",
+        ["/base/algorithm=draft_lv", "rollout.num_steps=4"],
+        ["feedback_reward", "chain_steps"],
+    ),
+    "alignprop": (
+        "experiment/toy/shapes_draft",
+        ["/base/algorithm=alignprop", "rollout.num_steps=4", "rollout.guidance_scale=2.0", "eval.guidance_scale=2.0"],
+        ["feedback_reward", "chain_steps"],
     ),
 }
 
@@ -95,8 +114,9 @@ def test_run_directory_and_columns(finished):
         assert column in rows[0], column
     assert "parity_max_abs_log_prob_diff" not in rows[0]  # no log-probs to check
     assert float(rows[-1]["optimizer_steps"]) >= 1
-    # NFT's old policy, DPO's reference and DGPO's EMA weights are algorithm state
-    assert (out / "checkpoint-final" / "algorithm.safetensors").exists()
+    # NFT's old policy, DPO's reference and DGPO's EMA weights are algorithm state; reward feedback keeps none
+    stateless = RUNS[name][0] == "experiment/toy/shapes_draft"
+    assert (out / "checkpoint-final" / "algorithm.safetensors").exists() != stateless
     if name == "dpo_refreshed":
         assert [float(r["dpo_reference_refreshed"]) for r in rows] == [0.0, 1.0, 0.0]
 

@@ -171,3 +171,20 @@ def test_image_similarity_is_the_cosine_of_result_and_source_image_embeddings(cl
     assert abs(scores[1].item() - 1.0) < 1e-4  # the middle image is its own source
     with pytest.raises(Exception, match="carry no source image"):
         reward.score(images, PROMPTS, [{}] * 3)
+
+
+def test_differentiable_scores_are_the_uint8_scores_and_carry_gradients(clip_dir, pickscore_dir, laion_processor_dir):
+    """`score_pixels` (reward feedback) on the float pixels a uint8 image stands for: the same
+    score up to the PIL path's rounding (≤ 1.15 levels after resizing, test_differentiable_transform),
+    which moves these tiny models' scores by far less than 1e-3; and a gradient reaches the pixels."""
+    images = torch.stack([torch.full((3, 48, 40), 60 + 40 * i, dtype=torch.uint8) for i in range(3)])
+    images[:, 0, 10:30, 8:20] = 200  # a shape, not a flat field
+    for reward in (
+        ClipScoreReward(model_name=str(clip_dir)),
+        PickScoreReward(model_name=str(pickscore_dir), processor_name=str(laion_processor_dir)),
+    ):
+        pixels = (images.float() / 255).requires_grad_()
+        scores = reward.score_pixels(pixels, PROMPTS, [{}] * 3)
+        torch.testing.assert_close(scores.detach(), reward.score(images, PROMPTS, [{}] * 3), rtol=0, atol=1e-3)
+        (gradient,) = torch.autograd.grad(scores.sum(), pixels)
+        assert torch.isfinite(gradient).all() and gradient.abs().sum() > 0

@@ -24,7 +24,13 @@ from __future__ import annotations
 import torch
 
 from genalign.models.base import Condition, compute_precision
-from genalign.models.diffusers_common import PackedLatents, PipelineLoading, vae_decode_uint8, vae_encode
+from genalign.models.diffusers_common import (
+    PackedLatents,
+    PipelineLoading,
+    vae_decode_pixels,
+    vae_decode_uint8,
+    vae_encode,
+)
 from genalign.models.spec import FamilySpec
 
 FLUX_REPEATED_BLOCKS = ("FluxTransformerBlock", "FluxSingleTransformerBlock")
@@ -64,6 +70,7 @@ SPEC = FamilySpec(
     package="genalign.models.flux",
     pipeline_class="FluxPipeline",
     guidance_embedding=True,
+    differentiable_decode=True,
     tiny_builder="genalign.models.flux.tiny:build_tiny_flux_pipeline",
 )
 """FLUX.1: 16 pixels per packed token (VAE 8 x 2x2 packing); FLUX.1-dev embeds distilled guidance."""
@@ -164,6 +171,11 @@ class FluxPolicy(PackedLatents, PipelineLoading):
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU (`latents / scaling + shift`)."""
         return vae_decode_uint8(self.vae, latents.to(self.device))
+
+    def decode_pixels(self, latents: torch.Tensor) -> torch.Tensor:
+        """latents [B, C, h, w] -> float [B, 3, h·f, w·f] in [0, 1] on the device, differentiable
+        in the latents (reward feedback back-propagates through the frozen VAE)."""
+        return vae_decode_pixels(self.vae, latents.to(self.device))
 
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 [B, 3, H, W] -> latents [B, C, h, w] float32 that `decode` maps back (`vae_encode`)."""
