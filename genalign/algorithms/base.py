@@ -16,7 +16,9 @@ so they are known before any model loads):
     under CFG (True) or of the conditional stream alone;
   * `owned_options` — the `algorithm.*` keys only this algorithm reads (another algorithm
     refuses them when set), and `config_problems(cfg)`, its own config checks;
-  * `stat_extremes` — which logged statistics also get their min / max columns.
+  * `stat_extremes` — which logged statistics also get their min / max columns;
+  * `train_positions(cfg, schedule_positions)` — how many positions each trajectory trains
+    (the step plan reports it): the schedule's trained steps, or AWM's own count.
 Hooks:
   * `training_batch` turns the step's trajectories and advantages into the units the update
     loop trains on (the trajectories themselves, or DPO's preference pairs);
@@ -110,6 +112,11 @@ class Algorithm(Protocol[PolicyT]):
         """This algorithm's own checks of the whole config (one message per problem)."""
         ...
 
+    @classmethod
+    def train_positions(cls, cfg: AlgorithmConfig, schedule_positions: int) -> int:
+        """Positions trained per trajectory, given the schedule steps timestep_fraction selects."""
+        ...
+
     def training_batch(self, batch: Trajectories, advantages: torch.Tensor) -> tuple[TrainingUnits, torch.Tensor]:
         """(units, unit advantages [U]) the update trains on."""
         ...
@@ -194,6 +201,11 @@ class AlgorithmBase:
     def guided_log_probs(cls, cfg: AlgorithmConfig) -> bool:
         """The log-prob of the distribution that sampled (a flow algorithm samples no tokens)."""
         return True
+
+    @classmethod
+    def train_positions(cls, cfg: AlgorithmConfig, schedule_positions: int) -> int:
+        """One position per trained schedule step."""
+        return schedule_positions
 
     @classmethod
     def config_problems(cls, cfg: ExperimentConfig) -> list[str]:

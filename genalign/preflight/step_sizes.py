@@ -39,7 +39,8 @@ class StepSizes:
     """Trained denoising steps per trajectory: int(rollout.num_steps * algorithm.timestep_fraction),
     at most the stochastic steps (the SDE window's size; the final step excluded when it is an
     ODE step or with timestep_selection=random). A token family trains one position per
-    trajectory, the whole image-token sequence (`TokenTrajectoryBatch`)."""
+    trajectory, the whole image-token sequence (`TokenTrajectoryBatch`); an algorithm may
+    declare its own count (`train_positions`: AWM's algorithm.awm.train_timesteps)."""
     uses_cfg: bool
     """rollout.guidance_scale > 1: rollout and replay run both CFG branches."""
     needs_reference: bool
@@ -84,7 +85,9 @@ class StepSizes:
             optimizer_steps_per_step=(
                 micro_batches_per_step * actor.num_inner_epochs // actor.gradient_accumulation_steps
             ),
-            num_train_timesteps=1 if tokens else min(num_train_timesteps, _trainable_steps(cfg)),
+            num_train_timesteps=1
+            if tokens
+            else algorithm_class(cfg).train_positions(cfg.algorithm, min(num_train_timesteps, _trainable_steps(cfg))),
             uses_cfg=rollout.guidance_scale > 1.0,
             needs_reference=algorithm_class(cfg).reference_kind(cfg.algorithm) != "none",
         )
