@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from genalign.algorithms.awm import AdvantageWeightedMatching
 from genalign.algorithms.config import AlgorithmConfig, DPOConfig
 from genalign.algorithms.dpo import FlowDPO
 from genalign.algorithms.grpo import FlowGRPO, GRPOGuard
@@ -27,6 +28,7 @@ NO_KL, KL = AlgorithmConfig(kl_beta=0.0), AlgorithmConfig(kl_beta=0.04)
         (GRPOGuard, "flow", True, True),
         (DiffusionNFT, "flow", False, False),
         (FlowDPO, "flow", False, False),
+        (AdvantageWeightedMatching, "flow", False, False),
         (TokenGRPO, "token", True, False),
     ],
 )
@@ -38,7 +40,7 @@ def test_each_algorithm_declares_what_it_trains(cls, policy_kind, old_log_probs,
     )
 
 
-@pytest.mark.parametrize("cls", [FlowGRPO, GRPOGuard, DiffusionNFT, TokenGRPO])
+@pytest.mark.parametrize("cls", [FlowGRPO, GRPOGuard, DiffusionNFT, AdvantageWeightedMatching, TokenGRPO])
 def test_a_kl_term_asks_for_the_frozen_reference(cls):
     assert (cls.reference_kind(NO_KL), cls.reference_kind(KL)) == ("none", "frozen")
     assert cls.data_source(KL) == "online"
@@ -62,7 +64,7 @@ def test_dpo_keeps_its_own_reference_and_reads_its_source():
 
 
 def test_the_registry_names_every_built_in_and_algorithm_class_follows_the_config():
-    assert set(registered_algorithms()) == {"grpo", "grpo_guard", "nft", "dpo", "ar_grpo"}
+    assert set(registered_algorithms()) == {"grpo", "grpo_guard", "nft", "dpo", "ar_grpo", "awm"}
     assert algorithm_class(load_config("experiment/toy/shapes_nft")) is DiffusionNFT
     assert ALGORITHMS.dotted_key == "algorithm.allow_import"  # its own permission, not a reward's
 
@@ -70,7 +72,7 @@ def test_the_registry_names_every_built_in_and_algorithm_class_follows_the_confi
 def test_only_clipped_ratio_algorithms_log_ratio_extremes():
     assert FlowGRPO.stat_extremes == {"ratio": ("min", "max"), "log_prob_drift": ("max",)}
     assert TokenGRPO.stat_extremes == FlowGRPO.stat_extremes
-    assert DiffusionNFT.stat_extremes == FlowDPO.stat_extremes == {}
+    assert DiffusionNFT.stat_extremes == FlowDPO.stat_extremes == AdvantageWeightedMatching.stat_extremes == {}
 
 
 def with_values(cfg, **algorithm):
