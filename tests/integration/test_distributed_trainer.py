@@ -233,6 +233,9 @@ ASYMMETRIC = {
     "dpo_online-fsdp2": ("experiment/toy/shapes_dpo", "fsdp2", [*RANK_ONE_CONSTANT, "rollout.rollout_batch_size=4"]),
     "dpo_online-ddp": ("experiment/toy/shapes_dpo", "ddp", [*RANK_ONE_CONSTANT, "rollout.rollout_batch_size=4"], SLOW),
     "nft-fsdp2": ("experiment/toy/shapes_nft", "fsdp2", RANK_ONE_CONSTANT),
+    # AWM keeps zero-advantage samples by default; dropping them leaves rank 1 idle: it replays
+    # a filler sample with weight 0 through all 6 strata, entering every collective
+    "awm-ddp": ("experiment/toy/shapes_awm", "ddp", [*RANK_ONE_CONSTANT, "algorithm.drop_zero_advantage=true"]),
     # offline pairs split evenly (the config refuses a split with a partial micro-batch)
     "dpo_offline-ddp": ("experiment/toy/offline_dpo", "ddp", ["rollout.rollout_batch_size=4", "rollout.n=1"], SLOW),
 }

@@ -1,4 +1,4 @@
-"""DiffusionNFT, online and offline Flow-DPO through the whole loop on the toy model: the run
+"""DiffusionNFT, AWM, online and offline Flow-DPO through the whole loop on the toy model: the run
 directory contract, the algorithm's columns, and bitwise resume (old policy included)."""
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ RUNS = {
     # the time-to-target recipe: no reference KL, so no base-model forward and no reference policy
     # (4 schedule steps so that its timestep_fraction 0.3 still trains one σ per sample)
     "nft_fast": ("experiment/toy/shapes_nft_fast", ["rollout.num_steps=4"], ["nft_optimality", "old_policy_decay"]),
+    # AWM with both KLs on (the anchor is algorithm state, soft-updated every step); 3 schedule
+    # steps at fraction 0.9 leave indices 1..2 for its 6 strata
+    "awm": (
+        "experiment/toy/shapes_awm",
+        [],
+        ["awm_matching_loss", "awm_anchor_kl", "awm_anchor_decay", "awm_advantage", "kl", "reward_mean"],
+    ),
     "dpo_online": ("experiment/toy/shapes_dpo", [], ["dpo_implicit_accuracy", "dpo_logit", "reward_mean"]),
     "dpo_offline": ("experiment/toy/offline_dpo", [], ["dpo_implicit_accuracy", "pairs"]),
     # the reference's online setting: pairs sampled with the DPO reference, refreshed from the
@@ -82,7 +89,7 @@ def test_run_directory_and_columns(finished):
         assert column in rows[0], column
     assert "parity_max_abs_log_prob_diff" not in rows[0]  # no log-probs to check
     assert float(rows[-1]["optimizer_steps"]) >= 1
-    # NFT's old policy and DPO's reference are algorithm state
+    # NFT's old policy, AWM's anchor and DPO's reference are algorithm state
     assert (out / "checkpoint-final" / "algorithm.safetensors").exists()
     if name == "dpo_refreshed":
         assert [float(r["dpo_reference_refreshed"]) for r in rows] == [0.0, 1.0, 0.0]
