@@ -25,10 +25,10 @@ RUNS = {
     # (4 schedule steps so that its timestep_fraction 0.3 still trains one σ per sample)
     "nft_fast": ("experiment/toy/shapes_nft_fast", ["rollout.num_steps=4"], ["nft_optimality", "old_policy_decay"]),
     # AWM with both KLs on (the anchor is algorithm state, soft-updated every step); 3 schedule
-    # steps at fraction 0.9 leave indices 1..2 for its 6 strata
+    # steps at fraction 0.9 leave indices 1..2 for its 6 strata; one micro-batch a step here
     "awm": (
         "experiment/toy/shapes_awm",
-        [],
+        ["actor.gradient_accumulation_steps=1"],
         ["awm_matching_loss", "awm_anchor_kl", "awm_anchor_decay", "awm_advantage", "kl", "reward_mean"],
     ),
     "dpo_online": ("experiment/toy/shapes_dpo", [], ["dpo_implicit_accuracy", "dpo_logit", "reward_mean"]),
