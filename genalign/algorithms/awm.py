@@ -1,5 +1,5 @@
 """AWM, advantage-weighted matching: the pretraining flow-matching loss on the rollout's x0,
-weighted by advantage (docs/algorithms.md §6).
+weighted by advantage (docs/algorithms.md §9).
 
 Where it fits: the rollout samples clean images with the live weights (on-policy; any sampler,
 nothing per-step is stored or needed); rewards become group advantages as for Flow-GRPO,
@@ -145,7 +145,7 @@ class AdvantageWeightedMatching(AlgorithmBase):
         return loss, stats
 
     def after_update(self, optimizer_steps: int) -> dict[str, float]:
-        """anchor ← η·anchor + (1 − η)·θ with η = min(rate · optimizer steps, max) (§6.3)."""
+        """anchor ← η·anchor + (1 − η)·θ with η = min(rate · optimizer steps, max) (§9.3)."""
         self.optimizer_steps += optimizer_steps
         awm = self.cfg.awm
         decay = old_policy_decay(self.optimizer_steps, 0, awm.anchor_decay_rate, awm.anchor_decay_max)

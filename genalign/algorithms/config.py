@@ -156,7 +156,7 @@ class DPOConfig:
 
 @dataclass
 class AWMConfig:
-    """Advantage-weighted matching (docs/algorithms.md §6); defaults of the reference's GenEval
+    """Advantage-weighted matching (docs/algorithms.md §9); defaults of the reference's GenEval
     config (scxue/advantage_weighted_matching `config/dgx_awm.py` `geneval_sd3_no_cfg_1node`,
     commit be51372)."""
 
@@ -171,7 +171,7 @@ class AWMConfig:
     """The per-sample weighting of the flow-matching error e = mean (v_θ − (ε − x0))²
     (`train.weighting`; the reference spells uniform "Uniform" and t_squared "t**2"):
     uniform e, t σ·e, t_squared σ²·e, huber σ·(√(e + 1e-10) − 1e-5), ghuber
-    σ·((e + 1e-10)^p − 1e-10^p)/p (§6)."""
+    σ·((e + 1e-10)^p − 1e-10^p)/p (§9)."""
     ghuber_power: float = 0.25
     """p of the generalised Huber weighting (`train.ghuber_power`)."""
     advantage_max: float = 1.0

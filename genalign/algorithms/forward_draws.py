@@ -1,4 +1,4 @@
-"""Per-sample randomness of forward-process training: which σ, which ε (docs/algorithms.md §4.2, §5.3, §6.2).
+"""Per-sample randomness of forward-process training: which σ, which ε (docs/algorithms.md §4.2, §5.3, §9.2).
 
 Where it fits: DiffusionNFT and Flow-DPO train on clean samples noised afresh. The update loop
 calls `compute_loss` once per training position j (0..K−1, `train_step_indices`); at position
@@ -62,7 +62,7 @@ def stratified_draws(
     latent_shape: tuple[int, ...],
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """AWM's draws (docs/algorithms.md §6.2): at training position k of K, each sample takes the
+    """AWM's draws (docs/algorithms.md §9.2): at training position k of K, each sample takes the
     schedule index lower_k + ⌊u·(upper_k − lower_k)⌋ of stratum k of [first, last] (`strata`),
     u ~ U[0, 1) from its own seed, and a fresh ε. Returns σ [B] (from `sigmas` [T+1]) and
     ε [B, ...] on `device`."""

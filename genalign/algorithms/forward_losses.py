@@ -1,4 +1,4 @@
-"""Losses on the forward (noising) process: DiffusionNFT, Flow-DPO and AWM (pure; docs/algorithms.md §4, §5.3, §6).
+"""Losses on the forward (noising) process: DiffusionNFT, Flow-DPO and AWM (pure; docs/algorithms.md §4, §5.3, §9).
 
 Where it fits: `algorithms/nft.py`, `algorithms/dpo.py` and `algorithms/awm.py` noise clean samples x0 to
 x_σ = (1 − σ)·x0 + σ·ε (§1), evaluate velocities there, and hand them to these functions.
@@ -164,7 +164,7 @@ def awm_log_prob(
     ghuber_power: float = 0.25,
 ) -> torch.Tensor:
     """AWM's per-sample "log-likelihood" ℓ = −w(e, σ): the weighted flow-matching error of v_θ
-    at x_σ against the target ε − x0, in float64 as the reference computes it (§6.1):
+    at x_σ against the target ε − x0, in float64 as the reference computes it (§9.1):
 
         e = mean_dims (v_θ − (ε − x0))²
         uniform e | t σ·e | t_squared σ²·e | huber σ·(√(e + 1e-10) − 1e-5)
@@ -190,12 +190,12 @@ def awm_log_prob(
 
 
 def awm_advantages(advantages: torch.Tensor, adv_clip_max: float, advantage_max: float) -> torch.Tensor:
-    """A ← clamp(A, ±adv_clip_max) / adv_clip_max · advantage_max (§6.1; [B] -> [B])."""
+    """A ← clamp(A, ±adv_clip_max) / adv_clip_max · advantage_max (§9.1; [B] -> [B])."""
     return advantages.clamp(-adv_clip_max, adv_clip_max) / adv_clip_max * advantage_max
 
 
 def awm_policy_loss(log_prob: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
-    """−mean_b A_b · exp(ℓ_b − sg ℓ_b) (§6.1): the reference's on-policy surrogate, whose ratio is
+    """−mean_b A_b · exp(ℓ_b − sg ℓ_b) (§9.1): the reference's on-policy surrogate, whose ratio is
     exactly 1, so the value is −mean A and the gradient −mean_b A_b ∇ℓ_b: samples with A > 0
     lower their weighted matching error, samples with A < 0 raise it. (The reference's PPO clip
     at clip_range 1 never acts on a ratio of 1 and is not kept.) log_prob, advantages [B] -> scalar."""

@@ -1,4 +1,4 @@
-"""AWM (docs/algorithms.md §6): each formula against a transcription of the reference's
+"""AWM (docs/algorithms.md §9): each formula against a transcription of the reference's
 computation (scxue/advantage_weighted_matching `scripts/train_sd3_awm.py`, commit be51372,
 restated here in our words), and the algorithm class on the linear test policy."""
 
