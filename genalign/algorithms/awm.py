@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from genalign.algorithms.base import AlgorithmBase
+from genalign.algorithms.base import ShadowCopyBase
 from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.forward_draws import stratified_draws
 from genalign.algorithms.forward_losses import (
@@ -45,10 +45,8 @@ from genalign.algorithms.forward_losses import (
 from genalign.algorithms.losses import velocity_kl
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.weights.reference import ReferencePolicy
-from genalign.weights.shadow import ShadowWeights, load_shadow_state, shadow_state
+from genalign.weights.shadow import ShadowWeights
 
-ANCHOR_PREFIX = "awm_anchor/"
 FIRST_INDEX = {"discrete": 0, "discrete_wo_init": 1}
 """The first schedule index the strata cover, per algorithm.awm.time_sampling."""
 
@@ -58,22 +56,18 @@ def last_index(num_steps: int, timestep_fraction: float) -> int:
     return int(num_steps * timestep_fraction)
 
 
-class AdvantageWeightedMatching(AlgorithmBase):
+class AdvantageWeightedMatching(ShadowCopyBase):
     title = "AWM"
-    needs_old_logprob = False
-    trainable_copies = 1  # the anchor's ShadowWeights
     owned_options = ("awm",)
+    copy_name = "anchor"
+    copy_prefix = "awm_anchor/"
 
     @classmethod
     def config_problems(cls, cfg) -> list[str]:
-        """A velocity KL, strata inside the schedule, and the ranges of algorithm.awm."""
+        """A velocity KL (the base class's check), strata inside the schedule, and the ranges of
+        algorithm.awm."""
         problems = super().config_problems(cfg)
         algorithm, awm = cfg.algorithm, cfg.algorithm.awm
-        if algorithm.kl_beta > 0 and algorithm.kl_type != "velocity":
-            problems.append(
-                "algorithm.name=awm has no SDE mean to compare: with algorithm.kl_beta > 0 set "
-                "algorithm.kl_type=velocity (AWM's KL is mean (v - v_ref)^2)"
-            )
         first, last = FIRST_INDEX[awm.time_sampling], last_index(cfg.rollout.num_steps, algorithm.timestep_fraction)
         if last <= first:
             problems.append(
@@ -88,18 +82,10 @@ class AdvantageWeightedMatching(AlgorithmBase):
         """algorithm.awm.train_timesteps σ's per sample, whatever the schedule's length."""
         return cfg.awm.train_timesteps
 
-    def __init__(
-        self,
-        cfg: AlgorithmConfig,
-        reference: ReferencePolicy | None = None,
-        parameters: dict[str, torch.nn.Parameter] | None = None,
-    ):
-        if not parameters:
-            raise ValueError("AWM needs the trained parameters to keep its anchor")
-        self.cfg = cfg
-        self._take_reference(cfg, reference)
-        self.anchor = ShadowWeights(parameters)  # θ at the start, as the reference copies its adapter
-        self.optimizer_steps = 0
+    @property
+    def anchor(self) -> ShadowWeights:
+        """The lagging copy the anchor KL compares with: the kept copy, θ at the start."""
+        return self.copy
 
     def train_step_indices(self, batch: TrajectoryBatch) -> list[int]:
         return list(range(self.cfg.awm.train_timesteps))
@@ -151,9 +137,3 @@ class AdvantageWeightedMatching(AlgorithmBase):
         decay = old_policy_decay(self.optimizer_steps, 0, awm.anchor_decay_rate, awm.anchor_decay_max)
         self.anchor.blend(decay)
         return {"awm_anchor_decay": decay}
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return shadow_state(self.anchor, ANCHOR_PREFIX, self.optimizer_steps)
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.optimizer_steps = load_shadow_state(self.anchor, ANCHOR_PREFIX, state, "AWM anchor", "awm")
