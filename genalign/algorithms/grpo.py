@@ -100,8 +100,8 @@ class FlowGRPO(ClippedRatioBase):
             )  # [b]
         clipped_adv = clip_advantages(advantages.to(device), self.cfg.adv_clip_max)  # [b]
         log_ratio = self.log_ratio(step.log_prob, old_log_probs, replayed, batch, j)  # [b]
-        policy_out = clipped_surrogate(log_ratio, clipped_adv, self.cfg.clip_range, weights)
-        policy_loss = policy_out.loss * self.step_weight(batch, j)
+        surrogate, surrogate_stats = self.surrogate(log_ratio, clipped_adv, weights, replayed, batch, j)
+        policy_loss = surrogate * self.step_weight(batch, j)
 
         loss = policy_loss
         kl = torch.zeros(len(batch), device=device)  # [b]
@@ -112,11 +112,7 @@ class FlowGRPO(ClippedRatioBase):
         stats = {
             "policy_loss": policy_loss.detach().expand(len(batch)),
             "kl": kl.detach(),
-            "ratio": policy_out.ratio.detach(),
-            "clip_frac": policy_out.clipped_fraction.expand(len(batch)),
-            "clip_frac_high": policy_out.clipped_fraction_high.expand(len(batch)),
-            "clip_frac_low": policy_out.clipped_fraction_low.expand(len(batch)),
-            "approx_kl": policy_out.approx_kl.expand(len(batch)),
+            **surrogate_stats,
             # |ℓ − ℓ_rollout|: 0 before the step's first optimizer update, then the policy's
             # drift from the sampler (the parity preflight is the on-policy check)
             "log_prob_drift": (step.log_prob.detach() - behaviour_log_probs).abs(),
@@ -125,6 +121,27 @@ class FlowGRPO(ClippedRatioBase):
             stats["rollout_is_weight"] = weights
             stats["rollout_is_raw_log_ratio"] = (old_log_probs - behaviour_log_probs).detach()
         return loss, stats
+
+    def surrogate(
+        self,
+        log_ratio: torch.Tensor,
+        advantages: torch.Tensor,
+        weights: torch.Tensor | None,
+        replayed: ReplayedStep,
+        batch: TrajectoryBatch,
+        j: torch.Tensor,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(policy loss [], detached [b] statistics) of log r [b] and Â [b] at steps j [b]: the
+        PPO clip of the ratio (Flow-GRPO); Flow-DPPO bounds the step's KL instead."""
+        out = clipped_surrogate(log_ratio, advantages, self.cfg.clip_range, weights)
+        size = len(log_ratio)
+        return out.loss, {
+            "ratio": out.ratio,
+            "clip_frac": out.clipped_fraction.expand(size),
+            "clip_frac_high": out.clipped_fraction_high.expand(size),
+            "clip_frac_low": out.clipped_fraction_low.expand(size),
+            "approx_kl": out.approx_kl.expand(size),
+        }
 
     def log_ratio(
         self,
