@@ -153,12 +153,34 @@ class DPOConfig:
 
 
 @dataclass
+class DPPOConfig:
+    """Flow-DPPO (docs/algorithms.md §3.4); defaults of UniRL's `FlowDPPO` (`unirl/algorithms/flowdppo.py`
+    and its `examples/diffusion/sd3_flowdppo.yaml`, commit 1a7b501e)."""
+
+    kl_threshold: float = 1e-5
+    """τ: a trained step whose old→new transition KL (a per-dimension mean) is below τ always
+    trains; at or above it, a step that pushes further the way its advantage pulls is dropped
+    (UniRL `kl_mask_threshold`, 1e-5)."""
+    normalize_kl: bool = True
+    """True: the KL divides the squared mean shift by the kernel's transition variance, the exact
+    KL of the two Gaussian steps (UniRL `add_kl_coefficient: true`). False: ½·mean((μ_θ − μ_old)²),
+    the raw mean shift, as the reference's `add_kl_coefficient: false`."""
+
+    def problems(self) -> list[str]:
+        """The ranges of algorithm.dppo (Flow-DPPO's `config_problems` reports them: the block is
+        read only when algorithm.name=flow_dppo)."""
+        return non_negative_problems({"algorithm.dppo.kl_threshold": self.kl_threshold})
+
+
+@dataclass
 class AlgorithmConfig:
     name: str = "grpo"
     """"grpo" (Flow-GRPO clipped surrogate; with rollout.kernel / rollout.sde_window also
     Flow-GRPO-Fast, CPS, MixGRPO and DanceGRPO recipes), "grpo_guard" (GRPO-Guard: RatioNorm on
     the same surrogate; needs a Gaussian kernel), "nft" (DiffusionNFT, forward process, any
-    sampler), "dpo" (Flow-DPO on preference pairs, online or offline) or "ar_grpo" (the GRPO
+    sampler), "dpo" (Flow-DPO on preference pairs, online or offline), "flow_dppo" (Flow-DPPO:
+    the Flow-GRPO rollout and ratio with a trust region on each step's Gaussian KL instead of the
+    ratio clip) or "ar_grpo" (the GRPO
     clipped surrogate per image token, for token-autoregressive families: Janus-Pro), or your own
     algorithm class as "package.module:Class" when listed in algorithm.allow_import. What a run
     builds for it (a reference, the rollout or a preference dataset) is the class's declaration
@@ -216,6 +238,8 @@ class AlgorithmConfig:
     """Options read when name=nft."""
     dpo: DPOConfig = field(default_factory=DPOConfig)
     """Options read when name=dpo."""
+    dppo: DPPOConfig = field(default_factory=DPPOConfig)
+    """Options read when name=flow_dppo."""
 
     def problems(self) -> list[str]:
         """The ranges every algorithm reads (the options one algorithm owns, algorithm.nft,
