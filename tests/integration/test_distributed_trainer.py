@@ -233,6 +233,13 @@ ASYMMETRIC = {
     "dpo_online-fsdp2": ("experiment/toy/shapes_dpo", "fsdp2", [*RANK_ONE_CONSTANT, "rollout.rollout_batch_size=4"]),
     "dpo_online-ddp": ("experiment/toy/shapes_dpo", "ddp", [*RANK_ONE_CONSTANT, "rollout.rollout_batch_size=4"], SLOW),
     "nft-fsdp2": ("experiment/toy/shapes_nft", "fsdp2", RANK_ONE_CONSTANT),
+    # Flow-DPPO keeps zero-advantage samples by default (as UniRL): with the filter on, rank 1
+    # has nothing to train and replays a filler; a window of 2 fits the 4-step rollout
+    "flow_dppo-ddp": (
+        "experiment/toy/shapes_flow_dppo",
+        "ddp",
+        [*RANK_ONE_CONSTANT, "algorithm.drop_zero_advantage=true", "rollout.sde_window.size=2"],
+    ),
     # offline pairs split evenly (the config refuses a split with a partial micro-batch)
     "dpo_offline-ddp": ("experiment/toy/offline_dpo", "ddp", ["rollout.rollout_batch_size=4", "rollout.n=1"], SLOW),
 }
