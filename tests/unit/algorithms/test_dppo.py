@@ -231,7 +231,8 @@ def test_config_checks_of_flow_dppo():
     negative = dataclasses.replace(cfg, algorithm=dataclasses.replace(algorithm, dppo=DPPOConfig(kl_threshold=-1.0)))
     assert "algorithm.dppo.kl_threshold must be >= 0, got -1.0" in FlowDPPO.config_problems(negative)
     grpo = load_config("experiment/toy/shapes_grpo")
-    foreign = dataclasses.replace(grpo, algorithm=dataclasses.replace(grpo.algorithm, dppo=DPPOConfig(kl_threshold=1.0)))
+    dppo_option = dataclasses.replace(grpo.algorithm, dppo=DPPOConfig(kl_threshold=1.0))
+    foreign = dataclasses.replace(grpo, algorithm=dppo_option)
     assert algorithm_problems(foreign) == [
         "algorithm.dppo.kl_threshold=1.0 is a Flow-DPPO option, but algorithm.name='grpo'; remove it or set "
         "algorithm.name=flow_dppo"
