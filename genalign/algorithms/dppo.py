@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from genalign.algorithms.grpo import FlowGRPO
+from genalign.algorithms.grpo import FlowGRPO, rollout_means_problems
 from genalign.algorithms.losses import kl_masked_surrogate, latent_mean_kl
 from genalign.algorithms.replay import ReplayedStep, at_steps
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.sampling.kernels import GAUSSIAN_KERNELS
 
 
 class FlowDPPO(FlowGRPO):
@@ -32,18 +31,8 @@ class FlowDPPO(FlowGRPO):
         """The KL is exact only for a Gaussian kernel, its μ_old is the rollout's, and there is
         no ratio clip to set."""
         problems = super().config_problems(cfg)
-        rollout, algorithm = cfg.rollout, cfg.algorithm
-        if rollout.kernel not in GAUSSIAN_KERNELS:
-            problems.append(
-                f"algorithm.name=flow_dppo bounds each step's Gaussian KL; rollout.kernel={rollout.kernel!r} "
-                f"has none. Use one of: {', '.join(GAUSSIAN_KERNELS)}"
-            )
-        if algorithm.rollout_correction.mode != "off":
-            problems.append(
-                "algorithm.name=flow_dppo with algorithm.rollout_correction.mode="
-                f"{algorithm.rollout_correction.mode!r}: its KL compares with the rollout's own kernel "
-                "means, so it cannot be taken against recomputed log-probs; set mode=off"
-            )
+        problems += rollout_means_problems(cfg, "bounds each step's Gaussian KL", "its KL")
+        algorithm = cfg.algorithm
         if algorithm.clip_range != type(algorithm)().clip_range:
             problems.append(
                 f"algorithm.clip_range={algorithm.clip_range} is the ratio clip, which algorithm.name=flow_dppo "

@@ -173,6 +173,27 @@ class FlowGRPO(ClippedRatioBase):
         return velocity_kl(replayed.velocity, ref_velocity)  # [b]
 
 
+def rollout_means_problems(cfg, needs: str, compares: str) -> list[str]:
+    """Checks of an algorithm that compares with the rollout's kernel means μ_old
+    (`needs_rollout_means`: GRPO-Guard, Flow-DPPO): the kernel is Gaussian (`needs` says what
+    for), and the ratio is the rollout's own, not one against recomputed log-probs (`compares`
+    names what compares)."""
+    rollout, algorithm = cfg.rollout, cfg.algorithm
+    problems = []
+    if rollout.kernel not in GAUSSIAN_KERNELS:
+        problems.append(
+            f"algorithm.name={algorithm.name} {needs}; rollout.kernel="
+            f"{rollout.kernel!r} has none. Use one of: {', '.join(GAUSSIAN_KERNELS)}"
+        )
+    if algorithm.rollout_correction.mode != "off":
+        problems.append(
+            f"algorithm.name={algorithm.name} with algorithm.rollout_correction.mode="
+            f"{algorithm.rollout_correction.mode!r}: {compares} compares with the rollout's own "
+            "kernel means, so it cannot be taken against recomputed log-probs; set mode=off"
+        )
+    return problems
+
+
 class GRPOGuard(FlowGRPO):
     """GRPO-Guard (docs/algorithms.md §3.3; flow_grpo `train_sd3_GRPO_Guard.py`, verl-omni `GRPOGuardLoss`):
     the clipped surrogate on RatioNorm's normalised log-ratio, each step's loss divided by
@@ -188,18 +209,8 @@ class GRPOGuard(FlowGRPO):
     def config_problems(cls, cfg) -> list[str]:
         """RatioNorm needs a Gaussian kernel and the rollout's own log-probs."""
         problems = super().config_problems(cfg)
+        problems += rollout_means_problems(cfg, "normalises a Gaussian log-ratio", "RatioNorm")
         rollout, algorithm = cfg.rollout, cfg.algorithm
-        if rollout.kernel not in GAUSSIAN_KERNELS:
-            problems.append(
-                f"algorithm.name=grpo_guard normalises a Gaussian log-ratio; rollout.kernel="
-                f"{rollout.kernel!r} has none. Use one of: {', '.join(GAUSSIAN_KERNELS)}"
-            )
-        if algorithm.rollout_correction.mode != "off":
-            problems.append(
-                "algorithm.name=grpo_guard with algorithm.rollout_correction.mode="
-                f"{algorithm.rollout_correction.mode!r}: RatioNorm compares with the rollout's own "
-                "kernel means, so it cannot be taken against recomputed log-probs; set mode=off"
-            )
         window = rollout.sde_window
         if window.size > 0 and window.schedule == "random" and window.draw == "per_batch":
             problems.append(
