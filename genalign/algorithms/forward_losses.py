@@ -1,6 +1,6 @@
-"""Losses on the forward (noising) process: DiffusionNFT and Flow-DPO (pure; docs/algorithms.md §4, §5.3).
+"""Losses on the forward (noising) process: DiffusionNFT, Flow-DPO and DGPO (pure; docs/algorithms.md §4, §5.3, §9).
 
-Where it fits: `algorithms/nft.py` and `algorithms/dpo.py` noise clean samples x0 to
+Where it fits: `algorithms/nft.py`, `algorithms/dpo.py` and `algorithms/dgpo.py` noise clean samples x0 to
 x_σ = (1 − σ)·x0 + σ·ε (§1), evaluate velocities there, and hand them to these functions.
 Nothing here touches a model or a log-prob; every input is a tensor, every output a tensor.
 """
@@ -149,3 +149,44 @@ def flow_dpo_loss(
 def velocity_error(velocity: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """mean_dims (v̂ − v)²: [B, ...] -> [B] (the flow-matching loss per sample)."""
     return _mean_dims((velocity.float() - target.float()) ** 2)
+
+
+def dgpo_group_weights(
+    advantages: torch.Tensor,
+    error_gap: torch.Tensor,
+    group_index: torch.Tensor,
+    group_sizes: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
+    """DGPO's per-group weight, the sigmoid of the group preference logit (§9.2):
+
+        S_g = Σ_{b ∈ g} A_b·β·(e_θ,b − e_ref,b) / |g|,   w_b = σ(S_{g(b)})
+
+    advantages (clamped), error_gap = e_θ − e_ref (no grad), group_index (dense 0..G−1) and
+    group_sizes |g(b)| are [B]; a group's members must all be in the batch. -> [B]. The
+    gradient of −log σ(−S_g) is σ(S_g)·β/|g|·Σ A_b ∇e_θ,b: w carries the logit's saturation."""
+    if beta <= 0:
+        raise ValueError(f"algorithm.dgpo.beta must be > 0, got {beta}")
+    terms = advantages.detach().float() * beta * error_gap.detach().float() / group_sizes.float()  # [B]
+    num_groups = int(group_index.max()) + 1 if group_index.numel() else 0
+    sums = torch.zeros(num_groups, dtype=terms.dtype, device=terms.device).index_add_(0, group_index, terms)  # [G]
+    return torch.sigmoid(sums)[group_index]  # [B]
+
+
+def dgpo_clip_mask(
+    error: torch.Tensor, old_error: torch.Tensor, advantages: torch.Tensor, clip_range: float
+) -> torch.Tensor:
+    """Where DGPO's PPO-style clip stops a sample's gradient (§9.2): with ρ = exp(e_old − e_θ)
+    (the error ratio, > 1 when the policy fits the sample better than the EMA weights),
+    ρ > 1 + c where A > 0 and ρ < 1 − c where A ≤ 0. [B] x3 -> bool [B]."""
+    ratio = torch.exp(old_error.detach().float() - error.detach().float())  # [B]
+    return torch.where(advantages > 0, ratio > 1.0 + clip_range, ratio < 1.0 - clip_range)
+
+
+def dgpo_policy_loss(
+    error: torch.Tensor, group_weights: torch.Tensor, advantages: torch.Tensor, clipped: torch.Tensor
+) -> torch.Tensor:
+    """L = mean_b w_b·A_b·e_b with e_b the velocity error, detached where `clipped` (§9.2).
+    [B] x4 -> scalar with grad through e."""
+    kept = torch.where(clipped, error.detach(), error)  # [B]
+    return (group_weights.detach() * advantages.detach() * kept).mean()

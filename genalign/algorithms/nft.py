@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager
 
 import torch
 
-from genalign.algorithms.base import AlgorithmBase
+from genalign.algorithms.base import AlgorithmBase, velocity_kl_problems
 from genalign.algorithms.config import AlgorithmConfig
 from genalign.algorithms.forward_draws import num_train_positions, schedule_draws
 from genalign.algorithms.forward_losses import nft_policy_loss, noised, old_policy_decay, optimality_probability
@@ -49,17 +49,13 @@ class DiffusionNFT(AlgorithmBase):
     def config_problems(cls, cfg) -> list[str]:
         """CFG-free samples from the old policy, a velocity KL, and the ranges of algorithm.nft."""
         problems = super().config_problems(cfg)
-        algorithm, nft = cfg.algorithm, cfg.algorithm.nft
+        nft = cfg.algorithm.nft
         if cfg.rollout.guidance_scale != 1.0:
             problems.append(
                 f"algorithm.name=nft trains CFG-free: its samples must come from the old policy's own "
                 f"velocity, so set rollout.guidance_scale=1.0 (got {cfg.rollout.guidance_scale})"
             )
-        if algorithm.kl_beta > 0 and algorithm.kl_type != "velocity":
-            problems.append(
-                "algorithm.name=nft has no SDE mean to compare: with algorithm.kl_beta > 0 set "
-                "algorithm.kl_type=velocity (DiffusionNFT's KL is mean (v - v_ref)^2)"
-            )
+        problems += velocity_kl_problems(cfg)
         return problems + nft.problems()
 
     def __init__(

@@ -102,6 +102,16 @@ def replay_activation_bytes(
     return per_block * layers * per_unit
 
 
+def chain_activation_bytes(forward_bytes: float, forwards: int, chain_checkpointed: bool, input_bytes: float) -> float:
+    """Autograd's hold over a chain of `forwards` denoiser forwards back-propagated together
+    (reward feedback: the last K sampling steps). Kept whole, every forward's activations
+    (`forward_bytes` each) live until the backward; checkpointed per step, only each step's
+    input (`input_bytes`: the rows' latents) is kept and one forward is recomputed at a time."""
+    if chain_checkpointed:
+        return forward_bytes + forwards * input_bytes
+    return forwards * forward_bytes
+
+
 def rollout_working_bytes(rows: int, tokens: int, hidden: int, dtype_bytes: int, per_unit: float) -> float:
     """The peak working set of a no-grad forward over `rows` (CFG: both branches)."""
     return rows * tokens * hidden * per_unit * dtype_bytes / CALIBRATION_BYTES

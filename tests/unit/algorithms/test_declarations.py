@@ -9,11 +9,13 @@ import dataclasses
 import pytest
 
 from genalign.algorithms.config import AlgorithmConfig, DPOConfig
+from genalign.algorithms.dgpo import DGPO
 from genalign.algorithms.dpo import FlowDPO
 from genalign.algorithms.dppo import FlowDPPO
 from genalign.algorithms.grpo import FlowGRPO, GRPOGuard
 from genalign.algorithms.nft import DiffusionNFT
 from genalign.algorithms.registry import ALGORITHMS, algorithm_class, registered_algorithms
+from genalign.algorithms.reward_feedback import RewardFeedback
 from genalign.algorithms.token_grpo import TokenGRPO
 from genalign.preflight.algorithm_checks import algorithm_problems
 from genalign.preflight.load import load_config
@@ -29,7 +31,9 @@ NO_KL, KL = AlgorithmConfig(kl_beta=0.0), AlgorithmConfig(kl_beta=0.04)
         (FlowDPPO, "flow", True, True),
         (DiffusionNFT, "flow", False, False),
         (FlowDPO, "flow", False, False),
+        (DGPO, "flow", False, False),
         (TokenGRPO, "token", True, False),
+        (RewardFeedback, "flow", False, False),
     ],
 )
 def test_each_algorithm_declares_what_it_trains(cls, policy_kind, old_log_probs, rollout_means):
@@ -64,9 +68,24 @@ def test_dpo_keeps_its_own_reference_and_reads_its_source():
 
 
 def test_the_registry_names_every_built_in_and_algorithm_class_follows_the_config():
-    assert set(registered_algorithms()) == {"grpo", "grpo_guard", "nft", "dpo", "ar_grpo", "flow_dppo"}
+    assert set(registered_algorithms()) == {
+        "grpo",
+        "grpo_guard",
+        "nft",
+        "dpo",
+        "ar_grpo",
+        "dgpo",
+        "reward_feedback",
+        "flow_dppo",
+    }
     assert algorithm_class(load_config("experiment/toy/shapes_nft")) is DiffusionNFT
     assert ALGORITHMS.dotted_key == "algorithm.allow_import"  # its own permission, not a reward's
+
+
+def test_only_reward_feedback_back_propagates_through_the_reward():
+    assert RewardFeedback.needs_reward_gradients
+    assert not any(cls.needs_reward_gradients for cls in (FlowGRPO, GRPOGuard, DiffusionNFT, FlowDPO, TokenGRPO))
+    assert all(cls.backprop_forwards(KL, 10) == (1, False) for cls in (FlowGRPO, DiffusionNFT, FlowDPO, TokenGRPO))
 
 
 def test_only_clipped_ratio_algorithms_log_ratio_extremes():
