@@ -223,6 +223,7 @@ class DGPOConfig:
         return problems
 
 
+@dataclass
 class RewardFeedbackConfig:
     """Reward feedback (algorithm.name=reward_feedback: ReFL, DRaFT-K, DRaFT-LV, AlignProp;
     docs/algorithms.md §10): a differentiable reward back-propagated through the last denoising
