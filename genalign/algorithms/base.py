@@ -39,7 +39,8 @@ Hooks:
   * `attach_rewards` — the run's reward runtime, once built (reward feedback scores its own
     samples with grad inside `compute_loss`);
   * `state_dict` / `load_state_dict` — algorithm state the checkpoint carries (NFT's old policy).
-`AlgorithmBase` gives the defaults of an algorithm without extra state.
+`AlgorithmBase` gives the defaults of an algorithm without extra state; `ShadowCopyBase` those
+of a forward-process algorithm that keeps one float32 copy of the trained weights (NFT, AWM).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from genalign.algorithms.replay import replay_log_probs
 from genalign.models.base import FlowPolicy, Policy
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.rollout.token_batch import Trajectories
+from genalign.weights.shadow import ShadowWeights, load_shadow_state, shadow_state
 
 if TYPE_CHECKING:
     from genalign.algorithms.config import AlgorithmConfig
@@ -330,3 +332,43 @@ class ClippedRatioBase(AlgorithmBase):
     ):
         self.cfg = cfg
         self._take_reference(cfg, reference)
+
+
+class ShadowCopyBase(AlgorithmBase):
+    """What the forward-process algorithms that keep one float32 copy of the trained weights
+    share (DiffusionNFT's old policy, AWM's anchor): they train on clean samples, not on the
+    rollout's log-probs; `parameters` (the trained tensors) is required, the copy starts equal to
+    them; the copy and the optimizer-step count are the algorithm's checkpointed state
+    (`weights/shadow.py`); a KL to the reference is on the velocity (there is no SDE mean)."""
+
+    needs_old_logprob = False
+    trainable_copies = 1
+    copy_name = "copy"
+    """What the copy is, in messages ("old (sampling) policy", "anchor")."""
+    copy_prefix = "copy/"
+    """Its keys' prefix in `checkpoint-*/algorithm.safetensors`."""
+
+    @classmethod
+    def config_problems(cls, cfg: ExperimentConfig) -> list[str]:
+        return super().config_problems(cfg) + velocity_kl_problems(cfg)
+
+    def __init__(
+        self,
+        cfg: AlgorithmConfig,
+        reference: Policy | None = None,
+        parameters: dict[str, torch.nn.Parameter] | None = None,
+    ):
+        if not parameters:
+            raise ValueError(f"{self.title} needs the trained parameters to keep its {self.copy_name}")
+        self.cfg = cfg
+        self._take_reference(cfg, reference)
+        self.copy = ShadowWeights(parameters)  # θ at the start, as the reference codes copy their adapter
+        self.optimizer_steps = 0
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return shadow_state(self.copy, self.copy_prefix, self.optimizer_steps)
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.optimizer_steps = load_shadow_state(
+            self.copy, self.copy_prefix, state, f"{self.title} {self.copy_name}", self.cfg.name
+        )

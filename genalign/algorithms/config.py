@@ -19,6 +19,8 @@ TimestepSelection = Literal["first", "random"]
 TokenLogProb = Literal["guided", "conditional"]
 TruncationDistribution = Literal["fixed", "uniform", "gaussian"]
 RewardFeedbackLoss = Literal["negative", "hinge"]
+AWMWeighting = Literal["uniform", "t", "t_squared", "huber", "ghuber"]
+AWMTimeSampling = Literal["discrete", "discrete_wo_init"]
 
 
 @dataclass
@@ -303,6 +305,62 @@ class RewardFeedbackConfig:
 
 
 @dataclass
+class AWMConfig:
+    """Advantage-weighted matching (docs/algorithms.md §11); defaults of the reference's GenEval
+    config (scxue/advantage_weighted_matching `config/dgx_awm.py` `geneval_sd3_no_cfg_1node`,
+    commit be51372)."""
+
+    train_timesteps: int = 6
+    """Schedule σ's trained per sample and step, one from each of this many equal strata of the
+    first int(num_steps · algorithm.timestep_fraction) schedule indices (`train.train_timesteps`)."""
+    time_sampling: AWMTimeSampling = "discrete_wo_init"
+    """Which schedule indices the strata cover: "discrete_wo_init" (the reference's GenEval and
+    OCR configs) skips index 0, σ = 1, whose noised x_σ is pure noise; "discrete" (its
+    PickScore config) starts at 0 (`time_type`)."""
+    weighting: AWMWeighting = "ghuber"
+    """The per-sample weighting of the flow-matching error e = mean (v_θ − (ε − x0))²
+    (`train.weighting`; the reference spells uniform "Uniform" and t_squared "t**2"):
+    uniform e, t σ·e, t_squared σ²·e, huber σ·(√(e + 1e-10) − 1e-5), ghuber
+    σ·((e + 1e-10)^p − 1e-10^p)/p (§11)."""
+    ghuber_power: float = 0.25
+    """p of the generalised Huber weighting (`train.ghuber_power`)."""
+    advantage_max: float = 1.0
+    """The clamped advantage is rescaled to ±this: A ← clamp(A, ±adv_clip_max)/adv_clip_max ·
+    advantage_max (`train.advantage_max`)."""
+    anchor_kl_beta: float = 1.0
+    """Weight of the velocity KL to the anchor, a lagging copy of the trained weights
+    (`train.ema_beta`, kl_ema_weight Uniform); 0 drops the anchor forward."""
+    anchor_decay_rate: float = 0.001
+    """After each training step the anchor ← η·anchor + (1 − η)·θ with η = min(rate · optimizer
+    steps, anchor_decay_max) (`kl_ema_decay_type` linear: 0.001 per step)."""
+    anchor_decay_max: float = 0.3
+    """The cap of η (`train.kl_ema_decay`)."""
+
+    def problems(self) -> list[str]:
+        """The ranges of algorithm.awm (AWM's `config_problems` reports them: the block is read
+        only when algorithm.name=awm)."""
+        problems = []
+        if self.train_timesteps < 1:
+            problems.append(f"algorithm.awm.train_timesteps must be >= 1, got {self.train_timesteps}")
+        if self.ghuber_power <= 0:
+            problems.append(f"algorithm.awm.ghuber_power must be > 0, got {self.ghuber_power}")
+        if self.advantage_max <= 0:
+            problems.append(f"algorithm.awm.advantage_max must be > 0, got {self.advantage_max}")
+        problems += non_negative_problems(
+            {
+                "algorithm.awm.anchor_kl_beta": self.anchor_kl_beta,
+                "algorithm.awm.anchor_decay_rate": self.anchor_decay_rate,
+            }
+        )
+        if not 0 <= self.anchor_decay_max < 1:
+            problems.append(
+                "algorithm.awm.anchor_decay_max must be in [0, 1) (1 would freeze the anchor), "
+                f"got {self.anchor_decay_max}"
+            )
+        return problems
+
+
+@dataclass
 class DPPOConfig:
     """Flow-DPPO (docs/algorithms.md §3.4); defaults of UniRL's `FlowDPPO` (`unirl/algorithms/flowdppo.py`
     and its `examples/diffusion/sd3_flowdppo.yaml`, commit 1a7b501e)."""
@@ -328,7 +386,8 @@ class AlgorithmConfig:
     """"grpo" (Flow-GRPO clipped surrogate; with rollout.kernel / rollout.sde_window also
     Flow-GRPO-Fast, CPS, MixGRPO and DanceGRPO recipes), "grpo_guard" (GRPO-Guard: RatioNorm on
     the same surrogate; needs a Gaussian kernel), "nft" (DiffusionNFT, forward process, any
-    sampler), "dpo" (Flow-DPO on preference pairs, online or offline), "dgpo" (DGPO: a group
+    sampler), "awm" (advantage-weighted matching: the flow-matching loss on the rollout's x0,
+    weighted by advantage), "dpo" (Flow-DPO on preference pairs, online or offline), "dgpo" (DGPO: a group
     preference on the forward process, any sampler), "flow_dppo" (Flow-DPPO: the Flow-GRPO rollout
     and ratio with a trust region on each step's Gaussian KL instead of the ratio clip), "ar_grpo"
     (the GRPO clipped surrogate per image token, for token-autoregressive families: Janus-Pro), "reward_feedback" (a
@@ -355,7 +414,7 @@ class AlgorithmConfig:
     timestep_fraction: float = 0.99
     """Train int(num_steps * fraction) stochastic steps of each trajectory (grpo: which ones is
     timestep_selection); nft and dpo train that many of the rollout schedule's σ's per sample,
-    in a random order."""
+    in a random order; awm draws algorithm.awm.train_timesteps σ's from the first that many."""
     timestep_selection: TimestepSelection = "first"
     """"first": the first stochastic steps, in order (Flow-GRPO). "random": a random subset of
     the stochastic steps, the final denoising step never included (DanceGRPO's timestep
@@ -393,6 +452,8 @@ class AlgorithmConfig:
     """Options read when name=dgpo."""
     reward_feedback: RewardFeedbackConfig = field(default_factory=RewardFeedbackConfig)
     """Options read when name=reward_feedback."""
+    awm: AWMConfig = field(default_factory=AWMConfig)
+    """Options read when name=awm."""
     dppo: DPPOConfig = field(default_factory=DPPOConfig)
     """Options read when name=flow_dppo."""
 

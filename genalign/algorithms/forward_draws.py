@@ -1,4 +1,4 @@
-"""Per-sample randomness of forward-process training: which σ, which ε (docs/algorithms.md §4.2, §5.3, §9.2).
+"""Per-sample randomness of forward-process training: which σ, which ε (docs/algorithms.md §4.2, §5.3, §9.2, §11.2).
 
 Where it fits: DiffusionNFT and Flow-DPO train on clean samples noised afresh. The update loop
 calls `compute_loss` once per training position j (0..K−1, `train_step_indices`); at position
@@ -6,6 +6,8 @@ j, sample b uses schedule index perm_b[j] — a per-sample random permutation of
 schedule's T steps, as DiffusionNFT's official code does — and a fresh ε. Both are drawn from
 generators seeded by the sample's own seed (already a hash of run seed, step and index), so a
 sample's draws do not depend on its micro-batch and a resumed run draws the same numbers.
+AWM instead draws position k's σ from the k-th of K equal strata of the schedule
+(`stratified_draws`), with the same per-sample ε.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ def seeded_generator(*parts: object) -> torch.Generator:
     return torch.Generator().manual_seed(_mix(*parts))
 
 
+def _noise(seed: int, position: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
+    """ε [*latent_shape] float32 of one sample at one training position."""
+    return torch.randn(latent_shape, generator=seeded_generator("noise", seed, position))
+
+
 def forward_draws(
     seeds: torch.Tensor, position: int, num_schedule_steps: int, latent_shape: tuple[int, ...]
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,11 +44,47 @@ def forward_draws(
         raise ValueError(f"training position {position} outside the {num_schedule_steps}-step schedule")
     indices, noises = [], []
     for seed in seeds.tolist():
-        order = torch.randperm(num_schedule_steps, generator=torch.Generator().manual_seed(_mix("order", seed)))
+        order = torch.randperm(num_schedule_steps, generator=seeded_generator("order", seed))
         indices.append(order[position])
-        generator = torch.Generator().manual_seed(_mix("noise", seed, position))
-        noises.append(torch.randn(latent_shape, generator=generator))
+        noises.append(_noise(seed, position, latent_shape))
     return torch.stack(indices), torch.stack(noises)  # [B], [B, ...]
+
+
+def strata(first: int, last: int, num_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lower and upper schedule-index bounds [K] (int64) of K equal strata of [first, last], cut
+    as AWM's reference does: linspace(first, last, K + 1) in float32, truncated. A stratum
+    narrower than one index has lower == upper."""
+    boundaries = torch.linspace(first, last, steps=num_positions + 1)  # [K+1] float32
+    return boundaries[:-1].long(), boundaries[1:].long()
+
+
+def stratified_draws(
+    seeds: torch.Tensor,
+    position: int,
+    num_positions: int,
+    first: int,
+    last: int,
+    sigmas: torch.Tensor,
+    latent_shape: tuple[int, ...],
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """AWM's draws (docs/algorithms.md §11.2): at training position k of K, each sample takes the
+    schedule index lower_k + ⌊u·(upper_k − lower_k)⌋ of stratum k of [first, last] (`strata`),
+    u ~ U[0, 1) from its own seed, and a fresh ε. Returns σ [B] (from `sigmas` [T+1]) and
+    ε [B, ...] on `device`."""
+    if not 0 <= position < num_positions:
+        raise ValueError(f"training position {position} outside the {num_positions} AWM strata")
+    lower, upper = strata(first, last, num_positions)  # [K] x2
+    width = upper[position] - lower[position]
+    indices, noises = [], []
+    for seed in seeds.tolist():
+        u = torch.rand(1, generator=seeded_generator("stratum", seed, position))  # [1]
+        indices.append(lower[position] + (u * width).long()[0])
+        noises.append(_noise(seed, position, latent_shape))
+    index = torch.stack(indices)  # [B]
+    if int(index.max()) >= sigmas.shape[0] - 1:
+        raise ValueError(f"AWM schedule index {int(index.max())} outside the {sigmas.shape[0] - 1}-step schedule")
+    return sigmas.float().cpu()[index].to(device), torch.stack(noises).to(device)  # [B], [B, ...]
 
 
 def schedule_draws(

@@ -1,7 +1,9 @@
-"""Losses on the forward (noising) process: DiffusionNFT, Flow-DPO and DGPO (pure; docs/algorithms.md §4, §5.3, §9).
+"""Losses on the forward (noising) process: DiffusionNFT, Flow-DPO, DGPO and AWM (pure;
+docs/algorithms.md §4, §5.3, §9, §11).
 
-Where it fits: `algorithms/nft.py`, `algorithms/dpo.py` and `algorithms/dgpo.py` noise clean samples x0 to
-x_σ = (1 − σ)·x0 + σ·ε (§1), evaluate velocities there, and hand them to these functions.
+Where it fits: `algorithms/nft.py`, `algorithms/dpo.py`, `algorithms/dgpo.py` and
+`algorithms/awm.py` noise clean samples x0 to x_σ = (1 − σ)·x0 + σ·ε (§1), evaluate velocities
+there, and hand them to these functions.
 Nothing here touches a model or a log-prob; every input is a tensor, every output a tensor.
 """
 
@@ -12,9 +14,10 @@ from typing import NamedTuple, get_args
 import torch
 import torch.nn.functional as F
 
-from genalign.algorithms.config import NFTAdvantageMode
+from genalign.algorithms.config import AWMWeighting, NFTAdvantageMode
 
 NFT_ADV_MODES = get_args(NFTAdvantageMode)
+AWM_WEIGHTINGS = get_args(AWMWeighting)
 
 
 def _broadcast(per_sample: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -190,3 +193,54 @@ def dgpo_policy_loss(
     [B] x4 -> scalar with grad through e."""
     kept = torch.where(clipped, error.detach(), error)  # [B]
     return (group_weights.detach() * advantages.detach() * kept).mean()
+
+
+_AWM_FLOOR = 1e-10
+"""Added to the error before the root / power of AWM's huber and ghuber weightings (the reference's)."""
+
+
+def awm_log_prob(
+    velocity: torch.Tensor,
+    target: torch.Tensor,
+    sigma: torch.Tensor,
+    weighting: AWMWeighting = "ghuber",
+    ghuber_power: float = 0.25,
+) -> torch.Tensor:
+    """AWM's per-sample "log-likelihood" ℓ = −w(e, σ): the weighted flow-matching error of v_θ
+    at x_σ against the target ε − x0, in float64 as the reference computes it (§11.1):
+
+        e = mean_dims (v_θ − (ε − x0))²
+        uniform e | t σ·e | t_squared σ²·e | huber σ·(√(e + 1e-10) − 1e-5)
+        ghuber σ·((e + 1e-10)^p − (1e-10)^p)/p
+
+    velocity, target [B, ...]; sigma [B]. Returns ℓ [B] float64 (with grad through velocity)."""
+    if weighting not in AWM_WEIGHTINGS:
+        raise ValueError(f"algorithm.awm.weighting={weighting!r}: choose one of {AWM_WEIGHTINGS}")
+    error = _mean_dims((velocity.double() - target.double()) ** 2)  # [B]
+    t = sigma.double().reshape(-1)  # [B]
+    if weighting == "uniform":
+        weighted = error
+    elif weighting == "t":
+        weighted = error * t
+    elif weighting == "t_squared":
+        weighted = error * t**2
+    elif weighting == "huber":
+        weighted = (torch.sqrt(error + _AWM_FLOOR) - _AWM_FLOOR**0.5) * t
+    else:
+        floor = torch.tensor(_AWM_FLOOR, dtype=torch.float64)
+        weighted = (torch.pow(error + _AWM_FLOOR, ghuber_power) - torch.pow(floor, ghuber_power)) * t / ghuber_power
+    return -weighted  # [B]
+
+
+def awm_advantages(advantages: torch.Tensor, adv_clip_max: float, advantage_max: float) -> torch.Tensor:
+    """A ← clamp(A, ±adv_clip_max) / adv_clip_max · advantage_max (§11.1; [B] -> [B])."""
+    return advantages.clamp(-adv_clip_max, adv_clip_max) / adv_clip_max * advantage_max
+
+
+def awm_policy_loss(log_prob: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """−mean_b A_b · exp(ℓ_b − sg ℓ_b) (§11.1): the reference's on-policy surrogate, whose ratio is
+    exactly 1, so the value is −mean A and the gradient −mean_b A_b ∇ℓ_b: samples with A > 0
+    lower their weighted matching error, samples with A < 0 raise it. (The reference's PPO clip
+    at clip_range 1 never acts on a ratio of 1 and is not kept.) log_prob, advantages [B] -> scalar."""
+    ratio = torch.exp(log_prob - log_prob.detach())  # [B] == 1
+    return -(advantages.to(log_prob.dtype) * ratio).mean()

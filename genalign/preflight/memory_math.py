@@ -46,7 +46,9 @@ def trainable_state_bytes(parameters: int, ema: bool, copies: int) -> dict[str, 
     if ema:
         out["EMA (fp32)"] = float(parameters * MASTER_BYTES)
     if copies:
-        out["algorithm copy (fp32: NFT's old policy, DPO's reference)"] = float(copies * parameters * MASTER_BYTES)
+        out["algorithm copy (fp32: NFT's old policy, AWM's anchor, DPO's reference)"] = float(
+            copies * parameters * MASTER_BYTES
+        )
     return out
 
 

@@ -40,7 +40,8 @@ class StepSizes:
     """Trained denoising steps per trajectory: int(rollout.num_steps * algorithm.timestep_fraction),
     at most the stochastic steps (the SDE window's size; the final step excluded when it is an
     ODE step or with timestep_selection=random). A token family trains one position per
-    trajectory, the whole image-token sequence (`TokenTrajectoryBatch`)."""
+    trajectory, the whole image-token sequence (`TokenTrajectoryBatch`); an algorithm may
+    declare its own count (`train_positions`: AWM's algorithm.awm.train_timesteps)."""
     uses_cfg: bool
     """rollout.guidance_scale > 1: rollout and replay run both CFG branches."""
     needs_reference: bool

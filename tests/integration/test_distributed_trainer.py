@@ -242,6 +242,9 @@ ASYMMETRIC = {
     # weights' forwards (prepare_update, whole batch) and its filler replay pair with rank 0's
     "dgpo-fsdp2": ("experiment/toy/shapes_dgpo", "fsdp2", [*RANK_ONE_CONSTANT, *DGPO_SHORT]),
     "dgpo-ddp": ("experiment/toy/shapes_dgpo", "ddp", [*RANK_ONE_CONSTANT, *DGPO_SHORT], SLOW),
+    # AWM keeps zero-advantage samples by default; dropping them leaves rank 1 idle: it replays
+    # a filler sample with weight 0 through all 6 strata, entering every collective
+    "awm-ddp": ("experiment/toy/shapes_awm", "ddp", [*RANK_ONE_CONSTANT, "algorithm.drop_zero_advantage=true"]),
     # Flow-DPPO keeps zero-advantage samples by default (as UniRL): with the filter on, rank 1
     # has nothing to train and replays a filler; a window of 2 fits the 4-step rollout
     "flow_dppo-ddp": (

@@ -1,5 +1,5 @@
-"""DiffusionNFT, online and offline Flow-DPO, DGPO and reward feedback through the whole loop on
-the toy model: the run directory contract, the algorithm's columns, and bitwise resume (old policy
+"""DiffusionNFT, AWM, online and offline Flow-DPO, DGPO and reward feedback through the whole loop
+on the toy model: the run directory contract, the algorithm's columns, and bitwise resume (old policy
 included; reward feedback's per-sample truncation draws and DRaFT-LV's re-noising)."""
 
 from __future__ import annotations
@@ -26,6 +26,13 @@ RUNS = {
     # the time-to-target recipe: no reference KL, so no base-model forward and no reference policy
     # (4 schedule steps so that its timestep_fraction 0.3 still trains one σ per sample)
     "nft_fast": ("experiment/toy/shapes_nft_fast", ["rollout.num_steps=4"], ["nft_optimality", "old_policy_decay"]),
+    # AWM with both KLs on (the anchor is algorithm state, soft-updated every step); 3 schedule
+    # steps at fraction 0.9 leave indices 1..2 for its 6 strata; one micro-batch a step here
+    "awm": (
+        "experiment/toy/shapes_awm",
+        ["actor.gradient_accumulation_steps=1"],
+        ["awm_matching_loss", "awm_anchor_kl", "awm_anchor_decay", "awm_advantage", "kl", "reward_mean"],
+    ),
     "dpo_online": ("experiment/toy/shapes_dpo", [], ["dpo_implicit_accuracy", "dpo_logit", "reward_mean"]),
     # 2 of the 3-step schedule's σ's; the rollout samples with the EMA weights after the first
     # optimizer step, so resume from checkpoint-2 must restore them and the step count
@@ -114,7 +121,8 @@ def test_run_directory_and_columns(finished):
         assert column in rows[0], column
     assert "parity_max_abs_log_prob_diff" not in rows[0]  # no log-probs to check
     assert float(rows[-1]["optimizer_steps"]) >= 1
-    # NFT's old policy, DPO's reference and DGPO's EMA weights are algorithm state; reward feedback keeps none
+    # NFT's old policy, AWM's anchor, DPO's reference and DGPO's EMA weights are algorithm state;
+    # reward feedback keeps none
     stateless = RUNS[name][0] == "experiment/toy/shapes_draft"
     assert (out / "checkpoint-final" / "algorithm.safetensors").exists() != stateless
     if name == "dpo_refreshed":

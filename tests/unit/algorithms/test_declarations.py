@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from genalign.algorithms.awm import AdvantageWeightedMatching
 from genalign.algorithms.config import AlgorithmConfig, DPOConfig
 from genalign.algorithms.dgpo import DGPO
 from genalign.algorithms.dpo import FlowDPO
@@ -32,6 +33,7 @@ NO_KL, KL = AlgorithmConfig(kl_beta=0.0), AlgorithmConfig(kl_beta=0.04)
         (DiffusionNFT, "flow", False, False),
         (FlowDPO, "flow", False, False),
         (DGPO, "flow", False, False),
+        (AdvantageWeightedMatching, "flow", False, False),
         (TokenGRPO, "token", True, False),
         (RewardFeedback, "flow", False, False),
     ],
@@ -44,7 +46,7 @@ def test_each_algorithm_declares_what_it_trains(cls, policy_kind, old_log_probs,
     )
 
 
-@pytest.mark.parametrize("cls", [FlowGRPO, GRPOGuard, FlowDPPO, DiffusionNFT, TokenGRPO])
+@pytest.mark.parametrize("cls", [FlowGRPO, GRPOGuard, FlowDPPO, DiffusionNFT, AdvantageWeightedMatching, TokenGRPO])
 def test_a_kl_term_asks_for_the_frozen_reference(cls):
     assert (cls.reference_kind(NO_KL), cls.reference_kind(KL)) == ("none", "frozen")
     assert cls.data_source(KL) == "online"
@@ -76,6 +78,7 @@ def test_the_registry_names_every_built_in_and_algorithm_class_follows_the_confi
         "ar_grpo",
         "dgpo",
         "reward_feedback",
+        "awm",
         "flow_dppo",
     }
     assert algorithm_class(load_config("experiment/toy/shapes_nft")) is DiffusionNFT
@@ -91,7 +94,7 @@ def test_only_reward_feedback_back_propagates_through_the_reward():
 def test_only_clipped_ratio_algorithms_log_ratio_extremes():
     assert FlowGRPO.stat_extremes == {"ratio": ("min", "max"), "log_prob_drift": ("max",)}
     assert TokenGRPO.stat_extremes == FlowGRPO.stat_extremes
-    assert DiffusionNFT.stat_extremes == FlowDPO.stat_extremes == {}
+    assert DiffusionNFT.stat_extremes == FlowDPO.stat_extremes == AdvantageWeightedMatching.stat_extremes == {}
 
 
 def with_values(cfg, **algorithm):
