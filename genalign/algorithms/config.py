@@ -361,6 +361,26 @@ class AWMConfig:
 
 
 @dataclass
+class DPPOConfig:
+    """Flow-DPPO (docs/algorithms.md §3.4); defaults of UniRL's `FlowDPPO` (`unirl/algorithms/flowdppo.py`
+    and its `examples/diffusion/sd3_flowdppo.yaml`, commit 1a7b501e)."""
+
+    kl_threshold: float = 1e-5
+    """τ: a trained step whose old→new transition KL (a per-dimension mean) is below τ always
+    trains; at or above it, a step that pushes further the way its advantage pulls is dropped
+    (UniRL `kl_mask_threshold`, 1e-5)."""
+    normalize_kl: bool = True
+    """True: the KL divides the squared mean shift by the kernel's transition variance, the exact
+    KL of the two Gaussian steps (UniRL `add_kl_coefficient: true`). False: ½·mean((μ_θ − μ_old)²),
+    the raw mean shift, as the reference's `add_kl_coefficient: false`."""
+
+    def problems(self) -> list[str]:
+        """The ranges of algorithm.dppo (Flow-DPPO's `config_problems` reports them: the block is
+        read only when algorithm.name=flow_dppo)."""
+        return non_negative_problems({"algorithm.dppo.kl_threshold": self.kl_threshold})
+
+
+@dataclass
 class AlgorithmConfig:
     name: str = "grpo"
     """"grpo" (Flow-GRPO clipped surrogate; with rollout.kernel / rollout.sde_window also
@@ -368,8 +388,9 @@ class AlgorithmConfig:
     the same surrogate; needs a Gaussian kernel), "nft" (DiffusionNFT, forward process, any
     sampler), "awm" (advantage-weighted matching: the flow-matching loss on the rollout's x0,
     weighted by advantage), "dpo" (Flow-DPO on preference pairs, online or offline), "dgpo" (DGPO: a group
-    preference on the forward process, any sampler), "ar_grpo" (the GRPO clipped surrogate per
-    image token, for token-autoregressive families: Janus-Pro), "reward_feedback" (a
+    preference on the forward process, any sampler), "flow_dppo" (Flow-DPPO: the Flow-GRPO rollout
+    and ratio with a trust region on each step's Gaussian KL instead of the ratio clip), "ar_grpo"
+    (the GRPO clipped surrogate per image token, for token-autoregressive families: Janus-Pro), "reward_feedback" (a
     differentiable reward back-propagated through the last sampling steps: ReFL, DRaFT-K,
     DRaFT-LV, AlignProp), or your own algorithm class as "package.module:Class" when listed in
     algorithm.allow_import. What a run builds for it (a reference, the rollout or a preference
@@ -433,6 +454,8 @@ class AlgorithmConfig:
     """Options read when name=reward_feedback."""
     awm: AWMConfig = field(default_factory=AWMConfig)
     """Options read when name=awm."""
+    dppo: DPPOConfig = field(default_factory=DPPOConfig)
+    """Options read when name=flow_dppo."""
 
     def problems(self) -> list[str]:
         """The ranges every algorithm reads (the options one algorithm owns, algorithm.nft,

@@ -100,8 +100,8 @@ class FlowGRPO(ClippedRatioBase):
             )  # [b]
         clipped_adv = clip_advantages(advantages.to(device), self.cfg.adv_clip_max)  # [b]
         log_ratio = self.log_ratio(step.log_prob, old_log_probs, replayed, batch, j)  # [b]
-        policy_out = clipped_surrogate(log_ratio, clipped_adv, self.cfg.clip_range, weights)
-        policy_loss = policy_out.loss * self.step_weight(batch, j)
+        surrogate, surrogate_stats = self.surrogate(log_ratio, clipped_adv, weights, replayed, batch, j)
+        policy_loss = surrogate * self.step_weight(batch, j)
 
         loss = policy_loss
         kl = torch.zeros(len(batch), device=device)  # [b]
@@ -112,11 +112,7 @@ class FlowGRPO(ClippedRatioBase):
         stats = {
             "policy_loss": policy_loss.detach().expand(len(batch)),
             "kl": kl.detach(),
-            "ratio": policy_out.ratio.detach(),
-            "clip_frac": policy_out.clipped_fraction.expand(len(batch)),
-            "clip_frac_high": policy_out.clipped_fraction_high.expand(len(batch)),
-            "clip_frac_low": policy_out.clipped_fraction_low.expand(len(batch)),
-            "approx_kl": policy_out.approx_kl.expand(len(batch)),
+            **surrogate_stats,
             # |ℓ − ℓ_rollout|: 0 before the step's first optimizer update, then the policy's
             # drift from the sampler (the parity preflight is the on-policy check)
             "log_prob_drift": (step.log_prob.detach() - behaviour_log_probs).abs(),
@@ -125,6 +121,27 @@ class FlowGRPO(ClippedRatioBase):
             stats["rollout_is_weight"] = weights
             stats["rollout_is_raw_log_ratio"] = (old_log_probs - behaviour_log_probs).detach()
         return loss, stats
+
+    def surrogate(
+        self,
+        log_ratio: torch.Tensor,
+        advantages: torch.Tensor,
+        weights: torch.Tensor | None,
+        replayed: ReplayedStep,
+        batch: TrajectoryBatch,
+        j: torch.Tensor,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(policy loss [], detached [b] statistics) of log r [b] and Â [b] at steps j [b]: the
+        PPO clip of the ratio (Flow-GRPO); Flow-DPPO bounds the step's KL instead."""
+        out = clipped_surrogate(log_ratio, advantages, self.cfg.clip_range, weights)
+        size = len(log_ratio)
+        return out.loss, {
+            "ratio": out.ratio,
+            "clip_frac": out.clipped_fraction.expand(size),
+            "clip_frac_high": out.clipped_fraction_high.expand(size),
+            "clip_frac_low": out.clipped_fraction_low.expand(size),
+            "approx_kl": out.approx_kl.expand(size),
+        }
 
     def log_ratio(
         self,
@@ -156,6 +173,27 @@ class FlowGRPO(ClippedRatioBase):
         return velocity_kl(replayed.velocity, ref_velocity)  # [b]
 
 
+def rollout_means_problems(cfg, needs: str, compares: str) -> list[str]:
+    """Checks of an algorithm that compares with the rollout's kernel means μ_old
+    (`needs_rollout_means`: GRPO-Guard, Flow-DPPO): the kernel is Gaussian (`needs` says what
+    for), and the ratio is the rollout's own, not one against recomputed log-probs (`compares`
+    names what compares)."""
+    rollout, algorithm = cfg.rollout, cfg.algorithm
+    problems = []
+    if rollout.kernel not in GAUSSIAN_KERNELS:
+        problems.append(
+            f"algorithm.name={algorithm.name} {needs}; rollout.kernel="
+            f"{rollout.kernel!r} has none. Use one of: {', '.join(GAUSSIAN_KERNELS)}"
+        )
+    if algorithm.rollout_correction.mode != "off":
+        problems.append(
+            f"algorithm.name={algorithm.name} with algorithm.rollout_correction.mode="
+            f"{algorithm.rollout_correction.mode!r}: {compares} compares with the rollout's own "
+            "kernel means, so it cannot be taken against recomputed log-probs; set mode=off"
+        )
+    return problems
+
+
 class GRPOGuard(FlowGRPO):
     """GRPO-Guard (docs/algorithms.md §3.3; flow_grpo `train_sd3_GRPO_Guard.py`, verl-omni `GRPOGuardLoss`):
     the clipped surrogate on RatioNorm's normalised log-ratio, each step's loss divided by
@@ -171,18 +209,8 @@ class GRPOGuard(FlowGRPO):
     def config_problems(cls, cfg) -> list[str]:
         """RatioNorm needs a Gaussian kernel and the rollout's own log-probs."""
         problems = super().config_problems(cfg)
+        problems += rollout_means_problems(cfg, "normalises a Gaussian log-ratio", "RatioNorm")
         rollout, algorithm = cfg.rollout, cfg.algorithm
-        if rollout.kernel not in GAUSSIAN_KERNELS:
-            problems.append(
-                f"algorithm.name=grpo_guard normalises a Gaussian log-ratio; rollout.kernel="
-                f"{rollout.kernel!r} has none. Use one of: {', '.join(GAUSSIAN_KERNELS)}"
-            )
-        if algorithm.rollout_correction.mode != "off":
-            problems.append(
-                "algorithm.name=grpo_guard with algorithm.rollout_correction.mode="
-                f"{algorithm.rollout_correction.mode!r}: RatioNorm compares with the rollout's own "
-                "kernel means, so it cannot be taken against recomputed log-probs; set mode=off"
-            )
         window = rollout.sde_window
         if window.size > 0 and window.schedule == "random" and window.draw == "per_batch":
             problems.append(

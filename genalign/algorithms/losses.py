@@ -160,3 +160,55 @@ def token_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tens
     T2I-R1's Janus trainer use it. Gradient flows through ℓ; ℓ_ref is a constant."""
     delta = ref_log_probs.detach().float() - log_probs.float()  # [B, N]
     return torch.exp(delta) - delta - 1.0
+
+
+class KLMaskedLossOutput(NamedTuple):
+    loss: torch.Tensor  # scalar, with grad
+    ratio: torch.Tensor  # [B] detached
+    kl_high_fraction: torch.Tensor  # scalar detached: mean(KL ≥ τ)
+    dropped_fraction: torch.Tensor  # scalar detached: mean(drop)
+    dropped_fraction_high: torch.Tensor  # scalar detached: mean(KL ≥ τ ∧ r > 1 ∧ Â > 0)
+    dropped_fraction_low: torch.Tensor  # scalar detached: mean(KL ≥ τ ∧ r < 1 ∧ Â < 0)
+    approx_kl: torch.Tensor  # scalar detached: ½·mean((ℓ − ℓ_old)²)
+
+
+def kl_masked_surrogate(
+    log_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    step_kl: torch.Tensor,
+    kl_threshold: float,
+    sample_weights: torch.Tensor | None = None,
+) -> KLMaskedLossOutput:
+    """Flow-DPPO's surrogate (docs/algorithms.md §3.4; UniRL `unirl/algorithms/flowdppo.py`), all [B]:
+
+        r = exp(log r),   drop = (KL ≥ τ) ∧ [(r > 1 ∧ Â > 0) ∨ (r < 1 ∧ Â < 0)]
+        loss = mean_b w_b·(−Â·r)·1[¬drop]
+
+    The unclipped ratio surrogate with a trust region on the step's KL instead of on r: a step
+    whose old→new Gaussian transition KL (`step_kl`, treated as a constant) is below τ always
+    trains; above τ it still trains when it moves back towards the old policy (r < 1 with Â > 0,
+    r > 1 with Â < 0) and is dropped when it pushes further the way its advantage pulls. A
+    dropped sample has zero gradient and counts 0 in the mean (the reference's `torch.where` then
+    `.mean()` over every element, so the mean's denominator keeps it). `torch.where`, not a
+    product, so an overflowing ratio of a dropped sample cannot turn into inf·0 = nan. Â and
+    the optional weights w (rollout correction; default 1) are constants."""
+    if kl_threshold < 0:
+        raise ValueError(f"algorithm.dppo.kl_threshold must be >= 0, got {kl_threshold}")
+    ratio = torch.exp(log_ratio)  # [B]
+    advantages = advantages.detach()  # [B]
+    with torch.no_grad():
+        kl_high = ~(step_kl.detach() < kl_threshold)  # [B] a nan KL counts as high, as the reference's ~(kl < τ)
+        pushes_up = kl_high & (ratio > 1.0) & (advantages > 0)  # [B]
+        pushes_down = kl_high & (ratio < 1.0) & (advantages < 0)  # [B]
+        drop = pushes_up | pushes_down  # [B]
+    # the surrogate of a dropped sample sees log r = 0, so that an overflowing ratio it does not
+    # use cannot send 0·inf = nan back through exp (the reference's where() guards the value only)
+    kept_ratio = torch.exp(torch.where(drop, torch.zeros_like(log_ratio), log_ratio))  # [B]
+    per_sample = torch.where(drop, torch.zeros_like(ratio), -advantages * kept_ratio)  # [B]
+    if sample_weights is not None:
+        per_sample = per_sample * sample_weights.detach()  # [B]
+    loss = per_sample.mean()  # []
+    with torch.no_grad():
+        fractions = [mask.float().mean() for mask in (kl_high, drop, pushes_up, pushes_down)]
+        approx_kl = 0.5 * (log_ratio.detach() ** 2).mean()  # []
+    return KLMaskedLossOutput(loss, ratio.detach(), *fractions, approx_kl)

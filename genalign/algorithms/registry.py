@@ -13,6 +13,7 @@ ALGORITHMS.register("ar_grpo", "genalign.algorithms.token_grpo:TokenGRPO")
 ALGORITHMS.register("dgpo", "genalign.algorithms.dgpo:DGPO")
 ALGORITHMS.register("reward_feedback", "genalign.algorithms.reward_feedback:RewardFeedback")
 ALGORITHMS.register("awm", "genalign.algorithms.awm:AdvantageWeightedMatching")
+ALGORITHMS.register("flow_dppo", "genalign.algorithms.dppo:FlowDPPO")
 
 
 def algorithm_class(cfg) -> type:

@@ -125,9 +125,11 @@ def kv_cache_bytes(rows: int, tokens: int, layers: int, kv_heads: int, head_dim:
     return float(2 * layers * kv_heads * head_dim * tokens * rows * dtype_bytes)
 
 
-def trajectory_bytes(samples: int, steps: int, latent_elements: int, pixels: int) -> float:
-    """Host bytes of a step's trajectories: float32 latents x_0..x_T, log-probs, uint8 media."""
-    return float(samples * ((steps + 1) * latent_elements * 4 + steps * 4 + 3 * pixels))
+def trajectory_bytes(samples: int, steps: int, latent_elements: int, pixels: int, means: bool = False) -> float:
+    """Host bytes of a step's trajectories: float32 latents x_0..x_T, log-probs, uint8 media, and
+    with `means` the float32 kernel means μ_0..μ_{T-1} (an algorithm's `needs_rollout_means`)."""
+    latents = steps + 1 + (steps if means else 0)
+    return float(samples * (latents * latent_elements * 4 + steps * 4 + 3 * pixels))
 
 
 def prompt_embedding_bytes(rows: int, text_tokens: int, text_width: int, dtype_bytes: int) -> float:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from genalign.algorithms.registry import algorithm_class
 from genalign.config.errors import ConfigError
 from genalign.models.spec import CALIBRATION
 from genalign.preflight.memory_math import (
@@ -296,7 +297,13 @@ def _host(cfg, t: Terms) -> tuple[Line, ...]:
     lines = (
         (
             "trajectories",
-            trajectory_bytes(run.samples_per_step, cfg.rollout.num_steps, latent_elements(arch, cfg), pixels),
+            trajectory_bytes(
+                run.samples_per_step,
+                cfg.rollout.num_steps,
+                latent_elements(arch, cfg),
+                pixels,
+                means=algorithm_class(cfg).needs_rollout_means,
+            ),
         ),
         (
             "prompt embeddings",

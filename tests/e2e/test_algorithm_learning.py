@@ -13,8 +13,9 @@ Margins: measured on the current demo base (seed 42), step 0 at 0.453 reward / 0
   cps              60 steps: reward 0.866 (+0.413), judge 0.882 (+0.412)
   dance_grpo       60 steps: reward 0.593 (+0.140), judge 0.613 (+0.143)
   grpo_guard       60 steps: reward 0.866 (+0.413), judge 0.867 (+0.397)
+  flow_dppo        60 steps: reward 0.738 (+0.285), judge 0.763 (+0.293)
 and their negated controls (40 steps) fall to 0.320 (-0.133), 0.385 (-0.068), 0.028 (-0.425),
-0.344 (-0.109) and 0.203 (-0.250). Margins sit below the measurements. The 60-step runs are also
+0.344 (-0.109), 0.203 (-0.250) and 0.297 (-0.156). Margins sit below the measurements. The 60-step runs are also
 benchmarks/bench_time_to_target.py's seed-42 runs (eval every 5 steps): evaluation draws its own
 noise, so their step-60 evaluation equals these tests' to the digits above."""
 
@@ -34,6 +35,7 @@ RECIPES = {  # recipe -> (training steps of its budget, eval-reward margin)
     # measured +0.140; smaller and noisier than the others (0.64 at step 40, 0.53 at 50, 0.59 at 60)
     "experiment/toy/shapes_dance_grpo": (60, 0.05),
     "experiment/toy/shapes_grpo_guard": (60, REWARD_MARGIN),  # measured +0.413
+    "experiment/toy/shapes_flow_dppo": (60, REWARD_MARGIN),  # measured +0.285
 }
 CONTROL_FALL = {"experiment/toy/shapes_mix_grpo": 0.05, "experiment/toy/shapes_dance_grpo": 0.08}
 """Per-recipe control margin where the measured fall is below or near CONTROL_MARGIN: MixGRPO's fell

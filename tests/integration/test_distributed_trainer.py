@@ -245,6 +245,13 @@ ASYMMETRIC = {
     # AWM keeps zero-advantage samples by default; dropping them leaves rank 1 idle: it replays
     # a filler sample with weight 0 through all 6 strata, entering every collective
     "awm-ddp": ("experiment/toy/shapes_awm", "ddp", [*RANK_ONE_CONSTANT, "algorithm.drop_zero_advantage=true"]),
+    # Flow-DPPO keeps zero-advantage samples by default (as UniRL): with the filter on, rank 1
+    # has nothing to train and replays a filler; a window of 2 fits the 4-step rollout
+    "flow_dppo-ddp": (
+        "experiment/toy/shapes_flow_dppo",
+        "ddp",
+        [*RANK_ONE_CONSTANT, "algorithm.drop_zero_advantage=true", "rollout.sde_window.size=2"],
+    ),
     # offline pairs split evenly (the config refuses a split with a partial micro-batch)
     "dpo_offline-ddp": ("experiment/toy/offline_dpo", "ddp", ["rollout.rollout_batch_size=4", "rollout.n=1"], SLOW),
 }

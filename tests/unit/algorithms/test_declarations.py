@@ -12,6 +12,7 @@ from genalign.algorithms.awm import AdvantageWeightedMatching
 from genalign.algorithms.config import AlgorithmConfig, DPOConfig
 from genalign.algorithms.dgpo import DGPO
 from genalign.algorithms.dpo import FlowDPO
+from genalign.algorithms.dppo import FlowDPPO
 from genalign.algorithms.grpo import FlowGRPO, GRPOGuard
 from genalign.algorithms.nft import DiffusionNFT
 from genalign.algorithms.registry import ALGORITHMS, algorithm_class, registered_algorithms
@@ -28,6 +29,7 @@ NO_KL, KL = AlgorithmConfig(kl_beta=0.0), AlgorithmConfig(kl_beta=0.04)
     [
         (FlowGRPO, "flow", True, False),
         (GRPOGuard, "flow", True, True),
+        (FlowDPPO, "flow", True, True),
         (DiffusionNFT, "flow", False, False),
         (FlowDPO, "flow", False, False),
         (DGPO, "flow", False, False),
@@ -44,7 +46,7 @@ def test_each_algorithm_declares_what_it_trains(cls, policy_kind, old_log_probs,
     )
 
 
-@pytest.mark.parametrize("cls", [FlowGRPO, GRPOGuard, DiffusionNFT, AdvantageWeightedMatching, TokenGRPO])
+@pytest.mark.parametrize("cls", [FlowGRPO, GRPOGuard, FlowDPPO, DiffusionNFT, AdvantageWeightedMatching, TokenGRPO])
 def test_a_kl_term_asks_for_the_frozen_reference(cls):
     assert (cls.reference_kind(NO_KL), cls.reference_kind(KL)) == ("none", "frozen")
     assert cls.data_source(KL) == "online"
@@ -77,6 +79,7 @@ def test_the_registry_names_every_built_in_and_algorithm_class_follows_the_confi
         "dgpo",
         "reward_feedback",
         "awm",
+        "flow_dppo",
     }
     assert algorithm_class(load_config("experiment/toy/shapes_nft")) is DiffusionNFT
     assert ALGORITHMS.dotted_key == "algorithm.allow_import"  # its own permission, not a reward's

@@ -46,6 +46,7 @@ def test_tokens_host_bytes_and_lora_count():
     assert mm.tokens_per_row(1024, 205, text_in_sequence=True) == 1229
     assert mm.tokens_per_row(1024, 512, text_in_sequence=False) == 1024
     assert mm.trajectory_bytes(2, 3, 10, 5) == 2 * (4 * 10 * 4 + 3 * 4 + 15)
+    assert mm.trajectory_bytes(2, 3, 10, 5, means=True) == 2 * ((4 + 3) * 10 * 4 + 3 * 4 + 15)  # + μ_0..μ_2
     assert mm.prompt_embedding_bytes(4, 512, 100, 2) == 4 * 512 * 100 * 2
     shapes = (("blocks.0.attn.to_q", 8, 8), ("blocks.0.attn.to_k", 8, 4), ("blocks.0.ff.proj", 8, 32))
     assert lora_parameters(shapes, ["attn.to_q", "to_k"], rank=2) == 2 * (8 + 8) + 2 * (8 + 4)
