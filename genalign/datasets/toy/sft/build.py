@@ -1,0 +1,77 @@
+"""Build the toy image–prompt dataset `images.jsonl` + `images/` (deterministic, offline).
+
+For every training prompt of genalign/datasets/toy/train.txt, IMAGES_PER_PROMPT renders of the
+prompted shape in the prompted colour (genalign/data/toy_shapes.py: random size and position,
+one seeded numpy generator): the "good images" that `experiment/toy/shapes_sft` fine-tunes the
+demo model on with the flow-matching loss (docs/preference_data.md). They come from the toy
+world's renderer, not from the model, so they are what a curated dataset is to a real model.
+PNG encoding of equal pixels is byte-identical.
+
+    python genalign/datasets/toy/sft/build.py           # rewrite images.jsonl and images/
+    python genalign/datasets/toy/sft/build.py --check   # exit 1 if the committed files differ
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[3]))  # the checkout root
+
+import numpy as np  # noqa: E402
+
+from genalign.data.prompts import load_manifest  # noqa: E402
+from genalign.data.toy_shapes import parse_prompt, render  # noqa: E402
+
+IMAGES_PER_PROMPT = 6
+SEED = 2025
+
+
+def build() -> dict[str, bytes]:
+    """Relative file name -> content."""
+    from PIL import Image
+
+    rng = np.random.default_rng(SEED)
+    files: dict[str, bytes] = {}
+    rows = []
+    for prompt_index, example in enumerate(load_manifest(str(HERE.parent / "train.txt"))):
+        parsed = parse_prompt(example.prompt)
+        for k in range(IMAGES_PER_PROMPT):
+            name = f"images/{prompt_index:02d}_{k}.png"
+            buffer = io.BytesIO()
+            Image.fromarray(render(parsed.shape, parsed.color, rng)).save(buffer, format="PNG", optimize=True)
+            files[name] = buffer.getvalue()
+            rows.append({"prompt": example.prompt, "image": name})
+    files["images.jsonl"] = "".join(json.dumps(row) + "\n" for row in rows).encode()
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare with the committed files instead of writing")
+    args = parser.parse_args(argv)
+    files = build()
+    on_disk = {str(p.relative_to(HERE)) for p in (HERE / "images").glob("*.png")} | {"images.jsonl"}
+    if args.check:
+        differ = sorted(
+            n for n in files.keys() | on_disk if not (HERE / n).is_file() or files.get(n) != (HERE / n).read_bytes()
+        )
+        if differ:
+            print(f"differ: {differ[:5]}; run python genalign/datasets/toy/sft/build.py")
+            return 1
+        return 0
+    (HERE / "images").mkdir(exist_ok=True)
+    for stale in on_disk - files.keys():
+        (HERE / stale).unlink()
+    for name, content in files.items():
+        (HERE / name).write_bytes(content)
+    print(f"wrote {len(files) - 1} images and images.jsonl ({sum(map(len, files.values())) / 1024:.0f} KB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
