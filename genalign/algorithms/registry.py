@@ -10,6 +10,7 @@ ALGORITHMS.register("grpo_guard", "genalign.algorithms.grpo:GRPOGuard")
 ALGORITHMS.register("nft", "genalign.algorithms.nft:DiffusionNFT")
 ALGORITHMS.register("dpo", "genalign.algorithms.dpo:FlowDPO")
 ALGORITHMS.register("ar_grpo", "genalign.algorithms.token_grpo:TokenGRPO")
+ALGORITHMS.register("sft", "genalign.algorithms.sft:FlowSFT")
 
 
 def algorithm_class(cfg) -> type:

@@ -32,7 +32,7 @@ from genalign.training.config import EMAConfig
 from genalign.training.distributed import gather_to_main
 from genalign.training.ema import EMA
 from genalign.training.precision import compile_denoiser, configure_backends, make_master_weights
-from genalign.training.sources import OfflinePreferences, OnlineRollout
+from genalign.training.sources import OfflineImages, OfflinePreferences, OnlineRollout
 from genalign.training.update import UpdateContext
 from genalign.weights.lora import apply_lora, freeze_for_full_finetune, trainable_state_dict
 from genalign.weights.reference import ReferencePolicy
@@ -104,10 +104,14 @@ def build_batch_source(
     ranks,
 ):
     """The step's training data, as the algorithm's `data_source` declares: the online rollout,
-    or (offline Flow-DPO) a preference dataset."""
-    if algorithm.data_source(cfg.algorithm) == "offline":
-        return OfflinePreferences(cfg, sizes, policy, ranks)
-    return OnlineRollout(cfg, sizes, engine, rewards, algorithm, spec, ranks)
+    a preference dataset (offline Flow-DPO) or an image–prompt dataset (flow-matching SFT)."""
+    source = algorithm.data_source(cfg.algorithm)
+    if source == "online":
+        return OnlineRollout(cfg, sizes, engine, rewards, algorithm, spec, ranks)
+    datasets = {"offline": OfflinePreferences, "images": OfflineImages}
+    if source not in datasets:
+        raise ValueError(f"{algorithm.title} declares data_source {source!r}: choose online, offline or images")
+    return datasets[source](cfg, sizes, policy, ranks)
 
 
 def named_trainable_parameters(module: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
