@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from safetensors.torch import load_file
-from support import TIMING_COLUMNS, read_rows
+from support import TIMING_COLUMNS, read_rows, toy_loop_overrides
 
 from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
@@ -13,36 +13,25 @@ from genalign.training.trainer import Trainer
 RECIPE = "experiment/toy/shapes_sft"
 BEST_OF_N = ["algorithm.sft.source=best_of_n", "data.image_manifest=null", "rollout.n=2", "rollout.noise_level=0"]
 RUNS = {  # name -> (overrides, columns the run must log)
-    "dataset": (["rollout.rollout_batch_size=4"], ["images", "sft_sigma_min", "sft_sigma_max"]),
+    "dataset": (["rollout.rollout_batch_size=4", "rollout.n=1"], ["images", "sft_sigma_min", "sft_sigma_max"]),
     # two draws per sample with the "mode" density and the velocity target (precondition off)
     "dataset_mode": (
         [
             "rollout.rollout_batch_size=4",
+            "rollout.n=1",
             "algorithm.sft.draws_per_sample=2",
             "algorithm.sft.weighting_scheme=mode",
             "algorithm.sft.precondition_outputs=false",
         ],
         ["images"],
     ),
-    "best_of_n": ([*BEST_OF_N, "rollout.rollout_batch_size=2"], ["reward_mean", "zero_std_ratio"]),
+    "best_of_n": (BEST_OF_N, ["reward_mean", "zero_std_ratio"]),
 }
 
 
 def overrides(out, *extra):
-    return [
-        "rollout.num_steps=4",  # the recipe's timestep_fraction 0.3, checked for every algorithm, needs 4
-        "rollout.sample_batch_size=4",
-        "eval.num_steps=2",
-        "eval.max_prompts=2",
-        "eval.samples_per_prompt=2",
-        "eval.batch_size=4",
-        "eval.every=2",
-        "trainer.num_steps=3",
-        "trainer.save_every=1",
-        f"trainer.output_dir={out}",
-        "trainer.progress_bar=false",
-        *extra,
-    ]
+    # the recipe's timestep_fraction 0.3 (checked for every algorithm) needs 4 schedule steps
+    return toy_loop_overrides(out, "rollout.num_steps=4", *extra)
 
 
 @pytest.fixture(scope="module", params=sorted(RUNS))
@@ -99,7 +88,7 @@ def test_sd3_recipe_trains_a_tiny_sd3_from_an_image_dataset(tiny_sd3_dir, tmp_pa
     manifest = tmp_path / "images.jsonl"
     manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
     out = tmp_path / "run"
-    extra = [f"data.image_manifest={manifest}", "rollout.n=1", "trainer.num_steps=2", "eval.every=0"]
+    extra = [f"data.image_manifest={manifest}", "algorithm.sft.source=dataset", "trainer.num_steps=2", "eval.every=0"]
     Trainer(load_config("experiment/diffusion/sd3_5/sft_lora", tiny_overrides(tiny_sd3_dir, out, *extra))).train()
     rows_logged = read_rows(out / "metrics.csv")
     assert [r["step"] for r in rows_logged] == ["1", "2"] and float(rows_logged[-1]["images"]) == 2.0
