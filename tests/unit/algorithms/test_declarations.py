@@ -62,7 +62,7 @@ def test_dpo_keeps_its_own_reference_and_reads_its_source():
 
 
 def test_the_registry_names_every_built_in_and_algorithm_class_follows_the_config():
-    assert set(registered_algorithms()) == {"grpo", "grpo_guard", "nft", "dpo", "ar_grpo"}
+    assert set(registered_algorithms()) == {"grpo", "grpo_guard", "nft", "dpo", "ar_grpo", "sft"}
     assert algorithm_class(load_config("experiment/toy/shapes_nft")) is DiffusionNFT
     assert ALGORITHMS.dotted_key == "algorithm.allow_import"  # its own permission, not a reward's
 
