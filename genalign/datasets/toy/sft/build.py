@@ -22,8 +22,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[3]))  # the checkout root
+sys.path.insert(0, str(HERE.parents[1]))  # genalign/datasets/build_common.py
 
 import numpy as np  # noqa: E402
+from build_common import write_or_check_files  # noqa: E402
 
 from genalign.data.prompts import load_manifest  # noqa: E402
 from genalign.data.toy_shapes import parse_prompt, render  # noqa: E402
@@ -58,24 +60,8 @@ def build() -> dict[str, bytes]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with the committed files instead of writing")
-    args = parser.parse_args(argv)
-    files = build()
-    on_disk = {str(p.relative_to(HERE)) for p in (HERE / "images").glob("*.png")} | {"images.jsonl"}
-    if args.check:
-        differ = sorted(
-            n for n in files.keys() | on_disk if not (HERE / n).is_file() or files.get(n) != (HERE / n).read_bytes()
-        )
-        if differ:
-            print(f"differ: {differ[:5]}; run python genalign/datasets/toy/sft/build.py")
-            return 1
-        return 0
-    (HERE / "images").mkdir(exist_ok=True)
-    for stale in on_disk - files.keys():
-        (HERE / stale).unlink()
-    for name, content in files.items():
-        (HERE / name).write_bytes(content)
-    print(f"wrote {len(files) - 1} images and images.jsonl ({sum(map(len, files.values())) / 1024:.0f} KB)")
-    return 0
+    script = "genalign/datasets/toy/sft/build.py"
+    return write_or_check_files(build(), HERE, parser.parse_args(argv).check, script)
 
 
 if __name__ == "__main__":
