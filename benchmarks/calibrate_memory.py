@@ -61,8 +61,10 @@ from genalign.models.tiny_random import save_tiny  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402
 
-FAMILIES = {"sd3": 64, "flux": 64, "qwen_image": 64, "wan": 64, "cosmos": 64}
-"""family -> the smaller calibration image side (the larger is twice it)."""
+FAMILIES = {"sd3": 64, "flux": 64, "flux_kontext": 64, "qwen_image": 64, "wan": 64, "cosmos": 64}
+"""family -> the smaller calibration image side (the larger is twice it). FLUX.1 Kontext is
+measured on its prompts without a source image: a source's tokens run through the same blocks
+as the target's, so the bytes per token are the same, and the plan counts both token sets."""
 
 
 class LiveBytes(TorchDispatchMode):
@@ -146,7 +148,12 @@ def _policy(family: str, root: Path, checkpointing: bool, real_width: bool = Fal
     tiny_config = json.loads((transformer_dir / "config.json").read_text())
     torch.manual_seed(0)
     calibration_transformer(family, tiny_config, real_width).save_pretrained(transformer_dir)
-    extra = {"wan": ["model.num_frames=5"], "cosmos": ["model.num_frames=5"], "flux": ["model.embedded_guidance=3.5"]}
+    extra = {
+        "wan": ["model.num_frames=5"],
+        "cosmos": ["model.num_frames=5"],
+        "flux": ["model.embedded_guidance=3.5"],
+        "flux_kontext": ["model.embedded_guidance=2.5"],
+    }
     frames = extra.get(family, [])
     cfg = load_config(
         None,

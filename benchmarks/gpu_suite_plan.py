@@ -10,6 +10,7 @@ parent process plans, forked children run.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -23,12 +24,25 @@ from genalign.models.spec import family_spec
 from genalign.preflight.load import load_config
 
 GIB = 2**30
-VALUE_ORDER = ("sd3", "flux", "wan", "janus", "cosmos", "qwen_image", "toy")
+VALUE_ORDER = ("sd3", "flux", "wan", "janus", "cosmos", "qwen_image", "flux_kontext", "toy")
 """Families first in this order (the most used first); a family registered later comes after them."""
-RECIPES = {"sd3": "experiment/diffusion/sd3_5/online_grpo_ocr", "toy": "experiment/toy/shapes_grpo"}
+RECIPES = {
+    "sd3": "experiment/diffusion/sd3_5/online_grpo_ocr",
+    "wan": "experiment/diffusion/wan_2_1/online_grpo_pickscore",
+    "toy": "experiment/toy/shapes_grpo",
+}
 """A family's suite recipe where it has several; otherwise its one recipe."""
-VARIANTS = {"sd3": [("sd3_5_large", "SD3.5 Large", ["model.path=stabilityai/stable-diffusion-3.5-large"])]}
+VARIANTS = {
+    "sd3": [("sd3_5_large", "SD3.5 Large", ["model.path=stabilityai/stable-diffusion-3.5-large"])],
+    "wan": [("wan2_2_t2v_a14b", "Wan 2.2 T2V-A14B", []), ("wan2_2_ti2v_5b", "Wan 2.2 TI2V-5B", [])],
+}
 """More real shapes of a family: (key, title, overrides) run after the family's own item."""
+VARIANT_RECIPES = {
+    "sd3_5_large": "experiment/diffusion/sd3_5/online_grpo_ocr_large",
+    "wan2_2_t2v_a14b": "experiment/diffusion/wan_2_2/online_grpo_pickscore",
+    "wan2_2_ti2v_5b": "experiment/diffusion/wan_2_2/ti2v_5b_online_grpo_pickscore",
+}
+"""A variant's own recipe, where it has one (else the family's)."""
 LEVERS = [
     ("compiled", "model.compile=true", ["model.compile=true"]),
     (
@@ -141,6 +155,38 @@ def tiny_overrides(recipe: str, family: str) -> list[str]:
     ]
 
 
+def tiny_source_overrides(recipe: str, out: Path) -> list[str]:
+    """For a recipe whose prompts carry source images (an editing family), its manifests copied
+    under `out` with every source image resized to the tiny size `tiny_overrides` sets (a
+    manifest's sources must be the run's size); [] for text prompts."""
+    from PIL import Image
+
+    from genalign.data.prompts import load_manifest
+    from genalign.data.source_images import SOURCE_KEY, sources_of
+
+    cfg = compose_config(recipe)
+    size = family_spec(cfg.model.family).fixed_size or 2 * family_spec(cfg.model.family).size_multiple
+    overrides = []
+    for name in ("manifest", "eval_manifest"):
+        examples = load_manifest(getattr(cfg.data, name), f"data.{name}")
+        if not any(sources_of(example.metadata) for example in examples):
+            continue
+        rows = []
+        for index, example in enumerate(examples):
+            paths = []
+            for number, path in enumerate(sources_of(example.metadata)):
+                copy = out / "sources" / f"{name}_{index}_{number}.png"
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                with Image.open(path) as image:
+                    image.convert("RGB").resize((size, size), Image.Resampling.BICUBIC).save(copy)
+                paths.append(str(copy))
+            rows.append({"prompt": example.prompt, **example.metadata, SOURCE_KEY: paths})
+        copied = out / f"{name}.jsonl"
+        copied.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        overrides.append(f"data.{name}={copied}")
+    return overrides
+
+
 def settings_of(cfg) -> dict:
     from genalign.preflight.step_sizes import StepSizes
 
@@ -186,7 +232,7 @@ def estimate_s(cfg, family: str, tiny: bool, steps: int) -> float:
     plan, m, r = StepSizes.from_config(cfg), cfg.model, cfg.rollout
     if arch is None:
         return START_S + steps * 10.0
-    image = arch.geometry.image_tokens(r.height, r.width, m.num_frames)
+    image = arch.geometry.image_tokens(r.height, r.width, m.num_frames) * (1 + arch.geometry.source_images)  # + sources
     tokens = image + (m.max_sequence_length + arch.geometry.extra_text_tokens if arch.geometry.text_in_sequence else 0)
     row = 2 * tokens * arch.num_layers * (12 * arch.hidden_size**2 + 2 * tokens * arch.hidden_size)
     cfg_rows = 2 if plan.uses_cfg else 1
@@ -249,8 +295,9 @@ def build_items(out: Path, tiny: bool, card_gib: float | None) -> list[Item]:
     for family, recipe in family_recipes().items():
         entries = [(family, family_spec(family).name, [])] + VARIANTS.get(family, [])
         for key, title, extra in entries:
-            item = Item(key, 1, title, "train", recipe, family=family)
-            if not recipe or (tiny and extra):
+            item_recipe = VARIANT_RECIPES.get(key, recipe)
+            item = Item(key, 1, title, "train", item_recipe, family=family)
+            if not item_recipe or (tiny and key != family and not _own_tiny_form(item_recipe, extra, family)):
                 item.skip = (
                     "no shipped recipe names this family"
                     if not recipe
@@ -258,11 +305,16 @@ def build_items(out: Path, tiny: bool, card_gib: float | None) -> list[Item]:
                 )
                 items.append(item)
                 continue
-            base = [*model_overrides(family, tiny), *extra, *common_overrides(recipe, out, key, item.steps)]
+            base = [*model_overrides(family, tiny), *extra, *common_overrides(item_recipe, out, key, item.steps)]
             candidates = (
-                [(base + tiny_overrides(recipe, family), ["tiny shapes"])]
+                [
+                    (
+                        base + tiny_overrides(item_recipe, family) + tiny_source_overrides(item_recipe, out / key),
+                        ["tiny shapes"],
+                    )
+                ]
                 if tiny
-                else shrink_candidates(recipe, base + ["/base/distributed=local"])
+                else shrink_candidates(item_recipe, base + ["/base/distributed=local"])
             )
             items.append(_fitted(item, candidates, tiny, card_gib))
     comparison = reference.TINY if tiny else reference.GPU
@@ -293,6 +345,13 @@ def build_items(out: Path, tiny: bool, card_gib: float | None) -> list[Item]:
             lever.skip = "compiles: inductor on the CPU takes minutes (run on a GPU)"
         items.append(lever)
     return items
+
+
+def _own_tiny_form(recipe: str, extra: list[str], family: str) -> bool:
+    """Whether a variant's model.path has a tiny model of its own form (`FamilySpec.tiny_variants`:
+    Wan 2.2's two experts, TI2V-5B's VAE), so its tiny item is not its family's again."""
+    path = compose_config(recipe, extra).model.path
+    return path in dict(family_spec(family).tiny_variants)
 
 
 def reuse_runs(items: list[Item]) -> None:

@@ -13,8 +13,9 @@ family's and the trainer's own code.
 
 - "real": the model at the shapes of `model.path`'s published configs
   (`models/real_shapes.py`, the shipped architecture file), on `model.device` in `model.dtype`;
-- "tiny": the family's tiny model rebuilt from its own configs through the same code path
-  (the CPU smoke test of a benchmark).
+- "tiny": the family's tiny model (of `model.path`'s form where the family ships one,
+  `FamilySpec.tiny_variants`) rebuilt from its own configs through the same code path (the CPU
+  smoke test of a benchmark).
 
 The names are `SPEC_<family>__<shapes>` and `Policy_<family>__<shapes>`, made on first use
 (PEP 562 module `__getattr__`), so a family registered later is covered without an edit here.
@@ -72,7 +73,8 @@ def _policy_class(family: str, shapes: str) -> type:
         if shapes == "real":
             loaded = build_real_shapes(family, cfg.path, device, dtype)
         else:
-            loaded = build_with_components(family, own_components(spec.build_tiny(0)), device, dtype)
+            tiny = spec.build_tiny(0, cfg.path)  # the form of model.path (Wan 2.2's), else the family's
+            loaded = build_with_components(family, own_components(tiny), device, dtype, path=cfg.path)
         return cls.from_loaded(loaded, cfg)
 
     return type(

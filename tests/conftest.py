@@ -58,6 +58,19 @@ def tiny_model_dir(family: str, description: str, leaf: str = "pipeline"):
 
 tiny_wan_dir = tiny_model_dir("wan", "A tiny random WanPipeline")
 tiny_flux_dir = tiny_model_dir("flux", "A tiny random FluxPipeline (FLUX.1-dev form: guidance embedding)")
+tiny_flux_kontext_dir = tiny_model_dir("flux_kontext", "A tiny random FluxKontextPipeline")
 tiny_qwen_image_dir = tiny_model_dir("qwen_image", "A tiny random QwenImagePipeline")
 tiny_cosmos_dir = tiny_model_dir("cosmos", "A tiny random Cosmos2_5_PredictBasePipeline")
 tiny_janus_dir = tiny_model_dir("janus", "A tiny random JanusForConditionalGeneration + JanusProcessor", leaf="model")
+
+
+@pytest.fixture(scope="session")
+def tiny_wan22_dirs(tmp_path_factory) -> dict:
+    """Tiny random Wan 2.2 pipelines from the published configs (seed 0), written by
+    save_pretrained: {"a14b": two experts, "ti2v": TI2V-5B's form}; read-only."""
+    from genalign.models.wan.tiny import build_tiny_wan22_a14b_pipeline, build_tiny_wan22_ti2v_pipeline
+
+    root = tmp_path_factory.mktemp("tiny_wan22")
+    build_tiny_wan22_a14b_pipeline(seed=0).save_pretrained(root / "a14b")
+    build_tiny_wan22_ti2v_pipeline(seed=0).save_pretrained(root / "ti2v")
+    return {"a14b": root / "a14b", "ti2v": root / "ti2v"}

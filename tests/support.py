@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import csv
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -309,8 +312,10 @@ TIMING_COLUMNS = {
     "time_train_s",
     "time_eval_s",
     "time_cpu_s",
+    "time_step_s",
     "images_per_s",
     "step_images_per_s",
+    "sync_s",
 }
 """metrics.csv columns that measure time (wall-clock or CPU): the only ones two identical runs may differ in."""
 
@@ -571,6 +576,22 @@ def pipeline_for_rendering(pipeline_cls_name: str, model_dir: Path):
     return getattr(diffusers, pipeline_cls_name).from_pretrained(model_dir, **components)
 
 
+def render_tiny_video(pipe, num_inference_steps: int = 2) -> torch.Tensor:
+    """A 3-frame 32x32 video of a fixed prompt and seed from a tiny video pipeline (no CFG), as a
+    user renders: what an exported adapter loaded into `pipe` must change."""
+    return pipe(
+        prompt="a red fox running",
+        num_inference_steps=num_inference_steps,
+        height=32,
+        width=32,
+        num_frames=3,
+        guidance_scale=1.0,
+        max_sequence_length=16,
+        generator=torch.Generator().manual_seed(0),
+        output_type="pt",
+    ).frames
+
+
 def assert_loaded_as_built(policy, built_pipeline, text_encoder_class: str) -> None:
     """A policy loaded from a saved tiny pipeline holds the builder's transformer weights (bit
     for bit), the expected text encoder, a float32 VAE, and nothing trainable."""
@@ -692,3 +713,21 @@ def ray_overrides(model_dir: Path, prompts: Path, *extra: str) -> list[str]:
         "reward.components.jpeg_compressibility=1.0",
         *extra,
     ]
+
+
+def launch_script(tmp_path: Path, source: str, nproc: int, *args: str) -> None:
+    """Run `source` as a script on `nproc` torchrun ranks; a hang fails at the timeout."""
+    script = tmp_path / "train_ranks.py"
+    script.write_text(source)
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        str(script),
+        *args,
+    ]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]

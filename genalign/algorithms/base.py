@@ -16,7 +16,14 @@ so they are known before any model loads):
     under CFG (True) or of the conditional stream alone;
   * `owned_options` — the `algorithm.*` keys only this algorithm reads (another algorithm
     refuses them when set), and `config_problems(cfg)`, its own config checks;
-  * `stat_extremes` — which logged statistics also get their min / max columns.
+  * `stat_extremes` — which logged statistics also get their min / max columns;
+  * `train_positions(cfg)` — positions trained per unit when the algorithm fixes their number
+    itself (DGPO's σ count), else None: int(rollout.num_steps · timestep_fraction).
+  * `needs_reward_gradients` — the loss back-propagates through the reward models (reward
+    feedback): the config then admits only differentiable scorers in this process
+    (`preflight/reward_contract.py`);
+  * `backprop_forwards(cfg, num_steps)` — how many denoiser forwards one trained unit keeps
+    for backward, and whether each is checkpointed (the memory plan counts their activations).
 Hooks:
   * `training_batch` turns the step's trajectories and advantages into the units the update
     loop trains on (the trajectories themselves, or DPO's preference pairs);
@@ -29,14 +36,17 @@ Hooks:
   * `filler_unit` — one unit a rank with nothing to train replays with weight 0 (online DPO);
   * `rollout_weights` — the weights the rollout samples with (NFT: the old policy);
   * `after_update` — once per training step after the optimizer round (NFT's soft update);
+  * `attach_rewards` — the run's reward runtime, once built (reward feedback scores its own
+    samples with grad inside `compute_loss`);
   * `state_dict` / `load_state_dict` — algorithm state the checkpoint carries (NFT's old policy).
-`AlgorithmBase` gives the defaults of an algorithm without extra state.
+`AlgorithmBase` gives the defaults of an algorithm without extra state; `ShadowCopyBase` those
+of a forward-process algorithm that keeps one float32 copy of the trained weights (NFT, AWM).
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 import torch
 
@@ -45,6 +55,7 @@ from genalign.algorithms.replay import replay_log_probs
 from genalign.models.base import FlowPolicy, Policy
 from genalign.rollout.batch import TrajectoryBatch
 from genalign.rollout.token_batch import Trajectories
+from genalign.weights.shadow import ShadowWeights, load_shadow_state, shadow_state
 
 if TYPE_CHECKING:
     from genalign.algorithms.config import AlgorithmConfig
@@ -81,6 +92,9 @@ class Algorithm(Protocol[PolicyT]):
     """True when compute_loss uses the rollout log-probs stored in the batch."""
     needs_rollout_means: bool
     """True when compute_loss reads the rollout kernel means (the rollout then records them)."""
+    needs_reward_gradients: bool
+    """True when compute_loss back-propagates through the reward (`attach_rewards` hands it the
+    runtime; the config admits only differentiable scorers in this process)."""
 
     stat_extremes: dict[str, tuple[str, ...]]
     """Statistic name -> the extremes ("min", "max") logged beside its mean as <name>_<extreme>."""
@@ -109,6 +123,22 @@ class Algorithm(Protocol[PolicyT]):
     @classmethod
     def config_problems(cls, cfg: ExperimentConfig) -> list[str]:
         """This algorithm's own checks of the whole config (one message per problem)."""
+        ...
+
+    @classmethod
+    def train_positions(cls, cfg: AlgorithmConfig) -> int | None:
+        """Positions trained per unit when the algorithm fixes the number itself; None: the
+        stored steps int(rollout.num_steps · algorithm.timestep_fraction) (the step sizes)."""
+        ...
+
+    @classmethod
+    def backprop_forwards(cls, cfg: AlgorithmConfig, num_steps: int) -> tuple[int, bool]:
+        """(denoiser forwards whose activations one backward holds at most, whether each is
+        gradient-checkpointed) for a `num_steps`-step rollout: the memory plan's replay line."""
+        ...
+
+    def attach_rewards(self, rewards: Any) -> None:
+        """The run's reward runtime (`rewards/composite.py`), handed over once it is built."""
         ...
 
     def training_batch(self, batch: Trajectories, advantages: torch.Tensor) -> tuple[TrainingUnits, torch.Tensor]:
@@ -166,6 +196,17 @@ class Algorithm(Protocol[PolicyT]):
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None: ...
 
 
+def velocity_kl_problems(cfg: ExperimentConfig) -> list[str]:
+    """A forward-process algorithm (no SDE mean to compare) takes its KL on the velocity."""
+    algorithm = cfg.algorithm
+    if algorithm.kl_beta > 0 and algorithm.kl_type != "velocity":
+        return [
+            f"algorithm.name={algorithm.name} has no SDE mean to compare: with algorithm.kl_beta > 0 set "
+            "algorithm.kl_type=velocity (its KL is mean (v - v_ref)^2)"
+        ]
+    return []
+
+
 class AlgorithmBase:
     """Defaults: a flow-matching algorithm trained online on the trajectories, with a frozen
     reference only for a KL term, sampling with the live weights, no extra state."""
@@ -174,6 +215,7 @@ class AlgorithmBase:
     """The algorithm's name in messages ("GRPO-Guard")."""
     policy_kind = "flow"
     needs_rollout_means = False
+    needs_reward_gradients = False
     trainable_copies = 0
     """Float32 copies of the trained weights the algorithm keeps (NFT: its old policy); the
     memory plan counts them."""
@@ -192,9 +234,18 @@ class AlgorithmBase:
         return "online"
 
     @classmethod
+    def backprop_forwards(cls, cfg: AlgorithmConfig, num_steps: int) -> tuple[int, bool]:
+        """One replayed forward per backward, checkpointed as model.gradient_checkpointing says."""
+        return 1, False
+
+    @classmethod
     def guided_log_probs(cls, cfg: AlgorithmConfig) -> bool:
         """The log-prob of the distribution that sampled (a flow algorithm samples no tokens)."""
         return True
+
+    @classmethod
+    def train_positions(cls, cfg: AlgorithmConfig) -> int | None:
+        return None
 
     @classmethod
     def config_problems(cls, cfg: ExperimentConfig) -> list[str]:
@@ -255,6 +306,9 @@ class AlgorithmBase:
     def rollout_weights(self) -> AbstractContextManager[None]:
         return nullcontext()
 
+    def attach_rewards(self, rewards: Any) -> None:
+        """Nothing: the loss reads the rollout's rewards through the advantages."""
+
     def after_update(self, optimizer_steps: int) -> dict[str, float]:
         return {}
 
@@ -285,3 +339,43 @@ class ClippedRatioBase(AlgorithmBase):
     ):
         self.cfg = cfg
         self._take_reference(cfg, reference)
+
+
+class ShadowCopyBase(AlgorithmBase):
+    """What the forward-process algorithms that keep one float32 copy of the trained weights
+    share (DiffusionNFT's old policy, AWM's anchor): they train on clean samples, not on the
+    rollout's log-probs; `parameters` (the trained tensors) is required, the copy starts equal to
+    them; the copy and the optimizer-step count are the algorithm's checkpointed state
+    (`weights/shadow.py`); a KL to the reference is on the velocity (there is no SDE mean)."""
+
+    needs_old_logprob = False
+    trainable_copies = 1
+    copy_name = "copy"
+    """What the copy is, in messages ("old (sampling) policy", "anchor")."""
+    copy_prefix = "copy/"
+    """Its keys' prefix in `checkpoint-*/algorithm.safetensors`."""
+
+    @classmethod
+    def config_problems(cls, cfg: ExperimentConfig) -> list[str]:
+        return super().config_problems(cfg) + velocity_kl_problems(cfg)
+
+    def __init__(
+        self,
+        cfg: AlgorithmConfig,
+        reference: Policy | None = None,
+        parameters: dict[str, torch.nn.Parameter] | None = None,
+    ):
+        if not parameters:
+            raise ValueError(f"{self.title} needs the trained parameters to keep its {self.copy_name}")
+        self.cfg = cfg
+        self._take_reference(cfg, reference)
+        self.copy = ShadowWeights(parameters)  # θ at the start, as the reference codes copy their adapter
+        self.optimizer_steps = 0
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return shadow_state(self.copy, self.copy_prefix, self.optimizer_steps)
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.optimizer_steps = load_shadow_state(
+            self.copy, self.copy_prefix, state, f"{self.title} {self.copy_name}", self.cfg.name
+        )

@@ -17,6 +17,10 @@ DPOTiedGroups = Literal["pair", "drop"]
 KLType = Literal["latent_mean", "velocity"]
 TimestepSelection = Literal["first", "random"]
 TokenLogProb = Literal["guided", "conditional"]
+TruncationDistribution = Literal["fixed", "uniform", "gaussian"]
+RewardFeedbackLoss = Literal["negative", "hinge"]
+AWMWeighting = Literal["uniform", "t", "t_squared", "huber", "ghuber"]
+AWMTimeSampling = Literal["discrete", "discrete_wo_init"]
 SFTSource = Literal["dataset", "best_of_n"]
 SFTTiedGroups = Literal["keep", "drop"]
 WeightingScheme = Literal["logit_normal", "mode", "sigma_sqrt", "cosmap", "none"]
@@ -156,8 +160,212 @@ class DPOConfig:
 
 
 @dataclass
+class DGPOConfig:
+    """DGPO, direct group preference optimisation (docs/algorithms.md §9); defaults of the
+    reference's default recipe (Luo-Yihong/DGPO `config/dgpo.py`, `general_ocr_sd3_4gpu` on
+    its base `compressibility`; the trainer `scripts/train_sd3_dgpo.py`)."""
+
+    beta: float = 100.0
+    """β of the group preference logit (the reference's `train.beta_dpo`: 100; 10 for PickScore,
+    2000-5000 with the EMA reference)."""
+    num_timesteps: int = 4
+    """Training positions per sample and step: this many distinct σ's of the rollout schedule
+    (the reference's `num_train_timesteps`)."""
+    max_timestep_index: int = 6
+    """The σ's are drawn from the schedule's first max_timestep_index + 1 entries, the noisiest
+    (the reference's `trunc_steps`: 6; 4 in its GenEval recipe)."""
+    shared_noise: bool = True
+    """Every sample of a prompt group is noised with the same ε (the reference's
+    `use_shared_noise`); false: each sample its own ε (the σ stays shared by the group)."""
+    clip_range: float = 1e-2
+    """PPO-style clip of the error ratio ρ = exp(e_old − e_θ): a sample's error gets no gradient
+    where ρ > 1 + c with A > 0, or ρ < 1 − c with A < 0 (the reference's `clip_range`)."""
+    clip_error: bool = True
+    """Apply that clip to the preference term (the reference's `clip_dsm`)."""
+    clip_kl: bool = False
+    """Apply it to the KL term too (the reference's `clip_kl`)."""
+    ema_reference: bool = False
+    """The preference logit compares with the EMA ("old") weights instead of the frozen initial
+    model (the reference's `use_ema_ref`, the TDM-R1 dynamic reference)."""
+    reference_guidance_scale: float = 1.0
+    """CFG scale of the frozen reference's velocity in the logit and the KL (the reference's
+    `kl_cfg`; > 1 needs rollout.guidance_scale > 1, so that the negative prompt is encoded)."""
+    ema_decay_rate: float = 0.001
+    """The EMA weights θ_ema ← η·θ_ema + (1 − η)·θ after each training step's optimizer round,
+    η = min(ema_decay_rate·g, ema_decay_max), g the optimizer steps before the round (the
+    reference's `ema_ref` step: min(0.3, 0.001·global_step))."""
+    ema_decay_max: float = 0.3
+    """The cap of that η (the reference's 0.3)."""
+    sample_with_ema_after: int = 200
+    """Once more than this many optimizer steps are done, the rollout samples with the EMA
+    weights (the reference's `switch_ema_ref`: 200; 500 in its GenEval recipe). < 0 never."""
+
+    def problems(self) -> list[str]:
+        """The ranges of algorithm.dgpo (DGPO's `config_problems` reports them)."""
+        problems = []
+        if self.beta <= 0:
+            problems.append(f"algorithm.dgpo.beta must be > 0, got {self.beta}")
+        if self.num_timesteps < 1:
+            problems.append(f"algorithm.dgpo.num_timesteps must be >= 1, got {self.num_timesteps}")
+        if self.max_timestep_index < 0:
+            problems.append(f"algorithm.dgpo.max_timestep_index must be >= 0, got {self.max_timestep_index}")
+        elif self.num_timesteps > self.max_timestep_index + 1:
+            problems.append(
+                f"algorithm.dgpo.num_timesteps={self.num_timesteps} distinct σ's cannot come from the "
+                f"{self.max_timestep_index + 1} schedule entries 0..algorithm.dgpo.max_timestep_index"
+            )
+        if self.clip_range <= 0:
+            problems.append(f"algorithm.dgpo.clip_range must be > 0, got {self.clip_range}")
+        if self.reference_guidance_scale < 1:
+            problems.append(
+                f"algorithm.dgpo.reference_guidance_scale must be >= 1, got {self.reference_guidance_scale}"
+            )
+        if self.ema_decay_rate < 0 or not 0 <= self.ema_decay_max < 1:
+            problems.append(
+                "algorithm.dgpo.ema_decay_rate must be >= 0 and ema_decay_max in [0, 1), got "
+                f"{self.ema_decay_rate} and {self.ema_decay_max}"
+            )
+        return problems
+
+
+@dataclass
+class RewardFeedbackConfig:
+    """Reward feedback (algorithm.name=reward_feedback: ReFL, DRaFT-K, DRaFT-LV, AlignProp;
+    docs/algorithms.md §10): a differentiable reward back-propagated through the last denoising
+    steps. The presets `algorithm=refl|draft_k|draft_lv|alignprop` set these to each reference."""
+
+    truncation: TruncationDistribution = "fixed"
+    """How many final denoising steps K the chain with grad starts before the end, drawn per
+    sample: "fixed" (K = truncation_steps: DRaFT-K), "uniform" (K uniform on [truncation_min,
+    truncation_max]: ReFL's random late step), "gaussian" (K = T − int(N(T − truncation_mean,
+    truncation_std)), redrawn until 1 ≤ K ≤ T − 1: AlignProp's `backprop_strategy=gaussian`)."""
+    truncation_steps: int = 1
+    """K under truncation=fixed (DRaFT-1; T = the rollout's steps is full backprop, DRaFT)."""
+    truncation_min: int = 1
+    """Smallest K under truncation=uniform (ReFL: step 39 of 40, K = 1)."""
+    truncation_max: int = 10
+    """Largest K under truncation=uniform (ReFL: step 30 of 40, K = 10)."""
+    truncation_mean: float = 8.0
+    """Mean of K under truncation=gaussian (AlignProp: step 42 of 50, K = 8)."""
+    truncation_std: float = 5.0
+    """Std of K under truncation=gaussian (AlignProp: 5)."""
+    grad_steps: int = 0
+    """Denoising steps taken with grad from the chain's start: 0 = every step to the end (DRaFT,
+    AlignProp); n ≥ 1 = n steps, the n-th jumping to x̂0 = x − σ·v̂ (ReFL: 1, its
+    `pred_original_sample` of the one step with grad)."""
+    renoise_draws: int = 0
+    """DRaFT-LV: 0 = off; n ≥ 1 = the final sample x0 (no grad) is noised afresh n times to the
+    last step's σ and each copy denoised in one step with grad (n training positions per sample,
+    their losses averaged). Needs truncation=fixed with truncation_steps=1 and grad_steps=0."""
+    loss: RewardFeedbackLoss = "negative"
+    """"negative": −loss_scale·r (DRaFT, AlignProp); "hinge": loss_scale·max(0, hinge_margin − r)
+    (ReFL's `F.relu(-rewards + 2)`)."""
+    loss_scale: float = 1.0
+    """The loss' factor (ReFL `grad_scale` 1e-3; AlignProp `loss_coeff` 0.01 × `grad_scale` 1)."""
+    hinge_margin: float = 2.0
+    """The reward above which loss=hinge stops pushing (ReFL: 2)."""
+    gradient_checkpointing: bool = False
+    """Keep only each chain step's inputs and recompute its forward in backward
+    (torch.utils.checkpoint), so the chain holds one step's activations instead of K
+    (AlignProp: on; the memory plan counts either)."""
+
+    def problems(self) -> list[str]:
+        """The ranges of algorithm.reward_feedback (its algorithm's `config_problems` reports them)."""
+        problems = []
+        key = "algorithm.reward_feedback"
+        positive = {
+            "truncation_steps": self.truncation_steps,
+            "truncation_min": self.truncation_min,
+            "truncation_max": self.truncation_max,
+        }
+        problems += [f"{key}.{name} must be >= 1, got {value}" for name, value in positive.items() if value < 1]
+        if self.truncation_min > self.truncation_max:
+            problems.append(f"{key}.truncation_min={self.truncation_min} is above truncation_max={self.truncation_max}")
+        if self.truncation_std <= 0:
+            problems.append(f"{key}.truncation_std must be > 0, got {self.truncation_std}")
+        if self.grad_steps < 0 or self.renoise_draws < 0:
+            problems.append(
+                f"{key}.grad_steps and renoise_draws must be >= 0, got {self.grad_steps}, {self.renoise_draws}"
+            )
+        if self.renoise_draws and (self.truncation != "fixed" or self.truncation_steps != 1 or self.grad_steps):
+            problems.append(
+                f"{key}.renoise_draws={self.renoise_draws} (DRaFT-LV) re-noises the final sample to the last step: "
+                "set truncation=fixed, truncation_steps=1, grad_steps=0"
+            )
+        if self.loss_scale <= 0:
+            problems.append(f"{key}.loss_scale must be > 0, got {self.loss_scale}")
+        return problems
+
+    def max_chain_steps(self, num_steps: int) -> int:
+        """The most denoising forwards one sample's chain keeps for backward (the memory plan)."""
+        longest = {
+            "fixed": self.truncation_steps,
+            "uniform": self.truncation_max,
+            "gaussian": num_steps - 1,
+        }[self.truncation]
+        longest = min(longest, num_steps)
+        return min(longest, self.grad_steps) if self.grad_steps else longest
+
+
+@dataclass
+class AWMConfig:
+    """Advantage-weighted matching (docs/algorithms.md §11); defaults of the reference's GenEval
+    config (scxue/advantage_weighted_matching `config/dgx_awm.py` `geneval_sd3_no_cfg_1node`,
+    commit be51372)."""
+
+    train_timesteps: int = 6
+    """Schedule σ's trained per sample and step, one from each of this many equal strata of the
+    first int(num_steps · algorithm.timestep_fraction) schedule indices (`train.train_timesteps`)."""
+    time_sampling: AWMTimeSampling = "discrete_wo_init"
+    """Which schedule indices the strata cover: "discrete_wo_init" (the reference's GenEval and
+    OCR configs) skips index 0, σ = 1, whose noised x_σ is pure noise; "discrete" (its
+    PickScore config) starts at 0 (`time_type`)."""
+    weighting: AWMWeighting = "ghuber"
+    """The per-sample weighting of the flow-matching error e = mean (v_θ − (ε − x0))²
+    (`train.weighting`; the reference spells uniform "Uniform" and t_squared "t**2"):
+    uniform e, t σ·e, t_squared σ²·e, huber σ·(√(e + 1e-10) − 1e-5), ghuber
+    σ·((e + 1e-10)^p − 1e-10^p)/p (§11)."""
+    ghuber_power: float = 0.25
+    """p of the generalised Huber weighting (`train.ghuber_power`)."""
+    advantage_max: float = 1.0
+    """The clamped advantage is rescaled to ±this: A ← clamp(A, ±adv_clip_max)/adv_clip_max ·
+    advantage_max (`train.advantage_max`)."""
+    anchor_kl_beta: float = 1.0
+    """Weight of the velocity KL to the anchor, a lagging copy of the trained weights
+    (`train.ema_beta`, kl_ema_weight Uniform); 0 drops the anchor forward."""
+    anchor_decay_rate: float = 0.001
+    """After each training step the anchor ← η·anchor + (1 − η)·θ with η = min(rate · optimizer
+    steps, anchor_decay_max) (`kl_ema_decay_type` linear: 0.001 per step)."""
+    anchor_decay_max: float = 0.3
+    """The cap of η (`train.kl_ema_decay`)."""
+
+    def problems(self) -> list[str]:
+        """The ranges of algorithm.awm (AWM's `config_problems` reports them: the block is read
+        only when algorithm.name=awm)."""
+        problems = []
+        if self.train_timesteps < 1:
+            problems.append(f"algorithm.awm.train_timesteps must be >= 1, got {self.train_timesteps}")
+        if self.ghuber_power <= 0:
+            problems.append(f"algorithm.awm.ghuber_power must be > 0, got {self.ghuber_power}")
+        if self.advantage_max <= 0:
+            problems.append(f"algorithm.awm.advantage_max must be > 0, got {self.advantage_max}")
+        problems += non_negative_problems(
+            {
+                "algorithm.awm.anchor_kl_beta": self.anchor_kl_beta,
+                "algorithm.awm.anchor_decay_rate": self.anchor_decay_rate,
+            }
+        )
+        if not 0 <= self.anchor_decay_max < 1:
+            problems.append(
+                "algorithm.awm.anchor_decay_max must be in [0, 1) (1 would freeze the anchor), "
+                f"got {self.anchor_decay_max}"
+            )
+        return problems
+
+
+@dataclass
 class SFTConfig:
-    """Flow-matching SFT (docs/algorithms.md §9); defaults of diffusers'
+    """Flow-matching SFT (docs/algorithms.md §12); defaults of diffusers'
     `examples/dreambooth/train_dreambooth_lora_sd3.py` (its argparse defaults) and
     `training_utils.compute_density_for_timestep_sampling` / `compute_loss_weighting_for_sd3`."""
 
@@ -216,12 +424,15 @@ class AlgorithmConfig:
     """"grpo" (Flow-GRPO clipped surrogate; with rollout.kernel / rollout.sde_window also
     Flow-GRPO-Fast, CPS, MixGRPO and DanceGRPO recipes), "grpo_guard" (GRPO-Guard: RatioNorm on
     the same surrogate; needs a Gaussian kernel), "nft" (DiffusionNFT, forward process, any
-    sampler), "dpo" (Flow-DPO on preference pairs, online or offline), "sft" (flow-matching SFT on
-    an image–prompt dataset or the best of each rollout group) or "ar_grpo" (the GRPO
-    clipped surrogate per image token, for token-autoregressive families: Janus-Pro), or your own
-    algorithm class as "package.module:Class" when listed in algorithm.allow_import. What a run
-    builds for it (a reference, the rollout or a preference dataset) is the class's declaration
-    (`algorithms/base.py`)."""
+    sampler), "awm" (advantage-weighted matching: the flow-matching loss on the rollout's x0,
+    weighted by advantage), "dpo" (Flow-DPO on preference pairs, online or offline), "dgpo" (DGPO: a group
+    preference on the forward process, any sampler), "ar_grpo" (the GRPO clipped surrogate per
+    image token, for token-autoregressive families: Janus-Pro), "reward_feedback" (a
+    differentiable reward back-propagated through the last sampling steps: ReFL, DRaFT-K,
+    DRaFT-LV, AlignProp), "sft" (flow-matching SFT on an image–prompt dataset or the best of
+    each rollout group), or your own algorithm class as "package.module:Class" when listed in
+    algorithm.allow_import. What a run builds for it (a reference, the rollout or a preference
+    dataset) is the class's declaration (`algorithms/base.py`)."""
     allow_import: list[str] = field(default_factory=list)
     """Dotted algorithm.name paths ("package.module:Class", your own algorithm) allowed to be
     imported: importing a module runs its code, so only a list on your own command line or
@@ -241,7 +452,7 @@ class AlgorithmConfig:
     timestep_fraction: float = 0.99
     """Train int(num_steps * fraction) stochastic steps of each trajectory (grpo: which ones is
     timestep_selection); nft and dpo train that many of the rollout schedule's σ's per sample,
-    in a random order."""
+    in a random order; awm draws algorithm.awm.train_timesteps σ's from the first that many."""
     timestep_selection: TimestepSelection = "first"
     """"first": the first stochastic steps, in order (Flow-GRPO). "random": a random subset of
     the stochastic steps, the final denoising step never included (DanceGRPO's timestep
@@ -275,6 +486,12 @@ class AlgorithmConfig:
     """Options read when name=nft."""
     dpo: DPOConfig = field(default_factory=DPOConfig)
     """Options read when name=dpo."""
+    dgpo: DGPOConfig = field(default_factory=DGPOConfig)
+    """Options read when name=dgpo."""
+    reward_feedback: RewardFeedbackConfig = field(default_factory=RewardFeedbackConfig)
+    """Options read when name=reward_feedback."""
+    awm: AWMConfig = field(default_factory=AWMConfig)
+    """Options read when name=awm."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     """Options read when name=sft."""
 

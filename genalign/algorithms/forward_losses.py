@@ -1,8 +1,9 @@
-"""Losses on the forward (noising) process: DiffusionNFT, Flow-DPO and flow-matching SFT (pure;
-docs/algorithms.md §4, §5.3, §9).
+"""Losses on the forward (noising) process: DiffusionNFT, Flow-DPO, DGPO, AWM and flow-matching
+SFT (pure; docs/algorithms.md §4, §5.3, §9, §11, §12).
 
-Where it fits: `algorithms/nft.py` and `algorithms/dpo.py` noise clean samples x0 to
-x_σ = (1 − σ)·x0 + σ·ε (§1), evaluate velocities there, and hand them to these functions.
+Where it fits: `algorithms/nft.py`, `algorithms/dpo.py`, `algorithms/dgpo.py` and
+`algorithms/awm.py` noise clean samples x0 to x_σ = (1 − σ)·x0 + σ·ε (§1), evaluate velocities
+there, and hand them to these functions.
 Nothing here touches a model or a log-prob; every input is a tensor, every output a tensor.
 """
 
@@ -13,9 +14,10 @@ from typing import NamedTuple, get_args
 import torch
 import torch.nn.functional as F
 
-from genalign.algorithms.config import NFTAdvantageMode
+from genalign.algorithms.config import AWMWeighting, NFTAdvantageMode
 
 NFT_ADV_MODES = get_args(NFTAdvantageMode)
+AWM_WEIGHTINGS = get_args(AWMWeighting)
 
 
 def _broadcast(per_sample: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -152,16 +154,105 @@ def velocity_error(velocity: torch.Tensor, target: torch.Tensor) -> torch.Tensor
     return _mean_dims((velocity.float() - target.float()) ** 2)
 
 
-# Flow-matching SFT (§9): the SD3 pretraining loss as diffusers' training scripts compute it.
+def dgpo_group_weights(
+    advantages: torch.Tensor,
+    error_gap: torch.Tensor,
+    group_index: torch.Tensor,
+    group_sizes: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
+    """DGPO's per-group weight, the sigmoid of the group preference logit (§9.2):
 
-DENSITY_SCHEMES = ("logit_normal", "mode")
-"""Weighting schemes that shape the σ density; the others draw u uniformly."""
+        S_g = Σ_{b ∈ g} A_b·β·(e_θ,b − e_ref,b) / |g|,   w_b = σ(S_{g(b)})
+
+    advantages (clamped), error_gap = e_θ − e_ref (no grad), group_index (dense 0..G−1) and
+    group_sizes |g(b)| are [B]; a group's members must all be in the batch. -> [B]. The
+    gradient of −log σ(−S_g) is σ(S_g)·β/|g|·Σ A_b ∇e_θ,b: w carries the logit's saturation."""
+    if beta <= 0:
+        raise ValueError(f"algorithm.dgpo.beta must be > 0, got {beta}")
+    terms = advantages.detach().float() * beta * error_gap.detach().float() / group_sizes.float()  # [B]
+    num_groups = int(group_index.max()) + 1 if group_index.numel() else 0
+    sums = torch.zeros(num_groups, dtype=terms.dtype, device=terms.device).index_add_(0, group_index, terms)  # [G]
+    return torch.sigmoid(sums)[group_index]  # [B]
+
+
+def dgpo_clip_mask(
+    error: torch.Tensor, old_error: torch.Tensor, advantages: torch.Tensor, clip_range: float
+) -> torch.Tensor:
+    """Where DGPO's PPO-style clip stops a sample's gradient (§9.2): with ρ = exp(e_old − e_θ)
+    (the error ratio, > 1 when the policy fits the sample better than the EMA weights),
+    ρ > 1 + c where A > 0 and ρ < 1 − c where A ≤ 0. [B] x3 -> bool [B]."""
+    ratio = torch.exp(old_error.detach().float() - error.detach().float())  # [B]
+    return torch.where(advantages > 0, ratio > 1.0 + clip_range, ratio < 1.0 - clip_range)
+
+
+def dgpo_policy_loss(
+    error: torch.Tensor, group_weights: torch.Tensor, advantages: torch.Tensor, clipped: torch.Tensor
+) -> torch.Tensor:
+    """L = mean_b w_b·A_b·e_b with e_b the velocity error, detached where `clipped` (§9.2).
+    [B] x4 -> scalar with grad through e."""
+    kept = torch.where(clipped, error.detach(), error)  # [B]
+    return (group_weights.detach() * advantages.detach() * kept).mean()
+
+
+_AWM_FLOOR = 1e-10
+"""Added to the error before the root / power of AWM's huber and ghuber weightings (the reference's)."""
+
+
+def awm_log_prob(
+    velocity: torch.Tensor,
+    target: torch.Tensor,
+    sigma: torch.Tensor,
+    weighting: AWMWeighting = "ghuber",
+    ghuber_power: float = 0.25,
+) -> torch.Tensor:
+    """AWM's per-sample "log-likelihood" ℓ = −w(e, σ): the weighted flow-matching error of v_θ
+    at x_σ against the target ε − x0, in float64 as the reference computes it (§11.1):
+
+        e = mean_dims (v_θ − (ε − x0))²
+        uniform e | t σ·e | t_squared σ²·e | huber σ·(√(e + 1e-10) − 1e-5)
+        ghuber σ·((e + 1e-10)^p − (1e-10)^p)/p
+
+    velocity, target [B, ...]; sigma [B]. Returns ℓ [B] float64 (with grad through velocity)."""
+    if weighting not in AWM_WEIGHTINGS:
+        raise ValueError(f"algorithm.awm.weighting={weighting!r}: choose one of {AWM_WEIGHTINGS}")
+    error = _mean_dims((velocity.double() - target.double()) ** 2)  # [B]
+    t = sigma.double().reshape(-1)  # [B]
+    if weighting == "uniform":
+        weighted = error
+    elif weighting == "t":
+        weighted = error * t
+    elif weighting == "t_squared":
+        weighted = error * t**2
+    elif weighting == "huber":
+        weighted = (torch.sqrt(error + _AWM_FLOOR) - _AWM_FLOOR**0.5) * t
+    else:
+        floor = torch.tensor(_AWM_FLOOR, dtype=torch.float64)
+        weighted = (torch.pow(error + _AWM_FLOOR, ghuber_power) - torch.pow(floor, ghuber_power)) * t / ghuber_power
+    return -weighted  # [B]
+
+
+def awm_advantages(advantages: torch.Tensor, adv_clip_max: float, advantage_max: float) -> torch.Tensor:
+    """A ← clamp(A, ±adv_clip_max) / adv_clip_max · advantage_max (§11.1; [B] -> [B])."""
+    return advantages.clamp(-adv_clip_max, adv_clip_max) / adv_clip_max * advantage_max
+
+
+def awm_policy_loss(log_prob: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """−mean_b A_b · exp(ℓ_b − sg ℓ_b) (§11.1): the reference's on-policy surrogate, whose ratio is
+    exactly 1, so the value is −mean A and the gradient −mean_b A_b ∇ℓ_b: samples with A > 0
+    lower their weighted matching error, samples with A < 0 raise it. (The reference's PPO clip
+    at clip_range 1 never acts on a ratio of 1 and is not kept.) log_prob, advantages [B] -> scalar."""
+    ratio = torch.exp(log_prob - log_prob.detach())  # [B] == 1
+    return -(advantages.to(log_prob.dtype) * ratio).mean()
+
+
+# Flow-matching SFT (§12): the SD3 pretraining loss as diffusers' training scripts compute it.
 
 
 def timestep_density(
     scheme: str, count: int, logit_mean: float, logit_std: float, mode_scale: float, generator: torch.Generator
 ) -> torch.Tensor:
-    """u ∈ (0, 1) [count] float32 on the CPU, the SD3 paper's timestep densities (§9):
+    """u ∈ (0, 1) [count] float32 on the CPU, the SD3 paper's timestep densities (§12):
     logit_normal: u = sigmoid(n), n ~ N(logit_mean, logit_std²); mode: u = 1 − r − s·(cos²(πr/2) − 1 + r),
     r ~ U[0, 1); any other scheme: u ~ U[0, 1). One draw of the generator per value, in the
     order diffusers' `compute_density_for_timestep_sampling` draws them."""
@@ -188,7 +279,7 @@ def density_sigmas(u: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 
 
 def sd3_loss_weighting(scheme: str, sigma: torch.Tensor) -> torch.Tensor:
-    """Per-sample loss weight [B] (§9): sigma_sqrt: σ⁻²; cosmap: 2 / (π·(1 − 2σ + 2σ²)); else 1."""
+    """Per-sample loss weight [B] (§12): sigma_sqrt: σ⁻²; cosmap: 2 / (π·(1 − 2σ + 2σ²)); else 1."""
     if scheme == "sigma_sqrt":
         return sigma.float() ** -2.0
     if scheme == "cosmap":
@@ -205,7 +296,7 @@ def flow_matching_loss(
     weight: torch.Tensor,
     precondition_outputs: bool,
 ) -> torch.Tensor:
-    """The rectified-flow pretraining loss per sample (§9), [B]:
+    """The rectified-flow pretraining loss per sample (§12), [B]:
     preconditioned: mean_dims w·((x_σ − σ·v̂) − x0)²;  else mean_dims w·(v̂ − (ε − x0))².
     velocity, noisy, clean, noise [B, ...]; sigma, weight [B]. Computed in float32."""
     if precondition_outputs:

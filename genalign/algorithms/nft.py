@@ -26,54 +26,36 @@ from contextlib import AbstractContextManager
 
 import torch
 
-from genalign.algorithms.base import AlgorithmBase
-from genalign.algorithms.config import AlgorithmConfig
+from genalign.algorithms.base import ShadowCopyBase
 from genalign.algorithms.forward_draws import num_train_positions, schedule_draws
 from genalign.algorithms.forward_losses import nft_policy_loss, noised, old_policy_decay, optimality_probability
 from genalign.algorithms.losses import velocity_kl
 from genalign.models.base import FlowPolicy
 from genalign.rollout.batch import TrajectoryBatch
-from genalign.weights.reference import ReferencePolicy
-from genalign.weights.shadow import ShadowWeights, load_shadow_state, shadow_state
-
-OLD_PREFIX = "old_policy/"
+from genalign.weights.shadow import ShadowWeights
 
 
-class DiffusionNFT(AlgorithmBase):
+class DiffusionNFT(ShadowCopyBase):
     title = "DiffusionNFT"
-    needs_old_logprob = False
-    trainable_copies = 1  # the old (sampling) policy's ShadowWeights
     owned_options = ("nft",)
+    copy_name = "old (sampling) policy"
+    copy_prefix = "old_policy/"
 
     @classmethod
     def config_problems(cls, cfg) -> list[str]:
         """CFG-free samples from the old policy, a velocity KL, and the ranges of algorithm.nft."""
         problems = super().config_problems(cfg)
-        algorithm, nft = cfg.algorithm, cfg.algorithm.nft
         if cfg.rollout.guidance_scale != 1.0:
             problems.append(
                 f"algorithm.name=nft trains CFG-free: its samples must come from the old policy's own "
                 f"velocity, so set rollout.guidance_scale=1.0 (got {cfg.rollout.guidance_scale})"
             )
-        if algorithm.kl_beta > 0 and algorithm.kl_type != "velocity":
-            problems.append(
-                "algorithm.name=nft has no SDE mean to compare: with algorithm.kl_beta > 0 set "
-                "algorithm.kl_type=velocity (DiffusionNFT's KL is mean (v - v_ref)^2)"
-            )
-        return problems + nft.problems()
+        return problems + cfg.algorithm.nft.problems()
 
-    def __init__(
-        self,
-        cfg: AlgorithmConfig,
-        reference: ReferencePolicy | None = None,
-        parameters: dict[str, torch.nn.Parameter] | None = None,
-    ):
-        if not parameters:
-            raise ValueError("DiffusionNFT needs the trained parameters to keep its old (sampling) policy")
-        self.cfg = cfg
-        self._take_reference(cfg, reference)
-        self.old = ShadowWeights(parameters)  # θ_old = θ at the start, as the official code copies the adapter
-        self.optimizer_steps = 0
+    @property
+    def old(self) -> ShadowWeights:
+        """θ_old, the sampling policy: the kept copy, θ at the start."""
+        return self.copy
 
     def train_step_indices(self, batch: TrajectoryBatch) -> list[int]:
         return num_train_positions(batch.num_steps, self.cfg.timestep_fraction)
@@ -129,9 +111,3 @@ class DiffusionNFT(AlgorithmBase):
         decay = old_policy_decay(self.optimizer_steps, nft.old_decay_flat, nft.old_decay_rate, nft.old_decay_max)
         self.old.blend(decay)
         return {"old_policy_decay": decay}
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return shadow_state(self.old, OLD_PREFIX, self.optimizer_steps)
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.optimizer_steps = load_shadow_state(self.old, OLD_PREFIX, state, "DiffusionNFT old policy", "nft")

@@ -10,6 +10,9 @@ ALGORITHMS.register("grpo_guard", "genalign.algorithms.grpo:GRPOGuard")
 ALGORITHMS.register("nft", "genalign.algorithms.nft:DiffusionNFT")
 ALGORITHMS.register("dpo", "genalign.algorithms.dpo:FlowDPO")
 ALGORITHMS.register("ar_grpo", "genalign.algorithms.token_grpo:TokenGRPO")
+ALGORITHMS.register("dgpo", "genalign.algorithms.dgpo:DGPO")
+ALGORITHMS.register("reward_feedback", "genalign.algorithms.reward_feedback:RewardFeedback")
+ALGORITHMS.register("awm", "genalign.algorithms.awm:AdvantageWeightedMatching")
 ALGORITHMS.register("sft", "genalign.algorithms.sft:FlowSFT")
 
 

@@ -1,4 +1,4 @@
-"""Flow-matching SFT: the rectified-flow pretraining loss on clean images (docs/algorithms.md §9).
+"""Flow-matching SFT: the rectified-flow pretraining loss on clean images (docs/algorithms.md §12).
 
 Where it fits: trains on `CleanSamples`. From a dataset (`algorithm.sft.source=dataset`), the
 images of `data.image_manifest` are encoded once by the family's encoder
@@ -87,6 +87,11 @@ class FlowSFT(AlgorithmBase):
         return "images" if cfg.sft.source == "dataset" else "online"
 
     @classmethod
+    def train_positions(cls, cfg: AlgorithmConfig) -> int:
+        """`algorithm.sft.draws_per_sample` (σ, ε) draws per sample, not the rollout's steps."""
+        return cfg.sft.draws_per_sample
+
+    @classmethod
     def config_problems(cls, cfg) -> list[str]:
         """Data to train on (an image manifest, or groups to pick from), no KL, and the ranges
         of algorithm.sft."""
@@ -140,7 +145,7 @@ class FlowSFT(AlgorithmBase):
         )
 
     def train_step_indices(self, samples: CleanSamples) -> list[int]:
-        return list(range(self.cfg.sft.draws_per_sample))
+        return list(range(self.train_positions(self.cfg)))
 
     def compute_loss(
         self, policy: FlowPolicy, samples: CleanSamples, advantages: torch.Tensor, step_index: int

@@ -342,12 +342,22 @@ def _convert(tp: Any, value: Any, key: str, source: str, problems: list[str], pr
     return _convert_scalar(tp, value, key, source, problems)
 
 
+YAML_BOOL_WORDS = {False: ("off", "no", "false", "n"), True: ("on", "yes", "true", "y")}
+"""The words YAML 1.1 (PyYAML's safe_load) reads as a bool."""
+
+
 def _choice(tp: Any, value: Any, key: str, source: str, problems: list[str]) -> Any:
     """A `Literal[...]` field: the value must be one of its choices (the annotation is the one
     place a closed set of options is written; `--describe` lists it from there too)."""
     choices = typing.get_args(tp)
     if any(value == choice and type(value) is type(choice) for choice in choices):  # True is not 1
         return value
+    if isinstance(value, bool) and not any(isinstance(choice, bool) for choice in choices):
+        # YAML 1.1 reads off/no/false (on/yes/true) as a bool, so `mode: off` or `mode=off`
+        # arrives as False: take the choice spelled as one of those words
+        spelled = [choice for choice in choices if str(choice).lower() in YAML_BOOL_WORDS[value]]
+        if len(spelled) == 1:
+            return spelled[0]
     close = difflib.get_close_matches(str(value), [str(choice) for choice in choices], n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     problems.append(

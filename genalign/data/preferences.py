@@ -11,7 +11,8 @@ with image paths relative to the manifest's folder (absolute paths are taken as 
 Images are RGB (or RGBA/grey, converted) PNG/JPEG files of the rollout's height x width.
 `algorithm.name=sft` (source dataset) reads `data.image_manifest`, rows {"prompt", "image"}.
 `read_image_rows` checks every row — fields, files, sizes — before any model loads, each
-problem naming the file and line; `load_image` reads the pixels.
+problem naming the file and line; `load_preference_images` and `source_images.load_image` read
+the pixels.
 """
 
 from __future__ import annotations
@@ -19,13 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from genalign.data.prompts import ManifestError, PromptExample, load_manifest, resolve_data_path
+from genalign.data.source_images import image_path_problem, load_image
 
 IMAGE_FIELDS = ("chosen", "rejected")
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 MAX_REPORTED = 20
 
 
@@ -46,33 +46,6 @@ class ImagePromptRow:
     """"manifest:line", for messages."""
 
 
-def _image_problem(
-    value: object, field_name: str, base: Path, size: tuple[int, int] | None
-) -> tuple[Path | None, str | None]:
-    if not isinstance(value, str) or not value.strip():
-        return None, f'has no "{field_name}" image path (a non-empty string relative to the manifest\'s folder)'
-    path = Path(value).expanduser()
-    path = path if path.is_absolute() else base / path
-    if path.suffix.lower() not in IMAGE_SUFFIXES:
-        return None, f'"{field_name}": {value} is not an image file ({", ".join(IMAGE_SUFFIXES)})'
-    if not path.is_file():
-        return None, f'"{field_name}": {path} does not exist'
-    if size is not None:
-        from PIL import Image, UnidentifiedImageError
-
-        try:
-            with Image.open(path) as image:
-                found = (image.height, image.width)
-        except (UnidentifiedImageError, OSError) as exc:
-            return None, f'"{field_name}": {path} cannot be read as an image ({exc})'
-        if found != size:
-            return None, (
-                f'"{field_name}": {path} is {found[0]}x{found[1]}, the rollout is {size[0]}x{size[1]} '
-                "(rollout.height x rollout.width)"
-            )
-    return path, None
-
-
 def read_image_rows(
     path: str, fields: tuple[str, ...], config_key: str, size: tuple[int, int] | None, layout: str
 ) -> list[tuple[PromptExample, dict[str, Path]]]:
@@ -88,7 +61,7 @@ def read_image_rows(
     for example in examples:
         paths = {}
         for field_name in fields:
-            image_path, problem = _image_problem(example.metadata.get(field_name), field_name, base, size)
+            image_path, problem = image_path_problem(example.metadata.get(field_name), field_name, base, size)
             if problem:
                 errors.append(f"{example.source} {problem}")
             paths[field_name] = image_path
@@ -117,15 +90,6 @@ def read_image_prompts(
     """Every row of an image–prompt manifest (flow-matching SFT); errors as `read_preferences`."""
     rows = read_image_rows(path, ("image",), config_key, size, '{"prompt", "image"}')
     return [ImagePromptRow(row.prompt, paths["image"], row.source) for row, paths in rows]
-
-
-def load_image(path: Path) -> torch.Tensor:
-    """An image file -> uint8 [3, H, W] (RGB)."""
-    from PIL import Image
-
-    with Image.open(path) as image:
-        pixels = np.asarray(image.convert("RGB"), dtype=np.uint8)  # [H, W, 3]
-    return torch.from_numpy(pixels.copy()).permute(2, 0, 1)  # [3, H, W]
 
 
 def load_preference_images(rows: list[PreferenceRow]) -> tuple[torch.Tensor, torch.Tensor]:

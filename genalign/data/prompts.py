@@ -12,6 +12,8 @@ Formats:
   .json   a JSON list of such objects, or of plain prompt strings.
   hf://datasets/<owner>/<name>[@revision][:split]  a Hub dataset's rows, read through the
           `datasets` library (`hub_prompts.py`): a "prompt" column; the others -> `metadata`.
+A .jsonl / .json row may name source images ("source_image" / "source_images", paths relative
+to the manifest's folder) for an image-conditioned family: `source_images.py`.
 Every bad row of a file is reported in one `ManifestError` (a `ValueError`), so a broken
 manifest is fixed in one pass rather than one error per run.
 """
@@ -26,6 +28,7 @@ from typing import Any
 
 from genalign.config.errors import UserError
 from genalign.data.hub_prompts import HubDatasetError, is_hub_manifest, parse_reference, read_rows
+from genalign.data.source_images import SOURCE_FIELDS, SOURCE_KEY, row_sources
 
 SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".json")
 LEGACY_EMBEDDING_FIELDS = (
@@ -138,11 +141,41 @@ def _record_error(record: Any) -> str | None:
     return None
 
 
-def _example(record: str | dict[str, Any], prompt_id: int, source: str) -> PromptExample:
+def _example(record: str | dict[str, Any], prompt_id: int, source: str, sources: list[str]) -> PromptExample:
+    """The row as an example; its source images (if any) as resolved paths under `SOURCE_KEY`."""
     if isinstance(record, str):
         return PromptExample(prompt=record.strip(), prompt_id=prompt_id, source=source)
-    metadata = {key: value for key, value in record.items() if key != "prompt"}
+    metadata = {key: value for key, value in record.items() if key != "prompt" and key not in SOURCE_FIELDS}
+    if sources:
+        metadata[SOURCE_KEY] = sources
     return PromptExample(prompt=record["prompt"].strip(), prompt_id=prompt_id, source=source, metadata=metadata)
+
+
+class _Sources:
+    """The source images of a manifest's rows (data/source_images.py): where relative paths
+    start (`base`, the manifest's folder; None for a Hub dataset), the size they must have
+    (None: unchecked here) and the count the first row set, which every row must keep."""
+
+    def __init__(self, base: Path | None, size: tuple[int, int] | None):
+        self.base, self.size, self.count = base, size, None
+
+    def of(self, record: str | dict[str, Any], where: str, errors: list[str]) -> list[str] | None:
+        """The row's resolved source paths, or None (its problems appended to `errors`)."""
+        if isinstance(record, str):
+            paths, problems = [], []
+        else:
+            paths, problems = row_sources(record, self.base, self.size)
+        if not problems and self.count is not None and len(paths) != self.count:
+            problems = [
+                f"has {len(paths)} source image(s), the manifest's first row {self.count}; "
+                "every row needs the same number"
+            ]
+        if problems:
+            errors.extend(f"{where} {problem}" for problem in problems)
+            return None
+        if self.count is None:
+            self.count = len(paths)
+        return paths
 
 
 def _lines(text: str) -> list[str]:
@@ -154,7 +187,7 @@ def _lines(text: str) -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
-def _read_lines(text: str, shown: str, is_jsonl: bool, errors: list[str]) -> list[PromptExample]:
+def _read_lines(text: str, shown: str, is_jsonl: bool, errors: list[str], sources: _Sources) -> list[PromptExample]:
     examples: list[PromptExample] = []
     for line_number, line in enumerate(_lines(text), start=1):
         where = f"line {line_number} of {shown}"
@@ -181,11 +214,13 @@ def _read_lines(text: str, shown: str, is_jsonl: bool, errors: list[str]) -> lis
             if problem:
                 errors.append(f"{where} {problem}")
                 continue
-        examples.append(_example(record, len(examples), f"{shown}:{line_number}"))
+        paths = sources.of(record, where, errors)
+        if paths is not None:
+            examples.append(_example(record, len(examples), f"{shown}:{line_number}", paths))
     return examples
 
 
-def _read_json(text: str, shown: str, errors: list[str]) -> list[PromptExample]:
+def _read_json(text: str, shown: str, errors: list[str], sources: _Sources) -> list[PromptExample]:
     try:
         records = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -195,10 +230,10 @@ def _read_json(text: str, shown: str, errors: list[str]) -> list[PromptExample]:
             f'{shown} must hold a JSON list of prompt strings or {{"prompt": ...}} objects, '
             f"not a {type(records).__name__}"
         )
-    return _records(records, shown, "item", errors)
+    return _records(records, shown, "item", errors, sources)
 
 
-def _records(records: list[Any], shown: str, unit: str, errors: list[str]) -> list[PromptExample]:
+def _records(records: list[Any], shown: str, unit: str, errors: list[str], sources: _Sources) -> list[PromptExample]:
     """Parsed rows (a .json list, a Hub dataset) as examples; each bad one appended to `errors`
     as "<unit> [i] of <shown> <problem>"."""
     examples: list[PromptExample] = []
@@ -207,7 +242,9 @@ def _records(records: list[Any], shown: str, unit: str, errors: list[str]) -> li
         if problem:
             errors.append(f"{unit} [{index}] of {shown} {problem}")
             continue
-        examples.append(_example(record, len(examples), f"{shown}[{index}]"))
+        paths = sources.of(record, f"{unit} [{index}] of {shown}", errors)
+        if paths is not None:
+            examples.append(_example(record, len(examples), f"{shown}[{index}]", paths))
     return examples
 
 
@@ -217,7 +254,7 @@ def _summary(errors: list[str], shown: str) -> str:
     return f"{shown} has {len(errors)} bad row(s); nothing was loaded:\n  " + "\n  ".join(listed + more)
 
 
-def _hub_examples(path: str, prefix: str) -> list[PromptExample]:
+def _hub_examples(path: str, prefix: str, source_size: tuple[int, int] | None) -> list[PromptExample]:
     """A Hub dataset's rows as examples, every bad row listed as for a file (`hub_prompts.py`)."""
     try:
         rows = read_rows(path, prefix)
@@ -225,7 +262,7 @@ def _hub_examples(path: str, prefix: str) -> list[PromptExample]:
         raise ManifestError(str(exc), exc.hint) from exc
     shown = str(parse_reference(path))
     errors: list[str] = []
-    examples = _records(rows, shown, "row", errors)
+    examples = _records(rows, shown, "row", errors, _Sources(None, source_size))
     if errors:
         raise ManifestError(prefix + (errors[0] if len(errors) == 1 else _summary(errors, shown)))
     if not examples:
@@ -233,8 +270,14 @@ def _hub_examples(path: str, prefix: str) -> list[PromptExample]:
     return examples
 
 
-def load_manifest(path: str, config_key: str | None = None) -> list[PromptExample]:
+def load_manifest(
+    path: str, config_key: str | None = None, source_size: tuple[int, int] | None = None
+) -> list[PromptExample]:
     """Every prompt of a manifest, `prompt_id` = row index, in file order.
+
+    Rows may name source images (data/source_images.py), resolved against the manifest's
+    folder and opened to check they are images; `source_size` (height, width) also checks
+    their size (the run's, known to the preflight).
 
     `config_key` (e.g. "data.manifest") prefixes every message so the user knows which
     setting to fix. Raises `FileNotFoundError` (see `resolve_data_path`) or `ManifestError`
@@ -243,7 +286,7 @@ def load_manifest(path: str, config_key: str | None = None) -> list[PromptExampl
     """
     prefix = f"{config_key}: " if config_key else "manifest "
     if is_hub_manifest(path):
-        return _hub_examples(path, prefix)
+        return _hub_examples(path, prefix, source_size)
     resolved = resolve_data_path(path, config_key)
     shown = str(path)  # as the user wrote it in the config
     suffix = resolved.suffix.lower()
@@ -261,10 +304,11 @@ def load_manifest(path: str, config_key: str | None = None) -> list[PromptExampl
         raise ManifestError(f"{prefix}cannot read {resolved} ({exc.strerror})") from exc
     errors: list[str] = []
     try:
+        sources = _Sources(resolved.parent, source_size)
         if suffix == ".json":
-            examples = _read_json(text, shown, errors)
+            examples = _read_json(text, shown, errors, sources)
         else:
-            examples = _read_lines(text, shown, suffix == ".jsonl", errors)
+            examples = _read_lines(text, shown, suffix == ".jsonl", errors, sources)
     except ManifestError as exc:
         raise ManifestError(f"{prefix}{exc}") from exc.__cause__
     if errors:

@@ -2,7 +2,8 @@
 
 Where it fits: the evaluator writes `eval_epoch_<step>/contact_sheet.png` after every
 evaluation, so a person can see at a glance what the policy draws for the fixed prompts
-(and spot reward hacking the numbers miss). Tiny test models produce 16² or 64² images, so
+(and spot reward hacking the numbers miss); an editing evaluation's sheet shows each source
+beside its result (`make_edit_sheet`). Tiny test models produce 16² or 64² images, so
 tiles are upscaled (nearest neighbour, no blur) to at least `MIN_TILE` pixels a side.
 Captions use PIL's built-in default font: no font file is downloaded or required.
 """
@@ -100,6 +101,24 @@ def make_contact_sheet(
         for number, line in enumerate(lines):
             draw.text((x + PADDING, y + tile_h + PADDING + number * line_height), line, fill="black", font=font)
     return sheet
+
+
+def make_edit_sheet(
+    sources: torch.Tensor, results: torch.Tensor, captions: list[str], caption_lines: int = 2
+) -> Image.Image:
+    """An editing evaluation's sheet: one row per sample, its source images (uint8 [B, S, 3, H, W])
+    left to right, then its result (uint8 [B, 3, H, W]) carrying the caption, so each row reads
+    source -> result."""
+    if sources.dim() != 5 or sources.shape[0] != results.shape[0] or sources.shape[2:] != results.shape[1:]:
+        raise ValueError(
+            f"edit sheet needs sources [B, S, 3, H, W] of the results' size {tuple(results.shape)}, "
+            f"got {tuple(sources.shape)}"
+        )
+    count = sources.shape[1]
+    tiles = torch.cat([sources, results[:, None]], dim=1).flatten(0, 1)  # [B·(S+1), 3, H, W]
+    labels = ["source" if count == 1 else f"source {i + 1}" for i in range(count)]
+    tile_captions = [text for caption in captions for text in [*labels, caption]]
+    return make_contact_sheet(tiles, tile_captions, columns=count + 1, caption_lines=caption_lines)
 
 
 def save_contact_sheet(

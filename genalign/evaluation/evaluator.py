@@ -23,9 +23,11 @@ from tqdm import tqdm
 
 from genalign.data.prompts import PromptExample
 from genalign.data.sampler import PromptGroupBatch, sample_seed
+from genalign.data.source_images import load_sources
 from genalign.evaluation.config import EvalConfig
 from genalign.evaluation.contact_sheet import (
     make_contact_sheet,
+    make_edit_sheet,
     make_frame_strip_sheet,
     save_animated_preview,
     save_image,
@@ -184,12 +186,21 @@ class Evaluator:
         return step == last_step or (self.cfg.every > 0 and step % self.cfg.every == 0)
 
     @staticmethod
-    def write_sheets(directory: Path, media: torch.Tensor, prompts: list[str], rewards: torch.Tensor) -> "Image":
-        """contact_sheet.png for images [B, 3, H, W]; for video [B, F, 3, H, W] a frame-strip
-        contact_sheet.png (one row of frames per sample) and an animated preview.gif. Returns
-        the sheet, for the trackers."""
+    def write_sheets(
+        directory: Path,
+        media: torch.Tensor,
+        prompts: list[str],
+        rewards: torch.Tensor,
+        sources: torch.Tensor | None = None,
+    ) -> "Image":
+        """contact_sheet.png for images [B, 3, H, W] (with `sources` [B, S, 3, H, W], the source
+        images an editing prompt carries: one row per sample, source -> result); for video
+        [B, F, 3, H, W] a frame-strip contact_sheet.png (one row of frames per sample) and an
+        animated preview.gif. Returns the sheet, for the trackers."""
         captions = [f"{p} | r={r:.2f}" for p, r in zip(prompts, rewards.tolist())]
-        if media.dim() == 5:
+        if sources is not None and media.dim() == 4:
+            sheet = make_edit_sheet(sources, media, captions)
+        elif media.dim() == 5:
             sheet = make_frame_strip_sheet(media, captions)
             save_animated_preview(directory / "preview.gif", media)
         else:
@@ -264,7 +275,13 @@ class Evaluator:
                 gold_mean,
             )
         if self.output_dir is not None:
-            sheet = self.write_sheets(self.output_dir / f"eval_epoch_{step}", images, samples.prompts, scores.total)
+            sheet = self.write_sheets(
+                self.output_dir / f"eval_epoch_{step}",
+                images,
+                samples.prompts,
+                scores.total,
+                load_sources(samples.metadata),  # an editing evaluation's sources, None for text prompts
+            )
             self.sink.log_image(step, "contact_sheet", sheet)  # trackers show it; the CSV ignores it
         self.sink.log(step, metrics)
         return metrics

@@ -30,6 +30,7 @@ import torch
 from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import ManifestError, load_manifest
 from genalign.export.model_card import model_card
+from genalign.models.experts import DenoiserExperts, denoiser_parts, part_state
 from genalign.weights.lora import export_lora_for_diffusers, export_lora_for_peft
 
 CARD_NAME = "README.md"
@@ -138,12 +139,20 @@ def checkpoint_export(
         pipeline_cls = spec.pipeline_class if spec.export == "diffusers" else None
         exports = {"lora": weights, **({"lora_live": trainable} if weights is ema else {})}
 
+        parts = denoiser_parts(policy.transformer)
+        experts = tuple(parts) if isinstance(policy.transformer, DenoiserExperts) else None
+
         def export(directory: Path) -> None:
             for name, state in exports.items():
-                if pipeline_cls:
-                    export_lora_for_diffusers(
-                        policy.transformer, directory / name, cfg.model.lora, pipeline_cls, trainable_state=state
-                    )
+                if pipeline_cls:  # a two-expert denoiser: one adapter folder per trained expert
+                    for component, part in parts.items():
+                        export_lora_for_diffusers(
+                            part,
+                            directory / name / component if experts else directory / name,
+                            cfg.model.lora,
+                            pipeline_cls,
+                            trainable_state=part_state(state, policy.transformer, component),
+                        )
                 else:
                     export_lora_for_peft(
                         policy.transformer,
@@ -162,17 +171,22 @@ def checkpoint_export(
                         "weights": weights_named,
                         "kind": "lora",
                         "hub_class": None if pipeline_cls else spec.pipeline_class,
+                        "components": experts,
                     },
                     sheets,
                     final_dir / name,
                 )
 
         return export
-    if final and hasattr(policy.transformer, "save_config"):
+    parts = {name: part for name, part in denoiser_parts(policy.transformer).items() if hasattr(part, "save_config")}
+    if final and parts:  # one folder per trained model, named as its pipeline component
 
         def export(directory: Path) -> None:
-            out = save_transformer(policy.transformer, directory / "transformer", weights)
-            write_card(out, {**card, "kind": "transformer"}, sheets, final_dir / "transformer")
+            for component, part in parts.items():
+                out = save_transformer(part, directory / component, part_state(weights, policy.transformer, component))
+                components = None if part is policy.transformer else (component,)
+                card_args = {**card, "kind": "transformer", "components": components}
+                write_card(out, card_args, sheets, final_dir / component)
 
         return export
     return None

@@ -91,9 +91,13 @@ def usage_snippet(
     pipeline_tag: str,
     location: str,
     eval_prompts: list[str] | None,
+    components: tuple[str, ...] | None = None,
 ) -> list[str]:
     """Python that loads this folder (`location`: its path or Hub repo) onto the base model
-    and, for a diffusers pipeline, samples the first evaluation prompt as evaluation did."""
+    and, for a diffusers pipeline, samples the first evaluation prompt as evaluation did.
+    `components`: the pipeline components of a two-expert denoiser this folder holds (a LoRA:
+    one subfolder each, `transformer_2`'s loaded with `load_into_transformer_2`; a transformer:
+    the one component it replaces); None: the folder is the one `transformer`'s."""
     from pathlib import Path
 
     base_id = base_model_id(cfg)
@@ -119,16 +123,25 @@ def usage_snippet(
         "",
     ]
     if kind == "lora":
-        lines += [f"pipe = DiffusionPipeline.from_pretrained({base}, {dtype})", f"pipe.load_lora_weights({location!r})"]
+        lines.append(f"pipe = DiffusionPipeline.from_pretrained({base}, {dtype})")
+        if components is None:
+            lines.append(f"pipe.load_lora_weights({location!r})")
+        for name in components or ():  # diffusers' Wan loader: transformer_2 takes a transformer-keyed file
+            into = ", load_into_transformer_2=True" if name == "transformer_2" else ""
+            lines.append(f"pipe.load_lora_weights({location + '/' + name!r}{into})")
     else:
+        name = (components or ("transformer",))[0]
         lines += [
-            f"transformer = AutoModel.from_pretrained({location!r}, {dtype})",
-            f"pipe = DiffusionPipeline.from_pretrained({base}, transformer=transformer, {dtype})",
+            f"{name} = AutoModel.from_pretrained({location!r}, {dtype})",
+            f"pipe = DiffusionPipeline.from_pretrained({base}, {name}={name}, {dtype})",
         ]
     prompt = (eval_prompts or ["a photo"])[0]
     size = f"height={cfg.rollout.height}, width={cfg.rollout.width}, num_inference_steps={cfg.eval.num_steps}"
     if pipeline_tag == "text-to-video":
         lines.append(f"video = pipe({prompt!r}, {size}, num_frames={cfg.model.num_frames}).frames[0]")
+    elif pipeline_tag == "image-to-image":  # an editing family: the instruction and the picture it edits
+        lines.append("from diffusers.utils import load_image")
+        lines.append(f"image = pipe(image=load_image('source.png'), prompt={prompt!r}, {size}).images[0]")
     else:
         lines.append(f"image = pipe({prompt!r}, {size}).images[0]")
     return lines
@@ -145,6 +158,7 @@ def model_card(
     sample_sheets: dict[str, int] | None = None,
     location: str = "path/to/this/folder",
     eval_prompts: list[str] | None = None,
+    components: tuple[str, ...] | None = None,
 ) -> str:
     """README.md text for an export of `kind` ("lora" or "transformer") of the weights named by
     `weights` (e.g. "EMA (decay 0.9)") at training step `step`; `eval_history` is
@@ -154,7 +168,7 @@ def model_card(
     evaluation step it shows} (the before/after sheets the export copied), shown in order.
     `location`: where the folder is (its absolute path, or the Hub repo it is pushed to), for
     the usage snippet. `eval_prompts`: the evaluation prompts (the widget's caption, the
-    snippet's prompt)."""
+    snippet's prompt). `components`: what of a two-expert denoiser the folder holds (`usage_snippet`)."""
     algorithm = cfg.algorithm.name
     library = "peft" if hub_class else "diffusers"
     front = front_matter(cfg, kind, pipeline_tag, library, widget_gallery(sample_sheets, eval_prompts))
@@ -223,7 +237,7 @@ def model_card(
         "## Use",
         "",
         "```python",
-        *usage_snippet(cfg, kind, hub_class, pipeline_tag, location, eval_prompts),
+        *usage_snippet(cfg, kind, hub_class, pipeline_tag, location, eval_prompts, components),
         "```",
         "",
     ]

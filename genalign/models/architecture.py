@@ -22,6 +22,7 @@ shipped file.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -29,6 +30,9 @@ from pathlib import Path
 from genalign.models.spec import FamilySpec
 
 TRANSFORMER = "transformer"
+DENOISER = re.compile(r"^transformer(_\d+)?$")
+"""Component names of the denoiser's models: `transformer`, and the further experts diffusers
+names `transformer_2` (Wan 2.2 A14B's low-noise expert)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,9 @@ class Geometry:
     fixed_text_tokens: int | None = None
     """The prompt's length whatever model.max_sequence_length says (the toy's two lookup
     tokens, colour and shape); None: model.max_sequence_length + extra_text_tokens."""
+    source_images: int = 0
+    """Source images whose tokens run beside the target's, each as many as the target's at the
+    run's size (FLUX.1 Kontext: 1, its sequence is [target, source]); 0 for text-conditioned."""
 
     def text_tokens(self, max_sequence_length: int) -> int:
         """Text tokens of one prompt."""
@@ -103,6 +110,10 @@ class Architecture:
     """Key-value heads of the transformer's attention (a token family's KV cache; 0 otherwise)."""
     head_dim: int = 0
     """Width of one attention head (a token family's KV cache; 0 otherwise)."""
+    denoisers: tuple[str, ...] = (TRANSFORMER,)
+    """The denoiser's models (`transformer`, and `transformer_2` for two experts); every one has
+    the transformer's architecture (`load_architecture` checks), so `linear_shapes` and the
+    width describe each."""
 
     def component(self, name: str) -> ComponentSize:
         return next(c for c in self.components if c.name == name)
@@ -250,16 +261,25 @@ def load_architecture(spec: FamilySpec, path: str, builtin: bool = False) -> Arc
     if latent_channels is None:
         raise ValueError(f"{source}: the vae config gives neither latent_channels nor z_dim")
     geometry = Geometry(
-        geometry["spatial_factor"],
-        geometry["temporal_factor"],
+        # a Wan-style VAE's config states its factors (Wan 2.2's 16): a local directory's wins over the family file's
+        int(vae.get("scale_factor_spatial", geometry["spatial_factor"])),
+        int(vae.get("scale_factor_temporal", geometry["temporal_factor"])),
         tuple(geometry["patch"]),
         geometry["text_in_sequence"],
         geometry["extra_text_tokens"],
         geometry["text_width_key"],
         bool(geometry.get("kv_cache", False)),
         geometry.get("fixed_text_tokens"),
+        int(geometry.get("source_images", 0)),
     )
     sizes, linears, shape, text_width = [], (), (0, 0, 0, 0), 0
+    denoisers = tuple(name for name in components if DENOISER.match(name))
+    for name in denoisers:
+        if (components[name]["class"], components[name]["config"]) != (
+            components[TRANSFORMER]["class"],
+            components[TRANSFORMER]["config"],
+        ):
+            raise ValueError(f"{source}: {name} is not the transformer's architecture; the plan counts experts alike")
     for name, entry in components.items():
         if entry["library"] not in ("diffusers", "transformers"):
             continue  # tokenizers, schedulers: no weights
@@ -291,6 +311,7 @@ def load_architecture(spec: FamilySpec, path: str, builtin: bool = False) -> Arc
         linears,
         kv_heads,
         head_dim,
+        denoisers or (TRANSFORMER,),
     )
 
 

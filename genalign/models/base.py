@@ -75,6 +75,9 @@ class Condition(TensorRecord):
     (None when the batch was encoded without it). `mask` / `negative_mask` [B, L] (1 = a real
     token, 0 = padding) for families whose prompts are padded to a fixed length (Qwen-Image);
     None where every token is real (SD3 and FLUX attend to their T5 padding by design).
+    `source_latents` [B, S, ...] the prompt's S source images encoded by an image-conditioned
+    family (`SourceEncoder`; FLUX.1 Kontext: VAE latents [B, S, C, h, w]), read by both CFG
+    branches; None for a text-only prompt.
     """
 
     embeds: torch.Tensor
@@ -83,9 +86,10 @@ class Condition(TensorRecord):
     negative_pooled: torch.Tensor | None = None
     mask: torch.Tensor | None = None
     negative_mask: torch.Tensor | None = None
+    source_latents: torch.Tensor | None = None
 
 
-CONDITIONAL_FIELDS = ("embeds", "pooled", "mask")
+CONDITIONAL_FIELDS = ("embeds", "pooled", "mask", "source_latents")
 NEGATIVE_FIELDS = ("negative_embeds", "negative_pooled", "negative_mask")
 
 
@@ -269,6 +273,11 @@ class FlowPolicy(Policy, Protocol):
         """Final latents [B, ...] -> uint8 images [B, 3, H, W] or video [B, F, 3, H, W] (no grad)."""
         ...
 
+    # Optional (a family whose spec sets `differentiable_decode`), so not a protocol member:
+    # def decode_pixels(self, latents: torch.Tensor) -> torch.Tensor:
+    #     """Final latents [B, ...] -> float images [B, 3, H, W] in [0, 1], differentiable in
+    #     the latents (what `decode` rounds to uint8), on the policy's device."""
+
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 images [B, 3, H, W] (video families: video [B, F, 3, H, W]) -> latents [B, ...]
         float32 that `decode` maps back (no grad): offline preference data enters training
@@ -282,6 +291,17 @@ class FlowPolicy(Policy, Protocol):
     def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
         """The sampling schedule [num_steps + 1], float32, 1 -> 0, with the family's shift for
         one sample of `latent_shape` (FLUX and Qwen-Image shift by the image's token count)."""
+        ...
+
+
+@runtime_checkable
+class SourceEncoder(Protocol):
+    """What an image-conditioned flow family (`spec.source_images > 0`: FLUX.1 Kontext) adds to
+    `FlowPolicy`: its prompts' source images encoded once per step (rollout/chunks.py) into
+    `Condition.source_latents`, which rollout, replay and evaluation hand back to `velocity`."""
+
+    def encode_sources(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 source images [B, S, 3, H, W] -> float32 latents [B, S, ...] (no grad)."""
         ...
 
 

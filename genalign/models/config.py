@@ -20,6 +20,8 @@ ComputeDtype = Literal["float32", "float16", "bfloat16"]
 TrainMode = Literal["lora", "full"]
 CfgBatch = Literal["joint", "split"]
 CompileMode = Literal["regional", "full"]
+Experts = Literal["both", "high_noise", "low_noise"]
+"""`model.experts`' choices: which experts of a two-expert checkpoint train (models/experts.py)."""
 
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 """`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
@@ -93,7 +95,8 @@ class ModelConfig:
 
     family: str = "sd3"
     """Model family: "sd3" (Stable Diffusion 3 / 3.5), "flux" (FLUX.1), "qwen_image" (Qwen-Image),
-    "wan" (Wan 2.1 text-to-video), "cosmos" (Cosmos-Predict2.5 text-to-world: video, or an image
+    "wan" (Wan 2.1 and Wan 2.2 text-to-video: T2V-A14B's two experts, TI2V-5B), "cosmos"
+    (Cosmos-Predict2.5 text-to-world: video, or an image
     at num_frames=1), "janus" (Janus-Pro, token-autoregressive: `TokenPolicy`, trained by
     ar_grpo) or "toy" (the shipped CPU demo); or a user's family, the dotted path
     "package.module:SPEC" of its `FamilySpec`, listed in model.allow_import."""
@@ -138,6 +141,16 @@ class ModelConfig:
     pipeline's default is the empty prompt, as here; cosmos: the cosmos presets set the
     pipeline's default, its DEFAULT_NEGATIVE_PROMPT). SD3 and FLUX use the empty prompt and
     Qwen-Image its pipeline's " " (see qwen_image.py); for them this must stay empty."""
+    experts: Experts = "both"
+    """Which experts of a two-expert checkpoint (Wan 2.2 T2V-A14B: `transformer`, the high-noise
+    expert, and `transformer_2`, the low-noise one) train, by LoRA or in full: "both",
+    "high_noise" or "low_noise"; the other stays frozen and unadapted. Every step still runs
+    the expert the pipeline's boundary picks. Families without experts must keep "both"."""
+    low_noise_guidance_scale: float | None = None
+    """CFG scale of the low-noise expert's steps (WanPipeline's `guidance_scale_2`; Wan 2.2
+    T2V-A14B's published setting is 3.0 beside 4.0 for the high-noise steps); null: the same
+    as rollout.guidance_scale, as the pipeline defaults. As in the pipeline, CFG runs at all
+    only when rollout.guidance_scale > 1. Families without experts must keep it null."""
     offload_text_encoders: bool = False
     """Keep the text encoders on the CPU except while a step's prompts are encoded (once per
     step, the step's distinct prompts): their weights leave the device for sampling, replay and
@@ -172,6 +185,11 @@ class ModelConfig:
         if self.embedded_guidance is not None and self.embedded_guidance <= 0:
             problems.append(
                 f"model.embedded_guidance must be > 0 (FLUX.1-dev: 3.5) or null, got {self.embedded_guidance}"
+            )
+        if self.low_noise_guidance_scale is not None and self.low_noise_guidance_scale < 1:
+            problems.append(
+                f"model.low_noise_guidance_scale must be >= 1 (1 = the conditional prediction alone) or null, "
+                f"got {self.low_noise_guidance_scale}"
             )
         if self.num_frames < 1:
             problems.append(f"model.num_frames must be >= 1, got {self.num_frames}")

@@ -222,9 +222,23 @@ def images_to_uint8(images: torch.Tensor) -> torch.Tensor:
 def vae_decode_uint8(vae: torch.nn.Module, latents: torch.Tensor) -> torch.Tensor:
     """An `AutoencoderKL` decode of model-space latents [B, C, h, w]: the VAE sees
     `latents / scaling_factor + shift_factor` (SD3, FLUX), in float32. uint8 [B, 3, H, W] out."""
+    return images_to_uint8(_vae_decode(vae, latents))
+
+
+def vae_decode_pixels(vae: torch.nn.Module, latents: torch.Tensor) -> torch.Tensor:
+    """`vae_decode_uint8` before the rounding: float [B, 3, H, W] in [0, 1], differentiable in
+    `latents` (grad follows the caller's mode; the VAE's weights are frozen): the decode the
+    reward-feedback algorithms back-propagate through. The clamp is the pipelines' postprocess
+    (and ReFL's and AlignProp's): pixels pushed past [0, 1] get no gradient."""
+    return (_vae_decode(vae, latents) / 2 + 0.5).clamp(0, 1)
+
+
+def _vae_decode(vae: torch.nn.Module, latents: torch.Tensor) -> torch.Tensor:
+    """The VAE's output [B, 3, H, W] in about [-1, 1] for model-space latents [B, C, h, w]."""
     config = vae.config
-    scaled = latents.float() / config.scaling_factor + config.shift_factor  # [B, C, h, w]
-    return images_to_uint8(vae.decode(scaled, return_dict=False)[0])
+    dtype = next(vae.parameters()).dtype
+    scaled = latents.to(dtype) / config.scaling_factor + config.shift_factor  # [B, C, h, w]
+    return vae.decode(scaled, return_dict=False)[0]
 
 
 @torch.no_grad()

@@ -46,6 +46,18 @@ def family_problems(cfg: "ExperimentConfig") -> list[str]:
         problems.append(
             f"model.gradient_checkpointing=true: model.family={spec.name} does not support it; set it to false"
         )
+    if not spec.experts:
+        experts = ", ".join(families_with(lambda s: s.experts))
+        if model.experts != "both":
+            problems.append(
+                f"model.experts={model.experts}: model.family={spec.name} has one denoiser, no experts "
+                f"(families with experts: {experts}); remove it"
+            )
+        if model.low_noise_guidance_scale is not None:
+            problems.append(
+                f"model.low_noise_guidance_scale={model.low_noise_guidance_scale}: model.family={spec.name} "
+                f"has no low-noise expert (families with experts: {experts}); set it to null"
+            )
     problems += size_problems(spec, cfg.rollout.height, cfg.rollout.width)
     problems += media_problems(spec, model.num_frames, model.negative_prompt)
     return problems

@@ -57,14 +57,21 @@ def own_components(loaded) -> dict[str, dict]:
 
 
 def build_with_components(
-    family: str, components: dict[str, dict], device: str | torch.device, dtype: torch.dtype, seed: int = 0
+    family: str,
+    components: dict[str, dict],
+    device: str | torch.device,
+    dtype: torch.dtype,
+    seed: int = 0,
+    path: str | None = None,
 ):
     """The family's tiny model with each weight-bearing part replaced by one built from
     `components` (random weights from `seed`, on `device` in `dtype`, the VAE in float32). A
     diffusers pipeline is rebuilt with the new components; a composite transformers model
     (Janus-Pro's one class, which the architecture file splits into `parts`) replaces the
-    bundle's `model` and keeps the tiny generation config (its token ids are the tokenizer's)."""
-    loaded = family_spec(family).build_tiny(seed)
+    bundle's `model` and keeps the tiny generation config (its token ids are the tokenizer's).
+    `path`: the hub id whose form the tiny model takes (`FamilySpec.tiny_variants`: its pipeline
+    config and scheduler, e.g. Wan 2.2 A14B's boundary_ratio, come with it)."""
+    loaded = family_spec(family).build_tiny(seed, path)
     built = {}
     for index, (name, entry) in enumerate(components.items()):
         if entry["library"] not in WEIGHT_LIBRARIES:
@@ -72,8 +79,11 @@ def build_with_components(
         with building(device, torch.float32 if name in FLOAT32_COMPONENTS else dtype):
             torch.manual_seed(seed + index)
             built[name] = build_component(entry["library"], entry["class"], dict(entry["config"])).eval()
-    if hasattr(loaded, "components"):  # a diffusers pipeline
-        return type(loaded)(**{**loaded.components, **built})
+    if hasattr(loaded, "components"):  # a diffusers pipeline, with its own config (boundary_ratio, ...)
+        settings = {
+            k: v for k, v in loaded.config.items() if not k.startswith("_") and not isinstance(v, (list, tuple))
+        }
+        return type(loaded)(**{**loaded.components, **built}, **settings)
     if len(built) != 1:
         raise ValueError(f"model.family={family}: expected one composite model to replace, got {sorted(built)}")
     (model,) = built.values()
@@ -83,4 +93,4 @@ def build_with_components(
 
 def build_real_shapes(family: str, path: str, device: str | torch.device, dtype: torch.dtype, seed: int = 0):
     """`family`'s model at the shapes of `path` (its published configs) with random weights."""
-    return build_with_components(family, real_components(family, path), device, dtype, seed)
+    return build_with_components(family, real_components(family, path), device, dtype, seed, path)

@@ -84,8 +84,16 @@ class FamilySpec:
     model.offload_text_encoders can park on the CPU."""
     draws_text: bool = True
     """Whether the model can draw legible text (a text reward on one that cannot is cautioned)."""
+    experts: bool = False
+    """Whether a checkpoint of the family may hold several denoiser experts switched at a
+    boundary timestep (Wan 2.2 T2V-A14B): model.experts and model.low_noise_guidance_scale
+    apply; whether the loaded one does is checked when it loads."""
     gradient_checkpointing: bool = True
     """Whether model.gradient_checkpointing works (offered by the memory plan as a lever)."""
+    differentiable_decode: bool = False
+    """Whether the policy has `decode_pixels(latents)`: float images in [0, 1] that carry the
+    gradient back to the latents (the decoder's weights frozen). The reward-feedback algorithms
+    back-propagate a reward through it; the config refuses them on a family without one."""
     split_cfg: bool = True
     """Whether model.cfg_batch=split is read (else both CFG branches always run as one batch)."""
     export: str = "diffusers"
@@ -106,6 +114,14 @@ class FamilySpec:
     tiny_builder: str | None = None
     """"package.module:function" (seed -> object with `save_pretrained`) of a tiny random model
     with the family's architecture, built from configs for tests and offline smoke runs."""
+    source_images: int = 0
+    """How many source images a prompt may carry beside its text (data/source_images.py): 0 for
+    a text-to-image or text-to-video family; > 0 for an image-conditioned one (FLUX.1 Kontext:
+    1), whose policy is also a `SourceEncoder`. A manifest with more is refused before loading."""
+    tiny_variants: tuple[tuple[str, str], ...] = ()
+    """(hub id, "package.module:function") pairs: the tiny model of a checkpoint whose form
+    differs from `tiny_builder`'s (Wan 2.2's two experts, TI2V-5B's VAE), built from that hub
+    id's published configs shrunk; `build_tiny(seed, path)` picks it for `path`."""
     package: str | None = None
     """The family's folder, named as the importable package it is ("genalign.models.sd3"): beside
     the policy it holds `architectures/` (the published configs of the checkpoints the family
@@ -124,12 +140,16 @@ class FamilySpec:
                 raise ValueError(f"FamilySpec {self.name!r}: {field_name}={value!r}; choose one of {choices}")
         if self.export != "none" and not self.pipeline_class:
             raise ValueError(f"FamilySpec {self.name!r}: export={self.export!r} needs pipeline_class")
+        if self.source_images < 0:
+            raise ValueError(f"FamilySpec {self.name!r}: source_images must be >= 0")
         if self.size_multiple < 1 or (self.fixed_size is not None and self.fixed_size % self.size_multiple):
             raise ValueError(f"FamilySpec {self.name!r}: fixed_size must be a multiple of size_multiple >= 1")
 
     @property
     def pipeline_tag(self) -> str:
         """The Hub task of what the family generates: the exported model card's `pipeline_tag`."""
+        if self.source_images:
+            return "image-to-video" if self.media == "video" else "image-to-image"
         return "text-to-video" if self.media == "video" else "text-to-image"
 
     def policy_class(self) -> Any:
@@ -184,8 +204,12 @@ class FamilySpec:
             raise MissingCalibration(f"{path}: missing {', '.join(missing)} (a calibration holds {CALIBRATION_KEYS})")
         return body
 
-    def build_tiny(self, seed: int = 0) -> Any:
-        """The tiny random model (an object with `save_pretrained`); ValueError without a builder."""
+    def build_tiny(self, seed: int = 0, path: str | None = None) -> Any:
+        """The tiny random model (an object with `save_pretrained`) of the family, or of the form
+        hub id `path` has (`tiny_variants`); ValueError without a builder."""
+        variant = dict(self.tiny_variants).get(path or "")
+        if variant is not None:
+            return _import(variant)(seed)
         if self.tiny_builder is None:
             raise ValueError(f"model family {self.name!r} declares no tiny builder")
         return _import(self.tiny_builder)(seed)

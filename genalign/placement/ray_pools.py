@@ -169,3 +169,11 @@ def start_ray_for_run(cfg) -> bool:
     )
     init_ray(address, log_to_driver=True, **options)
     return True
+
+
+def stop_ray_for_run(started: bool) -> None:
+    """Shut Ray down when `start_ray_for_run` started it (a Ray the user started stays up)."""
+    if started:
+        import ray  # lazy: Ray loads only in runs that use it
+
+        ray.shutdown()

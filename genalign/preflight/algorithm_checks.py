@@ -108,4 +108,23 @@ def algorithm_problems(cfg: ExperimentConfig) -> list[str]:
         + kind_problems(cfg, algorithm, {name: algorithm, **others})
         + foreign_option_problems(cfg, algorithm, others)
         + algorithm.config_problems(cfg)
+        + overlap_problems(cfg, algorithm)
     )
+
+
+def overlap_problems(cfg: ExperimentConfig, algorithm: type) -> list[str]:
+    """rollout.overlap=one_step trains on samples one update old: the algorithm must train on
+    a rollout, and one trained on the rollout's log-probs needs them corrected. The PPO ratio
+    taken against a sampler one update old starts away from 1, and at Flow-GRPO's clip range
+    (1e-4 for SD3.5) nearly every sample would be clipped."""
+    if cfg.rollout.overlap == "off":
+        return []
+    if algorithm.data_source(cfg.algorithm) != "online":
+        return [f"rollout.overlap=one_step: algorithm.name={cfg.algorithm.name} trains on no rollout"]
+    if algorithm.needs_old_logprob and cfg.algorithm.rollout_correction.mode == "off":
+        return [
+            "rollout.overlap=one_step trains on samples one update old: set algorithm.rollout_correction.mode="
+            "truncate (TIS) or mask, which take the PPO ratio against the current weights and weight each "
+            "sample by how likely they make it (docs/algorithms.md §2.11)"
+        ]
+    return []

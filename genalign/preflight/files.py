@@ -22,10 +22,11 @@ from genalign.config.safe_yaml import safe_load_unique
 from genalign.config.schema import ExperimentConfig
 from genalign.data.preferences import read_image_prompts, read_preferences
 from genalign.data.prompts import ManifestError, load_manifest
+from genalign.data.source_images import sources_of
 from genalign.hub import HUB_ID, is_hub_id, is_hub_reference
 from genalign.models.registry import MODEL_FAMILIES
 from genalign.models.spec import spec_or_none
-from genalign.preflight.reward_contract import user_reward_problems
+from genalign.preflight.reward_contract import source_problems, user_reward_problems
 from genalign.preflight.stored_config import allow_lists, config_from_checkpoint
 from genalign.preflight.values import selected_reward_options
 from genalign.rewards.config import REWARD_PATH_OPTIONS
@@ -43,11 +44,18 @@ def file_problems(
     """Every problem with the files `cfg` names (empty when all are usable). Manifests are read
     in full (they are small; a bad row fails here rather than after the model has loaded)."""
     problems: list[str] = []
+    carries_sources: dict[str, bool] = {}  # manifest -> whether its rows name source images
     for name in manifests:
-        try:
-            load_manifest(getattr(cfg.data, name), f"data.{name}")
+        try:  # rows, and the source images an editing prompt names: files, images, the run's size
+            examples = load_manifest(
+                getattr(cfg.data, name), f"data.{name}", source_size=manifest_image_size(cfg, name)
+            )
         except ManifestError as exc:
             problems.append(str(exc) + (f"; {exc.hint}" if exc.hint else ""))
+        else:
+            problems += source_family_problems(cfg, name, examples)
+            carries_sources[name] = any(sources_of(example.metadata) for example in examples)
+    problems += source_problems(cfg, carries_sources)
     if cfg.data.preference_manifest is not None:
         try:  # every row, image file and image size, before the model loads
             read_preferences(cfg.data.preference_manifest, size=(cfg.rollout.height, cfg.rollout.width))
@@ -77,6 +85,30 @@ def file_problems(
     ):
         problems += resume_problems(cfg)
     return problems
+
+
+def manifest_image_size(cfg: ExperimentConfig, manifest: str) -> tuple[int, int]:
+    """(height, width) the source images of data.`manifest` must have: the rollout's, or for
+    data.eval_manifest the evaluation's (eval.height / eval.width, null = the rollout's)."""
+    height, width = cfg.rollout.height, cfg.rollout.width
+    if manifest == "eval_manifest":
+        height, width = cfg.eval.height or height, cfg.eval.width or width
+    return height, width
+
+
+def source_family_problems(cfg: ExperimentConfig, manifest: str, examples: list) -> list[str]:
+    """A manifest whose prompts carry more source images than model.family takes (a text-only
+    family takes none: its `FamilySpec.source_images`)."""
+    spec = spec_or_none(cfg.model.family, cfg.model.allow_import)
+    carried = max((len(sources_of(example.metadata)) for example in examples), default=0)
+    if spec is None or carried <= spec.source_images:
+        return []
+    takes = f"takes {spec.source_images}" if spec.source_images else "is text-conditioned only (no source images)"
+    first = next(example for example in examples if len(sources_of(example.metadata)) > spec.source_images)
+    return [
+        f"data.{manifest}: {first.source} carries {carried} source image(s) per prompt; "
+        f"model.family={cfg.model.family} {takes} (an editing family such as flux_kontext reads them)"
+    ]
 
 
 MAX_ROW_PROBLEMS = 5

@@ -46,7 +46,9 @@ def trainable_state_bytes(parameters: int, ema: bool, copies: int) -> dict[str, 
     if ema:
         out["EMA (fp32)"] = float(parameters * MASTER_BYTES)
     if copies:
-        out["algorithm copy (fp32: NFT's old policy, DPO's reference)"] = float(copies * parameters * MASTER_BYTES)
+        out["algorithm copy (fp32: NFT's old policy, AWM's anchor, DPO's reference)"] = float(
+            copies * parameters * MASTER_BYTES
+        )
     return out
 
 
@@ -100,6 +102,16 @@ def replay_activation_bytes(
     if checkpointing:
         return per_block * (layers * checkpointed_per_unit + per_unit)
     return per_block * layers * per_unit
+
+
+def chain_activation_bytes(forward_bytes: float, forwards: int, chain_checkpointed: bool, input_bytes: float) -> float:
+    """Autograd's hold over a chain of `forwards` denoiser forwards back-propagated together
+    (reward feedback: the last K sampling steps). Kept whole, every forward's activations
+    (`forward_bytes` each) live until the backward; checkpointed per step, only each step's
+    input (`input_bytes`: the rows' latents) is kept and one forward is recomputed at a time."""
+    if chain_checkpointed:
+        return forward_bytes + forwards * input_bytes
+    return forwards * forward_bytes
 
 
 def rollout_working_bytes(rows: int, tokens: int, hidden: int, dtype_bytes: int, per_unit: float) -> float:

@@ -293,7 +293,7 @@ def _host(cfg, t: Terms) -> tuple[Line, ...]:
     pixels = cfg.rollout.height * cfg.rollout.width * m.num_frames
     embedding_rows = run.prompts_per_step + (1 if run.uses_cfg else 0)  # SharedCondition: prompts + 1 negative
     text_tokens = arch.geometry.text_tokens(m.max_sequence_length)
-    return (
+    lines = (
         (
             "trajectories",
             trajectory_bytes(run.samples_per_step, cfg.rollout.num_steps, latent_elements(arch, cfg), pixels),
@@ -303,6 +303,9 @@ def _host(cfg, t: Terms) -> tuple[Line, ...]:
             prompt_embedding_bytes(embedding_rows, text_tokens, arch.text_width, DTYPE_BYTES[m.dtype]),
         ),
     )
+    if cfg.rollout.overlap == "one_step":  # the next step's rollout arrives while this one trains
+        return lines + tuple((f"{what} of the next step (rollout.overlap)", size) for what, size in lines)
+    return lines
 
 
 def _gpu_memory(cfg) -> tuple[float | None, str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from genalign.algorithms.registry import algorithm_class
 from genalign.models.architecture import TRANSFORMER, load_architecture, lora_parameters
+from genalign.models.experts import trained_components
 from genalign.models.spec import MissingCalibration, family_spec
 from genalign.preflight.memory_math import (
     DTYPE_BYTES,
@@ -22,6 +23,7 @@ from genalign.preflight.memory_math import (
     Line,
     adamw_temporary_bytes,
     autocast_cache_bytes,
+    chain_activation_bytes,
     kv_cache_bytes,
     replay_activation_bytes,
     replay_coefficient,
@@ -123,28 +125,33 @@ def _described(cfg):
 
 
 def _trained_parameters(cfg, arch) -> tuple[int, int]:
-    """(trained parameters, frozen transformer parameters): LoRA's adapters over the frozen
-    transformer, or a full fine-tune's whole transformer (float32 masters, none frozen)."""
-    transformer, m = arch.component(TRANSFORMER), cfg.model
+    """(trained parameters, frozen denoiser parameters): LoRA's adapters over the frozen
+    transformer, or a full fine-tune's whole transformer (float32 masters, none frozen). With
+    two experts (`arch.denoisers`) both are resident; `model.experts` says which train (an
+    adapter each, or its whole weights), the other is frozen."""
+    m = cfg.model
+    trained = trained_components(m.experts, arch.denoisers)
+    weights = {name: arch.component(name).parameters for name in arch.denoisers}
     if m.train_mode != "lora":
-        return transformer.parameters, 0
+        return sum(weights[name] for name in trained), sum(weights[n] for n in arch.denoisers if n not in trained)
     targets = m.lora.target_modules or family_spec_of(cfg).policy_class().lora_target_modules
-    return lora_parameters(arch.linear_shapes, targets, m.lora.rank), transformer.parameters
+    return len(trained) * lora_parameters(arch.linear_shapes, targets, m.lora.rank), sum(weights.values())
 
 
 def _frozen_lines(cfg, arch, base: int, shards: int) -> tuple[list[Line], float]:
     """(the frozen weights on the trainer's GPU, the parked text encoders' bytes)."""
     m, dtype_bytes = cfg.model, DTYPE_BYTES[cfg.model.dtype]
-    transformer, lines, encoders = arch.component(TRANSFORMER), [], 0.0
+    lines, encoders = [], 0.0
+    denoisers = [arch.component(name) for name in arch.denoisers]
     if base:  # a full fine-tune's transformer is all trained: float32 masters in the state lines
-        base_bytes = weight_bytes(base + transformer.buffer_elements, dtype_bytes)
+        base_bytes = weight_bytes(base + sum(d.buffer_elements for d in denoisers), dtype_bytes)
         if shards > 1:  # per-block fully_shard: the rank's shard plus one block gathered at a time
             base_bytes = shard(base_bytes, shards) + base_bytes / max(arch.num_layers, 1)
         lines.append(
             (f"transformer base weights ({m.dtype}{', FSDP2 shard + 1 block' if shards > 1 else ''})", base_bytes)
         )
     for c in arch.components:
-        if c.name == TRANSFORMER:
+        if c.name in arch.denoisers:
             continue
         at = 4 if c.name in FLOAT32_COMPONENTS else dtype_bytes  # the VAE / VQ decoder computes in float32
         size = weight_bytes(c.parameters + c.buffer_elements, at)
@@ -153,7 +160,8 @@ def _frozen_lines(cfg, arch, base: int, shards: int) -> tuple[list[Line], float]
         else:
             lines.append((f"{c.name} (frozen, {'float32' if at == 4 else m.dtype})", size))
     if m.train_mode == "full" and algorithm_class(cfg).reference_kind(cfg.algorithm) == "frozen":
-        lines.append((f"reference transformer copy ({m.dtype})", weight_bytes(transformer.parameters, dtype_bytes)))
+        copy = sum(d.parameters for d in denoisers)  # the whole denoiser, both experts
+        lines.append((f"reference transformer copy ({m.dtype})", weight_bytes(copy, dtype_bytes)))
     return lines, encoders
 
 
@@ -180,11 +188,17 @@ def _activation_line(cfg, arch, calibration: dict, run) -> Line:
         calibration["replay_checkpointed"],
         m.gradient_checkpointing,
     )
+    forwards, chain_checkpointed = algorithm_class(cfg).backprop_forwards(cfg.algorithm, cfg.rollout.num_steps)
+    chain = ""
+    if forwards > 1:  # reward feedback: the backward runs through `forwards` sampling steps at once
+        latents = float(rows * latent_elements(arch, cfg) * 4)  # float32 latents kept per step
+        activations = chain_activation_bytes(activations, forwards, chain_checkpointed, latents)
+        chain = f" x {forwards} chained steps{' (each step checkpointed)' if chain_checkpointed else ''}"
     if run.needs_reference:
         activations += rollout_working_bytes(rows, tokens, arch.hidden_size, dtype_bytes, calibration["rollout_peak"])
     return (
         f"replay activations ({rows} rows x {tokens} tokens, {mode}"
-        f"{', checkpointed' if m.gradient_checkpointing else ''}"
+        f"{', checkpointed' if m.gradient_checkpointing else ''}{chain}"
         f"{' + the reference forward' if run.needs_reference else ''})",
         activations,
     )
@@ -241,6 +255,7 @@ def _micro_line(cfg, arch, run) -> Line:
 def _tokens(cfg, arch) -> int:
     m = cfg.model
     image_tokens = arch.geometry.image_tokens(cfg.rollout.height, cfg.rollout.width, m.num_frames)
+    image_tokens *= 1 + arch.geometry.source_images  # an editing family's source tokens ride beside the target's
     return tokens_per_row(
         image_tokens, arch.geometry.text_tokens(m.max_sequence_length), arch.geometry.text_in_sequence
     )

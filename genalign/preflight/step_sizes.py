@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from genalign.algorithms.registry import algorithm_class
+from genalign.algorithms.registry import ALGORITHMS, algorithm_class
 from genalign.config.errors import ConfigError
+from genalign.config.registry import import_problem, is_dotted_path
 from genalign.config.schema import ExperimentConfig
 from genalign.preflight.values import family_kind
 
@@ -39,7 +40,8 @@ class StepSizes:
     """Trained denoising steps per trajectory: int(rollout.num_steps * algorithm.timestep_fraction),
     at most the stochastic steps (the SDE window's size; the final step excluded when it is an
     ODE step or with timestep_selection=random). A token family trains one position per
-    trajectory, the whole image-token sequence (`TokenTrajectoryBatch`)."""
+    trajectory, the whole image-token sequence (`TokenTrajectoryBatch`); an algorithm may
+    declare its own count (`train_positions`: AWM's algorithm.awm.train_timesteps)."""
     uses_cfg: bool
     """rollout.guidance_scale > 1: rollout and replay run both CFG branches."""
     needs_reference: bool
@@ -69,7 +71,7 @@ class StepSizes:
             problems.append(
                 f"actor.gradient_accumulation_steps must be positive, got {actor.gradient_accumulation_steps}"
             )
-        if num_train_timesteps < 1:
+        if num_train_timesteps < 1 and counts_positions_by_fraction(cfg):
             problems.append(num_train_timesteps_problem(rollout.num_steps, cfg.algorithm.timestep_fraction))
         if problems:
             raise ConfigError(problems)
@@ -84,7 +86,7 @@ class StepSizes:
             optimizer_steps_per_step=(
                 micro_batches_per_step * actor.num_inner_epochs // actor.gradient_accumulation_steps
             ),
-            num_train_timesteps=1 if tokens else min(num_train_timesteps, _trainable_steps(cfg)),
+            num_train_timesteps=_train_positions(cfg, tokens, num_train_timesteps),
             uses_cfg=rollout.guidance_scale > 1.0,
             needs_reference=algorithm_class(cfg).reference_kind(cfg.algorithm) != "none",
         )
@@ -115,6 +117,26 @@ def per_rank_accumulation(gradient_accumulation_steps: int, world_size: int) -> 
             ]
         )
     return gradient_accumulation_steps // world_size
+
+
+def counts_positions_by_fraction(cfg: ExperimentConfig) -> bool:
+    """algorithm.timestep_fraction decides the trained positions: the algorithm declares no
+    count of its own (`train_positions`), or its name does not resolve (its own problem)."""
+    name, allowed = cfg.algorithm.name, cfg.algorithm.allow_import
+    if ALGORITHMS.check(name, allowed) is not None:
+        return True
+    if is_dotted_path(name) and name not in ALGORITHMS and import_problem("algorithm.name", name):
+        return True
+    return algorithm_class(cfg).train_positions(cfg.algorithm) is None
+
+
+def _train_positions(cfg: ExperimentConfig, tokens: bool, from_fraction: int) -> int:
+    """Positions per trajectory: the algorithm's own count (`train_positions`, DGPO's σ's), one
+    for a token family, else the stored steps the fraction selects, at most the trainable ones."""
+    declared = algorithm_class(cfg).train_positions(cfg.algorithm)
+    if declared is not None:
+        return int(declared)
+    return 1 if tokens else min(from_fraction, _trainable_steps(cfg))
 
 
 def _trainable_steps(cfg: ExperimentConfig) -> int:

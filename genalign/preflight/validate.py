@@ -21,7 +21,7 @@ from genalign.placement.ray_pools import resource_problems
 from genalign.preflight.algorithm_checks import algorithm_problems
 from genalign.preflight.hub_checks import hub_problems
 from genalign.preflight.reward_contract import registered_reward_problems
-from genalign.preflight.step_sizes import num_train_timesteps_problem
+from genalign.preflight.step_sizes import counts_positions_by_fraction, num_train_timesteps_problem
 from genalign.preflight.values import int64_problems, non_finite_problems, reward_package_problems
 from genalign.rewards.options import reward_option_problems
 from genalign.rewards.registry import REWARDS
@@ -99,6 +99,7 @@ def cross_block_problems(cfg: ExperimentConfig) -> list[str]:
             "rollout.engine=ray use reward.async_scoring=false"
         )
     problems += algorithm_problems(cfg)  # the name, its kind, its options and its own checks
+    problems += overlap_placement_problems(cfg)
     rollout_workers = cfg.distributed.resources.rollout.num_workers
     if cfg.rollout.engine == "ray" and cfg.rollout.num_workers != rollout_workers:
         problems.append(
@@ -107,7 +108,11 @@ def cross_block_problems(cfg: ExperimentConfig) -> list[str]:
         )
     if not _step_sizes_positive(cfg):
         return problems  # the checks below divide by them; their own block reports each one
-    if 0 < cfg.algorithm.timestep_fraction <= 1 and int(cfg.rollout.num_steps * cfg.algorithm.timestep_fraction) < 1:
+    if (
+        counts_positions_by_fraction(cfg)
+        and 0 < cfg.algorithm.timestep_fraction <= 1
+        and int(cfg.rollout.num_steps * cfg.algorithm.timestep_fraction) < 1
+    ):
         problems.append(num_train_timesteps_problem(cfg.rollout.num_steps, cfg.algorithm.timestep_fraction))
     problems += _batch_geometry_problems(cfg)
     if cfg.rollout.kernel.startswith("cps") and _trains_final_step(cfg):
@@ -115,6 +120,25 @@ def cross_block_problems(cfg: ExperimentConfig) -> list[str]:
             f"rollout.kernel={cfg.rollout.kernel}: the final step (σ_next = 0) of CPS is deterministic "
             "and has no log-prob to train; keep it out of training (algorithm.timestep_fraction < 1, or "
             "an rollout.sde_window that ends before the final step)"
+        )
+    return problems
+
+
+def overlap_placement_problems(cfg: ExperimentConfig) -> list[str]:
+    """rollout.overlap=one_step needs rollout workers that sample while the trainer trains
+    (what the algorithm needs of it: `algorithm_checks.overlap_problems`)."""
+    if cfg.rollout.overlap == "off":
+        return []
+    problems = []
+    if cfg.rollout.engine != "ray":
+        problems.append(
+            "rollout.overlap=one_step runs the next step's rollout on Ray workers while the trainer "
+            f"updates; rollout.engine={cfg.rollout.engine} samples in the trainer's process: use rollout.engine=ray"
+        )
+    if cfg.distributed.colocated:
+        problems.append(
+            "rollout.overlap=one_step needs rollout workers on their own devices; distributed.colocated=true "
+            "shares the trainer's, so the two cannot run at once"
         )
     return problems
 

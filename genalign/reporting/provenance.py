@@ -1,9 +1,10 @@
 """Provenance: what produced a run — command line, package versions, git commit, machine.
 
-Where it fits: `Trainer.train` (rank 0) calls `record_launch` once per launch, before the
-first step, so `provenance.json` in the run directory says how every launch of the run was
-started (a resumed run appends a launch; a fresh or overwritten run starts the list). The
-report reads it; a run directory without it (older runs) simply has no provenance section.
+Where it fits: `Trainer.train` (rank 0) calls `record_start` (config.yaml, then
+`record_launch`) once per launch, before the first step, so `provenance.json` in the run
+directory says how every launch of the run was started (a resumed run appends a launch; a
+fresh or overwritten run starts the list). The report reads it; a run directory without it (older
+runs) simply has no provenance section.
 """
 
 from __future__ import annotations
@@ -117,6 +118,14 @@ def read_provenance(run_dir: Path) -> dict | None:
         raise ProvenanceError(f"{path} has no 'launches' list; delete it or restore it")
     data["launches"] = [launch for launch in data["launches"] if isinstance(launch, dict)]  # not a launch: not ours
     return data
+
+
+def record_start(run_dir: Path, start_step: int, config_yaml: str) -> None:
+    """A launch's files in the run directory: the resolved config as `config.yaml` (what the
+    run trains with, rewritten on resume) and the launch appended to `provenance.json`."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    write_text_atomically(Path(run_dir) / "config.yaml", config_yaml)
+    record_launch(run_dir, start_step)
 
 
 def record_launch(run_dir: Path, start_step: int, argv: list[str] | None = None) -> Path:

@@ -28,7 +28,6 @@ from genalign.models.config import ComputeDtype
 from genalign.rewards.clip_encoder import ClipEncoder
 from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
-from genalign.rewards.pretrained import resolve_dtype
 
 HIDDEN_SIZES = (1024, 128, 64, 16)
 
@@ -96,6 +95,7 @@ def load_aesthetic_head(path: str) -> AestheticMLP:
 
 class AestheticReward:
     name = "aesthetic"
+    differentiable = True
 
     def __init__(self, device: str = "cpu", **kwargs: Any):
         self.options = parse_options(self.name, AestheticOptions, kwargs)
@@ -107,19 +107,16 @@ class AestheticReward:
             )
         self.device = device
         self.head = load_aesthetic_head(opts.head_path).to(device)
-        self.encoder = ClipEncoder(
-            opts.model_name,
-            opts.processor_name or opts.model_name,
-            device,
-            resolve_dtype(self.name, opts.dtype),
-            reward=self.name,
-            text=False,
-        )
+        self.encoder = ClipEncoder.from_options(opts, device, self.name, text=False)
 
     @torch.no_grad()
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
         embeds = self.encoder.image_embeds(images)  # [B, D] float32, unit norm
         return self.head(embeds).float().cpu()  # [B]
+
+    def score_pixels(self, pixels: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
+        """`score` on float pixels in [0, 1], differentiable in them (AlignProp's aesthetic loss)."""
+        return self.head(self.encoder.pixel_embeds(pixels)).float()  # [B]
 
     def offload(self) -> None:
         self.encoder.offload()

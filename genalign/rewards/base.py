@@ -4,7 +4,8 @@ Where it fits: the reward runtimes (`composite.py`, `ray_runtime.py`, the reward
 a scorer as `cls(device=..., **reward.kwargs.<name>)` and call `score` on decoded rollout
 images (uint8 [B, 3, H, W], identical at train and eval time; video [B, F, 3, H, W] is scored
 per frame by `rewards/video.py` unless the scorer sets `video_native`) with the prompts and
-metadata; the composite weights the components. Only `score` is required: every other member
+metadata (an editing prompt's source images ride in its metadata: `source_images`); the
+composite weights the components. Only `score` is required: every other member
 is optional, and genalign reads it through the functions below, which supply the default a
 scorer leaves out (so a plain class with a `score` method is a complete scorer). The config
 checks (`preflight/reward_contract.py`) hold a scorer to this before anything loads. A reward
@@ -17,6 +18,8 @@ import inspect
 from typing import Any, ClassVar, Protocol
 
 import torch
+
+from genalign.data.source_images import load_sources
 
 
 class RewardError(RuntimeError):
@@ -38,11 +41,28 @@ class RewardFunction(Protocol):
     min_frames: ClassVar[int] = 1
     """Optional: frames per sample the scorer needs (a frame-difference reward: 2); `genalign
     config` refuses a run whose `model.num_frames` is fewer, before anything loads."""
+    needs_source: ClassVar[bool] = False
+    """Optional: True when the scorer compares each result with the source image(s) its prompt
+    edits (an editing reward); they reach `score` in `metadata` (read them with
+    `source_images(metadata)`), and `genalign config` refuses a run whose manifests carry
+    none. False (default): sources, when present, are there to read but not required."""
+    differentiable: ClassVar[bool] = False
+    """Optional: True when the scorer also has `score_pixels`, scores that carry gradients to
+    the image. An algorithm that back-propagates through the reward (reward feedback: ReFL,
+    DRaFT, AlignProp) accepts only such scorers; `genalign config` refuses any other before
+    anything loads."""
 
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
         """Required. uint8 images [B, 3, H, W] (video [B, F, 3, H, W] when `video_native`), the
         prompts and one metadata dict per sample (a .jsonl manifest's other fields) -> finite
         float32 scores [B] (on any device; the runtime moves them to the CPU)."""
+        ...
+
+    def score_pixels(self, pixels: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
+        """Required when `differentiable`: float pixels [B, 3, H, W] in [0, 1] (the decoder's
+        output, not rounded to uint8) that may carry autograd history -> scores [B] on the
+        pixels' device, differentiable in them. Its preprocessing stays in torch (no PIL round
+        trip), and it scores what `score` scores up to uint8 rounding and resampling."""
         ...
 
     def offload(self) -> None:
@@ -80,6 +100,23 @@ def min_frames(scorer: Any) -> int:
     return int(getattr(scorer, "min_frames", RewardFunction.min_frames))
 
 
+def wants_source(scorer: Any) -> bool:
+    """Whether `scorer` (an instance or its class) needs its prompts' source images."""
+    return bool(getattr(scorer, "needs_source", RewardFunction.needs_source))
+
+
+def source_images(metadata: list[dict[str, Any]]) -> torch.Tensor | None:
+    """The source images the samples' prompts edit, uint8 [B, S, 3, H, W], read from the paths
+    the manifest resolved into each sample's metadata (data/source_images.py); None when the
+    prompts carry none (text-to-image)."""
+    return load_sources(metadata)
+
+
+def is_differentiable(scorer: Any) -> bool:
+    """Whether `scorer` (an instance or its class) gives image gradients through `score_pixels`."""
+    return bool(getattr(scorer, "differentiable", RewardFunction.differentiable))
+
+
 def contract_problems(cls: Any, where: str) -> list[str]:
     """Why the class `cls` (named `where`, e.g. "reward.components.my_pkg:MyReward") is not a
     scorer genalign can build and call, one line each; [] when it is. Read from the class
@@ -109,8 +146,20 @@ def contract_problems(cls: Any, where: str) -> list[str]:
             problems.append(
                 f"{where}: {cls.__name__}.{name} must be a method taking no arguments (or be left out: it is optional)"
             )
+    if not isinstance(getattr(cls, "needs_source", False), bool):
+        problems.append(f"{where}: {cls.__name__}.needs_source must be True or False")
     if not isinstance(getattr(cls, "video_native", False), bool):
         problems.append(f"{where}: {cls.__name__}.video_native must be True or False")
+    differentiable = getattr(cls, "differentiable", False)
+    if not isinstance(differentiable, bool):
+        problems.append(f"{where}: {cls.__name__}.differentiable must be True or False")
+    elif differentiable and not (
+        callable(score_pixels := getattr(cls, "score_pixels", None)) and _accepts(score_pixels, 4)
+    ):
+        problems.append(
+            f"{where}: {cls.__name__} declares differentiable=True but has no score_pixels(pixels, prompts, "
+            "metadata) method (float pixels in [0, 1] with grad -> scores [B])"
+        )
     frames = getattr(cls, "min_frames", 1)
     if not isinstance(frames, int) or isinstance(frames, bool) or frames < 1:
         problems.append(f"{where}: {cls.__name__}.min_frames must be an int >= 1, got {frames!r}")

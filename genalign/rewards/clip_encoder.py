@@ -9,10 +9,12 @@ moves (offload/onload).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from genalign.rewards.image_transform import ImageTransform
-from genalign.rewards.pretrained import load_pretrained
+from genalign.rewards.pretrained import load_pretrained, resolve_dtype
 
 
 class ClipEncoder:
@@ -67,11 +69,32 @@ class ClipEncoder:
             )
             self.max_text_tokens = self.model.config.text_config.max_position_embeddings
 
+    @classmethod
+    def from_options(cls, options: Any, device: str, reward: str, text: bool = True) -> "ClipEncoder":
+        """The encoder a CLIP scorer's options name (`model_name`, `processor_name` or the model's
+        own, `dtype`), its errors naming `reward.kwargs.<reward>`."""
+        return cls(
+            options.model_name,
+            options.processor_name or options.model_name,
+            device,
+            resolve_dtype(reward, options.dtype),
+            reward=reward,
+            text=text,
+        )
+
     @torch.no_grad()
     def image_embeds(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 [B, 3, H, W] -> float32 [B, D], L2-normalised projected image embeddings."""
-        pixels = self.transform(images.to(self.device)).to(self.dtype)  # [B, 3, h, w]
-        embeds = _as_tensor(self.model.get_image_features(pixel_values=pixels))  # [B, D]
+        return self._embed(self.transform(images.to(self.device)))
+
+    def pixel_embeds(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Float pixels [B, 3, H, W] in [0, 1] -> float32 [B, D] as `image_embeds`, differentiable
+        in the pixels (`ImageTransform.differentiable`; the CLIP weights stay frozen)."""
+        return self._embed(self.transform.differentiable(pixels.to(self.device)))
+
+    def _embed(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """Normalised model inputs [B, 3, h, w] -> L2-normalised projected embeddings [B, D]."""
+        embeds = _as_tensor(self.model.get_image_features(pixel_values=pixel_values.to(self.dtype)))  # [B, D]
         return torch.nn.functional.normalize(embeds.float(), dim=-1)
 
     @torch.no_grad()

@@ -18,7 +18,6 @@ from genalign.models.config import ComputeDtype
 from genalign.rewards.clip_encoder import ClipEncoder
 from genalign.rewards.model_sizes import DeviceModel
 from genalign.rewards.options import parse_options
-from genalign.rewards.pretrained import resolve_dtype
 
 CLIP_LOGIT_SCALE = 100.0
 FLOW_GRPO_DIVISOR = 30.0
@@ -45,22 +44,21 @@ def clip_score(image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.T
 
 class ClipScoreReward:
     name = "clip_score"
+    differentiable = True
 
     def __init__(self, device: str = "cpu", **kwargs: Any):
         self.options = parse_options(self.name, ClipScoreOptions, kwargs)
         self.device = device
         opts = self.options
-        self.encoder = ClipEncoder(
-            opts.model_name,
-            opts.processor_name or opts.model_name,
-            device,
-            resolve_dtype(self.name, opts.dtype),
-            reward=self.name,
-        )
+        self.encoder = ClipEncoder.from_options(opts, device, self.name)
 
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
         scores = clip_score(self.encoder.image_embeds(images), self.encoder.text_embeds(prompts))  # [B]
         return scores.float().cpu()
+
+    def score_pixels(self, pixels: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
+        """`score` on float pixels in [0, 1], differentiable in them (reward feedback)."""
+        return clip_score(self.encoder.pixel_embeds(pixels), self.encoder.text_embeds(prompts))  # [B]
 
     def offload(self) -> None:
         self.encoder.offload()

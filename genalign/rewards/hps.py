@@ -131,6 +131,7 @@ class HPSOptions:
 
 class HPSv2Reward:
     name = "hpsv2"
+    differentiable = True
 
     def __init__(self, device: str = "cpu", **kwargs: Any):
         from transformers import CLIPConfig, CLIPModel
@@ -171,6 +172,11 @@ class HPSv2Reward:
         image_embeds = self.encoder.image_embeds(images)  # [B, D], unit norm
         text_embeds = self.encoder.text_embeds(prompts)  # [B, D], unit norm
         return (image_embeds * text_embeds).sum(-1).float().cpu()  # [B] cosine
+
+    def score_pixels(self, pixels: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
+        """`score` on float pixels in [0, 1], differentiable in them (AlignProp's HPS loss is 1 − this)."""
+        image_embeds = self.encoder.pixel_embeds(pixels)  # [B, D], unit norm
+        return (image_embeds * self.encoder.text_embeds(prompts)).sum(-1)  # [B] cosine
 
     def offload(self) -> None:
         self.encoder.offload()

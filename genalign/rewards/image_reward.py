@@ -149,6 +149,7 @@ class ImageRewardOptions:
 
 class ImageRewardReward:
     name = "image_reward"
+    differentiable = True
 
     def __init__(self, device: str = "cpu", **kwargs: Any):
         from transformers import AutoTokenizer, BlipVisionModel
@@ -188,8 +189,16 @@ class ImageRewardReward:
 
     @torch.no_grad()
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
-        pixels = self.transform(images.to(self.device)).to(self.dtype)  # [B, 3, 224, 224]
-        image_tokens = self.vision(pixel_values=pixels).last_hidden_state  # [B, 1 + N, Dv]
+        return self._score(self.transform(images.to(self.device)), prompts).cpu()
+
+    def score_pixels(self, pixels: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
+        """`score` on float pixels in [0, 1], differentiable in them: ReFL's `score_gard` (its
+        Resize(224, BICUBIC) on the decoder's float output, CenterCrop, CLIP normalisation)."""
+        return self._score(self.transform.differentiable(pixels.to(self.device)), prompts)
+
+    def _score(self, pixel_values: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        """Normalised model inputs [B, 3, 224, 224] -> standardised scores [B] float32 (grad follows the caller)."""
+        image_tokens = self.vision(pixel_values=pixel_values.to(self.dtype)).last_hidden_state  # [B, 1 + N, Dv]
         tokens = self.tokenizer(
             prompts, padding="max_length", truncation=True, max_length=MAX_TEXT_TOKENS, return_tensors="pt"
         ).to(self.device)
@@ -201,7 +210,7 @@ class ImageRewardReward:
             encoder_attention_mask=image_mask,
         ).last_hidden_state
         raw = self.head(hidden[:, 0].float())  # [B]
-        return ((raw - MEAN) / STD).float().cpu()
+        return ((raw - MEAN) / STD).float()
 
     def offload(self) -> None:
         for module in (self.vision, self.text, self.head):

@@ -134,6 +134,28 @@ class ImageTransform:
             pixels = images.float() / 255.0  # torchvision's ToTensor, then its tensor resize
             if tuple(pixels.shape[-2:]) != out_hw:
                 pixels = F.interpolate(pixels, size=out_hw, mode=self.mode, align_corners=False, antialias=True)
+        return self._crop_pad_normalise(pixels)
+
+    def differentiable(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Float pixels [B, 3, H, W] in [0, 1] (carrying grad) -> [B, 3, h, w] normalised, every
+        operation differentiable: the reward-feedback algorithms back-propagate through it.
+
+        The same geometry, filter and normalisation as `__call__`, resized by torch's antialiased
+        `interpolate` (its bicubic is Pillow's a = −0.5 kernel with the same support scaling)
+        without the uint8 rounding and clamping Pillow applies after each pass: on a "pil"
+        transform the two differ by those roundings (≤ 1/255 before normalising, plus Pillow's
+        clamp of over- and undershoot at hard edges), on a "tensor" transform only by the uint8
+        input. This is how the reward-feedback references preprocess (ImageReward's ReFL and
+        AlignProp resize the decoder's float output with torchvision's tensor `Resize`)."""
+        if not pixels.is_floating_point() or pixels.ndim != 4 or pixels.shape[1] != 3:
+            raise ValueError(f"expected float pixels [B, 3, H, W] in [0, 1], got {pixels.dtype} {tuple(pixels.shape)}")
+        out_hw = self.output_hw(*pixels.shape[-2:])
+        if tuple(pixels.shape[-2:]) != out_hw:
+            pixels = F.interpolate(pixels, size=out_hw, mode=self.mode, align_corners=False, antialias=True)
+        return self._crop_pad_normalise(pixels)
+
+    def _crop_pad_normalise(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Resized pixels [B, 3, H', W'] in [0, 1] -> cropped or padded, normalised [B, 3, h, w]."""
         if self.crop_hw is not None:
             pixels = center_crop(pixels, self.crop_hw, self.crop_rounding)  # [B, 3, h, w]
         if self.longest_edge is not None:

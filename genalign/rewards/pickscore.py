@@ -46,6 +46,7 @@ def pickscore(image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale
 
 class PickScoreReward:
     name = "pickscore"
+    differentiable = True
 
     def __init__(self, device: str = "cpu", **kwargs: Any):
         self.options = parse_options(self.name, PickScoreOptions, kwargs)
@@ -59,6 +60,11 @@ class PickScoreReward:
         image_embeds = self.encoder.image_embeds(images)  # [B, D]
         text_embeds = self.encoder.text_embeds(prompts)  # [B, D]
         return pickscore(image_embeds, text_embeds, self.encoder.model.logit_scale.detach()).float().cpu()
+
+    def score_pixels(self, pixels: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
+        """`score` on float pixels in [0, 1], differentiable in them (reward feedback)."""
+        image_embeds = self.encoder.pixel_embeds(pixels)  # [B, D]
+        return pickscore(image_embeds, self.encoder.text_embeds(prompts), self.encoder.model.logit_scale.detach())
 
     def offload(self) -> None:
         self.encoder.offload()

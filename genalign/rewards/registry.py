@@ -27,6 +27,7 @@ REWARDS.register("hpsv21", "genalign.rewards.hps:HPSv21Reward")
 REWARDS.register("image_reward", "genalign.rewards.image_reward:ImageRewardReward")
 REWARDS.register("geneval", "genalign.rewards.geneval:GenEvalReward")
 REWARDS.register("geneval_accuracy", "genalign.rewards.geneval:GenEvalAccuracyReward")
+REWARDS.register("image_similarity", "genalign.rewards.image_similarity:ImageSimilarityReward")
 
 REWARD_OPTIONS = {
     "ocr": "genalign.rewards.ocr:OCROptions",
@@ -51,6 +52,7 @@ REWARD_OPTIONS = {
     "image_reward": "genalign.rewards.image_reward:ImageRewardOptions",
     "geneval": "genalign.rewards.geneval:GenEvalOptions",
     "geneval_accuracy": "genalign.rewards.geneval:GenEvalOptions",
+    "image_similarity": "genalign.rewards.image_similarity:ImageSimilarityOptions",
 }
 """Registered reward -> "module:OptionsClass" (the dataclass its constructor passes to
 `parse_options`); a dotted-path reward's options are its own business."""

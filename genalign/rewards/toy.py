@@ -98,6 +98,7 @@ class ToyShapeReward:
 
     name = "toy_shape"
     classifier_name = "toy_shape"
+    differentiable = True
 
     def __init__(self, device: str = "cpu", **kwargs: Any):
         self.options = parse_options(self.name, ToyShapeOptions, kwargs)
@@ -114,6 +115,24 @@ class ToyShapeReward:
         if self.options.score == "accuracy":
             return (probabilities.argmax(dim=-1) == shapes).float()  # [B]
         return probabilities.gather(1, shapes[:, None]).squeeze(1)  # [B]
+
+    def score_pixels(self, pixels: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
+        """P(prompted shape) of float pixels [B, 3, 32, 32] in [0, 1], differentiable in them
+        (the classifier sees 2·p − 1, what `to_unit_range` makes of uint8). "accuracy" (an
+        argmax) has no gradient: it is refused here rather than trained on as zeros."""
+        if self.options.score != "probability":
+            raise ValueError(
+                f"reward.kwargs.{self.name}.score={self.options.score!r} has no gradient; reward feedback "
+                "needs score=probability"
+            )
+        if pixels.ndim != 4 or tuple(pixels.shape[1:]) != (3, IMAGE_SIZE, IMAGE_SIZE):
+            raise ValueError(
+                f"reward {self.name!r} scores [B, 3, {IMAGE_SIZE}, {IMAGE_SIZE}] pixels, got {tuple(pixels.shape)}"
+            )
+        shapes, _ = prompt_labels(prompts, self.name)  # [B]
+        device = self.classifier.head.weight.device
+        logits = self.classifier(pixels.to(device, self.classifier.head.weight.dtype) * 2 - 1)  # [B, C]
+        return logits.softmax(dim=-1).gather(1, shapes.to(device)[:, None]).squeeze(1)  # [B]
 
     def offload(self) -> None:
         self.classifier.to("cpu")

@@ -5,7 +5,9 @@ Where it fits: a reward scored by the reward runtime like any other, whose model
 elsewhere — vLLM (`vllm serve CodeGoat24/UnifiedReward-qwen-7b`) or SGLang
 (`python -m sglang.launch_server`) expose `POST {base_url}/chat/completions`. For every
 sample the scorer sends one chat request: a user message with the image as a base64 PNG data
-URL and the scoring template filled with the prompt, at temperature 0; it reads the first
+URL and the scoring template filled with the prompt, at temperature 0 (for an editing prompt,
+whose metadata carries its source images, the sources come first and the question is
+`edit_template`, so the judge sees source -> result); it reads the first
 number the reply's `score_pattern` captures and divides it by `score_scale`.
 
 Defaults follow Flow-GRPO's `unifiedreward_score_sglang` (flow_grpo/rewards.py): its
@@ -35,7 +37,7 @@ from typing import Any
 
 import torch
 
-from genalign.rewards.base import RewardError
+from genalign.rewards.base import RewardError, source_images
 from genalign.rewards.options import parse_options
 from genalign.rewards.wire import require_aiohttp
 
@@ -49,6 +51,18 @@ UNIFIED_REWARD_TEMPLATE = (
 )
 """Flow-GRPO's UnifiedReward question; `{prompt}` is replaced by the sample's prompt."""
 
+EDIT_TEMPLATE = (
+    "You are given a source image, an editing instruction and the image an editing model made from "
+    "them (the last image). Evaluate the edited image on two criteria:\n1. Instruction following: "
+    "is the requested change made, completely and only where the instruction asks?\n2. Consistency "
+    "and quality: is everything the instruction does not mention kept as in the source image, and is "
+    "the result free of artefacts?\nBased on the above criteria, assign a score from 1 to 5 after "
+    "'Final Score:'.\nEditing instruction: [{prompt}]"
+)
+"""The question for a prompt that edits source images (its metadata carries them): the source
+image(s) come first in the message, the edited result last, then this text; the same 1-5
+'Final Score:' answer as the UnifiedReward template, so `score_pattern` reads both."""
+
 RETRY_BACKOFF_S = 0.5
 """First wait before a retry; doubles with each further retry."""
 
@@ -61,6 +75,9 @@ class VlmJudgeOptions:
     """The served model name the endpoint expects (vLLM: --served-model-name)."""
     template: str = UNIFIED_REWARD_TEMPLATE
     """The question sent with each image; must contain "{prompt}"."""
+    edit_template: str = EDIT_TEMPLATE
+    """The question for an editing prompt, sent after its source image(s) and the result; must
+    contain "{prompt}" (the instruction)."""
     score_pattern: str = r"Final Score:\s*([1-5](?:\.\d+)?)"
     """Regular expression whose first group is the score in the judge's reply."""
     score_scale: float = 5.0
@@ -84,8 +101,9 @@ class VlmJudgeOptions:
 
     def __post_init__(self) -> None:
         problems = []
-        if "{prompt}" not in self.template:
-            problems.append("template must contain {prompt}")
+        for name in ("template", "edit_template"):
+            if "{prompt}" not in getattr(self, name):
+                problems.append(f"{name} must contain {{prompt}}")
         try:
             if re.compile(self.score_pattern).groups < 1:
                 problems.append("score_pattern needs a capture group around the number")
@@ -143,10 +161,17 @@ class VlmJudgeReward:
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
 
     def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
-        urls = [image_data_url(image, self.options.image_size) for image in images.cpu()]
+        """Each result alone with `template`, or, for a prompt that edits source images, its
+        sources then the result with `edit_template`."""
+        size = self.options.image_size
+        sources = source_images(metadata)  # [B, S, 3, H, W] uint8, or None for text-to-image prompts
+        urls = []
+        for index, image in enumerate(images.cpu()):
+            shown = [] if sources is None else list(sources[index])
+            urls.append([image_data_url(picture, size) for picture in [*shown, image]])
         return torch.tensor(asyncio.run(self._score_all(urls, prompts)), dtype=torch.float32)
 
-    async def _score_all(self, urls: list[str], prompts: list[str]) -> list[float]:
+    async def _score_all(self, urls: list[list[str]], prompts: list[str]) -> list[float]:
         import aiohttp
 
         limit = asyncio.Semaphore(self.options.concurrency)
@@ -162,18 +187,19 @@ class VlmJudgeReward:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
 
-    def request_body(self, url: str, prompt: str) -> dict[str, Any]:
+    def request_body(self, urls: list[str], prompt: str) -> dict[str, Any]:
+        """One chat request: the images (an edit's sources first, the result last) and the
+        question; several images mean an edit, so the question is `edit_template`."""
         opts = self.options
+        template = opts.edit_template if len(urls) > 1 else opts.template
+        images = [{"type": "image_url", "image_url": {"url": url}} for url in urls]
         body = {
             "model": opts.model,
             "temperature": opts.temperature,
             "messages": [
                 {
                     "role": "user",
-                    "content": [
-                        {"type": "image_url", "image_url": {"url": url}},
-                        {"type": "text", "text": opts.template.replace("{prompt}", prompt)},
-                    ],
+                    "content": [*images, {"type": "text", "text": template.replace("{prompt}", prompt)}],
                 }
             ],
         }
@@ -181,7 +207,7 @@ class VlmJudgeReward:
             body["max_tokens"] = opts.max_tokens
         return body
 
-    async def _score_one(self, session, limit: asyncio.Semaphore, index: int, url: str, prompt: str) -> float:
+    async def _score_one(self, session, limit: asyncio.Semaphore, index: int, url: list[str], prompt: str) -> float:
         opts = self.options
         where = f"vlm_judge at {self.url}, sample {index} (prompt {prompt!r})"
         last = ""

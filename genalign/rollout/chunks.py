@@ -8,24 +8,53 @@ Where it fits: step 2 of the loop. `collector.py` (flow families) and `token_col
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
 import torch
 
 from genalign.data.sampler import PromptGroupBatch
-from genalign.models.base import Condition, FlowPolicy, SharedCondition, TokenPolicy, encoding_prompts
+from genalign.data.source_images import SOURCE_KEY, load_sources, sources_of
+from genalign.models.base import (
+    Condition,
+    FlowPolicy,
+    SharedCondition,
+    SourceEncoder,
+    TokenPolicy,
+    encoding_prompts,
+)
 
 if TYPE_CHECKING:  # the spec's module imports this one
     from genalign.rollout.collector import SamplingSpec
 
 
-def encode_distinct(policy: FlowPolicy | TokenPolicy, prompts: list[str], with_negative: bool):
-    """(each distinct prompt encoded once [U, ...], the row of each prompt [B]): groups repeat prompts."""
-    unique = list(dict.fromkeys(prompts))
-    position = {prompt: i for i, prompt in enumerate(unique)}
+def encode_distinct(
+    policy: FlowPolicy | TokenPolicy,
+    prompts: list[str],
+    with_negative: bool,
+    metadata: Sequence[dict[str, Any]] | None = None,
+):
+    """(each distinct prompt encoded once [U, ...], the row of each prompt [B]): groups repeat
+    prompts. A prompt is its text and its source images (`metadata`'s, data/source_images.py):
+    an image-conditioned family's distinct (text, sources) pairs are encoded once, the sources
+    through its `encode_sources` into `Condition.source_latents`."""
+    rows_metadata = metadata if metadata is not None else [{} for _ in prompts]
+    keys = [(prompt, sources_of(row)) for prompt, row in zip(prompts, rows_metadata)]
+    unique = list(dict.fromkeys(keys))
+    position = {key: i for i, key in enumerate(unique)}
+    sources = load_sources([{SOURCE_KEY: list(paths)} for _, paths in unique])  # [U, S, 3, H, W] or None
+    if sources is not None and sources.shape[1] > policy.spec.source_images:
+        raise ValueError(
+            f"model.family={policy.spec.name} takes {policy.spec.source_images} source image(s) per "
+            f"prompt; these prompts carry {sources.shape[1]}"
+        )
     with encoding_prompts(policy):  # text encoders parked on the CPU come to the device for this
-        encoded = policy.encode_prompts(unique, with_negative=with_negative)
-    return encoded, torch.tensor([position[p] for p in prompts], device=encoded.device)  # [U, ...], [B]
+        encoded = policy.encode_prompts([prompt for prompt, _ in unique], with_negative=with_negative)
+    if sources is not None:  # the spec says the policy is a SourceEncoder
+        latents = cast(SourceEncoder, policy).encode_sources(sources)  # [U, S, ...]
+        encoded = dataclasses.replace(encoded, source_latents=latents.to(encoded.device))
+    return encoded, torch.tensor([position[key] for key in keys], device=encoded.device)  # [U, ...], [B]
 
 
 def step_chunks(
@@ -36,7 +65,7 @@ def step_chunks(
     whole step, with the CFG branch when `spec.guidance_scale` > 1 (see `collector.generate`). A flow
     family's condition is a `SharedCondition` on the CPU: every chunk of the step refers to one
     table of the step's distinct prompts (and one negative), which trajectories store."""
-    encoded, rows = encode_distinct(policy, groups.prompts, with_negative=spec.guidance_scale > 1.0)
+    encoded, rows = encode_distinct(policy, groups.prompts, spec.guidance_scale > 1.0, groups.metadata)
     if isinstance(encoded, Condition):
         condition = SharedCondition.of(encoded.to("cpu"), rows.cpu())
     else:  # token prompts are small: per-sample rows

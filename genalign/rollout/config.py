@@ -12,6 +12,7 @@ Kernel = Literal["flow_sde", "dance_sde", "cps", "cps_gaussian"]
 WindowSchedule = Literal["random", "progressive", "fixed"]
 WindowDraw = Literal["per_batch", "per_step"]
 RolloutEngine = Literal["local", "ray"]
+Overlap = Literal["off", "one_step"]
 
 MAX_IMAGE_SIDE = 4096
 """Largest rollout/eval side accepted: above it one image's latents and activations no longer
@@ -114,6 +115,14 @@ class RolloutConfig:
     """"local" (in-process) or "ray" (rollout actors)."""
     num_workers: int = 1
     """Ray rollout actors when engine=ray."""
+    overlap: Overlap = "off"
+    """"off": each step samples with the weights its update starts from. "one_step": with
+    Ray rollout workers on their own devices (engine=ray, not colocated), step k+1's rollout
+    runs on the workers while the trainer updates on step k (verl-omni's separate-async
+    trainer and UniRL do the same), so from step 2 on the samples are one update old; an
+    algorithm trained on the rollout's log-probs then needs algorithm.rollout_correction
+    (truncate or mask) to correct them. Checkpoints keep the weights the rollout in flight
+    samples with, so a resume is bitwise the run it continues (docs/distributed.md)."""
 
     def problems(self) -> list[str]:
         """Sizes, scales and the SDE window no rollout could run (the family's sizes:

@@ -37,8 +37,20 @@ class RolloutEngine(Protocol):
         next is sampled."""
         ...
 
+    def start(
+        self, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None = None
+    ) -> Iterator[Trajectories]:
+        """`generate_chunks` begun now, with the weights the rollout holds now: an engine whose
+        workers have their own devices samples while the caller trains (rollout.overlap)."""
+        ...
+
     def sync(self, trainable_state: dict[str, torch.Tensor], version: int) -> dict[str, float]:
         """Push trainable weights of policy `version`; return sync metrics (seconds, bytes)."""
+        ...
+
+    def rollout_state(self) -> tuple[dict[str, torch.Tensor], int | None]:
+        """The trainable weights the rollout samples with and their version (the last `sync`);
+        ({}, None) for a rollout that samples with the trainer's own weights."""
         ...
 
     def close(self) -> None: ...
@@ -65,8 +77,18 @@ class LocalRolloutEngine:
         self.policy.transformer.eval()
         return generate_chunks(self.policy, groups, spec, positions)
 
+    def start(
+        self, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None = None
+    ) -> Iterator[Trajectories]:
+        """In-process there is no other device to sample on: the trajectories are sampled now
+        (the weights of this moment, as `start` promises) and handed on when read."""
+        return iter([self.generate(groups, spec, positions)])
+
     def sync(self, trainable_state: dict[str, torch.Tensor], version: int) -> dict[str, float]:
         return {}
+
+    def rollout_state(self) -> tuple[dict[str, torch.Tensor], int | None]:
+        return {}, None
 
     def close(self) -> None:
         pass

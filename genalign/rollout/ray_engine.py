@@ -344,25 +344,54 @@ class RayRolloutEngine:
     ) -> Iterator[TrajectoryBatch]:
         """The step's trajectories one worker's shard at a time, in shard order; every worker
         samples its shard at once, and each is handed on when it has arrived."""
+        work, groups_ref = self._shards(groups, spec, positions)
+        with self._trainer_parked():
+            yield from self._collect(work, self._submit(work, groups_ref, spec), groups_ref, spec)
+
+    def start(
+        self, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None = None
+    ) -> Iterator[TrajectoryBatch]:
+        """`generate_chunks`, submitted now: the workers sample (with the weights they hold)
+        while the caller trains, and the iterator hands the shards on when they are read
+        (rollout.overlap=one_step). Workers on their own devices only: a colocated worker
+        would share the trainer's device with it."""
+        if self.placement.colocated:
+            raise ValueError("a colocated rollout cannot sample while the trainer trains (rollout.overlap=one_step)")
+        work, groups_ref = self._shards(groups, spec, positions)
+        return self._collect(work, self._submit(work, groups_ref, spec), groups_ref, spec)
+
+    def rollout_state(self) -> tuple[dict[str, torch.Tensor], int | None]:
+        """The trainable tensors the workers hold (the last `sync`) and their version."""
+        import ray
+
+        return (
+            ray.get(self.state_ref, timeout=self.sync_timeout_s) if self.state_ref is not None else {}
+        ), self.version
+
+    def _shards(
+        self, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None
+    ) -> tuple[list[tuple[int, list[int]]], object]:
+        """(worker index, its sample positions) of every non-empty shard, and the groups in the object store."""
         import ray
 
         if positions is not None:  # config validation forbids Ray rollout under torchrun
             raise ValueError("the Ray rollout engine shards the whole step itself; it takes no rank positions")
-
         shards = shard_positions(len(groups), shard_unit(groups, spec.chunk_size), len(self.workers))
-        work = [(index, positions) for index, positions in enumerate(shards) if positions]
-        groups_ref = ray.put(groups)
-        with self._trainer_parked():
-            yield from self._generate_shards(work, groups_ref, spec)
+        return [(index, positions) for index, positions in enumerate(shards) if positions], ray.put(groups)
 
-    def _generate_shards(
-        self, work: list[tuple[int, list[int]]], groups_ref, spec: SamplingSpec
-    ) -> Iterator[TrajectoryBatch]:
-        import ray
-
-        pending = {
+    def _submit(self, work: list[tuple[int, list[int]]], groups_ref, spec: SamplingSpec) -> dict:
+        """Each shard's sampling task, submitted now; the worker checks it holds `self.version`."""
+        return {
             index: self.workers[index].generate.remote(groups_ref, shard, spec, self.version) for index, shard in work
         }
+
+    def _collect(
+        self, work: list[tuple[int, list[int]]], pending: dict, groups_ref, spec: SamplingSpec
+    ) -> Iterator[TrajectoryBatch]:
+        """The submitted shards in shard order, each when it has arrived; a worker that died is
+        replaced once and its shard sampled again, a timeout or a worker's error fails the step."""
+        import ray
+
         deadline = time.monotonic() + self.generate_timeout_s
         for index, shard in work:
             try:

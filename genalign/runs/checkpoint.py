@@ -4,6 +4,8 @@ Layout of `checkpoint-<step>/`:
     trainable.safetensors   trained weights (LoRA tensors, or the full denoiser)
     ema.safetensors         EMA of the trained weights (when EMA is on)
     algorithm.safetensors   algorithm state (DiffusionNFT's old policy and step count), when any
+    rollout.safetensors     the trainable weights the rollout under way samples with, when it
+                            runs a step ahead (rollout.overlap=one_step)
     optimizer.safetensors   AdamW moment tensors; optimizer.json its scalars and groups
     trainer_state.json      step, the EMA's counters, the loss scaler, evaluation history, tracker run id
     config.yaml             the resolved config of the run that wrote it
@@ -34,6 +36,7 @@ from genalign.finite import first_non_finite, kind
 
 TRAINER_STATE = "trainer_state.json"
 REQUIRED_FILES = ("trainable.safetensors", "optimizer.safetensors", "optimizer.json", TRAINER_STATE, "config.yaml")
+OPTIONAL_TENSOR_FILES = ("ema.safetensors", "algorithm.safetensors", "rollout.safetensors")
 
 
 class CheckpointError(UserError, ValueError):
@@ -50,6 +53,7 @@ class CheckpointState:
     optimizer: dict[str, Any]
     trainer_state: dict[str, Any]
     algorithm: dict[str, torch.Tensor] | None = None
+    rollout: dict[str, torch.Tensor] | None = None
 
 
 def optimizer_to_tensors(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -91,6 +95,7 @@ def save_checkpoint(
     trainer_state: dict[str, Any],
     export: Callable[[Path], None] | None = None,
     algorithm: dict[str, torch.Tensor] | None = None,
+    rollout: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write a checkpoint atomically: temp dir beside `path`, then rename into place.
     `export(directory)` adds the exported adapters (lora/, lora_live/) inside it. Refuses to
@@ -115,6 +120,8 @@ def save_checkpoint(
             save_file({k: v.contiguous() for k, v in ema.items()}, str(temp / "ema.safetensors"))
         if algorithm:
             save_file({k: v.contiguous() for k, v in algorithm.items()}, str(temp / "algorithm.safetensors"))
+        if rollout:
+            save_file({k: v.contiguous() for k, v in rollout.items()}, str(temp / "rollout.safetensors"))
         optimizer_tensors, optimizer_meta = optimizer_to_tensors(optimizer)  # a state dict, whole tensors
         save_file(optimizer_tensors, str(temp / "optimizer.safetensors"))
         (temp / "optimizer.json").write_text(json.dumps(optimizer_meta, indent=1))
@@ -190,7 +197,7 @@ def checkpoint_problems(path: str | Path, key: str = "trainer.resume_from") -> l
         isinstance(meta, dict) and isinstance(meta.get("param_groups"), list) and isinstance(meta.get("scalars"), dict)
     ):
         problems.append('optimizer.json lacks "param_groups" (a list) and "scalars" (a mapping)')
-    for name in ("trainable.safetensors", "ema.safetensors", "optimizer.safetensors", "algorithm.safetensors"):
+    for name in OPTIONAL_TENSOR_FILES + ("trainable.safetensors", "optimizer.safetensors"):
         if (path / name).is_file():
             problems.append(_safetensors_problem(path / name))
     try:
@@ -204,7 +211,7 @@ def checkpoint_problems(path: str | Path, key: str = "trainer.resume_from") -> l
     return [f"{key}: {path}/{p}" if p.split(" ", 1)[0] in _FILE_NAMES else f"{key}: {path}: {p}" for p in problems if p]
 
 
-_FILE_NAMES = set(REQUIRED_FILES) | {"ema.safetensors", "algorithm.safetensors"}
+_FILE_NAMES = set(REQUIRED_FILES) | set(OPTIONAL_TENSOR_FILES)
 
 
 def load_checkpoint(path: str | Path, key: str = "trainer.resume_from") -> CheckpointState:
@@ -228,19 +235,22 @@ def load_checkpoint(path: str | Path, key: str = "trainer.resume_from") -> Check
         return loaded
 
     trainer_state = json.loads((path / TRAINER_STATE).read_text())
-    ema_path = path / "ema.safetensors"
-    algorithm_path = path / "algorithm.safetensors"
+
+    def optional(name: str) -> dict[str, torch.Tensor] | None:
+        return tensors(name) if (path / name).exists() else None
+
     return CheckpointState(
         path=path,
         step=int(trainer_state["step"]),
         config=safe_load_unique((path / "config.yaml").read_text()),
         trainable=tensors("trainable.safetensors"),
-        ema=tensors("ema.safetensors") if ema_path.exists() else None,
+        ema=optional("ema.safetensors"),
         optimizer=optimizer_from_tensors(
             tensors("optimizer.safetensors"), json.loads((path / "optimizer.json").read_text())
         ),
         trainer_state=trainer_state,
-        algorithm=tensors("algorithm.safetensors") if algorithm_path.exists() else None,
+        algorithm=optional("algorithm.safetensors"),
+        rollout=optional("rollout.safetensors"),
     )
 
 

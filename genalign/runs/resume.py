@@ -12,10 +12,17 @@ from genalign.config.errors import UserError
 # Config keys whose change makes a checkpoint's state meaningless for this run. Everything
 # else (output_dir, num_steps, eval cadence, logging) may change on resume.
 RESUME_KEYS = ["model", "rollout", "actor", "algorithm", "reward", "data.manifest", "data.shuffle", "trainer.seed"]
-RESUME_FREE_KEYS = ["reward.allow_import", "model.allow_import", "algorithm.allow_import", "model.card"]
+RESUME_FREE_KEYS = [
+    "reward.allow_import",
+    "model.allow_import",
+    "algorithm.allow_import",
+    "model.card",
+    "rollout.overlap",
+]
 """Under RESUME_KEYS but free to change, with everything under them: permissions of this
-invocation, and what exported model cards say about the base model (not run state; absent
-from checkpoints written before it existed)."""
+invocation, what exported model cards say about the base model (not run state; absent
+from checkpoints written before it existed), and whether the rollout runs beside training
+(turned on at a resume, the first rollout samples with the checkpoint's weights)."""
 
 
 class ResumeError(UserError, ValueError):

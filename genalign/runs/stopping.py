@@ -63,6 +63,13 @@ class RunInterrupted(BaseException):
     def exit_code(self) -> int:
         return 128 + self.signum
 
+    def log_once(self, logger: logging.Logger, where: str, is_main: bool) -> None:
+        """Say once per job (rank 0) that the run stopped, `where` ("during step 3; resume
+        with ..."), unless the line that stopped it already did."""
+        if not self.logged and is_main:
+            logger.warning("%s %s", self, where)
+        self.logged = True
+
 
 class TrainingStalled(UserError, RuntimeError):
     """trainer.max_idle_steps steps in a row trained nothing."""

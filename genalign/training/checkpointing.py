@@ -11,6 +11,8 @@ what is each part's own (`state_dict` / `load_state_dict`).
 from __future__ import annotations
 
 import logging
+import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,8 @@ class Checkpointer:
     """One tracker run across resumes: the id travels in the checkpoint's trainer_state."""
     on_save: Callable[[int, Path], None] = lambda step, path: None
     """Called after every save with (step, path): the run's callbacks (rank 0's; the others have none)."""
+    rollout_state: Callable[[], dict[str, torch.Tensor]] = dict
+    """The weights the rollout under way samples with (rollout.overlap), or {}: the source's `state_dict`."""
     last_save_s: float | None = None
     """Seconds the last save took on rank 0 in this launch (the estimate for a save on a signal)."""
 
@@ -62,6 +66,7 @@ class Checkpointer:
         ema_weights = distributed.full_state(ema.pop("weights")) if ema else None  # FSDP2 shards: whole tensors
         optimizer = distributed.full_optimizer_state(self.policy.transformer, self.optimizer)
         algorithm_state = distributed.full_state(self.algorithm.state_dict())  # NFT's old policy: FSDP2 shards
+        rollout_state = self.rollout_state()  # whole tensors already: they went to the rollout workers
         output_dir = Path(self.cfg.trainer.output_dir)
         path = output_dir / name
         if self.ranks.is_main:
@@ -95,6 +100,7 @@ class Checkpointer:
                     optimizer=optimizer,
                     trainer_state=trainer_state,
                     algorithm=algorithm_state or None,
+                    rollout=rollout_state or None,
                     export=export,
                 )
             self.last_save_s = time.perf_counter() - started
@@ -122,6 +128,33 @@ class Checkpointer:
         if checkpoint.trainer_state.get("grad_scaler"):
             self.scaler.load_state_dict(checkpoint.trainer_state["grad_scaler"])
         self.evaluator.history = EvalHistory.from_dict(checkpoint.trainer_state["eval_history"])
+
+    def stop_after_signal(self, step: int, signum: int, saved: bool, stop_check: stopping.StopCheck) -> None:
+        """After a SIGTERM/SIGINT: checkpoint this step when the save fits in the grace left
+        (every rank agrees first: the save is collective), say how to resume, raise.
+        `saved`: this step's regular checkpoint is already written."""
+        grace = self.cfg.trainer.signal_grace_s
+        estimate = self.estimated_save_s()
+        left = grace - stop_check.watch.seconds_since_signal()
+        fits = stop_check.every_rank(estimate <= left)
+        if saved:
+            what = f"checkpoint-{step} is written"
+        elif fits:
+            self.save(f"checkpoint-{step}", step)
+            what = f"checkpoint-{step} written"
+        else:
+            what = (
+                f"no checkpoint of it (an estimated {estimate:.0f} s save does not fit in the {max(left, 0):.0f} s "
+                f"left of trainer.signal_grace_s={grace:g})"
+            )
+        resume = run_dir.resume_hint(Path(self.cfg.trainer.output_dir), self.ranks.world_size, sys.argv)
+        message = (
+            f"stopped by {signal.Signals(signum).name} after step {step} of {self.cfg.trainer.num_steps}: "
+            f"{what}; {resume}"
+        )
+        if self.ranks.is_main:  # every rank stops after this step; one line per job says so
+            log.warning("%s", message)
+        raise stopping.RunInterrupted(signum, message, logged=True)
 
     def estimated_save_s(self) -> float:
         """How long a save will take: the last one of this launch, else the bytes a checkpoint

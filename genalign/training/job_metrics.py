@@ -16,7 +16,9 @@ run logs"):
 * global fractions: `trained_fraction` = units trained on all ranks / units on all ranks;
 * maxima and minima over ranks: the `<stat>_max` / `<stat>_min` extremes an algorithm declares,
   the wall-clock phases (`time_*_s`: the job waits for its slowest rank) and peak GPU memory;
-* sums: `time_cpu_s` (the CPU seconds of every rank's process);
+* sums: `time_cpu_s` (the CPU seconds of every rank's process: unlike the wall-clock they do
+  not grow with other processes' load, so benchmarks can compare runs made side by side; with
+  OMP_NUM_THREADS=1 and no workers they equal the wall-clock on an idle box);
 * the same on every rank, taken as is: `optimizer_steps`, `skipped_steps`, `grad_scale` (the
   ranks share one micro-batch schedule and the sharded loss scaler's decision) and `grad_norm` /
   `grad_norm_max` (the norm of the reduced gradient).
@@ -28,8 +30,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from genalign.tracking.logs import console_summary
 from genalign.training import distributed
 from genalign.training.distributed import RankTotals
+from genalign.training.memory import COLUMN as MEMORY_COLUMN
 
 if TYPE_CHECKING:
     from genalign.training.update import UpdateResult
@@ -123,3 +127,13 @@ def step_columns(
         **update_columns(job, result),
         **{name: job.sums[name] if name in SUMMED_PHASES else job.maxima[name] for name in phases},
     }
+
+
+def step_line(progress: str, row: dict[str, float]) -> str:
+    """The console line of a step: where the run is, its headline numbers and the job's phase
+    seconds (and peak GPU memory where it was measured)."""
+    peak = f", peak GPU memory {row[MEMORY_COLUMN]:.2f} GiB" if MEMORY_COLUMN in row else ""
+    return (
+        f"{progress}: {console_summary(row)}  (rollout {row['time_rollout_s']:.1f}s, "
+        f"reward {row['time_reward_s']:.1f}s, train {row['time_train_s']:.1f}s{peak})"
+    )

@@ -19,6 +19,7 @@ from genalign.evaluation.evaluator import Evaluator
 from genalign.evaluation.sharded import Shard
 from genalign.finite import NonFiniteError, first_non_finite
 from genalign.models.base import Policy
+from genalign.models.experts import denoiser_parts
 from genalign.models.spec import family_spec
 from genalign.preflight.step_sizes import StepSizes, per_rank_accumulation
 from genalign.rewards.composite import build_reward_runtime
@@ -32,7 +33,7 @@ from genalign.training.config import EMAConfig
 from genalign.training.distributed import gather_to_main
 from genalign.training.ema import EMA
 from genalign.training.precision import compile_denoiser, configure_backends, make_master_weights
-from genalign.training.sources import OfflineImages, OfflinePreferences, OnlineRollout
+from genalign.training.sources import OfflineImages, OfflinePreferences, OneStepAhead, OnlineRollout, Sync
 from genalign.training.update import UpdateContext
 from genalign.weights.lora import apply_lora, freeze_for_full_finetune, trainable_state_dict
 from genalign.weights.reference import ReferencePolicy
@@ -52,10 +53,11 @@ def build_policy(cfg: ExperimentConfig) -> Policy:
             f"model.path={cfg.model.path}: the denoiser's weight {bad!r} holds NaN or inf; "
             "these weights cannot be trained"
         )
-    if cfg.model.train_mode == "lora":
-        apply_lora(policy.transformer, cfg.model.lora, policy.lora_target_modules)
-    else:
-        freeze_for_full_finetune(policy.transformer)
+    for part in denoiser_parts(policy.transformer).values():  # the trained experts of a two-expert denoiser
+        if cfg.model.train_mode == "lora":
+            apply_lora(part, cfg.model.lora, policy.lora_target_modules)
+        else:
+            freeze_for_full_finetune(part)
     if cfg.model.offload_text_encoders:  # on the device only while prompts are encoded (`encoding_prompts`)
         policy.offloaded_text_encoders = tuple(encoder.to("cpu") for encoder in policy.text_encoders)
     cast = make_master_weights(policy.transformer)
@@ -102,16 +104,20 @@ def build_batch_source(
     algorithm,
     spec: SamplingSpec,
     ranks,
+    sync: Sync,
 ):
-    """The step's training data, as the algorithm's `data_source` declares: the online rollout,
-    a preference dataset (offline Flow-DPO) or an image–prompt dataset (flow-matching SFT)."""
+    """The step's training data, as the algorithm's `data_source` declares: the online rollout
+    (begun a step ahead with rollout.overlap=one_step), a preference dataset (offline Flow-DPO)
+    or an image–prompt dataset (flow-matching SFT). `sync`: the trainer's, which the source
+    calls when the rollout needs the weights."""
     source = algorithm.data_source(cfg.algorithm)
-    if source == "online":
-        return OnlineRollout(cfg, sizes, engine, rewards, algorithm, spec, ranks)
     datasets = {"offline": OfflinePreferences, "images": OfflineImages}
-    if source not in datasets:
+    if source in datasets:
+        return datasets[source](cfg, sizes, policy, ranks, sync)
+    if source != "online":
         raise ValueError(f"{algorithm.title} declares data_source {source!r}: choose online, offline or images")
-    return datasets[source](cfg, sizes, policy, ranks)
+    online = OneStepAhead if cfg.rollout.overlap == "one_step" else OnlineRollout
+    return online(cfg, sizes, engine, rewards, algorithm, spec, ranks, sync)
 
 
 def named_trainable_parameters(module: torch.nn.Module) -> dict[str, torch.nn.Parameter]:

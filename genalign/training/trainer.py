@@ -9,7 +9,6 @@ building the parts in `setup.py`, saving and restoring them in `checkpointing.py
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -22,29 +21,27 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from genalign.algorithms.registry import algorithm_class
-from genalign.atomic import write_text_atomically
 from genalign.config.loader import config_to_yaml
 from genalign.config.schema import ExperimentConfig
 from genalign.evaluation.console import eval_line
 from genalign.finite import named_step
-from genalign.placement.ray_pools import start_ray_for_run
+from genalign.placement.ray_pools import start_ray_for_run, stop_ray_for_run
 from genalign.placement.resources import resolve_resources
 from genalign.preflight.cautions import config_cautions
 from genalign.preflight.start import check_start
 from genalign.preflight.step_sizes import StepSizes
-from genalign.reporting.provenance import record_launch
+from genalign.reporting.provenance import record_start
 from genalign.reporting.report import refresh_report
 from genalign.rewards.composite import build_reward_runtime
 from genalign.runs import run_dir, stopping
 from genalign.runs.checkpoint import CheckpointState
-from genalign.tracking.logs import RunLog, StepClock, console_summary, timed_phase
+from genalign.tracking.logs import RunLog, StepClock, timed_phase
 from genalign.tracking.samples import log_rollout_samples
 from genalign.tracking.trackers import new_run_id
 from genalign.training import distributed, setup
 from genalign.training.callbacks import run_callbacks
 from genalign.training.checkpointing import Checkpointer, resumed_run_id
-from genalign.training.job_metrics import step_columns, throughput_columns
-from genalign.training.memory import COLUMN as MEMORY_COLUMN
+from genalign.training.job_metrics import step_columns, step_line, throughput_columns
 from genalign.training.memory import PeakMemory
 from genalign.training.optim import build_optimizer
 from genalign.training.parity import parity_preflight
@@ -61,8 +58,7 @@ class Trainer:
 
     @classmethod
     def for_config(cls, cfg: ExperimentConfig, callbacks: Iterable[Any] = ()) -> Trainer | None:
-        """The trainer of `cfg`'s run, or None (logged) when its checkpoint is already at
-        trainer.num_steps; refusals of the run directory come before any model loads."""
+        """The run's trainer, or None (logged) when its checkpoint is at trainer.num_steps already."""
         start = run_dir.decide_start(cfg)
         if start.finished:
             if distributed.rank_info_from_env().is_main:
@@ -122,11 +118,12 @@ class Trainer:
         self.owns_ray = start_ray_for_run(cfg)  # once, sized for every actor pool (rewards, gold, metrics, rollout)
         with timed_phase(log, f"loading rewards {', '.join(cfg.reward.active_components())}"):
             self.rewards = build_reward_runtime(cfg.reward, self.policy.device)
+        self.algorithm.attach_rewards(self.rewards)  # reward feedback scores with grad inside its loss
         self.spec = setup.rollout_spec(cfg)
         self.memory = PeakMemory(self.policy.device)
         self.engine = setup.build_rollout_engine(cfg, self.policy)
         self.source = setup.build_batch_source(
-            cfg, self.sizes, self.policy, self.engine, self.rewards, self.algorithm, self.spec, self.ranks
+            cfg, self.sizes, self.policy, self.engine, self.rewards, self.algorithm, self.spec, self.ranks, self.sync
         )
         run_id = resumed_run_id(checkpoint) or new_run_id()  # one tracker run across resumes
         # rank 0 alone writes metrics, evaluation artefacts and checkpoints
@@ -150,11 +147,12 @@ class Trainer:
             self.evaluator,
             run_id,
             self.callbacks.on_save,
+            self.source.state_dict,
         )
         self.start_step = self.current_step = 1
         if checkpoint is not None:
             self.checkpointer.restore(checkpoint)
-            self.sync(checkpoint.step)  # rollout workers start from the restored weights, not the fresh adapter
+            self.source.restore(checkpoint)  # the rollout's weights: the restored ones, or the in-flight rollout's
             self.start_step = checkpoint.step + 1
             log.info("resumed from %s at step %d", checkpoint.path, self.start_step)
 
@@ -162,9 +160,7 @@ class Trainer:
     def train(self) -> None:
         try:
             if self.ranks.is_main:
-                self.output_dir.mkdir(parents=True, exist_ok=True)
-                write_text_atomically(self.output_dir / "config.yaml", config_to_yaml(self.cfg))
-                record_launch(self.output_dir, self.start_step)
+                record_start(self.output_dir, self.start_step, config_to_yaml(self.cfg))
             self.callbacks.on_train_begin(self)
             with stopping.SignalWatch() as watch:
                 self.stop_check = stopping.StopCheck(
@@ -173,14 +169,8 @@ class Trainer:
                 try:
                     self.run_steps()
                 except stopping.RunInterrupted as interrupted:  # a second signal: the step was abandoned
-                    if not interrupted.logged and self.ranks.is_main:  # one line per job, not one per rank
-                        log.warning(
-                            "%s during step %d; %s",
-                            interrupted,
-                            self.current_step,
-                            run_dir.resume_hint(self.output_dir, self.ranks.world_size, sys.argv),
-                        )
-                    interrupted.logged = True
+                    resume = run_dir.resume_hint(self.output_dir, self.ranks.world_size, sys.argv)
+                    interrupted.log_once(log, f"during step {self.current_step}; {resume}", self.ranks.is_main)
                     raise
         finally:  # a failed run too releases the Ray actors, reward threads, process group and log file
             try:
@@ -217,32 +207,26 @@ class Trainer:
                 if verdict.stalled:
                     raise stopping.TrainingStalled(verdict.stalled)
                 if verdict.signum and step != last:  # on the last step the run simply finishes
-                    self.stop_on_signal(step, verdict.signum, saved)
+                    self.checkpointer.stop_after_signal(step, verdict.signum, saved, self.stop_check)
             self.checkpointer.save("checkpoint-final", last)
         self.report()
 
     def train_step(self, step: int, clock: StepClock | None = None) -> dict[str, float]:
         """One step (docs/architecture.md §2): the step's data, the parity preflight on step 1,
         one optimizer round, the weights to the rollout; the job's metrics row."""
-        # CPU seconds of this process beside the wall-clock phases: on a shared machine they do
-        # not grow with other processes' load, so benchmarks can compare runs made side by side
-        # (with OMP_NUM_THREADS=1 and no workers they equal the wall-clock on an idle box).
-        cpu_start = time.process_time()
+        # CPU seconds beside the wall-clock phases: they do not grow with other processes' load
+        cpu_start, step_start = time.process_time(), time.perf_counter()
         self.memory.start()
         data: StepData = self.source.collect(step)  # rollout + rewards + advantages, or offline pairs
         times = dict(data.times)
         start = time.perf_counter()
-        # the parity preflight replays the stored log-probs: only for an algorithm that trains on them
-        checks_parity = step == 1 and self.cfg.trainer.parity_check and self.algorithm.needs_old_logprob
-        parity = (
-            parity_preflight(self.policy, data.trajectories, self.algorithm, self.spec.chunk_size, self.ranks)
-            if checks_parity
-            else {}
-        )
+        parity: dict[str, float] = {}  # the preflight replays stored log-probs: for an algorithm trained on them
+        if step == 1 and self.cfg.trainer.parity_check and self.algorithm.needs_old_logprob:
+            parity = parity_preflight(self.policy, data.trajectories, self.algorithm, self.spec.chunk_size, self.ranks)
         update, algorithm_row = self.update(data, step)
         times["time_train_s"] = time.perf_counter() - start
-        synced = self.sync(step)
-        times["time_cpu_s"] = time.process_time() - cpu_start
+        synced = self.source.after_update(step)  # the weights to the rollout (now, or before its next rollout)
+        times["time_cpu_s"], times["time_step_s"] = time.process_time() - cpu_start, time.perf_counter() - step_start
         log_rollout_samples(
             self.metrics, step, self.cfg.trainer.sample_table, bool(self.trackers), data.trajectories, data.scores
         )
@@ -257,17 +241,7 @@ class Trainer:
             "lr": self.optimizer.param_groups[0]["lr"],
             **throughput_columns(data.generated * self.ranks.world_size, job),
         }
-        progress = clock.describe(step) if clock else f"step {step}/{self.cfg.trainer.num_steps}"
-        peak = f", peak GPU memory {job[MEMORY_COLUMN]:.2f} GiB" if MEMORY_COLUMN in job else ""
-        log.info(
-            "%s: %s  (rollout %.1fs, reward %.1fs, train %.1fs%s)",
-            progress,
-            console_summary(row),
-            job["time_rollout_s"],
-            job["time_reward_s"],
-            job["time_train_s"],
-            peak,
-        )
+        log.info("%s", step_line(clock.describe(step) if clock else f"step {step}/{self.cfg.trainer.num_steps}", row))
         return row
 
     # ---------------------------------------------------------------- phases
@@ -313,41 +287,10 @@ class Trainer:
         if self.ranks.is_main:
             refresh_report(self.output_dir)
 
-    # ---------------------------------------------------------------- stopping
-    def stop_on_signal(self, step: int, signum: int, saved: bool) -> None:
-        """After a SIGTERM/SIGINT: checkpoint this step when the save fits in the grace left
-        (every rank agrees first: the save is collective), say how to resume, raise."""
-        grace, watch = self.cfg.trainer.signal_grace_s, self.stop_check.watch
-        estimate = self.checkpointer.estimated_save_s()
-        left = grace - watch.seconds_since_signal()
-        fits = self.stop_check.every_rank(estimate <= left)
-        if saved:
-            what = f"checkpoint-{step} is written"
-        elif fits:
-            self.checkpointer.save(f"checkpoint-{step}", step)
-            what = f"checkpoint-{step} written"
-        else:
-            what = (
-                f"no checkpoint of it (an estimated {estimate:.0f} s save does not fit in the {max(left, 0):.0f} s "
-                f"left of trainer.signal_grace_s={grace:g})"
-            )
-        message = (
-            f"stopped by {signal.Signals(signum).name} after step {step} of {self.cfg.trainer.num_steps}: "
-            f"{what}; {run_dir.resume_hint(self.output_dir, self.ranks.world_size, sys.argv)}"
-        )
-        if self.ranks.is_main:  # every rank stops after this step; one line per job says so
-            log.warning("%s", message)
-        raise stopping.RunInterrupted(signum, message, logged=True)
-
     def close(self) -> None:
-        self.engine.close()
-        self.rewards.close()
-        self.metrics.close()
-        self.evaluator.close()
-        if self.owns_ray:
-            import ray
-
-            ray.shutdown()
+        for part in (self.engine, self.rewards, self.metrics, self.evaluator):
+            part.close()
+        stop_ray_for_run(self.owns_ray)
         distributed.shutdown()
         self.close_run_log()
 

@@ -225,6 +225,11 @@ RANK_ONE_CONSTANT = [
     "reward.components={support:RankOneConstantReward: 1.0}",
 ]
 SLOW = pytest.mark.slow  # the rest of the algorithm x strategy matrix: in the slow pass
+DGPO_SHORT = [  # 2 σ's of the 4-step schedule, zero-advantage samples dropped (rank 1 idle)
+    "algorithm.dgpo.num_timesteps=2",
+    "algorithm.dgpo.max_timestep_index=3",
+    "algorithm.drop_zero_advantage=true",
+]
 ASYMMETRIC = {
     # rank 1's groups score constantly: no sample with a non-zero advantage (drop_zero_advantage)
     "grpo-ddp": ("experiment/toy/shapes_grpo", "ddp", RANK_ONE_CONSTANT),
@@ -233,6 +238,13 @@ ASYMMETRIC = {
     "dpo_online-fsdp2": ("experiment/toy/shapes_dpo", "fsdp2", [*RANK_ONE_CONSTANT, "rollout.rollout_batch_size=4"]),
     "dpo_online-ddp": ("experiment/toy/shapes_dpo", "ddp", [*RANK_ONE_CONSTANT, "rollout.rollout_batch_size=4"], SLOW),
     "nft-fsdp2": ("experiment/toy/shapes_nft", "fsdp2", RANK_ONE_CONSTANT),
+    # DGPO: rank 1 has no trainable sample (its advantages are 0 and dropped), yet its group
+    # weights' forwards (prepare_update, whole batch) and its filler replay pair with rank 0's
+    "dgpo-fsdp2": ("experiment/toy/shapes_dgpo", "fsdp2", [*RANK_ONE_CONSTANT, *DGPO_SHORT]),
+    "dgpo-ddp": ("experiment/toy/shapes_dgpo", "ddp", [*RANK_ONE_CONSTANT, *DGPO_SHORT], SLOW),
+    # AWM keeps zero-advantage samples by default; dropping them leaves rank 1 idle: it replays
+    # a filler sample with weight 0 through all 6 strata, entering every collective
+    "awm-ddp": ("experiment/toy/shapes_awm", "ddp", [*RANK_ONE_CONSTANT, "algorithm.drop_zero_advantage=true"]),
     # offline pairs split evenly (the config refuses a split with a partial micro-batch)
     "dpo_offline-ddp": ("experiment/toy/offline_dpo", "ddp", ["rollout.rollout_batch_size=4", "rollout.n=1"], SLOW),
     # flow-matching SFT, best of N with tied groups dropped: rank 1's groups all tie, so it keeps

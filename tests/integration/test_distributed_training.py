@@ -11,15 +11,12 @@ a frozen base layer with a trainable low-rank adapter — the structure LoRA tra
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
-from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, reorder_tolerance
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, launch_script, reorder_tolerance
 
 pytestmark = pytest.mark.distributed
 
@@ -67,24 +64,6 @@ if info.is_main:
 dist.barrier(info)
 dist.shutdown()
 """
-
-
-def launch_script(tmp_path: Path, source: str, nproc: int, *args: str) -> None:
-    """Run `source` as a script on `nproc` torchrun ranks; a hang fails at the timeout."""
-    script = tmp_path / "train_ranks.py"
-    script.write_text(source)
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        str(script),
-        *args,
-    ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def run_ranks(tmp_path: Path, strategy: str, nproc: int) -> dict[str, torch.Tensor]:

@@ -60,6 +60,18 @@ def test_every_registered_family_trains_two_finite_on_policy_steps(tiny_suite):
         assert item["settings"]["dtype"] == "float32" and item["shrunk"] == ["tiny shapes"]
 
 
+def test_wan_2_2_forms_run_their_own_tiny_models_and_recipes(tiny_suite):
+    """Wan 2.2's variants are their own items at tiny shapes too (two experts; TI2V-5B's VAE):
+    their recipes, two finite steps at parity 0; SD3.5 Large's tiny item would be SD3's again."""
+    _, report, _ = tiny_suite
+    items = {item["key"]: item for item in report["items"]}
+    for key in ("wan2_2_t2v_a14b", "wan2_2_ti2v_5b"):
+        item = items[key]
+        assert item["status"] == "ok" and item["parity"] == 0.0 and item["finite"] is True, item
+        assert [step["step"] for step in item["steps"]] == [1, 2]
+    assert items["sd3_5_large"]["status"] == "skipped"
+
+
 def test_the_time_plan_comes_first_and_every_item_is_accounted_for(tiny_suite):
     out, report, stdout = tiny_suite
     lines = stdout.splitlines()

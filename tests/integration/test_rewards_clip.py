@@ -144,3 +144,47 @@ def test_missing_weights_fail_fast_with_the_key_to_set(tmp_path, monkeypatch):
         AestheticReward(head_path=str(tmp_path / "missing.safetensors"))
     with pytest.raises(TypeError, match=r"reward\.kwargs\.pickscore\.processor"):
         PickScoreReward(processor="x")
+
+
+def test_image_similarity_is_the_cosine_of_result_and_source_image_embeddings(clip_dir, images, tmp_path):
+    """An editing reward (needs_source): the sources come from the paths in each sample's
+    metadata; the score is cos(CLIP(result), CLIP(source)), the embeddings worked out here
+    independently (PIL processor, the vision tower and projection by hand)."""
+    from PIL import Image
+
+    from genalign.data.source_images import SOURCE_KEY
+    from genalign.rewards.base import wants_source
+    from genalign.rewards.image_similarity import ImageSimilarityReward
+
+    paths = []
+    for index, source in enumerate(images.flip(0)):  # the sources: the same images, other order
+        paths.append(tmp_path / f"source_{index}.png")
+        Image.fromarray(source.permute(1, 2, 0).numpy()).save(paths[-1])
+    metadata = [{SOURCE_KEY: [str(path)]} for path in paths]
+    reward = ImageSimilarityReward(model_name=str(clip_dir))
+    assert wants_source(reward)
+    scores = reward.score(images, PROMPTS, metadata)
+    embeds, _, _ = reference_embeddings(clip_dir, images, PROMPTS)
+    expected = (embeds * embeds.flip(0)).sum(-1)  # result b against source b = image B-1-b
+    assert scores.dtype == torch.float32 and scores.shape == (3,)
+    np.testing.assert_allclose(scores.numpy(), expected.numpy(), atol=1e-4)  # float32 round-off of a cosine
+    assert abs(scores[1].item() - 1.0) < 1e-4  # the middle image is its own source
+    with pytest.raises(Exception, match="carry no source image"):
+        reward.score(images, PROMPTS, [{}] * 3)
+
+
+def test_differentiable_scores_are_the_uint8_scores_and_carry_gradients(clip_dir, pickscore_dir, laion_processor_dir):
+    """`score_pixels` (reward feedback) on the float pixels a uint8 image stands for: the same
+    score up to the PIL path's rounding (≤ 1.15 levels after resizing, test_differentiable_transform),
+    which moves these tiny models' scores by far less than 1e-3; and a gradient reaches the pixels."""
+    images = torch.stack([torch.full((3, 48, 40), 60 + 40 * i, dtype=torch.uint8) for i in range(3)])
+    images[:, 0, 10:30, 8:20] = 200  # a shape, not a flat field
+    for reward in (
+        ClipScoreReward(model_name=str(clip_dir)),
+        PickScoreReward(model_name=str(pickscore_dir), processor_name=str(laion_processor_dir)),
+    ):
+        pixels = (images.float() / 255).requires_grad_()
+        scores = reward.score_pixels(pixels, PROMPTS, [{}] * 3)
+        torch.testing.assert_close(scores.detach(), reward.score(images, PROMPTS, [{}] * 3), rtol=0, atol=1e-3)
+        (gradient,) = torch.autograd.grad(scores.sum(), pixels)
+        assert torch.isfinite(gradient).all() and gradient.abs().sum() > 0

@@ -29,15 +29,10 @@ RUNS = {  # name -> (overrides, columns the run must log)
 }
 
 
-def overrides(out, *extra):
-    # the recipe's timestep_fraction 0.3 (checked for every algorithm) needs 4 schedule steps
-    return toy_loop_overrides(out, "rollout.num_steps=4", *extra)
-
-
 @pytest.fixture(scope="module", params=sorted(RUNS))
 def finished(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
-    Trainer(load_config(RECIPE, overrides(out, *RUNS[request.param][0]))).train()
+    Trainer(load_config(RECIPE, toy_loop_overrides(out, *RUNS[request.param][0]))).train()
     return request.param, out
 
 
@@ -60,7 +55,9 @@ def test_run_directory_and_columns(finished):
 def test_resume_continues_bitwise(finished, tmp_path):
     name, out = finished
     extra = RUNS[name][0]
-    Trainer(load_config(RECIPE, overrides(tmp_path, *extra, f"trainer.resume_from={out / 'checkpoint-2'}"))).train()
+    Trainer(
+        load_config(RECIPE, toy_loop_overrides(tmp_path, *extra, f"trainer.resume_from={out / 'checkpoint-2'}"))
+    ).train()
     original, resumed = read_rows(out / "metrics.csv"), read_rows(tmp_path / "metrics.csv")
     assert [r["step"] for r in resumed] == ["3"]
     for key, value in original[2].items():

@@ -97,6 +97,7 @@ def test_phase_seconds_are_per_step_and_add_up(finished_run):
         phases = [float(row[k]) for k in ("time_rollout_s", "time_reward_s", "time_train_s")]
         assert all(0 <= p for p in phases)
         assert float(row["time_cpu_s"]) > 0  # the process's CPU seconds for the step
+        assert float(row["time_step_s"]) >= sum(phases)  # the whole step's wall seconds, the weights' sync too
         assert sum(phases) + float(row.get("time_eval_s") or 0) < trainer.wall_seconds
     assert (
         sum(float(r["time_rollout_s"]) + float(r["time_reward_s"]) + float(r["time_train_s"]) for r in rows)

@@ -13,6 +13,7 @@ from support import (
     assert_resumed_bitwise,
     pipeline_for_rendering,
     read_rows,
+    render_tiny_video,
     tiny_video_overrides,
     train_recipe_in_process,
 )
@@ -62,20 +63,6 @@ def test_standalone_eval_of_the_checkpoint_writes_the_video_sheets(finished_run,
 def test_exported_lora_loads_into_the_familys_pipeline_and_changes_the_video(finished_run):
     _, model_dir, out, trainer, _ = finished_run
     pipe = pipeline_for_rendering(trainer.policy.diffusers_pipeline, model_dir)
-
-    def render():
-        return pipe(
-            prompt="a red fox running",
-            num_inference_steps=2,
-            height=32,
-            width=32,
-            num_frames=3,
-            guidance_scale=1.0,
-            max_sequence_length=16,
-            generator=torch.Generator().manual_seed(0),
-            output_type="pt",
-        ).frames
-
-    before = render()
+    before = render_tiny_video(pipe)
     pipe.load_lora_weights(out / "checkpoint-final" / "lora")
-    assert not torch.allclose(before, render())
+    assert not torch.allclose(before, render_tiny_video(pipe))

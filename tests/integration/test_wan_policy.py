@@ -174,13 +174,6 @@ def test_lora_targets_both_attentions_and_export_loads_into_wan_pipeline(tiny_wa
     assert (loaded - base).abs().max() > 1e-3
 
 
-def test_two_expert_wan_2_2_is_refused(policy):
-    pipeline = build_wan_pipeline("tiny", seed=0)
-    pipeline.register_modules(transformer_2=pipeline.transformer)
-    with pytest.raises(ValueError, match="Wan 2.2"):
-        WanPolicy(pipeline, torch.device("cpu"), torch.float32)
-
-
 @pytest.mark.slow
 def test_the_1_3b_shapes_have_the_published_parameter_count():
     """WAN_SHAPES["wan2.1-t2v-1.3b"] (built on the meta device: no memory) is Wan 2.1 T2V

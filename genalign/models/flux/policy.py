@@ -24,7 +24,13 @@ from __future__ import annotations
 import torch
 
 from genalign.models.base import Condition, compute_precision
-from genalign.models.diffusers_common import PackedLatents, PipelineLoading, vae_decode_uint8, vae_encode
+from genalign.models.diffusers_common import (
+    PackedLatents,
+    PipelineLoading,
+    vae_decode_pixels,
+    vae_decode_uint8,
+    vae_encode,
+)
 from genalign.models.spec import FamilySpec
 
 FLUX_REPEATED_BLOCKS = ("FluxTransformerBlock", "FluxSingleTransformerBlock")
@@ -64,6 +70,7 @@ SPEC = FamilySpec(
     package="genalign.models.flux",
     pipeline_class="FluxPipeline",
     guidance_embedding=True,
+    differentiable_decode=True,
     tiny_builder="genalign.models.flux.tiny:build_tiny_flux_pipeline",
 )
 """FLUX.1: 16 pixels per packed token (VAE 8 x 2x2 packing); FLUX.1-dev embeds distilled guidance."""
@@ -128,8 +135,14 @@ class FluxPolicy(PackedLatents, PipelineLoading):
         device, dtype, transformer = self.device, self.dtype, self.transformer
         img_ids = latent_image_ids(height // 2, width // 2, device)  # [hw/4, 3]
         txt_ids = torch.zeros(cond.embeds.shape[1], 3, device=device)  # [L, 3]
+        context = self.context_tokens(cond)  # None, or (tokens [B, N, 4C], ids [N, 3]) read beside the image
+        if context is not None:
+            img_ids = torch.cat([img_ids, context[1]])  # [hw/4 + N, 3]
 
-        def forward(hidden_states, timestep, embeds, pooled, guidance=None) -> torch.Tensor:
+        def forward(hidden_states, timestep, embeds, pooled, guidance=None, context=None) -> torch.Tensor:
+            image_tokens = hidden_states.shape[1]
+            if context is not None:  # the sequence is [target tokens, context tokens]
+                hidden_states = torch.cat([hidden_states, context.to(hidden_states.device, hidden_states.dtype)], dim=1)
             with compute_precision(device, dtype):
                 out = transformer(
                     hidden_states=hidden_states.to(device, dtype),
@@ -141,22 +154,28 @@ class FluxPolicy(PackedLatents, PipelineLoading):
                     img_ids=img_ids,
                     return_dict=False,
                 )[0]
-            return out.float()  # [B, hw/4, 4C]
+            return out[:, :image_tokens].float()  # [B, hw/4, 4C]: the target's tokens only
 
-        return self.packed_velocity(
-            forward,
-            latents,
-            sigma,
-            dict(embeds=cond.embeds, pooled=cond.pooled),
-            dict(embeds=cond.negative_embeds, pooled=cond.negative_pooled),
-            guidance_scale,
-            detach_uncond,
-        )
+        conditional = dict(embeds=cond.embeds, pooled=cond.pooled)
+        unconditional = dict(embeds=cond.negative_embeds, pooled=cond.negative_pooled)
+        if context is not None:  # both CFG branches see the same source (FluxKontextPipeline)
+            conditional["context"] = unconditional["context"] = context[0]
+        return self.packed_velocity(forward, latents, sigma, conditional, unconditional, guidance_scale, detach_uncond)
+
+    def context_tokens(self, cond: Condition) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Tokens the transformer reads beside the image's and their position ids: none for
+        FLUX.1 text-to-image (FLUX.1 Kontext's are its source images, flux_kontext/policy.py)."""
+        return None
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU (`latents / scaling + shift`)."""
         return vae_decode_uint8(self.vae, latents.to(self.device))
+
+    def decode_pixels(self, latents: torch.Tensor) -> torch.Tensor:
+        """latents [B, C, h, w] -> float [B, 3, h·f, w·f] in [0, 1] on the device, differentiable
+        in the latents (reward feedback back-propagates through the frozen VAE)."""
+        return vae_decode_pixels(self.vae, latents.to(self.device))
 
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 [B, 3, H, W] -> latents [B, C, h, w] float32 that `decode` maps back (`vae_encode`)."""

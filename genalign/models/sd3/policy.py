@@ -24,6 +24,7 @@ from genalign.models.diffusers_common import (
     PipelineLoading,
     cfg_velocity,
     check_image_size,
+    vae_decode_pixels,
     vae_decode_uint8,
     vae_encode,
 )
@@ -97,6 +98,7 @@ SPEC = FamilySpec(
     policy="genalign.models.sd3.policy:SD3Policy",
     package="genalign.models.sd3",
     pipeline_class="StableDiffusion3Pipeline",
+    differentiable_decode=True,
     tiny_builder="genalign.models.sd3.tiny:build_tiny_sd3_pipeline",
 )
 """Stable Diffusion 3 / 3.5: 16 pixels per latent patch (VAE 8 x patch 2), empty-prompt CFG."""
@@ -170,6 +172,11 @@ class SD3Policy(PipelineLoading):
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU (f = VAE scale factor)."""
         return vae_decode_uint8(self.vae, latents.to(self.device))
+
+    def decode_pixels(self, latents: torch.Tensor) -> torch.Tensor:
+        """latents [B, C, h, w] -> float [B, 3, h·f, w·f] in [0, 1] on the device, differentiable
+        in the latents (reward feedback back-propagates through the frozen VAE)."""
+        return vae_decode_pixels(self.vae, latents.to(self.device))
 
     @torch.no_grad()
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,7 @@ SPEC = FamilySpec(
     text_encoders=False,
     draws_text=False,
     export="none",
+    differentiable_decode=True,
     hub_weights=False,
     builtin_path=BUILTIN,
     builtin_dir="genalign.models.toy.policy:builtin_dir",
@@ -147,6 +148,11 @@ class ToyPolicy:
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """Pixels in [-1, 1] [B, 3, 32, 32] -> uint8 [B, 3, 32, 32] on the CPU (no VAE)."""
         return from_unit_range(latents.detach().cpu())
+
+    def decode_pixels(self, latents: torch.Tensor) -> torch.Tensor:
+        """Pixels in [-1, 1] -> float [B, 3, 32, 32] in [0, 1] on the device, differentiable
+        (`decode` before its uint8 rounding: the same clamp)."""
+        return (latents.to(self.device).clamp(-1, 1) + 1) / 2
 
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 [B, 3, 16, 16] -> pixels in [-1, 1] float32 on the device (the inverse of

@@ -1,4 +1,4 @@
-"""Wan 2.1 text-to-video behind the `FlowPolicy` protocol.
+"""Wan 2.1 and Wan 2.2 text-to-video behind the `FlowPolicy` protocol.
 
 Where it fits: the same loop as SD3 (collector → kernels → replay → rewards), with video
 latents. Loading is `WanPipeline.from_pretrained` (hub id or local `save_pretrained`
@@ -19,6 +19,18 @@ Wan specifics, each as `WanPipeline.__call__` runs them:
   returns uint8 video `[B, F, 3, H, W]`. The Wan VAE already decodes one latent frame at a
   time with a causal cache; we decode one video at a time, so peak decode memory is one
   video's frames, not the batch's.
+
+Wan 2.2, from what the checkpoint's `model_index.json` says (WanPipeline's config):
+- T2V-A14B holds two experts, `transformer` (high noise) and `transformer_2` (low noise), and
+  `boundary_ratio` (0.875): a step whose timestep t = 1000·σ is >= boundary_ratio ·
+  num_train_timesteps runs `transformer` with `guidance_scale`, a later one `transformer_2`
+  with `guidance_scale_2` (`model.low_noise_guidance_scale`; null = the same), exactly the
+  comparison `WanPipeline.__call__` makes. Both sit in one trained module
+  (`models/experts.py:DenoiserExperts`); `model.experts` picks which of them train. A batch
+  whose samples sit at different steps (replay) runs each expert on its own rows.
+- TI2V-5B is one dense transformer with `expand_timesteps`: the timestep is given per latent
+  token ([B, F_lat·h/2·w/2], all equal to t for text-to-video), and its VAE (z_dim 48, a 2x2
+  pixel patch: 16 pixels per latent) sets the latent shape through `WanVAEVideo`.
 """
 
 from __future__ import annotations
@@ -26,7 +38,8 @@ from __future__ import annotations
 import torch
 
 from genalign.models.base import Condition, compute_precision
-from genalign.models.diffusers_common import PipelineLoading, WanVAEVideo, cfg_velocity, encode_prompt_pair
+from genalign.models.diffusers_common import PipelineLoading, WanVAEVideo, cfg_velocity, encode_prompt_pair, place
+from genalign.models.experts import DenoiserExperts, trained_components
 from genalign.models.spec import FamilySpec
 from genalign.sampling.schedules import flow_match_sigmas
 
@@ -53,20 +66,27 @@ SPEC = FamilySpec(
     pipeline_class="WanPipeline",
     media="video",
     negative_prompt=True,
+    experts=True,
     tiny_builder="genalign.models.wan.tiny:build_tiny_wan_pipeline",
+    tiny_variants=(
+        ("Wan-AI/Wan2.2-T2V-A14B-Diffusers", "genalign.models.wan.tiny:build_tiny_wan22_a14b_pipeline"),
+        ("Wan-AI/Wan2.2-TI2V-5B-Diffusers", "genalign.models.wan.tiny:build_tiny_wan22_ti2v_pipeline"),
+    ),
 )
-"""Wan 2.1 text-to-video: 16 pixels per latent patch, num_frames = 4k + 1, model.negative_prompt."""
+"""Wan 2.1 / 2.2 text-to-video: 16 pixels per latent patch (32 for TI2V-5B's VAE, checked at
+load), num_frames = 4k + 1, model.negative_prompt, two experts (model.experts)."""
 
 
 class WanPolicy(WanVAEVideo, PipelineLoading):
-    """Wan 2.1 T2V: WanTransformer3DModel denoises; UMT5 encodes; AutoencoderKLWan decodes
-    (`WanVAEVideo`: latent shape, decode, encode)."""
+    """Wan 2.1 / 2.2 T2V: WanTransformer3DModel denoises (one, or Wan 2.2 A14B's two experts as
+    one `DenoiserExperts`); UMT5 encodes; AutoencoderKLWan decodes (`WanVAEVideo`: latent
+    shape, decode, encode)."""
 
     spec = SPEC
     family = SPEC.name
     display_name = "Wan"
     diffusers_pipeline = SPEC.pipeline_class
-    config_options = ("num_frames", "negative_prompt")
+    config_options = ("num_frames", "negative_prompt", "experts", "low_noise_guidance_scale")
     lora_target_modules = WAN_LORA_TARGETS
     repeated_blocks = WAN_REPEATED_BLOCKS
 
@@ -79,16 +99,39 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
         cfg_batch: str = "joint",
         num_frames: int = 33,
         negative_prompt: str = "",
+        experts: str = "both",
+        low_noise_guidance_scale: float | None = None,
     ):
-        if getattr(pipeline, "transformer_2", None) is not None:
-            raise ValueError(
-                "model.path holds a two-expert Wan 2.2 pipeline (transformer_2); model.family=wan "
-                "trains Wan 2.1's single transformer"
-            )
         self._adopt(pipeline, device, dtype, max_sequence_length, cfg_batch, self.display_name)
         self._adopt_video(num_frames)
         self.negative_prompt = negative_prompt
         self.scheduler_shift = scheduler_shift(pipeline.scheduler)
+        self.expand_timesteps = bool(pipeline.config.get("expand_timesteps", False))
+        self.low_noise_guidance_scale = low_noise_guidance_scale
+        self.boundary_timestep = self._adopt_experts(pipeline, experts, low_noise_guidance_scale)
+
+    def _adopt_experts(self, pipeline, experts: str, low_noise_guidance_scale: float | None) -> float | None:
+        """Wrap a two-expert pipeline's transformers as one trained module; returns the boundary
+        timestep (boundary_ratio · num_train_timesteps, as WanPipeline computes it), None for
+        a single transformer."""
+        second = getattr(pipeline, "transformer_2", None)
+        ratio = pipeline.config.get("boundary_ratio")
+        if second is None:
+            if experts != "both" or low_noise_guidance_scale is not None:
+                raise ValueError(
+                    f"model.experts={experts} / model.low_noise_guidance_scale={low_noise_guidance_scale}: "
+                    "model.path holds one transformer (no transformer_2), so there are no experts to choose"
+                )
+            return None
+        if ratio is None:
+            raise ValueError(
+                "model.path holds a transformer_2 but no boundary_ratio in model_index.json: WanPipeline "
+                "would never run it; set boundary_ratio (Wan 2.2 T2V-A14B: 0.875)"
+            )
+        components = {"transformer": self.transformer, "transformer_2": place(second, self.device, self.dtype)}
+        second.requires_grad_(False)
+        self.transformer = DenoiserExperts(components, trained_components(experts, tuple(components)))
+        return float(ratio) * pipeline.scheduler.config.num_train_timesteps
 
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
         """The pipeline's `encode_prompt` (UMT5): embeds [B, max_sequence_length, D], zero past
@@ -105,9 +148,67 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
         guidance_scale: float,
         detach_uncond: bool = False,
     ) -> torch.Tensor:
-        """v̂ [B, C, F_lat, h, w] float32 at sigma [B]: timestep 1000·σ, true CFG with the
-        negative prompt by `cfg_velocity`."""
-        device, dtype, transformer = self.device, self.dtype, self.transformer
+        """v̂ [B, C, F_lat, h, w] float32 at sigma [B]: timestep 1000·σ (per latent token with
+        `expand_timesteps`), true CFG with the negative prompt by `cfg_velocity`; with two
+        experts each row runs the expert (and CFG scale) its timestep picks."""
+        batch = latents.shape[0]
+        timestep = (sigma.to(self.device, torch.float32) * 1000.0).expand(batch)  # [B]
+        if self.boundary_timestep is None:
+            return self._guided(self.transformer, latents, timestep, cond, guidance_scale, detach_uncond)
+        high = timestep >= self.boundary_timestep  # [B] WanPipeline: `t >= boundary_timestep` -> transformer
+        # WanPipeline runs CFG only when guidance_scale > 1, then the low-noise steps use guidance_scale_2
+        low_scale = guidance_scale
+        if guidance_scale > 1.0 and self.low_noise_guidance_scale is not None:
+            low_scale = self.low_noise_guidance_scale
+        routes = (("transformer", high, guidance_scale), ("transformer_2", ~high, low_scale))
+        if bool(high.all()) or not bool(high.any()):  # one expert for the whole batch (every rollout step)
+            name, _, scale = routes[0] if bool(high.all()) else routes[1]
+            out = self._guided(getattr(self.transformer, name), latents, timestep, cond, scale, detach_uncond)
+            return self._tie_idle_experts(out, {name})
+        out = None
+        for name, rows, scale in routes:  # replay of samples at different steps: each expert on its rows
+            index = rows.nonzero().squeeze(1)  # [b]
+            part = self._guided(
+                getattr(self.transformer, name),
+                latents[index.to(latents.device)],
+                timestep[index],
+                cond.index(index.to(cond.embeds.device)),
+                scale,
+                detach_uncond,
+            )  # [b, C, F_lat, h, w]
+            out = part.new_zeros((batch, *part.shape[1:])) if out is None else out
+            out = out.index_copy(0, index.to(out.device), part)
+        return out
+
+    def _tie_idle_experts(self, out: torch.Tensor, ran: set[str]) -> torch.Tensor:
+        """`out` plus 0 x the trained weights of the trained experts this call did not run, when
+        autograd records: every backward then reaches every trained weight (a zero gradient for
+        the idle expert), so a step on a frozen expert still backpropagates and every rank's
+        backward reduces the same gradients whichever expert its samples used."""
+        if not torch.is_grad_enabled():
+            return out
+        idle = [
+            param
+            for name in self.transformer.trained
+            if name not in ran
+            for param in getattr(self.transformer, name).parameters()
+            if param.requires_grad
+        ]
+        if not idle:
+            return out
+        return out + 0.0 * torch.stack([param.sum() for param in idle]).sum().to(out.device, out.dtype)
+
+    def _guided(
+        self,
+        transformer: torch.nn.Module,
+        latents: torch.Tensor,
+        timestep: torch.Tensor,
+        cond: Condition,
+        guidance_scale: float,
+        detach_uncond: bool,
+    ) -> torch.Tensor:
+        """`cfg_velocity` around one transformer at timesteps [B]."""
+        device, dtype = self.device, self.dtype
 
         def forward(hidden_states: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
             with compute_precision(device, dtype):
@@ -119,7 +220,10 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
                 )[0]
             return out.float()  # [B, C, F_lat, h, w]
 
-        timestep = (sigma.to(device, torch.float32) * 1000.0).expand(latents.shape[0])  # [B]
+        if self.expand_timesteps:  # TI2V-5B: one timestep per latent token, as WanPipeline's expand_timesteps
+            frames, height, width = latents.shape[2:]
+            tokens = (frames // self.patch_size[0]) * (height // self.patch_size[1]) * (width // self.patch_size[2])
+            timestep = timestep[:, None].expand(-1, tokens)  # [B, N]
         branch = dict(hidden_states=latents, timestep=timestep)
         return cfg_velocity(
             forward,

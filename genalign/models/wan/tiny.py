@@ -1,5 +1,6 @@
-"""The tiny random Wan 2.1 pipeline (`SPEC.tiny_builder`), and the same builder at Wan 2.1 T2V
-1.3B's shapes.
+"""The tiny random Wan 2.1 pipeline (`SPEC.tiny_builder`), the same builder at Wan 2.1 T2V
+1.3B's shapes, and Wan 2.2's two forms (T2V-A14B's two experts, TI2V-5B's dense model and its
+48-channel VAE), tiny and real, from the architecture files the family ships.
 
 Where it fits: the default suite saves it and loads it back through the real
 `WanPolicy.from_pretrained` (`python -m genalign.models.tiny_random wan DIR`); its tokenizer and
@@ -7,6 +8,9 @@ VAE config are the ones the tiny families share (`models/tiny_random.py`).
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import torch
 
@@ -72,7 +76,60 @@ WAN_SHAPES = {
         flow_shift=3.0,
     ),
 }
-"""Architectures `build_wan_pipeline` knows: the tiny test pipeline and Wan 2.1 T2V 1.3B's."""
+
+
+def published(
+    file_name: str, transformer: dict | None = None, umt5: dict | None = None, vae: dict | None = None
+) -> dict:
+    """A `WAN_SHAPES` entry from the family's architecture file `file_name` (its components and
+    its pipeline's config and scheduler), with `transformer` / `umt5` / `vae` keys overriding
+    the published values (the tiny forms: the real configs shrunk in width and depth)."""
+    body = json.loads((Path(__file__).parent / "architectures" / file_name).read_text())
+    components = body["components"]
+    text = {k: v for k, v in components["text_encoder"]["config"].items() if k in TINY_T5 or k == "feed_forward_proj"}
+    return dict(
+        transformer={**components["transformer"]["config"], **(transformer or {})},
+        experts="transformer_2" in components,  # the second expert: the same architecture, its own weights
+        umt5={**text, **(umt5 or {})},
+        vae={**components["vae"]["config"], **(vae or {})},
+        flow_shift=body["pipeline"]["scheduler"]["config"]["flow_shift"],
+        pipeline=body["pipeline"]["config"],
+    )
+
+
+WAN22_A14B = "Wan-AI--Wan2.2-T2V-A14B-Diffusers.json"
+WAN22_TI2V_5B = "Wan-AI--Wan2.2-TI2V-5B-Diffusers.json"
+TINY_TRANSFORMER = {
+    key: WAN_SHAPES["tiny"]["transformer"][key]
+    for key in ("num_attention_heads", "attention_head_dim", "text_dim", "ffn_dim", "num_layers", "rope_max_seq_len")
+}
+"""The tiny width and depth every tiny Wan transformer shares (the Wan 2.1 tiny's)."""
+WAN_SHAPES.update(
+    {
+        "wan2.2-t2v-a14b": published(WAN22_A14B),
+        "wan2.2-ti2v-5b": published(WAN22_TI2V_5B),
+        # the published configs with the tiny width and depth: two experts and boundary_ratio 0.875;
+        # the Wan 2.1 VAE as the tiny Wan 2.1's
+        "tiny-wan2.2-t2v-a14b": published(WAN22_A14B, TINY_TRANSFORMER, dict(TINY_T5), dict(TINY_WAN_VAE)),
+        # the 48-channel residual VAE with its 2x2 pixel patch, 4 base channels, one block a level,
+        # temporal factor 2 (3 frames make 2 latent frames), spatial 16; expand_timesteps
+        "tiny-wan2.2-ti2v-5b": published(
+            WAN22_TI2V_5B,
+            TINY_TRANSFORMER,
+            dict(TINY_T5),
+            dict(
+                base_dim=4,
+                decoder_base_dim=8,
+                dim_mult=[1, 1, 1, 1],
+                num_res_blocks=1,
+                temperal_downsample=[False, True, False],
+                scale_factor_temporal=2,
+            ),
+        ),
+    }
+)
+"""Architectures `build_wan_pipeline` knows: the tiny test pipelines (Wan 2.1's; Wan 2.2's two forms)
+and the real shapes of Wan 2.1 T2V 1.3B, Wan 2.2 T2V-A14B and TI2V-5B."""
 
 
 def build_wan_pipeline(
@@ -80,7 +137,9 @@ def build_wan_pipeline(
 ):
     """A WanPipeline of the named `WAN_SHAPES` with random weights (the VAE always float32),
     a UMT5 encoder over the in-memory character-level T5 tokenizer (UMT5's tokenizer class is
-    T5's), and the UniPC flow scheduler Wan ships (use_flow_sigmas, flow_shift=3)."""
+    T5's), and the UniPC flow scheduler Wan ships (use_flow_sigmas, the form's flow_shift); a
+    two-expert form gets `transformer_2` (same architecture, its own seed) and the pipeline's
+    config (boundary_ratio, expand_timesteps) as its file states."""
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
 
@@ -89,6 +148,10 @@ def build_wan_pipeline(
     with building(device, dtype):
         torch.manual_seed(seed)
         transformer = WanTransformer3DModel(**spec["transformer"])
+        transformer_2 = None
+        if spec.get("experts"):
+            torch.manual_seed(seed + 3)
+            transformer_2 = WanTransformer3DModel(**spec["transformer"])
         torch.manual_seed(seed + 1)
         text_encoder = UMT5EncoderModel(
             UMT5Config(
@@ -97,15 +160,31 @@ def build_wan_pipeline(
         )
     with building(device, torch.float32):
         torch.manual_seed(seed + 2)
-        vae = AutoencoderKLWan(**spec["vae"])
+        vae = AutoencoderKLWan.from_config(spec["vae"])  # from_config: a published key this diffusers lacks is dropped
     scheduler = UniPCMultistepScheduler(
         prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=spec["flow_shift"]
     )
     return WanPipeline(
-        tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, scheduler=scheduler, transformer=transformer
+        tokenizer=tokenizer,
+        text_encoder=text_encoder,
+        vae=vae,
+        scheduler=scheduler,
+        transformer=transformer,
+        transformer_2=transformer_2,
+        **spec.get("pipeline", {}),
     )
 
 
 def build_tiny_wan_pipeline(seed: int = 0):
     """The tiny WanPipeline of `WAN_SHAPES` (fp32, CPU); the same seed gives the same weights."""
     return build_wan_pipeline("tiny", seed)
+
+
+def build_tiny_wan22_a14b_pipeline(seed: int = 0):
+    """The tiny two-expert WanPipeline of Wan 2.2 T2V-A14B's published configs (fp32, CPU)."""
+    return build_wan_pipeline("tiny-wan2.2-t2v-a14b", seed)
+
+
+def build_tiny_wan22_ti2v_pipeline(seed: int = 0):
+    """The tiny WanPipeline of Wan 2.2 TI2V-5B's published configs (fp32, CPU)."""
+    return build_wan_pipeline("tiny-wan2.2-ti2v-5b", seed)

@@ -8,11 +8,14 @@ import dataclasses
 
 import pytest
 
+from genalign.algorithms.awm import AdvantageWeightedMatching
 from genalign.algorithms.config import AlgorithmConfig, DPOConfig
+from genalign.algorithms.dgpo import DGPO
 from genalign.algorithms.dpo import FlowDPO
 from genalign.algorithms.grpo import FlowGRPO, GRPOGuard
 from genalign.algorithms.nft import DiffusionNFT
 from genalign.algorithms.registry import ALGORITHMS, algorithm_class, registered_algorithms
+from genalign.algorithms.reward_feedback import RewardFeedback
 from genalign.algorithms.token_grpo import TokenGRPO
 from genalign.preflight.algorithm_checks import algorithm_problems
 from genalign.preflight.load import load_config
@@ -27,7 +30,10 @@ NO_KL, KL = AlgorithmConfig(kl_beta=0.0), AlgorithmConfig(kl_beta=0.04)
         (GRPOGuard, "flow", True, True),
         (DiffusionNFT, "flow", False, False),
         (FlowDPO, "flow", False, False),
+        (DGPO, "flow", False, False),
+        (AdvantageWeightedMatching, "flow", False, False),
         (TokenGRPO, "token", True, False),
+        (RewardFeedback, "flow", False, False),
     ],
 )
 def test_each_algorithm_declares_what_it_trains(cls, policy_kind, old_log_probs, rollout_means):
@@ -38,7 +44,7 @@ def test_each_algorithm_declares_what_it_trains(cls, policy_kind, old_log_probs,
     )
 
 
-@pytest.mark.parametrize("cls", [FlowGRPO, GRPOGuard, DiffusionNFT, TokenGRPO])
+@pytest.mark.parametrize("cls", [FlowGRPO, GRPOGuard, DiffusionNFT, AdvantageWeightedMatching, TokenGRPO])
 def test_a_kl_term_asks_for_the_frozen_reference(cls):
     assert (cls.reference_kind(NO_KL), cls.reference_kind(KL)) == ("none", "frozen")
     assert cls.data_source(KL) == "online"
@@ -62,15 +68,31 @@ def test_dpo_keeps_its_own_reference_and_reads_its_source():
 
 
 def test_the_registry_names_every_built_in_and_algorithm_class_follows_the_config():
-    assert set(registered_algorithms()) == {"grpo", "grpo_guard", "nft", "dpo", "ar_grpo", "sft"}
+    assert set(registered_algorithms()) == {
+        "grpo",
+        "grpo_guard",
+        "nft",
+        "dpo",
+        "ar_grpo",
+        "dgpo",
+        "reward_feedback",
+        "awm",
+        "sft",
+    }
     assert algorithm_class(load_config("experiment/toy/shapes_nft")) is DiffusionNFT
     assert ALGORITHMS.dotted_key == "algorithm.allow_import"  # its own permission, not a reward's
+
+
+def test_only_reward_feedback_back_propagates_through_the_reward():
+    assert RewardFeedback.needs_reward_gradients
+    assert not any(cls.needs_reward_gradients for cls in (FlowGRPO, GRPOGuard, DiffusionNFT, FlowDPO, TokenGRPO))
+    assert all(cls.backprop_forwards(KL, 10) == (1, False) for cls in (FlowGRPO, DiffusionNFT, FlowDPO, TokenGRPO))
 
 
 def test_only_clipped_ratio_algorithms_log_ratio_extremes():
     assert FlowGRPO.stat_extremes == {"ratio": ("min", "max"), "log_prob_drift": ("max",)}
     assert TokenGRPO.stat_extremes == FlowGRPO.stat_extremes
-    assert DiffusionNFT.stat_extremes == FlowDPO.stat_extremes == {}
+    assert DiffusionNFT.stat_extremes == FlowDPO.stat_extremes == AdvantageWeightedMatching.stat_extremes == {}
 
 
 def with_values(cfg, **algorithm):

@@ -1,4 +1,4 @@
-"""Flow-matching SFT (docs/algorithms.md §9): each formula against a transcription of
+"""Flow-matching SFT (docs/algorithms.md §12): each formula against a transcription of
 diffusers' computation (training_utils.compute_density_for_timestep_sampling,
 compute_loss_weighting_for_sd3, FlowMatchEulerDiscreteScheduler.__init__'s training table and
 train_dreambooth_lora_sd3.py's loss, huggingface/diffusers at 58eb52c0), written here in our

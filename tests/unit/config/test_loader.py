@@ -231,6 +231,19 @@ def test_a_literal_choice_is_checked_alone_in_a_union_and_in_a_list():
     assert problem.startswith("model.dtype=True is not supported")
 
 
+def test_a_choice_spelled_off_is_the_choice_not_yaml_false(tmp_path):
+    """YAML 1.1 reads `off` as False: `mode=off` (command line) and `mode: off` (a file) mean
+    the choice "off"; a bool where no choice is spelled as a YAML bool word stays a problem."""
+    cfg = load_config(OCR, ["algorithm.rollout_correction.mode=off", "rollout.overlap=off"])
+    assert (cfg.algorithm.rollout_correction.mode, cfg.rollout.overlap) == ("off", "off")
+    recipe = write(
+        tmp_path / "off.yaml", "defaults:\n  - /reward: ocr\nalgorithm:\n  rollout_correction: {mode: off}\n"
+    )
+    assert load_config(str(recipe)).algorithm.rollout_correction.mode == "off"
+    (problem,) = problems_of(OCR, ["algorithm.rollout_correction.mode=on"])
+    assert problem.startswith("algorithm.rollout_correction.mode=True is not supported")
+
+
 def test_scalar_turned_into_mapping_blames_the_override():
     (problem,) = problems_of(OCR, ["rollout.n.x=3"])
     assert problem.startswith("rollout.n: expected int") and "command line `rollout.n.x=3`" in problem

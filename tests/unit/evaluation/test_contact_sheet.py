@@ -84,3 +84,18 @@ def test_save_writes_a_png(tmp_path):
 def test_bad_inputs_are_errors(images, captions, kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_contact_sheet(images, captions, **kwargs)
+
+
+def test_an_edit_sheet_puts_each_source_beside_its_result():
+    from genalign.evaluation.contact_sheet import make_edit_sheet
+
+    sources = torch.zeros(2, 1, 3, 32, 32, dtype=torch.uint8)
+    sources[:, 0, 0] = 255  # red sources
+    results = torch.zeros(2, 3, 32, 32, dtype=torch.uint8)
+    results[:, 2] = 255  # blue results
+    sheet = make_edit_sheet(sources, results, ["make it blue", "again"], caption_lines=0)
+    assert sheet.size == (2 * 128, 2 * 128)  # one row per sample: source | result, tiles of 128
+    assert sheet.getpixel((10, 10)) == (255, 0, 0) and sheet.getpixel((138, 10)) == (0, 0, 255)
+    assert sheet.getpixel((10, 138)) == (255, 0, 0) and sheet.getpixel((138, 138)) == (0, 0, 255)
+    with pytest.raises(ValueError, match="edit sheet needs sources"):
+        make_edit_sheet(sources[:, :, :, :16], results, ["a", "b"])

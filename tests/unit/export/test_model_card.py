@@ -139,6 +139,7 @@ def test_the_families_declare_their_modality():
     assert tags == {
         "sd3": "text-to-image",
         "flux": "text-to-image",
+        "flux_kontext": "image-to-image",
         "qwen_image": "text-to-image",
         "wan": "text-to-video",
         "cosmos": "text-to-video",
@@ -211,3 +212,14 @@ def test_model_card_keys_may_change_on_resume_and_may_be_absent_from_old_checkpo
     assert incompatible_keys(old, now) == []
     old["model"]["lora"]["rank"] = 4  # run state still counts
     assert incompatible_keys(old, now) == ["model.lora.rank: checkpoint 4 vs now 32"]
+
+
+def test_an_editing_familys_card_loads_a_source_image_in_its_snippet():
+    from genalign.export.model_card import usage_snippet
+
+    cfg = load_config("experiment/diffusion/flux_kontext/online_grpo_edit", [])
+    lines = usage_snippet(cfg, "lora", None, "image-to-image", "user/kontext-lora", ["make the red circle orange"])
+    code = "\n".join(lines)
+    compile(code, "<card>", "exec")  # valid Python
+    assert "pipe.load_lora_weights('user/kontext-lora')" in code
+    assert "pipe(image=load_image('source.png'), prompt='make the red circle orange'" in code

@@ -73,8 +73,12 @@ def test_the_specs_say_what_the_old_family_tables_said():
     assert families_with(lambda s: s.sampler == "token") == ["janus"] == token_family_names()
     assert families_with(lambda s: s.media == "video") == ["cosmos", "wan"]
     assert families_with(lambda s: s.negative_prompt) == ["cosmos", "wan"]
-    assert families_with(lambda s: s.guidance_embedding) == ["flux", "qwen_image"]
-    assert families_with(lambda s: s.text_encoders) == ["cosmos", "flux", "qwen_image", "sd3", "wan"]
+    assert families_with(lambda s: s.guidance_embedding) == ["flux", "flux_kontext", "qwen_image"]
+    assert families_with(lambda s: s.text_encoders) == ["cosmos", "flux", "flux_kontext", "qwen_image", "sd3", "wan"]
+    assert (
+        families_with(lambda s: s.source_images > 0) == ["flux_kontext"]
+        and family_spec("flux_kontext").source_images == 1
+    )
     assert {name: family_spec(name).size_multiple for name in MODEL_FAMILIES.names()} == dict.fromkeys(
         MODEL_FAMILIES.names(), 16
     )
@@ -82,6 +86,7 @@ def test_the_specs_say_what_the_old_family_tables_said():
     assert {name: family_spec(name).export for name in MODEL_FAMILIES.names()} == {
         "cosmos": "diffusers",
         "flux": "diffusers",
+        "flux_kontext": "diffusers",
         "janus": "peft",
         "qwen_image": "diffusers",
         "sd3": "diffusers",
@@ -96,7 +101,7 @@ def test_the_specs_say_what_the_old_family_tables_said():
 
 
 def test_every_family_but_the_shipped_demo_names_its_tiny_builder():
-    assert tiny_families() == ["cosmos", "flux", "janus", "qwen_image", "sd3", "wan"]
+    assert tiny_families() == ["cosmos", "flux", "flux_kontext", "janus", "qwen_image", "sd3", "wan"]
     with pytest.raises(ValueError, match="declares no tiny builder"):
         family_spec("toy").build_tiny()
 

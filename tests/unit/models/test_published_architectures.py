@@ -36,6 +36,9 @@ def test_every_shipped_autoencoder_kl_states_its_latent_scaling():
         "stabilityai/stable-diffusion-3.5-medium": (1.5305, 0.0609),
         "stabilityai/stable-diffusion-3.5-large": (1.5305, 0.0609),
         "black-forest-labs/FLUX.1-dev": (0.3611, 0.1159),
+        # FLUX.1 Kontext-dev ships FLUX.1-dev's VAE; its architecture file is FLUX.1-dev's configs
+        # (its own config.json is not in the stored copies: the file's "source" says so)
+        "black-forest-labs/FLUX.1-Kontext-dev": (0.3611, 0.1159),
     }
     found = {}
     import genalign.models

@@ -54,6 +54,22 @@ def test_nft_is_cfg_free_and_its_kl_is_on_the_velocity():
     assert "old_decay_max" in problems("experiment/toy/shapes_nft", "algorithm.nft.old_decay_max=1.0")
 
 
+def test_awm_reads_its_own_options_and_trains_its_strata():
+    from genalign.preflight.step_sizes import StepSizes
+
+    cfg = load_config("experiment/toy/shapes_awm")
+    assert (cfg.algorithm.name, cfg.rollout.noise_level, cfg.algorithm.drop_zero_advantage) == ("awm", 0.0, False)
+    # 6 stratified σ's per sample whatever the schedule (10 steps, fraction 0.9 would be 9)
+    assert StepSizes.from_config(cfg).num_train_timesteps == 6
+    assert "algorithm.kl_type=velocity" in problems("experiment/toy/shapes_awm", "algorithm.kl_type=latent_mean")
+    assert "algorithm.awm.ghuber_power" in problems("experiment/toy/shapes_awm", "algorithm.awm.ghuber_power=0")
+    assert "algorithm.awm.weighting" in problems("experiment/toy/shapes_awm", "algorithm.awm.weighting=Uniform")
+    assert "anchor_decay_max" in problems("experiment/toy/shapes_awm", "algorithm.awm.anchor_decay_max=1.0")
+    # index 0 skipped: a 1-step schedule leaves no index to draw from
+    assert "raise rollout.num_steps" in problems("experiment/toy/shapes_awm", "rollout.num_steps=1")
+    assert "is an AWM option" in problems("experiment/toy/shapes_grpo", "algorithm.awm.train_timesteps=3")
+
+
 def test_dpo_needs_pairs():
     assert "rollout.n must be >= 2" in problems(
         "experiment/toy/shapes_dpo", "rollout.n=1", "rollout.sample_batch_size=8"

@@ -20,7 +20,7 @@ def test_trainable_state_counts_masters_grads_adamw_ema_and_copies():
     assert state["trainable masters + grads (fp32)"] == 8000  # 4 + 4 bytes
     assert state["AdamW state (fp32)"] == 8000  # two fp32 moments
     assert state["EMA (fp32)"] == 4000
-    assert state["algorithm copy (fp32: NFT's old policy, DPO's reference)"] == 4000
+    assert state["algorithm copy (fp32: NFT's old policy, AWM's anchor, DPO's reference)"] == 4000
     assert set(mm.trainable_state_bytes(1000, ema=False, copies=0)) == {
         "trainable masters + grads (fp32)",
         "AdamW state (fp32)",

@@ -7,7 +7,14 @@ import subprocess
 
 import pytest
 
-from genalign.reporting.provenance import ProvenanceError, git_state, package_versions, read_provenance, record_launch
+from genalign.reporting.provenance import (
+    ProvenanceError,
+    git_state,
+    package_versions,
+    read_provenance,
+    record_launch,
+    record_start,
+)
 
 
 def test_fresh_launch_then_resume_appends(tmp_path):
@@ -23,6 +30,14 @@ def test_fresh_launch_then_resume_appends(tmp_path):
     # a fresh start (step 1) begins a new list
     record_launch(tmp_path, 1, ["genalign", "train"])
     assert len(read_provenance(tmp_path)["launches"]) == 1
+
+
+def test_record_start_writes_the_config_then_the_launch(tmp_path):
+    run = tmp_path / "new" / "run"  # made when missing
+    record_start(run, 1, "trainer:\n  num_steps: 4\n")
+    record_start(run, 3, "trainer:\n  num_steps: 8\n")  # a resume rewrites the config, appends a launch
+    assert (run / "config.yaml").read_text() == "trainer:\n  num_steps: 8\n"
+    assert [launch["start_step"] for launch in read_provenance(run)["launches"]] == [1, 3]
 
 
 def test_package_versions_marks_missing_packages():

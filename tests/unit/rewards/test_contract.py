@@ -96,3 +96,31 @@ def test_temporal_consistency_on_single_frames_is_refused_before_anything_loads(
         load_config(recipe, ["eval.quality_metrics=[temporal_consistency]"])
     cfg = load_config(recipe, ["reward.components.temporal_consistency=0.5", "model.num_frames=5"])
     assert cfg.reward.components["temporal_consistency"] == 0.5
+
+
+def test_needs_source_is_optional_and_must_be_a_bool():
+    class Plain:
+        def __init__(self, device="cpu"):
+            pass
+
+        def score(self, images, prompts, metadata):
+            return torch.zeros(len(images))
+
+    class Editing(Plain):
+        needs_source = True
+
+    class Wrong(Plain):
+        needs_source = "yes"
+
+    assert not base.wants_source(Plain) and base.wants_source(Editing)
+    assert base.contract_problems(Editing, "x") == []
+    assert base.contract_problems(Wrong, "x") == ["x: Wrong.needs_source must be True or False"]
+    assert base.source_images([{}, {}]) is None  # text prompts carry none
+
+
+def test_source_similarity_averages_a_prompts_sources():
+    from genalign.rewards.image_similarity import source_similarity
+
+    result = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # [B, D], unit rows
+    sources = torch.tensor([[[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, -1.0]]])  # [B, S=2, D]
+    assert source_similarity(result, sources).tolist() == [0.5, 0.0]  # (1 + 0) / 2, (1 − 1) / 2

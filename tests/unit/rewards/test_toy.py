@@ -129,3 +129,23 @@ def test_quality_measures_are_registered_scorers():
         torch.testing.assert_close(REWARDS.resolve(name)().score(images, prompts, []), expected[measure])
     with pytest.raises(TypeError, match="reward.kwargs.toy_shape_area.tolerance"):
         REWARDS.resolve("toy_shape_area")(tolerance=3)
+
+
+@pytest.mark.parametrize("cls", [ToyShapeReward, ToyShapeJudgeReward])
+def test_differentiable_score_is_the_score_of_the_same_pixels(cls):
+    """`score_pixels` of uint8/255 is `score` of the uint8 image (the classifier sees 2p − 1
+    where `to_unit_range` computes u/127.5 − 1: equal to float32 rounding), and it has a gradient."""
+    images, shapes, colours = ts.random_batch(6, np.random.default_rng(7))
+    prompts = [f"a {ts.COLOR_NAMES[c]} {ts.SHAPES[s]}" for s, c in zip(shapes, colours)]
+    reward = cls()
+    pixels = (images.float() / 255).requires_grad_()
+    scores = reward.score_pixels(pixels, prompts, [{}] * 6)
+    torch.testing.assert_close(scores.detach(), reward.score(images, prompts, [{}] * 6), rtol=0, atol=1e-5)
+    (gradient,) = torch.autograd.grad(scores.sum(), pixels)
+    assert gradient.abs().sum() > 0
+
+
+def test_accuracy_score_has_no_gradient_and_is_refused():
+    reward = ToyShapeReward(score="accuracy")
+    with pytest.raises(ValueError, match="score='accuracy' has no gradient"):
+        reward.score_pixels(torch.rand(1, 3, 32, 32), ["a red circle"], [{}])

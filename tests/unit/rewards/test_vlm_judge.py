@@ -47,7 +47,7 @@ class FakeJudge:
         if action[0] == "raw":
             return web.Response(text=action[1])
         content = body["messages"][0]["content"]
-        url = content[0]["image_url"]["url"]
+        url = [item for item in content if item["type"] == "image_url"][-1]["image_url"]["url"]  # the result
         assert url.startswith("data:image/png;base64,")
         picture = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
         red = torch.from_numpy(numpy.array(picture.convert("RGB"))).float()[..., 0].mean() / 255
@@ -90,6 +90,33 @@ def test_sends_the_image_and_template_and_parses_the_score(judge_server, monkeyp
     assert body["model"] == "judge-7b" and body["temperature"] == 0.0 and "max_tokens" not in body
     text = body["messages"][0]["content"][1]["text"]
     assert "Text Caption: [a cat]" in text and "after 'Final Score:'" in text
+
+
+def test_an_editing_prompt_sends_its_source_then_the_result_with_the_edit_question(judge_server, tmp_path):
+    """A sample whose metadata carries a source image: [source, result, edit question]; the
+    score is the judge's answer about the result (the fake reads the last image)."""
+    from PIL import Image
+
+    from genalign.data.source_images import SOURCE_KEY
+
+    source = tmp_path / "source.png"
+    Image.fromarray(numpy.full((8, 8, 3), 200, dtype=numpy.uint8)).save(source)
+    server = judge_server()
+    judge = VlmJudgeReward(base_url=server.base_url, image_size=0)
+    metadata = [{SOURCE_KEY: [str(source)]}, {SOURCE_KEY: [str(source)]}]
+    scores = judge.score(solid([0, 255]), ["make it red", "make it blue"], metadata)
+    assert torch.allclose(scores, torch.tensor([1.0, 5.0]) / 5, atol=1e-6)
+    content = server.requests[0][1]["messages"][0]["content"]
+    assert [item["type"] for item in content] == ["image_url", "image_url", "text"]
+    shown = Image.open(io.BytesIO(base64.b64decode(content[0]["image_url"]["url"].split(",", 1)[1])))
+    assert numpy.array(shown.convert("RGB"))[0, 0].tolist() == [200, 200, 200]  # the source comes first
+    text = content[2]["text"]
+    assert "Editing instruction: [make it red]" in text and "after 'Final Score:'" in text
+
+
+def test_templates_must_name_the_prompt():
+    with pytest.raises(ValueError, match="edit_template must contain"):
+        VlmJudgeOptions(edit_template="no placeholder")
 
 
 def test_parse_score_follows_the_pattern():

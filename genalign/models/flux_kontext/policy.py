@@ -1,0 +1,74 @@
+"""FLUX.1 Kontext (dev) behind the `FlowPolicy` protocol: FLUX.1 that edits a source image.
+
+Where it fits: as FLUX.1 (`models/flux/policy.py`, whose prompt encoding, CFG, schedule and
+decode it keeps) plus the `SourceEncoder` side: each prompt's source image is encoded once per
+step (rollout/chunks.py) into `Condition.source_latents`, and `velocity` reads it at every step
+of rollout and replay. Loading is `FluxKontextPipeline.from_pretrained`.
+
+What FluxKontextPipeline does, checked on the tiny model (tests/integration/test_flux_kontext.py):
+- The source image is VAE-encoded to its posterior mode, `(z − shift) · scaling` (the pipeline's
+  `_encode_vae_image`, `sample_mode="argmax"`), at its own size.
+- Its latents are packed into 2x2 tokens like the target's and appended after them in the
+  image stream; their position ids are (1, row, col) where the target's are (0, row, col) — the
+  first axis tells the two images apart. The transformer's output over the source tokens is
+  dropped: the velocity is the target's tokens only.
+- Both CFG branches read the same source (true CFG with rollout.guidance_scale > 1, as the
+  pipeline's `true_cfg_scale`); the embedded guidance is model.embedded_guidance.
+- The schedule's dynamic shift counts the target's tokens only (the pipeline's
+  `image_seq_len = latents.shape[1]`), which FLUX.1's `sigmas` already does.
+A prompt with several source images (not FluxKontextPipeline's: it takes one) would get the
+ids (s + 1, row, col) for image s; the spec allows one, as the pipeline.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from genalign.models.base import Condition
+from genalign.models.diffusers_common import pack_2x2, vae_encode
+from genalign.models.flux.policy import FluxPolicy, latent_image_ids
+from genalign.models.spec import FamilySpec
+
+SPEC = FamilySpec(
+    name="flux_kontext",
+    policy="genalign.models.flux_kontext.policy:FluxKontextPolicy",
+    package="genalign.models.flux_kontext",
+    pipeline_class="FluxKontextPipeline",
+    guidance_embedding=True,
+    source_images=1,
+    tiny_builder="genalign.models.flux_kontext.tiny:build_tiny_flux_kontext_pipeline",
+)
+"""FLUX.1 Kontext: FLUX.1's geometry (16 pixels per packed token) and guidance embedding, one
+source image per prompt."""
+
+
+class FluxKontextPolicy(FluxPolicy):
+    """FLUX.1 Kontext: FLUX.1's transformer reads the source image's tokens beside the target's."""
+
+    spec = SPEC
+    family = SPEC.name
+    display_name = "FLUX.1 Kontext"
+    diffusers_pipeline = SPEC.pipeline_class
+
+    @torch.no_grad()
+    def encode_sources(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 [B, S, 3, H, W] -> float32 latents [B, S, C, H/f, W/f]: the VAE posterior's mode,
+        shifted and scaled (`vae_encode`, what the pipeline's `_encode_vae_image` computes)."""
+        batch, count = images.shape[:2]
+        latents = vae_encode(self.vae, images.flatten(0, 1))  # [B·S, C, h, w]
+        return latents.reshape(batch, count, *latents.shape[1:]).cpu()
+
+    def context_tokens(self, cond: Condition) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(the source images' packed tokens [B, S·hw/4, 4C], their ids [S·hw/4, 3]): image s at
+        ids (s + 1, row, col); None for a prompt without a source (text-to-image)."""
+        sources = cond.source_latents  # [B, S, C, h, w] or None
+        if sources is None:
+            return None
+        _, count, _, height, width = sources.shape
+        tokens, ids = [], []
+        for index in range(count):
+            tokens.append(pack_2x2(sources[:, index].to(self.device)))  # [B, hw/4, 4C]
+            image_ids = latent_image_ids(height // 2, width // 2, self.device)  # [hw/4, 3]
+            image_ids[:, 0] = index + 1
+            ids.append(image_ids)
+        return torch.cat(tokens, dim=1), torch.cat(ids)

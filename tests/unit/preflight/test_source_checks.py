@@ -1,0 +1,85 @@
+"""The checks of an editing run before anything loads: source images at the run's size, a
+family that takes no source images, a scorer that needs them on a manifest without any."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from genalign.config.loader import compose_config
+from genalign.preflight.files import file_problems
+
+RECIPE = "experiment/diffusion/flux_kontext/online_grpo_edit"
+
+
+def edit_manifest(folder: Path, size: int, with_source: bool = True) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.zeros((size, size, 3), dtype=np.uint8)).save(folder / "a.png")
+    row = {"prompt": "make it red", **({"source_image": "a.png"} if with_source else {})}
+    path = folder / "edits.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    return path
+
+
+def problems(overrides: list[str]) -> list[str]:
+    cfg = compose_config(RECIPE, ["reward.components.vlm_judge=0.0", *overrides])
+    return file_problems(cfg, output_dir=False, resume=False)
+
+
+def test_the_shipped_recipe_and_its_prompt_set_pass():
+    assert [p for p in problems([]) if "source" in p] == []
+
+
+def test_a_source_of_another_size_than_the_rollout_names_file_and_row(tmp_path):
+    path = edit_manifest(tmp_path, 64)
+    found = problems([f"data.manifest={path}", f"data.eval_manifest={path}", "rollout.height=32", "rollout.width=32"])
+    assert any(
+        p.startswith(f"data.manifest: line 1 of {path}") and "is 64x64, the rollout is 32x32" in p for p in found
+    ), found
+
+
+def test_the_eval_manifest_is_checked_at_the_evaluations_size(tmp_path):
+    path = edit_manifest(tmp_path, 64)
+    found = problems([f"data.manifest={path}", f"data.eval_manifest={path}", "rollout.height=64", "rollout.width=64"])
+    assert not [p for p in found if "source" in p or "64x64" in p]
+    found = problems([f"data.eval_manifest={path}", "eval.height=32", "eval.width=32"])
+    assert any(p.startswith("data.eval_manifest:") and "the rollout is 32x32" in p for p in found), found
+
+
+def test_a_text_to_image_family_refuses_source_images(tmp_path):
+    path = edit_manifest(tmp_path, 512)
+    found = problems(["model.family=flux", f"data.manifest={path}"])
+    assert any(
+        p.startswith(f"data.manifest: {path}:1 carries 1 source image(s)")
+        and "model.family=flux is text-conditioned only" in p
+        for p in found
+    ), found
+
+
+def test_a_scorer_that_needs_the_source_refuses_a_manifest_without_one(tmp_path):
+    path = edit_manifest(tmp_path, 512, with_source=False)
+    found = problems([f"data.manifest={path}"])
+    assert any(
+        p.startswith("reward.components.image_similarity compares each result with its source image")
+        and "data.manifest names none" in p
+        for p in found
+    ), found
+    assert not any("data.eval_manifest names none" in p for p in found)  # the shipped eval set has sources
+
+
+def test_the_memory_plan_counts_the_source_tokens_beside_the_targets():
+    """Kontext's sequence is [text, target, source]: at 512x512 and 128 text tokens, 128 + 2 x 1024
+    tokens a row where FLUX.1's text-to-image is 128 + 1024."""
+    from genalign.models.architecture import load_architecture
+    from genalign.models.spec import family_spec
+    from genalign.preflight.memory_terms import _tokens
+
+    kontext = compose_config(RECIPE, [])
+    flux = compose_config("experiment/diffusion/flux/online_grpo_ocr", [])
+    kontext_arch = load_architecture(family_spec("flux_kontext"), kontext.model.path)
+    flux_arch = load_architecture(family_spec("flux"), flux.model.path)
+    assert kontext_arch.geometry.source_images == 1 and flux_arch.geometry.source_images == 0
+    assert _tokens(kontext, kontext_arch) == 128 + 2 * 1024 and _tokens(flux, flux_arch) == 128 + 1024
