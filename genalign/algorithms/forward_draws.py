@@ -145,7 +145,6 @@ def density_draws(
     both seeded by the sample's seed and the position, so resume draws the same numbers."""
     draws, noises = [], []
     for seed in seeds.tolist():
-        draws.append(draw_u(torch.Generator().manual_seed(_mix("density", seed, position))))
-        generator = torch.Generator().manual_seed(_mix("noise", seed, position))
-        noises.append(torch.randn(latent_shape, generator=generator))
+        draws.append(draw_u(seeded_generator("density", seed, position)))
+        noises.append(_noise(seed, position, latent_shape))
     return torch.cat(draws), torch.stack(noises)  # [B], [B, ...]
