@@ -279,6 +279,28 @@ def tiny_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
     ]
 
 
+def toy_loop_overrides(out, *extra: str) -> list[str]:
+    """A 3-step toy run of a forward-process recipe (NFT, DPO, SFT): 2 x 2 samples, 3 denoising
+    steps, a checkpoint every step and a small evaluation at steps 0 and 2."""
+    return [
+        "rollout.num_steps=3",
+        "rollout.n=2",
+        "rollout.rollout_batch_size=2",
+        "rollout.sample_batch_size=4",
+        "actor.lr=1e-3",
+        "eval.num_steps=2",
+        "eval.max_prompts=2",
+        "eval.samples_per_prompt=2",
+        "eval.batch_size=4",
+        "eval.every=2",
+        "trainer.num_steps=3",
+        "trainer.save_every=1",
+        f"trainer.output_dir={out}",
+        "trainer.progress_bar=false",
+        *extra,
+    ]
+
+
 def read_rows(path: Path) -> list[dict[str, str]]:
     with open(path) as handle:
         return list(csv.DictReader(handle))

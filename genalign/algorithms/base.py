@@ -8,8 +8,8 @@ so they are known before any model loads):
     match the model family's;
   * `reference_kind(cfg)` — "none", "frozen" (the trainer builds the adapter-disabled initial
     policy for a KL term) or "own" (the algorithm keeps its own reference weights, DPO);
-  * `data_source(cfg)` — "online" (rollout + rewards each step) or "offline" (a preference
-    dataset; no rollout);
+  * `data_source(cfg)` — "online" (rollout + rewards each step), "offline" (a preference
+    dataset; no rollout) or "images" (an image–prompt dataset, flow-matching SFT; no rollout);
   * `needs_old_logprob` (the rollout's log-probs are trained on; the parity preflight runs
     only then), `needs_rollout_means`, `trainable_copies`;
   * `guided_log_probs(cfg)` — which log-prob of a sampled image token the rollout records:
@@ -110,7 +110,8 @@ class Algorithm(Protocol[PolicyT]):
 
     @classmethod
     def data_source(cls, cfg: AlgorithmConfig) -> str:
-        """ "online" (rollout and rewards each step) or "offline" (data.preference_manifest)."""
+        """ "online" (rollout and rewards each step), "offline" (data.preference_manifest) or
+        "images" (data.image_manifest)."""
         ...
 
     @classmethod
@@ -248,13 +249,19 @@ class AlgorithmBase:
 
     @classmethod
     def config_problems(cls, cfg: ExperimentConfig) -> list[str]:
-        """Only an offline algorithm reads a preference dataset."""
+        """Only an offline algorithm reads a preference dataset, only an image-data one an image dataset."""
+        problems = []
         if cfg.data.preference_manifest is not None and cls.data_source(cfg.algorithm) != "offline":
-            return [
+            problems.append(
                 f"data.preference_manifest is set but only algorithm.name=dpo with algorithm.dpo.source="
                 f"offline reads it (algorithm.name={cfg.algorithm.name!r}); remove it or select offline DPO"
-            ]
-        return []
+            )
+        if cfg.data.image_manifest is not None and cls.data_source(cfg.algorithm) != "images":
+            problems.append(
+                f"data.image_manifest is set but only algorithm.name=sft with algorithm.sft.source=dataset "
+                f"reads it (algorithm.name={cfg.algorithm.name!r}); remove it or select dataset SFT"
+            )
+        return problems
 
     cfg: AlgorithmConfig
     """Set by each algorithm's constructor."""

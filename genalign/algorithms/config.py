@@ -21,6 +21,9 @@ TruncationDistribution = Literal["fixed", "uniform", "gaussian"]
 RewardFeedbackLoss = Literal["negative", "hinge"]
 AWMWeighting = Literal["uniform", "t", "t_squared", "huber", "ghuber"]
 AWMTimeSampling = Literal["discrete", "discrete_wo_init"]
+SFTSource = Literal["dataset", "best_of_n"]
+SFTTiedGroups = Literal["keep", "drop"]
+WeightingScheme = Literal["logit_normal", "mode", "sigma_sqrt", "cosmap", "none"]
 
 
 @dataclass
@@ -381,6 +384,61 @@ class DPPOConfig:
 
 
 @dataclass
+class SFTConfig:
+    """Flow-matching SFT (docs/algorithms.md §12); defaults of diffusers'
+    `examples/dreambooth/train_dreambooth_lora_sd3.py` (its argparse defaults) and
+    `training_utils.compute_density_for_timestep_sampling` / `compute_loss_weighting_for_sd3`."""
+
+    source: SFTSource = "dataset"
+    """"dataset": image–prompt pairs from data.image_manifest (no rollout, no reward scoring in
+    training); "best_of_n": each step's rollout groups, the `keep_per_group` highest-reward
+    samples of each prompt group (rejection-sampling fine-tune, online)."""
+    weighting_scheme: WeightingScheme = "logit_normal"
+    """diffusers' `--weighting_scheme`: "logit_normal" and "mode" shape the density the σ's are
+    drawn from (loss weight 1); "sigma_sqrt" (w = σ⁻²) and "cosmap" (w = 2/(π(1 − 2σ + 2σ²)))
+    draw uniformly and weight the loss; "none" draws uniformly with weight 1."""
+    logit_mean: float = 0.0
+    """Mean of the normal whose sigmoid is the logit-normal draw u."""
+    logit_std: float = 1.0
+    """Std of that normal."""
+    mode_scale: float = 1.29
+    """Scale of the "mode" density u ← 1 − u − s·(cos²(πu/2) − 1 + u)."""
+    precondition_outputs: bool = True
+    """diffusers' `--precondition_outputs` (default 1): regress the x0 prediction x_σ − σ·v̂ on
+    x0 (a σ²-weighted velocity loss); false regresses v̂ on the velocity ε − x0."""
+    num_train_timesteps: int = 1000
+    """T of the training σ table: u in [0, 1) picks index ⌊u·T⌋ (the scheduler's config)."""
+    timestep_shift: float = 3.0
+    """Static shift s of the training σ table σ_i = s·t/(1 + (s − 1)·t), t = (T − i)/T, as the
+    family's `FlowMatchEulerDiscreteScheduler` builds it: 3.0 for SD3 / SD3.5 (their
+    scheduler_config.json), 1.0 for the toy model and for FLUX / Qwen-Image, whose dynamic
+    shifting leaves the training table unshifted."""
+    draws_per_sample: int = 1
+    """(σ, ε) draws each sample trains on per step, one forward each (diffusers: 1)."""
+    keep_per_group: int = 1
+    """best_of_n: samples kept from each prompt group, highest reward first (ties: batch order)."""
+    tied_groups: SFTTiedGroups = "keep"
+    """best_of_n: a prompt group whose samples all score the same. "keep" (RAFT's best-of-N,
+    which keeps each prompt's top sample whatever the spread): its first `keep_per_group`
+    samples train; "drop": it gives none (only groups the reward tells apart train)."""
+
+    def problems(self) -> list[str]:
+        """The ranges of algorithm.sft (Flow-SFT's `config_problems` reports them)."""
+        problems = []
+        if self.logit_std <= 0:
+            problems.append(f"algorithm.sft.logit_std must be > 0, got {self.logit_std}")
+        if self.num_train_timesteps < 1:
+            problems.append(f"algorithm.sft.num_train_timesteps must be >= 1, got {self.num_train_timesteps}")
+        if self.timestep_shift <= 0:
+            problems.append(f"algorithm.sft.timestep_shift must be > 0, got {self.timestep_shift}")
+        if self.draws_per_sample < 1:
+            problems.append(f"algorithm.sft.draws_per_sample must be >= 1, got {self.draws_per_sample}")
+        if self.keep_per_group < 1:
+            problems.append(f"algorithm.sft.keep_per_group must be >= 1, got {self.keep_per_group}")
+        return problems
+
+
+@dataclass
 class AlgorithmConfig:
     name: str = "grpo"
     """"grpo" (Flow-GRPO clipped surrogate; with rollout.kernel / rollout.sde_window also
@@ -392,7 +450,8 @@ class AlgorithmConfig:
     and ratio with a trust region on each step's Gaussian KL instead of the ratio clip), "ar_grpo"
     (the GRPO clipped surrogate per image token, for token-autoregressive families: Janus-Pro), "reward_feedback" (a
     differentiable reward back-propagated through the last sampling steps: ReFL, DRaFT-K,
-    DRaFT-LV, AlignProp), or your own algorithm class as "package.module:Class" when listed in
+    DRaFT-LV, AlignProp), "sft" (flow-matching SFT on an image–prompt dataset or the best of
+    each rollout group), or your own algorithm class as "package.module:Class" when listed in
     algorithm.allow_import. What a run builds for it (a reference, the rollout or a preference
     dataset) is the class's declaration (`algorithms/base.py`)."""
     allow_import: list[str] = field(default_factory=list)
@@ -454,6 +513,8 @@ class AlgorithmConfig:
     """Options read when name=reward_feedback."""
     awm: AWMConfig = field(default_factory=AWMConfig)
     """Options read when name=awm."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """Options read when name=sft."""
     dppo: DPPOConfig = field(default_factory=DPPOConfig)
     """Options read when name=flow_dppo."""
 

@@ -1,4 +1,5 @@
-"""Per-sample randomness of forward-process training: which σ, which ε (docs/algorithms.md §4.2, §5.3, §9.2, §11.2).
+"""Per-sample randomness of forward-process training: which σ, which ε (docs/algorithms.md §4.2, §5.3, §9.2, §11.2,
+§12).
 
 Where it fits: DiffusionNFT and Flow-DPO train on clean samples noised afresh. The update loop
 calls `compute_loss` once per training position j (0..K−1, `train_step_indices`); at position
@@ -8,11 +9,14 @@ generators seeded by the sample's own seed (already a hash of run seed, step and
 sample's draws do not depend on its micro-batch and a resumed run draws the same numbers.
 AWM instead draws position k's σ from the k-th of K equal strata of the schedule
 (`stratified_draws`), with the same per-sample ε.
+Flow-matching SFT draws its σ from a density instead of the schedule (`density_draws`), with
+the same seeding.
 """
 
 from __future__ import annotations
 
 import hashlib
+from typing import Callable
 
 import torch
 
@@ -128,3 +132,19 @@ def group_draws(
     if not shared_noise:
         _, noise = forward_draws(sample_seeds, position, num_indices, latent_shape)
     return sigmas.float().cpu()[indices].to(device), noise.to(device)
+
+
+def density_draws(
+    seeds: torch.Tensor,
+    position: int,
+    latent_shape: tuple[int, ...],
+    draw_u: Callable[[torch.Generator], torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flow-matching SFT's draws at training position `position`: u [B] (each sample's own
+    generator handed to `draw_u(generator) -> [1]`) and ε [B, *latent_shape] float32 (CPU),
+    both seeded by the sample's seed and the position, so resume draws the same numbers."""
+    draws, noises = [], []
+    for seed in seeds.tolist():
+        draws.append(draw_u(seeded_generator("density", seed, position)))
+        noises.append(_noise(seed, position, latent_shape))
+    return torch.cat(draws), torch.stack(noises)  # [B], [B, ...]

@@ -1,5 +1,5 @@
-"""Losses on the forward (noising) process: DiffusionNFT, Flow-DPO, DGPO and AWM (pure;
-docs/algorithms.md §4, §5.3, §9, §11).
+"""Losses on the forward (noising) process: DiffusionNFT, Flow-DPO, DGPO, AWM and flow-matching
+SFT (pure; docs/algorithms.md §4, §5.3, §9, §11, §12).
 
 Where it fits: `algorithms/nft.py`, `algorithms/dpo.py`, `algorithms/dgpo.py` and
 `algorithms/awm.py` noise clean samples x0 to x_σ = (1 − σ)·x0 + σ·ε (§1), evaluate velocities
@@ -244,3 +244,64 @@ def awm_policy_loss(log_prob: torch.Tensor, advantages: torch.Tensor) -> torch.T
     at clip_range 1 never acts on a ratio of 1 and is not kept.) log_prob, advantages [B] -> scalar."""
     ratio = torch.exp(log_prob - log_prob.detach())  # [B] == 1
     return -(advantages.to(log_prob.dtype) * ratio).mean()
+
+
+# Flow-matching SFT (§12): the SD3 pretraining loss as diffusers' training scripts compute it.
+
+
+def timestep_density(
+    scheme: str, count: int, logit_mean: float, logit_std: float, mode_scale: float, generator: torch.Generator
+) -> torch.Tensor:
+    """u ∈ (0, 1) [count] float32 on the CPU, the SD3 paper's timestep densities (§12):
+    logit_normal: u = sigmoid(n), n ~ N(logit_mean, logit_std²); mode: u = 1 − r − s·(cos²(πr/2) − 1 + r),
+    r ~ U[0, 1); any other scheme: u ~ U[0, 1). One draw of the generator per value, in the
+    order diffusers' `compute_density_for_timestep_sampling` draws them."""
+    if scheme == "logit_normal":
+        return torch.sigmoid(torch.normal(logit_mean, logit_std, size=(count,), generator=generator))
+    uniform = torch.rand(count, generator=generator)  # [count]
+    if scheme == "mode":
+        return 1 - uniform - mode_scale * (torch.cos(torch.pi * uniform / 2) ** 2 - 1 + uniform)
+    return uniform
+
+
+def training_sigma_table(num_train_timesteps: int, shift: float) -> torch.Tensor:
+    """The scheduler's training σ's [T] float32, 1 → shift(1/T): σ_i = time_shift((T − i)/T, shift),
+    as `FlowMatchEulerDiscreteScheduler.__init__` builds them (static shift)."""
+    t = torch.arange(num_train_timesteps, 0, -1, dtype=torch.float32) / num_train_timesteps  # [T]
+    return shift * t / (1 + (shift - 1) * t)
+
+
+def density_sigmas(u: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """σ = table[⌊u·T⌋] [B] (u [B] in [0, 1)); u = 1 exactly (a float32 sigmoid can round to 1)
+    takes the last entry, where diffusers' index would fall off the table."""
+    indices = (u * table.shape[0]).long().clamp(max=table.shape[0] - 1)  # [B]
+    return table[indices]
+
+
+def sd3_loss_weighting(scheme: str, sigma: torch.Tensor) -> torch.Tensor:
+    """Per-sample loss weight [B] (§12): sigma_sqrt: σ⁻²; cosmap: 2 / (π·(1 − 2σ + 2σ²)); else 1."""
+    if scheme == "sigma_sqrt":
+        return sigma.float() ** -2.0
+    if scheme == "cosmap":
+        return 2 / (torch.pi * (1 - 2 * sigma + 2 * sigma**2))
+    return torch.ones_like(sigma)
+
+
+def flow_matching_loss(
+    velocity: torch.Tensor,
+    noisy: torch.Tensor,
+    clean: torch.Tensor,
+    noise: torch.Tensor,
+    sigma: torch.Tensor,
+    weight: torch.Tensor,
+    precondition_outputs: bool,
+) -> torch.Tensor:
+    """The rectified-flow pretraining loss per sample (§12), [B]:
+    preconditioned: mean_dims w·((x_σ − σ·v̂) − x0)²;  else mean_dims w·(v̂ − (ε − x0))².
+    velocity, noisy, clean, noise [B, ...]; sigma, weight [B]. Computed in float32."""
+    if precondition_outputs:
+        prediction = noisy.float() - _broadcast(sigma.float(), noisy) * velocity.float()  # x̂0
+        target = clean.float()
+    else:
+        prediction, target = velocity.float(), (noise - clean).float()
+    return _mean_dims(_broadcast(weight.float(), prediction) * (prediction - target) ** 2)  # [B]

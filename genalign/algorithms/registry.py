@@ -14,6 +14,7 @@ ALGORITHMS.register("dgpo", "genalign.algorithms.dgpo:DGPO")
 ALGORITHMS.register("reward_feedback", "genalign.algorithms.reward_feedback:RewardFeedback")
 ALGORITHMS.register("awm", "genalign.algorithms.awm:AdvantageWeightedMatching")
 ALGORITHMS.register("flow_dppo", "genalign.algorithms.dppo:FlowDPPO")
+ALGORITHMS.register("sft", "genalign.algorithms.sft:FlowSFT")
 
 
 def algorithm_class(cfg) -> type:

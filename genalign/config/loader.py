@@ -512,6 +512,7 @@ PATH_KEYS = (
     "data.manifest",
     "data.eval_manifest",
     "data.preference_manifest",
+    "data.image_manifest",
     "trainer.output_dir",
     "trainer.resume_from",
 )

@@ -21,6 +21,10 @@ class DataConfig:
     """Offline Flow-DPO pairs (algorithm.dpo.source=offline): a .jsonl of {"prompt", "chosen",
     "rejected"} rows, image paths relative to the file (docs/preference_data.md). Each training
     step draws rollout.rollout_batch_size pairs in a seeded epoch order (data.shuffle)."""
+    image_manifest: str | None = None
+    """Flow-matching SFT image–prompt pairs (algorithm.name=sft, algorithm.sft.source=dataset):
+    a .jsonl of {"prompt", "image"} rows, image paths relative to the file (docs/preference_data.md).
+    Each training step draws rollout.rollout_batch_size rows in a seeded epoch order (data.shuffle)."""
     shuffle: bool = True
     """Draw training prompts in a seeded random order (epoch-wise permutation)."""
 

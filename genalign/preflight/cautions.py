@@ -41,7 +41,8 @@ def config_cautions(cfg: ExperimentConfig) -> list[str]:
                 f"reward.components.{name} with model.family={cfg.model.family}: this model never draws "
                 f"text, so {name} scores every image about the same and the run learns nothing from it"
             )
-    prompts = _manifest_size(cfg.data.manifest) if cfg.data.preference_manifest is None else None
+    online = algorithm_class(cfg).data_source(cfg.algorithm) == "online"
+    prompts = _manifest_size(cfg.data.manifest) if online else None
     if prompts is not None and prompts < cfg.rollout.rollout_batch_size:
         cautions.append(
             f"data.manifest holds {prompts} prompt(s) but rollout.rollout_batch_size="

@@ -20,7 +20,7 @@ from genalign.config.errors import ConfigError
 from genalign.config.registry import import_problem, is_dotted_path
 from genalign.config.safe_yaml import safe_load_unique
 from genalign.config.schema import ExperimentConfig
-from genalign.data.preferences import read_preferences
+from genalign.data.preferences import read_image_prompts, read_preferences
 from genalign.data.prompts import ManifestError, load_manifest
 from genalign.data.source_images import sources_of
 from genalign.hub import HUB_ID, is_hub_id, is_hub_reference
@@ -59,6 +59,11 @@ def file_problems(
     if cfg.data.preference_manifest is not None:
         try:  # every row, image file and image size, before the model loads
             read_preferences(cfg.data.preference_manifest, size=(cfg.rollout.height, cfg.rollout.width))
+        except ManifestError as exc:
+            problems.append(str(exc) + (f"; {exc.hint}" if exc.hint else ""))
+    if cfg.data.image_manifest is not None:
+        try:  # the same for flow-matching SFT's image–prompt rows
+            read_image_prompts(cfg.data.image_manifest, size=(cfg.rollout.height, cfg.rollout.width))
         except ManifestError as exc:
             problems.append(str(exc) + (f"; {exc.hint}" if exc.hint else ""))
     problems += reward_manifest_problems(cfg, manifests)

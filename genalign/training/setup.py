@@ -33,7 +33,7 @@ from genalign.training.config import EMAConfig
 from genalign.training.distributed import gather_to_main
 from genalign.training.ema import EMA
 from genalign.training.precision import compile_denoiser, configure_backends, make_master_weights
-from genalign.training.sources import OfflinePreferences, OneStepAhead, OnlineRollout, Sync
+from genalign.training.sources import OfflineImages, OfflinePreferences, OneStepAhead, OnlineRollout, Sync
 from genalign.training.update import UpdateContext
 from genalign.weights.lora import apply_lora, freeze_for_full_finetune, trainable_state_dict
 from genalign.weights.reference import ReferencePolicy
@@ -107,12 +107,17 @@ def build_batch_source(
     sync: Sync,
 ):
     """The step's training data, as the algorithm's `data_source` declares: the online rollout
-    (begun a step ahead with rollout.overlap=one_step), or (offline Flow-DPO) a preference
-    dataset. `sync`: the trainer's, which the source calls when the rollout needs the weights."""
-    if algorithm.data_source(cfg.algorithm) == "offline":
-        return OfflinePreferences(cfg, sizes, policy, ranks, sync)
-    source = OneStepAhead if cfg.rollout.overlap == "one_step" else OnlineRollout
-    return source(cfg, sizes, engine, rewards, algorithm, spec, ranks, sync)
+    (begun a step ahead with rollout.overlap=one_step), a preference dataset (offline Flow-DPO)
+    or an image–prompt dataset (flow-matching SFT). `sync`: the trainer's, which the source
+    calls when the rollout needs the weights."""
+    source = algorithm.data_source(cfg.algorithm)
+    datasets = {"offline": OfflinePreferences, "images": OfflineImages}
+    if source in datasets:
+        return datasets[source](cfg, sizes, policy, ranks, sync)
+    if source != "online":
+        raise ValueError(f"{algorithm.title} declares data_source {source!r}: choose online, offline or images")
+    online = OneStepAhead if cfg.rollout.overlap == "one_step" else OnlineRollout
+    return online(cfg, sizes, engine, rewards, algorithm, spec, ranks, sync)
 
 
 def named_trainable_parameters(module: torch.nn.Module) -> dict[str, torch.nn.Parameter]:

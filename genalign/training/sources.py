@@ -10,6 +10,7 @@ Where it fits: steps 1–4 of the loop (docs/architecture.md §2). The trainer a
   one update old (the algorithm corrects them, `algorithm.rollout_correction`).
 * `OfflinePreferences` — Flow-DPO from a preference dataset on disk: no rollout, no scoring;
   the images are encoded to latents once, and each step draws its pairs in a seeded order.
+* `OfflineImages` — flow-matching SFT from an image–prompt dataset on disk, the same way.
 Every source also decides when the trained weights reach the rollout (`after_update`, the
 trainer's `sync` handed in), what of that a checkpoint keeps (`state_dict`) and how a resume
 puts it back (`restore`).
@@ -26,9 +27,10 @@ import torch
 from genalign.algorithms.advantages import advantage_stats, aggregate_advantages, zero_std_group_fraction
 from genalign.algorithms.base import Algorithm
 from genalign.config.schema import ExperimentConfig
-from genalign.data.preferences import load_preference_images, read_preferences
+from genalign.data.preferences import load_preference_images, read_image_prompts, read_preferences
 from genalign.data.prompts import PromptExample, load_manifest
 from genalign.data.sampler import PromptGroupBatch, PromptSampler
+from genalign.data.source_images import load_image
 from genalign.finite import named_step
 from genalign.models.base import FlowPolicy
 from genalign.preflight.step_sizes import StepSizes
@@ -36,6 +38,7 @@ from genalign.rewards.scores import RewardScores
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.rollout.collector import SamplingSpec, encode_unique
 from genalign.rollout.pairs import PreferencePairs
+from genalign.rollout.samples import CleanSamples
 from genalign.runs.checkpoint import CheckpointState
 from genalign.training import distributed
 
@@ -257,26 +260,16 @@ class OfflinePreferences(WeightsAfterEachUpdate):
         self.ranks, self.sync = ranks, sync
         rows = read_preferences(cfg.data.preference_manifest, size=(cfg.rollout.height, cfg.rollout.width))
         chosen_images, rejected_images = load_preference_images(rows)  # [N, 3, H, W] uint8 x2
-        with torch.no_grad():
-            self.chosen = torch.cat(
-                [policy.encode_images(chunk).cpu() for chunk in chosen_images.split(cfg.rollout.sample_batch_size)]
-            )  # [N, ...]
-            self.rejected = torch.cat(
-                [policy.encode_images(chunk).cpu() for chunk in rejected_images.split(cfg.rollout.sample_batch_size)]
-            )
+        self.chosen = encode_images(policy, chosen_images, cfg.rollout.sample_batch_size)  # [N, ...]
+        self.rejected = encode_images(policy, rejected_images, cfg.rollout.sample_batch_size)
         self.prompts = [row.prompt for row in rows]
         self.condition = encode_unique(policy, self.prompts, with_negative=False).to("cpu")
         self.sigmas = policy.sigmas(cfg.rollout.num_steps, tuple(self.chosen.shape[1:])).float().cpu()  # [T+1]
-        examples = [PromptExample(row.prompt, index, row.source) for index, row in enumerate(rows)]
-        self.sampler = PromptSampler(examples, sizes.prompts_per_step, 1, cfg.trainer.seed, shuffle=cfg.data.shuffle)
+        self.sampler = row_sampler(cfg, sizes, [(row.prompt, row.source) for row in rows])
 
     def collect(self, step: int) -> StepData:
         start = time.perf_counter()
-        drawn = self.sampler.sample(step)  # samples_per_prompt 1: one sample = one pair
-        take = list(range(len(drawn)))
-        if self.ranks.world_size > 1:  # this rank's share of the step's pairs
-            take = distributed.rank_positions(len(drawn), 1, self.ranks)
-        rows = [int(drawn.prompt_ids[i]) for i in take]  # manifest rows = pair indices
+        drawn, take, rows = drawn_rows(self.sampler, step, self.ranks)
         pairs = PreferencePairs(
             prompts=[self.prompts[i] for i in rows],
             seeds=drawn.seeds[take],
@@ -292,5 +285,67 @@ class OfflinePreferences(WeightsAfterEachUpdate):
             None,
             0,
             {"pairs": float(len(drawn))},  # every rank's
+            {"time_rollout_s": time.perf_counter() - start, "time_reward_s": 0.0},
+        )
+
+
+def encode_images(policy: FlowPolicy, images: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """uint8 [N, 3, H, W] -> latents [N, ...] on the CPU, `chunk_size` images per encoder call."""
+    with torch.no_grad():
+        return torch.cat([policy.encode_images(chunk).cpu() for chunk in images.split(chunk_size)])
+
+
+def row_sampler(cfg: ExperimentConfig, sizes: StepSizes, rows: list[tuple[str, str]]) -> PromptSampler:
+    """Seeded epoch order over a dataset's (prompt, source) rows, one sample per row."""
+    examples = [PromptExample(prompt, index, source) for index, (prompt, source) in enumerate(rows)]
+    return PromptSampler(examples, sizes.prompts_per_step, 1, cfg.trainer.seed, shuffle=cfg.data.shuffle)
+
+
+def drawn_rows(sampler: PromptSampler, step: int, ranks) -> tuple[Any, list[int], list[int]]:
+    """The step's draw, this rank's positions in it, and their manifest rows."""
+    drawn = sampler.sample(step)  # samples_per_prompt 1: one sample = one row
+    take = list(range(len(drawn)))
+    if ranks.world_size > 1:  # this rank's share of the step's rows
+        take = distributed.rank_positions(len(drawn), 1, ranks)
+    return drawn, take, [int(drawn.prompt_ids[i]) for i in take]
+
+
+class OfflineImages(WeightsAfterEachUpdate):
+    """Flow-matching SFT images from `data.image_manifest` (docs/preference_data.md).
+
+    As `OfflinePreferences`: every image is encoded once with the policy's `encode_images` and
+    kept on the CPU, prompts are encoded once, and a step takes `rollout.rollout_batch_size`
+    rows — this rank's share under torchrun — in a seeded epoch order, so resume draws the same
+    rows (the ranks' shares are equal: `distributed.rank_positions`)."""
+
+    def __init__(self, cfg: ExperimentConfig, sizes: StepSizes, policy: FlowPolicy, ranks, sync: Sync):
+        self.ranks, self.sync = ranks, sync
+        rows = read_image_prompts(cfg.data.image_manifest, size=(cfg.rollout.height, cfg.rollout.width))
+        images = torch.stack([load_image(row.image) for row in rows])  # [N, 3, H, W] uint8
+        self.latents = encode_images(policy, images, cfg.rollout.sample_batch_size)  # [N, ...]
+        self.prompts = [row.prompt for row in rows]
+        self.condition = encode_unique(policy, self.prompts, with_negative=False).to("cpu")
+        self.sampler = row_sampler(cfg, sizes, [(row.prompt, row.source) for row in rows])
+
+    def samples(self, rows: list[int], seeds: torch.Tensor) -> CleanSamples:
+        samples = CleanSamples(
+            prompts=[self.prompts[i] for i in rows],
+            seeds=seeds,
+            condition=self.condition.index(torch.tensor(rows, dtype=torch.long)),
+            latents=self.latents[rows],
+        )
+        samples.validate()
+        return samples
+
+    def collect(self, step: int) -> StepData:
+        start = time.perf_counter()
+        drawn, take, rows = drawn_rows(self.sampler, step, self.ranks)
+        samples = self.samples(rows, drawn.seeds[take])
+        return StepData(
+            samples,
+            torch.ones(len(samples)),
+            None,
+            0,
+            {"images": float(len(drawn))},  # every rank's
             {"time_rollout_s": time.perf_counter() - start, "time_reward_s": 0.0},
         )

@@ -254,6 +254,20 @@ ASYMMETRIC = {
     ),
     # offline pairs split evenly (the config refuses a split with a partial micro-batch)
     "dpo_offline-ddp": ("experiment/toy/offline_dpo", "ddp", ["rollout.rollout_batch_size=4", "rollout.n=1"], SLOW),
+    # flow-matching SFT, best of N with tied groups dropped: rank 1's groups all tie, so it keeps
+    # no sample and replays a filler with weight 0
+    "sft_best_of_n-ddp": (
+        "experiment/toy/shapes_sft",
+        "ddp",
+        [
+            *RANK_ONE_CONSTANT,
+            "algorithm.sft.source=best_of_n",
+            "algorithm.sft.tied_groups=drop",
+            "data.image_manifest=null",
+        ],
+    ),
+    # SFT from the image dataset: rows split evenly over the ranks
+    "sft_dataset-fsdp2": ("experiment/toy/shapes_sft", "fsdp2", ["rollout.rollout_batch_size=4", "rollout.n=1"], SLOW),
 }
 
 

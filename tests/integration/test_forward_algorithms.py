@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from support import TIMING_COLUMNS, read_rows
+from support import toy_loop_overrides as overrides
 
 from genalign.preflight.load import load_config
 from genalign.training.trainer import Trainer
@@ -73,26 +74,6 @@ RUNS = {
         ["feedback_reward", "chain_steps"],
     ),
 }
-
-
-def overrides(out, *extra):
-    return [
-        "rollout.num_steps=3",
-        "rollout.n=2",
-        "rollout.rollout_batch_size=2",
-        "rollout.sample_batch_size=4",
-        "actor.lr=1e-3",
-        "eval.num_steps=2",
-        "eval.max_prompts=2",
-        "eval.samples_per_prompt=2",
-        "eval.batch_size=4",
-        "eval.every=2",
-        "trainer.num_steps=3",
-        "trainer.save_every=1",
-        f"trainer.output_dir={out}",
-        "trainer.progress_bar=false",
-        *extra,
-    ]
 
 
 @pytest.fixture(scope="module", params=sorted(RUNS))

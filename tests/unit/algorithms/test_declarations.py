@@ -80,6 +80,7 @@ def test_the_registry_names_every_built_in_and_algorithm_class_follows_the_confi
         "reward_feedback",
         "awm",
         "flow_dppo",
+        "sft",
     }
     assert algorithm_class(load_config("experiment/toy/shapes_nft")) is DiffusionNFT
     assert ALGORITHMS.dotted_key == "algorithm.allow_import"  # its own permission, not a reward's

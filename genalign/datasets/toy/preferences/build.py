@@ -21,8 +21,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[3]))  # the checkout root
+sys.path.insert(0, str(HERE.parents[1]))  # genalign/datasets/build_common.py
 
 import torch  # noqa: E402
+from build_common import write_or_check_files  # noqa: E402
 
 from genalign.data.prompts import load_manifest  # noqa: E402
 from genalign.data.sampler import PromptGroupBatch, sample_seed  # noqa: E402
@@ -89,28 +91,8 @@ def build() -> dict[str, bytes]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with the committed files instead of writing")
-    args = parser.parse_args(argv)
-    files = build()
-    if args.check:
-        stale = [
-            name
-            for name, content in files.items()
-            if not (HERE / name).is_file() or (HERE / name).read_bytes() != content
-        ]
-        extra = sorted(
-            str(p.relative_to(HERE)) for p in (HERE / "images").glob("*.png") if str(p.relative_to(HERE)) not in files
-        )
-        if stale or extra:
-            print(f"stale: {stale[:5]} extra: {extra[:5]}; run python genalign/datasets/toy/preferences/build.py")
-            return 1
-        return 0
-    (HERE / "images").mkdir(exist_ok=True)
-    for stale in (HERE / "images").glob("*.png"):
-        stale.unlink()
-    for name, content in files.items():
-        (HERE / name).write_bytes(content)
-    print(f"wrote {len(files) - 1} images and pairs.jsonl ({sum(map(len, files.values())) / 1024:.0f} KB)")
-    return 0
+    script = "genalign/datasets/toy/preferences/build.py"
+    return write_or_check_files(build(), HERE, parser.parse_args(argv).check, script)
 
 
 if __name__ == "__main__":
