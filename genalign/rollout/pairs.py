@@ -15,53 +15,23 @@ Shapes (P pairs, latent shape `...`):
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from genalign.models.base import Condition
+from genalign.rollout.units import CleanLatentUnits
 
 
 @dataclass
-class PreferencePairs:
-    prompts: list[str]
-    seeds: torch.Tensor  # [P] int64
-    condition: Condition
+class PreferencePairs(CleanLatentUnits):
     chosen: torch.Tensor  # [P, ...]
     rejected: torch.Tensor  # [P, ...]
-    sigmas: torch.Tensor  # [T+1]
+    sigmas: torch.Tensor  # [T+1], shared by every pair
 
-    def __len__(self) -> int:
-        return len(self.prompts)
+    latent_fields: ClassVar[tuple[str, ...]] = ("chosen", "rejected")
 
     def validate(self) -> None:
-        size = len(self.prompts)
-        bad = [
-            name
-            for name, ok in {
-                "seeds": self.seeds.shape == (size,),
-                "condition": len(self.condition) == size,
-                "chosen": self.chosen.shape[0] == size,
-                "rejected": self.rejected.shape == self.chosen.shape,
-            }.items()
-            if not ok
-        ]
-        if bad:
-            raise ValueError(f"PreferencePairs fields {bad} disagree with P={size}")
-
-    def index(self, idx: torch.Tensor | list[int]) -> "PreferencePairs":
-        positions = torch.as_tensor(idx, dtype=torch.long)
-        return PreferencePairs(
-            [self.prompts[i] for i in positions.tolist()],
-            self.seeds[positions],
-            self.condition.index(positions.to(self.condition.device)),
-            self.chosen[positions.to(self.chosen.device)],
-            self.rejected[positions.to(self.rejected.device)],
-            self.sigmas,
-        )
-
-    def to(self, device: torch.device | str) -> "PreferencePairs":
-        return dataclasses.replace(
-            self, condition=self.condition.to(device), chosen=self.chosen.to(device), rejected=self.rejected.to(device)
-        )
+        super().validate()
+        if self.rejected.shape != self.chosen.shape:
+            raise ValueError(f"PreferencePairs fields ['rejected'] disagree with chosen {tuple(self.chosen.shape)}")

@@ -13,46 +13,16 @@ Shapes (B samples, latent shape `...`):
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from genalign.models.base import Condition
+from genalign.rollout.units import CleanLatentUnits
 
 
 @dataclass
-class CleanSamples:
-    prompts: list[str]
-    seeds: torch.Tensor  # [B] int64
-    condition: Condition
+class CleanSamples(CleanLatentUnits):
     latents: torch.Tensor  # [B, ...]
 
-    def __len__(self) -> int:
-        return len(self.prompts)
-
-    def validate(self) -> None:
-        size = len(self.prompts)
-        bad = [
-            name
-            for name, ok in {
-                "seeds": self.seeds.shape == (size,),
-                "condition": len(self.condition) == size,
-                "latents": self.latents.shape[0] == size,
-            }.items()
-            if not ok
-        ]
-        if bad:
-            raise ValueError(f"CleanSamples fields {bad} disagree with B={size}")
-
-    def index(self, idx: torch.Tensor | list[int]) -> "CleanSamples":
-        positions = torch.as_tensor(idx, dtype=torch.long)
-        return CleanSamples(
-            [self.prompts[i] for i in positions.tolist()],
-            self.seeds[positions],
-            self.condition.index(positions.to(self.condition.device)),
-            self.latents[positions.to(self.latents.device)],
-        )
-
-    def to(self, device: torch.device | str) -> "CleanSamples":
-        return dataclasses.replace(self, condition=self.condition.to(device), latents=self.latents.to(device))
+    latent_fields: ClassVar[tuple[str, ...]] = ("latents",)
