@@ -49,7 +49,7 @@ def needs_reward_gradients(cfg: ExperimentConfig) -> bool:
     `algorithm_checks`' to report)."""
     try:
         return bool(getattr(algorithm_class(cfg), "needs_reward_gradients", False))
-    except RegistryError:
+    except Exception:  # an unknown name, or a user's module that fails to import: algorithm_checks reports it
         return False
 
 
@@ -146,7 +146,7 @@ def source_problems(cfg: ExperimentConfig, carries_sources: dict[str, bool]) -> 
             continue
         try:
             scorer_cls = REWARDS.resolve(name, cfg.reward.allow_import)
-        except (RegistryError, ImportError):  # import_problems reports a module that does not import
+        except Exception:  # a user's module that does not import (whatever it raises): import_problems reports it
             continue
         if not wants_source(scorer_cls):
             continue
