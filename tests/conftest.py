@@ -12,6 +12,7 @@ import atexit
 import os
 import shutil
 import tempfile
+import time
 
 for _name, _value in {
     "OMP_NUM_THREADS": "1",
@@ -33,6 +34,26 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="skip, saying so, every test that would start after this many seconds of the session "
+        "(CI's slow pass runs 'when time allows': .ci/run hands it what is left of its hour)",
+    )
+
+
+def pytest_sessionstart(session):
+    session.config.genalign_started = time.monotonic()
+
+
+def pytest_runtest_setup(item):
+    budget = item.config.getoption("--budget-s")
+    if budget is not None and time.monotonic() - item.config.genalign_started > budget:
+        pytest.skip(f"the CI time budget (--budget-s {budget:.0f}) was spent before this test started")
 
 
 @pytest.fixture(scope="session")
