@@ -14,7 +14,7 @@ import torch
 
 from genalign.config.errors import ConfigError
 from genalign.config.loader import safe_load_unique
-from genalign.placement.ray_pools import start_ray_for_run
+from genalign.placement.ray_pools import start_ray_for_run, stop_ray_for_run
 from genalign.preflight.files import file_problems, output_dir_problems
 from genalign.preflight.stored_config import ALLOW_IMPORT_KEYS, config_from_checkpoint, split_allow_overrides
 from genalign.rewards.composite import build_reward_runtime
@@ -42,16 +42,19 @@ def evaluate_checkpoint(checkpoint_dir: str, output_dir: str | None, overrides: 
         raise CheckpointError(f"--checkpoint: {checkpoint.path}/{name}: {exc}") from None
     out = Path(output_dir) if output_dir else checkpoint.path / "eval"
 
-    start_ray_for_run(cfg)  # sized for the reward, gold and metric pools together
-    rewards = build_reward_runtime(cfg.reward, policy.device)
+    owns_ray = start_ray_for_run(cfg)  # sized for the reward, gold and metric pools together
     try:
-        evaluator = setup.build_evaluator(cfg, policy.device, rewards, out, resume=False)
+        rewards = build_reward_runtime(cfg.reward, policy.device)
         try:
-            metrics = evaluator.evaluate(policy, checkpoint.step)
-        finally:
-            evaluator.close()
-    finally:  # its threads, actors or HTTP sessions, on success and on failure
-        rewards.close()
+            evaluator = setup.build_evaluator(cfg, policy.device, rewards, out, resume=False)
+            try:
+                metrics = evaluator.evaluate(policy, checkpoint.step)
+            finally:
+                evaluator.close()
+        finally:  # its threads, actors or HTTP sessions, on success and on failure
+            rewards.close()
+    finally:  # a Ray this evaluation started does not outlive it (an in-process caller goes on)
+        stop_ray_for_run(owns_ray)
     log.info("evaluated %s (%s weights) -> %s", checkpoint.path, "EMA" if use_ema else "trained", out)
     for key, value in sorted(metrics.items()):
         print(f"{key}\t{value:.6g}")

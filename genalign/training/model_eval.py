@@ -46,7 +46,7 @@ from genalign.evaluation.results import records_of, write_results
 from genalign.evaluation.sharded import evaluate_samples
 from genalign.evaluation.summaries import markdown_table, summarise
 from genalign.hub import is_hub_id
-from genalign.placement.ray_pools import start_ray_for_run
+from genalign.placement.ray_pools import start_ray_for_run, stop_ray_for_run
 from genalign.preflight.files import output_dir_problems
 from genalign.preflight.load import load_config
 from genalign.preflight.stored_config import config_from_checkpoint, split_allow_overrides
@@ -333,22 +333,25 @@ def evaluate_model(
         settings = settings_of(cfg, source, benchmark, weights, ranks.world_size, reward_cfg)
         if ranks.is_main:
             print_settings(settings, out)
-        start_ray_for_run(cfg)
-        runtimes = {
-            group: build_reward_runtime(reward_cfg, policy.device, components=components)
-            for group, components in benchmark.groups.items()
-        }
-        engine = setup.build_rollout_engine(cfg, policy)
+        owns_ray = start_ray_for_run(cfg)
         try:
-            spec = setup.eval_spec(cfg)
-            with torch.no_grad():
-                outcome = evaluate_samples(
-                    engine_sampler(engine, spec), samples, runtimes, setup.evaluation_shard(ranks)
-                )
-        finally:
-            engine.close()
-            for runtime in runtimes.values():
-                runtime.close()
+            runtimes = {
+                group: build_reward_runtime(reward_cfg, policy.device, components=components)
+                for group, components in benchmark.groups.items()
+            }
+            engine = setup.build_rollout_engine(cfg, policy)
+            try:
+                spec = setup.eval_spec(cfg)
+                with torch.no_grad():
+                    outcome = evaluate_samples(
+                        engine_sampler(engine, spec), samples, runtimes, setup.evaluation_shard(ranks)
+                    )
+            finally:
+                engine.close()
+                for runtime in runtimes.values():
+                    runtime.close()
+        finally:  # a Ray this evaluation started does not outlive it (an in-process caller goes on)
+            stop_ray_for_run(owns_ray)
         if outcome.scores is None:
             return {}
         records = records_of(outcome)

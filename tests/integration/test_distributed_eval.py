@@ -133,6 +133,9 @@ def test_genalign_eval_over_ray_workers_equals_in_process(tmp_path, monkeypatch)
         )
         == 0
     )
+    import ray
+
+    assert not ray.is_initialized()  # the Ray the evaluation started ends with it (the caller goes on in-process)
     rows = {
         name: [json.loads(line) for line in (tmp_path / name / "samples.jsonl").read_text().splitlines()]
         for name in ("local", "ray")
