@@ -22,6 +22,8 @@ from genalign.rollout.token_batch import Trajectories
 class RolloutEngine(Protocol):
     needs_sync: bool
     """True when the rollout samples with its own copy of the weights (`sync` pushes them)."""
+    version: int | None
+    """The version of the weights the rollout samples with (the last `sync`'s); None in-process."""
 
     def generate(
         self, groups: PromptGroupBatch, spec: SamplingSpec, positions: list[int] | None = None
@@ -60,6 +62,7 @@ class LocalRolloutEngine:
     """In-process: the trainer's own policy samples, so there is nothing to sync."""
 
     needs_sync = False
+    version = None
 
     def __init__(self, policy: FlowPolicy | TokenPolicy):
         self.policy = policy

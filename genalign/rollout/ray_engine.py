@@ -198,6 +198,8 @@ class RayRolloutEngine:
     """`RolloutEngine` over Ray actors (see the module docstring for the contract)."""
 
     needs_sync = True
+    version: int | None = None
+    """The version of the weights the workers hold (the last `sync`'s)."""
 
     def __init__(
         self,

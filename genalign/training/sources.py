@@ -207,7 +207,7 @@ class OneStepAhead(OnlineRollout):
         """The step's rollout once read: its step, its trajectories and its policy lag."""
 
     def begin(self, step: int) -> None:
-        self.ahead = (step, self.engine.start(*self.work(step)), self.engine.rollout_state()[1])
+        self.ahead = (step, self.engine.start(*self.work(step)), self.engine.version)
 
     def before_rollout(self, step: int) -> dict[str, float]:
         if self.ahead is None:
@@ -216,7 +216,7 @@ class OneStepAhead(OnlineRollout):
         _, shards, version = self.ahead
         self.ready = (step, cat_batches(list(shards)), float(step - 1 - (version or 0)))
         self.ahead = None
-        return self.sync(step - 1) if self.engine.rollout_state()[1] != step - 1 else {}
+        return self.sync(step - 1) if self.engine.version != step - 1 else {}
 
     def sample(self, step: int) -> TrajectoryBatch:
         assert self.ready is not None and self.ready[0] == step, f"no rollout read for step {step}"
