@@ -19,6 +19,8 @@ so they are known before any model loads):
   * `stat_extremes` — which logged statistics also get their min / max columns;
   * `train_positions(cfg)` — positions trained per unit when the algorithm fixes their number
     itself (DGPO's σ count), else None: int(rollout.num_steps · timestep_fraction).
+  * `final_sample_only` — the loss reads only each trajectory's final sample (AWM), so any
+    rollout sampler serves it, the multistep `rollout.sampler=sa_solver` among them;
   * `needs_reward_gradients` — the loss back-propagates through the reward models (reward
     feedback): the config then admits only differentiable scorers in this process
     (`preflight/reward_contract.py`);
@@ -92,6 +94,9 @@ class Algorithm(Protocol[PolicyT]):
     """True when compute_loss uses the rollout log-probs stored in the batch."""
     needs_rollout_means: bool
     """True when compute_loss reads the rollout kernel means (the rollout then records them)."""
+    final_sample_only: bool
+    """True when compute_loss reads only each trajectory's final sample x0 (not its steps,
+    log-probs or means): rollout.sampler=sa_solver, which records nothing per step, is allowed."""
     needs_reward_gradients: bool
     """True when compute_loss back-propagates through the reward (`attach_rewards` hands it the
     runtime; the config admits only differentiable scorers in this process)."""
@@ -215,6 +220,7 @@ class AlgorithmBase:
     """The algorithm's name in messages ("GRPO-Guard")."""
     policy_kind = "flow"
     needs_rollout_means = False
+    final_sample_only = False
     needs_reward_gradients = False
     trainable_copies = 0
     """Float32 copies of the trained weights the algorithm keeps (NFT: its old policy); the

@@ -34,6 +34,7 @@ def family_problems(cfg: ExperimentConfig) -> list[str]:
             "rollout.same_initial_noise": rollout.same_initial_noise,
             "rollout.sde_window.size": rollout.sde_window.size,
             "rollout.ode_final_step": rollout.ode_final_step,
+            "rollout.sampler": rollout.sampler if rollout.sampler != "kernel" else None,
         }
         for key, value in flow_only.items():
             if value:
@@ -109,7 +110,20 @@ def algorithm_problems(cfg: ExperimentConfig) -> list[str]:
         + foreign_option_problems(cfg, algorithm, others)
         + algorithm.config_problems(cfg)
         + overlap_problems(cfg, algorithm)
+        + sampler_problems(cfg, algorithm)
     )
+
+
+def sampler_problems(cfg: ExperimentConfig, algorithm: type) -> list[str]:
+    """rollout.sampler=sa_solver records no per-step log-prob or mean (a multistep step has no
+    one-step density): only an algorithm that trains on the final sample alone can use it."""
+    if cfg.rollout.sampler == "kernel" or algorithm.final_sample_only:
+        return []
+    return [
+        f"rollout.sampler={cfg.rollout.sampler} records only the trajectory's latents, but algorithm.name="
+        f"{cfg.algorithm.name!r} trains on more of the rollout (its steps, log-probs or means): set "
+        "rollout.sampler=kernel"
+    ]
 
 
 def overlap_problems(cfg: ExperimentConfig, algorithm: type) -> list[str]:

@@ -20,6 +20,7 @@ from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.rollout.chunks import encode_distinct, sample_fields, step_chunks
 from genalign.rollout.token_batch import Trajectories
 from genalign.rollout.token_collector import generate_token_chunks
+from genalign.sampling.sa_solver import SASolverConfig, sa_solver_trajectory
 from genalign.sampling.trajectory import initial_noise, sample_trajectory
 from genalign.sampling.windows import WindowSchedule, sde_step_mask
 
@@ -37,6 +38,9 @@ class SamplingSpec:
     """Samples per denoiser batch; replay reuses it so batch geometry matches."""
     kernel: str = "flow_sde"
     """Transition kernel name (sampling/kernels.py KERNELS), stored in the trajectory for replay."""
+    sa_solver: SASolverConfig | None = None
+    """Sample with the SA-Solver instead of the kernel (rollout.sampler=sa_solver); its trajectories
+    store the kernel name "sa_solver", which no replay accepts."""
     window: WindowSchedule | None = None
     """SDE window schedule (None: every step stochastic when noise_level > 0)."""
     ode_final_step: bool = False
@@ -125,18 +129,23 @@ def _flow_chunks(
         sde_mask = spec.sde_mask(first)  # [T]: one SDE window per sampling batch, as Flow-GRPO-Fast draws
         assert chunk.init_seeds is not None  # PromptGroupBatch.__post_init__ fills it from the seeds
         noise, generators = initial_noise(chunk.init_seeds.tolist(), chunk.seeds.tolist(), latent_shape)
-        sampled = sample_trajectory(
-            policy,
-            chunk_cond.to(policy.device),
-            noise,
-            generators,
-            sigmas,
-            spec.guidance_scale,
-            spec.noise_level,
-            sde_mask,
-            spec.kernel,
-            spec.record_means,
-        )
+        if spec.sa_solver is not None:
+            sampled = sa_solver_trajectory(
+                policy, chunk_cond.to(policy.device), noise, generators, sigmas, spec.guidance_scale, spec.sa_solver
+            )
+        else:
+            sampled = sample_trajectory(
+                policy,
+                chunk_cond.to(policy.device),
+                noise,
+                generators,
+                sigmas,
+                spec.guidance_scale,
+                spec.noise_level,
+                sde_mask,
+                spec.kernel,
+                spec.record_means,
+            )
         _require_finite_samples(chunk, sampled.latents, "latents")  # [b, T+1, ...]: a NaN never reaches a reward
         try:
             # [b, 3, H, W] or [b, F, 3, H, W] uint8
@@ -152,7 +161,7 @@ def _flow_chunks(
             images=images,
             guidance_scale=spec.guidance_scale,
             noise_level=spec.noise_level,
-            kernel=spec.kernel,
+            kernel=spec.kernel if spec.sa_solver is None else "sa_solver",
             means=sampled.means,
             **sample_fields(chunk),
         )

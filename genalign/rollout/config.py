@@ -9,6 +9,8 @@ from genalign.config.checks import non_negative_problems, positive_problems
 
 Kernel = Literal["flow_sde", "dance_sde", "cps", "cps_gaussian"]
 """`rollout.kernel`'s choices (each one's step: sampling/kernels.py:KERNELS)."""
+Sampler = Literal["kernel", "sa_solver"]
+"""`rollout.sampler`'s choices: one-step transition kernels, or the multistep SA-Solver."""
 WindowSchedule = Literal["random", "progressive", "fixed"]
 WindowDraw = Literal["per_batch", "per_step"]
 RolloutEngine = Literal["local", "ray"]
@@ -70,6 +72,60 @@ class SDEWindowConfig:
         return problems
 
 
+SA_SOLVER_MAX_ORDER = 4
+"""The SA-Solver reference's highest predictor / corrector order (Lagrange nodes per step)."""
+
+
+@dataclass
+class SASolverConfig:
+    """`rollout.sa_solver`: the SA-Solver's stochasticity τ and orders (read when rollout.sampler=sa_solver).
+    Defaults: the AWM reference's GenEval/OCR sampler (be51372)."""
+
+    tau: float = 0.4
+    """Stochasticity τ ≥ 0 inside the window (the reference's `sample.noise_level`; its PickScore
+    config sets 0: the deterministic order-2 Adams ODE solver)."""
+    tau_sigma_min: float = 0.3
+    """τ applies where the step's target t (= σ) is in [tau_sigma_min, tau_sigma_max]; elsewhere 0."""
+    tau_sigma_max: float = 0.9
+    predictor_order: int = 2
+    """Nodes of the Adams–Bashforth predictor (1..4; the reference's 2)."""
+    corrector_order: int = 2
+    """Nodes of the Adams–Moulton corrector (0 = none, 1..4; the reference's 2)."""
+
+    def tau_at(self, t: float) -> float:
+        """τ(t): `tau` on the window, 0 outside (the reference's stochasticity control function)."""
+        return self.tau if self.tau_sigma_min <= t <= self.tau_sigma_max else 0.0
+
+    def min_steps(self) -> int:
+        """Fewest steps the PC schedule runs with (the reference asserts it)."""
+        return max(self.predictor_order, self.corrector_order - 1, 2)
+
+    def problems(self, num_steps: int) -> list[str]:
+        problems = []
+        if self.tau < 0:
+            problems.append(f"rollout.sa_solver.tau must be >= 0, got {self.tau}")
+        if not 0 <= self.tau_sigma_min <= self.tau_sigma_max <= 1:
+            problems.append(
+                "rollout.sa_solver: need 0 <= tau_sigma_min <= tau_sigma_max <= 1, got "
+                f"[{self.tau_sigma_min}, {self.tau_sigma_max}]"
+            )
+        if not 1 <= self.predictor_order <= SA_SOLVER_MAX_ORDER:
+            problems.append(
+                f"rollout.sa_solver.predictor_order must be in 1..{SA_SOLVER_MAX_ORDER}, got {self.predictor_order}"
+            )
+        if not 0 <= self.corrector_order <= SA_SOLVER_MAX_ORDER:
+            problems.append(
+                f"rollout.sa_solver.corrector_order must be in 0..{SA_SOLVER_MAX_ORDER} (0 = no corrector), got "
+                f"{self.corrector_order}"
+            )
+        elif 1 <= self.predictor_order <= SA_SOLVER_MAX_ORDER and num_steps < self.min_steps():
+            problems.append(
+                f"rollout.sampler=sa_solver with orders {self.predictor_order}/{self.corrector_order} needs "
+                f"rollout.num_steps >= {self.min_steps()}, got {num_steps}"
+            )
+        return problems
+
+
 @dataclass
 class RolloutConfig:
     """Rollout shape and sampler. Units are in the names: prompts vs samples."""
@@ -98,6 +154,14 @@ class RolloutConfig:
     "cps" (Coefficients-Preserving Sampling with the reference code's constant-free log-prob
     −mean((x − μ)²), §2.3; pair with clip_range 1e-5) or "cps_gaussian" (CPS with the true
     Gaussian log-density, std c = σ_next·sin(a·π/2))."""
+    sampler: Sampler = "kernel"
+    """How the training rollout integrates: "kernel" (each step one `rollout.kernel` transition,
+    SDE steps recording log-probs, the rest Euler ODE steps) or "sa_solver" (the stochastic Adams
+    predictor–corrector SA-Solver, `rollout.sa_solver`, docs/algorithms.md §11.4; it records no
+    log-probs, so only an algorithm that trains on the final sample accepts it: AWM, whose
+    reference samples with it). Evaluation always samples with the Euler ODE."""
+    sa_solver: SASolverConfig = field(default_factory=SASolverConfig)
+    """SA-Solver stochasticity and orders (read when rollout.sampler=sa_solver)."""
     sde_window: SDEWindowConfig = field(default_factory=SDEWindowConfig)
     """Stochastic window (Flow-GRPO-Fast / MixGRPO); size 0 = every step stochastic."""
     ode_final_step: bool = False
@@ -150,4 +214,20 @@ class RolloutConfig:
             problems.append(
                 f"rollout.temperature must be > 0 (the sampler's softmax temperature), got {self.temperature}"
             )
-        return problems + self.sde_window.problems(self.num_steps)
+        return problems + self.sde_window.problems(self.num_steps) + self.sampler_problems()
+
+    def sampler_problems(self) -> list[str]:
+        """rollout.sampler=sa_solver: its orders and τ, and no kernel-only key set (each would be ignored)."""
+        if self.sampler != "sa_solver":
+            return []
+        kernel_only = {
+            "rollout.noise_level": self.noise_level,
+            "rollout.sde_window.size": self.sde_window.size,
+            "rollout.ode_final_step": self.ode_final_step,
+        }
+        return self.sa_solver.problems(self.num_steps) + [
+            f"{key}={value} shapes the kernel sampler; rollout.sampler=sa_solver takes its noise from "
+            "rollout.sa_solver.tau (and already ends on the clean prediction): set it to 0 / false"
+            for key, value in kernel_only.items()
+            if value
+        ]

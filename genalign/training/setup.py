@@ -155,6 +155,7 @@ def rollout_spec(cfg: ExperimentConfig) -> SamplingSpec:
         noise_level=r.noise_level,
         chunk_size=r.sample_batch_size,
         kernel=r.kernel,
+        sa_solver=r.sa_solver if r.sampler == "sa_solver" else None,
         window=window,
         ode_final_step=r.ode_final_step,
         temperature=r.temperature,

@@ -66,3 +66,26 @@ def test_shared_initial_noise_still_diverges_through_the_sde(linear_policy):
     assert torch.equal(batch.latents[0, 0], batch.latents[1, 0])  # one x_T per group
     assert not torch.equal(batch.latents[0, 0], batch.latents[3, 0])  # groups differ
     assert not torch.equal(batch.latents[0, -1], batch.latents[1, -1])  # SDE noise is per sample
+
+
+def test_sa_solver_rollout_records_the_latents_and_no_log_probs(linear_policy):
+    """rollout.sampler=sa_solver: T + 1 latents (the last the clean prediction), zero log-probs,
+    no SDE step, the kernel name "sa_solver" so no replay accepts the trajectory; each sample's
+    noise is its own (a group sharing x_T still diverges) and the chunking changes rounding only."""
+    from genalign.data.prompts import PromptExample
+    from genalign.data.sampler import PromptSampler
+    from genalign.rollout.config import SASolverConfig
+
+    solver = SASolverConfig(tau=0.7, tau_sigma_min=0.0, tau_sigma_max=1.0)
+    examples = [PromptExample(prompt=f"p{i}", prompt_id=i) for i in range(3)]
+    groups = PromptSampler(examples, 2, 3, seed=5, same_initial_noise=True).sample(1)
+    batch = generate(linear_policy, groups, spec(noise_level=0.0, sa_solver=solver))
+    batch.validate()
+    assert batch.latents.shape == (6, 5, 2, 4, 4) and batch.kernel == "sa_solver"
+    assert (batch.log_probs == 0).all() and not batch.sde_mask.any()
+    assert torch.isfinite(batch.latents).all()
+    assert torch.equal(batch.latents[0, 0], batch.latents[1, 0])  # one x_T per group
+    assert not torch.equal(batch.latents[0, -1], batch.latents[1, -1])  # the SA-Solver noise is per sample
+    again = generate(linear_policy, groups, spec(noise_level=0.0, sa_solver=solver, chunk_size=2))
+    # each state sums up to 3 data predictions of the linear model over 4 steps: rounding only
+    assert_close_reordered(batch.latents, again.latents, length=LATENT_DIM, depth=4, gain=3.0)
