@@ -1,8 +1,9 @@
 """AWM, advantage-weighted matching: the pretraining flow-matching loss on the rollout's x0,
 weighted by advantage (docs/algorithms.md §11).
 
-Where it fits: the rollout samples clean images with the live weights (on-policy; any sampler,
-nothing per-step is stored or needed); rewards become group advantages as for Flow-GRPO,
+Where it fits: the rollout samples clean images with the live weights (on-policy; nothing
+per-step is read, so any sampler serves: the reference's SA-Solver by default,
+rollout.sampler=sa_solver, docs/algorithms.md §11.4); rewards become group advantages as for Flow-GRPO,
 clamped and rescaled to ±algorithm.awm.advantage_max. `compute_loss` noises each final latent
 x0 at one σ per training position — position k of K draws a schedule index from the k-th of K
 equal strata — with fresh ε (`forward_draws.stratified_draws`), and weights the sample's
@@ -13,9 +14,8 @@ lagging float32 copy of the trained weights soft-updated after each training ste
 
 Departures from the reference code (scxue/advantage_weighted_matching
 `scripts/train_sd3_awm.py`, commit be51372), on purpose:
-* The sampler is the configured rollout (the Euler ODE, rollout.noise_level=0, in the recipes);
-  the reference samples with a stochastic SA-Solver (τ = 0.4 on t ∈ [0.3, 0.9] for GenEval/OCR,
-  0 for PickScore), which genalign does not have.
+* The SA-Solver's noise is drawn from each sample's own generator (the reference uses the global
+  RNG), so a sample's x0 depends on its seed alone.
 * Each sample draws its own schedule index within the stratum (the reference shares one per
   micro-batch) and its own ε, from generators seeded by its seed, so resume is bitwise and a
   sample's draws do not depend on its micro-batch.
@@ -58,6 +58,7 @@ def last_index(num_steps: int, timestep_fraction: float) -> int:
 
 class AdvantageWeightedMatching(ShadowCopyBase):
     title = "AWM"
+    final_sample_only = True  # the loss noises batch.latents[:, -1] afresh: rollout.sampler=sa_solver serves it
     owned_options = ("awm",)
     copy_name = "anchor"
     copy_prefix = "awm_anchor/"

@@ -20,6 +20,10 @@ def test_sd3_awm_recipe_is_the_reference_s(task):
     assert plan.optimizer_steps_per_step == 1 and plan.num_train_timesteps == 6
     assert (cfg.rollout.num_steps, cfg.rollout.guidance_scale, cfg.rollout.noise_level) == (14, 1.0, 0.0)
     assert (cfg.rollout.height, cfg.rollout.width) == (512, 512)
+    # use_sa_solver=True: τ = sample.noise_level 0.4 on t in [0.3, 0.9], orders 2 and 2 (PEC)
+    sa = cfg.rollout.sa_solver
+    assert cfg.rollout.sampler == "sa_solver"
+    assert (sa.tau, sa.tau_sigma_min, sa.tau_sigma_max, sa.predictor_order, sa.corrector_order) == (0.4, 0.3, 0.9, 2, 2)
     algorithm, awm = cfg.algorithm, cfg.algorithm.awm
     assert (algorithm.name, algorithm.kl_beta, algorithm.kl_type) == ("awm", REFERENCE[task][0], "velocity")
     assert (algorithm.timestep_fraction, algorithm.adv_clip_max, algorithm.drop_zero_advantage) == (0.9, 5.0, False)
