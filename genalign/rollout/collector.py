@@ -18,9 +18,10 @@ from genalign.finite import NonFiniteError, kind, non_finite_rows
 from genalign.models.base import Condition, FlowPolicy, TokenPolicy
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.rollout.chunks import encode_distinct, sample_fields, step_chunks
+from genalign.rollout.config import SASolverConfig
 from genalign.rollout.token_batch import Trajectories
 from genalign.rollout.token_collector import generate_token_chunks
-from genalign.sampling.sa_solver import SASolverConfig, sa_solver_trajectory
+from genalign.sampling.sa_solver import sa_solver_trajectory
 from genalign.sampling.trajectory import initial_noise, sample_trajectory
 from genalign.sampling.windows import WindowSchedule, sde_step_mask
 
