@@ -87,6 +87,7 @@ class SASolverConfig:
     tau_sigma_min: float = 0.3
     """τ applies where the step's target t (= σ) is in [tau_sigma_min, tau_sigma_max]; elsewhere 0."""
     tau_sigma_max: float = 0.9
+    """The upper end of the τ window (the reference's 0.9)."""
     predictor_order: int = 2
     """Nodes of the Adams–Bashforth predictor (1..4; the reference's 2)."""
     corrector_order: int = 2

@@ -10,7 +10,9 @@ a sign error anywhere in the advantage weighting cannot pass both.
 Measured on the current demo base (seed 42, one thread; step 0 is 0.453 reward / 0.470 judge):
   20 steps: held-out reward 0.777 (+0.323), judge 0.788 (+0.317) (0.565 / 0.580 at step 10)
   negated reward: held-out shape reward 0.322 (-0.131) (0.376 at step 10)
-Margins sit below the measurements.
+Margins sit below the measurements. Those were taken with the Euler ODE rollout; since AWM samples
+with the SA-Solver by default (rollout.sampler=sa_solver, as its reference) both tests pass
+unchanged (2026-11-27; the run's numbers were not kept).
 """
 
 from __future__ import annotations
