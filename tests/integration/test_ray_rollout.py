@@ -129,6 +129,22 @@ def test_per_batch_sde_windows_equal_in_process_bitwise(setting):
     assert torch.equal(batch.sde_mask[0], batch.sde_mask[1]) and torch.equal(batch.sde_mask[2], batch.sde_mask[3])
 
 
+def test_sa_solver_rollout_equals_in_process_bitwise(setting):
+    """rollout.sampler=sa_solver through the workers: each sample's solver noise comes from its own
+    generator, so a worker's shard is bitwise the in-process engine's samples."""
+    import dataclasses
+
+    from genalign.rollout.config import SASolverConfig
+
+    cfg, policy, sampler, engine = setting
+    solver = SASolverConfig(tau=0.7, tau_sigma_min=0.0, tau_sigma_max=1.0)
+    spec = dataclasses.replace(setup.rollout_spec(cfg), noise_level=0.0, sa_solver=solver)
+    groups = sampler.sample(3)
+    batch = engine.generate(groups, spec)
+    assert batch.kernel == "sa_solver" and (batch.log_probs == 0).all()
+    assert_batches_equal(batch, LocalRolloutEngine(policy).generate(groups, spec))
+
+
 def test_fingerprint_mismatch_names_the_worker(setting):
     _, policy, _, engine = setting
     state = trainable_state_dict(policy.transformer)
