@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from genalign.models.flux.tiny import flux_dev_scheduler
 from genalign.models.tiny_random import QWEN_SPECIAL, tiny_qwen2_tokenizer
 
 ARCHITECTURE = Path(__file__).parent / "architectures" / "black-forest-labs--FLUX.2-klein-4B.json"
@@ -84,7 +85,6 @@ def build_tiny_flux2_klein_pipeline(seed: int = 0, is_distilled: bool = True):
     form (CFG ignored); False the -base form."""
     from diffusers import (
         AutoencoderKLFlux2,
-        FlowMatchEulerDiscreteScheduler,
         Flux2KleinPipeline,
         Flux2Transformer2DModel,
     )
@@ -104,16 +104,8 @@ def build_tiny_flux2_klein_pipeline(seed: int = 0, is_distilled: bool = True):
     generator = torch.Generator().manual_seed(seed + 3)
     vae.bn.running_mean.copy_(0.3 * torch.randn(channels, generator=generator))
     vae.bn.running_var.copy_(0.5 + torch.rand(channels, generator=generator))
-    scheduler = FlowMatchEulerDiscreteScheduler(
-        shift=3.0,
-        use_dynamic_shifting=True,
-        base_shift=0.5,
-        max_shift=1.15,
-        base_image_seq_len=256,
-        max_image_seq_len=4096,
-    )
     return Flux2KleinPipeline(
-        scheduler=scheduler,
+        scheduler=flux_dev_scheduler(),
         vae=vae,
         text_encoder=text_encoder,
         tokenizer=tokenizer,
