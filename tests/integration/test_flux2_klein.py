@@ -215,14 +215,33 @@ def test_recipe_composes_with_flow_factorys_klein_settings():
     assert dict(cfg.reward.components) == {"pickscore": 1.0}
 
 
-def test_lora_trains_two_steps_with_replay_parity(tiny_flux2_klein_dir, tmp_path):
+def test_lora_trains_two_steps_with_replay_parity_and_its_export_loads_into_the_pipeline(
+    tiny_flux2_klein_dir, tmp_path
+):
     trainer, initial = train_recipe_in_process(RECIPE, overrides(tiny_flux2_klein_dir, tmp_path))
     rows = read_rows(tmp_path / "metrics.csv")
     assert [r["step"] for r in rows] == ["1", "2"] and float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
     final = trainer.policy.transformer.state_dict()
     changed = {k for k in initial if not torch.equal(initial[k], final[k])}
     assert changed and all("lora" in k for k in changed)
-    assert (tmp_path / "checkpoint-final" / "lora" / "pytorch_lora_weights.safetensors").exists()
+    from diffusers import Flux2KleinPipeline
+
+    pipe = Flux2KleinPipeline.from_pretrained(tiny_flux2_klein_dir)
+
+    def render():
+        return pipe(
+            prompt="a red fox in fresh snow",
+            height=64,
+            width=64,
+            num_inference_steps=2,
+            max_sequence_length=16,
+            generator=torch.Generator().manual_seed(0),
+            output_type="pt",
+        ).images
+
+    before = render()
+    pipe.load_lora_weights(tmp_path / "checkpoint-final" / "lora")  # the export a user loads
+    assert not torch.allclose(before, render())
 
 
 def test_full_fine_tune_trains_two_steps_and_its_transformer_loads_into_the_pipeline(tiny_flux2_klein_dir, tmp_path):
