@@ -61,7 +61,7 @@ from genalign.models.tiny_random import save_tiny  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402
 
-FAMILIES = {"sd3": 64, "flux": 64, "flux_kontext": 64, "qwen_image": 64, "wan": 64, "cosmos": 64}
+FAMILIES = {"sd3": 64, "flux": 64, "flux_kontext": 64, "qwen_image": 64, "wan": 64, "cosmos": 64, "flux2_klein": 64}
 """family -> the smaller calibration image side (the larger is twice it). FLUX.1 Kontext is
 measured on its prompts without a source image: a source's tokens run through the same blocks
 as the target's, so the bytes per token are the same, and the plan counts both token sets."""

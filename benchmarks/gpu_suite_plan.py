@@ -35,6 +35,7 @@ RECIPES = {
 VARIANTS = {
     "sd3": [("sd3_5_large", "SD3.5 Large", ["model.path=stabilityai/stable-diffusion-3.5-large"])],
     "wan": [("wan2_2_t2v_a14b", "Wan 2.2 T2V-A14B", []), ("wan2_2_ti2v_5b", "Wan 2.2 TI2V-5B", [])],
+    "flux2_klein": [("flux2_klein_4b", "FLUX.2 [klein] 4B", ["model.path=black-forest-labs/FLUX.2-klein-4B"])],
 }
 """More real shapes of a family: (key, title, overrides) run after the family's own item."""
 VARIANT_RECIPES = {

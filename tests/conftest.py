@@ -82,6 +82,7 @@ tiny_flux_dir = tiny_model_dir("flux", "A tiny random FluxPipeline (FLUX.1-dev f
 tiny_flux_kontext_dir = tiny_model_dir("flux_kontext", "A tiny random FluxKontextPipeline")
 tiny_qwen_image_dir = tiny_model_dir("qwen_image", "A tiny random QwenImagePipeline")
 tiny_cosmos_dir = tiny_model_dir("cosmos", "A tiny random Cosmos2_5_PredictBasePipeline")
+tiny_flux2_klein_dir = tiny_model_dir("flux2_klein", "A tiny random Flux2KleinPipeline (klein 4B form, step-distilled)")
 tiny_janus_dir = tiny_model_dir("janus", "A tiny random JanusForConditionalGeneration + JanusProcessor", leaf="model")
 
 

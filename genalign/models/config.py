@@ -94,7 +94,8 @@ class ModelConfig:
     """Which model to load and what to train in it."""
 
     family: str = "sd3"
-    """Model family: "sd3" (Stable Diffusion 3 / 3.5), "flux" (FLUX.1), "qwen_image" (Qwen-Image),
+    """Model family: "sd3" (Stable Diffusion 3 / 3.5), "flux" (FLUX.1), "flux2_klein" (FLUX.2
+    [klein] 4B / 9B and their -base checkpoints), "qwen_image" (Qwen-Image),
     "wan" (Wan 2.1 and Wan 2.2 text-to-video: T2V-A14B's two experts, TI2V-5B), "cosmos"
     (Cosmos-Predict2.5 text-to-world: video, or an image
     at num_frames=1), "janus" (Janus-Pro, token-autoregressive: `TokenPolicy`, trained by

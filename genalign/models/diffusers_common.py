@@ -187,15 +187,18 @@ def guidance_embedding(
     return torch.full((batch,), float(embedded_guidance), device=device, dtype=torch.float32)
 
 
-def scheduler_sigmas(scheduler_config, num_steps: int, image_seq_len: int) -> torch.Tensor:
+def scheduler_sigmas(scheduler_config, num_steps: int, image_seq_len: int, mu: float | None = None) -> torch.Tensor:
     """The schedule FluxPipeline / QwenImagePipeline would sample `num_steps` with for an image
     of `image_seq_len` packed tokens, from their scheduler config (dynamic shift μ or static
-    shift, shift_terminal), float32 [num_steps + 1]."""
+    shift, shift_terminal), float32 [num_steps + 1]. `mu`: the dynamic shift a pipeline computes
+    itself and hands the scheduler (FLUX.2's `empirical_shift_mu`) instead of the config's
+    linear μ; as in the scheduler, it applies only when the config shifts dynamically."""
     config = dict(scheduler_config)
     if config.get("time_shift_type", "exponential") != "exponential":
         raise ValueError(f"scheduler time_shift_type={config['time_shift_type']!r}: only 'exponential' is supported")
-    mu = None
-    if config.get("use_dynamic_shifting", False):
+    if not config.get("use_dynamic_shifting", False):
+        mu = None
+    elif mu is None:
         mu = dynamic_shift_mu(
             image_seq_len,
             config.get("base_image_seq_len", 256),

@@ -84,6 +84,20 @@ def dynamic_shift_mu(
     return image_seq_len * slope + (base_shift - slope * base_seq_len)
 
 
+def empirical_shift_mu(image_seq_len: int, num_steps: int) -> float:
+    """FLUX.2's shift μ, fitted by its authors to the token count and the step count (diffusers
+    `compute_empirical_mu` in Flux2Pipeline / Flux2KleinPipeline). Two lines in the token count,
+    μ_10(n) = 8.73809524e-5·n + 1.89833333 and μ_200(n) = 1.6927e-4·n + 0.45666666, at 10 and 200
+    steps; μ is their straight line in the step count, and μ_200 alone past 4300 tokens (where the
+    two lines meet the schedule no longer depends on the steps)."""
+    at_200 = 0.00016927 * image_seq_len + 0.45666666
+    if image_seq_len > 4300:
+        return float(at_200)
+    at_10 = 8.73809524e-05 * image_seq_len + 1.89833333
+    slope = (at_200 - at_10) / 190.0
+    return float(slope * num_steps + (at_200 - 200.0 * slope))
+
+
 def exponential_time_shift(sigmas: torch.Tensor, mu: float) -> torch.Tensor:
     """σ' = e^μ / (e^μ + 1/σ − 1) (FLUX's time shift; the scheduler's `use_dynamic_shifting`
     with time_shift_type="exponential"). It equals the static `time_shift` with s = e^μ.

@@ -26,7 +26,7 @@ def build_tiny_flux_pipeline(seed: int = 0, guidance_embeds: bool = True):
     channels 4 (packed 16), VAE factor 8 (a 64x64 image is an 8x8 latent, 16 tokens), CLIP-L
     pooled 16, T5 32; FLUX.1-dev's scheduler config (dynamic shift) and, with
     `guidance_embeds`, dev's guidance embedding (False: schnell's form)."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from diffusers import AutoencoderKL, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
     clip_tokenizer, t5_tokenizer = tiny_clip_tokenizer(), tiny_t5_tokenizer()
@@ -68,20 +68,28 @@ def build_tiny_flux_pipeline(seed: int = 0, guidance_embeds: bool = True):
         use_post_quant_conv=False,
         **dict(TINY_KL_VAE, shift_factor=0.1159, scaling_factor=0.3611),
     )
-    scheduler = FlowMatchEulerDiscreteScheduler(
+    return FluxPipeline(
+        transformer=transformer,
+        scheduler=flux_dev_scheduler(),
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=clip_tokenizer,
+        text_encoder_2=text_encoder_2,
+        tokenizer_2=t5_tokenizer,
+    )
+
+
+def flux_dev_scheduler():
+    """FLUX.1-dev's scheduler config (dynamic shift between 256 and 4096 tokens, 0.5 to 1.15;
+    static shift 3): the tiny FLUX.1 pipelines', and FLUX.2's, which diffusers' conversion script
+    takes from FLUX.1-dev."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    return FlowMatchEulerDiscreteScheduler(
         shift=3.0,
         use_dynamic_shifting=True,
         base_shift=0.5,
         max_shift=1.15,
         base_image_seq_len=256,
         max_image_seq_len=4096,
-    )
-    return FluxPipeline(
-        transformer=transformer,
-        scheduler=scheduler,
-        vae=vae,
-        text_encoder=text_encoder,
-        tokenizer=clip_tokenizer,
-        text_encoder_2=text_encoder_2,
-        tokenizer_2=t5_tokenizer,
     )

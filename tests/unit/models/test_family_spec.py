@@ -74,7 +74,15 @@ def test_the_specs_say_what_the_old_family_tables_said():
     assert families_with(lambda s: s.media == "video") == ["cosmos", "wan"]
     assert families_with(lambda s: s.negative_prompt) == ["cosmos", "wan"]
     assert families_with(lambda s: s.guidance_embedding) == ["flux", "flux_kontext", "qwen_image"]
-    assert families_with(lambda s: s.text_encoders) == ["cosmos", "flux", "flux_kontext", "qwen_image", "sd3", "wan"]
+    assert families_with(lambda s: s.text_encoders) == [
+        "cosmos",
+        "flux",
+        "flux2_klein",
+        "flux_kontext",
+        "qwen_image",
+        "sd3",
+        "wan",
+    ]
     assert (
         families_with(lambda s: s.source_images > 0) == ["flux_kontext"]
         and family_spec("flux_kontext").source_images == 1
@@ -92,6 +100,7 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "sd3": "diffusers",
         "toy": "none",
         "wan": "diffusers",
+        "flux2_klein": "diffusers",
     }
     assert family_spec("janus").pipeline_class == "JanusForConditionalGeneration"
     assert (
@@ -101,7 +110,7 @@ def test_the_specs_say_what_the_old_family_tables_said():
 
 
 def test_every_family_but_the_shipped_demo_names_its_tiny_builder():
-    assert tiny_families() == ["cosmos", "flux", "flux_kontext", "janus", "qwen_image", "sd3", "wan"]
+    assert tiny_families() == ["cosmos", "flux", "flux2_klein", "flux_kontext", "janus", "qwen_image", "sd3", "wan"]
     with pytest.raises(ValueError, match="declares no tiny builder"):
         family_spec("toy").build_tiny()
 

@@ -140,3 +140,23 @@ def test_karras_flow_sigmas_match_the_cosmos_unipc_scheduler_bitwise(num_steps):
     )
     scheduler.set_timesteps(num_steps)
     assert torch.equal(karras_flow_sigmas(num_steps, 0.01, 200.0), scheduler.sigmas)
+
+
+@pytest.mark.parametrize("tokens,steps", [(16, 3), (256, 4), (1024, 10), (4096, 28), (4300, 50), (4301, 4), (16384, 8)])
+def test_empirical_shift_mu_is_diffusers(tokens, steps):
+    from diffusers.pipelines.flux2.pipeline_flux2_klein import compute_empirical_mu
+
+    from genalign.sampling.schedules import empirical_shift_mu
+
+    assert empirical_shift_mu(tokens, steps) == compute_empirical_mu(tokens, steps)
+
+
+def test_empirical_shift_mu_by_hand():
+    from genalign.sampling.schedules import empirical_shift_mu
+
+    # at 200 steps the 200-step line itself: 1.6927e-4 · 1024 + 0.45666666
+    assert abs(empirical_shift_mu(1024, 200) - (0.00016927 * 1024 + 0.45666666)) < 1e-12
+    # at 10 steps the 10-step line: 8.73809524e-5 · 1024 + 1.89833333
+    assert abs(empirical_shift_mu(1024, 10) - (8.73809524e-05 * 1024 + 1.89833333)) < 1e-12
+    # past 4300 tokens the step count no longer matters
+    assert empirical_shift_mu(8192, 4) == empirical_shift_mu(8192, 50)
