@@ -1,0 +1,2 @@
+"""NextStep-1 (stepfun-ai): a Qwen2.5 decoder with a flow-matching head for continuous image
+tokens (the model in modeling.py, the head in head.py, the sampler in sampling.py)."""
