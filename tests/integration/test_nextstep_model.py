@@ -95,3 +95,21 @@ def test_sampler_reproduces_the_authors_sampler_given_their_noise(model):
     # input as 1 − σ) stays below 1e-4 on these unit-scale values
     torch.testing.assert_close(tokens, out["tokens"], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(model.unpatchify(tokens, rows, cols), out["latents"], rtol=1e-4, atol=1e-4)
+
+
+def test_the_large_architecture_has_the_authors_layout_and_the_papers_head():
+    """At NextStep-1-Large's shapes (genalign/models/nextstep/architectures/, whose source says
+    what is and is not verified), on the meta device: the parameter names and shapes the
+    authors' `NextStep` has at the same config (large_layout.json), and a head of 157M
+    parameters, the paper's figure."""
+    file = (
+        Path(__file__).resolve().parents[2] / "genalign/models/nextstep/architectures/stepfun-ai--NextStep-1-Large.json"
+    )
+    config = json.loads(file.read_text())["components"]["transformer"]["config"]
+    with torch.device("meta"):
+        ours = NextStepModel(NextStepArchitecture.from_dict(config, str(file)))
+    theirs = json.loads((REFERENCE / "large_layout.json").read_text())
+    assert {k: list(v.shape) for k, v in ours.state_dict().items()} == theirs["parameters"]
+    head = sum(p.numel() for p in ours.image_head.parameters())
+    assert head == theirs["image_head_parameters"] and round(head / 1e6) == 157
+    assert sum(p.numel() for p in ours.parameters()) == theirs["parameters_total"]
