@@ -78,7 +78,7 @@ def test_sampler_reproduces_the_authors_sampler_given_their_noise(model):
         return noises[current["n"], k]
 
     sigmas = head_sigmas(int(meta["num_sampling_steps"]), float(meta["timesteps_shift"]))
-    walks = sample_walks(
+    walks, _ = sample_walks(
         model,
         Streams(out["input_ids"], out["attention_mask"]),
         rows * cols,

@@ -182,8 +182,9 @@ class NextStepPolicy:
     def sample_tokens(
         self, cond: TokenCondition, generators: list[torch.Generator], guidance_scale: float, temperature: float
     ) -> SampledTokens:
-        """Head walks [B, N, K + 1, D]; row b's noise from generators[b] (a sample does not
-        depend on its batch neighbours). The log-probs are filled by `token_log_probs`."""
+        """Head walks [B, N, K + 1, D] and their step log-probs as drawn [B, N·(K − 1)]; row b's
+        noise from generators[b] (a sample does not depend on its batch neighbours). The
+        collector records `token_log_probs`' teacher-forced ones, which replay recomputes."""
         if temperature != 1.0:
             raise ValueError(
                 f"rollout.temperature={temperature}: NextStep-1's flow head has no temperature; its noise "
@@ -196,7 +197,7 @@ class NextStepPolicy:
 
         s = self.sampling
         with compute_precision(self.device, self.dtype):
-            walks = sample_walks(
+            sampled = sample_walks(
                 self.model,
                 self._streams(cond.to(self.device), guidance_scale),
                 self.num_image_tokens,
@@ -207,7 +208,7 @@ class NextStepPolicy:
                 draw,
                 s.use_norm,
             )
-        return SampledTokens(walks, torch.zeros(walks.shape[0], walks.shape[1] * (walks.shape[2] - 2)))
+        return SampledTokens(sampled.walks, sampled.log_probs)
 
     def token_log_probs(
         self,

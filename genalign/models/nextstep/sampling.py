@@ -52,6 +52,11 @@ def guided(velocity: torch.Tensor, batch: int, guidance_scale: float, detach_unc
     return guided_velocity(velocity[batch:], velocity[:batch], guidance_scale, detach_uncond)
 
 
+class Walks(NamedTuple):
+    walks: torch.Tensor  # [B, N, K + 1, D] float32 the head's states, token by token
+    log_probs: torch.Tensor  # [B, N·(K − 1)] float32 each stochastic step's log-prob as drawn
+
+
 def head_walk(
     model: NextStepModel,
     cond: torch.Tensor,
@@ -61,12 +66,13 @@ def head_walk(
     kernel: str,
     noise_level: float,
     draw: NoiseSource,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row: x_0 = draw(0), K − 1 kernel steps (step k's noise draw(k + 1)) and
-    the last deterministic Euler step. `cond` [S, H] -> the walk [B, K + 1, D] float32."""
+    the last deterministic Euler step. `cond` [S, H] -> the walk [B, K + 1, D] float32 and the
+    kernel steps' log-probs [B, K − 1]."""
     head = model.image_head
     x = draw(0).float()  # [B, D]
-    walk = [x]
+    walk, log_probs = [x], []
     last = len(sigmas) - 2
     for k in range(len(sigmas) - 1):
         sigma, sigma_next = sigmas[k], sigmas[k + 1]
@@ -75,9 +81,11 @@ def head_walk(
         if k == last:
             x = ode_step(x, v, sigma, sigma_next)  # [B, D]
         else:
-            x = transition_step(kernel, x, v, sigma, sigma_next, noise_level, noise=draw(k + 1)).prev_latents
+            step = transition_step(kernel, x, v, sigma, sigma_next, noise_level, noise=draw(k + 1))
+            x = step.prev_latents
+            log_probs.append(step.log_prob)
         walk.append(x)
-    return torch.stack(walk, dim=1)  # [B, K + 1, D]
+    return torch.stack(walk, dim=1), torch.stack(log_probs, dim=1)  # [B, K + 1, D], [B, K − 1]
 
 
 @torch.no_grad()
@@ -91,9 +99,9 @@ def sample_walks(
     noise_level: float,
     draw: NoiseSource,
     use_norm: bool,
-) -> torch.Tensor:
+) -> Walks:
     """Autoregressive sampling with a key-value cache: prefill the prompt, then per image token
-    a head walk and one decoder step on its embedding (in every stream). -> walks [B, N, K + 1, D]."""
+    a head walk and one decoder step on its embedding (in every stream)."""
     from transformers import DynamicCache
 
     batch = streams.ids.shape[0] // (2 if guidance_scale > 1.0 else 1)
@@ -101,19 +109,20 @@ def sample_walks(
     padding = streams.padding
     hidden, cache = model.decode_hidden(model.embed_tokens(streams.ids), padding, cache)  # [S, L, H]
     state = hidden[:, -1]  # [S, H]
-    walks = []
+    walks, log_probs = [], []
     for i in range(num_tokens):
-        walk = head_walk(
+        walk, walk_log_probs_i = head_walk(
             model, model.head_condition(state, i), batch, sigmas, guidance_scale, kernel, noise_level, draw
-        )  # [B, K + 1, D]
+        )  # [B, K + 1, D], [B, K − 1]
         walks.append(walk)
+        log_probs.append(walk_log_probs_i)
         token = token_from_walk(walk[:, -1], use_norm)  # [B, D]
         embed = model.image_in_projector(token.to(model.image_in_projector.weight.dtype))  # [B, H]
         embed = torch.cat([embed] * (streams.ids.shape[0] // batch))[:, None]  # [S, 1, H]
         padding = torch.cat([padding, padding.new_ones(padding.shape[0], 1)], dim=1)  # [S, L + i + 1]
         hidden, cache = model.decode_hidden(embed, padding, cache)
         state = hidden[:, -1]  # [S, H]
-    return torch.stack(walks, dim=1)  # [B, N, K + 1, D]
+    return Walks(torch.stack(walks, dim=1), torch.cat(log_probs, dim=1))  # [B, N, K + 1, D], [B, N·(K − 1)]
 
 
 def walk_log_probs(
