@@ -7,7 +7,7 @@ from typing import Literal
 
 from genalign.config.checks import non_negative_problems, positive_problems
 
-Kernel = Literal["flow_sde", "dance_sde", "cps", "cps_gaussian"]
+Kernel = Literal["flow_sde", "dance_sde", "em_sde", "cps", "cps_gaussian"]
 """`rollout.kernel`'s choices (each one's step: sampling/kernels.py:KERNELS)."""
 Sampler = Literal["kernel", "sa_solver"]
 """`rollout.sampler`'s choices: one-step transition kernels, or the multistep SA-Solver."""
@@ -152,6 +152,7 @@ class RolloutConfig:
     kernel: Kernel = "flow_sde"
     """Transition kernel of rollout and replay (sampling/kernels.py): "flow_sde" (Flow-GRPO,
     docs/algorithms.md §2.2), "dance_sde" (DanceGRPO, constant noise scale η = noise_level, §3.1),
+    "em_sde" (Euler–Maruyama with diffusion 2σ, noise scale a·sqrt(2σ): NextStep-1's head sampler at a = 1, §2.2),
     "cps" (Coefficients-Preserving Sampling with the reference code's constant-free log-prob
     −mean((x − μ)²), §2.3; pair with clip_range 1e-5) or "cps_gaussian" (CPS with the true
     Gaussian log-density, std c = σ_next·sin(a·π/2))."""

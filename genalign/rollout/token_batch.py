@@ -10,13 +10,16 @@ A token trajectory has one trained *position*: the whole token sequence, scored 
 forward. `log_probs[:, 0]` is that position's per-token log-probs, so code that reads
 `log_probs[:, j]` for a trained position j (the parity preflight) covers every token.
 
-Shapes (B samples, N image tokens per sample, L prompt tokens):
+Shapes (B samples, N image tokens per sample, L prompt tokens, P log-prob positions):
     condition            `TokenCondition` with [B, L] prompt ids / masks (both CFG streams)
-    tokens      [B, N]     int64 sampled image tokens
-    log_probs   [B, 1, N]  float32 log-prob of each token under the sampling policy (CFG and
-                           temperature included), recomputed by teacher forcing in the rollout
+    tokens      [B, N]     int64 sampled image tokens (Janus-Pro), or [B, N, ...] float32
+                           continuous tokens with what their log-probs need (NextStep-1: each
+                           token's flow-head walk, [B, N, K + 1, D])
+    log_probs   [B, 1, P]  float32 log-prob of each position under the sampling policy (CFG and
+                           temperature included), recomputed by teacher forcing in the rollout;
+                           P = N for discrete tokens, N·(K − 1) head steps for NextStep-1
     images      [B, 3, H, W] uint8 VQ-decoded images
-    proximal_log_probs [B, 1, N] optional: the trained policy's log-probs at the start of the
+    proximal_log_probs [B, 1, P] optional: the trained policy's log-probs at the start of the
                            update (rollout correction); log_probs stay the behaviour's
 """
 
@@ -38,15 +41,15 @@ class TokenTrajectoryBatch:
     group_ids: torch.Tensor  # [B] int64: index of the group within this step
     seeds: torch.Tensor  # [B] int64: per-sample seed of the token sampler
     condition: TokenCondition
-    tokens: torch.Tensor  # [B, N] int64
-    log_probs: torch.Tensor  # [B, 1, N] float32
+    tokens: torch.Tensor  # [B, N] int64, or [B, N, ...] float32 continuous tokens
+    log_probs: torch.Tensor  # [B, 1, P] float32
     images: torch.Tensor  # [B, 3, H, W] uint8
     guidance_scale: float = 1.0
     temperature: float = 1.0
     scored_guidance_scale: float = 1.0
     """The guidance `log_probs` are taken at: `guidance_scale` (the sampling distribution), or 1
     (the conditional stream alone, algorithm.token_log_prob=conditional). Replay uses it."""
-    proximal_log_probs: torch.Tensor | None = None  # [B, 1, N] float32
+    proximal_log_probs: torch.Tensor | None = None  # [B, 1, P] float32
     metadata: list[dict] = field(default_factory=list)
 
     ROW_TENSORS = ("prompt_ids", "group_ids", "seeds", "tokens", "log_probs", "images", "proximal_log_probs")
@@ -67,22 +70,23 @@ class TokenTrajectoryBatch:
         return self.tokens.shape[1]
 
     def validate(self) -> None:
-        """Raise ValueError when fields disagree in batch size or token count."""
-        size, count = len(self.prompts), self.tokens.shape[1]
+        """Raise ValueError when fields disagree in batch size or position count."""
+        size, count = len(self.prompts), self.log_probs.shape[-1]
         checks = {
             "prompt_ids": self.prompt_ids.shape == (size,),
             "group_ids": self.group_ids.shape == (size,),
             "seeds": self.seeds.shape == (size,),
             "condition": len(self.condition) == size,
-            "tokens": self.tokens.dim() == 2 and self.tokens.dtype == torch.long,
-            "log_probs": self.log_probs.shape == (size, 1, count),
+            "tokens": self.tokens.shape[0] == size
+            and (self.tokens.dim() == 2 and self.tokens.dtype == torch.long or self.tokens.is_floating_point()),
+            "log_probs": self.log_probs.dim() == 3 and self.log_probs.shape[:2] == (size, 1),
             "images": self.images.shape[0] == size and self.images.dtype == torch.uint8,
             "proximal_log_probs": self.proximal_log_probs is None or self.proximal_log_probs.shape == (size, 1, count),
             "metadata": not self.metadata or len(self.metadata) == size,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
-            raise ValueError(f"TokenTrajectoryBatch fields {bad} disagree with B={size}, N={count}")
+            raise ValueError(f"TokenTrajectoryBatch fields {bad} disagree with B={size}, P={count}")
 
     def index(self, idx: torch.Tensor | slice | list[int]) -> "TokenTrajectoryBatch":
         """Select samples."""

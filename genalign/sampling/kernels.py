@@ -179,6 +179,38 @@ def dance_sde_step(
     )
 
 
+def em_sde_step(
+    latents: torch.Tensor,
+    velocity: torch.Tensor,
+    sigma: Scalar,
+    sigma_next: Scalar,
+    noise_level: float,
+    prev_latents: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    sigma_max_guard: Scalar | None = None,
+) -> StepOutput:
+    """One Euler–Maruyama step of the reverse SDE with diffusion 2σ (docs/algorithms.md §2.2,
+    last paragraph), float32: the Flow-GRPO mean and Gaussian log-prob with the noise scale
+    s_i = a·sqrt(2σ_i), a = noise_level:
+
+        μ_i = x_i + Δσ·[v + a²·(x_i + (1 − σ)·v)],   std = a·sqrt(2σ·(−Δσ))
+
+    At a = 1 this is the sampler of NextStep-1's flow head (stepfun-ai/NextStep-1 6e49bae,
+    `FlowMatchingHead.sample`: drift v + (1 − t)·score, diffusion sqrt(2(1 − t)), t = 1 − σ),
+    written in genalign's σ. Nothing divides by 1 − σ, so σ = 1 needs no guard
+    (`sigma_max_guard` is accepted for the common signature and ignored). Arguments and outputs
+    as `flow_sde_step`."""
+    if noise_level < 0:
+        raise ValueError(f"noise_level must be >= 0, got {noise_level}")
+    batch_size = latents.shape[0]
+    sigma_b = _per_sample(sigma, batch_size)  # [B]
+    scale = noise_level * torch.sqrt(2 * sigma_b)  # [B] s_i
+    return _score_sde_step(
+        latents, velocity, sigma_b, _per_sample(sigma_next, batch_size), scale, prev_latents, noise, generator
+    )
+
+
 def _score_sde_step(
     latents: torch.Tensor,
     velocity: torch.Tensor,
@@ -291,13 +323,14 @@ def cps_step(
 KERNELS = {
     "flow_sde": flow_sde_step,
     "dance_sde": dance_sde_step,
+    "em_sde": em_sde_step,
     "cps": cps_step,
     "cps_gaussian": partial(cps_step, log_prob_form="gaussian"),
 }
 """rollout.kernel -> step function. All share `flow_sde_step`'s signature; the trajectory
 stores the name, so rollout and replay always score with the same kernel."""
 
-GAUSSIAN_KERNELS = ("flow_sde", "dance_sde", "cps_gaussian")
+GAUSSIAN_KERNELS = ("flow_sde", "dance_sde", "em_sde", "cps_gaussian")
 """Kernels whose log-prob is a true Gaussian density (GRPO-Guard's RatioNorm needs one)."""
 
 

@@ -208,7 +208,7 @@ def test_a_literal_choice_is_checked_alone_in_a_union_and_in_a_list():
     (problem,) = problems_of(OCR, ["rollout.kernel=flow"])
     assert problem == (
         "rollout.kernel='flow' is not supported (set in command line `rollout.kernel=flow`); "
-        "did you mean 'flow_sde'? Choose one of: flow_sde, dance_sde, cps, cps_gaussian"
+        "did you mean 'flow_sde'? Choose one of: flow_sde, dance_sde, em_sde, cps, cps_gaussian"
     )
     # in `float | Literal["auto"]`: a number or the choice; a near-miss string gets the choice's message
     cfg = load_config(OCR, ["distributed.resources.rollout.num_gpus=2", "distributed.resources.trainer.num_gpus=1"])

@@ -133,7 +133,7 @@ def test_a_choice_set_in_a_layer_file_names_the_file(tmp_path):
         info.value.problems,
         f"rollout.kernel='flow_sd' is not supported (set in {recipe})",
         "did you mean 'flow_sde'?",
-        "Choose one of: flow_sde, dance_sde, cps, cps_gaussian",
+        "Choose one of: flow_sde, dance_sde, em_sde, cps, cps_gaussian",
     )
 
 

@@ -13,6 +13,7 @@ from genalign.sampling.kernels import (
     KERNELS,
     cps_step,
     dance_sde_step,
+    em_sde_step,
     flow_sde_step,
     ode_step,
     transition_step,
@@ -134,3 +135,23 @@ def test_transition_step_flow_sde_is_flow_sde_step_and_unknown_kernel_is_an_erro
     assert torch.equal(a.prev_latents, b.prev_latents) and torch.equal(a.log_prob, b.log_prob)
     with pytest.raises(ValueError, match="rollout.kernel='ddim'"):
         transition_step("ddim", latents, velocity, 0.7, 0.6, 0.7)
+
+
+def test_em_sde_is_the_nextstep_head_sampler_step():
+    # NextStep-1's head (stepfun-ai/NextStep-1 6e49bae, FlowMatchingHead.sample), in its own
+    # time t = 1 − σ (t = 0 noise) with its velocity u = −v: score = (t·u − x) / (1 − t),
+    # drift = u + (1 − t)·score, x' = x + drift·dt + sqrt(2(1 − t))·sqrt(dt)·w, dt = t' − t
+    latents, velocity = _inputs(3)
+    noise = torch.randn(SHAPE, generator=torch.Generator().manual_seed(4))
+    sigma, sigma_next = 0.8137, 0.6519
+    t, dt, u = 1 - sigma, sigma - sigma_next, -velocity
+    score = (t * u - latents) / (1 - t)
+    theirs = latents + (u + (1 - t) * score) * dt + math.sqrt(2 * (1 - t)) * math.sqrt(dt) * noise
+    out = em_sde_step(latents, velocity, sigma, sigma_next, 1.0, noise=noise)
+    torch.testing.assert_close(out.prev_latents, theirs, rtol=1e-5, atol=1e-5)  # fp32 rounding of unit values
+    assert out.std[0].item() == pytest.approx(math.sqrt(2 * sigma * dt), rel=1e-6)
+    # noise level a scales the noise scale: s = a·sqrt(2σ), the Flow-GRPO mean with that s
+    half = em_sde_step(latents, velocity, sigma, sigma_next, 0.5, noise=torch.zeros(SHAPE))
+    flow_form = latents + (sigma_next - sigma) * (velocity + 0.25 * (latents + (1 - sigma) * velocity))
+    torch.testing.assert_close(half.mean, flow_form, rtol=1e-6, atol=1e-6)
+    assert em_sde_step(latents, velocity, 1.0, 0.9, 1.0).std[0].item() == pytest.approx(math.sqrt(0.2), rel=1e-6)
