@@ -24,8 +24,8 @@ CASES = {  # steps -> (minimum reward rise, minimum judge rise, minimum fall und
 }
 
 
-def gains(tmp_path, steps: int, *overrides: str) -> tuple[float, float]:
-    _, evals = train_recipe(RECIPE, tmp_path, f"trainer.num_steps={steps}", f"eval.every={steps}", *overrides)
+def gains(tmp_path, steps: int, *overrides: str, recipe: str = RECIPE) -> tuple[float, float]:
+    _, evals = train_recipe(recipe, tmp_path, f"trainer.num_steps={steps}", f"eval.every={steps}", *overrides)
     assert evals[0]["step"] == 0 and evals[-1]["step"] == steps
     first, last = evals[0], evals[-1]
     return last["eval_reward_toy_shape_mean"] - first["eval_reward_toy_shape_mean"], last["gold_mean"] - first[
@@ -59,18 +59,10 @@ DRTUNE_CASES = {  # steps -> (minimum reward rise, minimum judge rise, minimum f
 }
 
 
-def drtune_gains(tmp_path, steps: int, *overrides: str) -> tuple[float, float]:
-    _, evals = train_recipe(DRTUNE, tmp_path, f"trainer.num_steps={steps}", f"eval.every={steps}", *overrides)
-    first, last = evals[0], evals[-1]
-    assert first["step"] == 0 and last["step"] == steps
-    reward = last["eval_reward_toy_shape_mean"] - first["eval_reward_toy_shape_mean"]
-    return reward, last["gold_mean"] - first["gold_mean"]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("steps", [10, 30])
 def test_drtune_raises_held_out_reward_and_judge(tmp_path, steps):
-    reward, judge = drtune_gains(tmp_path, steps)
+    reward, judge = gains(tmp_path, steps, recipe=DRTUNE)
     assert reward >= DRTUNE_CASES[steps][0]
     assert judge >= DRTUNE_CASES[steps][1]
 
@@ -78,7 +70,7 @@ def test_drtune_raises_held_out_reward_and_judge(tmp_path, steps):
 @pytest.mark.slow
 @pytest.mark.parametrize("steps", [10, 30])
 def test_drtune_minimising_the_reward_lowers_it(tmp_path, steps):
-    reward, _ = drtune_gains(tmp_path, steps, "reward.components.toy_shape=-1.0")
+    reward, _ = gains(tmp_path, steps, "reward.components.toy_shape=-1.0", recipe=DRTUNE)
     assert -reward >= DRTUNE_CASES[steps][2]
 
 

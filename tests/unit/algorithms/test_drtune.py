@@ -6,6 +6,7 @@ transcriptions are of its description."""
 
 import pytest
 import torch
+from support import linear_velocity
 
 from genalign.algorithms.config import AlgorithmConfig, RewardFeedbackConfig
 from genalign.algorithms.forward_draws import seeded_generator
@@ -19,15 +20,6 @@ from genalign.algorithms.reward_feedback import (
 )
 
 SIGMAS = torch.linspace(1.0, 0.0, 11, dtype=torch.float64)  # T = 10
-
-
-def linear_velocity(weight: torch.Tensor):
-    """v̂(x, σ) = W·x + σ: a differentiable stand-in denoiser of the test's own."""
-
-    def velocity(latents, sigma, rows):
-        return latents @ weight.T + sigma[:, None]
-
-    return velocity
 
 
 def test_supervised_steps_are_equally_spaced_at_a_seeded_offset():

@@ -31,7 +31,8 @@ def tiny_sd3():
     return pipeline.transformer.double().eval(), pipeline.vae.double().eval()
 
 
-def chain_loss(transformer, vae, reward, truncation: int, grad_steps: int, checkpointed: bool) -> torch.Tensor:
+def chain_inputs(transformer):
+    """(x_s [2, C, 4, 4], σ's of T = 4 steps, the transformer's velocity) in float64, fixed seeds."""
     generator = torch.Generator().manual_seed(0)
     config = transformer.config
     embeds = torch.randn(2, 6, config.joint_attention_dim, generator=generator, dtype=torch.float64)
@@ -48,6 +49,24 @@ def chain_loss(transformer, vae, reward, truncation: int, grad_steps: int, check
             return_dict=False,
         )[0]
 
+    return first, sigmas, velocity
+
+
+def central_difference(parameters, direction, loss_fn, step: float = 1e-6) -> float:
+    """(L(θ + h·d) − L(θ − h·d)) / 2h, the weights restored after."""
+    values = []
+    with torch.no_grad():
+        for sign in (1, -1):
+            for p, d in zip(parameters, direction):
+                p.add_(sign * step * d)
+            values.append(float(loss_fn()))
+            for p, d in zip(parameters, direction):
+                p.sub_(sign * step * d)
+    return (values[0] - values[1]) / (2 * step)
+
+
+def chain_loss(transformer, vae, reward, truncation: int, grad_steps: int, checkpointed: bool) -> torch.Tensor:
+    first, sigmas, velocity = chain_inputs(transformer)
     start, end = chain_bounds(torch.tensor([truncation, truncation]), 4, grad_steps)
     x0 = denoise_with_grad(velocity, first, sigmas, start, end, checkpointed)
     pixels = vae_decode_pixels(vae, x0)  # [2, 3, 32, 32] in [0, 1]
@@ -72,16 +91,9 @@ def test_chain_gradient_matches_finite_differences(tiny_sd3, truncation, grad_st
     loss = chain_loss(transformer, vae, reward, truncation, grad_steps, checkpointed)
     grads = torch.autograd.grad(loss, parameters)
     analytic = sum(float((g * d).sum()) for g, d in zip(grads, direction))
-    step = 1e-6
-    values = []
-    with torch.no_grad():
-        for sign in (1, -1):
-            for p, d in zip(parameters, direction):
-                p.add_(sign * step * d)
-            values.append(float(chain_loss(transformer, vae, reward, truncation, grad_steps, checkpointed)))
-            for p, d in zip(parameters, direction):
-                p.sub_(sign * step * d)
-    numeric = (values[0] - values[1]) / (2 * step)
+    numeric = central_difference(
+        parameters, direction, lambda: chain_loss(transformer, vae, reward, truncation, grad_steps, checkpointed)
+    )
     assert abs(analytic) > 1e-8  # the reward does reach the weights
     assert analytic == pytest.approx(numeric, rel=1e-6, abs=1e-12)
 
@@ -95,23 +107,9 @@ def test_drtune_gradient_matches_finite_differences_of_the_frozen_input_chain(ti
     transformer, vae = tiny_sd3
     reward = ToyShapeReward()
     reward.classifier.double()
-    generator = torch.Generator().manual_seed(0)
-    config = transformer.config
-    embeds = torch.randn(2, 6, config.joint_attention_dim, generator=generator, dtype=torch.float64)
-    pooled = torch.randn(2, config.pooled_projection_dim, generator=generator, dtype=torch.float64)
-    first = torch.randn(2, config.in_channels, 4, 4, generator=generator, dtype=torch.float64)
-    sigmas = torch.linspace(1.0, 0.0, 5, dtype=torch.float64)  # T = 4
+    first, sigmas, velocity = chain_inputs(transformer)
     start, end = torch.tensor([0, 0]), torch.tensor([4, 3])  # the second sample stops early at x̂0
     supervised = torch.tensor([[True, False, True, False], [False, True, True, False]])
-
-    def velocity(latents, sigma, rows):
-        return transformer(
-            hidden_states=latents,
-            timestep=1000 * sigma,
-            encoder_hidden_states=embeds[rows],
-            pooled_projections=pooled[rows],
-            return_dict=False,
-        )[0]
 
     def loss_of(x0):
         rewards = reward.score_pixels(vae_decode_pixels(vae, x0), PROMPTS, [{}, {}])
@@ -145,14 +143,6 @@ def test_drtune_gradient_matches_finite_differences_of_the_frozen_input_chain(ti
     torch.testing.assert_close(chain.detach(), frozen_x0, rtol=0, atol=1e-12)  # the same chain's value
     grads = torch.autograd.grad(loss_of(chain), parameters)
     analytic = sum(float((g * d).sum()) for g, d in zip(grads, direction))
-    step, values = 1e-6, []
-    with torch.no_grad():
-        for sign in (1, -1):
-            for p, d in zip(parameters, direction):
-                p.add_(sign * step * d)
-            values.append(float(surrogate()))
-            for p, d in zip(parameters, direction):
-                p.sub_(sign * step * d)
-    numeric = (values[0] - values[1]) / (2 * step)
+    numeric = central_difference(parameters, direction, surrogate)
     assert abs(analytic) > 1e-8  # the reward does reach the weights
     assert analytic == pytest.approx(numeric, rel=1e-6, abs=1e-12)
