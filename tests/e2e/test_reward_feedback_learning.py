@@ -49,7 +49,7 @@ def test_draft_minimising_the_reward_lowers_it(tmp_path, steps):
 # DRTune (experiment/toy/shapes_drtune). Measured on the current demo base (seed 42, one thread):
 #   step 10  reward 0.614 (+0.161), judge 0.678 (+0.207); negated: reward 0.329 (−0.125)
 #   step 20  reward 0.902 (+0.449), judge 0.899 (+0.429); negated: reward 0.012 (−0.441)
-#   step 30  reward 0.956 (+0.503), judge 0.950 (+0.480)
+#   step 30  reward 0.956 (+0.503), judge 0.950 (+0.480); negated: reward 0.000 (−0.453)
 # A 10-step run costs about ten DRaFT-1 steps' worth of chain forwards (10 steps, 5 with grad),
 # minutes on a shared CPU, so both pairs are slow; the default suite keeps the fast check below.
 DRTUNE = "experiment/toy/shapes_drtune"
