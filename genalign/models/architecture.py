@@ -331,7 +331,7 @@ def decoder_gradient_bytes(spec: FamilySpec, path: str, builtin: bool, rows: int
 def _decoder_gradient_bytes(entry_json: str, rows: int, latent_height: int, latent_width: int) -> float:
     import torch
 
-    from genalign.models.saved_tensors import saved_tensor_bytes
+    from genalign.models.saved_tensors import saved_tensor_bytes  # lazy: imports torch (CLI start-up)
 
     entry = json.loads(entry_json)
     vae = build_on_meta(entry["library"], entry["class"], dict(entry["config"]))

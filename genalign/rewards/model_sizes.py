@@ -115,7 +115,7 @@ def image_gradient_bytes(reward: str, model: DeviceModel, rows: int) -> float | 
 def _image_gradient_bytes(spec_json: str, rows: int) -> float | None:
     import torch
 
-    from genalign.models.saved_tensors import saved_tensor_bytes
+    from genalign.models.saved_tensors import saved_tensor_bytes  # lazy: imports torch (CLI start-up)
 
     spec = json.loads(spec_json)
     with torch.device("meta"):
