@@ -731,3 +731,13 @@ def launch_script(tmp_path: Path, source: str, nproc: int, *args: str) -> None:
     ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def linear_velocity(weight: torch.Tensor):
+    """v̂(x, σ) = W·x + σ: a differentiable stand-in denoiser for the reward-feedback chain tests
+    (`denoise_with_grad`'s velocity signature: latents [r, d], σ [r], rows [r])."""
+
+    def velocity(latents, sigma, rows):
+        return latents @ weight.T + sigma[:, None]
+
+    return velocity

@@ -17,7 +17,7 @@ DPOTiedGroups = Literal["pair", "drop"]
 KLType = Literal["latent_mean", "velocity"]
 TimestepSelection = Literal["first", "random"]
 TokenLogProb = Literal["guided", "conditional"]
-TruncationDistribution = Literal["fixed", "uniform", "gaussian"]
+TruncationDistribution = Literal["fixed", "uniform", "gaussian", "full"]
 RewardFeedbackLoss = Literal["negative", "hinge"]
 AWMWeighting = Literal["uniform", "t", "t_squared", "huber", "ghuber"]
 AWMTimeSampling = Literal["discrete", "discrete_wo_init"]
@@ -238,7 +238,8 @@ class RewardFeedbackConfig:
     """How many final denoising steps K the chain with grad starts before the end, drawn per
     sample: "fixed" (K = truncation_steps: DRaFT-K), "uniform" (K uniform on [truncation_min,
     truncation_max]: ReFL's random late step), "gaussian" (K = T − int(N(T − truncation_mean,
-    truncation_std)), redrawn until 1 ≤ K ≤ T − 1: AlignProp's `backprop_strategy=gaussian`)."""
+    truncation_std)), redrawn until 1 ≤ K ≤ T − 1: AlignProp's `backprop_strategy=gaussian`),
+    "full" (K = T: the whole chain from the stored noise x_0, DRTune)."""
     truncation_steps: int = 1
     """K under truncation=fixed (DRaFT-1; T = the rollout's steps is full backprop, DRaFT)."""
     truncation_min: int = 1
@@ -268,6 +269,18 @@ class RewardFeedbackConfig:
     """Keep only each chain step's inputs and recompute its forward in backward
     (torch.utils.checkpoint), so the chain holds one step's activations instead of K
     (AlignProp: on; the memory plan counts either)."""
+    supervised_steps: int = 0
+    """0 = every step of the chain runs with grad; n ≥ 1 = DRTune's subset: only n equally
+    spaced steps of the chain, at an offset drawn per sample, run the denoiser with grad; the
+    others run it without, so the gradient passes them through the Euler update's x term only."""
+    stop_input_gradient: bool = False
+    """Detach the denoiser's input at every step (DRTune): a step's gradient reaches the weights
+    through its own forward and the earlier steps through the update's x term, never through
+    the denoiser's input Jacobian."""
+    early_stop_max: int = 0
+    """0 = the chain ends where grad_steps puts it; n ≥ 1 = its end is drawn per sample n' ~
+    U{0..n} steps before the last, its last step jumping to x̂0 = x − σ·v̂ (deep supervision
+    of the predicted clean image at an intermediate step). Needs grad_steps=0."""
 
     def problems(self) -> list[str]:
         """The ranges of algorithm.reward_feedback (its algorithm's `config_problems` reports them)."""
@@ -294,6 +307,16 @@ class RewardFeedbackConfig:
             )
         if self.loss_scale <= 0:
             problems.append(f"{key}.loss_scale must be > 0, got {self.loss_scale}")
+        if self.supervised_steps < 0 or self.early_stop_max < 0:
+            problems.append(
+                f"{key}.supervised_steps and early_stop_max must be >= 0, got "
+                f"{self.supervised_steps}, {self.early_stop_max}"
+            )
+        if self.early_stop_max and (self.grad_steps or self.renoise_draws):
+            problems.append(
+                f"{key}.early_stop_max={self.early_stop_max} draws the chain's end: "
+                "set grad_steps=0 and renoise_draws=0"
+            )
         return problems
 
     def max_chain_steps(self, num_steps: int) -> int:
@@ -302,9 +325,11 @@ class RewardFeedbackConfig:
             "fixed": self.truncation_steps,
             "uniform": self.truncation_max,
             "gaussian": num_steps - 1,
+            "full": num_steps,
         }[self.truncation]
         longest = min(longest, num_steps)
-        return min(longest, self.grad_steps) if self.grad_steps else longest
+        longest = min(longest, self.grad_steps) if self.grad_steps else longest
+        return min(longest, self.supervised_steps) if self.supervised_steps else longest
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Reward feedback: a differentiable reward back-propagated through the last denoising steps
-(ReFL, DRaFT-K, DRaFT-LV, AlignProp; docs/algorithms.md §10).
+(ReFL, DRaFT-K, DRaFT-LV, AlignProp, DRTune; docs/algorithms.md §10).
 
 Where it fits: the rollout samples with the Euler ODE (rollout.noise_level=0) and stores every
 latent x_0 … x_T, so "denoise without grad to step s" is the stored x_s: no forward is spent
@@ -10,6 +10,10 @@ decodes with grad (`decode_pixels`) and scores with the run's differentiable sco
 (`score_pixels`, handed over by `attach_rewards`); the loss is −scale·r or scale·max(0, m − r)
 (`reward_feedback_loss`). DRaFT-LV instead re-noises the stored final x_T to the last step's σ
 `renoise_draws` times (one training position each) and takes one step with grad from each.
+DRTune runs the whole chain from the stored noise (truncation=full) with the denoiser's input
+detached at every step and grad only at `supervised_draws`' equally spaced steps, so the
+reward reaches the early steps at the cost of a few forwards' activations; `early_stop_draws`
+optionally ends a chain early at a predicted x̂0.
 No log-prob, no advantage, no reference: the rollout's rewards are only logged.
 
 Departures from the references, on purpose (docs/algorithm_references.md):
@@ -45,7 +49,9 @@ def truncation_draws(seeds: torch.Tensor, cfg: RewardFeedbackConfig, num_steps: 
     ks = []
     for seed in seeds.tolist():
         generator = seeded_generator("truncation", seed)
-        if cfg.truncation == "fixed":
+        if cfg.truncation == "full":
+            k = num_steps
+        elif cfg.truncation == "fixed":
             k = cfg.truncation_steps
         elif cfg.truncation == "uniform":
             k = int(torch.randint(cfg.truncation_min, cfg.truncation_max + 1, (1,), generator=generator))
@@ -68,6 +74,39 @@ def chain_bounds(truncation: torch.Tensor, num_steps: int, grad_steps: int) -> t
     return start, end
 
 
+def early_stop_draws(seeds: torch.Tensor, early_stop_max: int) -> torch.Tensor:
+    """n' [B] int64 per sample, uniform on 0..early_stop_max, from a generator seeded by the
+    sample's seed: how many steps before the last its chain stops and jumps to x̂0."""
+    return torch.tensor(
+        [
+            int(torch.randint(0, early_stop_max + 1, (1,), generator=seeded_generator("early_stop", seed)))
+            for seed in seeds.tolist()
+        ],
+        dtype=torch.long,
+    )
+
+
+def supervised_draws(
+    seeds: torch.Tensor, start: torch.Tensor, end: torch.Tensor, count: int, num_steps: int
+) -> torch.Tensor:
+    """Mask [B, T] bool of the steps whose denoiser forward runs with grad (DRTune's subset):
+    of sample b's chain steps s_b … e_b − 1 (L = e_b − s_b of them), `count` equally spaced
+    ones, s_b + o + i·⌊L / count⌋ for i = 0 … count − 1, the offset o uniform on the L −
+    (count − 1)·⌊L / count⌋ positions that keep the last inside the chain, drawn from a
+    generator seeded by the sample's seed; a chain of at most `count` steps keeps them all."""
+    mask = torch.zeros(len(seeds), num_steps, dtype=torch.bool)
+    for row, seed in enumerate(seeds.tolist()):
+        first, length = int(start[row]), int(end[row] - start[row])
+        if length <= count:
+            mask[row, first : first + length] = True
+            continue
+        spacing = length // count
+        offsets = length - (count - 1) * spacing
+        offset = int(torch.randint(0, offsets, (1,), generator=seeded_generator("supervised", seed)))
+        mask[row, first + offset + spacing * torch.arange(count)] = True
+    return mask
+
+
 def denoise_with_grad(
     velocity: VelocityFn,
     first: torch.Tensor,
@@ -75,6 +114,8 @@ def denoise_with_grad(
     start: torch.Tensor,
     end: torch.Tensor,
     checkpointed: bool = False,
+    supervised: torch.Tensor | None = None,
+    stop_input_gradient: bool = False,
 ) -> torch.Tensor:
     """x̂0 [B, ...] from x_{s_b} = `first`[b] through steps s_b … e_b − 1 with grad.
 
@@ -82,7 +123,10 @@ def denoise_with_grad(
     step (j = e_b − 1), which goes to σ' = 0: x̂0 = x − σ_j·v̂, the x0 prediction (ReFL's
     `pred_original_sample`); when e_b = T that is the ordinary last step, σ_T being 0. A sample
     waits (no forward) until its own start. `checkpointed` keeps only each step's input and
-    recomputes the forward in backward (torch.utils.checkpoint)."""
+    recomputes the forward in backward (torch.utils.checkpoint). DRTune's options: `supervised`
+    [B, T] bool runs the denoiser with grad only at its True steps (the others' v̂ is a constant
+    and the gradient passes them through the update's x term); `stop_input_gradient` detaches
+    the denoiser's input, v̂(sg(x)), so no gradient goes through its input Jacobian."""
     x = first
     for j in range(int(start.min()), int(end.max())):
         rows = ((start <= j) & (j < end)).nonzero().squeeze(1)  # [r] samples stepping now
@@ -92,13 +136,41 @@ def denoise_with_grad(
         continues = (end[rows] > j + 1).to(x.device, x.dtype)  # [r] 1: step on; 0: this is its last step
         target = float(sigmas[j + 1]) * continues  # [r] σ_{j+1}, or 0 for the x0 jump
         current = x[rows]  # [r, ...]
-        if checkpointed:
-            v = checkpoint(velocity, current, sigma, rows, use_reentrant=False)
-        else:
-            v = velocity(current, sigma, rows)
+        inputs = current.detach() if stop_input_gradient else current
+        with_grad = torch.ones(len(rows), dtype=torch.bool) if supervised is None else supervised[rows, j]
+        v = _step_velocity(velocity, inputs, sigma, rows, with_grad, checkpointed)
         shape = (-1,) + (1,) * (current.dim() - 1)
         x = x.index_copy(0, rows.to(x.device), current + (target - sigma).view(shape) * v.to(x.dtype))
     return x
+
+
+def _step_velocity(
+    velocity: VelocityFn,
+    inputs: torch.Tensor,
+    sigma: torch.Tensor,
+    rows: torch.Tensor,
+    with_grad: torch.Tensor,
+    checkpointed: bool,
+) -> torch.Tensor:
+    """v̂ [r, ...] of one step: the rows where `with_grad` [r] holds through autograd
+    (checkpointed when asked), the others under no_grad, each group one forward."""
+
+    def forward(picked: torch.Tensor) -> torch.Tensor:
+        if checkpointed:
+            return checkpoint(velocity, inputs[picked], sigma[picked], rows[picked], use_reentrant=False)
+        return velocity(inputs[picked], sigma[picked], rows[picked])
+
+    if bool(with_grad.all()):
+        return forward(torch.arange(len(rows)))
+    picked, idle = with_grad.nonzero().squeeze(1), (~with_grad).nonzero().squeeze(1)
+    with torch.no_grad():
+        constant = velocity(inputs[idle], sigma[idle], rows[idle])  # [r', ...]
+    if picked.numel() == 0:
+        return constant
+    trained = forward(picked)
+    where = torch.empty(len(rows), dtype=torch.long)
+    where[picked], where[idle] = torch.arange(len(picked)), len(picked) + torch.arange(len(idle))
+    return torch.cat([trained, constant.to(trained.dtype)])[where.to(trained.device)]
 
 
 def reward_feedback_loss(rewards: torch.Tensor, loss: str, scale: float, margin: float) -> torch.Tensor:
@@ -138,6 +210,11 @@ class RewardFeedback(AlgorithmBase):
         if options.truncation == "uniform" and options.truncation_max > cfg.rollout.num_steps:
             problems.append(
                 f"algorithm.reward_feedback.truncation_max={options.truncation_max} is more than the rollout's "
+                f"rollout.num_steps={cfg.rollout.num_steps}"
+            )
+        if options.early_stop_max >= cfg.rollout.num_steps:
+            problems.append(
+                f"algorithm.reward_feedback.early_stop_max={options.early_stop_max} must be below the rollout's "
                 f"rollout.num_steps={cfg.rollout.num_steps}"
             )
         if options.truncation == "gaussian" and cfg.rollout.num_steps < 2:
@@ -200,6 +277,8 @@ class RewardFeedback(AlgorithmBase):
             start = torch.full((len(batch),), num_steps - 1, dtype=torch.long)
             return noised(clean, noise, sigma)[0], start, start + 1
         start, end = chain_bounds(truncation_draws(batch.seeds, options, num_steps), num_steps, options.grad_steps)
+        if options.early_stop_max:  # the chain keeps at least its first step
+            end = torch.maximum(num_steps - early_stop_draws(batch.seeds, options.early_stop_max), start + 1)
         first = batch.latents[torch.arange(len(batch)), start].to(device)  # [b, ...] the stored x_s
         return first, start, end
 
@@ -215,7 +294,19 @@ class RewardFeedback(AlgorithmBase):
             return policy.velocity(latents, sigma, cond.index(rows.to(device)), batch.guidance_scale)
 
         first, start, end = self.chain_start(batch, step_index, device)
-        x0 = denoise_with_grad(velocity, first, batch.sigmas.to(device), start, end, options.gradient_checkpointing)
+        supervised = None
+        if options.supervised_steps:
+            supervised = supervised_draws(batch.seeds, start, end, options.supervised_steps, batch.num_steps)
+        x0 = denoise_with_grad(
+            velocity,
+            first,
+            batch.sigmas.to(device),
+            start,
+            end,
+            options.gradient_checkpointing,
+            supervised,
+            options.stop_input_gradient,
+        )
         pixels = policy.decode_pixels(x0)  # type: ignore[attr-defined]  # [b, 3, H, W] in [0, 1]
         metadata = batch.metadata or [{} for _ in range(len(batch))]
         rewards = torch.zeros(len(batch), device=device, dtype=pixels.dtype)  # [b]
@@ -226,5 +317,6 @@ class RewardFeedback(AlgorithmBase):
             "policy_loss": per_sample.detach(),
             "feedback_reward": rewards.detach(),
             "chain_steps": (end - start).float(),
+            "supervised_steps": (end - start).float() if supervised is None else supervised.sum(1).float(),
         }
         return per_sample.mean(), stats

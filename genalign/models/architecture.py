@@ -315,6 +315,31 @@ def load_architecture(spec: FamilySpec, path: str, builtin: bool = False) -> Arc
     )
 
 
+def decoder_gradient_bytes(spec: FamilySpec, path: str, builtin: bool, rows: int, height: int, width: int) -> float:
+    """Float32 bytes autograd keeps decoding `rows` latents of a `height` x `width` image with
+    grad (reward feedback: the decoder frozen, the gradient to the latents): the VAE's real
+    class built on the meta device and run through `saved_tensor_bytes`; 0 for a family
+    without a VAE (the toy: its latents are the pixels)."""
+    found = architecture_source(spec, path, builtin)
+    if found is None or "vae" not in found[0]:
+        return 0.0
+    entry, factor = found[0]["vae"], int(found[1]["spatial_factor"])
+    return _decoder_gradient_bytes(json.dumps(entry, sort_keys=True), rows, height // factor, width // factor)
+
+
+@lru_cache(maxsize=16)
+def _decoder_gradient_bytes(entry_json: str, rows: int, latent_height: int, latent_width: int) -> float:
+    import torch
+
+    from genalign.models.saved_tensors import saved_tensor_bytes  # lazy: imports torch (CLI start-up)
+
+    entry = json.loads(entry_json)
+    vae = build_on_meta(entry["library"], entry["class"], dict(entry["config"]))
+    channels = int(entry["config"].get("latent_channels", entry["config"].get("z_dim", 4)))
+    latents = torch.empty(rows, channels, latent_height, latent_width, device="meta")
+    return saved_tensor_bytes(vae, lambda z: vae.decode(z, return_dict=False)[0], latents)
+
+
 def lora_parameters(linear_shapes: tuple[tuple[str, int, int], ...], targets: list[str], rank: int) -> int:
     """Parameters of a rank-`rank` LoRA on every Linear whose name is a target or ends with
     `.target` (peft's suffix match): r (in + out) each."""

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from genalign.algorithms.registry import algorithm_class
-from genalign.models.architecture import TRANSFORMER, load_architecture, lora_parameters
+from genalign.models.architecture import TRANSFORMER, decoder_gradient_bytes, load_architecture, lora_parameters
 from genalign.models.experts import trained_components
 from genalign.models.spec import MissingCalibration, family_spec
 from genalign.preflight.memory_math import (
@@ -34,7 +34,7 @@ from genalign.preflight.memory_math import (
     trainable_state_bytes,
     weight_bytes,
 )
-from genalign.preflight.reward_memory import SKIP_CHECK, NoMemoryEstimate
+from genalign.preflight.reward_memory import SKIP_CHECK, NoMemoryEstimate, scorer_gradient_lines
 from genalign.preflight.step_sizes import StepSizes
 
 
@@ -77,7 +77,7 @@ def plan_terms(cfg) -> Terms:
     split = ranks if fsdp else 1  # FSDP2 shards the transformer and its trained state; DDP replicates
     trained, base = _trained_parameters(cfg, arch)
     frozen, encoders = _frozen_lines(cfg, arch, base, split)
-    replay = [_activation_line(cfg, arch, calibration, run)]
+    replay = [_activation_line(cfg, arch, calibration, run), *_feedback_lines(cfg, run)]
     if cfg.model.train_mode == "full" and split > 1:  # one unit's float32 parameters and gradients
         block = weight_bytes(arch.component(TRANSFORMER).parameters, 2 * MASTER_BYTES) / max(arch.num_layers, 1)
         replay.append(("FSDP2 gathered block (fp32 parameters + gradients of one block)", block))
@@ -202,6 +202,20 @@ def _activation_line(cfg, arch, calibration: dict, run) -> Line:
         f"{' + the reference forward' if run.needs_reference else ''})",
         activations,
     )
+
+
+def _feedback_lines(cfg, run) -> list[Line]:
+    """Reward feedback (an algorithm that `needs_reward_gradients`): the micro-batch's x̂0 is
+    decoded and scored with grad, so the VAE decoder's and the reward models' activations live
+    beside the chain's until the backward."""
+    if not algorithm_class(cfg).needs_reward_gradients:
+        return []
+    rows, spec = run.train_micro_batch, family_spec_of(cfg)
+    decode = decoder_gradient_bytes(
+        spec, cfg.model.path, cfg.model.path == spec.builtin_path, rows, cfg.rollout.height, cfg.rollout.width
+    )
+    lines = [(f"VAE decode under grad ({rows} images, float32)", decode)] if decode else []
+    return lines + scorer_gradient_lines(cfg, rows)
 
 
 def _sampling_line(cfg, arch, calibration: dict, batch: int, uses_cfg: bool, what: str) -> Line:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from genalign.config.errors import ConfigError
 from genalign.preflight.memory_math import Line
-from genalign.rewards.model_sizes import RewardModelUnknown, model_sizes
+from genalign.rewards.model_sizes import RewardModelUnknown, image_gradient_bytes, model_sizes
 from genalign.rewards.options import parse_options
 from genalign.rewards.registry import REWARD_OPTIONS
 
@@ -132,3 +132,27 @@ def scorer_lines(cfg, name: str, pool: str = "training reward") -> list[Line]:
             f"memory plan: {exc}; point it at a local directory with the model's config.json, {SKIP_CHECK}"
         ) from exc
     return [(f"{pool} {name} ({size.what}, {size.dtype})", size.bytes) for size in sizes]
+
+
+def scorer_gradient_lines(cfg, rows: int) -> list[Line]:
+    """Reward feedback back-propagates each training scorer's score into the pixels: (what,
+    bytes) of the activations its models' image towers keep under grad for `rows` images
+    (`image_gradient_bytes`); a model without an image forward the plan knows gets a line
+    saying it is not counted."""
+    lines: list[Line] = []
+    for name in cfg.reward.active_components():
+        options_cls = _options_class(name)
+        if options_cls is None:
+            lines.append((f"training reward {name} under grad (your own scorer): not counted", 0.0))
+            continue
+        options = parse_options(name, options_cls, dict(cfg.reward.kwargs.get(name, {})))
+        for model in options.device_models(name):
+            size = image_gradient_bytes(name, model, rows)
+            source = (
+                model.source.replace("\\", "/").rsplit("/", 1)[-1]
+                if model.source.endswith(".safetensors")
+                else model.source
+            )
+            what = f"training reward {name} ({source}) activations under grad, {rows} images"
+            lines.append((what, size) if size is not None else (f"{what}: not counted (no image tower known)", 0.0))
+    return lines

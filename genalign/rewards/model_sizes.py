@@ -89,6 +89,45 @@ def model_sizes(reward: str, model: DeviceModel) -> list[ModelSize]:
     ]
 
 
+def image_gradient_bytes(reward: str, model: DeviceModel, rows: int) -> float | None:
+    """Float32 bytes autograd keeps for backward when `rows` images go through `model`'s image
+    tower with grad (reward feedback back-propagates the score into the pixels): each
+    component with an image forward (`get_image_features`, a CLIP-style model) is built on the
+    meta device and run on its own input size with saved-tensor hooks counting what it keeps
+    (weights excluded: they are counted once as the model). None: no component of it has an
+    image forward the plan knows (the caller names it as not counted)."""
+    path = Path(model.source).expanduser()
+    if model.source.endswith(".safetensors"):
+        return None
+    config = _config_file(path, model.source)
+    if config is not None:
+        specs = [{"library": "transformers", "class": model.class_name, "config": json.loads(config.read_text())}]
+    elif shipped_reward_file(model.source).is_file():
+        specs = list(json.loads(shipped_reward_file(model.source).read_text())["components"].values())
+    else:
+        return None
+    sizes = [_image_gradient_bytes(json.dumps(spec), rows) for spec in specs]
+    known = [size for size in sizes if size is not None]
+    return sum(known) if known else None
+
+
+@lru_cache(maxsize=32)
+def _image_gradient_bytes(spec_json: str, rows: int) -> float | None:
+    import torch
+
+    from genalign.models.saved_tensors import saved_tensor_bytes  # lazy: imports torch (CLI start-up)
+
+    spec = json.loads(spec_json)
+    with torch.device("meta"):
+        module = _build(spec["library"], spec["class"], dict(spec["config"]), spec.get("init", {}))
+    vision = getattr(getattr(module, "config", None), "vision_config", None)
+    if not hasattr(module, "get_image_features") or vision is None:
+        return None
+    size = int(vision.image_size)
+    pixels = torch.empty(rows, int(getattr(vision, "num_channels", 3)), size, size, device="meta")
+    return saved_tensor_bytes(module, lambda x: module.get_image_features(pixel_values=x), pixels)
+
+
 def _config_file(path: Path, source: str) -> Path | None:
     """A local directory's config.json, else a hub id's in the Hugging Face cache (no network)."""
     if (path / "config.json").is_file():

@@ -73,6 +73,17 @@ RUNS = {
         ["/base/algorithm=alignprop", "rollout.num_steps=4", "rollout.guidance_scale=2.0", "eval.guidance_scale=2.0"],
         ["feedback_reward", "chain_steps"],
     ),
+    # DRTune: the whole chain of 4 from the stored noise, 2 supervised steps at a drawn offset,
+    # the input detached, an early stop of up to 1 step
+    "drtune": (
+        "experiment/toy/shapes_drtune",
+        [
+            "rollout.num_steps=4",
+            "algorithm.reward_feedback.supervised_steps=2",
+            "algorithm.reward_feedback.early_stop_max=1",
+        ],
+        ["feedback_reward", "chain_steps", "supervised_steps"],
+    ),
 }
 
 
@@ -104,7 +115,7 @@ def test_run_directory_and_columns(finished):
     assert float(rows[-1]["optimizer_steps"]) >= 1
     # NFT's old policy, AWM's anchor, DPO's reference and DGPO's EMA weights are algorithm state;
     # reward feedback keeps none
-    stateless = RUNS[name][0] == "experiment/toy/shapes_draft"
+    stateless = RUNS[name][0] in ("experiment/toy/shapes_draft", "experiment/toy/shapes_drtune")
     assert (out / "checkpoint-final" / "algorithm.safetensors").exists() != stateless
     if name == "dpo_refreshed":
         assert [float(r["dpo_reference_refreshed"]) for r in rows] == [0.0, 1.0, 0.0]

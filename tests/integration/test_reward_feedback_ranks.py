@@ -50,7 +50,7 @@ whole = TrajectoryBatch(prompts, torch.arange(4), torch.arange(4), seeds, Shared
 units = whole if info.rank == 0 else whole.index(torch.arange(0))
 module = dist.wrap_for_training(policy.transformer, "ddp")
 cfg = AlgorithmConfig(name="reward_feedback", drop_zero_advantage=False)
-cfg.reward_feedback = RewardFeedbackConfig(truncation="fixed", truncation_steps=2)
+cfg.reward_feedback = RewardFeedbackConfig(**json.loads(sys.argv[2]))
 algorithm = RewardFeedback(cfg)
 algorithm.attach_rewards(LocalRewardRuntime({"toy_shape": ToyShapeReward()}, {"toy_shape": 1.0}, 64))
 params = list(trained.parameters())
@@ -74,9 +74,19 @@ dist.shutdown()
 """
 
 
-def test_an_idle_rank_enters_every_collective_and_the_step_is_rank_zeros_mean(tmp_path):
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"truncation": "fixed", "truncation_steps": 2},
+        # DRTune: the whole chain of 4 from the noise, input detached, grad at 2 of its steps;
+        # the idle rank's filler runs its no-grad and its grad forwards alike
+        {"truncation": "full", "supervised_steps": 2, "stop_input_gradient": True},
+    ],
+    ids=["draft_2", "drtune"],
+)
+def test_an_idle_rank_enters_every_collective_and_the_step_is_rank_zeros_mean(tmp_path, options):
     out = tmp_path / "ranks"
-    launch_script(tmp_path, SCRIPT, 2, str(out))
+    launch_script(tmp_path, SCRIPT, 2, str(out), json.dumps(options))
     ranks = [json.loads(Path(f"{out}.{rank}.json").read_text()) for rank in range(2)]
     assert [r["trained"] for r in ranks] == [4, 0]
     assert ranks[0]["optimizer_steps"] == ranks[1]["optimizer_steps"] == 1  # micro-batches 2 + 2 on rank 0
@@ -85,6 +95,7 @@ def test_an_idle_rank_enters_every_collective_and_the_step_is_rank_zeros_mean(tm
     )
     assert torch.equal(first, second)
     # the ranks sum two micro-batch gradients and DDP's average; the reference one 4-sample mean.
-    # proj_out's weight gradient sums 4 samples x 256 tokens; the chain of 2 denoiser steps, the
-    # reward classifier, backward and the SGD step chain about 8 such reductions
+    # proj_out's weight gradient sums 4 samples x 256 tokens; the chain of 2 denoiser steps with
+    # grad (DRaFT's last 2, DRTune's 2 supervised), the reward classifier, backward and the SGD
+    # step chain about 8 such reductions
     assert_close_reordered(first, reference, length=1024, depth=8)

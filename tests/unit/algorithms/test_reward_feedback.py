@@ -6,6 +6,7 @@ import random
 
 import pytest
 import torch
+from support import linear_velocity
 
 from genalign.algorithms.config import AlgorithmConfig, RewardFeedbackConfig
 from genalign.algorithms.forward_draws import seeded_generator
@@ -18,15 +19,6 @@ from genalign.algorithms.reward_feedback import (
 )
 
 SIGMAS = torch.linspace(1.0, 0.0, 7, dtype=torch.float64)  # T = 6
-
-
-def linear_velocity(weight: torch.Tensor):
-    """v̂(x, σ) = W·x + σ: a differentiable stand-in denoiser of the test's own."""
-
-    def velocity(latents, sigma, rows):
-        return latents @ weight.T + sigma[:, None]
-
-    return velocity
 
 
 def euler_reference(x, weight, sigmas, first_step, last_step, jump_to_x0):

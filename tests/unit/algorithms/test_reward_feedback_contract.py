@@ -52,7 +52,7 @@ def test_a_class_declaring_differentiable_without_score_pixels_breaks_the_contra
     assert "declares differentiable=True but has no score_pixels" in problem
 
 
-@pytest.mark.parametrize("preset", ["refl", "draft_k", "draft_lv", "alignprop"])
+@pytest.mark.parametrize("preset", ["refl", "draft_k", "draft_lv", "alignprop", "drtune"])
 def test_each_preset_composes_on_the_toy_demo(preset):
     cfg = load_config(DRAFT, [f"/base/algorithm={preset}"], check_files=False)
     assert cfg.algorithm.name == "reward_feedback" and cfg.rollout.noise_level == 0
