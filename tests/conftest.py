@@ -113,13 +113,8 @@ def tiny_wan_i2v_dirs(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def i2v_set(tmp_path_factory):
     """The shipped image-to-video prompt set rebuilt at 32x32 (the tiny video runs' size)."""
-    import importlib.util
+    from support import dataset_builder
 
-    from genalign.data.prompts import PACKAGED_DATASETS
-
-    spec = importlib.util.spec_from_file_location("i2v_build", PACKAGED_DATASETS / "i2v" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     folder = tmp_path_factory.mktemp("i2v32")
-    assert module.main(["--out", str(folder), "--size", "32"]) == 0
+    assert dataset_builder("i2v").main(["--out", str(folder), "--size", "32"]) == 0
     return folder

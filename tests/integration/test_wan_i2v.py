@@ -17,7 +17,13 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, assert_lora_export_reproduces
+from support import (
+    TINY_DEPTH,
+    TINY_REDUCTION,
+    assert_close_reordered,
+    assert_lora_export_reproduces,
+    record_timesteps,
+)
 
 from genalign.models.experts import denoiser_parts
 from genalign.models.wan_i2v import WanI2VPolicy
@@ -53,18 +59,6 @@ def conditioned(policy: WanI2VPolicy, frames: torch.Tensor, with_negative: bool)
     return dataclasses.replace(cond, source_latents=policy.encode_sources(frames))
 
 
-def timesteps_hook(modules: dict[str, torch.nn.Module]) -> tuple[list, list]:
-    """Forward pre-hooks logging (module name, the distinct timestep values it ran at)."""
-    calls, handles = [], []
-    for name, module in modules.items():
-
-        def hook(_module, args, kwargs, name=name):
-            calls.append((name, sorted({round(float(t), 3) for t in kwargs["timestep"].flatten()})))
-
-        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-    return calls, handles
-
-
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_our_ode_sampler_reproduces_the_image_to_video_pipeline(tiny_wan_i2v_dirs, form):
     """Each prompt with its own first frame, the same noise, Euler steps with CFG: latents to
@@ -79,7 +73,7 @@ def test_our_ode_sampler_reproduces_the_image_to_video_pipeline(tiny_wan_i2v_dir
     shape = policy.latent_shape(SIDE, SIDE)
     start = torch.randn(2, *shape, generator=torch.Generator().manual_seed(3))  # [B, C, F_lat, h, w]
     experts = {n: getattr(pipe, n) for n in ("transformer", "transformer_2") if getattr(pipe, n) is not None}
-    theirs_calls, handles = timesteps_hook(experts)
+    theirs_calls, handles = record_timesteps(experts)
     references, videos = [], []
     for row in range(2):  # the pipeline takes one image a call
         common = dict(
@@ -98,7 +92,7 @@ def test_our_ode_sampler_reproduces_the_image_to_video_pipeline(tiny_wan_i2v_dir
     for handle in handles:
         handle.remove()
     ours_modules = denoiser_parts(policy.transformer) if form == "a14b" else {"transformer": policy.transformer}
-    ours_calls, handles = timesteps_hook(dict(ours_modules))
+    ours_calls, handles = record_timesteps(dict(ours_modules))
     cond = conditioned(policy, frames, with_negative=True)
     sigmas = policy.sigmas(steps, tuple(start.shape[1:]))
     with torch.no_grad():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 from PIL import Image
-from support import read_rows, tiny_video_overrides, train_recipe_in_process
+from support import assert_two_steps_at_parity_zero, changed_tensors, tiny_video_overrides, train_recipe_in_process
 
 RECIPE = "experiment/diffusion/wan_2_2/i2v_a14b_online_grpo_pickscore"
 WAN21_RECIPE = "experiment/diffusion/wan_2_1/i2v_14b_online_grpo_pickscore"
@@ -36,17 +36,6 @@ def overrides(model_dir, out, i2v_set, *extra) -> list[str]:
         *ALL_STEPS,
         *extra,
     )
-
-
-def changed(trainer, initial) -> set[str]:
-    state = trainer.policy.transformer.state_dict()
-    return {name for name, value in state.items() if not torch.equal(value, initial[name])}
-
-
-def assert_two_steps_at_parity_zero(out) -> None:
-    rows = read_rows(out / "metrics.csv")
-    assert [r["step"] for r in rows] == ["1", "2"]
-    assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0  # the parity preflight of step 1
 
 
 def render(pipe, image: Image.Image) -> torch.Tensor:
@@ -78,7 +67,7 @@ def test_lora_on_both_experts_trains_both_and_exports_one_loadable_adapter_each(
     model_dir = tiny_wan_i2v_dirs["a14b"]
     trainer, initial = train_recipe_in_process(RECIPE, overrides(model_dir, tmp_path / "run", i2v_set))
     assert_two_steps_at_parity_zero(tmp_path / "run")
-    moved = changed(trainer, initial)
+    moved = changed_tensors(trainer, initial)
     assert moved and all("lora_" in name for name in moved)
     assert {name.split(".")[0] for name in moved} == {"transformer", "transformer_2"}
     lora = tmp_path / "run" / "checkpoint-final" / "lora"
@@ -114,7 +103,7 @@ def test_full_fine_tune_of_wan_2_1_i2v_trains_two_steps_and_its_transformer_load
         ),
     )
     assert_two_steps_at_parity_zero(tmp_path / "run")
-    moved = changed(trainer, initial)
+    moved = changed_tensors(trainer, initial)
     assert len(moved) > len(initial) // 2  # the whole model moved
     exported = WanTransformer3DModel.from_pretrained(tmp_path / "run" / "checkpoint-final" / "transformer")
     pipe = WanImageToVideoPipeline.from_pretrained(model_dir, transformer=exported)

@@ -4,12 +4,10 @@ pictures at both sizes, and --check flagging a stale picture."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import pytest
 from PIL import Image
+from support import dataset_builder
 
 from genalign.data.prompts import PACKAGED_DATASETS, load_manifest
 from genalign.data.source_images import sources_of
@@ -17,17 +15,9 @@ from genalign.data.source_images import sources_of
 FOLDER = PACKAGED_DATASETS / "i2v"
 
 
-def load_builder():
-    spec = importlib.util.spec_from_file_location("i2v_build", FOLDER / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["i2v_build"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(("suffix", "size"), [("", 480), ("_240", 240)])
 def test_shipped_set_is_a_fresh_build_and_loads_at_its_recipes_size(suffix, size):
-    assert load_builder().main(["--check"]) == 0
+    assert dataset_builder("i2v").main(["--check"]) == 0
     for split, count in (("train", 16), ("test", 8)):
         examples = load_manifest(str(FOLDER / f"{split}{suffix}.jsonl"), source_size=(size, size))
         assert len(examples) == count and all(len(sources_of(e.metadata)) == 1 for e in examples)
@@ -47,7 +37,7 @@ def test_both_sizes_draw_the_same_picture():
 
 
 def test_check_flags_a_stale_image(tmp_path):
-    builder = load_builder()
+    builder = dataset_builder("i2v")
     assert builder.main(["--out", str(tmp_path), "--size", "32"]) == 0
     assert builder.main(["--check", "--out", str(tmp_path), "--size", "32"]) == 0
     Image.new("RGB", (32, 32)).save(tmp_path / "images" / "test_00.png")
