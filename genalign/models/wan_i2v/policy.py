@@ -48,6 +48,7 @@ SPEC = FamilySpec(
     negative_prompt=True,
     experts=True,
     source_images=1,
+    source_required=True,
     tiny_builder="genalign.models.wan_i2v.tiny:build_tiny_wan21_i2v_pipeline",
     tiny_variants=(
         ("Wan-AI/Wan2.2-I2V-A14B-Diffusers", "genalign.models.wan_i2v.tiny:build_tiny_wan22_i2v_a14b_pipeline"),
