@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import tempfile
@@ -61,7 +62,7 @@ from genalign.models.tiny_random import save_tiny  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402
 
-FAMILIES = {"sd3": 64, "flux": 64, "flux_kontext": 64, "qwen_image": 64, "wan": 64, "cosmos": 64, "flux2_klein": 64}
+FAMILIES = {"sd3": 64, "flux": 64, "flux_kontext": 64, "qwen_image": 64, "wan": 64, "cosmos": 64, "flux2_klein": 64, "wan_i2v": 64}
 """family -> the smaller calibration image side (the larger is twice it). FLUX.1 Kontext is
 measured on its prompts without a source image: a source's tokens run through the same blocks
 as the target's, so the bytes per token are the same, and the plan counts both token sets."""
@@ -115,6 +116,7 @@ TINY_BOUND_KEYS = (
     "text_embed_dim",
     "concat_padding_mask",
     "patch_size",
+    "image_dim",
 )
 """Transformer config keys that bind it to the tiny pipeline's text encoders and VAE: taken
 from the tiny transformer; every other key (block options, head size, MLP ratio, norms) is
@@ -150,6 +152,7 @@ def _policy(family: str, root: Path, checkpointing: bool, real_width: bool = Fal
     calibration_transformer(family, tiny_config, real_width).save_pretrained(transformer_dir)
     extra = {
         "wan": ["model.num_frames=5"],
+        "wan_i2v": ["model.num_frames=5"],
         "cosmos": ["model.num_frames=5"],
         "flux": ["model.embedded_guidance=3.5"],
         "flux_kontext": ["model.embedded_guidance=2.5"],
@@ -191,6 +194,11 @@ def _tokens(latent_shape: tuple[int, ...]) -> int:
 def measure(policy, side: int, grad: bool) -> tuple[int, int, int]:
     """(image tokens, bytes kept after the forward, peak bytes during it) of one sample's velocity."""
     cond = policy.encode_prompts(["a calibration prompt"], with_negative=False)
+    if policy.spec.media == "video" and policy.spec.source_images:  # image-to-video: the condition rides on channels
+        source = torch.randint(
+            0, 256, (1, 1, 3, side, side), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+        )
+        cond = dataclasses.replace(cond, source_latents=policy.encode_sources(source))
     shape = policy.latent_shape(side, side)
     latents = torch.randn(1, *shape)
     sigma = torch.full((1,), 0.5)
@@ -280,6 +288,11 @@ def saved_bytes(policy, side: int, eager_cuda: bool) -> tuple[int, int]:
     """(image tokens, bytes saved for backward) of one sample's `velocity`; `eager_cuda`: under
     CUDA's autocast float32 list."""
     cond = policy.encode_prompts(["a calibration prompt"], with_negative=False)
+    if policy.spec.media == "video" and policy.spec.source_images:  # image-to-video: the condition rides on channels
+        source = torch.randint(
+            0, 256, (1, 1, 3, side, side), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+        )
+        cond = dataclasses.replace(cond, source_latents=policy.encode_sources(source))
     shape = policy.latent_shape(side, side)
     latents, sigma = torch.randn(1, *shape), torch.full((1,), 0.5)
     with CudaAutocastPolicy() if eager_cuda else contextlib.nullcontext():

@@ -24,11 +24,12 @@ from genalign.models.spec import family_spec
 from genalign.preflight.load import load_config
 
 GIB = 2**30
-VALUE_ORDER = ("sd3", "flux", "wan", "janus", "cosmos", "qwen_image", "flux_kontext", "toy")
+VALUE_ORDER = ("sd3", "flux", "wan", "janus", "cosmos", "qwen_image", "flux_kontext", "wan_i2v", "toy")
 """Families first in this order (the most used first); a family registered later comes after them."""
 RECIPES = {
     "sd3": "experiment/diffusion/sd3_5/online_grpo_ocr",
     "wan": "experiment/diffusion/wan_2_1/online_grpo_pickscore",
+    "wan_i2v": "experiment/diffusion/wan_2_1/i2v_14b_online_grpo_pickscore",
     "toy": "experiment/toy/shapes_grpo",
 }
 """A family's suite recipe where it has several; otherwise its one recipe."""
@@ -36,12 +37,14 @@ VARIANTS = {
     "sd3": [("sd3_5_large", "SD3.5 Large", ["model.path=stabilityai/stable-diffusion-3.5-large"])],
     "wan": [("wan2_2_t2v_a14b", "Wan 2.2 T2V-A14B", []), ("wan2_2_ti2v_5b", "Wan 2.2 TI2V-5B", [])],
     "flux2_klein": [("flux2_klein_4b", "FLUX.2 [klein] 4B", ["model.path=black-forest-labs/FLUX.2-klein-4B"])],
+    "wan_i2v": [("wan2_2_i2v_a14b", "Wan 2.2 I2V-A14B", [])],
 }
 """More real shapes of a family: (key, title, overrides) run after the family's own item."""
 VARIANT_RECIPES = {
     "sd3_5_large": "experiment/diffusion/sd3_5/online_grpo_ocr_large",
     "wan2_2_t2v_a14b": "experiment/diffusion/wan_2_2/online_grpo_pickscore",
     "wan2_2_ti2v_5b": "experiment/diffusion/wan_2_2/ti2v_5b_online_grpo_pickscore",
+    "wan2_2_i2v_a14b": "experiment/diffusion/wan_2_2/i2v_a14b_online_grpo_pickscore",
 }
 """A variant's own recipe, where it has one (else the family's)."""
 LEVERS = [
@@ -136,11 +139,12 @@ def common_overrides(recipe: str, out: Path, key: str, steps: int) -> list[str]:
 
 
 def tiny_overrides(recipe: str, family: str) -> list[str]:
-    """The tiny models' shapes: the smallest size the family draws, 3 frames for video, 4
-    steps, one prompt group of 2."""
+    """The tiny models' shapes: the smallest size the family draws, 5 frames for video (4k + 1:
+    the Wan VAE encodes an image-to-video condition in chunks of 4 frames after the first, even
+    the tiny one), 4 steps, one prompt group of 2."""
     cfg, spec = compose_config(recipe), family_spec(family)
     size = spec.fixed_size or 2 * spec.size_multiple
-    frames = 3 if cfg.model.num_frames > 1 else 1
+    frames = 5 if cfg.model.num_frames > 1 else 1
     return [
         "/base/distributed=local",
         f"rollout.height={size}",

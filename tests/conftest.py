@@ -96,3 +96,26 @@ def tiny_wan22_dirs(tmp_path_factory) -> dict:
     build_tiny_wan22_a14b_pipeline(seed=0).save_pretrained(root / "a14b")
     build_tiny_wan22_ti2v_pipeline(seed=0).save_pretrained(root / "ti2v")
     return {"a14b": root / "a14b", "ti2v": root / "ti2v"}
+
+
+@pytest.fixture(scope="session")
+def tiny_wan_i2v_dirs(tmp_path_factory) -> dict:
+    """Tiny random WanImageToVideoPipelines from the published configs (seed 0), written by
+    save_pretrained: {"wan21": Wan 2.1 I2V (CLIP image encoder), "a14b": Wan 2.2 I2V-A14B's two
+    experts}; read-only."""
+    from genalign.models.wan_i2v.tiny import build_tiny_wan21_i2v_pipeline, build_tiny_wan22_i2v_a14b_pipeline
+
+    root = tmp_path_factory.mktemp("tiny_wan_i2v")
+    build_tiny_wan21_i2v_pipeline(seed=0).save_pretrained(root / "wan21")
+    build_tiny_wan22_i2v_a14b_pipeline(seed=0).save_pretrained(root / "a14b")
+    return {"wan21": root / "wan21", "a14b": root / "a14b"}
+
+
+@pytest.fixture(scope="session")
+def i2v_set(tmp_path_factory):
+    """The shipped image-to-video prompt set rebuilt at 32x32 (the tiny video runs' size)."""
+    from support import dataset_builder
+
+    folder = tmp_path_factory.mktemp("i2v32")
+    assert dataset_builder("i2v").main(["--out", str(folder), "--size", "32"]) == 0
+    return folder

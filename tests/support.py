@@ -741,3 +741,40 @@ def linear_velocity(weight: torch.Tensor):
         return latents @ weight.T + sigma[:, None]
 
     return velocity
+def record_timesteps(modules: dict[str, torch.nn.Module]) -> tuple[list, list]:
+    """Forward pre-hooks logging (module name, the distinct timestep values it was called at) of
+    each denoiser in `modules`: which expert ran at which step. Returns (calls, handles)."""
+    calls, handles = [], []
+    for name, module in modules.items():
+
+        def hook(_module, args, kwargs, name=name):
+            calls.append((name, sorted({round(float(t), 3) for t in kwargs["timestep"].flatten()})))
+
+        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+    return calls, handles
+
+
+def changed_tensors(trainer, initial: dict[str, torch.Tensor]) -> set[str]:
+    """The names of the trainer's transformer tensors that differ from `initial` (what trained)."""
+    state = trainer.policy.transformer.state_dict()
+    return {name for name, value in state.items() if not torch.equal(value, initial[name])}
+
+
+def assert_two_steps_at_parity_zero(out: Path) -> None:
+    """A run in `out` logged steps 1 and 2, its parity preflight (step 1) exactly 0."""
+    rows = read_rows(out / "metrics.csv")
+    assert [r["step"] for r in rows] == ["1", "2"]
+    assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
+
+
+def dataset_builder(name: str):
+    """The build script of the shipped prompt set `name` (genalign/datasets/<name>/build.py) as a module."""
+    import importlib.util
+
+    from genalign.data.prompts import PACKAGED_DATASETS
+
+    spec = importlib.util.spec_from_file_location(f"{name}_build", PACKAGED_DATASETS / name / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[f"{name}_build"] = module
+    spec.loader.exec_module(module)
+    return module

@@ -145,18 +145,41 @@ def strip_frames(num_frames: int, max_frames: int) -> list[int]:
 
 
 def make_frame_strip_sheet(
-    videos: torch.Tensor, captions: list[str], max_frames: int = 8, caption_lines: int = 2
+    videos: torch.Tensor,
+    captions: list[str],
+    max_frames: int = 8,
+    caption_lines: int = 2,
+    sources: torch.Tensor | None = None,
 ) -> Image.Image:
     """uint8 video [B, F, 3, H, W] -> one row per video: up to `max_frames` evenly spaced
-    frames left to right; the first tile carries the caption, the others their frame index."""
+    frames left to right; the first frame carries the caption, the others their frame index.
+    With `sources` (uint8 [B, S, 3, H, W], an image-to-video prompt's source images) each row
+    starts with them, so it reads source -> video."""
     if videos.dtype != torch.uint8 or videos.dim() != 5 or videos.shape[2] != 3:
         raise ValueError(f"frame strips need uint8 video [B, F, 3, H, W], got {videos.dtype} {tuple(videos.shape)}")
     if len(captions) != videos.shape[0]:
         raise ValueError(f"frame strips got {len(captions)} captions for {videos.shape[0]} videos")
+    if sources is not None and (
+        sources.dim() != 5 or sources.shape[0] != videos.shape[0] or sources.shape[2:] != videos.shape[2:]
+    ):
+        raise ValueError(
+            f"frame strips need sources [B, S, 3, H, W] of the videos' frame size {tuple(videos.shape)}, "
+            f"got {tuple(sources.shape)}"
+        )
     frames = strip_frames(videos.shape[1], max_frames)
-    tiles = videos[:, frames].flatten(0, 1)  # [B·k, 3, H, W]
-    tile_captions = [caption if i == 0 else f"frame {frame}" for caption in captions for i, frame in enumerate(frames)]
-    return make_contact_sheet(tiles, tile_captions, columns=len(frames), caption_lines=caption_lines)
+    tiles = videos[:, frames]  # [B, k, 3, H, W]
+    labels = []
+    if sources is not None:
+        tiles = torch.cat([sources, tiles], dim=1)  # [B, S + k, 3, H, W]
+        labels = ["source" if sources.shape[1] == 1 else f"source {i + 1}" for i in range(sources.shape[1])]
+    tile_captions = [
+        text
+        for caption in captions
+        for text in [*labels, *(caption if i == 0 else f"frame {frame}" for i, frame in enumerate(frames))]
+    ]
+    return make_contact_sheet(
+        tiles.flatten(0, 1), tile_captions, columns=tiles.shape[1], caption_lines=caption_lines
+    )  # tiles [B·(S + k), 3, H, W]
 
 
 def save_animated_preview(path: Path, videos: torch.Tensor, fps: float = 8.0, columns: int | None = None) -> Path:

@@ -195,13 +195,14 @@ class Evaluator:
     ) -> "Image":
         """contact_sheet.png for images [B, 3, H, W] (with `sources` [B, S, 3, H, W], the source
         images an editing prompt carries: one row per sample, source -> result); for video
-        [B, F, 3, H, W] a frame-strip contact_sheet.png (one row of frames per sample) and an
-        animated preview.gif. Returns the sheet, for the trackers."""
+        [B, F, 3, H, W] a frame-strip contact_sheet.png (one row of frames per sample, after its
+        sources for an image-to-video prompt) and an animated preview.gif. Returns the sheet,
+        for the trackers."""
         captions = [f"{p} | r={r:.2f}" for p, r in zip(prompts, rewards.tolist())]
         if sources is not None and media.dim() == 4:
             sheet = make_edit_sheet(sources, media, captions)
         elif media.dim() == 5:
-            sheet = make_frame_strip_sheet(media, captions)
+            sheet = make_frame_strip_sheet(media, captions, sources=sources)
             save_animated_preview(directory / "preview.gif", media)
         else:
             sheet = make_contact_sheet(media, captions)

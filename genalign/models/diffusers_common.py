@@ -269,10 +269,19 @@ def wan_vae_encode(vae: torch.nn.Module, videos: torch.Tensor) -> torch.Tensor:
     """The inverse of `wan_vae_decode_uint8`: uint8 video [B, F, 3, H, W] -> model-space latents
     [B, C, F_lat, h, w] float32, the posterior mean as `(z − mean) · (1 / std)` (how
     WanImageToVideoPipeline normalises an encoded video)."""
+    pixels = videos.to(torch.float32).permute(0, 2, 1, 3, 4) / 127.5 - 1.0  # [B, 3, F, H, W] in [-1, 1]
+    return wan_vae_encode_pixels(vae, pixels)
+
+
+@torch.no_grad()
+def wan_vae_encode_pixels(vae: torch.nn.Module, pixels: torch.Tensor) -> torch.Tensor:
+    """Float video [B, 3, F, H, W] in [-1, 1] -> model-space latents [B, C, F_lat, h, w] float32:
+    the posterior mean (its mode, the pipelines' `sample_mode="argmax"`) as `(z − mean) · (1 / std)`.
+    Pixels that are no uint8 value (the zero frames WanImageToVideoPipeline pads a first frame
+    with) come in here."""
     device = next(vae.parameters()).device
-    pixels = videos.to(device, torch.float32).permute(0, 2, 1, 3, 4) / 127.5 - 1.0  # [B, 3, F, H, W] in [-1, 1]
     mean, inverse_std = _wan_latent_stats(vae, device)
-    return ((vae.encode(pixels).latent_dist.mean - mean) * inverse_std).float()
+    return ((vae.encode(pixels.to(device, torch.float32)).latent_dist.mean - mean) * inverse_std).float()
 
 
 @torch.no_grad()

@@ -118,6 +118,10 @@ class FamilySpec:
     """How many source images a prompt may carry beside its text (data/source_images.py): 0 for
     a text-to-image or text-to-video family; > 0 for an image-conditioned one (FLUX.1 Kontext:
     1), whose policy is also a `SourceEncoder`. A manifest with more is refused before loading."""
+    source_required: bool = False
+    """Whether every prompt must carry its `source_images` (an image-to-video family animates its
+    source: Wan I2V); False where a prompt may come without (FLUX.1 Kontext also draws from text
+    alone). A manifest with a row that carries none is refused before loading."""
     tiny_variants: tuple[tuple[str, str], ...] = ()
     """(hub id, "package.module:function") pairs: the tiny model of a checkpoint whose form
     differs from `tiny_builder`'s (Wan 2.2's two experts, TI2V-5B's VAE), built from that hub
@@ -140,8 +144,8 @@ class FamilySpec:
                 raise ValueError(f"FamilySpec {self.name!r}: {field_name}={value!r}; choose one of {choices}")
         if self.export != "none" and not self.pipeline_class:
             raise ValueError(f"FamilySpec {self.name!r}: export={self.export!r} needs pipeline_class")
-        if self.source_images < 0:
-            raise ValueError(f"FamilySpec {self.name!r}: source_images must be >= 0")
+        if self.source_images < 0 or (self.source_required and not self.source_images):
+            raise ValueError(f"FamilySpec {self.name!r}: source_images must be >= 0 (>= 1 with source_required)")
         if self.size_multiple < 1 or (self.fixed_size is not None and self.fixed_size % self.size_multiple):
             raise ValueError(f"FamilySpec {self.name!r}: fixed_size must be a multiple of size_multiple >= 1")
 

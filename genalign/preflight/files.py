@@ -98,8 +98,16 @@ def manifest_image_size(cfg: ExperimentConfig, manifest: str) -> tuple[int, int]
 
 def source_family_problems(cfg: ExperimentConfig, manifest: str, examples: list) -> list[str]:
     """A manifest whose prompts carry more source images than model.family takes (a text-only
-    family takes none: its `FamilySpec.source_images`)."""
+    family takes none: its `FamilySpec.source_images`), or a prompt without one for a family
+    that needs them (`FamilySpec.source_required`)."""
     spec = spec_or_none(cfg.model.family, cfg.model.allow_import)
+    if spec is not None and spec.source_required:
+        bare = next((example for example in examples if not sources_of(example.metadata)), None)
+        if bare is not None:
+            return [
+                f"data.{manifest}: {bare.source} carries no source image; model.family={cfg.model.family} "
+                f"needs one a prompt (a .jsonl row's \"source_image\", relative to the manifest's folder)"
+            ]
     carried = max((len(sources_of(example.metadata)) for example in examples), default=0)
     if spec is None or carried <= spec.source_images:
         return []

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered
+from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, record_timesteps
 
 from genalign.models.config import LoraConfig
 from genalign.models.experts import DenoiserExperts, denoiser_parts, part_state, trained_components
@@ -67,18 +67,6 @@ def adapted(directory, lora: LoraConfig, seed: int | None = None, **options) -> 
     return policy
 
 
-def record_calls(modules: dict[str, torch.nn.Module]) -> tuple[list, list]:
-    """Forward pre-hooks logging (module name, the distinct timestep values it was called at)."""
-    calls, handles = [], []
-    for name, module in modules.items():
-
-        def hook(_module, args, kwargs, name=name):
-            calls.append((name, sorted({round(float(t), 3) for t in kwargs["timestep"].flatten()})))
-
-        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-    return calls, handles
-
-
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_our_ode_sampler_reproduces_the_wan_2_2_pipeline_step_by_step(directories, form):
     """Same noise, Euler steps, CFG 5 (A14B: 3 on the low-noise steps, its guidance_scale_2):
@@ -102,7 +90,7 @@ def test_our_ode_sampler_reproduces_the_wan_2_2_pipeline_step_by_step(directorie
         **({"guidance_scale_2": low} if low else {}),
     )
     experts = {n: getattr(pipe, n) for n in ("transformer", "transformer_2") if getattr(pipe, n) is not None}
-    theirs_calls, handles = record_calls(experts)
+    theirs_calls, handles = record_timesteps(experts)
     with torch.no_grad():
         reference = pipe(latents=start.clone(), output_type="latent", **common).frames  # [B, C, F_lat, h, w]
     for handle in handles:
@@ -111,7 +99,7 @@ def test_our_ode_sampler_reproduces_the_wan_2_2_pipeline_step_by_step(directorie
         reference_video = pipe(latents=start.clone(), output_type="pt", **common).frames  # [B, F, 3, H, W]
 
     ours_modules = dict(denoiser_parts(policy.transformer)) if form == "a14b" else {"transformer": policy.transformer}
-    ours_calls, handles = record_calls(ours_modules)
+    ours_calls, handles = record_timesteps(ours_modules)
     cond = policy.encode_prompts(PROMPTS, with_negative=True)
     sigmas = policy.sigmas(steps, tuple(start.shape[1:]))
     latents, log_probs, _ = sample_trajectory(policy, cond, start, [], sigmas, scale, 0.0, sde_step_mask(steps, 0.0))
@@ -138,7 +126,7 @@ def test_the_boundary_is_the_pipelines_comparison_and_mixed_batches_split_by_exp
     assert policy.boundary_timestep == 875.0 and isinstance(policy.transformer, DenoiserExperts)
     cond = policy.encode_prompts(PROMPTS, with_negative=True)
     latents = noise(policy, 32)
-    calls, handles = record_calls(denoiser_parts(policy.transformer))
+    calls, handles = record_timesteps(denoiser_parts(policy.transformer))
     with torch.no_grad():
         policy.velocity(latents, torch.tensor([0.875, 0.875]), cond, 5.0)
         policy.velocity(latents, torch.tensor([0.8749, 0.8749]), cond, 5.0)

@@ -210,12 +210,15 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
         """`cfg_velocity` around one transformer at timesteps [B]."""
         device, dtype = self.device, self.dtype
 
-        def forward(hidden_states: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
+        def forward(
+            hidden_states: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor, **extra: torch.Tensor
+        ) -> torch.Tensor:
             with compute_precision(device, dtype):
                 out = transformer(
                     hidden_states=hidden_states.to(device, dtype),
                     timestep=timestep,
                     encoder_hidden_states=embeds.to(device, dtype),
+                    **{name: value.to(device, dtype) for name, value in extra.items()},
                     return_dict=False,
                 )[0]
             return out.float()  # [B, C, F_lat, h, w]
@@ -224,7 +227,7 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
             frames, height, width = latents.shape[2:]
             tokens = (frames // self.patch_size[0]) * (height // self.patch_size[1]) * (width // self.patch_size[2])
             timestep = timestep[:, None].expand(-1, tokens)  # [B, N]
-        branch = dict(hidden_states=latents, timestep=timestep)
+        branch = dict(timestep=timestep, **self.transformer_inputs(latents, cond))
         return cfg_velocity(
             forward,
             dict(branch, embeds=cond.embeds),
@@ -233,6 +236,12 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
             detach_uncond,
             self.cfg_batch,
         )
+
+    def transformer_inputs(self, latents: torch.Tensor, cond: Condition) -> dict[str, torch.Tensor]:
+        """What the transformer reads beside the timestep and the prompt, the same in both CFG
+        branches: `hidden_states`, the latents [B, C, F_lat, h, w] for text-to-video (an
+        image-to-video policy appends its image condition, models/wan_i2v)."""
+        return {"hidden_states": latents}
 
     def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
         """Wan's static flow shift, the same at every resolution and frame count."""

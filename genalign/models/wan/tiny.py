@@ -79,12 +79,16 @@ WAN_SHAPES = {
 
 
 def published(
-    file_name: str, transformer: dict | None = None, umt5: dict | None = None, vae: dict | None = None
+    file_name: str,
+    transformer: dict | None = None,
+    umt5: dict | None = None,
+    vae: dict | None = None,
+    folder: Path = Path(__file__).parent,
 ) -> dict:
-    """A `WAN_SHAPES` entry from the family's architecture file `file_name` (its components and
-    its pipeline's config and scheduler), with `transformer` / `umt5` / `vae` keys overriding
-    the published values (the tiny forms: the real configs shrunk in width and depth)."""
-    body = json.loads((Path(__file__).parent / "architectures" / file_name).read_text())
+    """A `WAN_SHAPES` entry from the architecture file `file_name` of the family in `folder` (its
+    components and its pipeline's config and scheduler), with `transformer` / `umt5` / `vae` keys
+    overriding the published values (the tiny forms: the real configs shrunk in width and depth)."""
+    body = json.loads((folder / "architectures" / file_name).read_text())
     components = body["components"]
     text = {k: v for k, v in components["text_encoder"]["config"].items() if k in TINY_T5 or k == "feed_forward_proj"}
     return dict(
@@ -135,15 +139,22 @@ and the real shapes of Wan 2.1 T2V 1.3B, Wan 2.2 T2V-A14B and TI2V-5B."""
 def build_wan_pipeline(
     shapes: str = "tiny", seed: int = 0, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ):
-    """A WanPipeline of the named `WAN_SHAPES` with random weights (the VAE always float32),
-    a UMT5 encoder over the in-memory character-level T5 tokenizer (UMT5's tokenizer class is
-    T5's), and the UniPC flow scheduler Wan ships (use_flow_sigmas, the form's flow_shift); a
-    two-expert form gets `transformer_2` (same architecture, its own seed) and the pipeline's
-    config (boundary_ratio, expand_timesteps) as its file states."""
-    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
-    from transformers import UMT5Config, UMT5EncoderModel
+    """A WanPipeline of the named `WAN_SHAPES` with random weights (`wan_components`)."""
+    from diffusers import WanPipeline
 
     spec = shape_spec(WAN_SHAPES, shapes, "Wan")
+    return WanPipeline(**wan_components(spec, seed, device, dtype), **spec.get("pipeline", {}))
+
+
+def wan_components(spec: dict, seed: int, device: str | torch.device, dtype: torch.dtype) -> dict:
+    """The components every Wan pipeline holds, for a `WAN_SHAPES`-style entry, with random
+    weights (the VAE always float32): a UMT5 encoder over the in-memory character-level T5
+    tokenizer (UMT5's tokenizer class is T5's), and the UniPC flow scheduler Wan ships
+    (use_flow_sigmas, the form's flow_shift); a two-expert form gets `transformer_2` (same
+    architecture, its own seed)."""
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanTransformer3DModel
+    from transformers import UMT5Config, UMT5EncoderModel
+
     tokenizer = tiny_t5_tokenizer()
     with building(device, dtype):
         torch.manual_seed(seed)
@@ -164,14 +175,13 @@ def build_wan_pipeline(
     scheduler = UniPCMultistepScheduler(
         prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=spec["flow_shift"]
     )
-    return WanPipeline(
+    return dict(
         tokenizer=tokenizer,
         text_encoder=text_encoder,
         vae=vae,
         scheduler=scheduler,
         transformer=transformer,
         transformer_2=transformer_2,
-        **spec.get("pipeline", {}),
     )
 
 

@@ -36,6 +36,22 @@ def test_frame_strip_sheet_is_one_row_of_frames_per_video():
         make_frame_strip_sheet(media[:, 0], ["a", "b"])
 
 
+def test_an_image_to_video_strip_starts_each_row_with_its_source():
+    media = videos(count=2, frames=3)
+    sources = torch.full((2, 1, 3, 16, 16), 250, dtype=torch.uint8)
+    sources[1] = 200
+    sheet = make_frame_strip_sheet(media, ["a", "b"], caption_lines=0, sources=sources)
+    tile = 16 * tile_scale(16, 16)
+    assert sheet.size == (4 * tile, 2 * tile)  # source + 3 frames across
+    pixels = np.asarray(sheet)
+    for b, level in enumerate((250, 200)):
+        assert pixels[b * tile + 1, 1, 0] == level  # the source first
+        for j in range(3):
+            assert pixels[b * tile + 1, (j + 1) * tile + 1, 0] == 20 * b + 40 * j
+    with pytest.raises(ValueError, match="sources"):
+        make_frame_strip_sheet(media, ["a", "b"], sources=sources[:, :, :, :8])
+
+
 def test_animated_preview_is_a_gif_with_one_grid_per_frame(tmp_path):
     media = videos(count=2, frames=3)
     path = save_animated_preview(tmp_path / "preview.gif", media, columns=2)

@@ -142,6 +142,7 @@ def test_the_families_declare_their_modality():
         "flux_kontext": "image-to-image",
         "qwen_image": "text-to-image",
         "wan": "text-to-video",
+        "wan_i2v": "image-to-video",
         "cosmos": "text-to-video",
         "janus": "text-to-image",
         "toy": "text-to-image",

@@ -83,3 +83,27 @@ def test_the_memory_plan_counts_the_source_tokens_beside_the_targets():
     flux_arch = load_architecture(family_spec("flux"), flux.model.path)
     assert kontext_arch.geometry.source_images == 1 and flux_arch.geometry.source_images == 0
     assert _tokens(kontext, kontext_arch) == 128 + 2 * 1024 and _tokens(flux, flux_arch) == 128 + 1024
+
+
+def test_an_image_to_video_family_refuses_a_prompt_without_its_first_frame(tmp_path):
+    """Wan I2V animates each prompt's source image (`FamilySpec.source_required`): a row without one
+    is one line naming the row, before anything loads; the shipped image-to-video sets pass."""
+    path = edit_manifest(tmp_path, 480, with_source=False)
+    recipe = "experiment/diffusion/wan_2_2/i2v_a14b_online_grpo_pickscore"
+    found = file_problems(compose_config(recipe, [f"data.manifest={path}"]), output_dir=False, resume=False)
+    assert any(
+        p.startswith(f"data.manifest: {path}:1 carries no source image") and "model.family=wan_i2v needs one" in p
+        for p in found
+    ), found
+    assert not any("data.eval_manifest" in p for p in found)
+    shipped = file_problems(compose_config(recipe, []), output_dir=False, resume=False)
+    assert not [p for p in shipped if "source" in p]
+
+
+def test_a_spec_needing_sources_must_take_some():
+    import pytest
+
+    from genalign.models.spec import FamilySpec
+
+    with pytest.raises(ValueError, match="source_required"):
+        FamilySpec(name="x", policy="m:P", export="none", source_required=True)
