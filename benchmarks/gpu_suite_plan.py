@@ -24,7 +24,7 @@ from genalign.models.spec import family_spec
 from genalign.preflight.load import load_config
 
 GIB = 2**30
-VALUE_ORDER = ("sd3", "flux", "wan", "janus", "cosmos", "qwen_image", "flux_kontext", "toy")
+VALUE_ORDER = ("sd3", "flux", "wan", "janus", "cosmos", "qwen_image", "flux_kontext", "hunyuan_video15", "toy")
 """Families first in this order (the most used first); a family registered later comes after them."""
 RECIPES = {
     "sd3": "experiment/diffusion/sd3_5/online_grpo_ocr",
