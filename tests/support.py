@@ -625,6 +625,19 @@ def assert_lora_export_reproduces(policy, lora, out_dir: Path, pipe, loaded, vel
     assert (after - base).abs().max() > 1e-3
 
 
+def changed_weights(trainer, initial) -> set[str]:
+    """Names of the trained module's tensors that differ from `initial` (its state before training)."""
+    state = trainer.policy.transformer.state_dict()
+    return {name for name, value in state.items() if not torch.equal(value, initial[name])}
+
+
+def assert_two_steps_at_parity_zero(out) -> None:
+    """A run directory's metrics: steps 1 and 2, the first with rollout-vs-replay parity exactly 0."""
+    rows = read_rows(out / "metrics.csv")
+    assert [r["step"] for r in rows] == ["1", "2"]
+    assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
+
+
 def train_recipe_in_process(recipe: str, overrides: list[str]):
     """A Trainer for `recipe` with `overrides`, trained to the end; returns it with its
     transformer's state before training (to check what moved)."""

@@ -11,7 +11,7 @@ training steps each with the rollout-vs-replay parity exactly 0.
 from __future__ import annotations
 
 import torch
-from support import read_rows, tiny_video_overrides, train_recipe_in_process
+from support import assert_two_steps_at_parity_zero, changed_weights, tiny_video_overrides, train_recipe_in_process
 
 from genalign.preflight.load import load_config
 
@@ -19,17 +19,6 @@ RECIPE = "experiment/diffusion/hunyuan_video15/online_grpo_pickscore"
 TINY = ("model.num_frames=5", "model.max_sequence_length=48", "rollout.sde_window.hi=3", "rollout.sde_window.size=3")
 """5 frames (the VAE's 4k + 1), the Qwen stream at 48 tokens (the template leaves the prompt
 room), and the recipe's window of 8 of the first 9 steps shrunk to the tiny run's 3 steps."""
-
-
-def changed(trainer, initial) -> set[str]:
-    state = trainer.policy.transformer.state_dict()
-    return {name for name, value in state.items() if not torch.equal(value, initial[name])}
-
-
-def assert_two_steps_at_parity_zero(out) -> None:
-    rows = read_rows(out / "metrics.csv")
-    assert [r["step"] for r in rows] == ["1", "2"]
-    assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
 
 
 def render(pipe) -> torch.Tensor:
@@ -66,7 +55,7 @@ def test_lora_trains_two_steps_and_its_export_loads_into_the_pipelines_transform
 
     trainer, initial = train_recipe_in_process(RECIPE, tiny_video_overrides(tiny_hunyuan_video15_dir, tmp_path, *TINY))
     assert_two_steps_at_parity_zero(tmp_path)
-    moved = changed(trainer, initial)
+    moved = changed_weights(trainer, initial)
     assert moved and all("lora_" in name for name in moved)
     lora = tmp_path / "checkpoint-final" / "lora"
     assert "pipe.transformer.load_lora_adapter(" in (lora / "README.md").read_text()
@@ -85,7 +74,7 @@ def test_full_fine_tune_trains_two_steps_and_exports_the_transformer(tiny_hunyua
     )
     trainer, initial = train_recipe_in_process(RECIPE, overrides)
     assert_two_steps_at_parity_zero(tmp_path)
-    assert changed(trainer, initial)
+    assert changed_weights(trainer, initial)
     exported = HunyuanVideo15Transformer3DModel.from_pretrained(tmp_path / "checkpoint-final" / "transformer")
     trained = trainer.policy.transformer.state_dict()
     assert exported.state_dict().keys() == trained.keys()

@@ -14,23 +14,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support import read_rows, render_tiny_video, tiny_video_overrides, train_recipe_in_process
+from support import (
+    assert_two_steps_at_parity_zero,
+    changed_weights,
+    render_tiny_video,
+    tiny_video_overrides,
+    train_recipe_in_process,
+)
 
 A14B = "experiment/diffusion/wan_2_2/online_grpo_pickscore"
 TI2V = "experiment/diffusion/wan_2_2/ti2v_5b_online_grpo_pickscore"
 ALL_STEPS = ["rollout.sde_window.lo=0", "rollout.sde_window.hi=3", "rollout.sde_window.size=3"]
 """The recipe's window (one step of 1..3) trains only low-noise steps at 3 steps: train all."""
-
-
-def changed(trainer, initial) -> set[str]:
-    state = trainer.policy.transformer.state_dict()
-    return {name for name, value in state.items() if not torch.equal(value, initial[name])}
-
-
-def assert_two_steps_at_parity_zero(out) -> None:
-    rows = read_rows(out / "metrics.csv")
-    assert [r["step"] for r in rows] == ["1", "2"]
-    assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
 
 
 def test_lora_on_both_experts_trains_both_and_exports_one_loadable_adapter_each(tiny_wan22_dirs, tmp_path):
@@ -39,7 +34,7 @@ def test_lora_on_both_experts_trains_both_and_exports_one_loadable_adapter_each(
     model_dir = tiny_wan22_dirs["a14b"]
     trainer, initial = train_recipe_in_process(A14B, tiny_video_overrides(model_dir, tmp_path / "run", *ALL_STEPS))
     assert_two_steps_at_parity_zero(tmp_path / "run")
-    moved = changed(trainer, initial)
+    moved = changed_weights(trainer, initial)
     assert moved and all("lora_" in name for name in moved)
     assert {name.split(".")[0] for name in moved} == {"transformer", "transformer_2"}
     lora = tmp_path / "run" / "checkpoint-final" / "lora"
@@ -64,7 +59,7 @@ def test_full_fine_tune_of_the_low_noise_expert_moves_only_it_and_exports_it(tin
     )
     trainer, initial = train_recipe_in_process(A14B, overrides)
     assert_two_steps_at_parity_zero(tmp_path / "run")
-    moved = changed(trainer, initial)
+    moved = changed_weights(trainer, initial)
     assert moved and {name.split(".")[0] for name in moved} == {"transformer_2"}
     final = tmp_path / "run" / "checkpoint-final"
     assert not (final / "transformer").exists()
@@ -81,5 +76,5 @@ def test_ti2v_5b_trains_two_steps_with_its_own_vae(tiny_wan22_dirs, tmp_path, re
     )
     trainer, initial = train_recipe_in_process(recipe, overrides)
     assert_two_steps_at_parity_zero(tmp_path / "run")
-    assert trainer.policy.expand_timesteps and changed(trainer, initial)
+    assert trainer.policy.expand_timesteps and changed_weights(trainer, initial)
     assert (tmp_path / "run" / "checkpoint-final" / "lora" / "pytorch_lora_weights.safetensors").exists()
