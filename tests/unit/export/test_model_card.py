@@ -143,6 +143,7 @@ def test_the_families_declare_their_modality():
         "qwen_image": "text-to-image",
         "wan": "text-to-video",
         "cosmos": "text-to-video",
+        "hunyuan_video15": "text-to-video",
         "janus": "text-to-image",
         "toy": "text-to-image",
     }
@@ -157,6 +158,7 @@ def test_every_preset_names_its_models_licence():
         "experiment/diffusion/qwen_image/online_grpo_ocr",
         "experiment/diffusion/wan_2_1/online_grpo_pickscore",
         "experiment/diffusion/cosmos/online_grpo_pickscore",
+        "experiment/diffusion/hunyuan_video15/online_grpo_pickscore",
         "experiment/autoregressive/janus_pro/online_grpo_ocr",
     ):
         cfg = load_config(recipe)
