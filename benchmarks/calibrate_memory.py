@@ -62,7 +62,7 @@ from genalign.models.tiny_random import save_tiny  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402
 
-FAMILIES = {"sd3": 64, "flux": 64, "flux_kontext": 64, "qwen_image": 64, "wan": 64, "cosmos": 64, "flux2_klein": 64, "wan_i2v": 64}
+FAMILIES = {"sd3": 64, "flux": 64, "flux_kontext": 64, "qwen_image": 64, "wan": 64, "cosmos": 64, "flux2_klein": 64, "wan_i2v": 64, "hunyuan_video15": 64}
 """family -> the smaller calibration image side (the larger is twice it). FLUX.1 Kontext is
 measured on its prompts without a source image: a source's tokens run through the same blocks
 as the target's, so the bytes per token are the same, and the plan counts both token sets."""
@@ -114,6 +114,8 @@ TINY_BOUND_KEYS = (
     "crossattn_proj_in_channels",
     "encoder_hidden_states_channels",
     "text_embed_dim",
+    "text_embed_2_dim",
+    "image_embed_dim",
     "concat_padding_mask",
     "patch_size",
     "image_dim",
@@ -154,6 +156,7 @@ def _policy(family: str, root: Path, checkpointing: bool, real_width: bool = Fal
         "wan": ["model.num_frames=5"],
         "wan_i2v": ["model.num_frames=5"],
         "cosmos": ["model.num_frames=5"],
+        "hunyuan_video15": ["model.num_frames=5"],
         "flux": ["model.embedded_guidance=3.5"],
         "flux_kontext": ["model.embedded_guidance=2.5"],
     }
@@ -183,12 +186,15 @@ def _blocks(transformer) -> tuple[int, int]:
     )
 
 
-def _tokens(latent_shape: tuple[int, ...]) -> int:
-    """Transformer image tokens of a latent (C, [F,] h, w) under a (1, 2, 2) patch."""
-    spatial = 1
-    for size in latent_shape[1:]:
-        spatial *= size
-    return spatial // 4
+def _tokens(family: str, latent_shape: tuple[int, ...]) -> int:
+    """Transformer image tokens of a latent (C, [F,] h, w) under the family's patch (its first
+    architecture file's geometry: (1, 2, 2) for most, HunyuanVideo 1.5's (1, 1, 1))."""
+    geometry = json.loads(family_spec(family).architecture_files()[0].read_text())["geometry"]
+    dims = latent_shape[1:]
+    tokens = 1
+    for size, patch in zip(dims, geometry["patch"][-len(dims) :]):
+        tokens *= size // patch
+    return tokens
 
 
 def measure(policy, side: int, grad: bool) -> tuple[int, int, int]:
@@ -207,7 +213,7 @@ def measure(policy, side: int, grad: bool) -> tuple[int, int, int]:
         out = policy.velocity(latents, sigma, cond, guidance_scale=1.0)
         kept = tracker.live
     del out
-    return _tokens(shape), kept, tracker.peak
+    return _tokens(policy.family, shape), kept, tracker.peak
 
 
 CUDA_AUTOCAST_FLOAT32 = frozenset(
@@ -297,7 +303,7 @@ def saved_bytes(policy, side: int, eager_cuda: bool) -> tuple[int, int]:
     latents, sigma = torch.randn(1, *shape), torch.full((1,), 0.5)
     with CudaAutocastPolicy() if eager_cuda else contextlib.nullcontext():
         return (
-            _tokens(shape),
+            _tokens(policy.family, shape),
             *_saved(policy.transformer, lambda: policy.velocity(latents, sigma, cond, guidance_scale=1.0)),
         )
 

@@ -24,7 +24,7 @@ from genalign.models.spec import family_spec
 from genalign.preflight.load import load_config
 
 GIB = 2**30
-VALUE_ORDER = ("sd3", "flux", "wan", "janus", "cosmos", "qwen_image", "flux_kontext", "wan_i2v", "toy")
+VALUE_ORDER = ("sd3", "flux", "wan", "janus", "cosmos", "qwen_image", "flux_kontext", "wan_i2v", "hunyuan_video15", "toy")
 """Families first in this order (the most used first); a family registered later comes after them."""
 RECIPES = {
     "sd3": "experiment/diffusion/sd3_5/online_grpo_ocr",
@@ -139,13 +139,21 @@ def common_overrides(recipe: str, out: Path, key: str, steps: int) -> list[str]:
 
 
 def tiny_overrides(recipe: str, family: str) -> list[str]:
-    """The tiny models' shapes: the smallest size the family draws, 5 frames for video (4k + 1:
-    the Wan VAE encodes an image-to-video condition in chunks of 4 frames after the first, even
-    the tiny one), 4 steps, one prompt group of 2."""
+    """The tiny models' shapes: the smallest size the family draws, 5 frames for video (4k + 1,
+    what every video VAE here reads: HunyuanVideo 1.5's compresses time by 4, the tiny Wan VAE's
+    by 2), 4 steps, one prompt group of 2; an SDE window that does not fit in 4 steps (HunyuanVideo
+    1.5's 8 of the first 9) shrunk to 2 of them."""
     cfg, spec = compose_config(recipe), family_spec(family)
     size = spec.fixed_size or 2 * spec.size_multiple
     frames = 5 if cfg.model.num_frames > 1 else 1
+    window = cfg.rollout.sde_window
+    shrunk_window = (
+        ["rollout.sde_window.size=2", "rollout.sde_window.lo=0", "rollout.sde_window.hi=4"]
+        if window.size and window.problems(4)
+        else []
+    )
     return [
+        *shrunk_window,
         "/base/distributed=local",
         f"rollout.height={size}",
         f"rollout.width={size}",

@@ -23,6 +23,8 @@ import yaml
 
 from genalign.config.schema import ExperimentConfig
 from genalign.hub import is_hub_id
+from genalign.models.spec import family_spec
+from genalign.weights.lora import pipeline_loads_lora
 
 
 def _format(value: float) -> str:
@@ -124,7 +126,13 @@ def usage_snippet(
     ]
     if kind == "lora":
         lines.append(f"pipe = DiffusionPipeline.from_pretrained({base}, {dtype})")
-        if components is None:
+        if components is None and not pipeline_loads_lora(
+            family_spec(cfg.model.family, cfg.model.allow_import).pipeline_class or ""
+        ):
+            lines.append(
+                f"pipe.transformer.load_lora_adapter({location!r}, use_safetensors=True)"
+            )  # a pipeline without a LoRA loader
+        elif components is None:
             lines.append(f"pipe.load_lora_weights({location!r})")
         for name in components or ():  # diffusers' Wan loader: transformer_2 takes a transformer-keyed file
             into = ", load_into_transformer_2=True" if name == "transformer_2" else ""

@@ -98,7 +98,8 @@ class ModelConfig:
     [klein] 4B / 9B and their -base checkpoints), "qwen_image" (Qwen-Image),
     "wan" (Wan 2.1 and Wan 2.2 text-to-video: T2V-A14B's two experts, TI2V-5B), "cosmos"
     (Cosmos-Predict2.5 text-to-world: video, or an image
-    at num_frames=1), "janus" (Janus-Pro, token-autoregressive: `TokenPolicy`, trained by
+    at num_frames=1), "hunyuan_video15" (HunyuanVideo 1.5 text-to-video), "janus" (Janus-Pro,
+    token-autoregressive: `TokenPolicy`, trained by
     ar_grpo) or "toy" (the shipped CPU demo); or a user's family, the dotted path
     "package.module:SPEC" of its `FamilySpec`, listed in model.allow_import."""
     allow_import: list[str] = field(default_factory=list)

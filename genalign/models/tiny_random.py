@@ -15,7 +15,7 @@ BPE trained on the Qwen-Image prompt template or Cosmos' system turn), so no hub
 needed at any point; the small encoder and VAE configs several families use; the tiny
 Qwen2.5-VL text encoder of Qwen-Image and Cosmos; `building` (construct on a device in a dtype).
 
-    python -m genalign.models.tiny_random {sd3,flux,flux_kontext,qwen_image,wan,cosmos,janus} OUT_DIR
+    python -m genalign.models.tiny_random {sd3,flux,flux_kontext,qwen_image,wan,cosmos,hunyuan_video15,janus} OUT_DIR
 """
 
 from __future__ import annotations

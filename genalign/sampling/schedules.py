@@ -133,6 +133,17 @@ def pipeline_sigmas(
     return torch.cat([sigmas, torch.zeros(1)])  # [N+1] float32
 
 
+def linspace_shift_sigmas(num_steps: int, shift: float) -> torch.Tensor:
+    """The schedule HunyuanVideo15Pipeline samples with, float32 [num_steps + 1]: it hands its
+    FlowMatchEulerDiscreteScheduler σ = linspace(1, 0, N + 1)[:-1] (numpy float64, cast to
+    float32 by the scheduler), which shifts them statically in float32; a final 0 is appended.
+    Matches `set_timesteps(sigmas=...)` bit for bit (tests/unit/sampling)."""
+    if num_steps < 1:
+        raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+    base = _numpy_linspace(1.0, 0.0, num_steps + 1)[:-1].float()  # [N]
+    return torch.cat([time_shift(base, shift), torch.zeros(1)])  # [N+1] float32
+
+
 def karras_flow_sigmas(num_steps: int, sigma_min: float, sigma_max: float, rho: float = 7.0) -> torch.Tensor:
     """The EDM (Karras) schedule mapped to flow-matching σ, float32 [num_steps + 1].
 

@@ -177,7 +177,10 @@ def export_lora_for_diffusers(
 ) -> Path:
     """Write `out_dir/pytorch_lora_weights.safetensors` that `<Pipeline>.load_lora_weights(out_dir)`
     loads. The adapter's peft config travels as `lora_adapter_metadata` (diffusers builds
-    `LoraConfig(**metadata)` from it), so lora_alpha != r keeps its alpha/r scale.
+    `LoraConfig(**metadata)` from it), so lora_alpha != r keeps its alpha/r scale. A pipeline
+    without a LoRA loader (`pipeline_loads_lora` False: HunyuanVideo15Pipeline in diffusers 0.42)
+    gets the same file, which its transformer loads:
+    `pipe.transformer.load_lora_adapter(out_dir, use_safetensors=True)`.
 
     `trainable_state` (whole tensors named as in `trainable_state_dict`) replaces reading the
     module, for sharded (FSDP2) training where only the gathered copy is whole."""
@@ -191,7 +194,7 @@ def export_lora_for_diffusers(
             f"(has {sorted(peft_configs)}); export needs model.train_mode=lora"
         )
     pipeline_cls = getattr(diffusers, pipeline_cls_name, None)
-    if pipeline_cls is None or not hasattr(pipeline_cls, "save_lora_weights"):
+    if pipeline_cls is None or not (pipeline_loads_lora(pipeline_cls_name) or hasattr(module, "load_lora_adapter")):
         raise ValueError(f"diffusers has no pipeline {pipeline_cls_name!r} with LoRA support")
     adapter_config = peft_configs[adapter_name].to_dict()
     if adapter_config["r"] != cfg.rank or adapter_config["lora_alpha"] != cfg.alpha:
@@ -213,10 +216,23 @@ def export_lora_for_diffusers(
     metadata = {k: (sorted(v) if isinstance(v, set) else v) for k, v in adapter_config.items() if k in _EXPORT_KEYS}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    pipeline_cls.save_lora_weights(
-        out_dir, transformer_lora_layers=state, transformer_lora_adapter_metadata=metadata, safe_serialization=True
-    )
+    if pipeline_loads_lora(pipeline_cls_name):
+        pipeline_cls.save_lora_weights(
+            out_dir, transformer_lora_layers=state, transformer_lora_adapter_metadata=metadata, safe_serialization=True
+        )
+    else:  # the writer every pipeline's save_lora_weights calls, with the transformer's prefix
+        from diffusers.loaders.lora_base import LoraBaseMixin
+
+        LoraBaseMixin._save_lora_weights(out_dir, {"transformer": state}, {"transformer": metadata})
     return out_dir
+
+
+def pipeline_loads_lora(pipeline_cls_name: str) -> bool:
+    """Whether diffusers' pipeline class has a LoRA loader (`load_lora_weights`); without one an
+    exported adapter loads into the pipeline's transformer (`load_lora_adapter`)."""
+    import diffusers
+
+    return hasattr(getattr(diffusers, pipeline_cls_name, None), "load_lora_weights")
 
 
 def export_lora_for_peft(

@@ -144,6 +144,7 @@ def test_the_families_declare_their_modality():
         "wan": "text-to-video",
         "wan_i2v": "image-to-video",
         "cosmos": "text-to-video",
+        "hunyuan_video15": "text-to-video",
         "janus": "text-to-image",
         "toy": "text-to-image",
         "flux2_klein": "text-to-image",
@@ -159,6 +160,7 @@ def test_every_preset_names_its_models_licence():
         "experiment/diffusion/qwen_image/online_grpo_ocr",
         "experiment/diffusion/wan_2_1/online_grpo_pickscore",
         "experiment/diffusion/cosmos/online_grpo_pickscore",
+        "experiment/diffusion/hunyuan_video15/online_grpo_pickscore",
         "experiment/autoregressive/janus_pro/online_grpo_ocr",
     ):
         cfg = load_config(recipe)

@@ -160,3 +160,18 @@ def test_empirical_shift_mu_by_hand():
     assert abs(empirical_shift_mu(1024, 10) - (8.73809524e-05 * 1024 + 1.89833333)) < 1e-12
     # past 4300 tokens the step count no longer matters
     assert empirical_shift_mu(8192, 4) == empirical_shift_mu(8192, 50)
+@pytest.mark.parametrize("shift", [5.0, 7.0, 9.0])  # HunyuanVideo 1.5 480p, 720p I2V, 720p T2V
+def test_linspace_shift_sigmas_match_the_hunyuan_video15_pipeline_bit_for_bit(shift):
+    """HunyuanVideo15Pipeline hands the scheduler np.linspace(1, 0, N + 1)[:-1] and lets its
+    static shift act; by hand at N = 2, s = 5: [1, 5·0.5 / (1 + 4·0.5)] = [1, 5/6], then 0."""
+    import numpy as np
+
+    from genalign.sampling.schedules import linspace_shift_sigmas
+
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=shift)
+    for steps in [1, 2, 8, 16, 50]:
+        scheduler.set_timesteps(sigmas=np.linspace(1.0, 0.0, steps + 1)[:-1])
+        assert torch.equal(linspace_shift_sigmas(steps, shift), scheduler.sigmas)
+    torch.testing.assert_close(linspace_shift_sigmas(2, 5.0), torch.tensor([1.0, 5 / 6, 0.0]))
+    with pytest.raises(ValueError, match="num_steps"):
+        linspace_shift_sigmas(0, shift)
