@@ -157,6 +157,12 @@ def unpack_2x2(tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
     return patches.reshape(batch, packed // 4, height, width)  # [B, C, h, w]
 
 
+def pad_tokens(tensor: torch.Tensor, length: int) -> torch.Tensor:
+    """Zero-pad the token axis (dim 1) of embeds [B, l, D] or a mask [B, l] to `length`."""
+    padding = length - tensor.shape[1]
+    return torch.nn.functional.pad(tensor, (0, 0, 0, padding) if tensor.dim() == 3 else (0, padding))
+
+
 def check_image_size(height: int, width: int, multiple: int, family: str) -> None:
     if height % multiple or width % multiple:
         raise ValueError(
