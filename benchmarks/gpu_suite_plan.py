@@ -30,17 +30,20 @@ RECIPES = {
     "sd3": "experiment/diffusion/sd3_5/online_grpo_ocr",
     "wan": "experiment/diffusion/wan_2_1/online_grpo_pickscore",
     "toy": "experiment/toy/shapes_grpo",
+    "z_image": "experiment/diffusion/z_image/turbo_online_grpo_pickscore",
 }
 """A family's suite recipe where it has several; otherwise its one recipe."""
 VARIANTS = {
     "sd3": [("sd3_5_large", "SD3.5 Large", ["model.path=stabilityai/stable-diffusion-3.5-large"])],
     "wan": [("wan2_2_t2v_a14b", "Wan 2.2 T2V-A14B", []), ("wan2_2_ti2v_5b", "Wan 2.2 TI2V-5B", [])],
+    "z_image": [("z_image_base", "Z-Image (base)", [])],
 }
 """More real shapes of a family: (key, title, overrides) run after the family's own item."""
 VARIANT_RECIPES = {
     "sd3_5_large": "experiment/diffusion/sd3_5/online_grpo_ocr_large",
     "wan2_2_t2v_a14b": "experiment/diffusion/wan_2_2/online_grpo_pickscore",
     "wan2_2_ti2v_5b": "experiment/diffusion/wan_2_2/ti2v_5b_online_grpo_pickscore",
+    "z_image_base": "experiment/diffusion/z_image/online_grpo_pickscore",
 }
 """A variant's own recipe, where it has one (else the family's)."""
 LEVERS = [

@@ -83,6 +83,7 @@ tiny_flux_kontext_dir = tiny_model_dir("flux_kontext", "A tiny random FluxKontex
 tiny_qwen_image_dir = tiny_model_dir("qwen_image", "A tiny random QwenImagePipeline")
 tiny_cosmos_dir = tiny_model_dir("cosmos", "A tiny random Cosmos2_5_PredictBasePipeline")
 tiny_janus_dir = tiny_model_dir("janus", "A tiny random JanusForConditionalGeneration + JanusProcessor", leaf="model")
+tiny_z_image_dir = tiny_model_dir("z_image", "A tiny random ZImagePipeline (Z-Image-Turbo's form)")
 
 
 @pytest.fixture(scope="session")

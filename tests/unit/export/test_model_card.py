@@ -145,6 +145,7 @@ def test_the_families_declare_their_modality():
         "cosmos": "text-to-video",
         "janus": "text-to-image",
         "toy": "text-to-image",
+        "z_image": "text-to-image",
     }
 
 

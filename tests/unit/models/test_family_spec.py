@@ -72,9 +72,17 @@ def test_a_missing_calibration_is_a_refusal_naming_what_is_missing(tmp_path, mon
 def test_the_specs_say_what_the_old_family_tables_said():
     assert families_with(lambda s: s.sampler == "token") == ["janus"] == token_family_names()
     assert families_with(lambda s: s.media == "video") == ["cosmos", "wan"]
-    assert families_with(lambda s: s.negative_prompt) == ["cosmos", "wan"]
+    assert families_with(lambda s: s.negative_prompt) == ["cosmos", "wan", "z_image"]
     assert families_with(lambda s: s.guidance_embedding) == ["flux", "flux_kontext", "qwen_image"]
-    assert families_with(lambda s: s.text_encoders) == ["cosmos", "flux", "flux_kontext", "qwen_image", "sd3", "wan"]
+    assert families_with(lambda s: s.text_encoders) == [
+        "cosmos",
+        "flux",
+        "flux_kontext",
+        "qwen_image",
+        "sd3",
+        "wan",
+        "z_image",
+    ]
     assert (
         families_with(lambda s: s.source_images > 0) == ["flux_kontext"]
         and family_spec("flux_kontext").source_images == 1
@@ -92,6 +100,7 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "sd3": "diffusers",
         "toy": "none",
         "wan": "diffusers",
+        "z_image": "diffusers",
     }
     assert family_spec("janus").pipeline_class == "JanusForConditionalGeneration"
     assert (
@@ -101,7 +110,7 @@ def test_the_specs_say_what_the_old_family_tables_said():
 
 
 def test_every_family_but_the_shipped_demo_names_its_tiny_builder():
-    assert tiny_families() == ["cosmos", "flux", "flux_kontext", "janus", "qwen_image", "sd3", "wan"]
+    assert tiny_families() == ["cosmos", "flux", "flux_kontext", "janus", "qwen_image", "sd3", "wan", "z_image"]
     with pytest.raises(ValueError, match="declares no tiny builder"):
         family_spec("toy").build_tiny()
 
@@ -144,7 +153,7 @@ def test_the_family_checks_read_the_spec():
     assert family_problems(cfg) == [
         "model.gradient_checkpointing=true: model.family=janus does not support it; set it to false",
         "model.negative_prompt is set but model.family=janus uses a fixed negative prompt for CFG; remove it "
-        "(families that read it: cosmos, wan)",
+        "(families that read it: cosmos, wan, z_image)",
     ]
     cfg.model.family, cfg.model.gradient_checkpointing, cfg.model.num_frames = "wan", False, 33
     assert family_problems(cfg) == []
