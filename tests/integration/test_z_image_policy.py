@@ -283,3 +283,22 @@ def test_full_fine_tune_trains_two_steps_and_its_transformer_loads_into_the_pipe
     pipe = ZImagePipeline.from_pretrained(tiny_dirs["turbo"], transformer=transformer)
     for name, tensor in pipe.transformer.state_dict().items():
         assert torch.equal(tensor, final[name].to(tensor.dtype)), name
+
+
+@pytest.mark.parametrize(("recipe", "peak_gib"), [(TURBO_RECIPE, 39.2), (BASE_RECIPE, 28.7)])
+def test_the_recipes_plan_for_one_48_gb_card(recipe, peak_gib):
+    """What docs/models.md and docs/memory_plan.md say each recipe needs is its memory plan: one
+    process on a 48 GB card (peak within 0.9 of it), over a 6.15 B-parameter transformer (the
+    model card's "6B") and the 4 B Qwen3 encoder counted from the architecture files."""
+    from genalign.models.architecture import load_architecture
+    from genalign.models.spec import family_spec
+    from genalign.preflight import memory_plan
+
+    cfg = load_config(recipe, [], check_files=False)
+    plan = memory_plan.estimate_memory(cfg)
+    assert plan.roles[0].peak_bytes / 2**30 == pytest.approx(peak_gib, abs=0.05)
+    assert plan.roles[0].peak_bytes <= 0.9 * 48 * 2**30
+    arch = load_architecture(family_spec("z_image"), cfg.model.path)
+    assert 6.0e9 < arch.component("transformer").parameters < 6.3e9
+    assert 3.9e9 < arch.component("text_encoder").parameters < 4.1e9
+    assert (arch.hidden_size, arch.num_layers, arch.text_width) == (3840, 34, 2560)
