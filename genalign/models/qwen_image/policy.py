@@ -30,7 +30,7 @@ from genalign.models.base import Condition, compute_precision, guided_velocity, 
 from genalign.models.diffusers_common import (
     PackedLatents,
     PipelineLoading,
-    pad_tokens,
+    masked_pair,
     wan_vae_decode_uint8,
     wan_vae_encode,
 )
@@ -121,10 +121,7 @@ class QwenImagePolicy(PackedLatents, PipelineLoading):
         embeds, mask = self._encode(prompts)
         if not with_negative:
             return Condition(embeds=embeds, mask=mask)
-        negative, negative_mask = self._encode([NEGATIVE_PROMPT] * len(prompts))
-        length = max(embeds.shape[1], negative.shape[1])
-        embeds, mask, negative, negative_mask = (pad_tokens(t, length) for t in (embeds, mask, negative, negative_mask))
-        return Condition(embeds=embeds, mask=mask, negative_embeds=negative, negative_mask=negative_mask)
+        return masked_pair(embeds, mask, *self._encode([NEGATIVE_PROMPT] * len(prompts)))
 
     def velocity(
         self,

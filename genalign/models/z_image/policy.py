@@ -31,14 +31,13 @@ import torch
 
 from genalign.models.base import Condition, compute_precision
 from genalign.models.diffusers_common import (
+    KLVAEImages,
     PipelineLoading,
     cfg_velocity,
     check_image_size,
+    masked_pair,
     pad_tokens,
     scheduler_sigmas,
-    vae_decode_pixels,
-    vae_decode_uint8,
-    vae_encode,
 )
 from genalign.models.spec import FamilySpec
 
@@ -84,7 +83,7 @@ def real_tokens(embeds: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
     return [row[keep.bool()] for row, keep in zip(embeds, mask)]
 
 
-class ZImagePolicy(PipelineLoading):
+class ZImagePolicy(KLVAEImages, PipelineLoading):
     """Z-Image: the single-stream DiT is the denoiser; Qwen3 encodes; FLUX.1's VAE decodes."""
 
     spec = SPEC
@@ -129,10 +128,7 @@ class ZImagePolicy(PipelineLoading):
         embeds, mask = self._encode(prompts)
         if not with_negative:
             return Condition(embeds=embeds, mask=mask)
-        negative, negative_mask = self._encode([self.negative_prompt] * len(prompts))
-        length = max(embeds.shape[1], negative.shape[1])
-        embeds, mask, negative, negative_mask = (pad_tokens(t, length) for t in (embeds, mask, negative, negative_mask))
-        return Condition(embeds=embeds, mask=mask, negative_embeds=negative, negative_mask=negative_mask)
+        return masked_pair(embeds, mask, *self._encode([self.negative_prompt] * len(prompts)))
 
     def velocity(
         self,
@@ -164,20 +160,6 @@ class ZImagePolicy(PipelineLoading):
             detach_uncond,
             self.cfg_batch,
         )
-
-    @torch.no_grad()
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU (`latents / scaling + shift`)."""
-        return vae_decode_uint8(self.vae, latents.to(self.device))
-
-    def decode_pixels(self, latents: torch.Tensor) -> torch.Tensor:
-        """latents [B, C, h, w] -> float [B, 3, h·f, w·f] in [0, 1] on the device, differentiable
-        in the latents (reward feedback back-propagates through the frozen VAE)."""
-        return vae_decode_pixels(self.vae, latents.to(self.device))
-
-    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 [B, 3, H, W] -> latents [B, C, h, w] float32 that `decode` maps back (`vae_encode`)."""
-        return vae_encode(self.vae, images)
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
         check_image_size(height, width, self.vae_scale_factor * 2, self.display_name)
