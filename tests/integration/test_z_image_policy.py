@@ -15,6 +15,8 @@ from support import (
     TINY_REDUCTION,
     assert_close_reordered,
     assert_lora_export_reproduces,
+    ode_sample,
+    perturb_lora_b,
     read_rows,
     tiny_overrides,
     train_recipe_in_process,
@@ -24,7 +26,7 @@ from genalign.models.z_image import ZImagePolicy
 from genalign.models.z_image.policy import pipeline_timestep
 from genalign.models.z_image.tiny import BASE, TURBO, build_tiny, published
 from genalign.preflight.load import load_config
-from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
+from genalign.sampling.trajectory import initial_noise
 
 TURBO_RECIPE = "experiment/diffusion/z_image/turbo_online_grpo_pickscore"
 BASE_RECIPE = "experiment/diffusion/z_image/online_grpo_pickscore"
@@ -121,16 +123,6 @@ def test_the_schedule_is_the_pipelines_bit_for_bit(tiny_dirs, kind):
     assert torch.equal(pipeline_timestep(ours[:-1]), (1000 - pipe.scheduler.timesteps.float()) / 1000)
 
 
-def ode_sample(policy, cond, height: int, width: int, cfg_scale: float, steps: int = 3):
-    start = initial_noise([11, 12], [11, 12], policy.latent_shape(height, width))[0]  # [2, C, h, w]
-    sigmas = policy.sigmas(steps, tuple(start.shape[1:]))
-    with torch.no_grad():
-        latents = sample_trajectory(
-            policy, cond, start, None, sigmas, cfg_scale, 0.0, sde_step_mask(steps, 0.0)
-        ).latents
-    return start, latents[:, -1]
-
-
 @pytest.mark.parametrize(("kind", "cfg_scale"), [("turbo", 1.0), ("base", 5.0), ("turbo", 2.5)])
 def test_ode_sampling_reproduces_the_pipeline(tiny_dirs, kind, cfg_scale):
     """Our velocity + the ODE kernel from the same noise = ZImagePipeline's latents and images; our
@@ -178,10 +170,7 @@ def test_exported_lora_loads_into_z_image_pipeline_with_the_same_velocity(tiny_d
     fresh, _ = loaded(directory)
     lora = LoraConfig(rank=4, alpha=8.0)
     apply_lora(fresh.transformer, lora, fresh.lora_target_modules)
-    with torch.no_grad():
-        for name, param in fresh.transformer.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.1, generator=torch.Generator().manual_seed(len(name)))
+    perturb_lora_b(fresh.transformer)
     pipe = ZImagePipeline.from_pretrained(directory)
     other = ZImagePolicy(pipe, torch.device("cpu"), torch.float32, MAX_TOKENS)
     cond = fresh.encode_prompts(PROMPTS, with_negative=True)
