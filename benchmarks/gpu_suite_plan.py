@@ -139,11 +139,20 @@ def common_overrides(recipe: str, out: Path, key: str, steps: int) -> list[str]:
 
 def tiny_overrides(recipe: str, family: str) -> list[str]:
     """The tiny models' shapes: the smallest size the family draws, 3 frames for video, 4
-    steps, one prompt group of 2."""
+    steps (the recipe's SDE window fitted into them), one prompt group of 2."""
     cfg, spec = compose_config(recipe), family_spec(family)
     size = spec.fixed_size or 2 * spec.size_multiple
     frames = 3 if cfg.model.num_frames > 1 else 1
+    window = cfg.rollout.sde_window
+    # a recipe's SDE window that does not fit 4 steps (Z-Image base: 3 of the first 8) moves to
+    # the first half of them, at most 2 steps wide
+    fitted = (
+        ["rollout.sde_window.lo=0", "rollout.sde_window.hi=null", f"rollout.sde_window.size={min(window.size, 2)}"]
+        if window.problems(4)
+        else []
+    )
     return [
+        *fitted,
         "/base/distributed=local",
         f"rollout.height={size}",
         f"rollout.width={size}",
