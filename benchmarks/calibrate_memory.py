@@ -55,14 +55,14 @@ from torch.overrides import TorchFunctionMode  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
-from genalign.models.architecture import shipped_file  # noqa: E402
+from genalign.models.architecture import shipped_file, transformer_shape  # noqa: E402
 from genalign.models.janus.tiny import JANUS_SHAPES, build_tiny_janus  # noqa: E402
 from genalign.models.spec import CALIBRATION, family_spec  # noqa: E402
 from genalign.models.tiny_random import save_tiny  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402
 
-FAMILIES = {"sd3": 64, "flux": 64, "flux_kontext": 64, "qwen_image": 64, "wan": 64, "cosmos": 64, "flux2_klein": 64, "wan_i2v": 64, "hunyuan_video15": 64}
+FAMILIES = {"sd3": 64, "flux": 64, "flux_kontext": 64, "qwen_image": 64, "wan": 64, "cosmos": 64, "flux2_klein": 64, "wan_i2v": 64, "hunyuan_video15": 64, "z_image": 64}
 """family -> the smaller calibration image side (the larger is twice it). FLUX.1 Kontext is
 measured on its prompts without a source image: a source's tokens run through the same blocks
 as the target's, so the bytes per token are the same, and the plan counts both token sets."""
@@ -116,6 +116,7 @@ TINY_BOUND_KEYS = (
     "text_embed_dim",
     "text_embed_2_dim",
     "image_embed_dim",
+    "cap_feat_dim",
     "concat_padding_mask",
     "patch_size",
     "image_dim",
@@ -134,6 +135,12 @@ def calibration_transformer(family: str, tiny_config: dict, real_width: bool = F
     spec = json.loads(family_spec(family).architecture_files()[0].read_text())["components"]["transformer"]
     config = {k: v for k, v in spec["config"].items()}
     config.update({k: tiny_config[k] for k in TINY_BOUND_KEYS if k in tiny_config and k in config})
+    if "n_heads" in config:  # a Lumina-style single-stream DiT (Z-Image): 2 main blocks, no refiners
+        if not real_width:
+            head = config["dim"] // config["n_heads"]
+            config.update(n_heads=2, n_kv_heads=2, dim=2 * head)
+        config.update(n_layers=2, n_refiner_layers=0)
+        return getattr(diffusers, spec["class"]).from_config(config)
     if not real_width:
         config["num_attention_heads"] = 2
     config["num_layers"] = 1 if "num_single_layers" in config else 2
@@ -179,11 +186,9 @@ def _policy(family: str, root: Path, checkpointing: bool, real_width: bool = Fal
 
 
 def _blocks(transformer) -> tuple[int, int]:
-    config = transformer.config
-    return (
-        int(config.num_attention_heads * config.attention_head_dim),
-        int(config.num_layers) + int(getattr(config, "num_single_layers", 0) or 0),
-    )
+    """(width, blocks) of the calibration transformer, as the memory plan reads them."""
+    hidden, layers, _, _ = transformer_shape(transformer)
+    return hidden, layers
 
 
 def _tokens(family: str, latent_shape: tuple[int, ...]) -> int:

@@ -24,13 +24,25 @@ from genalign.models.spec import family_spec
 from genalign.preflight.load import load_config
 
 GIB = 2**30
-VALUE_ORDER = ("sd3", "flux", "wan", "janus", "cosmos", "qwen_image", "flux_kontext", "wan_i2v", "hunyuan_video15", "toy")
+VALUE_ORDER = (
+    "sd3",
+    "flux",
+    "wan",
+    "janus",
+    "cosmos",
+    "qwen_image",
+    "flux_kontext",
+    "wan_i2v",
+    "hunyuan_video15",
+    "toy",
+)
 """Families first in this order (the most used first); a family registered later comes after them."""
 RECIPES = {
     "sd3": "experiment/diffusion/sd3_5/online_grpo_ocr",
     "wan": "experiment/diffusion/wan_2_1/online_grpo_pickscore",
     "wan_i2v": "experiment/diffusion/wan_2_1/i2v_14b_online_grpo_pickscore",
     "toy": "experiment/toy/shapes_grpo",
+    "z_image": "experiment/diffusion/z_image/turbo_online_grpo_pickscore",
 }
 """A family's suite recipe where it has several; otherwise its one recipe."""
 VARIANTS = {
@@ -38,6 +50,7 @@ VARIANTS = {
     "wan": [("wan2_2_t2v_a14b", "Wan 2.2 T2V-A14B", []), ("wan2_2_ti2v_5b", "Wan 2.2 TI2V-5B", [])],
     "flux2_klein": [("flux2_klein_4b", "FLUX.2 [klein] 4B", ["model.path=black-forest-labs/FLUX.2-klein-4B"])],
     "wan_i2v": [("wan2_2_i2v_a14b", "Wan 2.2 I2V-A14B", [])],
+    "z_image": [("z_image_base", "Z-Image (base)", [])],
 }
 """More real shapes of a family: (key, title, overrides) run after the family's own item."""
 VARIANT_RECIPES = {
@@ -45,6 +58,7 @@ VARIANT_RECIPES = {
     "wan2_2_t2v_a14b": "experiment/diffusion/wan_2_2/online_grpo_pickscore",
     "wan2_2_ti2v_5b": "experiment/diffusion/wan_2_2/ti2v_5b_online_grpo_pickscore",
     "wan2_2_i2v_a14b": "experiment/diffusion/wan_2_2/i2v_a14b_online_grpo_pickscore",
+    "z_image_base": "experiment/diffusion/z_image/online_grpo_pickscore",
 }
 """A variant's own recipe, where it has one (else the family's)."""
 LEVERS = [
@@ -141,19 +155,21 @@ def common_overrides(recipe: str, out: Path, key: str, steps: int) -> list[str]:
 def tiny_overrides(recipe: str, family: str) -> list[str]:
     """The tiny models' shapes: the smallest size the family draws, 5 frames for video (4k + 1,
     what every video VAE here reads: HunyuanVideo 1.5's compresses time by 4, the tiny Wan VAE's
-    by 2), 4 steps, one prompt group of 2; an SDE window that does not fit in 4 steps (HunyuanVideo
-    1.5's 8 of the first 9) shrunk to 2 of them."""
+    by 2, and the Wan VAE encodes an image-to-video condition in chunks of 4 after the first),
+    4 steps (the recipe's SDE window fitted into them), one prompt group of 2."""
     cfg, spec = compose_config(recipe), family_spec(family)
     size = spec.fixed_size or 2 * spec.size_multiple
     frames = 5 if cfg.model.num_frames > 1 else 1
     window = cfg.rollout.sde_window
-    shrunk_window = (
-        ["rollout.sde_window.size=2", "rollout.sde_window.lo=0", "rollout.sde_window.hi=4"]
-        if window.size and window.problems(4)
+    # a recipe's SDE window that does not fit 4 steps (Z-Image base: 3 of the first 8;
+    # HunyuanVideo 1.5: 8 of the first 9) moves to the first half of them, at most 2 steps wide
+    fitted = (
+        ["rollout.sde_window.lo=0", "rollout.sde_window.hi=null", f"rollout.sde_window.size={min(window.size, 2)}"]
+        if window.problems(4)
         else []
     )
     return [
-        *shrunk_window,
+        *fitted,
         "/base/distributed=local",
         f"rollout.height={size}",
         f"rollout.width={size}",

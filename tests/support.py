@@ -625,6 +625,29 @@ def assert_lora_export_reproduces(policy, lora, out_dir: Path, pipe, loaded, vel
     assert (after - base).abs().max() > 1e-3
 
 
+def ode_sample(policy, cond, height: int, width: int, cfg_scale: float, steps: int = 3):
+    """Our sampler with the SDE off (velocity + the ODE kernel, noise_level 0) from the pipeline
+    tests' noise (seeds 11, 12): (start, final latents), [2, C, h, w] each."""
+    from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
+
+    start = initial_noise([11, 12], [11, 12], policy.latent_shape(height, width))[0]  # [2, C, h, w]
+    sigmas = policy.sigmas(steps, tuple(start.shape[1:]))
+    with torch.no_grad():
+        latents = sample_trajectory(
+            policy, cond, start, None, sigmas, cfg_scale, 0.0, sde_step_mask(steps, 0.0)
+        ).latents
+    return start, latents[:, -1]
+
+
+def perturb_lora_b(transformer: torch.nn.Module) -> None:
+    """Give a freshly applied LoRA (B = 0: no effect yet) random B matrices, seeded per name, so
+    an exported adapter changes what the model predicts."""
+    with torch.no_grad():
+        for name, param in transformer.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.1, generator=torch.Generator().manual_seed(len(name)))
+
+
 def train_recipe_in_process(recipe: str, overrides: list[str]):
     """A Trainer for `recipe` with `overrides`, trained to the end; returns it with its
     transformer's state before training (to check what moved)."""

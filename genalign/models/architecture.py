@@ -210,11 +210,17 @@ def build_on_meta(library: str, class_name: str, config: dict):
         return build_component(library, class_name, config)
 
 
-def _transformer_shape(module) -> tuple[int, int, int, int]:
+def transformer_shape(module) -> tuple[int, int, int, int]:
     """(hidden size, blocks, key-value heads, head dim) of the trained transformer from its
-    config: a diffusers transformer (heads x attention_head_dim; FLUX's double + single blocks)
-    or a transformers decoder (hidden_size, num_hidden_layers, num_key_value_heads)."""
+    config: a diffusers transformer (heads x attention_head_dim; FLUX's double + single blocks),
+    a single-stream one configured as Lumina's (dim, n_heads, n_layers; Z-Image: its two
+    refiners, n_refiner_layers each over the image's and the text's tokens, counted as blocks
+    over the whole sequence, an upper bound) or a transformers decoder (hidden_size,
+    num_hidden_layers, num_key_value_heads)."""
     config = module.config
+    if hasattr(config, "n_heads") and hasattr(config, "dim"):
+        layers = int(config.n_layers) + 2 * int(getattr(config, "n_refiner_layers", 0) or 0)
+        return int(config.dim), layers, int(config.n_kv_heads), int(config.dim) // int(config.n_heads)
     if hasattr(config, "attention_head_dim"):
         hidden = int(config.num_attention_heads * config.attention_head_dim)
         layers = int(config.num_layers) + int(getattr(config, "num_single_layers", 0) or 0)
@@ -289,7 +295,7 @@ def load_architecture(spec: FamilySpec, path: str, builtin: bool = False) -> Arc
         for part, module in split:
             own.append(_size(part, module) if module is not None else _size(part, None, built, own))
             if part == TRANSFORMER:
-                shape = _transformer_shape(module)
+                shape = transformer_shape(module)
                 if geometry.text_width_key is not None:
                     text_width = int(getattr(module.config, geometry.text_width_key))
                 linears = tuple(

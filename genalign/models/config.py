@@ -98,7 +98,7 @@ class ModelConfig:
     [klein] 4B / 9B and their -base checkpoints), "qwen_image" (Qwen-Image),
     "wan" (Wan 2.1 and Wan 2.2 text-to-video: T2V-A14B's two experts, TI2V-5B), "cosmos"
     (Cosmos-Predict2.5 text-to-world: video, or an image
-    at num_frames=1), "hunyuan_video15" (HunyuanVideo 1.5 text-to-video), "janus" (Janus-Pro,
+    at num_frames=1), "hunyuan_video15" (HunyuanVideo 1.5 text-to-video), "z_image" (Z-Image-Turbo and the base Z-Image), "janus" (Janus-Pro,
     token-autoregressive: `TokenPolicy`, trained by
     ar_grpo) or "toy" (the shipped CPU demo); or a user's family, the dotted path
     "package.module:SPEC" of its `FamilySpec`, listed in model.allow_import."""
@@ -141,7 +141,8 @@ class ModelConfig:
     negative_prompt: str = ""
     """CFG's negative prompt for families whose pipeline takes one as an option (wan: the
     pipeline's default is the empty prompt, as here; cosmos: the cosmos presets set the
-    pipeline's default, its DEFAULT_NEGATIVE_PROMPT). SD3 and FLUX use the empty prompt and
+    pipeline's default, its DEFAULT_NEGATIVE_PROMPT; z_image: the empty prompt, as ZImagePipeline's
+    default). SD3 and FLUX use the empty prompt and
     Qwen-Image its pipeline's " " (see qwen_image.py); for them this must stay empty."""
     experts: Experts = "both"
     """Which experts of a two-expert checkpoint (Wan 2.2 T2V-A14B: `transformer`, the high-noise

@@ -157,6 +157,23 @@ def unpack_2x2(tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
     return patches.reshape(batch, packed // 4, height, width)  # [B, C, h, w]
 
 
+def pad_tokens(tensor: torch.Tensor, length: int) -> torch.Tensor:
+    """Zero-pad the token axis (dim 1) of embeds [B, l, D] or a mask [B, l] to `length`."""
+    padding = length - tensor.shape[1]
+    return torch.nn.functional.pad(tensor, (0, 0, 0, padding) if tensor.dim() == 3 else (0, padding))
+
+
+def masked_pair(
+    embeds: torch.Tensor, mask: torch.Tensor, negative: torch.Tensor, negative_mask: torch.Tensor
+) -> Condition:
+    """Both CFG branches of prompts padded with a mask (embeds [B, l, D], mask [B, l]; the
+    negative's [B, l', D], [B, l']) zero-padded to the longer of l and l', so they share one shape
+    (Qwen-Image, Z-Image)."""
+    length = max(embeds.shape[1], negative.shape[1])
+    embeds, mask, negative, negative_mask = (pad_tokens(t, length) for t in (embeds, mask, negative, negative_mask))
+    return Condition(embeds=embeds, mask=mask, negative_embeds=negative, negative_mask=negative_mask)
+
+
 def check_image_size(height: int, width: int, multiple: int, family: str) -> None:
     if height % multiple or width % multiple:
         raise ValueError(
@@ -374,6 +391,30 @@ class PackedLatents:
         """The pipeline's schedule for this resolution (its dynamic shift over the (h/2)(w/2)
         packed tokens; Qwen-Image's `shift_terminal` comes with its scheduler config)."""
         return scheduler_sigmas(self.pipeline.scheduler.config, num_steps, latent_shape[-2] * latent_shape[-1] // 4)
+
+
+class KLVAEImages:
+    """Decode and encode of the image families whose VAE is an `AutoencoderKL` in the SD3 / FLUX
+    latent convention (`latents / scaling_factor + shift_factor` to decode: SD3, FLUX.1, Z-Image).
+    Needs `vae` and `device`."""
+
+    vae: torch.nn.Module
+    device: torch.device
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU (f = VAE scale factor)."""
+        return vae_decode_uint8(self.vae, latents.to(self.device))
+
+    def decode_pixels(self, latents: torch.Tensor) -> torch.Tensor:
+        """latents [B, C, h, w] -> float [B, 3, h·f, w·f] in [0, 1] on the device, differentiable
+        in the latents (reward feedback back-propagates through the frozen VAE)."""
+        return vae_decode_pixels(self.vae, latents.to(self.device))
+
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 [B, 3, H, W] -> latents [B, C, h, w] float32: the VAE posterior mean, shifted and
+        scaled as `decode` undoes (`vae_encode`: offline preference data, Diffusion-DPO's encode)."""
+        return vae_encode(self.vae, images)
 
 
 class WanVAEVideo:

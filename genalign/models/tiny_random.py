@@ -2,8 +2,8 @@
 builders share, and the one command that writes any of them.
 
 Each family builds its own tiny model from configs with random weights, in its folder
-(`models/<family>/tiny.py`, named by its spec's `tiny_builder`: SD3, FLUX, Qwen-Image, Wan and
-Cosmos-Predict2.5 pipelines and a Janus-Pro). Not the shipped demo: that is the trained `toy`
+(`models/<family>/tiny.py`, named by its spec's `tiny_builder`: SD3, FLUX, Qwen-Image, Wan,
+Cosmos-Predict2.5 and Z-Image pipelines and a Janus-Pro). Not the shipped demo: that is the trained `toy`
 family (models/toy/), whose weights ship instead.
 
 Where it fits: nothing can be downloaded here, so the real loading path
@@ -15,7 +15,7 @@ BPE trained on the Qwen-Image prompt template or Cosmos' system turn), so no hub
 needed at any point; the small encoder and VAE configs several families use; the tiny
 Qwen2.5-VL text encoder of Qwen-Image and Cosmos; `building` (construct on a device in a dtype).
 
-    python -m genalign.models.tiny_random {sd3,flux,flux_kontext,qwen_image,wan,cosmos,hunyuan_video15,janus} OUT_DIR
+    python -m genalign.models.tiny_random {sd3,flux,flux_kontext,qwen_image,wan,cosmos,hunyuan_video15,janus,z_image} OUT_DIR
 """
 
 from __future__ import annotations

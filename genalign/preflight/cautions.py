@@ -81,7 +81,7 @@ def _lora_rank_cautions(cfg: ExperimentConfig) -> list[str]:
 
 
 def _transformer_width(cfg: ExperimentConfig) -> int | None:
-    """heads x head dim (diffusers) or hidden_size (transformers) from the transformer's
+    """heads x head dim (diffusers; `dim` of a Lumina-style one) or hidden_size (transformers) from the transformer's
     config.json: in the model folder, or the architecture file shipped for a Hub id; None when
     neither describes it."""
     spec = spec_or_none(cfg.model.family, cfg.model.allow_import)
@@ -99,6 +99,8 @@ def _transformer_width(cfg: ExperimentConfig) -> int | None:
         return None
     if "attention_head_dim" in config and "num_attention_heads" in config:
         return int(config["attention_head_dim"]) * int(config["num_attention_heads"])
+    if "dim" in config and "n_heads" in config:  # a Lumina-style single-stream DiT (Z-Image)
+        return int(config["dim"])
     return int(config["hidden_size"]) if "hidden_size" in config else None
 
 

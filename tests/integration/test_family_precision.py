@@ -38,6 +38,20 @@ FAMILIES = {  # family -> (recipe, fixture with its tiny model, overrides(model_
         "tiny_janus_dir",
         lambda d, o: tiny_overrides(d, o, "rollout.height=32", "rollout.width=32"),
     ),
+    "z_image": (
+        "experiment/diffusion/z_image/turbo_online_grpo_pickscore",
+        "tiny_z_image_dir",
+        # its window of 1 in steps 1-3 of 6, shrunk to 1 in the first 1 of 2; PickScore off
+        lambda d, o: tiny_overrides(
+            d,
+            o,
+            "model.max_sequence_length=16",
+            "rollout.num_steps=2",
+            "rollout.sde_window.lo=0",
+            "rollout.sde_window.hi=1",
+            "reward.components.pickscore=0.0",
+        ),
+    ),
 }
 
 

@@ -22,6 +22,8 @@ from support import (
     assert_close_reordered,
     assert_lora_export_reproduces,
     assert_resumed_bitwise,
+    ode_sample,
+    perturb_lora_b,
     read_rows,
     tiny_overrides,
     train_recipe_in_process,
@@ -35,7 +37,7 @@ from genalign.models.flux_kontext import FluxKontextPolicy
 from genalign.preflight.load import load_config
 from genalign.rewards.base import source_images
 from genalign.rollout.chunks import encode_distinct
-from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
+from genalign.sampling.trajectory import initial_noise
 from genalign.training.trainer import Trainer
 
 RECIPE = "experiment/diffusion/flux_kontext/online_grpo_edit"
@@ -81,16 +83,6 @@ def sources(height: int = 64, width: int = 64) -> torch.Tensor:
 
 def pil(images: torch.Tensor) -> list[Image.Image]:
     return [Image.fromarray(image.permute(1, 2, 0).numpy()) for image in images]
-
-
-def ode_sample(policy, cond, height: int, width: int, cfg_scale: float, steps: int = 3):
-    start = initial_noise([11, 12], [11, 12], policy.latent_shape(height, width))[0]  # [2, C, h, w]
-    sigmas = policy.sigmas(steps, tuple(start.shape[1:]))
-    with torch.no_grad():
-        latents = sample_trajectory(
-            policy, cond, start, None, sigmas, cfg_scale, 0.0, sde_step_mask(steps, 0.0)
-        ).latents
-    return start, latents[:, -1]
 
 
 @pytest.mark.parametrize("cfg_scale", [1.0, 4.0])
@@ -160,10 +152,7 @@ def test_exported_lora_loads_into_flux_kontext_pipeline_with_the_same_velocity(k
     fresh = FluxKontextPolicy.from_pretrained(directory, max_sequence_length=MAX_TOKENS, embedded_guidance=GUIDANCE)
     lora = LoraConfig(rank=4, alpha=8.0)
     apply_lora(fresh.transformer, lora, [*fresh.lora_target_modules, "proj_mlp"])  # the recipe's 13 targets
-    with torch.no_grad():
-        for name, param in fresh.transformer.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.1, generator=torch.Generator().manual_seed(len(name)))
+    perturb_lora_b(fresh.transformer)
     pipe = FluxKontextPipeline.from_pretrained(directory)
     loaded = FluxKontextPolicy(pipe, torch.device("cpu"), torch.float32, MAX_TOKENS, embedded_guidance=GUIDANCE)
     cond = dataclasses.replace(

@@ -13,14 +13,21 @@ import json
 
 import pytest
 import torch
-from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, assert_lora_export_reproduces
+from support import (
+    TINY_DEPTH,
+    TINY_REDUCTION,
+    assert_close_reordered,
+    assert_lora_export_reproduces,
+    perturb_lora_b,
+)
+from support import ode_sample as shared_ode_sample
 
 from genalign.models.base import FlowPolicy
 from genalign.models.diffusers_common import pack_2x2, unpack_2x2
 from genalign.models.flux import FluxPolicy
 from genalign.models.qwen_image import QwenImagePolicy
 from genalign.models.tiny_random import QWEN_TEMPLATE, main
-from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
+from genalign.sampling.trajectory import initial_noise
 
 MAX_TOKENS = 24
 PROMPTS = ['a red sign that says "hi"', "two cats"]
@@ -57,14 +64,8 @@ def noise(policy, height=64, width=64) -> torch.Tensor:
 
 def ode_sample(policy, cfg_scale: float, num_steps: int, height=64, width=64) -> tuple[torch.Tensor, torch.Tensor]:
     """Our sampler: velocity + the ODE kernel (noise_level 0) from the test noise."""
-    start = noise(policy, height, width)
     cond = policy.encode_prompts(PROMPTS, with_negative=cfg_scale > 1)
-    sigmas = policy.sigmas(num_steps, tuple(start.shape[1:]))
-    with torch.no_grad():
-        latents = sample_trajectory(
-            policy, cond, start, None, sigmas, cfg_scale, 0.0, sde_step_mask(num_steps, 0.0)
-        ).latents
-    return start, latents[:, -1]  # [2, C, h, w] each
+    return shared_ode_sample(policy, cond, height, width, cfg_scale, num_steps)  # [2, C, h, w] each
 
 
 @pytest.mark.parametrize("cfg_scale", [1.0, 4.0])
@@ -252,10 +253,7 @@ def test_exported_lora_loads_into_the_familys_pipeline_with_the_same_output(fami
     )
     lora = LoraConfig(rank=4, alpha=8.0)
     apply_lora(fresh.transformer, lora, fresh.lora_target_modules)
-    with torch.no_grad():
-        for name, param in fresh.transformer.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.1, generator=torch.Generator().manual_seed(len(name)))
+    perturb_lora_b(fresh.transformer)
     import diffusers
 
     pipe = getattr(diffusers, fresh.diffusers_pipeline).from_pretrained(directory)

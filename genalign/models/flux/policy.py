@@ -25,11 +25,9 @@ import torch
 
 from genalign.models.base import Condition, compute_precision
 from genalign.models.diffusers_common import (
+    KLVAEImages,
     PackedLatents,
     PipelineLoading,
-    vae_decode_pixels,
-    vae_decode_uint8,
-    vae_encode,
 )
 from genalign.models.spec import FamilySpec
 
@@ -76,7 +74,7 @@ SPEC = FamilySpec(
 """FLUX.1: 16 pixels per packed token (VAE 8 x 2x2 packing); FLUX.1-dev embeds distilled guidance."""
 
 
-class FluxPolicy(PackedLatents, PipelineLoading):
+class FluxPolicy(KLVAEImages, PackedLatents, PipelineLoading):
     """FLUX.1: the MMDiT transformer is the denoiser; CLIP-L (pooled) + T5 encode; the VAE decodes."""
 
     spec = SPEC
@@ -166,17 +164,3 @@ class FluxPolicy(PackedLatents, PipelineLoading):
         """Tokens the transformer reads beside the image's and their position ids: none for
         FLUX.1 text-to-image (FLUX.1 Kontext's are its source images, flux_kontext/policy.py)."""
         return None
-
-    @torch.no_grad()
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU (`latents / scaling + shift`)."""
-        return vae_decode_uint8(self.vae, latents.to(self.device))
-
-    def decode_pixels(self, latents: torch.Tensor) -> torch.Tensor:
-        """latents [B, C, h, w] -> float [B, 3, h·f, w·f] in [0, 1] on the device, differentiable
-        in the latents (reward feedback back-propagates through the frozen VAE)."""
-        return vae_decode_pixels(self.vae, latents.to(self.device))
-
-    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 [B, 3, H, W] -> latents [B, C, h, w] float32 that `decode` maps back (`vae_encode`)."""
-        return vae_encode(self.vae, images)

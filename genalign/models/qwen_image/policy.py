@@ -27,7 +27,13 @@ from __future__ import annotations
 import torch
 
 from genalign.models.base import Condition, compute_precision, guided_velocity, rescale_to_norm
-from genalign.models.diffusers_common import PackedLatents, PipelineLoading, wan_vae_decode_uint8, wan_vae_encode
+from genalign.models.diffusers_common import (
+    PackedLatents,
+    PipelineLoading,
+    masked_pair,
+    wan_vae_decode_uint8,
+    wan_vae_encode,
+)
 from genalign.models.spec import FamilySpec
 
 QWEN_IMAGE_REPEATED_BLOCKS = ("QwenImageTransformerBlock",)
@@ -50,12 +56,6 @@ and the MLPs of both streams."""
 NEGATIVE_PROMPT = " "
 """The CFG negative: a single space, as Flow-GRPO's train_qwenimage.py and Qwen-Image's own
 examples pass `negative_prompt=" "` (the empty string templates to a different, shorter prompt)."""
-
-
-def pad_tokens(tensor: torch.Tensor, length: int) -> torch.Tensor:
-    """Zero-pad the token axis (dim 1) of embeds [B, l, D] or a mask [B, l] to `length`."""
-    padding = length - tensor.shape[1]
-    return torch.nn.functional.pad(tensor, (0, 0, 0, padding) if tensor.dim() == 3 else (0, padding))
 
 
 def norm_preserving_cfg(
@@ -121,10 +121,7 @@ class QwenImagePolicy(PackedLatents, PipelineLoading):
         embeds, mask = self._encode(prompts)
         if not with_negative:
             return Condition(embeds=embeds, mask=mask)
-        negative, negative_mask = self._encode([NEGATIVE_PROMPT] * len(prompts))
-        length = max(embeds.shape[1], negative.shape[1])
-        embeds, mask, negative, negative_mask = (pad_tokens(t, length) for t in (embeds, mask, negative, negative_mask))
-        return Condition(embeds=embeds, mask=mask, negative_embeds=negative, negative_mask=negative_mask)
+        return masked_pair(embeds, mask, *self._encode([NEGATIVE_PROMPT] * len(prompts)))
 
     def velocity(
         self,

@@ -21,12 +21,10 @@ import torch
 
 from genalign.models.base import Condition, compute_precision
 from genalign.models.diffusers_common import (
+    KLVAEImages,
     PipelineLoading,
     cfg_velocity,
     check_image_size,
-    vae_decode_pixels,
-    vae_decode_uint8,
-    vae_encode,
 )
 from genalign.models.spec import FamilySpec
 from genalign.sampling.schedules import flow_match_sigmas
@@ -104,7 +102,7 @@ SPEC = FamilySpec(
 """Stable Diffusion 3 / 3.5: 16 pixels per latent patch (VAE 8 x patch 2), empty-prompt CFG."""
 
 
-class SD3Policy(PipelineLoading):
+class SD3Policy(KLVAEImages, PipelineLoading):
     """SD3/SD3.5: the transformer is the denoiser; CLIP-L/G + T5 encode; the VAE decodes."""
 
     spec = SPEC
@@ -167,22 +165,6 @@ class SD3Policy(PipelineLoading):
             detach_uncond,
             self.cfg_batch,
         )
-
-    @torch.no_grad()
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """latents [B, C, h, w] -> uint8 [B, 3, h·f, w·f] on CPU (f = VAE scale factor)."""
-        return vae_decode_uint8(self.vae, latents.to(self.device))
-
-    def decode_pixels(self, latents: torch.Tensor) -> torch.Tensor:
-        """latents [B, C, h, w] -> float [B, 3, h·f, w·f] in [0, 1] on the device, differentiable
-        in the latents (reward feedback back-propagates through the frozen VAE)."""
-        return vae_decode_pixels(self.vae, latents.to(self.device))
-
-    @torch.no_grad()
-    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 [B, 3, H, W] -> latents [B, C, h, w] float32: the VAE posterior mean, shifted and
-        scaled as `decode` undoes (offline preference data; Diffusion-DPO encodes with the VAE)."""
-        return vae_encode(self.vae, images)
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int]:
         check_image_size(height, width, self.vae_scale_factor * self.patch_size, "SD3")

@@ -148,6 +148,7 @@ def test_the_families_declare_their_modality():
         "janus": "text-to-image",
         "toy": "text-to-image",
         "flux2_klein": "text-to-image",
+        "z_image": "text-to-image",
     }
 
 

@@ -72,7 +72,7 @@ def test_a_missing_calibration_is_a_refusal_naming_what_is_missing(tmp_path, mon
 def test_the_specs_say_what_the_old_family_tables_said():
     assert families_with(lambda s: s.sampler == "token") == ["janus"] == token_family_names()
     assert families_with(lambda s: s.media == "video") == ["cosmos", "hunyuan_video15", "wan", "wan_i2v"]
-    assert families_with(lambda s: s.negative_prompt) == ["cosmos", "hunyuan_video15", "wan", "wan_i2v"]
+    assert families_with(lambda s: s.negative_prompt) == ["cosmos", "hunyuan_video15", "wan", "wan_i2v", "z_image"]
     assert families_with(lambda s: s.guidance_embedding) == ["flux", "flux_kontext", "qwen_image"]
     assert families_with(lambda s: s.text_encoders) == [
         "cosmos",
@@ -84,6 +84,7 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "sd3",
         "wan",
         "wan_i2v",
+        "z_image",
     ]
     assert (
         families_with(lambda s: s.source_images > 0) == ["flux_kontext", "wan_i2v"]
@@ -105,6 +106,7 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "wan": "diffusers",
         "flux2_klein": "diffusers",
         "wan_i2v": "diffusers",
+        "z_image": "diffusers",
     }
     assert family_spec("janus").pipeline_class == "JanusForConditionalGeneration"
     assert (
@@ -114,7 +116,19 @@ def test_the_specs_say_what_the_old_family_tables_said():
 
 
 def test_every_family_but_the_shipped_demo_names_its_tiny_builder():
-    assert tiny_families() == ["cosmos", "flux", "flux2_klein", "flux_kontext", "hunyuan_video15", "janus", "qwen_image", "sd3", "wan", "wan_i2v"]
+    assert tiny_families() == [
+        "cosmos",
+        "flux",
+        "flux2_klein",
+        "flux_kontext",
+        "hunyuan_video15",
+        "janus",
+        "qwen_image",
+        "sd3",
+        "wan",
+        "wan_i2v",
+        "z_image",
+    ]
     with pytest.raises(ValueError, match="declares no tiny builder"):
         family_spec("toy").build_tiny()
 
@@ -157,7 +171,7 @@ def test_the_family_checks_read_the_spec():
     assert family_problems(cfg) == [
         "model.gradient_checkpointing=true: model.family=janus does not support it; set it to false",
         "model.negative_prompt is set but model.family=janus uses a fixed negative prompt for CFG; remove it "
-        "(families that read it: cosmos, hunyuan_video15, wan, wan_i2v)",
+        "(families that read it: cosmos, hunyuan_video15, wan, wan_i2v, z_image)",
     ]
     cfg.model.family, cfg.model.gradient_checkpointing, cfg.model.num_frames = "wan", False, 33
     assert family_problems(cfg) == []

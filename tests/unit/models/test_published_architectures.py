@@ -39,6 +39,10 @@ def test_every_shipped_autoencoder_kl_states_its_latent_scaling():
         # FLUX.1 Kontext-dev ships FLUX.1-dev's VAE; its architecture file is FLUX.1-dev's configs
         # (its own config.json is not in the stored copies: the file's "source" says so)
         "black-forest-labs/FLUX.1-Kontext-dev": (0.3611, 0.1159),
+        # both Z-Image checkpoints ship FLUX.1's VAE (their vae/config.json as public ports quote it:
+        # zhutao100/Z-Image.swift at 81d9bbe, its reference notes z-image.md and z-image-turbo.md)
+        "Tongyi-MAI/Z-Image": (0.3611, 0.1159),
+        "Tongyi-MAI/Z-Image-Turbo": (0.3611, 0.1159),
     }
     found = {}
     import genalign.models
