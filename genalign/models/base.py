@@ -317,8 +317,8 @@ class SourcesBesideText:
     `encode_prompts`, then the sources through `encode_sources` into `source_latents`."""
 
     def encode_conditions(self, prompts: list[str], images: torch.Tensor, with_negative: bool) -> Condition:
-        encoded = self.encode_prompts(prompts, with_negative=with_negative)  # type: ignore[attr-defined]
-        latents = self.encode_sources(images)  # type: ignore[attr-defined]  # [B, S, ...]
+        encoded: Condition = self.encode_prompts(prompts, with_negative=with_negative)  # type: ignore[attr-defined]
+        latents: torch.Tensor = self.encode_sources(images)  # type: ignore[attr-defined]  # [B, S, ...]
         return dataclasses.replace(encoded, source_latents=latents.to(encoded.device))
 
 
