@@ -61,10 +61,33 @@ from genalign.models.tiny_random import save_tiny  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402
 
-FAMILIES = {"sd3": 64, "flux": 64, "flux_kontext": 64, "qwen_image": 64, "wan": 64, "cosmos": 64}
-"""family -> the smaller calibration image side (the larger is twice it). FLUX.1 Kontext is
-measured on its prompts without a source image: a source's tokens run through the same blocks
-as the target's, so the bytes per token are the same, and the plan counts both token sets."""
+FAMILIES = {
+    "sd3": 64,
+    "flux": 64,
+    "flux_kontext": 64,
+    "qwen_image": 64,
+    "wan": 64,
+    "cosmos": 64,
+    "qwen_image_edit": 64,
+    "qwen_image_edit_plus": 64,
+}
+"""family -> the smaller calibration image side (the larger is twice it). FLUX.1 Kontext was
+measured on its prompts without a source image; an editing family that needs one
+(Qwen-Image-Edit) reads a fixed 64x64 source at both sides (`calibration_condition`): either
+way a source's tokens run through the same blocks as the target's, so the bytes per token are
+the same, and the plan counts both token sets."""
+CALIBRATION_SOURCE_SIDE = 64
+
+
+def calibration_condition(policy):
+    """The condition every diffusion measurement runs: a text prompt, and for an image-conditioned
+    family (`spec.source_images`) one grey source of a fixed side, whose tokens (and the vision
+    tokens its text encoder reads) fall in the fixed term, so the slope stays per target token."""
+    prompts = ["a calibration prompt"]
+    if not policy.spec.source_images:
+        return policy.encode_prompts(prompts, with_negative=False)
+    side = CALIBRATION_SOURCE_SIDE
+    return policy.encode_conditions(prompts, torch.full((1, 1, 3, side, side), 128, dtype=torch.uint8), False)
 
 
 class LiveBytes(TorchDispatchMode):
@@ -153,6 +176,7 @@ def _policy(family: str, root: Path, checkpointing: bool, real_width: bool = Fal
         "cosmos": ["model.num_frames=5"],
         "flux": ["model.embedded_guidance=3.5"],
         "flux_kontext": ["model.embedded_guidance=2.5"],
+        "qwen_image_edit_plus": ["model.max_sequence_length=512"],  # its source's 384² picture in the prompt
     }
     frames = extra.get(family, [])
     cfg = load_config(
@@ -190,7 +214,7 @@ def _tokens(latent_shape: tuple[int, ...]) -> int:
 
 def measure(policy, side: int, grad: bool) -> tuple[int, int, int]:
     """(image tokens, bytes kept after the forward, peak bytes during it) of one sample's velocity."""
-    cond = policy.encode_prompts(["a calibration prompt"], with_negative=False)
+    cond = calibration_condition(policy)
     shape = policy.latent_shape(side, side)
     latents = torch.randn(1, *shape)
     sigma = torch.full((1,), 0.5)
@@ -279,7 +303,7 @@ def _saved(module: torch.nn.Module, run) -> tuple[int]:
 def saved_bytes(policy, side: int, eager_cuda: bool) -> tuple[int, int]:
     """(image tokens, bytes saved for backward) of one sample's `velocity`; `eager_cuda`: under
     CUDA's autocast float32 list."""
-    cond = policy.encode_prompts(["a calibration prompt"], with_negative=False)
+    cond = calibration_condition(policy)
     shape = policy.latent_shape(side, side)
     latents, sigma = torch.randn(1, *shape), torch.full((1,), 0.5)
     with CudaAutocastPolicy() if eager_cuda else contextlib.nullcontext():
