@@ -81,6 +81,10 @@ tiny_wan_dir = tiny_model_dir("wan", "A tiny random WanPipeline")
 tiny_flux_dir = tiny_model_dir("flux", "A tiny random FluxPipeline (FLUX.1-dev form: guidance embedding)")
 tiny_flux_kontext_dir = tiny_model_dir("flux_kontext", "A tiny random FluxKontextPipeline")
 tiny_qwen_image_dir = tiny_model_dir("qwen_image", "A tiny random QwenImagePipeline")
+tiny_qwen_image_edit_dir = tiny_model_dir("qwen_image_edit", "A tiny random QwenImageEditPipeline")
+tiny_qwen_image_edit_plus_dir = tiny_model_dir(
+    "qwen_image_edit_plus", "A tiny random QwenImageEditPlusPipeline (Qwen-Image-Edit-2509's configs)"
+)
 tiny_cosmos_dir = tiny_model_dir("cosmos", "A tiny random Cosmos2_5_PredictBasePipeline")
 tiny_janus_dir = tiny_model_dir("janus", "A tiny random JanusForConditionalGeneration + JanusProcessor", leaf="model")
 

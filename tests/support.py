@@ -731,3 +731,23 @@ def launch_script(tmp_path: Path, source: str, nproc: int, *args: str) -> None:
     ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+class SourceDistance:
+    """A user's editing scorer (`needs_source`): 1 − mean |result − source| / 255, from the source
+    images the runtime hands over in each sample's metadata (the editing families' loop tests)."""
+
+    needs_source = True
+
+    def __init__(self, device: str = "cpu"):
+        pass
+
+    def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
+        from genalign.rewards.base import source_images
+
+        sources = source_images(metadata)  # [B, S, 3, H, W]
+        return 1.0 - (images.float() - sources[:, 0].float()).abs().mean(dim=(1, 2, 3)) / 255.0
+
+
+SOURCE_SCORER = "support:SourceDistance"
+"""`SourceDistance` by its import path (reward.components, reward.allow_import)."""

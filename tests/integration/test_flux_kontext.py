@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
-from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 from support import (
+    SOURCE_SCORER,
     TINY_DEPTH,
     TINY_REDUCTION,
     assert_close_reordered,
@@ -43,23 +43,6 @@ MAX_TOKENS = 24
 GUIDANCE = 2.5
 """FLUX.1 Kontext-dev's embedded guidance in Flow-GRPO's recipe (the pipeline's guidance_scale)."""
 PROMPTS = ["make the red circle blue", "turn the square into a cross"]
-
-
-class SourceDistance:
-    """A user's editing scorer (`needs_source`): 1 − mean |result − source| / 255, from the source
-    images the runtime hands over in each sample's metadata."""
-
-    needs_source = True
-
-    def __init__(self, device: str = "cpu"):
-        self.seen: list[torch.Tensor] = []
-
-    def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
-        sources = source_images(metadata)  # [B, 1, 3, H, W]
-        return 1.0 - (images.float() - sources[:, 0].float()).abs().mean(dim=(1, 2, 3)) / 255.0
-
-
-SCORER = f"{__name__}:SourceDistance"
 
 
 @pytest.fixture(scope="module")
@@ -220,8 +203,8 @@ def overrides(model_dir, output_dir, edit_set, *extra):
         "rollout.rollout_batch_size=2",
         "rollout.sample_batch_size=2",
         "actor.gradient_accumulation_steps=1",
-        f"reward.components={{{SCORER}: 1.0, image_similarity: 0.0, vlm_judge: 0.0}}",
-        f"reward.allow_import=[{SCORER}]",
+        f"reward.components={{{SOURCE_SCORER}: 1.0, image_similarity: 0.0, vlm_judge: 0.0}}",
+        f"reward.allow_import=[{SOURCE_SCORER}]",
         *extra,
     )
 

@@ -142,6 +142,8 @@ def test_the_families_declare_their_modality():
         "flux_kontext": "image-to-image",
         "qwen_image": "text-to-image",
         "wan": "text-to-video",
+        "qwen_image_edit": "image-to-image",
+        "qwen_image_edit_plus": "image-to-image",
         "cosmos": "text-to-video",
         "janus": "text-to-image",
         "toy": "text-to-image",

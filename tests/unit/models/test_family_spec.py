@@ -73,12 +73,19 @@ def test_the_specs_say_what_the_old_family_tables_said():
     assert families_with(lambda s: s.sampler == "token") == ["janus"] == token_family_names()
     assert families_with(lambda s: s.media == "video") == ["cosmos", "wan"]
     assert families_with(lambda s: s.negative_prompt) == ["cosmos", "wan"]
-    assert families_with(lambda s: s.guidance_embedding) == ["flux", "flux_kontext", "qwen_image"]
-    assert families_with(lambda s: s.text_encoders) == ["cosmos", "flux", "flux_kontext", "qwen_image", "sd3", "wan"]
-    assert (
-        families_with(lambda s: s.source_images > 0) == ["flux_kontext"]
-        and family_spec("flux_kontext").source_images == 1
-    )
+    qwen_edits = ["qwen_image_edit", "qwen_image_edit_plus"]
+    assert families_with(lambda s: s.guidance_embedding) == ["flux", "flux_kontext", "qwen_image", *qwen_edits]
+    assert families_with(lambda s: s.text_encoders) == [
+        "cosmos",
+        "flux",
+        "flux_kontext",
+        "qwen_image",
+        *qwen_edits,
+        "sd3",
+        "wan",
+    ]
+    assert families_with(lambda s: s.source_images > 0) == ["flux_kontext", *qwen_edits]
+    assert [family_spec(name).source_images for name in ["flux_kontext", *qwen_edits]] == [1, 1, 3]
     assert {name: family_spec(name).size_multiple for name in MODEL_FAMILIES.names()} == dict.fromkeys(
         MODEL_FAMILIES.names(), 16
     )
@@ -89,6 +96,8 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "flux_kontext": "diffusers",
         "janus": "peft",
         "qwen_image": "diffusers",
+        "qwen_image_edit": "diffusers",
+        "qwen_image_edit_plus": "diffusers",
         "sd3": "diffusers",
         "toy": "none",
         "wan": "diffusers",
@@ -101,7 +110,17 @@ def test_the_specs_say_what_the_old_family_tables_said():
 
 
 def test_every_family_but_the_shipped_demo_names_its_tiny_builder():
-    assert tiny_families() == ["cosmos", "flux", "flux_kontext", "janus", "qwen_image", "sd3", "wan"]
+    assert tiny_families() == [
+        "cosmos",
+        "flux",
+        "flux_kontext",
+        "janus",
+        "qwen_image",
+        "qwen_image_edit",
+        "qwen_image_edit_plus",
+        "sd3",
+        "wan",
+    ]
     with pytest.raises(ValueError, match="declares no tiny builder"):
         family_spec("toy").build_tiny()
 
