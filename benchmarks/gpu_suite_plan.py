@@ -24,7 +24,18 @@ from genalign.models.spec import family_spec
 from genalign.preflight.load import load_config
 
 GIB = 2**30
-VALUE_ORDER = ("sd3", "flux", "wan", "janus", "cosmos", "qwen_image", "flux_kontext", "toy")
+VALUE_ORDER = (
+    "sd3",
+    "flux",
+    "wan",
+    "janus",
+    "cosmos",
+    "qwen_image",
+    "flux_kontext",
+    "qwen_image_edit",
+    "qwen_image_edit_plus",
+    "toy",
+)
 """Families first in this order (the most used first); a family registered later comes after them."""
 RECIPES = {
     "sd3": "experiment/diffusion/sd3_5/online_grpo_ocr",
@@ -35,6 +46,9 @@ RECIPES = {
 VARIANTS = {
     "sd3": [("sd3_5_large", "SD3.5 Large", ["model.path=stabilityai/stable-diffusion-3.5-large"])],
     "wan": [("wan2_2_t2v_a14b", "Wan 2.2 T2V-A14B", []), ("wan2_2_ti2v_5b", "Wan 2.2 TI2V-5B", [])],
+    "qwen_image_edit_plus": [
+        ("qwen_image_edit_2511", "Qwen-Image-Edit-2511", ["model.path=Qwen/Qwen-Image-Edit-2511"])
+    ],
 }
 """More real shapes of a family: (key, title, overrides) run after the family's own item."""
 VARIANT_RECIPES = {
