@@ -150,16 +150,20 @@ def common_overrides(recipe: str, out: Path, key: str, steps: int) -> list[str]:
 
 def tiny_overrides(recipe: str, family: str) -> list[str]:
     """The tiny models' shapes: the smallest size the family draws, 3 frames for video, 4
-    steps, one prompt group of 2."""
+    steps (an SDE window of at most 2, the first half's), one prompt group of 2. Prompts of 16
+    tokens, except where a prompt carries its source pictures' vision tokens (an editing family
+    whose text encoder reads them: the recipe's budget, which the tiny shapes do not shrink)."""
     cfg, spec = compose_config(recipe), family_spec(family)
     size = spec.fixed_size or 2 * spec.size_multiple
     frames = 3 if cfg.model.num_frames > 1 else 1
+    text_tokens = cfg.model.max_sequence_length if spec.source_images else 16
     return [
         "/base/distributed=local",
         f"rollout.height={size}",
         f"rollout.width={size}",
         f"model.num_frames={frames}",
-        "model.max_sequence_length=16",
+        f"model.max_sequence_length={text_tokens}",
+        f"rollout.sde_window.size={min(cfg.rollout.sde_window.size, 2)}",
         "rollout.num_steps=4",
         "rollout.n=2",
         "rollout.rollout_batch_size=1",
