@@ -99,3 +99,21 @@ def tiny_wan22_dirs(tmp_path_factory) -> dict:
     build_tiny_wan22_a14b_pipeline(seed=0).save_pretrained(root / "a14b")
     build_tiny_wan22_ti2v_pipeline(seed=0).save_pretrained(root / "ti2v")
     return {"a14b": root / "a14b", "ti2v": root / "ti2v"}
+
+
+@pytest.fixture(scope="session")
+def edit_set(tmp_path_factory):
+    """The shipped editing prompt set (genalign/datasets/edit) rebuilt at 64x64, the tiny editing
+    runs' size, by its own build script; read-only."""
+    import importlib.util
+    import sys
+
+    from genalign.data.prompts import PACKAGED_DATASETS
+
+    spec = importlib.util.spec_from_file_location("edit_build", PACKAGED_DATASETS / "edit" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["edit_build"] = module
+    spec.loader.exec_module(module)
+    folder = tmp_path_factory.mktemp("edit64")
+    assert module.main(["--out", str(folder), "--size", "64"]) == 0
+    return folder

@@ -8,8 +8,6 @@ full fine-tune trained, bitwise resume."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 
 import numpy as np
 import pytest
@@ -27,7 +25,6 @@ from support import (
     train_recipe_in_process,
 )
 
-from genalign.data.prompts import PACKAGED_DATASETS
 from genalign.data.sampler import PromptGroupBatch
 from genalign.data.source_images import SOURCE_KEY
 from genalign.models.diffusers_common import pack_2x2, unpack_2x2
@@ -171,23 +168,6 @@ def test_a_step_encodes_each_distinct_prompt_and_source_once(kontext, edit_set):
     assert not torch.equal(encoded.source_latents[0], encoded.source_latents[1])
     text_only, text_rows = encode_distinct(policy, prompts, False)
     assert text_rows.tolist() == [0, 0, 0, 0] and text_only.source_latents is None
-
-
-def load_builder():
-    path = PACKAGED_DATASETS / "edit" / "build.py"
-    spec = importlib.util.spec_from_file_location("edit_build", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["edit_build"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def edit_set(tmp_path_factory):
-    """The shipped editing prompt set rebuilt at 64x64 (the tiny runs' size)."""
-    folder = tmp_path_factory.mktemp("edit64")
-    assert load_builder().main(["--out", str(folder), "--size", "64"]) == 0
-    return folder
 
 
 def overrides(model_dir, output_dir, edit_set, *extra):

@@ -204,23 +204,6 @@ def test_recipe_composes_with_flow_grpos_qwen_image_edit_plus_settings():
     assert load_config(RECIPE, ["/model/diffusion/qwen_image_edit_plus=2511"]).model.path == "Qwen/Qwen-Image-Edit-2511"
 
 
-@pytest.fixture(scope="module")
-def edit_set(tmp_path_factory):
-    """The shipped editing prompt set rebuilt at 64x64 (the tiny runs' size)."""
-    import importlib.util
-    import sys
-
-    from genalign.data.prompts import PACKAGED_DATASETS
-
-    spec = importlib.util.spec_from_file_location("edit_build", PACKAGED_DATASETS / "edit" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["edit_build"] = module
-    spec.loader.exec_module(module)
-    folder = tmp_path_factory.mktemp("edit64")
-    assert module.main(["--out", str(folder), "--size", "64"]) == 0
-    return folder
-
-
 def overrides(model_dir, output_dir, edit_set, *extra):
     return tiny_overrides(
         model_dir,

@@ -24,8 +24,8 @@ import torch
 from transformers import Qwen2VLProcessor
 from transformers.processing_utils import ProcessorMixin
 
-from genalign.models.qwen_image.tiny import build_tiny_qwen_image_pipeline
-from genalign.models.tiny_random import QWEN_TEXT_HIDDEN, tiny_qwen2_5_vl, tiny_qwen2_tokenizer
+from genalign.models.qwen_image.tiny import TINY_TRANSFORMER, build_tiny_qwen_image_pipeline
+from genalign.models.tiny_random import tiny_qwen2_5_vl, tiny_qwen2_tokenizer
 
 EDIT_TEMPLATE = (
     "<|im_start|>system\nDescribe the key features of the input image (color, shape, size, texture, objects, "
@@ -36,16 +36,6 @@ EDIT_TEMPLATE = (
 """The system turn both edit pipelines' `prompt_template_encode` share (the tokenizer's corpus)."""
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 """In the order `tiny_qwen2_5_vl` numbers them past the text vocabulary."""
-TINY_TRANSFORMER = dict(
-    in_channels=16,
-    out_channels=4,
-    num_layers=2,
-    attention_head_dim=16,
-    num_attention_heads=2,
-    joint_attention_dim=QWEN_TEXT_HIDDEN,
-    axes_dims_rope=(8, 4, 4),
-)
-"""What the tiny model shrinks in the published transformer config (Qwen-Image's tiny sizes)."""
 
 
 class ImageQwen2VLProcessor(Qwen2VLProcessor):
