@@ -217,7 +217,6 @@ def overrides(model_dir, output_dir, edit_set, *extra):
         f"reward.components={{{SOURCE_SCORER}: 1.0, image_similarity: 0.0, vlm_judge: 0.0}}",
         f"reward.allow_import=[{SOURCE_SCORER}]",
         "trainer.num_steps=2",
-        "eval.every=0",
         "eval.at_start=false",
         *extra,
     )
@@ -235,12 +234,16 @@ def test_editing_recipe_trains_two_steps_with_replay_parity(
     request, edit_set, tmp_path, recipe, model_dir, pipeline_class, window, mode
 ):
     """A shipped editing recipe (shrunk), LoRA or the whole transformer, 2 steps: replay with the
-    sources equals the rollout (parity 0), the trained weights moved, the LoRA is exported, and
-    a full fine-tune's transformer loads into the pipeline users load."""
+    sources equals the rollout (parity 0), the trained weights moved, the LoRA is exported (and
+    its run evaluates the held-out edits, source -> result sheet), and a full fine-tune's
+    transformer loads into the pipeline users load."""
     import diffusers
 
     directory = request.getfixturevalue(model_dir)
-    shrunk = overrides(directory, tmp_path, edit_set, f"model.train_mode={mode}", f"rollout.sde_window.size={window}")
+    evaluation = "eval.every=2" if mode == "lora" else "eval.every=0"  # the LoRA run also evaluates its edits
+    shrunk = overrides(
+        directory, tmp_path, edit_set, f"model.train_mode={mode}", f"rollout.sde_window.size={window}", evaluation
+    )
     trainer, initial = train_recipe_in_process(recipe, shrunk)
     rows = read_rows(tmp_path / "metrics.csv")
     assert [r["step"] for r in rows] == ["1", "2"]
@@ -250,6 +253,8 @@ def test_editing_recipe_trains_two_steps_with_replay_parity(
     if mode == "lora":
         assert changed and all("lora" in k for k in changed)
         assert (tmp_path / "checkpoint-final/lora/pytorch_lora_weights.safetensors").exists()
+        with Image.open(tmp_path / "eval_epoch_2" / "contact_sheet.png") as sheet:  # source | result rows
+            assert sheet.size[0] == 2 * 128
         return
     assert len(changed) > len(initial) // 2  # the whole model moved
     transformer = diffusers.QwenImageTransformer2DModel.from_pretrained(tmp_path / "checkpoint-final" / "transformer")
