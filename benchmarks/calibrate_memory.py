@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import tempfile
@@ -62,10 +61,46 @@ from genalign.models.tiny_random import save_tiny  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402
 
-FAMILIES = {"sd3": 64, "flux": 64, "flux_kontext": 64, "qwen_image": 64, "wan": 64, "cosmos": 64, "flux2_klein": 64, "wan_i2v": 64, "hunyuan_video15": 64, "z_image": 64}
-"""family -> the smaller calibration image side (the larger is twice it). FLUX.1 Kontext is
-measured on its prompts without a source image: a source's tokens run through the same blocks
-as the target's, so the bytes per token are the same, and the plan counts both token sets."""
+FAMILIES = {
+    "sd3": 64,
+    "flux": 64,
+    "flux_kontext": 64,
+    "qwen_image": 64,
+    "wan": 64,
+    "cosmos": 64,
+    "flux2_klein": 64,
+    "wan_i2v": 64,
+    "hunyuan_video15": 64,
+    "z_image": 64,
+    "qwen_image_edit": 64,
+    "qwen_image_edit_plus": 64,
+}
+"""family -> the smaller calibration image side (the larger is twice it). FLUX.1 Kontext was
+measured on its prompts without a source image; an editing family that needs one
+(Qwen-Image-Edit) reads a fixed 64x64 source at both sides (`calibration_condition`): either
+way a source's tokens run through the same blocks as the target's, so the bytes per token are
+the same, and the plan counts both token sets. An image-to-video family's first frame is at the
+target's side (its condition rides on the latents' channels, so it adds no tokens)."""
+CALIBRATION_SOURCE_SIDE = 64
+
+
+def calibration_condition(policy, side: int):
+    """The condition every diffusion measurement runs at image side `side`: a text prompt, and
+    for an image-conditioned family (`spec.source_images`) one source: an editing family's grey
+    picture of a fixed side, whose tokens (and the vision tokens its text encoder reads) fall in
+    the fixed term, so the slope stays per target token; an image-to-video family's first frame
+    at the target's side."""
+    prompts = ["a calibration prompt"]
+    if not policy.spec.source_images:
+        return policy.encode_prompts(prompts, with_negative=False)
+    if policy.spec.media == "video":
+        source = torch.randint(
+            0, 256, (1, 1, 3, side, side), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+        )
+    else:
+        fixed = CALIBRATION_SOURCE_SIDE
+        source = torch.full((1, 1, 3, fixed, fixed), 128, dtype=torch.uint8)
+    return policy.encode_conditions(prompts, source, False)
 
 
 class LiveBytes(TorchDispatchMode):
@@ -126,13 +161,33 @@ from the tiny transformer; every other key (block options, head size, MLP ratio,
 the real model's."""
 
 
-def calibration_transformer(family: str, tiny_config: dict, real_width: bool = False):
-    """The real model's transformer (shipped architecture file) cut to 2 blocks (FLUX: 1 + 1)
-    of 2 heads of the real head size (`real_width`: all its heads), its inputs bound to the
-    tiny pipeline's shapes."""
+EVERY_CHECKPOINT = ("qwen_image_edit_plus",)
+"""Families measured on each of their checkpoints' transformers (`transformer_files`), each term
+the largest: Qwen-Image-Edit-2511's `zero_cond_t` keeps its modulation per token, 2509's per
+sample. The others are measured on their first architecture file."""
+
+
+def transformer_files(family: str) -> list[Path]:
+    """The architecture files a family's calibration measures: for `EVERY_CHECKPOINT` each file
+    whose transformer config differs (the first of each), else the first file alone."""
+    files = family_spec(family).architecture_files()
+    if family not in EVERY_CHECKPOINT:
+        return list(files[:1])
+    found: dict[str, Path] = {}
+    for path in files:
+        config = json.loads(path.read_text())["components"]["transformer"]
+        found.setdefault(json.dumps(config, sort_keys=True), path)
+    return list(found.values())
+
+
+def calibration_transformer(family: str, tiny_config: dict, real_width: bool = False, file: Path | None = None):
+    """The real model's transformer (shipped architecture file `file`, by default the family's
+    first) cut to 2 blocks (FLUX: 1 + 1) of 2 heads of the real head size (`real_width`: all its
+    heads), its inputs bound to the tiny pipeline's shapes."""
     import diffusers
 
-    spec = json.loads(family_spec(family).architecture_files()[0].read_text())["components"]["transformer"]
+    file = file or family_spec(family).architecture_files()[0]
+    spec = json.loads(file.read_text())["components"]["transformer"]
     config = {k: v for k, v in spec["config"].items()}
     config.update({k: tiny_config[k] for k in TINY_BOUND_KEYS if k in tiny_config and k in config})
     if "n_heads" in config:  # a Lumina-style single-stream DiT (Z-Image): 2 main blocks, no refiners
@@ -153,12 +208,12 @@ def calibration_transformer(family: str, tiny_config: dict, real_width: bool = F
     return getattr(diffusers, spec["class"]).from_config(config)
 
 
-def _policy(family: str, root: Path, checkpointing: bool, real_width: bool = False):
+def _policy(family: str, root: Path, checkpointing: bool, real_width: bool = False, file: Path | None = None):
     path = save_tiny(family, root / family)
     transformer_dir = path / "transformer"
     tiny_config = json.loads((transformer_dir / "config.json").read_text())
     torch.manual_seed(0)
-    calibration_transformer(family, tiny_config, real_width).save_pretrained(transformer_dir)
+    calibration_transformer(family, tiny_config, real_width, file).save_pretrained(transformer_dir)
     extra = {
         "wan": ["model.num_frames=5"],
         "wan_i2v": ["model.num_frames=5"],
@@ -166,6 +221,7 @@ def _policy(family: str, root: Path, checkpointing: bool, real_width: bool = Fal
         "hunyuan_video15": ["model.num_frames=5"],
         "flux": ["model.embedded_guidance=3.5"],
         "flux_kontext": ["model.embedded_guidance=2.5"],
+        "qwen_image_edit_plus": ["model.max_sequence_length=512"],  # its source's 384² picture in the prompt
     }
     frames = extra.get(family, [])
     cfg = load_config(
@@ -204,12 +260,7 @@ def _tokens(family: str, latent_shape: tuple[int, ...]) -> int:
 
 def measure(policy, side: int, grad: bool) -> tuple[int, int, int]:
     """(image tokens, bytes kept after the forward, peak bytes during it) of one sample's velocity."""
-    cond = policy.encode_prompts(["a calibration prompt"], with_negative=False)
-    if policy.spec.media == "video" and policy.spec.source_images:  # image-to-video: the condition rides on channels
-        source = torch.randint(
-            0, 256, (1, 1, 3, side, side), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
-        )
-        cond = dataclasses.replace(cond, source_latents=policy.encode_sources(source))
+    cond = calibration_condition(policy, side)
     shape = policy.latent_shape(side, side)
     latents = torch.randn(1, *shape)
     sigma = torch.full((1,), 0.5)
@@ -298,12 +349,7 @@ def _saved(module: torch.nn.Module, run) -> tuple[int]:
 def saved_bytes(policy, side: int, eager_cuda: bool) -> tuple[int, int]:
     """(image tokens, bytes saved for backward) of one sample's `velocity`; `eager_cuda`: under
     CUDA's autocast float32 list."""
-    cond = policy.encode_prompts(["a calibration prompt"], with_negative=False)
-    if policy.spec.media == "video" and policy.spec.source_images:  # image-to-video: the condition rides on channels
-        source = torch.randint(
-            0, 256, (1, 1, 3, side, side), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
-        )
-        cond = dataclasses.replace(cond, source_latents=policy.encode_sources(source))
+    cond = calibration_condition(policy, side)
     shape = policy.latent_shape(side, side)
     latents, sigma = torch.randn(1, *shape), torch.full((1,), 0.5)
     with CudaAutocastPolicy() if eager_cuda else contextlib.nullcontext():
@@ -323,9 +369,25 @@ def calibrate(family: str, root: Path, small: int) -> dict:
     """The family's coefficients at the real width (all heads, 2 blocks), eager ones under
     CUDA's autocast float32 list: replay (kept for backward), replay_compiled (regional
     compile with `COMPILE_BACKEND`), replay_checkpointed (gradient checkpointing, eager),
-    rollout_peak (the no-grad forward's peak working set, eager)."""
+    rollout_peak (the no-grad forward's peak working set, eager). A family measured on several
+    checkpoints' transformers (`transformer_files`) keeps each term's largest, so the plan
+    covers every checkpoint it names."""
+    files = transformer_files(family)
+    measured = [_calibrate_file(family, root / str(index), small, file) for index, file in enumerate(files)]
+    result: dict = {key: max(found[key] for found, _ in measured) for key in measured[0][0]}
+    hidden, layers = measured[0][1]
+    which = f" (each term the larger over {', '.join(file.stem for file in files)})" if len(files) > 1 else ""
+    result["measured_on"] = (
+        f"{family}: {layers} blocks of the real width {hidden}{which}, bfloat16 autocast with CUDA's "
+        f"float32 list (eager), {COMPILE_BACKEND} (compiled), CPU"
+    )
+    return result
+
+
+def _calibrate_file(family: str, root: Path, small: int, file: Path) -> tuple[dict, tuple[int, int]]:
+    """`calibrate`'s terms for the transformer of architecture file `file`, and its (width, blocks)."""
     result = {}
-    policy = _policy(family, root / "plain", checkpointing=False, real_width=True)
+    policy = _policy(family, root / "plain", checkpointing=False, real_width=True, file=file)
     hidden, layers = _blocks(policy.transformer)
     policy.transformer.eval()
     with CudaAutocastPolicy():
@@ -339,16 +401,12 @@ def calibrate(family: str, root: Path, small: int) -> dict:
         [saved_bytes(policy, s, eager_cuda=False) for s in (small, 2 * small)], layers, hidden
     )
     # checkpointing keeps each block's input outside autograd's saved tensors: count live bytes
-    policy = _policy(family, root / "checkpointed", checkpointing=True, real_width=True)
+    policy = _policy(family, root / "checkpointed", checkpointing=True, real_width=True, file=file)
     policy.transformer.train()
     with CudaAutocastPolicy():
         (n1, kept1, _), (n2, kept2, _) = (measure(policy, s, grad=True) for s in (small, 2 * small))
     result["replay_checkpointed"] = (kept2 - kept1) / (n2 - n1) / (layers * hidden)
-    result["measured_on"] = (
-        f"{family}: {layers} blocks of the real width {hidden}, bfloat16 autocast with CUDA's "
-        f"float32 list (eager), {COMPILE_BACKEND} (compiled), CPU"
-    )
-    return result
+    return result, (hidden, layers)
 
 
 JANUS_TOKENS = 256

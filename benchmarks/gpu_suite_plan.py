@@ -34,6 +34,8 @@ VALUE_ORDER = (
     "flux_kontext",
     "wan_i2v",
     "hunyuan_video15",
+    "qwen_image_edit",
+    "qwen_image_edit_plus",
     "toy",
 )
 """Families first in this order (the most used first); a family registered later comes after them."""
@@ -51,6 +53,9 @@ VARIANTS = {
     "flux2_klein": [("flux2_klein_4b", "FLUX.2 [klein] 4B", ["model.path=black-forest-labs/FLUX.2-klein-4B"])],
     "wan_i2v": [("wan2_2_i2v_a14b", "Wan 2.2 I2V-A14B", [])],
     "z_image": [("z_image_base", "Z-Image (base)", [])],
+    "qwen_image_edit_plus": [
+        ("qwen_image_edit_2511", "Qwen-Image-Edit-2511", ["model.path=Qwen/Qwen-Image-Edit-2511"])
+    ],
 }
 """More real shapes of a family: (key, title, overrides) run after the family's own item."""
 VARIANT_RECIPES = {
@@ -156,10 +161,13 @@ def tiny_overrides(recipe: str, family: str) -> list[str]:
     """The tiny models' shapes: the smallest size the family draws, 5 frames for video (4k + 1,
     what every video VAE here reads: HunyuanVideo 1.5's compresses time by 4, the tiny Wan VAE's
     by 2, and the Wan VAE encodes an image-to-video condition in chunks of 4 after the first),
-    4 steps (the recipe's SDE window fitted into them), one prompt group of 2."""
+    4 steps (the recipe's SDE window fitted into them), one prompt group of 2. Prompts of 16
+    tokens, except where a prompt carries source pictures (an editing family whose text encoder
+    reads their vision tokens: the recipe's budget, which the tiny shapes do not shrink)."""
     cfg, spec = compose_config(recipe), family_spec(family)
     size = spec.fixed_size or 2 * spec.size_multiple
     frames = 5 if cfg.model.num_frames > 1 else 1
+    text_tokens = cfg.model.max_sequence_length if spec.source_images else 16
     window = cfg.rollout.sde_window
     # a recipe's SDE window that does not fit 4 steps (Z-Image base: 3 of the first 8;
     # HunyuanVideo 1.5: 8 of the first 9) moves to the first half of them, at most 2 steps wide
@@ -174,7 +182,8 @@ def tiny_overrides(recipe: str, family: str) -> list[str]:
         f"rollout.height={size}",
         f"rollout.width={size}",
         f"model.num_frames={frames}",
-        "model.max_sequence_length=16",
+        f"model.max_sequence_length={text_tokens}",
+        f"rollout.sde_window.size={min(cfg.rollout.sde_window.size, 2)}",
         "rollout.num_steps=4",
         "rollout.n=2",
         "rollout.rollout_batch_size=1",

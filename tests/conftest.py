@@ -81,6 +81,10 @@ tiny_wan_dir = tiny_model_dir("wan", "A tiny random WanPipeline")
 tiny_flux_dir = tiny_model_dir("flux", "A tiny random FluxPipeline (FLUX.1-dev form: guidance embedding)")
 tiny_flux_kontext_dir = tiny_model_dir("flux_kontext", "A tiny random FluxKontextPipeline")
 tiny_qwen_image_dir = tiny_model_dir("qwen_image", "A tiny random QwenImagePipeline")
+tiny_qwen_image_edit_dir = tiny_model_dir("qwen_image_edit", "A tiny random QwenImageEditPipeline")
+tiny_qwen_image_edit_plus_dir = tiny_model_dir(
+    "qwen_image_edit_plus", "A tiny random QwenImageEditPlusPipeline (Qwen-Image-Edit-2509's configs)"
+)
 tiny_cosmos_dir = tiny_model_dir("cosmos", "A tiny random Cosmos2_5_PredictBasePipeline")
 tiny_flux2_klein_dir = tiny_model_dir("flux2_klein", "A tiny random Flux2KleinPipeline (klein 4B form, step-distilled)")
 tiny_janus_dir = tiny_model_dir("janus", "A tiny random JanusForConditionalGeneration + JanusProcessor", leaf="model")
@@ -120,4 +124,15 @@ def i2v_set(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("i2v32")
     assert dataset_builder("i2v").main(["--out", str(folder), "--size", "32"]) == 0
+    return folder
+
+
+@pytest.fixture(scope="session")
+def edit_set(tmp_path_factory):
+    """The shipped editing prompt set (genalign/datasets/edit) rebuilt at 64x64, the tiny editing
+    runs' size, by its own build script; read-only."""
+    from support import dataset_builder
+
+    folder = tmp_path_factory.mktemp("edit64")
+    assert dataset_builder("edit").main(["--out", str(folder), "--size", "64"]) == 0
     return folder

@@ -764,6 +764,8 @@ def linear_velocity(weight: torch.Tensor):
         return latents @ weight.T + sigma[:, None]
 
     return velocity
+
+
 def record_timesteps(modules: dict[str, torch.nn.Module]) -> tuple[list, list]:
     """Forward pre-hooks logging (module name, the distinct timestep values it was called at) of
     each denoiser in `modules`: which expert ran at which step. Returns (calls, handles)."""
@@ -801,3 +803,23 @@ def dataset_builder(name: str):
     sys.modules[f"{name}_build"] = module
     spec.loader.exec_module(module)
     return module
+
+
+class SourceDistance:
+    """A user's editing scorer (`needs_source`): 1 − mean |result − source| / 255, from the source
+    images the runtime hands over in each sample's metadata (the editing families' loop tests)."""
+
+    needs_source = True
+
+    def __init__(self, device: str = "cpu"):
+        pass
+
+    def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
+        from genalign.rewards.base import source_images
+
+        sources = source_images(metadata)  # [B, S, 3, H, W]
+        return 1.0 - (images.float() - sources[:, 0].float()).abs().mean(dim=(1, 2, 3)) / 255.0
+
+
+SOURCE_SCORER = "support:SourceDistance"
+"""`SourceDistance` by its import path (reward.components, reward.allow_import)."""

@@ -304,6 +304,23 @@ class SourceEncoder(Protocol):
         """uint8 source images [B, S, 3, H, W] -> float32 latents [B, S, ...] (no grad)."""
         ...
 
+    def encode_conditions(self, prompts: list[str], images: torch.Tensor, with_negative: bool) -> Condition:
+        """Prompts [B] and their source images uint8 [B, S, 3, H, W] encoded together: the text
+        embeddings (which may read the images: Qwen-Image-Edit's Qwen2.5-VL sees them) with
+        `source_latents` = `encode_sources(images)`. `SourcesBesideText` is the form for a
+        family whose text encoder reads text alone (FLUX.1 Kontext)."""
+        ...
+
+
+class SourcesBesideText:
+    """`SourceEncoder.encode_conditions` of a family whose text encoder reads the text alone:
+    `encode_prompts`, then the sources through `encode_sources` into `source_latents`."""
+
+    def encode_conditions(self, prompts: list[str], images: torch.Tensor, with_negative: bool) -> Condition:
+        encoded: Condition = self.encode_prompts(prompts, with_negative=with_negative)  # type: ignore[attr-defined]
+        latents: torch.Tensor = self.encode_sources(images)  # type: ignore[attr-defined]  # [B, S, ...]
+        return dataclasses.replace(encoded, source_latents=latents.to(encoded.device))
+
 
 class SampledTokens(NamedTuple):
     tokens: torch.Tensor  # [B, N] int64 image tokens

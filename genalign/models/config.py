@@ -94,14 +94,16 @@ class ModelConfig:
     """Which model to load and what to train in it."""
 
     family: str = "sd3"
-    """Model family: "sd3" (Stable Diffusion 3 / 3.5), "flux" (FLUX.1), "flux2_klein" (FLUX.2
-    [klein] 4B / 9B and their -base checkpoints), "qwen_image" (Qwen-Image),
-    "wan" (Wan 2.1 and Wan 2.2 text-to-video: T2V-A14B's two experts, TI2V-5B), "cosmos"
-    (Cosmos-Predict2.5 text-to-world: video, or an image
-    at num_frames=1), "hunyuan_video15" (HunyuanVideo 1.5 text-to-video), "z_image" (Z-Image-Turbo and the base Z-Image), "janus" (Janus-Pro,
-    token-autoregressive: `TokenPolicy`, trained by
-    ar_grpo) or "toy" (the shipped CPU demo); or a user's family, the dotted path
-    "package.module:SPEC" of its `FamilySpec`, listed in model.allow_import."""
+    """Model family: "sd3" (Stable Diffusion 3 / 3.5), "flux" (FLUX.1), "flux_kontext" (FLUX.1
+    Kontext editing), "flux2_klein" (FLUX.2 [klein] 4B / 9B and their -base checkpoints),
+    "qwen_image" (Qwen-Image), "qwen_image_edit" (Qwen-Image-Edit editing),
+    "qwen_image_edit_plus" (Qwen-Image-Edit-2509 / -2511, up to three source images), "wan"
+    (Wan 2.1 and Wan 2.2 text-to-video: T2V-A14B's two experts, TI2V-5B), "wan_i2v" (Wan 2.1 I2V
+    and Wan 2.2 I2V-A14B image-to-video), "cosmos" (Cosmos-Predict2.5 text-to-world: video, or
+    an image at num_frames=1), "hunyuan_video15" (HunyuanVideo 1.5 text-to-video), "z_image"
+    (Z-Image-Turbo and the base Z-Image), "janus" (Janus-Pro, token-autoregressive:
+    `TokenPolicy`, trained by ar_grpo) or "toy" (the shipped CPU demo); or a user's family, the
+    dotted path "package.module:SPEC" of its `FamilySpec`, listed in model.allow_import."""
     allow_import: list[str] = field(default_factory=list)
     """Dotted model.family paths ("package.module:SPEC") allowed to be imported: importing a
     module runs its code, so only a list on your own command line or recipe counts (a

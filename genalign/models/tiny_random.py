@@ -13,9 +13,10 @@ pipeline built the way diffusers' own tests build one (1-2 layers, head dim 8), 
 memory (byte-level CLIP BPE with no merges, a character-level T5 unigram, a byte-level Qwen2
 BPE trained on the Qwen-Image prompt template or Cosmos' system turn), so no hub access is
 needed at any point; the small encoder and VAE configs several families use; the tiny
-Qwen2.5-VL text encoder of Qwen-Image and Cosmos; `building` (construct on a device in a dtype).
+Qwen2.5-VL text encoder of Qwen-Image, Qwen-Image-Edit and Cosmos; `building` (construct on a device in a dtype).
 
-    python -m genalign.models.tiny_random {sd3,flux,flux_kontext,qwen_image,wan,cosmos,hunyuan_video15,janus,z_image} OUT_DIR
+    python -m genalign.models.tiny_random {sd3,flux,flux_kontext,flux2_klein,qwen_image,qwen_image_edit,
+        qwen_image_edit_plus,z_image,wan,wan_i2v,hunyuan_video15,cosmos,janus} OUT_DIR
 """
 
 from __future__ import annotations
@@ -172,10 +173,12 @@ QWEN_TEXT_HIDDEN = 16
 QWEN_TEXT_LAYERS = 2
 
 
-def tiny_qwen2_5_vl(vocab: int):
+def tiny_qwen2_5_vl(vocab: int, vision_tokens_embedded: bool = False):
     """A Qwen2_5_VLForConditionalGeneration of 2 layers of hidden 16 (text) and a 2-block vision
     tower, random weights from the current seed: the text encoder of the tiny Qwen-Image and
-    Cosmos-Predict2.5 pipelines. The vision special tokens sit just past the tokenizer's `vocab`."""
+    Cosmos-Predict2.5 pipelines. The vision special tokens (start, end, image, video) sit just past
+    the tokenizer's `vocab`; `vision_tokens_embedded` gives them embedding rows, for a model whose
+    prompts carry pictures (the tiny Qwen-Image-Edit: its tokenizer adds them in that order)."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     config = Qwen2_5_VLConfig(
@@ -185,7 +188,7 @@ def tiny_qwen2_5_vl(vocab: int):
             num_hidden_layers=QWEN_TEXT_LAYERS,
             num_attention_heads=2,
             num_key_value_heads=2,
-            vocab_size=vocab,
+            vocab_size=vocab + 4 * vision_tokens_embedded,
             rope_theta=1000000.0,
             rope_scaling={"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"},
         ),
@@ -193,7 +196,7 @@ def tiny_qwen2_5_vl(vocab: int):
             depth=2, hidden_size=16, intermediate_size=16, num_heads=2, out_hidden_size=QWEN_TEXT_HIDDEN
         ),
         hidden_size=QWEN_TEXT_HIDDEN,
-        vocab_size=vocab,
+        vocab_size=vocab + 4 * vision_tokens_embedded,
         vision_start_token_id=vocab,
         vision_end_token_id=vocab + 1,
         image_token_id=vocab + 2,

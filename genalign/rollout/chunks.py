@@ -8,7 +8,6 @@ Where it fits: step 2 of the loop. `collector.py` (flow families) and `token_col
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Iterator, cast
 
@@ -37,8 +36,9 @@ def encode_distinct(
 ):
     """(each distinct prompt encoded once [U, ...], the row of each prompt [B]): groups repeat
     prompts. A prompt is its text and its source images (`metadata`'s, data/source_images.py):
-    an image-conditioned family's distinct (text, sources) pairs are encoded once, the sources
-    through its `encode_sources` into `Condition.source_latents`."""
+    an image-conditioned family's distinct (text, sources) pairs are encoded once, through its
+    `encode_conditions` (the sources into `Condition.source_latents`; its text encoder may read
+    them too)."""
     rows_metadata = metadata if metadata is not None else [{} for _ in prompts]
     keys = [(prompt, sources_of(row)) for prompt, row in zip(prompts, rows_metadata)]
     unique = list(dict.fromkeys(keys))
@@ -49,11 +49,12 @@ def encode_distinct(
             f"model.family={policy.spec.name} takes {policy.spec.source_images} source image(s) per "
             f"prompt; these prompts carry {sources.shape[1]}"
         )
+    texts = [prompt for prompt, _ in unique]
     with encoding_prompts(policy):  # text encoders parked on the CPU come to the device for this
-        encoded = policy.encode_prompts([prompt for prompt, _ in unique], with_negative=with_negative)
-    if sources is not None:  # the spec says the policy is a SourceEncoder
-        latents = cast(SourceEncoder, policy).encode_sources(sources)  # [U, S, ...]
-        encoded = dataclasses.replace(encoded, source_latents=latents.to(encoded.device))
+        if sources is None:
+            encoded = policy.encode_prompts(texts, with_negative=with_negative)
+        else:  # the spec says the policy is a SourceEncoder: text and sources together ([U, S, ...] latents)
+            encoded = cast(SourceEncoder, policy).encode_conditions(texts, sources, with_negative)
     return encoded, torch.tensor([position[key] for key in keys], device=encoded.device)  # [U, ...], [B]
 
 

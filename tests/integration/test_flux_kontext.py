@@ -8,15 +8,13 @@ full fine-tune trained, bitwise resume."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 from support import (
+    SOURCE_SCORER,
     TINY_DEPTH,
     TINY_REDUCTION,
     assert_close_reordered,
@@ -29,7 +27,6 @@ from support import (
     train_recipe_in_process,
 )
 
-from genalign.data.prompts import PACKAGED_DATASETS
 from genalign.data.sampler import PromptGroupBatch
 from genalign.data.source_images import SOURCE_KEY
 from genalign.models.diffusers_common import pack_2x2, unpack_2x2
@@ -45,23 +42,6 @@ MAX_TOKENS = 24
 GUIDANCE = 2.5
 """FLUX.1 Kontext-dev's embedded guidance in Flow-GRPO's recipe (the pipeline's guidance_scale)."""
 PROMPTS = ["make the red circle blue", "turn the square into a cross"]
-
-
-class SourceDistance:
-    """A user's editing scorer (`needs_source`): 1 − mean |result − source| / 255, from the source
-    images the runtime hands over in each sample's metadata."""
-
-    needs_source = True
-
-    def __init__(self, device: str = "cpu"):
-        self.seen: list[torch.Tensor] = []
-
-    def score(self, images: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]]) -> torch.Tensor:
-        sources = source_images(metadata)  # [B, 1, 3, H, W]
-        return 1.0 - (images.float() - sources[:, 0].float()).abs().mean(dim=(1, 2, 3)) / 255.0
-
-
-SCORER = f"{__name__}:SourceDistance"
 
 
 @pytest.fixture(scope="module")
@@ -179,23 +159,6 @@ def test_a_step_encodes_each_distinct_prompt_and_source_once(kontext, edit_set):
     assert text_rows.tolist() == [0, 0, 0, 0] and text_only.source_latents is None
 
 
-def load_builder():
-    path = PACKAGED_DATASETS / "edit" / "build.py"
-    spec = importlib.util.spec_from_file_location("edit_build", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["edit_build"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def edit_set(tmp_path_factory):
-    """The shipped editing prompt set rebuilt at 64x64 (the tiny runs' size)."""
-    folder = tmp_path_factory.mktemp("edit64")
-    assert load_builder().main(["--out", str(folder), "--size", "64"]) == 0
-    return folder
-
-
 def overrides(model_dir, output_dir, edit_set, *extra):
     return tiny_overrides(
         model_dir,
@@ -209,8 +172,8 @@ def overrides(model_dir, output_dir, edit_set, *extra):
         "rollout.rollout_batch_size=2",
         "rollout.sample_batch_size=2",
         "actor.gradient_accumulation_steps=1",
-        f"reward.components={{{SCORER}: 1.0, image_similarity: 0.0, vlm_judge: 0.0}}",
-        f"reward.allow_import=[{SCORER}]",
+        f"reward.components={{{SOURCE_SCORER}: 1.0, image_similarity: 0.0, vlm_judge: 0.0}}",
+        f"reward.allow_import=[{SOURCE_SCORER}]",
         *extra,
     )
 

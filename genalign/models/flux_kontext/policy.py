@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from genalign.models.base import Condition
+from genalign.models.base import Condition, SourcesBesideText
 from genalign.models.diffusers_common import pack_2x2, vae_encode
 from genalign.models.flux.policy import FluxPolicy, latent_image_ids
 from genalign.models.spec import FamilySpec
@@ -42,7 +42,7 @@ SPEC = FamilySpec(
 source image per prompt."""
 
 
-class FluxKontextPolicy(FluxPolicy):
+class FluxKontextPolicy(SourcesBesideText, FluxPolicy):
     """FLUX.1 Kontext: FLUX.1's transformer reads the source image's tokens beside the target's."""
 
     spec = SPEC

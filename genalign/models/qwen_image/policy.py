@@ -132,12 +132,18 @@ class QwenImagePolicy(PackedLatents, PipelineLoading):
         detach_uncond: bool = False,
     ) -> torch.Tensor:
         """v̂ [B, C, h, w] float32 at sigma [B]: packed tokens through the transformer (timestep
-        σ, text mask); norm-preserving true CFG when guidance_scale > 1."""
+        σ, text mask); norm-preserving true CFG when guidance_scale > 1. An editing family's
+        source tokens (`context_tokens`) follow the target's in the image stream, in both CFG
+        branches, and the prediction over them is dropped."""
         _, _, height, width = latents.shape
         device, dtype, transformer = self.device, self.dtype, self.transformer
+        context = self.context_tokens(cond)  # None, or (tokens [B, N_s, 4C], their (1, h', w') shapes)
+        shapes = [(1, height // 2, width // 2), *(context[1] if context is not None else [])]
 
-        def forward(hidden_states, timestep, embeds, mask, guidance=None) -> torch.Tensor:
-            img_shapes = [[(1, height // 2, width // 2)]] * hidden_states.shape[0]
+        def forward(hidden_states, timestep, embeds, mask, guidance=None, sources=None) -> torch.Tensor:
+            target = hidden_states.shape[1]
+            if sources is not None:
+                hidden_states = torch.cat([hidden_states, sources], dim=1)  # [B, N + N_s, 4C]
             with compute_precision(device, dtype):
                 out = transformer(
                     hidden_states=hidden_states.to(device, dtype),
@@ -145,21 +151,28 @@ class QwenImagePolicy(PackedLatents, PipelineLoading):
                     guidance=guidance,
                     encoder_hidden_states=embeds.to(device, dtype),
                     encoder_hidden_states_mask=mask.to(device),
-                    img_shapes=img_shapes,
+                    img_shapes=[shapes] * hidden_states.shape[0],
                     return_dict=False,
                 )[0]
-            return out.float()  # [B, hw/4, 4C]
+            return out[:, :target].float()  # [B, hw/4, 4C]
 
+        image = {} if context is None else dict(sources=context[0])
         return self.packed_velocity(
             forward,
             latents,
             sigma,
-            dict(embeds=cond.embeds, mask=cond.mask),
-            dict(embeds=cond.negative_embeds, mask=cond.negative_mask),
+            dict(embeds=cond.embeds, mask=cond.mask, **image),
+            dict(embeds=cond.negative_embeds, mask=cond.negative_mask, **image),
             guidance_scale,
             detach_uncond,
             combine=norm_preserving_cfg,
         )
+
+    def context_tokens(self, cond: Condition) -> tuple[torch.Tensor, list[tuple[int, int, int]]] | None:
+        """The tokens an editing family appends after the target's (Qwen-Image-Edit's source
+        images, `qwen_image_edit/policy.py`) with their (frames, rows, cols) shapes; None for
+        Qwen-Image, which reads text alone."""
+        return None
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,17 @@ import torch
 
 from genalign.models.tiny_random import QWEN_TEXT_HIDDEN, tiny_qwen2_5_vl, tiny_qwen2_tokenizer
 
+TINY_TRANSFORMER = dict(
+    in_channels=16,
+    out_channels=4,
+    num_layers=2,
+    attention_head_dim=16,
+    num_attention_heads=2,
+    joint_attention_dim=QWEN_TEXT_HIDDEN,
+    axes_dims_rope=(8, 4, 4),
+)
+"""The tiny transformer's sizes (the edit families shrink their published configs to these too)."""
+
 
 def build_tiny_qwen_image_pipeline(seed: int = 0):
     """A QwenImagePipeline with random tiny weights (fp32, CPU), as diffusers' Qwen-Image tests
@@ -28,17 +39,7 @@ def build_tiny_qwen_image_pipeline(seed: int = 0):
 
     tokenizer = tiny_qwen2_tokenizer()
     torch.manual_seed(seed)
-    transformer = QwenImageTransformer2DModel(
-        patch_size=2,
-        in_channels=16,
-        out_channels=4,
-        num_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=QWEN_TEXT_HIDDEN,
-        guidance_embeds=False,
-        axes_dims_rope=(8, 4, 4),
-    )
+    transformer = QwenImageTransformer2DModel(patch_size=2, guidance_embeds=False, **TINY_TRANSFORMER)
     torch.manual_seed(seed + 1)
     text_encoder = tiny_qwen2_5_vl(len(tokenizer))
     torch.manual_seed(seed + 2)

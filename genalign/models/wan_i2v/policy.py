@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from genalign.models.base import Condition
+from genalign.models.base import Condition, SourcesBesideText
 from genalign.models.diffusers_common import place, wan_vae_encode_pixels
 from genalign.models.spec import FamilySpec
 from genalign.models.wan.policy import WanPolicy
@@ -95,7 +95,7 @@ def unpack_condition(
     return condition, embeds
 
 
-class WanI2VPolicy(WanPolicy):
+class WanI2VPolicy(SourcesBesideText, WanPolicy):
     """Wan image-to-video: the transformer reads the source image's condition beside the noisy
     latents (and Wan 2.1's CLIP image tokens)."""
 

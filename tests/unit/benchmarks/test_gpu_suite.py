@@ -110,11 +110,16 @@ def test_the_time_plan_counts_compilation_and_the_family_kind(tmp_path):
     assert dataclasses.fields(plan.Item)  # the JSON's item fields are the dataclass's
 
 
+QWEN_IMAGES = ("qwen_image", "qwen_image_edit", "qwen_image_edit_plus")
+"""The 20B Qwen-Image transformer's families: one process needs more than an 80 GB card."""
+
+
 @pytest.mark.parametrize("card_gib,big_ones_run", [(79.2, False), (139.8, True)])
 def test_real_shapes_items_plan_for_the_card(card_gib, big_ones_run, tmp_path):
     """The GPU run's items, planned here: every family has a config the recipe accepts at its real
     shapes, with a memory plan (the toy family excepted) and a time estimate; Wan 2.2 T2V-A14B and
-    I2V-A14B (both experts resident) and Qwen-Image in one process run only on the 141 GB card, SD3.5 Large (its
+    I2V-A14B (both experts resident), Qwen-Image and its editing checkpoints in one process run only
+    on the 141 GB card, SD3.5 Large (its
     recipe checkpoints gradients) and Wan 2.2 TI2V-5B on both; SD3.5 Medium's family item is the
     comparison's genalign side. Planning never initialises CUDA (the items run in forked children)."""
     import torch
@@ -125,10 +130,10 @@ def test_real_shapes_items_plan_for_the_card(card_gib, big_ones_run, tmp_path):
         item = items[family]
         assert item.settings and item.estimate_s > plan.START_S, item
         assert item.plan_gib is not None, item
-        if family not in ("qwen_image",):
+        if family not in QWEN_IMAGES:
             assert item.skip is None, item
         assert item.settings["dtype"] == compose_config(item.recipe).model.dtype
-    for key in ("wan2_2_t2v_a14b", "wan2_2_i2v_a14b", "qwen_image"):
+    for key in ("wan2_2_t2v_a14b", "wan2_2_i2v_a14b", *QWEN_IMAGES, "qwen_image_edit_2511"):
         assert (items[key].skip is None) == big_ones_run, items[key]
     for key in ("sd3_5_large", "wan2_2_ti2v_5b"):
         assert items[key].skip is None and items[key].recipe == plan.VARIANT_RECIPES[key], items[key]

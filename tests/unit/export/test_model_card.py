@@ -143,6 +143,8 @@ def test_the_families_declare_their_modality():
         "qwen_image": "text-to-image",
         "wan": "text-to-video",
         "wan_i2v": "image-to-video",
+        "qwen_image_edit": "image-to-image",
+        "qwen_image_edit_plus": "image-to-image",
         "cosmos": "text-to-video",
         "hunyuan_video15": "text-to-video",
         "janus": "text-to-image",

@@ -73,7 +73,8 @@ def test_the_specs_say_what_the_old_family_tables_said():
     assert families_with(lambda s: s.sampler == "token") == ["janus"] == token_family_names()
     assert families_with(lambda s: s.media == "video") == ["cosmos", "hunyuan_video15", "wan", "wan_i2v"]
     assert families_with(lambda s: s.negative_prompt) == ["cosmos", "hunyuan_video15", "wan", "wan_i2v", "z_image"]
-    assert families_with(lambda s: s.guidance_embedding) == ["flux", "flux_kontext", "qwen_image"]
+    qwen_edits = ["qwen_image_edit", "qwen_image_edit_plus"]
+    assert families_with(lambda s: s.guidance_embedding) == ["flux", "flux_kontext", "qwen_image", *qwen_edits]
     assert families_with(lambda s: s.text_encoders) == [
         "cosmos",
         "flux",
@@ -81,15 +82,14 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "flux_kontext",
         "hunyuan_video15",
         "qwen_image",
+        *qwen_edits,
         "sd3",
         "wan",
         "wan_i2v",
         "z_image",
     ]
-    assert (
-        families_with(lambda s: s.source_images > 0) == ["flux_kontext", "wan_i2v"]
-        and family_spec("flux_kontext").source_images == family_spec("wan_i2v").source_images == 1
-    )
+    assert families_with(lambda s: s.source_images > 0) == ["flux_kontext", *qwen_edits, "wan_i2v"]
+    assert [family_spec(name).source_images for name in ["flux_kontext", *qwen_edits, "wan_i2v"]] == [1, 1, 3, 1]
     assert {name: family_spec(name).size_multiple for name in MODEL_FAMILIES.names()} == dict.fromkeys(
         MODEL_FAMILIES.names(), 16
     )
@@ -101,6 +101,8 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "hunyuan_video15": "diffusers",
         "janus": "peft",
         "qwen_image": "diffusers",
+        "qwen_image_edit": "diffusers",
+        "qwen_image_edit_plus": "diffusers",
         "sd3": "diffusers",
         "toy": "none",
         "wan": "diffusers",
@@ -124,6 +126,8 @@ def test_every_family_but_the_shipped_demo_names_its_tiny_builder():
         "hunyuan_video15",
         "janus",
         "qwen_image",
+        "qwen_image_edit",
+        "qwen_image_edit_plus",
         "sd3",
         "wan",
         "wan_i2v",

@@ -160,6 +160,8 @@ def test_empirical_shift_mu_by_hand():
     assert abs(empirical_shift_mu(1024, 10) - (8.73809524e-05 * 1024 + 1.89833333)) < 1e-12
     # past 4300 tokens the step count no longer matters
     assert empirical_shift_mu(8192, 4) == empirical_shift_mu(8192, 50)
+
+
 @pytest.mark.parametrize("shift", [5.0, 7.0, 9.0])  # HunyuanVideo 1.5 480p, 720p I2V, 720p T2V
 def test_linspace_shift_sigmas_match_the_hunyuan_video15_pipeline_bit_for_bit(shift):
     """HunyuanVideo15Pipeline hands the scheduler np.linspace(1, 0, N + 1)[:-1] and lets its
