@@ -34,8 +34,8 @@ import dataclasses
 import torch
 
 from genalign.models.base import Condition
-from genalign.models.diffusers_common import pack_2x2
-from genalign.models.qwen_image.policy import NEGATIVE_PROMPT, QwenImagePolicy, pad_tokens
+from genalign.models.diffusers_common import pack_2x2, pad_tokens
+from genalign.models.qwen_image.policy import NEGATIVE_PROMPT, QwenImagePolicy
 from genalign.models.spec import FamilySpec
 
 SPEC = FamilySpec(
