@@ -22,6 +22,8 @@ CfgBatch = Literal["joint", "split"]
 CompileMode = Literal["regional", "full"]
 Experts = Literal["both", "high_noise", "low_noise"]
 """`model.experts`' choices: which experts of a two-expert checkpoint train (models/experts.py)."""
+SourceResolution = Literal["run", "pipeline"]
+"""`model.source_resolution`'s choices: the size an editing family's VAE sees each source at."""
 
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 """`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
@@ -156,6 +158,17 @@ class ModelConfig:
     T2V-A14B's published setting is 3.0 beside 4.0 for the high-noise steps); null: the same
     as rollout.guidance_scale, as the pipeline defaults. As in the pipeline, CFG runs at all
     only when rollout.guidance_scale > 1. Families without experts must keep it null."""
+    source_resolution: SourceResolution = "run"
+    """The size an editing family encodes each source image at (the manifest check holds the
+    sources to the run's size): "run" = that size as it is (Flow-GRPO's
+    train_qwenimage_edit_plus.py, which resizes every source to the run's resolution), or
+    "pipeline" = resized as the family's diffusers pipeline resizes it before its VAE
+    (QwenImageEditPipeline / QwenImageEditPlusPipeline: about 1024² pixels at the source's
+    aspect ratio, sides multiples of 32, by the pipeline's own `calculate_dimensions`; for
+    Qwen-Image-Edit Qwen2.5-VL then sees that picture too). "pipeline" puts (1024/16)² = 4096
+    source tokens a picture beside the target's, which the memory plan counts, and for
+    Qwen-Image-Edit about 1.4k more Qwen2.5-VL tokens (raise model.max_sequence_length).
+    Families without that resize (`FamilySpec.pipeline_source_size`) must keep "run"."""
     offload_text_encoders: bool = False
     """Keep the text encoders on the CPU except while a step's prompts are encoded (once per
     step, the step's distinct prompts): their weights leave the device for sampling, replay and

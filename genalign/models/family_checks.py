@@ -2,9 +2,10 @@
 
 Where it fits: the config validation calls `family_problems(cfg)` once, beside its other value
 checks, so every family-dependent rule (sizes, video frames, negative prompt, guidance
-embedding, text-encoder offload, gradient checkpointing) comes from what the family declares, never from a table of
-family names. Checks that need the loaded checkpoint (a guidance embedding present, Wan's
-4k + 1 frames, Janus' exact size) run when the model loads.
+embedding, text-encoder offload, gradient checkpointing, the source images' size) comes from
+what the family declares, never from a table of family names. Checks that need the loaded
+checkpoint (a guidance embedding present, Wan's 4k + 1 frames, Janus' exact size) run when the
+model loads.
 """
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ def family_problems(cfg: "ExperimentConfig") -> list[str]:
                 f"model.low_noise_guidance_scale={model.low_noise_guidance_scale}: model.family={spec.name} "
                 f"has no low-noise expert (families with experts: {experts}); set it to null"
             )
+    if model.source_resolution != "run" and spec.pipeline_source_size is None:
+        resizing = ", ".join(families_with(lambda s: s.pipeline_source_size is not None))
+        problems.append(
+            f"model.source_resolution={model.source_resolution}: model.family={spec.name} encodes its "
+            f"sources at the run's size only (families with a pipeline resize: {resizing}); set it to run"
+        )
     problems += size_problems(spec, cfg.rollout.height, cfg.rollout.width)
     problems += media_problems(spec, model.num_frames, model.negative_prompt)
     return problems

@@ -122,6 +122,11 @@ class FamilySpec:
     """Whether every prompt must carry its `source_images` (an image-to-video family animates its
     source: Wan I2V); False where a prompt may come without (FLUX.1 Kontext also draws from text
     alone). A manifest with a row that carries none is refused before loading."""
+    pipeline_source_size: str | None = None
+    """"package.module:function" ((height, width) of a source -> (height, width)) of the size the
+    family's diffusers pipeline resizes a source image to before its VAE encodes it (Qwen-Image-
+    Edit's about 1024² pixels): what model.source_resolution=pipeline uses, in the policy and in
+    the memory plan (`source_size`). None: the family encodes sources at the run's size only."""
     tiny_variants: tuple[tuple[str, str], ...] = ()
     """(hub id, "package.module:function") pairs: the tiny model of a checkpoint whose form
     differs from `tiny_builder`'s (Wan 2.2's two experts, TI2V-5B's VAE), built from that hub
@@ -155,6 +160,18 @@ class FamilySpec:
         if self.source_images:
             return "image-to-video" if self.media == "video" else "image-to-image"
         return "text-to-video" if self.media == "video" else "text-to-image"
+
+    def source_size(self, source_resolution: str, height: int, width: int) -> tuple[int, int]:
+        """(height, width) the VAE sees a (height, width) source image at under
+        model.source_resolution=`source_resolution` ("run": as it is; "pipeline": the pipeline's
+        resize, `pipeline_source_size`)."""
+        if source_resolution == "run":
+            return height, width
+        if self.pipeline_source_size is None:
+            raise ValueError(
+                f"model.source_resolution={source_resolution}: model.family={self.name} has no pipeline resize"
+            )
+        return _import(self.pipeline_source_size)(height, width)
 
     def policy_class(self) -> Any:
         """The policy class (imports its module)."""

@@ -269,7 +269,9 @@ def _micro_line(cfg, arch, run) -> Line:
 def _tokens(cfg, arch) -> int:
     m = cfg.model
     image_tokens = arch.geometry.image_tokens(cfg.rollout.height, cfg.rollout.width, m.num_frames)
-    image_tokens *= 1 + arch.geometry.source_images  # an editing family's source tokens ride beside the target's
+    if arch.geometry.source_images:  # an editing family's source tokens ride beside the target's, at the size encoded
+        source = family_spec_of(cfg).source_size(m.source_resolution, cfg.rollout.height, cfg.rollout.width)
+        image_tokens += arch.geometry.source_images * arch.geometry.image_tokens(*source, m.num_frames)
     return tokens_per_row(
         image_tokens, arch.geometry.text_tokens(m.max_sequence_length), arch.geometry.text_in_sequence
     )

@@ -127,6 +127,46 @@ def test_ode_sampling_with_sources_reproduces_the_pipeline(models, monkeypatch, 
     assert (ours - start).abs().max() > 0.1  # the sample moved
 
 
+@pytest.mark.parametrize(
+    ("name", "count", "cfg_scale"),
+    [("edit", 1, 4.0), ("2509", 1, 1.0), pytest.param("2509", 2, 4.0, marks=pytest.mark.slow)],
+)
+def test_pipeline_source_resolution_reproduces_the_unmodified_pipeline(models, name, count, cfg_scale):
+    """model.source_resolution=pipeline: a 64x64 source is resized as the pipeline resizes it
+    (1024x1024 at its 1:1 ratio), and our sampler reproduces the pipeline called as users call it,
+    no size patched (Qwen-Image-Edit's Qwen2.5-VL also reads the 1024² picture: about 1.4k tokens,
+    so a larger text budget). One prompt: every 1024² source costs a VAE encode and 4096 tokens."""
+    policy_cls = QwenImageEditPolicy if name == "edit" else QwenImageEditPlusPolicy
+    _, pipe, directory = models[name]
+    policy = policy_cls.from_pretrained(directory, max_sequence_length=2048, source_resolution="pipeline")
+    picture = sources(count)[:1]  # [1, count, 3, 64, 64]
+    cond = policy.encode_conditions(PROMPTS[:1], picture, with_negative=cfg_scale > 1)
+    assert cond.source_latents.shape[-2:] == (128, 128)  # 1024² pixels / 8
+    start = initial_noise([11], [11], policy.latent_shape(64, 64))[0]  # [1, C, 8, 8]
+    sigmas = policy.sigmas(3, tuple(start.shape[1:]))
+    with torch.no_grad():
+        ours = sample_trajectory(policy, cond, start, None, sigmas, cfg_scale, 0.0, sde_step_mask(3, 0.0)).latents[
+            :, -1
+        ]
+    images = [pil(image) for image in picture[0]]
+    extra = dict(true_cfg_scale=cfg_scale, negative_prompt=" ") if cfg_scale > 1 else {}
+    theirs = pipe(
+        image=images if name != "edit" else images[0],
+        prompt=PROMPTS[0],
+        height=64,
+        width=64,
+        num_inference_steps=3,
+        latents=pack_2x2(start),
+        output_type="latent",
+        **extra,
+    ).images
+    # the longest reduction is now the VAE's attention over the source's 128x128 latent pixels
+    assert_close_reordered(
+        ours, unpack_2x2(theirs, 8, 8), length=128 * 128, depth=3 * TINY_DEPTH + 1, gain=abs(1 - cfg_scale) + cfg_scale
+    )
+    assert (ours - start).abs().max() > 0.1  # the sample moved
+
+
 def test_qwen_vl_and_the_transformer_both_read_the_source(models):
     """encode_sources = the pipeline's `_encode_vae_image` of its preprocessed source; another
     picture changes the prompt's embeddings (Qwen2.5-VL sees it) and the velocity."""
@@ -261,3 +301,24 @@ def test_editing_recipe_trains_two_steps_with_replay_parity(
     pipe = getattr(diffusers, pipeline_class).from_pretrained(directory, transformer=transformer)
     for name, tensor in pipe.transformer.state_dict().items():
         assert torch.equal(tensor, final[name].to(tensor.dtype)), name
+
+
+def test_pipeline_source_resolution_trains_with_replay_parity(tiny_qwen_image_edit_dir, edit_set, tmp_path):
+    """The editing recipe (shrunk, LoRA) with model.source_resolution=pipeline: the rollout and
+    replay read the same 1024² sources' latents, replay parity exactly 0, the adapter moved."""
+    shrunk = overrides(
+        tiny_qwen_image_edit_dir,
+        tmp_path,
+        edit_set,
+        "model.source_resolution=pipeline",
+        "model.max_sequence_length=2048",
+        "rollout.sde_window.size=0",
+        "eval.every=0",
+    )
+    trainer, initial = train_recipe_in_process(EDIT_RECIPE, shrunk)
+    assert trainer.policy.source_resolution == "pipeline"
+    rows = read_rows(tmp_path / "metrics.csv")
+    assert [r["step"] for r in rows] == ["1", "2"]
+    assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0  # replay with the resized sources = rollout
+    final = trainer.policy.transformer.state_dict()
+    assert any(not torch.equal(initial[k], final[k]) for k in initial if "lora" in k)

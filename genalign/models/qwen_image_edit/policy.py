@@ -20,17 +20,22 @@ What QwenImageEditPipeline does, checked on the tiny model (tests/integration/te
   and the prediction over the source tokens is dropped. Both CFG branches read the same source.
 - The schedule's dynamic shift counts the target's tokens only (the pipeline's
   `image_seq_len = latents.shape[1]`), which Qwen-Image's `sigmas` already does.
-- Deliberate difference, Flow-GRPO's (scripts/train_qwenimage_edit_plus.py at 9dcdc35b, which
-  resizes each source to the run's resolution and encodes it at resolution²): the source is used
-  at its own size, which the manifest check holds to the run's (data/source_images.py), where
-  the pipeline first resizes it to about 1024² pixels of its aspect ratio. The pipeline with that
-  size set to the source's own (as Flow-GRPO's patched pipeline) is what the parity test checks.
+- The size of the source, `model.source_resolution`: by default ("run") a deliberate difference,
+  Flow-GRPO's (scripts/train_qwenimage_edit_plus.py at 9dcdc35b, which resizes each source to
+  the run's resolution and encodes it at resolution²): the source is used at its own size, which
+  the manifest check holds to the run's (data/source_images.py), where the pipeline first resizes
+  it to about 1024² pixels of its aspect ratio; the parity test checks the pipeline with that size
+  set to the source's own (as Flow-GRPO's patched pipeline). With "pipeline" the source is resized
+  as the pipeline does (`pipeline_source_size`: its own `calculate_dimensions` and
+  `image_processor.resize`), the VAE and Qwen2.5-VL both see that picture, and the parity test
+  checks the unmodified pipeline.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 
 from genalign.models.base import Condition
@@ -46,9 +51,23 @@ SPEC = FamilySpec(
     guidance_embedding=True,
     source_images=1,
     tiny_builder="genalign.models.qwen_image_edit.tiny:build_tiny_qwen_image_edit_pipeline",
+    pipeline_source_size="genalign.models.qwen_image_edit.policy:pipeline_source_size",
 )
 """Qwen-Image-Edit: Qwen-Image's geometry (16 pixels per packed token), one source image per
 prompt (QwenImageEditPipeline's template holds one picture)."""
+
+
+VAE_AREA_PIXELS = 1024 * 1024
+"""The area QwenImageEditPipeline resizes a source to (a literal in its `__call__`)."""
+
+
+def pipeline_source_size(height: int, width: int) -> tuple[int, int]:
+    """(height, width) QwenImageEditPipeline resizes a (height, width) source to: about
+    `VAE_AREA_PIXELS` at its aspect ratio, by the pipeline's own `calculate_dimensions`."""
+    from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit import calculate_dimensions
+
+    resized_width, resized_height, _ = calculate_dimensions(VAE_AREA_PIXELS, width / height)
+    return int(resized_height), int(resized_width)
 
 
 def uint8_to_pil(images: torch.Tensor) -> list:
@@ -67,6 +86,14 @@ class QwenImageEditPolicy(QwenImagePolicy):
     display_name = "Qwen-Image-Edit"
     diffusers_pipeline = SPEC.pipeline_class
 
+    config_options = ("embedded_guidance", "source_resolution")
+
+    def __init__(self, pipeline, *args, source_resolution: str = "run", **kwargs):
+        super().__init__(pipeline, *args, **kwargs)
+        if source_resolution not in ("run", "pipeline"):
+            raise ValueError(f"model.source_resolution={source_resolution!r}: choose run or pipeline")
+        self.source_resolution = source_resolution
+
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
         raise ValueError(
             f"{self.display_name} edits a source image: every prompt needs one (a manifest row's "
@@ -76,8 +103,18 @@ class QwenImageEditPolicy(QwenImagePolicy):
     def condition_images(self, sources: list) -> object:
         """What the pipeline's `encode_prompt(image=...)` takes for one prompt's source PIL images:
         QwenImageEditPipeline's template holds one picture, at the size the VAE sees it."""
-        (image,) = sources
+        (image,) = self.vae_images(sources)
         return image
+
+    def vae_images(self, sources: list) -> list:
+        """One prompt's source PIL images at the size the VAE encodes them (model.source_resolution):
+        as they are, or resized by the pipeline's own `image_processor.resize`."""
+        resized = []
+        for image in sources:
+            height, width = self.spec.source_size(self.source_resolution, image.height, image.width)
+            same = (height, width) == (image.height, image.width)
+            resized.append(image if same else self.pipeline.image_processor.resize(image, height, width))
+        return resized
 
     @torch.no_grad()
     def encode_conditions(self, prompts: list[str], images: torch.Tensor, with_negative: bool) -> Condition:
@@ -115,10 +152,15 @@ class QwenImageEditPolicy(QwenImagePolicy):
 
     @torch.no_grad()
     def encode_sources(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 [B, S, 3, H, W] -> float32 latents [B, S, C, H/8, W/8]: the VAE posterior's mode
-        normalised per channel (`encode_images`, what the pipeline's `_encode_vae_image` computes)."""
+        """uint8 [B, S, 3, H, W] -> float32 latents [B, S, C, H'/8, W'/8], (H', W') the size
+        model.source_resolution gives (`vae_images`): the VAE posterior's mode normalised per
+        channel (`encode_images`, what the pipeline's `_encode_vae_image` computes)."""
         batch, count = images.shape[:2]
-        latents = self.encode_images(images.flatten(0, 1))  # [B·S, C, h, w]
+        flat = images.flatten(0, 1)  # [B·S, 3, H, W]
+        if self.source_resolution != "run":  # the pipeline's resize, through PIL as the pipeline does
+            pictures = self.vae_images(uint8_to_pil(flat))
+            flat = torch.stack([torch.from_numpy(np.array(picture)).permute(2, 0, 1) for picture in pictures])
+        latents = self.encode_images(flat)  # [B·S, C, h, w]
         return latents.reshape(batch, count, *latents.shape[1:]).cpu()
 
     def context_tokens(self, cond: Condition) -> tuple[torch.Tensor, list[tuple[int, int, int]]] | None:

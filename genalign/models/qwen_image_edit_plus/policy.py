@@ -14,7 +14,10 @@ model (tests/integration/test_qwen_image_edit.py):
 - Each source's latents are packed and appended in order; `img_shapes` lists them after the
   target's. Qwen-Image-Edit-2511's transformer config sets `zero_cond_t`: the transformer itself
   then modulates the source tokens at timestep 0, which it reads from the same `img_shapes`.
-- The VAE sees each source at its own size (Qwen-Image-Edit's deliberate difference, Flow-GRPO's).
+- The VAE sees each source at its own size (Qwen-Image-Edit's deliberate difference, Flow-GRPO's),
+  or with model.source_resolution=pipeline resized as the pipeline does (`pipeline_source_size`:
+  about `VAE_IMAGE_SIZE` pixels at its aspect ratio); Qwen2.5-VL's 384² picture is resized from
+  the source as given either way, as the pipeline resizes both from the caller's image.
 """
 
 from __future__ import annotations
@@ -33,9 +36,19 @@ SPEC = FamilySpec(
     tiny_variants=(
         ("Qwen/Qwen-Image-Edit-2511", "genalign.models.qwen_image_edit_plus.tiny:build_tiny_2511_pipeline"),
     ),
+    pipeline_source_size="genalign.models.qwen_image_edit_plus.policy:pipeline_source_size",
 )
 """Qwen-Image-Edit-2509 / -2511: Qwen-Image's geometry, up to three source images per prompt (the
 model card's recommended 1 to 3; the pipeline takes a list)."""
+
+
+def pipeline_source_size(height: int, width: int) -> tuple[int, int]:
+    """(height, width) QwenImageEditPlusPipeline resizes a (height, width) source to for its VAE:
+    about its `VAE_IMAGE_SIZE` pixels at the aspect ratio, by its own `calculate_dimensions`."""
+    from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit_plus as plus
+
+    resized_width, resized_height = plus.calculate_dimensions(plus.VAE_IMAGE_SIZE, width / height)
+    return int(resized_height), int(resized_width)
 
 
 class QwenImageEditPlusPolicy(QwenImageEditPolicy):

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from genalign.config.loader import compose_config
@@ -107,3 +108,35 @@ def test_a_spec_needing_sources_must_take_some():
 
     with pytest.raises(ValueError, match="source_required"):
         FamilySpec(name="x", policy="m:P", export="none", source_required=True)
+
+
+def test_pipeline_source_resolution_counts_the_sources_at_the_pipelines_size():
+    """model.source_resolution=pipeline: the memory plan counts each source at the size
+    QwenImageEditPipeline resizes it to (about 1024² pixels at its ratio, sides multiples of 32):
+    a 512x512 source is 1024x1024, 4096 tokens where the run's size is 1024; a 512x768 one is
+    832x1248 (round(sqrt(1024² x 1.5) / 32) x 32 = 1248, round(1248.1 / 1.5 / 32) x 32 = 832),
+    52 x 78 = 4056 tokens where the run's size is 32 x 48 = 1536."""
+    from genalign.models.architecture import load_architecture
+    from genalign.models.spec import family_spec
+    from genalign.preflight.memory_terms import _tokens
+
+    for family, recipe in [
+        ("qwen_image_edit", "experiment/diffusion/qwen_image_edit/online_grpo_edit"),
+        ("qwen_image_edit_plus", "experiment/diffusion/qwen_image_edit_plus/online_grpo_edit"),
+    ]:
+        for (height, width), run_tokens, pipeline_tokens in [((512, 512), 1024, 4096), ((512, 768), 1536, 4056)]:
+            size = [f"rollout.height={height}", f"rollout.width={width}"]
+            run = compose_config(recipe, size)
+            pipeline = compose_config(recipe, [*size, "model.source_resolution=pipeline"])
+            arch = load_architecture(family_spec(family), run.model.path)
+            assert arch.geometry.source_images == 1
+            assert _tokens(pipeline, arch) - _tokens(run, arch) == pipeline_tokens - run_tokens, (family, height, width)
+
+
+def test_pipeline_source_resolution_on_a_family_without_that_resize_is_refused_naming_the_key():
+    from genalign.config.errors import ConfigError
+    from genalign.preflight.load import load_config
+
+    with pytest.raises(ConfigError, match="model.source_resolution=pipeline: model.family=flux_kontext"):
+        load_config(RECIPE, ["model.source_resolution=pipeline"])
+    assert compose_config(RECIPE, []).model.source_resolution == "run"
