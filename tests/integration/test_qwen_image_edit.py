@@ -1,7 +1,8 @@
 """Qwen-Image-Edit and Qwen-Image-Edit-Plus (2509, 2511) on tiny random pipelines built from the
 published configs and loaded from disk: our sampler with the SDE off reproduces
 QwenImageEditPipeline / QwenImageEditPlusPipeline for the same source pictures (with and without
-true CFG; two pictures a prompt for Plus; 2511's zero_cond_t), Qwen2.5-VL reads the source, the
+true CFG; two pictures a prompt for Plus; 2511's zero_cond_t; with model.source_resolution=pipeline
+the unmodified pipelines, sources resized to about 1024²), Qwen2.5-VL reads the source, the
 exported LoRA loads into the pipeline, and the shipped editing recipe (shrunk) trains the LoRA and
 the whole transformer with source images from a manifest, replay parity 0."""
 
@@ -303,6 +304,7 @@ def test_editing_recipe_trains_two_steps_with_replay_parity(
         assert torch.equal(tensor, final[name].to(tensor.dtype)), name
 
 
+@pytest.mark.slow  # about 3 minutes on a busy 2-core box; replay reads Condition.source_latents as "run" does
 def test_pipeline_source_resolution_trains_with_replay_parity(tiny_qwen_image_edit_dir, edit_set, tmp_path):
     """The editing recipe (shrunk, LoRA; one step without CFG, as every 1024² source costs) with
     model.source_resolution=pipeline: the rollout and replay read the same resized sources'
