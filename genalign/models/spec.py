@@ -47,6 +47,11 @@ blocks; the toy whole) — `replay` kept for backward by eager kernels under CUD
 policy, `replay_compiled` by the regionally compiled graph, `replay_checkpointed` with gradient
 checkpointing (eager), `rollout_peak` the peak working bytes of a no-grad forward (eager) — and
 `measured_on`, what was measured (the plan prints it)."""
+OUTSIDE_BLOCKS = "replay_outside_blocks"
+"""An optional calibration key: bytes kept for backward per image token outside the repeated
+blocks, counted once per token (NextStep-1's flow head, which walks each token through its head
+steps: far more than a block keeps, so folding it into the per-block bytes would scale it by the
+depth). A family without it folds such terms into the blocks' bytes."""
 
 
 class MissingCalibration(ValueError):
