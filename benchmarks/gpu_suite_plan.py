@@ -29,6 +29,7 @@ VALUE_ORDER = (
     "flux",
     "wan",
     "janus",
+    "nextstep",
     "cosmos",
     "qwen_image",
     "flux_kontext",

@@ -24,7 +24,7 @@ from genalign.preflight.load import load_config  # noqa: E402
 from genalign.preflight.memory_plan import estimate_memory  # noqa: E402
 
 
-@pytest.mark.parametrize("family", ["toy", "cosmos", "qwen_image", "janus"])
+@pytest.mark.parametrize("family", ["toy", "cosmos", "qwen_image", "janus", "nextstep"])
 def test_shrinking_keeps_the_chunk_and_micro_batch_and_gives_valid_configs(family, tmp_path):
     recipe = plan.family_recipes()[family]
     base = [

@@ -70,7 +70,7 @@ def test_a_missing_calibration_is_a_refusal_naming_what_is_missing(tmp_path, mon
 
 
 def test_the_specs_say_what_the_old_family_tables_said():
-    assert families_with(lambda s: s.sampler == "token") == ["janus"] == token_family_names()
+    assert families_with(lambda s: s.sampler == "token") == ["janus", "nextstep"] == token_family_names()
     assert families_with(lambda s: s.media == "video") == ["cosmos", "hunyuan_video15", "wan", "wan_i2v"]
     assert families_with(lambda s: s.negative_prompt) == ["cosmos", "hunyuan_video15", "wan", "wan_i2v", "z_image"]
     qwen_edits = ["qwen_image_edit", "qwen_image_edit_plus"]
@@ -100,6 +100,7 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "flux_kontext": "diffusers",
         "hunyuan_video15": "diffusers",
         "janus": "peft",
+        "nextstep": "none",
         "qwen_image": "diffusers",
         "qwen_image_edit": "diffusers",
         "qwen_image_edit_plus": "diffusers",
@@ -112,7 +113,9 @@ def test_the_specs_say_what_the_old_family_tables_said():
     }
     assert family_spec("janus").pipeline_class == "JanusForConditionalGeneration"
     assert (
-        families_with(lambda s: not s.split_cfg) == families_with(lambda s: not s.gradient_checkpointing) == ["janus"]
+        families_with(lambda s: not s.split_cfg)
+        == families_with(lambda s: not s.gradient_checkpointing)
+        == ["janus", "nextstep"]
     )
     assert family_spec("toy").builtin_path == "builtin" and not family_spec("toy").hub_weights
 
@@ -125,6 +128,7 @@ def test_every_family_but_the_shipped_demo_names_its_tiny_builder():
         "flux_kontext",
         "hunyuan_video15",
         "janus",
+        "nextstep",
         "qwen_image",
         "qwen_image_edit",
         "qwen_image_edit_plus",
