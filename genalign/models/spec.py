@@ -131,6 +131,10 @@ class FamilySpec:
     """(hub id, "package.module:function") pairs: the tiny model of a checkpoint whose form
     differs from `tiny_builder`'s (Wan 2.2's two experts, TI2V-5B's VAE), built from that hub
     id's published configs shrunk; `build_tiny(seed, path)` picks it for `path`."""
+    fixed_rollout_keys: tuple[str, ...] = ()
+    """`rollout.*` keys the family's sampler does not read, its own settings fixed on the policy
+    instead (NextStep-1's flow head: its steps, noise level and kernel are `HeadSampling`'s): a
+    config setting one away from its default is refused, naming the key, rather than ignored."""
     package: str | None = None
     """The family's folder, named as the importable package it is ("genalign.models.sd3"): beside
     the policy it holds `architectures/` (the published configs of the checkpoints the family

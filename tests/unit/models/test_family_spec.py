@@ -185,3 +185,21 @@ def test_the_family_checks_read_the_spec():
     assert family_problems(cfg) == []
     cfg.model.family = "no_such_family"
     assert family_problems(cfg) == []  # the registry check names it
+
+
+def test_rollout_keys_a_family_fixes_on_its_policy_are_refused_naming_the_key():
+    from genalign.config.schema import ExperimentConfig
+    from genalign.models.family_checks import family_problems
+
+    cfg = ExperimentConfig()
+    cfg.model.family, cfg.rollout.height, cfg.rollout.width = "nextstep", 64, 64
+    assert family_problems(cfg) == []  # left at their defaults: nothing to ignore
+    cfg.rollout.num_steps, cfg.rollout.noise_level = 20, 1.0
+    assert family_problems(cfg) == [
+        f"rollout.{key}={value}: model.family=nextstep does not read it (its sampler's num_steps, "
+        "noise_level, kernel are fixed on the policy); remove it"
+        for key, value in (("num_steps", 20), ("noise_level", 1.0))
+    ]
+    cfg.model.family = "janus"  # its spec fixes none: the token checks elsewhere own these keys
+    cfg.rollout.height = cfg.rollout.width = 384
+    assert family_problems(cfg) == []
