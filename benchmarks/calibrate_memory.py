@@ -33,6 +33,12 @@ Janus-Pro (the token family) the same way on its replay call `token_log_probs`: 
 Janus with its language model replaced by Janus-Pro-7B's LLaMA block at its real width, cut
 to 2 blocks, at two image-token counts. Its language model has no gradient checkpointing, so
 `replay_checkpointed` is the block input alone (2 bytes per unit, derived, not measured).
+
+NextStep-1 (the continuous-token family) the same way, with its flow head apart: the head walks
+every image token through `HeadSampling.num_steps` steps, far more bytes per token than a
+decoder block keeps, so the decoder is measured at 1 and 2 of NextStep-1-Large's blocks (the
+real width and head); a block's bytes are the difference, and what stays per image token is
+`replay_outside_blocks`, which the plan adds once per image token instead of per block.
 """
 
 from __future__ import annotations
@@ -56,7 +62,8 @@ from torch.utils._pytree import tree_flatten  # noqa: E402
 
 from genalign.models.architecture import shipped_file, transformer_shape  # noqa: E402
 from genalign.models.janus.tiny import JANUS_SHAPES, build_tiny_janus  # noqa: E402
-from genalign.models.spec import CALIBRATION, family_spec  # noqa: E402
+from genalign.models.nextstep.tiny import build_tiny_nextstep  # noqa: E402
+from genalign.models.spec import CALIBRATION, OUTSIDE_BLOCKS, family_spec  # noqa: E402
 from genalign.models.tiny_random import save_tiny  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402
@@ -497,6 +504,91 @@ def calibrate_janus(root: Path, small: int = JANUS_TOKENS) -> dict:
     return result
 
 
+NEXTSTEP_SIDES = ((64, 64), (64, 128))
+"""(height, width) of the NextStep-1 calibration: 16 and 32 image tokens (16 pixels a token)."""
+
+
+def _nextstep_policy(root: Path, layers: int):
+    """NextStep-1-Large's decoder block at its real width and its real flow head (shipped
+    architecture file), the decoder cut to `layers`, loaded through `build_policy` (LoRA)."""
+    large = json.loads(shipped_file(family_spec("nextstep"), "stepfun-ai/NextStep-1-Large").read_text())
+    config = {k: v for k, v in large["components"]["transformer"]["config"].items() if v is not None}
+    config.update(num_hidden_layers=layers, max_position_embeddings=1024)
+    build_tiny_nextstep(0, config).save_pretrained(root / f"nextstep_{layers}")
+    cfg = load_config(
+        None,
+        [
+            "model.family=nextstep",
+            "algorithm.name=ar_grpo",
+            f"model.path={root / f'nextstep_{layers}'}",
+            "model.dtype=bfloat16",
+            "model.device=cpu",
+            "model.train_mode=lora",
+        ],
+    )
+    torch.manual_seed(0)
+    policy = build_policy(cfg)
+    (root / f"nextstep_{layers}" / "model.safetensors").unlink()  # 2-5 GB: the policy holds the weights
+    return policy
+
+
+def _nextstep_points(policy, measure_one) -> list:
+    """`measure_one(run)` at the two `NEXTSTEP_SIDES`; run() is one replay call `token_log_probs`
+    over random head walks (one sample, no CFG)."""
+    points = []
+    for height, width in NEXTSTEP_SIDES:
+        policy.check_image_size(height, width)
+        cond = policy.encode_prompts(["a calibration prompt"], with_negative=False)
+        steps, dim = policy.sampling.num_steps, policy.model.arch.token_dim
+        walks = torch.randn(1, policy.num_image_tokens, steps + 1, dim)
+        run = lambda: policy.token_log_probs(cond, walks, guidance_scale=1.0, temperature=1.0)  # noqa: E731
+        points.append((policy.num_image_tokens, *measure_one(run)))
+    return points
+
+
+def _per_token(points: list) -> float:
+    """Bytes per image token from two (tokens, bytes) measurements."""
+    (n1, b1), (n2, b2) = points
+    return (b2 - b1) / (n2 - n1)
+
+
+def calibrate_nextstep(root: Path) -> dict:
+    """NextStep-1 on its replay call `token_log_probs`, as Janus, with the flow head apart: its
+    walk of `HeadSampling.num_steps` steps per image token dwarfs a decoder block's bytes, so
+    the replay is measured with the decoder at 1 and 2 blocks of NextStep-1-Large's width (eager,
+    then with the blocks compiled); the difference is a block's (`replay`, `replay_compiled`, per
+    unit of width), the eager rest per image token `replay_outside_blocks` (the head's walk and
+    the image projectors; the head is never compiled)."""
+    eager, compiled = {}, {}
+    for layers in (1, 2):
+        policy = _nextstep_policy(root, layers)
+        policy.transformer.train()
+        with CudaAutocastPolicy():
+            eager[layers] = _per_token(_nextstep_points(policy, lambda run: _saved(policy.model, run)))
+        if layers == 2:
+            policy.transformer.eval()
+            with CudaAutocastPolicy():
+                (n1, _, peak1), (n2, _, peak2) = _nextstep_points(policy, lambda run: _live(run, grad=False))
+            policy.transformer.train()
+        for block in [m for m in policy.transformer.modules() if type(m).__name__ in policy.repeated_blocks]:
+            block.compile(backend=COMPILE_BACKEND, dynamic=False)
+        compiled[layers] = _per_token(_nextstep_points(policy, lambda run: _saved(policy.model, run)))
+    hidden, arch = policy.model.arch.hidden_size, policy.model.arch
+    return {
+        "rollout_peak": (peak2 - peak1) / (n2 - n1) / hidden,
+        "replay": (eager[2] - eager[1]) / hidden,
+        "replay_compiled": (compiled[2] - compiled[1]) / hidden,
+        "replay_checkpointed": 2.0,  # the bfloat16 block input; NextStep-1 has no checkpointing to measure
+        OUTSIDE_BLOCKS: eager[1] - (eager[2] - eager[1]),
+        "measured_on": (
+            f"nextstep: NextStep-1-Large's Qwen2.5 block (width {hidden}) at 1 and 2 blocks and its flow head "
+            f"({arch.fm_head_layers} x {arch.fm_head_dim}, {policy.sampling.num_steps} head steps), bfloat16 "
+            f"autocast with CUDA's float32 list (eager), {COMPILE_BACKEND} (compiled blocks), CPU "
+            "(replay_checkpointed derived, not measured)"
+        ),
+    }
+
+
 TOY_ROWS = 4
 """The smaller batch of the toy calibration (the larger is twice it): the toy draws only 32 x 32."""
 
@@ -564,6 +656,7 @@ CALIBRATORS = {
         for family, side in FAMILIES.items()
     },
     "janus": calibrate_janus,
+    "nextstep": calibrate_nextstep,
     "toy": calibrate_toy,
 }
 """family -> its measurement (the token family has its own replay call)."""

@@ -30,6 +30,10 @@ from pathlib import Path
 from genalign.models.spec import FamilySpec
 
 TRANSFORMER = "transformer"
+GENALIGN = "genalign"
+"""The library name of a component genalign builds itself (`build_component`)."""
+WEIGHT_LIBRARIES = ("diffusers", "transformers", GENALIGN)
+"""Libraries whose components hold weights (tokenizers and schedulers do not)."""
 DENOISER = re.compile(r"^transformer(_\d+)?$")
 """Component names of the denoiser's models: `transformer`, and the further experts diffusers
 names `transformer_2` (Wan 2.2 A14B's low-noise expert)."""
@@ -155,8 +159,9 @@ def architecture_source(spec: FamilySpec, path: str, builtin: bool = False) -> t
 
 def _directory_components(local: Path, family_components: dict) -> dict:
     """The components a directory's configs describe: every `model_index.json` entry with a
-    `<name>/config.json`; without an index (a transformers model, the toy), the family file's
-    components whose config is in the directory (a composite's at `config.json`)."""
+    `<name>/config.json`; without an index (a transformers model, the toy, NextStep-1), the family
+    file's components whose config is in the directory (a composite's at `config.json`, another
+    at its entry's `config_file`, else `<name>/config.json`)."""
     if (local / "model_index.json").is_file():
         index = json.loads((local / "model_index.json").read_text())
         return {
@@ -168,7 +173,8 @@ def _directory_components(local: Path, family_components: dict) -> dict:
         }
     found = {}
     for name, spec in family_components.items():
-        config = local / ("config.json" if "parts" in spec else f"{name}/config.json")
+        # a composite's config (or one the family file places with `config_file`) is at the root
+        config = local / spec.get("config_file", "config.json" if "parts" in spec else f"{name}/config.json")
         if config.is_file():
             found[name] = {**spec, "config": json.loads(config.read_text())}
     return found
@@ -190,8 +196,17 @@ def _cached_snapshot(path: str) -> Path | None:
 def build_component(library: str, class_name: str, config: dict):
     """The component's real diffusers / transformers class instantiated from its config, with
     freshly initialised weights on the current default device and dtype (`torch.device(...)`
-    and `torch.set_default_dtype` around the call choose them)."""
+    and `torch.set_default_dtype` around the call choose them). Library "genalign": a model no
+    library ships, implemented by a family of genalign (NextStep-1), named "genalign.module:Class"
+    and built by the class's `from_config(config)`."""
     config = {k: v for k, v in config.items() if not k.startswith("_")}
+    if library == GENALIGN:
+        module_name, _, attr = class_name.partition(":")
+        if not module_name.startswith("genalign.") or not attr:
+            raise ValueError(f"library genalign: class {class_name!r} is not 'genalign.<module>:<Class>'")
+        import importlib
+
+        return getattr(importlib.import_module(module_name), attr).from_config(config)
     if library == "diffusers":
         import diffusers
 
@@ -287,7 +302,7 @@ def load_architecture(spec: FamilySpec, path: str, builtin: bool = False) -> Arc
         ):
             raise ValueError(f"{source}: {name} is not the transformer's architecture; the plan counts experts alike")
     for name, entry in components.items():
-        if entry["library"] not in ("diffusers", "transformers"):
+        if entry["library"] not in WEIGHT_LIBRARIES:
             continue  # tokenizers, schedulers: no weights
         built = build_on_meta(entry["library"], entry["class"], dict(entry["config"]))
         split = _parts(built, name, entry["parts"]) if "parts" in entry else [(name, built)]

@@ -2,8 +2,9 @@
 
 Where it fits: the config validation calls `family_problems(cfg)` once, beside its other value
 checks, so every family-dependent rule (sizes, video frames, negative prompt, guidance
-embedding, text-encoder offload, gradient checkpointing, the source images' size) comes from
-what the family declares, never from a table of family names. Checks that need the loaded
+embedding, text-encoder offload, gradient checkpointing, the source images' size, rollout keys
+the sampler ignores) comes from what the family declares, never from a table of family names.
+Checks that need the loaded
 checkpoint (a guidance embedding present, Wan's 4k + 1 frames, Janus' exact size) run when the
 model loads.
 """
@@ -67,7 +68,19 @@ def family_problems(cfg: "ExperimentConfig") -> list[str]:
         )
     problems += size_problems(spec, cfg.rollout.height, cfg.rollout.width)
     problems += media_problems(spec, model.num_frames, model.negative_prompt)
+    problems += fixed_rollout_problems(spec, cfg.rollout)
     return problems
+
+
+def fixed_rollout_problems(spec: FamilySpec, rollout) -> list[str]:
+    """A `spec.fixed_rollout_keys` key set away from its default: the family would ignore it."""
+    defaults = type(rollout)()
+    return [
+        f"rollout.{key}={getattr(rollout, key)}: model.family={spec.name} does not read it (its sampler's "
+        f"{', '.join(spec.fixed_rollout_keys)} are fixed on the policy); remove it"
+        for key in spec.fixed_rollout_keys
+        if getattr(rollout, key) != getattr(defaults, key)
+    ]
 
 
 def size_problems(spec: FamilySpec, height: int, width: int) -> list[str]:

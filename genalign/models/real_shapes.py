@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import torch
 
-from genalign.models.architecture import architecture_source, build_component
+from genalign.models.architecture import GENALIGN, WEIGHT_LIBRARIES, architecture_source, build_component
 from genalign.models.spec import family_spec
 from genalign.models.tiny_random import building
 
 FLOAT32_COMPONENTS = ("vae",)
 """Components built in float32 whatever the compute dtype (the policies decode in float32)."""
-WEIGHT_LIBRARIES = ("diffusers", "transformers")
-"""Libraries whose components hold weights (tokenizers and schedulers do not)."""
 
 
 def real_components(family: str, path: str) -> dict[str, dict]:
@@ -52,7 +50,9 @@ def own_components(loaded) -> dict[str, dict]:
         library = type(module).__module__.split(".")[0]
         config = dict(module.config) if library == "diffusers" else module.config.to_dict()
         config = {k: v for k, v in config.items() if k not in ("dtype", "torch_dtype", "transformers_version")}
-        out[name] = {"library": library, "class": type(module).__name__, "config": config}
+        # a model genalign implements is named by its import path (`build_component`)
+        name_of = f"{type(module).__module__}:{type(module).__name__}" if library == GENALIGN else type(module).__name__
+        out[name] = {"library": library, "class": name_of, "config": config}
     return out
 
 
@@ -87,6 +87,8 @@ def build_with_components(
     if len(built) != 1:
         raise ValueError(f"model.family={family}: expected one composite model to replace, got {sorted(built)}")
     (model,) = built.values()
+    if hasattr(loaded, "with_model"):  # a bundle that swaps its model itself (NextStep-1's)
+        return loaded.with_model(model)
     model.generation_config = loaded.model.generation_config
     return type(loaded)(model, loaded.processor)
 

@@ -20,3 +20,4 @@ MODEL_FAMILIES.register("hunyuan_video15", "genalign.models.hunyuan_video15:SPEC
 MODEL_FAMILIES.register("z_image", "genalign.models.z_image:SPEC")
 MODEL_FAMILIES.register("qwen_image_edit", "genalign.models.qwen_image_edit:SPEC")
 MODEL_FAMILIES.register("qwen_image_edit_plus", "genalign.models.qwen_image_edit_plus:SPEC")
+MODEL_FAMILIES.register("nextstep", "genalign.models.nextstep:SPEC")

@@ -47,6 +47,11 @@ blocks; the toy whole) — `replay` kept for backward by eager kernels under CUD
 policy, `replay_compiled` by the regionally compiled graph, `replay_checkpointed` with gradient
 checkpointing (eager), `rollout_peak` the peak working bytes of a no-grad forward (eager) — and
 `measured_on`, what was measured (the plan prints it)."""
+OUTSIDE_BLOCKS = "replay_outside_blocks"
+"""An optional calibration key: bytes kept for backward per image token outside the repeated
+blocks, counted once per token (NextStep-1's flow head, which walks each token through its head
+steps: far more than a block keeps, so folding it into the per-block bytes would scale it by the
+depth). A family without it folds such terms into the blocks' bytes."""
 
 
 class MissingCalibration(ValueError):
@@ -131,6 +136,10 @@ class FamilySpec:
     """(hub id, "package.module:function") pairs: the tiny model of a checkpoint whose form
     differs from `tiny_builder`'s (Wan 2.2's two experts, TI2V-5B's VAE), built from that hub
     id's published configs shrunk; `build_tiny(seed, path)` picks it for `path`."""
+    fixed_rollout_keys: tuple[str, ...] = ()
+    """`rollout.*` keys the family's sampler does not read, its own settings fixed on the policy
+    instead (NextStep-1's flow head: its steps, noise level and kernel are `HeadSampling`'s): a
+    config setting one away from its default is refused, naming the key, rather than ignored."""
     package: str | None = None
     """The family's folder, named as the importable package it is ("genalign.models.sd3"): beside
     the policy it holds `architectures/` (the published configs of the checkpoints the family

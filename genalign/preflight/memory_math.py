@@ -104,6 +104,13 @@ def replay_activation_bytes(
     return per_block * layers * per_unit
 
 
+def outside_blocks_bytes(rows: int, image_tokens: int, dtype_bytes: int, per_image_token: float) -> float:
+    """Bytes autograd keeps per image token outside the repeated blocks, counted once per token
+    rather than per block (calibration `replay_outside_blocks`: NextStep-1's flow head walking
+    each token through its head steps; 0 for a family that folds these terms into the blocks')."""
+    return rows * image_tokens * per_image_token * dtype_bytes / CALIBRATION_BYTES
+
+
 def chain_activation_bytes(forward_bytes: float, forwards: int, chain_checkpointed: bool, input_bytes: float) -> float:
     """Autograd's hold over a chain of `forwards` denoiser forwards back-propagated together
     (reward feedback: the last K sampling steps). Kept whole, every forward's activations

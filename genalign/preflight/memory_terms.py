@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from genalign.algorithms.registry import algorithm_class
 from genalign.models.architecture import TRANSFORMER, decoder_gradient_bytes, load_architecture, lora_parameters
 from genalign.models.experts import trained_components
-from genalign.models.spec import MissingCalibration, family_spec
+from genalign.models.spec import OUTSIDE_BLOCKS, MissingCalibration, family_spec
 from genalign.preflight.memory_math import (
     DTYPE_BYTES,
     FLOAT32_COMPONENTS,
@@ -25,6 +25,7 @@ from genalign.preflight.memory_math import (
     autocast_cache_bytes,
     chain_activation_bytes,
     kv_cache_bytes,
+    outside_blocks_bytes,
     replay_activation_bytes,
     replay_coefficient,
     replay_rows,
@@ -188,6 +189,8 @@ def _activation_line(cfg, arch, calibration: dict, run) -> Line:
         calibration["replay_checkpointed"],
         m.gradient_checkpointing,
     )
+    image_tokens = arch.geometry.image_tokens(cfg.rollout.height, cfg.rollout.width, m.num_frames)
+    activations += outside_blocks_bytes(rows, image_tokens, dtype_bytes, calibration.get(OUTSIDE_BLOCKS, 0.0))
     forwards, chain_checkpointed = algorithm_class(cfg).backprop_forwards(cfg.algorithm, cfg.rollout.num_steps)
     chain = ""
     if forwards > 1:  # reward feedback: the backward runs through `forwards` sampling steps at once

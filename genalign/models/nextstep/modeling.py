@@ -20,7 +20,7 @@ patch, row-major (`patchify`), as the authors' `patchify` orders them.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -81,6 +81,10 @@ class NextStepArchitecture:
                 "(q/k/v with bias, o_proj without, an untied lm_head), as NextStep-1-Large"
             )
         return arch
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config.json keys (what `from_dict` reads back)."""
+        return {"model_type": "nextstep", **asdict(self)}
 
     @property
     def token_dim(self) -> int:
@@ -152,6 +156,18 @@ class NextStepModel(nn.Module):
         self.image_in_projector = nn.Linear(arch.token_dim, arch.hidden_size)
         self.image_out_projector = nn.Linear(arch.hidden_size, arch.hidden_size)
         self.image_head = FlowHead(arch.token_dim, arch.hidden_size, arch.fm_head_dim, arch.fm_head_layers)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "NextStepModel":
+        """Freshly initialised from a config.json's keys (what the memory plan builds on the meta
+        device from the family's architecture file: `models/architecture.py`)."""
+        return cls(NextStepArchitecture.from_dict(config))
+
+    @property
+    def config(self) -> NextStepArchitecture:
+        """The architecture (hidden_size, num_hidden_layers, num_key_value_heads, ...), read as a
+        transformers decoder's config is by the memory plan's `transformer_shape`."""
+        return self.arch
 
     def decode_hidden(
         self, inputs_embeds: torch.Tensor, padding: torch.Tensor, past_key_values=None

@@ -58,6 +58,10 @@ SPEC = FamilySpec(
     export="none",
     hub_weights=False,
     tiny_builder="genalign.models.nextstep.tiny:build_tiny_nextstep",
+    # the head's steps, noise and kernel are HeadSampling's (the token collector passes only
+    # guidance and temperature): a recipe setting these would be ignored, so it is refused
+    fixed_rollout_keys=("num_steps", "noise_level", "kernel"),
+    package="genalign.models.nextstep",
 )
 
 IMAGE_AREA_TOKEN = "<|image_area|>"
@@ -121,6 +125,14 @@ class NextStepPolicy:
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> "NextStepPolicy":
         return cls.from_pretrained(cfg.path, cfg.dtype, cfg.device)
+
+    @classmethod
+    def from_loaded(cls, bundle, cfg: ModelConfig) -> "NextStepPolicy":
+        """The policy over a model, tokenizer and VAE already built (`bundle`: what
+        `from_pretrained` loads; the benchmarks' random-weight models), with `cfg`'s device and dtype."""
+        return cls(
+            bundle.model.eval(), bundle.tokenizer, bundle.vae, resolve_device(cfg.device), resolve_dtype(cfg.dtype)
+        )
 
     @classmethod
     def from_pretrained(cls, path: str, dtype: str = "float32", device: str = "auto") -> "NextStepPolicy":

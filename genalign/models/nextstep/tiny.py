@@ -89,6 +89,12 @@ class NextStepBundle:
     def __init__(self, model: NextStepModel, config: dict, tokenizer, vae):
         self.model, self.config, self.tokenizer, self.vae = model, config, tokenizer, vae
 
+    def with_model(self, model: NextStepModel) -> "NextStepBundle":
+        """The same tokenizer and VAE beside another model (`models/real_shapes.py`: one rebuilt
+        at other shapes); the config follows the model's architecture, the token ids the tokenizer's."""
+        shapes = {k: v for k, v in model.arch.to_dict().items() if v is not None}
+        return NextStepBundle(model, {**self.config, **shapes}, self.tokenizer, self.vae)
+
     def save_pretrained(self, path: str | Path) -> None:
         from safetensors.torch import save_file
 
@@ -100,13 +106,15 @@ class NextStepBundle:
         self.vae.save_pretrained(root / "vae")
 
 
-def build_tiny_nextstep(seed: int = 0) -> NextStepBundle:
+def build_tiny_nextstep(seed: int = 0, architecture: dict | None = None) -> NextStepBundle:
     """Random tiny weights (fp32, CPU). The head's output layers get random weights too (the
-    authors zero-initialise them, which would make every velocity 0)."""
+    authors zero-initialise them, which would make every velocity 0). `architecture`: other
+    shapes than `TINY_ARCHITECTURE` (the memory calibration's real-width blocks, cut in depth);
+    the vocabulary and token ids are always the tiny tokenizer's."""
     tokenizer = tiny_nextstep_tokenizer()
     ids = tokenizer.convert_tokens_to_ids
     config = dict(
-        TINY_ARCHITECTURE,
+        architecture or TINY_ARCHITECTURE,
         model_type="nextstep",
         vocab_size=len(tokenizer),
         pad_token_id=ids("[PAD]"),

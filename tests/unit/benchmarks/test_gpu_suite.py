@@ -24,7 +24,7 @@ from genalign.preflight.load import load_config  # noqa: E402
 from genalign.preflight.memory_plan import estimate_memory  # noqa: E402
 
 
-@pytest.mark.parametrize("family", ["toy", "cosmos", "qwen_image", "janus"])
+@pytest.mark.parametrize("family", ["toy", "cosmos", "qwen_image", "janus", "nextstep"])
 def test_shrinking_keeps_the_chunk_and_micro_batch_and_gives_valid_configs(family, tmp_path):
     recipe = plan.family_recipes()[family]
     base = [
@@ -112,14 +112,17 @@ def test_the_time_plan_counts_compilation_and_the_family_kind(tmp_path):
 
 QWEN_IMAGES = ("qwen_image", "qwen_image_edit", "qwen_image_edit_plus")
 """The 20B Qwen-Image transformer's families: one process needs more than an 80 GB card."""
+ABOVE_80GB = (*QWEN_IMAGES, "nextstep")
+"""Families whose recipe needs more than an 80 GB card in one process (NextStep-1: the flow
+head's walk over 1024 tokens, at one sample a micro-batch already)."""
 
 
 @pytest.mark.parametrize("card_gib,big_ones_run", [(79.2, False), (139.8, True)])
 def test_real_shapes_items_plan_for_the_card(card_gib, big_ones_run, tmp_path):
     """The GPU run's items, planned here: every family has a config the recipe accepts at its real
     shapes, with a memory plan (the toy family excepted) and a time estimate; Wan 2.2 T2V-A14B and
-    I2V-A14B (both experts resident), Qwen-Image and its editing checkpoints in one process run only
-    on the 141 GB card, SD3.5 Large (its
+    I2V-A14B (both experts resident), Qwen-Image and its editing checkpoints and NextStep-1 in one
+    process run only on the 141 GB card, SD3.5 Large (its
     recipe checkpoints gradients) and Wan 2.2 TI2V-5B on both; SD3.5 Medium's family item is the
     comparison's genalign side. Planning never initialises CUDA (the items run in forked children)."""
     import torch
@@ -130,10 +133,10 @@ def test_real_shapes_items_plan_for_the_card(card_gib, big_ones_run, tmp_path):
         item = items[family]
         assert item.settings and item.estimate_s > plan.START_S, item
         assert item.plan_gib is not None, item
-        if family not in QWEN_IMAGES:
+        if family not in ABOVE_80GB:
             assert item.skip is None, item
         assert item.settings["dtype"] == compose_config(item.recipe).model.dtype
-    for key in ("wan2_2_t2v_a14b", "wan2_2_i2v_a14b", *QWEN_IMAGES, "qwen_image_edit_2511"):
+    for key in ("wan2_2_t2v_a14b", "wan2_2_i2v_a14b", *ABOVE_80GB, "qwen_image_edit_2511"):
         assert (items[key].skip is None) == big_ones_run, items[key]
     for key in ("sd3_5_large", "wan2_2_ti2v_5b"):
         assert items[key].skip is None and items[key].recipe == plan.VARIANT_RECIPES[key], items[key]

@@ -148,6 +148,7 @@ def test_the_families_declare_their_modality():
         "cosmos": "text-to-video",
         "hunyuan_video15": "text-to-video",
         "janus": "text-to-image",
+        "nextstep": "text-to-image",
         "toy": "text-to-image",
         "flux2_klein": "text-to-image",
         "z_image": "text-to-image",

@@ -70,7 +70,7 @@ def test_a_missing_calibration_is_a_refusal_naming_what_is_missing(tmp_path, mon
 
 
 def test_the_specs_say_what_the_old_family_tables_said():
-    assert families_with(lambda s: s.sampler == "token") == ["janus"] == token_family_names()
+    assert families_with(lambda s: s.sampler == "token") == ["janus", "nextstep"] == token_family_names()
     assert families_with(lambda s: s.media == "video") == ["cosmos", "hunyuan_video15", "wan", "wan_i2v"]
     assert families_with(lambda s: s.negative_prompt) == ["cosmos", "hunyuan_video15", "wan", "wan_i2v", "z_image"]
     qwen_edits = ["qwen_image_edit", "qwen_image_edit_plus"]
@@ -100,6 +100,7 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "flux_kontext": "diffusers",
         "hunyuan_video15": "diffusers",
         "janus": "peft",
+        "nextstep": "none",
         "qwen_image": "diffusers",
         "qwen_image_edit": "diffusers",
         "qwen_image_edit_plus": "diffusers",
@@ -112,7 +113,9 @@ def test_the_specs_say_what_the_old_family_tables_said():
     }
     assert family_spec("janus").pipeline_class == "JanusForConditionalGeneration"
     assert (
-        families_with(lambda s: not s.split_cfg) == families_with(lambda s: not s.gradient_checkpointing) == ["janus"]
+        families_with(lambda s: not s.split_cfg)
+        == families_with(lambda s: not s.gradient_checkpointing)
+        == ["janus", "nextstep"]
     )
     assert family_spec("toy").builtin_path == "builtin" and not family_spec("toy").hub_weights
 
@@ -125,6 +128,7 @@ def test_every_family_but_the_shipped_demo_names_its_tiny_builder():
         "flux_kontext",
         "hunyuan_video15",
         "janus",
+        "nextstep",
         "qwen_image",
         "qwen_image_edit",
         "qwen_image_edit_plus",
@@ -181,3 +185,21 @@ def test_the_family_checks_read_the_spec():
     assert family_problems(cfg) == []
     cfg.model.family = "no_such_family"
     assert family_problems(cfg) == []  # the registry check names it
+
+
+def test_rollout_keys_a_family_fixes_on_its_policy_are_refused_naming_the_key():
+    from genalign.config.schema import ExperimentConfig
+    from genalign.models.family_checks import family_problems
+
+    cfg = ExperimentConfig()
+    cfg.model.family, cfg.rollout.height, cfg.rollout.width = "nextstep", 64, 64
+    assert family_problems(cfg) == []  # left at their defaults: nothing to ignore
+    cfg.rollout.num_steps, cfg.rollout.noise_level = 20, 1.0
+    assert family_problems(cfg) == [
+        f"rollout.{key}={value}: model.family=nextstep does not read it (its sampler's num_steps, "
+        "noise_level, kernel are fixed on the policy); remove it"
+        for key, value in (("num_steps", 20), ("noise_level", 1.0))
+    ]
+    cfg.model.family = "janus"  # its spec fixes none: the token checks elsewhere own these keys
+    cfg.rollout.height = cfg.rollout.width = 384
+    assert family_problems(cfg) == []

@@ -28,8 +28,11 @@ def _numel(module: torch.nn.Module) -> int:
 
 
 def _trained(loaded) -> torch.nn.Module:
-    """The plan's `transformer`: a pipeline's transformer, or Janus' language model."""
-    return loaded.transformer if hasattr(loaded, "transformer") else loaded.model.model.language_model
+    """The plan's `transformer`: a pipeline's transformer, NextStep-1's whole model (decoder and
+    flow head: the file's one component), or Janus' language model."""
+    if hasattr(loaded, "transformer"):
+        return loaded.transformer
+    return loaded.model if hasattr(loaded, "with_model") else loaded.model.model.language_model
 
 
 @pytest.mark.parametrize("family,path", SHIPPED, ids=[hub for _, hub in SHIPPED])
@@ -45,13 +48,15 @@ def test_real_shapes_match_the_architecture_file(family, path):
             assert _numel(getattr(loaded, part.name)) == part.parameters, part.name
         assert next(loaded.vae.parameters()).dtype == torch.float32
         assert loaded.tokenizer is not None and type(loaded.scheduler) is type(tiny.scheduler)
+    elif hasattr(loaded, "with_model"):  # NextStep-1: its model beside the tiny tokenizer's ids and VAE
+        assert loaded.config["boi"] == tiny.config["boi"] and type(loaded.vae) is type(tiny.vae)
     else:  # Janus-Pro: the whole composite model, with the tokenizer's generation ids
         assert _numel(loaded.model) == sum(part.parameters for part in arch.components)
         assert loaded.model.generation_config.bos_token_id == tiny.model.generation_config.bos_token_id
         assert loaded.processor is not None
 
 
-@pytest.mark.parametrize("family", ["sd3", "janus"])
+@pytest.mark.parametrize("family", ["sd3", "janus", "nextstep"])
 def test_the_tiny_model_rebuilt_from_its_own_configs_has_its_shapes(family):
     tiny = family_spec(family).build_tiny(0)
     rebuilt = build_with_components(family, own_components(tiny), "cpu", torch.float32, seed=1)
