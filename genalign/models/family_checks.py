@@ -4,9 +4,8 @@ Where it fits: the config validation calls `family_problems(cfg)` once, beside i
 checks, so every family-dependent rule (sizes, video frames, negative prompt, guidance
 embedding, text-encoder offload, gradient checkpointing, the source images' size, rollout keys
 the sampler ignores) comes from what the family declares, never from a table of family names.
-Checks that need the loaded
-checkpoint (a guidance embedding present, Wan's 4k + 1 frames, Janus' exact size) run when the
-model loads.
+Checks that need the loaded checkpoint (a guidance embedding present, Wan's 4k + 1 frames,
+Janus' exact size) run when the model loads.
 """
 
 from __future__ import annotations
