@@ -32,6 +32,9 @@ SMALL = [
 ]
 RECIPES = {
     "shapes_mix_grpo": ["rollout.sde_window.shift_every=1"],
+    # NextStep-1's head sampler (Euler-Maruyama, diffusion 2σ) as the toy flow model's SDE:
+    # the kernel trains a flow family end to end (the parity preflight on by default), resumes exactly
+    "shapes_grpo": ["rollout.kernel=em_sde"],
     # 2 sampling batches per step, each with its own window (the recipe pins one per step)
     "shapes_flow_grpo_fast": ["rollout.sample_batch_size=2", "rollout.sde_window.draw=per_batch"],
     "shapes_cps": [],
@@ -59,7 +62,9 @@ def test_variant_resume_is_bitwise(recipe, tmp_path):
             ],
         )
     ).train()
-    uninterrupted = read_rows(first / "metrics.csv")[2]
+    rows = read_rows(first / "metrics.csv")
+    assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0  # replay = rollout, bitwise
+    uninterrupted = rows[2]
     again = read_rows(resumed / "metrics.csv")
     assert [r["step"] for r in again] == ["3"]
     for key, value in uninterrupted.items():

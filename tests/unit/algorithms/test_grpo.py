@@ -46,7 +46,7 @@ def test_ratio_is_exactly_one_before_the_first_update(linear_policy):
     assert any(g is not None and g.abs().sum() > 0 for g in grads)
 
 
-@pytest.mark.parametrize("kernel", ["flow_sde", "dance_sde", "cps"])
+@pytest.mark.parametrize("kernel", ["flow_sde", "dance_sde", "em_sde", "cps"])
 def test_kl_to_reference_is_zero_before_update_and_positive_after(linear_policy, kernel):
     # the latent-mean KL divides by the kernel's own noise scale (CPS: c = σ_next·sin(aπ/2))
     batch = rollout(linear_policy, guidance=4.5, kernel=kernel)
