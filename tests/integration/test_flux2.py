@@ -248,3 +248,24 @@ def test_full_fine_tune_trains_two_steps_and_its_transformer_loads_into_the_pipe
     pipe = Flux2Pipeline.from_pretrained(tiny_flux2_dir, transformer=transformer)
     for name, tensor in pipe.transformer.state_dict().items():
         assert torch.equal(tensor, final[name].to(tensor.dtype)), name
+
+
+def test_a_pixtral_processor_checkpoint_without_torchvision_is_refused_before_loading(tmp_path, monkeypatch):
+    """The published checkpoint's tokenizer is a PixtralProcessor (transformers loads it only with
+    torchvision): without torchvision a Hub id or a directory naming it is refused by name before
+    any weight loads; the tiny pipeline's plain tokenizer needs no torchvision."""
+    import json
+
+    import diffusers.utils
+
+    from genalign.models.flux2.policy import check_processor_backend
+
+    monkeypatch.setattr(diffusers.utils, "is_torchvision_available", lambda: False)
+    local = tmp_path / "flux2"
+    local.mkdir()
+    (local / "model_index.json").write_text(json.dumps({"tokenizer": ["transformers", "PixtralProcessor"]}))
+    for path in ("black-forest-labs/FLUX.2-dev", local):
+        with pytest.raises(ImportError, match=r"genalign\[flux2\]"):
+            Flux2Policy.from_pretrained(path)
+    (local / "model_index.json").write_text(json.dumps({"tokenizer": ["transformers", "TokenizersBackend"]}))
+    check_processor_backend(local)

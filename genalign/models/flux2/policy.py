@@ -20,6 +20,9 @@ What differs, each checked against Flux2Pipeline on the tiny model (tests/integr
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
 from genalign.models.base import Condition
@@ -42,6 +45,22 @@ NO_CFG = (
     "(and eval.guidance_scale) and the guidance strength with model.embedded_guidance (the pipeline's "
     "guidance_scale, 4 by default)"
 )
+
+
+def check_processor_backend(path: str | Path) -> None:
+    """Refuse, before any weight loads, a checkpoint whose `tokenizer` is a PixtralProcessor
+    (the published FLUX.2 [dev]'s: a Hub id is taken to be it) when torchvision is missing:
+    transformers loads that class only with torchvision, and diffusers would load the 32 B
+    transformer first and fail after."""
+    from diffusers.utils import is_torchvision_available
+
+    index = Path(path).expanduser() / "model_index.json"
+    tokenizer_class = json.loads(index.read_text()).get("tokenizer", [None, None])[1] if index.is_file() else None
+    if (tokenizer_class == "PixtralProcessor" or not index.is_file()) and not is_torchvision_available():
+        raise ImportError(
+            f"model.path={path}: FLUX.2 [dev]'s tokenizer is a PixtralProcessor, which transformers loads "
+            "only with torchvision: install torchvision (pip install 'genalign[flux2]')"
+        )
 
 
 def text_tokenizer(component):
@@ -70,6 +89,16 @@ class Flux2Policy(Flux2KleinPolicy):
                 "is not cached?); check model.path"
             )
         super().__init__(pipeline, device, dtype, *args, **kwargs)
+
+    @classmethod
+    def from_config(cls, cfg):
+        check_processor_backend(cfg.path)
+        return super().from_config(cfg)
+
+    @classmethod
+    def from_pretrained(cls, path, **kwargs):
+        check_processor_backend(path)
+        return super().from_pretrained(path, **kwargs)
 
     @property
     def tokenizers(self) -> list:

@@ -56,7 +56,17 @@ MISTRAL_SPECIAL = [
 ]
 """Mistral Small 3.x's first 20 control tokens in id order (Tekken's; [IMG] is 10, the text
 encoder config's image_token_index; <pad> 11): the tiny tokenizer gives each its published id."""
-PRETOKENIZE = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+PRETOKENIZE = "|".join(
+    [
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+",
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*",
+        r"\p{N}",
+        r" ?[^\s\p{L}\p{N}]+[\r\n/]*",
+        r"\s*[\r\n]+",
+        r"\s+(?!\S)",
+        r"\s+",
+    ]
+)
 """Tekken's pre-tokenizer split (a tiktoken-style pattern with single digits)."""
 
 TINY_WIDTH = dict(
@@ -64,7 +74,9 @@ TINY_WIDTH = dict(
         num_attention_heads=2, attention_head_dim=16, axes_dims_rope=[4, 4, 4, 4], timestep_guidance_channels=32
     ),
     text_encoder=dict(
-        text_config=dict(hidden_size=16, intermediate_size=32, num_attention_heads=4, num_key_value_heads=1, head_dim=8),
+        text_config=dict(
+            hidden_size=16, intermediate_size=32, num_attention_heads=4, num_key_value_heads=1, head_dim=8
+        ),
         vision_config=dict(hidden_size=16, intermediate_size=32, num_attention_heads=2, head_dim=8),
     ),
     vae=dict(block_out_channels=[8, 8, 8, 8], latent_channels=4, norm_num_groups=2, sample_size=32),

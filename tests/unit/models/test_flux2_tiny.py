@@ -107,7 +107,11 @@ def test_the_tiny_model_is_the_published_config_shrunk_in_width_and_depth_only()
         )
     outer = {k: v for k, v in tiny["text_encoder"].items() if k not in ("text_config", "vision_config")}
     assert outer == {k: v for k, v in real["text_encoder"].items() if k not in ("text_config", "vision_config")}
-    text, real_text, transformer = tiny["text_encoder"]["text_config"], real["text_encoder"]["text_config"], tiny["transformer"]
+    text, real_text, transformer = (
+        tiny["text_encoder"]["text_config"],
+        real["text_encoder"]["text_config"],
+        tiny["transformer"],
+    )
     assert text["num_hidden_layers"] > 30  # the pipeline reads hidden states 10, 20, 30, none the last
     assert (
         text["num_attention_heads"] // text["num_key_value_heads"]
