@@ -19,10 +19,11 @@ from support import (
     TINY_DEPTH,
     TINY_REDUCTION,
     assert_close_reordered,
+    assert_full_run_exports_to_the_pipeline,
     assert_lora_export_reproduces,
-    read_rows,
+    assert_lora_run_exports_to_the_pipeline,
+    perturb_lora_b,
     tiny_overrides,
-    train_recipe_in_process,
 )
 
 from genalign.models.diffusers_common import pack_2x2, unpack_2x2
@@ -152,10 +153,7 @@ def test_exported_lora_loads_into_flux2_pipeline_with_the_same_velocity(dev, tin
     fresh = Flux2Policy.from_pretrained(tiny_flux2_dir, max_sequence_length=MAX_TOKENS, embedded_guidance=GUIDANCE)
     lora = LoraConfig(rank=4, alpha=8.0)
     apply_lora(fresh.transformer, lora, fresh.lora_target_modules)
-    with torch.no_grad():
-        for name, param in fresh.transformer.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.1, generator=torch.Generator().manual_seed(len(name)))
+    perturb_lora_b(fresh.transformer)
     pipe = Flux2Pipeline.from_pretrained(tiny_flux2_dir)
     loaded = Flux2Policy(pipe, torch.device("cpu"), torch.float32, MAX_TOKENS, embedded_guidance=GUIDANCE)
     cond = fresh.encode_prompts(PROMPTS, with_negative=False)
@@ -167,19 +165,16 @@ def test_exported_lora_loads_into_flux2_pipeline_with_the_same_velocity(dev, tin
 
 
 def overrides(model_dir, output_dir, *extra):
+    """The recipe shrunk for the tiny model (support.tiny_overrides: one process, 2 groups of 2,
+    3 steps) with its SDE window in those 3 steps and its scorers off (their weights are not
+    here: tiny_overrides' jpeg reward instead)."""
     return tiny_overrides(
         model_dir,
         output_dir,
-        "/base/distributed=local",
         "model.max_sequence_length=16",
-        "rollout.num_steps=3",
         "rollout.sde_window.lo=0",
         "rollout.sde_window.hi=2",
-        "rollout.n=2",
-        "rollout.rollout_batch_size=2",
-        "rollout.sample_batch_size=2",
         "actor.micro_batch_size=2",
-        "actor.gradient_accumulation_steps=1",
         "reward.components.pickscore=0.0",
         "reward.components.clip_score=0.0",
         "trainer.num_steps=2",
@@ -198,7 +193,9 @@ def test_recipe_composes_with_flow_factorys_flux2_dev_settings():
     assert (cfg.rollout.height, cfg.rollout.n, cfg.actor.lr) == (512, 16, 3.0e-4)
     assert (cfg.model.lora.rank, cfg.model.lora.alpha, len(cfg.model.lora.target_modules)) == (64, 128.0, 13)
     assert cfg.algorithm.kl_beta == 0.0 and cfg.eval.num_steps == 28
-    assert (cfg.distributed.training.strategy, cfg.distributed.resources.trainer.num_gpus) == ("fsdp2", 8)
+    assert (cfg.distributed.preset, cfg.distributed.resources.trainer.num_gpus) == ("fsdp2_8_ranks", 8)
+    local = load_config(RECIPE, ["/base/distributed=local"])
+    assert (local.distributed.training.strategy, local.distributed.resources.trainer.num_gpus) == ("none", 0)
     # two optimizer steps a round on each rank: 1 prompt group x 16 samples / 1 a micro-batch / 8
     ranks = cfg.distributed.resources.trainer.num_gpus
     assert cfg.rollout.rollout_batch_size // ranks * 16 // cfg.actor.micro_batch_size // 8 == 2
@@ -207,47 +204,21 @@ def test_recipe_composes_with_flow_factorys_flux2_dev_settings():
 
 
 def test_lora_trains_two_steps_with_replay_parity_and_its_export_loads_into_the_pipeline(tiny_flux2_dir, tmp_path):
-    trainer, initial = train_recipe_in_process(RECIPE, overrides(tiny_flux2_dir, tmp_path))
-    rows = read_rows(tmp_path / "metrics.csv")
-    assert [r["step"] for r in rows] == ["1", "2"] and float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
-    final = trainer.policy.transformer.state_dict()
-    changed = {k for k in initial if not torch.equal(initial[k], final[k])}
-    assert changed and all("lora" in k for k in changed)
     from diffusers import Flux2Pipeline
 
     pipe = Flux2Pipeline.from_pretrained(tiny_flux2_dir)
-
-    def render():
-        return pipe(
-            prompt="a red fox in fresh snow",
-            height=64,
-            width=64,
-            num_inference_steps=2,
-            max_sequence_length=16,
-            generator=torch.Generator().manual_seed(0),
-            output_type="pt",
-        ).images
-
-    before = render()
-    pipe.load_lora_weights(tmp_path / "checkpoint-final" / "lora")  # the export a user loads
-    assert not torch.allclose(before, render())
+    assert_lora_run_exports_to_the_pipeline(RECIPE, overrides(tiny_flux2_dir, tmp_path), tmp_path, pipe)
 
 
 def test_full_fine_tune_trains_two_steps_and_its_transformer_loads_into_the_pipeline(tiny_flux2_dir, tmp_path):
     from diffusers import Flux2Pipeline, Flux2Transformer2DModel
 
-    trainer, initial = train_recipe_in_process(
-        RECIPE,
-        overrides(tiny_flux2_dir, tmp_path, "model.train_mode=full", "actor.ema.enabled=false", "eval.use_ema=false"),
-    )
-    rows = read_rows(tmp_path / "metrics.csv")
-    assert [r["step"] for r in rows] == ["1", "2"] and float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
-    final = trainer.policy.transformer.state_dict()
-    assert sum(not torch.equal(initial[k], final[k]) for k in initial) > len(initial) // 2  # the whole model moved
-    transformer = Flux2Transformer2DModel.from_pretrained(tmp_path / "checkpoint-final" / "transformer")
-    pipe = Flux2Pipeline.from_pretrained(tiny_flux2_dir, transformer=transformer)
-    for name, tensor in pipe.transformer.state_dict().items():
-        assert torch.equal(tensor, final[name].to(tensor.dtype)), name
+    def load_pipe(transformer_dir):
+        transformer = Flux2Transformer2DModel.from_pretrained(transformer_dir)
+        return Flux2Pipeline.from_pretrained(tiny_flux2_dir, transformer=transformer)
+
+    full = ("model.train_mode=full", "actor.ema.enabled=false", "eval.use_ema=false")
+    assert_full_run_exports_to_the_pipeline(RECIPE, overrides(tiny_flux2_dir, tmp_path, *full), tmp_path, load_pipe)
 
 
 def test_a_pixtral_processor_checkpoint_without_torchvision_is_refused_before_loading(tmp_path, monkeypatch):
