@@ -1,5 +1,9 @@
 """FLUX.2 [klein] (4B, 9B, and their -base teachers) behind the `FlowPolicy` protocol.
 
+This module is also where FLUX.2's shared code lives once: FLUX.2 [dev] (`models/flux2/`)
+subclasses `Flux2KleinPolicy`, changing only the text encoder's pipeline, the guidance
+embedding and the CFG rule (`check_cfg`).
+
 Where it fits: as FLUX.1 (`models/flux/policy.py`) — the collector samples with `velocity` + the
 SDE kernels, replay calls the same `velocity` with gradients, rewards see `decode`d uint8 images.
 Loading is `Flux2KleinPipeline.from_pretrained`; prompts go through the pipeline's own
