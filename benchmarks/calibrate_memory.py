@@ -76,6 +76,7 @@ FAMILIES = {
     "wan": 64,
     "cosmos": 64,
     "flux2_klein": 64,
+    "flux2": 64,
     "wan_i2v": 64,
     "hunyuan_video15": 64,
     "z_image": 64,
@@ -168,6 +169,14 @@ from the tiny transformer; every other key (block options, head size, MLP ratio,
 the real model's."""
 
 
+REDUCED_HEADS = {"flux2": 12}
+"""Families measured at fewer attention heads than their real transformer has (the real head
+size, so the width is heads x head size), each to its own count: FLUX.2 [dev]'s 48 heads (width
+6144, about 2 B parameters in 1 + 1 blocks) take most of an hour on a shared 2-core CPU. Every
+term is bytes per token per block per hidden unit, and with the head size fixed each block's
+saved activations (projections, MLP, norms, one L x L score matrix per head of 128 units) scale
+with the width, so a narrower measurement gives the same coefficients; FLUX.2 [klein]'s, measured
+on the same block classes at its real width 3072, is the check (docs/memory_plan.md)."""
 EVERY_CHECKPOINT = ("qwen_image_edit_plus",)
 """Families measured on each of their checkpoints' transformers (`transformer_files`), each term
 the largest: Qwen-Image-Edit-2511's `zero_cond_t` keeps its modulation per token, 2509's per
@@ -190,7 +199,7 @@ def transformer_files(family: str) -> list[Path]:
 def calibration_transformer(family: str, tiny_config: dict, real_width: bool = False, file: Path | None = None):
     """The real model's transformer (shipped architecture file `file`, by default the family's
     first) cut to 2 blocks (FLUX: 1 + 1) of 2 heads of the real head size (`real_width`: all its
-    heads), its inputs bound to the tiny pipeline's shapes."""
+    heads, or the family's `REDUCED_HEADS`), its inputs bound to the tiny pipeline's shapes."""
     import diffusers
 
     file = file or family_spec(family).architecture_files()[0]
@@ -205,6 +214,8 @@ def calibration_transformer(family: str, tiny_config: dict, real_width: bool = F
         return getattr(diffusers, spec["class"]).from_config(config)
     if not real_width:
         config["num_attention_heads"] = 2
+    elif family in REDUCED_HEADS:
+        config["num_attention_heads"] = REDUCED_HEADS[family]
     config["num_layers"] = 1 if "num_single_layers" in config else 2
     if "num_single_layers" in config:
         config["num_single_layers"] = 1
@@ -228,6 +239,7 @@ def _policy(family: str, root: Path, checkpointing: bool, real_width: bool = Fal
         "hunyuan_video15": ["model.num_frames=5"],
         "flux": ["model.embedded_guidance=3.5"],
         "flux_kontext": ["model.embedded_guidance=2.5"],
+        "flux2": ["model.embedded_guidance=4.0"],
         "qwen_image_edit_plus": ["model.max_sequence_length=512"],  # its source's 384² picture in the prompt
     }
     frames = extra.get(family, [])
@@ -384,8 +396,12 @@ def calibrate(family: str, root: Path, small: int) -> dict:
     result: dict = {key: max(found[key] for found, _ in measured) for key in measured[0][0]}
     hidden, layers = measured[0][1]
     which = f" (each term the larger over {', '.join(file.stem for file in files)})" if len(files) > 1 else ""
+    width = f"the real width {hidden}"
+    if family in REDUCED_HEADS:
+        real = json.loads(files[0].read_text())["components"]["transformer"]["config"]["num_attention_heads"]
+        width = f"width {hidden} ({REDUCED_HEADS[family]} of the real {real} heads, the head size kept)"
     result["measured_on"] = (
-        f"{family}: {layers} blocks of the real width {hidden}{which}, bfloat16 autocast with CUDA's "
+        f"{family}: {layers} blocks of {width}{which}, bfloat16 autocast with CUDA's "
         f"float32 list (eager), {COMPILE_BACKEND} (compiled), CPU"
     )
     return result

@@ -33,6 +33,7 @@ VALUE_ORDER = (
     "cosmos",
     "qwen_image",
     "flux_kontext",
+    "flux2",
     "wan_i2v",
     "hunyuan_video15",
     "qwen_image_edit",
@@ -46,6 +47,7 @@ RECIPES = {
     "wan_i2v": "experiment/diffusion/wan_2_1/i2v_14b_online_grpo_pickscore",
     "toy": "experiment/toy/shapes_grpo",
     "z_image": "experiment/diffusion/z_image/turbo_online_grpo_pickscore",
+    "flux2": "experiment/diffusion/flux2/online_grpo_clip_pickscore",  # in one process: 121.5 GiB planned
 }
 """A family's suite recipe where it has several; otherwise its one recipe."""
 VARIANTS = {

@@ -87,6 +87,7 @@ tiny_qwen_image_edit_plus_dir = tiny_model_dir(
 )
 tiny_cosmos_dir = tiny_model_dir("cosmos", "A tiny random Cosmos2_5_PredictBasePipeline")
 tiny_flux2_klein_dir = tiny_model_dir("flux2_klein", "A tiny random Flux2KleinPipeline (klein 4B form, step-distilled)")
+tiny_flux2_dir = tiny_model_dir("flux2", "A tiny random Flux2Pipeline (FLUX.2 [dev]: Mistral3, guidance embedding)")
 tiny_janus_dir = tiny_model_dir("janus", "A tiny random JanusForConditionalGeneration + JanusProcessor", leaf="model")
 tiny_hunyuan_video15_dir = tiny_model_dir("hunyuan_video15", "A tiny random HunyuanVideo15Pipeline")
 tiny_z_image_dir = tiny_model_dir("z_image", "A tiny random ZImagePipeline (Z-Image-Turbo's form)")

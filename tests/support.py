@@ -823,3 +823,41 @@ class SourceDistance:
 
 SOURCE_SCORER = "support:SourceDistance"
 """`SourceDistance` by its import path (reward.components, reward.allow_import)."""
+
+
+def assert_lora_run_exports_to_the_pipeline(recipe: str, overrides: list[str], out: Path, pipe) -> None:
+    """`recipe` trained in process with LoRA: 2 steps at parity 0, only LoRA tensors moved, and the
+    exported adapter (checkpoint-final/lora) loaded by `pipe.load_lora_weights` changes a 64x64
+    image `pipe` renders (2 steps, a fixed prompt and seed), as a user loads it."""
+    trainer, initial = train_recipe_in_process(recipe, overrides)
+    assert_two_steps_at_parity_zero(out)
+    changed = changed_tensors(trainer, initial)
+    assert changed and all("lora" in name for name in changed)
+
+    def render():
+        return pipe(
+            prompt="a red fox in fresh snow",
+            height=64,
+            width=64,
+            num_inference_steps=2,
+            max_sequence_length=16,
+            generator=torch.Generator().manual_seed(0),
+            output_type="pt",
+        ).images
+
+    before = render()
+    pipe.load_lora_weights(out / "checkpoint-final" / "lora")
+    assert not torch.allclose(before, render())
+
+
+def assert_full_run_exports_to_the_pipeline(recipe: str, overrides: list[str], out: Path, load_pipe) -> None:
+    """`recipe` trained in process as a full fine-tune: 2 steps at parity 0, most transformer
+    tensors moved, and `load_pipe(transformer_dir)` (the pipeline a user builds around the
+    exported checkpoint-final/transformer) holds exactly the trained weights."""
+    trainer, initial = train_recipe_in_process(recipe, overrides)
+    assert_two_steps_at_parity_zero(out)
+    final = trainer.policy.transformer.state_dict()
+    assert len(changed_tensors(trainer, initial)) > len(initial) // 2  # the whole model moved
+    pipe = load_pipe(out / "checkpoint-final" / "transformer")
+    for name, tensor in pipe.transformer.state_dict().items():
+        assert torch.equal(tensor, final[name].to(tensor.dtype)), name

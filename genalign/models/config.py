@@ -97,8 +97,8 @@ class ModelConfig:
 
     family: str = "sd3"
     """Model family: "sd3" (Stable Diffusion 3 / 3.5), "flux" (FLUX.1), "flux_kontext" (FLUX.1
-    Kontext editing), "flux2_klein" (FLUX.2 [klein] 4B / 9B and their -base checkpoints),
-    "qwen_image" (Qwen-Image), "qwen_image_edit" (Qwen-Image-Edit editing),
+    Kontext editing), "flux2" (FLUX.2 [dev]), "flux2_klein" (FLUX.2 [klein] 4B / 9B and their
+    -base checkpoints), "qwen_image" (Qwen-Image), "qwen_image_edit" (Qwen-Image-Edit editing),
     "qwen_image_edit_plus" (Qwen-Image-Edit-2509 / -2511, up to three source images), "wan"
     (Wan 2.1 and Wan 2.2 text-to-video: T2V-A14B's two experts, TI2V-5B), "wan_i2v" (Wan 2.1 I2V
     and Wan 2.2 I2V-A14B image-to-video), "cosmos" (Cosmos-Predict2.5 text-to-world: video, or

@@ -15,7 +15,7 @@ BPE trained on the Qwen-Image prompt template or Cosmos' system turn), so no hub
 needed at any point; the small encoder and VAE configs several families use; the tiny
 Qwen2.5-VL text encoder of Qwen-Image, Qwen-Image-Edit and Cosmos; `building` (construct on a device in a dtype).
 
-    python -m genalign.models.tiny_random {sd3,flux,flux_kontext,flux2_klein,qwen_image,qwen_image_edit,
+    python -m genalign.models.tiny_random {sd3,flux,flux_kontext,flux2,flux2_klein,qwen_image,qwen_image_edit,
         qwen_image_edit_plus,z_image,wan,wan_i2v,hunyuan_video15,cosmos,janus} OUT_DIR
 """
 

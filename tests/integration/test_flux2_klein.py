@@ -19,10 +19,11 @@ from support import (
     TINY_DEPTH,
     TINY_REDUCTION,
     assert_close_reordered,
+    assert_full_run_exports_to_the_pipeline,
     assert_lora_export_reproduces,
-    read_rows,
+    assert_lora_run_exports_to_the_pipeline,
+    perturb_lora_b,
     tiny_overrides,
-    train_recipe_in_process,
 )
 
 from genalign.models.diffusers_common import pack_2x2, unpack_2x2
@@ -166,10 +167,7 @@ def test_exported_lora_loads_into_flux2_klein_pipeline_with_the_same_velocity(kl
     fresh = Flux2KleinPolicy.from_pretrained(directory, max_sequence_length=MAX_TOKENS)
     lora = LoraConfig(rank=4, alpha=8.0)
     apply_lora(fresh.transformer, lora, fresh.lora_target_modules)
-    with torch.no_grad():
-        for name, param in fresh.transformer.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.1, generator=torch.Generator().manual_seed(len(name)))
+    perturb_lora_b(fresh.transformer)
     pipe = Flux2KleinPipeline.from_pretrained(directory)
     loaded = Flux2KleinPolicy(pipe, torch.device("cpu"), torch.float32, MAX_TOKENS)
     cond = fresh.encode_prompts(PROMPTS, with_negative=False)
@@ -218,46 +216,20 @@ def test_recipe_composes_with_flow_factorys_klein_settings():
 def test_lora_trains_two_steps_with_replay_parity_and_its_export_loads_into_the_pipeline(
     tiny_flux2_klein_dir, tmp_path
 ):
-    trainer, initial = train_recipe_in_process(RECIPE, overrides(tiny_flux2_klein_dir, tmp_path))
-    rows = read_rows(tmp_path / "metrics.csv")
-    assert [r["step"] for r in rows] == ["1", "2"] and float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
-    final = trainer.policy.transformer.state_dict()
-    changed = {k for k in initial if not torch.equal(initial[k], final[k])}
-    assert changed and all("lora" in k for k in changed)
     from diffusers import Flux2KleinPipeline
 
     pipe = Flux2KleinPipeline.from_pretrained(tiny_flux2_klein_dir)
-
-    def render():
-        return pipe(
-            prompt="a red fox in fresh snow",
-            height=64,
-            width=64,
-            num_inference_steps=2,
-            max_sequence_length=16,
-            generator=torch.Generator().manual_seed(0),
-            output_type="pt",
-        ).images
-
-    before = render()
-    pipe.load_lora_weights(tmp_path / "checkpoint-final" / "lora")  # the export a user loads
-    assert not torch.allclose(before, render())
+    assert_lora_run_exports_to_the_pipeline(RECIPE, overrides(tiny_flux2_klein_dir, tmp_path), tmp_path, pipe)
 
 
 def test_full_fine_tune_trains_two_steps_and_its_transformer_loads_into_the_pipeline(tiny_flux2_klein_dir, tmp_path):
     from diffusers import Flux2KleinPipeline, Flux2Transformer2DModel
 
-    trainer, initial = train_recipe_in_process(
-        RECIPE,
-        overrides(
-            tiny_flux2_klein_dir, tmp_path, "model.train_mode=full", "actor.ema.enabled=false", "eval.use_ema=false"
-        ),
+    def load_pipe(transformer_dir):
+        transformer = Flux2Transformer2DModel.from_pretrained(transformer_dir)
+        return Flux2KleinPipeline.from_pretrained(tiny_flux2_klein_dir, transformer=transformer)
+
+    full = ("model.train_mode=full", "actor.ema.enabled=false", "eval.use_ema=false")
+    assert_full_run_exports_to_the_pipeline(
+        RECIPE, overrides(tiny_flux2_klein_dir, tmp_path, *full), tmp_path, load_pipe
     )
-    rows = read_rows(tmp_path / "metrics.csv")
-    assert [r["step"] for r in rows] == ["1", "2"] and float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
-    final = trainer.policy.transformer.state_dict()
-    assert sum(not torch.equal(initial[k], final[k]) for k in initial) > len(initial) // 2  # the whole model moved
-    transformer = Flux2Transformer2DModel.from_pretrained(tmp_path / "checkpoint-final" / "transformer")
-    pipe = Flux2KleinPipeline.from_pretrained(tiny_flux2_klein_dir, transformer=transformer)
-    for name, tensor in pipe.transformer.state_dict().items():
-        assert torch.equal(tensor, final[name].to(tensor.dtype)), name

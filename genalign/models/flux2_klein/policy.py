@@ -1,5 +1,9 @@
 """FLUX.2 [klein] (4B, 9B, and their -base teachers) behind the `FlowPolicy` protocol.
 
+This module is also where FLUX.2's shared code lives once: FLUX.2 [dev] (`models/flux2/`)
+subclasses `Flux2KleinPolicy`, changing only the text encoder's pipeline, the guidance
+embedding and the CFG rule (`check_cfg`).
+
 Where it fits: as FLUX.1 (`models/flux/policy.py`) — the collector samples with `velocity` + the
 SDE kernels, replay calls the same `velocity` with gradients, rewards see `decode`d uint8 images.
 Loading is `Flux2KleinPipeline.from_pretrained`; prompts go through the pipeline's own
@@ -159,12 +163,7 @@ class Flux2KleinPolicy(PackedLatents, PipelineLoading):
     ) -> torch.Tensor:
         """v̂ [B, C, h, w] float32 at sigma [B]: the pipeline's tokens through the transformer at
         timestep σ with the 4-axis ids; true CFG (v_u + w(v_c − v_u)) when guidance_scale > 1."""
-        if guidance_scale > 1 and self.distilled:
-            raise ValueError(
-                f"rollout.guidance_scale={guidance_scale}: this FLUX.2 [klein] checkpoint is step-distilled "
-                "(model_index.json is_distilled: Flux2KleinPipeline ignores CFG); set rollout.guidance_scale=1, "
-                "or train a -base checkpoint for true CFG"
-            )
+        self.check_cfg(guidance_scale)
         _, _, height, width = latents.shape
         device, dtype, transformer = self.device, self.dtype, self.transformer
         img_ids, txt_ids = flux2_position_ids(height // 2, width // 2, cond.embeds.shape[1], device)
@@ -191,6 +190,15 @@ class Flux2KleinPolicy(PackedLatents, PipelineLoading):
             guidance_scale,
             detach_uncond,
         )
+
+    def check_cfg(self, guidance_scale: float) -> None:
+        """Refuse true CFG where the checkpoint's pipeline has none: the step-distilled klein."""
+        if guidance_scale > 1 and self.distilled:
+            raise ValueError(
+                f"rollout.guidance_scale={guidance_scale}: this FLUX.2 [klein] checkpoint is step-distilled "
+                "(model_index.json is_distilled: Flux2KleinPipeline ignores CFG); set rollout.guidance_scale=1, "
+                "or train a -base checkpoint for true CFG"
+            )
 
     def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
         """The pipeline's schedule: linspace(1, 1/N, N) through its scheduler with FLUX.2's

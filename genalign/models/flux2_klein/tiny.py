@@ -100,10 +100,7 @@ def build_tiny_flux2_klein_pipeline(seed: int = 0, is_distilled: bool = True):
     )
     torch.manual_seed(seed + 2)
     vae = AutoencoderKLFlux2(**configs["vae"])
-    channels = vae.bn.running_mean.shape[0]
-    generator = torch.Generator().manual_seed(seed + 3)
-    vae.bn.running_mean.copy_(0.3 * torch.randn(channels, generator=generator))
-    vae.bn.running_var.copy_(0.5 + torch.rand(channels, generator=generator))
+    random_batch_norm(vae, seed + 3)
     return Flux2KleinPipeline(
         scheduler=flux_dev_scheduler(),
         vae=vae,
@@ -112,6 +109,16 @@ def build_tiny_flux2_klein_pipeline(seed: int = 0, is_distilled: bool = True):
         transformer=transformer,
         is_distilled=is_distilled,
     )
+
+
+def random_batch_norm(vae, seed: int) -> None:
+    """Non-trivial batch-norm statistics for a freshly built FLUX.2 VAE (its defaults, mean 0 and
+    variance 1, would leave the latent normalisation untested): mean ~ 0.3·N(0, 1), variance in
+    [0.5, 1.5)."""
+    channels = vae.bn.running_mean.shape[0]
+    generator = torch.Generator().manual_seed(seed)
+    vae.bn.running_mean.copy_(0.3 * torch.randn(channels, generator=generator))
+    vae.bn.running_var.copy_(0.5 + torch.rand(channels, generator=generator))
 
 
 def _without(config: dict, *keys: str) -> dict:

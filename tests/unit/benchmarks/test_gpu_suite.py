@@ -112,17 +112,19 @@ def test_the_time_plan_counts_compilation_and_the_family_kind(tmp_path):
 
 QWEN_IMAGES = ("qwen_image", "qwen_image_edit", "qwen_image_edit_plus")
 """The 20B Qwen-Image transformer's families: one process needs more than an 80 GB card."""
-ABOVE_80GB = (*QWEN_IMAGES, "nextstep")
+ABOVE_80GB = (*QWEN_IMAGES, "nextstep", "flux2")
 """Families whose recipe needs more than an 80 GB card in one process (NextStep-1: the flow
-head's walk over 1024 tokens, at one sample a micro-batch already)."""
+head's walk over 1024 tokens, at one sample a micro-batch already; FLUX.2 [dev]: its 32 B
+transformer beside the 24 B text encoder while it encodes, 121.5 GiB, which its recipe shards
+over 8 GPUs with FSDP2)."""
 
 
 @pytest.mark.parametrize("card_gib,big_ones_run", [(79.2, False), (139.8, True)])
 def test_real_shapes_items_plan_for_the_card(card_gib, big_ones_run, tmp_path):
     """The GPU run's items, planned here: every family has a config the recipe accepts at its real
     shapes, with a memory plan (the toy family excepted) and a time estimate; Wan 2.2 T2V-A14B and
-    I2V-A14B (both experts resident), Qwen-Image and its editing checkpoints and NextStep-1 in one
-    process run only on the 141 GB card, SD3.5 Large (its
+    I2V-A14B (both experts resident), Qwen-Image and its editing checkpoints, NextStep-1 and FLUX.2
+    [dev] in one process run only on the 141 GB card, SD3.5 Large (its
     recipe checkpoints gradients) and Wan 2.2 TI2V-5B on both; SD3.5 Medium's family item is the
     comparison's genalign side. Planning never initialises CUDA (the items run in forked children)."""
     import torch

@@ -151,6 +151,7 @@ def test_the_families_declare_their_modality():
         "nextstep": "text-to-image",
         "toy": "text-to-image",
         "flux2_klein": "text-to-image",
+        "flux2": "text-to-image",
         "z_image": "text-to-image",
     }
 

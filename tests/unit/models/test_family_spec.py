@@ -74,10 +74,11 @@ def test_the_specs_say_what_the_old_family_tables_said():
     assert families_with(lambda s: s.media == "video") == ["cosmos", "hunyuan_video15", "wan", "wan_i2v"]
     assert families_with(lambda s: s.negative_prompt) == ["cosmos", "hunyuan_video15", "wan", "wan_i2v", "z_image"]
     qwen_edits = ["qwen_image_edit", "qwen_image_edit_plus"]
-    assert families_with(lambda s: s.guidance_embedding) == ["flux", "flux_kontext", "qwen_image", *qwen_edits]
+    assert families_with(lambda s: s.guidance_embedding) == ["flux", "flux2", "flux_kontext", "qwen_image", *qwen_edits]
     assert families_with(lambda s: s.text_encoders) == [
         "cosmos",
         "flux",
+        "flux2",
         "flux2_klein",
         "flux_kontext",
         "hunyuan_video15",
@@ -108,15 +109,13 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "toy": "none",
         "wan": "diffusers",
         "flux2_klein": "diffusers",
+        "flux2": "diffusers",
         "wan_i2v": "diffusers",
         "z_image": "diffusers",
     }
     assert family_spec("janus").pipeline_class == "JanusForConditionalGeneration"
-    assert (
-        families_with(lambda s: not s.split_cfg)
-        == families_with(lambda s: not s.gradient_checkpointing)
-        == ["janus", "nextstep"]
-    )
+    assert families_with(lambda s: not s.gradient_checkpointing) == ["janus", "nextstep"]
+    assert families_with(lambda s: not s.split_cfg) == ["flux2", "janus", "nextstep"]  # FLUX.2 [dev]: no CFG
     assert family_spec("toy").builtin_path == "builtin" and not family_spec("toy").hub_weights
 
 
@@ -124,6 +123,7 @@ def test_every_family_but_the_shipped_demo_names_its_tiny_builder():
     assert tiny_families() == [
         "cosmos",
         "flux",
+        "flux2",
         "flux2_klein",
         "flux_kontext",
         "hunyuan_video15",
