@@ -26,6 +26,7 @@ from support import (
     perturb_lora_b,
     read_rows,
     tiny_overrides,
+    train_one_lora_step_at_parity_zero,
     train_recipe_in_process,
 )
 
@@ -104,6 +105,22 @@ def test_ode_sampling_with_a_source_reproduces_the_pipeline(kontext, cfg_scale):
     images = pipe(output_type="pt", **common).images  # [2, 3, 64, 96] in [0, 1]
     decoded = policy.decode(ours)
     assert decoded.shape == (2, 3, 64, 96) and (decoded.float() - images * 255).abs().max() <= 1.0
+
+
+def sample_one_group(policy, source_path: str):
+    """One prompt group of two samples editing `source_path` (2 SDE steps, noise 0.7), sampled
+    by the collector as a rollout step does."""
+    from genalign.rollout.collector import SamplingSpec, generate
+
+    groups = PromptGroupBatch(
+        prompts=["make it blue"] * 2,
+        prompt_ids=torch.tensor([0, 0]),
+        group_ids=torch.tensor([0, 0]),
+        seeds=torch.tensor([5, 6]),
+        metadata=[{SOURCE_KEY: [source_path]}, {SOURCE_KEY: [source_path]}],
+    )
+    spec = SamplingSpec(height=64, width=64, num_steps=2, guidance_scale=1.0, noise_level=0.7, chunk_size=2)
+    return generate(policy, groups, spec)
 
 
 @pytest.fixture(scope="module")
@@ -188,18 +205,7 @@ def test_pipeline_source_resolution_reproduces_the_unmodified_pipeline(kontext, 
 def test_pipeline_source_resolution_replays_the_rollout_exactly(pipeline_sized, edit_set):
     """With model.source_resolution=pipeline the trajectories carry the resized source's latents
     and replay reads them: every step's replayed log-prob equals the rollout's (gap exactly 0)."""
-    from genalign.rollout.collector import SamplingSpec, generate
-
-    path = str(edit_set / "images/train_00.png")
-    groups = PromptGroupBatch(
-        prompts=["make it blue"] * 2,
-        prompt_ids=torch.tensor([0, 0]),
-        group_ids=torch.tensor([0, 0]),
-        seeds=torch.tensor([5, 6]),
-        metadata=[{SOURCE_KEY: [path]}, {SOURCE_KEY: [path]}],
-    )
-    spec = SamplingSpec(height=64, width=64, num_steps=2, guidance_scale=1.0, noise_level=0.7, chunk_size=2)
-    batch = generate(pipeline_sized, groups, spec)
+    batch = sample_one_group(pipeline_sized, str(edit_set / "images/train_00.png"))
     assert batch.condition.table.source_latents.shape[-2:] == (128, 128)
     gaps = replay_parity(pipeline_sized, batch, [0, 1], chunk_size=2)
     assert gaps == {0: 0.0, 1: 0.0}
@@ -331,13 +337,7 @@ def test_pipeline_source_resolution_trains_with_replay_parity(tiny_flux_kontext_
         "eval.every=0",
         "eval.at_start=false",
     )
-    trainer, initial = train_recipe_in_process(RECIPE, shrunk)
-    assert trainer.policy.source_resolution == "pipeline"
-    rows = read_rows(tmp_path / "metrics.csv")
-    assert [r["step"] for r in rows] == ["1"]
-    assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
-    final = trainer.policy.transformer.state_dict()
-    assert any(not torch.equal(initial[k], final[k]) for k in initial if "lora" in k)
+    assert train_one_lora_step_at_parity_zero(RECIPE, shrunk, tmp_path).policy.source_resolution == "pipeline"
 
 
 def test_resume_continues_bitwise(finished_run, tiny_flux_kontext_dir, edit_set, tmp_path):
@@ -410,19 +410,9 @@ def test_full_fine_tune_trains_two_steps_and_its_transformer_loads_into_the_pipe
 def test_prompt_groups_carry_their_sources_to_the_trajectories(kontext, edit_set):
     """The collector's trajectories keep each sample's source paths in its metadata (rewards,
     the sample table and sheets read them) and its encoded source in the condition (replay)."""
-    from genalign.rollout.collector import SamplingSpec, generate
-
     policy, _, _ = kontext
     path = str(edit_set / "images/train_02.png")
-    groups = PromptGroupBatch(
-        prompts=["make it blue"] * 2,
-        prompt_ids=torch.tensor([0, 0]),
-        group_ids=torch.tensor([0, 0]),
-        seeds=torch.tensor([5, 6]),
-        metadata=[{SOURCE_KEY: [path]}, {SOURCE_KEY: [path]}],
-    )
-    spec = SamplingSpec(height=64, width=64, num_steps=2, guidance_scale=1.0, noise_level=0.7, chunk_size=2)
-    batch = generate(policy, groups, spec)
+    batch = sample_one_group(policy, path)
     assert [m[SOURCE_KEY] for m in batch.metadata] == [[path], [path]]
     assert batch.condition.table.source_latents.shape[:2] == (1, 1)  # one distinct (prompt, source) a step
     assert source_images(batch.metadata).shape == (2, 1, 3, 64, 64)
