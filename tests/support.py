@@ -660,6 +660,18 @@ def train_recipe_in_process(recipe: str, overrides: list[str]):
     return trainer, initial
 
 
+def train_one_lora_step_at_parity_zero(recipe: str, overrides: list[str], output_dir: Path):
+    """Train `recipe` one step with `overrides` (whose trainer.output_dir is `output_dir`): that
+    step's replay parity is exactly 0 and a LoRA weight moved. Returns the trainer."""
+    trainer, initial = train_recipe_in_process(recipe, overrides)
+    rows = read_rows(output_dir / "metrics.csv")
+    assert [r["step"] for r in rows] == ["1"]
+    assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0  # replay = rollout
+    final = trainer.policy.transformer.state_dict()
+    assert any(not torch.equal(initial[k], final[k]) for k in initial if "lora" in k)
+    return trainer
+
+
 def ray_rollout_setting(cfg, generate_timeout_s: float = 120.0):
     """(policy, prompt sampler, Ray engine) for a `rollout.engine=ray` config: the policy built
     as the trainer builds it (seeded adapter), the engine's workers started from its weights.

@@ -161,13 +161,16 @@ class ModelConfig:
     source_resolution: SourceResolution = "run"
     """The size an editing family encodes each source image at (the manifest check holds the
     sources to the run's size): "run" = that size as it is (Flow-GRPO's
-    train_qwenimage_edit_plus.py, which resizes every source to the run's resolution), or
-    "pipeline" = resized as the family's diffusers pipeline resizes it before its VAE
-    (QwenImageEditPipeline / QwenImageEditPlusPipeline: about 1024² pixels at the source's
-    aspect ratio, sides multiples of 32, by the pipeline's own `calculate_dimensions`; for
-    Qwen-Image-Edit Qwen2.5-VL then sees that picture too). "pipeline" puts (1024/16)² = 4096
-    source tokens a picture beside the target's, which the memory plan counts, and for
-    Qwen-Image-Edit about 1.4k more Qwen2.5-VL tokens (raise model.max_sequence_length).
+    train_qwenimage_edit_plus.py and train_flux_kontext.py, which resize every source to the
+    run's resolution), or "pipeline" = resized as the family's diffusers pipeline resizes it
+    before its VAE (QwenImageEditPipeline / QwenImageEditPlusPipeline: about 1024² pixels at the
+    source's aspect ratio, sides multiples of 32, by the pipeline's own `calculate_dimensions`;
+    for Qwen-Image-Edit Qwen2.5-VL then sees that picture too. FluxKontextPipeline: the preferred
+    Kontext resolution nearest the source's aspect ratio, about 1 MP, sides multiples of 16, its
+    `_auto_resize`). Either way the result stays rollout.height x rollout.width. "pipeline" puts
+    about (1024/16)² = 4096 source tokens a picture beside the target's, which the memory plan
+    counts, and for Qwen-Image-Edit about 1.4k more Qwen2.5-VL tokens (raise
+    model.max_sequence_length).
     Families without that resize (`FamilySpec.pipeline_source_size`) must keep "run"."""
     offload_text_encoders: bool = False
     """Keep the text encoders on the CPU except while a step's prompts are encoded (once per

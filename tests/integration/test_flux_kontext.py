@@ -1,9 +1,11 @@
 """FLUX.1 Kontext, the image-conditioned family, on its tiny random pipeline loaded from disk:
 our sampler with the SDE off reproduces FluxKontextPipeline for the same source image (with and
-without true CFG), the source matters, the exported LoRA loads into FluxKontextPipeline, and the
-shipped editing recipe (shrunk) runs the whole loop with source images from a manifest: encoded
-once a step, replay parity 0, a reward that reads the source, source -> result sheets, LoRA and
-full fine-tune trained, bitwise resume."""
+without true CFG; with model.source_resolution=pipeline the unmodified pipeline, the source
+resized to its preferred Kontext resolution), the source matters, the exported LoRA loads into
+FluxKontextPipeline, and the shipped editing recipe (shrunk) runs the whole loop with source
+images from a manifest: encoded once a step, replay parity 0 (also with the pipeline's source
+size), a reward that reads the source, source -> result sheets, LoRA and full fine-tune
+trained, bitwise resume."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from support import (
     perturb_lora_b,
     read_rows,
     tiny_overrides,
+    train_one_lora_step_at_parity_zero,
     train_recipe_in_process,
 )
 
@@ -31,10 +34,12 @@ from genalign.data.sampler import PromptGroupBatch
 from genalign.data.source_images import SOURCE_KEY
 from genalign.models.diffusers_common import pack_2x2, unpack_2x2
 from genalign.models.flux_kontext import FluxKontextPolicy
+from genalign.models.flux_kontext.policy import MULTIPLE_OF, pipeline_source_size
 from genalign.preflight.load import load_config
 from genalign.rewards.base import source_images
 from genalign.rollout.chunks import encode_distinct
-from genalign.sampling.trajectory import initial_noise
+from genalign.sampling.trajectory import initial_noise, sample_trajectory, sde_step_mask
+from genalign.training.parity import replay_parity
 from genalign.training.trainer import Trainer
 
 RECIPE = "experiment/diffusion/flux_kontext/online_grpo_edit"
@@ -100,6 +105,110 @@ def test_ode_sampling_with_a_source_reproduces_the_pipeline(kontext, cfg_scale):
     images = pipe(output_type="pt", **common).images  # [2, 3, 64, 96] in [0, 1]
     decoded = policy.decode(ours)
     assert decoded.shape == (2, 3, 64, 96) and (decoded.float() - images * 255).abs().max() <= 1.0
+
+
+def sample_one_group(policy, source_path: str):
+    """One prompt group of two samples editing `source_path` (2 SDE steps, noise 0.7), sampled
+    by the collector as a rollout step does."""
+    from genalign.rollout.collector import SamplingSpec, generate
+
+    groups = PromptGroupBatch(
+        prompts=["make it blue"] * 2,
+        prompt_ids=torch.tensor([0, 0]),
+        group_ids=torch.tensor([0, 0]),
+        seeds=torch.tensor([5, 6]),
+        metadata=[{SOURCE_KEY: [source_path]}, {SOURCE_KEY: [source_path]}],
+    )
+    spec = SamplingSpec(height=64, width=64, num_steps=2, guidance_scale=1.0, noise_level=0.7, chunk_size=2)
+    return generate(policy, groups, spec)
+
+
+@pytest.fixture(scope="module")
+def pipeline_sized(kontext):
+    """A policy with model.source_resolution=pipeline over the same tiny weights."""
+    _, _, directory = kontext
+    return FluxKontextPolicy.from_pretrained(
+        directory, max_sequence_length=MAX_TOKENS, embedded_guidance=GUIDANCE, source_resolution="pipeline"
+    )
+
+
+class _Stop(Exception):
+    """Raised by a spy to end a pipeline call once it has shown what it computed."""
+
+
+@pytest.mark.parametrize(
+    ("height", "width", "expected"),
+    [
+        (64, 64, (1024, 1024)),  # 1:1
+        (64, 96, (832, 1248)),  # 1.5, a preferred ratio
+        (96, 64, (1248, 832)),
+        (48, 112, (672, 1568)),  # 2.33, the widest
+        (80, 64, (1104, 944)),  # 0.8: 944/1104 = 0.855 is nearer than 880/1184 = 0.743
+        (79, 64, (1024, 1024)),  # floored to 64 x 64 first (get_default_height_width): 1:1, not 0.81
+    ],
+)
+def test_pipeline_source_size_is_the_size_the_pipeline_resizes_a_source_to(
+    kontext, monkeypatch, height, width, expected
+):
+    """`pipeline_source_size` = the size of the picture FluxKontextPipeline's own `__call__` hands
+    its VAE (`_auto_resize` on, as users call it), seen by a spy on `prepare_latents`; the figures
+    are the preferred Kontext resolution nearest each ratio, worked by hand."""
+    _, pipe, _ = kontext
+    assert pipe.vae_scale_factor * 2 == MULTIPLE_OF  # the pipeline's multiple_of
+    seen = {}
+
+    def spy(image, *args, **kwargs):
+        seen["size"] = tuple(image.shape[-2:])  # [1, 3, H', W'] in [-1, 1]
+        raise _Stop
+
+    monkeypatch.setattr(pipe, "prepare_latents", spy)
+    with pytest.raises(_Stop):
+        pipe(image=Image.new("RGB", (width, height)), prompt="x", height=64, width=64, max_sequence_length=MAX_TOKENS)
+    assert seen["size"] == pipeline_source_size(height, width) == expected
+
+
+def test_pipeline_source_resolution_reproduces_the_unmodified_pipeline(kontext, pipeline_sized):
+    """model.source_resolution=pipeline: a 64x64 source is encoded at 1024x1024 (the preferred
+    Kontext resolution at its 1:1 ratio) and our sampler with the SDE off reproduces the pipeline
+    called as users call it, `_auto_resize` on, nothing patched. The result's size is the run's:
+    the pipeline's `height`, `width` and `max_area=height·width` (its public argument; left at its
+    1024² default the pipeline would rescale a 64x64 request to 1024x1024). One prompt: the 1024²
+    source is 4096 tokens in every forward."""
+    _, pipe, _ = kontext
+    source = sources()[:1]  # [1, 1, 3, 64, 64]
+    cond = pipeline_sized.encode_conditions(PROMPTS[:1], source, with_negative=False)
+    assert cond.source_latents.shape[-2:] == (128, 128)  # 1024² pixels / 8
+    start = initial_noise([11], [11], pipeline_sized.latent_shape(64, 64))[0]  # [1, C, 8, 8]
+    sigmas = pipeline_sized.sigmas(3, tuple(start.shape[1:]))
+    with torch.no_grad():
+        trajectory = sample_trajectory(pipeline_sized, cond, start, None, sigmas, 1.0, 0.0, sde_step_mask(3, 0.0))
+    ours = trajectory.latents[:, -1]
+    packed = pipe(
+        image=pil(source[:, 0])[0],
+        prompt=PROMPTS[0],
+        height=64,
+        width=64,
+        max_area=64 * 64,
+        num_inference_steps=3,
+        latents=pack_2x2(start),
+        guidance_scale=GUIDANCE,
+        max_sequence_length=MAX_TOKENS,
+        output_type="latent",
+    ).images  # [1, 16, 4C]
+    theirs = unpack_2x2(packed, 8, 8)
+    # 3 steps of the same math in the pipeline's order; every attention reads the text, the
+    # target's 16 tokens and the source's 4096
+    assert_close_reordered(ours, theirs, length=MAX_TOKENS + 16 + 64 * 64, depth=3 * TINY_DEPTH)
+    assert (ours - start).abs().max() > 0.1  # the sample moved
+
+
+def test_pipeline_source_resolution_replays_the_rollout_exactly(pipeline_sized, edit_set):
+    """With model.source_resolution=pipeline the trajectories carry the resized source's latents
+    and replay reads them: every step's replayed log-prob equals the rollout's (gap exactly 0)."""
+    batch = sample_one_group(pipeline_sized, str(edit_set / "images/train_00.png"))
+    assert batch.condition.table.source_latents.shape[-2:] == (128, 128)
+    gaps = replay_parity(pipeline_sized, batch, [0, 1], chunk_size=2)
+    assert gaps == {0: 0.0, 1: 0.0}
 
 
 def test_the_source_is_the_pipelines_encoding_and_changes_the_velocity(kontext):
@@ -215,6 +324,22 @@ def test_editing_run_trains_the_lora_with_replay_parity_and_source_sheets(finish
     assert (width, height) == (2 * 128, 2 * (height // 2)) and height // 2 > 128
 
 
+@pytest.mark.slow  # a 1024² source in every forward of a whole run; the fast check is the replay test above
+def test_pipeline_source_resolution_trains_with_replay_parity(tiny_flux_kontext_dir, edit_set, tmp_path):
+    """The editing recipe (shrunk, LoRA, one step) with model.source_resolution=pipeline: rollout
+    and replay read the same resized sources' latents, replay parity exactly 0, the adapter moved."""
+    shrunk = overrides(
+        tiny_flux_kontext_dir,
+        tmp_path,
+        edit_set,
+        "model.source_resolution=pipeline",
+        "trainer.num_steps=1",
+        "eval.every=0",
+        "eval.at_start=false",
+    )
+    assert train_one_lora_step_at_parity_zero(RECIPE, shrunk, tmp_path).policy.source_resolution == "pipeline"
+
+
 def test_resume_continues_bitwise(finished_run, tiny_flux_kontext_dir, edit_set, tmp_path):
     out, _, _ = finished_run
     cfg = load_config(
@@ -285,19 +410,9 @@ def test_full_fine_tune_trains_two_steps_and_its_transformer_loads_into_the_pipe
 def test_prompt_groups_carry_their_sources_to_the_trajectories(kontext, edit_set):
     """The collector's trajectories keep each sample's source paths in its metadata (rewards,
     the sample table and sheets read them) and its encoded source in the condition (replay)."""
-    from genalign.rollout.collector import SamplingSpec, generate
-
     policy, _, _ = kontext
     path = str(edit_set / "images/train_02.png")
-    groups = PromptGroupBatch(
-        prompts=["make it blue"] * 2,
-        prompt_ids=torch.tensor([0, 0]),
-        group_ids=torch.tensor([0, 0]),
-        seeds=torch.tensor([5, 6]),
-        metadata=[{SOURCE_KEY: [path]}, {SOURCE_KEY: [path]}],
-    )
-    spec = SamplingSpec(height=64, width=64, num_steps=2, guidance_scale=1.0, noise_level=0.7, chunk_size=2)
-    batch = generate(policy, groups, spec)
+    batch = sample_one_group(policy, path)
     assert [m[SOURCE_KEY] for m in batch.metadata] == [[path], [path]]
     assert batch.condition.table.source_latents.shape[:2] == (1, 1)  # one distinct (prompt, source) a step
     assert source_images(batch.metadata).shape == (2, 1, 3, 64, 64)

@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import torch
 
 from genalign.models.base import Condition
 from genalign.models.diffusers_common import pack_2x2, pad_tokens
 from genalign.models.qwen_image.policy import NEGATIVE_PROMPT, QwenImagePolicy
+from genalign.models.source_sizing import PipelineSizedSources, uint8_to_pil
 from genalign.models.spec import FamilySpec
 
 SPEC = FamilySpec(
@@ -70,14 +70,7 @@ def pipeline_source_size(height: int, width: int) -> tuple[int, int]:
     return int(resized_height), int(resized_width)
 
 
-def uint8_to_pil(images: torch.Tensor) -> list:
-    """uint8 [N, 3, H, W] -> N RGB PIL images (what the pipelines' processors take)."""
-    from PIL import Image
-
-    return [Image.fromarray(image.permute(1, 2, 0).contiguous().numpy()) for image in images.cpu()]
-
-
-class QwenImageEditPolicy(QwenImagePolicy):
+class QwenImageEditPolicy(PipelineSizedSources, QwenImagePolicy):
     """Qwen-Image-Edit: Qwen-Image's MMDiT reads the source image's tokens beside the target's,
     and Qwen2.5-VL reads the source beside the instruction."""
 
@@ -87,12 +80,6 @@ class QwenImageEditPolicy(QwenImagePolicy):
     diffusers_pipeline = SPEC.pipeline_class
 
     config_options = ("embedded_guidance", "source_resolution")
-
-    def __init__(self, pipeline, *args, source_resolution: str = "run", **kwargs):
-        super().__init__(pipeline, *args, **kwargs)
-        if source_resolution not in ("run", "pipeline"):
-            raise ValueError(f"model.source_resolution={source_resolution!r}: choose run or pipeline")
-        self.source_resolution = source_resolution
 
     def encode_prompts(self, prompts: list[str], with_negative: bool) -> Condition:
         raise ValueError(
@@ -105,16 +92,6 @@ class QwenImageEditPolicy(QwenImagePolicy):
         QwenImageEditPipeline's template holds one picture, at the size the VAE sees it."""
         (image,) = self.vae_images(sources)
         return image
-
-    def vae_images(self, sources: list) -> list:
-        """One prompt's source PIL images at the size the VAE encodes them (model.source_resolution):
-        as they are, or resized by the pipeline's own `image_processor.resize`."""
-        resized = []
-        for image in sources:
-            height, width = self.spec.source_size(self.source_resolution, image.height, image.width)
-            same = (height, width) == (image.height, image.width)
-            resized.append(image if same else self.pipeline.image_processor.resize(image, height, width))
-        return resized
 
     @torch.no_grad()
     def encode_conditions(self, prompts: list[str], images: torch.Tensor, with_negative: bool) -> Condition:
@@ -153,14 +130,10 @@ class QwenImageEditPolicy(QwenImagePolicy):
     @torch.no_grad()
     def encode_sources(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 [B, S, 3, H, W] -> float32 latents [B, S, C, H'/8, W'/8], (H', W') the size
-        model.source_resolution gives (`vae_images`): the VAE posterior's mode normalised per
+        model.source_resolution gives (`vae_pixels`): the VAE posterior's mode normalised per
         channel (`encode_images`, what the pipeline's `_encode_vae_image` computes)."""
         batch, count = images.shape[:2]
-        flat = images.flatten(0, 1)  # [B·S, 3, H, W]
-        if self.source_resolution != "run":  # the pipeline's resize, through PIL as the pipeline does
-            pictures = self.vae_images(uint8_to_pil(flat))
-            flat = torch.stack([torch.from_numpy(np.array(picture)).permute(2, 0, 1) for picture in pictures])
-        latents = self.encode_images(flat)  # [B·S, C, h, w]
+        latents = self.encode_images(self.vae_pixels(images.flatten(0, 1)))  # [B·S, C, h, w]
         return latents.reshape(batch, count, *latents.shape[1:]).cpu()
 
     def context_tokens(self, cond: Condition) -> tuple[torch.Tensor, list[tuple[int, int, int]]] | None:

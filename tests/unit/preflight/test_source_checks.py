@@ -133,10 +133,41 @@ def test_pipeline_source_resolution_counts_the_sources_at_the_pipelines_size():
             assert _tokens(pipeline, arch) - _tokens(run, arch) == pipeline_tokens - run_tokens, (family, height, width)
 
 
+def test_flux_kontext_pipeline_source_resolution_counts_the_sources_at_the_preferred_kontext_size():
+    """model.source_resolution=pipeline on FLUX.1 Kontext: the memory plan counts the source at the
+    preferred Kontext resolution nearest its aspect ratio (FluxKontextPipeline's `_auto_resize`),
+    16 pixels a token: a 512x512 source is 1024x1024, 64 x 64 = 4096 tokens where the run's size is
+    1024; a 512x640 one (ratio 1.25: 1104/944 = 1.169 is nearer than 1184/880 = 1.345) is 944x1104,
+    59 x 69 = 4071 tokens where the run's size is 32 x 40 = 1280. The result's tokens do not move."""
+    from genalign.models.architecture import load_architecture
+    from genalign.models.spec import family_spec
+    from genalign.preflight.memory_terms import _tokens
+
+    for (height, width), run_tokens, pipeline_tokens in [((512, 512), 1024, 4096), ((512, 640), 1280, 4071)]:
+        size = [f"rollout.height={height}", f"rollout.width={width}"]
+        run = compose_config(RECIPE, size)
+        pipeline = compose_config(RECIPE, [*size, "model.source_resolution=pipeline"])
+        arch = load_architecture(family_spec("flux_kontext"), run.model.path)
+        assert _tokens(pipeline, arch) - _tokens(run, arch) == pipeline_tokens - run_tokens, (height, width)
+
+
 def test_pipeline_source_resolution_on_a_family_without_that_resize_is_refused_naming_the_key():
+    """Wan I2V's pipeline resizes its source to the result's size, the run's: no second size."""
     from genalign.config.errors import ConfigError
     from genalign.preflight.load import load_config
 
-    with pytest.raises(ConfigError, match="model.source_resolution=pipeline: model.family=flux_kontext"):
-        load_config(RECIPE, ["model.source_resolution=pipeline"])
-    assert compose_config(RECIPE, []).model.source_resolution == "run"
+    recipe = "experiment/diffusion/wan_2_2/i2v_a14b_online_grpo_pickscore"
+    with pytest.raises(ConfigError, match="model.source_resolution=pipeline: model.family=wan_i2v"):
+        load_config(recipe, ["model.source_resolution=pipeline"])
+    assert compose_config(recipe, []).model.source_resolution == "run"
+
+
+def test_a_source_resolution_that_is_no_choice_is_one_line_naming_the_key():
+    from genalign.config.errors import ConfigError
+    from genalign.preflight.load import load_config
+
+    with pytest.raises(ConfigError) as raised:
+        load_config(RECIPE, ["model.source_resolution=native"])
+    message = str(raised.value)
+    assert "model.source_resolution" in message and "native" in message and "\n" not in message.strip(), message
+    assert compose_config(RECIPE, []).model.source_resolution == "run"  # Flow-GRPO's, the default
