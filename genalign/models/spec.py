@@ -99,6 +99,11 @@ class FamilySpec:
     """Whether the policy has `decode_pixels(latents)`: float images in [0, 1] that carry the
     gradient back to the latents (the decoder's weights frozen). The reward-feedback algorithms
     back-propagate a reward through it; the config refuses them on a family without one."""
+    decode_reads_condition: bool = False
+    """Whether the policy's samples leave out latents its condition gives, so decoding needs the
+    condition: its `decode_conditioned(latents, cond)` puts them back before decoding (Wan 2.2
+    TI2V-5B's image-to-video, whose first latent frame is the encoded image). Rollout and
+    evaluation decode through `models.base.decode_samples`, which calls it."""
     split_cfg: bool = True
     """Whether model.cfg_batch=split is read (else both CFG branches always run as one batch)."""
     export: str = "diffusers"
@@ -116,6 +121,10 @@ class FamilySpec:
     builtin_dir: str | None = None
     """"package.module:function" (no arguments -> Path) of the folder `builtin_path` names,
     for checks that read the builtin model's configs (`weights_dir`)."""
+    loads_pipelines: tuple[str, ...] = ()
+    """Other pipeline classes a local model.path's model_index.json may name, whose checkpoints
+    `pipeline_class` loads too (Wan 2.2 TI2V-5B: one repository for text- and image-to-video,
+    published as a WanPipeline, loaded by WanImageToVideoPipeline for image-to-video)."""
     tiny_builder: str | None = None
     """"package.module:function" (seed -> object with `save_pretrained`) of a tiny random model
     with the family's architecture, built from configs for tests and offline smoke runs."""

@@ -196,7 +196,8 @@ def pipeline_problems(family: str, local: Path, allow_import: list[str] | tuple[
         found = json.loads(index.read_text(encoding="utf-8")).get("_class_name")
     except (ValueError, OSError, AttributeError) as exc:
         return [f"model.path: {index} cannot be read as JSON ({str(exc).splitlines()[0]})"]
-    if found == expected:
+    spec = spec_or_none(family, allow_import)
+    if found == expected or (spec is not None and found in spec.loads_pipelines):
         return []
 
     matching = [name for name in MODEL_FAMILIES.names() if _family_pipeline(name) == found]
