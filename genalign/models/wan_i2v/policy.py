@@ -1,5 +1,5 @@
-"""Wan 2.1 I2V (480P / 720P) and Wan 2.2 I2V-A14B behind the `FlowPolicy` protocol: Wan that
-animates a source image (the first frame) under a text prompt.
+"""Wan 2.1 I2V (480P / 720P), Wan 2.2 I2V-A14B and Wan 2.2 TI2V-5B's image-to-video behind the
+`FlowPolicy` protocol: Wan that animates a source image (the first frame) under a text prompt.
 
 Where it fits: Wan text-to-video (`models/wan/policy.py`: prompt encoding, CFG with the negative
 prompt, the flow shift, the two experts and their boundary, decoding) plus the `SourceEncoder`
@@ -25,7 +25,18 @@ checked on the tiny models (tests/integration/test_wan_i2v.py):
   comparison `WanPolicy.velocity` makes.
 The video decodes as text-to-video's (the first frame is generated, not pasted back).
 
-`source_latents` holds, per prompt, the condition [t + C, F_lat, h, w] and, for Wan 2.1, the
+Wan 2.2 TI2V-5B's image-to-video (its one repository loaded as WanImageToVideoPipeline, whose
+`expand_timesteps` the checkpoint sets) puts the image on the frame axis instead:
+- the source image alone, encoded as a one-frame video and normalised, is latent frame 0 of what
+  the transformer reads (no mask channels: it reads the VAE's 48), no image encoder;
+- the timestep is per latent token (`WanPolicy.token_timesteps`): 0 on frame 0's, t on the rest;
+- the pipeline draws and steps frame 0 of its latents too but never reads them: it replaces them
+  with the image's latents before decoding. The policy samples only the generated frames
+  (`latent_shape` has `given_latent_frames` = 1 latent frame less), so log-probs, losses and
+  offline latents are theirs alone; `decode_conditioned` puts the image's frame back first
+  (`FamilySpec.decode_reads_condition`: rollout and evaluation decode through it).
+
+`source_latents` holds, per prompt, the condition [t + C, F_lat, h, w] (TI2V-5B: [C, 1, h, w]) and, for Wan 2.1, the
 CLIP tokens [257, 1280], flattened into one row [B, 1, N] (`pack_condition`): a `Condition`
 field is one tensor, and the CLIP tokens too are encoded once per step, not at every velocity.
 """
@@ -49,14 +60,19 @@ SPEC = FamilySpec(
     experts=True,
     source_images=1,
     source_required=True,
+    decode_reads_condition=True,
+    loads_pipelines=("WanPipeline",),
     tiny_builder="genalign.models.wan_i2v.tiny:build_tiny_wan21_i2v_pipeline",
     tiny_variants=(
         ("Wan-AI/Wan2.2-I2V-A14B-Diffusers", "genalign.models.wan_i2v.tiny:build_tiny_wan22_i2v_a14b_pipeline"),
+        ("Wan-AI/Wan2.2-TI2V-5B-Diffusers", "genalign.models.wan_i2v.tiny:build_tiny_wan22_ti2v_i2v_pipeline"),
     ),
 )
-"""Wan 2.1 I2V / Wan 2.2 I2V-A14B: Wan's geometry (16 pixels per latent patch, num_frames = 4k + 1),
-model.negative_prompt, two experts for Wan 2.2 (model.experts), one source image per prompt (the
-first frame)."""
+"""Wan 2.1 I2V / Wan 2.2 I2V-A14B / Wan 2.2 TI2V-5B: Wan's geometry (16 pixels per latent patch, 32
+for TI2V-5B's VAE, checked at load; num_frames = 4k + 1), model.negative_prompt, two experts for
+Wan 2.2 A14B (model.experts), one source image per prompt (the first frame). TI2V-5B's one
+repository names WanPipeline in its model_index.json (text- and image-to-video share it), which
+WanImageToVideoPipeline loads too."""
 
 
 def first_frame_mask(batch: int, temporal_factor: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
@@ -106,11 +122,6 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
 
     def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, *args, **options):
         super().__init__(pipeline, device, dtype, *args, **options)
-        if self.expand_timesteps:
-            raise ValueError(
-                "model.path is a WanImageToVideoPipeline with expand_timesteps (Wan 2.2 TI2V-5B's image-to-video "
-                "form), which family wan_i2v does not implement; use Wan 2.1 I2V or Wan 2.2 I2V-A14B"
-            )
         config = pipeline.transformer.config
         self.image_dim = config.get("image_dim")
         self.image_encoder = getattr(pipeline, "image_encoder", None)
@@ -126,27 +137,50 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
             vision = self.image_encoder.config
             # CLIP's patch tokens and its class token: 16 x 16 + 1 = 257 for ViT-H/14 at 224
             self.image_tokens = ((vision.image_size // vision.patch_size) ** 2 + 1, int(self.image_dim))
-        self.condition_channels = self.temporal_factor + int(self.vae.config.z_dim)
-        if config.in_channels != int(self.vae.config.z_dim) + self.condition_channels:
+        latent_channels = int(self.vae.config.z_dim)
+        if self.expand_timesteps:  # TI2V-5B: the image's latent frame is the first frame the transformer reads
+            self.given_latent_frames = 1
+            self.condition_channels = latent_channels
+            expected, parts = latent_channels, "the latents, the first of them the image's"
+        else:
+            self.condition_channels = self.temporal_factor + latent_channels
+            expected, parts = latent_channels + self.condition_channels, "latents, mask, first-frame latents"
+        if config.in_channels != expected:
             raise ValueError(
-                f"model.path: the transformer reads {config.in_channels} channels, an image-to-video Wan reads "
-                f"{int(self.vae.config.z_dim) + self.condition_channels} (latents, mask, first-frame latents)"
+                f"model.path: the transformer reads {config.in_channels} channels, an image-to-video Wan "
+                f"{'with' if self.expand_timesteps else 'without'} expand_timesteps reads {expected} ({parts})"
             )
+
+    def latent_shape(self, height: int, width: int) -> tuple[int, int, int, int]:
+        """What the policy samples: the video's latents (`WanVAEVideo.latent_shape`) less the
+        `given_latent_frames` (TI2V-5B's first, the encoded image)."""
+        channels, frames, latent_height, latent_width = super().latent_shape(height, width)
+        if frames <= self.given_latent_frames:
+            raise ValueError(
+                f"model.num_frames={self.num_frames}: {self.display_name} with expand_timesteps is given the "
+                f"first latent frame and generates the others; use {self.temporal_factor + 1} frames or more"
+            )
+        return channels, frames - self.given_latent_frames, latent_height, latent_width
 
     @torch.no_grad()
     def encode_sources(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 first frames [B, 1, 3, H, W] -> [B, 1, N] (`pack_condition`): the first-frame
-        condition the pipeline's `prepare_latents` builds and, for Wan 2.1, its `encode_image`."""
+        condition the pipeline's `prepare_latents` builds and, for Wan 2.1, its `encode_image`.
+        With expand_timesteps (TI2V-5B) the condition is the image alone, encoded as a one-frame
+        video: its latent frame [C, 1, h, w], no mask channels."""
         if images.shape[1] != 1:
             raise ValueError(f"{self.display_name} animates one source image a prompt, got {images.shape[1]}")
         first = images[:, 0].to(torch.float32) / 127.5 - 1.0  # [B, 3, H, W] in [-1, 1]
+        padded_frames = 0 if self.expand_timesteps else self.num_frames - 1
         rows = []
         for frame in first.split(1):  # one video at a time, as decode: one video's frames in memory
-            padding = frame.new_zeros(1, 3, self.num_frames - 1, *frame.shape[2:])
+            padding = frame.new_zeros(1, 3, padded_frames, *frame.shape[2:])
             rows.append(wan_vae_encode_pixels(self.vae, torch.cat([frame[:, :, None], padding], dim=2)))
-        latents = torch.cat(rows)  # [B, C, F_lat, h, w]
-        mask = first_frame_mask(len(latents), self.temporal_factor, tuple(latents.shape[1:])).to(latents)
-        return pack_condition(torch.cat([mask, latents], dim=1), self._image_tokens(images[:, 0])).cpu()
+        latents = torch.cat(rows)  # [B, C, F_lat, h, w] (TI2V-5B: [B, C, 1, h, w])
+        if not self.expand_timesteps:
+            mask = first_frame_mask(len(latents), self.temporal_factor, tuple(latents.shape[1:])).to(latents)
+            latents = torch.cat([mask, latents], dim=1)
+        return pack_condition(latents, self._image_tokens(images[:, 0])).cpu()
 
     def _image_tokens(self, images: torch.Tensor) -> torch.Tensor | None:
         """CLIP's penultimate hidden states [B, 257, 1280] of uint8 images [B, 3, H, W] by the
@@ -161,15 +195,43 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
 
     def transformer_inputs(self, latents: torch.Tensor, cond: Condition) -> dict[str, torch.Tensor]:
         """The noisy latents with the condition after them on channels (`hidden_states` [B, 36,
-        F_lat, h, w]) and, for Wan 2.1, the CLIP tokens (`encoder_hidden_states_image`)."""
+        F_lat, h, w]) and, for Wan 2.1, the CLIP tokens (`encoder_hidden_states_image`); with
+        expand_timesteps the image's latent frame before the generated ones ([B, C, 1 + F, h, w]:
+        the pipeline's `(1 − mask) · condition + mask · latents`, which for its 0/1 mask is this
+        concatenation value for value)."""
+        condition, embeds = self._condition(cond, tuple(latents.shape[2:]))
+        if self.expand_timesteps:
+            inputs = {"hidden_states": torch.cat([condition.to(latents), latents], dim=2)}
+        else:
+            inputs = {"hidden_states": torch.cat([latents, condition.to(latents)], dim=1)}
+        if embeds is not None:
+            inputs["encoder_hidden_states_image"] = embeds
+        return inputs
+
+    def _condition(
+        self, cond: Condition, frames_height_width: tuple[int, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(the condition [B, condition_channels, F_lat or 1, h, w], the CLIP tokens or None) of
+        `cond` for sampled latents of frames x height x width; one line when it carries none."""
         if cond.source_latents is None:
             raise ValueError(
                 f'{self.display_name} needs a source image per prompt (a manifest row\'s "source_image"); '
                 "these prompts carry none"
             )
-        shape = (self.condition_channels, *latents.shape[2:])
-        condition, embeds = unpack_condition(cond.source_latents, shape, self.image_tokens)
-        inputs = {"hidden_states": torch.cat([latents, condition.to(latents)], dim=1)}
-        if embeds is not None:
-            inputs["encoder_hidden_states_image"] = embeds
-        return inputs
+        frames, height, width = frames_height_width
+        shape = (self.condition_channels, self.given_latent_frames or frames, height, width)
+        return unpack_condition(cond.source_latents, shape, self.image_tokens)
+
+    def decode_conditioned(self, latents: torch.Tensor, cond: Condition) -> torch.Tensor:
+        """Sampled latents [B, C, F, h, w] -> uint8 video [B, F', 3, H, W]: the given frames
+        (TI2V-5B's encoded image) put back before the sampled ones, as the pipeline does before it
+        decodes; `decode` itself where none are given."""
+        if not self.given_latent_frames:
+            return self.decode(latents)
+        condition, _ = self._condition(cond, tuple(latents.shape[2:]))
+        return self.decode(torch.cat([condition.to(latents), latents], dim=2))
+
+    def encode_images(self, videos: torch.Tensor) -> torch.Tensor:
+        """uint8 video [B, F, 3, H, W] -> what the policy samples: the video's latents less the
+        `given_latent_frames` (TI2V-5B's first, which the video's first frame gives)."""
+        return super().encode_images(videos)[:, :, self.given_latent_frames :]

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from genalign.models.tiny_random import TINY_T5, TINY_WAN_VAE, building, shape_spec
-from genalign.models.wan.tiny import TINY_TRANSFORMER, published, wan_components
+from genalign.models.wan.tiny import TINY_TRANSFORMER, WAN_SHAPES, published, wan_components
 
 FOLDER = Path(__file__).parent
 WAN21_I2V_480P = "Wan-AI--Wan2.1-I2V-14B-480P-Diffusers.json"
@@ -59,9 +59,14 @@ I2V_SHAPES = {
     "wan2.2-i2v-a14b": i2v_shapes(WAN22_I2V_A14B, tiny=False),
     "tiny-wan2.1-i2v": i2v_shapes(WAN21_I2V_480P, tiny=True),
     "tiny-wan2.2-i2v-a14b": i2v_shapes(WAN22_I2V_A14B, tiny=True),
+    # TI2V-5B animates an image with the weights it generates text-to-video with: the text-to-video
+    # family's entries (its architecture file, models/wan), built as a WanImageToVideoPipeline
+    # (expand_timesteps, no image encoder)
+    "wan2.2-ti2v-5b": {**WAN_SHAPES["wan2.2-ti2v-5b"], "image": None},
+    "tiny-wan2.2-ti2v-5b": {**WAN_SHAPES["tiny-wan2.2-ti2v-5b"], "image": None},
 }
 """Architectures `build_wan_i2v_pipeline` knows: the real shapes of Wan 2.1 I2V 14B (480P and
-720P share them) and Wan 2.2 I2V-A14B, and their tiny forms."""
+720P share them), Wan 2.2 I2V-A14B and TI2V-5B, and their tiny forms."""
 
 
 def build_wan_i2v_pipeline(
@@ -98,3 +103,9 @@ def build_tiny_wan21_i2v_pipeline(seed: int = 0):
 def build_tiny_wan22_i2v_a14b_pipeline(seed: int = 0):
     """The tiny two-expert WanImageToVideoPipeline of Wan 2.2 I2V-A14B's published configs (fp32, CPU)."""
     return build_wan_i2v_pipeline("tiny-wan2.2-i2v-a14b", seed)
+
+
+def build_tiny_wan22_ti2v_i2v_pipeline(seed: int = 0):
+    """The tiny WanImageToVideoPipeline of Wan 2.2 TI2V-5B's published configs (expand_timesteps, the
+    48-channel VAE; fp32, CPU): the same weights as the text-to-video tiny of the same seed."""
+    return build_wan_i2v_pipeline("tiny-wan2.2-ti2v-5b", seed)
