@@ -58,7 +58,7 @@ SPEC = FamilySpec(
     media="video",
     negative_prompt=True,
     experts=True,
-    source_images=1,
+    source_images=2,
     source_required=True,
     decode_reads_condition=True,
     loads_pipelines=("WanPipeline",),
@@ -66,6 +66,7 @@ SPEC = FamilySpec(
     tiny_variants=(
         ("Wan-AI/Wan2.2-I2V-A14B-Diffusers", "genalign.models.wan_i2v.tiny:build_tiny_wan22_i2v_a14b_pipeline"),
         ("Wan-AI/Wan2.2-TI2V-5B-Diffusers", "genalign.models.wan_i2v.tiny:build_tiny_wan22_ti2v_i2v_pipeline"),
+        ("Wan-AI/Wan2.1-FLF2V-14B-720P-Diffusers", "genalign.models.wan_i2v.tiny:build_tiny_wan21_flf2v_pipeline"),
     ),
 )
 """Wan 2.1 I2V / Wan 2.2 I2V-A14B / Wan 2.2 TI2V-5B: Wan's geometry (16 pixels per latent patch, 32
@@ -75,12 +76,18 @@ repository names WanPipeline in its model_index.json (text- and image-to-video s
 WanImageToVideoPipeline loads too."""
 
 
-def first_frame_mask(batch: int, temporal_factor: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
-    """[B, t, F_lat, h, w]: 1 on latent frame 0 (the given image), 0 after; the pipeline's mask
-    over num_frames pixel frames (frame 0 repeated t times) folded into t channels a latent frame."""
+def given_frames_mask(
+    batch: int, temporal_factor: int, latent_shape: tuple[int, ...], last: bool = False
+) -> torch.Tensor:
+    """[B, t, F_lat, h, w]: the pipeline's mask over num_frames pixel frames (1 on a given frame,
+    0 elsewhere; frame 0 repeated t times) folded into t channels a latent frame: 1 on latent frame
+    0 (the first frame) and, with `last` (FLF2V's last frame, the last pixel frame), on the last
+    latent frame's last channel."""
     _, frames, height, width = latent_shape
     mask = torch.zeros(batch, temporal_factor, frames, height, width)
     mask[:, :, 0] = 1.0
+    if last:
+        mask[:, -1, -1] = 1.0
     return mask
 
 
@@ -131,12 +138,17 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
                 f"{'has no' if self.image_encoder is None else 'has an'} image_encoder; WanImageToVideoPipeline "
                 "feeds CLIP image tokens exactly when image_dim is set"
             )
+        # FLF2V's transformer embeds the first and the last frame's CLIP tokens side by side with a
+        # learned position (pos_embed_seq_len = 2 x 257): two source images a prompt
+        self.source_count = 2 if config.get("pos_embed_seq_len") else 1
+        self.clip_tokens = 0
         self.image_tokens = None
         if self.image_encoder is not None:  # frozen like the text encoder, resident (a few images a step)
             place(self.image_encoder, self.device, dtype).requires_grad_(False).eval()
             vision = self.image_encoder.config
             # CLIP's patch tokens and its class token: 16 x 16 + 1 = 257 for ViT-H/14 at 224
-            self.image_tokens = ((vision.image_size // vision.patch_size) ** 2 + 1, int(self.image_dim))
+            self.clip_tokens = (vision.image_size // vision.patch_size) ** 2 + 1
+            self.image_tokens = (self.source_count * self.clip_tokens, int(self.image_dim))
         latent_channels = int(self.vae.config.z_dim)
         if self.expand_timesteps:  # TI2V-5B: the image's latent frame is the first frame the transformer reads
             self.given_latent_frames = 1
@@ -164,34 +176,46 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
 
     @torch.no_grad()
     def encode_sources(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 first frames [B, 1, 3, H, W] -> [B, 1, N] (`pack_condition`): the first-frame
-        condition the pipeline's `prepare_latents` builds and, for Wan 2.1, its `encode_image`.
-        With expand_timesteps (TI2V-5B) the condition is the image alone, encoded as a one-frame
-        video: its latent frame [C, 1, h, w], no mask channels."""
-        if images.shape[1] != 1:
-            raise ValueError(f"{self.display_name} animates one source image a prompt, got {images.shape[1]}")
-        first = images[:, 0].to(torch.float32) / 127.5 - 1.0  # [B, 3, H, W] in [-1, 1]
-        padded_frames = 0 if self.expand_timesteps else self.num_frames - 1
+        """uint8 source images [B, S, 3, H, W] (the first frame; FLF2V: the first and the last) ->
+        [B, 1, N] (`pack_condition`): the condition the pipeline's `prepare_latents` builds and, for
+        Wan 2.1, its `encode_image`. The given frames at their places in num_frames frames (zeros
+        between), VAE-encoded, with the mask; with expand_timesteps (TI2V-5B) the image alone,
+        encoded as a one-frame video: its latent frame [C, 1, h, w], no mask channels."""
+        if images.shape[1] != self.source_count:
+            which = (
+                'the first and the last frame: a manifest row\'s "source_images": [first, last]'
+                if self.source_count == 2
+                else 'the first frame: a manifest row\'s "source_image"'
+            )
+            raise ValueError(
+                f"{self.display_name} takes {self.source_count} source image(s) a prompt ({which}); "
+                f"these prompts carry {images.shape[1]}"
+            )
+        given = images.to(torch.float32) / 127.5 - 1.0  # [B, S, 3, H, W] in [-1, 1]
+        between = 0 if self.expand_timesteps else self.num_frames - self.source_count
         rows = []
-        for frame in first.split(1):  # one video at a time, as decode: one video's frames in memory
-            padding = frame.new_zeros(1, 3, padded_frames, *frame.shape[2:])
-            rows.append(wan_vae_encode_pixels(self.vae, torch.cat([frame[:, :, None], padding], dim=2)))
+        for frames in given.split(1):  # one video at a time, as decode: one video's frames in memory
+            first, *last = frames[0].unsqueeze(2).unbind(0)  # [3, 1, H, W] each
+            video = torch.cat([first, first.new_zeros(3, between, *first.shape[2:]), *last], dim=1)
+            rows.append(wan_vae_encode_pixels(self.vae, video[None]))
         latents = torch.cat(rows)  # [B, C, F_lat, h, w] (TI2V-5B: [B, C, 1, h, w])
         if not self.expand_timesteps:
-            mask = first_frame_mask(len(latents), self.temporal_factor, tuple(latents.shape[1:])).to(latents)
-            latents = torch.cat([mask, latents], dim=1)
-        return pack_condition(latents, self._image_tokens(images[:, 0])).cpu()
+            shape = tuple(latents.shape[1:])
+            mask = given_frames_mask(len(latents), self.temporal_factor, shape, last=self.source_count == 2)
+            latents = torch.cat([mask.to(latents), latents], dim=1)
+        return pack_condition(latents, self._image_tokens(images)).cpu()
 
     def _image_tokens(self, images: torch.Tensor) -> torch.Tensor | None:
-        """CLIP's penultimate hidden states [B, 257, 1280] of uint8 images [B, 3, H, W] by the
-        pipeline's own `encode_image` (its CLIPImageProcessor on the PIL images it is given); None
-        without an image encoder."""
+        """CLIP's penultimate hidden states [B, S x 257, 1280] of uint8 images [B, S, 3, H, W] by the
+        pipeline's own `encode_image` (its CLIPImageProcessor on the PIL images it is given; FLF2V's
+        first and last frame in turn, as the pipeline passes them); None without an image encoder."""
         if self.image_encoder is None:
             return None
         from PIL import Image
 
-        pictures = [Image.fromarray(image.permute(1, 2, 0).cpu().numpy()) for image in images]
-        return self.pipeline.encode_image(pictures, self.device).float()
+        pictures = [Image.fromarray(image.permute(1, 2, 0).cpu().numpy()) for image in images.flatten(0, 1)]
+        tokens = self.pipeline.encode_image(pictures, self.device).float()  # [B x S, 257, 1280]
+        return tokens.reshape(len(images), -1, tokens.shape[-1])  # [B, S x 257, 1280]
 
     def transformer_inputs(self, latents: torch.Tensor, cond: Condition) -> dict[str, torch.Tensor]:
         """The noisy latents with the condition after them on channels (`hidden_states` [B, 36,
@@ -204,8 +228,8 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
             inputs = {"hidden_states": torch.cat([condition.to(latents), latents], dim=2)}
         else:
             inputs = {"hidden_states": torch.cat([latents, condition.to(latents)], dim=1)}
-        if embeds is not None:
-            inputs["encoder_hidden_states_image"] = embeds
+        if embeds is not None:  # [B x S, 257, 1280]: FLF2V's transformer pairs consecutive rows
+            inputs["encoder_hidden_states_image"] = embeds.reshape(-1, self.clip_tokens, embeds.shape[-1])
         return inputs
 
     def _condition(
