@@ -132,6 +132,12 @@ class FamilySpec:
     """How many source images a prompt may carry beside its text (data/source_images.py): 0 for
     a text-to-image or text-to-video family; > 0 for an image-conditioned one (FLUX.1 Kontext:
     1), whose policy is also a `SourceEncoder`. A manifest with more is refused before loading."""
+    source_count: str | None = None
+    """"package.module:function" (the transformer's config, a mapping -> int) of how many source
+    images each prompt must carry for a checkpoint of the family, where its checkpoints differ (Wan
+    I2V: 1; Wan 2.1 FLF2V, whose transformer embeds a first and a last frame: 2). The policy asks it
+    when it loads; the config check asks it of the checkpoint's architecture (the file shipped for
+    a hub id, or a local directory's configs) before loading. None: any count up to `source_images`."""
     source_required: bool = False
     """Whether every prompt must carry its `source_images` (an image-to-video family animates its
     source: Wan I2V); False where a prompt may come without (FLUX.1 Kontext also draws from text
@@ -190,6 +196,11 @@ class FamilySpec:
                 f"model.source_resolution={source_resolution}: model.family={self.name} has no pipeline resize"
             )
         return _import(self.pipeline_source_size)(height, width)
+
+    def sources_per_prompt(self, transformer_config) -> int | None:
+        """`source_count` asked of a checkpoint's transformer config; None where the family's
+        checkpoints do not differ."""
+        return None if self.source_count is None else int(_import(self.source_count)(transformer_config))
 
     def policy_class(self) -> Any:
         """The policy class (imports its module)."""

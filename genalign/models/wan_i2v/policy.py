@@ -59,6 +59,7 @@ SPEC = FamilySpec(
     negative_prompt=True,
     experts=True,
     source_images=2,
+    source_count="genalign.models.wan_i2v.policy:source_count",
     source_required=True,
     decode_reads_condition=True,
     loads_pipelines=("WanPipeline",),
@@ -71,9 +72,17 @@ SPEC = FamilySpec(
 )
 """Wan 2.1 I2V / Wan 2.2 I2V-A14B / Wan 2.2 TI2V-5B: Wan's geometry (16 pixels per latent patch, 32
 for TI2V-5B's VAE, checked at load; num_frames = 4k + 1), model.negative_prompt, two experts for
-Wan 2.2 A14B (model.experts), one source image per prompt (the first frame). TI2V-5B's one
+Wan 2.2 A14B (model.experts), one source image per prompt (the first frame; Wan 2.1 FLF2V: two, the
+first and the last, `source_count`). TI2V-5B's one
 repository names WanPipeline in its model_index.json (text- and image-to-video share it), which
 WanImageToVideoPipeline loads too."""
+
+
+def source_count(transformer_config) -> int:
+    """Source images a prompt carries for a transformer of this config (`FamilySpec.source_count`):
+    2 for Wan 2.1 FLF2V, whose transformer embeds the first and the last frame's CLIP tokens side by
+    side with a learned position (pos_embed_seq_len = 2 x 257), else 1 (the first frame)."""
+    return 2 if transformer_config.get("pos_embed_seq_len") else 1
 
 
 def given_frames_mask(
@@ -138,9 +147,7 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
                 f"{'has no' if self.image_encoder is None else 'has an'} image_encoder; WanImageToVideoPipeline "
                 "feeds CLIP image tokens exactly when image_dim is set"
             )
-        # FLF2V's transformer embeds the first and the last frame's CLIP tokens side by side with a
-        # learned position (pos_embed_seq_len = 2 x 257): two source images a prompt
-        self.source_count = 2 if config.get("pos_embed_seq_len") else 1
+        self.source_count = source_count(config)
         self.clip_tokens = 0
         self.image_tokens = None
         if self.image_encoder is not None:  # frozen like the text encoder, resident (a few images a step)

@@ -7,6 +7,8 @@ give (docs/models.md, docs/memory_plan.md)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from genalign.models.architecture import build_on_meta, load_architecture
@@ -41,8 +43,6 @@ def test_wan_2_2_i2v_a14b_is_two_experts_without_an_image_encoder():
 def test_every_file_reads_36_channels_latents_mask_and_first_frame_but_ti2v_its_48_latents():
     """Wan 2.1 / 2.2 I2V concatenate latents, mask and first frame on channels; TI2V-5B
     (expand_timesteps) puts the image's latent frame before the others, reading its VAE's 48."""
-    import json
-
     for file in SPEC.architecture_files():
         body = json.loads(file.read_text())
         transformer = body["components"]["transformer"]
@@ -51,6 +51,18 @@ def test_every_file_reads_36_channels_latents_mask_and_first_frame_but_ti2v_its_
         assert expand == ("TI2V" in file.name) and transformer["config"]["in_channels"] == channels, file.name
         built = build_on_meta(transformer["library"], transformer["class"], transformer["config"])
         assert built.patch_embedding.in_channels == channels
+
+
+def test_flf2v_is_wan_2_1_i2v_with_two_frames_clip_tokens_side_by_side():
+    """The FLF2V file (diffusers' conversion script's 'Wan-FLF2V-14B-720P'): Wan 2.1 I2V 14B's
+    transformer plus a learned position over 2 x 257 CLIP tokens, so a prompt carries two images."""
+    arch = load_architecture(SPEC, "Wan-AI/Wan2.1-FLF2V-14B-720P-Diffusers")
+    i2v = load_architecture(SPEC, "Wan-AI/Wan2.1-I2V-14B-720P-Diffusers")
+    extra = arch.component("transformer").parameters - i2v.component("transformer").parameters
+    assert extra == 514 * 1280  # the position embedding alone
+    counts = {f.name: SPEC.sources_per_prompt(json.loads(f.read_text())["components"]["transformer"]["config"])
+              for f in SPEC.architecture_files()}  # fmt: skip
+    assert counts == {name: 2 if "FLF2V" in name else 1 for name in counts}
 
 
 def test_ti2v_5b_is_the_text_to_video_familys_file_one_transformer_without_an_image_encoder():
@@ -67,6 +79,7 @@ def test_ti2v_5b_is_the_text_to_video_familys_file_one_transformer_without_an_im
         ("experiment/diffusion/wan_2_2/i2v_a14b_online_grpo_pickscore", 84.3),
         ("experiment/diffusion/wan_2_1/i2v_14b_online_grpo_pickscore", 54.3),
         ("experiment/diffusion/wan_2_2/ti2v_5b_i2v_online_grpo_pickscore", 34.1),
+        ("experiment/diffusion/wan_2_1/flf2v_14b_online_grpo_pickscore", 54.3),
     ],
 )
 def test_the_recipes_plan_what_the_docs_say(recipe, peak_gib):
