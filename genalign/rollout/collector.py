@@ -132,9 +132,7 @@ def _flow_chunks(
         noise, generators = initial_noise(chunk.init_seeds.tolist(), chunk.seeds.tolist(), latent_shape)
         cond = chunk_cond.to(policy.device)
         if spec.sa_solver is not None:
-            sampled = sa_solver_trajectory(
-                policy, cond, noise, generators, sigmas, spec.guidance_scale, spec.sa_solver
-            )
+            sampled = sa_solver_trajectory(policy, cond, noise, generators, sigmas, spec.guidance_scale, spec.sa_solver)
         else:
             sampled = sample_trajectory(
                 policy,
