@@ -321,7 +321,8 @@ def decode_samples(policy: FlowPolicy, latents: torch.Tensor, cond: Condition) -
     them: `decode`, or for a family whose samples leave out what the condition gives
     (`spec.decode_reads_condition`) its `decode_conditioned(latents, cond)`."""
     if policy.spec.decode_reads_condition:
-        return policy.decode_conditioned(latents, cond)  # type: ignore[attr-defined]
+        decoded: torch.Tensor = policy.decode_conditioned(latents, cond)  # type: ignore[attr-defined]
+        return decoded
     return policy.decode(latents)
 
 
