@@ -1,5 +1,6 @@
-"""Wan 2.1 I2V (480P / 720P), Wan 2.2 I2V-A14B and Wan 2.2 TI2V-5B's image-to-video behind the
-`FlowPolicy` protocol: Wan that animates a source image (the first frame) under a text prompt.
+"""Wan 2.1 I2V (480P / 720P) and FLF2V, Wan 2.2 I2V-A14B and Wan 2.2 TI2V-5B's image-to-video
+behind the `FlowPolicy` protocol: Wan that animates a source image (the first frame; FLF2V: the
+first and the last) under a text prompt.
 
 Where it fits: Wan text-to-video (`models/wan/policy.py`: prompt encoding, CFG with the negative
 prompt, the flow shift, the two experts and their boundary, decoding) plus the `SourceEncoder`
@@ -24,6 +25,13 @@ checked on the tiny models (tests/integration/test_wan_i2v.py):
 - Wan 2.2 I2V-A14B's two experts switch at `boundary_ratio` 0.9 (its model_index.json), the
   comparison `WanPolicy.velocity` makes.
 The video decodes as text-to-video's (the first frame is generated, not pasted back).
+
+Wan 2.1 FLF2V (the pipeline's `last_image`) is Wan 2.1 I2V with two source images a prompt: the
+first and the last frame at both ends of the zero video, the mask 1 on both (the last pixel frame
+is the last latent frame's last mask channel), and both frames' CLIP tokens, which its transformer
+(`pos_embed_seq_len` = 2 x 257) pairs side by side with a learned position: it reads them as
+consecutive rows [B x 2, 257, 1280], the order the pipeline's `encode_image([first, last])` gives.
+Which count a checkpoint takes is `source_count` of its transformer's config.
 
 Wan 2.2 TI2V-5B's image-to-video (its one repository loaded as WanImageToVideoPipeline, whose
 `expand_timesteps` the checkpoint sets) puts the image on the frame axis instead:
@@ -70,7 +78,7 @@ SPEC = FamilySpec(
         ("Wan-AI/Wan2.1-FLF2V-14B-720P-Diffusers", "genalign.models.wan_i2v.tiny:build_tiny_wan21_flf2v_pipeline"),
     ),
 )
-"""Wan 2.1 I2V / Wan 2.2 I2V-A14B / Wan 2.2 TI2V-5B: Wan's geometry (16 pixels per latent patch, 32
+"""Wan 2.1 I2V and FLF2V / Wan 2.2 I2V-A14B / Wan 2.2 TI2V-5B: Wan's geometry (16 pixels per latent patch, 32
 for TI2V-5B's VAE, checked at load; num_frames = 4k + 1), model.negative_prompt, two experts for
 Wan 2.2 A14B (model.experts), one source image per prompt (the first frame; Wan 2.1 FLF2V: two, the
 first and the last, `source_count`). TI2V-5B's one
