@@ -78,12 +78,11 @@ SPEC = FamilySpec(
         ("Wan-AI/Wan2.1-FLF2V-14B-720P-Diffusers", "genalign.models.wan_i2v.tiny:build_tiny_wan21_flf2v_pipeline"),
     ),
 )
-"""Wan 2.1 I2V and FLF2V / Wan 2.2 I2V-A14B / Wan 2.2 TI2V-5B: Wan's geometry (16 pixels per latent patch, 32
-for TI2V-5B's VAE, checked at load; num_frames = 4k + 1), model.negative_prompt, two experts for
-Wan 2.2 A14B (model.experts), one source image per prompt (the first frame; Wan 2.1 FLF2V: two, the
-first and the last, `source_count`). TI2V-5B's one
-repository names WanPipeline in its model_index.json (text- and image-to-video share it), which
-WanImageToVideoPipeline loads too."""
+"""Wan 2.1 I2V and FLF2V / Wan 2.2 I2V-A14B / Wan 2.2 TI2V-5B: Wan's geometry (16 pixels per latent
+patch, 32 for TI2V-5B's VAE, checked at load; num_frames = 4k + 1), model.negative_prompt, two
+experts for Wan 2.2 A14B (model.experts), one source image per prompt (the first frame; Wan 2.1
+FLF2V: two, the first and the last, `source_count`). TI2V-5B's one repository names WanPipeline in
+its model_index.json (text- and image-to-video share it), which WanImageToVideoPipeline loads too."""
 
 
 def source_count(transformer_config) -> int:
