@@ -87,8 +87,9 @@ FAMILIES = {
 measured on its prompts without a source image; an editing family that needs one
 (Qwen-Image-Edit) reads a fixed 64x64 source at both sides (`calibration_condition`): either
 way a source's tokens run through the same blocks as the target's, so the bytes per token are
-the same, and the plan counts both token sets. An image-to-video family's first frame is at the
-target's side (its condition rides on the latents' channels, so it adds no tokens)."""
+the same, and the plan counts both token sets. An image-to-video family's first frame (and its last
+for a checkpoint that takes two: Wan 2.1 FLF2V, wan_i2v's first architecture file) is at the target's
+side (its condition rides on the latents' channels, so it adds no tokens)."""
 CALIBRATION_SOURCE_SIDE = 64
 
 
@@ -97,13 +98,14 @@ def calibration_condition(policy, side: int):
     for an image-conditioned family (`spec.source_images`) one source: an editing family's grey
     picture of a fixed side, whose tokens (and the vision tokens its text encoder reads) fall in
     the fixed term, so the slope stays per target token; an image-to-video family's first frame
-    at the target's side."""
+    (and last, where the checkpoint takes it: `FamilySpec.source_count`) at the target's side."""
     prompts = ["a calibration prompt"]
     if not policy.spec.source_images:
         return policy.encode_prompts(prompts, with_negative=False)
-    if policy.spec.media == "video":
+    if policy.spec.media == "video":  # as many frames as the checkpoint takes (FLF2V: the first and the last)
+        count = policy.spec.sources_per_prompt(policy.transformer.config) or 1
         source = torch.randint(
-            0, 256, (1, 1, 3, side, side), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+            0, 256, (1, count, 3, side, side), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
         )
     else:
         fixed = CALIBRATION_SOURCE_SIDE

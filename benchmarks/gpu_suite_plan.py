@@ -54,7 +54,11 @@ VARIANTS = {
     "sd3": [("sd3_5_large", "SD3.5 Large", ["model.path=stabilityai/stable-diffusion-3.5-large"])],
     "wan": [("wan2_2_t2v_a14b", "Wan 2.2 T2V-A14B", []), ("wan2_2_ti2v_5b", "Wan 2.2 TI2V-5B", [])],
     "flux2_klein": [("flux2_klein_4b", "FLUX.2 [klein] 4B", ["model.path=black-forest-labs/FLUX.2-klein-4B"])],
-    "wan_i2v": [("wan2_2_i2v_a14b", "Wan 2.2 I2V-A14B", [])],
+    "wan_i2v": [
+        ("wan2_2_i2v_a14b", "Wan 2.2 I2V-A14B", []),
+        ("wan2_2_ti2v_5b_i2v", "Wan 2.2 TI2V-5B I2V", []),
+        ("wan2_1_flf2v", "Wan 2.1 FLF2V", []),
+    ],
     "z_image": [("z_image_base", "Z-Image (base)", [])],
     "qwen_image_edit_plus": [
         ("qwen_image_edit_2511", "Qwen-Image-Edit-2511", ["model.path=Qwen/Qwen-Image-Edit-2511"])
@@ -66,6 +70,8 @@ VARIANT_RECIPES = {
     "wan2_2_t2v_a14b": "experiment/diffusion/wan_2_2/online_grpo_pickscore",
     "wan2_2_ti2v_5b": "experiment/diffusion/wan_2_2/ti2v_5b_online_grpo_pickscore",
     "wan2_2_i2v_a14b": "experiment/diffusion/wan_2_2/i2v_a14b_online_grpo_pickscore",
+    "wan2_2_ti2v_5b_i2v": "experiment/diffusion/wan_2_2/ti2v_5b_i2v_online_grpo_pickscore",
+    "wan2_1_flf2v": "experiment/diffusion/wan_2_1/flf2v_14b_online_grpo_pickscore",
     "z_image_base": "experiment/diffusion/z_image/online_grpo_pickscore",
 }
 """A variant's own recipe, where it has one (else the family's)."""

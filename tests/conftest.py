@@ -109,13 +109,18 @@ def tiny_wan22_dirs(tmp_path_factory) -> dict:
 def tiny_wan_i2v_dirs(tmp_path_factory) -> dict:
     """Tiny random WanImageToVideoPipelines from the published configs (seed 0), written by
     save_pretrained: {"wan21": Wan 2.1 I2V (CLIP image encoder), "a14b": Wan 2.2 I2V-A14B's two
-    experts}; read-only."""
-    from genalign.models.wan_i2v.tiny import build_tiny_wan21_i2v_pipeline, build_tiny_wan22_i2v_a14b_pipeline
+    experts, "flf2v": Wan 2.1 FLF2V (first and last frame)}; read-only."""
+    from genalign.models.wan_i2v.tiny import (
+        build_tiny_wan21_flf2v_pipeline,
+        build_tiny_wan21_i2v_pipeline,
+        build_tiny_wan22_i2v_a14b_pipeline,
+    )
 
     root = tmp_path_factory.mktemp("tiny_wan_i2v")
     build_tiny_wan21_i2v_pipeline(seed=0).save_pretrained(root / "wan21")
     build_tiny_wan22_i2v_a14b_pipeline(seed=0).save_pretrained(root / "a14b")
-    return {"wan21": root / "wan21", "a14b": root / "a14b"}
+    build_tiny_wan21_flf2v_pipeline(seed=0).save_pretrained(root / "flf2v")
+    return {"wan21": root / "wan21", "a14b": root / "a14b", "flf2v": root / "flf2v"}
 
 
 @pytest.fixture(scope="session")

@@ -273,6 +273,10 @@ class FlowPolicy(Policy, Protocol):
         """Final latents [B, ...] -> uint8 images [B, 3, H, W] or video [B, F, 3, H, W] (no grad)."""
         ...
 
+    # Optional (a family whose spec sets `decode_reads_condition`), so not a protocol member:
+    # def decode_conditioned(self, latents: torch.Tensor, cond: Condition) -> torch.Tensor:
+    #     """`decode` of final latents that leave out what `cond` gives (`decode_samples`)."""
+
     # Optional (a family whose spec sets `differentiable_decode`), so not a protocol member:
     # def decode_pixels(self, latents: torch.Tensor) -> torch.Tensor:
     #     """Final latents [B, ...] -> float images [B, 3, H, W] in [0, 1], differentiable in
@@ -310,6 +314,16 @@ class SourceEncoder(Protocol):
         `source_latents` = `encode_sources(images)`. `SourcesBesideText` is the form for a
         family whose text encoder reads text alone (FLUX.1 Kontext)."""
         ...
+
+
+def decode_samples(policy: FlowPolicy, latents: torch.Tensor, cond: Condition) -> torch.Tensor:
+    """Final latents [B, ...] of prompts `cond` -> uint8 media, as rollout and evaluation decode
+    them: `decode`, or for a family whose samples leave out what the condition gives
+    (`spec.decode_reads_condition`) its `decode_conditioned(latents, cond)`."""
+    if policy.spec.decode_reads_condition:
+        decoded: torch.Tensor = policy.decode_conditioned(latents, cond)  # type: ignore[attr-defined]
+        return decoded
+    return policy.decode(latents)
 
 
 class SourcesBesideText:

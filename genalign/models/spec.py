@@ -99,6 +99,11 @@ class FamilySpec:
     """Whether the policy has `decode_pixels(latents)`: float images in [0, 1] that carry the
     gradient back to the latents (the decoder's weights frozen). The reward-feedback algorithms
     back-propagate a reward through it; the config refuses them on a family without one."""
+    decode_reads_condition: bool = False
+    """Whether the policy's samples leave out latents its condition gives, so decoding needs the
+    condition: its `decode_conditioned(latents, cond)` puts them back before decoding (Wan 2.2
+    TI2V-5B's image-to-video, whose first latent frame is the encoded image). Rollout and
+    evaluation decode through `models.base.decode_samples`, which calls it."""
     split_cfg: bool = True
     """Whether model.cfg_batch=split is read (else both CFG branches always run as one batch)."""
     export: str = "diffusers"
@@ -116,6 +121,10 @@ class FamilySpec:
     builtin_dir: str | None = None
     """"package.module:function" (no arguments -> Path) of the folder `builtin_path` names,
     for checks that read the builtin model's configs (`weights_dir`)."""
+    loads_pipelines: tuple[str, ...] = ()
+    """Other pipeline classes a local model.path's model_index.json may name, whose checkpoints
+    `pipeline_class` loads too (Wan 2.2 TI2V-5B: one repository for text- and image-to-video,
+    published as a WanPipeline, loaded by WanImageToVideoPipeline for image-to-video)."""
     tiny_builder: str | None = None
     """"package.module:function" (seed -> object with `save_pretrained`) of a tiny random model
     with the family's architecture, built from configs for tests and offline smoke runs."""
@@ -123,6 +132,12 @@ class FamilySpec:
     """How many source images a prompt may carry beside its text (data/source_images.py): 0 for
     a text-to-image or text-to-video family; > 0 for an image-conditioned one (FLUX.1 Kontext:
     1), whose policy is also a `SourceEncoder`. A manifest with more is refused before loading."""
+    source_count: str | None = None
+    """"package.module:function" (the transformer's config, a mapping -> int) of how many source
+    images each prompt must carry for a checkpoint of the family, where its checkpoints differ (Wan
+    I2V: 1; Wan 2.1 FLF2V, whose transformer embeds a first and a last frame: 2). The policy asks it
+    when it loads; the config check asks it of the checkpoint's architecture (the file shipped for
+    a hub id, or a local directory's configs) before loading. None: any count up to `source_images`."""
     source_required: bool = False
     """Whether every prompt must carry its `source_images` (an image-to-video family animates its
     source: Wan I2V); False where a prompt may come without (FLUX.1 Kontext also draws from text
@@ -181,6 +196,11 @@ class FamilySpec:
                 f"model.source_resolution={source_resolution}: model.family={self.name} has no pipeline resize"
             )
         return _import(self.pipeline_source_size)(height, width)
+
+    def sources_per_prompt(self, transformer_config) -> int | None:
+        """`source_count` asked of a checkpoint's transformer config; None where the family's
+        checkpoints do not differ."""
+        return None if self.source_count is None else int(_import(self.source_count)(transformer_config))
 
     def policy_class(self) -> Any:
         """The policy class (imports its module)."""

@@ -24,6 +24,7 @@ from genalign.data.preferences import read_image_prompts, read_preferences
 from genalign.data.prompts import ManifestError, load_manifest
 from genalign.data.source_images import sources_of
 from genalign.hub import HUB_ID, is_hub_id, is_hub_reference
+from genalign.models.architecture import architecture_source
 from genalign.models.registry import MODEL_FAMILIES
 from genalign.models.spec import spec_or_none
 from genalign.preflight.reward_contract import source_problems, user_reward_problems
@@ -108,6 +109,14 @@ def source_family_problems(cfg: ExperimentConfig, manifest: str, examples: list)
                 f"data.{manifest}: {bare.source} carries no source image; model.family={cfg.model.family} "
                 f"needs one a prompt (a .jsonl row's \"source_image\", relative to the manifest's folder)"
             ]
+    required = checkpoint_source_count(spec, cfg.model.path) if spec is not None else None
+    wrong = next((e for e in examples if len(sources_of(e.metadata)) != required), None) if required else None
+    if wrong is not None:
+        return [
+            f"data.{manifest}: {wrong.source} carries {len(sources_of(wrong.metadata))} source image(s); "
+            f"model.path={cfg.model.path} takes {required} a prompt (its transformer's config; a .jsonl row's "
+            f'"source_image", or "source_images": [...] in order, relative to the manifest\'s folder)'
+        ]
     carried = max((len(sources_of(example.metadata)) for example in examples), default=0)
     if spec is None or carried <= spec.source_images:
         return []
@@ -117,6 +126,18 @@ def source_family_problems(cfg: ExperimentConfig, manifest: str, examples: list)
         f"data.{manifest}: {first.source} carries {carried} source image(s) per prompt; "
         f"model.family={cfg.model.family} {takes} (an editing family such as flux_kontext reads them)"
     ]
+
+
+def checkpoint_source_count(spec, path: str) -> int | None:
+    """The source images a prompt must carry for the checkpoint `path` (`FamilySpec.source_count`
+    asked of its transformer's config, from its architecture: no weights load), or None where the
+    family's checkpoints do not differ or nothing describes this one."""
+    if spec.source_count is None:
+        return None
+    found = architecture_source(spec, path)
+    if found is None or "transformer" not in found[0]:
+        return None
+    return spec.sources_per_prompt(found[0]["transformer"]["config"])
 
 
 MAX_ROW_PROBLEMS = 5
@@ -196,7 +217,8 @@ def pipeline_problems(family: str, local: Path, allow_import: list[str] | tuple[
         found = json.loads(index.read_text(encoding="utf-8")).get("_class_name")
     except (ValueError, OSError, AttributeError) as exc:
         return [f"model.path: {index} cannot be read as JSON ({str(exc).splitlines()[0]})"]
-    if found == expected:
+    spec = spec_or_none(family, allow_import)
+    if found == expected or (spec is not None and found in spec.loads_pipelines):
         return []
 
     matching = [name for name in MODEL_FAMILIES.names() if _family_pipeline(name) == found]

@@ -15,7 +15,7 @@ import torch
 
 from genalign.data.sampler import PromptGroupBatch
 from genalign.finite import NonFiniteError, kind, non_finite_rows
-from genalign.models.base import Condition, FlowPolicy, TokenPolicy
+from genalign.models.base import Condition, FlowPolicy, TokenPolicy, decode_samples
 from genalign.rollout.batch import TrajectoryBatch, cat_batches
 from genalign.rollout.chunks import encode_distinct, sample_fields, step_chunks
 from genalign.rollout.config import SASolverConfig
@@ -130,14 +130,13 @@ def _flow_chunks(
         sde_mask = spec.sde_mask(first)  # [T]: one SDE window per sampling batch, as Flow-GRPO-Fast draws
         assert chunk.init_seeds is not None  # PromptGroupBatch.__post_init__ fills it from the seeds
         noise, generators = initial_noise(chunk.init_seeds.tolist(), chunk.seeds.tolist(), latent_shape)
+        cond = chunk_cond.to(policy.device)
         if spec.sa_solver is not None:
-            sampled = sa_solver_trajectory(
-                policy, chunk_cond.to(policy.device), noise, generators, sigmas, spec.guidance_scale, spec.sa_solver
-            )
+            sampled = sa_solver_trajectory(policy, cond, noise, generators, sigmas, spec.guidance_scale, spec.sa_solver)
         else:
             sampled = sample_trajectory(
                 policy,
-                chunk_cond.to(policy.device),
+                cond,
                 noise,
                 generators,
                 sigmas,
@@ -150,7 +149,7 @@ def _flow_chunks(
         _require_finite_samples(chunk, sampled.latents, "latents")  # [b, T+1, ...]: a NaN never reaches a reward
         try:
             # [b, 3, H, W] or [b, F, 3, H, W] uint8
-            images = policy.decode(sampled.latents[:, -1].to(policy.device)).cpu()
+            images = decode_samples(policy, sampled.latents[:, -1].to(policy.device), cond).cpu()
         except NonFiniteError as exc:  # the decoder's output (before its uint8 cast hides the NaN)
             raise _non_finite_samples(chunk, exc.rows, f"decoded images ({exc})") from None
         yield TrajectoryBatch(

@@ -62,11 +62,11 @@ def test_every_registered_family_trains_two_finite_on_policy_steps(tiny_suite):
 
 def test_wan_2_2_forms_run_their_own_tiny_models_and_recipes(tiny_suite):
     """Wan 2.2's variants are their own items at tiny shapes too (two experts; TI2V-5B's VAE;
-    I2V-A14B's two image-conditioned experts): their recipes, two finite steps at parity 0; SD3.5
-    Large's tiny item would be SD3's again."""
+    I2V-A14B's two image-conditioned experts; TI2V-5B's image-to-video; Wan 2.1 FLF2V's two frames):
+    their recipes, two finite steps at parity 0; SD3.5 Large's tiny item would be SD3's again."""
     _, report, _ = tiny_suite
     items = {item["key"]: item for item in report["items"]}
-    for key in ("wan2_2_t2v_a14b", "wan2_2_ti2v_5b", "wan2_2_i2v_a14b"):
+    for key in ("wan2_2_t2v_a14b", "wan2_2_ti2v_5b", "wan2_2_i2v_a14b", "wan2_2_ti2v_5b_i2v", "wan2_1_flf2v"):
         item = items[key]
         assert item["status"] == "ok" and item["parity"] == 0.0 and item["finite"] is True, item
         assert [step["step"] for step in item["steps"]] == [1, 2]

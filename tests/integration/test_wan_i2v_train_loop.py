@@ -10,7 +10,13 @@ each with the rollout-vs-replay parity exactly 0.
   loads (`load_into_transformer_2` for the low-noise one) and renders differently with; the
   evaluation sheet starts each row with its first frame.
 - Wan 2.1 I2V (its own recipe), a full fine-tune: `checkpoint-final/transformer/` loads into the
-  pipeline holding the trained weights."""
+  pipeline holding the trained weights.
+- Wan 2.2 TI2V-5B's image-to-video (its own recipe; the tiny saved as the WanPipeline its hub
+  repository names), LoRA and a full fine-tune: the adapter and the transformer load into
+  `WanImageToVideoPipeline` (expand_timesteps) and change its video.
+- Wan 2.1 FLF2V (its own recipe), LoRA, each prompt with its first and last frame (the prompt
+  set's `train_flf2v.jsonl`): the adapter loads into the pipeline and changes the video it renders
+  between the two frames."""
 
 from __future__ import annotations
 
@@ -21,16 +27,18 @@ from support import assert_two_steps_at_parity_zero, changed_tensors, tiny_video
 
 RECIPE = "experiment/diffusion/wan_2_2/i2v_a14b_online_grpo_pickscore"
 WAN21_RECIPE = "experiment/diffusion/wan_2_1/i2v_14b_online_grpo_pickscore"
+TI2V_RECIPE = "experiment/diffusion/wan_2_2/ti2v_5b_i2v_online_grpo_pickscore"
+FLF2V_RECIPE = "experiment/diffusion/wan_2_1/flf2v_14b_online_grpo_pickscore"
 ALL_STEPS = ["rollout.sde_window.lo=0", "rollout.sde_window.hi=3", "rollout.sde_window.size=3"]
 """The recipe's window (step 1 of 8) at 3 steps would train one low-noise step: train all."""
 
 
-def overrides(model_dir, out, i2v_set, *extra) -> list[str]:
+def overrides(model_dir, out, i2v_set, *extra, manifests: str = "") -> list[str]:
     return tiny_video_overrides(
         model_dir,
         out,
-        f"data.manifest={i2v_set / 'train.jsonl'}",
-        f"data.eval_manifest={i2v_set / 'test.jsonl'}",
+        f"data.manifest={i2v_set / f'train{manifests}.jsonl'}",
+        f"data.eval_manifest={i2v_set / f'test{manifests}.jsonl'}",
         "model.lora.target_modules=[to_q, to_k, to_v, to_out.0, ffn.net.0.proj, ffn.net.2]",
         "model.num_frames=5",
         *ALL_STEPS,
@@ -38,9 +46,10 @@ def overrides(model_dir, out, i2v_set, *extra) -> list[str]:
     )
 
 
-def render(pipe, image: Image.Image) -> torch.Tensor:
+def render(pipe, image: Image.Image, **last_image) -> torch.Tensor:
     return pipe(
         image=image,
+        **last_image,
         prompt="the orange circle spins",
         num_inference_steps=3,
         height=32,
@@ -112,3 +121,52 @@ def test_full_fine_tune_of_wan_2_1_i2v_trains_two_steps_and_its_transformer_load
         torch.equal(tensor, trained[name].to(tensor.dtype)) for name, tensor in pipe.transformer.state_dict().items()
     )
     assert render(pipe, first_frame).shape == (1, 5, 3, 32, 32)
+
+
+@pytest.mark.parametrize("train_mode", ["lora", "full"])
+def test_ti2v_5b_image_to_video_trains_two_steps_and_its_export_loads_into_the_pipeline(
+    tiny_wan22_dirs, i2v_set, first_frame, tmp_path, train_mode
+):
+    from diffusers import WanImageToVideoPipeline, WanTransformer3DModel
+
+    model_dir = tiny_wan22_dirs["ti2v"]  # model_index.json: WanPipeline, as the hub repository's
+    extra = ["eval.every=0", "eval.at_start=false", "actor.ema.enabled=false", "eval.use_ema=false"]
+    trainer, initial = train_recipe_in_process(
+        TI2V_RECIPE, overrides(model_dir, tmp_path / "run", i2v_set, f"model.train_mode={train_mode}", *extra)
+    )
+    assert_two_steps_at_parity_zero(tmp_path / "run")
+    moved = changed_tensors(trainer, initial)
+    pipe = WanImageToVideoPipeline.from_pretrained(model_dir)
+    assert pipe.config.expand_timesteps
+    before = render(pipe, first_frame)
+    final = tmp_path / "run" / "checkpoint-final"
+    if train_mode == "lora":
+        assert moved and all("lora_" in name for name in moved)
+        pipe.load_lora_weights(final / "lora")
+    else:
+        assert len(moved) > len(initial) // 2  # the whole model moved
+        pipe.transformer = WanTransformer3DModel.from_pretrained(final / "transformer")
+    after = render(pipe, first_frame)
+    assert after.shape == before.shape == (1, 5, 3, 32, 32) and not torch.allclose(before, after)
+
+
+def test_flf2v_lora_trains_two_steps_on_first_and_last_frames_and_its_adapter_loads(
+    tiny_wan_i2v_dirs, i2v_set, first_frame, tmp_path
+):
+    from diffusers import WanImageToVideoPipeline
+
+    model_dir = tiny_wan_i2v_dirs["flf2v"]
+    extra = ["eval.every=0", "eval.at_start=false", "actor.ema.enabled=false", "eval.use_ema=false"]
+    trainer, initial = train_recipe_in_process(
+        FLF2V_RECIPE, overrides(model_dir, tmp_path / "run", i2v_set, *extra, manifests="_flf2v")
+    )
+    assert_two_steps_at_parity_zero(tmp_path / "run")
+    moved = changed_tensors(trainer, initial)
+    assert moved and all("lora_" in name for name in moved)
+    with Image.open(i2v_set / "images" / "test_00_last.png") as image:
+        last = {"last_image": image.convert("RGB")}
+    pipe = WanImageToVideoPipeline.from_pretrained(model_dir)
+    before = render(pipe, first_frame, **last)
+    pipe.load_lora_weights(tmp_path / "run" / "checkpoint-final" / "lora")
+    after = render(pipe, first_frame, **last)
+    assert after.shape == before.shape == (1, 5, 3, 32, 32) and not torch.allclose(before, after)

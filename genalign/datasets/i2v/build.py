@@ -7,7 +7,10 @@ shapes world (genalign/data/toy_shapes.py: 4 shapes x 6 colours on a grey canvas
     {"prompt": "the red circle slides to the left", "source_image": "images/train_00.png",
      "motion": "slides to the left", "source": {"color": "red", "shape": "circle"}}
 
-The motion cycles through six (slides left / right / up / down, spins, grows). Training rows
+The motion cycles through six (slides left / right / up / down, spins, grows). The first-and-last
+frame manifests (`train_flf2v.jsonl`, `test_flf2v.jsonl`: Wan 2.1 FLF2V) give each row's first frame
+and a last frame of the same shape and colour drawn again elsewhere (`"source_images": [first,
+last]`, the last frames `<split>_NN_last.png`), prompted to move from one to the other. Training rows
 animate red, yellow, green and blue shapes; the test rows the held-out orange and purple ones
 (the toy prompt set's split). Images are 480x480 (`train.jsonl`, `test.jsonl`: the Wan 2.2
 I2V-A14B recipe's rollout) and 240x240 (`train_240.jsonl`, `test_240.jsonl`, `images_240/`: the
@@ -39,6 +42,9 @@ SIZES = (480, 240)
 HELD_OUT_COLORS = ("orange", "purple")
 MOTIONS = ("slides to the left", "slides to the right", "rises to the top", "falls to the bottom", "spins", "grows")
 SEED = 20261127
+LAST_FRAME_SEED = SEED + 1
+"""The last frames' own draws, so the first frames stay those of the one-image manifests."""
+FLF2V_MOTION = "glides to where the last frame shows it"
 
 
 def rows(split: str, colors: tuple[str, ...], images: str) -> list[dict]:
@@ -74,6 +80,22 @@ def build(sizes: tuple[int, ...] = SIZES) -> tuple[dict[str, str], dict[str, byt
                 Image.fromarray(pixels).save(buffer, format="PNG", optimize=True)
                 images[row["source_image"]] = buffer.getvalue()
             manifests[f"{split}{suffix}.jsonl"] = "".join(json.dumps(row) + "\n" for row in split_rows)
+        last_rng = np.random.default_rng(LAST_FRAME_SEED)
+        for split, colors in (("train", train_colors), ("test", HELD_OUT_COLORS)):
+            flf2v_rows = []
+            for row in rows(split, colors, f"images{suffix}"):
+                color, shape = row["source"]["color"], row["source"]["shape"]
+                last = row["source_image"].replace(".png", "_last.png")
+                pixels = render(shape, color, last_rng, size=size, centre_jitter=0.25)
+                buffer = io.BytesIO()
+                Image.fromarray(pixels).save(buffer, format="PNG", optimize=True)
+                images[last] = buffer.getvalue()
+                prompt = f"the {color} {shape} {FLF2V_MOTION}"
+                flf2v_rows.append(
+                    {"prompt": prompt, "source_images": [row["source_image"], last], "motion": FLF2V_MOTION}
+                    | {"source": row["source"]}
+                )
+            manifests[f"{split}_flf2v{suffix}.jsonl"] = "".join(json.dumps(row) + "\n" for row in flf2v_rows)
     return manifests, images
 
 

@@ -29,8 +29,9 @@ Wan 2.2, from what the checkpoint's `model_index.json` says (WanPipeline's confi
   (`models/experts.py:DenoiserExperts`); `model.experts` picks which of them train. A batch
   whose samples sit at different steps (replay) runs each expert on its own rows.
 - TI2V-5B is one dense transformer with `expand_timesteps`: the timestep is given per latent
-  token ([B, F_lat·h/2·w/2], all equal to t for text-to-video), and its VAE (z_dim 48, a 2x2
-  pixel patch: 16 pixels per latent) sets the latent shape through `WanVAEVideo`.
+  token ([B, F_lat·h/2·w/2], all equal to t for text-to-video; 0 on the image's frame for its
+  image-to-video, `token_timesteps`), and its VAE (z_dim 48, a 2x2 pixel patch: 16 pixels per
+  latent) sets the latent shape through `WanVAEVideo`.
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
     config_options = ("num_frames", "negative_prompt", "experts", "low_noise_guidance_scale")
     lora_target_modules = WAN_LORA_TARGETS
     repeated_blocks = WAN_REPEATED_BLOCKS
+    given_latent_frames = 0
+    """Leading latent frames the transformer reads but the policy does not generate (a timestep of
+    0 on their tokens, outside the sampled latents): none for text-to-video; Wan 2.2 TI2V-5B's
+    image-to-video gives its first frame (models/wan_i2v)."""
 
     def __init__(
         self,
@@ -223,24 +228,34 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
                 )[0]
             return out.float()  # [B, C, F_lat, h, w]
 
-        if self.expand_timesteps:  # TI2V-5B: one timestep per latent token, as WanPipeline's expand_timesteps
-            frames, height, width = latents.shape[2:]
-            tokens = (frames // self.patch_size[0]) * (height // self.patch_size[1]) * (width // self.patch_size[2])
-            timestep = timestep[:, None].expand(-1, tokens)  # [B, N]
-        branch = dict(timestep=timestep, **self.transformer_inputs(latents, cond))
-        return cfg_velocity(
+        inputs = self.transformer_inputs(latents, cond)
+        if self.expand_timesteps:  # TI2V-5B: one timestep per latent token, as the pipelines' expand_timesteps
+            timestep = self.token_timesteps(timestep, tuple(inputs["hidden_states"].shape[2:]))  # [B, N]
+        branch = dict(timestep=timestep, **inputs)
+        out = cfg_velocity(
             forward,
             dict(branch, embeds=cond.embeds),
             dict(branch, embeds=cond.negative_embeds),
             guidance_scale,
             detach_uncond,
             self.cfg_batch,
-        )
+        )  # [B, C, given + F_lat, h, w]
+        return out[:, :, self.given_latent_frames :]  # the generated frames' velocity
+
+    def token_timesteps(self, timestep: torch.Tensor, frames_height_width: tuple[int, ...]) -> torch.Tensor:
+        """Timesteps [B] -> one per transformer token [B, N] over latent frames x height x width: the
+        pipelines' `mask[:, ::p, ::p] * t` with the mask 0 on the `given_latent_frames` (whose
+        tokens read t = 0) and 1 elsewhere (a product, as they write it: 1 · t is t exactly)."""
+        frames, height, width = frames_height_width
+        mask = torch.ones(frames // self.patch_size[0], height // self.patch_size[1], width // self.patch_size[2])
+        mask[: self.given_latent_frames] = 0.0
+        return mask.flatten().to(timestep)[None] * timestep[:, None]  # [B, N]
 
     def transformer_inputs(self, latents: torch.Tensor, cond: Condition) -> dict[str, torch.Tensor]:
         """What the transformer reads beside the timestep and the prompt, the same in both CFG
         branches: `hidden_states`, the latents [B, C, F_lat, h, w] for text-to-video (an
-        image-to-video policy appends its image condition, models/wan_i2v)."""
+        image-to-video policy adds its image condition, models/wan_i2v: on the channels, or as the
+        `given_latent_frames` before the latents)."""
         return {"hidden_states": latents}
 
     def sigmas(self, num_steps: int, latent_shape: tuple[int, ...]) -> torch.Tensor:

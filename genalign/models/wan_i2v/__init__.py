@@ -1,4 +1,4 @@
-"""Wan image-to-video (Wan 2.1 I2V 480P / 720P, Wan 2.2 I2V-A14B): the family's folder
+"""Wan image-to-video (Wan 2.1 I2V 480P / 720P, Wan 2.2 I2V-A14B, Wan 2.2 TI2V-5B): the family's folder
 (docs/extending.md §3).
 
 `policy.py` holds `WanI2VPolicy` and its `SPEC` (what `models/registry.py` names), `tiny.py` the

@@ -1,5 +1,6 @@
-"""Wan 2.1 I2V (480P / 720P) and Wan 2.2 I2V-A14B behind the `FlowPolicy` protocol: Wan that
-animates a source image (the first frame) under a text prompt.
+"""Wan 2.1 I2V (480P / 720P) and FLF2V, Wan 2.2 I2V-A14B and Wan 2.2 TI2V-5B's image-to-video
+behind the `FlowPolicy` protocol: Wan that animates a source image (the first frame; FLF2V: the
+first and the last) under a text prompt.
 
 Where it fits: Wan text-to-video (`models/wan/policy.py`: prompt encoding, CFG with the negative
 prompt, the flow shift, the two experts and their boundary, decoding) plus the `SourceEncoder`
@@ -25,7 +26,25 @@ checked on the tiny models (tests/integration/test_wan_i2v.py):
   comparison `WanPolicy.velocity` makes.
 The video decodes as text-to-video's (the first frame is generated, not pasted back).
 
-`source_latents` holds, per prompt, the condition [t + C, F_lat, h, w] and, for Wan 2.1, the
+Wan 2.1 FLF2V (the pipeline's `last_image`) is Wan 2.1 I2V with two source images a prompt: the
+first and the last frame at both ends of the zero video, the mask 1 on both (the last pixel frame
+is the last latent frame's last mask channel), and both frames' CLIP tokens, which its transformer
+(`pos_embed_seq_len` = 2 x 257) pairs side by side with a learned position: it reads them as
+consecutive rows [B x 2, 257, 1280], the order the pipeline's `encode_image([first, last])` gives.
+Which count a checkpoint takes is `source_count` of its transformer's config.
+
+Wan 2.2 TI2V-5B's image-to-video (its one repository loaded as WanImageToVideoPipeline, whose
+`expand_timesteps` the checkpoint sets) puts the image on the frame axis instead:
+- the source image alone, encoded as a one-frame video and normalised, is latent frame 0 of what
+  the transformer reads (no mask channels: it reads the VAE's 48), no image encoder;
+- the timestep is per latent token (`WanPolicy.token_timesteps`): 0 on frame 0's, t on the rest;
+- the pipeline draws and steps frame 0 of its latents too but never reads them: it replaces them
+  with the image's latents before decoding. The policy samples only the generated frames
+  (`latent_shape` has `given_latent_frames` = 1 latent frame less), so log-probs, losses and
+  offline latents are theirs alone; `decode_conditioned` puts the image's frame back first
+  (`FamilySpec.decode_reads_condition`: rollout and evaluation decode through it).
+
+`source_latents` holds, per prompt, the condition [t + C, F_lat, h, w] (TI2V-5B: [C, 1, h, w]) and, for Wan 2.1, the
 CLIP tokens [257, 1280], flattened into one row [B, 1, N] (`pack_condition`): a `Condition`
 field is one tensor, and the CLIP tokens too are encoded once per step, not at every velocity.
 """
@@ -47,24 +66,44 @@ SPEC = FamilySpec(
     media="video",
     negative_prompt=True,
     experts=True,
-    source_images=1,
+    source_images=2,
+    source_count="genalign.models.wan_i2v.policy:source_count",
     source_required=True,
+    decode_reads_condition=True,
+    loads_pipelines=("WanPipeline",),
     tiny_builder="genalign.models.wan_i2v.tiny:build_tiny_wan21_i2v_pipeline",
     tiny_variants=(
         ("Wan-AI/Wan2.2-I2V-A14B-Diffusers", "genalign.models.wan_i2v.tiny:build_tiny_wan22_i2v_a14b_pipeline"),
+        ("Wan-AI/Wan2.2-TI2V-5B-Diffusers", "genalign.models.wan_i2v.tiny:build_tiny_wan22_ti2v_i2v_pipeline"),
+        ("Wan-AI/Wan2.1-FLF2V-14B-720P-Diffusers", "genalign.models.wan_i2v.tiny:build_tiny_wan21_flf2v_pipeline"),
     ),
 )
-"""Wan 2.1 I2V / Wan 2.2 I2V-A14B: Wan's geometry (16 pixels per latent patch, num_frames = 4k + 1),
-model.negative_prompt, two experts for Wan 2.2 (model.experts), one source image per prompt (the
-first frame)."""
+"""Wan 2.1 I2V and FLF2V / Wan 2.2 I2V-A14B / Wan 2.2 TI2V-5B: Wan's geometry (16 pixels per latent
+patch, 32 for TI2V-5B's VAE, checked at load; num_frames = 4k + 1), model.negative_prompt, two
+experts for Wan 2.2 A14B (model.experts), one source image per prompt (the first frame; Wan 2.1
+FLF2V: two, the first and the last, `source_count`). TI2V-5B's one repository names WanPipeline in
+its model_index.json (text- and image-to-video share it), which WanImageToVideoPipeline loads too."""
 
 
-def first_frame_mask(batch: int, temporal_factor: int, latent_shape: tuple[int, ...]) -> torch.Tensor:
-    """[B, t, F_lat, h, w]: 1 on latent frame 0 (the given image), 0 after; the pipeline's mask
-    over num_frames pixel frames (frame 0 repeated t times) folded into t channels a latent frame."""
+def source_count(transformer_config) -> int:
+    """Source images a prompt carries for a transformer of this config (`FamilySpec.source_count`):
+    2 for Wan 2.1 FLF2V, whose transformer embeds the first and the last frame's CLIP tokens side by
+    side with a learned position (pos_embed_seq_len = 2 x 257), else 1 (the first frame)."""
+    return 2 if transformer_config.get("pos_embed_seq_len") else 1
+
+
+def given_frames_mask(
+    batch: int, temporal_factor: int, latent_shape: tuple[int, ...], last: bool = False
+) -> torch.Tensor:
+    """[B, t, F_lat, h, w]: the pipeline's mask over num_frames pixel frames (1 on a given frame,
+    0 elsewhere; frame 0 repeated t times) folded into t channels a latent frame: 1 on latent frame
+    0 (the first frame) and, with `last` (FLF2V's last frame, the last pixel frame), on the last
+    latent frame's last channel."""
     _, frames, height, width = latent_shape
     mask = torch.zeros(batch, temporal_factor, frames, height, width)
     mask[:, :, 0] = 1.0
+    if last:
+        mask[:, -1, -1] = 1.0
     return mask
 
 
@@ -106,11 +145,6 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
 
     def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, *args, **options):
         super().__init__(pipeline, device, dtype, *args, **options)
-        if self.expand_timesteps:
-            raise ValueError(
-                "model.path is a WanImageToVideoPipeline with expand_timesteps (Wan 2.2 TI2V-5B's image-to-video "
-                "form), which family wan_i2v does not implement; use Wan 2.1 I2V or Wan 2.2 I2V-A14B"
-            )
         config = pipeline.transformer.config
         self.image_dim = config.get("image_dim")
         self.image_encoder = getattr(pipeline, "image_encoder", None)
@@ -120,56 +154,122 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
                 f"{'has no' if self.image_encoder is None else 'has an'} image_encoder; WanImageToVideoPipeline "
                 "feeds CLIP image tokens exactly when image_dim is set"
             )
+        self.source_count = source_count(config)
+        self.clip_tokens = 0
         self.image_tokens = None
         if self.image_encoder is not None:  # frozen like the text encoder, resident (a few images a step)
             place(self.image_encoder, self.device, dtype).requires_grad_(False).eval()
             vision = self.image_encoder.config
             # CLIP's patch tokens and its class token: 16 x 16 + 1 = 257 for ViT-H/14 at 224
-            self.image_tokens = ((vision.image_size // vision.patch_size) ** 2 + 1, int(self.image_dim))
-        self.condition_channels = self.temporal_factor + int(self.vae.config.z_dim)
-        if config.in_channels != int(self.vae.config.z_dim) + self.condition_channels:
+            self.clip_tokens = (vision.image_size // vision.patch_size) ** 2 + 1
+            self.image_tokens = (self.source_count * self.clip_tokens, int(self.image_dim))
+        latent_channels = int(self.vae.config.z_dim)
+        if self.expand_timesteps:  # TI2V-5B: the image's latent frame is the first frame the transformer reads
+            self.given_latent_frames = 1
+            self.condition_channels = latent_channels
+            expected, parts = latent_channels, "the latents, the first of them the image's"
+        else:
+            self.condition_channels = self.temporal_factor + latent_channels
+            expected, parts = latent_channels + self.condition_channels, "latents, mask, first-frame latents"
+        if config.in_channels != expected:
             raise ValueError(
-                f"model.path: the transformer reads {config.in_channels} channels, an image-to-video Wan reads "
-                f"{int(self.vae.config.z_dim) + self.condition_channels} (latents, mask, first-frame latents)"
+                f"model.path: the transformer reads {config.in_channels} channels, an image-to-video Wan "
+                f"{'with' if self.expand_timesteps else 'without'} expand_timesteps reads {expected} ({parts})"
             )
+
+    def latent_shape(self, height: int, width: int) -> tuple[int, int, int, int]:
+        """What the policy samples: the video's latents (`WanVAEVideo.latent_shape`) less the
+        `given_latent_frames` (TI2V-5B's first, the encoded image)."""
+        channels, frames, latent_height, latent_width = super().latent_shape(height, width)
+        if frames <= self.given_latent_frames:
+            raise ValueError(
+                f"model.num_frames={self.num_frames}: {self.display_name} with expand_timesteps is given the "
+                f"first latent frame and generates the others; use {self.temporal_factor + 1} frames or more"
+            )
+        return channels, frames - self.given_latent_frames, latent_height, latent_width
 
     @torch.no_grad()
     def encode_sources(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 first frames [B, 1, 3, H, W] -> [B, 1, N] (`pack_condition`): the first-frame
-        condition the pipeline's `prepare_latents` builds and, for Wan 2.1, its `encode_image`."""
-        if images.shape[1] != 1:
-            raise ValueError(f"{self.display_name} animates one source image a prompt, got {images.shape[1]}")
-        first = images[:, 0].to(torch.float32) / 127.5 - 1.0  # [B, 3, H, W] in [-1, 1]
+        """uint8 source images [B, S, 3, H, W] (the first frame; FLF2V: the first and the last) ->
+        [B, 1, N] (`pack_condition`): the condition the pipeline's `prepare_latents` builds and, for
+        Wan 2.1, its `encode_image`. The given frames at their places in num_frames frames (zeros
+        between), VAE-encoded, with the mask; with expand_timesteps (TI2V-5B) the image alone,
+        encoded as a one-frame video: its latent frame [C, 1, h, w], no mask channels."""
+        if images.shape[1] != self.source_count:
+            which = (
+                'the first and the last frame: a manifest row\'s "source_images": [first, last]'
+                if self.source_count == 2
+                else 'the first frame: a manifest row\'s "source_image"'
+            )
+            raise ValueError(
+                f"{self.display_name} takes {self.source_count} source image(s) a prompt ({which}); "
+                f"these prompts carry {images.shape[1]}"
+            )
+        given = images.to(torch.float32) / 127.5 - 1.0  # [B, S, 3, H, W] in [-1, 1]
+        between = 0 if self.expand_timesteps else self.num_frames - self.source_count
         rows = []
-        for frame in first.split(1):  # one video at a time, as decode: one video's frames in memory
-            padding = frame.new_zeros(1, 3, self.num_frames - 1, *frame.shape[2:])
-            rows.append(wan_vae_encode_pixels(self.vae, torch.cat([frame[:, :, None], padding], dim=2)))
-        latents = torch.cat(rows)  # [B, C, F_lat, h, w]
-        mask = first_frame_mask(len(latents), self.temporal_factor, tuple(latents.shape[1:])).to(latents)
-        return pack_condition(torch.cat([mask, latents], dim=1), self._image_tokens(images[:, 0])).cpu()
+        for frames in given.split(1):  # one video at a time, as decode: one video's frames in memory
+            first, *last = frames[0].unsqueeze(2).unbind(0)  # [3, 1, H, W] each
+            video = torch.cat([first, first.new_zeros(3, between, *first.shape[2:]), *last], dim=1)
+            rows.append(wan_vae_encode_pixels(self.vae, video[None]))
+        latents = torch.cat(rows)  # [B, C, F_lat, h, w] (TI2V-5B: [B, C, 1, h, w])
+        if not self.expand_timesteps:
+            shape = tuple(latents.shape[1:])
+            mask = given_frames_mask(len(latents), self.temporal_factor, shape, last=self.source_count == 2)
+            latents = torch.cat([mask.to(latents), latents], dim=1)
+        return pack_condition(latents, self._image_tokens(images)).cpu()
 
     def _image_tokens(self, images: torch.Tensor) -> torch.Tensor | None:
-        """CLIP's penultimate hidden states [B, 257, 1280] of uint8 images [B, 3, H, W] by the
-        pipeline's own `encode_image` (its CLIPImageProcessor on the PIL images it is given); None
-        without an image encoder."""
+        """CLIP's penultimate hidden states [B, S x 257, 1280] of uint8 images [B, S, 3, H, W] by the
+        pipeline's own `encode_image` (its CLIPImageProcessor on the PIL images it is given; FLF2V's
+        first and last frame in turn, as the pipeline passes them); None without an image encoder."""
         if self.image_encoder is None:
             return None
         from PIL import Image
 
-        pictures = [Image.fromarray(image.permute(1, 2, 0).cpu().numpy()) for image in images]
-        return self.pipeline.encode_image(pictures, self.device).float()
+        pictures = [Image.fromarray(image.permute(1, 2, 0).cpu().numpy()) for image in images.flatten(0, 1)]
+        tokens = self.pipeline.encode_image(pictures, self.device).float()  # [B x S, 257, 1280]
+        return tokens.reshape(len(images), -1, tokens.shape[-1])  # [B, S x 257, 1280]
 
     def transformer_inputs(self, latents: torch.Tensor, cond: Condition) -> dict[str, torch.Tensor]:
         """The noisy latents with the condition after them on channels (`hidden_states` [B, 36,
-        F_lat, h, w]) and, for Wan 2.1, the CLIP tokens (`encoder_hidden_states_image`)."""
+        F_lat, h, w]) and, for Wan 2.1, the CLIP tokens (`encoder_hidden_states_image`); with
+        expand_timesteps the image's latent frame before the generated ones ([B, C, 1 + F, h, w]:
+        the pipeline's `(1 − mask) · condition + mask · latents`, which for its 0/1 mask is this
+        concatenation value for value)."""
+        condition, embeds = self._condition(cond, tuple(latents.shape[2:]))
+        if self.expand_timesteps:
+            inputs = {"hidden_states": torch.cat([condition.to(latents), latents], dim=2)}
+        else:
+            inputs = {"hidden_states": torch.cat([latents, condition.to(latents)], dim=1)}
+        if embeds is not None:  # [B x S, 257, 1280]: FLF2V's transformer pairs consecutive rows
+            inputs["encoder_hidden_states_image"] = embeds.reshape(-1, self.clip_tokens, embeds.shape[-1])
+        return inputs
+
+    def _condition(
+        self, cond: Condition, frames_height_width: tuple[int, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(the condition [B, condition_channels, F_lat or 1, h, w], the CLIP tokens or None) of
+        `cond` for sampled latents of frames x height x width; one line when it carries none."""
         if cond.source_latents is None:
             raise ValueError(
                 f'{self.display_name} needs a source image per prompt (a manifest row\'s "source_image"); '
                 "these prompts carry none"
             )
-        shape = (self.condition_channels, *latents.shape[2:])
-        condition, embeds = unpack_condition(cond.source_latents, shape, self.image_tokens)
-        inputs = {"hidden_states": torch.cat([latents, condition.to(latents)], dim=1)}
-        if embeds is not None:
-            inputs["encoder_hidden_states_image"] = embeds
-        return inputs
+        frames, height, width = frames_height_width
+        shape = (self.condition_channels, self.given_latent_frames or frames, height, width)
+        return unpack_condition(cond.source_latents, shape, self.image_tokens)
+
+    def decode_conditioned(self, latents: torch.Tensor, cond: Condition) -> torch.Tensor:
+        """Sampled latents [B, C, F, h, w] -> uint8 video [B, F', 3, H, W]: the given frames
+        (TI2V-5B's encoded image) put back before the sampled ones, as the pipeline does before it
+        decodes; `decode` itself where none are given."""
+        if not self.given_latent_frames:
+            return self.decode(latents)
+        condition, _ = self._condition(cond, tuple(latents.shape[2:]))
+        return self.decode(torch.cat([condition.to(latents), latents], dim=2))
+
+    def encode_images(self, videos: torch.Tensor) -> torch.Tensor:
+        """uint8 video [B, F, 3, H, W] -> what the policy samples: the video's latents less the
+        `given_latent_frames` (TI2V-5B's first, which the video's first frame gives)."""
+        return super().encode_images(videos)[:, :, self.given_latent_frames :]

@@ -17,11 +17,12 @@ from pathlib import Path
 import torch
 
 from genalign.models.tiny_random import TINY_T5, TINY_WAN_VAE, building, shape_spec
-from genalign.models.wan.tiny import TINY_TRANSFORMER, published, wan_components
+from genalign.models.wan.tiny import TINY_TRANSFORMER, WAN_SHAPES, published, wan_components
 
 FOLDER = Path(__file__).parent
 WAN21_I2V_480P = "Wan-AI--Wan2.1-I2V-14B-480P-Diffusers.json"
 WAN22_I2V_A14B = "Wan-AI--Wan2.2-I2V-A14B-Diffusers.json"
+WAN21_FLF2V = "Wan-AI--Wan2.1-FLF2V-14B-720P-Diffusers.json"
 TINY_CLIP_VISION = dict(hidden_size=16, intermediate_size=32, num_attention_heads=2, num_hidden_layers=2)
 """CLIP ViT-H/14's vision tower at a tiny width and depth (the transformer's image_dim follows it)."""
 TINY_CONDITION_CHANNELS = TINY_WAN_VAE["z_dim"] + TINY_WAN_VAE["scale_factor_temporal"] + TINY_WAN_VAE["z_dim"]
@@ -59,9 +60,18 @@ I2V_SHAPES = {
     "wan2.2-i2v-a14b": i2v_shapes(WAN22_I2V_A14B, tiny=False),
     "tiny-wan2.1-i2v": i2v_shapes(WAN21_I2V_480P, tiny=True),
     "tiny-wan2.2-i2v-a14b": i2v_shapes(WAN22_I2V_A14B, tiny=True),
+    # FLF2V: Wan 2.1 I2V 14B with the two frames' CLIP tokens side by side (pos_embed_seq_len 514,
+    # the tiny CLIP's 257 tokens twice as the real one's)
+    "wan2.1-flf2v-14b": i2v_shapes(WAN21_FLF2V, tiny=False),
+    "tiny-wan2.1-flf2v": i2v_shapes(WAN21_FLF2V, tiny=True),
+    # TI2V-5B animates an image with the weights it generates text-to-video with: the text-to-video
+    # family's entries (its architecture file, models/wan), built as a WanImageToVideoPipeline
+    # (expand_timesteps, no image encoder)
+    "wan2.2-ti2v-5b": {**WAN_SHAPES["wan2.2-ti2v-5b"], "image": None},
+    "tiny-wan2.2-ti2v-5b": {**WAN_SHAPES["tiny-wan2.2-ti2v-5b"], "image": None},
 }
 """Architectures `build_wan_i2v_pipeline` knows: the real shapes of Wan 2.1 I2V 14B (480P and
-720P share them) and Wan 2.2 I2V-A14B, and their tiny forms."""
+720P share them), Wan 2.1 FLF2V 14B, Wan 2.2 I2V-A14B and TI2V-5B, and their tiny forms."""
 
 
 def build_wan_i2v_pipeline(
@@ -98,3 +108,15 @@ def build_tiny_wan21_i2v_pipeline(seed: int = 0):
 def build_tiny_wan22_i2v_a14b_pipeline(seed: int = 0):
     """The tiny two-expert WanImageToVideoPipeline of Wan 2.2 I2V-A14B's published configs (fp32, CPU)."""
     return build_wan_i2v_pipeline("tiny-wan2.2-i2v-a14b", seed)
+
+
+def build_tiny_wan22_ti2v_i2v_pipeline(seed: int = 0):
+    """The tiny WanImageToVideoPipeline of Wan 2.2 TI2V-5B's published configs (expand_timesteps, the
+    48-channel VAE; fp32, CPU): the same weights as the text-to-video tiny of the same seed."""
+    return build_wan_i2v_pipeline("tiny-wan2.2-ti2v-5b", seed)
+
+
+def build_tiny_wan21_flf2v_pipeline(seed: int = 0):
+    """The tiny WanImageToVideoPipeline of Wan 2.1 FLF2V's published configs (first and last frame;
+    fp32, CPU)."""
+    return build_wan_i2v_pipeline("tiny-wan2.1-flf2v", seed)

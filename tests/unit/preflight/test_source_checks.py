@@ -171,3 +171,28 @@ def test_a_source_resolution_that_is_no_choice_is_one_line_naming_the_key():
     message = str(raised.value)
     assert "model.source_resolution" in message and "native" in message and "\n" not in message.strip(), message
     assert compose_config(RECIPE, []).model.source_resolution == "run"  # Flow-GRPO's, the default
+
+
+FLF2V_RECIPE = "experiment/diffusion/wan_2_1/flf2v_14b_online_grpo_pickscore"
+I2V_RECIPE = "experiment/diffusion/wan_2_1/i2v_14b_online_grpo_pickscore"
+
+
+def test_each_wan_i2v_checkpoint_takes_its_own_count_of_source_images_before_loading():
+    """FLF2V's transformer embeds a first and a last frame, Wan 2.1 I2V's one image
+    (`FamilySpec.source_count`, asked of the checkpoint's architecture file): a manifest whose rows
+    carry the other count is one line naming the row and the checkpoint; the shipped sets pass."""
+    shipped = file_problems(compose_config(FLF2V_RECIPE, []), output_dir=False, resume=False)
+    assert not [p for p in shipped if "source" in p], shipped
+    one_image = compose_config(FLF2V_RECIPE, ["data.manifest=datasets/i2v/train_240.jsonl"])
+    found = file_problems(one_image, output_dir=False, resume=False)
+    assert any(
+        p.startswith("data.manifest: ")
+        and ":1 carries 1 source image(s); model.path=Wan-AI/Wan2.1-FLF2V-14B-720P-Diffusers takes 2 a prompt" in p
+        for p in found
+    ), found
+    two_images = compose_config(I2V_RECIPE, ["data.eval_manifest=datasets/i2v/test_flf2v_240.jsonl"])
+    found = file_problems(two_images, output_dir=False, resume=False)
+    assert any(
+        p.startswith("data.eval_manifest: ") and "carries 2 source image(s)" in p and "takes 1 a prompt" in p
+        for p in found
+    ), found
