@@ -89,6 +89,7 @@ tiny_cosmos_dir = tiny_model_dir("cosmos", "A tiny random Cosmos2_5_PredictBaseP
 tiny_flux2_klein_dir = tiny_model_dir("flux2_klein", "A tiny random Flux2KleinPipeline (klein 4B form, step-distilled)")
 tiny_janus_dir = tiny_model_dir("janus", "A tiny random JanusForConditionalGeneration + JanusProcessor", leaf="model")
 tiny_hunyuan_video15_dir = tiny_model_dir("hunyuan_video15", "A tiny random HunyuanVideo15Pipeline")
+tiny_hunyuan_video15_i2v_dir = tiny_model_dir("hunyuan_video15_i2v", "A tiny random HunyuanVideo15ImageToVideoPipeline")
 tiny_z_image_dir = tiny_model_dir("z_image", "A tiny random ZImagePipeline (Z-Image-Turbo's form)")
 
 
