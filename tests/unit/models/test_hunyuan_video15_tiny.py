@@ -116,3 +116,34 @@ def test_the_i2v_calibration_is_the_t2v_measurement():
         ours["measured_on"]
         == f"hunyuan_video15_i2v: hunyuan_video15's measurement, the same blocks ({theirs['measured_on']})"
     )
+
+
+def test_the_tiny_transformer_binds_to_the_tiny_vae_and_encoders_as_the_real_one_does():
+    """in = 2·C + 1 (latents, condition latents, condition mask), out = C; text widths = the encoders'."""
+    for form in ("tiny", "hunyuan-video-1.5-480p-t2v"):
+        shapes = HUNYUAN_VIDEO15_SHAPES[form]
+        channels = shapes["vae"]["latent_channels"]
+        transformer = shapes["transformer"]
+        assert (transformer["in_channels"], transformer["out_channels"]) == (2 * channels + 1, channels)
+        assert transformer["text_embed_dim"] == shapes["text_encoder"]["hidden_size"]
+        assert transformer["text_embed_2_dim"] == shapes["text_encoder_2"]["d_model"]
+        assert sum(transformer["rope_axes_dim"]) == transformer["attention_head_dim"]
+
+
+def test_the_scheduler_and_guider_are_the_published_ones():
+    body = published()["pipeline"]
+    for form in ("tiny", "hunyuan-video-1.5-480p-t2v"):
+        assert HUNYUAN_VIDEO15_SHAPES[form]["scheduler"] == body["scheduler"]["config"]
+        assert HUNYUAN_VIDEO15_SHAPES[form]["guider"]["guidance_scale"] == 6.0
+    assert body["scheduler"]["config"]["shift"] == 5.0 and not body["scheduler"]["config"]["use_dynamic_shifting"]
+
+
+def test_the_real_form_counts_the_published_8_3_billion_parameters():
+    """The 480p T2V transformer built on the meta device from the shipped configs: 8.3 B (the
+    model's published size)."""
+    from genalign.models.architecture import build_on_meta
+
+    spec = published()["components"]["transformer"]
+    transformer = build_on_meta("diffusers", spec["class"], spec["config"])
+    count = sum(p.numel() for p in transformer.parameters())
+    assert 8.2e9 < count < 8.4e9, count
