@@ -129,6 +129,15 @@ def i2v_set(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def first_frame(i2v_set):
+    """The 32x32 image-to-video set's first test picture, as the PIL image a pipeline takes."""
+    from PIL import Image
+
+    with Image.open(i2v_set / "images" / "test_00.png") as image:
+        return image.convert("RGB")
+
+
+@pytest.fixture(scope="session")
 def edit_set(tmp_path_factory):
     """The shipped editing prompt set (genalign/datasets/edit) rebuilt at 64x64, the tiny editing
     runs' size, by its own build script; read-only."""

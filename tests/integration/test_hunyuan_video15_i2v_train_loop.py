@@ -49,12 +49,6 @@ def render(pipe, image: Image.Image) -> torch.Tensor:
     ).frames
 
 
-@pytest.fixture(scope="module")
-def first_frame(i2v_set) -> Image.Image:
-    with Image.open(i2v_set / "images" / "test_00.png") as image:
-        return image.convert("RGB")
-
-
 def test_the_recipe_composes_with_unirls_settings_and_plans_one_80_gb_card():
     cfg = load_config(RECIPE, [])
     assert (cfg.model.family, cfg.model.path) == (

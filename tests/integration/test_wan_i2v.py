@@ -25,9 +25,9 @@ from support import (
     record_timesteps,
 )
 
+from genalign.models.diffusers_common import unpack_rows
 from genalign.models.experts import denoiser_parts
 from genalign.models.wan_i2v import WanI2VPolicy
-from genalign.models.wan_i2v.policy import unpack_condition
 from genalign.sampling.trajectory import sample_trajectory, sde_step_mask
 
 MAX_TOKENS = 16
@@ -124,7 +124,9 @@ def test_the_source_is_the_pipelines_condition_and_changes_the_velocity(tiny_wan
     frames = first_frames()
     ours = policy.encode_sources(frames)  # [2, 1, N]
     shape = policy.latent_shape(SIDE, SIDE)
-    condition, embeds = unpack_condition(ours, (policy.condition_channels, *shape[1:]), policy.image_tokens)
+    shapes = [(policy.condition_channels, *shape[1:]), *([policy.image_tokens] if policy.image_tokens else [])]
+    condition, *tokens = unpack_rows(ours, shapes, "Wan I2V")
+    embeds = tokens[0] if tokens else None
     for row in range(2):
         pixels = pipe.video_processor.preprocess(pil(frames[row, 0]), height=SIDE, width=SIDE)  # [1, 3, H, W]
         _, expected = pipe.prepare_latents(

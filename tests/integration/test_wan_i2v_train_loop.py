@@ -14,7 +14,6 @@ each with the rollout-vs-replay parity exactly 0.
 
 from __future__ import annotations
 
-import pytest
 import torch
 from PIL import Image
 from support import assert_two_steps_at_parity_zero, changed_tensors, tiny_video_overrides, train_recipe_in_process
@@ -51,12 +50,6 @@ def render(pipe, image: Image.Image) -> torch.Tensor:
         generator=torch.Generator().manual_seed(0),
         output_type="pt",
     ).frames
-
-
-@pytest.fixture(scope="module")
-def first_frame(i2v_set) -> Image.Image:
-    with Image.open(i2v_set / "images" / "test_00.png") as image:
-        return image.convert("RGB")
 
 
 def test_lora_on_both_experts_trains_both_and_exports_one_loadable_adapter_each(

@@ -26,7 +26,7 @@ checked on the tiny models (tests/integration/test_wan_i2v.py):
 The video decodes as text-to-video's (the first frame is generated, not pasted back).
 
 `source_latents` holds, per prompt, the condition [t + C, F_lat, h, w] and, for Wan 2.1, the
-CLIP tokens [257, 1280], flattened into one row [B, 1, N] (`pack_condition`): a `Condition`
+CLIP tokens [257, 1280], flattened into one row [B, 1, N] (`pack_rows`): a `Condition`
 field is one tensor, and the CLIP tokens too are encoded once per step, not at every velocity.
 """
 
@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 
 from genalign.models.base import Condition, SourcesBesideText
-from genalign.models.diffusers_common import place, wan_vae_encode_pixels
+from genalign.models.diffusers_common import pack_rows, place, unpack_rows, wan_vae_encode_pixels
 from genalign.models.spec import FamilySpec
 from genalign.models.wan.policy import WanPolicy
 
@@ -66,33 +66,6 @@ def first_frame_mask(batch: int, temporal_factor: int, latent_shape: tuple[int, 
     mask = torch.zeros(batch, temporal_factor, frames, height, width)
     mask[:, :, 0] = 1.0
     return mask
-
-
-def pack_condition(condition: torch.Tensor, image_embeds: torch.Tensor | None) -> torch.Tensor:
-    """(condition [B, t + C, F_lat, h, w], CLIP tokens [B, L, D] or None) -> one row per prompt
-    [B, 1, N]: the condition flattened, then the tokens flattened."""
-    parts = [condition.flatten(1)] + ([image_embeds.flatten(1)] if image_embeds is not None else [])
-    return torch.cat(parts, dim=1)[:, None]
-
-
-def unpack_condition(
-    packed: torch.Tensor, condition_shape: tuple[int, ...], image_tokens: tuple[int, int] | None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The inverse of `pack_condition` for rows [B, 1, N] holding a condition of `condition_shape`
-    (t + C, F_lat, h, w) and, with `image_tokens` (L, D), the CLIP tokens."""
-    flat = packed[:, 0]  # [B, N]
-    size = int(torch.Size(condition_shape).numel())
-    tokens = image_tokens[0] * image_tokens[1] if image_tokens is not None else 0
-    if flat.shape[1] != size + tokens:
-        raise ValueError(
-            f"Wan I2V: the encoded source ({flat.shape[1]} values a prompt) is not a condition of "
-            f"{tuple(condition_shape)}{f' plus {image_tokens} image tokens' if image_tokens else ''}; the source "
-            "image must have the rollout's size (rollout.height x rollout.width) and model.num_frames must not "
-            "change within a run"
-        )
-    condition = flat[:, :size].reshape(flat.shape[0], *condition_shape)
-    embeds = flat[:, size:].reshape(flat.shape[0], *image_tokens) if image_tokens is not None else None
-    return condition, embeds
 
 
 class WanI2VPolicy(SourcesBesideText, WanPolicy):
@@ -135,7 +108,7 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
 
     @torch.no_grad()
     def encode_sources(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 first frames [B, 1, 3, H, W] -> [B, 1, N] (`pack_condition`): the first-frame
+        """uint8 first frames [B, 1, 3, H, W] -> [B, 1, N] (`pack_rows`): the first-frame
         condition the pipeline's `prepare_latents` builds and, for Wan 2.1, its `encode_image`."""
         if images.shape[1] != 1:
             raise ValueError(f"{self.display_name} animates one source image a prompt, got {images.shape[1]}")
@@ -146,7 +119,8 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
             rows.append(wan_vae_encode_pixels(self.vae, torch.cat([frame[:, :, None], padding], dim=2)))
         latents = torch.cat(rows)  # [B, C, F_lat, h, w]
         mask = first_frame_mask(len(latents), self.temporal_factor, tuple(latents.shape[1:])).to(latents)
-        return pack_condition(torch.cat([mask, latents], dim=1), self._image_tokens(images[:, 0])).cpu()
+        tokens = self._image_tokens(images[:, 0])
+        return pack_rows(torch.cat([mask, latents], dim=1), *([tokens] if tokens is not None else [])).cpu()
 
     def _image_tokens(self, images: torch.Tensor) -> torch.Tensor | None:
         """CLIP's penultimate hidden states [B, 257, 1280] of uint8 images [B, 3, H, W] by the
@@ -168,8 +142,9 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
                 "these prompts carry none"
             )
         shape = (self.condition_channels, *latents.shape[2:])
-        condition, embeds = unpack_condition(cond.source_latents, shape, self.image_tokens)
+        shapes = [shape, *([self.image_tokens] if self.image_tokens is not None else [])]
+        condition, *embeds = unpack_rows(cond.source_latents, shapes, self.display_name)
         inputs = {"hidden_states": torch.cat([latents, condition.to(latents)], dim=1)}
-        if embeds is not None:
-            inputs["encoder_hidden_states_image"] = embeds
+        if embeds:  # Wan 2.1's CLIP tokens [B, 257, 1280]
+            inputs["encoder_hidden_states_image"] = embeds[0]
         return inputs
