@@ -17,7 +17,12 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from support import assert_close_reordered
+from support import (
+    HUNYUAN_VIDEO15_DEPTH,
+    HUNYUAN_VIDEO15_REDUCTION,
+    assert_close_reordered,
+    assert_lora_export_reproduces,
+)
 
 from genalign.models.hunyuan_video15_i2v import HunyuanVideo15I2VPolicy
 from genalign.sampling.trajectory import sample_trajectory, sde_step_mask
@@ -26,10 +31,7 @@ MAX_TOKENS = 48  # the Qwen stream's padded length (the pipeline's default is 10
 NUM_FRAMES = 5  # the VAE's temporal factor is 4: 5 frames = 2 latent frames
 SIDE = 32  # a size bucket of the tiny transformer's target_size 32
 PROMPTS = ['the sign that says "open" swings', "the cat turns its head"]
-LENGTH = 2048
-"""An upper bound on the longest reduction in the tiny transformer: the byT5 projection's hidden
-width 2048 (diffusers fixes it), attention over 729 image + 256 glyph + 48 text + 8 video tokens."""
-DEPTH = 4  # 1 refiner + 2 dual-stream blocks + the output projection: chained reductions
+LENGTH, DEPTH = HUNYUAN_VIDEO15_REDUCTION, HUNYUAN_VIDEO15_DEPTH
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +153,7 @@ def test_exported_lora_loads_into_the_pipelines_transformer_with_the_same_veloci
     from diffusers import HunyuanVideo15ImageToVideoPipeline
 
     from genalign.models.config import LoraConfig
-    from genalign.weights.lora import apply_lora, export_lora_for_diffusers, pipeline_loads_lora
+    from genalign.weights.lora import apply_lora, pipeline_loads_lora
 
     options = dict(max_sequence_length=MAX_TOKENS, num_frames=NUM_FRAMES)
     fresh = HunyuanVideo15I2VPolicy.from_pretrained(tiny_hunyuan_video15_i2v_dir, **options)
@@ -168,12 +170,6 @@ def test_exported_lora_loads_into_the_pipelines_transformer_with_the_same_veloci
     cond = fresh.encode_conditions(PROMPTS, first_frames(), with_negative=True)
     latents = torch.randn(2, *fresh.latent_shape(SIDE, SIDE), generator=torch.Generator().manual_seed(2))
     args = (latents, torch.tensor([0.7, 0.3]), cond, 6.0)
-    with torch.no_grad():
-        ours = fresh.velocity(*args)
-        base = loaded.velocity(*args)
-    exported = export_lora_for_diffusers(fresh.transformer, tmp_path / "lora", lora, fresh.diffusers_pipeline)
-    pipe.transformer.load_lora_adapter(exported, use_safetensors=True)
-    with torch.no_grad():
-        after = loaded.velocity(*args)
-    assert_close_reordered(after, ours, length=LENGTH, depth=DEPTH)  # diffusers' LoRA path vs peft's
-    assert (after - base).abs().max() > 1e-3
+    assert_lora_export_reproduces(
+        fresh, lora, tmp_path / "lora", pipe, loaded, args, into_transformer=True, length=LENGTH, depth=DEPTH
+    )

@@ -16,7 +16,13 @@ from __future__ import annotations
 import pytest
 import torch
 from PIL import Image
-from support import assert_two_steps_at_parity_zero, changed_tensors, tiny_video_overrides, train_recipe_in_process
+from support import (
+    assert_two_steps_at_parity_zero,
+    changed_tensors,
+    i2v_manifests,
+    tiny_video_overrides,
+    train_recipe_in_process,
+)
 
 from genalign.preflight.load import load_config
 from genalign.preflight.memory_plan import estimate_memory
@@ -31,8 +37,7 @@ def overrides(model_dir, out, i2v_set, *extra) -> list[str]:
     return tiny_video_overrides(
         model_dir,
         out,
-        f"data.manifest={i2v_set / 'train.jsonl'}",
-        f"data.eval_manifest={i2v_set / 'test.jsonl'}",
+        *i2v_manifests(i2v_set),
         *TINY,
         *extra,
     )

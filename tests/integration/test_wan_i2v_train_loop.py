@@ -16,7 +16,13 @@ from __future__ import annotations
 
 import torch
 from PIL import Image
-from support import assert_two_steps_at_parity_zero, changed_tensors, tiny_video_overrides, train_recipe_in_process
+from support import (
+    assert_two_steps_at_parity_zero,
+    changed_tensors,
+    i2v_manifests,
+    tiny_video_overrides,
+    train_recipe_in_process,
+)
 
 RECIPE = "experiment/diffusion/wan_2_2/i2v_a14b_online_grpo_pickscore"
 WAN21_RECIPE = "experiment/diffusion/wan_2_1/i2v_14b_online_grpo_pickscore"
@@ -28,8 +34,7 @@ def overrides(model_dir, out, i2v_set, *extra) -> list[str]:
     return tiny_video_overrides(
         model_dir,
         out,
-        f"data.manifest={i2v_set / 'train.jsonl'}",
-        f"data.eval_manifest={i2v_set / 'test.jsonl'}",
+        *i2v_manifests(i2v_set),
         "model.lora.target_modules=[to_q, to_k, to_v, to_out.0, ffn.net.0.proj, ffn.net.2]",
         "model.num_frames=5",
         *ALL_STEPS,
