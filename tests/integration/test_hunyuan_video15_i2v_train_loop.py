@@ -8,7 +8,7 @@ parity exactly 0.
   `transformer.load_lora_adapter` (HunyuanVideo15ImageToVideoPipeline has no
   `load_lora_weights`), as its model card says, and changes what the pipeline renders from a
   first frame; the evaluation sheet starts each row with its first frame.
-- Full fine-tune: `checkpoint-final/transformer/` loads with
+- Full fine-tune (slow pass): `checkpoint-final/transformer/` loads with
   `HunyuanVideo15Transformer3DModel.from_pretrained` into the pipeline, holding the trained weights."""
 
 from __future__ import annotations
@@ -95,6 +95,8 @@ def test_lora_trains_two_steps_and_its_export_loads_into_the_pipelines_transform
         assert sheet.width == 6 * (sheet.width // 6) and sheet.width // 6 >= 32
 
 
+@pytest.mark.slow  # ~25 s: the LoRA loop above is its fast form (the same loop at parity 0), and the full
+# export path is the T2V family's (the same transformer class; its full fine-tune stays in the default suite)
 def test_full_fine_tune_trains_two_steps_and_exports_the_transformer(tiny_hunyuan_video15_i2v_dir, i2v_set, tmp_path):
     from diffusers import HunyuanVideo15ImageToVideoPipeline, HunyuanVideo15Transformer3DModel
 
