@@ -173,3 +173,28 @@ def test_exported_lora_loads_into_the_pipelines_transformer_with_the_same_veloci
     assert_lora_export_reproduces(
         fresh, lora, tmp_path / "lora", pipe, loaded, args, into_transformer=True, length=LENGTH, depth=DEPTH
     )
+
+
+def test_a_size_the_pipeline_would_not_make_is_refused_with_the_config(tiny_hunyuan_video15_i2v_dir):
+    """The bucket rule (`SPEC.size_rule`) runs with the config checks, before anything loads:
+    from a local checkpoint's transformer config (target_size 32 here) and from the shipped
+    architecture file of the hub id (640: 480x480 is made 640x640, 480x848 is a bucket)."""
+    from genalign.config.schema import ExperimentConfig
+    from genalign.models.family_checks import family_problems
+
+    cfg = ExperimentConfig()
+    cfg.model.family, cfg.model.path, cfg.model.num_frames = "hunyuan_video15_i2v", str(tiny_hunyuan_video15_i2v_dir), 5
+    cfg.rollout.height = cfg.rollout.width = 48
+    assert family_problems(cfg) == [
+        "rollout.height x rollout.width = 48x48: HunyuanVideo15ImageToVideoPipeline makes a first frame of that "
+        "aspect ratio 32x32 (the size bucket of its transformer's target_size 32 nearest that ratio); run at that "
+        "size, with first frames of it"
+    ]
+    cfg.rollout.height = cfg.rollout.width = SIDE
+    assert family_problems(cfg) == []
+    cfg.model.path = "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_i2v"
+    cfg.rollout.height = cfg.rollout.width = 480
+    (problem,) = family_problems(cfg)
+    assert "480x480" in problem and "640x640" in problem and "target_size 640" in problem
+    cfg.rollout.height, cfg.rollout.width = 480, 848
+    assert family_problems(cfg) == []

@@ -48,9 +48,46 @@ SPEC = FamilySpec(
     source_images=1,
     source_required=True,
     tiny_builder="genalign.models.hunyuan_video15_i2v.tiny:build_tiny_hunyuan_video15_i2v_pipeline",
+    size_rule="genalign.models.hunyuan_video15_i2v.policy:bucket_problem",
 )
 """HunyuanVideo 1.5 I2V: text-to-video's geometry (16 pixels per latent, num_frames = 4k + 1) at
 the pipeline's size buckets, model.negative_prompt, one source image per prompt (the first frame)."""
+
+
+def pipeline_bucket(height: int, width: int, target_size: int, spatial_factor: int) -> tuple[int, int]:
+    """The (height, width) `HunyuanVideo15ImageToVideoPipeline` makes of a first frame of this
+    size: its image processor's bucket of `target_size` nearest the frame's aspect ratio."""
+    from diffusers.pipelines.hunyuan_video1_5.image_processor import HunyuanVideo15ImageProcessor
+
+    processor = HunyuanVideo15ImageProcessor(vae_scale_factor=spatial_factor)
+    bucket = processor.calculate_default_height_width(height, width, target_size)
+    return int(bucket[0]), int(bucket[1])
+
+
+def bucket_message(height: int, width: int, bucket: tuple[int, int], target_size: int) -> str | None:
+    """The one-line problem of a run at height x width when the pipeline would make `bucket`."""
+    if bucket == (height, width):
+        return None
+    return (
+        f"rollout.height x rollout.width = {height}x{width}: HunyuanVideo15ImageToVideoPipeline makes a first "
+        f"frame of that aspect ratio {bucket[0]}x{bucket[1]} (the size bucket of its transformer's target_size "
+        f"{target_size} nearest that ratio); run at that size, with first frames of it"
+    )
+
+
+def bucket_problem(path: str, height: int, width: int) -> str | None:
+    """`SPEC.size_rule`: the bucket check of `latent_shape` from model.path's configs (its shipped
+    architecture file or a local directory), before the model loads; None where they cannot be
+    read here (a hub id without a shipped file: checked when the model loads)."""
+    from genalign.models.architecture import architecture_source
+
+    found = architecture_source(SPEC, path)
+    if found is None:
+        return None
+    components = found[0]
+    target = int(components["transformer"]["config"]["target_size"])
+    factor = int(components["vae"]["config"]["spatial_compression_ratio"])
+    return bucket_message(height, width, pipeline_bucket(height, width, target, factor), target)
 
 
 class HunyuanVideo15I2VPolicy(SourcesBesideText, HunyuanVideo15Policy):
@@ -83,13 +120,10 @@ class HunyuanVideo15I2VPolicy(SourcesBesideText, HunyuanVideo15Policy):
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int, int]:
         """Text-to-video's latent shape, for a size the pipeline generates: the bucket of
         `target_size` nearest its own aspect ratio (else ValueError naming that bucket)."""
-        bucket = self.pipeline.video_processor.calculate_default_height_width(height, width, self.target_size)
-        if tuple(bucket) != (height, width):
-            raise ValueError(
-                f"rollout.height x rollout.width = {height}x{width}: HunyuanVideo15ImageToVideoPipeline makes a "
-                f"first frame of that aspect ratio {bucket[0]}x{bucket[1]} (the size bucket of its transformer's "
-                f"target_size {self.target_size} nearest that ratio); run at that size, with first frames of it"
-            )
+        bucket = pipeline_bucket(height, width, self.target_size, self.spatial_factor)
+        problem = bucket_message(height, width, bucket, self.target_size)
+        if problem:
+            raise ValueError(problem)
         return super().latent_shape(height, width)
 
     @torch.no_grad()
