@@ -36,6 +36,7 @@ VALUE_ORDER = (
     "flux2",
     "wan_i2v",
     "hunyuan_video15",
+    "hunyuan_video15_i2v",
     "qwen_image_edit",
     "qwen_image_edit_plus",
     "toy",

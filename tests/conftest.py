@@ -90,6 +90,7 @@ tiny_flux2_klein_dir = tiny_model_dir("flux2_klein", "A tiny random Flux2KleinPi
 tiny_flux2_dir = tiny_model_dir("flux2", "A tiny random Flux2Pipeline (FLUX.2 [dev]: Mistral3, guidance embedding)")
 tiny_janus_dir = tiny_model_dir("janus", "A tiny random JanusForConditionalGeneration + JanusProcessor", leaf="model")
 tiny_hunyuan_video15_dir = tiny_model_dir("hunyuan_video15", "A tiny random HunyuanVideo15Pipeline")
+tiny_hunyuan_video15_i2v_dir = tiny_model_dir("hunyuan_video15_i2v", "A tiny random HunyuanVideo15ImageToVideoPipeline")
 tiny_z_image_dir = tiny_model_dir("z_image", "A tiny random ZImagePipeline (Z-Image-Turbo's form)")
 
 
@@ -131,6 +132,15 @@ def i2v_set(tmp_path_factory):
     folder = tmp_path_factory.mktemp("i2v32")
     assert dataset_builder("i2v").main(["--out", str(folder), "--size", "32"]) == 0
     return folder
+
+
+@pytest.fixture(scope="session")
+def first_frame(i2v_set):
+    """The 32x32 image-to-video set's first test picture, as the PIL image a pipeline takes."""
+    from PIL import Image
+
+    with Image.open(i2v_set / "images" / "test_00.png") as image:
+        return image.convert("RGB")
 
 
 @pytest.fixture(scope="session")

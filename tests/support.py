@@ -51,6 +51,12 @@ at most 256 image tokens plus the text tokens attended over; hidden and MLP widt
 a weight gradient sums over 2 samples x 256 tokens)."""
 TINY_DEPTH = 4
 """An upper bound on their transformer blocks (2 joint + up to 2 single): chained reductions."""
+HUNYUAN_VIDEO15_REDUCTION = 2048
+"""An upper bound on the longest reduction in the tiny HunyuanVideo 1.5 transformers (T2V and I2V):
+the byT5 projection's hidden width 2048 (diffusers fixes it), attention over 729 image + 256
+glyph + 48 text + 8 video tokens."""
+HUNYUAN_VIDEO15_DEPTH = 4
+"""Their chained reductions: 1 refiner + 2 dual-stream blocks + the output projection."""
 
 
 def assert_close_reordered(
@@ -348,6 +354,15 @@ def assert_resumed_bitwise(
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
 
 
+def i2v_manifests(i2v_set: Path, suffix: str = "") -> list[str]:
+    """data.manifest / data.eval_manifest of the image-to-video set rebuilt at 32x32 (the `i2v_set`
+    fixture); `suffix` picks another pair of its manifests (`_flf2v`: first and last frame)."""
+    return [
+        f"data.manifest={i2v_set / f'train{suffix}.jsonl'}",
+        f"data.eval_manifest={i2v_set / f'test{suffix}.jsonl'}",
+    ]
+
+
 def tiny_video_overrides(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
     """A video recipe (Wan, Cosmos) shrunk to seconds on a CPU: 3 frames of 32x32 (2 latent
     frames of the tiny VAEs), 3 steps, and rule rewards (temporal consistency + per-frame JPEG)
@@ -607,11 +622,23 @@ def assert_loaded_as_built(policy, built_pipeline, text_encoder_class: str) -> N
         assert not any(p.requires_grad for p in module.parameters())
 
 
-def assert_lora_export_reproduces(policy, lora, out_dir: Path, pipe, loaded, velocity_args: tuple) -> None:
+def assert_lora_export_reproduces(
+    policy,
+    lora,
+    out_dir: Path,
+    pipe,
+    loaded,
+    velocity_args: tuple,
+    *,
+    into_transformer: bool = False,
+    length: int = TINY_REDUCTION,
+    depth: int = TINY_DEPTH,
+) -> None:
     """Export `policy`'s adapter (config `lora`) with the shared exporter into `out_dir`; after
-    `pipe.load_lora_weights`, `loaded` (a policy on `pipe`, a fresh pipeline of the same model)
-    predicts our velocity for `velocity_args` (so alpha/r survives through the metadata), and
-    not its base velocity."""
+    `pipe.load_lora_weights` (`into_transformer`: `pipe.transformer.load_lora_adapter`, what the
+    model card says for a pipeline without a LoRA loader), `loaded` (a policy on `pipe`, a fresh
+    pipeline of the same model) predicts our velocity for `velocity_args` (so alpha/r survives
+    through the metadata), and not its base velocity; `length`/`depth` bound the reordering."""
     from genalign.weights.lora import export_lora_for_diffusers
 
     with torch.no_grad():
@@ -619,9 +646,12 @@ def assert_lora_export_reproduces(policy, lora, out_dir: Path, pipe, loaded, vel
     exported = export_lora_for_diffusers(policy.transformer, out_dir, lora, policy.diffusers_pipeline)
     with torch.no_grad():
         base = loaded.velocity(*velocity_args)
-        pipe.load_lora_weights(exported)
+        if into_transformer:  # without use_safetensors diffusers looks for a .bin
+            pipe.transformer.load_lora_adapter(exported, use_safetensors=True)
+        else:
+            pipe.load_lora_weights(exported)
         after = loaded.velocity(*velocity_args)
-    assert_close_reordered(after, ours, length=TINY_REDUCTION, depth=TINY_DEPTH)  # diffusers' LoRA path vs peft's
+    assert_close_reordered(after, ours, length=length, depth=depth)  # diffusers' LoRA path vs peft's
     assert (after - base).abs().max() > 1e-3
 
 

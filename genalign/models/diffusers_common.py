@@ -290,6 +290,27 @@ def wan_vae_encode(vae: torch.nn.Module, videos: torch.Tensor) -> torch.Tensor:
     return wan_vae_encode_pixels(vae, pixels)
 
 
+def pack_rows(*parts: torch.Tensor) -> torch.Tensor:
+    """Per-prompt tensors [B, ...] -> one row a prompt [B, 1, N], each flattened in turn: an
+    image-to-video family's encoded first frame (its latents, its image tokens) as the one
+    tensor `Condition.source_latents` is."""
+    return torch.cat([part.flatten(1) for part in parts], dim=1)[:, None]
+
+
+def unpack_rows(packed: torch.Tensor, shapes: list[tuple[int, ...]], family: str) -> list[torch.Tensor]:
+    """The inverse of `pack_rows` for rows [B, 1, N] holding tensors of per-prompt `shapes`;
+    ValueError when N is not their size (a source of another size than the rollout's)."""
+    flat = packed[:, 0]  # [B, N]
+    sizes = [int(torch.Size(shape).numel()) for shape in shapes]
+    if flat.shape[1] != sum(sizes):
+        raise ValueError(
+            f"{family}: the encoded source ({flat.shape[1]} values a prompt) is not {' plus '.join(map(str, shapes))}; "
+            "the source image must have the rollout's size (rollout.height x rollout.width) and model.num_frames "
+            "must not change within a run"
+        )
+    return [chunk.reshape(len(flat), *shape) for chunk, shape in zip(flat.split(sizes, dim=1), shapes)]
+
+
 @torch.no_grad()
 def wan_vae_encode_pixels(vae: torch.nn.Module, pixels: torch.Tensor) -> torch.Tensor:
     """Float video [B, 3, F, H, W] in [-1, 1] -> model-space latents [B, C, F_lat, h, w] float32:

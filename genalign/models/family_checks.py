@@ -3,7 +3,8 @@
 Where it fits: the config validation calls `family_problems(cfg)` once, beside its other value
 checks, so every family-dependent rule (sizes, video frames, negative prompt, guidance
 embedding, text-encoder offload, gradient checkpointing, the source images' size, rollout keys
-the sampler ignores) comes from what the family declares, never from a table of family names.
+the sampler ignores, a family's own size rule) comes from what the family declares, never from
+a table of family names.
 Checks that need the loaded checkpoint (a guidance embedding present, Wan's 4k + 1 frames,
 Janus' exact size) run when the model loads.
 """
@@ -66,6 +67,8 @@ def family_problems(cfg: "ExperimentConfig") -> list[str]:
             f"sources at the run's size only (families with a pipeline resize: {resizing}); set it to run"
         )
     problems += size_problems(spec, cfg.rollout.height, cfg.rollout.width)
+    if not problems and (rule := spec.size_problem(model.path, cfg.rollout.height, cfg.rollout.width)):
+        problems.append(rule)
     problems += media_problems(spec, model.num_frames, model.negative_prompt)
     problems += fixed_rollout_problems(spec, cfg.rollout)
     return problems

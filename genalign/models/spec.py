@@ -147,6 +147,12 @@ class FamilySpec:
     family's diffusers pipeline resizes a source image to before its VAE encodes it (Qwen-Image-
     Edit's about 1024² pixels): what model.source_resolution=pipeline uses, in the policy and in
     the memory plan (`source_size`). None: the family encodes sources at the run's size only."""
+    size_rule: str | None = None
+    """"package.module:function" ((model.path, height, width) -> a one-line problem naming
+    rollout.height/width, or None) of a size rule the family's pipeline adds to `size_multiple`
+    (HunyuanVideo 1.5 I2V makes only its size buckets): checked with the config when the
+    checkpoint's configs can be read (a shipped architecture file, a local directory), and again
+    when the model loads. None: no rule beyond `size_multiple` / `fixed_size`."""
     tiny_variants: tuple[tuple[str, str], ...] = ()
     """(hub id, "package.module:function") pairs: the tiny model of a checkpoint whose form
     differs from `tiny_builder`'s (Wan 2.2's two experts, TI2V-5B's VAE), built from that hub
@@ -253,6 +259,10 @@ class FamilySpec:
         if missing:
             raise MissingCalibration(f"{path}: missing {', '.join(missing)} (a calibration holds {CALIBRATION_KEYS})")
         return body
+
+    def size_problem(self, path: str, height: int, width: int) -> str | None:
+        """`size_rule`'s problem with a (height, width) run of model.path=`path`, or None."""
+        return _import(self.size_rule)(path, height, width) if self.size_rule else None
 
     def build_tiny(self, seed: int = 0, path: str | None = None) -> Any:
         """The tiny random model (an object with `save_pretrained`) of the family, or of the form

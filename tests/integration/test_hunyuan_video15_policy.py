@@ -10,22 +10,25 @@ import json
 
 import pytest
 import torch
-from support import assert_close_reordered, assert_loaded_as_built
+from support import (
+    HUNYUAN_VIDEO15_DEPTH,
+    HUNYUAN_VIDEO15_REDUCTION,
+    assert_close_reordered,
+    assert_loaded_as_built,
+    assert_lora_export_reproduces,
+)
 
 from genalign.models.config import LoraConfig
 from genalign.models.hunyuan_video15.policy import HunyuanVideo15Policy, split_mask
 from genalign.models.hunyuan_video15.tiny import build_tiny_hunyuan_video15_pipeline
 from genalign.models.tiny_random import main
 from genalign.sampling.trajectory import sample_trajectory, sde_step_mask
-from genalign.weights.lora import apply_lora, export_lora_for_diffusers, pipeline_loads_lora
+from genalign.weights.lora import apply_lora, pipeline_loads_lora
 
 MAX_TOKENS = 48  # the Qwen stream's padded length (the pipeline's default is 1000)
 NUM_FRAMES = 5  # the VAE's temporal factor is 4: 5 frames = 2 latent frames
 PROMPTS = ['a sign that says "open" on a door', "two cats"]  # the first quotes a glyph text (byT5 stream)
-LENGTH = 2048
-"""An upper bound on the longest reduction in the tiny transformer: the byT5 projection's hidden
-width 2048 (diffusers fixes it), attention over 729 image + 256 glyph + 48 text + 8 video tokens."""
-DEPTH = 4  # 1 refiner + 2 dual-stream blocks + the output projection: chained reductions
+LENGTH, DEPTH = HUNYUAN_VIDEO15_REDUCTION, HUNYUAN_VIDEO15_DEPTH
 
 
 @pytest.fixture(scope="module")
@@ -183,16 +186,10 @@ def test_lora_targets_unirl_layers_and_export_loads_into_the_pipeline(tiny_hunyu
     assert not pipeline_loads_lora("HunyuanVideo15Pipeline")  # diffusers 0.42: no load_lora_weights
     loaded = HunyuanVideo15Policy(pipe, torch.device("cpu"), torch.float32, **options)
     args = (noise(policy), torch.tensor([0.7, 0.3]), policy.encode_prompts(PROMPTS, with_negative=True), 6.0)
-    with torch.no_grad():
-        ours = policy.velocity(*args)
-        base = loaded.velocity(*args)
-    exported = export_lora_for_diffusers(policy.transformer, tmp_path / "lora", lora, policy.diffusers_pipeline)
-    # what the model card tells users to call (without use_safetensors diffusers looks for a .bin)
-    pipe.transformer.load_lora_adapter(exported, use_safetensors=True)
-    with torch.no_grad():
-        after = loaded.velocity(*args)
-    assert_close_reordered(after, ours, length=LENGTH, depth=DEPTH)  # diffusers' LoRA path vs peft's
-    assert (after - base).abs().max() > 1e-3
+    # what the model card tells users to call: the pipeline's transformer loads the adapter
+    assert_lora_export_reproduces(
+        policy, lora, tmp_path / "lora", pipe, loaded, args, into_transformer=True, length=LENGTH, depth=DEPTH
+    )
 
 
 def test_encode_images_is_the_scaled_posterior_mode_that_decode_inverts(policy):

@@ -29,9 +29,9 @@ from support import (
 )
 
 from genalign.models.base import decode_samples
+from genalign.models.diffusers_common import unpack_rows
 from genalign.models.experts import denoiser_parts
 from genalign.models.wan_i2v import WanI2VPolicy
-from genalign.models.wan_i2v.policy import unpack_condition
 from genalign.sampling.trajectory import sample_trajectory, sde_step_mask
 
 MAX_TOKENS = 16
@@ -156,7 +156,9 @@ def test_the_source_is_the_pipelines_condition_and_changes_the_velocity(tiny_wan
     frames = first_frames(sources=SOURCES[form])
     ours = policy.encode_sources(frames)  # [2, 1, N]
     shape = policy.latent_shape(SIDE, SIDE)
-    condition, embeds = unpack_condition(ours, (policy.condition_channels, *shape[1:]), policy.image_tokens)
+    shapes = [(policy.condition_channels, *shape[1:]), *([policy.image_tokens] if policy.image_tokens else [])]
+    condition, *tokens = unpack_rows(ours, shapes, "Wan I2V")
+    embeds = tokens[0] if tokens else None
     for row in range(2):
         given = [pipe.video_processor.preprocess(pil(frame), height=SIDE, width=SIDE) for frame in frames[row]]
         _, expected = pipe.prepare_latents(
@@ -259,7 +261,7 @@ def test_our_ode_sampler_reproduces_the_ti2v_image_to_video_pipeline(wan_i2v_dir
         ours, theirs[:, :, 1:], length=TINY_REDUCTION, depth=steps * TINY_DEPTH, gain=abs(1 - scale) + scale
     )
     assert (ours - start).abs().max() > 0.1
-    condition, _ = unpack_condition(cond.source_latents, (48, 1, 4, 4), None)
+    (condition,) = unpack_rows(cond.source_latents, [(48, 1, 4, 4)], "Wan I2V")
     # the pipeline's frame 0 is the encoded image: our VAE encode of the same pixels (its processor
     # divides in two steps, we in one: rounding only, through the VAE)
     torch.testing.assert_close(theirs[:, :, :1], condition, atol=1e-5, rtol=0)
@@ -281,7 +283,7 @@ def test_the_ti2v_source_is_the_pipelines_condition_and_changes_every_generated_
     frames = first_frames(side=TI2V_SIDE)
     ours = policy.encode_sources(frames)  # [2, 1, 48 * 1 * 4 * 4]
     assert ours.shape == (2, 1, 48 * 4 * 4)
-    condition, embeds = unpack_condition(ours, (48, 1, 4, 4), None)
+    (condition,) = unpack_rows(ours, [(48, 1, 4, 4)], "Wan I2V")  # no CLIP tokens
     for row in range(2):
         pixels = pipe.video_processor.preprocess(pil(frames[row, 0]), height=TI2V_SIDE, width=TI2V_SIDE)
         _, expected, mask = pipe.prepare_latents(

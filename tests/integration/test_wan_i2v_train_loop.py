@@ -23,7 +23,13 @@ from __future__ import annotations
 import pytest
 import torch
 from PIL import Image
-from support import assert_two_steps_at_parity_zero, changed_tensors, tiny_video_overrides, train_recipe_in_process
+from support import (
+    assert_two_steps_at_parity_zero,
+    changed_tensors,
+    i2v_manifests,
+    tiny_video_overrides,
+    train_recipe_in_process,
+)
 
 RECIPE = "experiment/diffusion/wan_2_2/i2v_a14b_online_grpo_pickscore"
 WAN21_RECIPE = "experiment/diffusion/wan_2_1/i2v_14b_online_grpo_pickscore"
@@ -37,8 +43,7 @@ def overrides(model_dir, out, i2v_set, *extra, manifests: str = "") -> list[str]
     return tiny_video_overrides(
         model_dir,
         out,
-        f"data.manifest={i2v_set / f'train{manifests}.jsonl'}",
-        f"data.eval_manifest={i2v_set / f'test{manifests}.jsonl'}",
+        *i2v_manifests(i2v_set, manifests),
         "model.lora.target_modules=[to_q, to_k, to_v, to_out.0, ffn.net.0.proj, ffn.net.2]",
         "model.num_frames=5",
         *ALL_STEPS,
@@ -60,12 +65,6 @@ def render(pipe, image: Image.Image, **last_image) -> torch.Tensor:
         generator=torch.Generator().manual_seed(0),
         output_type="pt",
     ).frames
-
-
-@pytest.fixture(scope="module")
-def first_frame(i2v_set) -> Image.Image:
-    with Image.open(i2v_set / "images" / "test_00.png") as image:
-        return image.convert("RGB")
 
 
 def test_lora_on_both_experts_trains_both_and_exports_one_loadable_adapter_each(

@@ -13,8 +13,10 @@ and a last frame of the same shape and colour drawn again elsewhere (`"source_im
 last]`, the last frames `<split>_NN_last.png`), prompted to move from one to the other. Training rows
 animate red, yellow, green and blue shapes; the test rows the held-out orange and purple ones
 (the toy prompt set's split). Images are 480x480 (`train.jsonl`, `test.jsonl`: the Wan 2.2
-I2V-A14B recipe's rollout) and 240x240 (`train_240.jsonl`, `test_240.jsonl`, `images_240/`: the
-Wan 2.1 I2V recipe's), the same pictures drawn at each size (a manifest's images have the rollout's size).
+I2V-A14B recipe's rollout), 240x240 (`train_240.jsonl`, `test_240.jsonl`, `images_240/`: the
+Wan 2.1 I2V recipe's) and 640x640 (`train_640.jsonl`, `test_640.jsonl`, `images_640/`: the
+HunyuanVideo 1.5 I2V recipe's, the size bucket its 480p pipeline makes of a square first frame),
+the same pictures drawn at each size (a manifest's images have the rollout's size).
 
     python genalign/datasets/i2v/build.py           # rewrite the manifests and images
     python genalign/datasets/i2v/build.py --check   # exit 1 if the committed files differ from a fresh build
@@ -37,7 +39,7 @@ sys.path.insert(0, str(HERE.parents[2]))  # the checkout root: genalign/datasets
 from genalign.data.toy_shapes import COLOR_NAMES, SHAPES, render  # noqa: E402
 from genalign.datasets.build_common import write_or_check, write_or_check_files  # noqa: E402
 
-SIZES = (480, 240)
+SIZES = (480, 240, 640)
 """The shipped sizes: the first without a suffix (train.jsonl, images/), the others with one."""
 HELD_OUT_COLORS = ("orange", "purple")
 MOTIONS = ("slides to the left", "slides to the right", "rises to the top", "falls to the bottom", "spins", "grows")
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare with the committed files instead of writing")
     parser.add_argument("--out", type=Path, default=HERE, help="the folder to write or check (default: this one)")
     parser.add_argument(
-        "--size", type=int, default=None, help="one image side in pixels (default: the shipped 480, 240)"
+        "--size", type=int, default=None, help="one image side in pixels (default: the shipped 480, 240, 640)"
     )
     args = parser.parse_args(argv)
     manifests, images = build((args.size,) if args.size else SIZES)

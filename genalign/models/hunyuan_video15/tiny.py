@@ -65,8 +65,9 @@ def published() -> dict:
     return json.loads((Path(__file__).parent / "architectures" / ARCHITECTURE).read_text())
 
 
-def _shapes(tiny: bool) -> dict:
-    body = published()
+def shapes_of(body: dict, tiny: bool) -> dict:
+    """The component configs of architecture file `body` (every component, with the pipeline's
+    scheduler and guider); `tiny` applies `TINY_OVERRIDES`."""
     components = {name: dict(entry["config"]) for name, entry in body["components"].items()}
     if tiny:
         for name, overrides in TINY_OVERRIDES.items():
@@ -78,7 +79,10 @@ def _shapes(tiny: bool) -> dict:
     )
 
 
-HUNYUAN_VIDEO15_SHAPES = {"tiny": _shapes(True), "hunyuan-video-1.5-480p-t2v": _shapes(False)}
+HUNYUAN_VIDEO15_SHAPES = {
+    "tiny": shapes_of(published(), True),
+    "hunyuan-video-1.5-480p-t2v": shapes_of(published(), False),
+}
 """Architectures `build_hunyuan_video15_pipeline` knows: the tiny test pipeline and the real 480p
 T2V shapes (8.3 B transformer parameters), both from the shipped architecture file."""
 
@@ -106,24 +110,24 @@ def tiny_tokenizers():
     return tokenizer, ByT5Tokenizer()
 
 
-def build_hunyuan_video15_pipeline(
-    shapes: str = "tiny", seed: int = 0, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
-):
-    """A HunyuanVideo15Pipeline of the named `HUNYUAN_VIDEO15_SHAPES` with random weights (the
-    VAE always float32), the published scheduler and guider, the in-memory tokenizers."""
+def hunyuan_video15_components(
+    spec: dict, tiny: bool, seed: int = 0, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> dict:
+    """The components every HunyuanVideo 1.5 pipeline shares, with random weights from the
+    configs `spec` (a `shapes_of` entry; the VAE always float32): transformer, both text encoders
+    and their in-memory tokenizers (`tiny`: the Qwen config takes their vocabulary and ids), VAE,
+    the published scheduler and guider."""
     from diffusers import (
         AutoencoderKLHunyuanVideo15,
         ClassifierFreeGuidance,
         FlowMatchEulerDiscreteScheduler,
-        HunyuanVideo15Pipeline,
         HunyuanVideo15Transformer3DModel,
     )
     from transformers import Qwen2_5_VLTextConfig, Qwen2_5_VLTextModel, T5Config, T5EncoderModel
 
-    spec = shape_spec(HUNYUAN_VIDEO15_SHAPES, shapes, "HunyuanVideo 1.5")
     tokenizer, tokenizer_2 = tiny_tokenizers()
     text_config = {k: v for k, v in spec["text_encoder"].items() if k != "model_type"}
-    if shapes == "tiny":  # the in-memory tokenizer's vocabulary and its <|im_end|> / <|endoftext|> ids
+    if tiny:  # the in-memory tokenizer's vocabulary and its <|im_end|> / <|endoftext|> ids
         text_config.update(
             vocab_size=len(tokenizer),
             bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
@@ -140,7 +144,7 @@ def build_hunyuan_video15_pipeline(
     with building(device, torch.float32):
         torch.manual_seed(seed + 3)
         vae = AutoencoderKLHunyuanVideo15.from_config(spec["vae"])
-    return HunyuanVideo15Pipeline(
+    return dict(
         text_encoder=text_encoder,
         tokenizer=tokenizer,
         transformer=transformer,
@@ -150,6 +154,17 @@ def build_hunyuan_video15_pipeline(
         tokenizer_2=tokenizer_2,
         guider=ClassifierFreeGuidance.from_config(spec["guider"]),
     )
+
+
+def build_hunyuan_video15_pipeline(
+    shapes: str = "tiny", seed: int = 0, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+):
+    """A HunyuanVideo15Pipeline of the named `HUNYUAN_VIDEO15_SHAPES` with random weights
+    (`hunyuan_video15_components`)."""
+    from diffusers import HunyuanVideo15Pipeline
+
+    spec = shape_spec(HUNYUAN_VIDEO15_SHAPES, shapes, "HunyuanVideo 1.5")
+    return HunyuanVideo15Pipeline(**hunyuan_video15_components(spec, shapes == "tiny", seed, device, dtype))
 
 
 def build_tiny_hunyuan_video15_pipeline(seed: int = 0):

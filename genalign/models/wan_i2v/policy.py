@@ -45,7 +45,7 @@ Wan 2.2 TI2V-5B's image-to-video (its one repository loaded as WanImageToVideoPi
   (`FamilySpec.decode_reads_condition`: rollout and evaluation decode through it).
 
 `source_latents` holds, per prompt, the condition [t + C, F_lat, h, w] (TI2V-5B: [C, 1, h, w]) and, for Wan 2.1, the
-CLIP tokens [257, 1280], flattened into one row [B, 1, N] (`pack_condition`): a `Condition`
+CLIP tokens [257, 1280], flattened into one row [B, 1, N] (`pack_rows`): a `Condition`
 field is one tensor, and the CLIP tokens too are encoded once per step, not at every velocity.
 """
 
@@ -54,7 +54,7 @@ from __future__ import annotations
 import torch
 
 from genalign.models.base import Condition, SourcesBesideText
-from genalign.models.diffusers_common import place, wan_vae_encode_pixels
+from genalign.models.diffusers_common import pack_rows, place, unpack_rows, wan_vae_encode_pixels
 from genalign.models.spec import FamilySpec
 from genalign.models.wan.policy import WanPolicy
 
@@ -105,33 +105,6 @@ def given_frames_mask(
     if last:
         mask[:, -1, -1] = 1.0
     return mask
-
-
-def pack_condition(condition: torch.Tensor, image_embeds: torch.Tensor | None) -> torch.Tensor:
-    """(condition [B, t + C, F_lat, h, w], CLIP tokens [B, L, D] or None) -> one row per prompt
-    [B, 1, N]: the condition flattened, then the tokens flattened."""
-    parts = [condition.flatten(1)] + ([image_embeds.flatten(1)] if image_embeds is not None else [])
-    return torch.cat(parts, dim=1)[:, None]
-
-
-def unpack_condition(
-    packed: torch.Tensor, condition_shape: tuple[int, ...], image_tokens: tuple[int, int] | None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The inverse of `pack_condition` for rows [B, 1, N] holding a condition of `condition_shape`
-    (t + C, F_lat, h, w) and, with `image_tokens` (L, D), the CLIP tokens."""
-    flat = packed[:, 0]  # [B, N]
-    size = int(torch.Size(condition_shape).numel())
-    tokens = image_tokens[0] * image_tokens[1] if image_tokens is not None else 0
-    if flat.shape[1] != size + tokens:
-        raise ValueError(
-            f"Wan I2V: the encoded source ({flat.shape[1]} values a prompt) is not a condition of "
-            f"{tuple(condition_shape)}{f' plus {image_tokens} image tokens' if image_tokens else ''}; the source "
-            "image must have the rollout's size (rollout.height x rollout.width) and model.num_frames must not "
-            "change within a run"
-        )
-    condition = flat[:, :size].reshape(flat.shape[0], *condition_shape)
-    embeds = flat[:, size:].reshape(flat.shape[0], *image_tokens) if image_tokens is not None else None
-    return condition, embeds
 
 
 class WanI2VPolicy(SourcesBesideText, WanPolicy):
@@ -191,7 +164,7 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
     @torch.no_grad()
     def encode_sources(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 source images [B, S, 3, H, W] (the first frame; FLF2V: the first and the last) ->
-        [B, 1, N] (`pack_condition`): the condition the pipeline's `prepare_latents` builds and, for
+        [B, 1, N] (`pack_rows`): the condition the pipeline's `prepare_latents` builds and, for
         Wan 2.1, its `encode_image`. The given frames at their places in num_frames frames (zeros
         between), VAE-encoded, with the mask; with expand_timesteps (TI2V-5B) the image alone,
         encoded as a one-frame video: its latent frame [C, 1, h, w], no mask channels."""
@@ -217,7 +190,8 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
             shape = tuple(latents.shape[1:])
             mask = given_frames_mask(len(latents), self.temporal_factor, shape, last=self.source_count == 2)
             latents = torch.cat([mask.to(latents), latents], dim=1)
-        return pack_condition(latents, self._image_tokens(images)).cpu()
+        tokens = self._image_tokens(images)
+        return pack_rows(latents, *([tokens] if tokens is not None else [])).cpu()
 
     def _image_tokens(self, images: torch.Tensor) -> torch.Tensor | None:
         """CLIP's penultimate hidden states [B, S x 257, 1280] of uint8 images [B, S, 3, H, W] by the
@@ -258,7 +232,9 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
             )
         frames, height, width = frames_height_width
         shape = (self.condition_channels, self.given_latent_frames or frames, height, width)
-        return unpack_condition(cond.source_latents, shape, self.image_tokens)
+        shapes = [shape, *([self.image_tokens] if self.image_tokens is not None else [])]
+        condition, *embeds = unpack_rows(cond.source_latents, shapes, self.display_name)
+        return condition, (embeds[0] if embeds else None)
 
     def decode_conditioned(self, latents: torch.Tensor, cond: Condition) -> torch.Tensor:
         """Sampled latents [B, C, F, h, w] -> uint8 video [B, F', 3, H, W]: the given frames

@@ -15,7 +15,7 @@ from genalign.data.source_images import sources_of
 FOLDER = PACKAGED_DATASETS / "i2v"
 
 
-@pytest.mark.parametrize(("suffix", "size"), [("", 480), ("_240", 240)])
+@pytest.mark.parametrize(("suffix", "size"), [("", 480), ("_240", 240), ("_640", 640)])
 def test_shipped_set_is_a_fresh_build_and_loads_at_its_recipes_size(suffix, size):
     assert dataset_builder("i2v").main(["--check"]) == 0
     for split, count in (("train", 16), ("test", 8)):

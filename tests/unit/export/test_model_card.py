@@ -147,6 +147,7 @@ def test_the_families_declare_their_modality():
         "qwen_image_edit_plus": "image-to-image",
         "cosmos": "text-to-video",
         "hunyuan_video15": "text-to-video",
+        "hunyuan_video15_i2v": "image-to-video",
         "janus": "text-to-image",
         "nextstep": "text-to-image",
         "toy": "text-to-image",

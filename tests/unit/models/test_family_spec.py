@@ -71,8 +71,21 @@ def test_a_missing_calibration_is_a_refusal_naming_what_is_missing(tmp_path, mon
 
 def test_the_specs_say_what_the_old_family_tables_said():
     assert families_with(lambda s: s.sampler == "token") == ["janus", "nextstep"] == token_family_names()
-    assert families_with(lambda s: s.media == "video") == ["cosmos", "hunyuan_video15", "wan", "wan_i2v"]
-    assert families_with(lambda s: s.negative_prompt) == ["cosmos", "hunyuan_video15", "wan", "wan_i2v", "z_image"]
+    assert families_with(lambda s: s.media == "video") == [
+        "cosmos",
+        "hunyuan_video15",
+        "hunyuan_video15_i2v",
+        "wan",
+        "wan_i2v",
+    ]
+    assert families_with(lambda s: s.negative_prompt) == [
+        "cosmos",
+        "hunyuan_video15",
+        "hunyuan_video15_i2v",
+        "wan",
+        "wan_i2v",
+        "z_image",
+    ]
     qwen_edits = ["qwen_image_edit", "qwen_image_edit_plus"]
     assert families_with(lambda s: s.guidance_embedding) == ["flux", "flux2", "flux_kontext", "qwen_image", *qwen_edits]
     assert families_with(lambda s: s.text_encoders) == [
@@ -82,6 +95,7 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "flux2_klein",
         "flux_kontext",
         "hunyuan_video15",
+        "hunyuan_video15_i2v",
         "qwen_image",
         *qwen_edits,
         "sd3",
@@ -89,7 +103,12 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "wan_i2v",
         "z_image",
     ]
-    assert families_with(lambda s: s.source_images > 0) == ["flux_kontext", *qwen_edits, "wan_i2v"]
+    assert families_with(lambda s: s.source_images > 0) == [
+        "flux_kontext",
+        "hunyuan_video15_i2v",
+        *qwen_edits,
+        "wan_i2v",
+    ]
     # wan_i2v: up to 2 (Wan 2.1 FLF2V's first and last frame; each checkpoint its own count, `source_count`)
     assert [family_spec(name).source_images for name in ["flux_kontext", *qwen_edits, "wan_i2v"]] == [1, 1, 3, 2]
     assert {name: family_spec(name).size_multiple for name in MODEL_FAMILIES.names()} == dict.fromkeys(
@@ -101,6 +120,7 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "flux": "diffusers",
         "flux_kontext": "diffusers",
         "hunyuan_video15": "diffusers",
+        "hunyuan_video15_i2v": "diffusers",
         "janus": "peft",
         "nextstep": "none",
         "qwen_image": "diffusers",
@@ -128,6 +148,7 @@ def test_every_family_but_the_shipped_demo_names_its_tiny_builder():
         "flux2_klein",
         "flux_kontext",
         "hunyuan_video15",
+        "hunyuan_video15_i2v",
         "janus",
         "nextstep",
         "qwen_image",
@@ -180,7 +201,7 @@ def test_the_family_checks_read_the_spec():
     assert family_problems(cfg) == [
         "model.gradient_checkpointing=true: model.family=janus does not support it; set it to false",
         "model.negative_prompt is set but model.family=janus uses a fixed negative prompt for CFG; remove it "
-        "(families that read it: cosmos, hunyuan_video15, wan, wan_i2v, z_image)",
+        "(families that read it: cosmos, hunyuan_video15, hunyuan_video15_i2v, wan, wan_i2v, z_image)",
     ]
     cfg.model.family, cfg.model.gradient_checkpointing, cfg.model.num_frames = "wan", False, 33
     assert family_problems(cfg) == []
