@@ -47,9 +47,9 @@ SEED = 20261127
 LAST_FRAME_SEED = SEED + 1
 """The last frames' own draws, so the first frames stay those of the one-image manifests."""
 FLF2V_MOTION = "glides to where the last frame shows it"
-FLF2V_SIZES = (480, 240)
-"""The sizes the first-and-last-frame manifests ship at (the FLF2V recipe reads 240; 640 is the
-HunyuanVideo 1.5 I2V recipe's one-image size)."""
+ONE_IMAGE_SIZES = (640,)
+"""Sizes shipped without first-and-last-frame manifests: 640 is the HunyuanVideo 1.5 I2V recipe's
+one-image size (the FLF2V recipe reads 240; a size given with --size gets both forms)."""
 
 
 def rows(split: str, colors: tuple[str, ...], images: str) -> list[dict]:
@@ -85,7 +85,7 @@ def build(sizes: tuple[int, ...] = SIZES) -> tuple[dict[str, str], dict[str, byt
                 Image.fromarray(pixels).save(buffer, format="PNG", optimize=True)
                 images[row["source_image"]] = buffer.getvalue()
             manifests[f"{split}{suffix}.jsonl"] = "".join(json.dumps(row) + "\n" for row in split_rows)
-        if size not in FLF2V_SIZES:
+        if size in ONE_IMAGE_SIZES:
             continue
         last_rng = np.random.default_rng(LAST_FRAME_SEED)
         for split, colors in (("train", train_colors), ("test", HELD_OUT_COLORS)):
