@@ -68,6 +68,7 @@ def family_problems(cfg: "ExperimentConfig") -> list[str]:
     problems += size_problems(spec, cfg.rollout.height, cfg.rollout.width)
     problems += media_problems(spec, model.num_frames, model.negative_prompt)
     problems += fixed_rollout_problems(spec, cfg.rollout)
+    problems += spec.rollout_sampler_problems(cfg.rollout)
     return problems
 
 

@@ -52,6 +52,11 @@ OUTSIDE_BLOCKS = "replay_outside_blocks"
 blocks, counted once per token (NextStep-1's flow head, which walks each token through its head
 steps: far more than a block keeps, so folding it into the per-block bytes would scale it by the
 depth). A family without it folds such terms into the blocks' bytes."""
+OUTSIDE_BLOCKS_STEPS = "replay_outside_blocks_num_steps"
+"""The rollout.num_steps `OUTSIDE_BLOCKS` was measured at, when that term grows with the walk
+(NextStep-1's head: replay keeps every stochastic head step, num_steps − 1 a token, its last step
+being deterministic): the plan scales the term by the run's stochastic steps over the
+calibration's. Absent: the term does not depend on rollout.num_steps."""
 
 
 class MissingCalibration(ValueError):
@@ -138,8 +143,15 @@ class FamilySpec:
     id's published configs shrunk; `build_tiny(seed, path)` picks it for `path`."""
     fixed_rollout_keys: tuple[str, ...] = ()
     """`rollout.*` keys the family's sampler does not read, its own settings fixed on the policy
-    instead (NextStep-1's flow head: its steps, noise level and kernel are `HeadSampling`'s): a
-    config setting one away from its default is refused, naming the key, rather than ignored."""
+    instead: a config setting one away from its default is refused, naming the key, rather than
+    ignored."""
+    rollout_sampler: str | None = None
+    """"package.module:function" (RolloutConfig -> list of problems) of a family whose policy
+    takes its sampler's rollout.num_steps / noise_level / kernel once, when it is built, rather
+    than per call (NextStep-1's flow head: the token path's calls carry only guidance and
+    temperature). `build_policy` hands every copy of the policy (trainer, Ray workers,
+    evaluation) `policy.configure_rollout(cfg.rollout)`; the config check calls the function
+    first, for the values that sampler cannot run. None: the family reads them per call."""
     package: str | None = None
     """The family's folder, named as the importable package it is ("genalign.models.sd3"): beside
     the policy it holds `architectures/` (the published configs of the checkpoints the family
@@ -181,6 +193,11 @@ class FamilySpec:
                 f"model.source_resolution={source_resolution}: model.family={self.name} has no pipeline resize"
             )
         return _import(self.pipeline_source_size)(height, width)
+
+    def rollout_sampler_problems(self, rollout: Any) -> list[str]:
+        """What the family's build-time sampler (`rollout_sampler`) cannot run of `rollout`
+        ([] for a family that reads its rollout keys per call)."""
+        return _import(self.rollout_sampler)(rollout) if self.rollout_sampler else []
 
     def policy_class(self) -> Any:
         """The policy class (imports its module)."""

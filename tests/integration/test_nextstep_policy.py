@@ -81,6 +81,39 @@ def test_rollout_is_chunk_invariant_and_replay_is_exact(tiny_dir):
     assert torch.equal(replayed, whole.log_probs)  # parity exactly 0
 
 
+@pytest.mark.parametrize(
+    "num_steps, kernel, noise_level",
+    [(7, "em_sde", 1.0), (5, "flow_sde", 0.7), (3, "dance_sde", 0.4)],  # flow_sde: σ_0 = 1 takes σ_1's guard
+)
+def test_build_policy_walks_the_head_as_rollout_says_and_replay_is_exact(tiny_dir, num_steps, kernel, noise_level):
+    """rollout.num_steps / kernel / noise_level reach the head through `build_policy` (as every
+    copy of the policy is built: trainer, Ray workers, evaluation): walks of num_steps + 1
+    states, num_steps − 1 log-probs a token, replay parity exactly 0; a walk of another length
+    is refused."""
+    from genalign.config.schema import ExperimentConfig
+    from genalign.training.setup import build_policy
+
+    cfg = ExperimentConfig()
+    cfg.model.family, cfg.model.path, cfg.model.dtype, cfg.model.device = "nextstep", str(tiny_dir), "float32", "cpu"
+    cfg.rollout.num_steps, cfg.rollout.kernel, cfg.rollout.noise_level = num_steps, kernel, noise_level
+    policy = build_policy(cfg)
+    assert (policy.sampling.num_steps, policy.sampling.kernel, policy.sampling.noise_level) == (
+        num_steps,
+        kernel,
+        noise_level,
+    )
+    groups = make_groups(prompts_per_step=1, samples_per_prompt=2)
+    batch = generate(policy, groups, _spec(chunk_size=2))
+    assert batch.tokens.shape == (2, 6, num_steps + 1, 64) and batch.log_probs.shape == (2, 1, 6 * (num_steps - 1))
+    assert torch.isfinite(batch.log_probs).all()
+    algorithm = TokenGRPO(AlgorithmConfig(name="ar_grpo", kl_beta=0.0))
+    with torch.no_grad():
+        assert torch.equal(algorithm.replay_log_probs(policy, batch, [0], chunk_size=2), batch.log_probs)
+    other = _policy(tiny_dir)  # HeadSampling(num_steps=4): 5 states a token
+    with pytest.raises(ValueError, match="rollout.num_steps=4 \\(5 states\\)"):
+        algorithm.replay_log_probs(other, batch, [0], chunk_size=2)
+
+
 def test_teacher_forcing_scores_what_the_sampler_walked(tiny_dir):
     """The one-forward teacher forcing re-scores each head step as the sampler drew it (the key-
     value cache and the full forward differ by float rounding only), and a zero-noise walk

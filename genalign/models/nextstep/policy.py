@@ -17,9 +17,13 @@ How NextStep-1 generates, kept as the authors' `NextStepPipeline.generate_image`
 * CFG runs an unconditional stream whose caption is the negative prompt ("" by default) and
   combines the head's velocities v_u + w (v_c − v_u) at every head step (the decoder runs both
   streams; each sampled token enters both);
-* the head samples by the authors' SDE (`rollout.kernel=em_sde` at noise level 1: their
-  sampler, not an approximation of it) over `head_sigmas(K, shift)`, the last step Euler;
-  with `use_norm` (their example's setting) the token is the walk's end layer-normed;
+* the head samples by the authors' SDE (`rollout.kernel=em_sde` at `rollout.noise_level=1`:
+  their sampler, not an approximation of it) over `head_sigmas(K, shift)` with
+  K = `rollout.num_steps` (their `num_sampling_steps`, 50 in their example), the last step
+  Euler; with `use_norm` (their example's setting) the token is the walk's end layer-normed.
+  The three rollout keys reach the head through `configure_rollout`, which `build_policy`
+  calls on every copy of the policy (the token path's calls carry guidance and temperature
+  only), so rollout, replay and evaluation walk the same σ's with the same kernel;
 * tokens unpatchify to the VAE latent, which is un-normalised (/ scaling + shift) and decoded.
 
 Not yet (see docs/models.md): the authors' VAE ships as `checkpoint.pt` (a pickle, which
@@ -29,7 +33,7 @@ genalign never loads); `model.path/vae/` must be that VAE in diffusers' Autoenco
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -58,9 +62,8 @@ SPEC = FamilySpec(
     export="none",
     hub_weights=False,
     tiny_builder="genalign.models.nextstep.tiny:build_tiny_nextstep",
-    # the head's steps, noise and kernel are HeadSampling's (the token collector passes only
-    # guidance and temperature): a recipe setting these would be ignored, so it is refused
-    fixed_rollout_keys=("num_steps", "noise_level", "kernel"),
+    # rollout.num_steps / noise_level / kernel are the head's walk (`configure_rollout`)
+    rollout_sampler="genalign.models.nextstep.policy:head_rollout_problems",
     package="genalign.models.nextstep",
 )
 
@@ -74,17 +77,43 @@ time embedding's): the head is what draws each token."""
 @dataclass(frozen=True)
 class HeadSampling:
     """The head sampler's settings (the authors' `generate_image` arguments; defaults: their
-    text-to-image example, `example.py` at 6e49bae)."""
+    text-to-image example, `example.py` at 6e49bae). A run sets num_steps, noise_level and
+    kernel through rollout.* (`NextStepPolicy.configure_rollout`; the recipes state these
+    defaults: genalign/configs/sampling/tokens/head_50_step_cfg_7_5.yaml)."""
 
     num_steps: int = 50
-    """K, the head's σ's minus one (`num_sampling_steps`)."""
+    """K, the head's σ's minus one (`num_sampling_steps`; rollout.num_steps)."""
     shift: float = 1.0
     """`timesteps_shift` (their editing example uses 3.2)."""
     noise_level: float = 1.0
-    """a of `em_sde`: 1 is the authors' sampler; 0 the head's Euler ODE (no log-probs)."""
+    """a of the kernel (rollout.noise_level): the authors' sampler has no noise parameter, its
+    diffusion is sqrt(2σ) (`em_sde` at a = 1); a scales that noise scale, a·sqrt(2σ)."""
     kernel: str = "em_sde"
+    """rollout.kernel: any of `genalign.sampling.kernels.KERNELS` (em_sde: the authors')."""
     use_norm: bool = True
     """Layer-norm each sampled token (their example's `use_norm=True`)."""
+
+
+MIN_HEAD_STEPS = 2
+"""The fewest head σ's minus one: one stochastic step (its log-prob is what AR-GRPO trains) and
+the authors' last Euler step."""
+
+
+def head_rollout_problems(rollout) -> list[str]:
+    """rollout.num_steps / noise_level values NextStep-1's head cannot train with (the family's
+    `rollout_sampler` check; the kernel's name is the config type's)."""
+    problems = []
+    if rollout.num_steps < MIN_HEAD_STEPS:
+        problems.append(
+            f"rollout.num_steps={rollout.num_steps}: NextStep-1's flow head walks at least {MIN_HEAD_STEPS} "
+            "steps (one stochastic step, then the authors' last Euler step); the authors sample with 50"
+        )
+    if rollout.noise_level == 0:
+        problems.append(
+            "rollout.noise_level=0: NextStep-1's flow head then draws no noise and records no log-probs for "
+            "AR-GRPO to train; the authors' sampler is noise level 1.0"
+        )
+    return problems
 
 
 class NextStepPolicy:
@@ -120,6 +149,17 @@ class NextStepPolicy:
                 f"vae/config.json latent_channels={vae.config.latent_channels} but config.json "
                 f"latent_channels={model.arch.latent_channels}"
             )
+
+    def configure_rollout(self, rollout) -> None:
+        """The head's walk from rollout.num_steps / noise_level / kernel (`SPEC.rollout_sampler`:
+        `build_policy` calls this on every copy before anything samples or replays)."""
+        problems = head_rollout_problems(rollout)
+        if problems:
+            raise ValueError(problems[0])
+        self.sampling = replace(
+            self.sampling, num_steps=rollout.num_steps, noise_level=rollout.noise_level, kernel=rollout.kernel
+        )
+        self.sigmas = head_sigmas(self.sampling.num_steps, self.sampling.shift)  # [K + 1] float32
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -232,6 +272,11 @@ class NextStepPolicy:
     ) -> torch.Tensor:
         """Per-step log-probs [B, N·(K − 1)] of the stored walks by teacher forcing."""
         s = self.sampling
+        if tokens.shape[2] != len(self.sigmas):
+            raise ValueError(
+                f"stored head walks hold {tokens.shape[2]} states a token, but the policy's head walks "
+                f"rollout.num_steps={s.num_steps} ({len(self.sigmas)} states): replay with the rollout's settings"
+            )
         with compute_precision(self.device, self.dtype):
             return walk_log_probs(
                 self.model,
