@@ -46,6 +46,7 @@ from genalign.models.base import (
     resolve_device,
     resolve_dtype,
 )
+from genalign.models.nextstep.checkpoint import load_checkpoint_state
 from genalign.models.nextstep.head import head_sigmas
 from genalign.models.nextstep.modeling import NextStepArchitecture, NextStepModel
 from genalign.models.nextstep.sampling import Streams, sample_walks, token_from_walk, walk_log_probs
@@ -300,20 +301,3 @@ class NextStepPolicy:
         latents = latents / config.scaling_factor + (config.shift_factor or 0.0)
         pixels = self.vae.decode(latents).sample.float()  # [B, 3, H, W] in ~[-1, 1]
         return (pixels / 2 + 0.5).clamp(0, 1).mul(255).round().to(torch.uint8).cpu()
-
-
-def load_checkpoint_state(root: Path) -> dict[str, torch.Tensor]:
-    """The checkpoint's tensors: model.safetensors, or every shard its index names."""
-    from safetensors.torch import load_file
-
-    single = root / "model.safetensors"
-    if single.is_file():
-        return load_file(single)
-    index = root / "model.safetensors.index.json"
-    if not index.is_file():
-        raise FileNotFoundError(f"{root}: neither model.safetensors nor model.safetensors.index.json")
-    shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    state: dict[str, torch.Tensor] = {}
-    for shard in shards:
-        state.update(load_file(root / shard))
-    return state
