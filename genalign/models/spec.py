@@ -36,7 +36,7 @@ from genalign.models.registry import MODEL_FAMILIES
 
 SAMPLERS = ("flow", "token")
 MEDIA = ("image", "video")
-EXPORTS = ("diffusers", "peft", "none")
+EXPORTS = ("diffusers", "peft", "checkpoint", "none")
 ARCHITECTURES = "architectures"
 """The folder of a family's published architecture files (`<owner>--<name>.json` per hub id)."""
 CALIBRATION = "calibration.json"
@@ -109,10 +109,14 @@ class FamilySpec:
     export: str = "diffusers"
     """How a trained LoRA is exported: "diffusers" (a `load_lora_weights` adapter for
     `pipeline_class`), "peft" (a peft adapter onto the transformers class `pipeline_class`),
-    "none" (no loader outside genalign takes it; only checkpoints)."""
+    "checkpoint" (the whole model, a LoRA merged into it, in the layout the family's own loader
+    and `pipeline_class` read: the policy's `export_checkpoint(directory, trained)` and
+    `checkpoint_usage(location, cfg)`; in the final checkpoint only, `model/`), "none" (no loader
+    outside genalign takes it; only checkpoints)."""
     pipeline_class: str | None = None
     """The class that loads the base model outside genalign: the diffusers pipeline ("diffusers":
-    also what a local model.path's model_index.json must name) or the transformers class ("peft")."""
+    also what a local model.path's model_index.json must name), the transformers class ("peft")
+    or the authors' loader of the family's own layout ("checkpoint")."""
     hub_weights: bool = True
     """Whether model.path may be a Hugging Face Hub id (else only local directories)."""
     builtin_path: str | None = None

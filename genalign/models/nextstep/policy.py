@@ -46,11 +46,12 @@ from genalign.models.base import (
     resolve_device,
     resolve_dtype,
 )
-from genalign.models.nextstep.checkpoint import load_checkpoint_state
+from genalign.models.nextstep.checkpoint import load_checkpoint_state, write_checkpoint
 from genalign.models.nextstep.head import head_sigmas
 from genalign.models.nextstep.modeling import NextStepArchitecture, NextStepModel
 from genalign.models.nextstep.sampling import Streams, sample_walks, token_from_walk, walk_log_probs
 from genalign.models.spec import FamilySpec
+from genalign.weights.lora import merged_state_dict
 
 SPEC = FamilySpec(
     name="nextstep",
@@ -60,7 +61,10 @@ SPEC = FamilySpec(
     text_encoders=False,
     split_cfg=False,
     gradient_checkpointing=False,
-    export="none",
+    # a trained model (LoRA merged, or full) in the checkpoint's own layout (`export_checkpoint`),
+    # which the authors' pipeline loads
+    export="checkpoint",
+    pipeline_class="nextstep.models.pipeline_nextstep.NextStepPipeline",
     hub_weights=False,
     tiny_builder="genalign.models.nextstep.tiny:build_tiny_nextstep",
     # rollout.num_steps / noise_level / kernel are the head's walk (`configure_rollout`)
@@ -132,6 +136,7 @@ class NextStepPolicy:
         dtype: torch.dtype,
         sampling: HeadSampling = HeadSampling(),
         negative_prompt: str = "",
+        checkpoint_config: dict | None = None,
     ):
         self.transformer = model.to(device).requires_grad_(False)
         self.model = model
@@ -140,6 +145,9 @@ class NextStepPolicy:
         self.device, self.dtype = device, dtype
         self.sampling = sampling
         self.negative_prompt = negative_prompt
+        self.checkpoint_config = checkpoint_config or model.arch.to_dict()
+        """The loaded checkpoint's config.json (every key the authors' `NextStepConfig` reads, the
+        ones genalign does not read included): what `export_checkpoint` writes back."""
         self.sigmas = head_sigmas(sampling.num_steps, sampling.shift)  # [K + 1] float32
         vae_factor = 2 ** (len(vae.config.block_out_channels) - 1)
         self.down_factor = vae_factor * model.arch.latent_patch_size
@@ -191,7 +199,36 @@ class NextStepPolicy:
         model.load_state_dict(load_checkpoint_state(root), strict=True)
         tokenizer = AutoTokenizer.from_pretrained(root, padding_side="left")
         vae = AutoencoderKL.from_pretrained(root / "vae")
-        return cls(model.eval(), tokenizer, vae, resolve_device(device), resolve_dtype(dtype))
+        config = json.loads(config_file.read_text())
+        return cls(model.eval(), tokenizer, vae, resolve_device(device), resolve_dtype(dtype), checkpoint_config=config)
+
+    # ------------------------------------------------------------------ export
+    def export_checkpoint(self, out_dir: Path, trained: dict[str, torch.Tensor]) -> Path:
+        """The model with `trained` (the gathered trained tensors: live or EMA; LoRA merged into
+        the base weights) in the checkpoint's layout under `out_dir`, the loaded config.json, the
+        tokenizer and vae/ beside it: what `from_pretrained` (strict) and the authors'
+        `NextStep.from_pretrained` load. Merged weights keep the base weights' dtype; a full
+        fine-tune's are written as trained (float32 masters), as a diffusers family's transformer/."""
+        state = merged_state_dict(self.model, trained)
+        return write_checkpoint(out_dir, self.checkpoint_config, state, self.tokenizer, self.vae)
+
+    def checkpoint_usage(self, location: str, cfg) -> list[str]:
+        """The model card's snippet for an exported checkpoint at `location`: the authors'
+        pipeline sampling the run's size, guidance and head walk, and genalign's loader."""
+        rollout = cfg.rollout
+        return [
+            "import torch",
+            "from nextstep.models.pipeline_nextstep import NextStepPipeline  # github.com/stepfun-ai/NextStep-1",
+            "",
+            f"pipe = NextStepPipeline(model_name_or_path={location!r}, "
+            "vae_name_or_path='path/to/NextStep-1-f8ch16-Tokenizer')",
+            f"pipe = pipe.to('cuda', torch.{cfg.model.dtype})",
+            f"image = pipe.generate_image('a photo', hw=({rollout.height}, {rollout.width}), "
+            f"cfg={rollout.guidance_scale}, timesteps_shift={self.sampling.shift}, "
+            f"num_sampling_steps={self.sampling.num_steps}, use_norm={self.sampling.use_norm}, seed=0)[0]",
+            "",
+            "# genalign loads the folder with NextStepPolicy.from_pretrained (vae/: the AutoencoderKL the run used)",
+        ]
 
     # ------------------------------------------------------------------ prompts
     def check_image_size(self, height: int, width: int) -> None:

@@ -100,7 +100,7 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "flux_kontext": "diffusers",
         "hunyuan_video15": "diffusers",
         "janus": "peft",
-        "nextstep": "none",
+        "nextstep": "checkpoint",
         "qwen_image": "diffusers",
         "qwen_image_edit": "diffusers",
         "qwen_image_edit_plus": "diffusers",
