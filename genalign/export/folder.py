@@ -35,7 +35,7 @@ from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import ManifestError, load_manifest
 from genalign.export.model_card import model_card
 from genalign.models.experts import DenoiserExperts, denoiser_parts, part_state
-from genalign.weights.lora import export_lora_for_diffusers, export_lora_for_peft
+from genalign.weights.lora import export_lora_for_diffusers, export_lora_for_peft, merged_state_dict
 
 CARD_NAME = "README.md"
 
@@ -203,11 +203,13 @@ MODEL_FOLDER = "model"
 
 
 def checkpoint_writer(policy, weights: dict[str, torch.Tensor], card: dict, sheets: dict[str, Path], final_dir: Path):
-    """The final checkpoint's `model/`: the policy's `export_checkpoint` of `weights` (a LoRA
-    merged, or the full weights) and the card, whose snippet is the policy's `checkpoint_usage`."""
+    """The final checkpoint's `model/`: the policy's `export_checkpoint` of the whole state with
+    `weights` in place (a LoRA merged into its base weights in float32, written in their dtype; a
+    full fine-tune's weights as trained, float32 masters, as `transformer/`) and the card, whose
+    snippet is the policy's `checkpoint_usage`."""
 
     def export(directory: Path) -> None:
-        out = policy.export_checkpoint(directory / MODEL_FOLDER, weights)
+        out = policy.export_checkpoint(directory / MODEL_FOLDER, merged_state_dict(policy.transformer, weights))
         location = str(final_dir / MODEL_FOLDER)
         usage = policy.checkpoint_usage(location, card["cfg"])
         write_card(out, {**card, "kind": "model", "usage": usage}, sheets, final_dir / MODEL_FOLDER)

@@ -51,7 +51,6 @@ from genalign.models.nextstep.head import head_sigmas
 from genalign.models.nextstep.modeling import NextStepArchitecture, NextStepModel
 from genalign.models.nextstep.sampling import Streams, sample_walks, token_from_walk, walk_log_probs
 from genalign.models.spec import FamilySpec
-from genalign.weights.lora import merged_state_dict
 
 SPEC = FamilySpec(
     name="nextstep",
@@ -203,13 +202,11 @@ class NextStepPolicy:
         return cls(model.eval(), tokenizer, vae, resolve_device(device), resolve_dtype(dtype), checkpoint_config=config)
 
     # ------------------------------------------------------------------ export
-    def export_checkpoint(self, out_dir: Path, trained: dict[str, torch.Tensor]) -> Path:
-        """The model with `trained` (the gathered trained tensors: live or EMA; LoRA merged into
-        the base weights) in the checkpoint's layout under `out_dir`, the loaded config.json, the
-        tokenizer and vae/ beside it: what `from_pretrained` (strict) and the authors'
-        `NextStep.from_pretrained` load. Merged weights keep the base weights' dtype; a full
-        fine-tune's are written as trained (float32 masters), as a diffusers family's transformer/."""
-        state = merged_state_dict(self.model, trained)
+    def export_checkpoint(self, out_dir: Path, state: dict[str, torch.Tensor]) -> Path:
+        """The model's whole `state` (the export's: any LoRA already merged, `merged_state_dict`,
+        under the checkpoint's parameter names) in the checkpoint's layout under `out_dir`, the
+        loaded config.json, the tokenizer and vae/ beside it: what `from_pretrained` (strict) and
+        the authors' `NextStep.from_pretrained` load."""
         return write_checkpoint(out_dir, self.checkpoint_config, state, self.tokenizer, self.vae)
 
     def checkpoint_usage(self, location: str, cfg) -> list[str]:
