@@ -115,8 +115,8 @@ class FamilySpec:
     outside genalign takes it; only checkpoints)."""
     pipeline_class: str | None = None
     """The class that loads the base model outside genalign: the diffusers pipeline ("diffusers":
-    also what a local model.path's model_index.json must name), the transformers class ("peft")
-    or the authors' loader of the family's own layout ("checkpoint")."""
+    also what a local model.path's model_index.json must name) or the transformers class ("peft");
+    None for "checkpoint" (the policy's `checkpoint_usage` names the loader) and "none"."""
     hub_weights: bool = True
     """Whether model.path may be a Hugging Face Hub id (else only local directories)."""
     builtin_path: str | None = None
@@ -172,7 +172,7 @@ class FamilySpec:
         ):
             if value not in choices:
                 raise ValueError(f"FamilySpec {self.name!r}: {field_name}={value!r}; choose one of {choices}")
-        if self.export != "none" and not self.pipeline_class:
+        if self.export in ("diffusers", "peft") and not self.pipeline_class:
             raise ValueError(f"FamilySpec {self.name!r}: export={self.export!r} needs pipeline_class")
         if self.source_images < 0 or (self.source_required and not self.source_images):
             raise ValueError(f"FamilySpec {self.name!r}: source_images must be >= 0 (>= 1 with source_required)")

@@ -61,9 +61,8 @@ SPEC = FamilySpec(
     split_cfg=False,
     gradient_checkpointing=False,
     # a trained model (LoRA merged, or full) in the checkpoint's own layout (`export_checkpoint`),
-    # which the authors' pipeline loads
+    # which the authors' NextStepPipeline loads (`checkpoint_usage`)
     export="checkpoint",
-    pipeline_class="nextstep.models.pipeline_nextstep.NextStepPipeline",
     hub_weights=False,
     tiny_builder="genalign.models.nextstep.tiny:build_tiny_nextstep",
     # rollout.num_steps / noise_level / kernel are the head's walk (`configure_rollout`)
