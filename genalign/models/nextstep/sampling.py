@@ -80,7 +80,7 @@ def head_walk(
         v = guided(head.velocity(streams, sigma, cond).float(), batch, guidance_scale)  # [B, D]
         if k == last:
             x = ode_step(x, v, sigma, sigma_next)  # [B, D]
-        else:
+        else:  # σ_1 guards a kernel that divides by 1 − σ (flow_sde) at σ_0 = 1, as the flow families' schedules
             step = transition_step(
                 kernel, x, v, sigma, sigma_next, noise_level, noise=draw(k + 1), sigma_max_guard=float(sigmas[1])
             )
