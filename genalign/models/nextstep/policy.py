@@ -81,8 +81,8 @@ time embedding's): the head is what draws each token."""
 class HeadSampling:
     """The head sampler's settings (the authors' `generate_image` arguments; defaults: their
     text-to-image example, `example.py` at 6e49bae). A run sets num_steps, noise_level and
-    kernel through rollout.* (`NextStepPolicy.configure_rollout`; the recipes state these
-    defaults: genalign/configs/sampling/tokens/head_50_step_cfg_7_5.yaml)."""
+    kernel through rollout.* (`NextStepPolicy.configure_rollout`; the model preset states these
+    defaults: genalign/configs/model/autoregressive/nextstep_1/large.yaml)."""
 
     num_steps: int = 50
     """K, the head's σ's minus one (`num_sampling_steps`; rollout.num_steps)."""
