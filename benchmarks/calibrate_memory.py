@@ -63,7 +63,7 @@ from torch.utils._pytree import tree_flatten  # noqa: E402
 from genalign.models.architecture import shipped_file, transformer_shape  # noqa: E402
 from genalign.models.janus.tiny import JANUS_SHAPES, build_tiny_janus  # noqa: E402
 from genalign.models.nextstep.tiny import build_tiny_nextstep  # noqa: E402
-from genalign.models.spec import CALIBRATION, OUTSIDE_BLOCKS, family_spec  # noqa: E402
+from genalign.models.spec import CALIBRATION, OUTSIDE_BLOCKS, OUTSIDE_BLOCKS_STEPS, family_spec  # noqa: E402
 from genalign.models.tiny_random import save_tiny  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 from genalign.training.setup import build_policy  # noqa: E402
@@ -598,6 +598,7 @@ def calibrate_nextstep(root: Path) -> dict:
         "replay_compiled": (compiled[2] - compiled[1]) / hidden,
         "replay_checkpointed": 2.0,  # the bfloat16 block input; NextStep-1 has no checkpointing to measure
         OUTSIDE_BLOCKS: eager[1] - (eager[2] - eager[1]),
+        OUTSIDE_BLOCKS_STEPS: policy.sampling.num_steps,  # the plan scales the head's term by its stochastic steps
         "measured_on": (
             f"nextstep: NextStep-1-Large's Qwen2.5 block (width {hidden}) at 1 and 2 blocks and its flow head "
             f"({arch.fm_head_layers} x {arch.fm_head_dim}, {policy.sampling.num_steps} head steps), bfloat16 "

@@ -194,7 +194,7 @@ def tiny_overrides(recipe: str, family: str) -> list[str]:
         f"model.num_frames={frames}",
         f"model.max_sequence_length={text_tokens}",
         f"rollout.sde_window.size={min(cfg.rollout.sde_window.size, 2)}",
-        *([] if "num_steps" in spec.fixed_rollout_keys else ["rollout.num_steps=4"]),  # NextStep-1: the head's own
+        *([] if "num_steps" in spec.fixed_rollout_keys else ["rollout.num_steps=4"]),  # NextStep-1: 4 head steps
         "rollout.n=2",
         "rollout.rollout_batch_size=1",
         "rollout.sample_batch_size=2",
@@ -336,7 +336,7 @@ def shrink_candidates(recipe: str, base: list[str]):
             if halved < max(2, 2 * r.sde_window.size) or int(halved * cfg.algorithm.timestep_fraction) < 1:
                 break
             if "num_steps" in family_spec(cfg.model.family, cfg.model.allow_import).fixed_rollout_keys:
-                break  # the family's sampler fixes its steps (NextStep-1's head): not a count to shrink
+                break  # the family's sampler fixes its steps: not a count to shrink
             steps //= 2
 
 

@@ -10,6 +10,10 @@ export is as atomic as the rest).
   family (Janus-Pro: its spec's export is "peft" onto `pipeline_class`, the policy names its
   `peft_module_prefix`) the same two folders hold a peft adapter that
   `PeftModel.from_pretrained(<pipeline_class>, dir)` loads.
+- A family exported in its own checkpoint layout (NextStep-1: its spec's export is
+  "checkpoint"): the final checkpoint's `model/` holds the whole model, a LoRA merged into its
+  base weights, as the policy's `export_checkpoint` writes it (what the family's loader and the
+  authors' code load), with its card; earlier checkpoints export nothing beside their weights.
 - Full fine-tunes of a diffusers denoiser: `checkpoint-final/transformer/` in the layout
   `save_pretrained` writes (config.json + diffusion_pytorch_model.safetensors), so
   `SD3Transformer2DModel.from_pretrained(dir)` / `AutoModel.from_pretrained(dir)` load it and
@@ -31,7 +35,7 @@ from genalign.config.schema import ExperimentConfig
 from genalign.data.prompts import ManifestError, load_manifest
 from genalign.export.model_card import model_card
 from genalign.models.experts import DenoiserExperts, denoiser_parts, part_state
-from genalign.weights.lora import export_lora_for_diffusers, export_lora_for_peft
+from genalign.weights.lora import export_lora_for_diffusers, export_lora_for_peft, merged_state_dict
 
 CARD_NAME = "README.md"
 
@@ -133,6 +137,8 @@ def checkpoint_export(
     )
     # where the export will be once the checkpoint's temporary directory is renamed into place
     final_dir = Path(cfg.trainer.output_dir).resolve() / ("checkpoint-final" if final else f"checkpoint-{step}")
+    if spec.export == "checkpoint":  # the whole model in the family's own layout, LoRA merged
+        return checkpoint_writer(policy, weights, card, sheets, final_dir) if final else None
     if cfg.model.train_mode == "lora":
         if spec.export == "none":
             return None
@@ -190,6 +196,25 @@ def checkpoint_export(
 
         return export
     return None
+
+
+MODEL_FOLDER = "model"
+"""The folder of a family exported in its own checkpoint layout (`FamilySpec.export="checkpoint"`)."""
+
+
+def checkpoint_writer(policy, weights: dict[str, torch.Tensor], card: dict, sheets: dict[str, Path], final_dir: Path):
+    """The final checkpoint's `model/`: the policy's `export_checkpoint` of the whole state with
+    `weights` in place (a LoRA merged into its base weights in float32, written in their dtype; a
+    full fine-tune's weights as trained, float32 masters, as `transformer/`) and the card, whose
+    snippet is the policy's `checkpoint_usage`."""
+
+    def export(directory: Path) -> None:
+        out = policy.export_checkpoint(directory / MODEL_FOLDER, merged_state_dict(policy.transformer, weights))
+        location = str(final_dir / MODEL_FOLDER)
+        usage = policy.checkpoint_usage(location, card["cfg"])
+        write_card(out, {**card, "kind": "model", "usage": usage}, sheets, final_dir / MODEL_FOLDER)
+
+    return export
 
 
 def save_transformer(module: torch.nn.Module, out_dir: Path, trained: dict[str, torch.Tensor]) -> Path:

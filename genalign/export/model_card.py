@@ -26,6 +26,13 @@ from genalign.hub import is_hub_id
 from genalign.models.spec import family_spec
 from genalign.weights.lora import pipeline_loads_lora
 
+EXPORT_KINDS = {
+    "lora": "LoRA adapter",
+    "transformer": "Fine-tuned transformer",
+    "model": "Fine-tuned model (any LoRA merged into it, in the checkpoint's own layout)",
+}
+"""What a card calls the export of each kind."""
+
 
 def _format(value: float) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
@@ -167,8 +174,10 @@ def model_card(
     location: str = "path/to/this/folder",
     eval_prompts: list[str] | None = None,
     components: tuple[str, ...] | None = None,
+    usage: list[str] | None = None,
 ) -> str:
-    """README.md text for an export of `kind` ("lora" or "transformer") of the weights named by
+    """README.md text for an export of `kind` ("lora", "transformer" or "model": a whole model in
+    its family's own checkpoint layout, whose loading code `usage` gives) of the weights named by
     `weights` (e.g. "EMA (decay 0.9)") at training step `step`; `eval_history` is
     `EvalHistory.to_dict()` (steps, reward means, gold means). `hub_class`: the transformers
     class a peft adapter loads onto (token families); None for a diffusers LoRA.
@@ -178,7 +187,8 @@ def model_card(
     the usage snippet. `eval_prompts`: the evaluation prompts (the widget's caption, the
     snippet's prompt). `components`: what of a two-expert denoiser the folder holds (`usage_snippet`)."""
     algorithm = cfg.algorithm.name
-    library = "peft" if hub_class else "diffusers"
+    # a family's own layout is read by its authors' transformers `PreTrainedModel` (NextStep-1's)
+    library = "peft" if hub_class else "transformers" if usage else "diffusers"
     front = front_matter(cfg, kind, pipeline_tag, library, widget_gallery(sample_sheets, eval_prompts))
     base_id = front.get("base_model")
     used = cfg.reward.active_components()
@@ -189,7 +199,7 @@ def model_card(
         "",
         f"# {cfg.trainer.output_dir.rstrip('/').split('/')[-1]} ({kind})",
         "",
-        f"{'LoRA adapter' if kind == 'lora' else 'Fine-tuned transformer'} for `{base_id or cfg.model.path}` "
+        f"{EXPORT_KINDS[kind]} for `{base_id or cfg.model.path}` "
         f"trained with genalign ({algorithm}: reinforcement learning against the reward below).",
         "",
         "## Training",
@@ -245,7 +255,7 @@ def model_card(
         "## Use",
         "",
         "```python",
-        *usage_snippet(cfg, kind, hub_class, pipeline_tag, location, eval_prompts, components),
+        *(usage or usage_snippet(cfg, kind, hub_class, pipeline_tag, location, eval_prompts, components)),
         "```",
         "",
     ]

@@ -20,13 +20,13 @@ from pathlib import Path
 from genalign.config.errors import UserError
 from genalign.hub import HUB_ID
 
-EXPORT_FOLDERS = ("lora", "transformer")
+EXPORT_FOLDERS = ("lora", "transformer", "model")
 """The checkpoint subfolders other tools load, in the order they are looked for."""
 
 
 def export_folder(checkpoint: Path | str) -> Path:
-    """`checkpoint/lora` or `checkpoint/transformer` (whichever holds a model card); a
-    UserError saying why when the checkpoint has neither."""
+    """`checkpoint/lora`, `checkpoint/transformer` or `checkpoint/model` (whichever holds a model
+    card); a UserError saying why when the checkpoint has none."""
     checkpoint = Path(checkpoint)
     if not checkpoint.is_dir():
         raise UserError(f"{checkpoint}: no such checkpoint directory")
@@ -34,9 +34,9 @@ def export_folder(checkpoint: Path | str) -> Path:
         if (checkpoint / name / "README.md").is_file():
             return checkpoint / name
     raise UserError(
-        f"{checkpoint} holds no exported model (lora/ or transformer/ with a README.md): LoRA runs on a "
-        "diffusers or transformers family export one in every checkpoint, full fine-tunes in "
-        "checkpoint-final only, and the toy demo family exports none"
+        f"{checkpoint} holds no exported model (lora/, transformer/ or model/ with a README.md): LoRA runs on "
+        "a diffusers or transformers family export one in every checkpoint, full fine-tunes and families "
+        "exported in their own layout in checkpoint-final only, and the toy demo family exports none"
     )
 
 
@@ -71,7 +71,7 @@ def push_to_hub(folder: Path, repo_id: str, private: bool = False, commit_messag
     return str(getattr(info, "commit_url", info))
 
 
-LOCAL_EXPORT = re.compile(r"'[^'\n]*/checkpoint-[^/'\n]+/(?:lora|lora_live|transformer)'")
+LOCAL_EXPORT = re.compile(r"'[^'\n]*/checkpoint-[^/'\n]+/(?:lora|lora_live|transformer|model)'")
 """How a card's usage snippet names the export folder it was written in (its absolute path)."""
 
 

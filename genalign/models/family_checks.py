@@ -71,6 +71,7 @@ def family_problems(cfg: "ExperimentConfig") -> list[str]:
         problems.append(rule)
     problems += media_problems(spec, model.num_frames, model.negative_prompt)
     problems += fixed_rollout_problems(spec, cfg.rollout)
+    problems += spec.rollout_sampler_problems(cfg.rollout)
     return problems
 
 

@@ -36,7 +36,7 @@ from genalign.models.registry import MODEL_FAMILIES
 
 SAMPLERS = ("flow", "token")
 MEDIA = ("image", "video")
-EXPORTS = ("diffusers", "peft", "none")
+EXPORTS = ("diffusers", "peft", "checkpoint", "none")
 ARCHITECTURES = "architectures"
 """The folder of a family's published architecture files (`<owner>--<name>.json` per hub id)."""
 CALIBRATION = "calibration.json"
@@ -52,6 +52,11 @@ OUTSIDE_BLOCKS = "replay_outside_blocks"
 blocks, counted once per token (NextStep-1's flow head, which walks each token through its head
 steps: far more than a block keeps, so folding it into the per-block bytes would scale it by the
 depth). A family without it folds such terms into the blocks' bytes."""
+OUTSIDE_BLOCKS_STEPS = "replay_outside_blocks_num_steps"
+"""The rollout.num_steps `OUTSIDE_BLOCKS` was measured at, when that term grows with the walk
+(NextStep-1's head: replay keeps every stochastic head step, num_steps − 1 a token, its last step
+being deterministic): the plan scales the term by the run's stochastic steps over the
+calibration's. Absent: the term does not depend on rollout.num_steps."""
 
 
 class MissingCalibration(ValueError):
@@ -109,10 +114,14 @@ class FamilySpec:
     export: str = "diffusers"
     """How a trained LoRA is exported: "diffusers" (a `load_lora_weights` adapter for
     `pipeline_class`), "peft" (a peft adapter onto the transformers class `pipeline_class`),
-    "none" (no loader outside genalign takes it; only checkpoints)."""
+    "checkpoint" (the whole model, a LoRA merged into it, in the layout the family's own loader
+    and `pipeline_class` read: the policy's `export_checkpoint(directory, trained)` and
+    `checkpoint_usage(location, cfg)`; in the final checkpoint only, `model/`), "none" (no loader
+    outside genalign takes it; only checkpoints)."""
     pipeline_class: str | None = None
     """The class that loads the base model outside genalign: the diffusers pipeline ("diffusers":
-    also what a local model.path's model_index.json must name) or the transformers class ("peft")."""
+    also what a local model.path's model_index.json must name) or the transformers class ("peft");
+    None for "checkpoint" (the policy's `checkpoint_usage` names the loader) and "none"."""
     hub_weights: bool = True
     """Whether model.path may be a Hugging Face Hub id (else only local directories)."""
     builtin_path: str | None = None
@@ -159,8 +168,15 @@ class FamilySpec:
     id's published configs shrunk; `build_tiny(seed, path)` picks it for `path`."""
     fixed_rollout_keys: tuple[str, ...] = ()
     """`rollout.*` keys the family's sampler does not read, its own settings fixed on the policy
-    instead (NextStep-1's flow head: its steps, noise level and kernel are `HeadSampling`'s): a
-    config setting one away from its default is refused, naming the key, rather than ignored."""
+    instead: a config setting one away from its default is refused, naming the key, rather than
+    ignored."""
+    rollout_sampler: str | None = None
+    """"package.module:function" (RolloutConfig -> list of problems) of a family whose policy
+    takes its sampler's rollout.num_steps / noise_level / kernel once, when it is built, rather
+    than per call (NextStep-1's flow head: the token path's calls carry only guidance and
+    temperature). `build_policy` hands every copy of the policy (trainer, Ray workers,
+    evaluation) `policy.configure_rollout(cfg.rollout)`; the config check calls the function
+    first, for the values that sampler cannot run. None: the family reads them per call."""
     package: str | None = None
     """The family's folder, named as the importable package it is ("genalign.models.sd3"): beside
     the policy it holds `architectures/` (the published configs of the checkpoints the family
@@ -177,7 +193,7 @@ class FamilySpec:
         ):
             if value not in choices:
                 raise ValueError(f"FamilySpec {self.name!r}: {field_name}={value!r}; choose one of {choices}")
-        if self.export != "none" and not self.pipeline_class:
+        if self.export in ("diffusers", "peft") and not self.pipeline_class:
             raise ValueError(f"FamilySpec {self.name!r}: export={self.export!r} needs pipeline_class")
         if self.source_images < 0 or (self.source_required and not self.source_images):
             raise ValueError(f"FamilySpec {self.name!r}: source_images must be >= 0 (>= 1 with source_required)")
@@ -207,6 +223,11 @@ class FamilySpec:
         """`source_count` asked of a checkpoint's transformer config; None where the family's
         checkpoints do not differ."""
         return None if self.source_count is None else int(_import(self.source_count)(transformer_config))
+
+    def rollout_sampler_problems(self, rollout: Any) -> list[str]:
+        """What the family's build-time sampler (`rollout_sampler`) cannot run of `rollout`
+        ([] for a family that reads its rollout keys per call)."""
+        return _import(self.rollout_sampler)(rollout) if self.rollout_sampler else []
 
     def policy_class(self) -> Any:
         """The policy class (imports its module)."""

@@ -111,6 +111,16 @@ def outside_blocks_bytes(rows: int, image_tokens: int, dtype_bytes: int, per_ima
     return rows * image_tokens * per_image_token * dtype_bytes / CALIBRATION_BYTES
 
 
+def outside_blocks_step_scale(num_steps: int, calibrated_num_steps: int | None) -> float:
+    """The factor on the calibration's per-image-token bytes for a run walking `num_steps` head
+    σ's: replay keeps every stochastic step of the walk, num_steps − 1 (the last step is
+    deterministic), so (num_steps − 1) / (calibrated − 1); 1 when the calibration names no step
+    count (a term that does not grow with the walk)."""
+    if calibrated_num_steps is None:
+        return 1.0
+    return (num_steps - 1) / (calibrated_num_steps - 1)
+
+
 def chain_activation_bytes(forward_bytes: float, forwards: int, chain_checkpointed: bool, input_bytes: float) -> float:
     """Autograd's hold over a chain of `forwards` denoiser forwards back-propagated together
     (reward feedback: the last K sampling steps). Kept whole, every forward's activations

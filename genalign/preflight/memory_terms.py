@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from genalign.algorithms.registry import algorithm_class
 from genalign.models.architecture import TRANSFORMER, decoder_gradient_bytes, load_architecture, lora_parameters
 from genalign.models.experts import trained_components
-from genalign.models.spec import OUTSIDE_BLOCKS, MissingCalibration, family_spec
+from genalign.models.spec import OUTSIDE_BLOCKS, OUTSIDE_BLOCKS_STEPS, MissingCalibration, family_spec
 from genalign.preflight.memory_math import (
     DTYPE_BYTES,
     FLOAT32_COMPONENTS,
@@ -26,6 +26,7 @@ from genalign.preflight.memory_math import (
     chain_activation_bytes,
     kv_cache_bytes,
     outside_blocks_bytes,
+    outside_blocks_step_scale,
     replay_activation_bytes,
     replay_coefficient,
     replay_rows,
@@ -190,7 +191,8 @@ def _activation_line(cfg, arch, calibration: dict, run) -> Line:
         m.gradient_checkpointing,
     )
     image_tokens = arch.geometry.image_tokens(cfg.rollout.height, cfg.rollout.width, m.num_frames)
-    activations += outside_blocks_bytes(rows, image_tokens, dtype_bytes, calibration.get(OUTSIDE_BLOCKS, 0.0))
+    walk = outside_blocks_step_scale(cfg.rollout.num_steps, calibration.get(OUTSIDE_BLOCKS_STEPS))
+    activations += outside_blocks_bytes(rows, image_tokens, dtype_bytes, calibration.get(OUTSIDE_BLOCKS, 0.0) * walk)
     forwards, chain_checkpointed = algorithm_class(cfg).backprop_forwards(cfg.algorithm, cfg.rollout.num_steps)
     chain = ""
     if forwards > 1:  # reward feedback: the backward runs through `forwards` sampling steps at once

@@ -47,6 +47,8 @@ def build_policy(cfg: ExperimentConfig) -> Policy:
     configure_backends(cfg.model.allow_tf32)
     spec = family_spec(cfg.model.family, cfg.model.allow_import)
     policy = spec.policy_class().from_config(cfg.model)
+    if spec.rollout_sampler:  # the family's sampler reads rollout.* once, here, on every copy
+        policy.configure_rollout(cfg.rollout)
     bad = first_non_finite(dict(policy.transformer.named_parameters()))
     if bad is not None:  # one check per tensor at load; a NaN weight would otherwise train on silently
         raise NonFiniteError(

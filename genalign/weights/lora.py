@@ -135,6 +135,39 @@ def load_trainable_state_dict(module: torch.nn.Module, state: dict[str, torch.Te
         copy_full_into(param, state[name])
 
 
+@torch.no_grad()
+def merged_state_dict(
+    module: torch.nn.Module, trained: dict[str, torch.Tensor], adapter_name: str = "default"
+) -> dict[str, torch.Tensor]:
+    """`module`'s whole state (buffers included) under its un-adapted names, with `trained` (the
+    gathered trained tensors: live, or the EMA) in place of the module's own, and every LoRA
+    layer merged into its base weight: W' = W + scaling · B A, summed in float32 and written in
+    W's dtype (peft's `merge_and_unload`, without touching the live module). CPU tensors.
+
+    A full fine-tune (no adapter) returns its state with `trained` in place, unchanged."""
+    from peft.tuners.lora import LoraLayer
+
+    state = {}
+    for name, tensor in module.state_dict().items():
+        if name not in trained and type(tensor).__name__ == "DTensor":
+            raise ValueError(f"cannot merge the model: {name} is sharded and not trained (gather it first)")
+        state[name] = trained[name] if name in trained else tensor
+    state = {name: tensor.detach().cpu() for name, tensor in state.items()}
+    for name, layer in module.named_modules():
+        if not isinstance(layer, LoraLayer):
+            continue
+        if getattr(layer, "fan_in_fan_out", False) or layer.use_dora.get(adapter_name, False):
+            raise ValueError(f"cannot merge {name}: only plain LoRA on Linear weights merges here")
+        a = state.pop(f"{name}.lora_A.{adapter_name}.weight").float()  # [r, in]
+        b = state.pop(f"{name}.lora_B.{adapter_name}.weight").float()  # [out, r]
+        base = state[f"{name}.base_layer.weight"]  # [out, in]
+        state[f"{name}.base_layer.weight"] = (base.float() + layer.scaling[adapter_name] * (b @ a)).to(base.dtype)
+    left = [name for name in state if ".lora_" in name]
+    if left:
+        raise ValueError(f"cannot merge the model: adapter tensors {left[:3]} are not plain LoRA on Linear weights")
+    return {name.replace(".base_layer.", "."): tensor for name, tensor in state.items()}
+
+
 def state_fingerprint(state: dict[str, torch.Tensor]) -> str:
     """sha256 over sorted names, dtypes, shapes and raw bytes: equal iff the states are
     bit-identical (the weight-sync check between trainer and rollout workers)."""

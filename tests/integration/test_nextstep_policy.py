@@ -5,6 +5,9 @@ full fine-tune)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from support import make_groups
@@ -81,6 +84,39 @@ def test_rollout_is_chunk_invariant_and_replay_is_exact(tiny_dir):
     assert torch.equal(replayed, whole.log_probs)  # parity exactly 0
 
 
+@pytest.mark.parametrize(
+    "num_steps, kernel, noise_level",
+    [(7, "em_sde", 1.0), (5, "flow_sde", 0.7), (3, "dance_sde", 0.4)],  # flow_sde: σ_0 = 1 takes σ_1's guard
+)
+def test_build_policy_walks_the_head_as_rollout_says_and_replay_is_exact(tiny_dir, num_steps, kernel, noise_level):
+    """rollout.num_steps / kernel / noise_level reach the head through `build_policy` (as every
+    copy of the policy is built: trainer, Ray workers, evaluation): walks of num_steps + 1
+    states, num_steps − 1 log-probs a token, replay parity exactly 0; a walk of another length
+    is refused."""
+    from genalign.config.schema import ExperimentConfig
+    from genalign.training.setup import build_policy
+
+    cfg = ExperimentConfig()
+    cfg.model.family, cfg.model.path, cfg.model.dtype, cfg.model.device = "nextstep", str(tiny_dir), "float32", "cpu"
+    cfg.rollout.num_steps, cfg.rollout.kernel, cfg.rollout.noise_level = num_steps, kernel, noise_level
+    policy = build_policy(cfg)
+    assert (policy.sampling.num_steps, policy.sampling.kernel, policy.sampling.noise_level) == (
+        num_steps,
+        kernel,
+        noise_level,
+    )
+    groups = make_groups(prompts_per_step=1, samples_per_prompt=2)
+    batch = generate(policy, groups, _spec(chunk_size=2))
+    assert batch.tokens.shape == (2, 6, num_steps + 1, 64) and batch.log_probs.shape == (2, 1, 6 * (num_steps - 1))
+    assert torch.isfinite(batch.log_probs).all()
+    algorithm = TokenGRPO(AlgorithmConfig(name="ar_grpo", kl_beta=0.0))
+    with torch.no_grad():
+        assert torch.equal(algorithm.replay_log_probs(policy, batch, [0], chunk_size=2), batch.log_probs)
+    other = _policy(tiny_dir)  # HeadSampling(num_steps=4): 5 states a token
+    with pytest.raises(ValueError, match="rollout.num_steps=4 \\(5 states\\)"):
+        algorithm.replay_log_probs(other, batch, [0], chunk_size=2)
+
+
 def test_teacher_forcing_scores_what_the_sampler_walked(tiny_dir):
     """The one-forward teacher forcing re-scores each head step as the sampler drew it (the key-
     value cache and the full forward differ by float rounding only), and a zero-noise walk
@@ -132,3 +168,73 @@ def test_two_ar_grpo_steps_train_decoder_and_head(tiny_dir, mode):
         optimizer.step()
         assert torch.isfinite(loss)
     assert any(not torch.equal(b, p.detach()) for b, p in zip(before, params))
+
+
+@pytest.mark.parametrize("mode", ["lora", "full"])
+def test_a_trained_model_exports_in_the_authors_layout_and_loads_back_strictly(tiny_dir, tmp_path, mode):
+    """The final checkpoint's `model/` (export/folder.py, `FamilySpec.export="checkpoint"`): the
+    whole model, a LoRA merged into its base weights, under the parameter names the authors'
+    `NextStep` saves (the reference weights their code wrote), the loaded config.json, tokenizer
+    and vae/ beside it; `from_pretrained` (strict) loads it back and samples what the trained
+    policy samples: bit for bit after a full fine-tune; after a merge up to the rounding of
+    W + s·BA against the adapter's separate product."""
+    from safetensors import safe_open
+
+    from genalign.config.schema import ExperimentConfig
+    from genalign.export.folder import checkpoint_export
+    from genalign.weights.lora import trainable_state_dict
+
+    policy = _policy(tiny_dir)
+    if mode == "lora":
+        apply_lora(policy.transformer, LoraConfig(rank=4, alpha=8), policy.lora_target_modules)
+    else:
+        freeze_for_full_finetune(policy.transformer)
+    with torch.no_grad():  # a "trained" model: every trained tensor moved (LoRA B is 0 at init)
+        for parameter in trainable_parameters(policy.transformer):
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=torch.Generator().manual_seed(7)))
+    cfg = ExperimentConfig()
+    cfg.model.family, cfg.model.path, cfg.model.train_mode = "nextstep", str(tiny_dir), mode
+    cfg.trainer.output_dir = str(tmp_path / "run")
+    trained = trainable_state_dict(policy.transformer)
+    writer = checkpoint_export(cfg, policy, trained, None, False, 2, {}, final=False)
+    assert writer is None  # only the final checkpoint carries the whole model
+    writer = checkpoint_export(cfg, policy, trained, None, False, 2, {}, final=True)
+    writer(tmp_path / "checkpoint")
+    out = tmp_path / "checkpoint" / "model"
+    assert "NextStepPipeline(model_name_or_path=" in (out / "README.md").read_text()
+    reference = Path(__file__).resolve().parents[1] / "reference_outputs" / "nextstep_1" / "model.safetensors"
+    with safe_open(out / "model.safetensors", "pt") as ours, safe_open(reference, "pt") as theirs:
+        assert set(ours.keys()) == set(theirs.keys())  # the authors' names, nothing more or less
+    assert json.loads((out / "config.json").read_text()) == json.loads((tiny_dir / "config.json").read_text())
+
+    loaded = NextStepPolicy.from_pretrained(str(out), "float32", "cpu")
+    loaded = NextStepPolicy(loaded.model, loaded.tokenizer, loaded.vae, loaded.device, loaded.dtype, SAMPLING)
+    tokens = []
+    for each in (policy, loaded):
+        each.check_image_size(HEIGHT, WIDTH)
+        cond = each.encode_prompts(["a red circle", "hi"], with_negative=True)
+        generators = [torch.Generator().manual_seed(seed) for seed in (3, 4)]
+        tokens.append(each.sample_tokens(cond, generators, 3.0, 1.0).tokens)
+    if mode == "full":
+        assert torch.equal(tokens[0], tokens[1])
+    else:  # W + s·BA against x·W + s·(x·A)·B in fp32 on values up to ~5: measured 4e-6 after 6 tokens x 4 steps
+        torch.testing.assert_close(tokens[1], tokens[0], rtol=1e-4, atol=1e-4)
+        assert not torch.equal(
+            loaded.model.layers[0].self_attn.q_proj.weight,
+            build_tiny_nextstep(0).model.layers[0].self_attn.q_proj.weight,
+        )
+
+
+def test_a_checkpoint_past_one_shard_is_written_as_shards_and_their_index(tiny_dir, tmp_path):
+    from genalign.models.nextstep.checkpoint import load_checkpoint_state, write_checkpoint
+
+    bundle = build_tiny_nextstep(seed=0)
+    state = bundle.model.state_dict()
+    write_checkpoint(tmp_path, bundle.config, state, bundle.tokenizer, bundle.vae, max_shard_size="200KB")
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 1 and shards[0] == f"model-00001-of-{len(shards):05d}.safetensors"
+    assert set(index["weight_map"]) == set(state) and not (tmp_path / "model.safetensors").exists()
+    loaded = load_checkpoint_state(tmp_path)
+    assert all(torch.equal(loaded[name], tensor) for name, tensor in state.items())
+    NextStepPolicy.from_pretrained(str(tmp_path), "float32", "cpu")  # strict

@@ -17,9 +17,13 @@ How NextStep-1 generates, kept as the authors' `NextStepPipeline.generate_image`
 * CFG runs an unconditional stream whose caption is the negative prompt ("" by default) and
   combines the head's velocities v_u + w (v_c − v_u) at every head step (the decoder runs both
   streams; each sampled token enters both);
-* the head samples by the authors' SDE (`rollout.kernel=em_sde` at noise level 1: their
-  sampler, not an approximation of it) over `head_sigmas(K, shift)`, the last step Euler;
-  with `use_norm` (their example's setting) the token is the walk's end layer-normed;
+* the head samples by the authors' SDE (`rollout.kernel=em_sde` at `rollout.noise_level=1`:
+  their sampler, not an approximation of it) over `head_sigmas(K, shift)` with
+  K = `rollout.num_steps` (their `num_sampling_steps`, 50 in their example), the last step
+  Euler; with `use_norm` (their example's setting) the token is the walk's end layer-normed.
+  The three rollout keys reach the head through `configure_rollout`, which `build_policy`
+  calls on every copy of the policy (the token path's calls carry guidance and temperature
+  only), so rollout, replay and evaluation walk the same σ's with the same kernel;
 * tokens unpatchify to the VAE latent, which is un-normalised (/ scaling + shift) and decoded.
 
 Not yet (see docs/models.md): the authors' VAE ships as `checkpoint.pt` (a pickle, which
@@ -29,7 +33,7 @@ genalign never loads); `model.path/vae/` must be that VAE in diffusers' Autoenco
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -42,6 +46,7 @@ from genalign.models.base import (
     resolve_device,
     resolve_dtype,
 )
+from genalign.models.nextstep.checkpoint import load_checkpoint_state, write_checkpoint
 from genalign.models.nextstep.head import head_sigmas
 from genalign.models.nextstep.modeling import NextStepArchitecture, NextStepModel
 from genalign.models.nextstep.sampling import Streams, sample_walks, token_from_walk, walk_log_probs
@@ -55,12 +60,13 @@ SPEC = FamilySpec(
     text_encoders=False,
     split_cfg=False,
     gradient_checkpointing=False,
-    export="none",
+    # a trained model (LoRA merged, or full) in the checkpoint's own layout (`export_checkpoint`),
+    # which the authors' NextStepPipeline loads (`checkpoint_usage`)
+    export="checkpoint",
     hub_weights=False,
     tiny_builder="genalign.models.nextstep.tiny:build_tiny_nextstep",
-    # the head's steps, noise and kernel are HeadSampling's (the token collector passes only
-    # guidance and temperature): a recipe setting these would be ignored, so it is refused
-    fixed_rollout_keys=("num_steps", "noise_level", "kernel"),
+    # rollout.num_steps / noise_level / kernel are the head's walk (`configure_rollout`)
+    rollout_sampler="genalign.models.nextstep.policy:head_rollout_problems",
     package="genalign.models.nextstep",
 )
 
@@ -74,17 +80,43 @@ time embedding's): the head is what draws each token."""
 @dataclass(frozen=True)
 class HeadSampling:
     """The head sampler's settings (the authors' `generate_image` arguments; defaults: their
-    text-to-image example, `example.py` at 6e49bae)."""
+    text-to-image example, `example.py` at 6e49bae). A run sets num_steps, noise_level and
+    kernel through rollout.* (`NextStepPolicy.configure_rollout`; the model preset states these
+    defaults: genalign/configs/model/autoregressive/nextstep_1/large.yaml)."""
 
     num_steps: int = 50
-    """K, the head's σ's minus one (`num_sampling_steps`)."""
+    """K, the head's σ's minus one (`num_sampling_steps`; rollout.num_steps)."""
     shift: float = 1.0
     """`timesteps_shift` (their editing example uses 3.2)."""
     noise_level: float = 1.0
-    """a of `em_sde`: 1 is the authors' sampler; 0 the head's Euler ODE (no log-probs)."""
+    """a of the kernel (rollout.noise_level): the authors' sampler has no noise parameter, its
+    diffusion is sqrt(2σ) (`em_sde` at a = 1); a scales that noise scale, a·sqrt(2σ)."""
     kernel: str = "em_sde"
+    """rollout.kernel: any of `genalign.sampling.kernels.KERNELS` (em_sde: the authors')."""
     use_norm: bool = True
     """Layer-norm each sampled token (their example's `use_norm=True`)."""
+
+
+MIN_HEAD_STEPS = 2
+"""The fewest head σ's minus one: one stochastic step (its log-prob is what AR-GRPO trains) and
+the authors' last Euler step."""
+
+
+def head_rollout_problems(rollout) -> list[str]:
+    """rollout.num_steps / noise_level values NextStep-1's head cannot train with (the family's
+    `rollout_sampler` check; the kernel's name is the config type's)."""
+    problems = []
+    if rollout.num_steps < MIN_HEAD_STEPS:
+        problems.append(
+            f"rollout.num_steps={rollout.num_steps}: NextStep-1's flow head walks at least {MIN_HEAD_STEPS} "
+            "steps (one stochastic step, then the authors' last Euler step); the authors sample with 50"
+        )
+    if rollout.noise_level == 0:
+        problems.append(
+            "rollout.noise_level=0: NextStep-1's flow head then draws no noise and records no log-probs for "
+            "AR-GRPO to train; the authors' sampler is noise level 1.0"
+        )
+    return problems
 
 
 class NextStepPolicy:
@@ -102,6 +134,7 @@ class NextStepPolicy:
         dtype: torch.dtype,
         sampling: HeadSampling = HeadSampling(),
         negative_prompt: str = "",
+        checkpoint_config: dict | None = None,
     ):
         self.transformer = model.to(device).requires_grad_(False)
         self.model = model
@@ -110,6 +143,9 @@ class NextStepPolicy:
         self.device, self.dtype = device, dtype
         self.sampling = sampling
         self.negative_prompt = negative_prompt
+        self.checkpoint_config = checkpoint_config or model.arch.to_dict()
+        """The loaded checkpoint's config.json (every key the authors' `NextStepConfig` reads, the
+        ones genalign does not read included): what `export_checkpoint` writes back."""
         self.sigmas = head_sigmas(sampling.num_steps, sampling.shift)  # [K + 1] float32
         vae_factor = 2 ** (len(vae.config.block_out_channels) - 1)
         self.down_factor = vae_factor * model.arch.latent_patch_size
@@ -120,6 +156,17 @@ class NextStepPolicy:
                 f"vae/config.json latent_channels={vae.config.latent_channels} but config.json "
                 f"latent_channels={model.arch.latent_channels}"
             )
+
+    def configure_rollout(self, rollout) -> None:
+        """The head's walk from rollout.num_steps / noise_level / kernel (`SPEC.rollout_sampler`:
+        `build_policy` calls this on every copy before anything samples or replays)."""
+        problems = head_rollout_problems(rollout)
+        if problems:
+            raise ValueError(problems[0])
+        self.sampling = replace(
+            self.sampling, num_steps=rollout.num_steps, noise_level=rollout.noise_level, kernel=rollout.kernel
+        )
+        self.sigmas = head_sigmas(self.sampling.num_steps, self.sampling.shift)  # [K + 1] float32
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -150,7 +197,34 @@ class NextStepPolicy:
         model.load_state_dict(load_checkpoint_state(root), strict=True)
         tokenizer = AutoTokenizer.from_pretrained(root, padding_side="left")
         vae = AutoencoderKL.from_pretrained(root / "vae")
-        return cls(model.eval(), tokenizer, vae, resolve_device(device), resolve_dtype(dtype))
+        config = json.loads(config_file.read_text())
+        return cls(model.eval(), tokenizer, vae, resolve_device(device), resolve_dtype(dtype), checkpoint_config=config)
+
+    # ------------------------------------------------------------------ export
+    def export_checkpoint(self, out_dir: Path, state: dict[str, torch.Tensor]) -> Path:
+        """The model's whole `state` (the export's: any LoRA already merged, `merged_state_dict`,
+        under the checkpoint's parameter names) in the checkpoint's layout under `out_dir`, the
+        loaded config.json, the tokenizer and vae/ beside it: what `from_pretrained` (strict) and
+        the authors' `NextStep.from_pretrained` load."""
+        return write_checkpoint(out_dir, self.checkpoint_config, state, self.tokenizer, self.vae)
+
+    def checkpoint_usage(self, location: str, cfg) -> list[str]:
+        """The model card's snippet for an exported checkpoint at `location`: the authors'
+        pipeline sampling the run's size, guidance and head walk, and genalign's loader."""
+        rollout = cfg.rollout
+        return [
+            "import torch",
+            "from nextstep.models.pipeline_nextstep import NextStepPipeline  # github.com/stepfun-ai/NextStep-1",
+            "",
+            f"pipe = NextStepPipeline(model_name_or_path={location!r}, "
+            "vae_name_or_path='path/to/NextStep-1-f8ch16-Tokenizer')",
+            f"pipe = pipe.to('cuda', torch.{cfg.model.dtype})",
+            f"image = pipe.generate_image('a photo', hw=({rollout.height}, {rollout.width}), "
+            f"cfg={rollout.guidance_scale}, timesteps_shift={self.sampling.shift}, "
+            f"num_sampling_steps={self.sampling.num_steps}, use_norm={self.sampling.use_norm}, seed=0)[0]",
+            "",
+            "# genalign loads the folder with NextStepPolicy.from_pretrained (vae/: the AutoencoderKL the run used)",
+        ]
 
     # ------------------------------------------------------------------ prompts
     def check_image_size(self, height: int, width: int) -> None:
@@ -232,6 +306,11 @@ class NextStepPolicy:
     ) -> torch.Tensor:
         """Per-step log-probs [B, N·(K − 1)] of the stored walks by teacher forcing."""
         s = self.sampling
+        if tokens.shape[2] != len(self.sigmas):
+            raise ValueError(
+                f"stored head walks hold {tokens.shape[2]} states a token, but the policy's head walks "
+                f"rollout.num_steps={s.num_steps} ({len(self.sigmas)} states): replay with the rollout's settings"
+            )
         with compute_precision(self.device, self.dtype):
             return walk_log_probs(
                 self.model,
@@ -255,20 +334,3 @@ class NextStepPolicy:
         latents = latents / config.scaling_factor + (config.shift_factor or 0.0)
         pixels = self.vae.decode(latents).sample.float()  # [B, 3, H, W] in ~[-1, 1]
         return (pixels / 2 + 0.5).clamp(0, 1).mul(255).round().to(torch.uint8).cpu()
-
-
-def load_checkpoint_state(root: Path) -> dict[str, torch.Tensor]:
-    """The checkpoint's tensors: model.safetensors, or every shard its index names."""
-    from safetensors.torch import load_file
-
-    single = root / "model.safetensors"
-    if single.is_file():
-        return load_file(single)
-    index = root / "model.safetensors.index.json"
-    if not index.is_file():
-        raise FileNotFoundError(f"{root}: neither model.safetensors nor model.safetensors.index.json")
-    shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    state: dict[str, torch.Tensor] = {}
-    for shard in shards:
-        state.update(load_file(root / shard))
-    return state

@@ -80,8 +80,10 @@ def head_walk(
         v = guided(head.velocity(streams, sigma, cond).float(), batch, guidance_scale)  # [B, D]
         if k == last:
             x = ode_step(x, v, sigma, sigma_next)  # [B, D]
-        else:
-            step = transition_step(kernel, x, v, sigma, sigma_next, noise_level, noise=draw(k + 1))
+        else:  # σ_1 guards a kernel that divides by 1 − σ (flow_sde) at σ_0 = 1, as the flow families' schedules
+            step = transition_step(
+                kernel, x, v, sigma, sigma_next, noise_level, noise=draw(k + 1), sigma_max_guard=float(sigmas[1])
+            )
             x = step.prev_latents
             log_probs.append(step.log_prob)
         walk.append(x)
@@ -161,5 +163,7 @@ def walk_log_probs(
     cond_rows = cond[:, :, None].expand(-1, -1, steps, -1).reshape(repeat * batch * count * steps, -1)
     velocity = model.image_head.velocity(torch.cat([x] * repeat), sigma.repeat(repeat), cond_rows).float()
     v = guided(velocity, len(x), guidance_scale, detach_uncond)  # [B·N·(K−1), D]
-    step = transition_step(kernel, x, v, sigma.cpu(), sigma_next.cpu(), noise_level, prev_latents=nxt)
+    step = transition_step(
+        kernel, x, v, sigma.cpu(), sigma_next.cpu(), noise_level, prev_latents=nxt, sigma_max_guard=float(sigmas[1])
+    )
     return step.log_prob.reshape(batch, count * steps)  # [B, N·(K−1)]

@@ -8,11 +8,11 @@ Where it fits: tests build it, save it and load it back through the real loader
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
+from genalign.models.nextstep.checkpoint import write_checkpoint
 from genalign.models.nextstep.modeling import NextStepArchitecture, NextStepModel
 from genalign.models.tiny_random import bytes_to_unicode
 
@@ -96,14 +96,7 @@ class NextStepBundle:
         return NextStepBundle(model, {**self.config, **shapes}, self.tokenizer, self.vae)
 
     def save_pretrained(self, path: str | Path) -> None:
-        from safetensors.torch import save_file
-
-        root = Path(path)
-        root.mkdir(parents=True, exist_ok=True)
-        (root / "config.json").write_text(json.dumps(self.config, indent=2) + "\n")
-        save_file({k: v.contiguous() for k, v in self.model.state_dict().items()}, str(root / "model.safetensors"))
-        self.tokenizer.save_pretrained(root)
-        self.vae.save_pretrained(root / "vae")
+        write_checkpoint(Path(path), self.config, self.model.state_dict(), self.tokenizer, self.vae)
 
 
 def build_tiny_nextstep(seed: int = 0, architecture: dict | None = None) -> NextStepBundle:

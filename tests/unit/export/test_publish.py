@@ -73,7 +73,7 @@ def test_a_full_fine_tune_exports_its_transformer(tmp_path):
 
 def test_a_checkpoint_without_an_export_says_why(tmp_path, capsys):
     assert main(["export", str(tmp_path)]) == 2
-    assert "holds no exported model (lora/ or transformer/ with a README.md)" in capsys.readouterr().err
+    assert "holds no exported model (lora/, transformer/ or model/ with a README.md)" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "missing")]) == 2
 
 

@@ -122,7 +122,7 @@ def test_the_specs_say_what_the_old_family_tables_said():
         "hunyuan_video15": "diffusers",
         "hunyuan_video15_i2v": "diffusers",
         "janus": "peft",
-        "nextstep": "none",
+        "nextstep": "checkpoint",
         "qwen_image": "diffusers",
         "qwen_image_edit": "diffusers",
         "qwen_image_edit_plus": "diffusers",
@@ -210,18 +210,39 @@ def test_the_family_checks_read_the_spec():
 
 
 def test_rollout_keys_a_family_fixes_on_its_policy_are_refused_naming_the_key():
+    from dataclasses import replace
+
+    from genalign.config.schema import ExperimentConfig
+    from genalign.models.family_checks import fixed_rollout_problems
+
+    rollout = ExperimentConfig().rollout
+    spec = replace(family_spec("janus"), fixed_rollout_keys=("num_steps", "noise_level", "kernel"))
+    assert fixed_rollout_problems(spec, rollout) == []  # left at their defaults: nothing to ignore
+    rollout.num_steps, rollout.noise_level = 20, 1.0
+    assert fixed_rollout_problems(spec, rollout) == [
+        f"rollout.{key}={value}: model.family=janus does not read it (its sampler's num_steps, "
+        "noise_level, kernel are fixed on the policy); remove it"
+        for key, value in (("num_steps", 20), ("noise_level", 1.0))
+    ]
+    assert fixed_rollout_problems(family_spec("janus"), rollout) == []  # its spec fixes none
+
+
+def test_nextsteps_head_walk_reads_the_rollout_keys_and_refuses_what_it_cannot_train():
     from genalign.config.schema import ExperimentConfig
     from genalign.models.family_checks import family_problems
 
     cfg = ExperimentConfig()
     cfg.model.family, cfg.rollout.height, cfg.rollout.width = "nextstep", 64, 64
-    assert family_problems(cfg) == []  # left at their defaults: nothing to ignore
-    cfg.rollout.num_steps, cfg.rollout.noise_level = 20, 1.0
+    spec = family_spec("nextstep")
+    assert spec.fixed_rollout_keys == () and spec.rollout_sampler is not None
+    for steps, kernel, noise in ((20, "em_sde", 1.0), (2, "flow_sde", 0.7), (50, "cps", 0.5)):
+        cfg.rollout.num_steps, cfg.rollout.kernel, cfg.rollout.noise_level = steps, kernel, noise
+        assert family_problems(cfg) == []
+    cfg.rollout.num_steps, cfg.rollout.noise_level = 1, 0.0
     assert family_problems(cfg) == [
-        f"rollout.{key}={value}: model.family=nextstep does not read it (its sampler's num_steps, "
-        "noise_level, kernel are fixed on the policy); remove it"
-        for key, value in (("num_steps", 20), ("noise_level", 1.0))
+        "rollout.num_steps=1: NextStep-1's flow head walks at least 2 steps (one stochastic step, then the "
+        "authors' last Euler step); the authors sample with 50",
+        "rollout.noise_level=0: NextStep-1's flow head then draws no noise and records no log-probs for AR-GRPO "
+        "to train; the authors' sampler is noise level 1.0",
     ]
-    cfg.model.family = "janus"  # its spec fixes none: the token checks elsewhere own these keys
-    cfg.rollout.height = cfg.rollout.width = 384
-    assert family_problems(cfg) == []
+    assert family_spec("janus").rollout_sampler_problems(cfg.rollout) == []  # reads them per call: no check

@@ -8,7 +8,7 @@ import pytest
 
 from genalign.models.architecture import TRANSFORMER, load_architecture, lora_parameters
 from genalign.models.nextstep.policy import NEXTSTEP_LORA_TARGETS
-from genalign.models.spec import OUTSIDE_BLOCKS, family_spec
+from genalign.models.spec import OUTSIDE_BLOCKS, OUTSIDE_BLOCKS_STEPS, family_spec
 from genalign.preflight import memory_math as mm
 from genalign.preflight import memory_plan as mp
 from genalign.preflight.load import load_config
@@ -62,3 +62,21 @@ def test_the_heads_walk_is_planned_once_per_image_token():
     assert replay == pytest.approx(blocks + head + reference)
     assert head > blocks  # why the head is its own term: 49 head steps a token outweigh the 48 blocks
     assert set(NEXTSTEP_LORA_TARGETS) == set(cfg.model.lora.target_modules)
+
+
+def test_the_heads_term_scales_with_its_stochastic_steps():
+    """Replay keeps every stochastic head step (rollout.num_steps − 1 a token): the calibration
+    names the step count it was measured at, and the plan scales the head's term from there."""
+    calibration = family_spec("nextstep").calibration()
+    assert calibration[OUTSIDE_BLOCKS_STEPS] == 50  # the authors' num_sampling_steps, HeadSampling's
+    assert mm.outside_blocks_step_scale(50, 50) == 1.0 and mm.outside_blocks_step_scale(20, 50) == 19 / 49
+    assert mm.outside_blocks_step_scale(20, None) == 1.0  # a term that does not grow with the walk
+
+    def replay(steps: int) -> float:
+        cfg = load_config(RECIPE, [f"rollout.num_steps={steps}"], check_files=False)
+        plan = mp.estimate_memory(cfg)
+        assert plan is not None
+        return next(v for role in plan.roles for k, v in role.lines if k.startswith("replay activations"))
+
+    head_50 = mm.outside_blocks_bytes(2, 1024, 2, calibration[OUTSIDE_BLOCKS])  # the recipe's 2 rows
+    assert replay(50) - replay(20) == pytest.approx(head_50 * (1 - 19 / 49))

@@ -173,3 +173,29 @@ def test_export_without_adapter_is_an_error(tmp_path):
 def test_every_lora_init_choice_maps_to_a_peft_value():
     # model.lora.init's `LoraInit` Literal is what the loader accepts; each needs peft's value
     assert list(LORA_INITS) == list(get_args(LoraInit))
+
+
+def test_merged_state_is_the_base_layout_with_w_plus_scaling_b_a():
+    """`merged_state_dict`: the un-adapted names (what the base checkpoint's loader reads) with
+    W' = W + (alpha / r)·B A from the given trained tensors (here not the module's own: an EMA),
+    so a plain module loading it strictly computes what the adapted one would with them."""
+    from torch import nn
+
+    from genalign.weights.lora import merged_state_dict
+
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3))
+    base = {name: tensor.clone() for name, tensor in module.state_dict().items()}
+    apply_lora(module, LoraConfig(rank=2, alpha=6.0, target_modules=["0"]), [])
+    trained = {name: torch.randn(p.shape) for name, p in module.named_parameters() if p.requires_grad}
+    merged = merged_state_dict(module, trained)
+    assert set(merged) == set(base)
+    a, b = trained["0.lora_A.default.weight"], trained["0.lora_B.default.weight"]
+    torch.testing.assert_close(merged["0.weight"], base["0.weight"] + 3.0 * b @ a, rtol=0, atol=1e-6)
+    assert torch.equal(merged["2.weight"], base["2.weight"]) and torch.equal(merged["0.bias"], base["0.bias"])
+    plain = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3))
+    plain.load_state_dict(merged, strict=True)
+    load_trainable_state_dict(module, trained)
+    x = torch.randn(7, 4)
+    # one fp32 product in another order, on values of order 1: ~1e-6
+    torch.testing.assert_close(plain(x), module(x), rtol=1e-5, atol=1e-5)
