@@ -72,6 +72,14 @@ def family_problems(cfg: "ExperimentConfig") -> list[str]:
     problems += media_problems(spec, model.num_frames, model.negative_prompt)
     problems += fixed_rollout_problems(spec, cfg.rollout)
     problems += spec.rollout_sampler_problems(cfg.rollout)
+    if spec.rollout_sampler and cfg.eval.num_steps != cfg.rollout.num_steps:
+        # the walk is built into the policy once (`configure_rollout`), and evaluation samples
+        # with that policy: another eval.num_steps would be a key nothing reads
+        problems.append(
+            f"eval.num_steps={cfg.eval.num_steps}: model.family={spec.name} evaluates with the walk its "
+            f"policy is built with, rollout.num_steps={cfg.rollout.num_steps}; set eval.num_steps="
+            f"{cfg.rollout.num_steps} (or eval.num_steps: ${{rollout.num_steps}}, as its model preset does)"
+        )
     return problems
 
 

@@ -237,7 +237,16 @@ def test_nextsteps_head_walk_reads_the_rollout_keys_and_refuses_what_it_cannot_t
     assert spec.fixed_rollout_keys == () and spec.rollout_sampler is not None
     for steps, kernel, noise in ((20, "em_sde", 1.0), (2, "flow_sde", 0.7), (50, "cps", 0.5)):
         cfg.rollout.num_steps, cfg.rollout.kernel, cfg.rollout.noise_level = steps, kernel, noise
+        cfg.eval.num_steps = steps
         assert family_problems(cfg) == []
+    # evaluation samples with the policy the walk is built into: another eval.num_steps is refused
+    cfg.eval.num_steps = 40
+    assert family_problems(cfg) == [
+        "eval.num_steps=40: model.family=nextstep evaluates with the walk its policy is built with, "
+        "rollout.num_steps=50; set eval.num_steps=50 (or eval.num_steps: ${rollout.num_steps}, as its model "
+        "preset does)"
+    ]
+    cfg.eval.num_steps = 1
     cfg.rollout.num_steps, cfg.rollout.noise_level = 1, 0.0
     assert family_problems(cfg) == [
         "rollout.num_steps=1: NextStep-1's flow head walks at least 2 steps (one stochastic step, then the "
