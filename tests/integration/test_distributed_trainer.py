@@ -102,7 +102,11 @@ def single_process(tiny_sd3_dir, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+@pytest.mark.parametrize(
+    "strategy",
+    # DDP's 2-rank = 1-process update is the default suite's on the toy (test_distributed_training.py)
+    [pytest.param("ddp", marks=pytest.mark.slow), "fsdp2"],
+)
 def test_two_ranks_reach_the_one_process_weights(single_process, tiny_sd3_dir, tmp_path, strategy):
     out = tmp_path / strategy
     launch(2, overrides(tiny_sd3_dir, out, strategy))
@@ -185,7 +189,14 @@ def janus_single_process(tiny_janus_dir, tmp_path_factory):
     return run
 
 
-@pytest.mark.parametrize("strategy,train_mode", [("ddp", "full"), ("fsdp2", "full"), ("fsdp2", "lora")])
+@pytest.mark.parametrize(
+    "strategy,train_mode",
+    [  # the default suite keeps FSDP2 training the sharded table; the rest of the matrix is slow
+        pytest.param("ddp", "full", marks=pytest.mark.slow),
+        ("fsdp2", "full"),
+        pytest.param("fsdp2", "lora", marks=pytest.mark.slow),
+    ],
+)
 def test_janus_two_ranks_reach_the_one_process_weights(
     janus_single_process, tiny_janus_dir, tmp_path, strategy, train_mode
 ):
@@ -224,7 +235,11 @@ RANK_ONE_CONSTANT = [
     "reward.components.toy_shape=0.0",
     "reward.components={support:RankOneConstantReward: 1.0}",
 ]
-SLOW = pytest.mark.slow  # the rest of the algorithm x strategy matrix: in the slow pass
+SLOW = pytest.mark.slow
+"""The rest of the algorithm x strategy matrix, in the slow pass. The default suite keeps one idle
+rank per kind of update the trainer drives: a policy-gradient replay (grpo), a forward-process
+loss (nft), a group-weighted one with a whole-batch prepare_update (dgpo) and a supervised one
+(sft); DPO's pairs, AWM's strata and Flow-DPPO's KL mask reach the same filler replay."""
 DGPO_SHORT = [  # 2 σ's of the 4-step schedule, zero-advantage samples dropped (rank 1 idle)
     "algorithm.dgpo.num_timesteps=2",
     "algorithm.dgpo.max_timestep_index=3",
@@ -235,7 +250,12 @@ ASYMMETRIC = {
     "grpo-ddp": ("experiment/toy/shapes_grpo", "ddp", RANK_ONE_CONSTANT),
     "grpo-fsdp2": ("experiment/toy/shapes_grpo", "fsdp2", RANK_ONE_CONSTANT, SLOW),
     # rank 1 has no DPO pair (rank 0 one micro-batch of 2): it replays a filler pair with weight 0
-    "dpo_online-fsdp2": ("experiment/toy/shapes_dpo", "fsdp2", [*RANK_ONE_CONSTANT, "rollout.rollout_batch_size=4"]),
+    "dpo_online-fsdp2": (
+        "experiment/toy/shapes_dpo",
+        "fsdp2",
+        [*RANK_ONE_CONSTANT, "rollout.rollout_batch_size=4"],
+        SLOW,
+    ),
     "dpo_online-ddp": ("experiment/toy/shapes_dpo", "ddp", [*RANK_ONE_CONSTANT, "rollout.rollout_batch_size=4"], SLOW),
     "nft-fsdp2": ("experiment/toy/shapes_nft", "fsdp2", RANK_ONE_CONSTANT),
     # DGPO: rank 1 has no trainable sample (its advantages are 0 and dropped), yet its group
@@ -244,13 +264,14 @@ ASYMMETRIC = {
     "dgpo-ddp": ("experiment/toy/shapes_dgpo", "ddp", [*RANK_ONE_CONSTANT, *DGPO_SHORT], SLOW),
     # AWM keeps zero-advantage samples by default; dropping them leaves rank 1 idle: it replays
     # a filler sample with weight 0 through all 6 strata, entering every collective
-    "awm-ddp": ("experiment/toy/shapes_awm", "ddp", [*RANK_ONE_CONSTANT, "algorithm.drop_zero_advantage=true"]),
+    "awm-ddp": ("experiment/toy/shapes_awm", "ddp", [*RANK_ONE_CONSTANT, "algorithm.drop_zero_advantage=true"], SLOW),
     # Flow-DPPO keeps zero-advantage samples by default (as UniRL): with the filter on, rank 1
     # has nothing to train and replays a filler; a window of 2 fits the 4-step rollout
     "flow_dppo-ddp": (
         "experiment/toy/shapes_flow_dppo",
         "ddp",
         [*RANK_ONE_CONSTANT, "algorithm.drop_zero_advantage=true", "rollout.sde_window.size=2"],
+        SLOW,
     ),
     # offline pairs split evenly (the config refuses a split with a partial micro-batch)
     "dpo_offline-ddp": ("experiment/toy/offline_dpo", "ddp", ["rollout.rollout_batch_size=4", "rollout.n=1"], SLOW),

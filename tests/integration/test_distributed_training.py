@@ -226,8 +226,15 @@ def run_update_ranks(tmp_path: Path, strategy: str, case: str, normalisation: st
     return [json.loads(Path(f"{out}.{rank}.json").read_text()) for rank in range(2)]
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-@pytest.mark.parametrize("case", ["drop_zero", "uneven"])
+@pytest.mark.parametrize(
+    "case,strategy",
+    [  # each case under one strategy in the default suite, the other two in the slow pass
+        ("drop_zero", "fsdp2"),
+        ("uneven", "ddp"),
+        pytest.param("drop_zero", "ddp", marks=pytest.mark.slow),
+        pytest.param("uneven", "fsdp2", marks=pytest.mark.slow),
+    ],
+)
 def test_a_rank_with_less_to_train_takes_part_and_the_step_is_the_global_sample_mean(tmp_path, strategy, case):
     """drop_zero: rank 1 has no trainable sample; uneven: rank 0 has 3 micro-batches (2, 2, 1)
     and rank 1 none. The run completes (no hang: a missing collective would wait until the
@@ -281,7 +288,7 @@ def test_accumulation_reduces_gradients_once_per_optimizer_step(tmp_path, strate
     )
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("strategy", [pytest.param("ddp", marks=pytest.mark.slow), "fsdp2"])
 def test_an_fp16_overflow_on_one_rank_skips_the_step_on_every_rank(tmp_path, strategy):
     """Rank 1's first backward gives an inf gradient in weight row 0 only — under FSDP2 that
     row is rank 0's shard, so only rank 0 sees it. The loss scaler's skip decision is agreed:

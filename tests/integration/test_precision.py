@@ -67,7 +67,12 @@ def test_reduced_precision_trains_with_float32_masters(tiny_sd3_dir, tmp_path, d
         assert "grad_scale" in rows[-1] and float(rows[-1]["grad_scale"]) > 0
 
 
-@pytest.mark.parametrize("mode,graphs", [("regional", 2), ("full", 1)])
+@pytest.mark.parametrize(
+    "mode,graphs",
+    # regional is model.compile_mode's default; the whole-denoiser graph compiles for a minute on a
+    # CPU, so it runs in the slow pass (and on a GPU with -m gpu)
+    [("regional", 2), pytest.param("full", 1, marks=pytest.mark.slow)],
+)
 @pytest.mark.parametrize(
     "device,dtype,atol,mean_atol",
     [

@@ -131,7 +131,12 @@ def test_ode_sampling_with_sources_reproduces_the_pipeline(models, monkeypatch, 
 
 @pytest.mark.parametrize(
     ("name", "count", "cfg_scale"),
-    [("edit", 1, 4.0), ("2509", 1, 1.0), pytest.param("2509", 2, 4.0, marks=pytest.mark.slow)],
+    # each 1024² source is a VAE encode over 128x128 latent pixels: one form in the default suite
+    [
+        pytest.param("edit", 1, 4.0, marks=pytest.mark.slow),
+        ("2509", 1, 1.0),
+        pytest.param("2509", 2, 4.0, marks=pytest.mark.slow),
+    ],
 )
 def test_pipeline_source_resolution_reproduces_the_unmodified_pipeline(models, name, count, cfg_scale):
     """model.source_resolution=pipeline: a 64x64 source is resized as the pipeline resizes it
