@@ -6,8 +6,8 @@ the prompted shape, genalign/datasets/toy/sft/) and compares the held-out evalua
 held-out-colour prompts x 16 samples, Euler ODE) at step 0 and at the end: the `toy_shape`
 reward and the independent judge (`gold_mean`) must rise. Its negated control trains the same
 recipe on the model's own worst samples (the `rejected` images of the shipped preference set,
-each group's lowest-reward sample): the shape reward must not rise, it falls. Online, best of
-8 per prompt on the reward must raise both; with the reward negated it keeps the worst of 8,
+each group's lowest-reward sample): the shape reward must not rise, it falls. Online
+(`experiment/toy/shapes_sft_best_of_n`), best of 8 per prompt on the reward must raise both; with the reward negated it keeps the worst of 8,
 and the shape reward falls.
 
 Measured on the current demo base (seed 42, one thread, step 0 -> 40; step 0 is 0.453 reward /
@@ -31,14 +31,9 @@ from support import train_recipe as run
 from genalign.data.prompts import PACKAGED_DATASETS
 
 RECIPE = "experiment/toy/shapes_sft"
+BEST_OF_N = "experiment/toy/shapes_sft_best_of_n"
+"""The same recipe on the best of 8 own Euler-ODE samples a prompt instead of the dataset."""
 STEPS = 40
-BEST_OF_N = [
-    "algorithm.sft.source=best_of_n",
-    "data.image_manifest=null",
-    "rollout.n=8",
-    "rollout.rollout_batch_size=8",
-    "rollout.noise_level=0",
-]
 RISE = {"dataset": (0.10, 0.10), "best_of_n": (0.10, 0.10)}
 """Minimum rise of the held-out toy_shape reward and of the judge over STEPS."""
 FALL = 0.04
@@ -79,12 +74,12 @@ def test_sft_on_the_worst_samples_lowers_reward(tmp_path):
 
 @pytest.mark.slow
 def test_best_of_n_raises_held_out_reward_and_judge(tmp_path):
-    _, evals = run(RECIPE, tmp_path, *budget(), *BEST_OF_N)
+    _, evals = run(BEST_OF_N, tmp_path, *budget())
     assert gain(evals, "eval_reward_toy_shape_mean") >= RISE["best_of_n"][0]
     assert gain(evals, "gold_mean") >= RISE["best_of_n"][1]
 
 
 @pytest.mark.slow
 def test_worst_of_n_lowers_reward(tmp_path):
-    _, evals = run(RECIPE, tmp_path, *budget(), *BEST_OF_N, "reward.components.toy_shape=-1.0")
+    _, evals = run(BEST_OF_N, tmp_path, *budget(), "reward.components.toy_shape=-1.0")
     assert -gain(evals, "eval_reward_toy_shape_mean") >= FALL
