@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import torch
 
+from genalign.models.architecture import architecture_source
 from genalign.models.base import Condition, SourcesBesideText
 from genalign.models.diffusers_common import pack_rows, place, unpack_rows
 from genalign.models.hunyuan_video15.policy import HunyuanVideo15Policy
@@ -79,8 +80,6 @@ def bucket_problem(path: str, height: int, width: int) -> str | None:
     """`SPEC.size_rule`: the bucket check of `latent_shape` from model.path's configs (its shipped
     architecture file or a local directory), before the model loads; None where they cannot be
     read here (a hub id without a shipped file: checked when the model loads)."""
-    from genalign.models.architecture import architecture_source
-
     found = architecture_source(SPEC, path)
     if found is None:
         return None
