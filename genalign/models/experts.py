@@ -50,6 +50,11 @@ class DenoiserExperts(torch.nn.Module):
             self.add_module(name, module)
         self.trained = tuple(trained)
 
+    def separately_called(self) -> list[torch.nn.Module]:
+        """The experts: the family calls each on its own, never this module's forward, so a
+        distributed wrapper hooks each (`training.distributed.forward_units`)."""
+        return list(self.children())
+
     def enable_gradient_checkpointing(self) -> None:
         """Every expert's (a frozen expert keeps no activations for backward anyway)."""
         for module in self.children():

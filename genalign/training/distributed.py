@@ -26,6 +26,7 @@ import datetime
 import gc
 import logging
 import os
+import weakref
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from typing import Iterator
 
 import torch
 
+from genalign.config.errors import ConfigError
 from genalign.placement.devices import use_cuda_device
 
 log = logging.getLogger(__name__)
@@ -113,11 +115,28 @@ def wrap_for_training(module: torch.nn.Module, strategy: str, blocks: tuple[str,
     if strategy == "ddp":
         from torch.distributed._composable.replicate import replicate
 
+        if len(forward_units(module)) > 1:
+            # DDP's reducer is readied by each wrapped module's forward: ranks whose samples
+            # train steps of different experts would ready different ones and wait on each
+            # other's buckets; such a denoiser's gradients are averaged once per optimizer step
+            # instead, every trained tensor in one fixed order (`gradient_sync`)
+            _AVERAGED_AFTER_BACKWARD.add(module)
+            return module
         return replicate(module)
     if strategy == "fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
+        if len(forward_units(module)) > 1:
+            # each unit's forward all-gathers its shards: ranks whose samples train steps of
+            # different experts would gather different units (a collective mismatch)
+            raise ConfigError(
+                [
+                    "distributed.training.strategy=fsdp2: the denoiser is several experts (Wan 2.2 A14B), "
+                    "and ranks whose samples train steps of different experts would all-gather different "
+                    "ones; use distributed.training.strategy=ddp (every rank holds both experts)"
+                ]
+            )
         device_type = "cuda" if torch.cuda.is_available() else "cpu"
         mesh = init_device_mesh(device_type, (torch.distributed.get_world_size(),))
         for block in [m for m in module.modules() if type(m).__name__ in blocks]:
@@ -126,12 +145,54 @@ def wrap_for_training(module: torch.nn.Module, strategy: str, blocks: tuple[str,
     raise ValueError(f"distributed.training.strategy={strategy!r}: choose none, ddp or fsdp2")
 
 
+_AVERAGED_AFTER_BACKWARD: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
+"""Modules under DDP whose gradients `gradient_sync` averages itself (a denoiser of experts)."""
+
+BUCKET_ELEMENTS = 25 * 2**20
+"""Gradient elements averaged by one all-reduce (DDP's default bucket is 25 MiB)."""
+
+
+def average_gradients(module: torch.nn.Module) -> None:
+    """Every rank's gradients of `module`'s trainable parameters replaced by their mean over the
+    ranks, in buckets, the parameters in their fixed registration order; a parameter this rank's
+    backward did not reach counts as a zero gradient (so every rank reduces the same tensors)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    world = torch.distributed.get_world_size()
+    bucket: list[torch.Tensor] = []
+    for index, p in enumerate(params):
+        bucket.append(p.grad)
+        if sum(g.numel() for g in bucket) >= BUCKET_ELEMENTS or index == len(params) - 1:
+            flat = torch.cat([g.reshape(-1) for g in bucket])
+            torch.distributed.all_reduce(flat)
+            flat /= world
+            for grad, part in zip(bucket, flat.split([g.numel() for g in bucket])):
+                grad.copy_(part.view_as(grad))
+            bucket = []
+
+
+def forward_units(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules whose forward the family calls: `module` itself, or the parts it names with
+    `separately_called()` (a denoiser of experts, `models/experts.py`, whose container's forward
+    never runs). DDP's and FSDP2's hooks live on forward: a wrapped container whose forward never
+    runs would leave its parts' gradients unreduced (DDP) or their weights sharded (FSDP2)."""
+    separately_called = getattr(module, "separately_called", None)
+    return list(separately_called()) if separately_called is not None else [module]
+
+
 @contextmanager
 def gradient_sync(module: torch.nn.Module | None, enabled: bool) -> Iterator[None]:
     """Within the block, backward reduces gradients over ranks only when `enabled`: DDP's
     `no_sync` / FSDP2's `set_requires_gradient_sync(False)` for all but the last backward of
     an optimizer step (gradients accumulate locally, one reduction per step). A module that
     is not wrapped (one process) is left as is."""
+    if module is not None and module in _AVERAGED_AFTER_BACKWARD:
+        yield
+        if enabled:  # after the optimizer step's last backward, on every rank
+            average_gradients(module)
+        return
     if enabled or module is None or not hasattr(module, "set_requires_gradient_sync"):
         yield
         return
