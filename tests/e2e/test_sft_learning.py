@@ -7,8 +7,8 @@ held-out-colour prompts x 16 samples, Euler ODE) at step 0 and at the end: the `
 reward and the independent judge (`gold_mean`) must rise. Its negated control trains the same
 recipe on the model's own worst samples (the `rejected` images of the shipped preference set,
 each group's lowest-reward sample): the shape reward must not rise, it falls. Online
-(`experiment/toy/shapes_sft_best_of_n`), best of 8 per prompt on the reward must raise both; with the reward negated it keeps the worst of 8,
-and the shape reward falls.
+(`experiment/toy/shapes_sft_best_of_n`), best of 8 per prompt on the reward must raise both;
+with the reward negated it keeps the worst of 8, and the shape reward falls.
 
 Measured on the current demo base (seed 42, one thread, step 0 -> 40; step 0 is 0.453 reward /
 0.470 judge):

@@ -9,6 +9,7 @@ different units."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,27 +26,14 @@ from genalign.models.experts import DenoiserExperts
 from genalign.training import distributed
 
 strategy, out = sys.argv[1], sys.argv[2]
+sys.path[:0] = [sys.argv[3], sys.argv[3] + "/.."]  # this test's folder and `support`'s
+from test_distributed_experts import Expert  # the test's two-layer expert, one definition
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 
-class Expert(torch.nn.Module):  # a conv stem outside the repeated block, as a diffusers transformer
-    def __init__(self):
-        super().__init__()
-        self.stem = torch.nn.Conv1d(2, 4, 1)
-        self.block = Block()
-    def forward(self, x):
-        return self.block(self.stem(x))
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(3, 3)
-    def forward(self, x):
-        return self.linear(x)
-
 torch.manual_seed(0)
 experts = DenoiserExperts({"transformer": Expert(), "transformer_2": Expert()}, ("transformer", "transformer_2"))
-reference = {name: p.detach().clone() for name, p in experts.named_parameters()}
 distributed.wrap_for_training(experts, strategy, ("Block",))
 inputs = [torch.full((1, 2, 3), float(r + 1)) for r in range(2)]  # each rank its own data
 
@@ -72,6 +60,8 @@ dist.destroy_process_group()
 
 
 class Block(torch.nn.Module):
+    """The repeated block (what FSDP2 would shard as a unit)."""
+
     def __init__(self):
         super().__init__()
         self.linear = torch.nn.Linear(3, 3)
@@ -81,6 +71,8 @@ class Block(torch.nn.Module):
 
 
 class Expert(torch.nn.Module):
+    """A conv stem outside the repeated block, as a diffusers transformer has."""
+
     def __init__(self):
         super().__init__()
         self.stem = torch.nn.Conv1d(2, 4, 1)
@@ -101,7 +93,7 @@ def one_process_grads(calls) -> dict[str, torch.Tensor]:
 def test_each_expert_called_alone_averages_its_gradients_over_the_ranks(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    launch_script(tmp_path, SCRIPT, 2, "ddp", str(out))
+    launch_script(tmp_path, SCRIPT, 2, "ddp", str(out), str(Path(__file__).parent))
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     x = [torch.full((1, 2, 3), value) for value in (1.0, 2.0)]  # rank 0's and rank 1's data
     # the mean over ranks of each rank's loss = one process's loss over both ranks' data / 2
