@@ -162,15 +162,17 @@ def average_gradients(module: torch.nn.Module) -> None:
             p.grad = torch.zeros_like(p)
     world = torch.distributed.get_world_size()
     bucket: list[torch.Tensor] = []
+    filled = 0
     for index, p in enumerate(params):
         bucket.append(p.grad)
-        if sum(g.numel() for g in bucket) >= BUCKET_ELEMENTS or index == len(params) - 1:
+        filled += p.grad.numel()
+        if filled >= BUCKET_ELEMENTS or index == len(params) - 1:
             flat = torch.cat([g.reshape(-1) for g in bucket])
             torch.distributed.all_reduce(flat)
             flat /= world
             for grad, part in zip(bucket, flat.split([g.numel() for g in bucket])):
                 grad.copy_(part.view_as(grad))
-            bucket = []
+            bucket, filled = [], 0
 
 
 def forward_units(module: torch.nn.Module) -> list[torch.nn.Module]:

@@ -54,7 +54,14 @@ with distributed.gradient_sync(experts, False):
 with distributed.gradient_sync(experts, True):
     (experts.transformer(2 * inputs[rank]).sum() + experts.transformer_2(2 * inputs[rank]).sum()).backward()
 accumulated = grads()
-json.dump({"one_expert": one_expert, "accumulated": accumulated}, open(f"{out}/rank{rank}.json", "w"))
+for p in experts.parameters():
+    p.grad = None
+# each rank runs the other expert in the same backward (rank 0 the high-noise one, rank 1 the low)
+with distributed.gradient_sync(experts, True):
+    (experts.transformer if rank == 0 else experts.transformer_2)(inputs[rank]).sum().backward()
+crossed = grads()
+results = {"one_expert": one_expert, "accumulated": accumulated, "crossed": crossed}
+json.dump(results, open(f"{out}/rank{rank}.json", "w"))
 dist.destroy_process_group()
 """
 
@@ -101,6 +108,10 @@ def test_each_expert_called_alone_averages_its_gradients_over_the_ranks(tmp_path
     accumulated = one_process_grads(
         lambda e: sum(e.transformer(k * v).sum() + e.transformer_2(k * v).sum() for v in x for k in (1, 2)) / 2
     )
+    crossed = one_process_grads(lambda e: (e.transformer(x[0]).sum() + e.transformer_2(x[1]).sum()) / 2)
+    for rank in ranks:  # ranks that ran different experts: both hold both experts' mean gradients
+        for name, expected in crossed.items():
+            torch.testing.assert_close(torch.tensor(rank["crossed"][name]), expected, rtol=1e-5, atol=1e-6, msg=name)
     for rank in ranks:  # every rank holds the averaged gradient; the expert that did not run, none
         for name, expected in [*one_expert.items()]:
             # a few products of small integers and the seed-0 weights: float32 rounding only
