@@ -56,10 +56,14 @@ from genalign.preflight.load import load_config  # noqa: E402
 
 
 # ------------------------------------------------------------------ running one item (a forked child)
-def child(item: Item, item_dir: Path, tiny: bool) -> None:
+def child(item: Item, item_dir: Path, tiny: bool, debug_cuda: bool = False) -> None:
     """Run one item; write `child.json` as it goes (the parent reads it, and metrics.csv, even
-    when it had to end the child)."""
+    when it had to end the child). `debug_cuda`: autograd's anomaly mode, so an error in a
+    backward kernel also prints the forward call that made it (with CUDA_LAUNCH_BLOCKING=1,
+    set by the parent, the error is raised by the kernel that made it)."""
     item_dir.mkdir(parents=True, exist_ok=True)
+    if debug_cuda:
+        torch.autograd.set_detect_anomaly(True, check_nan=False)
     log = open(item_dir / "log.txt", "w", buffering=1)
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
@@ -257,7 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=420.0, help="wall-clock seconds for the whole suite")
     parser.add_argument("--out", default=os.environ.get("OUT", "gpu_suite_out"), help="folder for the JSON and table")
     parser.add_argument("--only", nargs="*", help="run only these item keys (the plan lists them)")
+    parser.add_argument(
+        "--debug-cuda",
+        action="store_true",
+        help="diagnose a CUDA fault: CUDA_LAUNCH_BLOCKING=1 and autograd anomaly mode in every item (slower)",
+    )
     args = parser.parse_args(argv)
+    if args.debug_cuda:
+        os.environ["CUDA_LAUNCH_BLOCKING"] = "1"  # read when a child initialises CUDA
     start, out = time.perf_counter(), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = out / "items" if args.tiny else Path(os.environ.get("TMPDIR", "/tmp")) / "gpu_suite_items"
@@ -318,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                 {**earlier, **{k: getattr(item, k) for k in ("key", "section", "title", "same_as")}, "elapsed_s": 0.0}
             )
         else:
-            results.append(run_item(item, work / item.key, args.tiny, left))
+            results.append(run_item(item, work / item.key, args.tiny, left, args.debug_cuda))
         line = results[-1]
         print(
             f"[{item.section}] {item.key}: {line['status']}"
@@ -345,10 +356,10 @@ def processes():
     return multiprocessing.get_context("spawn" if torch.cuda.is_initialized() else "fork")
 
 
-def run_item(item: Item, item_dir: Path, tiny: bool, limit_s: float) -> dict:
+def run_item(item: Item, item_dir: Path, tiny: bool, limit_s: float, debug_cuda: bool = False) -> dict:
     context = processes()
     begin = time.perf_counter()
-    process = context.Process(target=child, args=(item, item_dir, tiny))
+    process = context.Process(target=child, args=(item, item_dir, tiny, debug_cuda))
     process.start()
     process.join(limit_s)
     killed = process.is_alive()
@@ -363,7 +374,10 @@ def run_item(item: Item, item_dir: Path, tiny: bool, limit_s: float) -> dict:
             (item_dir / "log.txt").read_text(errors="replace").splitlines() if (item_dir / "log.txt").is_file() else []
         )
         starts = [n for n, line in enumerate(lines) if line.startswith("Traceback")]
-        result["traceback"] = lines[starts[-1] if starts else -12 :][-120:]
+        first = starts[-1] if starts else len(lines) - 12
+        # anomaly mode (--debug-cuda) prints the forward call of a failing backward node just before
+        anomaly = [n for n, line in enumerate(lines[:first]) if "Error detected in" in line]
+        result["traceback"] = lines[max(anomaly[-1] if anomaly else first, 0) :][-200:]
         print("\n".join(f"    | {line}" for line in result["traceback"]), flush=True)
     return result
 
