@@ -33,10 +33,12 @@ import argparse
 import contextlib
 import csv
 import dataclasses
+import faulthandler
 import json
 import math
 import multiprocessing
 import os
+import signal
 import sys
 import time
 import traceback
@@ -67,6 +69,9 @@ def child(item: Item, item_dir: Path, tiny: bool, debug_cuda: bool = False) -> N
     log = open(item_dir / "log.txt", "w", buffering=1)
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
+    # the parent sends SIGUSR1 before it ends a child at the budget: every thread's stack goes to
+    # the log, so "stopped at the budget" says where (loading, sampling, a collective, ...)
+    faulthandler.register(signal.SIGUSR1, file=log, all_threads=True)
     state: dict = {}
 
     def note(**values) -> None:
@@ -364,9 +369,19 @@ def run_item(item: Item, item_dir: Path, tiny: bool, limit_s: float, debug_cuda:
     process.join(limit_s)
     killed = process.is_alive()
     if killed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGUSR1)  # its stacks into its log (faulthandler, in `child`)
+            time.sleep(2.0)
         process.kill()
         process.join()
     result = result_of(item, item_dir, time.perf_counter() - begin, killed)
+    if result["status"] == "stopped":
+        # where it was: the item's own log stays on the GPU machine; its last lines hold the stacks
+        lines = (
+            (item_dir / "log.txt").read_text(errors="replace").splitlines() if (item_dir / "log.txt").is_file() else []
+        )
+        result["log_tail"] = lines[-80:]
+        print("\n".join(f"    | {line}" for line in result["log_tail"]), flush=True)
     if result["status"] == "failed":
         # the whole last traceback, in the log and the JSON: the item's own log stays on the GPU
         # machine, and an asynchronous CUDA error's last lines name only the call that noticed it
