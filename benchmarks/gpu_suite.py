@@ -51,6 +51,13 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+# A forked child hangs at its first parallel CPU op once this parent has run one (OpenMP's
+# thread pool does not survive fork: the child waits on threads it does not have). So the
+# parent plans on one thread and each child takes the machine's count back (`child`). The
+# first H200 run stopped every item this way, inside its model's construction.
+CHILD_THREADS = torch.get_num_threads()
+torch.set_num_threads(1)
+
 from benchmarks import flow_grpo_reference as reference  # noqa: E402
 from benchmarks.gpu_suite_plan import FINISH_S, GIB, LEVERS, Item, build_items, reuse_runs, warm_imports  # noqa: E402
 from benchmarks.gpu_suite_report import write_outputs  # noqa: E402
@@ -64,6 +71,7 @@ def child(item: Item, item_dir: Path, tiny: bool, debug_cuda: bool = False) -> N
     backward kernel also prints the forward call that made it (with CUDA_LAUNCH_BLOCKING=1,
     set by the parent, the error is raised by the kernel that made it)."""
     item_dir.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(CHILD_THREADS)
     if debug_cuda:
         torch.autograd.set_detect_anomaly(True, check_nan=False)
     log = open(item_dir / "log.txt", "w", buffering=1)
