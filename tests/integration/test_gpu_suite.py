@@ -166,3 +166,55 @@ def test_bench_gpu_step_runs_at_tiny_shapes_on_the_cpu():
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "tiny shapes" in run.stdout and "parity=0 " in run.stdout
     assert any(line.startswith("eager ") for line in run.stdout.splitlines())
+
+
+def _run_script(script: str, threads: int) -> subprocess.CompletedProcess:
+    """`script` in a fresh Python with OMP_NUM_THREADS=`threads` (the tests' 1 hides a fork fault)."""
+    import os
+
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=REPO
+    )
+
+
+def test_items_run_after_the_parent_has_used_parallel_cpu_ops(tmp_path):
+    """On the GPU machine (16 threads) every forked item hung at its first parallel CPU op once
+    the parent's planning had run one: OpenMP's thread pool does not survive fork. The parent
+    now plans on one thread; an item must finish here with two threads and a parent that ran a
+    parallel op first (the old code stopped it at the budget after 0 of 2 steps)."""
+    script = f"""
+import json, sys
+sys.path.insert(0, "benchmarks")
+import torch, gpu_suite
+torch.ones(4_000_000).sin()  # a parallel region in the parent before any item forks
+gpu_suite.main(["--tiny", "--only", "toy", "--out", {str(tmp_path)!r}, "--budget-s", "600"])
+"""
+    run = _run_script(script, threads=2)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    (item,) = json.loads((tmp_path / "gpu_suite.json").read_text())["items"]
+    assert item["status"] == "ok", item
+
+
+def test_an_item_stopped_at_the_budget_reports_where_it_was(tmp_path):
+    """A stopped item's JSON keeps its log's last lines, which hold every thread's stack (the
+    item's own log stays on the GPU machine): here loading the item's config never returns."""
+    script = f"""
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, "benchmarks")
+import gpu_suite
+items = {{i.key: i for i in gpu_suite.build_items(Path({str(tmp_path)!r}), True, None)}}
+def never_returns(*args):
+    while True:
+        time.sleep(1)
+gpu_suite.load_config = never_returns  # the forked child inherits it: its first call
+result = gpu_suite.run_item(items["toy"], Path({str(tmp_path)!r}) / "toy", True, 15.0)
+print(json.dumps(result))
+"""
+    run = _run_script(script, threads=1)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["status"] == "stopped" and result["reason"] == "stopped at the budget after 0 of 2 steps"
+    tail = "\n".join(result["log_tail"])
+    assert "most recent call first" in tail and "in never_returns" in tail, tail
