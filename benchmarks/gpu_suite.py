@@ -59,7 +59,7 @@ CHILD_THREADS = torch.get_num_threads()
 torch.set_num_threads(1)
 
 from benchmarks import flow_grpo_reference as reference  # noqa: E402
-from benchmarks.gpu_suite_plan import FINISH_S, GIB, LEVERS, Item, build_items, reuse_runs, warm_imports  # noqa: E402
+from benchmarks.gpu_suite_plan import FINISH_S, GIB, LEVERS, Item, build_items, reuse_runs, select, warm_imports  # noqa: E402
 from benchmarks.gpu_suite_report import write_outputs  # noqa: E402
 from genalign.preflight.load import load_config  # noqa: E402
 
@@ -273,7 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny shapes, float32, on the CPU (the smoke test)")
     parser.add_argument("--budget-s", type=float, default=420.0, help="wall-clock seconds for the whole suite")
     parser.add_argument("--out", default=os.environ.get("OUT", "gpu_suite_out"), help="folder for the JSON and table")
-    parser.add_argument("--only", nargs="*", help="run only these item keys (the plan lists them)")
+    parser.add_argument(
+        "--only", nargs="*", help="run only these item keys, in this order (the time plan lists the keys)"
+    )
     parser.add_argument(
         "--debug-cuda",
         action="store_true",
@@ -290,7 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     card = probe_card(args.tiny)
     items = build_items(work, args.tiny, card.get("memory_gib"))
     if args.only:
-        items = [i for i in items if i.key in args.only]
+        try:
+            items = select(items, args.only)
+        except ValueError as exc:
+            parser.error(str(exc))
     reuse_runs(items)
     warm_imports(items)
     if torch.cuda.is_initialized():

@@ -404,6 +404,16 @@ def _own_tiny_form(recipe: str, extra: list[str], family: str) -> bool:
     return path in dict(family_spec(family).tiny_variants)
 
 
+def select(items: list[Item], only: list[str]) -> list[Item]:
+    """The items `--only` names, in the order it names them (a later GPU session puts first what
+    has not run yet); a key the plan does not have is an error listing the plan's keys."""
+    by_key = {item.key: item for item in items}
+    unknown = [key for key in only if key not in by_key]
+    if unknown:
+        raise ValueError(f"--only {' '.join(unknown)}: not in the time plan; its keys are {', '.join(by_key)}")
+    return [by_key[key] for key in dict.fromkeys(only)]
+
+
 def reuse_runs(items: list[Item]) -> None:
     """An item whose run an earlier item makes already (the same config, at least as many steps)
     takes that run's result instead of making it twice (SD3.5 Medium's family item is the

@@ -73,6 +73,13 @@ def test_a_run_two_items_share_is_made_once(tmp_path):
     assert [i.same_as for i in items] == [None, "a", None, None] and again.estimate_s == 0.0
 
 
+def test_only_runs_the_named_items_in_the_order_named():
+    items = [plan.Item(key, 1, key, "train") for key in ("sd3", "flux", "wan", "toy")]
+    assert [i.key for i in plan.select(items, ["toy", "flux", "toy"])] == ["toy", "flux"]
+    with pytest.raises(ValueError, match=r"--only fluxx: not in the time plan; its keys are sd3, flux, wan, toy"):
+        plan.select(items, ["flux", "fluxx"])
+
+
 def _item_dir(tmp_path: Path, state: dict, rows: int) -> Path:
     (tmp_path / "run").mkdir(parents=True)
     (tmp_path / "child.json").write_text(json.dumps(state))
