@@ -24,6 +24,8 @@ Experts = Literal["both", "high_noise", "low_noise"]
 """`model.experts`' choices: which experts of a two-expert checkpoint train (models/experts.py)."""
 SourceResolution = Literal["run", "pipeline"]
 """`model.source_resolution`'s choices: the size an editing family's VAE sees each source at."""
+GivenFrames = Literal["stepped", "excluded"]
+"""`model.given_frames`' choices: whether latent frames the condition gives are sampled too."""
 
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 """`model.device` values `resolve_device` accepts (whether that device exists is a machine check)."""
@@ -172,6 +174,16 @@ class ModelConfig:
     counts, and for Qwen-Image-Edit about 1.4k more Qwen2.5-VL tokens (raise
     model.max_sequence_length).
     Families without that resize (`FamilySpec.pipeline_source_size`) must keep "run"."""
+    given_frames: GivenFrames = "stepped"
+    """Latent frames the condition gives (Wan 2.2 TI2V-5B's image-to-video: latent frame 0 is the
+    encoded first frame, its tokens at timestep 0): "stepped" = drawn as noise and stepped by the
+    SDE with the others, from the velocity the transformer predicts there, and counted in every
+    per-sample mean (log-prob, KL) — what WanImageToVideoPipeline and Flow-Factory's Wan I2V
+    adapter do (X-GenGroup/Flow-Factory a0b2bc5): the transformer never reads those latents (it
+    reads the image there) and decoding puts the image back over them, so no pixel differs;
+    "excluded" = the policy samples only the generated frames, so log-probs, losses and offline
+    latents are theirs alone. Families whose condition gives no latent frames must keep "stepped"
+    (`FamilySpec.decode_reads_condition`); a checkpoint without them refuses "excluded" when it loads."""
     offload_text_encoders: bool = False
     """Keep the text encoders on the CPU except while a step's prompts are encoded (once per
     step, the step's distinct prompts): their weights leave the device for sampling, replay and

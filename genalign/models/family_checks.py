@@ -66,6 +66,12 @@ def family_problems(cfg: "ExperimentConfig") -> list[str]:
             f"model.source_resolution={model.source_resolution}: model.family={spec.name} encodes its "
             f"sources at the run's size only (families with a pipeline resize: {resizing}); set it to run"
         )
+    if model.given_frames != "stepped" and not spec.decode_reads_condition:
+        giving = ", ".join(families_with(lambda s: s.decode_reads_condition))
+        problems.append(
+            f"model.given_frames={model.given_frames}: model.family={spec.name}'s condition gives no latent "
+            f"frames (families whose does: {giving}); remove it"
+        )
     problems += size_problems(spec, cfg.rollout.height, cfg.rollout.width)
     if not problems and (rule := spec.size_problem(model.path, cfg.rollout.height, cfg.rollout.width)):
         problems.append(rule)

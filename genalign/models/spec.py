@@ -105,9 +105,10 @@ class FamilySpec:
     gradient back to the latents (the decoder's weights frozen). The reward-feedback algorithms
     back-propagate a reward through it; the config refuses them on a family without one."""
     decode_reads_condition: bool = False
-    """Whether the policy's samples leave out latents its condition gives, so decoding needs the
-    condition: its `decode_conditioned(latents, cond)` puts them back before decoding (Wan 2.2
-    TI2V-5B's image-to-video, whose first latent frame is the encoded image). Rollout and
+    """Whether the condition gives latents of the video (Wan 2.2 TI2V-5B's image-to-video, whose
+    first latent frame is the encoded image), so decoding needs the condition: the policy's
+    `decode_conditioned(latents, cond)` puts them before the sampled latents, or over them where
+    model.given_frames=stepped samples them too (which only such a family reads). Rollout and
     evaluation decode through `models.base.decode_samples`, which calls it."""
     split_cfg: bool = True
     """Whether model.cfg_batch=split is read (else both CFG branches always run as one batch)."""

@@ -65,10 +65,11 @@ def first_frames(count: int = 2, side: int = SIDE, sources: int = 1) -> torch.Te
 
 
 def pipeline_outputs(
-    pipe, frames: torch.Tensor, start: torch.Tensor, steps: int, scale: float, side: int
+    pipe, frames: torch.Tensor, start: torch.Tensor, steps: int, scale: float, side: int, **callback
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The unmodified pipeline call, one prompt (and its images) a call, from the noise `start`:
-    (its latents [B, C, F_lat, h, w], its video [B, F, 3, H, W] in [0, 1])."""
+    (its latents [B, C, F_lat, h, w], its video [B, F, 3, H, W] in [0, 1]); `callback`: its
+    `callback_on_step_end`, called with the latents each step."""
     latents, videos = [], []
     for row in range(len(frames)):  # the pipeline takes one image a call
         common = dict(
@@ -80,6 +81,7 @@ def pipeline_outputs(
             num_inference_steps=steps,
             guidance_scale=scale,
             max_sequence_length=MAX_TOKENS,
+            **callback,
         )
         with torch.no_grad():
             latents.append(pipe(latents=start[row : row + 1].clone(), output_type="latent", **common).frames)
@@ -228,25 +230,37 @@ def test_a_pipeline_whose_image_encoder_and_transformer_disagree_is_refused(tiny
         WanI2VPolicy(pipe, torch.device("cpu"), torch.float32, MAX_TOKENS, num_frames=NUM_FRAMES)
 
 
-def test_our_ode_sampler_reproduces_the_ti2v_image_to_video_pipeline(wan_i2v_dirs):
+@pytest.mark.parametrize("given_frames", ["stepped", "excluded"])
+def test_our_ode_sampler_reproduces_the_ti2v_image_to_video_pipeline(wan_i2v_dirs, given_frames):
     """The same first frames and noise, Euler steps with CFG: our sampled frames are the
-    pipeline's frames 1.., its frame 0 our encoded image, our decoded video its video within one
-    level; the transformer reads timestep 0 on the image's tokens in both."""
+    pipeline's (stepped: all of them, frame 0 as the pipeline steps it before replacing it with
+    the image; excluded: frames 1..), its frame 0 our encoded image, our decoded video its video
+    within one level; the transformer reads timestep 0 on the image's tokens in both."""
     from diffusers import FlowMatchEulerDiscreteScheduler, WanImageToVideoPipeline
 
     steps, scale = 3, 5.0
-    policy = load(wan_i2v_dirs["ti2v"])
+    policy = load(wan_i2v_dirs["ti2v"], given_frames=given_frames)
     pipe = WanImageToVideoPipeline.from_pretrained(wan_i2v_dirs["ti2v"])
     assert pipe.config.expand_timesteps and pipe.image_encoder is None
     pipe.scheduler = FlowMatchEulerDiscreteScheduler(shift=policy.scheduler_shift)
     frames = first_frames(side=TI2V_SIDE)
-    shape = policy.latent_shape(TI2V_SIDE, TI2V_SIDE)  # [48, 2, 4, 4]: the 3 latent frames less the image's
-    assert shape == (48, 2, 4, 4)
-    start = torch.randn(2, *shape, generator=torch.Generator().manual_seed(3))
+    shape = policy.latent_shape(TI2V_SIDE, TI2V_SIDE)  # [48, 3, 4, 4]; excluded: less the image's frame
+    left_out = {"stepped": 0, "excluded": 1}[given_frames]
+    assert shape == (48, 3 - left_out, 4, 4)
     # the pipeline draws frame 0 too and steps it; it never reads it (the image's frame replaces it)
-    whole = torch.cat([torch.randn(2, 48, 1, 4, 4, generator=torch.Generator().manual_seed(4)), start], dim=2)
+    whole = torch.randn(2, 48, 3, 4, 4, generator=torch.Generator().manual_seed(4))
+    start = whole[:, :, left_out:]
+    stepped = []  # the pipeline's latents after its last step, before it puts the image over frame 0
+
+    def keep_last(pipeline, index, timestep, tensors):
+        if index == steps - 1:
+            stepped.append(tensors["latents"].clone())
+        return tensors
+
     theirs_calls, handles = record_timesteps({"transformer": pipe.transformer})
-    theirs, reference_video = pipeline_outputs(pipe, frames, whole, steps, scale, TI2V_SIDE)
+    theirs, reference_video = pipeline_outputs(
+        pipe, frames, whole, steps, scale, TI2V_SIDE, callback_on_step_end=keep_last
+    )
     for handle in handles:
         handle.remove()
     ours_calls, handles = record_timesteps({"transformer": policy.transformer})
@@ -256,10 +270,16 @@ def test_our_ode_sampler_reproduces_the_ti2v_image_to_video_pipeline(wan_i2v_dir
         latents = sample_trajectory(policy, cond, start, None, sigmas, scale, 0.0, sde_step_mask(steps, 0.0)).latents
     for handle in handles:
         handle.remove()
-    ours = latents[:, -1]  # [B, 48, 2, 4, 4]; theirs [B, 48, 3, 4, 4]
+    ours = latents[:, -1]  # [B, 48, 3 - left_out, 4, 4]; theirs [B, 48, 3, 4, 4]
+    before_image = torch.cat(stepped[::2])  # each prompt's first call (its second renders the video)
     assert_close_reordered(
-        ours, theirs[:, :, 1:], length=TINY_REDUCTION, depth=steps * TINY_DEPTH, gain=abs(1 - scale) + scale
+        ours,
+        before_image[:, :, left_out:],
+        length=TINY_REDUCTION,
+        depth=steps * TINY_DEPTH,
+        gain=abs(1 - scale) + scale,
     )
+    assert torch.equal(before_image[:, :, 1:], theirs[:, :, 1:])
     assert (ours - start).abs().max() > 0.1
     (condition,) = unpack_rows(cond.source_latents, [(48, 1, 4, 4)], "Wan I2V")
     # the pipeline's frame 0 is the encoded image: our VAE encode of the same pixels (its processor
@@ -308,7 +328,7 @@ def test_the_ti2v_source_is_the_pipelines_condition_and_changes_every_generated_
         same = policy.velocity(latents, sigma, cond, 1.0)
         other = policy.velocity(latents, sigma, dataclasses.replace(cond, source_latents=ours.flip(0)), 1.0)
     assert same.shape == latents.shape
-    assert ((same - other).abs().amax(dim=(0, 1, 3, 4)) > 1e-4).all()  # both generated frames see the image
+    assert ((same - other).abs().amax(dim=(0, 1, 3, 4)) > 1e-4).all()  # every sampled frame sees the image
     with pytest.raises(ValueError, match="source image"):
         policy.velocity(latents, sigma, dataclasses.replace(cond, source_latents=None), 1.0)
     with pytest.raises(ValueError, match="rollout.height x rollout.width"):
@@ -322,11 +342,14 @@ def test_a_ti2v_clip_of_one_frame_leaves_nothing_to_generate_and_is_refused(wan_
         )
 
 
-def test_ti2v_encode_images_gives_what_the_policy_samples(wan_i2v_dirs):
-    """Offline videos enter as the sampled latents: the video's latents less the first frame's."""
-    policy = load(wan_i2v_dirs["ti2v"])
+@pytest.mark.parametrize("given_frames", ["stepped", "excluded"])
+def test_ti2v_encode_images_gives_what_the_policy_samples(wan_i2v_dirs, given_frames):
+    """Offline videos enter as the sampled latents: the video's latents (excluded: less the first
+    frame's)."""
+    policy = load(wan_i2v_dirs["ti2v"], given_frames=given_frames)
     video = torch.from_numpy(
         np.random.default_rng(1).integers(0, 256, (1, NUM_FRAMES, 3, TI2V_SIDE, TI2V_SIDE), dtype=np.uint8)
     )
     latents = policy.encode_images(video)
     assert latents.shape == (1, *policy.latent_shape(TI2V_SIDE, TI2V_SIDE))
+    assert latents.shape[2] == {"stepped": 3, "excluded": 2}[given_frames]

@@ -12,8 +12,9 @@ each with the rollout-vs-replay parity exactly 0.
 - Wan 2.1 I2V (its own recipe), a full fine-tune: `checkpoint-final/transformer/` loads into the
   pipeline holding the trained weights.
 - Wan 2.2 TI2V-5B's image-to-video (its own recipe; the tiny saved as the WanPipeline its hub
-  repository names), LoRA and a full fine-tune: the adapter and the transformer load into
-  `WanImageToVideoPipeline` (expand_timesteps) and change its video.
+  repository names), LoRA with the image's latent frame stepped and scored (model.given_frames'
+  default, the reference's) and a full fine-tune with it excluded: the adapter and the transformer
+  load into `WanImageToVideoPipeline` (expand_timesteps) and change its video.
 - Wan 2.1 FLF2V (its own recipe), LoRA, each prompt with its first and last frame (the prompt
   set's `train_flf2v.jsonl`): the adapter loads into the pipeline and changes the video it renders
   between the two frames."""
@@ -122,18 +123,22 @@ def test_full_fine_tune_of_wan_2_1_i2v_trains_two_steps_and_its_transformer_load
     assert render(pipe, first_frame).shape == (1, 5, 3, 32, 32)
 
 
-@pytest.mark.parametrize("train_mode", ["lora", "full"])
+@pytest.mark.parametrize(("train_mode", "given_frames", "sampled_frames"), [("lora", None, 3), ("full", "excluded", 2)])
 def test_ti2v_5b_image_to_video_trains_two_steps_and_its_export_loads_into_the_pipeline(
-    tiny_wan22_dirs, i2v_set, first_frame, tmp_path, train_mode
+    tiny_wan22_dirs, i2v_set, first_frame, tmp_path, train_mode, given_frames, sampled_frames
 ):
+    """`given_frames` None: the recipe's model.given_frames (the default, stepped)."""
     from diffusers import WanImageToVideoPipeline, WanTransformer3DModel
 
     model_dir = tiny_wan22_dirs["ti2v"]  # model_index.json: WanPipeline, as the hub repository's
     extra = ["eval.every=0", "eval.at_start=false", "actor.ema.enabled=false", "eval.use_ema=false"]
+    if given_frames is not None:
+        extra.append(f"model.given_frames={given_frames}")
     trainer, initial = train_recipe_in_process(
         TI2V_RECIPE, overrides(model_dir, tmp_path / "run", i2v_set, f"model.train_mode={train_mode}", *extra)
     )
     assert_two_steps_at_parity_zero(tmp_path / "run")
+    assert trainer.policy.latent_shape(32, 32)[1] == sampled_frames  # 3 latent frames, the image's first
     moved = changed_tensors(trainer, initial)
     pipe = WanImageToVideoPipeline.from_pretrained(model_dir)
     assert pipe.config.expand_timesteps

@@ -91,9 +91,12 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
     lora_target_modules = WAN_LORA_TARGETS
     repeated_blocks = WAN_REPEATED_BLOCKS
     given_latent_frames = 0
-    """Leading latent frames the transformer reads but the policy does not generate (a timestep of
-    0 on their tokens, outside the sampled latents): none for text-to-video; Wan 2.2 TI2V-5B's
-    image-to-video gives its first frame (models/wan_i2v)."""
+    """Leading latent frames the condition gives and the transformer reads at timestep 0: none for
+    text-to-video; Wan 2.2 TI2V-5B's image-to-video gives its first frame (models/wan_i2v)."""
+    stepped_given_frames = 0
+    """How many of the `given_latent_frames` the policy samples too (model.given_frames: "stepped",
+    all of them, as the pipeline steps them; "excluded", none): its samples hold them first, its
+    velocity is the transformer's prediction there, and they count in every per-sample mean."""
 
     def __init__(
         self,
@@ -240,7 +243,12 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
             detach_uncond,
             self.cfg_batch,
         )  # [B, C, given + F_lat, h, w]
-        return out[:, :, self.given_latent_frames :]  # the generated frames' velocity
+        return out[:, :, self.unsampled_latent_frames :]  # the sampled frames' velocity
+
+    @property
+    def unsampled_latent_frames(self) -> int:
+        """Leading latent frames the transformer reads but the policy does not sample."""
+        return self.given_latent_frames - self.stepped_given_frames
 
     def token_timesteps(self, timestep: torch.Tensor, frames_height_width: tuple[int, ...]) -> torch.Tensor:
         """Timesteps [B] -> one per transformer token [B, N] over latent frames x height x width: the

@@ -38,11 +38,17 @@ Wan 2.2 TI2V-5B's image-to-video (its one repository loaded as WanImageToVideoPi
 - the source image alone, encoded as a one-frame video and normalised, is latent frame 0 of what
   the transformer reads (no mask channels: it reads the VAE's 48), no image encoder;
 - the timestep is per latent token (`WanPolicy.token_timesteps`): 0 on frame 0's, t on the rest;
-- the pipeline draws and steps frame 0 of its latents too but never reads them: it replaces them
-  with the image's latents before decoding. The policy samples only the generated frames
-  (`latent_shape` has `given_latent_frames` = 1 latent frame less), so log-probs, losses and
-  offline latents are theirs alone; `decode_conditioned` puts the image's frame back first
-  (`FamilySpec.decode_reads_condition`: rollout and evaluation decode through it).
+- the pipeline draws frame 0 of its latents as noise too and steps it with the velocity the
+  transformer predicts on the image's tokens, but never reads it (the transformer reads the image
+  there) and replaces it with the image's latents before decoding. Flow-Factory's Wan I2V adapter
+  (X-GenGroup/Flow-Factory a0b2bc5, src/flow_factory/models/wan/wan2_i2v.py) does the same in its
+  SDE steps, so frame 0 counts in its per-step log-prob, a mean over every latent element.
+  `model.given_frames` picks: "stepped" (the default, theirs: `stepped_given_frames` = 1, the
+  samples hold all the latent frames) or "excluded" (the policy samples only the generated frames:
+  `latent_shape` has 1 latent frame less, so log-probs, losses and offline latents are theirs
+  alone). Either way `decode_conditioned` puts the image's frame first
+  (`FamilySpec.decode_reads_condition`: rollout and evaluation decode through it), so no pixel
+  differs.
 
 `source_latents` holds, per prompt, the condition [t + C, F_lat, h, w] (TI2V-5B: [C, 1, h, w]) and, for Wan 2.1, the
 CLIP tokens [257, 1280], flattened into one row [B, 1, N] (`pack_rows`): a `Condition`
@@ -51,9 +57,12 @@ field is one tensor, and the CLIP tokens too are encoded once per step, not at e
 
 from __future__ import annotations
 
+from typing import get_args
+
 import torch
 
 from genalign.models.base import Condition, SourcesBesideText
+from genalign.models.config import GivenFrames
 from genalign.models.diffusers_common import pack_rows, place, unpack_rows, wan_vae_encode_pixels
 from genalign.models.spec import FamilySpec
 from genalign.models.wan.policy import WanPolicy
@@ -115,8 +124,19 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
     family = SPEC.name
     display_name = "Wan I2V"
     diffusers_pipeline = SPEC.pipeline_class
+    config_options = (*WanPolicy.config_options, "given_frames")
 
-    def __init__(self, pipeline, device: torch.device, dtype: torch.dtype, *args, **options):
+    def __init__(
+        self,
+        pipeline,
+        device: torch.device,
+        dtype: torch.dtype,
+        *args,
+        given_frames: GivenFrames = "stepped",
+        **options,
+    ):
+        if given_frames not in get_args(GivenFrames):
+            raise ValueError(f"model.given_frames={given_frames!r}: choose one of {get_args(GivenFrames)}")
         super().__init__(pipeline, device, dtype, *args, **options)
         config = pipeline.transformer.config
         self.image_dim = config.get("image_dim")
@@ -137,8 +157,14 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
             self.clip_tokens = (vision.image_size // vision.patch_size) ** 2 + 1
             self.image_tokens = (self.source_count * self.clip_tokens, int(self.image_dim))
         latent_channels = int(self.vae.config.z_dim)
+        if given_frames == "excluded" and not self.expand_timesteps:
+            raise ValueError(
+                "model.given_frames=excluded: model.path's transformer reads the image on its channels "
+                "(no expand_timesteps), so no latent frame is given to leave out; remove it"
+            )
         if self.expand_timesteps:  # TI2V-5B: the image's latent frame is the first frame the transformer reads
             self.given_latent_frames = 1
+            self.stepped_given_frames = self.given_latent_frames if given_frames == "stepped" else 0
             self.condition_channels = latent_channels
             expected, parts = latent_channels, "the latents, the first of them the image's"
         else:
@@ -152,14 +178,15 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
 
     def latent_shape(self, height: int, width: int) -> tuple[int, int, int, int]:
         """What the policy samples: the video's latents (`WanVAEVideo.latent_shape`) less the
-        `given_latent_frames` (TI2V-5B's first, the encoded image)."""
+        given frames it does not step (TI2V-5B's first, the encoded image, with
+        model.given_frames=excluded)."""
         channels, frames, latent_height, latent_width = super().latent_shape(height, width)
         if frames <= self.given_latent_frames:
             raise ValueError(
                 f"model.num_frames={self.num_frames}: {self.display_name} with expand_timesteps is given the "
                 f"first latent frame and generates the others; use {self.temporal_factor + 1} frames or more"
             )
-        return channels, frames - self.given_latent_frames, latent_height, latent_width
+        return channels, frames - self.unsampled_latent_frames, latent_height, latent_width
 
     @torch.no_grad()
     def encode_sources(self, images: torch.Tensor) -> torch.Tensor:
@@ -208,12 +235,13 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
     def transformer_inputs(self, latents: torch.Tensor, cond: Condition) -> dict[str, torch.Tensor]:
         """The noisy latents with the condition after them on channels (`hidden_states` [B, 36,
         F_lat, h, w]) and, for Wan 2.1, the CLIP tokens (`encoder_hidden_states_image`); with
-        expand_timesteps the image's latent frame before the generated ones ([B, C, 1 + F, h, w]:
-        the pipeline's `(1 − mask) · condition + mask · latents`, which for its 0/1 mask is this
-        concatenation value for value)."""
+        expand_timesteps the image's latent frame before the generated ones ([B, C, F_lat, h, w],
+        the stepped frame 0 of the samples never read: the pipeline's `(1 − mask) · condition +
+        mask · latents`, which for its 0/1 mask is this concatenation value for value)."""
         condition, embeds = self._condition(cond, tuple(latents.shape[2:]))
         if self.expand_timesteps:
-            inputs = {"hidden_states": torch.cat([condition.to(latents), latents], dim=2)}
+            generated = latents[:, :, self.stepped_given_frames :]
+            inputs = {"hidden_states": torch.cat([condition.to(latents), generated], dim=2)}
         else:
             inputs = {"hidden_states": torch.cat([latents, condition.to(latents)], dim=1)}
         if embeds is not None:  # [B x S, 257, 1280]: FLF2V's transformer pairs consecutive rows
@@ -238,14 +266,15 @@ class WanI2VPolicy(SourcesBesideText, WanPolicy):
 
     def decode_conditioned(self, latents: torch.Tensor, cond: Condition) -> torch.Tensor:
         """Sampled latents [B, C, F, h, w] -> uint8 video [B, F', 3, H, W]: the given frames
-        (TI2V-5B's encoded image) put back before the sampled ones, as the pipeline does before it
-        decodes; `decode` itself where none are given."""
+        (TI2V-5B's encoded image) put back before the generated ones, over the stepped ones, as the
+        pipeline does before it decodes; `decode` itself where none are given."""
         if not self.given_latent_frames:
             return self.decode(latents)
         condition, _ = self._condition(cond, tuple(latents.shape[2:]))
-        return self.decode(torch.cat([condition.to(latents), latents], dim=2))
+        return self.decode(torch.cat([condition.to(latents), latents[:, :, self.stepped_given_frames :]], dim=2))
 
     def encode_images(self, videos: torch.Tensor) -> torch.Tensor:
         """uint8 video [B, F, 3, H, W] -> what the policy samples: the video's latents less the
-        `given_latent_frames` (TI2V-5B's first, which the video's first frame gives)."""
-        return super().encode_images(videos)[:, :, self.given_latent_frames :]
+        given frames it does not step (TI2V-5B's first, which the video's first frame gives, with
+        model.given_frames=excluded)."""
+        return super().encode_images(videos)[:, :, self.unsampled_latent_frames :]
