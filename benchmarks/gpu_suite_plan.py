@@ -244,7 +244,8 @@ def settings_of(cfg) -> dict:
         "size": f"{r.width}x{r.height}" + (f"x{m.num_frames}" if m.num_frames > 1 else ""),
         "dtype": m.dtype,
         "train_mode": m.train_mode,
-        "denoising_steps": r.num_steps,
+        # None for a family without denoising steps (Janus-Pro's image tokens): its rollout.num_steps is unread
+        "denoising_steps": r.num_steps if family_spec(m.family, m.allow_import).reads("rollout.num_steps") else None,
         "trained_steps": plan.num_train_timesteps,
         "cfg": r.guidance_scale,
         "prompts": plan.prompts_per_step,
