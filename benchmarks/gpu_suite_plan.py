@@ -194,7 +194,8 @@ def tiny_overrides(recipe: str, family: str) -> list[str]:
         f"model.num_frames={frames}",
         f"model.max_sequence_length={text_tokens}",
         f"rollout.sde_window.size={min(cfg.rollout.sde_window.size, 2)}",
-        *([] if "num_steps" in spec.fixed_rollout_keys else ["rollout.num_steps=4"]),  # NextStep-1: 4 head steps
+        # NextStep-1: 4 head steps; a family without denoising steps (Janus-Pro) refuses the key
+        *(["rollout.num_steps=4"] if spec.reads("rollout.num_steps") else []),
         "rollout.n=2",
         "rollout.rollout_batch_size=1",
         "rollout.sample_batch_size=2",
@@ -243,7 +244,8 @@ def settings_of(cfg) -> dict:
         "size": f"{r.width}x{r.height}" + (f"x{m.num_frames}" if m.num_frames > 1 else ""),
         "dtype": m.dtype,
         "train_mode": m.train_mode,
-        "denoising_steps": r.num_steps,
+        # None for a family without denoising steps (Janus-Pro's image tokens): its rollout.num_steps is unread
+        "denoising_steps": r.num_steps if family_spec(m.family, m.allow_import).reads("rollout.num_steps") else None,
         "trained_steps": plan.num_train_timesteps,
         "cfg": r.guidance_scale,
         "prompts": plan.prompts_per_step,
@@ -308,6 +310,7 @@ def shrink_candidates(recipe: str, base: list[str]):
     one trained step)."""
     cfg = compose_config(recipe, base)
     r, actor = cfg.rollout, cfg.actor
+    has_steps = family_spec(cfg.model.family, cfg.model.allow_import).reads("rollout.num_steps")
     micro = actor.micro_batch_size or r.sample_batch_size
     unit = math.lcm(r.sample_batch_size, micro)  # samples per step come in whole chunks and micro-batches
     for group in [r.n] + ([max(2, unit)] if max(2, unit) < r.n else []):
@@ -319,7 +322,7 @@ def shrink_candidates(recipe: str, base: list[str]):
                 *base,
                 f"rollout.rollout_batch_size={prompts}",
                 f"rollout.n={group}",
-                f"rollout.num_steps={steps}",
+                *([f"rollout.num_steps={steps}"] if has_steps else []),  # Janus-Pro: no denoising steps
                 f"actor.gradient_accumulation_steps={accumulation}",
             ]
             shrunk = [
@@ -335,8 +338,8 @@ def shrink_candidates(recipe: str, base: list[str]):
             halved = steps // 2  # still at least 2, the SDE window twice over, and one trained step
             if halved < max(2, 2 * r.sde_window.size) or int(halved * cfg.algorithm.timestep_fraction) < 1:
                 break
-            if "num_steps" in family_spec(cfg.model.family, cfg.model.allow_import).fixed_rollout_keys:
-                break  # the family's sampler fixes its steps: not a count to shrink
+            if not has_steps:
+                break  # the family has no denoising steps: not a count to shrink
             steps //= 2
 
 

@@ -50,9 +50,10 @@ def _settings(item: dict) -> str:
         return (
             f"{s['resolution']}², {s['num_steps']} steps, CFG {s['guidance_scale']}, {s['prompts']}x{s['group']} images"
         )
+    steps = "image tokens" if s["denoising_steps"] is None else f"{s['denoising_steps']} steps"
     return (
-        f"{s['size']}, {s['dtype']}, {s['train_mode']}, {s['denoising_steps']} steps ({s['trained_steps']} "
-        f"trained), CFG {s['cfg']}, {s['prompts']}x{s['group']} (chunk {s['chunk']}, micro {s['micro_batch']})"
+        f"{s['size']}, {s['dtype']}, {s['train_mode']}, {steps} ({s['trained_steps']} trained), CFG {s['cfg']}, "
+        f"{s['prompts']}x{s['group']} (chunk {s['chunk']}, micro {s['micro_batch']})"
     )
 
 

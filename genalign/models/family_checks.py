@@ -2,8 +2,8 @@
 
 Where it fits: the config validation calls `family_problems(cfg)` once, beside its other value
 checks, so every family-dependent rule (sizes, video frames, negative prompt, guidance
-embedding, text-encoder offload, gradient checkpointing, the source images' size, rollout keys
-the sampler ignores, a family's own size rule) comes from what the family declares, never from
+embedding, text-encoder offload, gradient checkpointing, the source images' size, config keys
+the family does not read, a family's own size rule) comes from what the family declares, never from
 a table of family names.
 Checks that need the loaded checkpoint (a guidance embedding present, Wan's 4k + 1 frames,
 Janus' exact size) run when the model loads.
@@ -76,7 +76,7 @@ def family_problems(cfg: "ExperimentConfig") -> list[str]:
     if not problems and (rule := spec.size_problem(model.path, cfg.rollout.height, cfg.rollout.width)):
         problems.append(rule)
     problems += media_problems(spec, model.num_frames, model.negative_prompt)
-    problems += fixed_rollout_problems(spec, cfg.rollout)
+    problems += unread_key_problems(spec, cfg)
     problems += spec.rollout_sampler_problems(cfg.rollout)
     if spec.rollout_sampler and cfg.eval.num_steps != cfg.rollout.num_steps:
         # the walk is built into the policy once (`configure_rollout`), and evaluation samples
@@ -89,15 +89,27 @@ def family_problems(cfg: "ExperimentConfig") -> list[str]:
     return problems
 
 
-def fixed_rollout_problems(spec: FamilySpec, rollout) -> list[str]:
-    """A `spec.fixed_rollout_keys` key set away from its default: the family would ignore it."""
-    defaults = type(rollout)()
-    return [
-        f"rollout.{key}={getattr(rollout, key)}: model.family={spec.name} does not read it (its sampler's "
-        f"{', '.join(spec.fixed_rollout_keys)} are fixed on the policy); remove it"
-        for key in spec.fixed_rollout_keys
-        if getattr(rollout, key) != getattr(defaults, key)
-    ]
+def unread_key_problems(spec: FamilySpec, cfg: "ExperimentConfig") -> list[str]:
+    """A `spec.unread_keys` key set away from its default: the family would ignore it."""
+    problems, defaults = [], type(cfg)()
+    for key in spec.unread_keys:
+        try:
+            value, default = _dotted(cfg, key), _dotted(defaults, key)
+        except AttributeError:  # a user's family spec with a typo
+            problems.append(f"model.family={spec.name}: its FamilySpec's unread_keys names {key!r}, not a config key")
+            continue
+        if value != default:
+            problems.append(
+                f"{key}={value}: model.family={spec.name} does not read it ({spec.unread_reason}); remove it "
+                f"(or set it to its default, {default})"
+            )
+    return problems
+
+
+def _dotted(obj, key: str):
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def size_problems(spec: FamilySpec, height: int, width: int) -> list[str]:

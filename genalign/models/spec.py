@@ -167,10 +167,15 @@ class FamilySpec:
     """(hub id, "package.module:function") pairs: the tiny model of a checkpoint whose form
     differs from `tiny_builder`'s (Wan 2.2's two experts, TI2V-5B's VAE), built from that hub
     id's published configs shrunk; `build_tiny(seed, path)` picks it for `path`."""
-    fixed_rollout_keys: tuple[str, ...] = ()
-    """`rollout.*` keys the family's sampler does not read, its own settings fixed on the policy
-    instead: a config setting one away from its default is refused, naming the key, rather than
-    ignored."""
+    unread_keys: tuple[str, ...] = ()
+    """Config keys, dotted from the config's root ("rollout.num_steps", "eval.num_steps"), that
+    the family never reads: settings of a sampler it does not have (Janus-Pro draws image tokens:
+    no denoising steps, SDE noise or transition kernel). A config setting one away from its
+    default is refused before any model loads, naming the key and `unread_reason`, rather than
+    ignored; helpers that set keys for every family (the GPU suite, the tests) leave these out
+    (`reads`)."""
+    unread_reason: str = ""
+    """Why the family does not read its `unread_keys`, in a few words (the refusal says it)."""
     rollout_sampler: str | None = None
     """"package.module:function" (RolloutConfig -> list of problems) of a family whose policy
     takes its sampler's rollout.num_steps / noise_level / kernel once, when it is built, rather
@@ -200,6 +205,8 @@ class FamilySpec:
             raise ValueError(f"FamilySpec {self.name!r}: source_images must be >= 0 (>= 1 with source_required)")
         if self.size_multiple < 1 or (self.fixed_size is not None and self.fixed_size % self.size_multiple):
             raise ValueError(f"FamilySpec {self.name!r}: fixed_size must be a multiple of size_multiple >= 1")
+        if self.unread_keys and not self.unread_reason:
+            raise ValueError(f"FamilySpec {self.name!r}: unread_keys needs unread_reason (the refusal says why)")
 
     @property
     def pipeline_tag(self) -> str:
@@ -229,6 +236,15 @@ class FamilySpec:
         """What the family's build-time sampler (`rollout_sampler`) cannot run of `rollout`
         ([] for a family that reads its rollout keys per call)."""
         return _import(self.rollout_sampler)(rollout) if self.rollout_sampler else []
+
+    def reads(self, key: str) -> bool:
+        """Whether the family reads config key `key` (dotted from the root): False for its `unread_keys`."""
+        return key not in self.unread_keys
+
+    def reads_override(self, override: str) -> bool:
+        """Whether a command-line override ("rollout.num_steps=4", "+key=value") sets a key the
+        family reads: what helpers that apply one list of overrides to every family filter by."""
+        return self.reads(override.split("=", 1)[0].lstrip("+~"))
 
     def policy_class(self) -> Any:
         """The policy class (imports its module)."""

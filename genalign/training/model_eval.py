@@ -46,6 +46,7 @@ from genalign.evaluation.results import records_of, write_results
 from genalign.evaluation.sharded import evaluate_samples
 from genalign.evaluation.summaries import markdown_table, summarise
 from genalign.hub import is_hub_id
+from genalign.models.spec import FamilySpec, family_spec
 from genalign.placement.ray_pools import start_ray_for_run, stop_ray_for_run
 from genalign.preflight.files import output_dir_problems
 from genalign.preflight.load import load_config
@@ -159,8 +160,11 @@ def model_overrides(source: ModelSource) -> list[str]:
     return []
 
 
-def benchmark_overrides(benchmark: Benchmark) -> list[str]:
-    return [f"{key}={value(setting)}" for key, setting in benchmark.protocol.items()] + [
+def benchmark_overrides(benchmark: Benchmark, family: FamilySpec) -> list[str]:
+    """The benchmark's protocol and manifest as overrides. A protocol written for flow models
+    (eval.num_steps) leaves out the keys `family` does not read (Janus-Pro's image tokens take
+    no denoising steps), which its config would refuse."""
+    return [f"{key}={value(setting)}" for key, setting in benchmark.protocol.items() if family.reads(key)] + [
         f"data.eval_manifest={value(benchmark.manifest)}"
     ]
 
@@ -195,7 +199,8 @@ def eval_config(
     overrides, options = split_scorer_options(overrides)
     first = load_or_stored(source, recipe, model_overrides(source) + overrides)
     benchmark = resolve_benchmark(benchmark_name, first)
-    cfg = load_or_stored(source, recipe, model_overrides(source) + benchmark_overrides(benchmark) + overrides)
+    family = family_spec(first.model.family, first.model.allow_import)
+    cfg = load_or_stored(source, recipe, model_overrides(source) + benchmark_overrides(benchmark, family) + overrides)
     kwargs = {name: dict(value) for name, value in benchmark.reward_kwargs.items()}
     for name, value in options.items():
         kwargs.setdefault(name, {}).update(value)
@@ -265,7 +270,7 @@ def settings_of(
     cfg: ExperimentConfig, source: ModelSource, benchmark: Benchmark, weights: str, world_size: int, reward_cfg
 ) -> dict[str, Any]:
     """Every setting the numbers depend on, printed and stored beside them."""
-    spec = setup.eval_spec(cfg)
+    spec, family = setup.eval_spec(cfg), family_spec(cfg.model.family, cfg.model.allow_import)
     return {
         "genalign": __version__,
         "command": sys.argv,
@@ -280,7 +285,7 @@ def settings_of(
         "groups": benchmark.groups,
         "summary": benchmark.summary,
         "sampling": {
-            "num_steps": spec.num_steps,
+            "num_steps": spec.num_steps if family.reads("eval.num_steps") else None,  # None: no denoising steps
             "guidance_scale": spec.guidance_scale,
             "height": spec.height,
             "width": spec.width,
@@ -289,7 +294,9 @@ def settings_of(
             "seed": cfg.eval.seed,
             "noise_seeds": cfg.eval.noise_seeds,
             "batch_size": cfg.eval.batch_size,
-            "sampler": "deterministic ODE (noise level 0)",
+            "sampler": "deterministic ODE (noise level 0)"
+            if family.sampler == "flow"
+            else f"image tokens at temperature {spec.temperature}",
             "use_ema": cfg.eval.use_ema,
         },
         "scorer_options": {
@@ -406,7 +413,8 @@ def print_settings(settings: dict[str, Any], out: Path) -> None:
         f"genalign eval: {settings['model']} ({settings['weights']}) on {settings['benchmark']} -> {out}",
         f"  prompts: {settings['manifest']} (first {sampling['max_prompts']}) x {sampling['samples_per_prompt']} "
         f"images, seeds {sampling['noise_seeds']} from {sampling['seed']}",
-        f"  sampler: {sampling['num_steps']} steps, CFG {sampling['guidance_scale']}, "
+        f"  sampler: {'' if sampling['num_steps'] is None else str(sampling['num_steps']) + ' steps, '}"
+        f"CFG {sampling['guidance_scale']}, "
         f"{sampling['height']}x{sampling['width']}, {sampling['sampler']}, batch {sampling['batch_size']}",
         f"  scorers: {json.dumps(settings['groups'])}, options {json.dumps(settings['scorer_options'])}",
         *(f"  source of {key}: {text}" for key, text in settings["sources"].items()),

@@ -109,9 +109,18 @@ SPEC = FamilySpec(
     export="peft",
     pipeline_class="JanusForConditionalGeneration",
     tiny_builder="genalign.models.janus.tiny:build_tiny_janus",
+    # the token collector hands `sample_tokens` only guidance and temperature, rollout and evaluation
+    # alike; the kind-wide SDE keys (same_initial_noise, sde_window, ode_final_step, sampler) are the
+    # algorithm checks' (preflight/algorithm_checks.py)
+    unread_keys=("rollout.num_steps", "rollout.noise_level", "rollout.kernel", "eval.num_steps"),
+    unread_reason=(
+        "it draws its image tokens one at a time from the generation head's softmax: no denoising steps, "
+        "SDE noise or transition kernel"
+    ),
 )
 """Janus-Pro: image tokens (16 pixels each; the exact size is the checkpoint's), a peft adapter
-onto the transformers class; no gradient checkpointing, CFG streams always joint."""
+onto the transformers class; no gradient checkpointing, CFG streams always joint; the flow
+sampler's keys refused."""
 
 
 class JanusPolicy:

@@ -153,3 +153,23 @@ def test_real_shapes_items_plan_for_the_card(card_gib, big_ones_run, tmp_path):
     assert items["genalign"].same_as == "sd3" and items["genalign"].estimate_s == 0.0
     assert items["flow_grpo"].settings["group"] == items["sd3"].settings["group"] == 8
     assert not torch.cuda.is_initialized()
+
+
+@pytest.mark.parametrize("family", sorted(plan.family_recipes()))
+def test_tiny_overrides_set_no_key_the_family_does_not_read(family, tmp_path):
+    """The suite's tiny shapes apply one list to every family: a key a family's spec names unread
+    (Janus-Pro's rollout.num_steps) is left out, else the family's config would refuse it, and the
+    report then says image tokens, not denoising steps."""
+    from benchmarks.gpu_suite_report import _settings
+    from genalign.models.spec import family_spec
+
+    recipe, spec = plan.family_recipes()[family], family_spec(family)
+    if not recipe:
+        pytest.skip(f"{family}: no recipe shipped")
+    tiny = plan.tiny_overrides(recipe, family)
+    assert all(spec.reads_override(item) for item in tiny)
+    assert any(item.startswith("rollout.num_steps=") for item in tiny) == spec.reads("rollout.num_steps")
+    cfg = compose_config(recipe, [*plan.common_overrides(recipe, tmp_path, family, 2), *tiny])
+    settings = plan.settings_of(cfg)
+    assert (settings["denoising_steps"] is None) == (not spec.reads("rollout.num_steps"))
+    assert ("image tokens" in _settings({"settings": settings})) == (settings["denoising_steps"] is None)

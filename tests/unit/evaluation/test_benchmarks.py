@@ -68,3 +68,20 @@ def test_user_benchmark_file_and_its_mistakes(tmp_path):
         resolve_benchmark(str(bad), load_config(None))
     with pytest.raises(ValueError, match="--benchmark 'nope'"):
         resolve_benchmark("nope", load_config(None))
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_a_benchmarks_protocol_leaves_out_the_keys_a_family_does_not_read(name):
+    """A protocol written for flow models sets eval.num_steps; Janus-Pro draws image tokens and
+    refuses the key, so `genalign eval` applies the rest of the protocol only."""
+    from genalign.models.spec import family_spec
+    from genalign.training.model_eval import benchmark_overrides
+
+    benchmark = BENCHMARKS[name]
+    janus, sd3 = family_spec("janus"), family_spec("sd3")
+    assert "eval.num_steps" in benchmark.protocol
+    kept = benchmark_overrides(benchmark, janus)
+    assert not any(item.startswith("eval.num_steps=") for item in kept)
+    assert len(kept) == len(benchmark_overrides(benchmark, sd3)) - 1
+    cfg = load_config("experiment/autoregressive/janus_pro/online_grpo_ocr", kept, check_files=False)
+    assert cfg.eval.num_steps == type(cfg.eval)().num_steps and cfg.data.eval_manifest == benchmark.manifest

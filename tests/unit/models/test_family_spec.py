@@ -209,22 +209,77 @@ def test_the_family_checks_read_the_spec():
     assert family_problems(cfg) == []  # the registry check names it
 
 
-def test_rollout_keys_a_family_fixes_on_its_policy_are_refused_naming_the_key():
+JANUS_RECIPE = "experiment/autoregressive/janus_pro/online_grpo_ocr"
+JANUS_UNREAD = {  # each key Janus-Pro's spec declares unread, set away from its default
+    "rollout.num_steps": 20,
+    "rollout.noise_level": 1.0,
+    "rollout.kernel": "cps",
+    "eval.num_steps": 10,
+}
+
+
+def test_janus_declares_the_flow_samplers_keys_unread():
+    """The token collector hands Janus-Pro's sampler guidance and temperature only, in rollout and
+    evaluation: the flow sampler's steps, noise and kernel are settings it does not have."""
+    spec = family_spec("janus")
+    assert set(spec.unread_keys) == set(JANUS_UNREAD) and spec.unread_reason
+    assert not spec.reads("rollout.num_steps") and spec.reads("rollout.temperature")
+    assert spec.reads_override("rollout.guidance_scale=5") and not spec.reads_override("+eval.num_steps=2")
+
+
+@pytest.mark.parametrize("key", sorted(JANUS_UNREAD))
+def test_a_key_janus_does_not_read_is_a_config_error_naming_it(key):
+    from genalign.config.errors import ConfigError
+    from genalign.preflight.load import load_config
+
+    value = JANUS_UNREAD[key]
+    with pytest.raises(ConfigError) as error:
+        load_config(JANUS_RECIPE, [f"{key}={value}"], check_files=False)
+    assert (
+        f"{key}={value}: model.family=janus does not read it (it draws its image tokens one at a time from "
+        "the generation head's softmax: no denoising steps, SDE noise or transition kernel); remove it"
+    ) in str(error.value)
+
+
+@pytest.mark.parametrize("model", ["pro_7b", "pro_1b"])
+def test_the_shipped_janus_recipe_loads_and_leaves_the_unread_keys_at_their_defaults(model):
+    from genalign.config.schema import ExperimentConfig
+    from genalign.models.family_checks import unread_key_problems
+    from genalign.preflight.load import load_config
+
+    cfg = load_config(JANUS_RECIPE, [f"/model/autoregressive/janus_pro={model}"], check_files=False)
+    assert cfg.model.family == "janus" and unread_key_problems(family_spec("janus"), cfg) == []
+    defaults = ExperimentConfig()
+    assert (cfg.rollout.num_steps, cfg.rollout.noise_level, cfg.rollout.kernel, cfg.eval.num_steps) == (
+        defaults.rollout.num_steps,
+        defaults.rollout.noise_level,
+        defaults.rollout.kernel,
+        defaults.eval.num_steps,
+    )
+
+
+@pytest.mark.parametrize("name", MODEL_FAMILIES.names())
+def test_each_familys_unread_keys_are_config_keys(name):
+    from genalign.config.schema import ExperimentConfig
+    from genalign.models.family_checks import unread_key_problems
+
+    spec = family_spec(name)
+    assert unread_key_problems(spec, ExperimentConfig()) == []  # each resolves, at its default
+    assert all(not spec.reads(key) for key in spec.unread_keys)
+
+
+def test_a_spec_names_why_its_keys_are_unread_and_a_typo_is_reported():
     from dataclasses import replace
 
     from genalign.config.schema import ExperimentConfig
-    from genalign.models.family_checks import fixed_rollout_problems
+    from genalign.models.family_checks import unread_key_problems
 
-    rollout = ExperimentConfig().rollout
-    spec = replace(family_spec("janus"), fixed_rollout_keys=("num_steps", "noise_level", "kernel"))
-    assert fixed_rollout_problems(spec, rollout) == []  # left at their defaults: nothing to ignore
-    rollout.num_steps, rollout.noise_level = 20, 1.0
-    assert fixed_rollout_problems(spec, rollout) == [
-        f"rollout.{key}={value}: model.family=janus does not read it (its sampler's num_steps, "
-        "noise_level, kernel are fixed on the policy); remove it"
-        for key, value in (("num_steps", 20), ("noise_level", 1.0))
+    with pytest.raises(ValueError, match="unread_keys needs unread_reason"):
+        replace(family_spec("toy"), unread_keys=("rollout.num_steps",))
+    typo = replace(family_spec("toy"), unread_keys=("rollout.num_step",), unread_reason="none")
+    assert unread_key_problems(typo, ExperimentConfig()) == [
+        "model.family=toy: its FamilySpec's unread_keys names 'rollout.num_step', not a config key"
     ]
-    assert fixed_rollout_problems(family_spec("janus"), rollout) == []  # its spec fixes none
 
 
 def test_nextsteps_head_walk_reads_the_rollout_keys_and_refuses_what_it_cannot_train():
@@ -234,7 +289,7 @@ def test_nextsteps_head_walk_reads_the_rollout_keys_and_refuses_what_it_cannot_t
     cfg = ExperimentConfig()
     cfg.model.family, cfg.rollout.height, cfg.rollout.width = "nextstep", 64, 64
     spec = family_spec("nextstep")
-    assert spec.fixed_rollout_keys == () and spec.rollout_sampler is not None
+    assert spec.reads("rollout.num_steps") and spec.rollout_sampler is not None
     for steps, kernel, noise in ((20, "em_sde", 1.0), (2, "flow_sde", 0.7), (50, "cps", 0.5)):
         cfg.rollout.num_steps, cfg.rollout.kernel, cfg.rollout.noise_level = steps, kernel, noise
         cfg.eval.num_steps = steps
