@@ -204,12 +204,12 @@ import json, sys, time
 from pathlib import Path
 sys.path.insert(0, "benchmarks")
 import gpu_suite
-items = {{i.key: i for i in gpu_suite.build_items(Path({str(tmp_path)!r}), True, None)}}
+item = gpu_suite.Item("toy", 1, "toy", "train", recipe="experiment/toy/shapes_grpo")
 def never_returns(*args):
     while True:
         time.sleep(1)
 gpu_suite.load_config = never_returns  # the forked child inherits it: its first call
-result = gpu_suite.run_item(items["toy"], Path({str(tmp_path)!r}) / "toy", True, 15.0)
+result = gpu_suite.run_item(item, Path({str(tmp_path)!r}) / "toy", True, 15.0)
 print(json.dumps(result))
 """
     run = _run_script(script, threads=1)
