@@ -34,7 +34,6 @@ from typing import Iterator
 
 import torch
 
-from genalign.config.errors import ConfigError
 from genalign.placement.devices import use_cuda_device
 
 log = logging.getLogger(__name__)
@@ -200,7 +199,8 @@ def gradient_sync(module: torch.nn.Module | None, enabled: bool) -> Iterator[Non
         if enabled:  # after the optimizer step's last backward, on every rank
             average_gradients(module)
         return
-    if enabled or module is None or module in _REDUCED_EVERY_BACKWARD or not hasattr(module, "set_requires_gradient_sync"):
+    every_backward = module is not None and module in _REDUCED_EVERY_BACKWARD
+    if enabled or module is None or every_backward or not hasattr(module, "set_requires_gradient_sync"):
         yield
         return
     module.set_requires_gradient_sync(False)
