@@ -13,9 +13,9 @@ phases); the other ranks print warnings and errors only.
 
 Numerics: each rank holds `1/world_size` of the step's groups and runs
 `gradient_accumulation_steps / world_size` micro-batches per optimizer step; DDP and FSDP2
-average gradients over ranks (once per optimizer step: `gradient_sync`), which makes a k-rank
-step the same update as the 1-process step over the same global batch (to fp32 reduction
-order). A collective that waits longer than `distributed.training.timeout_s` fails the rank.
+average gradients over ranks (once per optimizer step: `gradient_sync`; FSDP2-sharded experts at
+every backward, `_REDUCED_EVERY_BACKWARD`), which makes a k-rank step the same update as the
+1-process step over the same global batch (to fp32 reduction order). A collective that waits longer than `distributed.training.timeout_s` fails the rank.
 The CUDA device helpers live in placement/devices.py, the copy into a shard in
 weights/sharded.py.
 """
@@ -108,7 +108,9 @@ def wrap_for_training(module: torch.nn.Module, strategy: str, blocks: tuple[str,
     `fully_shard` (parameters become sharded DTensors; use `full_state` to read them) on every
     submodule whose class is named in `blocks` (the family's repeated transformer blocks),
     then on the root, as torchtitan shards: one block's weights are gathered at a time, so a
-    rank holds its shard plus one block rather than the whole denoiser."""
+    rank holds its shard plus one block rather than the whole denoiser. A denoiser of experts
+    (`forward_units`) has each expert sharded so, and its experts run in lockstep over the ranks
+    (`DenoiserExperts.lockstep`)."""
     if strategy == "none":
         return module
     if strategy == "ddp":
