@@ -444,8 +444,8 @@ def test_wan22_experts_train_on_two_ranks_whose_samples_use_different_experts(ti
     recipe's window): a rank's backward may run the other expert than its peer's. The run
     finishes both steps at replay parity 0 and exports both experts. DDP's hooks, readied by each
     expert's forward, hung here (the experts' gradients are averaged after the step's last
-    backward instead); FSDP2's experts run in lockstep (test_distributed_experts.py), and the
-    run resumes from its sharded checkpoint."""
+    backward instead); FSDP2's experts run in lockstep (test_distributed_experts.py), the run
+    resumes from its sharded checkpoint, and a rank with nothing to train takes part."""
     from support import tiny_video_overrides
 
     window = ["rollout.sde_window.lo=0", "rollout.sde_window.hi=3", "rollout.sde_window.size=1"]
@@ -464,3 +464,18 @@ def test_wan22_experts_train_on_two_ranks_whose_samples_use_different_experts(ti
     if strategy == "fsdp2":  # the sharded optimizer state and both experts' adapters reload
         launch(2, [*args, "trainer.num_steps=3", "trainer.resume_from=auto"], WAN22_A14B)
         assert [r["step"] for r in csv.DictReader(open(tmp_path / "metrics.csv"))] == ["1", "2", "3"]
+        # rank 1's groups score constantly: it has nothing to train and replays a filler sample
+        # beside rank 0's, whatever experts each uses
+        idle = [
+            "reward.components.temporal_consistency=0.0",
+            "reward.components.jpeg_compressibility=0.0",
+            "reward.allow_import=[support:RankOneConstantReward]",
+            "reward.components={support:RankOneConstantReward: 1.0}",
+            "algorithm.drop_zero_advantage=true",
+        ]
+        out = tmp_path / "idle"
+        idle_args = [*tiny_video_overrides(tiny_wan22_dirs["a14b"], out, *extra, *idle)]
+        launch(2, [*idle_args, "actor.gradient_accumulation_steps=2"], WAN22_A14B)
+        rows = list(csv.DictReader(open(out / "metrics.csv")))
+        assert [r["step"] for r in rows] == ["1", "2"]
+        assert [float(r["zero_std_ratio"]) for r in rows] == [0.5, 0.5]
