@@ -15,7 +15,8 @@ Numerics: each rank holds `1/world_size` of the step's groups and runs
 `gradient_accumulation_steps / world_size` micro-batches per optimizer step; DDP and FSDP2
 average gradients over ranks (once per optimizer step: `gradient_sync`; FSDP2-sharded experts at
 every backward, `_REDUCED_EVERY_BACKWARD`), which makes a k-rank step the same update as the
-1-process step over the same global batch (to fp32 reduction order). A collective that waits longer than `distributed.training.timeout_s` fails the rank.
+1-process step over the same global batch (to fp32 reduction order). A collective that waits
+longer than `distributed.training.timeout_s` fails the rank.
 The CUDA device helpers live in placement/devices.py, the copy into a shard in
 weights/sharded.py.
 """
