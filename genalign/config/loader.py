@@ -121,7 +121,10 @@ class _Composer:
         """Compose the layer a group entry names, with the command line's (else a file's) swap."""
         group, option, where = entry.group, entry.option, _rel(path)
         self.seen_groups.add(group)
-        if group in self.swaps:
+        # a swapped-in option that extends another of its group (`fsdp2_8_ranks` names `fsdp2`)
+        # keeps that entry: the swap already chose the layer that holds it
+        extending = group in self.swaps and _rel(path) == f"{group.strip('/')}/{self.swaps[group]}.yaml"
+        if group in self.swaps and not extending:
             option = self.swaps[group]
             self.used_swaps.add(group)
             where = f"command line `{group}={option}`"

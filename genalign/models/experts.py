@@ -13,7 +13,7 @@ exported (its own folder, loadable as that pipeline component) is read here.
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import Callable, get_args
 
 import torch
 
@@ -49,6 +49,20 @@ class DenoiserExperts(torch.nn.Module):
         for name, module in experts.items():
             self.add_module(name, module)
         self.trained = tuple(trained)
+        self.lockstep: Callable[[list[float]], list[float]] | None = None
+        """Set when the experts are sharded (FSDP2, `training.distributed.wrap_for_training`):
+        each expert's forward all-gathers its shards, so every rank must run the same experts in
+        every call. It maps this rank's per-expert flags (1: this call has rows for it) to their
+        maximum over the ranks, a collective every rank enters at every call."""
+
+    def experts_to_run(self, needed: dict[str, bool]) -> dict[str, bool]:
+        """{expert: whether this call runs it} from {expert: whether this call has rows for it}:
+        the same on every rank under `lockstep` (an expert some rank needs runs everywhere, on a
+        rank without rows for it as a zero-weighted filler row), else `needed` itself."""
+        if self.lockstep is None:
+            return needed
+        agreed = self.lockstep([float(flag) for flag in needed.values()])
+        return {name: value > 0 for name, value in zip(needed, agreed)}
 
     def separately_called(self) -> list[torch.nn.Module]:
         """The experts: the family calls each on its own, never this module's forward, so a
@@ -59,6 +73,13 @@ class DenoiserExperts(torch.nn.Module):
         """Every expert's (a frozen expert keeps no activations for backward anyway)."""
         for module in self.children():
             module.enable_gradient_checkpointing()
+
+
+def shard_local(param: torch.Tensor) -> torch.Tensor:
+    """This rank's own part of `param`: an FSDP2 shard (DTensor) outside its forward as a plain
+    tensor (autograd reaches the DTensor through it, no collective), else `param` itself."""
+    to_local = getattr(param, "to_local", None)
+    return to_local() if to_local is not None else param
 
 
 def denoiser_parts(module: torch.nn.Module) -> dict[str, torch.nn.Module]:

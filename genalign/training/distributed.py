@@ -13,9 +13,10 @@ phases); the other ranks print warnings and errors only.
 
 Numerics: each rank holds `1/world_size` of the step's groups and runs
 `gradient_accumulation_steps / world_size` micro-batches per optimizer step; DDP and FSDP2
-average gradients over ranks (once per optimizer step: `gradient_sync`), which makes a k-rank
-step the same update as the 1-process step over the same global batch (to fp32 reduction
-order). A collective that waits longer than `distributed.training.timeout_s` fails the rank.
+average gradients over ranks (once per optimizer step: `gradient_sync`; FSDP2-sharded experts at
+every backward, `_REDUCED_EVERY_BACKWARD`), which makes a k-rank step the same update as the
+1-process step over the same global batch (to fp32 reduction order). A collective that waits
+longer than `distributed.training.timeout_s` fails the rank.
 The CUDA device helpers live in placement/devices.py, the copy into a shard in
 weights/sharded.py.
 """
@@ -34,7 +35,6 @@ from typing import Iterator
 
 import torch
 
-from genalign.config.errors import ConfigError
 from genalign.placement.devices import use_cuda_device
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,9 @@ def wrap_for_training(module: torch.nn.Module, strategy: str, blocks: tuple[str,
     `fully_shard` (parameters become sharded DTensors; use `full_state` to read them) on every
     submodule whose class is named in `blocks` (the family's repeated transformer blocks),
     then on the root, as torchtitan shards: one block's weights are gathered at a time, so a
-    rank holds its shard plus one block rather than the whole denoiser."""
+    rank holds its shard plus one block rather than the whole denoiser. A denoiser of experts
+    (`forward_units`) has each expert sharded so, and its experts run in lockstep over the ranks
+    (`DenoiserExperts.lockstep`)."""
     if strategy == "none":
         return module
     if strategy == "ddp":
@@ -127,26 +129,30 @@ def wrap_for_training(module: torch.nn.Module, strategy: str, blocks: tuple[str,
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        if len(forward_units(module)) > 1:
-            # each unit's forward all-gathers its shards: ranks whose samples train steps of
-            # different experts would gather different units (a collective mismatch)
-            raise ConfigError(
-                [
-                    "distributed.training.strategy=fsdp2: the denoiser is several experts (Wan 2.2 A14B), "
-                    "and ranks whose samples train steps of different experts would all-gather different "
-                    "ones; use distributed.training.strategy=ddp (every rank holds both experts)"
-                ]
-            )
         device_type = "cuda" if torch.cuda.is_available() else "cpu"
         mesh = init_device_mesh(device_type, (torch.distributed.get_world_size(),))
-        for block in [m for m in module.modules() if type(m).__name__ in blocks]:
-            fully_shard(block, mesh=mesh)
-        return fully_shard(module, mesh=mesh)
+        units = forward_units(module)
+        for unit in units:  # a denoiser of experts: each expert sharded as one denoiser is
+            for block in [m for m in unit.modules() if type(m).__name__ in blocks]:
+                fully_shard(block, mesh=mesh)
+            fully_shard(unit, mesh=mesh)
+        if len(units) > 1:
+            # each expert's forward all-gathers its shards and its backward reduce-scatters: every
+            # rank runs the experts any rank's call needs (`DenoiserExperts.lockstep`), and every
+            # backward reduces what it ran (`gradient_sync`)
+            module.lockstep = lambda flags: max_over_ranks(flags, rank_info_from_env())
+            _REDUCED_EVERY_BACKWARD.add(module)
+        return module
     raise ValueError(f"distributed.training.strategy={strategy!r}: choose none, ddp or fsdp2")
 
 
 _AVERAGED_AFTER_BACKWARD: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
 """Modules under DDP whose gradients `gradient_sync` averages itself (a denoiser of experts)."""
+
+_REDUCED_EVERY_BACKWARD: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
+"""Denoisers of FSDP2-sharded experts: every backward reduce-scatters the experts it ran. Deferred
+to the optimizer step's last backward, the gradient an expert accumulated in an earlier one would
+never be reduced if that last backward did not run it (FSDP2 reduces in an expert's post-backward)."""
 
 BUCKET_ELEMENTS = 25 * 2**20
 """Gradient elements averaged by one all-reduce (DDP's default bucket is 25 MiB)."""
@@ -189,13 +195,15 @@ def gradient_sync(module: torch.nn.Module | None, enabled: bool) -> Iterator[Non
     """Within the block, backward reduces gradients over ranks only when `enabled`: DDP's
     `no_sync` / FSDP2's `set_requires_gradient_sync(False)` for all but the last backward of
     an optimizer step (gradients accumulate locally, one reduction per step). A module that
-    is not wrapped (one process) is left as is."""
+    is not wrapped (one process) is left as is; FSDP2-sharded experts reduce in every backward
+    (`_REDUCED_EVERY_BACKWARD`), their sharded gradients accumulating."""
     if module is not None and module in _AVERAGED_AFTER_BACKWARD:
         yield
         if enabled:  # after the optimizer step's last backward, on every rank
             average_gradients(module)
         return
-    if enabled or module is None or not hasattr(module, "set_requires_gradient_sync"):
+    every_backward = module is not None and module in _REDUCED_EVERY_BACKWARD
+    if enabled or module is None or every_backward or not hasattr(module, "set_requires_gradient_sync"):
         yield
         return
     module.set_requires_gradient_sync(False)

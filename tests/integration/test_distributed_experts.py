@@ -3,8 +3,11 @@ calls one expert at a time, never the container's forward, so DDP must hook each
 forward (a container wrapped whole never reduced its experts' gradients). A step that runs one
 expert on every rank (each rank its own data) gives every rank the gradient averaged over the
 ranks, the other expert none; with gradient accumulation, one reduction over both micro-batches.
-FSDP2 is refused for experts: ranks training steps of different experts would all-gather
-different units."""
+
+Under FSDP2 each expert's forward all-gathers its shards: the tiny Wan 2.2 A14B's velocity runs
+the experts in lockstep over the ranks (an expert another rank needs runs on a filler row that
+contributes nothing), so ranks whose micro-batches use different experts still reach the
+one-process gradients over the union of their data, clipped over both experts' shards."""
 
 from __future__ import annotations
 
@@ -123,10 +126,105 @@ def test_each_expert_called_alone_averages_its_gradients_over_the_ranks(tmp_path
     assert all(v == 0 for row in ranks[0]["one_expert"]["transformer_2.block.linear.weight"] for v in row)
 
 
-def test_fsdp2_over_experts_is_refused_naming_the_key():
-    from genalign.config.errors import ConfigError
-    from genalign.training.distributed import wrap_for_training
+WAN_SCRIPT = r"""
+import json, sys, torch
+import torch.distributed as dist
+from genalign.training import distributed
 
-    experts = DenoiserExperts({"transformer": Expert(), "transformer_2": Expert()}, ("transformer",))
-    with pytest.raises(ConfigError, match="distributed.training.strategy=fsdp2: the denoiser is several experts"):
-        wrap_for_training(experts, "fsdp2", ("Block",))
+strategy, model_dir, out, experts = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5]
+sys.path[:0] = [sys.argv[4], sys.argv[4] + "/.."]  # this test's folder and `support`'s
+from test_distributed_experts import MAX_NORM, MICRO_BATCHES, adapted_wan22, micro_batch_loss
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+policy = adapted_wan22(model_dir, experts)
+module = distributed.wrap_for_training(policy.transformer, strategy, policy.repeated_blocks)
+with torch.no_grad():  # a forward that trains nothing (an old policy's log-probs): experts crossed too
+    micro_batch_loss(policy, 0, rank)
+for index in range(len(MICRO_BATCHES)):
+    with distributed.gradient_sync(module, index == len(MICRO_BATCHES) - 1):
+        micro_batch_loss(policy, index, rank).backward()
+params = [p for p in module.parameters() if p.requires_grad]
+norm = torch.nn.utils.clip_grad_norm_(params, MAX_NORM)
+norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+grads = distributed.full_state({n: p.grad for n, p in module.named_parameters() if p.requires_grad})
+json.dump({"norm": norm, "grads": {n: g.tolist() for n, g in grads.items()}}, open(f"{out}/rank{rank}.json", "w"))
+dist.destroy_process_group()
+"""
+
+MICRO_BATCHES = [  # (rank 0's sigmas, rank 1's) per micro-batch; the boundary is σ = 0.875
+    ([0.9], [0.4]),  # rank 0 only the high-noise expert, rank 1 only the low-noise one
+    ([0.9, 0.4], [0.95, 0.9]),  # rank 0 both, rank 1 the high-noise one only
+    ([0.9], [0.95]),  # the last backward, which reduces, runs no rank's low-noise expert
+]
+MAX_NORM = 1e-3
+"""Below the gradient's norm: clipping scales both experts' gradients by the norm over both."""
+
+
+def adapted_wan22(model_dir, experts: str):
+    """The tiny Wan 2.2 T2V-A14B with a LoRA (random B, so every adapter tensor has a gradient) on
+    the `experts` it trains (`model.experts`), the same in every process."""
+    from support import perturb_lora_b
+
+    from genalign.models.config import LoraConfig
+    from genalign.models.experts import denoiser_parts
+    from genalign.models.wan.policy import WanPolicy
+    from genalign.weights.lora import apply_lora
+
+    torch.manual_seed(0)
+    policy = WanPolicy.from_pretrained(
+        model_dir, max_sequence_length=16, num_frames=3, low_noise_guidance_scale=3.0, experts=experts
+    )
+    for part in denoiser_parts(policy.transformer).values():
+        apply_lora(part, LoraConfig(rank=4, alpha=8), policy.lora_target_modules)
+    perturb_lora_b(policy.transformer)
+    return policy
+
+
+def micro_batch_loss(policy, index: int, rank: int) -> torch.Tensor:
+    """A fixed linear function of the guided velocity of `rank`'s rows in micro-batch `index`."""
+    sigmas = MICRO_BATCHES[index][rank]
+    generator = torch.Generator().manual_seed(10 * index + rank)
+    latents = torch.randn(len(sigmas), *policy.latent_shape(32, 32), generator=generator)  # [b, C, F_lat, h, w]
+    target = torch.randn(latents.shape, generator=generator)
+    cond = policy.encode_prompts(["a red car driving", "two cats"][: len(sigmas)], with_negative=True)
+    return (policy.velocity(latents, torch.tensor(sigmas), cond, 5.0) * target).sum()
+
+
+@pytest.mark.parametrize(
+    ("strategy", "experts"),
+    [  # a frozen expert is sharded too: it runs in lockstep, its backward reduces nothing
+        ("fsdp2", "both"),
+        pytest.param("fsdp2", "low_noise", marks=pytest.mark.slow),
+        pytest.param("ddp", "both", marks=pytest.mark.slow),
+    ],
+)
+def test_wan22_ranks_on_different_experts_reach_the_one_process_gradients(tiny_wan22_dirs, tmp_path, strategy, experts):
+    """Two ranks whose micro-batches use different experts (`MICRO_BATCHES`: crossed, one rank on
+    both, a last backward without the low-noise expert), gradients accumulated over the three and
+    clipped over every trained tensor, equal one process over the union of the data: under FSDP2
+    a rank without rows for an expert its peer runs takes part by a filler row (without lockstep
+    the ranks' all-gathers mismatch and the job fails)."""
+    from support import TINY_DEPTH, TINY_REDUCTION, assert_close_reordered, reorder_tolerance
+
+    out = tmp_path / "out"
+    out.mkdir()
+    here = str(Path(__file__).parent)
+    launch_script(tmp_path, WAN_SCRIPT, 2, strategy, str(tiny_wan22_dirs["a14b"]), str(out), here, experts)
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    # one process over the union of the data: the mean over the ranks of each rank's summed losses
+    policy = adapted_wan22(tiny_wan22_dirs["a14b"], experts)
+    loss = sum(micro_batch_loss(policy, i, r) for i in range(len(MICRO_BATCHES)) for r in range(2)) / 2
+    loss.backward()
+    params = {n: p for n, p in policy.transformer.named_parameters() if p.requires_grad}
+    norm = float(torch.nn.utils.clip_grad_norm_(list(params.values()), MAX_NORM))
+    trained = {"both": {"transformer", "transformer_2"}, "low_noise": {"transformer_2"}}[experts]
+    assert norm > MAX_NORM and {n.split(".")[0] for n in params} == trained
+    # forward and backward through the experts' blocks, regrouped over ranks and micro-batches
+    depth = 2 * TINY_DEPTH
+    for rank in ranks:
+        assert sorted(rank["grads"]) == sorted(params)
+        assert abs(rank["norm"] - norm) <= reorder_tolerance(norm, TINY_REDUCTION, depth), (rank["norm"], norm)
+        for name, param in params.items():
+            assert_close_reordered(torch.tensor(rank["grads"][name]), param.grad, length=TINY_REDUCTION, depth=depth)
+        assert all(torch.tensor(rank["grads"][n]).abs().max() > 0 for n in params), "an expert got no gradient"

@@ -438,22 +438,44 @@ def test_a_killed_rank_ends_the_job_with_its_name_and_the_resume_command(tmp_pat
 WAN22_A14B = "experiment/diffusion/wan_2_2/online_grpo_pickscore"
 
 
-def test_wan22_experts_train_on_two_ddp_ranks_whose_samples_use_different_experts(tiny_wan22_dirs, tmp_path):
-    """Wan 2.2 A14B's two experts under DDP, one trained step a sample drawn from the three (the
+@pytest.mark.parametrize("strategy", ["ddp", pytest.param("fsdp2", marks=pytest.mark.slow)])
+def test_wan22_experts_train_on_two_ranks_whose_samples_use_different_experts(tiny_wan22_dirs, tmp_path, strategy):
+    """Wan 2.2 A14B's two experts on 2 ranks, one trained step a sample drawn from the three (the
     recipe's window): a rank's backward may run the other expert than its peer's. The run
-    finishes both steps at replay parity 0 (DDP's hooks, readied by each expert's forward, hung
-    here; the experts' gradients are averaged after the step's last backward instead)."""
+    finishes both steps at replay parity 0 and exports both experts. DDP's hooks, readied by each
+    expert's forward, hung here (the experts' gradients are averaged after the step's last
+    backward instead); FSDP2's experts run in lockstep (test_distributed_experts.py), the run
+    resumes from its sharded checkpoint, and a rank with nothing to train takes part."""
     from support import tiny_video_overrides
 
     window = ["rollout.sde_window.lo=0", "rollout.sde_window.hi=3", "rollout.sde_window.size=1"]
-    distributed = ["/base/distributed=local", "distributed.training.strategy=ddp", "distributed.training.backend=gloo"]
+    distributed = [
+        "/base/distributed=local",
+        f"distributed.training.strategy={strategy}",
+        "distributed.training.backend=gloo",
+    ]
     extra = [*window, *distributed, "distributed.training.timeout_s=120", "eval.every=0"]
-    launch(
-        2,
-        [*tiny_video_overrides(tiny_wan22_dirs["a14b"], tmp_path, *extra), "actor.gradient_accumulation_steps=2"],
-        WAN22_A14B,
-    )
+    args = [*tiny_video_overrides(tiny_wan22_dirs["a14b"], tmp_path, *extra), "actor.gradient_accumulation_steps=2"]
+    launch(2, args, WAN22_A14B)
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
     assert [r["step"] for r in rows] == ["1", "2"]
     assert float(rows[0]["parity_max_abs_log_prob_diff"]) == 0.0
     assert (tmp_path / "checkpoint-final" / "lora" / "transformer_2").is_dir()
+    if strategy == "fsdp2":  # the sharded optimizer state and both experts' adapters reload
+        launch(2, [*args, "trainer.num_steps=3", "trainer.resume_from=auto"], WAN22_A14B)
+        assert [r["step"] for r in csv.DictReader(open(tmp_path / "metrics.csv"))] == ["1", "2", "3"]
+        # rank 1's groups score constantly: it has nothing to train and replays a filler sample
+        # beside rank 0's, whatever experts each uses
+        idle = [
+            "reward.components.temporal_consistency=0.0",
+            "reward.components.jpeg_compressibility=0.0",
+            "reward.allow_import=[support:RankOneConstantReward]",
+            "reward.components={support:RankOneConstantReward: 1.0}",
+            "algorithm.drop_zero_advantage=true",
+        ]
+        out = tmp_path / "idle"
+        idle_args = [*tiny_video_overrides(tiny_wan22_dirs["a14b"], out, *extra, *idle)]
+        launch(2, [*idle_args, "actor.gradient_accumulation_steps=2"], WAN22_A14B)
+        rows = list(csv.DictReader(open(out / "metrics.csv")))
+        assert [r["step"] for r in rows] == ["1", "2"]
+        assert [float(r["zero_std_ratio"]) for r in rows] == [0.5, 0.5]

@@ -40,7 +40,7 @@ import torch
 
 from genalign.models.base import Condition, compute_precision
 from genalign.models.diffusers_common import PipelineLoading, WanVAEVideo, cfg_velocity, encode_prompt_pair, place
-from genalign.models.experts import DenoiserExperts, trained_components
+from genalign.models.experts import DenoiserExperts, shard_local, trained_components
 from genalign.models.spec import FamilySpec
 from genalign.sampling.schedules import flow_match_sigmas
 
@@ -158,7 +158,9 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
     ) -> torch.Tensor:
         """v̂ [B, C, F_lat, h, w] float32 at sigma [B]: timestep 1000·σ (per latent token with
         `expand_timesteps`), true CFG with the negative prompt by `cfg_velocity`; with two
-        experts each row runs the expert (and CFG scale) its timestep picks."""
+        experts each row runs the expert (and CFG scale) its timestep picks; sharded experts run
+        in lockstep over the ranks (`DenoiserExperts.experts_to_run`: a rank without rows for an
+        expert another rank runs runs it on a filler row that contributes nothing)."""
         batch = latents.shape[0]
         timestep = (sigma.to(self.device, torch.float32) * 1000.0).expand(batch)  # [B]
         if self.boundary_timestep is None:
@@ -169,13 +171,19 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
         if guidance_scale > 1.0 and self.low_noise_guidance_scale is not None:
             low_scale = self.low_noise_guidance_scale
         routes = (("transformer", high, guidance_scale), ("transformer_2", ~high, low_scale))
-        if bool(high.all()) or not bool(high.any()):  # one expert for the whole batch (every rollout step)
-            name, _, scale = routes[0] if bool(high.all()) else routes[1]
+        run = self.transformer.experts_to_run({name: bool(rows.any()) for name, rows, _ in routes})
+        if sum(run.values()) == 1:  # one expert for the whole batch (every rollout step), on every rank
+            name, _, scale = next(route for route in routes if run[route[0]])
             out = self._guided(getattr(self.transformer, name), latents, timestep, cond, scale, detach_uncond)
             return self._tie_idle_experts(out, {name})
-        out = None
+        out, fillers = None, []
         for name, rows, scale in routes:  # replay of samples at different steps: each expert on its rows
             index = rows.nonzero().squeeze(1)  # [b]
+            filler = run[name] and len(index) == 0
+            if filler:  # sharded experts in lockstep: another rank has rows for this expert, this one none
+                index = index.new_zeros(1)  # row 0 runs it, contributing nothing (`fillers`)
+            elif not run[name]:
+                continue
             part = self._guided(
                 getattr(self.transformer, name),
                 latents[index.to(latents.device)],
@@ -184,9 +192,12 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
                 scale,
                 detach_uncond,
             )  # [b, C, F_lat, h, w]
-            out = part.new_zeros((batch, *part.shape[1:])) if out is None else out
-            out = out.index_copy(0, index.to(out.device), part)
-        return out
+            if filler:  # an empty sum: exactly 0, yet its backward reaches the expert (its reduce-scatter runs)
+                fillers.append(part[:0].sum())
+            else:
+                out = part.new_zeros((batch, *part.shape[1:])) if out is None else out
+                out = out.index_copy(0, index.to(out.device), part)
+        return out + sum(fillers) if fillers else out
 
     def _tie_idle_experts(self, out: torch.Tensor, ran: set[str]) -> torch.Tensor:
         """`out` plus 0 x the trained weights of the trained experts this call did not run, when
@@ -204,7 +215,8 @@ class WanPolicy(WanVAEVideo, PipelineLoading):
         ]
         if not idle:
             return out
-        return out + 0.0 * torch.stack([param.sum() for param in idle]).sum().to(out.device, out.dtype)
+        # an idle FSDP2 expert's weights are this rank's shards: its local part, no collective
+        return out + 0.0 * torch.stack([shard_local(param).sum() for param in idle]).sum().to(out.device, out.dtype)
 
     def _guided(
         self,

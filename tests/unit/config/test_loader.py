@@ -144,6 +144,10 @@ def test_group_swap_replaces_the_option_wherever_it_appears():
     assert (cfg.distributed.preset, cfg.distributed.colocated) == ("ray_rollout", False)
     assert cfg.distributed.resources.rollout.num_gpus == "auto"  # float | Literal["auto"] keeps the string
     assert load_config(OCR, ["/base/distributed=local"]).rollout.engine == "local"
+    # a preset that extends another of its group (fsdp2_8_ranks: fsdp2 with 8 ranks) swaps in whole
+    cfg = load_config(OCR, ["/base/distributed=fsdp2_8_ranks"])
+    assert (cfg.distributed.preset, cfg.distributed.training.strategy) == ("fsdp2_8_ranks", "fsdp2")
+    assert cfg.distributed.resources.trainer.num_gpus == 8
 
 
 def test_defaults_order_then_own_keys_then_overrides(layer_root):

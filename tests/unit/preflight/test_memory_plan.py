@@ -674,3 +674,23 @@ def test_genalign_config_prints_the_plan_as_comments_only_when_asked_on_a_cpu(ca
     assert main([*args[:1], "--memory", *args[1:]]) == 0
     out = capsys.readouterr().out
     assert "# memory plan" in out and yaml.safe_load(out)["model"]["device"] == "cpu"  # still a loadable config
+
+
+@pytest.mark.parametrize("recipe", ["online_grpo_pickscore", "i2v_a14b_online_grpo_pickscore"])
+def test_wan22_a14b_recipes_fit_80gb_cards_on_eight_fsdp2_ranks(recipe):
+    """Both experts in one process need more than an 80 GB card; FSDP2 over 8 ranks shards each
+    expert (1/8 of both, plus one gathered block of each) and fits. The docs' figures
+    (docs/memory_plan.md, docs/models.md, docs/distributed.md) are these plans'."""
+    name = f"experiment/diffusion/wan_2_2/{recipe}"
+    one = mp.estimate_memory(load_config(name, [], check_files=False))
+    cfg = load_config(name, ["/base/distributed=fsdp2_8_ranks", "rollout.rollout_batch_size=8"], check_files=False)
+    eight = mp.estimate_memory(cfg)
+    assert "each of 8 rank(s)" in eight.roles[0].name
+    assert eight.roles[0].peak_bytes <= 0.9 * 80 * GIB < one.roles[0].peak_bytes
+    arch = load_architecture(family_spec(cfg.model.family), cfg.model.path)
+    assert arch.denoisers == ("transformer", "transformer_2")
+    base = sum(arch.component(n).parameters + arch.component(n).buffer_elements for n in arch.denoisers) * 2
+    lines = dict(eight.roles[0].lines)
+    assert lines["transformer base weights (bfloat16, FSDP2 shard + 1 block)"] == pytest.approx(
+        base / 8 + base / arch.num_layers
+    )
