@@ -41,7 +41,9 @@ def float8_problems(cfg: ExperimentConfig, check_machine: bool) -> list[str]:
 
 
 def _device_problems(device_name: str, recipe: str) -> list[str]:
-    """model.device must have float8 matmuls; the way out on a machine without them is explicit."""
+    """model.device must have float8 tensor cores; the way out on a machine without them is
+    explicit. (torch 2.13 also multiplies float8 on a CPU, without float8 hardware: nothing to
+    gain there, and not the kernels a GPU run uses, so a CPU is refused like an older GPU.)"""
     import torch  # only when float8 is asked for: validating a config imports no torch otherwise
 
     if device_name == "auto":
@@ -57,7 +59,7 @@ def _device_problems(device_name: str, recipe: str) -> list[str]:
     else:
         where = f"model.device={device.type}"
     return [
-        f"model.float8={recipe} needs float8 matmuls (a CUDA GPU of compute capability 8.9 or later: Ada, "
-        f"Hopper, Blackwell); {where} has none. Set model.float8=none, or model.float8_emulate=true to "
+        f"model.float8={recipe} is for float8 tensor cores (a CUDA GPU of compute capability 8.9 or later: "
+        f"Ada, Hopper, Blackwell); {where} has none. Set model.float8=none, or model.float8_emulate=true to "
         "emulate them (the same rounding, float32 matmuls: for tests, no speedup)"
     ]

@@ -114,10 +114,15 @@ def convert_to_float8(module: torch.nn.Module, recipe: str, emulate: bool) -> in
     float32 masters of `make_master_weights` stay what the optimizer steps, and state-dict names
     do not change) and casts the matmul's inputs to float8 with dynamic scales on each call;
     `emulate` (model.float8_emulate) does the casts but multiplies the dequantised values in
-    float32, where no float8 matmul exists."""
+    float32, where no float8 matmul exists.
+
+    `pad_inner_dim`: the weight-gradient matmul's inner dim is the token rows of the call
+    (samples x CFG branches x tokens), which torch._scaled_mm needs a multiple of 16 and a
+    diffusion transformer seldom gives (SD3: 77 + 128 text tokens); torchao then pads the two
+    float8 operands with zeros, which adds nothing to the product."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-    config = dataclasses.replace(Float8LinearConfig.from_recipe_name(recipe), emulate=emulate)
+    config = dataclasses.replace(Float8LinearConfig.from_recipe_name(recipe), emulate=emulate, pad_inner_dim=True)
     converted: list[str] = []
 
     def accept(layer: torch.nn.Module, name: str) -> bool:
