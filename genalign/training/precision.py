@@ -4,7 +4,8 @@ Where it fits: `setup.build_policy` calls `make_master_weights` once the adapter
 (or the model is unfrozen for a full fine-tune); the trainer builds the `GradScaler` next to
 the optimizer and hands both to `update.run_update`; the denoiser itself runs under
 `models.base.compute_precision` (autocast), so rollout and replay share one compute path and
-the parity preflight stays exact.
+the parity preflight stays exact. With `model.float8` it then swaps the denoiser's linear layers
+for torchao's float8 ones (`convert_to_float8`), which keep these masters as their weights.
 
 Why masters: AdamW on bf16/fp16 parameters loses the update (eps 1e-8 rounds to 0 in fp16,
 lr·update underflows against the weight in bf16) and, at LoRA init (B = 0, so ∂A = 0), divides
