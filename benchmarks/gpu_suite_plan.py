@@ -83,6 +83,11 @@ LEVERS = [
         "compiled, split CFG",
         ["model.compile=true", "model.cfg_batch=split", "algorithm.detach_uncond=true"],
     ),
+    (
+        "compiled_float8",
+        "compiled, float8 matmuls (torchao, tensorwise)",
+        ["model.compile=true", "model.float8=tensorwise"],
+    ),
 ]
 """Section 3: SD3.5 Medium at the comparison settings with each lever (key, title, overrides)."""
 EAGER_FLOP_S, COMPILED_FLOP_S = 180e12, 360e12

@@ -25,9 +25,11 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 WHEELS=(diffusers==0.42.1 pillow==13.0.0 requests==2.34.2 urllib3==2.8.0 charset-normalizer==3.5.3 certifi==2026.10.19.post1 idna==3.20
         omegaconf==2.4.0 imageio==2.38.1 torchvision==0.26.0 absl-py==2.5.1 ml_collections==1.1.0
-        ftfy==6.3.1 wcwidth==0.9.4)
+        ftfy==6.3.1 wcwidth==0.9.4 torchao==0.18.0)
 # ftfy: WanImageToVideoPipeline cleans prompts with it unconditionally (NameError without it)
 # torchvision 0.26.0 is the build for torch 2.11 (the image's): Cosmos-Predict2.5's real transformer needs it
+# torchao 0.18.0 (model.float8, the compiled_float8 lever): built for torch >= 2.11, so on the image
+# it loads its C++ extensions; float8 training itself is Python over torch._scaled_mm
 FLOW_GRPO_COMMIT=${FLOW_GRPO_COMMIT:-ac4c86e8cae021841f1fde853d340e0db67690dd}
 FLOW_GRPO_FILES=(LICENSE scripts/train_sd3.py config/base.py flow_grpo/diffusers_patch flow_grpo/ema.py
                  flow_grpo/prompts.py flow_grpo/rewards.py flow_grpo/stat_tracking.py)

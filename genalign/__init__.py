@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from genalign.tracking.console import quiet_import_time_messages
 from genalign.version import __version__
+
+quiet_import_time_messages()  # before anything imports diffusers (which imports torchao when installed)
 
 if TYPE_CHECKING:
     from genalign.api import Trainer, TrainerCallback, TrainResult, load_config, train

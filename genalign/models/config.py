@@ -20,6 +20,8 @@ ComputeDtype = Literal["float32", "float16", "bfloat16"]
 TrainMode = Literal["lora", "full"]
 CfgBatch = Literal["joint", "split"]
 CompileMode = Literal["regional", "full"]
+Float8Recipe = Literal["none", "tensorwise", "rowwise"]
+"""`model.float8`'s choices: torchao's float8 training recipe names (`Float8LinearRecipeName`)."""
 Experts = Literal["both", "high_noise", "low_noise"]
 """`model.experts`' choices: which experts of a two-expert checkpoint train (models/experts.py)."""
 SourceResolution = Literal["run", "pipeline"]
@@ -203,6 +205,19 @@ class ModelConfig:
     compile_mode: CompileMode = "regional"
     """"regional": compile each repeated transformer block once (diffusers' regional
     compilation; minutes less to compile, the same speed); "full": the whole denoiser."""
+    float8: Float8Recipe = "none"
+    """Float8 matmuls in the denoiser's linear layers through torchao's float8 training
+    (`convert_to_float8_training`, recipe by name): "tensorwise" (one dynamic scale per tensor,
+    the fastest), "rowwise" (a scale per row, power-of-two scales: closer to bf16), or "none".
+    Every nn.Linear of the denoiser whose two dims are multiples of 16 is converted — LoRA's
+    frozen base layers included, its small A/B matrices not; the weights themselves stay as
+    they are (float32 masters for what trains), only the matmul's inputs are cast to float8.
+    Rollout and replay run the same converted layers. Needs model.dtype=bfloat16, a GPU with
+    float8 matmuls (compute capability 8.9+: Ada, Hopper, Blackwell) and `genalign[float8]`;
+    torchao recommends model.compile=true with it (the casts fuse into the graph)."""
+    float8_emulate: bool = False
+    """Run model.float8's casts but the matmuls in float32 on the dequantised values (torchao's
+    `emulate`): the same rounding without float8 hardware, for tests on a CPU; no speedup."""
     allow_tf32: bool = True
     """TF32 for float32 matmuls on CUDA (VAE decode, fp32 runs), as Flow-GRPO sets it."""
     card: ModelCardConfig = field(default_factory=ModelCardConfig)
@@ -226,4 +241,21 @@ class ModelConfig:
             )
         if self.num_frames < 1:
             problems.append(f"model.num_frames must be >= 1, got {self.num_frames}")
-        return problems + self.lora.problems() + self.card.problems()
+        return problems + self.float8_problems() + self.lora.problems() + self.card.problems()
+
+    def float8_problems(self) -> list[str]:
+        """model.float8 against the other precision keys (what this machine offers is checked
+        in preflight/float8_checks.py)."""
+        if self.float8 == "none":
+            return (
+                ["model.float8_emulate=true has nothing to emulate with model.float8=none; remove it"]
+                if self.float8_emulate
+                else []
+            )
+        if self.dtype != "bfloat16":
+            return [
+                f"model.float8={self.float8} needs model.dtype=bfloat16 (got {self.dtype}): torchao's float8 "
+                "training computes around its float8 matmuls in bfloat16; set model.dtype=bfloat16 or "
+                "model.float8=none"
+            ]
+        return []

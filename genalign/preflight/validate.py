@@ -19,6 +19,7 @@ from genalign.models.family_checks import family_problems
 from genalign.models.registry import MODEL_FAMILIES
 from genalign.placement.ray_pools import resource_problems
 from genalign.preflight.algorithm_checks import algorithm_problems
+from genalign.preflight.float8_checks import float8_problems
 from genalign.preflight.hub_checks import hub_problems
 from genalign.preflight.reward_contract import registered_reward_problems
 from genalign.preflight.step_sizes import counts_positions_by_fraction, num_train_timesteps_problem
@@ -39,6 +40,7 @@ def validate(cfg: ExperimentConfig, check_machine: bool = True) -> list[str]:
         return unrepresentable
     problems = name_problems(cfg) + block_problems(cfg) + cross_block_problems(cfg)
     problems += hub_problems(cfg, check_machine)  # push_to_hub, hf:// references (preflight/hub_checks.py)
+    problems += float8_problems(cfg, check_machine)  # the strategy, torchao, the device (preflight/float8_checks.py)
     if check_machine:
         problems += tracker_problems(cfg.trainer.loggers, cfg.trainer.wandb, cfg.trainer.mlflow)
         problems += reward_package_problems(cfg)

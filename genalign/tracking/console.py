@@ -6,7 +6,9 @@ diffusers log to their own stderr handlers (not the root logger, so not train.lo
 on those handlers replaces each message in `KNOWN` by one genalign line the first time it
 comes (which also lands in train.log) and drops its repeats. CLIP's 77-token truncation, for
 one, is logged for every batch of long prompts. Any other library message passes unchanged:
-nothing unknown is hidden. Their progress bars (diffusers' "Loading pipeline components",
+nothing unknown is hidden. A few messages come once, at import time, from where no handler
+is ours yet (torchao's, when it is installed: `IMPORT_TIME_LOGGERS`); `import genalign` puts the
+same filter on those loggers. Their progress bars (diffusers' "Loading pipeline components",
 transformers' "Loading weights", huggingface_hub's downloads) are turned off when stderr is
 not a terminal (a log file, a batch job), where each redraw is a line; in a terminal or a
 Jupyter notebook they stay.
@@ -48,8 +50,31 @@ KNOWN = (
         "transformers, diffusers: prompts longer than a text encoder's window (CLIP: 77 tokens) are cut to it; "
         "said once, not for every batch",
     ),
+    Known(
+        "diffusers without torchao's old types",
+        re.compile(r"Unable to import `torchao` Tensor objects"),
+        "diffusers: its loader of torchao-quantized checkpoints finds none of the torchao types it expects in "
+        "this torchao (genalign[float8]); genalign loads no such checkpoint, and model.float8 does not use it",
+    ),
+    Known(
+        "torchao's CUDA kernels on a CPU-only torch",
+        re.compile(r"Failed to load \S*torchao\S*\.so: Could not load this library"),
+        "torchao: its compiled CUDA kernels do not load with this torch (a CPU-only build, or one older than "
+        "torchao's); model.float8 needs none of them (torch._scaled_mm does the float8 matmuls)",
+    ),
+    Known(
+        "torchao's enums registered with torch's pytree",
+        re.compile(r"<enum '\w+'> is an Enum subclass and is now natively supported by torch.compile"),
+        "torch: a library (torchao) registers its enums with torch.compile in the older way, which this torch "
+        "still accepts",
+    ),
 )
 """Library messages that repeat without telling a genalign user anything new."""
+IMPORT_TIME_LOGGERS = ("diffusers.quantizers.torchao.torchao_quantizer", "torchao", "torch.utils._pytree")
+"""Where the torchao messages in `KNOWN` come from: each is logged once, when its module is first
+imported (diffusers imports torchao with its model classes whenever torchao is installed), which
+is before any console is configured; `quiet_import_time_messages` filters these loggers
+themselves, which needs no import of them."""
 
 
 class KnownMessages(logging.Filter):
@@ -75,6 +100,15 @@ class KnownMessages(logging.Filter):
 
 
 FILTER = KnownMessages()
+
+
+def quiet_import_time_messages() -> None:
+    """Put `FILTER` on the loggers of `IMPORT_TIME_LOGGERS` (once): `import genalign` calls it,
+    so it runs before any genalign module imports diffusers or torch."""
+    for name in IMPORT_TIME_LOGGERS:
+        logger = logging.getLogger(name)
+        if FILTER not in logger.filters:
+            logger.addFilter(FILTER)
 
 
 def interactive_display() -> bool:

@@ -32,7 +32,7 @@ from genalign.tracking.trackers import MlflowSink, TensorBoardSink, WandbSink
 from genalign.training.config import EMAConfig
 from genalign.training.distributed import gather_to_main
 from genalign.training.ema import EMA
-from genalign.training.precision import compile_denoiser, configure_backends, make_master_weights
+from genalign.training.precision import compile_denoiser, configure_backends, convert_to_float8, make_master_weights
 from genalign.training.sources import OfflineImages, OfflinePreferences, OneStepAhead, OnlineRollout, Sync
 from genalign.training.update import UpdateContext
 from genalign.weights.lora import apply_lora, freeze_for_full_finetune, trainable_state_dict
@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 
 def build_policy(cfg: ExperimentConfig) -> Policy:
     """Load the family's policy, make only the trained weights require grad (as float32
-    masters), then optionally enable gradient checkpointing and compile the denoiser."""
+    masters), then optionally convert its linear layers to float8 matmuls, enable gradient
+    checkpointing and compile the denoiser."""
     configure_backends(cfg.model.allow_tf32)
     spec = family_spec(cfg.model.family, cfg.model.allow_import)
     policy = spec.policy_class().from_config(cfg.model)
@@ -66,6 +67,14 @@ def build_policy(cfg: ExperimentConfig) -> Policy:
     if cast:
         log.info(
             "trained weights: %d tensors kept as float32 masters; the denoiser computes in %s", cast, cfg.model.dtype
+        )
+    if cfg.model.float8 != "none":  # after the masters: Float8Linear keeps the same parameters
+        converted = convert_to_float8(policy.transformer, cfg.model.float8, cfg.model.float8_emulate)
+        log.info(
+            "model.float8: %s scaling in %d linear layers of the denoiser%s",
+            cfg.model.float8,
+            converted,
+            " (emulated: float32 matmuls of the float8-rounded values, no speedup)" if cfg.model.float8_emulate else "",
         )
     if cfg.model.gradient_checkpointing:
         if not spec.gradient_checkpointing:

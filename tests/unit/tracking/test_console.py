@@ -78,3 +78,38 @@ def test_loading_bars_are_off_off_a_terminal(monkeypatch):
         transformers.utils.logging.enable_progress_bar()
         diffusers.utils.logging.enable_progress_bar()
         huggingface_hub.utils.enable_progress_bars()
+
+
+TORCHAO_IMPORT_MESSAGES = {
+    # as diffusers 0.42.1, torchao 0.18.0 on a CPU-only torch, and torch 2.13 word them
+    "diffusers.quantizers.torchao.torchao_quantizer": "Unable to import `torchao` Tensor objects. This may affect "
+    "loading checkpoints serialized with `torchao`",
+    "torchao": "Failed to load /venv/lib/python3.11/site-packages/torchao/_C_cutlass_90a.abi3.so: Could not load "
+    "this library: /venv/lib/python3.11/site-packages/torchao/_C_cutlass_90a.abi3.so",
+    "torch.utils._pytree": "<enum 'KernelPreference'> is an Enum subclass and is now natively supported by "
+    "torch.compile as an opaque value type. Calling register_constant() on Enum subclasses is deprecated and will "
+    "be an error in a future release.",
+}
+
+
+def test_torchao_import_time_messages_are_said_once_not_printed(monkeypatch, caplog):
+    """`import genalign` filters the loggers that speak while torchao is first imported (by
+    diffusers' model classes, before any console is set up): each message becomes one genalign
+    line; a message those loggers did not say before still passes."""
+    fresh = console.KnownMessages()
+    printed = io.StringIO()
+    handler = logging.StreamHandler(printed)
+    for name in TORCHAO_IMPORT_MESSAGES:
+        logger = logging.getLogger(name)
+        assert console.FILTER in logger.filters  # installed by `import genalign`
+        monkeypatch.setattr(logger, "filters", [fresh])  # counts of this test's own
+        monkeypatch.setattr(logger, "handlers", [handler])
+        monkeypatch.setattr(logger, "propagate", False)
+    with caplog.at_level(logging.INFO, logger="genalign"):
+        for _ in range(2):
+            for name, message in TORCHAO_IMPORT_MESSAGES.items():
+                logging.getLogger(name).warning(message)
+        logging.getLogger("torchao").warning("Failed to load torchao's ops: something else")
+    assert printed.getvalue().splitlines() == ["Failed to load torchao's ops: something else"]
+    assert said_lines(caplog) == [known.said for known in console.KNOWN[2:]]
+    assert set(fresh.counts.values()) == {2}
