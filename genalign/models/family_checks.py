@@ -11,6 +11,7 @@ Janus' exact size) run when the model loads.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from genalign.config.registry import import_problem, is_dotted_path
@@ -94,7 +95,7 @@ def unread_key_problems(spec: FamilySpec, cfg: "ExperimentConfig") -> list[str]:
     problems, defaults = [], type(cfg)()
     for key in spec.unread_keys:
         try:
-            value, default = _dotted(cfg, key), _dotted(defaults, key)
+            value, default = attrgetter(key)(cfg), attrgetter(key)(defaults)
         except AttributeError:  # a user's family spec with a typo
             problems.append(f"model.family={spec.name}: its FamilySpec's unread_keys names {key!r}, not a config key")
             continue
@@ -104,12 +105,6 @@ def unread_key_problems(spec: FamilySpec, cfg: "ExperimentConfig") -> list[str]:
                 f"(or set it to its default, {default})"
             )
     return problems
-
-
-def _dotted(obj, key: str):
-    for part in key.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def size_problems(spec: FamilySpec, height: int, width: int) -> list[str]:
