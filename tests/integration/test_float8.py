@@ -116,7 +116,13 @@ def adapter_tensors(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
 def test_full_finetune_with_float8_trains_at_parity_zero(tiny_sd3_dir, tmp_path):
     """A full fine-tune: the converted layers' own weights are the trained float32 masters (with
     the rowwise recipe, so each accepted model.float8 value trains somewhere on the CPU)."""
-    full = ("model.float8=rowwise", "model.train_mode=full", "actor.ema.enabled=false", "eval.use_ema=false", "actor.lr=1e-4")
+    full = (
+        "model.float8=rowwise",
+        "model.train_mode=full",
+        "actor.ema.enabled=false",
+        "eval.use_ema=false",
+        "actor.lr=1e-4",
+    )
     overrides = ("trainer.num_steps=1", "trainer.save_every=0", "eval.every=0", "eval.at_start=false")
     trainer = Trainer(load_config(RECIPE, tiny_overrides(tiny_sd3_dir, tmp_path, *FLOAT8, *full, *overrides)))
     converted = {name for name, m in trainer.policy.transformer.named_modules() if type(m).__name__ == "Float8Linear"}
